@@ -1,0 +1,71 @@
+//! `rein`: the command-line front end. Usable on any `.wasm` plugin:
+//! `rein plugin inspect`, `rein plugin score`, `rein env rollout`.
+//!
+//! Errors go to stderr with a non-zero exit code and name the plugin and the limit or field.
+
+mod env;
+mod plugin;
+
+use clap::{Args, Parser, Subcommand};
+use rein_plugin::SandboxLimits;
+
+/// rein: reinforcement learning with sandboxed WebAssembly rewards and environments.
+#[derive(Parser)]
+#[command(name = "rein", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Work with plugin files.
+    #[command(subcommand)]
+    Plugin(plugin::PluginCommand),
+    /// Run environment plugins.
+    #[command(subcommand)]
+    Env(env::EnvCommand),
+}
+
+/// Sandbox limits settable on the command line (defaults: 256 MiB, 2000 ms, no fuel).
+#[derive(Args, Debug, Clone)]
+pub(crate) struct LimitArgs {
+    /// Memory limit in MiB.
+    #[arg(long, value_name = "N")]
+    memory_mib: Option<u64>,
+    /// Wall-clock limit per call in milliseconds.
+    #[arg(long, value_name = "N")]
+    timeout_ms: Option<u64>,
+    /// Fuel per call (deterministic instruction budget).
+    #[arg(long, value_name = "N")]
+    fuel: Option<u64>,
+}
+
+impl LimitArgs {
+    pub(crate) fn limits(&self) -> SandboxLimits {
+        let mut limits = SandboxLimits::default();
+        if let Some(m) = self.memory_mib {
+            limits.memory_mib = m;
+        }
+        if let Some(t) = self.timeout_ms {
+            limits.timeout_ms = t;
+        }
+        limits.fuel = self.fuel;
+        limits
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Plugin(command) => command.run(),
+        Command::Env(command) => command.run(),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! `rein plugin …`: inspect a plugin, score groups with it.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use rein_core::{Group, RewardFn};
+use rein_plugin::PluginRuntime;
+
+use crate::LimitArgs;
+
+#[derive(Subcommand)]
+pub(crate) enum PluginCommand {
+    /// Show a plugin's name, kind, interface version, config keys and imports.
+    Inspect {
+        /// The plugin (`.wasm` component).
+        file: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Score groups of completions with a reward plugin; prints one JSON line per group.
+    Score {
+        /// The reward plugin.
+        file: PathBuf,
+        /// JSON lines, one group each: {"prompt", "completions", "reference"?, "metadata"?}.
+        #[arg(long, value_name = "FILE")]
+        input: PathBuf,
+        /// The plugin's config as a JSON object.
+        #[arg(long, default_value = "{}")]
+        config: String,
+        /// Groups per call to the plugin.
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
+}
+
+impl PluginCommand {
+    pub(crate) fn run(self) -> anyhow::Result<()> {
+        match self {
+            PluginCommand::Inspect { file, json } => inspect(file, json),
+            PluginCommand::Score {
+                file,
+                input,
+                config,
+                batch,
+                limits,
+            } => score(file, input, &config, batch.max(1), limits),
+        }
+    }
+}
+
+fn inspect(file: PathBuf, json: bool) -> anyhow::Result<()> {
+    let plugin = PluginRuntime::default().load(&file, Default::default())?;
+    let info = plugin.info();
+    if json {
+        println!("{}", serde_json::to_string_pretty(info)?);
+        return Ok(());
+    }
+    let m = &info.metadata;
+    println!("name:        {}", m.name);
+    println!("version:     {}", m.version);
+    println!("kind:        {}", info.kind.as_str());
+    println!("interface:   rein:plugin@{}", info.interface_version);
+    println!("description: {}", m.description);
+    println!("config keys:");
+    if m.config_keys.is_empty() {
+        println!("  (none)");
+    }
+    for key in &m.config_keys {
+        let default = key
+            .default_value
+            .as_deref()
+            .map(|d| format!(" (default {d})"))
+            .unwrap_or_default();
+        println!("  {}{default}: {}", key.name, key.description);
+    }
+    println!("imports:");
+    for import in &info.imports {
+        println!("  {import}");
+    }
+    Ok(())
+}
+
+fn score(file: PathBuf, input: PathBuf, config: &str, batch: usize, limits: LimitArgs) -> anyhow::Result<()> {
+    let groups = read_groups(&input)?;
+    let plugin = PluginRuntime::default().load(&file, limits.limits())?;
+    let mut reward = plugin.reward(config)?;
+    let mut out = std::io::stdout().lock();
+    for (chunk_index, chunk) in groups.chunks(batch).enumerate() {
+        let scores = reward.score(chunk).with_context(|| {
+            let first = chunk_index * batch + 1;
+            format!(
+                "scoring groups on lines {first}..={} of {}",
+                first + chunk.len() - 1,
+                input.display()
+            )
+        })?;
+        for group_scores in scores {
+            let line = serde_json::json!({
+                "scores": group_scores.iter().map(|s| s.score).collect::<Vec<_>>(),
+                "components": group_scores.iter().map(|s| {
+                    s.components.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect::<serde_json::Map<String, serde_json::Value>>()
+                }).collect::<Vec<_>>(),
+            });
+            writeln!(out, "{line}")?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads JSON-lines groups, naming the file and line of any malformed one.
+pub(crate) fn read_groups(path: &PathBuf) -> anyhow::Result<Vec<Group>> {
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut groups = Vec::new();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("cannot read {}", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let group: Group = serde_json::from_str(&line).with_context(|| {
+            format!(
+                "{}:{}: not a group (expected {{\"prompt\", \"completions\", \"reference\"?, \"metadata\"?}})",
+                path.display(),
+                i + 1
+            )
+        })?;
+        groups.push(group);
+    }
+    if groups.is_empty() {
+        bail!("{} holds no groups", path.display());
+    }
+    Ok(groups)
+}

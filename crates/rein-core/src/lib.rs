@@ -1,0 +1,18 @@
+//! rein's domain types and the traits everything composes through.
+//!
+//! **Architecture invariant:** `rein-core` knows nothing about burn or wasmtime. It holds plain
+//! data (groups of completions, scores, observations, actions, spaces) and the small traits
+//! other crates implement ([`RewardFn`], [`Environment`], [`VecEnv`]), so that a training loop
+//! can be written against these traits without seeing how a reward or an environment runs.
+//! Errors are typed ([`PluginError`], [`OutputError`]) and name what failed.
+
+mod env;
+mod error;
+mod reward;
+
+pub use env::{
+    Action, BatchActions, BoxSpace, EnvSpec, Environment, Observation, Space, Step, VecEnv, VecStep, validate_action,
+    validate_batch_actions, validate_observation,
+};
+pub use error::{OutputError, PluginError, PluginErrorKind};
+pub use reward::{CompletionScore, Group, GroupScores, RewardFn, validate_group_scores};

@@ -1,0 +1,95 @@
+//! The rein plugin development kit: write reward functions and environments as sandboxed
+//! WebAssembly components in a single short Rust file.
+//!
+//! A reward plugin implements [`Reward`] and exports it with [`export_reward!`]; an environment
+//! implements [`Environment`] and exports it with [`export_environment!`]. Build with
+//! `cargo build --release --target wasm32-wasip2` (or `cargo xtask build-plugins`).
+//!
+//! ```ignore
+//! use rein_pdk::{Config, Group, Metadata, Reward, Score};
+//!
+//! struct Shout;
+//!
+//! impl Reward for Shout {
+//!     const METADATA: Metadata = Metadata::new("shout", "1 for completions in capitals");
+//!     fn new(_config: &Config) -> Result<Self, String> {
+//!         Ok(Shout)
+//!     }
+//!     fn score(&mut self, group: &Group) -> Result<Vec<Score>, String> {
+//!         Ok(group.completions.iter().map(|c| Score::from(c.chars().all(|ch| !ch.is_lowercase()))).collect())
+//!     }
+//! }
+//!
+//! rein_pdk::export_reward!(Shout);
+//! ```
+//!
+//! **API boundary:** this crate and `rein-plugin/wit/plugin.wit` are what plugin authors
+//! build against; the generated bindings stay private (`__private`) so the WIT can evolve
+//! behind these types. The helpers in [`answer`] and [`format`] are what math and verifier
+//! rewards need; they are plain Rust and tested natively.
+
+pub mod answer;
+mod config;
+mod env;
+pub mod format;
+mod metadata;
+mod reward;
+mod rng;
+
+pub use config::Config;
+pub use env::{Action, EnvSpec, Environment, Observation, Space, Transition};
+pub use metadata::{ConfigKey, Metadata};
+pub use reward::{Group, Reward, Score};
+pub use rng::Rng;
+/// JSON, for plugins that read group metadata ([`Group::metadata_json`]).
+pub use serde_json as json;
+
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::env::{BatchEnv, SingleEnv};
+    pub use crate::reward::RewardExport;
+
+    /// Bindings of the `reward` world.
+    pub mod reward {
+        wit_bindgen::generate!({
+            path: "../rein-plugin/wit",
+            world: "reward",
+            pub_export_macro: true,
+            export_macro_name: "__export_reward_world",
+            default_bindings_module: "rein_pdk::__private::reward",
+        });
+    }
+
+    /// Bindings of the `environment` world.
+    pub mod environment {
+        wit_bindgen::generate!({
+            path: "../rein-plugin/wit",
+            world: "environment",
+            pub_export_macro: true,
+            export_macro_name: "__export_environment_world",
+            default_bindings_module: "rein_pdk::__private::environment",
+            with: { "rein:plugin/types@0.1.0": crate::__private::reward::rein::plugin::types },
+        });
+    }
+}
+
+/// Exports a [`Reward`] implementation as this component's reward plugin.
+#[macro_export]
+macro_rules! export_reward {
+    ($reward:ty) => {
+        #[doc(hidden)]
+        type __ReinRewardExport = $crate::__private::RewardExport<$reward>;
+        $crate::__private::reward::__export_reward_world!(__ReinRewardExport with_types_in $crate::__private::reward);
+    };
+}
+
+/// Exports an [`Environment`] implementation as this component's environment plugin (single
+/// and batched).
+#[macro_export]
+macro_rules! export_environment {
+    ($env:ty) => {
+        #[doc(hidden)]
+        type __ReinEnvironmentExport = $crate::__private::SingleEnv<$env>;
+        $crate::__private::environment::__export_environment_world!(__ReinEnvironmentExport with_types_in $crate::__private::environment);
+    };
+}

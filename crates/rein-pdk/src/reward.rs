@@ -1,0 +1,148 @@
+//! The reward world: the [`Reward`] trait and its export adapter.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::marker::PhantomData;
+
+use crate::__private::reward::exports::rein::plugin::reward_api as wit;
+use crate::__private::reward::rein::plugin::types::{PluginError, PluginMetadata as WitMetadata};
+use crate::config::Config;
+use crate::metadata::Metadata;
+
+/// One prompt with its G completions, as the host sends it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Group {
+    /// The prompt.
+    pub prompt: String,
+    /// The completions to score, in order.
+    pub completions: Vec<String>,
+    /// The reference answer, if the dataset has one.
+    pub reference: Option<String>,
+    /// The dataset row's metadata as JSON text (empty when none).
+    pub metadata: String,
+}
+
+impl Group {
+    /// The metadata parsed as JSON (`null` when empty).
+    pub fn metadata_json(&self) -> Result<serde_json::Value, String> {
+        if self.metadata.trim().is_empty() {
+            return Ok(serde_json::Value::Null);
+        }
+        serde_json::from_str(&self.metadata).map_err(|e| format!("group metadata is not valid JSON: {e}"))
+    }
+}
+
+/// The reward of one completion: a value (or "not applicable") and named components.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Score {
+    /// The score, `None` when the reward does not apply.
+    pub value: Option<f64>,
+    /// Named parts, for logging.
+    pub components: Vec<(String, f64)>,
+}
+
+impl Score {
+    /// A score of `value`.
+    pub fn new(value: f64) -> Self {
+        Self {
+            value: Some(value),
+            components: Vec::new(),
+        }
+    }
+
+    /// "Not applicable": the completion is not judged by this reward.
+    pub fn not_applicable() -> Self {
+        Self::default()
+    }
+
+    /// Adds a named component.
+    pub fn with(mut self, name: &str, value: f64) -> Self {
+        self.components.push((name.to_string(), value));
+        self
+    }
+}
+
+impl From<f64> for Score {
+    fn from(value: f64) -> Self {
+        Score::new(value)
+    }
+}
+
+impl From<bool> for Score {
+    /// 1 for `true`, 0 for `false`.
+    fn from(ok: bool) -> Self {
+        Score::new(if ok { 1.0 } else { 0.0 })
+    }
+}
+
+/// A reward function over groups of completions.
+pub trait Reward: Sized + 'static {
+    /// Name, version, description and accepted config keys.
+    const METADATA: Metadata;
+
+    /// Builds the reward from its config (unknown keys were already rejected).
+    fn new(config: &Config) -> Result<Self, String>;
+
+    /// Scores one group: exactly one [`Score`] per completion, in order.
+    fn score(&mut self, group: &Group) -> Result<Vec<Score>, String>;
+}
+
+thread_local! {
+    /// The reward built by `init` (type-erased: the export adapter is generic, statics are not).
+    static INSTANCE: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
+}
+
+/// Adapts a [`Reward`] to the generated `reward-api` exports.
+#[doc(hidden)]
+pub struct RewardExport<R>(PhantomData<R>);
+
+fn error(message: String) -> PluginError {
+    PluginError { message }
+}
+
+impl<R: Reward> wit::Guest for RewardExport<R> {
+    fn metadata() -> WitMetadata {
+        R::METADATA.to_wit()
+    }
+
+    fn init(config: String) -> Result<(), PluginError> {
+        let config = Config::parse(&config, &R::METADATA).map_err(error)?;
+        let reward = R::new(&config).map_err(error)?;
+        INSTANCE.with(|cell| *cell.borrow_mut() = Some(Box::new(reward)));
+        Ok(())
+    }
+
+    fn score(groups: Vec<wit::Group>) -> Result<Vec<Vec<wit::CompletionScore>>, PluginError> {
+        INSTANCE.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let reward = slot
+                .as_mut()
+                .and_then(|r| r.downcast_mut::<R>())
+                .ok_or_else(|| error("`score` called before `init`".into()))?;
+            groups
+                .into_iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    let group = Group {
+                        prompt: g.prompt,
+                        completions: g.completions,
+                        reference: g.reference,
+                        metadata: g.metadata,
+                    };
+                    let scores = reward.score(&group).map_err(|e| error(format!("group {i}: {e}")))?;
+                    Ok(scores
+                        .into_iter()
+                        .map(|s| wit::CompletionScore {
+                            score: s.value,
+                            components: s
+                                .components
+                                .into_iter()
+                                .map(|(name, value)| wit::Component { name, value })
+                                .collect(),
+                        })
+                        .collect())
+                })
+                .collect()
+        })
+    }
+}

@@ -1,0 +1,19 @@
+//! Host bindings generated from `wit/plugin.wit`.
+
+/// The `reward` world.
+pub(crate) mod reward {
+    wasmtime::component::bindgen!({ path: "wit", world: "reward" });
+    pub(crate) use exports::rein::plugin::reward_api::{CompletionScore, Group};
+}
+
+/// The `environment` world (sharing the `types` interface with the reward world).
+pub(crate) mod environment {
+    wasmtime::component::bindgen!({
+        path: "wit",
+        world: "environment",
+        with: { "rein:plugin/types": crate::bindings::reward::rein::plugin::types },
+    });
+    pub(crate) use exports::rein::plugin::environment_api::{Action, BatchActions, BatchStep, Observation, Space};
+}
+
+pub(crate) use reward::rein::plugin::types::PluginMetadata as Metadata;

@@ -1,0 +1,353 @@
+//! A loaded plugin: compiled, checked, linked and ready to instantiate.
+
+use std::sync::Arc;
+
+use rein_core::{PluginError, PluginErrorKind};
+use serde::Serialize;
+use wasmtime::Engine;
+use wasmtime::component::{Component, InstancePre, Linker};
+
+use crate::INTERFACE_VERSION;
+use crate::bindings::{self, environment, reward};
+use crate::limits::SandboxLimits;
+use crate::sandbox::{HostState, Instance, new_store};
+
+const REWARD_EXPORT: &str = "rein:plugin/reward-api";
+const ENVIRONMENT_EXPORT: &str = "rein:plugin/environment-api";
+
+/// Which world a plugin implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PluginKind {
+    /// Exports `rein:plugin/reward-api`.
+    Reward,
+    /// Exports `rein:plugin/environment-api`.
+    Environment,
+}
+
+impl PluginKind {
+    /// `reward` or `environment`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PluginKind::Reward => "reward",
+            PluginKind::Environment => "environment",
+        }
+    }
+}
+
+/// One configuration key a plugin accepts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConfigKey {
+    /// The key.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Its default as JSON, if any.
+    pub default_value: Option<String>,
+}
+
+/// What a plugin says about itself.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PluginMetadata {
+    /// Its name, e.g. `math-answer`.
+    pub name: String,
+    /// Its own version.
+    pub version: String,
+    /// What it does.
+    pub description: String,
+    /// The config keys it accepts.
+    pub config_keys: Vec<ConfigKey>,
+}
+
+impl From<bindings::Metadata> for PluginMetadata {
+    fn from(m: bindings::Metadata) -> Self {
+        let config_keys = m
+            .config_keys
+            .into_iter()
+            .map(|k| ConfigKey {
+                name: k.name,
+                description: k.description,
+                default_value: k.default_value,
+            })
+            .collect();
+        Self {
+            name: m.name,
+            version: m.version,
+            description: m.description,
+            config_keys,
+        }
+    }
+}
+
+/// Everything `rein plugin inspect` shows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PluginInfo {
+    /// Reward or environment.
+    pub kind: PluginKind,
+    /// The `rein:plugin` version it was built against.
+    pub interface_version: String,
+    /// Its metadata.
+    #[serde(flatten)]
+    pub metadata: PluginMetadata,
+    /// The interfaces it imports (WASI ones are provided, deny-all).
+    pub imports: Vec<String>,
+    /// The interfaces it exports.
+    pub exports: Vec<String>,
+}
+
+pub(crate) enum Pre {
+    Reward(reward::RewardPre<HostState>),
+    Environment(environment::EnvironmentPre<HostState>),
+}
+
+pub(crate) struct Inner {
+    pub(crate) engine: Engine,
+    pub(crate) pre: Pre,
+    pub(crate) limits: SandboxLimits,
+    pub(crate) info: PluginInfo,
+}
+
+/// A plugin ready to be instantiated: cheap to clone and to share across threads. Each
+/// [`crate::RewardPlugin`], [`crate::EnvPlugin`] or [`crate::VecEnvPlugin`] made from it owns
+/// its own sandboxed instance.
+#[derive(Clone)]
+pub struct Plugin {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("info", &self.inner.info)
+            .field("limits", &self.inner.limits)
+            .finish()
+    }
+}
+
+impl Plugin {
+    pub(crate) fn new(
+        file_name: &str,
+        engine: Engine,
+        component: Component,
+        limits: SandboxLimits,
+    ) -> Result<Self, PluginError> {
+        let fail = |kind| PluginError::new(file_name, None, kind);
+        let ty = component.component_type();
+        let imports: Vec<String> = ty.imports(&engine).map(|(name, _)| name.to_string()).collect();
+        let exports: Vec<String> = ty.exports(&engine).map(|(name, _)| name.to_string()).collect();
+        let kind = interface_kind(&exports).map_err(fail)?;
+
+        let mut linker = Linker::<HostState>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| {
+            fail(PluginErrorKind::Host {
+                reason: format!("linking WASI: {e:#}"),
+            })
+        })?;
+        let instance_pre: InstancePre<HostState> = linker
+            .instantiate_pre(&component)
+            .map_err(|e| fail(missing_import(&imports, &e)))?;
+        let link_error = |e: wasmtime::Error| {
+            fail(PluginErrorKind::Host {
+                reason: format!("{e:#}"),
+            })
+        };
+        let pre = match kind {
+            PluginKind::Reward => Pre::Reward(reward::RewardPre::new(instance_pre).map_err(link_error)?),
+            PluginKind::Environment => {
+                Pre::Environment(environment::EnvironmentPre::new(instance_pre).map_err(link_error)?)
+            }
+        };
+        let metadata = PluginMetadata {
+            name: file_name.to_string(),
+            version: String::new(),
+            description: String::new(),
+            config_keys: Vec::new(),
+        };
+        let info = PluginInfo {
+            kind,
+            interface_version: INTERFACE_VERSION.into(),
+            metadata,
+            imports,
+            exports,
+        };
+        let mut plugin = Plugin {
+            inner: Arc::new(Inner {
+                engine,
+                pre,
+                limits,
+                info,
+            }),
+        };
+        let metadata = plugin.read_metadata()?;
+        Arc::get_mut(&mut plugin.inner)
+            .expect("the plugin is not shared yet")
+            .info
+            .metadata = metadata;
+        Ok(plugin)
+    }
+
+    fn read_metadata(&self) -> Result<PluginMetadata, PluginError> {
+        let name = self.name();
+        let limits = &self.inner.limits;
+        let metadata = match &self.inner.pre {
+            Pre::Reward(_) => {
+                let mut instance = self.instantiate_reward()?;
+                instance.call(name, "metadata", limits, |store, b| {
+                    b.rein_plugin_reward_api().call_metadata(store).map(Ok)
+                })?
+            }
+            Pre::Environment(_) => {
+                let mut instance = self.instantiate_environment()?;
+                instance.call(name, "metadata", limits, |store, b| {
+                    b.rein_plugin_environment_api().call_metadata(store).map(Ok)
+                })?
+            }
+        };
+        let metadata = PluginMetadata::from(metadata);
+        if metadata.name.is_empty() {
+            let reason = rein_core::OutputError::WrongLength {
+                what: "characters of name".into(),
+                expected: 1,
+                got: 0,
+            };
+            return Err(PluginError::new(
+                name,
+                Some("metadata"),
+                PluginErrorKind::InvalidOutput(reason),
+            ));
+        }
+        Ok(metadata)
+    }
+
+    /// The plugin's name (from its metadata).
+    pub fn name(&self) -> &str {
+        &self.inner.info.metadata.name
+    }
+
+    /// Reward or environment.
+    pub fn kind(&self) -> PluginKind {
+        self.inner.info.kind
+    }
+
+    /// Metadata, interface version, imports and exports.
+    pub fn info(&self) -> &PluginInfo {
+        &self.inner.info
+    }
+
+    /// The limits it runs under.
+    pub fn limits(&self) -> &SandboxLimits {
+        &self.inner.limits
+    }
+
+    pub(crate) fn wrong_kind(&self, expected: PluginKind) -> PluginError {
+        let kind = PluginErrorKind::WrongKind {
+            expected: expected.as_str(),
+            found: self.kind().as_str(),
+        };
+        PluginError::new(self.name(), None, kind)
+    }
+
+    fn instantiate_failed(&self, error: wasmtime::Error) -> PluginError {
+        let reason = format!("instantiation failed: {error:#}");
+        PluginError::new(self.name(), Some("instantiate"), PluginErrorKind::Host { reason })
+    }
+
+    /// A fresh reward instance (a new store from the shared `InstancePre`).
+    pub(crate) fn instantiate_reward(&self) -> Result<Instance<reward::Reward>, PluginError> {
+        let Pre::Reward(pre) = &self.inner.pre else {
+            return Err(self.wrong_kind(PluginKind::Reward));
+        };
+        let mut store = new_store(&self.inner.engine, &self.inner.limits);
+        crate::sandbox::prepare_call(&mut store, &self.inner.limits);
+        let bindings = pre.instantiate(&mut store).map_err(|e| self.instantiate_failed(e))?;
+        Ok(Instance { store, bindings })
+    }
+
+    /// A fresh environment instance.
+    pub(crate) fn instantiate_environment(&self) -> Result<Instance<environment::Environment>, PluginError> {
+        let Pre::Environment(pre) = &self.inner.pre else {
+            return Err(self.wrong_kind(PluginKind::Environment));
+        };
+        let mut store = new_store(&self.inner.engine, &self.inner.limits);
+        crate::sandbox::prepare_call(&mut store, &self.inner.limits);
+        let bindings = pre.instantiate(&mut store).map_err(|e| self.instantiate_failed(e))?;
+        Ok(Instance { store, bindings })
+    }
+}
+
+/// Which rein interface the component exports, checking its version.
+fn interface_kind(exports: &[String]) -> Result<PluginKind, PluginErrorKind> {
+    let mut found = Vec::new();
+    for export in exports {
+        let (interface, version) = export.split_once('@').unwrap_or((export, ""));
+        let kind = match interface {
+            REWARD_EXPORT => PluginKind::Reward,
+            ENVIRONMENT_EXPORT => PluginKind::Environment,
+            _ if interface.starts_with("rein:") => {
+                found.push(export.clone());
+                continue;
+            }
+            _ => continue,
+        };
+        if version == INTERFACE_VERSION {
+            return Ok(kind);
+        }
+        found.push(export.clone());
+    }
+    let found = if found.is_empty() {
+        "none".to_string()
+    } else {
+        found.join(", ")
+    };
+    Err(PluginErrorKind::InterfaceVersion {
+        expected: INTERFACE_VERSION.into(),
+        found,
+    })
+}
+
+/// Names the import the linker could not satisfy.
+fn missing_import(imports: &[String], error: &wasmtime::Error) -> PluginErrorKind {
+    let message = format!("{error:#}");
+    let import = imports
+        .iter()
+        .find(|name| message.contains(name.as_str()))
+        .or_else(|| imports.iter().find(|name| !name.starts_with("wasi:")))
+        .cloned();
+    match import {
+        Some(import) => PluginErrorKind::MissingImport { import },
+        None => PluginErrorKind::Host {
+            reason: format!("linking failed: {message}"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_interface_and_its_version_select_the_kind() {
+        let reward = names(&["rein:plugin/reward-api@0.1.0"]);
+        assert_eq!(interface_kind(&reward), Ok(PluginKind::Reward));
+        let env = names(&["wasi:cli/run@0.2.0", "rein:plugin/environment-api@0.1.0"]);
+        assert_eq!(interface_kind(&env), Ok(PluginKind::Environment));
+    }
+
+    #[test]
+    fn another_version_is_named_in_the_error() {
+        let err = interface_kind(&names(&["rein:plugin/reward-api@0.2.0"])).unwrap_err();
+        assert_eq!(
+            err,
+            PluginErrorKind::InterfaceVersion {
+                expected: "0.1.0".into(),
+                found: "rein:plugin/reward-api@0.2.0".into()
+            }
+        );
+        let none = interface_kind(&names(&["wasi:cli/run@0.2.0"])).unwrap_err();
+        assert!(none.to_string().contains("found: none"), "{none}");
+    }
+}

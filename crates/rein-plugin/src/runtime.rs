@@ -1,0 +1,217 @@
+//! Engines, the epoch ticker and plugin loading.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use rein_core::{PluginError, PluginErrorKind};
+use wasmtime::{Config, Engine, EngineWeak, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::cache::ArtifactCache;
+use crate::limits::SandboxLimits;
+use crate::plugin::Plugin;
+
+/// How often the ticker advances every engine's epoch; deadlines are counted in ticks.
+pub(crate) const TICK: Duration = Duration::from_millis(2);
+
+/// Settings that change generated code get their own engine (and cache key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct EngineKey {
+    fuel: bool,
+    stack_bytes: u64,
+}
+
+/// Loads plugins. Holds the wasmtime engines (one per combination of fuel metering and stack
+/// size in use) and the artifact cache; cheap to share by reference across threads.
+pub struct PluginRuntime {
+    engines: Mutex<HashMap<EngineKey, Engine>>,
+    cache: Option<ArtifactCache>,
+}
+
+impl std::fmt::Debug for PluginRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginRuntime")
+            .field("cache", &self.cache)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for PluginRuntime {
+    fn default() -> Self {
+        Self::new(ArtifactCache::default_location())
+    }
+}
+
+impl PluginRuntime {
+    /// A runtime caching compiled components in `cache` (or not at all).
+    pub fn new(cache: Option<ArtifactCache>) -> Self {
+        Self {
+            engines: Mutex::new(HashMap::new()),
+            cache,
+        }
+    }
+
+    /// The artifact cache in use.
+    pub fn cache(&self) -> Option<&ArtifactCache> {
+        self.cache.as_ref()
+    }
+
+    /// Loads the component at `path` under `limits`: reads it (refusing files over
+    /// `max_module_mib`), compiles it or takes it from the cache, checks which rein interface
+    /// and version it exports and that the sandbox provides everything it imports, and reads
+    /// its metadata.
+    pub fn load(&self, path: impl AsRef<Path>, limits: SandboxLimits) -> Result<Plugin, PluginError> {
+        let path = path.as_ref();
+        let file_name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let fail = |kind| PluginError::new(file_name.clone(), None, kind);
+        limits.validate().map_err(|reason| {
+            fail(PluginErrorKind::Host {
+                reason: format!("invalid limits: {reason}"),
+            })
+        })?;
+        let io = |e: std::io::Error| {
+            fail(PluginErrorKind::Io {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            })
+        };
+        let size = std::fs::metadata(path).map_err(io)?.len();
+        let cap = limits.max_module_mib << 20;
+        if size > cap {
+            return Err(fail(PluginErrorKind::ModuleTooLarge { size, limit: cap }));
+        }
+        let wasm = std::fs::read(path).map_err(io)?;
+        self.load_bytes(&file_name, &wasm, limits)
+    }
+
+    /// Loads a component from memory; `name` stands for the plugin in errors until its
+    /// metadata is read.
+    pub fn load_bytes(&self, name: &str, wasm: &[u8], limits: SandboxLimits) -> Result<Plugin, PluginError> {
+        let fail = |kind| PluginError::new(name, None, kind);
+        limits.validate().map_err(|reason| {
+            fail(PluginErrorKind::Host {
+                reason: format!("invalid limits: {reason}"),
+            })
+        })?;
+        let cap = limits.max_module_mib << 20;
+        if wasm.len() as u64 > cap {
+            return Err(fail(PluginErrorKind::ModuleTooLarge {
+                size: wasm.len() as u64,
+                limit: cap,
+            }));
+        }
+        let engine = self.engine(&limits).map_err(|e| {
+            fail(PluginErrorKind::Host {
+                reason: format!("{e:#}"),
+            })
+        })?;
+        let compiled = match &self.cache {
+            Some(cache) => cache.load_or_compile(&engine, wasm).map(|(c, _)| c),
+            None => wasmtime::component::Component::new(&engine, wasm),
+        };
+        let component = compiled.map_err(|e| {
+            fail(PluginErrorKind::InvalidComponent {
+                reason: format!("{e:#}"),
+            })
+        })?;
+        Plugin::new(name, engine, component, limits)
+    }
+
+    fn engine(&self, limits: &SandboxLimits) -> wasmtime::Result<Engine> {
+        let key = EngineKey {
+            fuel: limits.fuel.is_some(),
+            stack_bytes: limits.stack_bytes(),
+        };
+        let mut engines = self.engines.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(engine) = engines.get(&key) {
+            return Ok(engine.clone());
+        }
+        let engine = Engine::new(&engine_config(key))?;
+        ticker().register(&engine);
+        engines.insert(key, engine.clone());
+        Ok(engine)
+    }
+}
+
+fn engine_config(key: EngineKey) -> Config {
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_component_instances(256)
+        .total_core_instances(1024)
+        .total_memories(256)
+        .total_tables(1024)
+        .total_stacks(0)
+        // Python and JavaScript guests bundle an interpreter: many core instances, large tables.
+        .max_core_instances_per_component(64)
+        .max_memories_per_component(16)
+        .max_tables_per_component(64)
+        .max_component_instance_size(8 << 20)
+        .max_core_instance_size(8 << 20)
+        .table_elements(200_000)
+        .max_memory_size(4 << 30);
+    let mut config = Config::new();
+    config
+        .wasm_component_model(true)
+        .concurrency_support(false)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+        .epoch_interruption(true)
+        .consume_fuel(key.fuel)
+        .max_wasm_stack(key.stack_bytes as usize)
+        .cranelift_nan_canonicalization(true)
+        .relaxed_simd_deterministic(true);
+    config
+}
+
+/// One thread advancing the epoch of every live engine each [`TICK`]; it sleeps while there
+/// are none. Engines are held weakly, so dropping the last plugin of an engine frees it.
+struct Ticker {
+    engines: Mutex<Vec<EngineWeak>>,
+    thread: std::thread::Thread,
+}
+
+fn ticker() -> &'static Ticker {
+    static TICKER: OnceLock<Ticker> = OnceLock::new();
+    TICKER.get_or_init(|| {
+        let thread = std::thread::Builder::new()
+            .name("rein-epoch-ticker".into())
+            .spawn(|| {
+                loop {
+                    let ticker = ticker();
+                    let idle = {
+                        let mut engines = ticker.engines.lock().unwrap_or_else(|e| e.into_inner());
+                        engines.retain(|weak| match weak.upgrade() {
+                            Some(engine) => {
+                                engine.increment_epoch();
+                                true
+                            }
+                            None => false,
+                        });
+                        engines.is_empty()
+                    };
+                    if idle {
+                        std::thread::park();
+                    } else {
+                        std::thread::sleep(TICK);
+                    }
+                }
+            })
+            .expect("spawning the epoch ticker thread");
+        Ticker {
+            engines: Mutex::new(Vec::new()),
+            thread: thread.thread().clone(),
+        }
+    })
+}
+
+impl Ticker {
+    fn register(&self, engine: &Engine) {
+        self.engines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(engine.weak());
+        self.thread.unpark();
+    }
+}
