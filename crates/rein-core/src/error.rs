@@ -165,7 +165,7 @@ pub enum OutputError {
         value: f64,
     },
     /// A result is larger than the host accepts.
-    #[error("returned {bytes} bytes of {what}, over the limit of {limit} bytes (`max_output_bytes`)")]
+    #[error("returned {bytes} bytes of {what}, over the limit of {limit} bytes (`max_output_mib`)")]
     TooLarge {
         /// What was too large.
         what: String,

@@ -397,10 +397,12 @@ mod tests {
             let fraction = format!("{p}/{q}");
             let latex = if p < 0 { format!(r"-\frac{{{}}}{{{q}}}", -p) } else { format!(r"\frac{{{p}}}{{{q}}}") };
             prop_assert!(equivalent(&fraction, &latex, 0.0));
-            prop_assert!(equivalent(&fraction, &format!("{}", p as f64 / q as f64), 1e-12));
+            let decimal = (p as f64 / q as f64).to_string();
+            prop_assert!(equivalent(&fraction, &decimal, 1e-12));
             let scaled = format!("{}/{}", p * 3, q * 3);
             prop_assert!(equivalent(&fraction, &scaled, 0.0));
-            prop_assert!(!equivalent(&fraction, &format!("{}/{q}", p + 1), 0.0));
+            let next = format!("{}/{q}", p + 1);
+            prop_assert!(!equivalent(&fraction, &next, 0.0));
         }
 
         #[test]

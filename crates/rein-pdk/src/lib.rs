@@ -77,9 +77,13 @@ pub mod __private {
 #[macro_export]
 macro_rules! export_reward {
     ($reward:ty) => {
-        #[doc(hidden)]
-        type __ReinRewardExport = $crate::__private::RewardExport<$reward>;
-        $crate::__private::reward::__export_reward_world!(__ReinRewardExport with_types_in $crate::__private::reward);
+        // Exports only exist in the component; native builds (unit tests, benchmarks) use the
+        // type directly.
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            type __ReinRewardExport = $crate::__private::RewardExport<$reward>;
+            $crate::__private::reward::__export_reward_world!(__ReinRewardExport with_types_in $crate::__private::reward);
+        };
     };
 }
 
@@ -88,8 +92,12 @@ macro_rules! export_reward {
 #[macro_export]
 macro_rules! export_environment {
     ($env:ty) => {
-        #[doc(hidden)]
-        type __ReinEnvironmentExport = $crate::__private::SingleEnv<$env>;
-        $crate::__private::environment::__export_environment_world!(__ReinEnvironmentExport with_types_in $crate::__private::environment);
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            type __ReinEnvironmentExport = $crate::__private::SingleEnv<$env>;
+            $crate::__private::environment::__export_environment_world!(
+                __ReinEnvironmentExport with_types_in $crate::__private::environment
+            );
+        };
     };
 }

@@ -37,6 +37,25 @@ pub struct VecEnvPlugin {
     live: Option<Live>,
 }
 
+impl std::fmt::Debug for EnvPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnvPlugin")
+            .field("plugin", &self.plugin.name())
+            .field("spec", &self.spec)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for VecEnvPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VecEnvPlugin")
+            .field("plugin", &self.plugin.name())
+            .field("num_envs", &self.num_envs)
+            .field("spec", &self.spec)
+            .finish()
+    }
+}
+
 impl Plugin {
     /// Opens one environment with its config (a JSON object as text).
     pub fn environment(&self, config: &str) -> Result<EnvPlugin, PluginError> {

@@ -100,10 +100,11 @@ impl Environment for CartPole {
         };
         let [x, x_dot, theta, theta_dot] = self.state;
         let force = if action == 1 { FORCE_MAG } else { -FORCE_MAG };
-        let (sin_theta, cos_theta) = theta.sin_cos();
-        let temp = (force + POLE_MASS_LENGTH * theta_dot * theta_dot * sin_theta) / TOTAL_MASS;
+        // Operation order follows Gymnasium's so rounding matches (np.square(a) is a*a, done first).
+        let (sin_theta, cos_theta) = (theta.sin(), theta.cos());
+        let temp = (force + POLE_MASS_LENGTH * (theta_dot * theta_dot) * sin_theta) / TOTAL_MASS;
         let theta_acc = (GRAVITY * sin_theta - cos_theta * temp)
-            / (LENGTH * (4.0 / 3.0 - MASS_POLE * cos_theta * cos_theta / TOTAL_MASS));
+            / (LENGTH * (4.0 / 3.0 - MASS_POLE * (cos_theta * cos_theta) / TOTAL_MASS));
         let x_acc = temp - POLE_MASS_LENGTH * theta_acc * cos_theta / TOTAL_MASS;
         self.state = [
             x + TAU * x_dot,

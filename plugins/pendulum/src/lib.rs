@@ -102,7 +102,7 @@ impl Environment for Pendulum {
         };
         let [th, thdot] = self.state;
         let u = u.clamp(-MAX_TORQUE, MAX_TORQUE);
-        let cost = angle_normalize(th).powi(2) + 0.1 * thdot * thdot + f64::from(0.001f32 * (u * u));
+        let cost = angle_normalize(th).powi(2) + 0.1 * (thdot * thdot) + f64::from(0.001f32 * (u * u));
         let new_thdot = thdot + (3.0 * G / (2.0 * L) * th.sin() + f64::from(3.0 / (M * L * L) as f32 * u)) * DT;
         let new_thdot = new_thdot.clamp(-MAX_SPEED, MAX_SPEED);
         self.state = [th + new_thdot * DT, new_thdot];

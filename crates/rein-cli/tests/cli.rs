@@ -1,0 +1,224 @@
+//! The `rein` binary: output formats, exit codes, and errors that name the plugin and the
+//! limit or field.
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Output};
+
+fn rein(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args(args)
+        .env(
+            "REIN_CACHE_DIR",
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"),
+        )
+        .output()
+        .expect("the rein binary runs")
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "rein failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn stderr_of_failure(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "rein should have failed; stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(out.stdout.is_empty() || !String::from_utf8_lossy(&out.stdout).contains("error"));
+    String::from_utf8(out.stderr.clone()).unwrap()
+}
+
+fn temp_file(name: &str, contents: &str) -> std::path::PathBuf {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(contents.as_bytes())
+        .unwrap();
+    path
+}
+
+#[test]
+fn inspect_shows_name_kind_interface_config_and_imports() {
+    let path = common::plugin_path("math-answer");
+    let text = stdout(&rein(&["plugin", "inspect", path.to_str().unwrap()]));
+    for expected in [
+        "name:        math-answer",
+        "kind:        reward",
+        "interface:   rein:plugin@0.1.0",
+        "extract (default \"auto\")",
+        "wasi:cli/stdout",
+    ] {
+        assert!(text.contains(expected), "missing `{expected}` in:\n{text}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&rein(&["plugin", "inspect", "--json", path.to_str().unwrap()]))).unwrap();
+    assert_eq!(json["kind"], "reward");
+    assert_eq!(json["name"], "math-answer");
+    assert!(
+        json["config_keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k["name"] == "tolerance")
+    );
+}
+
+#[test]
+fn score_prints_one_json_line_per_group() {
+    let groups = [
+        serde_json::json!({"prompt": "1+1?", "completions": ["\\boxed{2}", "#### 3"], "reference": "2"}).to_string(),
+        String::new(),
+        serde_json::json!({"prompt": "?", "completions": ["x"]}).to_string(),
+    ];
+    let input = temp_file("groups.jsonl", &groups.join("\n"));
+    let path = common::plugin_path("math-answer");
+    let text = stdout(&rein(&[
+        "plugin",
+        "score",
+        path.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ]));
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["scores"], serde_json::json!([1.0, 0.0]));
+    assert_eq!(lines[0]["components"][0]["correct"], 1.0);
+    assert_eq!(lines[1]["scores"], serde_json::json!([null]));
+}
+
+#[test]
+fn limits_from_the_command_line_apply_and_are_named() {
+    let input = temp_file(
+        "loop.jsonl",
+        r#"{"prompt": "p", "completions": ["a"], "metadata": "{\"attack\": \"infinite-loop\"}"}"#,
+    );
+    let path = common::test_plugin_path("hostile-reward");
+    let out = rein(&[
+        "plugin",
+        "score",
+        path.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--timeout-ms",
+        "100",
+    ]);
+    let err = stderr_of_failure(&out);
+    assert!(
+        err.contains("plugin `hostile-reward` (score): exceeded its time limit of 100 ms per call (`timeout_ms`)"),
+        "{err}"
+    );
+    assert!(err.contains("loop.jsonl"), "names the input: {err}");
+    let out = rein(&[
+        "plugin",
+        "score",
+        path.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--fuel",
+        "1000000",
+    ]);
+    assert!(stderr_of_failure(&out).contains("ran out of fuel: 1000000 units per call (`fuel`)"));
+}
+
+#[test]
+fn malformed_input_names_the_file_and_line() {
+    let input = temp_file(
+        "bad.jsonl",
+        "{\"prompt\": \"p\", \"completions\": [\"a\"]}\n{\"prompt\": 3}\n",
+    );
+    let path = common::plugin_path("math-answer");
+    let err = stderr_of_failure(&rein(&[
+        "plugin",
+        "score",
+        path.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ]));
+    assert!(err.contains("bad.jsonl:2: not a group"), "{err}");
+    let err = stderr_of_failure(&rein(&[
+        "plugin",
+        "score",
+        path.to_str().unwrap(),
+        "--input",
+        "/no/such.jsonl",
+    ]));
+    assert!(err.contains("cannot open /no/such.jsonl"), "{err}");
+    let err = stderr_of_failure(&rein(&["plugin", "inspect", "/no/such.wasm"]));
+    assert!(err.contains("cannot read /no/such.wasm"), "{err}");
+}
+
+#[test]
+fn rollout_prints_each_step_until_the_episode_ends() {
+    let path = common::plugin_path("cartpole");
+    let actions = vec!["1"; 40].join(",");
+    let text = stdout(&rein(&[
+        "env",
+        "rollout",
+        path.to_str().unwrap(),
+        "--seed",
+        "3",
+        "--actions",
+        &actions,
+    ]));
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines[0]["step"], 0);
+    assert_eq!(lines[0]["observation"]["vector"].as_array().unwrap().len(), 4);
+    let last = lines.last().unwrap();
+    assert_eq!(last["terminated"], true, "always pushing right topples the pole");
+    assert!(lines.len() < 41);
+    assert!(lines[1..].iter().all(|l| l["reward"] == 1.0));
+}
+
+#[test]
+fn random_rollouts_are_seeded() {
+    let path = common::plugin_path("pendulum");
+    let run = |seed: &str| {
+        stdout(&rein(&[
+            "env",
+            "rollout",
+            path.to_str().unwrap(),
+            "--random",
+            "--steps",
+            "5",
+            "--seed",
+            seed,
+        ]))
+    };
+    assert_eq!(run("4"), run("4"));
+    assert_ne!(run("4"), run("5"));
+    assert_eq!(run("4").lines().count(), 6);
+}
+
+#[test]
+fn rollout_errors_name_the_plugin_and_field() {
+    let path = common::plugin_path("cartpole");
+    let err = stderr_of_failure(&rein(&["env", "rollout", path.to_str().unwrap(), "--actions", "0,2"]));
+    assert!(
+        err.contains("plugin `cartpole` (step)") && err.contains("2 is not below 2"),
+        "{err}"
+    );
+    let err = stderr_of_failure(&rein(&[
+        "env",
+        "rollout",
+        path.to_str().unwrap(),
+        "--config",
+        r#"{"initial_state": [1, 2]}"#,
+        "--actions",
+        "0",
+    ]));
+    assert!(
+        err.contains("plugin `cartpole` (open)") && err.contains("`initial_state` needs 4 numbers"),
+        "{err}"
+    );
+    let err = stderr_of_failure(&rein(&["env", "rollout", path.to_str().unwrap(), "--actions", "left"]));
+    assert!(err.contains("`left` in --actions is not an action index"), "{err}");
+}

@@ -1,0 +1,54 @@
+//! Shared by the integration tests: where the built plugins are, one runtime per test binary.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::LazyLock;
+
+use rein_plugin::{ArtifactCache, Plugin, PluginRuntime, SandboxLimits};
+
+/// `<target>/<dir>/<name>.wasm`, built by `cargo xtask build-plugins`.
+fn built(dir: &str, name: &str) -> PathBuf {
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target dir")
+        .to_path_buf();
+    let path = target.join(dir).join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo xtask test` (it builds the plugins first)",
+        path.display()
+    );
+    path
+}
+
+/// A plugin from plugins/.
+pub fn plugin_path(name: &str) -> PathBuf {
+    built("plugins", name)
+}
+
+/// An adversarial plugin from tests/plugins/.
+pub fn test_plugin_path(name: &str) -> PathBuf {
+    built("test-plugins", name)
+}
+
+/// One runtime per test binary, caching compiled components under the target directory.
+pub fn runtime() -> &'static PluginRuntime {
+    static RUNTIME: LazyLock<PluginRuntime> = LazyLock::new(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache");
+        PluginRuntime::new(Some(ArtifactCache::new(dir)))
+    });
+    &RUNTIME
+}
+
+/// Loads a plugin from plugins/ with default limits.
+pub fn load(name: &str) -> Plugin {
+    load_with(&plugin_path(name), SandboxLimits::default())
+}
+
+/// Loads a plugin file with the given limits, failing the test with the error.
+pub fn load_with(path: &std::path::Path, limits: SandboxLimits) -> Plugin {
+    runtime()
+        .load(path, limits)
+        .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+}

@@ -1,0 +1,97 @@
+//! An environment plugin that misbehaves as its config's `attack` says: wrong observation
+//! shapes, NaN observations or rewards, an invalid space, an infinite loop on step. With no
+//! attack it is a 2-D random walk that ends after `horizon` steps.
+
+use std::hint::black_box;
+
+use rein_pdk::{Action, Config, ConfigKey, EnvSpec, Environment, Metadata, Observation, Rng, Space, Transition};
+
+struct HostileEnv {
+    attack: String,
+    horizon: u32,
+    steps: u32,
+    position: [f32; 2],
+    rng: Rng,
+}
+
+impl Environment for HostileEnv {
+    const METADATA: Metadata = Metadata::new("hostile-env", "misbehaves on request").config(&[
+        ConfigKey::new(
+            "attack",
+            "short-obs, nan-obs, nan-reward, bad-space, loop-on-step, loop-after-3",
+        ),
+        ConfigKey::new("horizon", "episode length"),
+    ]);
+
+    fn new(config: &Config) -> Result<Self, String> {
+        Ok(Self {
+            attack: config.str_or("attack", "")?.to_string(),
+            horizon: config.u64_or("horizon", 5)? as u32,
+            steps: 0,
+            position: [0.0; 2],
+            rng: Rng::new(0),
+        })
+    }
+
+    fn spec(&self) -> EnvSpec {
+        let observation = if self.attack == "bad-space" {
+            Space::Box {
+                low: vec![1.0, 1.0],
+                high: vec![0.0, 0.0],
+            }
+        } else {
+            Space::Box {
+                low: vec![-100.0; 2],
+                high: vec![100.0; 2],
+            }
+        };
+        EnvSpec {
+            observation,
+            action: Space::Discrete(4),
+        }
+    }
+
+    fn reset(&mut self, seed: Option<u64>) {
+        if let Some(seed) = seed {
+            self.rng = Rng::new(seed);
+        }
+        self.position = [self.rng.uniform(-1.0, 1.0) as f32, 0.0];
+        self.steps = 0;
+    }
+
+    fn step(&mut self, action: Action<'_>) -> Result<Transition, String> {
+        let Action::Discrete(a) = action else {
+            return Err("discrete actions only".into());
+        };
+        self.steps += 1;
+        if self.attack == "loop-on-step" || (self.attack == "loop-after-3" && self.steps > 3) {
+            let mut x = 0u64;
+            loop {
+                x = black_box(x.wrapping_add(1));
+            }
+        }
+        let delta = [(1.0, 0.0), (-1.0, 0.0), (0.0, 1.0), (0.0, -1.0)][a as usize];
+        self.position[0] += delta.0;
+        self.position[1] += delta.1;
+        let reward = if self.attack == "nan-reward" {
+            f64::NAN
+        } else {
+            -f64::from(self.position[0].abs())
+        };
+        Ok(Transition {
+            reward,
+            terminated: false,
+            truncated: self.steps >= self.horizon,
+        })
+    }
+
+    fn observation(&self) -> Observation {
+        match self.attack.as_str() {
+            "short-obs" => Observation::Vector(vec![self.position[0]]),
+            "nan-obs" => Observation::Vector(vec![f32::NAN, self.position[1]]),
+            _ => Observation::Vector(self.position.to_vec()),
+        }
+    }
+}
+
+rein_pdk::export_environment!(HostileEnv);

@@ -1,0 +1,149 @@
+//! Components the host must refuse to load, each with its typed error.
+
+use rein_core::PluginErrorKind;
+use rein_plugin::{PluginKind, SandboxLimits};
+
+use super::{hostile, quick_limits, scores_good_batch};
+use crate::common::{plugin_path, runtime, test_plugin_path};
+
+#[test]
+fn an_unknown_import_is_named() {
+    let error = runtime()
+        .load(test_plugin_path("imports-unknown"), SandboxLimits::default())
+        .unwrap_err();
+    assert_eq!(
+        error.kind,
+        PluginErrorKind::MissingImport {
+            import: "test:spy/exfiltrate".into()
+        }
+    );
+    assert_eq!(error.plugin, "imports-unknown");
+    scores_good_batch(&mut hostile(quick_limits()));
+}
+
+#[test]
+fn another_interface_version_is_named() {
+    let error = runtime()
+        .load(test_plugin_path("reward-v0-2"), SandboxLimits::default())
+        .unwrap_err();
+    assert_eq!(
+        error.kind,
+        PluginErrorKind::InterfaceVersion {
+            expected: "0.1.0".into(),
+            found: "rein:plugin/reward-api@0.2.0".into()
+        }
+    );
+    scores_good_batch(&mut hostile(quick_limits()));
+}
+
+#[test]
+fn random_bytes_are_not_a_component() {
+    let mut state = 0x2545_F491_4F6C_DD1D_u64;
+    let bytes: Vec<u8> = (0..4096)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    let error = runtime()
+        .load_bytes("random", &bytes, SandboxLimits::default())
+        .unwrap_err();
+    assert!(
+        matches!(error.kind, PluginErrorKind::InvalidComponent { .. }),
+        "{error}"
+    );
+    // A valid wasm header followed by garbage, and an empty file, fail the same way.
+    let mut header = b"\0asm\x0d\0\x01\0".to_vec();
+    header.extend_from_slice(&bytes[..64]);
+    for bad in [header, Vec::new()] {
+        let error = runtime()
+            .load_bytes("random", &bad, SandboxLimits::default())
+            .unwrap_err();
+        assert!(
+            matches!(error.kind, PluginErrorKind::InvalidComponent { .. }),
+            "{error}"
+        );
+    }
+    scores_good_batch(&mut hostile(quick_limits()));
+}
+
+#[test]
+fn a_module_over_the_size_cap_is_refused_before_compiling() {
+    let limits = SandboxLimits {
+        max_module_mib: 1,
+        ..SandboxLimits::default()
+    };
+    let big = vec![0u8; (1 << 20) + 1];
+    let error = runtime().load_bytes("big", &big, limits).unwrap_err();
+    assert_eq!(
+        error.kind,
+        PluginErrorKind::ModuleTooLarge {
+            size: (1 << 20) + 1,
+            limit: 1 << 20
+        }
+    );
+}
+
+#[test]
+fn a_missing_file_is_named() {
+    let error = runtime()
+        .load("/nonexistent/plugin.wasm", SandboxLimits::default())
+        .unwrap_err();
+    let PluginErrorKind::Io { path, .. } = &error.kind else {
+        panic!("{error}")
+    };
+    assert_eq!(path, "/nonexistent/plugin.wasm");
+}
+
+#[test]
+fn the_wrong_kind_is_refused() {
+    let cartpole = runtime()
+        .load(plugin_path("cartpole"), SandboxLimits::default())
+        .unwrap();
+    assert_eq!(cartpole.kind(), PluginKind::Environment);
+    let error = cartpole.reward("{}").unwrap_err();
+    assert_eq!(
+        error.kind,
+        PluginErrorKind::WrongKind {
+            expected: "reward",
+            found: "environment"
+        }
+    );
+    let math = runtime()
+        .load(plugin_path("math-answer"), SandboxLimits::default())
+        .unwrap();
+    assert!(matches!(
+        math.environment("{}").unwrap_err().kind,
+        PluginErrorKind::WrongKind { .. }
+    ));
+}
+
+#[test]
+fn a_rejected_config_is_the_plugins_own_error() {
+    let math = runtime()
+        .load(plugin_path("math-answer"), SandboxLimits::default())
+        .unwrap();
+    let error = math.reward(r#"{"extrakt": "boxed"}"#).unwrap_err();
+    let PluginErrorKind::Guest { message } = &error.kind else {
+        panic!("{error}")
+    };
+    assert!(message.contains("unknown config key `extrakt`"), "{message}");
+    assert_eq!(error.call, Some("init"));
+}
+
+#[test]
+fn loading_twice_uses_the_artifact_cache() {
+    let path = plugin_path("format-tags");
+    let first = runtime().load(&path, SandboxLimits::default()).unwrap();
+    let cache = runtime().cache().expect("the test runtime caches").dir().to_path_buf();
+    let entries = std::fs::read_dir(&cache).unwrap().count();
+    let second = runtime().load(&path, SandboxLimits::default()).unwrap();
+    assert_eq!(first.info(), second.info());
+    assert_eq!(
+        std::fs::read_dir(&cache).unwrap().count(),
+        entries,
+        "no new artifact for the same bytes and engine"
+    );
+}

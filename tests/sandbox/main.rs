@@ -1,0 +1,76 @@
+//! Adversarial plugins against the sandbox: one module per mechanism. Every test asserts the
+//! *kind* of failure, then shows the same host (and, for rewards, the same `RewardPlugin`)
+//! still scores a good batch correctly afterwards.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod environments;
+mod limits;
+mod loading;
+mod outputs;
+
+use rein_core::{Group, PluginError, PluginErrorKind, RewardFn};
+use rein_plugin::{RewardPlugin, SandboxLimits};
+
+/// Limits that make the attacks quick to run: 200 ms per call, 64 MiB.
+pub fn quick_limits() -> SandboxLimits {
+    SandboxLimits {
+        timeout_ms: 200,
+        memory_mib: 64,
+        ..SandboxLimits::default()
+    }
+}
+
+/// The hostile reward plugin under `limits`.
+pub fn hostile(limits: SandboxLimits) -> RewardPlugin {
+    let plugin = common::load_with(&common::test_plugin_path("hostile-reward"), limits);
+    plugin.reward("{}").expect("hostile-reward accepts an empty config")
+}
+
+/// A group that asks the hostile plugin to run `attack`.
+pub fn attack(attack: &str) -> Vec<Group> {
+    vec![Group {
+        prompt: "attack".into(),
+        completions: vec!["a".into(), "b".into()],
+        reference: Some("a".into()),
+        metadata: format!(r#"{{"attack": "{attack}"}}"#),
+    }]
+}
+
+/// Runs `attack` and returns the error it must produce.
+pub fn attack_fails(reward: &mut RewardPlugin, name: &str) -> PluginError {
+    match reward.score(&attack(name)) {
+        Ok(scores) => panic!("attack `{name}` was not stopped: {scores:?}"),
+        Err(e) => {
+            assert_eq!(e.plugin, "hostile-reward");
+            e
+        }
+    }
+}
+
+/// Scores a good batch and checks the result: the instance (or its replacement) works.
+pub fn scores_good_batch(reward: &mut RewardPlugin) {
+    let groups = vec![
+        Group {
+            prompt: "p".into(),
+            completions: vec!["x".into(), "y".into(), "x".into()],
+            reference: Some("x".into()),
+            ..Group::default()
+        },
+        Group {
+            prompt: "q".into(),
+            completions: vec!["z".into()],
+            reference: Some("w".into()),
+            ..Group::default()
+        },
+    ];
+    let scores = reward.score(&groups).expect("a good batch scores after the attack");
+    let values: Vec<Vec<Option<f64>>> = scores.iter().map(|g| g.iter().map(|s| s.score).collect()).collect();
+    assert_eq!(values, vec![vec![Some(1.0), Some(0.0), Some(1.0)], vec![Some(0.0)]]);
+}
+
+/// Whether `kind` is the given variant (by discriminant).
+pub fn is_kind(error: &PluginError, expected: &PluginErrorKind) -> bool {
+    std::mem::discriminant(&error.kind) == std::mem::discriminant(expected)
+}

@@ -1,0 +1,43 @@
+//! `cargo xtask`: the one entry point for building plugins, scaffolding them, testing and
+//! benchmarking. It exists so that a fresh clone needs nothing but cargo: every command
+//! installs or builds what it needs (the `wasm32-wasip2` target, the plugins) first.
+
+mod build_plugins;
+mod new_plugin;
+mod test;
+mod workspace;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "rein's build tasks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build every plugin in plugins/ (and the test plugins) for wasm32-wasip2 into
+    /// target/plugins/<name>.wasm, installing the target if missing.
+    BuildPlugins(build_plugins::BuildPlugins),
+    /// Scaffold a new plugin in plugins/ that builds and passes its own test at once.
+    NewPlugin(new_plugin::NewPlugin),
+    /// Build the plugins, then run the whole test suite.
+    Test(test::Test),
+}
+
+fn main() -> std::process::ExitCode {
+    let result = match Cli::parse().command {
+        Command::BuildPlugins(cmd) => cmd.run().map(|_| ()),
+        Command::NewPlugin(cmd) => cmd.run(),
+        Command::Test(cmd) => cmd.run(),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! `cargo xtask new-plugin`: scaffold a reward or environment plugin.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+
+use crate::workspace::root;
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Kind {
+    /// A reward function (world `reward`).
+    Reward,
+    /// An environment (world `environment`).
+    Env,
+}
+
+#[derive(Args)]
+pub(crate) struct NewPlugin {
+    /// What the plugin is.
+    #[arg(long, value_enum)]
+    kind: Kind,
+    /// The plugin's name, kebab-case (e.g. `contains-answer`).
+    name: String,
+    /// The plugin workspace to add it to (default: plugins/).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+impl NewPlugin {
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        let name = &self.name;
+        let valid = name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !name.ends_with('-');
+        if !valid {
+            bail!(
+                "plugin name `{name}` must be kebab-case: lowercase letters, digits and dashes, starting with a letter"
+            );
+        }
+        let workspace = self.dir.clone().unwrap_or_else(|| root().join("plugins"));
+        let workspace_manifest = workspace.join("Cargo.toml");
+        let manifest = std::fs::read_to_string(&workspace_manifest)
+            .with_context(|| format!("cannot read the plugin workspace {}", workspace_manifest.display()))?;
+        let dir = workspace.join(name);
+        if dir.exists() {
+            bail!("{} already exists", dir.display());
+        }
+        let members_at = manifest
+            .find("members = [")
+            .context("no `members = [` in the plugin workspace manifest")?;
+        let close = members_at
+            + manifest[members_at..]
+                .find(']')
+                .context("unterminated `members` list")?;
+        let members = &manifest[members_at + "members = [".len()..close];
+        let separator = if members.trim().is_empty() { "" } else { ", " };
+        let updated = format!(
+            "{}{separator}\"{name}\"{}",
+            manifest[..close].trim_end(),
+            &manifest[close..]
+        );
+
+        std::fs::create_dir_all(dir.join("src"))?;
+        std::fs::write(dir.join("Cargo.toml"), cargo_toml(name))?;
+        let source = match self.kind {
+            Kind::Reward => REWARD_TEMPLATE,
+            Kind::Env => ENV_TEMPLATE,
+        };
+        let type_name: String = name
+            .split('-')
+            .map(|part| {
+                let mut chars = part.chars();
+                chars
+                    .next()
+                    .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+                    .unwrap_or_default()
+            })
+            .collect();
+        std::fs::write(
+            dir.join("src/lib.rs"),
+            source.replace("{{name}}", name).replace("{{Type}}", &type_name),
+        )?;
+        std::fs::write(&workspace_manifest, updated)?;
+        println!("created {}", dir.display());
+        println!(
+            "  test it:   cargo test --manifest-path {} -p {name}",
+            workspace_manifest.display()
+        );
+        println!("  build it:  cargo xtask build-plugins   (→ target/plugins/{name}.wasm)");
+        Ok(())
+    }
+}
+
+fn cargo_toml(name: &str) -> String {
+    format!(
+        r#"[package]
+name = "{name}"
+version.workspace = true
+edition.workspace = true
+rust-version.workspace = true
+license.workspace = true
+publish.workspace = true
+
+[lib]
+crate-type = ["cdylib", "rlib"]
+
+[dependencies]
+rein-pdk.workspace = true
+"#
+    )
+}
+
+const REWARD_TEMPLATE: &str = r##"//! `{{name}}`: 1 when a completion contains the reference answer, else 0.
+
+use rein_pdk::{Config, ConfigKey, Group, Metadata, Reward, Score};
+
+/// The reward.
+pub struct {{Type}} {
+    ignore_case: bool,
+}
+
+impl Reward for {{Type}} {
+    const METADATA: Metadata = Metadata::new("{{name}}", "1 when the completion contains the reference answer, else 0")
+        .config(&[ConfigKey::new("ignore_case", "compare without regard to case").default("false")]);
+
+    fn new(config: &Config) -> Result<Self, String> {
+        Ok(Self { ignore_case: config.bool_or("ignore_case", false)? })
+    }
+
+    fn score(&mut self, group: &Group) -> Result<Vec<Score>, String> {
+        let Some(reference) = &group.reference else {
+            return Ok(vec![Score::not_applicable(); group.completions.len()]);
+        };
+        let fold = |s: &str| if self.ignore_case { s.to_lowercase() } else { s.to_string() };
+        let reference = fold(reference);
+        Ok(group.completions.iter().map(|c| Score::from(fold(c).contains(&reference))).collect())
+    }
+}
+
+rein_pdk::export_reward!({{Type}});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scores_completions_containing_the_reference() {
+        let config = Config::parse(r#"{"ignore_case": true}"#, &{{Type}}::METADATA).unwrap();
+        let mut reward = {{Type}}::new(&config).unwrap();
+        let group = Group {
+            prompt: "Capital of France?".into(),
+            completions: vec!["It is PARIS.".into(), "Lyon".into()],
+            reference: Some("Paris".into()),
+            metadata: String::new(),
+        };
+        let scores: Vec<_> = reward.score(&group).unwrap().into_iter().map(|s| s.value).collect();
+        assert_eq!(scores, vec![Some(1.0), Some(0.0)]);
+    }
+}
+"##;
+
+const ENV_TEMPLATE: &str = r##"//! `{{name}}`: a corridor of `length` cells; walk left (0) or right (1) and reach the right end.
+//! Reward 1 on arrival (terminated), −0.01 per step otherwise; truncated after `max_episode_steps`.
+
+use rein_pdk::{Action, Config, ConfigKey, EnvSpec, Environment, Metadata, Observation, Rng, Space, Transition};
+
+/// The environment.
+pub struct {{Type}} {
+    length: u32,
+    max_episode_steps: u32,
+    position: u32,
+    steps: u32,
+    rng: Rng,
+}
+
+impl Environment for {{Type}} {
+    const METADATA: Metadata = Metadata::new("{{name}}", "walk a corridor to its right end").config(&[
+        ConfigKey::new("length", "number of cells").default("8"),
+        ConfigKey::new("max_episode_steps", "truncate after this many steps").default("100"),
+    ]);
+
+    fn new(config: &Config) -> Result<Self, String> {
+        let length = config.u64_or("length", 8)?.clamp(2, 1 << 20) as u32;
+        let max_episode_steps = config.u64_or("max_episode_steps", 100)?.clamp(1, 1 << 30) as u32;
+        Ok(Self { length, max_episode_steps, position: 0, steps: 0, rng: Rng::new(0) })
+    }
+
+    fn spec(&self) -> EnvSpec {
+        EnvSpec { observation: Space::Box { low: vec![0.0], high: vec![1.0] }, action: Space::Discrete(2) }
+    }
+
+    fn reset(&mut self, seed: Option<u64>) {
+        if let Some(seed) = seed {
+            self.rng = Rng::new(seed);
+        }
+        // Start somewhere in the left half.
+        self.position = (self.rng.next_u64() % u64::from(self.length / 2)) as u32;
+        self.steps = 0;
+    }
+
+    fn step(&mut self, action: Action<'_>) -> Result<Transition, String> {
+        let Action::Discrete(action) = action else { return Err("expected a discrete action".into()) };
+        self.position = if action == 1 { self.position + 1 } else { self.position.saturating_sub(1) };
+        self.steps += 1;
+        let terminated = self.position == self.length - 1;
+        Ok(Transition {
+            reward: if terminated { 1.0 } else { -0.01 },
+            terminated,
+            truncated: !terminated && self.steps >= self.max_episode_steps,
+        })
+    }
+
+    fn observation(&self) -> Observation {
+        Observation::Vector(vec![self.position as f32 / (self.length - 1) as f32])
+    }
+}
+
+rein_pdk::export_environment!({{Type}});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walking_right_reaches_the_end() {
+        let mut env = {{Type}}::new(&Config::parse(r#"{"length": 4}"#, &{{Type}}::METADATA).unwrap()).unwrap();
+        env.reset(Some(0));
+        let mut last = None;
+        for _ in 0..4 {
+            let t = env.step(Action::Discrete(1)).unwrap();
+            last = Some(t);
+            if t.terminated {
+                break;
+            }
+        }
+        assert_eq!(last.map(|t| (t.reward, t.terminated)), Some((1.0, true)));
+        assert_eq!(env.observation(), Observation::Vector(vec![1.0]));
+    }
+}
+"##;

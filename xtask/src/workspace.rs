@@ -1,0 +1,57 @@
+//! Where things are: the workspace root, the target directory, and running cargo.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// The repository root (the parent of `xtask/`).
+pub(crate) fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask/ has a parent")
+        .to_path_buf()
+}
+
+/// The target directory cargo uses for this workspace (honours `CARGO_TARGET_DIR`).
+pub(crate) fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => {
+            let dir = PathBuf::from(dir);
+            if dir.is_absolute() { dir } else { root().join(dir) }
+        }
+        _ => root().join("target"),
+    }
+}
+
+/// Where built plugins go: `<target>/plugins`.
+pub(crate) fn plugin_dir() -> PathBuf {
+    target_dir().join("plugins")
+}
+
+/// `cargo`, as invoked by the `cargo xtask` alias.
+pub(crate) fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Runs a command, failing with its command line when it fails.
+pub(crate) fn run(command: &mut Command) -> anyhow::Result<()> {
+    let status = command.status().with_context(|| format!("cannot start {command:?}"))?;
+    if !status.success() {
+        bail!("{command:?} failed ({status})");
+    }
+    Ok(())
+}
+
+/// Runs a command and returns its stdout.
+pub(crate) fn output(command: &mut Command) -> anyhow::Result<String> {
+    let out = command.output().with_context(|| format!("cannot start {command:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{command:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
