@@ -139,3 +139,27 @@ fn invalid_limits_are_refused_by_name() {
         assert!(error.to_string().contains(&format!("`{key}`")), "{error}");
     }
 }
+
+#[test]
+fn nan_canonicalization_is_available_and_changes_nothing_else() {
+    use rein_core::{Action, Environment};
+    let path = crate::common::plugin_path("cartpole");
+    let plain = crate::common::load_with(&path, SandboxLimits::default());
+    let canonical = crate::common::load_with(
+        &path,
+        SandboxLimits {
+            canonicalize_nans: true,
+            ..SandboxLimits::default()
+        },
+    );
+    let (mut a, mut b) = (plain.environment("{}").unwrap(), canonical.environment("{}").unwrap());
+    assert_eq!(a.reset(Some(9)).unwrap(), b.reset(Some(9)).unwrap());
+    for i in 0..200 {
+        let action = Action::Discrete(u32::from(i % 3 == 0));
+        let step = a.step(&action).unwrap();
+        assert_eq!(step, b.step(&action).unwrap());
+        if step.terminated || step.truncated {
+            assert_eq!(a.reset(None).unwrap(), b.reset(None).unwrap());
+        }
+    }
+}

@@ -2,6 +2,7 @@
 //! benchmarking. It exists so that a fresh clone needs nothing but cargo: every command
 //! installs or builds what it needs (the `wasm32-wasip2` target, the plugins) first.
 
+mod bench;
 mod build_plugins;
 mod new_plugin;
 mod test;
@@ -25,6 +26,8 @@ enum Command {
     NewPlugin(new_plugin::NewPlugin),
     /// Build the plugins, then run the whole test suite.
     Test(test::Test),
+    /// Run a benchmark suite and print each figure beside its baseline and target.
+    Bench(bench::Bench),
 }
 
 fn main() -> std::process::ExitCode {
@@ -32,6 +35,7 @@ fn main() -> std::process::ExitCode {
         Command::BuildPlugins(cmd) => cmd.run().map(|_| ()),
         Command::NewPlugin(cmd) => cmd.run(),
         Command::Test(cmd) => cmd.run(),
+        Command::Bench(cmd) => cmd.run(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use crate::workspace::root;
 
 #[derive(Clone, Copy, ValueEnum)]
-enum Kind {
+pub(crate) enum Kind {
     /// A reward function (world `reward`).
     Reward,
     /// An environment (world `environment`).
@@ -19,12 +19,12 @@ enum Kind {
 pub(crate) struct NewPlugin {
     /// What the plugin is.
     #[arg(long, value_enum)]
-    kind: Kind,
+    pub(crate) kind: Kind,
     /// The plugin's name, kebab-case (e.g. `contains-answer`).
-    name: String,
+    pub(crate) name: String,
     /// The plugin workspace to add it to (default: plugins/).
     #[arg(long)]
-    dir: Option<PathBuf>,
+    pub(crate) dir: Option<PathBuf>,
 }
 
 impl NewPlugin {
@@ -89,7 +89,9 @@ impl NewPlugin {
             "  test it:   cargo test --manifest-path {} -p {name}",
             workspace_manifest.display()
         );
-        println!("  build it:  cargo xtask build-plugins   (→ target/plugins/{name}.wasm)");
+        if self.dir.is_none() {
+            println!("  build it:  cargo xtask build-plugins   (→ target/plugins/{name}.wasm)");
+        }
         Ok(())
     }
 }

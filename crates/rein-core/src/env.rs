@@ -53,7 +53,12 @@ impl Space {
                 b.low.len(),
                 b.high.len()
             )),
-            Space::Box(b) => match b.low.iter().zip(&b.high).position(|(l, h)| !(l <= h)) {
+            Space::Box(b) => match b
+                .low
+                .iter()
+                .zip(&b.high)
+                .position(|(l, h)| l.partial_cmp(h).is_none_or(|o| o.is_gt()))
+            {
                 Some(i) => Err(format!(
                     "box bound {i} is invalid: low {} > high {}",
                     b.low[i], b.high[i]

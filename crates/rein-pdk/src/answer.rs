@@ -154,7 +154,13 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
 /// Normalises an answer for text comparison: drops `$`, `\!`, `\left`/`\right`, `\text{…}`
 /// wrappers (keeping their content), spaces and a trailing period.
 pub fn normalize(answer: &str) -> String {
-    let mut s = answer.trim().to_string();
+    let trimmed = answer.trim();
+    // Most answers are plain ("42", "x+1"): skip the LaTeX clean-up for them.
+    if !trimmed.contains(['\\', '$', '%', '^']) {
+        let s: String = trimmed.chars().filter(|c| !c.is_whitespace()).collect();
+        return s.trim_end_matches('.').to_string();
+    }
+    let mut s = trimmed.to_string();
     for junk in [
         "\\left",
         "\\right",
@@ -168,7 +174,9 @@ pub fn normalize(answer: &str) -> String {
         "^\\circ",
         "^{\\circ}",
     ] {
-        s = s.replace(junk, "");
+        if s.contains(junk) {
+            s = s.replace(junk, "");
+        }
     }
     for wrapper in ["\\text{", "\\textbf{", "\\mathrm{", "\\mbox{"] {
         while let Some(i) = s.find(wrapper) {
@@ -189,10 +197,14 @@ pub fn normalize(answer: &str) -> String {
 /// Parses a numeric answer: integers (`1,234`), decimals (`-0.25`), scientific (`1e-3`),
 /// fractions (`3/4`, `\frac{3}{4}`, `\dfrac34`), with `$`, `%` and units in `\text{}` ignored.
 pub fn parse_number(answer: &str) -> Option<Number> {
-    let s = normalize(answer);
+    parse_normalized(&normalize(answer))
+}
+
+/// [`parse_number`] on an already normalised answer.
+fn parse_normalized(s: &str) -> Option<Number> {
     let (negative, body) = match s.strip_prefix('-') {
         Some(rest) => (true, rest),
-        None => (false, s.strip_prefix('+').unwrap_or(&s)),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
     };
     let value = parse_fraction_command(body).or_else(|| match body.split_once('/') {
         Some((n, d)) => {
@@ -295,22 +307,43 @@ fn valid_thousands(int: &str) -> bool {
     !groups[0].is_empty() && groups[0].len() <= 3 && groups[1..].iter().all(|g| g.len() == 3)
 }
 
-/// Whether two answers are the same: numerically (exact for rationals, within
-/// `relative_tolerance` when either side is a float) if both parse as numbers, otherwise as
-/// normalised text.
-pub fn equivalent(a: &str, b: &str, relative_tolerance: f64) -> bool {
-    match (parse_number(a), parse_number(b)) {
-        (Some(Number::Rational(p, q)), Some(Number::Rational(r, s))) if relative_tolerance == 0.0 => p == r && q == s,
-        (Some(x), Some(y)) => {
-            let (x, y) = (x.to_f64(), y.to_f64());
-            x == y || (x - y).abs() <= relative_tolerance * x.abs().max(y.abs())
-        }
-        (None, None) => {
-            let (a, b) = (normalize(a), normalize(b));
-            !a.is_empty() && a == b
-        }
-        _ => false,
+/// An answer prepared for repeated comparison: normalised and parsed once (e.g. a group's
+/// reference, compared with each of its completions).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    text: String,
+    number: Option<Number>,
+}
+
+impl Answer {
+    /// Normalises and parses `answer`.
+    pub fn new(answer: &str) -> Self {
+        let text = normalize(answer);
+        let number = parse_normalized(&text);
+        Self { text, number }
     }
+
+    /// Whether `self` and `other` are the same answer: numerically (exact for rationals,
+    /// within `relative_tolerance` when either side is a float) if both are numbers, otherwise
+    /// as normalised text.
+    pub fn matches(&self, other: &Answer, relative_tolerance: f64) -> bool {
+        match (self.number, other.number) {
+            (Some(Number::Rational(p, q)), Some(Number::Rational(r, s))) if relative_tolerance == 0.0 => {
+                p == r && q == s
+            }
+            (Some(x), Some(y)) => {
+                let (x, y) = (x.to_f64(), y.to_f64());
+                x == y || (x - y).abs() <= relative_tolerance * x.abs().max(y.abs())
+            }
+            (None, None) => !self.text.is_empty() && self.text == other.text,
+            _ => false,
+        }
+    }
+}
+
+/// Whether two answers are the same (see [`Answer::matches`]).
+pub fn equivalent(a: &str, b: &str, relative_tolerance: f64) -> bool {
+    Answer::new(a).matches(&Answer::new(b), relative_tolerance)
 }
 
 #[cfg(test)]

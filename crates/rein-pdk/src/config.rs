@@ -68,6 +68,14 @@ impl Config {
         }
     }
 
+    /// A number that must be set.
+    pub fn required_f64(&self, key: &str) -> Result<f64, String> {
+        match self.get(key) {
+            None => Err(format!("config key `{key}` is required")),
+            Some(_) => self.f64_or(key, 0.0),
+        }
+    }
+
     /// A non-negative integer, or `default` when unset.
     pub fn u64_or(&self, key: &str, default: u64) -> Result<u64, String> {
         match self.get(key) {

@@ -18,8 +18,9 @@
 //! - **WASI**: deny-all — no preopened directories, no environment variables or arguments, no
 //!   sockets or name lookup, deterministic randomness; stdout and stderr are captured, keeping
 //!   the last [`SandboxLimits::stdio_kib`], and shown in trap messages.
-//! - **Floats**: NaN canonicalisation and deterministic relaxed SIMD, so results do not depend
-//!   on the host CPU.
+//! - **Floats**: deterministic relaxed SIMD, so results do not depend on the host CPU; NaN
+//!   canonicalisation on request ([`SandboxLimits::canonicalize_nans`]; every NaN a plugin
+//!   returns is rejected anyway).
 //! - **Outputs**: every result is validated (lengths, finite numbers, spaces, total size).
 //!
 //! A trap (deadline, fuel, memory, stack overflow, panic) poisons a wasmtime `Store`, so the

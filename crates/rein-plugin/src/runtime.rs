@@ -15,11 +15,12 @@ use crate::plugin::Plugin;
 /// How often the ticker advances every engine's epoch; deadlines are counted in ticks.
 pub(crate) const TICK: Duration = Duration::from_millis(2);
 
-/// Settings that change generated code get their own engine (and cache key).
+/// Settings that change generated code get their own engine (and artifact cache key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct EngineKey {
     fuel: bool,
     stack_bytes: u64,
+    canonicalize_nans: bool,
 }
 
 /// Loads plugins. Holds the wasmtime engines (one per combination of fuel metering and stack
@@ -125,6 +126,7 @@ impl PluginRuntime {
         let key = EngineKey {
             fuel: limits.fuel.is_some(),
             stack_bytes: limits.stack_bytes(),
+            canonicalize_nans: limits.canonicalize_nans,
         };
         let mut engines = self.engines.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(engine) = engines.get(&key) {
@@ -160,8 +162,12 @@ fn engine_config(key: EngineKey) -> Config {
         .epoch_interruption(true)
         .consume_fuel(key.fuel)
         .max_wasm_stack(key.stack_bytes as usize)
-        .cranelift_nan_canonicalization(true)
+        .cranelift_nan_canonicalization(key.canonicalize_nans)
         .relaxed_simd_deterministic(true);
+    // `REIN_PERF_MAP=1` lets `perf report` name JIT-compiled plugin functions.
+    if std::env::var_os("REIN_PERF_MAP").is_some() {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     config
 }
 

@@ -84,12 +84,12 @@ impl Reward for LengthPenalty {
     ]);
 
     fn new(config: &Config) -> Result<Self, String> {
-        let max_length = config.f64_or("max_length", f64::NAN)?;
-        let cache_length = config.f64_or("cache_length", f64::NAN)?;
-        if !(max_length > 0.0) || !(cache_length > 0.0) || cache_length > max_length {
-            return Err(
-                "config keys `max_length` and `cache_length` are required, with 0 < cache_length ≤ max_length".into(),
-            );
+        let max_length = config.required_f64("max_length")?;
+        let cache_length = config.required_f64("cache_length")?;
+        if cache_length <= 0.0 || cache_length > max_length {
+            return Err(format!(
+                "config keys need 0 < cache_length ≤ max_length, got {cache_length} and {max_length}"
+            ));
         }
         let unit = match config.str_or("unit", "chars")? {
             "chars" => Unit::Chars,

@@ -7,7 +7,7 @@
 //! `min_share` of the group agree with the majority, the group is "not applicable" (too
 //! uncertain to label).
 
-use rein_pdk::answer::{Extraction, equivalent, extract};
+use rein_pdk::answer::{Answer, Extraction, extract};
 use rein_pdk::{Config, ConfigKey, Group, Metadata, Reward, Score};
 
 /// The reward.
@@ -18,14 +18,12 @@ pub struct MajorityVote {
 }
 
 impl MajorityVote {
-    /// The majority answer of `answers` (`None` entries do not vote) and its vote count.
-    pub fn majority<'a>(&self, answers: &[Option<&'a str>]) -> Option<(&'a str, usize)> {
-        let mut classes: Vec<(&str, usize)> = Vec::new();
+    /// The majority answer (the first-seen member of the largest class of equivalent answers)
+    /// and its vote count. `None` entries do not vote.
+    pub fn majority<'a>(&self, answers: &'a [Option<Answer>]) -> Option<(&'a Answer, usize)> {
+        let mut classes: Vec<(&Answer, usize)> = Vec::new();
         for answer in answers.iter().flatten() {
-            match classes
-                .iter_mut()
-                .find(|(rep, _)| equivalent(rep, answer, self.tolerance))
-            {
+            match classes.iter_mut().find(|(rep, _)| rep.matches(answer, self.tolerance)) {
                 Some((_, count)) => *count += 1,
                 None => classes.push((answer, 1)),
             }
@@ -69,7 +67,11 @@ impl Reward for MajorityVote {
     }
 
     fn score(&mut self, group: &Group) -> Result<Vec<Score>, String> {
-        let answers: Vec<Option<&str>> = group.completions.iter().map(|c| extract(c, &self.extraction)).collect();
+        let answers: Vec<Option<Answer>> = group
+            .completions
+            .iter()
+            .map(|c| extract(c, &self.extraction).map(Answer::new))
+            .collect();
         let n = answers.len().max(1) as f64;
         let Some((majority, votes)) = self.majority(&answers) else {
             return Ok(vec![Score::new(0.0).with("agreement", 0.0); answers.len()]);
@@ -84,7 +86,7 @@ impl Reward for MajorityVote {
         Ok(answers
             .iter()
             .map(|answer| {
-                let agrees = answer.is_some_and(|a| equivalent(a, majority, self.tolerance));
+                let agrees = answer.as_ref().is_some_and(|a| a.matches(majority, self.tolerance));
                 Score::from(agrees)
                     .with("agreement", f64::from(u8::from(agrees)))
                     .with("majority_share", share)

@@ -6,7 +6,7 @@
 //! exactly as rationals when both are numbers (`0.5` = `1/2` = `\frac{1}{2}`), as normalised
 //! text otherwise. Groups without a reference are "not applicable".
 
-use rein_pdk::answer::{Extraction, equivalent, extract, extract_after_hashes, extract_boxed};
+use rein_pdk::answer::{Answer, Extraction, extract, extract_after_hashes, extract_boxed};
 use rein_pdk::{Config, ConfigKey, Group, Metadata, Reward, Score};
 
 /// The reward.
@@ -20,18 +20,19 @@ pub struct MathAnswer {
 
 impl MathAnswer {
     /// The answer the reference gives.
-    fn reference_answer(reference: &str) -> &str {
-        extract_boxed(reference)
-            .or_else(|| extract_after_hashes(reference))
-            .unwrap_or(reference)
-            .trim()
+    pub fn reference_answer(reference: &str) -> Answer {
+        Answer::new(
+            extract_boxed(reference)
+                .or_else(|| extract_after_hashes(reference))
+                .unwrap_or(reference),
+        )
     }
 
     /// Scores one completion against a reference answer.
-    pub fn score_one(&self, completion: &str, reference: &str) -> Score {
+    pub fn score_one(&self, completion: &str, reference: &Answer) -> Score {
         match extract(completion, &self.extraction) {
             Some(answer) => {
-                let correct = equivalent(answer, reference, self.tolerance);
+                let correct = Answer::new(answer).matches(reference, self.tolerance);
                 Score::new(if correct { self.correct } else { self.wrong })
                     .with("correct", f64::from(u8::from(correct)))
                     .with("answered", 1.0)
@@ -73,7 +74,11 @@ impl Reward for MathAnswer {
             return Ok(vec![Score::not_applicable(); group.completions.len()]);
         };
         let reference = Self::reference_answer(reference);
-        Ok(group.completions.iter().map(|c| self.score_one(c, reference)).collect())
+        Ok(group
+            .completions
+            .iter()
+            .map(|c| self.score_one(c, &reference))
+            .collect())
     }
 }
 

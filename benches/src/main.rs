@@ -1,0 +1,18 @@
+//! rein's benchmarks: each prints rein's figure, a native-Rust (or peer) figure for the same
+//! work, their ratio and the target, and writes `target/bench/<suite>.json`.
+//!
+//! Run through `cargo xtask bench SUITE`, which builds the plugins first.
+
+mod plugins;
+mod report;
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let suite = args.next().unwrap_or_else(|| "plugins".into());
+    let plugin_dir = std::path::PathBuf::from(args.next().unwrap_or_else(|| "target/plugins".into()));
+    let report = match suite.as_str() {
+        "plugins" => plugins::run(&plugin_dir)?,
+        other => anyhow::bail!("unknown benchmark suite `{other}` (available: plugins)"),
+    };
+    report.finish(&suite)
+}

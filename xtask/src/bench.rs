@@ -1,0 +1,23 @@
+//! `cargo xtask bench`.
+
+use clap::Args;
+
+use crate::build_plugins::BuildPlugins;
+use crate::workspace::{cargo, plugin_dir, root, run};
+
+#[derive(Args)]
+pub(crate) struct Bench {
+    /// Which benchmark: `plugins`.
+    suite: String,
+}
+
+impl Bench {
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        BuildPlugins { no_test_plugins: true }.run()?;
+        run(cargo()
+            .args(["run", "--quiet", "-p", "rein-bench", "--"])
+            .arg(&self.suite)
+            .arg(plugin_dir())
+            .current_dir(root()))
+    }
+}
