@@ -5,6 +5,7 @@
 mod bench;
 mod build_plugins;
 mod new_plugin;
+mod run;
 mod test;
 mod workspace;
 
@@ -28,6 +29,11 @@ enum Command {
     Test(test::Test),
     /// Run a benchmark suite and print each figure beside its baseline and target.
     Bench(bench::Bench),
+    /// Build the plugins, then train a recipe (`rein run`).
+    Run(run::Run),
+    /// Show or check a recipe.
+    #[command(subcommand)]
+    Recipe(run::Recipe),
 }
 
 fn main() -> std::process::ExitCode {
@@ -36,6 +42,8 @@ fn main() -> std::process::ExitCode {
         Command::NewPlugin(cmd) => cmd.run(),
         Command::Test(cmd) => cmd.run(),
         Command::Bench(cmd) => cmd.run(),
+        Command::Run(cmd) => cmd.run(),
+        Command::Recipe(cmd) => cmd.run(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,10 +1,12 @@
 //! `rein`: the command-line front end. Usable on any `.wasm` plugin:
-//! `rein plugin inspect`, `rein plugin score`, `rein env rollout`.
+//! `rein plugin inspect`, `rein plugin score`, `rein env rollout`; and training:
+//! `rein run RECIPE`, `rein recipe show|check RECIPE`.
 //!
 //! Errors go to stderr with a non-zero exit code and name the plugin and the limit or field.
 
 mod env;
 mod plugin;
+mod train;
 
 use clap::{Args, Parser, Subcommand};
 use rein_plugin::SandboxLimits;
@@ -25,6 +27,11 @@ enum Command {
     /// Run environment plugins.
     #[command(subcommand)]
     Env(env::EnvCommand),
+    /// Train: run a recipe.
+    Run(train::RunArgs),
+    /// Show or check a recipe.
+    #[command(subcommand)]
+    Recipe(train::RecipeCommand),
 }
 
 /// Sandbox limits settable on the command line (defaults: 256 MiB, 2000 ms, no fuel).
@@ -60,6 +67,8 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Plugin(command) => command.run(),
         Command::Env(command) => command.run(),
+        Command::Run(args) => args.run(),
+        Command::Recipe(command) => command.run(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,0 +1,94 @@
+//! `rein run` and `rein recipe`: train from a recipe, or show / check one.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use rein_train::recipe::LoadedRecipe;
+
+/// Where a recipe is and how to change it.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct RecipeArgs {
+    /// The recipe file.
+    recipe: PathBuf,
+    /// Override a key: `--set algorithm.clip_coef=0.3` (repeatable; values are TOML).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+    /// Where built plugins are (`<name>.wasm`).
+    #[arg(long, default_value = "target/plugins")]
+    plugin_dir: PathBuf,
+}
+
+impl RecipeArgs {
+    fn load(&self) -> anyhow::Result<LoadedRecipe> {
+        Ok(LoadedRecipe::load(&self.recipe, &self.overrides)?)
+    }
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    recipe: RecipeArgs,
+}
+
+impl RunArgs {
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        let loaded = self.recipe.load()?;
+        eprintln!("training {} (seed {})", loaded.name(), loaded.recipe.seed);
+        let outcome = rein_train::run(&loaded, &self.recipe.plugin_dir, true)
+            .with_context(|| format!("training {}", self.recipe.recipe.display()))?;
+        let t = &outcome.timings;
+        if let Some(dir) = &outcome.run_dir {
+            eprintln!("run directory: {}", dir.display());
+        }
+        let fmt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
+        eprintln!(
+            "{} updates, {} env steps, {} episodes in {:.1} s | last-{} mean return {} | eval return {}",
+            outcome.updates,
+            outcome.env_steps,
+            outcome.episodes,
+            t.total.as_secs_f64(),
+            loaded.recipe.train.return_window,
+            fmt(outcome.mean_return),
+            fmt(outcome.eval_return),
+        );
+        if let Some((steps, secs)) = outcome.solved_at {
+            eprintln!("reached the target return after {steps} env steps, {secs:.2} s");
+        }
+        eprintln!(
+            "time: env {:.2} s, inference {:.2} s, backward {:.2} s, optimizer {:.2} s",
+            t.env.as_secs_f64(),
+            t.inference.as_secs_f64(),
+            t.backward.as_secs_f64(),
+            t.optimizer.as_secs_f64()
+        );
+        Ok(())
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum RecipeCommand {
+    /// Print the resolved recipe (extends merged, overrides applied, defaults filled in).
+    Show(RecipeArgs),
+    /// Validate a recipe, including that its plugins exist.
+    Check(RecipeArgs),
+}
+
+impl RecipeCommand {
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        match self {
+            RecipeCommand::Show(args) => {
+                print!("{}", args.load()?.to_toml());
+                Ok(())
+            }
+            RecipeCommand::Check(args) => {
+                let loaded = args.load()?;
+                if loaded.recipe.env.is_some() {
+                    loaded.env_plugin_path(&args.plugin_dir)?;
+                }
+                println!("{}: ok", args.recipe.display());
+                Ok(())
+            }
+        }
+    }
+}

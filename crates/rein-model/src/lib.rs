@@ -1,0 +1,22 @@
+//! rein's burn modules: the networks that are trained.
+//!
+//! - [`Mlp`]: a multilayer perceptron with orthogonal initialisation.
+//! - [`ActorCritic`]: separate actor and critic MLPs with a categorical or diagonal-Gaussian
+//!   action head (CleanRL's PPO agent).
+//!
+//! **Architecture invariant:** modules are generic over the burn backend (`Autodiff<Flex>` on
+//! the CPU by default; the `cuda` feature adds burn-cuda). This crate knows nothing about
+//! environments, plugins, rewards or training loops: it maps tensors to tensors.
+
+mod actor_critic;
+mod backend;
+mod mlp;
+
+pub use actor_critic::{ActionHead, ActorCritic, ActorCriticConfig};
+pub use backend::{AutodiffBackend, Backend};
+pub use mlp::{Activation, Mlp, MlpConfig};
+
+/// The default CPU backend for inference.
+pub type Cpu = burn::backend::Flex;
+/// The default CPU backend for training.
+pub type CpuAutodiff = burn::backend::Autodiff<burn::backend::Flex>;

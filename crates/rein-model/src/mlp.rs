@@ -1,0 +1,167 @@
+//! A multilayer perceptron.
+
+use burn::module::{Module, Param};
+use burn::nn::{Initializer, Linear, LinearConfig};
+use burn::tensor::{Tensor, TensorPrimitive};
+
+use crate::backend::Backend;
+use serde::{Deserialize, Serialize};
+
+/// The nonlinearity between layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// `tanh`, CleanRL's choice for PPO.
+    #[default]
+    Tanh,
+    /// `max(0, x)`.
+    Relu,
+}
+
+/// Configuration of an [`Mlp`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct MlpConfig {
+    /// Input features.
+    pub input: usize,
+    /// Width of each hidden layer.
+    pub hidden: Vec<usize>,
+    /// Output features.
+    pub output: usize,
+    /// Nonlinearity after each hidden layer.
+    pub activation: Activation,
+    /// Orthogonal-init gain of the hidden layers (√2 in CleanRL).
+    pub hidden_gain: f64,
+    /// Orthogonal-init gain of the output layer (0.01 for policy logits, 1 for values).
+    pub output_gain: f64,
+}
+
+/// `x → Lₖ(σ(… σ(L₁ x)))`: linear layers with an activation between them, none after the last.
+///
+/// Weights are orthogonal with the configured gains and biases zero (Saxe et al. 2013; the
+/// "orthogonal initialization" detail of PPO implementations).
+#[derive(Module, Debug)]
+pub struct Mlp<B: Backend> {
+    layers: Vec<Linear<B>>,
+    #[module(skip)]
+    activation: Activation,
+}
+
+impl MlpConfig {
+    /// Builds the MLP on `device` (random weights from the backend's seeded generator).
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Mlp<B> {
+        let widths: Vec<usize> = std::iter::once(self.input).chain(self.hidden.iter().copied()).collect();
+        let mut layers: Vec<Linear<B>> = widths
+            .windows(2)
+            .map(|w| linear(w[0], w[1], self.hidden_gain, device))
+            .collect();
+        layers.push(linear(
+            *widths.last().unwrap_or(&self.input),
+            self.output,
+            self.output_gain,
+            device,
+        ));
+        Mlp {
+            layers,
+            activation: self.activation,
+        }
+    }
+}
+
+fn linear<B: Backend>(input: usize, output: usize, gain: f64, device: &B::Device) -> Linear<B> {
+    let mut layer = LinearConfig::new(input, output)
+        .with_initializer(Initializer::Orthogonal { gain })
+        .init(device);
+    layer.bias = Some(Param::from_tensor(Tensor::zeros([output], device)));
+    layer
+}
+
+impl<B: Backend> Mlp<B> {
+    /// # Shapes
+    /// - `x`: `[batch, input]` → `[batch, output]`
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let last = self.layers.len() - 1;
+        self.layers.iter().enumerate().fold(x, |x, (i, layer)| {
+            let y = layer.forward(x);
+            match (i == last, self.activation) {
+                (true, _) => y,
+                (false, Activation::Tanh) => tanh(y),
+                (false, Activation::Relu) => burn::tensor::activation::relu(y),
+            }
+        })
+    }
+
+    /// Number of linear layers.
+    pub fn depth(&self) -> usize {
+        self.layers.len()
+    }
+}
+
+/// `tanh` through rein's fused kernel (see [`Backend::tanh`]).
+fn tanh<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+    Tensor::from_primitive(TensorPrimitive::Float(B::tanh(x.into_primitive().tensor())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Cpu;
+
+    fn config(hidden: Vec<usize>) -> MlpConfig {
+        MlpConfig {
+            input: 3,
+            hidden,
+            output: 2,
+            activation: Activation::Tanh,
+            hidden_gain: 2f64.sqrt(),
+            output_gain: 1.0,
+        }
+    }
+
+    #[test]
+    fn shapes_follow_the_config() {
+        let device = Default::default();
+        let mlp = config(vec![8, 5]).init::<Cpu>(&device);
+        assert_eq!(mlp.depth(), 3);
+        let y = mlp.forward(Tensor::zeros([4, 3], &device));
+        assert_eq!(y.dims(), [4, 2]);
+        // Zero input and zero biases give exactly zero output.
+        assert_eq!(y.into_data().to_vec::<f32>().unwrap(), vec![0.0; 8]);
+    }
+
+    #[test]
+    fn fused_tanh_matches_libm_tanh() {
+        let device = Default::default();
+        let xs: Vec<f32> = (-400..=400).map(|i| i as f32 / 40.0).collect();
+        let n = xs.len();
+        let got = tanh(Tensor::<Cpu, 2>::from_data(
+            burn::tensor::TensorData::new(xs.clone(), [1, n]),
+            &device,
+        ));
+        for (x, y) in xs.iter().zip(got.into_data().to_vec::<f32>().unwrap()) {
+            assert!((x.tanh() - y).abs() < 5e-7, "tanh({x}) = {} but got {y}", x.tanh());
+        }
+    }
+
+    #[test]
+    fn weights_are_orthogonal_with_the_gain() {
+        let device = Default::default();
+        let mlp = MlpConfig {
+            input: 16,
+            hidden: vec![16],
+            ..config(vec![])
+        }
+        .init::<Cpu>(&device);
+        let w = mlp.layers[0].weight.val();
+        let gram = w.clone().transpose().matmul(w).into_data().to_vec::<f32>().unwrap();
+        for i in 0..16 {
+            for j in 0..16 {
+                let expected = if i == j { 2.0 } else { 0.0 };
+                assert!(
+                    (gram[i * 16 + j] - expected).abs() < 1e-4,
+                    "W^T W [{i},{j}] = {}",
+                    gram[i * 16 + j]
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! Recipes: TOML files that say everything about a run, composed from fragments.
+//!
+//! ```toml
+//! extends = ["fragments/ppo-classic.toml"]   # deep-merged in order, then this file
+//! [env]
+//! plugin = "cartpole"
+//! ```
+//!
+//! `--set algorithm.clip_coef=0.3` overrides any key. Errors name the file (or `--set`), the
+//! dotted key path, and for unknown keys the nearest valid one.
+
+mod compose;
+mod error;
+mod schema;
+
+use std::path::{Path, PathBuf};
+
+pub use error::RecipeError;
+pub use schema::{Algorithm, Device, EnvSection, ModelSection, OptimizerSection, PpoSection, Recipe, TrainSection};
+
+use compose::Composed;
+
+/// A recipe loaded from a file, with overrides applied and validated.
+#[derive(Debug, Clone)]
+pub struct LoadedRecipe {
+    /// The typed recipe.
+    pub recipe: Recipe,
+    /// The file it was loaded from.
+    pub path: PathBuf,
+    composed: Composed,
+}
+
+impl LoadedRecipe {
+    /// Loads `path`, applies `overrides` (`key.path=value`), and checks the result against the
+    /// schema.
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Self, RecipeError> {
+        let mut composed = Composed::load(path)?;
+        for arg in overrides {
+            composed.apply_override(arg)?;
+        }
+        let mut recipe: Recipe = deserialize(&composed)?;
+        if recipe.name.is_none() {
+            recipe.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        }
+        let loaded = LoadedRecipe {
+            recipe,
+            path: path.to_path_buf(),
+            composed,
+        };
+        loaded.validate()?;
+        Ok(loaded)
+    }
+
+    /// The resolved recipe as TOML (what `recipe show` prints and run directories keep).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(&self.recipe).unwrap_or_else(|e| format!("# cannot render: {e}"))
+    }
+
+    /// The run's name.
+    pub fn name(&self) -> &str {
+        self.recipe.name.as_deref().unwrap_or("run")
+    }
+
+    fn invalid(&self, path: &str, message: impl Into<String>) -> RecipeError {
+        RecipeError::Invalid {
+            file: self.composed.origin(path),
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Checks what the schema alone cannot: sizes that must divide, values in range.
+    fn validate(&self) -> Result<(), RecipeError> {
+        let r = &self.recipe;
+        match &r.algorithm {
+            Algorithm::Ppo(ppo) => {
+                let env = r
+                    .env
+                    .as_ref()
+                    .ok_or_else(|| self.invalid("env", "PPO needs an [env] section with a plugin"))?;
+                if env.num_envs == 0 {
+                    return Err(self.invalid("env.num_envs", "must be at least 1"));
+                }
+                if ppo.num_steps == 0 {
+                    return Err(self.invalid("algorithm.num_steps", "must be at least 1"));
+                }
+                let batch = env.num_envs * ppo.num_steps;
+                if ppo.num_minibatches == 0 || batch % ppo.num_minibatches != 0 {
+                    return Err(self.invalid(
+                        "algorithm.num_minibatches",
+                        format!("must divide the batch of num_envs × num_steps = {batch}"),
+                    ));
+                }
+                if ppo.update_epochs == 0 {
+                    return Err(self.invalid("algorithm.update_epochs", "must be at least 1"));
+                }
+                for (key, value) in [("algorithm.gamma", ppo.gamma), ("algorithm.gae_lambda", ppo.gae_lambda)] {
+                    if !(0.0..=1.0).contains(&value) {
+                        return Err(self.invalid(key, format!("must be between 0 and 1, got {value}")));
+                    }
+                }
+                if ppo.clip_coef <= 0.0 {
+                    return Err(self.invalid("algorithm.clip_coef", "must be positive"));
+                }
+                env.limits.validate().map_err(|m| self.invalid("env.limits", m))?;
+            }
+        }
+        if r.model.hidden.contains(&0) {
+            return Err(self.invalid("model.hidden", "layer widths must be at least 1"));
+        }
+        if !(r.optimizer.lr > 0.0) {
+            return Err(self.invalid("optimizer.lr", format!("must be positive, got {}", r.optimizer.lr)));
+        }
+        if r.train.return_window == 0 {
+            return Err(self.invalid("train.return_window", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// Resolves the env plugin name to a `.wasm` file in `plugin_dir` (or as given, for a path).
+    pub fn env_plugin_path(&self, plugin_dir: &Path) -> Result<PathBuf, RecipeError> {
+        let env = self
+            .recipe
+            .env
+            .as_ref()
+            .ok_or_else(|| self.invalid("env", "no [env] section"))?;
+        resolve_plugin(&env.plugin, plugin_dir).ok_or_else(|| RecipeError::UnknownPlugin {
+            file: self.composed.origin("env.plugin"),
+            path: "env.plugin".into(),
+            name: env.plugin.clone(),
+            dir: plugin_dir.to_path_buf(),
+            available: available_plugins(plugin_dir),
+        })
+    }
+}
+
+/// `name` → `<dir>/<name>.wasm`; a name ending in `.wasm` is a path.
+fn resolve_plugin(name: &str, dir: &Path) -> Option<PathBuf> {
+    let path = if name.ends_with(".wasm") {
+        PathBuf::from(name)
+    } else {
+        dir.join(format!("{name}.wasm"))
+    };
+    path.is_file().then_some(path)
+}
+
+fn available_plugins(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".wasm").map(String::from))
+        .collect();
+    names.sort();
+    names
+}
+
+fn deserialize(composed: &Composed) -> Result<Recipe, RecipeError> {
+    let value = toml::Value::Table(composed.table.clone());
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.inner().to_string();
+        match parse_unknown_field(&message) {
+            Some((field, expected)) => {
+                let full = if path == "." || path.is_empty() {
+                    field.clone()
+                } else {
+                    format!("{path}.{field}")
+                };
+                let full = full.trim_start_matches('.').to_string();
+                RecipeError::UnknownKey {
+                    file: composed.origin(&full),
+                    path: full,
+                    suggestion: nearest(&field, &expected),
+                }
+            }
+            None => {
+                let path = if path == "." { String::new() } else { path };
+                let message = message.lines().next().unwrap_or_default().to_string();
+                RecipeError::Invalid {
+                    file: composed.origin(&path),
+                    path,
+                    message,
+                }
+            }
+        }
+    })
+}
+
+/// Parses serde's "unknown field `x`, expected one of `a`, `b`" (or "expected `a` or `b`",
+/// "there are no fields") into the field and the valid names. Also handles unknown variants
+/// (an unknown `algorithm.name`).
+fn parse_unknown_field(message: &str) -> Option<(String, Vec<String>)> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (field, rest) = rest.split_once('`')?;
+    let expected = rest.split('`').skip(1).step_by(2).map(String::from).collect();
+    Some((field.to_string(), expected))
+}
+
+/// The candidate closest to `word` by edit distance, if close enough to be a likely typo.
+fn nearest(word: &str, candidates: &[String]) -> Option<String> {
+    candidates
+        .iter()
+        .map(|c| (edit_distance(word, c), c))
+        .filter(|(d, c)| *d <= (c.len().max(word.len()) / 2).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c.clone())
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous + usize::from(ca != *cb);
+            previous = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(previous + 1);
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_field_messages_are_parsed() {
+        let (field, expected) =
+            parse_unknown_field("unknown field `clip_hgh`, expected one of `clip_coef`, `gamma`").unwrap();
+        assert_eq!(field, "clip_hgh");
+        assert_eq!(expected, vec!["clip_coef", "gamma"]);
+        assert_eq!(
+            parse_unknown_field("unknown field `x`, there are no fields").unwrap().1,
+            Vec::<String>::new()
+        );
+        assert!(parse_unknown_field("invalid type").is_none());
+    }
+
+    #[test]
+    fn the_nearest_key_is_suggested_only_when_close() {
+        let keys: Vec<String> = ["clip_coef", "clip_vloss", "gamma", "gae_lambda"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(nearest("clip_cof", &keys).as_deref(), Some("clip_coef"));
+        assert_eq!(nearest("gama", &keys).as_deref(), Some("gamma"));
+        assert_eq!(nearest("learning_rate", &keys), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+}

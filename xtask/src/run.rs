@@ -1,0 +1,59 @@
+//! `cargo xtask run RECIPE` and `cargo xtask recipe show|check RECIPE`: build the plugins,
+//! then hand over to the `rein` binary (`rein run`, `rein recipe …`).
+
+use clap::{Args, Subcommand};
+
+use crate::build_plugins::BuildPlugins;
+use crate::workspace::{cargo, plugin_dir, run};
+
+#[derive(Args)]
+pub(crate) struct Run {
+    /// The recipe, then `rein run` options (`--set key=value`, …).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    args: Vec<String>,
+}
+
+impl Run {
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        BuildPlugins { no_test_plugins: true }.run()?;
+        rein(&["run"], &self.args)
+    }
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Recipe {
+    /// Print the resolved recipe.
+    Show {
+        /// The recipe, then `--set key=value` overrides.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<String>,
+    },
+    /// Validate a recipe (building the plugins first, so plugin names can be checked).
+    Check {
+        /// The recipe, then `--set key=value` overrides.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<String>,
+    },
+}
+
+impl Recipe {
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        match self {
+            Recipe::Show { args } => rein(&["recipe", "show"], args),
+            Recipe::Check { args } => {
+                BuildPlugins { no_test_plugins: true }.run()?;
+                rein(&["recipe", "check"], args)
+            }
+        }
+    }
+}
+
+/// Runs `rein <command> <args> --plugin-dir <target>/plugins` from the current directory.
+fn rein(command: &[&str], args: &[String]) -> anyhow::Result<()> {
+    run(cargo()
+        .args(["run", "--quiet", "-p", "rein-cli", "--"])
+        .args(command)
+        .args(args)
+        .arg("--plugin-dir")
+        .arg(plugin_dir()))
+}
