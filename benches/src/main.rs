@@ -4,6 +4,7 @@
 //! Run through `cargo xtask bench SUITE`, which builds the plugins first.
 
 mod plugins;
+mod ppo;
 mod report;
 
 fn main() -> anyhow::Result<()> {
@@ -12,7 +13,8 @@ fn main() -> anyhow::Result<()> {
     let plugin_dir = std::path::PathBuf::from(args.next().unwrap_or_else(|| "target/plugins".into()));
     let report = match suite.as_str() {
         "plugins" => plugins::run(&plugin_dir)?,
-        other => anyhow::bail!("unknown benchmark suite `{other}` (available: plugins)"),
+        "ppo" => ppo::run(&plugin_dir)?,
+        other => anyhow::bail!("unknown benchmark suite `{other}` (available: plugins, ppo)"),
     };
     report.finish(&suite)
 }

@@ -57,9 +57,9 @@ impl Report {
     }
 }
 
-/// Higher-is-better ratio for rates, lower-is-better for times.
+/// How many times better rein is: for rates rein / baseline, for times baseline / rein.
 fn ratio(value: f64, baseline: f64, unit: &str) -> f64 {
-    if unit == "µs" {
+    if matches!(unit, "µs" | "s") {
         baseline / value
     } else {
         value / baseline
@@ -69,6 +69,7 @@ fn ratio(value: f64, baseline: f64, unit: &str) -> f64 {
 fn human(value: f64, unit: &str) -> String {
     match unit {
         "µs" => format!("{value:.2} µs"),
+        "s" => format!("{value:.2} s"),
         _ if value >= 1e6 => format!("{:.2}M {unit}", value / 1e6),
         _ if value >= 1e3 => format!("{:.1}k {unit}", value / 1e3),
         _ => format!("{value:.1} {unit}"),

@@ -39,7 +39,7 @@ pub fn gae(
         "gae: every input needs {len} entries"
     );
     assert!(
-        stride > 0 && len % stride == 0,
+        stride > 0 && len.is_multiple_of(stride),
         "gae: {len} entries do not split into rows of {stride}"
     );
     let mut advantages = vec![0.0; len];
@@ -198,19 +198,18 @@ mod tests {
             steps in prop::collection::vec((-5.0f32..5.0, -5.0f32..5.0, -5.0f32..5.0, 0u8..8), 3..45),
         ) {
             let stride = 3;
-            let len = steps.len() / stride * stride;
-            let steps = &steps[..len];
-            let column = |env: usize, f: &dyn Fn(&(f32, f32, f32, u8)) -> f32| -> Vec<f32> {
-                steps.iter().skip(env).step_by(stride).map(f).collect()
-            };
-            let all = |f: &dyn Fn(&(f32, f32, f32, u8)) -> f32| steps.iter().map(f).collect::<Vec<f32>>();
-            let flags = |want: u8| steps.iter().map(|s| s.3 == want).collect::<Vec<bool>>();
-            let batched = gae(&all(&|s| s.0), &all(&|s| s.1), &all(&|s| s.2), &flags(0), &flags(1), stride, 0.99, 0.95);
+            let steps = &steps[..steps.len() / stride * stride];
+            let r: Vec<f32> = steps.iter().map(|s| s.0).collect();
+            let v: Vec<f32> = steps.iter().map(|s| s.1).collect();
+            let nv: Vec<f32> = steps.iter().map(|s| s.2).collect();
+            let term: Vec<bool> = steps.iter().map(|s| s.3 == 0).collect();
+            let trunc: Vec<bool> = steps.iter().map(|s| s.3 == 1).collect();
+            let batched = gae(&r, &v, &nv, &term, &trunc, stride, 0.99, 0.95);
             for env in 0..stride {
-                let env_flags = |want: u8| steps.iter().skip(env).step_by(stride).map(|s| s.3 == want).collect::<Vec<bool>>();
-                let alone = gae(&column(env, &|s| s.0), &column(env, &|s| s.1), &column(env, &|s| s.2), &env_flags(0), &env_flags(1), 1, 0.99, 0.95);
-                let mine: Vec<f32> = batched.iter().skip(env).step_by(stride).copied().collect();
-                prop_assert_eq!(mine, alone);
+                let f32s = |xs: &[f32]| xs.iter().skip(env).step_by(stride).copied().collect::<Vec<f32>>();
+                let bools = |xs: &[bool]| xs.iter().skip(env).step_by(stride).copied().collect::<Vec<bool>>();
+                let alone = gae(&f32s(&r), &f32s(&v), &f32s(&nv), &bools(&term), &bools(&trunc), 1, 0.99, 0.95);
+                prop_assert_eq!(f32s(&batched), alone);
             }
         }
     }

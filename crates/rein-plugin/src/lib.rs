@@ -43,7 +43,7 @@ mod stdio;
 
 pub use cache::ArtifactCache;
 pub use env::{EnvPlugin, VecEnvPlugin};
-pub use limits::SandboxLimits;
+pub use limits::{InvalidLimit, SandboxLimits};
 pub use plugin::{ConfigKey, Plugin, PluginInfo, PluginKind, PluginMetadata};
 pub use reward::RewardPlugin;
 pub use runtime::PluginRuntime;

@@ -4,6 +4,16 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+/// A limit with a value that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{key}` {reason}")]
+pub struct InvalidLimit {
+    /// The key, e.g. `memory_mib`.
+    pub key: &'static str,
+    /// What is wrong with its value.
+    pub reason: String,
+}
+
 /// The limits one plugin runs under. Recipes set them per plugin (`[reward.limits]`,
 /// `[env.limits]`); unset keys keep these defaults.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -69,7 +79,8 @@ impl SandboxLimits {
     }
 
     /// Checks the limits make sense, naming the offending key.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidLimit> {
+        let invalid = |key, reason: String| Err(InvalidLimit { key, reason });
         let positive = [
             ("memory_mib", self.memory_mib),
             ("timeout_ms", self.timeout_ms),
@@ -78,22 +89,25 @@ impl SandboxLimits {
             ("max_output_mib", self.max_output_mib),
         ];
         if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(format!("`{key}` must be greater than 0"));
+            return invalid(key, "must be greater than 0".into());
         }
         if self.memory_mib > 4096 {
-            return Err(format!(
-                "`memory_mib` is {}, above the 4096 MiB a 32-bit wasm memory can address",
-                self.memory_mib
-            ));
+            return invalid(
+                "memory_mib",
+                format!(
+                    "is {}, above the 4096 MiB a 32-bit wasm memory can address",
+                    self.memory_mib
+                ),
+            );
         }
         if self.stack_kib > 64 << 10 {
-            return Err(format!(
-                "`stack_kib` is {}, above the 65536 KiB maximum",
-                self.stack_kib
-            ));
+            return invalid(
+                "stack_kib",
+                format!("is {}, above the 65536 KiB maximum", self.stack_kib),
+            );
         }
         if self.fuel == Some(0) {
-            return Err("`fuel` must be greater than 0 (omit it to disable fuel)".into());
+            return invalid("fuel", "must be greater than 0 (omit it to disable fuel)".into());
         }
         Ok(())
     }

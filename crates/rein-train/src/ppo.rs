@@ -216,7 +216,7 @@ pub fn train<B: AutodiffBackend>(
             let (out, values) = forward::<B::InnerBackend>(&policy, &obs, num_envs, obs_dim, device);
             let mut env_actions = Vec::with_capacity(num_envs * act_dim);
             for i in 0..num_envs {
-                let row = &out[i * head_width(head)..(i + 1) * head_width(head)];
+                let row = &out[i * head.outputs()..(i + 1) * head.outputs()];
                 let k = t * num_envs + i;
                 buffer.log_probs[k] = match head {
                     ActionHead::Categorical(_) => {
@@ -269,12 +269,10 @@ pub fn train<B: AutodiffBackend>(
             if let Some(scaler) = &mut reward_scaler {
                 scaler.scale(&mut rewards, &step.terminated, ppo.clip_reward);
             }
-            for i in 0..num_envs {
-                let k = t * num_envs + i;
-                buffer.rewards[k] = rewards[i];
-                buffer.terminated[k] = step.terminated[i];
-                buffer.truncated[k] = step.truncated[i];
-            }
+            let row = t * num_envs..(t + 1) * num_envs;
+            buffer.rewards[row.clone()].copy_from_slice(&rewards);
+            buffer.terminated[row.clone()].copy_from_slice(&step.terminated);
+            buffer.truncated[row].copy_from_slice(&step.truncated);
             // Truncated episodes bootstrap from their final observation's value.
             let truncated: Vec<usize> = (0..num_envs)
                 .filter(|&i| step.truncated[i] && !step.terminated[i])
@@ -307,13 +305,13 @@ pub fn train<B: AutodiffBackend>(
         }
         let (_, last_values) = forward::<B::InnerBackend>(&policy, &last_obs, num_envs, obs_dim, device);
         for t in 0..steps {
-            for i in 0..num_envs {
+            for (i, &last_value) in last_values.iter().enumerate() {
                 let k = t * num_envs + i;
                 if !buffer.truncated[k] || buffer.terminated[k] {
                     buffer.next_values[k] = if t + 1 < steps {
                         buffer.values[k + num_envs]
                     } else {
-                        last_values[i]
+                        last_value
                     };
                 }
             }
@@ -410,10 +408,10 @@ pub fn train<B: AutodiffBackend>(
         // LOG.
         let elapsed = start.elapsed().as_secs_f64();
         let mean_return = episodes.mean_return();
-        if let (Some(target), Some(mean), None) = (recipe.train.stop_at_return, mean_return, solved_at) {
-            if mean >= target {
-                solved_at = Some((env_steps, elapsed));
-            }
+        if let (Some(target), Some(mean), None) = (recipe.train.stop_at_return, mean_return, solved_at)
+            && mean >= target
+        {
+            solved_at = Some((env_steps, elapsed));
         }
         let record = json!({
             "update": update,
@@ -495,10 +493,6 @@ pub fn train<B: AutodiffBackend>(
     })
 }
 
-fn head_width(head: ActionHead) -> usize {
-    head.outputs()
-}
-
 /// Actor outputs (`[n, head]` flattened) and values (`[n]`) for `n` observations.
 fn forward<B: Backend>(
     policy: &ActorCritic<B>,
@@ -530,7 +524,6 @@ use burn::tensor::ElementConversion;
 
 /// One rollout of `steps × num_envs` transitions.
 struct Rollout {
-    num_envs: usize,
     obs_dim: usize,
     act_dim: usize,
     obs: Vec<f32>,
@@ -557,7 +550,6 @@ impl Rollout {
     fn new(steps: usize, num_envs: usize, obs_dim: usize, act_dim: usize) -> Self {
         let n = steps * num_envs;
         Self {
-            num_envs,
             obs_dim,
             act_dim,
             obs: vec![0.0; n * obs_dim],
@@ -572,7 +564,6 @@ impl Rollout {
     }
 
     fn gather(&self, rows: &[usize], advantages: &[f32], returns: &[f32], norm_adv: bool) -> Minibatch {
-        let _ = self.num_envs;
         let pick = |src: &[f32], width: usize| -> Vec<f32> {
             let mut out = Vec::with_capacity(rows.len() * width);
             for &r in rows {
@@ -725,11 +716,11 @@ fn evaluate<B: Backend>(
             }
         };
         let step = envs.step(&actions)?;
-        for i in 0..n {
-            running[i] += step.rewards[i];
+        for (i, total) in running.iter_mut().enumerate() {
+            *total += step.rewards[i];
             if step.terminated[i] || step.truncated[i] {
-                returns.push(running[i]);
-                running[i] = 0.0;
+                returns.push(*total);
+                *total = 0.0;
             }
         }
         obs = step.observations;

@@ -41,7 +41,7 @@ impl Progress {
     /// Ends the live line.
     pub(crate) fn finish(&mut self) {
         if self.terminal && self.last.is_some() {
-            let _ = writeln!(std::io::stderr());
+            eprintln!();
         }
     }
 }

@@ -102,13 +102,15 @@ impl LoadedRecipe {
                 if ppo.clip_coef <= 0.0 {
                     return Err(self.invalid("algorithm.clip_coef", "must be positive"));
                 }
-                env.limits.validate().map_err(|m| self.invalid("env.limits", m))?;
+                env.limits
+                    .validate()
+                    .map_err(|e| self.invalid(&format!("env.limits.{}", e.key), e.reason))?;
             }
         }
         if r.model.hidden.contains(&0) {
             return Err(self.invalid("model.hidden", "layer widths must be at least 1"));
         }
-        if !(r.optimizer.lr > 0.0) {
+        if r.optimizer.lr <= 0.0 || r.optimizer.lr.is_nan() {
             return Err(self.invalid("optimizer.lr", format!("must be positive, got {}", r.optimizer.lr)));
         }
         if r.train.return_window == 0 {
@@ -162,8 +164,11 @@ fn deserialize(composed: &Composed) -> Result<Recipe, RecipeError> {
         let message = e.inner().to_string();
         match parse_unknown_field(&message) {
             Some((field, expected)) => {
+                // serde_path_to_error's path ends at the unknown field, except inside tagged enums.
                 let full = if path == "." || path.is_empty() {
                     field.clone()
+                } else if path == field || path.ends_with(&format!(".{field}")) {
+                    path.clone()
                 } else {
                     format!("{path}.{field}")
                 };
