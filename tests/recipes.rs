@@ -40,7 +40,9 @@ fn load(dir: &Path, file: &str, overrides: &[&str]) -> Result<LoadedRecipe, Reci
 }
 
 fn ppo(loaded: &LoadedRecipe) -> &rein_train::recipe::PpoSection {
-    let Algorithm::Ppo(ppo) = &loaded.recipe.algorithm;
+    let Algorithm::Ppo(ppo) = &loaded.recipe.algorithm else {
+        panic!("a PPO recipe")
+    };
     ppo
 }
 
@@ -179,7 +181,8 @@ fn invalid_values_are_named() {
     }
     let err = load(&dir, "run.toml", &["algorithm.name=sac"]).unwrap_err();
     assert!(
-        err.to_string().contains("unknown variant `sac`, expected `ppo`"),
+        err.to_string()
+            .contains("unknown variant `sac`, expected one of `ppo`, `grpo`, `sft`"),
         "{err}"
     );
 }
@@ -283,8 +286,8 @@ fn malformed_overrides_are_rejected() {
 fn the_shipped_recipes_are_valid() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let plugin_dir = common::plugin_path("cartpole").parent().unwrap().to_path_buf();
-    for name in ["ppo-cartpole.toml", "ppo-pendulum.toml"] {
+    for name in ["ppo-cartpole.toml", "ppo-pendulum.toml", "grpo-arithmetic.toml"] {
         let loaded = LoadedRecipe::load(&root.join("recipes").join(name), &[]).unwrap_or_else(|e| panic!("{e}"));
-        loaded.env_plugin_path(&plugin_dir).unwrap();
+        loaded.check_plugins(&plugin_dir).unwrap();
     }
 }

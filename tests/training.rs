@@ -25,7 +25,7 @@ fn runs_dir(tag: &str) -> String {
 #[test]
 fn ppo_solves_cartpole() {
     let loaded = recipe("ppo-cartpole.toml", &[runs_dir("cartpole")]);
-    let outcome = rein_train::run(&loaded, &plugin_dir(), true).unwrap();
+    let outcome = rein_train::run_ppo(&loaded, &plugin_dir(), true).unwrap();
     let mean = outcome.mean_return.unwrap();
     assert!(mean >= 475.0, "last-20 mean return {mean}");
     assert!(outcome.solved_at.is_some());
@@ -60,7 +60,7 @@ fn ppo_solves_cartpole() {
 #[test]
 fn ppo_solves_pendulum() {
     let loaded = recipe("ppo-pendulum.toml", &[runs_dir("pendulum")]);
-    let outcome = rein_train::run(&loaded, &plugin_dir(), false).unwrap();
+    let outcome = rein_train::run_ppo(&loaded, &plugin_dir(), false).unwrap();
     let mean = outcome.mean_return.unwrap();
     assert!(mean >= -200.0, "last-20 mean return {mean}");
 }
@@ -75,7 +75,7 @@ fn the_same_seed_gives_the_same_metrics() {
             "train.stop_at_return=1000".to_string(),
             "train.eval_episodes=0".to_string(),
         ];
-        let outcome = rein_train::run(&recipe("ppo-cartpole.toml", &overrides), &plugin_dir(), true).unwrap();
+        let outcome = rein_train::run_ppo(&recipe("ppo-cartpole.toml", &overrides), &plugin_dir(), true).unwrap();
         let text = std::fs::read_to_string(outcome.run_dir.unwrap().join("metrics.jsonl")).unwrap();
         text.lines()
             .map(|l| {
@@ -103,7 +103,7 @@ fn a_failing_env_plugin_stops_training_with_its_error() {
         "env.config.horizon=100".into(),
         "env.limits.timeout_ms=100".into(),
     ];
-    let err = rein_train::run(&recipe("ppo-cartpole.toml", &overrides), &plugin_dir(), false).unwrap_err();
+    let err = rein_train::run_ppo(&recipe("ppo-cartpole.toml", &overrides), &plugin_dir(), false).unwrap_err();
     assert!(
         err.to_string()
             .contains("plugin `hostile-env` (step): exceeded its time limit of 100 ms"),

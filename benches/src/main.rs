@@ -3,6 +3,8 @@
 //!
 //! Run through `cargo xtask bench SUITE`, which builds the plugins first.
 
+mod generate;
+mod grpo;
 mod plugins;
 mod ppo;
 mod report;
@@ -14,7 +16,9 @@ fn main() -> anyhow::Result<()> {
     let report = match suite.as_str() {
         "plugins" => plugins::run(&plugin_dir)?,
         "ppo" => ppo::run(&plugin_dir)?,
-        other => anyhow::bail!("unknown benchmark suite `{other}` (available: plugins, ppo)"),
+        "generate" => generate::run()?,
+        "grpo" => grpo::run(&plugin_dir)?,
+        other => anyhow::bail!("unknown benchmark suite `{other}` (available: plugins, ppo, generate, grpo)"),
     };
     report.finish(&suite)
 }

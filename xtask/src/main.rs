@@ -34,6 +34,8 @@ enum Command {
     /// Show or check a recipe.
     #[command(subcommand)]
     Recipe(run::Recipe),
+    /// Build the plugins, then evaluate a recipe's language model on its held-out split.
+    Eval(run::Eval),
 }
 
 fn main() -> std::process::ExitCode {
@@ -44,6 +46,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(cmd) => cmd.run(),
         Command::Run(cmd) => cmd.run(),
         Command::Recipe(cmd) => cmd.run(),
+        Command::Eval(cmd) => cmd.run(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -20,6 +20,20 @@ impl Run {
     }
 }
 
+#[derive(Args)]
+pub(crate) struct Eval {
+    /// The recipe, then `rein eval` options (`--checkpoint DIR`, `--set key=value`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    args: Vec<String>,
+}
+
+impl Eval {
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        BuildPlugins { no_test_plugins: true }.run()?;
+        rein(&["eval"], &self.args)
+    }
+}
+
 #[derive(Subcommand)]
 pub(crate) enum Recipe {
     /// Print the resolved recipe.

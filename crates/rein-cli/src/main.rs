@@ -5,6 +5,7 @@
 //! Errors go to stderr with a non-zero exit code and name the plugin and the limit or field.
 
 mod env;
+mod generate;
 mod plugin;
 mod train;
 
@@ -29,6 +30,10 @@ enum Command {
     Env(env::EnvCommand),
     /// Train: run a recipe.
     Run(train::RunArgs),
+    /// Evaluate a language model on a recipe's held-out split: greedy pass@1, pass@k, maj@k.
+    Eval(train::EvalArgs),
+    /// Generate text with a Hugging Face checkpoint.
+    Generate(generate::GenerateArgs),
     /// Show or check a recipe.
     #[command(subcommand)]
     Recipe(train::RecipeCommand),
@@ -68,6 +73,8 @@ fn main() -> std::process::ExitCode {
         Command::Plugin(command) => command.run(),
         Command::Env(command) => command.run(),
         Command::Run(args) => args.run(),
+        Command::Generate(args) => args.run(),
+        Command::Eval(args) => args.run(),
         Command::Recipe(command) => command.run(),
     };
     match result {

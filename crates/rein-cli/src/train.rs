@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use rein_train::RunOutcome;
 use rein_train::recipe::LoadedRecipe;
 
 /// Where a recipe is and how to change it.
@@ -37,31 +38,82 @@ impl RunArgs {
         eprintln!("training {} (seed {})", loaded.name(), loaded.recipe.seed);
         let outcome = rein_train::run(&loaded, &self.recipe.plugin_dir, true)
             .with_context(|| format!("training {}", self.recipe.recipe.display()))?;
-        let t = &outcome.timings;
-        if let Some(dir) = &outcome.run_dir {
-            eprintln!("run directory: {}", dir.display());
+        match outcome {
+            RunOutcome::Ppo(outcome) => report_ppo(&loaded, &outcome),
+            RunOutcome::Lm(outcome) => report_lm(&outcome),
         }
-        let fmt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
-        eprintln!(
-            "{} updates, {} env steps, {} episodes in {:.1} s | last-{} mean return {} | eval return {}",
-            outcome.updates,
-            outcome.env_steps,
-            outcome.episodes,
-            t.total.as_secs_f64(),
-            loaded.recipe.train.return_window,
-            fmt(outcome.mean_return),
-            fmt(outcome.eval_return),
-        );
-        if let Some((steps, secs)) = outcome.solved_at {
-            eprintln!("reached the target return after {steps} env steps, {secs:.2} s");
+        Ok(())
+    }
+}
+
+fn report_ppo(loaded: &LoadedRecipe, outcome: &rein_train::ppo::PpoOutcome) {
+    let t = &outcome.timings;
+    if let Some(dir) = &outcome.run_dir {
+        eprintln!("run directory: {}", dir.display());
+    }
+    let fmt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
+    eprintln!(
+        "{} updates, {} env steps, {} episodes in {:.1} s | last-{} mean return {} | eval return {}",
+        outcome.updates,
+        outcome.env_steps,
+        outcome.episodes,
+        t.total.as_secs_f64(),
+        loaded.recipe.train.return_window,
+        fmt(outcome.mean_return),
+        fmt(outcome.eval_return),
+    );
+    if let Some((steps, secs)) = outcome.solved_at {
+        eprintln!("reached the target return after {steps} env steps, {secs:.2} s");
+    }
+    eprintln!(
+        "time: env {:.2} s, inference {:.2} s, backward {:.2} s, optimizer {:.2} s",
+        t.env.as_secs_f64(),
+        t.inference.as_secs_f64(),
+        t.backward.as_secs_f64(),
+        t.optimizer.as_secs_f64()
+    );
+}
+
+fn report_lm(outcome: &rein_train::LmOutcome) {
+    if let Some(dir) = &outcome.run_dir {
+        eprintln!("run directory: {} (report.md, metrics.jsonl, final/)", dir.display());
+    }
+    for (label, report) in [("before RL", &outcome.before), ("after RL ", &outcome.after)] {
+        if let Some(r) = report {
+            eprintln!("held-out {label}: {}", rein_train::describe(r));
         }
+    }
+    if let Some(g) = &outcome.grpo {
         eprintln!(
-            "time: env {:.2} s, inference {:.2} s, backward {:.2} s, optimizer {:.2} s",
-            t.env.as_secs_f64(),
-            t.inference.as_secs_f64(),
-            t.backward.as_secs_f64(),
-            t.optimizer.as_secs_f64()
+            "GRPO: {} steps | generate {:.1} s, reward {:.1} s, train {:.1} s",
+            g.steps,
+            g.generate.as_secs_f64(),
+            g.reward.as_secs_f64(),
+            g.train.as_secs_f64()
         );
+    }
+    eprintln!(
+        "{:.0} s in total (SFT {:.0} s)",
+        outcome.total_seconds, outcome.sft_seconds
+    );
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct EvalArgs {
+    #[command(flatten)]
+    recipe: RecipeArgs,
+    /// Evaluate this checkpoint instead of the recipe's model (e.g. `runs/<run>/final`).
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+}
+
+impl EvalArgs {
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        let loaded = self.recipe.load()?;
+        let report = rein_train::evaluate_recipe(&loaded, &self.recipe.plugin_dir, self.checkpoint.as_deref())
+            .with_context(|| format!("evaluating {}", self.recipe.recipe.display()))?;
+        eprintln!("{}", rein_train::describe(&report));
+        println!("{}", serde_json::to_string(&report)?);
         Ok(())
     }
 }
@@ -83,9 +135,7 @@ impl RecipeCommand {
             }
             RecipeCommand::Check(args) => {
                 let loaded = args.load()?;
-                if loaded.recipe.env.is_some() {
-                    loaded.env_plugin_path(&args.plugin_dir)?;
-                }
+                loaded.check_plugins(&args.plugin_dir)?;
                 println!("{}: ok", args.recipe.display());
                 Ok(())
             }

@@ -3,13 +3,17 @@
 //! - [`Mlp`]: a multilayer perceptron with orthogonal initialisation.
 //! - [`ActorCritic`]: separate actor and critic MLPs with a categorical or diagonal-Gaussian
 //!   action head (CleanRL's PPO agent).
+//! - [`lm::CausalLm`]: Llama / Qwen2 / Mistral / SmolLM causal language models, loaded from and
+//!   saved to Hugging Face checkpoints, with their tokenizers ([`lm::LmTokenizer`]).
 //!
 //! **Architecture invariant:** modules are generic over the burn backend (`Autodiff<Flex>` on
 //! the CPU by default; the `cuda` feature adds burn-cuda). This crate knows nothing about
-//! environments, plugins, rewards or training loops: it maps tensors to tensors.
+//! environments, plugins, rewards or training loops: it maps tensors to tensors (and text to
+//! tokens).
 
 mod actor_critic;
 mod backend;
+pub mod lm;
 mod mlp;
 
 pub use actor_critic::{ActionHead, ActorCritic, ActorCriticConfig};

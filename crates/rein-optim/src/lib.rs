@@ -7,6 +7,10 @@
 //! - [`ppo_loss`]: PPO's clipped surrogate, clipped value loss and entropy bonus, with the
 //!   approximate KL and clip fraction.
 //! - [`clip_grad_norm`]: global gradient-norm clipping; [`LinearSchedule`] for learning rates.
+//! - LLM RL: outcome advantages ([`group_normalized`] for GRPO / Dr. GRPO, [`rloo`],
+//!   [`reinforce_pp`]), [`policy_loss`] (PPO-clip with clip-higher and dual-clip, GSPO sequence
+//!   ratios, KL and entropy terms), [`aggregate`] (token-mean, seq-mean-token-mean,
+//!   seq-mean-token-sum-norm) and the [`kl_estimate`] estimators k1, k2, k3.
 //!
 //! Estimators work on plain `f32` slices (property-testable without tensors); losses are burn
 //! tensor functions generic over the backend.
@@ -14,16 +18,24 @@
 //! **Architecture invariant:** no knowledge of environments, plugins, models' structure or
 //! training loops.
 
+mod aggregation;
 mod gae;
 mod grad_clip;
+mod group_advantages;
+mod kl;
 mod normalize;
+mod policy_loss;
 mod ppo_loss;
 mod running;
 mod schedule;
 
+pub use aggregation::{Aggregation, aggregate};
 pub use gae::gae;
 pub use grad_clip::clip_grad_norm;
+pub use group_advantages::{StdScaling, group_normalized, reinforce_pp, rloo, zero_variance};
+pub use kl::{KlEstimator, kl_estimate, kl_estimate_scalar};
 pub use normalize::normalize;
+pub use policy_loss::{PolicyLoss, PolicyLossConfig, RatioLevel, policy_loss};
 pub use ppo_loss::{PpoLoss, PpoLossConfig, ppo_loss};
 pub use running::{RewardScaler, RunningMeanStd};
 pub use schedule::LinearSchedule;

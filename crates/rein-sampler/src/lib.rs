@@ -5,12 +5,19 @@
 //! reproducible on any backend; log-probabilities and entropies used in losses are burn tensor
 //! functions so gradients flow through them.
 //!
-//! **Architecture invariant:** no knowledge of environments, plugins or training loops.
+//! Language-model generation ([`generate`]) drives a `rein_model::lm::CausalLm` with its KV
+//! cache: batched prompts, temperature / top-k / top-p / min-p, `n` samples per prompt, stop
+//! tokens and stop conditions, per-token log-probabilities.
+//!
+//! **Architecture invariant:** no knowledge of environments, plugins or training loops. The
+//! one lateral edge: it drives `rein-model`'s language model (rein-model never imports it).
 
 mod categorical;
 mod gaussian;
+mod generate;
 mod rng;
 
 pub use categorical::{categorical_entropy, categorical_log_prob, sample_categorical};
 pub use gaussian::{gaussian_entropy, gaussian_log_prob, sample_gaussian};
+pub use generate::{FinishReason, Generation, GenerationConfig, allowed_tokens, choose, generate};
 pub use rng::SeededRng;

@@ -3,17 +3,24 @@
 //!
 //! - [`recipe`]: TOML recipes, composition (`extends`, `--set`) and validation.
 //! - [`ppo`]: PPO on a vector of environment plugins (CleanRL's `ppo.py`, in algorithm order).
+//! - [`lm`]: language-model post-training — SFT and the GRPO family with reward plugins, data
+//!   from files or a generated task, held-out evaluation.
 //! - [`RunDir`]: `runs/<name>-<timestamp>/` with the resolved recipe, `metrics.jsonl` and the
 //!   final policy.
 //!
 //! **Architecture invariant:** this is where the other crates meet (core traits, plugins,
 //! models, samplers, losses); nothing here is imported by them.
 
+mod error;
+pub mod lm;
+mod lm_run;
 pub mod ppo;
 mod progress;
 pub mod recipe;
 mod run_dir;
 mod runner;
 
+pub use error::TrainError;
+pub use lm_run::{LmOutcome, describe, evaluate_recipe};
 pub use run_dir::{MetricsWriter, RunDir};
-pub use runner::run;
+pub use runner::{RunOutcome, run, run_ppo};

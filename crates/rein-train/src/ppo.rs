@@ -30,42 +30,10 @@ use rein_sampler::{
 };
 use serde_json::json;
 
+pub use crate::error::TrainError;
 use crate::progress::Progress;
 use crate::recipe::{Algorithm, LoadedRecipe, PpoSection, Recipe};
 use crate::run_dir::RunDir;
-
-/// Why training stopped early.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum TrainError {
-    /// The environment plugin failed.
-    #[error(transparent)]
-    Plugin(#[from] PluginError),
-    /// The recipe cannot be trained as written.
-    #[error(transparent)]
-    Recipe(#[from] crate::recipe::RecipeError),
-    /// A file in the run directory could not be written.
-    #[error("run directory: {0}")]
-    Io(#[from] std::io::Error),
-    /// A loss or gradient became NaN or infinite.
-    #[error("update {update}: {what} is not finite ({value}); stopping")]
-    NonFinite {
-        /// The update number (1-based).
-        update: usize,
-        /// Which quantity.
-        what: &'static str,
-        /// Its value.
-        value: f32,
-    },
-    /// The environment's spaces cannot be trained with this algorithm.
-    #[error("environment `{plugin}`: {message}")]
-    Unsupported {
-        /// The plugin.
-        plugin: String,
-        /// What is unsupported.
-        message: String,
-    },
-}
 
 /// Where the wall-clock time of a run went.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -115,7 +83,12 @@ pub fn train<B: AutodiffBackend>(
     run: Option<&RunDir>,
 ) -> Result<PpoOutcome, TrainError> {
     let recipe: &Recipe = &loaded.recipe;
-    let Algorithm::Ppo(ppo) = &recipe.algorithm;
+    let Algorithm::Ppo(ppo) = &recipe.algorithm else {
+        return Err(TrainError::Unsupported {
+            plugin: String::new(),
+            message: "not a PPO recipe".into(),
+        });
+    };
     let env_section = recipe.env.as_ref().ok_or_else(|| TrainError::Unsupported {
         plugin: String::new(),
         message: "PPO needs an [env] section".into(),

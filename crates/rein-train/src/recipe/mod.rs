@@ -16,7 +16,10 @@ mod schema;
 use std::path::{Path, PathBuf};
 
 pub use error::RecipeError;
-pub use schema::{Algorithm, Device, EnvSection, ModelSection, OptimizerSection, PpoSection, Recipe, TrainSection};
+pub use schema::{
+    AdvantageKind, Algorithm, DataSection, Device, EnvSection, EvalSection, GrpoSection, ModelSection,
+    OptimizerSection, PpoSection, Recipe, RewardEntry, SamplerSection, SftSection, TrainSection,
+};
 
 use compose::Composed;
 
@@ -106,6 +109,34 @@ impl LoadedRecipe {
                     .validate()
                     .map_err(|e| self.invalid(&format!("env.limits.{}", e.key), e.reason))?;
             }
+            Algorithm::Grpo(grpo) => {
+                if r.data.is_none() {
+                    return Err(self.invalid("data", "GRPO needs a [data] section"));
+                }
+                if r.reward.is_empty() {
+                    return Err(self.invalid("reward", "GRPO needs at least one [[reward]]"));
+                }
+                if grpo.prompts_per_step == 0 || grpo.steps == 0 {
+                    return Err(self.invalid(
+                        "algorithm.prompts_per_step",
+                        "steps and prompts_per_step must be at least 1",
+                    ));
+                }
+                if r.sampler.n == 0 || r.sampler.max_new_tokens == 0 {
+                    return Err(self.invalid("sampler.n", "sampler.n and sampler.max_new_tokens must be at least 1"));
+                }
+                if grpo.clip_low <= 0.0 || grpo.clip_high <= 0.0 {
+                    return Err(self.invalid("algorithm.clip_low", "clip ranges must be positive"));
+                }
+                if grpo.dual_clip.is_some_and(|c| c <= 1.0) {
+                    return Err(self.invalid("algorithm.dual_clip", "the dual-clip constant must be greater than 1"));
+                }
+            }
+            Algorithm::Sft(_) => {
+                if r.data.is_none() {
+                    return Err(self.invalid("data", "SFT needs a [data] section"));
+                }
+            }
         }
         if r.model.hidden.contains(&0) {
             return Err(self.invalid("model.hidden", "layer widths must be at least 1"));
@@ -116,7 +147,40 @@ impl LoadedRecipe {
         if r.train.return_window == 0 {
             return Err(self.invalid("train.return_window", "must be at least 1"));
         }
+        for (i, entry) in r.reward.iter().enumerate() {
+            entry
+                .limits
+                .validate()
+                .map_err(|e| self.invalid(&format!("reward[{i}].limits.{}", e.key), e.reason))?;
+        }
+        if let Some(sft) = r.sft.as_ref().or(match &r.algorithm {
+            Algorithm::Sft(s) => Some(s),
+            _ => None,
+        }) && (sft.batch_size == 0 || sft.lr <= 0.0)
+        {
+            return Err(self.invalid("sft.batch_size", "batch_size must be at least 1 and lr positive"));
+        }
         Ok(())
+    }
+
+    /// A path from the recipe, relative to the recipe file's directory.
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        let path = Path::new(path);
+        if path.is_absolute() {
+            return path.to_path_buf();
+        }
+        self.path.parent().unwrap_or(Path::new(".")).join(path)
+    }
+
+    /// Resolves a plugin name at `key` to a `.wasm` file in `plugin_dir` (or as given, for a path).
+    pub fn plugin_path(&self, name: &str, key: &str, plugin_dir: &Path) -> Result<PathBuf, RecipeError> {
+        resolve_plugin(name, plugin_dir).ok_or_else(|| RecipeError::UnknownPlugin {
+            file: self.composed.origin(key),
+            path: key.into(),
+            name: name.into(),
+            dir: plugin_dir.to_path_buf(),
+            available: available_plugins(plugin_dir),
+        })
     }
 
     /// Resolves the env plugin name to a `.wasm` file in `plugin_dir` (or as given, for a path).
@@ -126,13 +190,18 @@ impl LoadedRecipe {
             .env
             .as_ref()
             .ok_or_else(|| self.invalid("env", "no [env] section"))?;
-        resolve_plugin(&env.plugin, plugin_dir).ok_or_else(|| RecipeError::UnknownPlugin {
-            file: self.composed.origin("env.plugin"),
-            path: "env.plugin".into(),
-            name: env.plugin.clone(),
-            dir: plugin_dir.to_path_buf(),
-            available: available_plugins(plugin_dir),
-        })
+        self.plugin_path(&env.plugin, "env.plugin", plugin_dir)
+    }
+
+    /// Checks that every plugin the recipe names exists in `plugin_dir`.
+    pub fn check_plugins(&self, plugin_dir: &Path) -> Result<(), RecipeError> {
+        if self.recipe.env.is_some() {
+            self.env_plugin_path(plugin_dir)?;
+        }
+        for (i, entry) in self.recipe.reward.iter().enumerate() {
+            self.plugin_path(&entry.plugin, &format!("reward[{i}].plugin"), plugin_dir)?;
+        }
+        Ok(())
     }
 }
 

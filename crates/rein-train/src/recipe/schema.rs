@@ -31,6 +31,21 @@ pub struct Recipe {
     /// Length of training, stopping, evaluation, logging.
     #[serde(default)]
     pub train: TrainSection,
+    /// Prompts (language-model recipes): files, or a task rein generates.
+    #[serde(default)]
+    pub data: Option<DataSection>,
+    /// Supervised fine-tuning before RL (language-model recipes).
+    #[serde(default)]
+    pub sft: Option<SftSection>,
+    /// How completions are sampled (language-model recipes).
+    #[serde(default)]
+    pub sampler: SamplerSection,
+    /// Reward plugins, summed with their weights (language-model recipes).
+    #[serde(default)]
+    pub reward: Vec<RewardEntry>,
+    /// Held-out evaluation (language-model recipes).
+    #[serde(default)]
+    pub eval: EvalSection,
 }
 
 /// Where tensors live.
@@ -50,6 +65,10 @@ pub enum Device {
 pub enum Algorithm {
     /// Proximal policy optimisation on vector environments.
     Ppo(PpoSection),
+    /// The GRPO family on a language model with reward plugins.
+    Grpo(GrpoSection),
+    /// Supervised fine-tuning only.
+    Sft(SftSection),
 }
 
 /// PPO hyperparameters (CleanRL's names and defaults).
@@ -130,16 +149,25 @@ pub struct EnvSection {
     pub limits: SandboxLimits,
 }
 
-/// The network.
+/// The network: an MLP actor-critic (PPO) or a language model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelSection {
-    /// Hidden layer widths.
+    /// Hidden layer widths (MLP).
     pub hidden: Vec<usize>,
-    /// `tanh` or `relu`.
+    /// `tanh` or `relu` (MLP).
     pub activation: rein_model::Activation,
-    /// Initial log standard deviation of a Gaussian policy.
+    /// Initial log standard deviation of a Gaussian policy (MLP).
     pub init_log_std: f32,
+    /// A Hugging Face checkpoint directory to start from (language model; relative to the recipe).
+    pub checkpoint: Option<String>,
+    /// Or a `config.json`-style architecture to initialise from scratch (language model).
+    pub architecture: Option<toml::Table>,
+    /// Standard deviation of from-scratch weights.
+    pub init_std: f64,
+    /// The tokenizer directory (`tokenizer.json`, `tokenizer_config.json`); defaults to the
+    /// checkpoint directory.
+    pub tokenizer: Option<String>,
 }
 
 impl Default for ModelSection {
@@ -148,6 +176,232 @@ impl Default for ModelSection {
             hidden: vec![64, 64],
             activation: rein_model::Activation::Tanh,
             init_log_std: 0.0,
+            checkpoint: None,
+            architecture: None,
+            init_std: 0.02,
+            tokenizer: None,
+        }
+    }
+}
+
+/// Where prompts come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataSection {
+    /// Generate the data: a synthetic task (`[data.task]`).
+    #[serde(default)]
+    pub task: Option<crate::lm::ArithmeticTask>,
+    /// Training prompts (`.jsonl` or `.parquet`, relative to the recipe).
+    #[serde(default)]
+    pub train: Option<String>,
+    /// Held-out prompts.
+    #[serde(default)]
+    pub test: Option<String>,
+    /// Column names.
+    #[serde(default)]
+    pub fields: crate::lm::Fields,
+    /// Wrap prompts in the tokenizer's chat template (when it has one).
+    #[serde(default = "defaults::yes")]
+    pub chat_template: bool,
+    /// A system message before each prompt (with the chat template).
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+}
+
+/// Supervised fine-tuning on the data's target completions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SftSection {
+    /// Optimiser steps.
+    pub steps: usize,
+    /// Examples per step.
+    pub batch_size: usize,
+    /// Peak learning rate (AdamW).
+    pub lr: f64,
+    /// Linear warm-up steps, then linear decay to 10%.
+    pub warmup_steps: usize,
+    /// AdamW weight decay.
+    pub weight_decay: f32,
+    /// Global gradient clipping.
+    pub max_grad_norm: f32,
+}
+
+impl Default for SftSection {
+    fn default() -> Self {
+        Self {
+            steps: 1000,
+            batch_size: 32,
+            lr: 1e-3,
+            warmup_steps: 50,
+            weight_decay: 0.0,
+            max_grad_norm: 1.0,
+        }
+    }
+}
+
+/// Sampling completions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SamplerSection {
+    /// Temperature.
+    pub temperature: f32,
+    /// Top-k.
+    pub top_k: Option<usize>,
+    /// Top-p.
+    pub top_p: Option<f32>,
+    /// Min-p.
+    pub min_p: Option<f32>,
+    /// Most new tokens per completion.
+    pub max_new_tokens: usize,
+    /// Completions per prompt (the group size G).
+    pub n: usize,
+    /// Extra stop strings (the tokenizer's end-of-sequence tokens always stop).
+    pub stop: Vec<String>,
+}
+
+impl Default for SamplerSection {
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_k: None,
+            top_p: None,
+            min_p: None,
+            max_new_tokens: 64,
+            n: 8,
+            stop: Vec::new(),
+        }
+    }
+}
+
+/// One reward plugin in the sum.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RewardEntry {
+    /// Plugin name (`target/plugins/<name>.wasm`) or a path to a `.wasm` file.
+    pub plugin: String,
+    /// Weight in the sum.
+    #[serde(default = "defaults::one")]
+    pub weight: f64,
+    /// The plugin's config (passed as JSON).
+    #[serde(default)]
+    pub config: toml::Table,
+    /// Sandbox limits.
+    #[serde(default)]
+    pub limits: SandboxLimits,
+}
+
+/// The GRPO family.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GrpoSection {
+    /// Optimiser steps (each on one batch of groups).
+    pub steps: usize,
+    /// Prompts per step (each sampled `sampler.n` times).
+    pub prompts_per_step: usize,
+    /// `group` (GRPO / Dr. GRPO), `rloo` or `reinforce++`.
+    pub advantage: AdvantageKind,
+    /// Std scaling of group advantages: `group`, `batch` or `none` (Dr. GRPO).
+    pub std_scaling: rein_optim::StdScaling,
+    /// REINFORCE++: subtract the group mean before batch normalisation.
+    pub group_baseline: bool,
+    /// `token` ratios (GRPO/DAPO) or `sequence` ratios (GSPO).
+    pub ratio_level: rein_optim::RatioLevel,
+    /// ε_low.
+    pub clip_low: f32,
+    /// ε_high (DAPO's clip-higher: 0.28).
+    pub clip_high: f32,
+    /// Dual-clip constant for negative advantages.
+    pub dual_clip: Option<f32>,
+    /// `token-mean` (DAPO), `seq-mean-token-mean` (GRPO), `seq-mean-token-sum-norm` (Dr. GRPO).
+    pub aggregation: rein_optim::Aggregation,
+    /// β: KL to the frozen starting policy (0 = no reference model is kept).
+    pub kl_coef: f32,
+    /// `k1`, `k2` or `k3`.
+    pub kl_estimator: rein_optim::KlEstimator,
+    /// Fold the KL into the reward instead of the loss.
+    pub kl_in_reward: bool,
+    /// Weight the KL term by the importance ratio (DeepSeek-V3.2; TRL's default).
+    pub kl_importance_weighted: bool,
+    /// Entropy bonus coefficient.
+    pub entropy_coef: f32,
+    /// Gradient steps per batch (μ), reusing the sampling-time log-probabilities.
+    pub updates_per_batch: usize,
+    /// DAPO dynamic sampling: replace groups whose rewards are all equal by new prompts.
+    pub dynamic_sampling: bool,
+    /// Most extra sampling rounds per step for dynamic sampling.
+    pub max_resample: usize,
+    /// Leave truncated completions (no end-of-sequence token) out of the loss (DAPO).
+    pub mask_truncated: bool,
+    /// `fail`, `zero` or `skip` when a reward plugin fails.
+    pub on_error: crate::lm::OnError,
+}
+
+/// Advantage estimators for outcome rewards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdvantageKind {
+    /// Group-normalised (GRPO; see `std_scaling`).
+    #[default]
+    Group,
+    /// Leave-one-out baseline.
+    Rloo,
+    /// REINFORCE++ global normalisation.
+    #[serde(rename = "reinforce++")]
+    ReinforcePp,
+}
+
+impl Default for GrpoSection {
+    fn default() -> Self {
+        Self {
+            steps: 100,
+            prompts_per_step: 8,
+            advantage: AdvantageKind::Group,
+            std_scaling: rein_optim::StdScaling::Group,
+            group_baseline: true,
+            ratio_level: rein_optim::RatioLevel::Token,
+            clip_low: 0.2,
+            clip_high: 0.2,
+            dual_clip: None,
+            aggregation: rein_optim::Aggregation::SeqMeanTokenMean,
+            kl_coef: 0.0,
+            kl_estimator: rein_optim::KlEstimator::K3,
+            kl_in_reward: false,
+            kl_importance_weighted: true,
+            entropy_coef: 0.0,
+            updates_per_batch: 1,
+            dynamic_sampling: false,
+            max_resample: 3,
+            mask_truncated: false,
+            on_error: crate::lm::OnError::Fail,
+        }
+    }
+}
+
+/// Held-out evaluation: greedy pass@1, sampled pass@k and maj@k.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvalSection {
+    /// Samples per prompt for pass@k and maj@k (0 = greedy only).
+    pub k: usize,
+    /// Sampling temperature for pass@k.
+    pub temperature: f32,
+    /// Evaluate on at most this many held-out prompts.
+    pub max_examples: Option<usize>,
+    /// The reward that decides correctness (default: the first `[[reward]]`); a completion is
+    /// correct when its `correct` component is 1, or else its score is positive.
+    pub accuracy_reward: Option<String>,
+    /// A majority-vote plugin for maj@k (e.g. `majority-vote`); none skips maj@k.
+    pub majority_plugin: Option<String>,
+}
+
+impl Default for EvalSection {
+    fn default() -> Self {
+        Self {
+            k: 4,
+            temperature: 1.0,
+            max_examples: None,
+            accuracy_reward: None,
+            majority_plugin: Some("majority-vote".into()),
         }
     }
 }
@@ -168,6 +422,8 @@ pub struct OptimizerSection {
     pub beta2: f32,
     /// Clip the global gradient norm to this.
     pub max_grad_norm: f32,
+    /// Decoupled weight decay (AdamW; language-model recipes).
+    pub weight_decay: f32,
 }
 
 impl Default for OptimizerSection {
@@ -179,6 +435,7 @@ impl Default for OptimizerSection {
             beta1: 0.9,
             beta2: 0.999,
             max_grad_norm: 0.5,
+            weight_decay: 0.0,
         }
     }
 }
@@ -212,6 +469,12 @@ impl Default for TrainSection {
 }
 
 mod defaults {
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn one() -> f64 {
+        1.0
+    }
     pub fn seed() -> u64 {
         1
     }

@@ -1,0 +1,106 @@
+//! `cargo xtask bench generate`: tokens per second generating 128 new tokens with sampling from
+//! a random ~3M-parameter Qwen2 (hidden 256, 4 layers, 4 heads, 2 KV heads, vocab 512), at
+//! batch 1, 8 and 64, against HF transformers on the same checkpoint in the same run.
+
+use std::path::Path;
+use std::time::Instant;
+
+use burn::tensor::backend::Backend as _;
+use rein_model::Cpu;
+use rein_model::lm::{LmConfig, LmInit, save};
+use rein_sampler::{GenerationConfig, SeededRng, generate};
+
+use crate::report::{Report, Row};
+
+const PROMPT_LEN: usize = 16;
+const NEW_TOKENS: usize = 128;
+const BATCHES: [usize; 3] = [1, 8, 64];
+/// HF transformers 5.23 (torch CPU, 2 threads) on this machine, from the issue, for when no
+/// peer can run here.
+const HF_FROM_ISSUE: [(usize, f64); 3] = [(1, 174.0), (8, 868.0), (64, 2686.0)];
+
+pub fn run() -> anyhow::Result<Report> {
+    let device = Default::default();
+    let config = LmConfig::from_json(serde_json::json!({
+        "model_type": "qwen2", "vocab_size": 512, "hidden_size": 256, "intermediate_size": 704,
+        "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 512, "tie_word_embeddings": false, "rope_theta": 10000.0
+    }))
+    .map_err(anyhow::Error::msg)?;
+    Cpu::seed(&device, 0);
+    let model = LmInit { config, std: 0.02 }.init::<Cpu>(&device);
+    let dir = Path::new("target/bench/qwen2-3m");
+    save(&model, dir)?;
+    let params: usize = burn::module::Module::num_params(&model);
+    println!("random Qwen2, {params} parameters, in {}", dir.display());
+    let peer = hf_peer(dir);
+
+    let mut report = Report::default();
+    for batch in BATCHES {
+        let mut rng = SeededRng::new(batch as u64);
+        let prompts: Vec<Vec<u32>> = (0..batch)
+            .map(|_| (0..PROMPT_LEN).map(|_| 3 + rng.below(509) as u32).collect())
+            .collect();
+        let config = |new| GenerationConfig {
+            max_new_tokens: new,
+            temperature: 1.0,
+            n: 1,
+            seed: 1,
+            ..GenerationConfig::default()
+        };
+        generate(&model, &prompts, &config(4), 0, &mut |_, _| false, &device); // warm up
+        let start = Instant::now();
+        generate(&model, &prompts, &config(1), 0, &mut |_, _| false, &device);
+        let prefill = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        let out = generate(&model, &prompts, &config(NEW_TOKENS), 0, &mut |_, _| false, &device);
+        let total = start.elapsed().as_secs_f64();
+        let tokens: usize = out.iter().map(|g| g.tokens.len()).sum();
+        println!(
+            "  batch {batch}: {tokens} tokens in {total:.2} s (prefill ≈ {:.1} ms, decode {:.2} s)",
+            prefill * 1e3,
+            total - prefill
+        );
+        let rate = tokens as f64 / total;
+        let (label, baseline) = match peer.as_ref().and_then(|p| p[batch.to_string()].as_f64()) {
+            Some(hf) => ("HF transformers, this run".to_string(), hf),
+            None => {
+                let hf = HF_FROM_ISSUE.iter().find(|(b, _)| *b == batch).map_or(0.0, |(_, r)| *r);
+                ("HF transformers (issue's figure)".to_string(), hf)
+            }
+        };
+        let target = (batch != 8).then(|| ("≥ 2× HF".to_string(), rate >= 2.0 * baseline));
+        report.push(Row {
+            name: format!("generate, batch {batch} (new tokens/s)"),
+            value: rate,
+            unit: "tok/s",
+            baseline: Some((label, baseline)),
+            target,
+        });
+    }
+    Ok(report)
+}
+
+/// HF transformers on the same checkpoint, if `.venv` has it (see benches/peers/).
+fn hf_peer(dir: &Path) -> Option<serde_json::Value> {
+    let python = Path::new(".venv/bin/python");
+    if !python.exists() {
+        println!("(no .venv with transformers: comparing with the issue's figures; see benches/peers/README.md)");
+        return None;
+    }
+    let mut cmd = std::process::Command::new(python);
+    cmd.arg("benches/peers/hf_generate.py")
+        .arg(dir)
+        .arg(PROMPT_LEN.to_string())
+        .arg(NEW_TOKENS.to_string());
+    cmd.args(BATCHES.map(|b| b.to_string()));
+    let out = cmd.output().ok()?;
+    if !out.status.success() {
+        println!(
+            "(HF peer failed: {})",
+            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+        );
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}

@@ -1,0 +1,100 @@
+//! `cargo xtask bench grpo`: seconds per GRPO step on a random ~3M-parameter Qwen2 (hidden 256,
+//! 4 layers, vocab 512): 8 prompts × 8 completions of 32 new tokens, β = 0, rewards from the
+//! sandboxed `math-answer` plugin; split into generate / reward / train.
+
+use std::path::Path;
+
+use burn::tensor::backend::Backend as _;
+use rein_model::CpuAutodiff;
+use rein_model::lm::{LmConfig, LmInit, LmTokenizer};
+use rein_plugin::PluginRuntime;
+use rein_train::lm::{ArithmeticTask, GrpoContext, WeightedReward, prepare, train_grpo};
+use rein_train::recipe::{DataSection, GrpoSection, OptimizerSection, SamplerSection};
+
+use crate::report::{Report, Row};
+
+/// TRL 1.16 `GRPOTrainer` on this machine (torch CPU, 2 threads), from the issue.
+const TRL_SECONDS_PER_STEP: f64 = 1.38;
+const STEPS: usize = 6;
+
+pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
+    let device = Default::default();
+    let config = LmConfig::from_json(serde_json::json!({
+        "model_type": "qwen2", "vocab_size": 512, "hidden_size": 256, "intermediate_size": 704,
+        "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 512, "tie_word_embeddings": false, "rope_theta": 10000.0
+    }))
+    .map_err(anyhow::Error::msg)?;
+    CpuAutodiff::seed(&device, 0);
+    let model = LmInit { config, std: 0.02 }.init::<CpuAutodiff>(&device);
+    let tokenizer = LmTokenizer::load(Path::new("recipes/assets/arithmetic-tokenizer"), &[])?;
+    let task = ArithmeticTask {
+        max_operand: 99,
+        ops: vec!["+".into()],
+        train: 512,
+        test: 0,
+    };
+    let data = DataSection {
+        task: None,
+        train: None,
+        test: None,
+        fields: Default::default(),
+        chat_template: true,
+        system_prompt: None,
+    };
+    let prompts = prepare(&task.generate(1).0, &tokenizer, &data)?;
+    let runtime = PluginRuntime::default();
+    let plugin = runtime.load(plugin_dir.join("math-answer.wasm"), Default::default())?;
+    let mut rewards = vec![WeightedReward {
+        reward: Box::new(plugin.reward(r#"{"extract": "answer"}"#)?),
+        weight: 1.0,
+    }];
+    let grpo = GrpoSection {
+        steps: STEPS,
+        prompts_per_step: 8,
+        ..GrpoSection::default()
+    };
+    // Completions always run their 32 tokens: a random model rarely says end-of-sequence.
+    let sampler = SamplerSection {
+        max_new_tokens: 32,
+        n: 8,
+        ..SamplerSection::default()
+    };
+    let optimizer = OptimizerSection {
+        lr: 1e-5,
+        weight_decay: 0.0,
+        max_grad_norm: 1.0,
+        eps: 1e-8,
+        ..OptimizerSection::default()
+    };
+    let params: usize = burn::module::Module::num_params(&model);
+    println!("random Qwen2, {params} parameters; {STEPS} steps of 8 prompts × 8 completions × 32 tokens");
+    let ctx = GrpoContext {
+        tokenizer: &tokenizer,
+        prompts: &prompts,
+        rewards: &mut rewards,
+        grpo: &grpo,
+        sampler: &sampler,
+        optimizer: &optimizer,
+        seed: 1,
+    };
+    let start = std::time::Instant::now();
+    let (_, outcome) = train_grpo(model, ctx, None, &device)?;
+    let total = start.elapsed().as_secs_f64();
+    let per_step = total / STEPS as f64;
+    println!(
+        "  per step: generate {:.3} s, reward {:.3} s, train {:.3} s",
+        outcome.generate.as_secs_f64() / STEPS as f64,
+        outcome.reward.as_secs_f64() / STEPS as f64,
+        outcome.train.as_secs_f64() / STEPS as f64
+    );
+    let mut report = Report::default();
+    report.push(Row {
+        name: "GRPO step, 8×8 completions, 32 tokens (s)".into(),
+        value: per_step,
+        unit: "s",
+        baseline: Some(("TRL 1.16 GRPOTrainer (issue's figure)".into(), TRL_SECONDS_PER_STEP)),
+        target: Some(("≤ 0.45 s".into(), per_step <= 0.45)),
+    });
+    Ok(report)
+}

@@ -1,0 +1,151 @@
+//! `rein generate`: sample continuations from a Hugging Face checkpoint.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use rein_model::lm::{ChatMessage, LmTokenizer, load};
+use rein_sampler::{FinishReason, GenerationConfig, generate};
+
+#[derive(Args, Debug)]
+pub(crate) struct GenerateArgs {
+    /// Checkpoint directory (config.json, model.safetensors, tokenizer.json).
+    #[arg(long)]
+    model: PathBuf,
+    /// One prompt.
+    #[arg(long, conflicts_with = "input", required_unless_present = "input")]
+    prompt: Option<String>,
+    /// JSON lines with a `prompt` field (one batch).
+    #[arg(long, value_name = "FILE")]
+    input: Option<PathBuf>,
+    /// Samples per prompt.
+    #[arg(long, default_value_t = 1)]
+    n: usize,
+    /// Temperature (0 = greedy).
+    #[arg(long, default_value_t = 1.0)]
+    temperature: f32,
+    /// Top-k filtering.
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Top-p (nucleus) filtering.
+    #[arg(long)]
+    top_p: Option<f32>,
+    /// Min-p filtering.
+    #[arg(long)]
+    min_p: Option<f32>,
+    /// Most new tokens per sample.
+    #[arg(long, default_value_t = 64)]
+    max_new_tokens: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Stop at this text (repeatable).
+    #[arg(long = "stop", value_name = "TEXT")]
+    stop: Vec<String>,
+    /// Wrap each prompt as a user message in the tokenizer's chat template.
+    #[arg(long)]
+    chat: bool,
+    /// Include per-token log-probabilities.
+    #[arg(long)]
+    logprobs: bool,
+}
+
+impl GenerateArgs {
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        let device = Default::default();
+        let model = load::<rein_model::Cpu>(&self.model, &device)
+            .with_context(|| format!("loading {}", self.model.display()))?;
+        let tokenizer = LmTokenizer::load(&self.model, &model.config().eos_ids())?;
+        let texts = self.prompts()?;
+        let mut prompts = Vec::with_capacity(texts.len());
+        for text in &texts {
+            let text = if self.chat {
+                let message = ChatMessage {
+                    role: "user".into(),
+                    content: text.clone(),
+                };
+                tokenizer
+                    .apply_chat_template(&[message], true)?
+                    .with_context(|| format!("--chat: {} has no chat template", self.model.display()))?
+            } else {
+                text.clone()
+            };
+            let ids = tokenizer.encode(&text)?;
+            if ids.is_empty() {
+                bail!("prompt {:?} encodes to no tokens", text);
+            }
+            prompts.push(ids);
+        }
+        let config = GenerationConfig {
+            max_new_tokens: self.max_new_tokens,
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            n: self.n.max(1),
+            stop_token_ids: tokenizer.eos_ids().to_vec(),
+            seed: self.seed,
+        };
+        let stop_texts = &self.stop;
+        let mut stop = |_: usize, tokens: &[u32]| {
+            !stop_texts.is_empty()
+                && tokenizer
+                    .decode(tokens, false)
+                    .is_ok_and(|t| stop_texts.iter().any(|s| t.contains(s.as_str())))
+        };
+        let pad = tokenizer.pad_id().unwrap_or(0);
+        let generations = generate(&model, &prompts, &config, pad, &mut stop, &device);
+        let mut out = std::io::stdout().lock();
+        for g in generations {
+            let mut completion = tokenizer.decode(&g.tokens, true)?;
+            if g.finish == FinishReason::StopCondition
+                && let Some(at) = stop_texts.iter().filter_map(|s| completion.find(s.as_str())).min()
+            {
+                completion.truncate(at);
+            }
+            let finish = match g.finish {
+                FinishReason::StopToken => "stop_token",
+                FinishReason::StopCondition => "stop_string",
+                FinishReason::Length => "length",
+            };
+            let mut line = serde_json::json!({
+                "prompt": g.prompt,
+                "sample": g.sample,
+                "completion": completion,
+                "finish": finish,
+                "tokens": g.tokens,
+            });
+            if self.logprobs {
+                line["logprobs"] = serde_json::json!(g.logprobs);
+            }
+            writeln!(out, "{line}")?;
+        }
+        Ok(())
+    }
+
+    fn prompts(&self) -> anyhow::Result<Vec<String>> {
+        if let Some(p) = &self.prompt {
+            return Ok(vec![p.clone()]);
+        }
+        let path = self.input.as_ref().context("give --prompt TEXT or --input FILE")?;
+        let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let mut prompts = Vec::new();
+        for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+            let line = line?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let value: serde_json::Value =
+                serde_json::from_str(&line).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+            let prompt = value["prompt"]
+                .as_str()
+                .with_context(|| format!("{}:{}: no string `prompt` field", path.display(), i + 1))?;
+            prompts.push(prompt.to_string());
+        }
+        if prompts.is_empty() {
+            bail!("{} holds no prompts", path.display());
+        }
+        Ok(prompts)
+    }
+}

@@ -1,0 +1,324 @@
+//! Reading and writing Hugging Face checkpoint directories.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use burn::module::Param;
+use burn::nn::{Embedding, Linear};
+use burn::tensor::{Tensor, TensorData};
+use safetensors::{Dtype, SafeTensors};
+
+use super::LoadError;
+use super::config::LmConfig;
+use super::model::{Attention, CausalLm, DecoderLayer, Mlp, RmsNorm};
+use crate::backend::Backend;
+
+/// The weights of a checkpoint: every safetensors file's bytes and which file holds each name.
+struct Weights {
+    files: Vec<(PathBuf, Vec<u8>)>,
+    index: HashMap<String, usize>,
+    used: std::cell::RefCell<std::collections::HashSet<String>>,
+}
+
+impl Weights {
+    fn open(dir: &Path) -> Result<Self, LoadError> {
+        let single = dir.join("model.safetensors");
+        let index_path = dir.join("model.safetensors.index.json");
+        let names: Vec<PathBuf> = if single.is_file() {
+            vec![single]
+        } else if index_path.is_file() {
+            let text = read(&index_path)?;
+            let index: serde_json::Value = serde_json::from_slice(&text).map_err(|e| LoadError::Json {
+                path: index_path.clone(),
+                reason: e.to_string(),
+            })?;
+            let map = index["weight_map"].as_object().ok_or_else(|| LoadError::Json {
+                path: index_path.clone(),
+                reason: "no `weight_map` object".into(),
+            })?;
+            let mut shards: Vec<PathBuf> = map.values().filter_map(|v| v.as_str()).map(|s| dir.join(s)).collect();
+            shards.sort();
+            shards.dedup();
+            shards
+        } else {
+            return Err(LoadError::Io {
+                path: dir.to_path_buf(),
+                reason: "no model.safetensors or model.safetensors.index.json".into(),
+            });
+        };
+        let mut files = Vec::new();
+        let mut index = HashMap::new();
+        for path in names {
+            let bytes = read(&path)?;
+            let parsed = SafeTensors::deserialize(&bytes).map_err(|e| LoadError::Safetensors {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+            for name in parsed.names() {
+                index.insert(name.to_string(), files.len());
+            }
+            files.push((path, bytes));
+        }
+        Ok(Self {
+            files,
+            index,
+            used: Default::default(),
+        })
+    }
+
+    /// The tensor `name` as f32, checked against `shape`.
+    fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
+        let Some(&file) = self.index.get(name) else {
+            return Err(LoadError::MissingTensor {
+                name: name.into(),
+                files: self
+                    .files
+                    .iter()
+                    .map(|(p, _)| p.file_name().unwrap_or_default().to_string_lossy().into_owned())
+                    .collect(),
+            });
+        };
+        let (path, bytes) = &self.files[file];
+        let parsed = SafeTensors::deserialize(bytes).map_err(|e| LoadError::Safetensors {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        let view = parsed.tensor(name).map_err(|e| LoadError::Safetensors {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        if view.shape() != shape {
+            return Err(LoadError::Shape {
+                name: name.into(),
+                expected: shape.to_vec(),
+                found: view.shape().to_vec(),
+            });
+        }
+        self.used.borrow_mut().insert(name.to_string());
+        let data = view.data();
+        let values = match view.dtype() {
+            Dtype::F32 => data
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            Dtype::F64 => data
+                .chunks_exact(8)
+                .map(|b| f64::from_le_bytes(b.try_into().unwrap_or_default()) as f32)
+                .collect(),
+            Dtype::F16 => data
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            Dtype::BF16 => data
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            other => {
+                return Err(LoadError::Dtype {
+                    name: name.into(),
+                    dtype: format!("{other:?}"),
+                });
+            }
+        };
+        Ok(values)
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    /// Tensors never read, except ones known to be redundant.
+    fn unused(&self, tied: bool) -> Vec<String> {
+        let used = self.used.borrow();
+        let mut names: Vec<String> = self
+            .index
+            .keys()
+            .filter(|n| !(used.contains(*n) || n.ends_with("rotary_emb.inv_freq") || tied && *n == "lm_head.weight"))
+            .cloned()
+            .collect();
+        names.sort();
+        names.truncate(10);
+        names
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
+    std::fs::read(path).map_err(|e| LoadError::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+/// Reads `config.json` (transformers 4 and 5 layouts).
+pub(crate) fn read_config(dir: &Path) -> Result<(LmConfig, serde_json::Value), LoadError> {
+    let path = dir.join("config.json");
+    let text = read(&path)?;
+    let raw: serde_json::Value = serde_json::from_slice(&text).map_err(|e| LoadError::Json {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    let config = LmConfig::from_json(raw.clone()).map_err(|e| LoadError::Json { path, reason: e })?;
+    config.validate()?;
+    Ok((config, raw))
+}
+
+/// Loads the model in `dir` onto `device`.
+pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, LoadError> {
+    let (config, _) = read_config(dir)?;
+    let weights = Weights::open(dir)?;
+    let (hidden, inter) = (config.hidden_size, config.intermediate_size);
+    let (q_out, kv_out) = (
+        config.num_attention_heads * config.head_dim(),
+        config.kv_heads() * config.head_dim(),
+    );
+    let tensor1 = |name: &str, n: usize| -> Result<Tensor<B, 1>, LoadError> {
+        Ok(Tensor::from_data(
+            TensorData::new(weights.get(name, &[n])?, [n]),
+            device,
+        ))
+    };
+    // HF linear weights are [out, in]; burn's are [in, out]: a transposed view, no copy.
+    let linear = |prefix: &str, input: usize, output: usize, bias: bool| -> Result<Linear<B>, LoadError> {
+        let w = weights.get(&format!("{prefix}.weight"), &[output, input])?;
+        let weight = Tensor::<B, 2>::from_data(TensorData::new(w, [output, input]), device).transpose();
+        let bias = if bias {
+            Some(Param::from_tensor(tensor1(&format!("{prefix}.bias"), output)?))
+        } else {
+            None
+        };
+        Ok(Linear {
+            weight: Param::from_tensor(weight),
+            bias,
+        })
+    };
+    let norm =
+        |name: &str| -> Result<RmsNorm<B>, LoadError> { Ok(RmsNorm::new(tensor1(name, hidden)?, config.rms_norm_eps)) };
+
+    let embed = weights.get("model.embed_tokens.weight", &[config.vocab_size, hidden])?;
+    let embed_tokens = Embedding {
+        weight: Param::from_tensor(Tensor::from_data(
+            TensorData::new(embed, [config.vocab_size, hidden]),
+            device,
+        )),
+    };
+    let mut layers = Vec::with_capacity(config.num_hidden_layers);
+    for i in 0..config.num_hidden_layers {
+        let p = format!("model.layers.{i}");
+        let attn = Attention::new(
+            linear(&format!("{p}.self_attn.q_proj"), hidden, q_out, config.qkv_bias())?,
+            linear(&format!("{p}.self_attn.k_proj"), hidden, kv_out, config.qkv_bias())?,
+            linear(&format!("{p}.self_attn.v_proj"), hidden, kv_out, config.qkv_bias())?,
+            linear(&format!("{p}.self_attn.o_proj"), q_out, hidden, config.o_bias())?,
+            &config,
+        );
+        layers.push(DecoderLayer {
+            input_layernorm: norm(&format!("{p}.input_layernorm.weight"))?,
+            self_attn: attn,
+            post_attention_layernorm: norm(&format!("{p}.post_attention_layernorm.weight"))?,
+            mlp: Mlp {
+                gate_proj: linear(&format!("{p}.mlp.gate_proj"), hidden, inter, config.mlp_bias)?,
+                up_proj: linear(&format!("{p}.mlp.up_proj"), hidden, inter, config.mlp_bias)?,
+                down_proj: linear(&format!("{p}.mlp.down_proj"), inter, hidden, config.mlp_bias)?,
+            },
+        });
+    }
+    let final_norm = norm("model.norm.weight")?;
+    let tied = config.tie_word_embeddings || !weights.has("lm_head.weight");
+    let lm_head = if tied {
+        None
+    } else {
+        Some(linear("lm_head", hidden, config.vocab_size, false)?)
+    };
+    let unused = weights.unused(tied);
+    if !unused.is_empty() {
+        return Err(LoadError::UnexpectedTensors { names: unused });
+    }
+    let mut config = config;
+    config.tie_word_embeddings = tied;
+    Ok(CausalLm::from_parts(config, embed_tokens, layers, final_norm, lm_head))
+}
+
+/// Writes `model` to `dir` as a Hugging Face checkpoint (`config.json`, `model.safetensors`,
+/// f32), loadable by transformers. Tokenizer files are the caller's to copy.
+pub fn save<B: Backend>(model: &CausalLm<B>, dir: &Path) -> Result<(), LoadError> {
+    let io = |path: &Path, e: std::io::Error| LoadError::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let config = model.config();
+    let mut tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)> = BTreeMap::new();
+    let mut put = |name: String, t: Tensor<B, 2>| {
+        let dims = t.dims().to_vec();
+        tensors.insert(
+            name,
+            (dims, t.into_data().convert::<f32>().to_vec::<f32>().unwrap_or_default()),
+        );
+    };
+    put("model.embed_tokens.weight".into(), model.embed_tokens.weight.val());
+    let linear = |prefix: String, l: &Linear<B>, put: &mut dyn FnMut(String, Tensor<B, 2>)| {
+        put(format!("{prefix}.weight"), l.weight.val().transpose());
+        if let Some(b) = &l.bias {
+            put(format!("{prefix}.bias"), b.val().unsqueeze::<2>());
+        }
+    };
+    for (i, layer) in model.layers.iter().enumerate() {
+        let p = format!("model.layers.{i}");
+        let a = &layer.self_attn;
+        linear(format!("{p}.self_attn.q_proj"), &a.q_proj, &mut put);
+        linear(format!("{p}.self_attn.k_proj"), &a.k_proj, &mut put);
+        linear(format!("{p}.self_attn.v_proj"), &a.v_proj, &mut put);
+        linear(format!("{p}.self_attn.o_proj"), &a.o_proj, &mut put);
+        linear(format!("{p}.mlp.gate_proj"), &layer.mlp.gate_proj, &mut put);
+        linear(format!("{p}.mlp.up_proj"), &layer.mlp.up_proj, &mut put);
+        linear(format!("{p}.mlp.down_proj"), &layer.mlp.down_proj, &mut put);
+        put(
+            format!("{p}.input_layernorm.weight"),
+            layer.input_layernorm.weight.val().unsqueeze::<2>(),
+        );
+        put(
+            format!("{p}.post_attention_layernorm.weight"),
+            layer.post_attention_layernorm.weight.val().unsqueeze::<2>(),
+        );
+    }
+    put("model.norm.weight".into(), model.norm.weight.val().unsqueeze::<2>());
+    if let Some(head) = &model.lm_head {
+        linear("lm_head".into(), head, &mut put);
+    }
+    // 1-D tensors went through [1, n]: store them with their real shape.
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+        .into_iter()
+        .map(|(name, (dims, values))| {
+            let shape = if dims[0] == 1 && (name.ends_with("bias") || name.contains("norm")) {
+                vec![dims[1]]
+            } else {
+                dims
+            };
+            (name, shape, values.iter().flat_map(|v| v.to_le_bytes()).collect())
+        })
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
+        .iter()
+        .map(|(name, shape, data)| {
+            let view = safetensors::tensor::TensorView::new(Dtype::F32, shape.clone(), data).map_err(|e| {
+                LoadError::Safetensors {
+                    path: dir.join("model.safetensors"),
+                    reason: e.to_string(),
+                }
+            })?;
+            Ok((name.clone(), view))
+        })
+        .collect::<Result<_, LoadError>>()?;
+    let path = dir.join("model.safetensors");
+    let metadata = Some(std::collections::HashMap::from([(
+        "format".to_string(),
+        "pt".to_string(),
+    )]));
+    safetensors::serialize_to_file(views, metadata, &path).map_err(|e| LoadError::Safetensors {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    let config_path = dir.join("config.json");
+    std::fs::write(&config_path, config.to_hf_json()).map_err(|e| io(&config_path, e))?;
+    Ok(())
+}

@@ -1,0 +1,102 @@
+//! Causal language models of the Llama / Qwen2 / Mistral / SmolLM family, loaded from and saved
+//! to Hugging Face checkpoint directories.
+//!
+//! A checkpoint directory holds `config.json`, `model.safetensors` (or shards listed in
+//! `model.safetensors.index.json`), `tokenizer.json` and optionally `tokenizer_config.json`
+//! (special tokens, chat template). f16 and bf16 weights are upcast to f32 on load.
+
+mod cache;
+mod checkpoint;
+mod config;
+mod init;
+mod model;
+mod rope;
+mod tokenizer;
+
+use std::path::PathBuf;
+
+pub use cache::{KvCache, LayerCache};
+pub use checkpoint::{load, save};
+pub use config::{LmConfig, RopeScaling, TokenIds};
+pub use init::LmInit;
+pub use model::{Attention, CausalLm, Context, DecoderLayer, Mlp, RmsNorm};
+pub use rope::{Rope, inverse_frequencies};
+pub use tokenizer::{ChatMessage, LmTokenizer};
+
+/// Why a checkpoint cannot be loaded or saved. Each names the file, tensor or field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// A file cannot be read or written.
+    #[error("{}: {reason}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's reason.
+        reason: String,
+    },
+    /// A JSON file is malformed.
+    #[error("{}: {reason}", path.display())]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// The parser's reason.
+        reason: String,
+    },
+    /// The architecture uses something rein does not implement.
+    #[error("config.json: `{field}`: {reason}")]
+    Unsupported {
+        /// The config field.
+        field: String,
+        /// What is unsupported.
+        reason: String,
+    },
+    /// A weight the architecture needs is not in the checkpoint.
+    #[error("missing tensor `{name}` (looked in {})", files.join(", "))]
+    MissingTensor {
+        /// The tensor's name.
+        name: String,
+        /// The files searched.
+        files: Vec<String>,
+    },
+    /// Weights in the checkpoint that the architecture does not use.
+    #[error("unexpected tensors (is this the right architecture?): {}", names.join(", "))]
+    UnexpectedTensors {
+        /// Their names (up to ten).
+        names: Vec<String>,
+    },
+    /// A weight has the wrong shape for the config.
+    #[error("tensor `{name}` has shape {found:?}, but config.json implies {expected:?}")]
+    Shape {
+        /// The tensor's name.
+        name: String,
+        /// The shape the config implies.
+        expected: Vec<usize>,
+        /// The shape in the file.
+        found: Vec<usize>,
+    },
+    /// A weight is stored in a dtype rein cannot read.
+    #[error("tensor `{name}` is {dtype}; supported: F32, F16, BF16, F64")]
+    Dtype {
+        /// The tensor's name.
+        name: String,
+        /// Its dtype.
+        dtype: String,
+    },
+    /// The safetensors data is malformed.
+    #[error("{}: not a valid safetensors file: {reason}", path.display())]
+    Safetensors {
+        /// The file.
+        path: PathBuf,
+        /// The parser's reason.
+        reason: String,
+    },
+    /// The tokenizer cannot be loaded or does not fit the model.
+    #[error("{}: {reason}", path.display())]
+    Tokenizer {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}

@@ -1,0 +1,331 @@
+//! The decoder-only transformer of the Llama / Qwen2 / Mistral family.
+//!
+//! ```text
+//! h₀ = E[x]
+//! hₗ' = hₗ + W_o · Attn(RoPE(W_q RMSNorm(hₗ)), RoPE(W_k RMSNorm(hₗ)), W_v RMSNorm(hₗ))   (grouped-query, causal)
+//! hₗ₊₁ = hₗ' + W_down (SiLU(W_gate RMSNorm(hₗ')) ⊙ W_up RMSNorm(hₗ'))
+//! logits = W_head RMSNorm(h_L)          (W_head = E when embeddings are tied)
+//! ```
+
+use burn::module::{Module, Param};
+use burn::nn::{Embedding, Linear};
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::{Bool, Int, Tensor};
+
+use super::cache::{KvCache, LayerCache};
+use super::config::LmConfig;
+use super::rope::Rope;
+use crate::backend::Backend;
+
+/// RMSNorm as transformers computes it: `w ⊙ x / sqrt(mean(x²) + ε)`.
+#[derive(Module, Debug)]
+pub struct RmsNorm<B: Backend> {
+    /// `[hidden]`.
+    pub weight: Param<Tensor<B, 1>>,
+    #[module(skip)]
+    eps: f64,
+}
+
+impl<B: Backend> RmsNorm<B> {
+    /// A norm over `weight.len()` features.
+    pub fn new(weight: Tensor<B, 1>, eps: f64) -> Self {
+        Self {
+            weight: Param::from_tensor(weight),
+            eps,
+        }
+    }
+
+    /// # Shapes
+    /// `[.., hidden]` → same
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        let rms = x.clone().powi_scalar(2).mean_dim(D - 1).add_scalar(self.eps).sqrt();
+        let weight = self.weight.val().unsqueeze::<D>();
+        (x / rms) * weight
+    }
+}
+
+/// Grouped-query self-attention with rotary embeddings.
+#[derive(Module, Debug)]
+pub struct Attention<B: Backend> {
+    /// `W_q`.
+    pub q_proj: Linear<B>,
+    /// `W_k`.
+    pub k_proj: Linear<B>,
+    /// `W_v`.
+    pub v_proj: Linear<B>,
+    /// `W_o`.
+    pub o_proj: Linear<B>,
+    #[module(skip)]
+    heads: usize,
+    #[module(skip)]
+    kv_heads: usize,
+    #[module(skip)]
+    head_dim: usize,
+}
+
+/// The SwiGLU MLP.
+#[derive(Module, Debug)]
+pub struct Mlp<B: Backend> {
+    /// `W_gate`.
+    pub gate_proj: Linear<B>,
+    /// `W_up`.
+    pub up_proj: Linear<B>,
+    /// `W_down`.
+    pub down_proj: Linear<B>,
+}
+
+/// One pre-norm decoder layer.
+#[derive(Module, Debug)]
+pub struct DecoderLayer<B: Backend> {
+    /// Norm before attention.
+    pub input_layernorm: RmsNorm<B>,
+    /// Self-attention.
+    pub self_attn: Attention<B>,
+    /// Norm before the MLP.
+    pub post_attention_layernorm: RmsNorm<B>,
+    /// The MLP.
+    pub mlp: Mlp<B>,
+}
+
+/// A causal language model (`LlamaForCausalLM`, `Qwen2ForCausalLM`, `MistralForCausalLM`).
+#[derive(Module, Debug)]
+pub struct CausalLm<B: Backend> {
+    /// Token embeddings, `[vocab, hidden]`.
+    pub embed_tokens: Embedding<B>,
+    /// Decoder layers.
+    pub layers: Vec<DecoderLayer<B>>,
+    /// Final norm.
+    pub norm: RmsNorm<B>,
+    /// The LM head; `None` when tied to the embeddings.
+    pub lm_head: Option<Linear<B>>,
+    #[module(skip)]
+    config: LmConfig,
+}
+
+/// What one forward pass attends over.
+pub struct Context<'a, B: Backend> {
+    /// Rotary tables covering every position used.
+    pub rope: &'a Rope<B>,
+    /// Position of each token, `[batch, seq]` (left-padded rows start at 0 on their first real token).
+    pub positions: Tensor<B, 2, Int>,
+    /// `true` where a token is padding, `[batch, seq]`; `None` when there is none.
+    pub padding: Option<Tensor<B, 2, Bool>>,
+}
+
+impl<B: Backend> Attention<B> {
+    fn forward(
+        &self,
+        x: Tensor<B, 3>,
+        ctx: &Context<'_, B>,
+        cache: Option<&mut LayerCache<B>>,
+        key_padding: Option<Tensor<B, 2, Bool>>,
+    ) -> Tensor<B, 3> {
+        let [batch, seq, _] = x.dims();
+        let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
+        let split = |t: Tensor<B, 3>, heads: usize| t.reshape([batch, seq, heads, d]).swap_dims(1, 2);
+        let q = ctx
+            .rope
+            .apply(split(project(&self.q_proj, x.clone()), h), &ctx.positions);
+        let k = ctx
+            .rope
+            .apply(split(project(&self.k_proj, x.clone()), kvh), &ctx.positions);
+        let v = split(project(&self.v_proj, x), kvh);
+        let (k, v, offset) = match cache {
+            Some(cache) => {
+                let offset = cache.len();
+                let (k, v) = cache.append(k, v);
+                (k, v, offset)
+            }
+            None => (k, v, 0),
+        };
+        let keys = k.dims()[2];
+        let rep = h / kvh;
+        let out = if seq == 1 {
+            // Decoding one token: fold the query heads of each key/value group into the query
+            // axis, so keys and values are never repeated.
+            let q = q.reshape([batch, kvh, rep, d]);
+            let mask = key_padding.map(|p| p.reshape([batch, 1, 1, keys]).expand([batch, kvh, rep, keys]));
+            attention(q, k, v, mask, None, AttentionModuleOptions::default()).reshape([batch, h, 1, d])
+        } else {
+            let repeat = |t: Tensor<B, 4>| {
+                if rep == 1 {
+                    t
+                } else {
+                    t.unsqueeze_dim::<5>(2)
+                        .expand([batch, kvh, rep, keys, d])
+                        .reshape([batch, h, keys, d])
+                }
+            };
+            let mask = attention_mask::<B>(batch, seq, keys, offset, key_padding, &q.device());
+            attention(
+                q,
+                repeat(k),
+                repeat(v),
+                Some(mask.expand([batch, h, seq, keys])),
+                None,
+                AttentionModuleOptions::default(),
+            )
+        };
+        project(&self.o_proj, out.swap_dims(1, 2).reshape([batch, seq, h * d]))
+    }
+}
+
+/// A linear layer on `[batch, seq, in]` as one `[batch·seq, in] × [in, out]` matrix product.
+/// burn's `Linear` on a 3-D input runs a batched product with one small matrix per sequence
+/// (a matrix-vector product per sequence when decoding), which wastes the weights' reuse.
+fn project<B: Backend>(layer: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    let [batch, seq, width] = x.dims();
+    let y = layer.forward(x.reshape([batch * seq, width]));
+    let out = y.dims()[1];
+    y.reshape([batch, seq, out])
+}
+
+/// `true` where a query may not attend: future keys, and padding keys other than itself (a
+/// padding query keeps itself so no row is fully masked).
+///
+/// # Shapes
+/// → `[batch, 1, seq, keys]`; queries are the last `seq` of `keys` positions.
+fn attention_mask<B: Backend>(
+    batch: usize,
+    seq: usize,
+    keys: usize,
+    offset: usize,
+    key_padding: Option<Tensor<B, 2, Bool>>,
+    device: &B::Device,
+) -> Tensor<B, 4, Bool> {
+    let query_pos = Tensor::<B, 1, Int>::arange(offset as i64..(offset + seq) as i64, device).reshape([1, 1, seq, 1]);
+    let key_pos = Tensor::<B, 1, Int>::arange(0..keys as i64, device).reshape([1, 1, 1, keys]);
+    let future = key_pos.clone().greater(query_pos.clone());
+    let Some(padding) = key_padding else {
+        return future.expand([batch, 1, seq, keys]);
+    };
+    let other = key_pos.not_equal(query_pos);
+    let padded = padding.reshape([batch, 1, 1, keys]);
+    future
+        .expand([batch, 1, seq, keys])
+        .bool_or(padded.bool_and(other.expand([batch, 1, seq, keys])))
+}
+
+impl<B: Backend> Mlp<B> {
+    fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let gate = burn::tensor::activation::silu(project(&self.gate_proj, x.clone()));
+        project(&self.down_proj, gate * project(&self.up_proj, x))
+    }
+}
+
+impl<B: Backend> DecoderLayer<B> {
+    fn forward(
+        &self,
+        x: Tensor<B, 3>,
+        ctx: &Context<'_, B>,
+        cache: Option<&mut LayerCache<B>>,
+        key_padding: Option<Tensor<B, 2, Bool>>,
+    ) -> Tensor<B, 3> {
+        let x = x.clone()
+            + self
+                .self_attn
+                .forward(self.input_layernorm.forward(x), ctx, cache, key_padding);
+        x.clone() + self.mlp.forward(self.post_attention_layernorm.forward(x))
+    }
+}
+
+impl<B: Backend> CausalLm<B> {
+    /// Assembles a model from its parts (see [`super::checkpoint`] for loading and
+    /// [`super::init`] for random initialisation).
+    pub(crate) fn from_parts(
+        config: LmConfig,
+        embed_tokens: Embedding<B>,
+        layers: Vec<DecoderLayer<B>>,
+        norm: RmsNorm<B>,
+        lm_head: Option<Linear<B>>,
+    ) -> Self {
+        Self {
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            config,
+        }
+    }
+
+    /// The architecture.
+    pub fn config(&self) -> &LmConfig {
+        &self.config
+    }
+
+    /// Rotary tables for positions `0..max_len`.
+    pub fn rope(&self, max_len: usize, device: &B::Device) -> Rope<B> {
+        Rope::new(&self.config, max_len, device)
+    }
+
+    /// The final hidden states (after the last norm).
+    ///
+    /// With a cache, the new keys and values are appended to it and attention covers everything
+    /// cached so far; `ctx.padding` then describes the new tokens only.
+    ///
+    /// # Shapes
+    /// - `tokens`: `[batch, seq]` → `[batch, seq, hidden]`
+    pub fn hidden(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        ctx: &Context<'_, B>,
+        mut cache: Option<&mut KvCache<B>>,
+    ) -> Tensor<B, 3> {
+        let key_padding = match cache.as_deref_mut() {
+            Some(cache) => cache.push_padding(ctx.padding.clone(), tokens.dims()),
+            None => ctx.padding.clone(),
+        };
+        let mut x = self.embed_tokens.forward(tokens);
+        for (i, layer) in self.layers.iter().enumerate() {
+            let layer_cache = cache.as_deref_mut().map(|c| c.layer(i));
+            x = layer.forward(x, ctx, layer_cache, key_padding.clone());
+        }
+        if let Some(cache) = cache {
+            cache.commit();
+        }
+        self.norm.forward(x)
+    }
+
+    /// Logits over the vocabulary.
+    ///
+    /// # Shapes
+    /// - `hidden`: `[batch, seq, hidden]` → `[batch, seq, vocab]`
+    pub fn logits(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
+        match &self.lm_head {
+            Some(head) => project(head, hidden),
+            None => {
+                let [batch, seq, width] = hidden.dims();
+                let weight = self.embed_tokens.weight.val();
+                hidden
+                    .reshape([batch * seq, width])
+                    .matmul(weight.transpose())
+                    .reshape([batch, seq, self.config.vocab_size])
+            }
+        }
+    }
+
+    /// `logits(hidden(tokens))`.
+    pub fn forward(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        ctx: &Context<'_, B>,
+        cache: Option<&mut KvCache<B>>,
+    ) -> Tensor<B, 3> {
+        self.logits(self.hidden(tokens, ctx, cache))
+    }
+}
+
+impl<B: Backend> Attention<B> {
+    pub(crate) fn new(q: Linear<B>, k: Linear<B>, v: Linear<B>, o: Linear<B>, config: &LmConfig) -> Self {
+        Self {
+            q_proj: q,
+            k_proj: k,
+            v_proj: v,
+            o_proj: o,
+            heads: config.num_attention_heads,
+            kv_heads: config.kv_heads(),
+            head_dim: config.head_dim(),
+        }
+    }
+}

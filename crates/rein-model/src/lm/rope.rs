@@ -1,0 +1,142 @@
+//! Rotary position embeddings (Su et al. 2021), the Hugging Face "rotate half" layout.
+//!
+//! ```text
+//! inv_freq_i = 1 / θ^(2i / d)                       (then scaled: linear ÷ factor, or Llama 3's bands)
+//! x' = x · cos(p · inv_freq) + rotate_half(x) · sin(p · inv_freq),   rotate_half([a, b]) = [−b, a]
+//! ```
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+
+use super::config::LmConfig;
+
+/// The inverse frequencies, computed in `f32` as transformers does, with scaling applied.
+pub fn inverse_frequencies(config: &LmConfig) -> Vec<f32> {
+    let dim = config.head_dim();
+    let base = config.rope_theta as f32;
+    let inv: Vec<f32> = (0..dim / 2)
+        .map(|i| 1.0 / base.powf((2 * i) as f32 / dim as f32))
+        .collect();
+    let Some(scaling) = &config.rope_scaling else {
+        return inv;
+    };
+    let factor = scaling.factor as f32;
+    match scaling.rope_type.as_str() {
+        "linear" => inv.iter().map(|f| f / factor).collect(),
+        "llama3" => {
+            let low = scaling.low_freq_factor.unwrap_or(1.0) as f32;
+            let high = scaling.high_freq_factor.unwrap_or(4.0) as f32;
+            let old = scaling.original_max_position_embeddings.unwrap_or(8192) as f32;
+            let (low_wavelen, high_wavelen) = (old / low, old / high);
+            inv.iter()
+                .map(|&f| {
+                    let wavelen = 2.0 * std::f32::consts::PI / f;
+                    if wavelen > low_wavelen {
+                        f / factor
+                    } else if wavelen < high_wavelen {
+                        f
+                    } else {
+                        let smooth = (old / wavelen - low) / (high - low);
+                        (1.0 - smooth) * f / factor + smooth * f
+                    }
+                })
+                .collect()
+        }
+        _ => inv,
+    }
+}
+
+/// Precomputed `cos` and `sin` tables for positions `0..max_len`.
+#[derive(Debug, Clone)]
+pub struct Rope<B: Backend> {
+    /// `[max_len, head_dim]`.
+    cos: Tensor<B, 2>,
+    /// `[max_len, head_dim]`.
+    sin: Tensor<B, 2>,
+    half: usize,
+}
+
+impl<B: Backend> Rope<B> {
+    /// Tables for `max_len` positions.
+    pub fn new(config: &LmConfig, max_len: usize, device: &B::Device) -> Self {
+        let inv = inverse_frequencies(config);
+        let half = inv.len();
+        let mut cos = Vec::with_capacity(max_len * half * 2);
+        let mut sin = Vec::with_capacity(max_len * half * 2);
+        for p in 0..max_len {
+            for _ in 0..2 {
+                for &f in &inv {
+                    let angle = p as f32 * f;
+                    cos.push(angle.cos());
+                    sin.push(angle.sin());
+                }
+            }
+        }
+        let table = |v: Vec<f32>| Tensor::from_data(TensorData::new(v, [max_len, 2 * half]), device);
+        Self {
+            cos: table(cos),
+            sin: table(sin),
+            half,
+        }
+    }
+
+    /// Positions the tables cover.
+    pub fn max_len(&self) -> usize {
+        self.cos.dims()[0]
+    }
+
+    /// Rotates `x` by per-token positions.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, heads, seq, head_dim]`, `positions`: `[batch, seq]` → like `x`
+    pub fn apply(&self, x: Tensor<B, 4>, positions: &Tensor<B, 2, Int>) -> Tensor<B, 4> {
+        let [batch, _, seq, dim] = x.dims();
+        let flat = positions.clone().reshape([batch * seq]);
+        let cos = self.cos.clone().select(0, flat.clone()).reshape([batch, 1, seq, dim]);
+        let sin = self.sin.clone().select(0, flat).reshape([batch, 1, seq, dim]);
+        let first = x.clone().narrow(3, 0, self.half);
+        let second = x.clone().narrow(3, self.half, self.half);
+        let rotated = Tensor::cat(vec![second.neg(), first], 3);
+        x * cos + rotated * sin
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(scaling: Option<&str>) -> LmConfig {
+        let scaling = scaling.map(|s| format!(r#", "rope_scaling": {s}"#)).unwrap_or_default();
+        LmConfig::from_json(
+            serde_json::from_str(&format!(
+                r#"{{"model_type": "llama", "vocab_size": 8, "hidden_size": 16, "intermediate_size": 8,
+                "num_hidden_layers": 1, "num_attention_heads": 2, "rope_theta": 10000.0{scaling}}}"#
+            ))
+            .unwrap(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn default_and_linear_frequencies() {
+        let inv = inverse_frequencies(&config(None));
+        assert_eq!(inv.len(), 4);
+        assert_eq!(inv[0], 1.0);
+        assert!((inv[1] - 0.1).abs() < 1e-7);
+        let linear = inverse_frequencies(&config(Some(r#"{"type": "linear", "factor": 2.0}"#)));
+        assert_eq!(linear[0], 0.5);
+    }
+
+    #[test]
+    fn llama3_keeps_high_frequencies_and_scales_low_ones() {
+        let inv = inverse_frequencies(&config(None));
+        let scaled = inverse_frequencies(&config(Some(
+            r#"{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}"#,
+        )));
+        assert_eq!(scaled[0], inv[0], "wavelength 2π < 16: kept");
+        assert!(
+            (scaled[3] - inv[3] / 8.0).abs() < 1e-9,
+            "wavelength 2π·1000 > 64: scaled"
+        );
+    }
+}

@@ -1,0 +1,187 @@
+//! Tokenizers from `tokenizer.json` (the `tokenizers` library) with the special tokens and chat
+//! template of `tokenizer_config.json`.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::LoadError;
+
+/// One chat message for [`LmTokenizer::apply_chat_template`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+/// A checkpoint's tokenizer.
+#[derive(Clone)]
+pub struct LmTokenizer {
+    inner: tokenizers::Tokenizer,
+    path: PathBuf,
+    eos_ids: Vec<u32>,
+    pad_id: Option<u32>,
+    chat_template: Option<String>,
+    bos_token: Option<String>,
+    eos_token: Option<String>,
+}
+
+impl std::fmt::Debug for LmTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LmTokenizer")
+            .field("path", &self.path)
+            .field("vocab", &self.vocab_size())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A special token in `tokenizer_config.json`: a string or `{"content": ...}`.
+fn token_text(value: &serde_json::Value) -> Option<String> {
+    match value {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Object(m) => m.get("content").and_then(|c| c.as_str()).map(String::from),
+        _ => None,
+    }
+}
+
+impl LmTokenizer {
+    /// Loads `tokenizer.json` and, when present, `tokenizer_config.json` from `dir`. End-of-
+    /// sequence ids come from the tokenizer config's `eos_token` plus `extra_eos_ids` (from the
+    /// model config).
+    pub fn load(dir: &Path, extra_eos_ids: &[u32]) -> Result<Self, LoadError> {
+        let path = dir.join("tokenizer.json");
+        let inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| LoadError::Tokenizer {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        let config_path = dir.join("tokenizer_config.json");
+        let config: serde_json::Value = match std::fs::read(&config_path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| LoadError::Json {
+                path: config_path.clone(),
+                reason: e.to_string(),
+            })?,
+            Err(_) => serde_json::Value::Null,
+        };
+        let lookup = |key: &str| -> Result<Option<(String, u32)>, LoadError> {
+            let Some(text) = config.get(key).and_then(token_text) else {
+                return Ok(None);
+            };
+            let id = inner.token_to_id(&text).ok_or_else(|| LoadError::Tokenizer {
+                path: config_path.clone(),
+                reason: format!("`{key}` is `{text}`, which is not in the vocabulary"),
+            })?;
+            Ok(Some((text, id)))
+        };
+        let eos = lookup("eos_token")?;
+        let pad = lookup("pad_token")?;
+        let bos = lookup("bos_token")?;
+        let mut eos_ids: Vec<u32> = eos
+            .iter()
+            .map(|(_, id)| *id)
+            .chain(extra_eos_ids.iter().copied())
+            .collect();
+        eos_ids.sort_unstable();
+        eos_ids.dedup();
+        let chat_template = match config.get("chat_template") {
+            Some(serde_json::Value::String(t)) => Some(t.clone()),
+            _ => None,
+        };
+        Ok(Self {
+            inner,
+            path,
+            eos_ids,
+            pad_id: pad.map(|(_, id)| id).or(eos.as_ref().map(|(_, id)| *id)),
+            chat_template,
+            bos_token: bos.map(|(t, _)| t),
+            eos_token: eos.map(|(t, _)| t),
+        })
+    }
+
+    /// Token ids of `text` (special tokens written in the text are recognised; none are added).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, LoadError> {
+        self.inner
+            .encode(text, false)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| LoadError::Tokenizer {
+                path: self.path.clone(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Text of `ids`, optionally without special tokens.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String, LoadError> {
+        self.inner.decode(ids, skip_special).map_err(|e| LoadError::Tokenizer {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Vocabulary size, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// Ids that end a sequence.
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.eos_ids
+    }
+
+    /// The padding id (the pad token, else the end-of-sequence token).
+    pub fn pad_id(&self) -> Option<u32> {
+        self.pad_id
+    }
+
+    /// Whether `tokenizer_config.json` has a chat template.
+    pub fn has_chat_template(&self) -> bool {
+        self.chat_template.is_some()
+    }
+
+    /// Renders `messages` with the chat template (Jinja, as transformers does); `None` when
+    /// the tokenizer has no template.
+    pub fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<Option<String>, LoadError> {
+        let Some(template) = &self.chat_template else {
+            return Ok(None);
+        };
+        let fail = |e: minijinja::Error| LoadError::Tokenizer {
+            path: self.path.with_file_name("tokenizer_config.json"),
+            reason: format!("chat template: {e}"),
+        };
+        let mut env = minijinja::Environment::new();
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_template("chat", template).map_err(fail)?;
+        let rendered = env
+            .get_template("chat")
+            .map_err(fail)?
+            .render(minijinja::context! {
+                messages => messages,
+                add_generation_prompt => add_generation_prompt,
+                bos_token => self.bos_token.clone().unwrap_or_default(),
+                eos_token => self.eos_token.clone().unwrap_or_default(),
+            })
+            .map_err(fail)?;
+        Ok(Some(rendered))
+    }
+
+    /// Copies `tokenizer.json` (and `tokenizer_config.json` when present) into `dir`.
+    pub fn save(&self, dir: &Path) -> Result<(), LoadError> {
+        for name in ["tokenizer.json", "tokenizer_config.json"] {
+            let from = self.path.with_file_name(name);
+            if from.is_file() {
+                let to = dir.join(name);
+                if from != to {
+                    std::fs::copy(&from, &to).map_err(|e| LoadError::Io {
+                        path: to.clone(),
+                        reason: e.to_string(),
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,168 @@
+//! Held-out evaluation: greedy pass@1, sampled pass@k and maj@k, judged by the same reward
+//! plugins the run trains with.
+
+use rein_core::{CompletionScore, Group, RewardFn};
+use rein_model::Backend;
+use rein_model::lm::{CausalLm, LmTokenizer};
+use rein_sampler::{GenerationConfig, generate};
+use serde::Serialize;
+
+use super::Prompt;
+
+/// Accuracy figures on the held-out split.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct EvalReport {
+    /// Prompts evaluated.
+    pub examples: usize,
+    /// Fraction answered correctly by the greedy completion.
+    pub greedy_accuracy: f64,
+    /// Samples per prompt for the sampled figures.
+    pub k: usize,
+    /// Fraction with at least one correct sample out of `k`.
+    pub pass_at_k: Option<f64>,
+    /// Fraction whose majority answer among `k` samples is correct.
+    pub maj_at_k: Option<f64>,
+}
+
+/// Whether a completion counts as correct: a `correct` component of 1, or else a positive score.
+pub fn is_correct(score: &CompletionScore) -> bool {
+    match score.components.iter().find(|(name, _)| name == "correct") {
+        Some((_, v)) => *v >= 1.0,
+        None => score.score.is_some_and(|s| s > 0.0),
+    }
+}
+
+/// Settings of one evaluation.
+pub struct EvalSettings<'a> {
+    /// Samples per prompt for pass@k / maj@k (0 = greedy only).
+    pub k: usize,
+    /// Temperature for the samples.
+    pub temperature: f32,
+    /// Most new tokens.
+    pub max_new_tokens: usize,
+    /// Prompts per generation batch.
+    pub batch: usize,
+    /// Seed of the samples.
+    pub seed: u64,
+    /// Extra stop strings.
+    pub stop: &'a [String],
+}
+
+/// Evaluates `model` on `prompts` with `accuracy` as the judge and `majority` (a majority-vote
+/// reward reporting an `agreement` component) for maj@k.
+pub fn evaluate<B: Backend>(
+    model: &CausalLm<B>,
+    tokenizer: &LmTokenizer,
+    prompts: &[Prompt],
+    accuracy: &mut dyn RewardFn,
+    majority: Option<&mut dyn RewardFn>,
+    settings: &EvalSettings<'_>,
+    device: &B::Device,
+) -> Result<EvalReport, rein_core::PluginError> {
+    let greedy = sample_and_score(model, tokenizer, prompts, accuracy, None, 1, 0.0, settings, device)?;
+    let greedy_accuracy = greedy.iter().filter(|g| g.correct[0]).count() as f64 / prompts.len().max(1) as f64;
+    let (pass_at_k, maj_at_k) = if settings.k > 0 {
+        let has_majority = majority.is_some();
+        let sampled = sample_and_score(
+            model,
+            tokenizer,
+            prompts,
+            accuracy,
+            majority,
+            settings.k,
+            settings.temperature,
+            settings,
+            device,
+        )?;
+        let pass = sampled.iter().filter(|g| g.correct.iter().any(|&c| c)).count() as f64 / prompts.len().max(1) as f64;
+        let maj = has_majority.then(|| {
+            let hits = sampled
+                .iter()
+                .filter(|g| g.correct.iter().zip(&g.agrees).any(|(&c, &a)| c && a))
+                .count();
+            hits as f64 / prompts.len().max(1) as f64
+        });
+        (Some(pass), maj)
+    } else {
+        (None, None)
+    };
+    Ok(EvalReport {
+        examples: prompts.len(),
+        greedy_accuracy,
+        k: settings.k,
+        pass_at_k,
+        maj_at_k,
+    })
+}
+
+struct Judged {
+    correct: Vec<bool>,
+    agrees: Vec<bool>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sample_and_score<B: Backend>(
+    model: &CausalLm<B>,
+    tokenizer: &LmTokenizer,
+    prompts: &[Prompt],
+    accuracy: &mut dyn RewardFn,
+    mut majority: Option<&mut dyn RewardFn>,
+    n: usize,
+    temperature: f32,
+    settings: &EvalSettings<'_>,
+    device: &B::Device,
+) -> Result<Vec<Judged>, rein_core::PluginError> {
+    let mut judged = Vec::with_capacity(prompts.len());
+    let per_batch = (settings.batch / n).max(1);
+    for chunk in prompts.chunks(per_batch) {
+        let ids: Vec<Vec<u32>> = chunk.iter().map(|p| p.tokens.clone()).collect();
+        let config = GenerationConfig {
+            max_new_tokens: settings.max_new_tokens,
+            temperature,
+            n,
+            stop_token_ids: tokenizer.eos_ids().to_vec(),
+            seed: settings.seed,
+            ..GenerationConfig::default()
+        };
+        let generations = generate(
+            model,
+            &ids,
+            &config,
+            tokenizer.pad_id().unwrap_or(0),
+            &mut super::stop_check(tokenizer, settings.stop),
+            device,
+        );
+        let groups: Vec<Group> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Group {
+                prompt: p.text.clone(),
+                completions: generations[i * n..(i + 1) * n]
+                    .iter()
+                    .map(|g| super::completion_text(tokenizer, &g.tokens, settings.stop))
+                    .collect(),
+                reference: p.answer.clone(),
+                metadata: p.metadata.clone(),
+            })
+            .collect();
+        let scores = accuracy.score(&groups)?;
+        let agreement = match majority.as_deref_mut() {
+            Some(m) => Some(m.score(&groups)?),
+            None => None,
+        };
+        for (g, group_scores) in scores.iter().enumerate() {
+            let agrees = match &agreement {
+                Some(a) => a[g]
+                    .iter()
+                    .map(|s| s.components.iter().any(|(k, v)| k == "agreement" && *v >= 1.0))
+                    .collect(),
+                None => vec![false; n],
+            };
+            judged.push(Judged {
+                correct: group_scores.iter().map(is_correct).collect(),
+                agrees,
+            });
+        }
+    }
+    Ok(judged)
+}

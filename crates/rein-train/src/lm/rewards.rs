@@ -1,0 +1,221 @@
+//! Several reward functions combined: a weighted sum per completion, every component logged,
+//! and a policy for plugin failures.
+
+use std::collections::BTreeMap;
+
+use rein_core::{Group, PluginError, RewardFn};
+use serde::{Deserialize, Serialize};
+
+/// What to do when a reward plugin fails on a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    /// Stop training with the plugin's error and the failing group.
+    #[default]
+    Fail,
+    /// Count that plugin's score as 0 for the failing group, and log the error.
+    Zero,
+    /// Drop the failing group from this step, and log the error.
+    Skip,
+}
+
+/// A reward function with its weight.
+pub struct WeightedReward {
+    /// The function (a plugin, usually).
+    pub reward: Box<dyn RewardFn>,
+    /// Its weight in the sum.
+    pub weight: f64,
+}
+
+/// The combined scores of one group.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GroupReward {
+    /// Weighted sum per completion (not-applicable scores count as nothing).
+    pub total: Vec<f64>,
+    /// Per reward (by name) and component (`name/component`), one value per completion (NaN
+    /// where a reward did not apply or failed).
+    pub components: BTreeMap<String, Vec<f64>>,
+    /// The group was dropped (`on_error = "skip"`).
+    pub skipped: bool,
+}
+
+/// A plugin failure that `on_error` absorbed, for the log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RewardFailure {
+    /// Index of the group in the batch.
+    pub group: usize,
+    /// The error (it names the plugin).
+    pub error: PluginError,
+}
+
+/// Scores `groups` with every reward. Batches go to each plugin in one call; when a call
+/// fails, the groups are retried one by one to find the failing ones, which `on_error` then
+/// handles. With `Fail`, the error names the plugin and the first failing group.
+pub fn score_groups(
+    rewards: &mut [WeightedReward],
+    groups: &[Group],
+    on_error: OnError,
+) -> Result<(Vec<GroupReward>, Vec<RewardFailure>), (usize, PluginError)> {
+    let mut out: Vec<GroupReward> = groups
+        .iter()
+        .map(|g| GroupReward {
+            total: vec![0.0; g.completions.len()],
+            ..GroupReward::default()
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for weighted in rewards.iter_mut() {
+        let name = weighted.reward.name().to_string();
+        let scores: Vec<Option<Vec<rein_core::CompletionScore>>> = match weighted.reward.score(groups) {
+            Ok(all) => all.into_iter().map(Some).collect(),
+            Err(_) => groups
+                .iter()
+                .enumerate()
+                .map(|(i, g)| match weighted.reward.score(std::slice::from_ref(g)) {
+                    Ok(mut one) => Ok(one.pop()),
+                    Err(error) => match on_error {
+                        OnError::Fail => Err((i, error)),
+                        OnError::Zero | OnError::Skip => {
+                            failures.push(RewardFailure { group: i, error });
+                            Ok(None)
+                        }
+                    },
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        for (i, (group_out, scores)) in out.iter_mut().zip(scores).enumerate() {
+            let n = groups[i].completions.len();
+            let column = |out: &mut GroupReward, key: String| -> usize {
+                out.components.entry(key).or_insert_with(|| vec![f64::NAN; n]);
+                n
+            };
+            column(group_out, name.clone());
+            match scores {
+                None => {
+                    if on_error == OnError::Skip {
+                        group_out.skipped = true;
+                    }
+                }
+                Some(scores) => {
+                    for (c, s) in scores.iter().enumerate() {
+                        if let Some(v) = s.score {
+                            group_out.total[c] += weighted.weight * v;
+                            group_out.components.get_mut(&name).expect("column exists")[c] = v;
+                        }
+                        for (component, v) in &s.components {
+                            let key = format!("{name}/{component}");
+                            column(group_out, key.clone());
+                            group_out.components.get_mut(&key).expect("column exists")[c] = *v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok((out, failures))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rein_core::{CompletionScore, PluginErrorKind};
+
+    /// Scores each completion by its length; fails on completions equal to "boom".
+    struct Length;
+
+    impl RewardFn for Length {
+        fn name(&self) -> &str {
+            "length"
+        }
+        fn score(&mut self, groups: &[Group]) -> Result<Vec<Vec<CompletionScore>>, PluginError> {
+            if groups.iter().flat_map(|g| &g.completions).any(|c| c == "boom") {
+                return Err(PluginError::new(
+                    "length",
+                    Some("score"),
+                    PluginErrorKind::Guest { message: "boom".into() },
+                ));
+            }
+            Ok(groups
+                .iter()
+                .map(|g| {
+                    g.completions
+                        .iter()
+                        .map(|c| CompletionScore {
+                            score: Some(c.len() as f64),
+                            components: vec![("chars".into(), c.len() as f64)],
+                        })
+                        .collect()
+                })
+                .collect())
+        }
+    }
+
+    /// 1 for "yes", not applicable otherwise.
+    struct Yes;
+
+    impl RewardFn for Yes {
+        fn name(&self) -> &str {
+            "yes"
+        }
+        fn score(&mut self, groups: &[Group]) -> Result<Vec<Vec<CompletionScore>>, PluginError> {
+            Ok(groups
+                .iter()
+                .map(|g| {
+                    g.completions
+                        .iter()
+                        .map(|c| CompletionScore {
+                            score: (c == "yes").then_some(1.0),
+                            components: vec![],
+                        })
+                        .collect()
+                })
+                .collect())
+        }
+    }
+
+    fn group(completions: &[&str]) -> Group {
+        Group {
+            prompt: "p".into(),
+            completions: completions.iter().map(|s| s.to_string()).collect(),
+            ..Group::default()
+        }
+    }
+
+    fn rewards() -> Vec<WeightedReward> {
+        vec![
+            WeightedReward {
+                reward: Box::new(Length),
+                weight: 0.5,
+            },
+            WeightedReward {
+                reward: Box::new(Yes),
+                weight: 2.0,
+            },
+        ]
+    }
+
+    #[test]
+    fn weighted_sum_skips_not_applicable_and_logs_components() {
+        let (out, failures) = score_groups(&mut rewards(), &[group(&["yes", "no!"])], OnError::Fail).unwrap();
+        assert!(failures.is_empty());
+        assert_eq!(out[0].total, vec![0.5 * 3.0 + 2.0, 0.5 * 3.0]);
+        assert_eq!(out[0].components["length/chars"], vec![3.0, 3.0]);
+        assert!(out[0].components["yes"][1].is_nan());
+    }
+
+    #[test]
+    fn failures_follow_on_error_and_name_the_group() {
+        let groups = [group(&["ok"]), group(&["boom"]), group(&["yes"])];
+        let (i, error) = score_groups(&mut rewards(), &groups, OnError::Fail).unwrap_err();
+        assert_eq!(i, 1);
+        assert_eq!(error.plugin, "length");
+        let (out, failures) = score_groups(&mut rewards(), &groups, OnError::Zero).unwrap();
+        assert_eq!(failures.len(), 1);
+        assert_eq!(failures[0].group, 1);
+        assert_eq!(out[1].total, vec![0.0]);
+        assert!(!out[1].skipped);
+        assert_eq!(out[0].total, vec![1.0], "other groups keep their scores");
+        let (out, _) = score_groups(&mut rewards(), &groups, OnError::Skip).unwrap();
+        assert!(out[1].skipped && !out[0].skipped && !out[2].skipped);
+    }
+}

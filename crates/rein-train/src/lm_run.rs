@@ -1,0 +1,389 @@
+//! Running a language-model recipe: model and tokenizer, data, reward plugins, the SFT stage,
+//! GRPO, evaluations before and after, checkpoints and a report.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use burn::module::AutodiffModule;
+use rein_core::RewardFn;
+use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, load, save};
+use rein_model::{AutodiffBackend, Backend};
+use rein_plugin::{PluginRuntime, RewardPlugin};
+use serde_json::json;
+
+use crate::TrainError;
+use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, WeightedReward};
+use crate::recipe::{Algorithm, LoadedRecipe, RecipeError};
+use crate::run_dir::RunDir;
+
+/// What a language-model run reports.
+#[derive(Debug, Clone, Default)]
+pub struct LmOutcome {
+    /// Held-out evaluation before RL (after SFT, when there is an SFT stage).
+    pub before: Option<EvalReport>,
+    /// Held-out evaluation after training.
+    pub after: Option<EvalReport>,
+    /// The GRPO stage's timings.
+    pub grpo: Option<GrpoOutcome>,
+    /// Seconds spent in SFT.
+    pub sft_seconds: f64,
+    /// Seconds for the whole run.
+    pub total_seconds: f64,
+    /// The run directory.
+    pub run_dir: Option<PathBuf>,
+}
+
+fn invalid(loaded: &LoadedRecipe, path: &str, message: impl Into<String>) -> TrainError {
+    TrainError::Recipe(RecipeError::Invalid {
+        file: loaded.path.clone(),
+        path: path.into(),
+        message: message.into(),
+    })
+}
+
+/// Everything a language-model run or evaluation needs, built from a recipe.
+struct LmSetup<B: Backend> {
+    model: CausalLm<B>,
+    tokenizer: LmTokenizer,
+    train: Vec<lm::Prompt>,
+    test: Vec<lm::Prompt>,
+    rewards: Vec<WeightedReward>,
+    accuracy_index: usize,
+    majority: Option<RewardPlugin>,
+}
+
+/// Loads or initialises the model (or `checkpoint`, when given), the tokenizer, the data (writing
+/// a generated task into `data_dir`), and the reward plugins.
+fn setup<B: Backend>(
+    loaded: &LoadedRecipe,
+    plugin_dir: &Path,
+    data_dir: Option<&Path>,
+    checkpoint: Option<&Path>,
+    device: &B::Device,
+) -> Result<LmSetup<B>, TrainError> {
+    let recipe = &loaded.recipe;
+    let data = recipe
+        .data
+        .as_ref()
+        .ok_or_else(|| invalid(loaded, "data", "a language-model recipe needs a [data] section"))?;
+
+    // Model and tokenizer.
+    let model_section = &recipe.model;
+    let tokenizer_dir = match (checkpoint, &model_section.tokenizer, &model_section.checkpoint) {
+        (Some(dir), _, _) => dir.to_path_buf(),
+        (None, Some(t), _) | (None, None, Some(t)) => loaded.resolve(t),
+        (None, None, None) => {
+            return Err(invalid(
+                loaded,
+                "model.tokenizer",
+                "name a tokenizer directory (or a checkpoint that has one)",
+            ));
+        }
+    };
+    B::seed(device, recipe.seed);
+    let model: CausalLm<B> = match (checkpoint, &model_section.checkpoint, &model_section.architecture) {
+        (Some(dir), _, _) => load(dir, device)?,
+        (None, Some(dir), _) => load(&loaded.resolve(dir), device)?,
+        (None, None, Some(table)) => {
+            let value =
+                serde_json::to_value(table).map_err(|e| invalid(loaded, "model.architecture", e.to_string()))?;
+            let config = LmConfig::from_json(value).map_err(|e| invalid(loaded, "model.architecture", e))?;
+            config.validate()?;
+            LmInit {
+                config,
+                std: model_section.init_std,
+            }
+            .init(device)
+        }
+        (None, None, None) => {
+            return Err(invalid(
+                loaded,
+                "model",
+                "set model.checkpoint (a Hugging Face directory) or model.architecture",
+            ));
+        }
+    };
+    let tokenizer = LmTokenizer::load(&tokenizer_dir, &model.config().eos_ids())?;
+    if tokenizer.vocab_size() > model.config().vocab_size {
+        return Err(invalid(
+            loaded,
+            "model",
+            format!(
+                "the tokenizer has {} tokens but the model only {}",
+                tokenizer.vocab_size(),
+                model.config().vocab_size
+            ),
+        ));
+    }
+
+    // Data.
+    let (train, test) = match (&data.task, &data.train) {
+        (Some(task), _) => {
+            task.validate()
+                .map_err(|(key, message)| invalid(loaded, &format!("data.task.{key}"), message))?;
+            let (train, test) = task.generate(recipe.seed);
+            if let Some(dir) = data_dir {
+                std::fs::create_dir_all(dir)?;
+                lm::write_jsonl(&dir.join("train.jsonl"), &train)?;
+                lm::write_jsonl(&dir.join("test.jsonl"), &test)?;
+            }
+            (train, test)
+        }
+        (None, Some(path)) => {
+            let train = lm::read(&loaded.resolve(path), &data.fields)?;
+            let test = match &data.test {
+                Some(path) => lm::read(&loaded.resolve(path), &data.fields)?,
+                None => Vec::new(),
+            };
+            (train, test)
+        }
+        (None, None) => {
+            return Err(invalid(
+                loaded,
+                "data",
+                "set data.train (a .jsonl or .parquet file) or data.task",
+            ));
+        }
+    };
+    let train = lm::prepare(&train, &tokenizer, data)?;
+    let mut test = lm::prepare(&test, &tokenizer, data)?;
+    if let Some(max) = recipe.eval.max_examples {
+        test.truncate(max);
+    }
+
+    // Reward plugins.
+    let runtime = PluginRuntime::default();
+    let mut rewards: Vec<WeightedReward> = Vec::new();
+    for (i, entry) in recipe.reward.iter().enumerate() {
+        let path = loaded.plugin_path(&entry.plugin, &format!("reward[{i}].plugin"), plugin_dir)?;
+        let plugin = runtime.load(&path, entry.limits.clone())?;
+        let config = serde_json::to_string(&entry.config).unwrap_or_else(|_| "{}".into());
+        rewards.push(WeightedReward {
+            reward: Box::new(plugin.reward(&config)?),
+            weight: entry.weight,
+        });
+    }
+    let accuracy_index = match &recipe.eval.accuracy_reward {
+        Some(name) => rewards.iter().position(|r| r.reward.name() == name).ok_or_else(|| {
+            invalid(
+                loaded,
+                "eval.accuracy_reward",
+                format!("`{name}` is not one of the recipe's rewards"),
+            )
+        })?,
+        None => 0,
+    };
+    let majority = match &recipe.eval.majority_plugin {
+        Some(name) if !rewards.is_empty() && recipe.eval.k > 1 => {
+            let path = loaded.plugin_path(name, "eval.majority_plugin", plugin_dir)?;
+            Some(runtime.load(&path, Default::default())?.reward("{}")?)
+        }
+        _ => None,
+    };
+    Ok(LmSetup {
+        model,
+        tokenizer,
+        train,
+        test,
+        rewards,
+        accuracy_index,
+        majority,
+    })
+}
+
+impl<B: Backend> LmSetup<B> {
+    /// Evaluates `model` on the held-out prompts; `None` without prompts or rewards.
+    fn evaluate<M: Backend>(
+        &mut self,
+        model: &CausalLm<M>,
+        loaded: &LoadedRecipe,
+        device: &M::Device,
+    ) -> Result<Option<EvalReport>, TrainError> {
+        if self.test.is_empty() || self.rewards.is_empty() {
+            return Ok(None);
+        }
+        let recipe = &loaded.recipe;
+        let settings = EvalSettings {
+            k: recipe.eval.k,
+            temperature: recipe.eval.temperature,
+            max_new_tokens: recipe.sampler.max_new_tokens,
+            batch: 64,
+            seed: recipe.seed ^ 0xE7A1,
+            stop: &recipe.sampler.stop,
+        };
+        let accuracy: &mut dyn RewardFn = self.rewards[self.accuracy_index].reward.as_mut();
+        let majority = self.majority.as_mut().map(|m| m as &mut dyn RewardFn);
+        Ok(Some(lm::evaluate(
+            model,
+            &self.tokenizer,
+            &self.test,
+            accuracy,
+            majority,
+            &settings,
+            device,
+        )?))
+    }
+}
+
+/// Evaluates a recipe's model (or `checkpoint`) on its held-out split with its rewards.
+pub fn evaluate_recipe(
+    loaded: &LoadedRecipe,
+    plugin_dir: &Path,
+    checkpoint: Option<&Path>,
+) -> Result<EvalReport, TrainError> {
+    let device = Default::default();
+    let mut setup = setup::<rein_model::Cpu>(loaded, plugin_dir, None, checkpoint, &device)?;
+    let model = setup.model.clone();
+    setup.evaluate(&model, loaded, &device)?.ok_or_else(|| {
+        invalid(
+            loaded,
+            "data.test",
+            "no held-out prompts, or no [[reward]] to judge them",
+        )
+    })
+}
+
+/// Runs an SFT or GRPO recipe on backend `B`.
+pub fn run_lm<B: AutodiffBackend>(
+    loaded: &LoadedRecipe,
+    plugin_dir: &Path,
+    run: Option<&RunDir>,
+    device: &B::Device,
+) -> Result<LmOutcome, TrainError> {
+    let start = Instant::now();
+    let recipe = &loaded.recipe;
+    let data_dir = lm::data_dir(run.map(RunDir::path));
+    let mut setup = setup::<B>(loaded, plugin_dir, data_dir.as_deref(), None, device)?;
+    let model = setup.model.clone();
+    let inner_device = device.clone();
+    let mut metrics = run.map(RunDir::metrics).transpose()?;
+    let mut outcome = LmOutcome {
+        run_dir: run.map(|r| r.path().to_path_buf()),
+        ..LmOutcome::default()
+    };
+    let pad = setup.tokenizer.pad_id().unwrap_or(0);
+
+    // SFT (a stage before RL, or the whole algorithm).
+    let sft_section = match &recipe.algorithm {
+        Algorithm::Sft(s) => Some(s),
+        _ => recipe.sft.as_ref(),
+    };
+    let mut model = model;
+    if let Some(section) = sft_section {
+        let tick = Instant::now();
+        eprintln!("SFT: {} steps of {} examples", section.steps, section.batch_size);
+        model = lm::train_sft(model, &setup.train, pad, section, recipe.seed, metrics.as_mut(), device)?;
+        outcome.sft_seconds = tick.elapsed().as_secs_f64();
+        if let Some(run) = run {
+            save_checkpoint(&model, &setup.tokenizer, &run.path().join("sft"))?;
+        }
+    }
+    outcome.before = setup.evaluate(&model.valid(), loaded, &inner_device)?;
+    if let Some(report) = &outcome.before {
+        log_eval(metrics.as_mut(), "before", 0, report)?;
+        eprintln!("held-out before RL: {}", describe(report));
+    }
+
+    if let Algorithm::Grpo(grpo) = &recipe.algorithm {
+        let ctx = lm::grpo::GrpoContext {
+            tokenizer: &setup.tokenizer,
+            prompts: &setup.train,
+            rewards: &mut setup.rewards,
+            grpo,
+            sampler: &recipe.sampler,
+            optimizer: &recipe.optimizer,
+            seed: recipe.seed,
+        };
+        let (trained, grpo_outcome) = lm::train_grpo(model, ctx, metrics.as_mut(), device)?;
+        model = trained;
+        outcome.grpo = Some(grpo_outcome);
+        outcome.after = setup.evaluate(&model.valid(), loaded, &inner_device)?;
+        if let Some(report) = &outcome.after {
+            log_eval(metrics.as_mut(), "after", grpo.steps, report)?;
+            eprintln!("held-out after RL:  {}", describe(report));
+        }
+    }
+    if let Some(run) = run {
+        save_checkpoint(&model, &setup.tokenizer, &run.path().join("final"))?;
+    }
+    outcome.total_seconds = start.elapsed().as_secs_f64();
+    if let Some(run) = run {
+        std::fs::write(run.path().join("report.md"), report_markdown(loaded, &outcome))?;
+    }
+    Ok(outcome)
+}
+
+fn save_checkpoint<B: Backend>(model: &CausalLm<B>, tokenizer: &LmTokenizer, dir: &Path) -> Result<(), TrainError> {
+    save(model, dir)?;
+    tokenizer.save(dir)?;
+    Ok(())
+}
+
+fn log_eval(
+    metrics: Option<&mut crate::MetricsWriter>,
+    when: &str,
+    step: usize,
+    report: &EvalReport,
+) -> Result<(), TrainError> {
+    if let Some(m) = metrics {
+        m.write(&json!({
+            "stage": "eval",
+            "when": when,
+            "step": step,
+            "eval/greedy_accuracy": report.greedy_accuracy,
+            "eval/pass_at_k": report.pass_at_k,
+            "eval/maj_at_k": report.maj_at_k,
+            "eval/k": report.k,
+            "eval/examples": report.examples,
+        }))?;
+    }
+    Ok(())
+}
+
+/// One line for a report.
+pub fn describe(report: &EvalReport) -> String {
+    let pct = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
+    format!(
+        "greedy accuracy {:.1}%, pass@{k} {}, maj@{k} {} ({} prompts)",
+        100.0 * report.greedy_accuracy,
+        pct(report.pass_at_k),
+        pct(report.maj_at_k),
+        report.examples,
+        k = report.k
+    )
+}
+
+fn report_markdown(loaded: &LoadedRecipe, outcome: &LmOutcome) -> String {
+    let mut text = format!(
+        "# {}\n\nseed {}, {:.0} s in total",
+        loaded.name(),
+        loaded.recipe.seed,
+        outcome.total_seconds
+    );
+    if outcome.sft_seconds > 0.0 {
+        text.push_str(&format!(" (SFT {:.0} s)", outcome.sft_seconds));
+    }
+    text.push_str("\n\n| held-out | greedy accuracy | pass@k | maj@k |\n|---|---|---|---|\n");
+    for (label, report) in [("before RL", &outcome.before), ("after RL", &outcome.after)] {
+        if let Some(r) = report {
+            let pct = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
+            text.push_str(&format!(
+                "| {label} | {:.1}% | {} | {} |\n",
+                100.0 * r.greedy_accuracy,
+                pct(r.pass_at_k),
+                pct(r.maj_at_k)
+            ));
+        }
+    }
+    if let Some(g) = &outcome.grpo {
+        text.push_str(&format!(
+            "\nGRPO: {} steps; generate {:.1} s, reward {:.1} s, train {:.1} s; final mean reward {:.3}\n",
+            g.steps,
+            g.generate.as_secs_f64(),
+            g.reward.as_secs_f64(),
+            g.train.as_secs_f64(),
+            g.final_reward
+        ));
+    }
+    text
+}

@@ -1,0 +1,437 @@
+//! Language models against Hugging Face transformers, and the generator's invariants.
+//!
+//! Fixtures: `tests/fixtures/lm/`, written by `gen_checkpoints.py` (transformers 5.23): tiny
+//! random Qwen2 (GQA with q/k/v biases; tied embeddings with one KV head) and Llama (llama3 RoPE
+//! scaling; bf16, sharded, linear RoPE scaling, tied) checkpoints, with transformers' logits and
+//! greedy continuations.
+
+use std::path::{Path, PathBuf};
+
+use burn::backend::Flex;
+use burn::tensor::{Int, Tensor, TensorData};
+use proptest::prelude::*;
+use rein_model::lm::{CausalLm, Context, KvCache, LmTokenizer, LoadError, load, save};
+use rein_sampler::{GenerationConfig, generate};
+use safetensors::SafeTensors;
+
+type B = Flex;
+
+const CHECKPOINTS: [&str; 4] = ["qwen2-gqa", "qwen2-tied", "llama", "llama-bf16-sharded"];
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm")
+}
+
+fn model(name: &str) -> CausalLm<B> {
+    load::<B>(&fixtures().join(name), &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// A tensor from the `.expected.safetensors` file of `name`, as (shape, values).
+fn expected(name: &str, tensor: &str) -> (Vec<usize>, Vec<f64>) {
+    let bytes = std::fs::read(fixtures().join(format!("{name}.expected.safetensors"))).unwrap();
+    let file = SafeTensors::deserialize(&bytes).unwrap();
+    let view = file.tensor(tensor).unwrap();
+    let values = match view.dtype() {
+        safetensors::Dtype::F32 => view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f64::from(f32::from_le_bytes(b.try_into().unwrap())))
+            .collect(),
+        safetensors::Dtype::I64 => view
+            .data()
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as f64)
+            .collect(),
+        other => panic!("unexpected dtype {other:?}"),
+    };
+    (view.shape().to_vec(), values)
+}
+
+fn int_tensor(values: &[f64], shape: [usize; 2]) -> Tensor<B, 2, Int> {
+    Tensor::from_data(
+        TensorData::new(values.iter().map(|&v| v as i64).collect::<Vec<_>>(), shape),
+        &Default::default(),
+    )
+}
+
+/// Full-sequence logits without a cache, for unpadded rows.
+fn logits(model: &CausalLm<B>, tokens: Tensor<B, 2, Int>) -> Vec<f32> {
+    let [batch, seq] = tokens.dims();
+    let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &Default::default())
+        .unsqueeze::<2>()
+        .expand([batch, seq]);
+    let rope = model.rope(seq, &Default::default());
+    let ctx = Context {
+        rope: &rope,
+        positions,
+        padding: None,
+    };
+    model.forward(tokens, &ctx, None).into_data().to_vec().unwrap()
+}
+
+#[test]
+fn logits_match_transformers() {
+    for name in CHECKPOINTS {
+        let m = model(name);
+        let (shape, ids) = expected(name, "input_ids");
+        let got = logits(&m, int_tensor(&ids, [shape[0], shape[1]]));
+        let (_, want) = expected(name, "logits");
+        assert_eq!(got.len(), want.len());
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| (f64::from(*g) - w).abs())
+            .fold(0.0, f64::max);
+        assert!(worst < 1e-4, "{name}: max logit difference {worst}");
+    }
+}
+
+#[test]
+fn left_padded_logits_match_transformers_on_real_tokens() {
+    for name in CHECKPOINTS {
+        let m = model(name);
+        let (shape, ids) = expected(name, "padded_input_ids");
+        let (_, mask) = expected(name, "padded_attention_mask");
+        let (batch, seq) = (shape[0], shape[1]);
+        let positions: Vec<f64> = (0..batch)
+            .flat_map(|b| {
+                let pad = mask[b * seq..(b + 1) * seq].iter().filter(|&&m| m == 0.0).count();
+                (0..seq).map(move |j| j.saturating_sub(pad) as f64)
+            })
+            .collect();
+        let padding: Vec<bool> = mask.iter().map(|&m| m == 0.0).collect();
+        let rope = m.rope(seq, &Default::default());
+        let ctx = Context {
+            rope: &rope,
+            positions: int_tensor(&positions, [batch, seq]),
+            padding: Some(
+                Tensor::<B, 2, Int>::from_data(
+                    TensorData::new(padding.iter().map(|&p| i64::from(p)).collect::<Vec<_>>(), [batch, seq]),
+                    &Default::default(),
+                )
+                .bool(),
+            ),
+        };
+        let got: Vec<f32> = m
+            .forward(int_tensor(&ids, [batch, seq]), &ctx, None)
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let (_, want) = expected(name, "padded_logits");
+        let vocab = m.config().vocab_size;
+        for (k, pad) in padding.iter().enumerate() {
+            if *pad {
+                continue;
+            }
+            for v in 0..vocab {
+                let (g, w) = (f64::from(got[k * vocab + v]), want[k * vocab + v]);
+                assert!((g - w).abs() < 1e-4, "{name}: position {k}, token {v}: {g} vs {w}");
+            }
+        }
+    }
+}
+
+#[test]
+fn greedy_continuations_match_transformers_exactly() {
+    for name in CHECKPOINTS {
+        let m = model(name);
+        let (shape, padded) = expected(name, "padded_input_ids");
+        let (_, mask) = expected(name, "padded_attention_mask");
+        let (_, greedy) = expected(name, "greedy");
+        let (batch, seq) = (shape[0], shape[1]);
+        let new = greedy.len() / batch - seq;
+        let prompts: Vec<Vec<u32>> = (0..batch)
+            .map(|b| {
+                (0..seq)
+                    .filter(|&j| mask[b * seq + j] != 0.0)
+                    .map(|j| padded[b * seq + j] as u32)
+                    .collect()
+            })
+            .collect();
+        let config = GenerationConfig {
+            max_new_tokens: new,
+            temperature: 0.0,
+            ..GenerationConfig::default()
+        };
+        let out = generate(&m, &prompts, &config, 0, &mut |_, _| false, &Default::default());
+        for (b, g) in out.iter().enumerate() {
+            let want: Vec<u32> = greedy[b * (seq + new) + seq..(b + 1) * (seq + new)]
+                .iter()
+                .map(|&t| t as u32)
+                .collect();
+            assert_eq!(g.tokens, want, "{name}, prompt {b}");
+        }
+    }
+}
+
+#[test]
+fn save_then_load_is_exact() {
+    for name in ["qwen2-gqa", "llama-bf16-sharded"] {
+        let m = model(name);
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("saved-{name}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        save(&m, &dir).unwrap();
+        let again = load::<B>(&dir, &Default::default()).unwrap();
+        assert_eq!(again.config().tie_word_embeddings, m.config().tie_word_embeddings);
+        let (shape, ids) = expected(name, "input_ids");
+        let tokens = int_tensor(&ids, [shape[0], shape[1]]);
+        assert_eq!(
+            logits(&again, tokens.clone()),
+            logits(&m, tokens),
+            "{name}: logits differ after a round trip"
+        );
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+        assert!(config["architectures"][0].as_str().unwrap().ends_with("ForCausalLM"));
+    }
+}
+
+#[test]
+fn loading_errors_name_the_problem() {
+    let copy = |name: &str, tag: &str| -> PathBuf {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("broken-{tag}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for entry in std::fs::read_dir(fixtures().join(name)).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
+        }
+        dir
+    };
+    let edit_config = |dir: &Path, f: &dyn Fn(&mut serde_json::Value)| {
+        let path = dir.join("config.json");
+        let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        f(&mut v);
+        std::fs::write(path, v.to_string()).unwrap();
+    };
+    let dev = Default::default();
+
+    let dir = copy("qwen2-gqa", "arch");
+    edit_config(&dir, &|v| v["model_type"] = "gpt2".into());
+    let err = load::<B>(&dir, &dev).unwrap_err();
+    assert!(
+        matches!(&err, LoadError::Unsupported { field, .. } if field == "model_type"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("`gpt2` is not supported"), "{err}");
+
+    let dir = copy("qwen2-gqa", "shape");
+    edit_config(&dir, &|v| v["intermediate_size"] = 96.into());
+    let err = load::<B>(&dir, &dev).unwrap_err();
+    assert!(
+        matches!(&err, LoadError::Shape { name, expected, found } if name.ends_with("gate_proj.weight") && expected == &vec![96, 64] && found == &vec![128, 64]),
+        "{err}"
+    );
+
+    let dir = copy("qwen2-gqa", "missing");
+    edit_config(&dir, &|v| v["num_hidden_layers"] = 3.into());
+    let err = load::<B>(&dir, &dev).unwrap_err();
+    assert!(
+        matches!(&err, LoadError::MissingTensor { name, .. } if name.starts_with("model.layers.2.")),
+        "{err}"
+    );
+
+    let dir = copy("qwen2-gqa", "extra");
+    edit_config(&dir, &|v| v["num_hidden_layers"] = 1.into());
+    assert!(matches!(
+        load::<B>(&dir, &dev).unwrap_err(),
+        LoadError::UnexpectedTensors { .. }
+    ));
+
+    let dir = copy("llama", "scaling");
+    edit_config(&dir, &|v| v["rope_parameters"]["rope_type"] = "yarn".into());
+    let err = load::<B>(&dir, &dev).unwrap_err();
+    assert!(err.to_string().contains("`yarn` is not supported"), "{err}");
+
+    let dir = copy("qwen2-gqa", "nofile");
+    std::fs::remove_file(dir.join("model.safetensors")).unwrap();
+    assert!(
+        load::<B>(&dir, &dev)
+            .unwrap_err()
+            .to_string()
+            .contains("no model.safetensors")
+    );
+
+    let dir = copy("qwen2-gqa", "garbage");
+    std::fs::write(dir.join("model.safetensors"), b"not safetensors").unwrap();
+    assert!(matches!(
+        load::<B>(&dir, &dev).unwrap_err(),
+        LoadError::Safetensors { .. }
+    ));
+
+    assert!(matches!(
+        load::<B>(Path::new("/no/such/model"), &dev).unwrap_err(),
+        LoadError::Io { .. }
+    ));
+}
+
+#[test]
+fn tokenizer_round_trips_and_applies_the_chat_template() {
+    let tok = LmTokenizer::load(&fixtures().join("qwen2-gqa"), &[]).unwrap();
+    let text = "<|im_start|>user\nWhat is 12 + 7?<|im_end|>";
+    let ids = tok.encode(text).unwrap();
+    assert_eq!(tok.decode(&ids, false).unwrap(), text);
+    assert_eq!(ids[0], 1, "special tokens are single ids");
+    let digits = tok.encode("1234").unwrap();
+    assert_eq!(digits.len(), 4, "digits are split individually");
+    assert_eq!(tok.eos_ids(), &[2]);
+    let chat = tok
+        .apply_chat_template(
+            &[rein_model::lm::ChatMessage {
+                role: "user".into(),
+                content: "hi".into(),
+            }],
+            true,
+        )
+        .unwrap();
+    assert_eq!(
+        chat.as_deref(),
+        Some("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    );
+}
+
+fn tiny_model(seed: u64) -> CausalLm<B> {
+    use burn::tensor::backend::Backend as _;
+    let config = rein_model::lm::LmConfig::from_json(serde_json::json!({
+        "model_type": "qwen2", "vocab_size": 40, "hidden_size": 32, "intermediate_size": 48,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64
+    }))
+    .unwrap();
+    B::seed(&Default::default(), seed);
+    rein_model::lm::LmInit { config, std: 0.3 }.init::<B>(&Default::default())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn kv_cache_decoding_equals_full_recomputation(
+        seqs in prop::collection::vec(prop::collection::vec(0u32..40, 1..6), 1..4),
+        extra in prop::collection::vec(0u32..40, 1..6),
+        seed in 0u64..50,
+    ) {
+        // Every row gets the same length so no padding is needed; decode `extra` one at a time.
+        let m = tiny_model(seed);
+        let dev = Default::default();
+        let len = seqs.iter().map(Vec::len).min().unwrap();
+        let batch = seqs.len();
+        let prefix: Vec<i64> = seqs.iter().flat_map(|s| s[..len].iter().map(|&t| i64::from(t))).collect();
+        let total = len + extra.len();
+        let rope = m.rope(total, &dev);
+        let mut cache = KvCache::new(m.config(), batch, total, &dev);
+        let positions = |start: usize, n: usize| Tensor::<B, 1, Int>::arange(start as i64..(start + n) as i64, &dev).unsqueeze::<2>().expand([batch, n]);
+        let ctx = Context { rope: &rope, positions: positions(0, len), padding: None };
+        let mut cached = m.forward(Tensor::from_data(TensorData::new(prefix.clone(), [batch, len]), &dev), &ctx, Some(&mut cache));
+        let mut all = prefix.clone();
+        let mut width = len;
+        for &t in &extra {
+            let next: Vec<i64> = vec![i64::from(t); batch];
+            let ctx = Context { rope: &rope, positions: positions(width, 1), padding: None };
+            cached = m.forward(Tensor::from_data(TensorData::new(next, [batch, 1]), &dev), &ctx, Some(&mut cache));
+            let mut grown = Vec::with_capacity(batch * (width + 1));
+            for b in 0..batch {
+                grown.extend_from_slice(&all[b * width..(b + 1) * width]);
+                grown.push(i64::from(t));
+            }
+            all = grown;
+            width += 1;
+        }
+        let full = logits(&m, Tensor::from_data(TensorData::new(all, [batch, width]), &dev));
+        let last: Vec<f32> = cached.into_data().to_vec().unwrap();
+        let vocab = 40;
+        for b in 0..batch {
+            for v in 0..vocab {
+                let f = full[(b * width + width - 1) * vocab + v];
+                prop_assert!((f - last[b * vocab + v]).abs() < 1e-4, "row {b}: {f} vs {}", last[b * vocab + v]);
+            }
+        }
+    }
+
+    #[test]
+    fn batching_with_left_padding_changes_nothing(
+        prompts in prop::collection::vec(prop::collection::vec(0u32..40, 1..7), 1..4),
+        seed in 0u64..50,
+        temperature in prop::sample::select(vec![0.0f32, 0.9]),
+    ) {
+        let m = tiny_model(seed);
+        let config = GenerationConfig { max_new_tokens: 6, temperature, n: 2, seed: 7, ..GenerationConfig::default() };
+        // Each sequence draws from the stream of its (prompt index, sample index), so it is
+        // compared with a batch holding the same prompts up to it: the padding and the other rows
+        // (shorter, longer, or none) must not change it.
+        let together = generate(&m, &prompts, &config, 0, &mut |_, _| false, &Default::default());
+        for p in 0..prompts.len() {
+            let fewer = generate(&m, &prompts[..=p], &config, 0, &mut |_, _| false, &Default::default());
+            if temperature == 0.0 {
+                let alone = generate(&m, std::slice::from_ref(&prompts[p]), &config, 0, &mut |_, _| false, &Default::default());
+                prop_assert_eq!(&together[p * 2].tokens, &alone[0].tokens, "greedy, prompt {}", p);
+            }
+            for s in 0..2 {
+                let (a, b) = (&together[p * 2 + s], &fewer[p * 2 + s]);
+                prop_assert_eq!(&a.tokens, &b.tokens, "prompt {}, sample {}", p, s);
+                for (x, y) in a.logprobs.iter().zip(&b.logprobs) {
+                    prop_assert!((x - y).abs() < 1e-4);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn generation_respects_stops_lengths_and_seeds() {
+    let m = tiny_model(3);
+    let prompts = vec![vec![1, 2, 3], vec![4]];
+    let config = GenerationConfig {
+        max_new_tokens: 12,
+        temperature: 1.0,
+        n: 3,
+        seed: 11,
+        ..GenerationConfig::default()
+    };
+    let a = generate(&m, &prompts, &config, 0, &mut |_, _| false, &Default::default());
+    let b = generate(&m, &prompts, &config, 0, &mut |_, _| false, &Default::default());
+    assert_eq!(a, b, "same seed, same samples");
+    assert_eq!(a.len(), 6);
+    assert!(
+        a.iter()
+            .all(|g| g.tokens.len() == 12 && g.finish == rein_sampler::FinishReason::Length)
+    );
+    let other = generate(
+        &m,
+        &prompts,
+        &GenerationConfig {
+            seed: 12,
+            ..config.clone()
+        },
+        0,
+        &mut |_, _| false,
+        &Default::default(),
+    );
+    assert_ne!(a, other);
+    // A stop token ends the sequence on it; a stop condition ends it where it matches.
+    let stop_token = a[0].tokens[4];
+    let stopped = generate(
+        &m,
+        &prompts,
+        &GenerationConfig {
+            stop_token_ids: vec![stop_token],
+            ..config.clone()
+        },
+        0,
+        &mut |_, _| false,
+        &Default::default(),
+    );
+    let first = a[0].tokens.iter().position(|&t| t == stop_token).unwrap();
+    assert_eq!(stopped[0].tokens, a[0].tokens[..=first].to_vec());
+    assert_eq!(stopped[0].finish, rein_sampler::FinishReason::StopToken);
+    let cut = generate(
+        &m,
+        &prompts,
+        &config,
+        0,
+        &mut |seq, tokens| seq == 1 && tokens.len() == 5,
+        &Default::default(),
+    );
+    assert_eq!(cut[1].tokens.len(), 5);
+    assert_eq!(cut[1].finish, rein_sampler::FinishReason::StopCondition);
+    assert_eq!(cut[0], a[0], "other sequences are unaffected");
+}

@@ -1,0 +1,212 @@
+//! Language-model training end to end on tiny models: SFT then GRPO with reward plugins,
+//! reward failures under each `on_error`, datasets in JSON lines and Parquet, evaluation.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use rein_train::lm::{Fields, read};
+use rein_train::recipe::LoadedRecipe;
+use rein_train::{RunOutcome, TrainError};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn plugin_dir() -> PathBuf {
+    common::plugin_path("math-answer").parent().unwrap().to_path_buf()
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("lm-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The default recipe, shrunk to seconds.
+fn tiny_default(runs: &Path, extra: &[&str]) -> LoadedRecipe {
+    let mut overrides: Vec<String> = [
+        "data.task.train=400",
+        "data.task.test=8",
+        "sft.steps=12",
+        "sft.batch_size=8",
+        "algorithm.steps=2",
+        "algorithm.prompts_per_step=2",
+        "sampler.n=4",
+        "sampler.max_new_tokens=12",
+        "eval.k=2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    overrides.push(format!("train.runs_dir={:?}", runs.display().to_string()));
+    overrides.extend(extra.iter().map(|s| s.to_string()));
+    LoadedRecipe::load(&root().join("recipes/grpo-arithmetic.toml"), &overrides).unwrap()
+}
+
+#[test]
+fn sft_then_grpo_writes_checkpoints_metrics_and_a_report() {
+    let runs = scratch("e2e");
+    let RunOutcome::Lm(outcome) = rein_train::run(&tiny_default(&runs, &[]), &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    let dir = outcome.run_dir.unwrap();
+    for file in [
+        "recipe.toml",
+        "metrics.jsonl",
+        "report.md",
+        "data/train.jsonl",
+        "data/test.jsonl",
+        "sft/config.json",
+        "final/model.safetensors",
+        "final/tokenizer.json",
+    ] {
+        assert!(dir.join(file).is_file(), "{file} missing");
+    }
+    let before = outcome.before.unwrap();
+    let after = outcome.after.unwrap();
+    assert_eq!((before.examples, after.examples), (8, 8));
+    assert!(before.pass_at_k.is_some() && before.maj_at_k.is_some());
+    let metrics = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.iter().filter(|l| l["stage"] == "sft").count(), 12);
+    let grpo: Vec<_> = lines.iter().filter(|l| l["stage"] == "grpo").collect();
+    assert_eq!(grpo.len(), 2);
+    for key in [
+        "train/reward",
+        "train/reward/math-answer",
+        "train/reward/math-answer/correct",
+        "train/reward/format-tags",
+        "train/zero_variance_frac",
+        "train/completion_length",
+        "train/clip_frac",
+        "time/generate_s",
+        "time/reward_s",
+        "time/train_s",
+    ] {
+        assert!(grpo[0].get(key).is_some(), "GRPO metrics lack `{key}`");
+    }
+    assert_eq!(lines.iter().filter(|l| l["stage"] == "eval").count(), 2);
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("| before RL |") && report.contains("| after RL |"),
+        "{report}"
+    );
+    // The final checkpoint is a Hugging Face checkpoint rein (and transformers) can load, and
+    // `rein eval` can judge it.
+    let loaded = tiny_default(&runs, &[]);
+    let report = rein_train::evaluate_recipe(&loaded, &plugin_dir(), Some(&dir.join("final"))).unwrap();
+    assert_eq!(report.examples, 8);
+}
+
+#[test]
+fn the_grpo_family_variants_all_train() {
+    for variant in [
+        vec!["algorithm.advantage=\"rloo\"", "algorithm.aggregation=\"token-mean\""],
+        vec![
+            "algorithm.advantage=\"reinforce++\"",
+            "algorithm.ratio_level=\"sequence\"",
+        ],
+        vec![
+            "algorithm.std_scaling=\"none\"",
+            "algorithm.aggregation=\"seq-mean-token-sum-norm\"",
+            "algorithm.kl_coef=0.05",
+            "algorithm.entropy_coef=0.01",
+        ],
+        vec![
+            "algorithm.kl_coef=0.05",
+            "algorithm.kl_in_reward=true",
+            "algorithm.updates_per_batch=2",
+            "algorithm.dual_clip=3.0",
+        ],
+        vec!["algorithm.dynamic_sampling=true", "algorithm.mask_truncated=true"],
+    ] {
+        let runs = scratch("variants");
+        let mut extra = vec!["sft.steps=4", "eval.max_examples=2", "eval.k=0"];
+        extra.extend(variant.iter().copied());
+        let outcome = rein_train::run(&tiny_default(&runs, &extra), &plugin_dir(), false);
+        assert!(outcome.is_ok(), "{variant:?}: {}", outcome.unwrap_err());
+    }
+}
+
+/// A recipe on the tiny Qwen2 fixture with the hostile reward plugin, prompts from a file
+/// where one row asks the plugin to panic.
+fn hostile_recipe(dir: &Path, on_error: &str) -> LoadedRecipe {
+    std::fs::write(
+        dir.join("train.jsonl"),
+        "{\"prompt\": \"calm\", \"answer\": \"x\"}\n{\"prompt\": \"trouble\", \"answer\": \"x\", \"attack\": \"panic\"}\n",
+    )
+    .unwrap();
+    let model = root().join("tests/fixtures/lm/qwen2-gqa");
+    let recipe = format!(
+        r#"
+seed = 3
+[model]
+checkpoint = {model:?}
+[data]
+train = "train.jsonl"
+[sampler]
+n = 2
+max_new_tokens = 4
+[algorithm]
+name = "grpo"
+steps = 2
+prompts_per_step = 2
+on_error = "{on_error}"
+[[reward]]
+plugin = {plugin:?}
+[eval]
+k = 0
+[train]
+runs_dir = "runs"
+"#,
+        model = model.display().to_string(),
+        plugin = common::test_plugin_path("hostile-reward").display().to_string(),
+    );
+    std::fs::write(dir.join("recipe.toml"), recipe).unwrap();
+    LoadedRecipe::load(&dir.join("recipe.toml"), &[]).unwrap()
+}
+
+#[test]
+fn a_failing_reward_plugin_follows_on_error() {
+    let dir = scratch("onerror");
+    let err = rein_train::run(&hostile_recipe(&dir, "fail"), &plugin_dir(), false).unwrap_err();
+    let TrainError::Reward { prompt, error, .. } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(prompt, "trouble");
+    assert_eq!(error.plugin, "hostile-reward");
+    assert!(
+        err.to_string().contains("the hostile plugin panics on purpose"),
+        "{err}"
+    );
+    for policy in ["zero", "skip"] {
+        let outcome = rein_train::run(&hostile_recipe(&dir, policy), &plugin_dir(), true).unwrap();
+        let RunOutcome::Lm(outcome) = outcome else { panic!() };
+        let metrics = std::fs::read_to_string(outcome.run_dir.unwrap().join("metrics.jsonl")).unwrap();
+        let failures: u64 = metrics
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter_map(|l| l["train/reward_failures"].as_u64())
+            .sum();
+        assert!(failures >= 1, "{policy}: the failure is logged");
+    }
+}
+
+#[test]
+fn prompts_load_from_parquet_with_named_columns() {
+    let fields = Fields {
+        prompt: "question".into(),
+        answer: "solution".into(),
+        ..Fields::default()
+    };
+    let rows = read(&root().join("tests/fixtures/prompts.parquet"), &fields).unwrap();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[1].prompt, "What is 10 - 4?");
+    assert_eq!(rows[1].answer.as_deref(), Some("6"));
+    assert_eq!(rows[1].metadata, "{\"level\":2}");
+    let err = read(&root().join("tests/fixtures/prompts.parquet"), &Fields::default()).unwrap_err();
+    assert!(err.to_string().contains("no `prompt` field"), "{err}");
+}
