@@ -9,7 +9,7 @@ use rein_plugin::PluginRuntime;
 use crate::TrainError;
 use crate::lm_run::{LmOutcome, run_lm};
 use crate::ppo::{self, PpoOutcome};
-use crate::recipe::{Algorithm, Device, LoadedRecipe, RecipeError};
+use crate::recipe::{Algorithm, Device, LoadedRecipe};
 use crate::run_dir::RunDir;
 
 /// What a run reports.
@@ -83,7 +83,7 @@ fn create_run_dir(loaded: &LoadedRecipe, write_run: bool) -> Result<Option<RunDi
 
 #[cfg(not(feature = "cuda"))]
 fn no_cuda(loaded: &LoadedRecipe) -> TrainError {
-    TrainError::Recipe(RecipeError::Invalid {
+    TrainError::Recipe(crate::recipe::RecipeError::Invalid {
         file: loaded.path.clone(),
         path: "device".into(),
         message: "this build has no CUDA support; rebuild with `--features cuda`".into(),
