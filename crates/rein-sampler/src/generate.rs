@@ -231,27 +231,41 @@ pub fn choose(logits: &[f32], config: &GenerationConfig, rng: &mut SeededRng) ->
     let t = if greedy { 1.0 } else { config.temperature };
     let scaled: Vec<f32> = logits.iter().map(|&z| z / t).collect();
     let max = scaled.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let log_z = max as f64 + scaled.iter().map(|&z| f64::from(z - max).exp()).sum::<f64>().ln();
+    let weights: Vec<f64> = scaled.iter().map(|&z| f64::from(z - max).exp()).collect();
+    let log_z = max as f64 + weights.iter().sum::<f64>().ln();
     let token = if greedy {
         scaled
             .iter()
             .enumerate()
             .fold(0, |best, (i, &z)| if z > scaled[best] { i } else { best })
+    } else if filters(config, scaled.len()) {
+        draw(allowed_tokens(&scaled, config).into_iter(), &weights, rng)
     } else {
-        let allowed = allowed_tokens(&scaled, config);
-        let weights: Vec<f64> = allowed.iter().map(|&i| f64::from(scaled[i] - max).exp()).collect();
-        let mut u = rng.uniform() * weights.iter().sum::<f64>();
-        let mut chosen = *allowed.last().unwrap_or(&0);
-        for (&i, w) in allowed.iter().zip(&weights) {
-            u -= w;
-            if u < 0.0 {
-                chosen = i;
-                break;
-            }
-        }
-        chosen
+        // Nothing is filtered out: draw in vocabulary order, without sorting.
+        draw(0..scaled.len(), &weights, rng)
     };
     (token as u32, (f64::from(scaled[token]) - log_z) as f32)
+}
+
+/// Whether top-k, top-p or min-p can remove any of `vocab` tokens.
+fn filters(config: &GenerationConfig, vocab: usize) -> bool {
+    config.top_k.is_some_and(|k| k < vocab)
+        || config.top_p.is_some_and(|p| p < 1.0)
+        || config.min_p.is_some_and(|p| p > 0.0)
+}
+
+/// Draws one of `tokens` with probability proportional to its weight.
+fn draw(tokens: impl Iterator<Item = usize> + Clone, weights: &[f64], rng: &mut SeededRng) -> usize {
+    let mut u = rng.uniform() * tokens.clone().map(|i| weights[i]).sum::<f64>();
+    let mut chosen = 0;
+    for i in tokens {
+        chosen = i;
+        u -= weights[i];
+        if u < 0.0 {
+            break;
+        }
+    }
+    chosen
 }
 
 /// The tokens that survive top-k, top-p and min-p filtering (in that order) of temperature-

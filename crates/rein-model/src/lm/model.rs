@@ -11,7 +11,7 @@ use burn::module::{Module, Param};
 use burn::nn::{Embedding, Linear};
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Bool, Int, Tensor};
+use burn::tensor::{Bool, Int, Tensor, TensorPrimitive};
 
 use super::cache::{KvCache, LayerCache};
 use super::config::LmConfig;
@@ -39,9 +39,11 @@ impl<B: Backend> RmsNorm<B> {
     /// # Shapes
     /// `[.., hidden]` → same
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let rms = x.clone().powi_scalar(2).mean_dim(D - 1).add_scalar(self.eps).sqrt();
-        let weight = self.weight.val().unsqueeze::<D>();
-        (x / rms) * weight
+        let shape = x.dims();
+        let hidden = shape[D - 1];
+        let rows = x.clone().reshape([shape.iter().product::<usize>() / hidden.max(1), hidden]);
+        let normed = B::rms_norm(rows.into_primitive().tensor(), self.weight.val().into_primitive().tensor(), self.eps);
+        Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(normed)).reshape(shape)
     }
 }
 
@@ -131,6 +133,7 @@ impl<B: Backend> Attention<B> {
             .rope
             .apply(split(project(&self.k_proj, x.clone()), kvh), &ctx.positions);
         let v = split(project(&self.v_proj, x), kvh);
+        // `k` and `v` hold `keys` positions, or more when they are the cache's buffers.
         let (k, v, offset) = match cache {
             Some(cache) => {
                 let offset = cache.len();
@@ -139,15 +142,22 @@ impl<B: Backend> Attention<B> {
             }
             None => (k, v, 0),
         };
-        let keys = k.dims()[2];
+        let keys = offset + seq;
         let rep = h / kvh;
         let out = if seq == 1 {
             // Decoding one token: fold the query heads of each key/value group into the query
-            // axis, so keys and values are never repeated.
+            // axis, so keys and values are never repeated, and read the cache in place.
             let q = q.reshape([batch, kvh, rep, d]);
-            let mask = key_padding.map(|p| p.reshape([batch, 1, 1, keys]).expand([batch, kvh, rep, keys]));
-            attention(q, k, v, mask, None, AttentionModuleOptions::default()).reshape([batch, h, 1, d])
+            let out = B::cached_attention(
+                q.into_primitive().tensor(),
+                k.into_primitive().tensor(),
+                v.into_primitive().tensor(),
+                keys,
+                key_padding.map(Tensor::into_primitive),
+            );
+            Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, h, 1, d])
         } else {
+            let (k, v) = (k.narrow(2, 0, keys), v.narrow(2, 0, keys));
             let repeat = |t: Tensor<B, 4>| {
                 if rep == 1 {
                     t

@@ -5,10 +5,10 @@
 //! x' = x · cos(p · inv_freq) + rotate_half(x) · sin(p · inv_freq),   rotate_half([a, b]) = [−b, a]
 //! ```
 
-use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
 
 use super::config::LmConfig;
+use crate::backend::Backend;
 
 /// The inverse frequencies, computed in `f32` as transformers does, with scaling applied.
 pub fn inverse_frequencies(config: &LmConfig) -> Vec<f32> {
@@ -53,7 +53,6 @@ pub struct Rope<B: Backend> {
     cos: Tensor<B, 2>,
     /// `[max_len, head_dim]`.
     sin: Tensor<B, 2>,
-    half: usize,
 }
 
 impl<B: Backend> Rope<B> {
@@ -76,7 +75,6 @@ impl<B: Backend> Rope<B> {
         Self {
             cos: table(cos),
             sin: table(sin),
-            half,
         }
     }
 
@@ -90,14 +88,13 @@ impl<B: Backend> Rope<B> {
     /// # Shapes
     /// - `x`: `[batch, heads, seq, head_dim]`, `positions`: `[batch, seq]` → like `x`
     pub fn apply(&self, x: Tensor<B, 4>, positions: &Tensor<B, 2, Int>) -> Tensor<B, 4> {
-        let [batch, _, seq, dim] = x.dims();
-        let flat = positions.clone().reshape([batch * seq]);
-        let cos = self.cos.clone().select(0, flat.clone()).reshape([batch, 1, seq, dim]);
-        let sin = self.sin.clone().select(0, flat).reshape([batch, 1, seq, dim]);
-        let first = x.clone().narrow(3, 0, self.half);
-        let second = x.clone().narrow(3, self.half, self.half);
-        let rotated = Tensor::cat(vec![second.neg(), first], 3);
-        x * cos + rotated * sin
+        let rotated = B::rope(
+            x.into_primitive().tensor(),
+            positions.clone().into_primitive(),
+            self.cos.clone().into_primitive().tensor(),
+            self.sin.clone().into_primitive().tensor(),
+        );
+        Tensor::from_primitive(TensorPrimitive::Float(rotated))
     }
 }
 

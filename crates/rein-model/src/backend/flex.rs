@@ -1,0 +1,327 @@
+//! rein's kernels on burn-flex, the CPU backend (see the parent module for why each exists).
+//!
+//! Every kernel computes in `f32` and falls back to the burn-op default for other dtypes.
+
+use burn::backend::Flex;
+use burn::tensor::ops::{BoolTensor, FloatTensor, IntTensor};
+use burn::tensor::{DType, TensorData};
+use burn_flex::FlexTensor;
+use rayon::prelude::*;
+
+use super::{Backend, cached_attention_ops, rms_norm_ops, rope_ops, write_cache_ops};
+
+impl Backend for Flex {
+    fn tanh(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        burn_flex::ops::unary::unary_op(x, tanh_f32, f64::tanh)
+    }
+
+    fn tanh_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        burn_flex::ops::binary::binary_op(output, grad, |y, g| g * (1.0 - y * y), |y, g| g * (1.0 - y * y), None)
+    }
+
+    fn rms_norm(x: FloatTensor<Self>, weight: FloatTensor<Self>, eps: f64) -> FloatTensor<Self> {
+        if x.dtype() != DType::F32 || weight.dtype() != DType::F32 {
+            return rms_norm_ops::<Self>(x, weight, eps);
+        }
+        let shape = dims(&x);
+        let hidden = shape[1];
+        let (x, weight) = (x.to_contiguous(), weight.to_contiguous());
+        let (x, weight) = (f32s(&x), f32s(&weight));
+        let mut out = vec![0.0f32; x.len()];
+        for (out, row) in out.chunks_exact_mut(hidden).zip(x.chunks_exact(hidden)) {
+            let inv_rms = 1.0 / (dot(row, row) / hidden as f32 + eps as f32).sqrt();
+            for ((o, &x), &w) in out.iter_mut().zip(row).zip(weight) {
+                *o = w * (x * inv_rms);
+            }
+        }
+        tensor(out, &shape)
+    }
+
+    fn rope(
+        x: FloatTensor<Self>,
+        positions: IntTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let index = indices(&positions);
+        let (Some(positions), DType::F32, DType::F32, DType::F32) = (index, x.dtype(), cos.dtype(), sin.dtype()) else {
+            return rope_ops::<Self>(x, positions, cos, sin);
+        };
+        let shape = dims(&x);
+        let [batch, heads, seq, dim] = [shape[0], shape[1], shape[2], shape[3]];
+        let half = dim / 2;
+        let (cos, sin) = (cos.to_contiguous(), sin.to_contiguous());
+        let (cos, sin) = (f32s(&cos), f32s(&sin));
+        // `x` is usually a transposed view of a projection: read it through its strides.
+        let layout = x.layout();
+        let strides = layout.strides();
+        let (base, storage) = (layout.start_offset() as isize, x.storage::<f32>());
+        let mut out = vec![0.0f32; batch * heads * seq * dim];
+        let mut rows = out.chunks_exact_mut(dim);
+        for b in 0..batch {
+            for h in 0..heads {
+                for s in 0..seq {
+                    let row = rows.next().expect("one output row per (batch, head, token)");
+                    let p = positions[b * seq + s];
+                    let (cos, sin) = (&cos[p * dim..(p + 1) * dim], &sin[p * dim..(p + 1) * dim]);
+                    let start = base + b as isize * strides[0] + h as isize * strides[1] + s as isize * strides[2];
+                    let at = |i: usize| storage[(start + i as isize * strides[3]) as usize];
+                    for i in 0..half {
+                        let (a, c) = (at(i), at(i + half));
+                        row[i] = a * cos[i] + -c * sin[i];
+                        row[i + half] = c * cos[i + half] + a * sin[i + half];
+                    }
+                }
+            }
+        }
+        tensor(out, &shape)
+    }
+
+    fn write_cache(mut buffer: FloatTensor<Self>, values: FloatTensor<Self>, start: usize) -> FloatTensor<Self> {
+        let full = buffer.layout().start_offset() == 0
+            && buffer.is_contiguous()
+            && buffer.bytes().len() == buffer.layout().num_elements() * 4;
+        if buffer.dtype() != DType::F32 || values.dtype() != DType::F32 || !full || !buffer.is_unique() {
+            return write_cache_ops::<Self>(buffer, values, start);
+        }
+        let [batch, heads, capacity, dim] = <[usize; 4]>::try_from(dims(&buffer)).expect("a 4-D cache buffer");
+        let seq = dims(&values)[2];
+        let values = values.to_contiguous();
+        let mut rows = f32s(&values).chunks_exact(seq * dim);
+        let buffer_rows = buffer.storage_mut::<f32>().chunks_exact_mut(capacity * dim);
+        for row in buffer_rows.take(batch * heads) {
+            let new = rows.next().expect("one row of values per (batch, head)");
+            row[start * dim..(start + seq) * dim].copy_from_slice(new);
+        }
+        buffer
+    }
+
+    fn cached_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        len: usize,
+        padding: Option<BoolTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        if q.dtype() != DType::F32 || k.dtype() != DType::F32 || v.dtype() != DType::F32 {
+            return cached_attention_ops::<Self>(q, k, v, len, padding);
+        }
+        let shape = dims(&q);
+        let [batch, kv_heads, group, dim] = [shape[0], shape[1], shape[2], shape[3]];
+        let capacity = dims(&k)[2];
+        let (q, k, v) = (q.to_contiguous(), k.to_contiguous(), v.to_contiguous());
+        let (q, k, v) = (f32s(&q), f32s(&k), f32s(&v));
+        let padding = padding.map(|p| p.to_contiguous());
+        let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * len]);
+        let scale = 1.0 / (dim as f32).sqrt();
+        let mut out = vec![0.0f32; q.len()];
+        // One sequence's heads: `out` and `q` are its `[kv_heads, group, head_dim]` block.
+        let sequence = |b: usize, out: &mut [f32]| {
+            let mut weights = vec![0.0f32; len];
+            let padded = |j: usize| padding.is_some_and(|p| p[b * len + j] != 0);
+            for h in 0..kv_heads {
+                let head = (b * kv_heads + h) * capacity * dim;
+                let (keys, values) = (&k[head..head + len * dim], &v[head..head + len * dim]);
+                for g in 0..group {
+                    let row = (h * group + g) * dim;
+                    let query = &q[b * kv_heads * group * dim + row..][..dim];
+                    let mut max = f32::NEG_INFINITY;
+                    for (j, (w, key)) in weights.iter_mut().zip(keys.chunks_exact(dim)).enumerate() {
+                        *w = if padded(j) {
+                            f32::NEG_INFINITY
+                        } else {
+                            dot(query, key) * scale
+                        };
+                        max = max.max(*w);
+                    }
+                    if max == f32::NEG_INFINITY {
+                        continue; // every key is padding: leave zeros rather than NaN
+                    }
+                    let mut total = 0.0;
+                    for w in &mut weights {
+                        *w = (*w - max).exp();
+                        total += *w;
+                    }
+                    let out = &mut out[row..row + dim];
+                    for (&w, value) in weights.iter().zip(values.chunks_exact(dim)) {
+                        let w = w / total;
+                        for (o, &x) in out.iter_mut().zip(value) {
+                            *o += w * x;
+                        }
+                    }
+                }
+            }
+        };
+        let per_sequence = kv_heads * group * dim;
+        if batch * per_sequence * len >= PARALLEL_WORK {
+            out.par_chunks_mut(per_sequence)
+                .enumerate()
+                .for_each(|(b, out)| sequence(b, out));
+        } else {
+            out.chunks_mut(per_sequence).enumerate().for_each(|(b, out)| sequence(b, out));
+        }
+        tensor(out, &shape)
+    }
+}
+
+/// Multiply-adds below which a kernel stays on one thread.
+const PARALLEL_WORK: usize = 1 << 16;
+
+fn dims(x: &FlexTensor) -> Vec<usize> {
+    let shape = x.layout().shape();
+    (0..shape.num_dims()).map(|i| shape[i]).collect()
+}
+
+/// The elements of a contiguous `f32` tensor.
+fn f32s(x: &FlexTensor) -> &[f32] {
+    &x.storage::<f32>()[..x.layout().num_elements()]
+}
+
+fn tensor(values: Vec<f32>, shape: &[usize]) -> FlexTensor {
+    FlexTensor::from_data(TensorData::new(values, shape.to_vec()))
+}
+
+/// An integer tensor's elements as indices (`None` for dtypes other than `i32` and `i64`).
+fn indices(x: &FlexTensor) -> Option<Vec<usize>> {
+    let x = x.to_contiguous();
+    let n = x.layout().num_elements();
+    match x.dtype() {
+        DType::I32 => Some(x.storage::<i32>()[..n].iter().map(|&i| i as usize).collect()),
+        DType::I64 => Some(x.storage::<i64>()[..n].iter().map(|&i| i as usize).collect()),
+        _ => None,
+    }
+}
+
+/// `Σ aᵢbᵢ` with independent partial sums, so the loop vectorises.
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut partial = [0.0f32; LANES];
+    let (a_body, a_tail) = a.split_at(a.len() / LANES * LANES);
+    let (b_body, b_tail) = b.split_at(a_body.len());
+    for (x, y) in a_body.chunks_exact(LANES).zip(b_body.chunks_exact(LANES)) {
+        for i in 0..LANES {
+            partial[i] += x[i] * y[i];
+        }
+    }
+    partial.iter().sum::<f32>() + a_tail.iter().zip(b_tail).map(|(x, y)| x * y).sum::<f32>()
+}
+
+/// `tanh` for `f32` as a rational function of `x` (Eigen's `generic_fast_tanh_float`): only
+/// multiplications, additions and one division, so loops over it vectorise.
+#[inline(always)]
+fn tanh_f32(x: f32) -> f32 {
+    const CLAMP: f32 = 7.905_311;
+    const A1: f32 = 4.893_524_6e-3;
+    const A3: f32 = 6.372_619_3e-4;
+    const A5: f32 = 1.485_722_4e-5;
+    const A7: f32 = 5.122_297e-8;
+    const A9: f32 = -8.604_672e-11;
+    const A11: f32 = 2.000_188e-13;
+    const A13: f32 = -2.760_768_5e-16;
+    const B0: f32 = 4.893_525e-3;
+    const B2: f32 = 2.268_434_6e-3;
+    const B4: f32 = 1.185_347_1e-4;
+    const B6: f32 = 1.198_258_4e-6;
+    let x = x.clamp(-CLAMP, CLAMP);
+    let x2 = x * x;
+    let p = ((((((A13 * x2 + A11) * x2 + A9) * x2 + A7) * x2 + A5) * x2 + A3) * x2 + A1) * x;
+    let q = ((B6 * x2 + B4) * x2 + B2) * x2 + B0;
+    p / q
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::backend::Backend as _;
+    use burn::tensor::{Bool, Distribution, Int, Tensor, TensorPrimitive};
+
+    use super::*;
+
+    fn random<const D: usize>(shape: [usize; D], seed: u64) -> Tensor<Flex, D> {
+        let device = Default::default();
+        Flex::seed(&device, seed);
+        Tensor::random(shape, Distribution::Normal(0.0, 1.0), &device)
+    }
+
+    fn raw<const D: usize>(x: &Tensor<Flex, D>) -> FlexTensor {
+        x.clone().into_primitive().tensor()
+    }
+
+    fn assert_close(kernel: FlexTensor, ops: FlexTensor) {
+        let (a, b) = (Tensor::<Flex, 1>::from_primitive(TensorPrimitive::Float(kernel.reshape(vec![kernel.layout().num_elements()].into()))), Tensor::<Flex, 1>::from_primitive(TensorPrimitive::Float(ops.reshape(vec![ops.layout().num_elements()].into()))));
+        let (a, b) = (a.into_data().to_vec::<f32>().unwrap(), b.into_data().to_vec::<f32>().unwrap());
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "element {i}: kernel {x} vs burn ops {y}");
+        }
+    }
+
+    #[test]
+    fn rms_norm_matches_burn_ops() {
+        let (x, w) = (random([5, 24], 1), random([24], 2));
+        assert_close(
+            Flex::rms_norm(raw(&x), raw(&w), 1e-6),
+            rms_norm_ops::<Flex>(raw(&x), raw(&w), 1e-6),
+        );
+    }
+
+    #[test]
+    fn rope_matches_burn_ops_on_a_transposed_view() {
+        let device = Default::default();
+        // [batch, seq, heads, dim] viewed as [batch, heads, seq, dim], as the model does.
+        let x = random([2, 3, 4, 8], 3).swap_dims(1, 2);
+        let (cos, sin) = (random([10, 8], 4), random([10, 8], 5));
+        let positions = Tensor::<Flex, 2, Int>::from_data([[0, 1, 2], [4, 7, 9]], &device);
+        assert_close(
+            Flex::rope(raw(&x), positions.clone().into_primitive(), raw(&cos), raw(&sin)),
+            rope_ops::<Flex>(raw(&x), positions.into_primitive(), raw(&cos), raw(&sin)),
+        );
+    }
+
+    #[test]
+    fn cached_attention_matches_burn_ops_with_padding() {
+        let device = Default::default();
+        let q = random([3, 2, 2, 8], 6);
+        let (k, v) = (random([3, 2, 7, 8], 7), random([3, 2, 7, 8], 8));
+        let padding = Tensor::<Flex, 2, Bool>::from_data(
+            [
+                [true, true, false, false, false],
+                [false, false, false, false, false],
+                [true, false, false, false, false],
+            ],
+            &device,
+        );
+        for padding in [None, Some(padding)] {
+            let padding = padding.map(Tensor::into_primitive);
+            assert_close(
+                Flex::cached_attention(raw(&q), raw(&k), raw(&v), 5, padding.clone()),
+                cached_attention_ops::<Flex>(raw(&q), raw(&k), raw(&v), 5, padding),
+            );
+        }
+    }
+
+    #[test]
+    fn write_cache_matches_slice_assign_and_writes_in_place() {
+        let buffer = random([2, 3, 6, 4], 9);
+        // A transposed view, as the model's values are.
+        let values = random([2, 2, 3, 4], 10).swap_dims(1, 2);
+        let expected = write_cache_ops::<Flex>(raw(&buffer), raw(&values), 3);
+        let buffer = buffer.into_primitive().tensor();
+        let address = buffer.bytes().as_ptr();
+        let written = Flex::write_cache(buffer, raw(&values), 3);
+        assert_eq!(written.bytes().as_ptr(), address, "the buffer was copied");
+        assert_close(written, expected);
+    }
+
+    #[test]
+    fn rational_tanh_matches_libm() {
+        let mut worst = 0.0f32;
+        for i in -100_000..=100_000 {
+            let x = i as f32 / 5_000.0; // [-20, 20]
+            worst = worst.max((tanh_f32(x) - x.tanh()).abs());
+        }
+        assert!(worst < 5e-7, "max error {worst}");
+        assert_eq!(tanh_f32(0.0), 0.0);
+        assert!(tanh_f32(f32::INFINITY) <= 1.0 && tanh_f32(f32::NEG_INFINITY) >= -1.0);
+    }
+}

@@ -1,0 +1,201 @@
+//! The backends rein's modules run on: any burn backend, plus rein's fused kernels where a
+//! backend has a faster path than its generic ops.
+//!
+//! Each kernel is a method of [`Backend`] whose default composes burn's own ops, so any backend
+//! qualifies with an empty `impl` (the CUDA one does) and autodiff keeps working (the autodiff
+//! backend uses the defaults, except for `tanh`). Flex overrides them in [`flex`]:
+//!
+//! - `tanh`: burn-flex computes it with libm's scalar `tanhf` and burn's autodiff recomputes it
+//!   in the backward pass; with 64-wide PPO networks that was over half of each update. Here it
+//!   is one vectorised pass, and its autodiff version keeps the output for a one-pass backward
+//!   `g · (1 − y²)`.
+//! - `rms_norm`, `rope`, `cached_attention`: one pass each instead of five to ten burn ops, and
+//!   attention reads the key/value cache in place instead of copying its filled prefix. These
+//!   are what decoding a token spends its time on besides the matrix products.
+
+mod flex;
+
+use burn::tensor::ops::{AttentionModuleOptions, BoolTensor, FloatTensor, IntTensor};
+use burn::tensor::{Bool, Int, Tensor, TensorPrimitive};
+use burn_autodiff::Autodiff;
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind, unary};
+
+/// A burn backend with rein's fused kernels. The defaults use burn's own ops, so any backend
+/// qualifies with an empty `impl`.
+pub trait Backend: burn::tensor::backend::Backend {
+    /// Element-wise `tanh`.
+    fn tanh(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::float_tanh(x)
+    }
+
+    /// `grad · (1 − output²)`, the gradient of `tanh` from its output.
+    fn tanh_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        let one_minus_sq =
+            Self::float_add_scalar(Self::float_neg(Self::float_powi_scalar(output, 2.into())), 1f32.into());
+        Self::float_mul(grad, one_minus_sq)
+    }
+
+    /// RMSNorm of each row, as transformers computes it: `w ⊙ x / sqrt(mean(x²) + ε)`.
+    ///
+    /// # Shapes
+    /// - `x`: `[rows, hidden]`, `weight`: `[hidden]` → `[rows, hidden]`
+    fn rms_norm(x: FloatTensor<Self>, weight: FloatTensor<Self>, eps: f64) -> FloatTensor<Self> {
+        rms_norm_ops::<Self>(x, weight, eps)
+    }
+
+    /// Rotary embedding in the "rotate half" layout: `x · cos[p] + rotate_half(x) · sin[p]` with
+    /// `rotate_half([a, b]) = [−b, a]` and `p` each token's position.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, heads, seq, head_dim]`, `positions`: `[batch, seq]`,
+    ///   `cos`, `sin`: `[max_len, head_dim]` → like `x`
+    fn rope(
+        x: FloatTensor<Self>,
+        positions: IntTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        rope_ops::<Self>(x, positions, cos, sin)
+    }
+
+    /// Writes `values` into `buffer` at positions `start..` of axis 2 and returns the buffer.
+    /// In place when the buffer is not shared (burn-flex's `slice_assign` copies the whole
+    /// buffer first, which made every decoding step copy the key/value cache).
+    ///
+    /// # Shapes
+    /// - `buffer`: `[batch, heads, capacity, head_dim]`, `values`: `[batch, heads, seq, head_dim]`
+    fn write_cache(buffer: FloatTensor<Self>, values: FloatTensor<Self>, start: usize) -> FloatTensor<Self> {
+        write_cache_ops::<Self>(buffer, values, start)
+    }
+
+    /// Scaled dot-product attention of one new token per sequence over the first `len`
+    /// positions of a key/value cache, with the query heads of each key/value head grouped.
+    ///
+    /// # Shapes
+    /// - `q`: `[batch, kv_heads, group, head_dim]`
+    /// - `k`, `v`: `[batch, kv_heads, capacity, head_dim]`, positions `len..` unused
+    /// - `padding`: `[batch, len]`, `true` where a key is padding
+    /// - → `[batch, kv_heads, group, head_dim]`
+    fn cached_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        len: usize,
+        padding: Option<BoolTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        cached_attention_ops::<Self>(q, k, v, len, padding)
+    }
+}
+
+fn float<B: burn::tensor::backend::Backend, const D: usize>(x: FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(x))
+}
+
+/// [`Backend::rms_norm`] in burn ops.
+pub(crate) fn rms_norm_ops<B: burn::tensor::backend::Backend>(
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    eps: f64,
+) -> FloatTensor<B> {
+    let x = float::<B, 2>(x);
+    let rms = x.clone().powi_scalar(2).mean_dim(1).add_scalar(eps).sqrt();
+    ((x / rms) * float::<B, 1>(weight).unsqueeze::<2>())
+        .into_primitive()
+        .tensor()
+}
+
+/// [`Backend::rope`] in burn ops.
+pub(crate) fn rope_ops<B: burn::tensor::backend::Backend>(
+    x: FloatTensor<B>,
+    positions: IntTensor<B>,
+    cos: FloatTensor<B>,
+    sin: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let x = float::<B, 4>(x);
+    let [batch, _, seq, dim] = x.dims();
+    let half = dim / 2;
+    let flat = Tensor::<B, 2, Int>::from_primitive(positions).reshape([batch * seq]);
+    let cos = float::<B, 2>(cos).select(0, flat.clone()).reshape([batch, 1, seq, dim]);
+    let sin = float::<B, 2>(sin).select(0, flat).reshape([batch, 1, seq, dim]);
+    let first = x.clone().narrow(3, 0, half);
+    let second = x.clone().narrow(3, half, half);
+    let rotated = Tensor::cat(vec![second.neg(), first], 3);
+    (x * cos + rotated * sin).into_primitive().tensor()
+}
+
+/// [`Backend::write_cache`] in burn ops.
+pub(crate) fn write_cache_ops<B: burn::tensor::backend::Backend>(
+    buffer: FloatTensor<B>,
+    values: FloatTensor<B>,
+    start: usize,
+) -> FloatTensor<B> {
+    let values = float::<B, 4>(values);
+    let [batch, heads, seq, dim] = values.dims();
+    float::<B, 4>(buffer)
+        .slice_assign([0..batch, 0..heads, start..start + seq, 0..dim], values)
+        .into_primitive()
+        .tensor()
+}
+
+/// [`Backend::cached_attention`] in burn ops.
+pub(crate) fn cached_attention_ops<B: burn::tensor::backend::Backend>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    len: usize,
+    padding: Option<BoolTensor<B>>,
+) -> FloatTensor<B> {
+    let q = float::<B, 4>(q);
+    let [batch, kv_heads, group, _] = q.dims();
+    let mask = padding.map(|p| {
+        Tensor::<B, 2, Bool>::from_primitive(p)
+            .reshape([batch, 1, 1, len])
+            .expand([batch, kv_heads, group, len])
+    });
+    burn::tensor::module::attention(
+        q,
+        float::<B, 4>(k).narrow(2, 0, len),
+        float::<B, 4>(v).narrow(2, 0, len),
+        mask,
+        None,
+        AttentionModuleOptions::default(),
+    )
+    .into_primitive()
+    .tensor()
+}
+
+/// A [`Backend`] that records gradients, whose inner backend is a [`Backend`] too.
+pub trait AutodiffBackend: Backend + burn::tensor::backend::AutodiffBackend<InnerBackend: Backend> {}
+
+impl<B: burn::tensor::backend::AutodiffBackend<InnerBackend: Backend> + Backend> AutodiffBackend for B {}
+
+#[cfg(feature = "cuda")]
+impl Backend for burn::backend::Cuda {}
+
+impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
+    fn tanh(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct Tanh;
+
+        impl<B: Backend> Backward<B, 1> for Tanh {
+            /// The forward output.
+            type State = FloatTensor<B>;
+
+            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let output = ops.state;
+                unary::<B, _>(ops.parents, ops.node, grads, |grad| B::tanh_backward(output, grad));
+            }
+        }
+
+        match Tanh.prepare::<C>([x.node.clone()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let output = B::tanh(x.primitive);
+                prep.finish(output.clone(), output)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::tanh(x.primitive)),
+        }
+    }
+}
