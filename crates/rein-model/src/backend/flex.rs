@@ -8,7 +8,7 @@ use burn::tensor::{DType, TensorData};
 use burn_flex::FlexTensor;
 use rayon::prelude::*;
 
-use super::{Backend, cached_attention_ops, rms_norm_ops, rope_ops, write_cache_ops};
+use super::{Backend, cached_attention_ops, linear_ops, rms_norm_ops, rope_ops, swiglu_ops, write_cache_ops};
 
 impl Backend for Flex {
     fn tanh(x: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -17,6 +17,89 @@ impl Backend for Flex {
 
     fn tanh_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         burn_flex::ops::binary::binary_op(output, grad, |y, g| g * (1.0 - y * y), |y, g| g * (1.0 - y * y), None)
+    }
+
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        let bias_f32 = bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
+        if x.dtype() != DType::F32 || weight.dtype() != DType::F32 || !bias_f32 {
+            return linear_ops::<Self>(x, weight, bias);
+        }
+        let (rows, inputs, outputs) = (dims(&x)[0], dims(&x)[1], dims(&weight)[1]);
+        let mut out = match &bias {
+            Some(bias) => f32s(&bias.to_contiguous()).repeat(rows),
+            None => vec![0.0f32; rows * outputs],
+        };
+        if rows * outputs * inputs > 0 {
+            let (x_rows, x_cols, x) = strided_2d(&x);
+            let (w_rows, w_cols, w) = strided_2d(&weight);
+            // Each thread computes a band of output columns with its own single-threaded gemm:
+            // gemm does not split matrix-vector products (decoding one sequence) across threads,
+            // and its own splitting of small products costs more than it saves.
+            let threads = if rows >= 32 && rows * outputs * inputs >= PARALLEL_WORK {
+                rayon::current_num_threads().min(outputs.div_ceil(16))
+            } else {
+                1
+            };
+            let band = outputs.div_ceil(threads).next_multiple_of(16).min(outputs);
+            let (out_ptr, x_addr, w_addr) = (out.as_mut_ptr() as usize, x as usize, w as usize);
+            let read_dst = bias.is_some();
+            let columns = |start: usize| {
+                let width = band.min(outputs - start);
+                // SAFETY: `x` and `w` address `[rows, inputs]` and `[inputs, outputs]` matrices laid
+                // out by their strides inside live storage (burn-flex's layouts guarantee it);
+                // `out` is `rows × outputs` row-major and each call writes only its own columns
+                // `start..start + width`, so concurrent calls never touch the same element.
+                unsafe {
+                    gemm::gemm(
+                        rows,
+                        width,
+                        inputs,
+                        (out_ptr as *mut f32).add(start),
+                        1,
+                        outputs as isize,
+                        read_dst,
+                        x_addr as *const f32,
+                        x_cols,
+                        x_rows,
+                        (w_addr as *const f32).offset(start as isize * w_cols),
+                        w_cols,
+                        w_rows,
+                        1.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::None,
+                    );
+                }
+            };
+            if threads > 1 {
+                (0..outputs)
+                    .step_by(band)
+                    .collect::<Vec<_>>()
+                    .into_par_iter()
+                    .for_each(columns);
+            } else {
+                columns(0);
+            }
+        }
+        tensor(out, &[rows, outputs])
+    }
+
+    fn swiglu(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self> {
+        if gate.dtype() != DType::F32 || up.dtype() != DType::F32 {
+            return swiglu_ops::<Self>(gate, up);
+        }
+        let gate = gate.to_contiguous();
+        // Written over `up` (usually a fresh, unshared projection, so no copy).
+        let mut up = up.to_contiguous();
+        let n = up.layout().num_elements();
+        swiglu_in_place(&mut up.storage_mut::<f32>()[..n], f32s(&gate));
+        up
     }
 
     fn rms_norm(x: FloatTensor<Self>, weight: FloatTensor<Self>, eps: f64) -> FloatTensor<Self> {
@@ -139,7 +222,7 @@ impl Backend for Flex {
                     }
                     let mut total = 0.0;
                     for w in &mut weights {
-                        *w = (*w - max).exp();
+                        *w = exp_f32(*w - max);
                         total += *w;
                     }
                     let out = &mut out[row..row + dim];
@@ -158,7 +241,9 @@ impl Backend for Flex {
                 .enumerate()
                 .for_each(|(b, out)| sequence(b, out));
         } else {
-            out.chunks_mut(per_sequence).enumerate().for_each(|(b, out)| sequence(b, out));
+            out.chunks_mut(per_sequence)
+                .enumerate()
+                .for_each(|(b, out)| sequence(b, out));
         }
         tensor(out, &shape)
     }
@@ -179,6 +264,17 @@ fn f32s(x: &FlexTensor) -> &[f32] {
 
 fn tensor(values: Vec<f32>, shape: &[usize]) -> FlexTensor {
     FlexTensor::from_data(TensorData::new(values, shape.to_vec()))
+}
+
+/// A 2-D tensor's row stride, column stride and a pointer to its first element.
+fn strided_2d(x: &FlexTensor) -> (isize, isize, *const f32) {
+    let layout = x.layout();
+    let strides = layout.strides();
+    (
+        strides[0],
+        strides[1],
+        x.storage::<f32>()[layout.start_offset()..].as_ptr(),
+    )
 }
 
 /// An integer tensor's elements as indices (`None` for dtypes other than `i32` and `i64`).
@@ -205,6 +301,39 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     partial.iter().sum::<f32>() + a_tail.iter().zip(b_tail).map(|(x, y)| x * y).sum::<f32>()
+}
+
+/// `up ← silu(gate) ⊙ up`. A function of its own so the slices are known not to alias, which
+/// lets the loop vectorise.
+#[inline(never)]
+fn swiglu_in_place(up: &mut [f32], gate: &[f32]) {
+    for (u, &g) in up.iter_mut().zip(gate) {
+        *u *= g / (1.0 + exp_f32(-g));
+    }
+}
+
+/// `eˣ` for `f32` (Cephes' `expf`: `2ⁿ · p(r)` with `x = n ln 2 + r`, within 2 ulp), written
+/// without branches or library calls so loops over it vectorise. Saturates below −87.3 and
+/// above 88.7.
+#[inline(always)]
+fn exp_f32(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    /// Adding then subtracting 1.5 · 2²³ rounds to the nearest integer.
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.3, 88.7);
+    let shifted = x * LOG2E + ROUND;
+    let n = shifted - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let p = ((((1.987_569_2e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 1.666_666_5e-1)
+        * r
+        + 0.5;
+    let p = p * r * r + r + 1.0;
+    // n + 127, the biased exponent of 2ⁿ, is in the low bits of `shifted`. Wrapping arithmetic
+    // (it cannot overflow here) keeps overflow checks out of the loop, so it vectorises.
+    let biased = shifted.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127);
+    p * f32::from_bits(biased << 23)
 }
 
 /// `tanh` for `f32` as a rational function of `x` (Eigen's `generic_fast_tanh_float`): only
@@ -248,11 +377,24 @@ mod tests {
     }
 
     fn assert_close(kernel: FlexTensor, ops: FlexTensor) {
-        let (a, b) = (Tensor::<Flex, 1>::from_primitive(TensorPrimitive::Float(kernel.reshape(vec![kernel.layout().num_elements()].into()))), Tensor::<Flex, 1>::from_primitive(TensorPrimitive::Float(ops.reshape(vec![ops.layout().num_elements()].into()))));
-        let (a, b) = (a.into_data().to_vec::<f32>().unwrap(), b.into_data().to_vec::<f32>().unwrap());
+        let (a, b) = (
+            Tensor::<Flex, 1>::from_primitive(TensorPrimitive::Float(
+                kernel.reshape(vec![kernel.layout().num_elements()].into()),
+            )),
+            Tensor::<Flex, 1>::from_primitive(TensorPrimitive::Float(
+                ops.reshape(vec![ops.layout().num_elements()].into()),
+            )),
+        );
+        let (a, b) = (
+            a.into_data().to_vec::<f32>().unwrap(),
+            b.into_data().to_vec::<f32>().unwrap(),
+        );
         assert_eq!(a.len(), b.len());
         for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-            assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "element {i}: kernel {x} vs burn ops {y}");
+            assert!(
+                (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
+                "element {i}: kernel {x} vs burn ops {y}"
+            );
         }
     }
 
@@ -311,6 +453,45 @@ mod tests {
         let written = Flex::write_cache(buffer, raw(&values), 3);
         assert_eq!(written.bytes().as_ptr(), address, "the buffer was copied");
         assert_close(written, expected);
+    }
+
+    #[test]
+    fn linear_matches_burn_ops_on_strided_inputs() {
+        let x = random([7, 5], 11);
+        let weight = random([3, 5], 12).transpose(); // [5, 3], column-major
+        let bias = random([3], 13);
+        for bias in [None, Some(raw(&bias))] {
+            assert_close(
+                Flex::fused_linear(raw(&x), raw(&weight), bias.clone()),
+                linear_ops::<Flex>(raw(&x), raw(&weight), bias),
+            );
+        }
+        let big = (random([64, 256], 14), random([256, 300], 15));
+        assert_close(
+            Flex::fused_linear(raw(&big.0), raw(&big.1), None),
+            linear_ops::<Flex>(raw(&big.0), raw(&big.1), None),
+        );
+    }
+
+    #[test]
+    fn swiglu_matches_burn_ops() {
+        let (gate, up) = (random([4, 9], 16).mul_scalar(8.0), random([4, 9], 17));
+        assert_close(
+            Flex::swiglu(raw(&gate), raw(&up)),
+            swiglu_ops::<Flex>(raw(&gate), raw(&up)),
+        );
+    }
+
+    #[test]
+    fn fast_exp_matches_libm() {
+        let mut worst = 0.0f32;
+        for i in -87_000..=88_000 {
+            let x = i as f32 / 1_000.0;
+            worst = worst.max((exp_f32(x) - x.exp()).abs() / x.exp());
+        }
+        assert!(worst < 3e-7, "max relative error {worst}");
+        let tiny = exp_f32(f32::NEG_INFINITY);
+        assert!((0.0..1e-37).contains(&tiny), "exp(-∞) = {tiny}");
     }
 
     #[test]

@@ -9,9 +9,13 @@
 //!   in the backward pass; with 64-wide PPO networks that was over half of each update. Here it
 //!   is one vectorised pass, and its autodiff version keeps the output for a one-pass backward
 //!   `g · (1 − y²)`.
-//! - `rms_norm`, `rope`, `cached_attention`: one pass each instead of five to ten burn ops, and
-//!   attention reads the key/value cache in place instead of copying its filled prefix. These
-//!   are what decoding a token spends its time on besides the matrix products.
+//! - `rms_norm`, `rope`, `swiglu`, `cached_attention`, `write_cache`: one pass each instead of
+//!   two to ten burn ops; attention reads the key/value cache in place instead of copying its
+//!   filled prefix, and the cache is written in place.
+//! - `fused_linear`: one `gemm` call with the bias folded in, on both cores from a smaller size than
+//!   burn-flex's matmul uses them.
+//!
+//! These are what decoding a token spends its time on.
 
 mod flex;
 
@@ -36,6 +40,26 @@ pub trait Backend: burn::tensor::backend::Backend {
         let one_minus_sq =
             Self::float_add_scalar(Self::float_neg(Self::float_powi_scalar(output, 2.into())), 1f32.into());
         Self::float_mul(grad, one_minus_sq)
+    }
+
+    /// A linear layer, `x · W + b`.
+    ///
+    /// # Shapes
+    /// - `x`: `[rows, in]`, `weight`: `[in, out]`, `bias`: `[out]` → `[rows, out]`
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        linear_ops::<Self>(x, weight, bias)
+    }
+
+    /// The SwiGLU gate, `silu(gate) ⊙ up`, element-wise.
+    ///
+    /// # Shapes
+    /// - `gate`, `up`: `[rows, width]` → `[rows, width]`
+    fn swiglu(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self> {
+        swiglu_ops::<Self>(gate, up)
     }
 
     /// RMSNorm of each row, as transformers computes it: `w ⊙ x / sqrt(mean(x²) + ε)`.
@@ -92,6 +116,27 @@ pub trait Backend: burn::tensor::backend::Backend {
 
 fn float<B: burn::tensor::backend::Backend, const D: usize>(x: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(x))
+}
+
+/// [`Backend::fused_linear`] in burn ops.
+pub(crate) fn linear_ops<B: burn::tensor::backend::Backend>(
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    bias: Option<FloatTensor<B>>,
+) -> FloatTensor<B> {
+    burn::tensor::module::linear(float::<B, 2>(x), float::<B, 2>(weight), bias.map(float::<B, 1>))
+        .into_primitive()
+        .tensor()
+}
+
+/// [`Backend::swiglu`] in burn ops.
+pub(crate) fn swiglu_ops<B: burn::tensor::backend::Backend>(
+    gate: FloatTensor<B>,
+    up: FloatTensor<B>,
+) -> FloatTensor<B> {
+    (burn::tensor::activation::silu(float::<B, 2>(gate)) * float::<B, 2>(up))
+        .into_primitive()
+        .tensor()
 }
 
 /// [`Backend::rms_norm`] in burn ops.

@@ -163,4 +163,3 @@ impl<B: Backend> KvCache<B> {
         self.batch = rows.len();
     }
 }
-

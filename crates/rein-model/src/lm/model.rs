@@ -41,8 +41,14 @@ impl<B: Backend> RmsNorm<B> {
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let shape = x.dims();
         let hidden = shape[D - 1];
-        let rows = x.clone().reshape([shape.iter().product::<usize>() / hidden.max(1), hidden]);
-        let normed = B::rms_norm(rows.into_primitive().tensor(), self.weight.val().into_primitive().tensor(), self.eps);
+        let rows = x
+            .clone()
+            .reshape([shape.iter().product::<usize>() / hidden.max(1), hidden]);
+        let normed = B::rms_norm(
+            rows.into_primitive().tensor(),
+            self.weight.val().into_primitive().tensor(),
+            self.eps,
+        );
         Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(normed)).reshape(shape)
     }
 }
@@ -186,9 +192,19 @@ impl<B: Backend> Attention<B> {
 /// (a matrix-vector product per sequence when decoding), which wastes the weights' reuse.
 fn project<B: Backend>(layer: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
     let [batch, seq, width] = x.dims();
-    let y = layer.forward(x.reshape([batch * seq, width]));
+    let y = linear(layer, x.reshape([batch * seq, width]));
     let out = y.dims()[1];
     y.reshape([batch, seq, out])
+}
+
+/// `layer` on `[rows, in]`, through [`Backend::fused_linear`].
+fn linear<B: Backend>(layer: &Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    let y = B::fused_linear(
+        x.into_primitive().tensor(),
+        layer.weight.val().into_primitive().tensor(),
+        layer.bias.as_ref().map(|b| b.val().into_primitive().tensor()),
+    );
+    Tensor::from_primitive(TensorPrimitive::Float(y))
 }
 
 /// `true` where a query may not attend: future keys, and padding keys other than itself (a
@@ -219,8 +235,12 @@ fn attention_mask<B: Backend>(
 
 impl<B: Backend> Mlp<B> {
     fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let gate = burn::tensor::activation::silu(project(&self.gate_proj, x.clone()));
-        project(&self.down_proj, gate * project(&self.up_proj, x))
+        let [batch, seq, width] = x.dims();
+        let x = x.reshape([batch * seq, width]);
+        let gate = linear(&self.gate_proj, x.clone()).into_primitive().tensor();
+        let up = linear(&self.up_proj, x).into_primitive().tensor();
+        let hidden = Tensor::from_primitive(TensorPrimitive::Float(B::swiglu(gate, up)));
+        linear(&self.down_proj, hidden).reshape([batch, seq, width])
     }
 }
 
@@ -307,10 +327,16 @@ impl<B: Backend> CausalLm<B> {
             None => {
                 let [batch, seq, width] = hidden.dims();
                 let weight = self.embed_tokens.weight.val();
-                hidden
-                    .reshape([batch * seq, width])
-                    .matmul(weight.transpose())
-                    .reshape([batch, seq, self.config.vocab_size])
+                let logits = B::fused_linear(
+                    hidden.reshape([batch * seq, width]).into_primitive().tensor(),
+                    weight.transpose().into_primitive().tensor(),
+                    None,
+                );
+                Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(logits)).reshape([
+                    batch,
+                    seq,
+                    self.config.vocab_size,
+                ])
             }
         }
     }
