@@ -13,8 +13,9 @@
 //! what a policy-gradient loss recomputes.
 
 use burn::tensor::{Int, Tensor, TensorData};
+use rayon::prelude::*;
 use rein_model::Backend;
-use rein_model::lm::{CausalLm, Context, KvCache};
+use rein_model::lm::{CausalLm, Context, KvCache, Rope};
 
 use crate::rng::SeededRng;
 
@@ -137,66 +138,141 @@ pub fn generate<B: Backend>(
     if n > 1 {
         cache.retain(&rows);
     }
-    let mut logits: Vec<f32> = rows
+    let logits: Vec<f32> = rows
         .iter()
         .flat_map(|&r| last[r * vocab..(r + 1) * vocab].iter().copied())
         .collect();
-    let mut next_position: Vec<i64> = rows.iter().map(|&r| prompts[r].len() as i64).collect();
+    let positions: Vec<i64> = rows.iter().map(|&r| prompts[r].len() as i64).collect();
     let mut rngs: Vec<SeededRng> = (0..p * n).map(|i| sequence_rng(config.seed, i / n, i % n)).collect();
-    let mut live: Vec<usize> = (0..p * n).collect();
+    let mut shards = Shard::split(
+        cache,
+        (0..p * n).collect(),
+        positions,
+        logits,
+        vocab,
+        B::decode_shards(p * n),
+    );
 
     for step in 0..config.max_new_tokens {
-        let mut next = Vec::with_capacity(live.len());
-        let mut still = Vec::with_capacity(live.len());
-        let mut keep_rows = Vec::with_capacity(live.len());
-        for (row, &seq) in live.iter().enumerate() {
-            let (token, logprob) = choose(&logits[row * vocab..(row + 1) * vocab], config, &mut rngs[seq]);
-            let g = &mut out[seq];
-            g.tokens.push(token);
-            g.logprobs.push(logprob);
-            let finish = if config.stop_token_ids.contains(&token) {
-                Some(FinishReason::StopToken)
-            } else if stop(seq, &g.tokens) {
-                Some(FinishReason::StopCondition)
-            } else if step + 1 == config.max_new_tokens {
-                Some(FinishReason::Length)
-            } else {
-                None
-            };
-            match finish {
-                Some(reason) => g.finish = reason,
-                None => {
-                    next.push(i64::from(token));
-                    still.push(seq);
-                    keep_rows.push(row);
+        for shard in &mut shards {
+            let mut keep = Vec::with_capacity(shard.seqs.len());
+            shard.next.clear();
+            for (row, &seq) in shard.seqs.iter().enumerate() {
+                let (token, logprob) = choose(&shard.logits[row * vocab..(row + 1) * vocab], config, &mut rngs[seq]);
+                let g = &mut out[seq];
+                g.tokens.push(token);
+                g.logprobs.push(logprob);
+                let finish = if config.stop_token_ids.contains(&token) {
+                    Some(FinishReason::StopToken)
+                } else if stop(seq, &g.tokens) {
+                    Some(FinishReason::StopCondition)
+                } else if step + 1 == config.max_new_tokens {
+                    Some(FinishReason::Length)
+                } else {
+                    None
+                };
+                match finish {
+                    Some(reason) => g.finish = reason,
+                    None => {
+                        shard.next.push(i64::from(token));
+                        keep.push(row);
+                    }
                 }
             }
+            shard.keep(&keep);
         }
-        if still.is_empty() {
+        shards.retain(|shard| !shard.seqs.is_empty());
+        if shards.is_empty() {
             break;
         }
-        if keep_rows.len() != live.len() {
-            cache.retain(&keep_rows);
-            next_position = keep_rows.iter().map(|&r| next_position[r]).collect();
-        }
-        live = still;
-        let b = live.len();
-        let ctx = Context {
-            rope: &rope,
-            positions: Tensor::from_data(TensorData::new(next_position.clone(), [b, 1]), device),
-            padding: None,
-        };
-        let step_logits = model.forward(
-            Tensor::from_data(TensorData::new(next, [b, 1]), device),
-            &ctx,
-            Some(&mut cache),
-        );
-        logits = step_logits.into_data().convert::<f32>().to_vec().unwrap_or_default();
-        for pos in &mut next_position {
-            *pos += 1;
+        let decode = |shard: &mut Shard<B>| shard.decode(model, &rope, device);
+        if shards.len() > 1 {
+            shards.par_iter_mut().for_each(decode);
+        } else {
+            shards.iter_mut().for_each(decode);
         }
     }
     out
+}
+
+/// A slice of the live sequences with its own key/value cache, decoded on its own thread when
+/// the backend asks for more than one (see [`Backend::decode_shards`]).
+struct Shard<B: Backend> {
+    /// Sequence indices, one per cache row.
+    seqs: Vec<usize>,
+    /// Position of each row's next token.
+    positions: Vec<i64>,
+    /// The next token of each row.
+    next: Vec<i64>,
+    /// `[rows, vocab]`, row-major: the logits of each row's next token.
+    logits: Vec<f32>,
+    cache: KvCache<B>,
+}
+
+impl<B: Backend> Shard<B> {
+    /// Splits the rows of `cache` (sequences `seqs`) into at most `count` shards of
+    /// contiguous rows.
+    fn split(
+        cache: KvCache<B>,
+        seqs: Vec<usize>,
+        positions: Vec<i64>,
+        logits: Vec<f32>,
+        vocab: usize,
+        count: usize,
+    ) -> Vec<Self> {
+        let rows = seqs.len();
+        let count = count.clamp(1, rows.max(1));
+        if count == 1 {
+            return vec![Self {
+                seqs,
+                positions,
+                next: Vec::new(),
+                logits,
+                cache,
+            }];
+        }
+        let size = rows.div_ceil(count);
+        (0..rows)
+            .step_by(size)
+            .map(|start| {
+                let range = start..(start + size).min(rows);
+                let mut shard_cache = cache.clone();
+                shard_cache.retain(&range.clone().collect::<Vec<_>>());
+                Self {
+                    seqs: seqs[range.clone()].to_vec(),
+                    positions: positions[range.clone()].to_vec(),
+                    next: Vec::new(),
+                    logits: logits[range.start * vocab..range.end * vocab].to_vec(),
+                    cache: shard_cache,
+                }
+            })
+            .collect()
+    }
+
+    /// Keeps only the rows at `keep` (finished sequences leave the cache).
+    fn keep(&mut self, keep: &[usize]) {
+        if keep.len() != self.seqs.len() {
+            self.cache.retain(keep);
+            self.seqs = keep.iter().map(|&r| self.seqs[r]).collect();
+            self.positions = keep.iter().map(|&r| self.positions[r]).collect();
+        }
+    }
+
+    /// Feeds each row's next token and stores the logits that follow.
+    fn decode(&mut self, model: &CausalLm<B>, rope: &Rope<B>, device: &B::Device) {
+        let rows = self.seqs.len();
+        let ctx = Context {
+            rope,
+            positions: Tensor::from_data(TensorData::new(self.positions.clone(), [rows, 1]), device),
+            padding: None,
+        };
+        let tokens = Tensor::from_data(TensorData::new(std::mem::take(&mut self.next), [rows, 1]), device);
+        let logits = model.forward(tokens, &ctx, Some(&mut self.cache));
+        self.logits = logits.into_data().convert::<f32>().to_vec().unwrap_or_default();
+        for position in &mut self.positions {
+            *position += 1;
+        }
+    }
 }
 
 /// Left-pads `prompts` to `width`: tokens, positions (0 at each row's first real token) and

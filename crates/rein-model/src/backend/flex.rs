@@ -19,6 +19,17 @@ impl Backend for Flex {
         burn_flex::ops::binary::binary_op(output, grad, |y, g| g * (1.0 - y * y), |y, g| g * (1.0 - y * y), None)
     }
 
+    /// One shard per thread once each gets 16 rows or more: every op of a decoding step then
+    /// runs on all cores without waiting on the others, where splitting each small op costs
+    /// more in synchronisation than it saves.
+    fn decode_shards(rows: usize) -> usize {
+        if nested() {
+            1
+        } else {
+            rayon::current_num_threads().min(rows / 16).max(1)
+        }
+    }
+
     fn fused_linear(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
@@ -39,7 +50,7 @@ impl Backend for Flex {
             // Each thread computes a band of output columns with its own single-threaded gemm:
             // gemm does not split matrix-vector products (decoding one sequence) across threads,
             // and its own splitting of small products costs more than it saves.
-            let threads = if rows >= 32 && rows * outputs * inputs >= PARALLEL_WORK {
+            let threads = if rows >= 32 && rows * outputs * inputs >= PARALLEL_WORK && !nested() {
                 rayon::current_num_threads().min(outputs.div_ceil(16))
             } else {
                 1
@@ -236,7 +247,7 @@ impl Backend for Flex {
             }
         };
         let per_sequence = kv_heads * group * dim;
-        if batch * per_sequence * len >= PARALLEL_WORK {
+        if batch * per_sequence * len >= PARALLEL_WORK && !nested() {
             out.par_chunks_mut(per_sequence)
                 .enumerate()
                 .for_each(|(b, out)| sequence(b, out));
@@ -251,6 +262,12 @@ impl Backend for Flex {
 
 /// Multiply-adds below which a kernel stays on one thread.
 const PARALLEL_WORK: usize = 1 << 16;
+
+/// Whether this thread already runs one of several parallel tasks (a decoding shard), so a
+/// kernel splitting its work further would only add synchronisation.
+fn nested() -> bool {
+    rayon::current_thread_index().is_some()
+}
 
 fn dims(x: &FlexTensor) -> Vec<usize> {
     let shape = x.layout().shape();

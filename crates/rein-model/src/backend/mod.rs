@@ -42,6 +42,14 @@ pub trait Backend: burn::tensor::backend::Backend {
         Self::float_mul(grad, one_minus_sq)
     }
 
+    /// Into how many shards, each decoded by its own thread with its own key/value cache, to
+    /// split a decoding batch of `rows` sequences. One (the default) on backends that
+    /// parallelise each op themselves.
+    fn decode_shards(rows: usize) -> usize {
+        let _ = rows;
+        1
+    }
+
     /// A linear layer, `x · W + b`.
     ///
     /// # Shapes

@@ -11,7 +11,7 @@ use super::config::LmConfig;
 use crate::backend::Backend;
 
 /// One layer's keys and values.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LayerCache<B: Backend> {
     k: Option<Tensor<B, 4>>,
     v: Option<Tensor<B, 4>>,
@@ -55,7 +55,7 @@ impl<B: Backend> LayerCache<B> {
 }
 
 /// The cache of every layer, plus which cached positions are padding.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct KvCache<B: Backend> {
     layers: Vec<LayerCache<B>>,
     /// `[batch, capacity]`, `true` at padding positions; `None` while there is no padding.
