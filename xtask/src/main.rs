@@ -36,6 +36,8 @@ enum Command {
     Recipe(run::Recipe),
     /// Build the plugins, then evaluate a recipe's language model on its held-out split.
     Eval(run::Eval),
+    /// Draw a run directory's metrics as PNG and SVG charts and write its summary.md.
+    Plot(run::Plot),
 }
 
 fn main() -> std::process::ExitCode {
@@ -47,6 +49,7 @@ fn main() -> std::process::ExitCode {
         Command::Run(cmd) => cmd.run(),
         Command::Recipe(cmd) => cmd.run(),
         Command::Eval(cmd) => cmd.run(),
+        Command::Plot(cmd) => cmd.run(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

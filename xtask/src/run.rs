@@ -34,6 +34,20 @@ impl Eval {
     }
 }
 
+#[derive(Args)]
+pub(crate) struct Plot {
+    /// The run directory (`runs/<recipe>-<timestamp>`).
+    run_dir: String,
+}
+
+impl Plot {
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        run(cargo()
+            .args(["run", "--quiet", "-p", "rein-cli", "--", "plot"])
+            .arg(&self.run_dir))
+    }
+}
+
 #[derive(Subcommand)]
 pub(crate) enum Recipe {
     /// Print the resolved recipe.

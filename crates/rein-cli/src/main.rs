@@ -6,6 +6,7 @@
 
 mod env;
 mod generate;
+mod plot;
 mod plugin;
 mod train;
 
@@ -37,6 +38,8 @@ enum Command {
     /// Show or check a recipe.
     #[command(subcommand)]
     Recipe(train::RecipeCommand),
+    /// Draw a run directory's metrics as PNG and SVG charts (`plots/`) and write `summary.md`.
+    Plot(plot::PlotArgs),
 }
 
 /// Sandbox limits settable on the command line (defaults: 256 MiB, 2000 ms, no fuel).
@@ -76,6 +79,7 @@ fn main() -> std::process::ExitCode {
         Command::Generate(args) => args.run(),
         Command::Eval(args) => args.run(),
         Command::Recipe(command) => command.run(),
+        Command::Plot(args) => args.run(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

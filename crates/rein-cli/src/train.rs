@@ -38,9 +38,16 @@ impl RunArgs {
         eprintln!("training {} (seed {})", loaded.name(), loaded.recipe.seed);
         let outcome = rein_train::run(&loaded, &self.recipe.plugin_dir, true)
             .with_context(|| format!("training {}", self.recipe.recipe.display()))?;
+        let run_dir = match &outcome {
+            RunOutcome::Ppo(outcome) => outcome.run_dir.clone(),
+            RunOutcome::Lm(outcome) => outcome.run_dir.clone(),
+        };
         match outcome {
             RunOutcome::Ppo(outcome) => report_ppo(&loaded, &outcome),
             RunOutcome::Lm(outcome) => report_lm(&outcome),
+        }
+        if let Some(dir) = run_dir {
+            crate::plot::after_run(&dir);
         }
         Ok(())
     }
