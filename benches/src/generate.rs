@@ -6,11 +6,11 @@
 use std::path::Path;
 use std::time::Instant;
 
-use burn::tensor::backend::Backend as _;
 use rein_model::Cpu;
-use rein_model::lm::{LmConfig, LmInit, save};
+use rein_model::lm::save;
 use rein_sampler::{GenerationConfig, SeededRng, generate};
 
+use crate::qwen2_3m::qwen2_3m;
 use crate::report::{Report, Row};
 
 const PROMPT_LEN: usize = 16;
@@ -22,14 +22,7 @@ const HF_FROM_ISSUE: [(usize, f64); 3] = [(1, 174.0), (8, 868.0), (64, 2686.0)];
 
 pub fn run() -> anyhow::Result<Report> {
     let device = Default::default();
-    let config = LmConfig::from_json(serde_json::json!({
-        "model_type": "qwen2", "vocab_size": 512, "hidden_size": 256, "intermediate_size": 704,
-        "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "max_position_embeddings": 512, "tie_word_embeddings": false, "rope_theta": 10000.0
-    }))
-    .map_err(anyhow::Error::msg)?;
-    Cpu::seed(&device, 0);
-    let model = LmInit { config, std: 0.02 }.init::<Cpu>(&device);
+    let model = qwen2_3m::<Cpu>(&device)?;
     let dir = Path::new("target/bench/qwen2-3m");
     save(&model, dir)?;
     let params: usize = burn::module::Module::num_params(&model);

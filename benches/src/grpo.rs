@@ -4,13 +4,13 @@
 
 use std::path::Path;
 
-use burn::tensor::backend::Backend as _;
 use rein_model::CpuAutodiff;
-use rein_model::lm::{LmConfig, LmInit, LmTokenizer};
+use rein_model::lm::LmTokenizer;
 use rein_plugin::PluginRuntime;
 use rein_train::lm::{ArithmeticTask, GrpoContext, WeightedReward, prepare, train_grpo};
 use rein_train::recipe::{DataSection, GrpoSection, OptimizerSection, SamplerSection};
 
+use crate::qwen2_3m::qwen2_3m;
 use crate::report::{Report, Row};
 
 /// TRL 1.16 `GRPOTrainer` on this machine (torch CPU, 2 threads), from the issue.
@@ -19,14 +19,7 @@ const STEPS: usize = 6;
 
 pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
     let device = Default::default();
-    let config = LmConfig::from_json(serde_json::json!({
-        "model_type": "qwen2", "vocab_size": 512, "hidden_size": 256, "intermediate_size": 704,
-        "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "max_position_embeddings": 512, "tie_word_embeddings": false, "rope_theta": 10000.0
-    }))
-    .map_err(anyhow::Error::msg)?;
-    CpuAutodiff::seed(&device, 0);
-    let model = LmInit { config, std: 0.02 }.init::<CpuAutodiff>(&device);
+    let model = qwen2_3m::<CpuAutodiff>(&device)?;
     let tokenizer = LmTokenizer::load(Path::new("recipes/assets/arithmetic-tokenizer"), &[])?;
     let task = ArithmeticTask {
         max_operand: 99,

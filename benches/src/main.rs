@@ -7,6 +7,7 @@ mod generate;
 mod grpo;
 mod plugins;
 mod ppo;
+mod qwen2_3m;
 mod report;
 
 fn main() -> anyhow::Result<()> {
