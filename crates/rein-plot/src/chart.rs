@@ -7,7 +7,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::metrics::{Figure, Series};
-use crate::{PlotError, number};
+use crate::{PlotError, number, span};
 
 const COLUMNS: usize = 3;
 const PANEL: (u32, u32) = (420, 260);
@@ -92,7 +92,7 @@ fn panel<DB: DrawingBackend>(
 
 /// The values' span, widened when it is a single value so the axis is not empty.
 fn range(values: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
-    let (low, high) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| (l.min(v), h.max(v)));
+    let (low, high) = span(values);
     if !low.is_finite() {
         return 0.0..1.0;
     }

@@ -63,6 +63,13 @@ pub enum PlotError {
     },
 }
 
+/// The lowest and highest of `values` (`(∞, −∞)` when there are none).
+pub(crate) fn span(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    values.fold((f64::INFINITY, f64::NEG_INFINITY), |(low, high), v| {
+        (low.min(v), high.max(v))
+    })
+}
+
 /// Integers as they are, others with four significant digits, plain or scientific as fits.
 pub(crate) fn number(value: f64) -> String {
     if value.fract() == 0.0 && value.abs() < 1e6 {

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use crate::metrics::Figure;
-use crate::number;
+use crate::{number, span};
 
 /// The summary of a run called `title`.
 pub(crate) fn markdown(title: &str, figures: &[Figure]) -> String {
@@ -14,8 +14,7 @@ pub(crate) fn markdown(title: &str, figures: &[Figure]) -> String {
         let _ = writeln!(out, "| metric | points | first | last | lowest | highest |");
         let _ = writeln!(out, "|---|---|---|---|---|---|");
         for series in &figure.series {
-            let values = series.points.iter().map(|p| p.1);
-            let (low, high) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| (l.min(v), h.max(v)));
+            let (low, high) = span(series.points.iter().map(|p| p.1));
             let first = series.points.first().map_or(f64::NAN, |p| p.1);
             let last = series.points.last().map_or(f64::NAN, |p| p.1);
             let _ = writeln!(

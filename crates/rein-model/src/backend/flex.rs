@@ -39,7 +39,7 @@ impl Backend for Flex {
         if x.dtype() != DType::F32 || weight.dtype() != DType::F32 || !bias_f32 {
             return linear_ops::<Self>(x, weight, bias);
         }
-        let (rows, inputs, outputs) = (dims(&x)[0], dims(&x)[1], dims(&weight)[1]);
+        let ([rows, inputs], outputs) = (shape_2d(&x), shape_2d(&weight)[1]);
         let mut out = match &bias {
             Some(bias) => f32s(&bias.to_contiguous()).repeat(rows),
             None => vec![0.0f32; rows * outputs],
@@ -272,6 +272,11 @@ fn nested() -> bool {
 fn dims(x: &FlexTensor) -> Vec<usize> {
     let shape = x.layout().shape();
     (0..shape.num_dims()).map(|i| shape[i]).collect()
+}
+
+fn shape_2d(x: &FlexTensor) -> [usize; 2] {
+    let shape = x.layout().shape();
+    [shape[0], shape[1]]
 }
 
 /// The elements of a contiguous `f32` tensor.

@@ -41,9 +41,7 @@ impl<B: Backend> RmsNorm<B> {
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let shape = x.dims();
         let hidden = shape[D - 1];
-        let rows = x
-            .clone()
-            .reshape([shape.iter().product::<usize>() / hidden.max(1), hidden]);
+        let rows = x.reshape([shape.iter().product::<usize>() / hidden.max(1), hidden]);
         let normed = B::rms_norm(
             rows.into_primitive().tensor(),
             self.weight.val().into_primitive().tensor(),
