@@ -110,3 +110,36 @@ fn a_failing_env_plugin_stops_training_with_its_error() {
         "{err}"
     );
 }
+
+#[test]
+fn a_non_finite_loss_stops_at_its_update_and_keeps_the_checkpoints_before_it() {
+    // Rewards of 1e38 from the 41st step of each environment (update 3 of 16 steps) are finite,
+    // so the host passes them, but the value loss overflows.
+    let runs = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("runs-nan-{}", std::process::id()));
+    let overrides = vec![
+        format!("train.runs_dir={:?}", runs.display().to_string()),
+        format!(
+            "env.plugin={:?}",
+            common::test_plugin_path("hostile-env").display().to_string()
+        ),
+        "env.config.attack=\"huge-reward\"".into(),
+        "env.config.after=40".into(),
+        "env.config.horizon=10".into(),
+        "env.num_envs=4".into(),
+        "algorithm.num_steps=16".into(),
+        "train.total_steps=640".into(),
+        "train.checkpoint_every=1".into(),
+    ];
+    let err = rein_train::run_ppo(&recipe("ppo-cartpole.toml", &overrides), &plugin_dir(), true).unwrap_err();
+    let rein_train::TrainError::NonFinite { update, ref what, .. } = err else {
+        panic!("expected a non-finite error, got {err}")
+    };
+    assert_eq!(update, 3, "{err}");
+    assert!(what.contains("loss"), "{err}");
+    assert!(err.to_string().starts_with("step 3: PPO loss is not finite"), "{err}");
+    let run = std::fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
+    let checkpoints = rein_train::checkpoint::CheckpointDir::of_run(&run);
+    let (newest, skipped) = checkpoints.latest().unwrap();
+    assert!(skipped.is_empty());
+    assert_eq!(newest.expect("the updates before it were checkpointed").step, 2);
+}

@@ -70,6 +70,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         sampler: &sampler,
         optimizer: &optimizer,
         seed: 1,
+        checkpointing: &Default::default(),
     };
     let start = std::time::Instant::now();
     let (_, outcome) = train_grpo(model, ctx, None, &device)?;

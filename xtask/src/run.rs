@@ -16,6 +16,9 @@ pub(crate) struct Run {
 impl Run {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
         BuildPlugins { no_test_plugins: true }.run()?;
+        // Ctrl-C reaches the whole process group: `rein` saves a checkpoint and stops, and this
+        // process waits for it rather than returning to the prompt first.
+        let _ = ctrlc::set_handler(|| {});
         rein(&["run"], &self.args)
     }
 }

@@ -30,14 +30,24 @@ impl RecipeArgs {
 pub(crate) struct RunArgs {
     #[command(flatten)]
     recipe: RecipeArgs,
+    /// Continue the run in this directory (`runs/<name>-<timestamp>`) from its newest intact
+    /// checkpoint; the recipe and `--set` overrides must resolve to the ones it started with.
+    #[arg(long, value_name = "RUN_DIR")]
+    resume: Option<PathBuf>,
 }
 
 impl RunArgs {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
         let loaded = self.recipe.load()?;
-        eprintln!("training {} (seed {})", loaded.name(), loaded.recipe.seed);
-        let outcome = rein_train::run(&loaded, &self.recipe.plugin_dir, true)
-            .with_context(|| format!("training {}", self.recipe.recipe.display()))?;
+        stop_on_interrupt();
+        let outcome = match &self.resume {
+            None => {
+                eprintln!("training {} (seed {})", loaded.name(), loaded.recipe.seed);
+                rein_train::run(&loaded, &self.recipe.plugin_dir, true)
+            }
+            Some(dir) => rein_train::resume(&loaded, &self.recipe.plugin_dir, dir),
+        }
+        .with_context(|| format!("training {}", self.recipe.recipe.display()))?;
         let run_dir = match &outcome {
             RunOutcome::Ppo(outcome) => outcome.run_dir.clone(),
             RunOutcome::Lm(outcome) => outcome.run_dir.clone(),
@@ -50,6 +60,22 @@ impl RunArgs {
             crate::plot::after_run(&dir);
         }
         Ok(())
+    }
+}
+
+/// The first Ctrl-C (or SIGTERM) asks the training loop to write a checkpoint after the
+/// current step and stop; a second one exits at once.
+fn stop_on_interrupt() {
+    let handler = ctrlc::set_handler(|| {
+        if rein_train::checkpoint::stop_requested() {
+            eprintln!("\ninterrupted again: exiting without a checkpoint");
+            std::process::exit(130);
+        }
+        eprintln!("\ninterrupted: saving a checkpoint after this step (Ctrl-C again to quit at once)");
+        rein_train::checkpoint::request_stop();
+    });
+    if let Err(e) = handler {
+        eprintln!("warning: cannot catch Ctrl-C ({e}); an interrupted run resumes from its last periodic checkpoint");
     }
 }
 

@@ -6,7 +6,8 @@
 //!   observation normalisation and reward scaling.
 //! - [`ppo_loss`]: PPO's clipped surrogate, clipped value loss and entropy bonus, with the
 //!   approximate KL and clip fraction.
-//! - [`clip_grad_norm`]: global gradient-norm clipping; [`LinearSchedule`] for learning rates.
+//! - [`clip_grad_norm`]: global gradient-norm clipping; [`LinearSchedule`] for learning rates;
+//!   [`non_finite_parameter`] and [`non_finite_gradient`] name the tensor a NaN appeared in.
 //! - LLM RL: outcome advantages ([`group_normalized`] for GRPO / Dr. GRPO, [`rloo`],
 //!   [`reinforce_pp`]), [`policy_loss`] (PPO-clip with clip-higher and dual-clip, GSPO sequence
 //!   ratios, KL and entropy terms), [`aggregate`] (token-mean, seq-mean-token-mean,
@@ -19,6 +20,7 @@
 //! training loops.
 
 mod aggregation;
+mod finite;
 mod gae;
 mod grad_clip;
 mod group_advantages;
@@ -30,6 +32,7 @@ mod running;
 mod schedule;
 
 pub use aggregation::{Aggregation, aggregate};
+pub use finite::{non_finite_gradient, non_finite_parameter};
 pub use gae::gae;
 pub use grad_clip::clip_grad_norm;
 pub use group_advantages::{StdScaling, group_normalized, reinforce_pp, rloo, zero_variance};

@@ -2,7 +2,7 @@
 
 /// xoshiro256++ (Blackman & Vigna 2019): the stream depends only on the seed, on every
 /// platform and backend.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SeededRng {
     s: [u64; 4],
 }

@@ -1,5 +1,8 @@
 //! Why a training run stops early.
 
+use burn::module::AutodiffModule;
+use burn::optim::GradientsParams;
+use burn::tensor::backend::AutodiffBackend;
 use rein_core::PluginError;
 
 /// Why training stopped early.
@@ -15,14 +18,15 @@ pub enum TrainError {
     /// A file in the run directory could not be written.
     #[error("run directory: {0}")]
     Io(#[from] std::io::Error),
-    /// A loss or gradient became NaN or infinite.
-    #[error("update {update}: {what} is not finite ({value}); stopping")]
+    /// A loss, gradient or parameter became NaN or infinite. No checkpoint is written after
+    /// it, so the last one on disk is good.
+    #[error("step {update}: {what} is not finite ({value}); stopping (checkpoints from before this step are kept)")]
     NonFinite {
-        /// The update number (1-based).
+        /// The step or update number (1-based).
         update: usize,
-        /// Which quantity.
-        what: &'static str,
-        /// Its value.
+        /// Which quantity or tensor (`policy loss`, `gradient of layers.0.mlp.up.weight`).
+        what: String,
+        /// Its value (for a tensor, the value that gave it away: a loss or a norm).
         value: f32,
     },
     /// A reward plugin failed and the recipe's `on_error` is `fail`.
@@ -41,6 +45,27 @@ pub enum TrainError {
     /// A dataset cannot be read.
     #[error(transparent)]
     Data(#[from] crate::lm::DataError),
+    /// A checkpoint cannot be written or used.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    /// A run cannot be resumed as asked.
+    #[error("cannot resume {run}: {message}")]
+    Resume {
+        /// The run directory.
+        run: std::path::PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// A stop was requested (Ctrl-C); the state was saved.
+    #[error("interrupted after step {step}; saved {checkpoint}; continue with `--resume {run}`")]
+    Interrupted {
+        /// The last completed step (or update).
+        step: usize,
+        /// The checkpoint written.
+        checkpoint: std::path::PathBuf,
+        /// The run directory.
+        run: std::path::PathBuf,
+    },
     /// The environment's spaces cannot be trained with this algorithm.
     #[error("environment `{plugin}`: {message}")]
     Unsupported {
@@ -49,4 +74,53 @@ pub enum TrainError {
         /// What is unsupported.
         message: String,
     },
+}
+
+impl TrainError {
+    /// Stops at step `update` when the loss `what` is NaN or infinite.
+    pub(crate) fn check_loss(update: usize, what: &str, value: f32) -> Result<(), Self> {
+        if value.is_finite() {
+            return Ok(());
+        }
+        Err(Self::NonFinite {
+            update,
+            what: what.into(),
+            value,
+        })
+    }
+
+    /// Stops at step `update` when the gradient norm is NaN or infinite, naming the first
+    /// parameter whose gradient is.
+    pub(crate) fn check_gradients<B: AutodiffBackend, M: AutodiffModule<B>>(
+        update: usize,
+        norm: f32,
+        model: &M,
+        grads: &GradientsParams,
+    ) -> Result<(), Self> {
+        if norm.is_finite() {
+            return Ok(());
+        }
+        let which = rein_optim::non_finite_gradient(model, grads).unwrap_or_else(|| "the parameters".into());
+        Err(Self::NonFinite {
+            update,
+            what: format!("gradient norm (first non-finite: the gradient of `{which}`)"),
+            value: norm,
+        })
+    }
+
+    /// Stops at step `update` when a parameter holds a NaN or infinity (checked before a
+    /// checkpoint is written, so a checkpoint is never of a broken model).
+    pub(crate) fn check_parameters<B: AutodiffBackend, M: AutodiffModule<B>>(
+        update: usize,
+        model: &M,
+    ) -> Result<(), Self> {
+        match rein_optim::non_finite_parameter(model) {
+            None => Ok(()),
+            Some(which) => Err(Self::NonFinite {
+                update,
+                what: format!("parameter `{which}`"),
+                value: f32::NAN,
+            }),
+        }
+    }
 }

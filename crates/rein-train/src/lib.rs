@@ -6,11 +6,12 @@
 //! - [`lm`]: language-model post-training — SFT and the GRPO family with reward plugins, data
 //!   from files or a generated task, held-out evaluation.
 //! - [`RunDir`]: `runs/<name>-<timestamp>/` with the resolved recipe, `metrics.jsonl` and the
-//!   final policy.
+//!   final policy; [`checkpoint`]: crash-safe checkpoints in it, and [`resume`].
 //!
 //! **Architecture invariant:** this is where the other crates meet (core traits, plugins,
 //! models, samplers, losses); nothing here is imported by them.
 
+pub mod checkpoint;
 mod error;
 pub mod lm;
 mod lm_run;
@@ -23,4 +24,4 @@ mod runner;
 pub use error::TrainError;
 pub use lm_run::{LmOutcome, describe, evaluate_recipe};
 pub use run_dir::{MetricsWriter, RunDir};
-pub use runner::{RunOutcome, run, run_ppo};
+pub use runner::{RunOutcome, resume, run, run_ppo};

@@ -12,6 +12,7 @@ use rein_plugin::{PluginRuntime, RewardPlugin};
 use serde_json::json;
 
 use crate::TrainError;
+use crate::checkpoint::Checkpointing;
 use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, WeightedReward};
 use crate::recipe::{Algorithm, LoadedRecipe, RecipeError};
 use crate::run_dir::RunDir;
@@ -243,20 +244,49 @@ pub fn evaluate_recipe(
     })
 }
 
-/// Runs an SFT or GRPO recipe on backend `B`.
+/// Which stage of a language-model run a checkpoint was taken in, and what the stages before
+/// it produced (the `stage` section of every checkpoint of such a run).
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "stage", rename_all = "lowercase")]
+enum LmStage {
+    /// SFT (before RL, or the whole algorithm).
+    Sft,
+    /// GRPO, after SFT (if any) and the evaluation before RL.
+    Grpo {
+        /// The held-out evaluation before RL.
+        before: Option<EvalReport>,
+        /// Seconds the SFT stage took.
+        sft_seconds: f64,
+    },
+}
+
+impl LmStage {
+    fn section(&self) -> (String, Vec<u8>) {
+        ("stage".into(), serde_json::to_vec(self).expect("the stage serialises"))
+    }
+}
+
+/// Runs an SFT or GRPO recipe on backend `B`, checkpointing (and resuming) as `checkpointing`
+/// says: a checkpoint taken during GRPO continues there, with the model GRPO started from read
+/// back from `<run>/sft` for the KL reference.
 pub fn run_lm<B: AutodiffBackend>(
     loaded: &LoadedRecipe,
     plugin_dir: &Path,
     run: Option<&RunDir>,
+    checkpointing: &Checkpointing,
     device: &B::Device,
 ) -> Result<LmOutcome, TrainError> {
     let start = Instant::now();
     let recipe = &loaded.recipe;
     let data_dir = lm::data_dir(run.map(RunDir::path));
     let mut setup = setup::<B>(loaded, plugin_dir, data_dir.as_deref(), None, device)?;
-    let model = setup.model.clone();
     let inner_device = device.clone();
-    let mut metrics = run.map(RunDir::metrics).transpose()?;
+    let resumed = match &checkpointing.resume {
+        Some(c) => Some((c, c.section_json::<LmStage>("stage")?)),
+        None => None,
+    };
+    let metrics_len = resumed.map_or(Ok(0), |(c, _)| c.metrics_len())?;
+    let mut metrics = run.map(|r| r.metrics_from(metrics_len)).transpose()?;
     let mut outcome = LmOutcome {
         run_dir: run.map(|r| r.path().to_path_buf()),
         ..LmOutcome::default()
@@ -268,23 +298,66 @@ pub fn run_lm<B: AutodiffBackend>(
         Algorithm::Sft(s) => Some(s),
         _ => recipe.sft.as_ref(),
     };
-    let mut model = model;
-    if let Some(section) = sft_section {
-        let tick = Instant::now();
-        eprintln!("SFT: {} steps of {} examples", section.steps, section.batch_size);
-        model = lm::train_sft(model, &setup.train, pad, section, recipe.seed, metrics.as_mut(), device)?;
-        outcome.sft_seconds = tick.elapsed().as_secs_f64();
-        if let Some(run) = run {
-            save_checkpoint(&model, &setup.tokenizer, &run.path().join("sft"))?;
+    let mut model = setup.model.clone();
+    let stage = match resumed {
+        Some((_, stage @ LmStage::Grpo { .. })) => {
+            if sft_section.is_some()
+                && let Some(run) = run
+            {
+                model = load(&run.path().join("sft"), device)?;
+            }
+            stage
         }
+        _ => {
+            if let Some(section) = sft_section {
+                let tick = Instant::now();
+                eprintln!("SFT: {} steps of {} examples", section.steps, section.batch_size);
+                let stage_checkpoints = Checkpointing {
+                    resume: resumed.map(|(c, _)| c.clone()),
+                    context: vec![LmStage::Sft.section()],
+                    ..checkpointing.clone()
+                };
+                model = lm::train_sft(
+                    model,
+                    &setup.train,
+                    pad,
+                    section,
+                    recipe.seed,
+                    metrics.as_mut(),
+                    &stage_checkpoints,
+                    device,
+                )?;
+                outcome.sft_seconds = tick.elapsed().as_secs_f64();
+                if let Some(run) = run {
+                    save_checkpoint(&model, &setup.tokenizer, &run.path().join("sft"))?;
+                }
+            }
+            let before = setup.evaluate(&model.valid(), loaded, &inner_device)?;
+            if let Some(report) = &before {
+                log_eval(metrics.as_mut(), "before", 0, report)?;
+            }
+            LmStage::Grpo {
+                before,
+                sft_seconds: outcome.sft_seconds,
+            }
+        }
+    };
+    if let LmStage::Grpo { before, sft_seconds } = &stage {
+        (outcome.before, outcome.sft_seconds) = (*before, *sft_seconds);
     }
-    outcome.before = setup.evaluate(&model.valid(), loaded, &inner_device)?;
     if let Some(report) = &outcome.before {
-        log_eval(metrics.as_mut(), "before", 0, report)?;
         eprintln!("held-out before RL: {}", describe(report));
     }
 
     if let Algorithm::Grpo(grpo) = &recipe.algorithm {
+        let stage_checkpoints = Checkpointing {
+            resume: resumed
+                .filter(|(_, s)| matches!(s, LmStage::Grpo { .. }))
+                .map(|(c, _)| c.clone()),
+            step_offset: sft_section.map_or(0, |s| s.steps),
+            context: vec![stage.section()],
+            ..checkpointing.clone()
+        };
         let ctx = lm::grpo::GrpoContext {
             tokenizer: &setup.tokenizer,
             prompts: &setup.train,
@@ -293,6 +366,7 @@ pub fn run_lm<B: AutodiffBackend>(
             sampler: &recipe.sampler,
             optimizer: &recipe.optimizer,
             seed: recipe.seed,
+            checkpointing: &stage_checkpoints,
         };
         let (trained, grpo_outcome) = lm::train_grpo(model, ctx, metrics.as_mut(), device)?;
         model = trained;

@@ -28,15 +28,17 @@ use rein_sampler::{
     SeededRng, categorical_entropy, categorical_log_prob, gaussian_entropy, gaussian_log_prob, sample_categorical,
     sample_gaussian,
 };
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::checkpoint::{Checkpoint, Checkpointing, module_bytes, optimizer_bytes};
 pub use crate::error::TrainError;
 use crate::progress::Progress;
 use crate::recipe::{Algorithm, LoadedRecipe, PpoSection, Recipe};
-use crate::run_dir::RunDir;
+use crate::run_dir::{MetricsWriter, RunDir};
 
 /// Where the wall-clock time of a run went.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timings {
     /// Stepping environments (plugin calls).
     pub env: Duration,
@@ -75,12 +77,35 @@ pub struct PpoOutcome {
 /// for evaluation.
 pub type EnvFactory<'a> = dyn Fn(usize) -> Result<Box<dyn VecEnv>, PluginError> + 'a;
 
-/// Trains the recipe's PPO agent on `device`, writing the run into `run` when given.
+/// Everything a PPO run carries from one update to the next besides the model and optimiser:
+/// what a checkpoint stores as its `state` section.
+#[derive(Serialize, Deserialize)]
+struct PpoState {
+    update: usize,
+    env_steps: u64,
+    metrics_len: u64,
+    rng: SeededRng,
+    shuffle_rng: SeededRng,
+    obs_stats: Option<RunningMeanStd>,
+    reward_scaler: Option<RewardScaler>,
+    episodes: Episodes,
+    solved_at: Option<(u64, f64)>,
+    timings: Timings,
+}
+
+/// Trains the recipe's PPO agent on `device`, writing the run into `run` when given, with
+/// checkpoints (and resuming) as `checkpointing` says.
+///
+/// The environments live inside plugins, whose state the host cannot read; a checkpoint
+/// therefore holds every action sent to them, and resuming resets them with the run's seed and
+/// replays those actions (plugins are deterministic: no clock, no entropy), then checks that
+/// the observations reached equal the saved ones.
 pub fn train<B: AutodiffBackend>(
     loaded: &LoadedRecipe,
     make_env: &EnvFactory<'_>,
     device: &B::Device,
     run: Option<&RunDir>,
+    checkpointing: &Checkpointing,
 ) -> Result<PpoOutcome, TrainError> {
     let recipe: &Recipe = &loaded.recipe;
     let Algorithm::Ppo(ppo) = &recipe.algorithm else {
@@ -156,16 +181,39 @@ pub fn train<B: AutodiffBackend>(
         .then(|| RewardScaler::new(num_envs, f64::from(ppo.gamma)));
     let mut episodes = Episodes::new(num_envs, recipe.train.return_window);
 
-    let mut metrics = run.map(RunDir::metrics).transpose()?;
-    let mut progress = Progress::new();
     let mut timings = Timings::default();
-    let start = Instant::now();
     let mut next_obs = envs.reset(recipe.seed)?;
     let mut solved_at = None;
     let mut env_steps = 0u64;
     let mut updates_done = 0;
+    // Every action sent to the environments, in order (for resuming; see above).
+    let mut action_log: Vec<f32> = Vec::new();
+    let mut metrics_len = 0;
+    if let Some(checkpoint) = &checkpointing.resume {
+        let state: PpoState = checkpoint.state()?;
+        model = checkpoint.load_module("model", model, device)?;
+        optim = checkpoint.load_optimizer::<B, ActorCritic<B>, _>("optimizer", optim, device)?;
+        action_log = f32s(checkpoint.section("actions")?);
+        next_obs = replay(envs.as_mut(), next_obs, &action_log, &plugin_name, checkpoint)?;
+        (rng, shuffle_rng, obs_stats, reward_scaler) =
+            (state.rng, state.shuffle_rng, state.obs_stats, state.reward_scaler);
+        (episodes, solved_at, timings) = (state.episodes, state.solved_at, state.timings);
+        (updates_done, env_steps, metrics_len) = (state.update, state.env_steps, state.metrics_len);
+        eprintln!(
+            "resuming after update {updates_done} ({env_steps} env steps replayed) from {}",
+            checkpoint.path.display()
+        );
+    }
+    let mut metrics = run.map(|r| r.metrics_from(metrics_len)).transpose()?;
+    let mut progress = Progress::new();
+    let start = Instant::now().checked_sub(timings.total).unwrap_or_else(Instant::now);
+    let first_update = if solved_at.is_some() {
+        num_updates + 1
+    } else {
+        updates_done + 1
+    };
 
-    for update in 1..=num_updates {
+    for update in first_update..=num_updates {
         let lr_now = lr.at(update);
         let clip_coef = if ppo.anneal_clip {
             ppo.clip_coef * (1.0 - (update - 1) as f32 / num_updates as f32)
@@ -227,6 +275,10 @@ pub fn train<B: AutodiffBackend>(
             buffer.values[t * num_envs..(t + 1) * num_envs].copy_from_slice(&values);
             timings.inference += tick.elapsed();
 
+            match &batch_actions {
+                BatchActions::Discrete(a) => action_log.extend(a.iter().map(|&a| a as f32)),
+                BatchActions::Continuous(a) => action_log.extend_from_slice(a),
+            }
             let tick = Instant::now();
             let step = envs.step(&batch_actions)?;
             timings.env += tick.elapsed();
@@ -349,25 +401,13 @@ pub fn train<B: AutodiffBackend>(
                     (loss, grads)
                 };
                 let loss_value: f32 = loss.loss.clone().into_scalar().elem();
-                if !loss_value.is_finite() {
-                    return Err(TrainError::NonFinite {
-                        update,
-                        what: "loss",
-                        value: loss_value,
-                    });
-                }
+                TrainError::check_loss(update, "PPO loss", loss_value)?;
                 let mut grads = GradientsParams::from_grads(new_model_grads, &model);
                 timings.backward += tick.elapsed();
 
                 let tick = Instant::now();
                 let grad_norm = clip_grad_norm(&model, &mut grads, opt.max_grad_norm);
-                if !grad_norm.is_finite() {
-                    return Err(TrainError::NonFinite {
-                        update,
-                        what: "gradient norm",
-                        value: grad_norm,
-                    });
-                }
+                TrainError::check_gradients(update, grad_norm, &model, &grads)?;
                 model = optim.step(lr_now, model, grads);
                 timings.optimizer += tick.elapsed();
                 stats.add(&loss, grad_norm);
@@ -379,7 +419,8 @@ pub fn train<B: AutodiffBackend>(
         updates_done = update;
 
         // LOG.
-        let elapsed = start.elapsed().as_secs_f64();
+        timings.total = start.elapsed();
+        let elapsed = timings.total.as_secs_f64();
         let mean_return = episodes.mean_return();
         if let (Some(target), Some(mean), None) = (recipe.train.stop_at_return, mean_return, solved_at)
             && mean >= target
@@ -409,6 +450,28 @@ pub fn train<B: AutodiffBackend>(
         if let Some(m) = &mut metrics {
             m.write(&record)?;
         }
+        let last = if solved_at.is_some() { update } else { num_updates };
+        checkpointing.after_step(update, last, &model, || {
+            let state = PpoState {
+                update,
+                env_steps,
+                metrics_len: metrics.as_ref().map_or(0, MetricsWriter::len),
+                rng: rng.clone(),
+                shuffle_rng: shuffle_rng.clone(),
+                obs_stats: obs_stats.clone(),
+                reward_scaler: reward_scaler.clone(),
+                episodes: episodes.clone(),
+                solved_at,
+                timings,
+            };
+            vec![
+                ("state", serde_json::to_vec(&state).expect("the state serialises")),
+                ("model", module_bytes(&model)),
+                ("optimizer", optimizer_bytes::<B, ActorCritic<B>, _>(&optim)),
+                ("actions", bytes_of(&action_log)),
+                ("next_obs", bytes_of(&next_obs)),
+            ]
+        })?;
         let shown = mean_return.map_or("-".to_string(), |r| format!("{r:.1}"));
         progress.show(
             &format!(
@@ -464,6 +527,55 @@ pub fn train<B: AutodiffBackend>(
         timings,
         run_dir: run.map(|r| r.path().to_path_buf()),
     })
+}
+
+/// Sends freshly reset environments `actions` (the log of a checkpoint) again, returning the
+/// observations reached; errors if they differ from the ones the checkpoint saw, since then the
+/// plugin is not deterministic and the run cannot continue exactly.
+fn replay(
+    envs: &mut dyn VecEnv,
+    reset_obs: Vec<f32>,
+    actions: &[f32],
+    plugin: &str,
+    checkpoint: &Checkpoint,
+) -> Result<Vec<f32>, TrainError> {
+    let width = match &envs.spec().action {
+        Space::Box(b) => b.dim(),
+        _ => 1,
+    };
+    let discrete = matches!(envs.spec().action, Space::Discrete(_));
+    let mut obs = reset_obs;
+    for step in actions.chunks(envs.num_envs() * width) {
+        let batch = if discrete {
+            BatchActions::Discrete(step.iter().map(|&a| a as u32).collect())
+        } else {
+            BatchActions::Continuous(step.to_vec())
+        };
+        obs = envs.step(&batch)?.observations;
+    }
+    let saved = f32s(checkpoint.section("next_obs")?);
+    if obs.iter().map(|x| x.to_bits()).ne(saved.iter().map(|x| x.to_bits())) {
+        return Err(TrainError::Resume {
+            run: checkpoint.path.clone(),
+            message: format!(
+                "replaying the recorded actions in environment plugin `{plugin}` reached other observations than the run did: the plugin is not deterministic"
+            ),
+        });
+    }
+    Ok(obs)
+}
+
+/// Little-endian bytes of `values`.
+fn bytes_of(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// The values of [`bytes_of`].
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
 }
 
 /// Actor outputs (`[n, head]` flattened) and values (`[n]`) for `n` observations.
@@ -560,6 +672,7 @@ impl Rollout {
 }
 
 /// Episode returns and lengths as they complete.
+#[derive(Clone, Serialize, Deserialize)]
 struct Episodes {
     running: Vec<f64>,
     recent: VecDeque<f64>,

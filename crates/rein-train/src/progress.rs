@@ -40,8 +40,15 @@ impl Progress {
 
     /// Ends the live line.
     pub(crate) fn finish(&mut self) {
-        if self.terminal && self.last.is_some() {
+        if self.terminal && self.last.take().is_some() {
             eprintln!();
         }
+    }
+}
+
+impl Drop for Progress {
+    /// A loop left early (an error) still ends its line, so the error prints on its own.
+    fn drop(&mut self) {
+        self.finish();
     }
 }

@@ -37,30 +37,82 @@ impl RunDir {
         Ok(Self { path })
     }
 
+    /// An existing run directory, to resume: it must hold the `recipe.toml` a run writes.
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        if !path.join("recipe.toml").is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{} is not a run directory (no recipe.toml)", path.display()),
+            ));
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+        })
+    }
+
     /// The directory.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// A writer for `metrics.jsonl`.
+    /// The resolved recipe the run was started with.
+    pub fn recipe_toml(&self) -> std::io::Result<String> {
+        std::fs::read_to_string(self.path.join("recipe.toml"))
+    }
+
+    /// A writer for `metrics.jsonl`, which starts empty.
     pub fn metrics(&self) -> std::io::Result<MetricsWriter> {
-        Ok(MetricsWriter {
-            out: BufWriter::new(File::create(self.path.join("metrics.jsonl"))?),
-        })
+        self.metrics_from(0)
+    }
+
+    /// A writer for `metrics.jsonl` that keeps its first `len` bytes (what a checkpoint had
+    /// logged) and drops anything written after them.
+    pub fn metrics_from(&self, len: u64) -> std::io::Result<MetricsWriter> {
+        let path = self.path.join("metrics.jsonl");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
+        let on_disk = file.metadata()?.len();
+        if on_disk < len {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("{} has {on_disk} bytes but the checkpoint logged {len}", path.display()),
+            ));
+        }
+        file.set_len(len)?;
+        let mut out = BufWriter::new(file);
+        std::io::Seek::seek(&mut out, std::io::SeekFrom::Start(len))?;
+        Ok(MetricsWriter { out, len })
     }
 }
 
 /// Appends one JSON object per line, flushed after each so a crash loses nothing written.
 pub struct MetricsWriter {
     out: BufWriter<File>,
+    len: u64,
 }
 
 impl MetricsWriter {
     /// Writes one record.
     pub fn write(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
-        serde_json::to_writer(&mut self.out, record)?;
-        self.out.write_all(b"\n")?;
-        self.out.flush()
+        let mut line = serde_json::to_vec(record)?;
+        line.push(b'\n');
+        self.out.write_all(&line)?;
+        self.out.flush()?;
+        self.len += line.len() as u64;
+        Ok(())
+    }
+
+    /// Bytes written so far (what a checkpoint records, to cut the file back on resume).
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 

@@ -7,6 +7,7 @@ use rein_core::VecEnv;
 use rein_plugin::PluginRuntime;
 
 use crate::TrainError;
+use crate::checkpoint::{CheckpointDir, Checkpointing};
 use crate::lm_run::{LmOutcome, run_lm};
 use crate::ppo::{self, PpoOutcome};
 use crate::recipe::{Algorithm, Device, LoadedRecipe};
@@ -22,19 +23,68 @@ pub enum RunOutcome {
 }
 
 /// Trains `loaded` with plugins from `plugin_dir`. With `write_run`, the run directory goes
-/// under the recipe's `train.runs_dir`.
+/// under the recipe's `train.runs_dir`, with checkpoints every `train.checkpoint_every` steps.
 pub fn run(loaded: &LoadedRecipe, plugin_dir: &Path, write_run: bool) -> Result<RunOutcome, TrainError> {
-    if matches!(loaded.recipe.algorithm, Algorithm::Ppo(_)) {
-        return run_ppo(loaded, plugin_dir, write_run).map(RunOutcome::Ppo);
-    }
     let run_dir = create_run_dir(loaded, write_run)?;
+    run_in(loaded, plugin_dir, run_dir.as_ref(), None)
+}
+
+/// Continues the run in `dir` (killed, interrupted or finished) from its newest intact
+/// checkpoint, or from the start when it has none. `loaded` must resolve to the recipe the run
+/// was started with. The metrics logged after that checkpoint are dropped and produced again,
+/// so `metrics.jsonl` ends up as an uninterrupted run's (the same seed gives the same values on
+/// the CPU; only timings differ).
+pub fn resume(loaded: &LoadedRecipe, plugin_dir: &Path, dir: &Path) -> Result<RunOutcome, TrainError> {
+    let run_dir = RunDir::open(dir).map_err(|e| TrainError::Resume {
+        run: dir.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let saved = run_dir.recipe_toml()?;
+    if let Some(difference) = recipe_difference(&saved, &loaded.to_toml()) {
+        return Err(TrainError::Resume {
+            run: dir.to_path_buf(),
+            message: format!(
+                "{} does not resolve to the recipe this run was started with: {difference}",
+                loaded.path.display()
+            ),
+        });
+    }
+    let (latest, skipped) = CheckpointDir::of_run(dir).latest()?;
+    for bad in &skipped {
+        eprintln!("warning: skipping {bad}");
+    }
+    match &latest {
+        Some(c) => eprintln!("resuming {} from {}", dir.display(), c.path.display()),
+        None => eprintln!("{} has no usable checkpoint; starting it again", dir.display()),
+    }
+    run_in(loaded, plugin_dir, Some(&run_dir), latest)
+}
+
+fn run_in(
+    loaded: &LoadedRecipe,
+    plugin_dir: &Path,
+    run_dir: Option<&RunDir>,
+    resume: Option<crate::checkpoint::Checkpoint>,
+) -> Result<RunOutcome, TrainError> {
+    let checkpointing = Checkpointing {
+        dir: run_dir.map(|r| CheckpointDir::of_run(r.path())),
+        every: loaded.recipe.train.checkpoint_every,
+        resume,
+        ..Checkpointing::default()
+    };
+    if matches!(loaded.recipe.algorithm, Algorithm::Ppo(_)) {
+        return ppo_in(loaded, plugin_dir, run_dir, &checkpointing).map(RunOutcome::Ppo);
+    }
     let outcome = match loaded.recipe.device {
-        Device::Cpu => run_lm::<rein_model::CpuAutodiff>(loaded, plugin_dir, run_dir.as_ref(), &Default::default()),
+        Device::Cpu => {
+            run_lm::<rein_model::CpuAutodiff>(loaded, plugin_dir, run_dir, &checkpointing, &Default::default())
+        }
         #[cfg(feature = "cuda")]
         Device::Cuda => run_lm::<burn::backend::Autodiff<burn::backend::Cuda>>(
             loaded,
             plugin_dir,
-            run_dir.as_ref(),
+            run_dir,
+            &checkpointing,
             &Default::default(),
         ),
         #[cfg(not(feature = "cuda"))]
@@ -43,8 +93,63 @@ pub fn run(loaded: &LoadedRecipe, plugin_dir: &Path, write_run: bool) -> Result<
     outcome.map(RunOutcome::Lm)
 }
 
+/// The first key whose value differs between two resolved recipes, described.
+fn recipe_difference(saved: &str, now: &str) -> Option<String> {
+    fn flatten(prefix: &str, value: &toml::Value, out: &mut std::collections::BTreeMap<String, String>) {
+        match value {
+            toml::Value::Table(table) => {
+                for (key, v) in table {
+                    let path = if prefix.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{prefix}.{key}")
+                    };
+                    flatten(&path, v, out);
+                }
+            }
+            other => {
+                out.insert(prefix.to_string(), other.to_string());
+            }
+        }
+    }
+    let parse = |text: &str| {
+        let mut out = std::collections::BTreeMap::new();
+        match text.parse::<toml::Table>() {
+            Ok(table) => flatten("", &toml::Value::Table(table), &mut out),
+            Err(e) => {
+                out.insert("(recipe.toml)".into(), e.to_string());
+            }
+        }
+        out
+    };
+    let (saved, now) = (parse(saved), parse(now));
+    let keys: std::collections::BTreeSet<&String> = saved.keys().chain(now.keys()).collect();
+    keys.into_iter().find_map(|key| {
+        let (a, b) = (saved.get(key), now.get(key));
+        (a != b).then(|| {
+            let show = |v: Option<&String>| v.map_or("(absent)".to_string(), Clone::clone);
+            format!("`{key}` was {} and is now {}", show(a), show(b))
+        })
+    })
+}
+
 /// Trains a PPO recipe.
 pub fn run_ppo(loaded: &LoadedRecipe, plugin_dir: &Path, write_run: bool) -> Result<PpoOutcome, TrainError> {
+    let run_dir = create_run_dir(loaded, write_run)?;
+    let checkpointing = Checkpointing {
+        dir: run_dir.as_ref().map(|r| CheckpointDir::of_run(r.path())),
+        every: loaded.recipe.train.checkpoint_every,
+        ..Checkpointing::default()
+    };
+    ppo_in(loaded, plugin_dir, run_dir.as_ref(), &checkpointing)
+}
+
+fn ppo_in(
+    loaded: &LoadedRecipe,
+    plugin_dir: &Path,
+    run_dir: Option<&RunDir>,
+    checkpointing: &Checkpointing,
+) -> Result<PpoOutcome, TrainError> {
     let recipe = &loaded.recipe;
     let env = recipe.env.as_ref().ok_or_else(|| TrainError::Unsupported {
         plugin: String::new(),
@@ -55,15 +160,17 @@ pub fn run_ppo(loaded: &LoadedRecipe, plugin_dir: &Path, write_run: bool) -> Res
     let plugin = runtime.load(&plugin_path, env.limits.clone())?;
     let config = serde_json::to_string(&env.config).unwrap_or_else(|_| "{}".into());
     let make_env = |n: usize| plugin.vec_env(&config, n).map(|e| Box::new(e) as Box<dyn VecEnv>);
-    let run_dir = create_run_dir(loaded, write_run)?;
     match recipe.device {
-        Device::Cpu => ppo::train::<rein_model::CpuAutodiff>(loaded, &make_env, &Default::default(), run_dir.as_ref()),
+        Device::Cpu => {
+            ppo::train::<rein_model::CpuAutodiff>(loaded, &make_env, &Default::default(), run_dir, checkpointing)
+        }
         #[cfg(feature = "cuda")]
         Device::Cuda => ppo::train::<burn::backend::Autodiff<burn::backend::Cuda>>(
             loaded,
             &make_env,
             &Default::default(),
-            run_dir.as_ref(),
+            run_dir,
+            checkpointing,
         ),
         #[cfg(not(feature = "cuda"))]
         Device::Cuda => Err(no_cuda(loaded)),

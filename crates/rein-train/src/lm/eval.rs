@@ -5,12 +5,12 @@ use rein_core::{CompletionScore, Group, RewardFn};
 use rein_model::Backend;
 use rein_model::lm::{CausalLm, LmTokenizer};
 use rein_sampler::{GenerationConfig, generate};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Prompt;
 
 /// Accuracy figures on the held-out split.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct EvalReport {
     /// Prompts evaluated.
     pub examples: usize,

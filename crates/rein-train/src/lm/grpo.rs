@@ -6,7 +6,8 @@
 use std::time::{Duration, Instant};
 
 use burn::module::AutodiffModule;
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use rein_core::Group;
 use rein_model::AutodiffBackend;
@@ -16,18 +17,20 @@ use rein_optim::{
     zero_variance,
 };
 use rein_sampler::{FinishReason, GenerationConfig, SeededRng, generate};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::batch::{TokenBatch, completion_log_probs};
 use super::rewards::{WeightedReward, score_groups};
 use super::{Prompt, completion_text, stop_check};
 use crate::MetricsWriter;
+use crate::checkpoint::{Checkpointing, module_bytes, optimizer_bytes};
 use crate::ppo::TrainError;
 use crate::progress::Progress;
 use crate::recipe::{AdvantageKind, GrpoSection, OptimizerSection, SamplerSection};
 
 /// Where a GRPO run's time went and how it ended.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct GrpoOutcome {
     /// Steps performed.
     pub steps: usize,
@@ -67,6 +70,44 @@ pub struct GrpoContext<'a> {
     pub optimizer: &'a OptimizerSection,
     /// Seed.
     pub seed: u64,
+    /// Checkpoints to write, and the one to resume from.
+    pub checkpointing: &'a Checkpointing,
+}
+
+/// Training prompts in a shuffled order, reshuffled after each pass (epoch).
+#[derive(Clone, Serialize, Deserialize)]
+struct PromptOrder {
+    order: Vec<usize>,
+    cursor: usize,
+}
+
+impl PromptOrder {
+    fn new(prompts: usize, rng: &mut SeededRng) -> Self {
+        let mut order: Vec<usize> = (0..prompts).collect();
+        rng.shuffle(&mut order);
+        Self { order, cursor: 0 }
+    }
+
+    fn next(&mut self, rng: &mut SeededRng) -> usize {
+        if self.cursor == self.order.len() {
+            rng.shuffle(&mut self.order);
+            self.cursor = 0;
+        }
+        self.cursor += 1;
+        self.order[self.cursor - 1]
+    }
+}
+
+/// What a GRPO checkpoint stores besides the model and optimiser.
+#[derive(Serialize, Deserialize)]
+struct GrpoState {
+    step: usize,
+    metrics_len: u64,
+    rng: SeededRng,
+    prompt_order: PromptOrder,
+    recent_rewards: Vec<f64>,
+    outcome: GrpoOutcome,
+    elapsed_s: f64,
 }
 
 /// Trains `model` with the GRPO family.
@@ -84,6 +125,7 @@ pub fn train_grpo<B: AutodiffBackend>(
         sampler,
         optimizer,
         seed,
+        checkpointing,
     } = ctx;
     let g = sampler.n.max(1);
     if grpo.advantage == AdvantageKind::Rloo && g < 2 {
@@ -112,23 +154,47 @@ pub fn train_grpo<B: AutodiffBackend>(
         kl_importance_weighted: grpo.kl_importance_weighted,
         entropy_coef: grpo.entropy_coef,
     };
-    let mut order: Vec<usize> = (0..prompts.len()).collect();
     let mut rng = SeededRng::new(seed ^ 0x6A09_E667);
-    rng.shuffle(&mut order);
-    let mut cursor = 0usize;
-    let mut next_prompt = move |rng: &mut SeededRng| {
-        if cursor == order.len() {
-            rng.shuffle(&mut order);
-            cursor = 0;
-        }
-        cursor += 1;
-        order[cursor - 1]
-    };
+    let mut prompt_order = PromptOrder::new(prompts.len(), &mut rng);
     let mut outcome = GrpoOutcome::default();
     let mut progress = Progress::new();
-    let start = Instant::now();
     let mut recent_rewards = Vec::new();
-    for step in 1..=grpo.steps {
+    let (mut first, mut elapsed_before) = (1, 0.0);
+    if let Some(checkpoint) = &checkpointing.resume {
+        // `reference` was taken above from the model GRPO started from, as in the first run.
+        let state: GrpoState = checkpoint.state()?;
+        model = checkpoint.load_module("model", model, device)?;
+        optim = checkpoint.load_optimizer::<B, CausalLm<B>, _>("optimizer", optim, device)?;
+        (rng, prompt_order, recent_rewards) = (state.rng, state.prompt_order, state.recent_rewards);
+        (outcome, first, elapsed_before) = (state.outcome, state.step + 1, state.elapsed_s);
+    }
+    let start = Instant::now();
+    let save = |step: usize,
+                model: &CausalLm<B>,
+                optim: &OptimizerAdaptor<AdamW, CausalLm<B>, B>,
+                rng: &SeededRng,
+                prompt_order: &PromptOrder,
+                recent_rewards: &[f64],
+                outcome: &GrpoOutcome,
+                metrics: Option<&MetricsWriter>| {
+        checkpointing.after_step(step, grpo.steps, model, || {
+            let state = GrpoState {
+                step,
+                metrics_len: metrics.map_or(0, MetricsWriter::len),
+                rng: rng.clone(),
+                prompt_order: prompt_order.clone(),
+                recent_rewards: recent_rewards.to_vec(),
+                outcome: outcome.clone(),
+                elapsed_s: elapsed_before + start.elapsed().as_secs_f64(),
+            };
+            vec![
+                ("state", serde_json::to_vec(&state).expect("the state serialises")),
+                ("model", module_bytes(model)),
+                ("optimizer", optimizer_bytes::<B, CausalLm<B>, _>(optim)),
+            ]
+        })
+    };
+    for step in first..=grpo.steps {
         let step_start = Instant::now();
         let policy = model.valid();
 
@@ -143,7 +209,7 @@ pub fn train_grpo<B: AutodiffBackend>(
             if want == 0 || (round > 0 && !grpo.dynamic_sampling) {
                 break;
             }
-            let picked: Vec<usize> = (0..want).map(|_| next_prompt(&mut rng)).collect();
+            let picked: Vec<usize> = (0..want).map(|_| prompt_order.next(&mut rng)).collect();
             let tick = Instant::now();
             let ids: Vec<Vec<u32>> = picked.iter().map(|&i| prompts[i].tokens.clone()).collect();
             let config = GenerationConfig {
@@ -222,6 +288,17 @@ pub fn train_grpo<B: AutodiffBackend>(
         }
         if batch.is_empty() {
             eprintln!("step {step}: every group was skipped; nothing to learn from");
+            let metrics = metrics.as_deref();
+            save(
+                step,
+                &model,
+                &optim,
+                &rng,
+                &prompt_order,
+                &recent_rewards,
+                &outcome,
+                metrics,
+            )?;
             continue;
         }
 
@@ -319,24 +396,12 @@ pub fn train_grpo<B: AutodiffBackend>(
                 &loss_config,
             );
             loss_value = out.loss.clone().into_scalar().elem();
-            if !loss_value.is_finite() {
-                return Err(TrainError::NonFinite {
-                    update: step,
-                    what: "policy loss",
-                    value: loss_value,
-                });
-            }
+            TrainError::check_loss(step, "policy loss", loss_value)?;
             clip_frac = out.clip_frac.into_scalar().elem();
             kl_value = out.kl.map(|k| k.into_scalar().elem::<f64>());
             let mut grads = GradientsParams::from_grads(out.loss.backward(), &model);
             grad_norm = clip_grad_norm(&model, &mut grads, optimizer.max_grad_norm);
-            if !grad_norm.is_finite() {
-                return Err(TrainError::NonFinite {
-                    update: step,
-                    what: "gradient norm",
-                    value: grad_norm,
-                });
-            }
+            TrainError::check_gradients(step, grad_norm, &model, &grads)?;
             model = optim.step(optimizer.lr, model, grads);
         }
         outcome.train += tick.elapsed();
@@ -368,7 +433,7 @@ pub fn train_grpo<B: AutodiffBackend>(
             "time/generate_s": outcome.generate.as_secs_f64(),
             "time/reward_s": outcome.reward.as_secs_f64(),
             "time/train_s": outcome.train.as_secs_f64(),
-            "time/elapsed_s": start.elapsed().as_secs_f64(),
+            "time/elapsed_s": elapsed_before + start.elapsed().as_secs_f64(),
         });
         let mut components: std::collections::BTreeMap<String, (f64, usize)> = Default::default();
         for s in &batch {
@@ -393,6 +458,17 @@ pub fn train_grpo<B: AutodiffBackend>(
             ),
             step == grpo.steps,
         );
+        let metrics = metrics.as_deref();
+        save(
+            step,
+            &model,
+            &optim,
+            &rng,
+            &prompt_order,
+            &recent_rewards,
+            &outcome,
+            metrics,
+        )?;
     }
     progress.finish();
     let tail = (recent_rewards.len() / 10).max(1);

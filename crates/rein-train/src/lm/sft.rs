@@ -12,17 +12,30 @@ use rein_model::AutodiffBackend;
 use rein_model::lm::CausalLm;
 use rein_optim::clip_grad_norm;
 use rein_sampler::SeededRng;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::Prompt;
 use super::batch::{TokenBatch, completion_log_probs};
 use crate::MetricsWriter;
+use crate::checkpoint::{Checkpointing, module_bytes, optimizer_bytes};
 use crate::ppo::TrainError;
 use crate::progress::Progress;
 use crate::recipe::SftSection;
 
+/// What an SFT checkpoint stores besides the model and optimiser.
+#[derive(Serialize, Deserialize)]
+struct SftState {
+    step: usize,
+    metrics_len: u64,
+    rng: SeededRng,
+    tokens_seen: usize,
+    elapsed_s: f64,
+}
+
 /// Fine-tunes `model` on the prompts' targets for `section.steps` steps of `section.batch_size`
-/// random examples; logs `sft/*` metrics.
+/// random examples; logs `sft/*` metrics; checkpoints and resumes as `checkpointing` says.
+#[allow(clippy::too_many_arguments)]
 pub fn train_sft<B: AutodiffBackend>(
     mut model: CausalLm<B>,
     prompts: &[Prompt],
@@ -30,6 +43,7 @@ pub fn train_sft<B: AutodiffBackend>(
     section: &SftSection,
     seed: u64,
     mut metrics: Option<&mut MetricsWriter>,
+    checkpointing: &Checkpointing,
     device: &B::Device,
 ) -> Result<CausalLm<B>, TrainError> {
     let with_target: Vec<&Prompt> = prompts.iter().filter(|p| p.target.is_some()).collect();
@@ -45,9 +59,17 @@ pub fn train_sft<B: AutodiffBackend>(
         .init::<B, CausalLm<B>>();
     let mut rng = SeededRng::new(seed ^ 0x5F7);
     let mut progress = Progress::new();
-    let start = Instant::now();
     let mut tokens_seen = 0usize;
-    for step in 1..=section.steps {
+    let mut first = 1;
+    let mut elapsed_before = 0.0;
+    if let Some(checkpoint) = &checkpointing.resume {
+        let state: SftState = checkpoint.state()?;
+        model = checkpoint.load_module("model", model, device)?;
+        optim = checkpoint.load_optimizer::<B, CausalLm<B>, _>("optimizer", optim, device)?;
+        (rng, tokens_seen, first, elapsed_before) = (state.rng, state.tokens_seen, state.step + 1, state.elapsed_s);
+    }
+    let start = Instant::now();
+    for step in first..=section.steps {
         let picked: Vec<&Prompt> = (0..section.batch_size)
             .map(|_| with_target[rng.below(with_target.len() as u64) as usize])
             .collect();
@@ -62,18 +84,13 @@ pub fn train_sft<B: AutodiffBackend>(
         tokens_seen += count as usize;
         let loss = (log_prob * mask).sum().neg().div_scalar(count);
         let loss_value: f32 = loss.clone().into_scalar().elem();
-        if !loss_value.is_finite() {
-            return Err(TrainError::NonFinite {
-                update: step,
-                what: "SFT loss",
-                value: loss_value,
-            });
-        }
+        TrainError::check_loss(step, "SFT loss", loss_value)?;
         let mut grads = GradientsParams::from_grads(loss.backward(), &model);
         let grad_norm = clip_grad_norm(&model, &mut grads, section.max_grad_norm);
+        TrainError::check_gradients(step, grad_norm, &model, &grads)?;
         let lr = sft_lr(section, step);
         model = optim.step(lr, model, grads);
-        let elapsed = start.elapsed().as_secs_f64();
+        let elapsed = elapsed_before + start.elapsed().as_secs_f64();
         if let Some(m) = metrics.as_deref_mut() {
             m.write(&json!({
                 "stage": "sft",
@@ -93,6 +110,20 @@ pub fn train_sft<B: AutodiffBackend>(
             ),
             step == section.steps,
         );
+        checkpointing.after_step(step, section.steps, &model, || {
+            let state = SftState {
+                step,
+                metrics_len: metrics.as_deref().map_or(0, MetricsWriter::len),
+                rng: rng.clone(),
+                tokens_seen,
+                elapsed_s: elapsed,
+            };
+            vec![
+                ("state", serde_json::to_vec(&state).expect("the state serialises")),
+                ("model", module_bytes(&model)),
+                ("optimizer", optimizer_bytes::<B, CausalLm<B>, _>(&optim)),
+            ]
+        })?;
     }
     progress.finish();
     Ok(model)

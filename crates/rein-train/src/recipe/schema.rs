@@ -454,6 +454,9 @@ pub struct TrainSection {
     pub eval_episodes: usize,
     /// Directory for run directories.
     pub runs_dir: String,
+    /// Write a checkpoint every this many optimisation steps (PPO updates, SFT or GRPO steps),
+    /// and after the last; 0 = only on Ctrl-C. A killed run resumes from the newest.
+    pub checkpoint_every: usize,
 }
 
 impl Default for TrainSection {
@@ -464,6 +467,7 @@ impl Default for TrainSection {
             return_window: 20,
             eval_episodes: 10,
             runs_dir: "runs".into(),
+            checkpoint_every: 10,
         }
     }
 }

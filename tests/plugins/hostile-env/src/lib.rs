@@ -1,6 +1,7 @@
 //! An environment plugin that misbehaves as its config's `attack` says: wrong observation
-//! shapes, NaN observations or rewards, an invalid space, an infinite loop on step. With no
-//! attack it is a 2-D random walk that ends after `horizon` steps.
+//! shapes, NaN observations or rewards, an invalid space, an infinite loop on step, rewards so
+//! large (finite) that training overflows. With no attack it is a 2-D random walk that ends
+//! after `horizon` steps.
 
 use std::hint::black_box;
 
@@ -9,7 +10,10 @@ use rein_pdk::{Action, Config, ConfigKey, EnvSpec, Environment, Metadata, Observ
 struct HostileEnv {
     attack: String,
     horizon: u32,
+    /// For `huge-reward`: steps (over all episodes) before the rewards become huge.
+    after: u64,
     steps: u32,
+    total_steps: u64,
     position: [f32; 2],
     rng: Rng,
 }
@@ -18,16 +22,19 @@ impl Environment for HostileEnv {
     const METADATA: Metadata = Metadata::new("hostile-env", "misbehaves on request").config(&[
         ConfigKey::new(
             "attack",
-            "short-obs, nan-obs, nan-reward, bad-space, loop-on-step, loop-after-3",
+            "short-obs, nan-obs, nan-reward, huge-reward, bad-space, loop-on-step, loop-after-3",
         ),
         ConfigKey::new("horizon", "episode length"),
+        ConfigKey::new("after", "huge-reward: steps before the rewards become 1e38"),
     ]);
 
     fn new(config: &Config) -> Result<Self, String> {
         Ok(Self {
             attack: config.str_or("attack", "")?.to_string(),
             horizon: config.u64_or("horizon", 5)? as u32,
+            after: config.u64_or("after", 0)?,
             steps: 0,
+            total_steps: 0,
             position: [0.0; 2],
             rng: Rng::new(0),
         })
@@ -64,6 +71,7 @@ impl Environment for HostileEnv {
             return Err("discrete actions only".into());
         };
         self.steps += 1;
+        self.total_steps += 1;
         if self.attack == "loop-on-step" || (self.attack == "loop-after-3" && self.steps > 3) {
             let mut x = 0u64;
             loop {
@@ -75,6 +83,8 @@ impl Environment for HostileEnv {
         self.position[1] += delta.1;
         let reward = if self.attack == "nan-reward" {
             f64::NAN
+        } else if self.attack == "huge-reward" && self.total_steps > self.after {
+            1e38
         } else {
             -f64::from(self.position[0].abs())
         };
