@@ -13,7 +13,7 @@ pub(crate) struct Bench {
 
 impl Bench {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
-        BuildPlugins { no_test_plugins: true }.run()?;
+        BuildPlugins::for_running().run()?;
         run(cargo()
             .args(["run", "--quiet", "-p", "rein-bench", "--"])
             .arg(&self.suite)

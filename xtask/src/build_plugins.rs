@@ -1,4 +1,5 @@
-//! `cargo xtask build-plugins`.
+//! `cargo xtask build-plugins`: the Rust plugin workspaces with cargo, then the Python and
+//! JavaScript plugins (see [`crate::guest`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -6,6 +7,7 @@ use std::process::Command;
 use anyhow::Context;
 use clap::Args;
 
+use crate::guest::{self, Missing};
 use crate::workspace::{cargo, output, plugin_dir, root, run, target_dir};
 
 const WASM_TARGET: &str = "wasm32-wasip2";
@@ -15,6 +17,10 @@ pub(crate) struct BuildPlugins {
     /// Only build plugins/ (skip the adversarial test plugins in tests/plugins/).
     #[arg(long)]
     pub(crate) no_test_plugins: bool,
+    /// Skip Python and JavaScript plugins whose compiler cannot be installed (no python3 or
+    /// node, no registry), with a warning, instead of failing.
+    #[arg(skip)]
+    pub(crate) guests_optional: bool,
 }
 
 /// A cargo workspace of plugins and where its `.wasm` files go.
@@ -24,6 +30,15 @@ struct PluginWorkspace {
 }
 
 impl BuildPlugins {
+    /// What `run`, `eval`, `recipe check` and `bench` build: plugins/ only, and the Python
+    /// and JavaScript ones only where their compilers can be installed.
+    pub(crate) fn for_running() -> Self {
+        Self {
+            no_test_plugins: true,
+            guests_optional: true,
+        }
+    }
+
     /// Builds the plugins and returns the `.wasm` files written.
     pub(crate) fn run(&self) -> anyhow::Result<Vec<PathBuf>> {
         ensure_wasm_target()?;
@@ -38,8 +53,19 @@ impl BuildPlugins {
             });
         }
         let mut built = Vec::new();
-        for ws in workspaces {
-            built.extend(build_workspace(&ws)?);
+        for ws in &workspaces {
+            built.extend(build_workspace(ws)?);
+        }
+        let missing = if self.guests_optional {
+            Missing::Skip
+        } else {
+            Missing::Fail
+        };
+        for ws in &workspaces {
+            let plugins = guest::find(ws.manifest.parent().unwrap_or(&ws.manifest))?;
+            if !plugins.is_empty() {
+                built.extend(guest::build_all(&plugins, &ws.out_dir, missing)?);
+            }
         }
         Ok(built)
     }

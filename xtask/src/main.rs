@@ -4,6 +4,7 @@
 
 mod bench;
 mod build_plugins;
+mod guest;
 mod new_plugin;
 mod run;
 mod test;
@@ -20,8 +21,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Build every plugin in plugins/ (and the test plugins) for wasm32-wasip2 into
-    /// target/plugins/<name>.wasm, installing the target if missing.
+    /// Build every plugin in plugins/ (and the test plugins) into target/plugins/<name>.wasm:
+    /// Rust ones for wasm32-wasip2 (installing the target if missing), Python and JavaScript
+    /// ones with componentize-py / componentize-js (installed under target/tools/).
     BuildPlugins(build_plugins::BuildPlugins),
     /// Scaffold a new plugin in plugins/ that builds and passes its own test at once.
     NewPlugin(new_plugin::NewPlugin),

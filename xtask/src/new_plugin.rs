@@ -1,10 +1,12 @@
-//! `cargo xtask new-plugin`: scaffold a reward or environment plugin.
+//! `cargo xtask new-plugin`: scaffold a reward or environment plugin (Rust), or a reward
+//! plugin in Python or JavaScript.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 
+use crate::guest::Lang;
 use crate::workspace::root;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -22,6 +24,9 @@ pub(crate) struct NewPlugin {
     pub(crate) kind: Kind,
     /// The plugin's name, kebab-case (e.g. `contains-answer`).
     pub(crate) name: String,
+    /// The language: Rust (any kind), Python or JavaScript (reward plugins).
+    #[arg(long, value_enum, default_value = "rust")]
+    pub(crate) lang: Lang,
     /// The plugin workspace to add it to (default: plugins/).
     #[arg(long)]
     pub(crate) dir: Option<PathBuf>,
@@ -41,6 +46,9 @@ impl NewPlugin {
             );
         }
         let workspace = self.dir.clone().unwrap_or_else(|| root().join("plugins"));
+        if self.lang != Lang::Rust {
+            return self.scaffold_guest(&workspace);
+        }
         let workspace_manifest = workspace.join("Cargo.toml");
         let manifest = std::fs::read_to_string(&workspace_manifest)
             .with_context(|| format!("cannot read the plugin workspace {}", workspace_manifest.display()))?;
@@ -91,6 +99,33 @@ impl NewPlugin {
         );
         if self.dir.is_none() {
             println!("  build it:  cargo xtask build-plugins   (→ target/plugins/{name}.wasm)");
+        }
+        Ok(())
+    }
+
+    /// A Python or JavaScript reward plugin: its module and its test cases.
+    fn scaffold_guest(&self, workspace: &Path) -> anyhow::Result<()> {
+        let name = &self.name;
+        if !matches!(self.kind, Kind::Reward) {
+            bail!("Python and JavaScript plugins are reward plugins; write environments in Rust (--lang rust)");
+        }
+        let dir = workspace.join(name);
+        if dir.exists() {
+            bail!("{} already exists", dir.display());
+        }
+        let template = match self.lang {
+            Lang::Python => PYTHON_REWARD_TEMPLATE,
+            _ => JS_REWARD_TEMPLATE,
+        };
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join(self.lang.entry_file()), template.replace("{{name}}", name))?;
+        std::fs::write(dir.join("cases.jsonl"), GUEST_CASES)?;
+        println!("created {}", dir.display());
+        if self.dir.is_none() {
+            println!("  build it:  cargo xtask build-plugins   (→ target/plugins/{name}.wasm)");
+            println!(
+                "  test it:   cargo rein plugin test target/plugins/{name}.wasm --cases plugins/{name}/cases.jsonl"
+            );
         }
         Ok(())
     }
@@ -242,4 +277,135 @@ mod tests {
         assert_eq!(env.observation(), Observation::Vector(vec![1.0]));
     }
 }
+"##;
+
+/// Test cases of the scaffolded Python and JavaScript rewards (`rein plugin test`).
+const GUEST_CASES: &str = r#"{"name": "contains the reference", "group": {"prompt": "Capital of France?", "completions": ["It is Paris.", "Lyon"], "reference": "Paris"}, "expected": [1.0, 0.0]}
+{"name": "ignore_case", "config": {"ignore_case": true}, "group": {"prompt": "Capital of France?", "completions": ["PARIS!", "paris", "Rome"], "reference": "Paris"}, "expected": [1.0, 1.0, 0.0]}
+{"name": "no reference: not applicable", "group": {"prompt": "Say hi", "completions": ["hi"]}, "expected": [null]}
+"#;
+
+const PYTHON_REWARD_TEMPLATE: &str = r##""""`{{name}}`: 1 when a completion contains the reference answer, else 0.
+
+A rein reward plugin in Python. `cargo xtask build-plugins` compiles it with componentize-py
+into target/plugins/{{name}}.wasm, a component for rein's `reward` world that runs in the same
+sandbox as Rust plugins (no files, no network, memory and time limits per call). The standard
+library is available. Its test cases are in cases.jsonl:
+
+    cargo rein plugin test target/plugins/{{name}}.wasm --cases plugins/{{name}}/cases.jsonl
+"""
+
+import json
+
+from componentize_py_types import Err
+from wit_world import exports
+from wit_world.exports.reward_api import CompletionScore
+from wit_world.imports.types import ConfigKey, PluginError, PluginMetadata
+
+NAME = "{{name}}"
+DESCRIPTION = "1 when the completion contains the reference answer, else 0"
+CONFIG_KEYS = [ConfigKey("ignore_case", "compare without regard to case", "false")]
+
+# componentize-py creates a new `RewardApi` for every call: what `init` sets lives here.
+IGNORE_CASE = False
+
+
+def parse_config(text):
+    """The config as a dict; raises ValueError naming an unknown key or a wrong type."""
+    values = json.loads(text) if text.strip() else {}
+    if not isinstance(values, dict):
+        raise ValueError(f"config must be a JSON object, got {text}")
+    accepted = [key.name for key in CONFIG_KEYS]
+    for key in sorted(values):
+        if key not in accepted:
+            raise ValueError(f"unknown config key `{key}` for plugin `{NAME}` (accepted: {', '.join(accepted)})")
+    if not isinstance(values.get("ignore_case", False), bool):
+        raise ValueError(f"config key `ignore_case` must be a boolean, got {json.dumps(values['ignore_case'])}")
+    return values
+
+
+def score_group(group):
+    """One score per completion; none (not applicable) when there is no reference."""
+    if group.reference is None:
+        return [CompletionScore(None, []) for _ in group.completions]
+    fold = str.lower if IGNORE_CASE else str
+    reference = fold(group.reference)
+    return [CompletionScore(1.0 if reference in fold(c) else 0.0, []) for c in group.completions]
+
+
+class RewardApi(exports.RewardApi):
+    def metadata(self):
+        return PluginMetadata(NAME, "0.1.0", DESCRIPTION, CONFIG_KEYS)
+
+    def init(self, config):
+        global IGNORE_CASE
+        try:
+            IGNORE_CASE = parse_config(config).get("ignore_case", False)
+        except ValueError as e:  # json.JSONDecodeError is one too
+            raise Err(PluginError(str(e)))
+
+    def score(self, groups):
+        return [score_group(group) for group in groups]
+"##;
+
+const JS_REWARD_TEMPLATE: &str = r##"// `{{name}}`: 1 when a completion contains the reference answer, else 0.
+//
+// A rein reward plugin in JavaScript. `cargo xtask build-plugins` compiles it with
+// componentize-js into target/plugins/{{name}}.wasm, a component for rein's `reward` world that
+// runs in the same sandbox as Rust plugins (no files, no network, memory and time limits per
+// call). Its test cases are in cases.jsonl:
+//
+//     cargo rein plugin test target/plugins/{{name}}.wasm --cases plugins/{{name}}/cases.jsonl
+
+const NAME = "{{name}}";
+const DESCRIPTION = "1 when the completion contains the reference answer, else 0";
+const CONFIG_KEYS = [{ name: "ignore_case", description: "compare without regard to case", defaultValue: "false" }];
+
+let ignoreCase = false;
+
+/** The config as an object; throws an Error naming an unknown key or a wrong type. */
+function parseConfig(text) {
+  const values = text.trim() === "" ? {} : JSON.parse(text);
+  if (values === null || typeof values !== "object" || Array.isArray(values)) {
+    throw new Error(`config must be a JSON object, got ${text}`);
+  }
+  const accepted = CONFIG_KEYS.map((key) => key.name);
+  for (const key of Object.keys(values).sort()) {
+    if (!accepted.includes(key)) {
+      throw new Error(`unknown config key \`${key}\` for plugin \`${NAME}\` (accepted: ${accepted.join(", ")})`);
+    }
+  }
+  if ("ignore_case" in values && typeof values.ignore_case !== "boolean") {
+    throw new Error(`config key \`ignore_case\` must be a boolean, got ${JSON.stringify(values.ignore_case)}`);
+  }
+  return values;
+}
+
+/** One score per completion; none (not applicable) when there is no reference. */
+function scoreGroup(group) {
+  if (group.reference === undefined) {
+    return group.completions.map(() => ({ score: undefined, components: [] }));
+  }
+  const fold = (s) => (ignoreCase ? s.toLowerCase() : s);
+  const reference = fold(group.reference);
+  return group.completions.map((c) => ({ score: fold(c).includes(reference) ? 1 : 0, components: [] }));
+}
+
+export const rewardApi = {
+  metadata() {
+    return { name: NAME, version: "0.1.0", description: DESCRIPTION, configKeys: CONFIG_KEYS };
+  },
+
+  init(config) {
+    try {
+      ignoreCase = parseConfig(config).ignore_case ?? false;
+    } catch (e) {
+      throw { message: e.message }; // the `plugin-error` record
+    }
+  },
+
+  score(groups) {
+    return groups.map(scoreGroup);
+  },
+};
 "##;

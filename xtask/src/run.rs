@@ -15,7 +15,7 @@ pub(crate) struct Run {
 
 impl Run {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
-        BuildPlugins { no_test_plugins: true }.run()?;
+        BuildPlugins::for_running().run()?;
         // Ctrl-C reaches the whole process group: `rein` saves a checkpoint and stops, and this
         // process waits for it rather than returning to the prompt first.
         let _ = ctrlc::set_handler(|| {});
@@ -32,7 +32,7 @@ pub(crate) struct Eval {
 
 impl Eval {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
-        BuildPlugins { no_test_plugins: true }.run()?;
+        BuildPlugins::for_running().run()?;
         rein(&["eval"], &self.args)
     }
 }
@@ -72,7 +72,7 @@ impl Recipe {
         match self {
             Recipe::Show { args } => rein(&["recipe", "show"], args),
             Recipe::Check { args } => {
-                BuildPlugins { no_test_plugins: true }.run()?;
+                BuildPlugins::for_running().run()?;
                 rein(&["recipe", "check"], args)
             }
         }

@@ -1,5 +1,6 @@
-//! `cargo xtask test`: plugins, the whole suite, and a check that freshly scaffolded plugins
-//! build, pass their own tests and run in the host.
+//! `cargo xtask test`: plugins (their native tests, and the `cases.jsonl` of each plugin through
+//! `rein plugin test`), the whole suite, and a check that freshly scaffolded plugins in Rust,
+//! Python and JavaScript build, pass their own tests and run in the host.
 
 use std::path::Path;
 
@@ -7,8 +8,9 @@ use anyhow::{Context, ensure};
 use clap::Args;
 
 use crate::build_plugins::BuildPlugins;
+use crate::guest::{self, Lang, Missing};
 use crate::new_plugin::{Kind, NewPlugin};
-use crate::workspace::{cargo, output, root, run, target_dir};
+use crate::workspace::{cargo, output, plugin_dir, root, run, target_dir};
 
 #[derive(Args)]
 pub(crate) struct Test {
@@ -19,11 +21,16 @@ pub(crate) struct Test {
 
 impl Test {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
-        BuildPlugins { no_test_plugins: false }.run()?;
+        BuildPlugins {
+            no_test_plugins: false,
+            guests_optional: false,
+        }
+        .run()?;
         eprintln!("testing plugin logic natively (plugins/)");
         run(cargo()
             .args(["test", "--quiet", "--manifest-path"])
             .arg(root().join("plugins/Cargo.toml")))?;
+        plugin_cases()?;
         eprintln!("testing the workspace");
         run(cargo()
             .args(["test", "--workspace", "--quiet"])
@@ -34,6 +41,31 @@ impl Test {
         }
         Ok(())
     }
+}
+
+/// Runs `rein plugin test` on every plugin in plugins/ that has a `cases.jsonl`.
+fn plugin_cases() -> anyhow::Result<()> {
+    let mut dirs: Vec<_> = std::fs::read_dir(root().join("plugins"))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    dirs.sort();
+    for dir in dirs.iter().filter(|d| d.join("cases.jsonl").is_file()) {
+        let name = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("non-UTF-8 plugin name")?;
+        eprintln!("testing {name} on {}", dir.join("cases.jsonl").display());
+        let wasm = plugin_dir().join(format!("{name}.wasm"));
+        let report = rein(&[
+            "plugin",
+            "test",
+            path(&wasm)?,
+            "--cases",
+            path(&dir.join("cases.jsonl"))?,
+        ])?;
+        eprintln!("  {}", report.lines().last().unwrap_or_default());
+    }
+    Ok(())
 }
 
 /// Scaffolds one plugin of each kind in a scratch plugin workspace, runs their own tests,
@@ -65,10 +97,16 @@ fn scaffold_check() -> anyhow::Result<()> {
         &format!("path = {:?}", pdk.display().to_string()),
     );
     std::fs::write(scratch.join("Cargo.toml"), manifest)?;
-    for (kind, name) in [(Kind::Reward, "scaffold-reward"), (Kind::Env, "scaffold-env")] {
+    for (kind, lang, name) in [
+        (Kind::Reward, Lang::Rust, "scaffold-reward"),
+        (Kind::Env, Lang::Rust, "scaffold-env"),
+        (Kind::Reward, Lang::Python, "scaffold-reward-py"),
+        (Kind::Reward, Lang::Js, "scaffold-reward-js"),
+    ] {
         NewPlugin {
             kind,
             name: name.into(),
+            lang,
             dir: Some(scratch.clone()),
         }
         .run()?;
@@ -124,7 +162,15 @@ fn scaffold_check() -> anyhow::Result<()> {
         rollout.contains("\"terminated\":true"),
         "scaffolded env never reached its goal: {rollout}"
     );
-    eprintln!("  scaffolded reward and env plugins build, pass their tests and run");
+    let guests = guest::build_all(&guest::find(&scratch)?, &scratch.join("out"), Missing::Fail)?;
+    for wasm in &guests {
+        let name = wasm.file_stem().and_then(|n| n.to_str()).context("non-UTF-8 name")?;
+        let cases = scratch.join(name).join("cases.jsonl");
+        let report = rein(&["plugin", "test", path(wasm)?, "--cases", path(&cases)?])?;
+        ensure!(report.contains("3 passed, 0 failed"), "scaffolded {name}: {report}");
+    }
+    ensure!(guests.len() == 2, "the Python and JavaScript scaffolds were not found");
+    eprintln!("  scaffolded reward and env plugins (Rust, Python, JavaScript) build, pass their tests and run");
     Ok(())
 }
 

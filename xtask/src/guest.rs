@@ -1,0 +1,275 @@
+//! Reward plugins written in Python or JavaScript: finding them, installing their pinned
+//! compilers under `<target>/tools/` (componentize-py from PyPI, componentize-js from npm with
+//! the versions locked in `xtask/guest-tools/`), and building each into a component for the `reward`
+//! world. A build takes seconds, so its output is reused while the plugin's files, the WIT and
+//! the compiler are unchanged.
+//!
+//! A guest plugin is a directory holding `app.py` or `app.js` (and no `Cargo.toml`).
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::ValueEnum;
+
+use crate::workspace::{output, root, run, target_dir};
+
+const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0";
+
+/// The language a plugin is written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Lang {
+    /// Rust, with rein-pdk (a crate in a plugin workspace).
+    Rust,
+    /// Python, built with componentize-py.
+    Python,
+    /// JavaScript, built with componentize-js.
+    Js,
+}
+
+impl Lang {
+    /// The module a guest plugin's directory holds.
+    pub(crate) fn entry_file(self) -> &'static str {
+        match self {
+            Lang::Rust => "src/lib.rs",
+            Lang::Python => "app.py",
+            Lang::Js => "app.js",
+        }
+    }
+
+    fn compiler(self) -> &'static str {
+        match self {
+            Lang::Rust => "cargo",
+            Lang::Python => COMPONENTIZE_PY,
+            Lang::Js => COMPONENTIZE_JS,
+        }
+    }
+}
+
+/// A Python or JavaScript plugin.
+pub(crate) struct GuestPlugin {
+    /// The directory's name, which is the plugin's file name (`<name>.wasm`).
+    pub(crate) name: String,
+    /// Its directory.
+    pub(crate) dir: PathBuf,
+    /// Python or JavaScript.
+    pub(crate) lang: Lang,
+}
+
+/// The guest plugins directly under `workspace`, by name.
+pub(crate) fn find(workspace: &Path) -> anyhow::Result<Vec<GuestPlugin>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(workspace).with_context(|| format!("cannot list {}", workspace.display()))? {
+        let dir = entry?.path();
+        if !dir.is_dir() || dir.join("Cargo.toml").exists() {
+            continue;
+        }
+        let Some(name) = dir.file_name().and_then(|n| n.to_str()).map(str::to_string) else {
+            continue;
+        };
+        for lang in [Lang::Python, Lang::Js] {
+            if dir.join(lang.entry_file()).is_file() {
+                found.push(GuestPlugin {
+                    name: name.clone(),
+                    dir: dir.clone(),
+                    lang,
+                });
+            }
+        }
+    }
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(found)
+}
+
+/// What to do when Python or Node.js (or their package registries) cannot be used.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Missing {
+    /// Fail: the plugins were asked for.
+    Fail,
+    /// Warn and skip those plugins (for commands that may not need them).
+    Skip,
+}
+
+/// Builds `plugins` into `out_dir/<name>.wasm`, reusing earlier builds of unchanged sources.
+pub(crate) fn build_all(plugins: &[GuestPlugin], out_dir: &Path, missing: Missing) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
+    let mut built = Vec::new();
+    for plugin in plugins {
+        match build(plugin, out_dir) {
+            Ok(path) => built.push(path),
+            Err(e) if missing == Missing::Skip && e.downcast_ref::<ToolUnavailable>().is_some() => {
+                eprintln!("  warning: skipping {} ({e:#})", plugin.name);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    eprintln!(
+        "  {} Python and JavaScript plugins in {}",
+        built.len(),
+        out_dir.display()
+    );
+    Ok(built)
+}
+
+/// A compiler that cannot be installed here (no interpreter, no registry).
+#[derive(Debug)]
+struct ToolUnavailable(String);
+
+impl std::fmt::Display for ToolUnavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ToolUnavailable {}
+
+/// Builds one plugin unless its last build is still current.
+fn build(plugin: &GuestPlugin, out_dir: &Path) -> anyhow::Result<PathBuf> {
+    let out = out_dir.join(format!("{}.wasm", plugin.name));
+    let stamp = out_dir.join(format!(".{}.source-hash", plugin.name));
+    let hash = format!("{:016x}", source_hash(plugin)?);
+    if out.is_file() && std::fs::read_to_string(&stamp).is_ok_and(|s| s == hash) {
+        return Ok(out);
+    }
+    let wit = root().join("crates/rein-plugin/wit");
+    let partial = out_dir.join(format!(".{}.wasm.partial", plugin.name));
+    let mut command = match plugin.lang {
+        Lang::Python => {
+            let tool = componentize_py()?;
+            let mut c = Command::new("python3");
+            c.arg("-c")
+                .arg("import sys; from componentize_py import script; sys.argv[0] = 'componentize-py'; sys.exit(script())")
+                .arg("-d")
+                .arg(&wit)
+                .args(["-w", "reward", "componentize", "app", "-p", ".", "-o"])
+                .arg(&partial)
+                .env("PYTHONPATH", tool)
+                .env("PYTHONDONTWRITEBYTECODE", "1");
+            c
+        }
+        Lang::Js => {
+            let cli = componentize_js()?;
+            let mut c = Command::new("node");
+            c.arg(cli)
+                .arg("--wit")
+                .arg(&wit)
+                .args([
+                    "--world-name",
+                    "reward",
+                    "--disable",
+                    "http",
+                    "--disable",
+                    "fetch-event",
+                    "-o",
+                ])
+                .arg(&partial)
+                .arg("app.js");
+            c
+        }
+        Lang::Rust => bail!("{} is a Rust plugin, built by cargo", plugin.name),
+    };
+    eprint!("  building {} ({}) … ", plugin.name, plugin.lang.compiler());
+    let start = Instant::now();
+    output(command.current_dir(&plugin.dir)).with_context(|| format!("building {}", plugin.dir.display()))?;
+    std::fs::rename(&partial, &out)?;
+    std::fs::write(&stamp, hash)?;
+    eprintln!("{:.1} s", start.elapsed().as_secs_f64());
+    Ok(out)
+}
+
+/// A hash of what a build depends on: the plugin's files, the WIT, the compiler version.
+fn source_hash(plugin: &GuestPlugin) -> anyhow::Result<u64> {
+    let mut hasher = std::hash::DefaultHasher::new();
+    plugin.lang.compiler().hash(&mut hasher);
+    for dir in [plugin.dir.clone(), root().join("crates/rein-plugin/wit")] {
+        let mut files = Vec::new();
+        collect_files(&dir, &mut files)?;
+        files.sort();
+        for file in files {
+            file.strip_prefix(&dir).unwrap_or(&file).hash(&mut hasher);
+            std::fs::read(&file)?.hash(&mut hasher);
+        }
+    }
+    Ok(hasher.finish())
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with('.') || name == "__pycache__" || name == "node_modules" {
+            continue;
+        }
+        if path.is_dir() {
+            collect_files(&path, out)?;
+        } else {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// `<target>/tools/componentize-py`, installed with pip when missing.
+fn componentize_py() -> anyhow::Result<PathBuf> {
+    let dir = target_dir().join("tools/componentize-py");
+    let version = COMPONENTIZE_PY.split("==").nth(1).unwrap_or_default();
+    if dir.join(format!("componentize_py-{version}.dist-info")).is_dir() {
+        return Ok(dir);
+    }
+    available("python3", "Python 3 (python3) is needed to build Python plugins")?;
+    eprintln!("  installing {COMPONENTIZE_PY} into {}", dir.display());
+    let _ = std::fs::remove_dir_all(&dir);
+    run(Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--target",
+        ])
+        .env("PIP_ROOT_USER_ACTION", "ignore")
+        .arg(&dir)
+        .arg(COMPONENTIZE_PY))
+    .map_err(|e| ToolUnavailable(format!("cannot install {COMPONENTIZE_PY} from PyPI: {e:#}")))?;
+    Ok(dir)
+}
+
+/// componentize-js's command-line entry point under `<target>/tools/componentize-js`,
+/// installed from `xtask/guest-tools/package-lock.json` when missing or stale.
+fn componentize_js() -> anyhow::Result<PathBuf> {
+    let dir = target_dir().join("tools/componentize-js");
+    let cli = dir.join("node_modules/@bytecodealliance/componentize-js/src/cli.js");
+    let lock = std::fs::read(root().join("xtask/guest-tools/package-lock.json"))?;
+    let installed_lock = dir.join("installed-package-lock.json");
+    if cli.is_file() && std::fs::read(&installed_lock).is_ok_and(|l| l == lock) {
+        return Ok(cli);
+    }
+    available("node", "Node.js (node) is needed to build JavaScript plugins")?;
+    available("npm", "npm is needed to install componentize-js")?;
+    eprintln!("  installing {COMPONENTIZE_JS} into {}", dir.display());
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    for file in ["package.json", "package-lock.json"] {
+        std::fs::copy(root().join("xtask/guest-tools").join(file), dir.join(file))?;
+    }
+    // `npm install` keeps to the copied lock file's versions. (`npm ci` would too, but npm 11
+    // refuses this lock file: it lists platform packages of optional dependencies that the
+    // registry does not have.)
+    run(Command::new("npm")
+        .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
+        .arg(&dir))
+    .map_err(|e| ToolUnavailable(format!("cannot install {COMPONENTIZE_JS} from npm: {e:#}")))?;
+    std::fs::write(&installed_lock, lock)?;
+    Ok(cli)
+}
+
+fn available(program: &str, why: &str) -> anyhow::Result<()> {
+    match Command::new(program).arg("--version").output() {
+        Ok(out) if out.status.success() => Ok(()),
+        _ => Err(ToolUnavailable(format!("{why}, and `{program} --version` does not run")).into()),
+    }
+}
