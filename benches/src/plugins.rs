@@ -120,8 +120,91 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         baseline: Some(("native Rust".into(), native_rate)),
         target: Some(("≥ 200k/s".into(), plugin_rate >= 200e3)),
     });
+    guest_math_answer(&runtime, plugin_dir, &groups, plugin_rate, &mut report)?;
     let _ = std::fs::remove_dir_all(&cache);
     Ok(report)
+}
+
+/// The Python and JavaScript ports of math-answer on the same completions, beside the Rust
+/// plugin and beside the Python code called from Python (as TRL calls a reward function).
+fn guest_math_answer(
+    runtime: &PluginRuntime,
+    plugin_dir: &Path,
+    groups: &[Group],
+    rust_rate: f64,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let python_peer = plain_python_reward(groups);
+    let completions: usize = groups.iter().map(|g| g.completions.len()).sum();
+    for (name, language) in [("math-answer-py", "Python"), ("math-answer-js", "JavaScript")] {
+        let path = plugin_dir.join(format!("{name}.wasm"));
+        if !path.exists() {
+            println!("({} is not built: skipping it)", path.display());
+            continue;
+        }
+        let compile = Instant::now();
+        let plugin = runtime.load(&path, SandboxLimits::default())?;
+        let compile_s = compile.elapsed().as_secs_f64();
+        let mut reward = plugin.reward("{}")?;
+        let plugin_rate = rate(BUDGET * 2, completions as f64, || {
+            for chunk in groups.chunks(64) {
+                reward.score(chunk).expect("the port scores");
+            }
+        });
+        report.push(Row {
+            name: format!("{name} ({language} plugin), same completions"),
+            value: plugin_rate,
+            unit: "completions/s",
+            baseline: Some(("math-answer (Rust plugin)".into(), rust_rate)),
+            target: None,
+        });
+        if let Some(peer) = python_peer {
+            report.push(Row {
+                name: format!("  {name} vs the same Python called from Python"),
+                value: plugin_rate,
+                unit: "completions/s",
+                baseline: Some(("plain Python function (TRL style)".into(), peer)),
+                target: None,
+            });
+        }
+        report.push(Row {
+            name: format!("  {name}: compile the component (first load)"),
+            value: compile_s,
+            unit: "s",
+            baseline: None,
+            target: None,
+        });
+    }
+    Ok(())
+}
+
+/// completions/s of benches/peers/python_reward.py on `groups` (`python3`, standard library).
+fn plain_python_reward(groups: &[Group]) -> Option<f64> {
+    let file = std::env::temp_dir().join(format!("rein-bench-groups-{}.jsonl", std::process::id()));
+    let lines: Vec<String> = groups
+        .iter()
+        .map(|g| serde_json::json!({"completions": g.completions, "reference": g.reference}).to_string())
+        .collect();
+    std::fs::write(&file, lines.join("\n")).ok()?;
+    let out = std::process::Command::new("python3")
+        .arg("benches/peers/python_reward.py")
+        .arg(&file)
+        .output();
+    let _ = std::fs::remove_file(&file);
+    match out {
+        Ok(out) if out.status.success() => {
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).ok()?["completions_per_s"].as_f64()
+        }
+        Ok(out) => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            println!("(Python reward peer failed: {})", stderr.lines().last().unwrap_or(""));
+            None
+        }
+        Err(e) => {
+            println!("(no python3 for the Python reward peer: {e})");
+            None
+        }
+    }
 }
 
 /// The same auto-resetting batch loop as the PDK's `vec-env`, without the sandbox.

@@ -6,6 +6,7 @@
 mod common;
 
 mod environments;
+mod guests;
 mod limits;
 mod loading;
 mod outputs;

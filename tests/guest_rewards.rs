@@ -1,0 +1,121 @@
+//! Reward plugins in Python and JavaScript: `math-answer-py` and `math-answer-js` score every
+//! case of `plugins/math-answer/cases.jsonl` exactly as the Rust `math-answer` does (scores and
+//! components), and train in a short GRPO run like any other reward plugin.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use rein_core::{Group, RewardFn};
+use rein_train::RunOutcome;
+use rein_train::recipe::LoadedRecipe;
+use serde::Deserialize;
+
+const PORTS: [&str; 2] = ["math-answer-py", "math-answer-js"];
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+#[derive(Deserialize)]
+struct Case {
+    name: String,
+    #[serde(default)]
+    config: Option<serde_json::Value>,
+    group: Group,
+    expected: Vec<Option<f64>>,
+}
+
+#[test]
+fn python_and_js_ports_score_every_case_as_the_rust_plugin_does() {
+    let text = std::fs::read_to_string(root().join("plugins/math-answer/cases.jsonl")).unwrap();
+    let cases: Vec<Case> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(cases.len() >= 50, "the shared cases are missing");
+    let rust = common::load("math-answer");
+    let ports: Vec<_> = PORTS.iter().map(|name| common::load(name)).collect();
+    for case in &cases {
+        let config = case.config.as_ref().map_or("{}".to_string(), |c| c.to_string());
+        let groups = std::slice::from_ref(&case.group);
+        let expected = rust.reward(&config).unwrap().score(groups).unwrap();
+        let values: Vec<Option<f64>> = expected[0].iter().map(|s| s.score).collect();
+        assert_eq!(values, case.expected, "math-answer: {}", case.name);
+        for (name, port) in PORTS.iter().zip(&ports) {
+            let got = port.reward(&config).unwrap().score(groups).unwrap();
+            assert_eq!(got, expected, "{name}: {}", case.name);
+        }
+    }
+}
+
+#[test]
+fn ports_reject_bad_config_with_the_rust_plugins_message() {
+    let rust = common::load("math-answer");
+    for config in [
+        r#"{"extrct": "auto"}"#,
+        r#"{"extract": "nowhere"}"#,
+        r#"{"tolerance": "x"}"#,
+        "[1]",
+    ] {
+        let expected = rust.reward(config).unwrap_err().to_string();
+        for name in PORTS {
+            let got = common::load(name).reward(config).unwrap_err().to_string();
+            assert_eq!(
+                got.replace(name, "math-answer"),
+                expected,
+                "{name} with config {config}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_short_grpo_run_trains_with_python_and_js_rewards() {
+    let runs = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("guest-grpo-{}", std::process::id()));
+    let overrides: Vec<String> = [
+        "data.task.train=400",
+        "data.task.test=8",
+        "sft.steps=150",
+        "sft.batch_size=32",
+        "algorithm.steps=3",
+        "algorithm.prompts_per_step=4",
+        "sampler.n=4",
+        "sampler.max_new_tokens=40",
+        "eval.k=2",
+        r#"reward=[{plugin="math-answer-py", config={extract="answer"}}, {plugin="math-answer-js", config={extract="answer"}, weight=0.5}]"#,
+        "eval.accuracy_reward=\"math-answer-js\"",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("train.runs_dir={:?}", runs.display().to_string())])
+    .collect();
+    let loaded = LoadedRecipe::load(&root().join("recipes/grpo-arithmetic.toml"), &overrides).unwrap();
+    let plugin_dir = common::plugin_path("math-answer-py").parent().unwrap().to_path_buf();
+    let RunOutcome::Lm(outcome) = rein_train::run(&loaded, &plugin_dir, true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    assert_eq!(outcome.grpo.as_ref().unwrap().steps, 3);
+    let metrics = std::fs::read_to_string(outcome.run_dir.unwrap().join("metrics.jsonl")).unwrap();
+    let steps: Vec<serde_json::Value> = metrics
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["stage"] == "grpo")
+        .collect();
+    assert_eq!(steps.len(), 3);
+    let correct: f64 = steps
+        .iter()
+        .map(|s| s["train/reward/math-answer-py/correct"].as_f64().unwrap())
+        .sum();
+    assert!(
+        correct > 0.0,
+        "no completion was right, so the rewards were not compared"
+    );
+    for step in &steps {
+        // The same judgement from both languages, weighted 1 and 0.5.
+        let py = step["train/reward/math-answer-py/correct"].as_f64().unwrap();
+        let js = step["train/reward/math-answer-js/correct"].as_f64().unwrap();
+        assert_eq!(py, js, "{step}");
+        let total = step["train/reward"].as_f64().unwrap();
+        let py_reward = step["train/reward/math-answer-py"].as_f64().unwrap();
+        assert!((total - 1.5 * py_reward).abs() < 1e-9, "{step}");
+    }
+}
