@@ -1,6 +1,7 @@
 //! `cargo xtask build-plugins`: the Rust plugin workspaces with cargo, then the Python and
 //! JavaScript plugins (see [`crate::guest`]).
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -89,16 +90,12 @@ fn build_workspace(ws: &PluginWorkspace) -> anyhow::Result<Vec<PathBuf>> {
         "building plugins in {}",
         ws.manifest.parent().unwrap_or(&ws.manifest).display()
     );
+    // On a terminal cargo shows its own live progress bar; elsewhere it would list every crate.
+    let quiet = (!std::io::stderr().is_terminal()).then_some("--quiet");
     run(cargo()
-        .args([
-            "build",
-            "--release",
-            "--quiet",
-            "--target",
-            WASM_TARGET,
-            "--manifest-path",
-            manifest,
-        ])
+        .args(["build", "--release"])
+        .args(quiet)
+        .args(["--target", WASM_TARGET, "--manifest-path", manifest])
         .arg("--target-dir")
         .arg(&wasm_target_dir))?;
     let metadata = output(cargo().args([

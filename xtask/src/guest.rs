@@ -7,9 +7,12 @@
 //! A guest plugin is a directory holding `app.py` or `app.js` (and no `Cargo.toml`).
 
 use std::hash::{Hash, Hasher};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
@@ -171,13 +174,40 @@ fn build(plugin: &GuestPlugin, out_dir: &Path) -> anyhow::Result<PathBuf> {
         }
         Lang::Rust => bail!("{} is a Rust plugin, built by cargo", plugin.name),
     };
-    eprint!("  building {} ({}) … ", plugin.name, plugin.lang.compiler());
-    let start = Instant::now();
-    output(command.current_dir(&plugin.dir)).with_context(|| format!("building {}", plugin.dir.display()))?;
+    let label = format!("building {} ({})", plugin.name, plugin.lang.compiler());
+    with_live_timer(&label, || output(command.current_dir(&plugin.dir)))
+        .with_context(|| format!("building {}", plugin.dir.display()))?;
     std::fs::rename(&partial, &out)?;
     std::fs::write(&stamp, hash)?;
-    eprintln!("{:.1} s", start.elapsed().as_secs_f64());
     Ok(out)
+}
+
+/// Runs `work` under a line `  <label> … N s` that counts the seconds live on a terminal, and
+/// ends with the time taken.
+fn with_live_timer<T>(label: &str, work: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let start = Instant::now();
+    let done = Arc::new(AtomicBool::new(false));
+    let ticker = std::io::stderr().is_terminal().then(|| {
+        let (done, label) = (done.clone(), label.to_string());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                eprint!("\r\x1b[2K  {label} … {:.0} s", start.elapsed().as_secs_f64());
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            eprint!("\r\x1b[2K");
+        })
+    });
+    if ticker.is_none() {
+        eprint!("  {label} … ");
+    }
+    let result = work();
+    done.store(true, Ordering::Relaxed);
+    if let Some(ticker) = ticker {
+        let _ = ticker.join();
+        eprint!("  {label} … ");
+    }
+    eprintln!("{:.1} s", start.elapsed().as_secs_f64());
+    result
 }
 
 /// A hash of what a build depends on: the plugin's files, the WIT, the compiler version.

@@ -2,11 +2,13 @@
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::Args;
 use rein_model::lm::{ChatMessage, LmTokenizer, load};
 use rein_sampler::{FinishReason, GenerationConfig, generate};
+use rein_train::progress::Progress;
 
 #[derive(Args, Debug)]
 pub(crate) struct GenerateArgs {
@@ -88,14 +90,25 @@ impl GenerateArgs {
             seed: self.seed,
         };
         let stop_texts = &self.stop;
-        let mut stop = |_: usize, tokens: &[u32]| {
+        let sequences = prompts.len() * config.n;
+        let (mut progress, start, mut tokens) = (Progress::new(), Instant::now(), 0usize);
+        // Called once per sampled token that is not a stop token: it also counts them.
+        let mut stop = |_: usize, generated: &[u32]| {
+            tokens += 1;
+            let elapsed = start.elapsed().as_secs_f64();
+            let line = format!(
+                "generating {sequences} sequences: {tokens} tokens, {:.0} tokens/s",
+                tokens as f64 / elapsed.max(1e-9)
+            );
+            progress.show(&line, false);
             !stop_texts.is_empty()
                 && tokenizer
-                    .decode(tokens, false)
+                    .decode(generated, false)
                     .is_ok_and(|t| stop_texts.iter().any(|s| t.contains(s.as_str())))
         };
         let pad = tokenizer.pad_id().unwrap_or(0);
         let generations = generate(&model, &prompts, &config, pad, &mut stop, &device);
+        progress.finish();
         let mut out = std::io::stdout().lock();
         for g in generations {
             let mut completion = tokenizer.decode(&g.tokens, true)?;

@@ -16,7 +16,7 @@ mod error;
 pub mod lm;
 mod lm_run;
 pub mod ppo;
-mod progress;
+pub mod progress;
 pub mod recipe;
 mod run_dir;
 mod runner;

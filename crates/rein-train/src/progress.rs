@@ -3,14 +3,17 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-pub(crate) struct Progress {
+/// A live status line for a long loop (training, generation).
+pub struct Progress {
     terminal: bool,
     last: Option<Instant>,
     every: Duration,
 }
 
 impl Progress {
-    pub(crate) fn new() -> Self {
+    /// A line on stderr, rewritten at most every 100 ms on a terminal, every 2 s otherwise.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
         let terminal = std::io::stderr().is_terminal();
         Self {
             terminal,
@@ -24,7 +27,7 @@ impl Progress {
     }
 
     /// Shows `line` if enough time passed since the last one (or `force`).
-    pub(crate) fn show(&mut self, line: &str, force: bool) {
+    pub fn show(&mut self, line: &str, force: bool) {
         if !force && self.last.is_some_and(|t| t.elapsed() < self.every) {
             return;
         }
@@ -39,7 +42,7 @@ impl Progress {
     }
 
     /// Ends the live line.
-    pub(crate) fn finish(&mut self) {
+    pub fn finish(&mut self) {
         if self.terminal && self.last.take().is_some() {
             eprintln!();
         }
