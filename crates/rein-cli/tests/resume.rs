@@ -290,3 +290,41 @@ fn sft_then_grpo_killed_at_random_steps_resumes_to_the_same_metrics() {
     };
     killed_and_resumed_equals_uninterrupted(&job, 20, 3);
 }
+
+#[test]
+fn ctrl_c_saves_a_checkpoint_at_once_and_the_run_resumes_from_it() {
+    let job = Job {
+        recipe: "recipes/ppo-cartpole.toml",
+        overrides: vec![
+            "train.total_steps=16384".into(),
+            "train.stop_at_return=1e9".into(),
+            "train.eval_episodes=2".into(),
+        ],
+        every: 1000, // no periodic checkpoint: only the one Ctrl-C asks for
+    };
+    let reference_runs = scratch("ctrl-c-reference");
+    succeeded(job.command(&reference_runs, None).output().unwrap());
+    let reference = metrics_without_timings(&run_dir(&reference_runs));
+
+    let runs = scratch("ctrl-c");
+    let child = job.command(&runs, None).spawn().unwrap();
+    while steps_logged(std::fs::read_dir(&runs).unwrap().next().map(|e| e.unwrap().path()).as_ref()) < 10 {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "an interrupted run exits with an error");
+    assert!(stderr.contains("interrupted after step"), "{stderr}");
+    assert!(stderr.contains("continue with `--resume"), "{stderr}");
+    let run = run_dir(&runs);
+    let stopped_at = steps_logged(Some(&run));
+    let resumed = succeeded(job.command(&runs, Some(&run)).output().unwrap());
+    // Nothing is lost: the checkpoint is of the last step logged.
+    assert_eq!(resumed_from(&resumed), Some(stopped_at), "{resumed}");
+    assert_eq!(metrics_without_timings(&run), reference);
+}
