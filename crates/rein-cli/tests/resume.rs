@@ -308,7 +308,14 @@ fn ctrl_c_saves_a_checkpoint_at_once_and_the_run_resumes_from_it() {
 
     let runs = scratch("ctrl-c");
     let child = job.command(&runs, None).spawn().unwrap();
-    while steps_logged(std::fs::read_dir(&runs).unwrap().next().map(|e| e.unwrap().path()).as_ref()) < 10 {
+    while steps_logged(
+        std::fs::read_dir(&runs)
+            .unwrap()
+            .next()
+            .map(|e| e.unwrap().path())
+            .as_ref(),
+    ) < 10
+    {
         std::thread::sleep(Duration::from_millis(2));
     }
     let status = Command::new("kill")
