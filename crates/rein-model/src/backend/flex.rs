@@ -118,16 +118,10 @@ impl Backend for Flex {
             return rms_norm_ops::<Self>(x, weight, eps);
         }
         let shape = dims(&x);
-        let hidden = shape[1];
         let (x, weight) = (x.to_contiguous(), weight.to_contiguous());
         let (x, weight) = (f32s(&x), f32s(&weight));
         let mut out = vec![0.0f32; x.len()];
-        for (out, row) in out.chunks_exact_mut(hidden).zip(x.chunks_exact(hidden)) {
-            let inv_rms = 1.0 / (dot(row, row) / hidden as f32 + eps as f32).sqrt();
-            for ((o, &x), &w) in out.iter_mut().zip(row).zip(weight) {
-                *o = w * (x * inv_rms);
-            }
-        }
+        rms_norm_rows(&mut out, x, weight, eps as f32);
         tensor(out, &shape)
     }
 
@@ -207,54 +201,25 @@ impl Backend for Flex {
         let (q, k, v) = (f32s(&q), f32s(&k), f32s(&v));
         let padding = padding.map(|p| p.to_contiguous());
         let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * len]);
-        let scale = 1.0 / (dim as f32).sqrt();
-        let mut out = vec![0.0f32; q.len()];
-        // One sequence's heads: `out` and `q` are its `[kv_heads, group, head_dim]` block.
-        let sequence = |b: usize, out: &mut [f32]| {
-            let mut weights = vec![0.0f32; len];
-            let padded = |j: usize| padding.is_some_and(|p| p[b * len + j] != 0);
-            for h in 0..kv_heads {
-                let head = (b * kv_heads + h) * capacity * dim;
-                let (keys, values) = (&k[head..head + len * dim], &v[head..head + len * dim]);
-                for g in 0..group {
-                    let row = (h * group + g) * dim;
-                    let query = &q[b * kv_heads * group * dim + row..][..dim];
-                    let mut max = f32::NEG_INFINITY;
-                    for (j, (w, key)) in weights.iter_mut().zip(keys.chunks_exact(dim)).enumerate() {
-                        *w = if padded(j) {
-                            f32::NEG_INFINITY
-                        } else {
-                            dot(query, key) * scale
-                        };
-                        max = max.max(*w);
-                    }
-                    if max == f32::NEG_INFINITY {
-                        continue; // every key is padding: leave zeros rather than NaN
-                    }
-                    let mut total = 0.0;
-                    for w in &mut weights {
-                        *w = exp_f32(*w - max);
-                        total += *w;
-                    }
-                    let out = &mut out[row..row + dim];
-                    for (&w, value) in weights.iter().zip(values.chunks_exact(dim)) {
-                        let w = w / total;
-                        for (o, &x) in out.iter_mut().zip(value) {
-                            *o += w * x;
-                        }
-                    }
-                }
-            }
+        let attend = Attend {
+            q,
+            k,
+            v,
+            padding,
+            kv_heads,
+            group,
+            dim,
+            capacity,
+            len,
         };
+        let mut out = vec![0.0f32; q.len()];
         let per_sequence = kv_heads * group * dim;
         if batch * per_sequence * len >= PARALLEL_WORK && !nested() {
             out.par_chunks_mut(per_sequence)
                 .enumerate()
-                .for_each(|(b, out)| sequence(b, out));
+                .for_each(|(b, out)| attend.sequences(b, out));
         } else {
-            out.chunks_mut(per_sequence)
-                .enumerate()
-                .for_each(|(b, out)| sequence(b, out));
+            attend.sequences(0, &mut out);
         }
         tensor(out, &shape)
     }
@@ -262,6 +227,147 @@ impl Backend for Flex {
 
 /// Multiply-adds below which a kernel stays on one thread.
 const PARALLEL_WORK: usize = 1 << 16;
+
+/// Whether the CPU has AVX2. The crate is built for baseline x86-64, whose loops vectorise 4
+/// floats wide (SSE2); the kernels below also have a copy compiled for AVX2, 8 wide, which this
+/// selects. Both give the same results bit for bit: vectorising never reorders floating-point
+/// operations, it only changes how many run at once.
+#[inline(always)]
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Calls `$body` (an `#[inline(always)]` function) through a copy compiled for AVX2 where the
+/// CPU has it.
+macro_rules! with_avx2 {
+    (fn $name:ident($($arg:ident: $ty:ty),*) => $body:ident) => {
+        fn $name($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2")]
+            fn avx2($($arg: $ty),*) {
+                $body($($arg),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() {
+                // SAFETY: the CPU has AVX2, checked just above.
+                return unsafe { avx2($($arg),*) };
+            }
+            $body($($arg),*)
+        }
+    };
+}
+
+/// Cached attention's inputs (see [`Backend::cached_attention`]): contiguous queries
+/// `[batch, kv_heads, group, dim]`, keys and values `[batch, kv_heads, capacity, dim]` of which
+/// the first `len` positions count, and padding `[batch, len]`.
+struct Attend<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    padding: Option<&'a [u8]>,
+    kv_heads: usize,
+    group: usize,
+    dim: usize,
+    capacity: usize,
+    len: usize,
+}
+
+impl Attend<'_> {
+    /// Attention of the sequences whose `[kv_heads, group, dim]` output blocks make up `out`,
+    /// the first being sequence `first`.
+    fn sequences(&self, first: usize, out: &mut [f32]) {
+        with_avx2!(fn run(attend: &Attend<'_>, first: usize, out: &mut [f32]) => attend_sequences);
+        run(self, first, out);
+    }
+}
+
+#[inline(always)]
+fn attend_sequences(a: &Attend<'_>, first: usize, out: &mut [f32]) {
+    let (dim, len) = (a.dim, a.len);
+    let scale = 1.0 / (dim as f32).sqrt();
+    let mut weights = vec![0.0f32; len];
+    for (i, out) in out.chunks_mut(a.kv_heads * a.group * dim).enumerate() {
+        let b = first + i;
+        let padding = a.padding.map(|p| &p[b * len..(b + 1) * len]);
+        for h in 0..a.kv_heads {
+            let head = (b * a.kv_heads + h) * a.capacity * dim;
+            let (keys, values) = (&a.k[head..head + len * dim], &a.v[head..head + len * dim]);
+            for g in 0..a.group {
+                let row = (h * a.group + g) * dim;
+                let query = &a.q[b * a.kv_heads * a.group * dim + row..][..dim];
+                for (w, key) in weights.iter_mut().zip(keys.chunks_exact(dim)) {
+                    *w = dot(query, key) * scale;
+                }
+                if let Some(padding) = padding {
+                    for (w, &padded) in weights.iter_mut().zip(padding) {
+                        if padded != 0 {
+                            *w = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+                let out = &mut out[row..row + dim];
+                let max = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                if max == f32::NEG_INFINITY {
+                    out.fill(0.0); // every key is padding: zeros rather than NaN
+                    continue;
+                }
+                // Exponentials first and the sum apart, so both loops vectorise.
+                for w in &mut weights {
+                    *w = exp_f32(*w - max);
+                }
+                let inv_total = 1.0 / sum(&weights);
+                for w in &mut weights {
+                    *w *= inv_total;
+                }
+                match dim {
+                    64 => weighted_sum::<64>(&weights, values, out),
+                    128 => weighted_sum::<128>(&weights, values, out),
+                    _ => {
+                        out.fill(0.0);
+                        for (&w, value) in weights.iter().zip(values.chunks_exact(dim)) {
+                            for (o, &x) in out.iter_mut().zip(value) {
+                                *o += w * x;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `out ← Σⱼ weights[j] · values[j]` over rows of `D` values, accumulated in registers.
+#[inline(always)]
+fn weighted_sum<const D: usize>(weights: &[f32], values: &[f32], out: &mut [f32]) {
+    let mut acc = [0.0f32; D];
+    for (&w, value) in weights.iter().zip(values.chunks_exact(D)) {
+        for (a, &x) in acc.iter_mut().zip(value) {
+            *a += w * x;
+        }
+    }
+    out.copy_from_slice(&acc);
+}
+
+/// `Σ xᵢ` with independent partial sums, so the loop vectorises.
+#[inline(always)]
+fn sum(x: &[f32]) -> f32 {
+    const LANES: usize = 8;
+    let mut partial = [0.0f32; LANES];
+    let (body, tail) = x.split_at(x.len() / LANES * LANES);
+    for chunk in body.chunks_exact(LANES) {
+        for i in 0..LANES {
+            partial[i] += chunk[i];
+        }
+    }
+    partial.iter().sum::<f32>() + tail.iter().sum::<f32>()
+}
 
 /// Whether this thread already runs one of several parallel tasks (a decoding shard), so a
 /// kernel splitting its work further would only add synchronisation.
@@ -310,6 +416,20 @@ fn indices(x: &FlexTensor) -> Option<Vec<usize>> {
     }
 }
 
+with_avx2!(fn rms_norm_rows(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) => rms_norm_kernel);
+
+/// `out ← weight ⊙ x / sqrt(mean(x²) + eps)`, row by row (rows as long as `weight`).
+#[inline(always)]
+fn rms_norm_kernel(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
+    let hidden = weight.len();
+    for (out, row) in out.chunks_exact_mut(hidden).zip(x.chunks_exact(hidden)) {
+        let inv_rms = 1.0 / (dot(row, row) / hidden as f32 + eps).sqrt();
+        for ((o, &x), &w) in out.iter_mut().zip(row).zip(weight) {
+            *o = w * (x * inv_rms);
+        }
+    }
+}
+
 /// `Σ aᵢbᵢ` with independent partial sums, so the loop vectorises.
 #[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -325,10 +445,11 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     partial.iter().sum::<f32>() + a_tail.iter().zip(b_tail).map(|(x, y)| x * y).sum::<f32>()
 }
 
-/// `up ← silu(gate) ⊙ up`. A function of its own so the slices are known not to alias, which
-/// lets the loop vectorise.
-#[inline(never)]
-fn swiglu_in_place(up: &mut [f32], gate: &[f32]) {
+with_avx2!(fn swiglu_in_place(up: &mut [f32], gate: &[f32]) => swiglu_rows);
+
+/// `up ← silu(gate) ⊙ up`.
+#[inline(always)]
+fn swiglu_rows(up: &mut [f32], gate: &[f32]) {
     for (u, &g) in up.iter_mut().zip(gate) {
         *u *= g / (1.0 + exp_f32(-g));
     }
