@@ -54,17 +54,20 @@ fn int_tensor(values: &[f64], shape: [usize; 2]) -> Tensor<B, 2, Int> {
     )
 }
 
-/// Full-sequence logits without a cache, for unpadded rows.
-fn logits(model: &CausalLm<B>, tokens: Tensor<B, 2, Int>) -> Vec<f32> {
+/// Full-sequence logits without a cache, for unpadded rows; with the model's projections
+/// concatenated as generation uses them when `fused`.
+fn logits(model: &CausalLm<B>, tokens: Tensor<B, 2, Int>, fused: bool) -> Vec<f32> {
     let [batch, seq] = tokens.dims();
     let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &Default::default())
         .unsqueeze::<2>()
         .expand([batch, seq]);
     let rope = model.rope(seq, &Default::default());
+    let projections = model.fused_projections();
     let ctx = Context {
         rope: &rope,
         positions,
         padding: None,
+        fused: fused.then_some(&projections),
     };
     model.forward(tokens, &ctx, None).into_data().to_vec().unwrap()
 }
@@ -74,15 +77,17 @@ fn logits_match_transformers() {
     for name in CHECKPOINTS {
         let m = model(name);
         let (shape, ids) = expected(name, "input_ids");
-        let got = logits(&m, int_tensor(&ids, [shape[0], shape[1]]));
         let (_, want) = expected(name, "logits");
-        assert_eq!(got.len(), want.len());
-        let worst = got
-            .iter()
-            .zip(&want)
-            .map(|(g, w)| (f64::from(*g) - w).abs())
-            .fold(0.0, f64::max);
-        assert!(worst < 1e-4, "{name}: max logit difference {worst}");
+        for fused in [false, true] {
+            let got = logits(&m, int_tensor(&ids, [shape[0], shape[1]]), fused);
+            assert_eq!(got.len(), want.len());
+            let worst = got
+                .iter()
+                .zip(&want)
+                .map(|(g, w)| (f64::from(*g) - w).abs())
+                .fold(0.0, f64::max);
+            assert!(worst < 1e-4, "{name} (fused: {fused}): max logit difference {worst}");
+        }
     }
 }
 
@@ -104,6 +109,7 @@ fn left_padded_logits_match_transformers_on_real_tokens() {
         let ctx = Context {
             rope: &rope,
             positions: int_tensor(&positions, [batch, seq]),
+            fused: None,
             padding: Some(
                 Tensor::<B, 2, Int>::from_data(
                     TensorData::new(padding.iter().map(|&p| i64::from(p)).collect::<Vec<_>>(), [batch, seq]),
@@ -176,8 +182,8 @@ fn save_then_load_is_exact() {
         let (shape, ids) = expected(name, "input_ids");
         let tokens = int_tensor(&ids, [shape[0], shape[1]]);
         assert_eq!(
-            logits(&again, tokens.clone()),
-            logits(&m, tokens),
+            logits(&again, tokens.clone(), false),
+            logits(&m, tokens, false),
             "{name}: logits differ after a round trip"
         );
         let config: serde_json::Value =
@@ -320,13 +326,13 @@ proptest! {
         let rope = m.rope(total, &dev);
         let mut cache = KvCache::new(m.config(), batch, total, &dev);
         let positions = |start: usize, n: usize| Tensor::<B, 1, Int>::arange(start as i64..(start + n) as i64, &dev).unsqueeze::<2>().expand([batch, n]);
-        let ctx = Context { rope: &rope, positions: positions(0, len), padding: None };
+        let ctx = Context { rope: &rope, positions: positions(0, len), padding: None, fused: None };
         let mut cached = m.forward(Tensor::from_data(TensorData::new(prefix.clone(), [batch, len]), &dev), &ctx, Some(&mut cache));
         let mut all = prefix.clone();
         let mut width = len;
         for &t in &extra {
             let next: Vec<i64> = vec![i64::from(t); batch];
-            let ctx = Context { rope: &rope, positions: positions(width, 1), padding: None };
+            let ctx = Context { rope: &rope, positions: positions(width, 1), padding: None, fused: None };
             cached = m.forward(Tensor::from_data(TensorData::new(next, [batch, 1]), &dev), &ctx, Some(&mut cache));
             let mut grown = Vec::with_capacity(batch * (width + 1));
             for b in 0..batch {
@@ -336,7 +342,7 @@ proptest! {
             all = grown;
             width += 1;
         }
-        let full = logits(&m, Tensor::from_data(TensorData::new(all, [batch, width]), &dev));
+        let full = logits(&m, Tensor::from_data(TensorData::new(all, [batch, width]), &dev), false);
         let last: Vec<f32> = cached.into_data().to_vec().unwrap();
         let vocab = 40;
         for b in 0..batch {

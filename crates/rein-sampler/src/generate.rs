@@ -15,7 +15,7 @@
 use burn::tensor::{Int, Tensor, TensorData};
 use rayon::prelude::*;
 use rein_model::Backend;
-use rein_model::lm::{CausalLm, Context, KvCache, Rope};
+use rein_model::lm::{CausalLm, Context, FusedProjections, KvCache, Rope};
 
 use crate::rng::SeededRng;
 
@@ -107,6 +107,7 @@ pub fn generate<B: Backend>(
     }
     let width = prompts.iter().map(Vec::len).max().unwrap_or(0).max(1);
     let rope = model.rope(width + config.max_new_tokens, device);
+    let fused = model.fused_projections();
     let mut cache = KvCache::new(model.config(), prompts.len(), width + config.max_new_tokens, device);
 
     // Prefill every prompt once, left-padded.
@@ -123,6 +124,7 @@ pub fn generate<B: Backend>(
             )
             .bool()
         }),
+        fused: Some(&fused),
     };
     let hidden = model.hidden(
         Tensor::from_data(TensorData::new(tokens, [p, width]), device),
@@ -185,7 +187,7 @@ pub fn generate<B: Backend>(
         if shards.is_empty() {
             break;
         }
-        let decode = |shard: &mut Shard<B>| shard.decode(model, &rope, device);
+        let decode = |shard: &mut Shard<B>| shard.decode(model, &rope, &fused, device);
         if shards.len() > 1 {
             shards.par_iter_mut().for_each(decode);
         } else {
@@ -259,12 +261,13 @@ impl<B: Backend> Shard<B> {
     }
 
     /// Feeds each row's next token and stores the logits that follow.
-    fn decode(&mut self, model: &CausalLm<B>, rope: &Rope<B>, device: &B::Device) {
+    fn decode(&mut self, model: &CausalLm<B>, rope: &Rope<B>, fused: &FusedProjections<B>, device: &B::Device) {
         let rows = self.seqs.len();
         let ctx = Context {
             rope,
             positions: Tensor::from_data(TensorData::new(self.positions.clone(), [rows, 1]), device),
             padding: None,
+            fused: Some(fused),
         };
         let tokens = Tensor::from_data(TensorData::new(std::mem::take(&mut self.next), [rows, 1]), device);
         let logits = model.forward(tokens, &ctx, Some(&mut self.cache));

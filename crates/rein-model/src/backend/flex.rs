@@ -105,6 +105,18 @@ impl Backend for Flex {
         if gate.dtype() != DType::F32 || up.dtype() != DType::F32 {
             return swiglu_ops::<Self>(gate, up);
         }
+        if let (Some(gate_rows), Some(up_rows)) = (rows_of(&gate), rows_of(&up))
+            && !up.is_contiguous()
+        {
+            // Views of one gate-and-up product (fused projections): read in place, not copied.
+            let [rows, width] = shape_2d(&up);
+            let mut out = vec![0.0f32; rows * width];
+            for (r, out) in out.chunks_exact_mut(width).enumerate() {
+                out.copy_from_slice(up_rows(r));
+                swiglu_in_place(out, gate_rows(r));
+            }
+            return tensor(out, &[rows, width]);
+        }
         let gate = gate.to_contiguous();
         // Written over `up` (usually a fresh, unshared projection, so no copy).
         let mut up = up.to_contiguous();
@@ -405,6 +417,19 @@ fn strided_2d(x: &FlexTensor) -> (isize, isize, *const f32) {
     )
 }
 
+/// Row `r` of a 2-D `f32` tensor whose rows are contiguous (column stride 1), whatever its row
+/// stride; `None` for other layouts.
+fn rows_of<'a>(x: &'a FlexTensor) -> Option<impl Fn(usize) -> &'a [f32]> {
+    let layout = x.layout();
+    let strides = layout.strides();
+    if layout.shape().num_dims() != 2 || strides[1] != 1 || strides[0] < 0 {
+        return None;
+    }
+    let (start, stride, width) = (layout.start_offset(), strides[0] as usize, layout.shape()[1]);
+    let storage = x.storage::<f32>();
+    Some(move |r: usize| &storage[start + r * stride..start + r * stride + width])
+}
+
 /// An integer tensor's elements as indices (`None` for dtypes other than `i32` and `i64`).
 fn indices(x: &FlexTensor) -> Option<Vec<usize>> {
     let x = x.to_contiguous();
@@ -619,6 +644,14 @@ mod tests {
     #[test]
     fn swiglu_matches_burn_ops() {
         let (gate, up) = (random([4, 9], 16).mul_scalar(8.0), random([4, 9], 17));
+        assert_close(
+            Flex::swiglu(raw(&gate), raw(&up)),
+            swiglu_ops::<Flex>(raw(&gate), raw(&up)),
+        );
+        // The two halves of one fused gate-and-up product, read as views.
+        let gate_up = random([5, 18], 18).mul_scalar(4.0);
+        let (gate, up) = (gate_up.clone().narrow(1, 0, 9), gate_up.narrow(1, 9, 9));
+        assert!(!raw(&up).is_contiguous());
         assert_close(
             Flex::swiglu(raw(&gate), raw(&up)),
             swiglu_ops::<Flex>(raw(&gate), raw(&up)),

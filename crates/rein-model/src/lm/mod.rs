@@ -8,6 +8,7 @@
 mod cache;
 mod checkpoint;
 mod config;
+mod fused;
 mod init;
 mod model;
 mod rope;
@@ -18,6 +19,7 @@ use std::path::PathBuf;
 pub use cache::{KvCache, LayerCache};
 pub use checkpoint::{load, save};
 pub use config::{LmConfig, RopeScaling, TokenIds};
+pub use fused::FusedProjections;
 pub use init::LmInit;
 pub use model::{Attention, CausalLm, Context, DecoderLayer, Mlp, RmsNorm};
 pub use rope::{Rope, inverse_frequencies};

@@ -15,6 +15,7 @@ use burn::tensor::{Bool, Int, Tensor, TensorPrimitive};
 
 use super::cache::{KvCache, LayerCache};
 use super::config::LmConfig;
+use super::fused::{FusedLayer, FusedProjections};
 use super::rope::Rope;
 use crate::backend::Backend;
 
@@ -109,7 +110,7 @@ pub struct CausalLm<B: Backend> {
     config: LmConfig,
 }
 
-/// What one forward pass attends over.
+/// What one forward pass uses besides its tokens.
 pub struct Context<'a, B: Backend> {
     /// Rotary tables covering every position used.
     pub rope: &'a Rope<B>,
@@ -117,6 +118,9 @@ pub struct Context<'a, B: Backend> {
     pub positions: Tensor<B, 2, Int>,
     /// `true` where a token is padding, `[batch, seq]`; `None` when there is none.
     pub padding: Option<Tensor<B, 2, Bool>>,
+    /// The model's projections concatenated (for inference; same results, fewer matrix
+    /// products), or `None` to use its own weights (always, when training).
+    pub fused: Option<&'a FusedProjections<B>>,
 }
 
 impl<B: Backend> Attention<B> {
@@ -124,19 +128,32 @@ impl<B: Backend> Attention<B> {
         &self,
         x: Tensor<B, 3>,
         ctx: &Context<'_, B>,
+        fused: Option<&FusedLayer<B>>,
         cache: Option<&mut LayerCache<B>>,
         key_padding: Option<Tensor<B, 2, Bool>>,
     ) -> Tensor<B, 3> {
-        let [batch, seq, _] = x.dims();
+        let [batch, seq, width] = x.dims();
         let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
-        let split = |t: Tensor<B, 3>, heads: usize| t.reshape([batch, seq, heads, d]).swap_dims(1, 2);
-        let q = ctx
-            .rope
-            .apply(split(project(&self.q_proj, x.clone()), h), &ctx.positions);
-        let k = ctx
-            .rope
-            .apply(split(project(&self.k_proj, x.clone()), kvh), &ctx.positions);
-        let v = split(project(&self.v_proj, x), kvh);
+        // Queries, keys and values as `[batch, heads, seq, head_dim]` (views, not copies).
+        let (q, k, v) = match fused {
+            Some(fused) => {
+                let qkv = fused
+                    .qkv(x.reshape([batch * seq, width]))
+                    .reshape([batch, seq, h + 2 * kvh, d]);
+                let heads = |start: usize, count: usize| qkv.clone().narrow(2, start, count).swap_dims(1, 2);
+                (heads(0, h), heads(h, kvh), heads(h + kvh, kvh))
+            }
+            None => {
+                let split = |t: Tensor<B, 3>, heads: usize| t.reshape([batch, seq, heads, d]).swap_dims(1, 2);
+                (
+                    split(project(&self.q_proj, x.clone()), h),
+                    split(project(&self.k_proj, x.clone()), kvh),
+                    split(project(&self.v_proj, x), kvh),
+                )
+            }
+        };
+        let q = ctx.rope.apply(q, &ctx.positions);
+        let k = ctx.rope.apply(k, &ctx.positions);
         // `k` and `v` hold `keys` positions, or more when they are the cache's buffers.
         let (k, v, offset) = match cache {
             Some(cache) => {
@@ -232,11 +249,18 @@ fn attention_mask<B: Backend>(
 }
 
 impl<B: Backend> Mlp<B> {
-    fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    fn forward(&self, x: Tensor<B, 3>, fused: Option<&FusedLayer<B>>) -> Tensor<B, 3> {
         let [batch, seq, width] = x.dims();
         let x = x.reshape([batch * seq, width]);
-        let gate = linear(&self.gate_proj, x.clone()).into_primitive().tensor();
-        let up = linear(&self.up_proj, x).into_primitive().tensor();
+        let (gate, up) = match fused {
+            Some(fused) => {
+                let gate_up = fused.gate_up(x);
+                let half = gate_up.dims()[1] / 2;
+                (gate_up.clone().narrow(1, 0, half), gate_up.narrow(1, half, half))
+            }
+            None => (linear(&self.gate_proj, x.clone()), linear(&self.up_proj, x)),
+        };
+        let (gate, up) = (gate.into_primitive().tensor(), up.into_primitive().tensor());
         let hidden = Tensor::from_primitive(TensorPrimitive::Float(B::swiglu(gate, up)));
         linear(&self.down_proj, hidden).reshape([batch, seq, width])
     }
@@ -247,14 +271,15 @@ impl<B: Backend> DecoderLayer<B> {
         &self,
         x: Tensor<B, 3>,
         ctx: &Context<'_, B>,
+        fused: Option<&FusedLayer<B>>,
         cache: Option<&mut LayerCache<B>>,
         key_padding: Option<Tensor<B, 2, Bool>>,
     ) -> Tensor<B, 3> {
         let x = x.clone()
             + self
                 .self_attn
-                .forward(self.input_layernorm.forward(x), ctx, cache, key_padding);
-        x.clone() + self.mlp.forward(self.post_attention_layernorm.forward(x))
+                .forward(self.input_layernorm.forward(x), ctx, fused, cache, key_padding);
+        x.clone() + self.mlp.forward(self.post_attention_layernorm.forward(x), fused)
     }
 }
 
@@ -282,6 +307,11 @@ impl<B: Backend> CausalLm<B> {
         &self.config
     }
 
+    /// The layers' projections concatenated, for [`Context::fused`].
+    pub fn fused_projections(&self) -> FusedProjections<B> {
+        FusedProjections::new(self)
+    }
+
     /// Rotary tables for positions `0..max_len`.
     pub fn rope(&self, max_len: usize, device: &B::Device) -> Rope<B> {
         Rope::new(&self.config, max_len, device)
@@ -307,7 +337,8 @@ impl<B: Backend> CausalLm<B> {
         let mut x = self.embed_tokens.forward(tokens);
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| c.layer(i));
-            x = layer.forward(x, ctx, layer_cache, key_padding.clone());
+            let fused = ctx.fused.map(|f| &f.layers[i]);
+            x = layer.forward(x, ctx, fused, layer_cache, key_padding.clone());
         }
         if let Some(cache) = cache {
             cache.commit();

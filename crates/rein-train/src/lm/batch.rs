@@ -124,6 +124,7 @@ pub fn completion_log_probs<B: Backend>(
         rope: &rope,
         positions: Tensor::from_data(TensorData::new(batch.positions.clone(), [rows, width]), device),
         padding: Some(padding),
+        fused: None,
     };
     let tokens = Tensor::from_data(TensorData::new(batch.tokens.clone(), [rows, width]), device);
     let hidden = model.hidden(tokens, &ctx, None).narrow(1, p - 1, c);

@@ -1,0 +1,84 @@
+//! Each layer's input projections concatenated, for inference: `[W_q W_k W_v]` as one matrix
+//! product and `[W_gate W_up]` as another, instead of five. A decoding step multiplies a few
+//! rows by every weight; one wider product packs its input once and keeps the matrix kernel
+//! busier than several narrow ones.
+//!
+//! Built from a model's current weights (a copy of them) for one generation: the model must
+//! not change while it is in use.
+
+use burn::nn::Linear;
+use burn::tensor::{Tensor, TensorPrimitive};
+
+use super::model::CausalLm;
+use crate::backend::Backend;
+
+/// The concatenated projections of every layer of a [`CausalLm`].
+#[derive(Debug, Clone)]
+pub struct FusedProjections<B: Backend> {
+    pub(crate) layers: Vec<FusedLayer<B>>,
+}
+
+/// One layer's concatenated projections.
+#[derive(Debug, Clone)]
+pub(crate) struct FusedLayer<B: Backend> {
+    /// `[hidden, (heads + 2·kv_heads)·head_dim]`: queries, keys, values.
+    qkv: Tensor<B, 2>,
+    /// Their biases (zeros for a projection without one), when any has one.
+    qkv_bias: Option<Tensor<B, 1>>,
+    /// `[hidden, 2·intermediate]`: gate, then up.
+    gate_up: Tensor<B, 2>,
+}
+
+impl<B: Backend> FusedProjections<B> {
+    /// Concatenates the projections of `model`'s layers.
+    pub fn new(model: &CausalLm<B>) -> Self {
+        let layers = model
+            .layers
+            .iter()
+            .map(|layer| {
+                let attn = &layer.self_attn;
+                let projections = [&attn.q_proj, &attn.k_proj, &attn.v_proj];
+                let qkv = Tensor::cat(projections.iter().map(|l| l.weight.val()).collect(), 1);
+                let qkv_bias = projections
+                    .iter()
+                    .any(|l| l.bias.is_some())
+                    .then(|| Tensor::cat(projections.iter().map(|l| bias_or_zeros(l)).collect(), 0));
+                let mlp = &layer.mlp;
+                let gate_up = Tensor::cat(vec![mlp.gate_proj.weight.val(), mlp.up_proj.weight.val()], 1);
+                FusedLayer { qkv, qkv_bias, gate_up }
+            })
+            .collect();
+        Self { layers }
+    }
+}
+
+fn bias_or_zeros<B: Backend>(layer: &Linear<B>) -> Tensor<B, 1> {
+    match &layer.bias {
+        Some(bias) => bias.val(),
+        None => {
+            let weight = layer.weight.val();
+            Tensor::zeros([weight.dims()[1]], &weight.device())
+        }
+    }
+}
+
+impl<B: Backend> FusedLayer<B> {
+    /// `x · [W_q W_k W_v] + b`: `[rows, hidden]` → `[rows, (heads + 2·kv_heads)·head_dim]`.
+    pub(crate) fn qkv(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        linear(x, &self.qkv, self.qkv_bias.as_ref())
+    }
+
+    /// `x · [W_gate W_up]`: `[rows, hidden]` → `[rows, 2·intermediate]`.
+    pub(crate) fn gate_up(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        linear(x, &self.gate_up, None)
+    }
+}
+
+fn linear<B: Backend>(x: Tensor<B, 2>, weight: &Tensor<B, 2>, bias: Option<&Tensor<B, 1>>) -> Tensor<B, 2> {
+    let y = B::fused_linear(
+        x.into_primitive().tensor(),
+        weight.clone().into_primitive().tensor(),
+        bias.map(|b| b.clone().into_primitive().tensor()),
+    );
+    Tensor::from_primitive(TensorPrimitive::Float(y))
+}
