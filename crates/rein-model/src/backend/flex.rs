@@ -200,40 +200,41 @@ impl Backend for Flex {
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
-        len: usize,
+        offset: usize,
         padding: Option<BoolTensor<Self>>,
     ) -> FloatTensor<Self> {
         if q.dtype() != DType::F32 || k.dtype() != DType::F32 || v.dtype() != DType::F32 {
-            return cached_attention_ops::<Self>(q, k, v, len, padding);
+            return cached_attention_ops::<Self>(q, k, v, offset, padding);
         }
-        let shape = dims(&q);
-        let [batch, kv_heads, group, dim] = [shape[0], shape[1], shape[2], shape[3]];
-        let capacity = dims(&k)[2];
+        let [batch, heads, seq, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
+        let [_, kv_heads, capacity, _] = <[usize; 4]>::try_from(dims(&k)).expect("a 4-D key cache");
+        let keys = offset + seq;
         let (q, k, v) = (q.to_contiguous(), k.to_contiguous(), v.to_contiguous());
         let (q, k, v) = (f32s(&q), f32s(&k), f32s(&v));
         let padding = padding.map(|p| p.to_contiguous());
-        let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * len]);
+        let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * keys]);
         let attend = Attend {
             q,
             k,
             v,
             padding,
+            heads,
             kv_heads,
-            group,
+            seq,
+            offset,
             dim,
             capacity,
-            len,
         };
-        let mut out = vec![0.0f32; q.len()];
-        let per_sequence = kv_heads * group * dim;
-        if batch * per_sequence * len >= PARALLEL_WORK && !nested() {
+        let mut out = vec![0.0f32; batch * seq * heads * dim];
+        let per_sequence = seq * heads * dim;
+        if batch * per_sequence * keys >= PARALLEL_WORK && !nested() {
             out.par_chunks_mut(per_sequence)
                 .enumerate()
                 .for_each(|(b, out)| attend.sequences(b, out));
         } else {
             attend.sequences(0, &mut out);
         }
-        tensor(out, &shape)
+        tensor(out, &[batch, seq, heads, dim])
     }
 }
 
@@ -277,23 +278,24 @@ macro_rules! with_avx2 {
 }
 
 /// Cached attention's inputs (see [`Backend::cached_attention`]): contiguous queries
-/// `[batch, kv_heads, group, dim]`, keys and values `[batch, kv_heads, capacity, dim]` of which
-/// the first `len` positions count, and padding `[batch, len]`.
+/// `[batch, heads, seq, dim]` at positions `offset..offset + seq`, keys and values
+/// `[batch, kv_heads, capacity, dim]`, padding `[batch, offset + seq]`.
 struct Attend<'a> {
     q: &'a [f32],
     k: &'a [f32],
     v: &'a [f32],
     padding: Option<&'a [u8]>,
+    heads: usize,
     kv_heads: usize,
-    group: usize,
+    seq: usize,
+    offset: usize,
     dim: usize,
     capacity: usize,
-    len: usize,
 }
 
 impl Attend<'_> {
-    /// Attention of the sequences whose `[kv_heads, group, dim]` output blocks make up `out`,
-    /// the first being sequence `first`.
+    /// Attention of the sequences whose `[seq, heads, dim]` output blocks make up `out`, the
+    /// first being sequence `first`.
     fn sequences(&self, first: usize, out: &mut [f32]) {
         with_avx2!(fn run(attend: &Attend<'_>, first: usize, out: &mut [f32]) => attend_sequences);
         run(self, first, out);
@@ -302,45 +304,45 @@ impl Attend<'_> {
 
 #[inline(always)]
 fn attend_sequences(a: &Attend<'_>, first: usize, out: &mut [f32]) {
-    let (dim, len) = (a.dim, a.len);
+    let (dim, seq, heads) = (a.dim, a.seq, a.heads);
+    let filled = a.offset + seq;
+    let group = heads / a.kv_heads;
     let scale = 1.0 / (dim as f32).sqrt();
-    let mut weights = vec![0.0f32; len];
-    for (i, out) in out.chunks_mut(a.kv_heads * a.group * dim).enumerate() {
+    let mut weights = vec![0.0f32; filled];
+    for (i, out) in out.chunks_mut(seq * heads * dim).enumerate() {
         let b = first + i;
-        let padding = a.padding.map(|p| &p[b * len..(b + 1) * len]);
-        for h in 0..a.kv_heads {
-            let head = (b * a.kv_heads + h) * a.capacity * dim;
-            let (keys, values) = (&a.k[head..head + len * dim], &a.v[head..head + len * dim]);
-            for g in 0..a.group {
-                let row = (h * a.group + g) * dim;
-                let query = &a.q[b * a.kv_heads * a.group * dim + row..][..dim];
+        let padding = a.padding.map(|p| &p[b * filled..(b + 1) * filled]);
+        for h in 0..heads {
+            let head = (b * a.kv_heads + h / group) * a.capacity * dim;
+            for t in 0..seq {
+                // Position `at` sees keys `0..=at`: itself, and no padding but itself.
+                let at = a.offset + t;
+                let weights = &mut weights[..=at];
+                let (keys, values) = (&a.k[head..][..(at + 1) * dim], &a.v[head..][..(at + 1) * dim]);
+                let query = &a.q[((b * heads + h) * seq + t) * dim..][..dim];
                 for (w, key) in weights.iter_mut().zip(keys.chunks_exact(dim)) {
                     *w = dot(query, key) * scale;
                 }
                 if let Some(padding) = padding {
-                    for (w, &padded) in weights.iter_mut().zip(padding) {
+                    for (w, &padded) in weights[..at].iter_mut().zip(padding) {
                         if padded != 0 {
                             *w = f32::NEG_INFINITY;
                         }
                     }
                 }
-                let out = &mut out[row..row + dim];
                 let max = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                if max == f32::NEG_INFINITY {
-                    out.fill(0.0); // every key is padding: zeros rather than NaN
-                    continue;
-                }
                 // Exponentials first and the sum apart, so both loops vectorise.
-                for w in &mut weights {
+                for w in weights.iter_mut() {
                     *w = exp_f32(*w - max);
                 }
-                let inv_total = 1.0 / sum(&weights);
-                for w in &mut weights {
+                let inv_total = 1.0 / sum(weights);
+                for w in weights.iter_mut() {
                     *w *= inv_total;
                 }
+                let out = &mut out[(t * heads + h) * dim..][..dim];
                 match dim {
-                    64 => weighted_sum::<64>(&weights, values, out),
-                    128 => weighted_sum::<128>(&weights, values, out),
+                    64 => weighted_sum::<64>(weights, values, out),
+                    128 => weighted_sum::<128>(weights, values, out),
                     _ => {
                         out.fill(0.0);
                         for (&w, value) in weights.iter().zip(values.chunks_exact(dim)) {
@@ -591,22 +593,22 @@ mod tests {
     #[test]
     fn cached_attention_matches_burn_ops_with_padding() {
         let device = Default::default();
-        let q = random([3, 2, 2, 8], 6);
+        // 4 query heads over 2 key/value heads; a cache of capacity 7.
         let (k, v) = (random([3, 2, 7, 8], 7), random([3, 2, 7, 8], 8));
-        let padding = Tensor::<Flex, 2, Bool>::from_data(
-            [
-                [true, true, false, false, false],
-                [false, false, false, false, false],
-                [true, false, false, false, false],
-            ],
-            &device,
-        );
-        for padding in [None, Some(padding)] {
-            let padding = padding.map(Tensor::into_primitive);
-            assert_close(
-                Flex::cached_attention(raw(&q), raw(&k), raw(&v), 5, padding.clone()),
-                cached_attention_ops::<Flex>(raw(&q), raw(&k), raw(&v), 5, padding),
-            );
+        // Decoding one token, prefilling five, and three more after two cached.
+        for (seq, offset) in [(1, 4), (5, 0), (3, 2)] {
+            let keys = offset + seq;
+            // A transposed view, as the model's queries are.
+            let q = random([3, seq, 4, 8], 6 + seq as u64).swap_dims(1, 2);
+            let flags: Vec<bool> = (0..3 * keys).map(|i| i % keys < i / keys).collect();
+            let padding = Tensor::<Flex, 1, Bool>::from_data(flags.as_slice(), &device).reshape([3, keys]);
+            for padding in [None, Some(padding)] {
+                let padding = padding.map(Tensor::into_primitive);
+                assert_close(
+                    Flex::cached_attention(raw(&q), raw(&k), raw(&v), offset, padding.clone()),
+                    cached_attention_ops::<Flex>(raw(&q), raw(&k), raw(&v), offset, padding),
+                );
+            }
         }
     }
 

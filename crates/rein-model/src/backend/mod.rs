@@ -10,8 +10,9 @@
 //!   is one vectorised pass, and its autodiff version keeps the output for a one-pass backward
 //!   `g · (1 − y²)`.
 //! - `rms_norm`, `rope`, `swiglu`, `cached_attention`, `write_cache`: one pass each instead of
-//!   two to ten burn ops; attention reads the key/value cache in place instead of copying its
-//!   filled prefix, and the cache is written in place.
+//!   two to ten burn ops; attention (decoding and prefill alike) reads the key/value cache in
+//!   place instead of copying its filled prefix and repeating it per query head, and writes its
+//!   output in the layout the next projection reads; the cache is written in place.
 //! - `fused_linear`: one `gemm` call with the bias folded in, on both cores from a smaller size than
 //!   burn-flex's matmul uses them.
 //!
@@ -103,22 +104,24 @@ pub trait Backend: burn::tensor::backend::Backend {
         write_cache_ops::<Self>(buffer, values, start)
     }
 
-    /// Scaled dot-product attention of one new token per sequence over the first `len`
-    /// positions of a key/value cache, with the query heads of each key/value head grouped.
+    /// Causal scaled dot-product attention of `seq` new tokens per sequence over a key/value
+    /// cache whose first `offset + seq` positions are filled (the new tokens' own keys and
+    /// values last), the query heads of each key/value head sharing it.
     ///
     /// # Shapes
-    /// - `q`: `[batch, kv_heads, group, head_dim]`
-    /// - `k`, `v`: `[batch, kv_heads, capacity, head_dim]`, positions `len..` unused
-    /// - `padding`: `[batch, len]`, `true` where a key is padding
-    /// - → `[batch, kv_heads, group, head_dim]`
+    /// - `q`: `[batch, heads, seq, head_dim]`, `heads` a multiple of `kv_heads`
+    /// - `k`, `v`: `[batch, kv_heads, capacity, head_dim]`, positions `offset + seq..` unused
+    /// - `padding`: `[batch, offset + seq]`, `true` where a key is padding (a padding token still
+    ///   attends to itself, so no row is empty)
+    /// - → `[batch, seq, heads, head_dim]`
     fn cached_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
-        len: usize,
+        offset: usize,
         padding: Option<BoolTensor<Self>>,
     ) -> FloatTensor<Self> {
-        cached_attention_ops::<Self>(q, k, v, len, padding)
+        cached_attention_ops::<Self>(q, k, v, offset, padding)
     }
 }
 
@@ -193,31 +196,69 @@ pub(crate) fn write_cache_ops<B: burn::tensor::backend::Backend>(
         .tensor()
 }
 
-/// [`Backend::cached_attention`] in burn ops.
+/// [`Backend::cached_attention`] in burn ops (and so with gradients, on an autodiff backend).
 pub(crate) fn cached_attention_ops<B: burn::tensor::backend::Backend>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
     v: FloatTensor<B>,
-    len: usize,
+    offset: usize,
     padding: Option<BoolTensor<B>>,
 ) -> FloatTensor<B> {
     let q = float::<B, 4>(q);
-    let [batch, kv_heads, group, _] = q.dims();
-    let mask = padding.map(|p| {
-        Tensor::<B, 2, Bool>::from_primitive(p)
-            .reshape([batch, 1, 1, len])
-            .expand([batch, kv_heads, group, len])
-    });
+    let [batch, heads, seq, dim] = q.dims();
+    let kv_heads = float::<B, 4>(k.clone()).dims()[1];
+    let keys = offset + seq;
+    let rep = heads / kv_heads;
+    // Each key/value head repeated for the query heads that share it.
+    let repeat = |t: FloatTensor<B>| {
+        let t = float::<B, 4>(t).narrow(2, 0, keys);
+        if rep == 1 {
+            t
+        } else {
+            t.unsqueeze_dim::<5>(2)
+                .expand([batch, kv_heads, rep, keys, dim])
+                .reshape([batch, heads, keys, dim])
+        }
+    };
+    let padding = padding.map(Tensor::<B, 2, Bool>::from_primitive);
+    let mask = attention_mask::<B>(batch, seq, keys, offset, padding, &q.device());
     burn::tensor::module::attention(
         q,
-        float::<B, 4>(k).narrow(2, 0, len),
-        float::<B, 4>(v).narrow(2, 0, len),
-        mask,
+        repeat(k),
+        repeat(v),
+        Some(mask.expand([batch, heads, seq, keys])),
         None,
         AttentionModuleOptions::default(),
     )
+    .swap_dims(1, 2)
     .into_primitive()
     .tensor()
+}
+
+/// `true` where a query may not attend: future keys, and padding keys other than itself (a
+/// padding query keeps itself so no row is fully masked).
+///
+/// # Shapes
+/// → `[batch, 1, seq, keys]`; queries are the last `seq` of `keys` positions.
+fn attention_mask<B: burn::tensor::backend::Backend>(
+    batch: usize,
+    seq: usize,
+    keys: usize,
+    offset: usize,
+    key_padding: Option<Tensor<B, 2, Bool>>,
+    device: &B::Device,
+) -> Tensor<B, 4, Bool> {
+    let query_pos = Tensor::<B, 1, Int>::arange(offset as i64..(offset + seq) as i64, device).reshape([1, 1, seq, 1]);
+    let key_pos = Tensor::<B, 1, Int>::arange(0..keys as i64, device).reshape([1, 1, 1, keys]);
+    let future = key_pos.clone().greater(query_pos.clone());
+    let Some(padding) = key_padding else {
+        return future.expand([batch, 1, seq, keys]);
+    };
+    let other = key_pos.not_equal(query_pos);
+    let padded = padding.reshape([batch, 1, 1, keys]);
+    future
+        .expand([batch, 1, seq, keys])
+        .bool_or(padded.bool_and(other.expand([batch, 1, seq, keys])))
 }
 
 /// A [`Backend`] that records gradients, whose inner backend is a [`Backend`] too.

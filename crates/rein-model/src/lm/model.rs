@@ -9,15 +9,13 @@
 
 use burn::module::{Module, Param};
 use burn::nn::{Embedding, Linear};
-use burn::tensor::module::attention;
-use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Int, Tensor, TensorPrimitive};
 
 use super::cache::{KvCache, LayerCache};
 use super::config::LmConfig;
 use super::fused::{FusedLayer, FusedProjections};
 use super::rope::Rope;
-use crate::backend::Backend;
+use crate::backend::{Backend, cached_attention_ops};
 
 /// RMSNorm as transformers computes it: `w ⊙ x / sqrt(mean(x²) + ε)`.
 #[derive(Module, Debug)]
@@ -154,51 +152,20 @@ impl<B: Backend> Attention<B> {
         };
         let q = ctx.rope.apply(q, &ctx.positions);
         let k = ctx.rope.apply(k, &ctx.positions);
-        // `k` and `v` hold `keys` positions, or more when they are the cache's buffers.
-        let (k, v, offset) = match cache {
+        let padding = key_padding.map(Tensor::into_primitive);
+        let raw = |t: Tensor<B, 4>| t.into_primitive().tensor();
+        let out = match cache {
+            // Generation: the backend's kernel reads the cache in place.
             Some(cache) => {
                 let offset = cache.len();
                 let (k, v) = cache.append(k, v);
-                (k, v, offset)
+                B::cached_attention(raw(q), raw(k), raw(v), offset, padding)
             }
-            None => (k, v, 0),
+            // Training and scoring: burn's ops, which carry gradients.
+            None => cached_attention_ops::<B>(raw(q), raw(k), raw(v), 0, padding),
         };
-        let keys = offset + seq;
-        let rep = h / kvh;
-        let out = if seq == 1 {
-            // Decoding one token: fold the query heads of each key/value group into the query
-            // axis, so keys and values are never repeated, and read the cache in place.
-            let q = q.reshape([batch, kvh, rep, d]);
-            let out = B::cached_attention(
-                q.into_primitive().tensor(),
-                k.into_primitive().tensor(),
-                v.into_primitive().tensor(),
-                keys,
-                key_padding.map(Tensor::into_primitive),
-            );
-            Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(out)).reshape([batch, h, 1, d])
-        } else {
-            let (k, v) = (k.narrow(2, 0, keys), v.narrow(2, 0, keys));
-            let repeat = |t: Tensor<B, 4>| {
-                if rep == 1 {
-                    t
-                } else {
-                    t.unsqueeze_dim::<5>(2)
-                        .expand([batch, kvh, rep, keys, d])
-                        .reshape([batch, h, keys, d])
-                }
-            };
-            let mask = attention_mask::<B>(batch, seq, keys, offset, key_padding, &q.device());
-            attention(
-                q,
-                repeat(k),
-                repeat(v),
-                Some(mask.expand([batch, h, seq, keys])),
-                None,
-                AttentionModuleOptions::default(),
-            )
-        };
-        project(&self.o_proj, out.swap_dims(1, 2).reshape([batch, seq, h * d]))
+        let out = Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(out));
+        project(&self.o_proj, out.reshape([batch, seq, h * d]))
     }
 }
 
@@ -220,32 +187,6 @@ fn linear<B: Backend>(layer: &Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
         layer.bias.as_ref().map(|b| b.val().into_primitive().tensor()),
     );
     Tensor::from_primitive(TensorPrimitive::Float(y))
-}
-
-/// `true` where a query may not attend: future keys, and padding keys other than itself (a
-/// padding query keeps itself so no row is fully masked).
-///
-/// # Shapes
-/// → `[batch, 1, seq, keys]`; queries are the last `seq` of `keys` positions.
-fn attention_mask<B: Backend>(
-    batch: usize,
-    seq: usize,
-    keys: usize,
-    offset: usize,
-    key_padding: Option<Tensor<B, 2, Bool>>,
-    device: &B::Device,
-) -> Tensor<B, 4, Bool> {
-    let query_pos = Tensor::<B, 1, Int>::arange(offset as i64..(offset + seq) as i64, device).reshape([1, 1, seq, 1]);
-    let key_pos = Tensor::<B, 1, Int>::arange(0..keys as i64, device).reshape([1, 1, 1, keys]);
-    let future = key_pos.clone().greater(query_pos.clone());
-    let Some(padding) = key_padding else {
-        return future.expand([batch, 1, seq, keys]);
-    };
-    let other = key_pos.not_equal(query_pos);
-    let padded = padding.reshape([batch, 1, 1, keys]);
-    future
-        .expand([batch, 1, seq, keys])
-        .bool_or(padded.bool_and(other.expand([batch, 1, seq, keys])))
 }
 
 impl<B: Backend> Mlp<B> {
