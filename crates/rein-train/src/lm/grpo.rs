@@ -98,7 +98,8 @@ impl PromptOrder {
     }
 }
 
-/// What a GRPO checkpoint stores besides the model and optimiser.
+/// What a GRPO run carries from step to step besides the model and optimiser: the `state`
+/// section of its checkpoints.
 #[derive(Serialize, Deserialize)]
 struct GrpoState {
     step: usize,
@@ -155,40 +156,36 @@ pub fn train_grpo<B: AutodiffBackend>(
         entropy_coef: grpo.entropy_coef,
     };
     let mut rng = SeededRng::new(seed ^ 0x6A09_E667);
-    let mut prompt_order = PromptOrder::new(prompts.len(), &mut rng);
-    let mut outcome = GrpoOutcome::default();
+    let prompt_order = PromptOrder::new(prompts.len(), &mut rng);
+    let mut state = GrpoState {
+        step: 0,
+        metrics_len: 0,
+        rng,
+        prompt_order,
+        recent_rewards: Vec::new(),
+        outcome: GrpoOutcome::default(),
+        elapsed_s: 0.0,
+    };
     let mut progress = Progress::new();
-    let mut recent_rewards = Vec::new();
-    let (mut first, mut elapsed_before) = (1, 0.0);
     if let Some(checkpoint) = &checkpointing.resume {
         // `reference` was taken above from the model GRPO started from, as in the first run.
-        let state: GrpoState = checkpoint.state()?;
+        state = checkpoint.state()?;
         model = checkpoint.load_module("model", model, device)?;
         optim = checkpoint.load_optimizer::<B, CausalLm<B>, _>("optimizer", optim, device)?;
-        (rng, prompt_order, recent_rewards) = (state.rng, state.prompt_order, state.recent_rewards);
-        (outcome, first, elapsed_before) = (state.outcome, state.step + 1, state.elapsed_s);
     }
+    let (first, elapsed_before) = (state.step + 1, state.elapsed_s);
     let start = Instant::now();
     let save = |step: usize,
                 model: &CausalLm<B>,
                 optim: &OptimizerAdaptor<AdamW, CausalLm<B>, B>,
-                rng: &SeededRng,
-                prompt_order: &PromptOrder,
-                recent_rewards: &[f64],
-                outcome: &GrpoOutcome,
+                state: &mut GrpoState,
                 metrics: Option<&MetricsWriter>| {
+        state.step = step;
+        state.metrics_len = metrics.map_or(0, MetricsWriter::len);
+        state.elapsed_s = elapsed_before + start.elapsed().as_secs_f64();
         checkpointing.after_step(step, grpo.steps, model, || {
-            let state = GrpoState {
-                step,
-                metrics_len: metrics.map_or(0, MetricsWriter::len),
-                rng: rng.clone(),
-                prompt_order: prompt_order.clone(),
-                recent_rewards: recent_rewards.to_vec(),
-                outcome: outcome.clone(),
-                elapsed_s: elapsed_before + start.elapsed().as_secs_f64(),
-            };
             vec![
-                ("state", serde_json::to_vec(&state).expect("the state serialises")),
+                ("state", serde_json::to_vec(&*state).expect("the state serialises")),
                 ("model", module_bytes(model)),
                 ("optimizer", optimizer_bytes::<B, CausalLm<B>, _>(optim)),
             ]
@@ -209,7 +206,7 @@ pub fn train_grpo<B: AutodiffBackend>(
             if want == 0 || (round > 0 && !grpo.dynamic_sampling) {
                 break;
             }
-            let picked: Vec<usize> = (0..want).map(|_| prompt_order.next(&mut rng)).collect();
+            let picked: Vec<usize> = (0..want).map(|_| state.prompt_order.next(&mut state.rng)).collect();
             let tick = Instant::now();
             let ids: Vec<Vec<u32>> = picked.iter().map(|&i| prompts[i].tokens.clone()).collect();
             let config = GenerationConfig {
@@ -230,7 +227,7 @@ pub fn train_grpo<B: AutodiffBackend>(
                 &mut stop_check(tokenizer, &sampler.stop),
                 device,
             );
-            outcome.generate += tick.elapsed();
+            state.outcome.generate += tick.elapsed();
             tokens_generated += generations.iter().map(|x| x.tokens.len()).sum::<usize>();
 
             let tick = Instant::now();
@@ -256,7 +253,7 @@ pub fn train_grpo<B: AutodiffBackend>(
                     prompt: groups[group].prompt.clone(),
                     error: Box::new(error),
                 })?;
-            outcome.reward += tick.elapsed();
+            state.outcome.reward += tick.elapsed();
             for failure in &absorbed {
                 eprintln!(
                     "step {step}: {} (prompt {:?}); on_error = {:?}",
@@ -288,17 +285,7 @@ pub fn train_grpo<B: AutodiffBackend>(
         }
         if batch.is_empty() {
             eprintln!("step {step}: every group was skipped; nothing to learn from");
-            let metrics = metrics.as_deref();
-            save(
-                step,
-                &model,
-                &optim,
-                &rng,
-                &prompt_order,
-                &recent_rewards,
-                &outcome,
-                metrics,
-            )?;
+            save(step, &model, &optim, &mut state, metrics.as_deref())?;
             continue;
         }
 
@@ -404,12 +391,12 @@ pub fn train_grpo<B: AutodiffBackend>(
             TrainError::check_gradients(step, grad_norm, &model, &grads)?;
             model = optim.step(optimizer.lr, model, grads);
         }
-        outcome.train += tick.elapsed();
-        outcome.steps = step;
+        state.outcome.train += tick.elapsed();
+        state.outcome.steps = step;
 
         // LOG.
         let mean_reward = rewards_flat.iter().map(|&r| f64::from(r)).sum::<f64>() / rewards_flat.len() as f64;
-        recent_rewards.push(mean_reward);
+        state.recent_rewards.push(mean_reward);
         let lengths: Vec<f64> = flat
             .iter()
             .map(|&(b, c)| batch[b].completions[c].len() as f64)
@@ -430,9 +417,9 @@ pub fn train_grpo<B: AutodiffBackend>(
             "train/reward_failures": failures,
             "train/tokens_per_s": tokens_generated as f64 / elapsed.max(1e-9),
             "time/step_s": elapsed,
-            "time/generate_s": outcome.generate.as_secs_f64(),
-            "time/reward_s": outcome.reward.as_secs_f64(),
-            "time/train_s": outcome.train.as_secs_f64(),
+            "time/generate_s": state.outcome.generate.as_secs_f64(),
+            "time/reward_s": state.outcome.reward.as_secs_f64(),
+            "time/train_s": state.outcome.train.as_secs_f64(),
             "time/elapsed_s": elapsed_before + start.elapsed().as_secs_f64(),
         });
         let mut components: std::collections::BTreeMap<String, (f64, usize)> = Default::default();
@@ -458,19 +445,14 @@ pub fn train_grpo<B: AutodiffBackend>(
             ),
             step == grpo.steps,
         );
-        let metrics = metrics.as_deref();
-        save(
-            step,
-            &model,
-            &optim,
-            &rng,
-            &prompt_order,
-            &recent_rewards,
-            &outcome,
-            metrics,
-        )?;
+        save(step, &model, &optim, &mut state, metrics.as_deref())?;
     }
     progress.finish();
+    let GrpoState {
+        recent_rewards,
+        mut outcome,
+        ..
+    } = state;
     let tail = (recent_rewards.len() / 10).max(1);
     outcome.final_reward = recent_rewards.iter().rev().take(tail).sum::<f64>() / tail as f64;
     Ok((model, outcome))
