@@ -68,7 +68,8 @@ pub enum CheckpointError {
 pub struct Checkpoint {
     /// The file it came from.
     pub path: PathBuf,
-    /// The training step (or update) it was taken after.
+    /// The training step (or PPO update) it was taken after, counted through the whole run
+    /// (a GRPO step after SFT counts the SFT steps too; see [`Checkpointing::step_offset`]).
     pub step: u64,
     sections: Vec<(String, Vec<u8>)>,
 }
