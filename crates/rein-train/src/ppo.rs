@@ -455,7 +455,7 @@ pub fn train<B: AutodiffBackend>(
             let state = PpoState {
                 update,
                 env_steps,
-                metrics_len: metrics.as_ref().map_or(0, MetricsWriter::len),
+                metrics_len: metrics.as_ref().map_or(0, MetricsWriter::bytes_written),
                 rng: rng.clone(),
                 shuffle_rng: shuffle_rng.clone(),
                 obs_stats: obs_stats.clone(),

@@ -106,13 +106,8 @@ impl MetricsWriter {
     }
 
     /// Bytes written so far (what a checkpoint records, to cut the file back on resume).
-    pub fn len(&self) -> u64 {
+    pub fn bytes_written(&self) -> u64 {
         self.len
-    }
-
-    /// Whether nothing was written.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 }
 

@@ -66,12 +66,7 @@ fn run_in(
     run_dir: Option<&RunDir>,
     resume: Option<crate::checkpoint::Checkpoint>,
 ) -> Result<RunOutcome, TrainError> {
-    let checkpointing = Checkpointing {
-        dir: run_dir.map(|r| CheckpointDir::of_run(r.path())),
-        every: loaded.recipe.train.checkpoint_every,
-        resume,
-        ..Checkpointing::default()
-    };
+    let checkpointing = checkpointing(loaded, run_dir, resume);
     if matches!(loaded.recipe.algorithm, Algorithm::Ppo(_)) {
         return ppo_in(loaded, plugin_dir, run_dir, &checkpointing).map(RunOutcome::Ppo);
     }
@@ -136,12 +131,23 @@ fn recipe_difference(saved: &str, now: &str) -> Option<String> {
 /// Trains a PPO recipe.
 pub fn run_ppo(loaded: &LoadedRecipe, plugin_dir: &Path, write_run: bool) -> Result<PpoOutcome, TrainError> {
     let run_dir = create_run_dir(loaded, write_run)?;
-    let checkpointing = Checkpointing {
-        dir: run_dir.as_ref().map(|r| CheckpointDir::of_run(r.path())),
-        every: loaded.recipe.train.checkpoint_every,
-        ..Checkpointing::default()
-    };
+    let checkpointing = checkpointing(loaded, run_dir.as_ref(), None);
     ppo_in(loaded, plugin_dir, run_dir.as_ref(), &checkpointing)
+}
+
+/// Checkpoints into `run_dir` (none without one) every `train.checkpoint_every` steps,
+/// continuing from `resume`.
+fn checkpointing(
+    loaded: &LoadedRecipe,
+    run_dir: Option<&RunDir>,
+    resume: Option<crate::checkpoint::Checkpoint>,
+) -> Checkpointing {
+    Checkpointing {
+        dir: run_dir.map(|r| CheckpointDir::of_run(r.path())),
+        every: loaded.recipe.train.checkpoint_every,
+        resume,
+        ..Checkpointing::default()
+    }
 }
 
 fn ppo_in(

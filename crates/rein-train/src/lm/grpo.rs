@@ -181,7 +181,7 @@ pub fn train_grpo<B: AutodiffBackend>(
                 state: &mut GrpoState,
                 metrics: Option<&MetricsWriter>| {
         state.step = step;
-        state.metrics_len = metrics.map_or(0, MetricsWriter::len);
+        state.metrics_len = metrics.map_or(0, MetricsWriter::bytes_written);
         state.elapsed_s = elapsed_before + start.elapsed().as_secs_f64();
         checkpointing.after_step(step, grpo.steps, model, || {
             vec![

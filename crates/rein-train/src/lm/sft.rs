@@ -113,7 +113,7 @@ pub fn train_sft<B: AutodiffBackend>(
         checkpointing.after_step(step, section.steps, &model, || {
             let state = SftState {
                 step,
-                metrics_len: metrics.as_deref().map_or(0, MetricsWriter::len),
+                metrics_len: metrics.as_deref().map_or(0, MetricsWriter::bytes_written),
                 rng: rng.clone(),
                 tokens_seen,
                 elapsed_s: elapsed,
