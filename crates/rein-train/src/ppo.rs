@@ -186,7 +186,8 @@ pub fn train<B: AutodiffBackend>(
     let mut solved_at = None;
     let mut env_steps = 0u64;
     let mut updates_done = 0;
-    // Every action sent to the environments, in order (for resuming; see above).
+    // Every action sent to the environments, in order, when checkpoints are written (for
+    // resuming; see above).
     let mut action_log: Vec<f32> = Vec::new();
     let mut metrics_len = 0;
     if let Some(checkpoint) = &checkpointing.resume {
@@ -275,9 +276,11 @@ pub fn train<B: AutodiffBackend>(
             buffer.values[t * num_envs..(t + 1) * num_envs].copy_from_slice(&values);
             timings.inference += tick.elapsed();
 
-            match &batch_actions {
-                BatchActions::Discrete(a) => action_log.extend(a.iter().map(|&a| a as f32)),
-                BatchActions::Continuous(a) => action_log.extend_from_slice(a),
+            if checkpointing.dir.is_some() {
+                match &batch_actions {
+                    BatchActions::Discrete(a) => action_log.extend(a.iter().map(|&a| a as f32)),
+                    BatchActions::Continuous(a) => action_log.extend_from_slice(a),
+                }
             }
             let tick = Instant::now();
             let step = envs.step(&batch_actions)?;
