@@ -4,7 +4,7 @@ use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::{Tensor, TensorPrimitive};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, linear};
 use serde::{Deserialize, Serialize};
 
 /// The nonlinearity between layers.
@@ -52,9 +52,9 @@ impl MlpConfig {
         let widths: Vec<usize> = std::iter::once(self.input).chain(self.hidden.iter().copied()).collect();
         let mut layers: Vec<Linear<B>> = widths
             .windows(2)
-            .map(|w| linear(w[0], w[1], self.hidden_gain, device))
+            .map(|w| init_linear(w[0], w[1], self.hidden_gain, device))
             .collect();
-        layers.push(linear(
+        layers.push(init_linear(
             *widths.last().unwrap_or(&self.input),
             self.output,
             self.output_gain,
@@ -67,7 +67,7 @@ impl MlpConfig {
     }
 }
 
-fn linear<B: Backend>(input: usize, output: usize, gain: f64, device: &B::Device) -> Linear<B> {
+fn init_linear<B: Backend>(input: usize, output: usize, gain: f64, device: &B::Device) -> Linear<B> {
     let mut layer = LinearConfig::new(input, output)
         .with_initializer(Initializer::Orthogonal { gain })
         .init(device);
@@ -81,7 +81,7 @@ impl<B: Backend> Mlp<B> {
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         let last = self.layers.len() - 1;
         self.layers.iter().enumerate().fold(x, |x, (i, layer)| {
-            let y = layer.forward(x);
+            let y = linear(layer, x);
             match (i == last, self.activation) {
                 (true, _) => y,
                 (false, Activation::Tanh) => tanh(y),

@@ -3,10 +3,11 @@
 //! Every kernel computes in `f32` and falls back to the burn-op default for other dtypes.
 
 use burn::backend::Flex;
-use burn::tensor::ops::{BoolTensor, FloatTensor, IntTensor};
+use burn::tensor::ops::{BoolTensor, FloatTensor, FloatTensorOps, IntTensor};
 use burn::tensor::{DType, TensorData};
 use burn_flex::FlexTensor;
 use rayon::prelude::*;
+use rein_kernels::{Init, Isa, MatRef, matmul};
 
 use super::{Backend, cached_attention_ops, linear_ops, rms_norm_ops, rope_ops, swiglu_ops, write_cache_ops};
 
@@ -36,69 +37,26 @@ impl Backend for Flex {
         bias: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
         let bias_f32 = bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
-        if x.dtype() != DType::F32 || weight.dtype() != DType::F32 || !bias_f32 {
+        let (Some(x_view), Some(w_view), true) = (matrix(&x), matrix(&weight), bias_f32) else {
             return linear_ops::<Self>(x, weight, bias);
-        }
-        let ([rows, inputs], outputs) = (shape_2d(&x), shape_2d(&weight)[1]);
-        let mut out = match &bias {
-            Some(bias) => f32s(&bias.to_contiguous()).repeat(rows),
-            None => vec![0.0f32; rows * outputs],
         };
-        if rows * outputs * inputs > 0 {
-            let (x_rows, x_cols, x) = strided_2d(&x);
-            let (w_rows, w_cols, w) = strided_2d(&weight);
-            // Each thread computes a band of output columns with its own single-threaded gemm:
-            // gemm does not split matrix-vector products (decoding one sequence) across threads,
-            // and its own splitting of small products costs more than it saves.
-            let threads = if rows >= 32 && rows * outputs * inputs >= PARALLEL_WORK && !nested() {
-                rayon::current_num_threads().min(outputs.div_ceil(16))
-            } else {
-                1
-            };
-            let band = outputs.div_ceil(threads).next_multiple_of(16).min(outputs);
-            let (out_ptr, x_addr, w_addr) = (out.as_mut_ptr() as usize, x as usize, w as usize);
-            let read_dst = bias.is_some();
-            let columns = |start: usize| {
-                let width = band.min(outputs - start);
-                // SAFETY: `x` and `w` address `[rows, inputs]` and `[inputs, outputs]` matrices laid
-                // out by their strides inside live storage (burn-flex's layouts guarantee it);
-                // `out` is `rows × outputs` row-major and each call writes only its own columns
-                // `start..start + width`, so concurrent calls never touch the same element.
-                unsafe {
-                    gemm::gemm(
-                        rows,
-                        width,
-                        inputs,
-                        (out_ptr as *mut f32).add(start),
-                        1,
-                        outputs as isize,
-                        read_dst,
-                        x_addr as *const f32,
-                        x_cols,
-                        x_rows,
-                        (w_addr as *const f32).offset(start as isize * w_cols),
-                        w_cols,
-                        w_rows,
-                        1.0,
-                        1.0,
-                        false,
-                        false,
-                        false,
-                        gemm::Parallelism::None,
-                    );
-                }
-            };
-            if threads > 1 {
-                (0..outputs)
-                    .step_by(band)
-                    .collect::<Vec<_>>()
-                    .into_par_iter()
-                    .for_each(columns);
-            } else {
-                columns(0);
-            }
-        }
+        let ([rows, _], outputs) = (x_view.shape(), w_view.shape()[1]);
+        let (mut out, init) = match &bias {
+            Some(bias) => (f32s(&bias.to_contiguous()).repeat(rows), Init::Accumulate),
+            None => (vec![0.0f32; rows * outputs], Init::Zero),
+        };
+        matmul(&mut out, outputs, x_view, w_view, init);
         tensor(out, &[rows, outputs])
+    }
+
+    fn matmul(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        let (Some(a_view), Some(b_view)) = (matrix(&a), matrix(&b)) else {
+            return Self::float_matmul(a, b);
+        };
+        let ([rows, _], cols) = (a_view.shape(), b_view.shape()[1]);
+        let mut out = vec![0.0f32; rows * cols];
+        matmul(&mut out, cols, a_view, b_view, Init::Zero);
+        tensor(out, &[rows, cols])
     }
 
     fn swiglu(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -241,20 +199,13 @@ impl Backend for Flex {
 /// Multiply-adds below which a kernel stays on one thread.
 const PARALLEL_WORK: usize = 1 << 16;
 
-/// Whether the CPU has AVX2. The crate is built for baseline x86-64, whose loops vectorise 4
-/// floats wide (SSE2); the kernels below also have a copy compiled for AVX2, 8 wide, which this
-/// selects. Both give the same results bit for bit: vectorising never reorders floating-point
-/// operations, it only changes how many run at once.
+/// Whether to run the AVX2 copies of the kernels below. The crate is built for baseline x86-64,
+/// whose loops vectorise 4 floats wide (SSE2); the copies compiled for AVX2 run 8 wide. Both give
+/// the same results bit for bit: vectorising never reorders floating-point operations, it only
+/// changes how many run at once (and neither copy fuses multiply-adds).
 #[inline(always)]
 fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    Isa::active() >= Isa::Avx2
 }
 
 /// Calls `$body` (an `#[inline(always)]` function) through a copy compiled for AVX2 where the
@@ -408,15 +359,17 @@ fn tensor(values: Vec<f32>, shape: &[usize]) -> FlexTensor {
     FlexTensor::from_data(TensorData::new(values, shape.to_vec()))
 }
 
-/// A 2-D tensor's row stride, column stride and a pointer to its first element.
-fn strided_2d(x: &FlexTensor) -> (isize, isize, *const f32) {
+/// A 2-D `f32` tensor as a kernel matrix view, read through its strides (`None` for other
+/// dtypes, ranks or negative strides).
+fn matrix(x: &FlexTensor) -> Option<MatRef<'_>> {
     let layout = x.layout();
+    if x.dtype() != DType::F32 || layout.shape().num_dims() != 2 {
+        return None;
+    }
     let strides = layout.strides();
-    (
-        strides[0],
-        strides[1],
-        x.storage::<f32>()[layout.start_offset()..].as_ptr(),
-    )
+    let strides = [usize::try_from(strides[0]).ok()?, usize::try_from(strides[1]).ok()?];
+    let shape = [layout.shape()[0], layout.shape()[1]];
+    MatRef::new(x.storage::<f32>(), layout.start_offset(), shape, strides).ok()
 }
 
 /// Row `r` of a 2-D `f32` tensor whose rows are contiguous (column stride 1), whatever its row

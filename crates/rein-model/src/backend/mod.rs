@@ -20,13 +20,14 @@
 
 mod flex;
 
+use burn::tensor::TensorMetadata;
 use burn::tensor::ops::{AttentionModuleOptions, BoolTensor, FloatTensor, IntTensor};
 use burn::tensor::{Bool, Int, Tensor, TensorPrimitive};
-use burn_autodiff::Autodiff;
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn_autodiff::{Autodiff, NodeId};
 
 /// A burn backend with rein's fused kernels. The defaults use burn's own ops, so any backend
 /// qualifies with an empty `impl`.
@@ -61,6 +62,14 @@ pub trait Backend: burn::tensor::backend::Backend {
         bias: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
         linear_ops::<Self>(x, weight, bias)
+    }
+
+    /// A matrix product `a · b` (views of transposes welcome).
+    ///
+    /// # Shapes
+    /// - `a`: `[rows, inner]`, `b`: `[inner, cols]` → `[rows, cols]`
+    fn matmul(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::float_matmul(a, b)
     }
 
     /// The SwiGLU gate, `silu(gate) ⊙ up`, element-wise.
@@ -123,6 +132,16 @@ pub trait Backend: burn::tensor::backend::Backend {
     ) -> FloatTensor<Self> {
         cached_attention_ops::<Self>(q, k, v, offset, padding)
     }
+}
+
+/// `layer` on `[rows, in]`, through [`Backend::fused_linear`].
+pub(crate) fn linear<B: Backend>(layer: &burn::nn::Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    let y = B::fused_linear(
+        x.into_primitive().tensor(),
+        layer.weight.val().into_primitive().tensor(),
+        layer.bias.as_ref().map(|b| b.val().into_primitive().tensor()),
+    );
+    Tensor::from_primitive(TensorPrimitive::Float(y))
 }
 
 fn float<B: burn::tensor::backend::Backend, const D: usize>(x: FloatTensor<B>) -> Tensor<B, D> {
@@ -290,6 +309,83 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
                 prep.finish(output.clone(), output)
             }
             OpsKind::UnTracked(prep) => prep.finish(B::tanh(x.primitive)),
+        }
+    }
+
+    /// `y = x·W + b` with its own backward on the inner backend's kernels:
+    /// `∂x = ∂y·Wᵀ`, `∂W = xᵀ·∂y`, `∂b = Σ_rows ∂y`.
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct Linear;
+
+        /// Registers the gradients of `x` and `W` (parents 0 and 1).
+        fn backward_x_w<B: Backend>(
+            [x_node, w_node]: [Option<NodeId>; 2],
+            (x, weight): (FloatTensor<B>, FloatTensor<B>),
+            grad: &FloatTensor<B>,
+            grads: &mut Gradients,
+        ) {
+            if let Some(id) = x_node {
+                grads.register::<B>(id, B::matmul(grad.clone(), B::float_transpose(weight)));
+            }
+            if let Some(id) = w_node {
+                grads.register::<B>(id, B::matmul(B::float_transpose(x), grad.clone()));
+            }
+        }
+
+        impl<B: Backend> Backward<B, 2> for Linear {
+            /// `x` and `W`.
+            type State = (FloatTensor<B>, FloatTensor<B>);
+
+            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let grad = grads.consume::<B>(&ops.node);
+                let [x, w] = ops.parents.map(|node| node.map(|n| n.id));
+                backward_x_w::<B>([x, w], ops.state, &grad, grads);
+            }
+        }
+
+        impl<B: Backend> Backward<B, 3> for Linear {
+            /// `x` and `W`.
+            type State = (FloatTensor<B>, FloatTensor<B>);
+
+            fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let grad = grads.consume::<B>(&ops.node);
+                let [x, w, bias] = ops.parents.map(|node| node.map(|n| n.id));
+                backward_x_w::<B>([x, w], ops.state, &grad, grads);
+                if let Some(id) = bias {
+                    let columns = grad.shape()[1];
+                    let sum = B::float_sum_dim(grad, 0);
+                    grads.register::<B>(id, B::float_reshape(sum, [columns].into()));
+                }
+            }
+        }
+
+        let forward =
+            |x: &Self::FloatTensorPrimitive, w: &Self::FloatTensorPrimitive, b: Option<&Self::FloatTensorPrimitive>| {
+                B::fused_linear(x.primitive.clone(), w.primitive.clone(), b.map(|b| b.primitive.clone()))
+            };
+        let state = (x.primitive.clone(), weight.primitive.clone());
+        match bias {
+            Some(bias) => match Linear
+                .prepare::<C>([x.node.clone(), weight.node.clone(), bias.node.clone()])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => prep.finish(state, forward(&x, &weight, Some(&bias))),
+                OpsKind::UnTracked(prep) => prep.finish(forward(&x, &weight, Some(&bias))),
+            },
+            None => match Linear
+                .prepare::<C>([x.node.clone(), weight.node.clone()])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => prep.finish(state, forward(&x, &weight, None)),
+                OpsKind::UnTracked(prep) => prep.finish(forward(&x, &weight, None)),
+            },
         }
     }
 }

@@ -15,7 +15,7 @@ use super::cache::{KvCache, LayerCache};
 use super::config::LmConfig;
 use super::fused::{FusedLayer, FusedProjections};
 use super::rope::Rope;
-use crate::backend::{Backend, cached_attention_ops};
+use crate::backend::{Backend, cached_attention_ops, linear};
 
 /// RMSNorm as transformers computes it: `w ⊙ x / sqrt(mean(x²) + ε)`.
 #[derive(Module, Debug)]
@@ -177,16 +177,6 @@ fn project<B: Backend>(layer: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
     let y = linear(layer, x.reshape([batch * seq, width]));
     let out = y.dims()[1];
     y.reshape([batch, seq, out])
-}
-
-/// `layer` on `[rows, in]`, through [`Backend::fused_linear`].
-fn linear<B: Backend>(layer: &Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
-    let y = B::fused_linear(
-        x.into_primitive().tensor(),
-        layer.weight.val().into_primitive().tensor(),
-        layer.bias.as_ref().map(|b| b.val().into_primitive().tensor()),
-    );
-    Tensor::from_primitive(TensorPrimitive::Float(y))
 }
 
 impl<B: Backend> Mlp<B> {

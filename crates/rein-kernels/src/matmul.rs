@@ -1,0 +1,692 @@
+//! Matrix products `C ← C₀ + A·B` in which every element is one chain of fused multiply-adds
+//! over the inner dimension, in order:
+//!
+//! ```text
+//! c[i][j] = fma(a[i][K−1], b[K−1][j], … fma(a[i][1], b[1][j], fma(a[i][0], b[0][j], c₀[i][j])))
+//! ```
+//!
+//! That order is the whole contract. Vector width only decides how many *different* elements
+//! are computed at once, the cache blocking only when each element's chain is paused (its
+//! running value is stored in `C` and reloaded), and threads only which elements each computes,
+//! so the result is the same bit for bit on every instruction set, cache size, thread count and
+//! batch size (a row of `C` does not depend on the other rows: decoding one sequence and
+//! scoring it in a batch of 64 give the same numbers).
+//!
+//! The layout is the classic one (Goto & van de Geijn, "Anatomy of high-performance matrix
+//! multiplication", 2008; BLIS): `B` is packed in `KC × NC` blocks of `NR`-wide panels, `A` in
+//! `MC × KC` blocks of `MR`-high panels, and an `MR × NR` micro-kernel keeps its tile of `C` in
+//! registers for `KC` steps. The micro-kernel is plain Rust over arrays (`f32::mul_add`),
+//! compiled once per instruction set with that set's target features.
+
+use rayon::prelude::*;
+
+use crate::isa::Isa;
+
+/// A read-only view of an `f32` matrix: element `(r, c)` is `data[offset + r·row_stride +
+/// c·col_stride]`.
+#[derive(Debug, Clone, Copy)]
+pub struct MatRef<'a> {
+    data: &'a [f32],
+    offset: usize,
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+/// A view that would read outside its slice.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a {rows}×{cols} view at offset {offset} with strides ({row_stride}, {col_stride}) reads past its {len} elements"
+)]
+pub struct OutOfBounds {
+    rows: usize,
+    cols: usize,
+    offset: usize,
+    row_stride: usize,
+    col_stride: usize,
+    len: usize,
+}
+
+impl<'a> MatRef<'a> {
+    /// A view of `rows × cols` elements of `data`.
+    pub fn new(
+        data: &'a [f32],
+        offset: usize,
+        [rows, cols]: [usize; 2],
+        [row_stride, col_stride]: [usize; 2],
+    ) -> Result<Self, OutOfBounds> {
+        let last = if rows == 0 || cols == 0 {
+            Some(offset)
+        } else {
+            (rows - 1)
+                .checked_mul(row_stride)
+                .and_then(|r| (cols - 1).checked_mul(col_stride).and_then(|c| r.checked_add(c)))
+                .and_then(|x| x.checked_add(offset))
+        };
+        match last {
+            Some(last) if rows == 0 || cols == 0 || last < data.len() => Ok(Self {
+                data,
+                offset,
+                rows,
+                cols,
+                row_stride,
+                col_stride,
+            }),
+            _ => Err(OutOfBounds {
+                rows,
+                cols,
+                offset,
+                row_stride,
+                col_stride,
+                len: data.len(),
+            }),
+        }
+    }
+
+    /// A row-major `rows × cols` matrix.
+    pub fn row_major(data: &'a [f32], rows: usize, cols: usize) -> Result<Self, OutOfBounds> {
+        Self::new(data, 0, [rows, cols], [cols, 1])
+    }
+
+    /// The same elements, transposed (no copy).
+    pub fn t(self) -> Self {
+        Self {
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+            ..self
+        }
+    }
+
+    /// `[rows, cols]`.
+    pub fn shape(&self) -> [usize; 2] {
+        [self.rows, self.cols]
+    }
+
+    /// Element `(r, c)`.
+    pub fn at(&self, r: usize, c: usize) -> f32 {
+        self.data[self.offset + r * self.row_stride + c * self.col_stride]
+    }
+
+    fn ptr(&self) -> *const f32 {
+        self.data[self.offset..].as_ptr()
+    }
+}
+
+/// What `C` starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Init {
+    /// Zeros: `C ← A·B`.
+    Zero,
+    /// Its current values: `C ← C + A·B` (a bias, or a sum over several products).
+    Accumulate,
+}
+
+/// `C ← C₀ + A·B` on the active instruction set ([`Isa::active`]), on all of rayon's threads
+/// when the product is large enough and the caller is not already one of them.
+///
+/// `c` is row-major `m × n` with row stride `ldc ≥ n`.
+///
+/// # Panics
+/// When the shapes disagree or `c` is too short: callers check shapes first.
+pub fn matmul(c: &mut [f32], ldc: usize, a: MatRef<'_>, b: MatRef<'_>, init: Init) {
+    matmul_on(Isa::active(), c, ldc, a, b, init)
+}
+
+/// [`matmul`] on a given instruction set (which must be available).
+pub fn matmul_on(isa: Isa, c: &mut [f32], ldc: usize, a: MatRef<'_>, b: MatRef<'_>, init: Init) {
+    let ([m, k], [k2, n]) = (a.shape(), b.shape());
+    assert_eq!(k, k2, "inner dimensions differ: {m}×{k} · {k2}×{n}");
+    assert!(ldc >= n, "row stride {ldc} below the width {n}");
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(
+        c.len() >= (m - 1) * ldc + n,
+        "C has {} elements, needs {}×{n} at stride {ldc}",
+        c.len(),
+        m
+    );
+    assert!(isa.is_available(), "{isa} is not available on this CPU");
+    if k == 0 {
+        if init == Init::Zero {
+            c.chunks_mut(ldc).take(m).for_each(|row| row[..n].fill(0.0));
+        }
+        return;
+    }
+    let (mr, nr) = shape_of(isa);
+    // A product only a few columns wide wastes most of each `NR`-wide panel: compute its
+    // transpose instead, `Cᵀ = Bᵀ·Aᵀ`, whose elements are the same chains (`a·b = b·a` exactly).
+    let out = Out {
+        at: c.as_mut_ptr(),
+        row_stride: ldc,
+        col_stride: 1,
+    };
+    let (a, b, out, m, n) = if n < nr / 2 && m > n {
+        let transposed = Out {
+            row_stride: 1,
+            col_stride: ldc,
+            ..out
+        };
+        (b.t(), a.t(), transposed, n, m)
+    } else {
+        (a, b, out, m, n)
+    };
+    let threads = if m >= 16 && m * n * k >= PARALLEL_WORK && rayon::current_thread_index().is_none() {
+        rayon::current_num_threads()
+    } else {
+        1
+    };
+    // Each task packs the whole of the operand the split does not divide: split rows when B is
+    // the smaller one to copy, columns otherwise.
+    let by_rows = threads > 1 && m >= 2 * mr * threads && (n < m || n < 2 * nr * threads);
+    if threads > 1 && !by_rows && n >= 2 * nr * threads {
+        let band = n.div_ceil(threads).next_multiple_of(nr);
+        (0..n).step_by(band).collect::<Vec<_>>().into_par_iter().for_each(|j0| {
+            let cols = band.min(n - j0);
+            // SAFETY: each task writes only columns `j0..j0 + cols` of `C`, so no two tasks touch the
+            // same element, and `C` covers `m × n` (asserted above).
+            unsafe { run(isa, out, a, b, init, 0..m, j0..j0 + cols) }
+        });
+    } else if by_rows {
+        let band = m.div_ceil(threads).next_multiple_of(mr);
+        (0..m).step_by(band).collect::<Vec<_>>().into_par_iter().for_each(|i0| {
+            let rows = band.min(m - i0);
+            // SAFETY: as above, with disjoint row bands.
+            unsafe { run(isa, out, a, b, init, i0..i0 + rows, 0..n) }
+        });
+    } else {
+        // SAFETY: `C` covers `m × n` (asserted above).
+        unsafe { run(isa, out, a, b, init, 0..m, 0..n) }
+    }
+}
+
+/// Multiply-adds from which a product is split across threads (below, waking the other threads
+/// costs more than it saves: ~40 µs of work on one core).
+const PARALLEL_WORK: usize = 1 << 21;
+
+/// The inner-dimension block: how many steps a micro-kernel runs before its tile goes back to `C`.
+const KC: usize = 256;
+/// Rows of `A` packed at once (a multiple of every `MR`).
+const MC: usize = 96;
+/// Columns of `B` packed at once (a multiple of every `NR`).
+const NC: usize = 2048;
+/// Up to how many rows of `A` a row-major `B` is read in place rather than packed.
+const DIRECT_B_ROWS: usize = 128;
+
+/// `(MR, NR)` of each instruction set's micro-kernel for `C` of at least `MR` rows (shorter ones
+/// run a `1 × 2·NR` kernel one row at a time).
+fn shape_of(isa: Isa) -> (usize, usize) {
+    match isa {
+        Isa::Scalar => (4, 4),
+        Isa::Avx2 => (6, 16),
+        Isa::Avx512 => (12, 32),
+    }
+}
+
+/// Where `C` is: element `(i, j)` at `at + i·row_stride + j·col_stride`.
+#[derive(Clone, Copy)]
+struct Out {
+    at: *mut f32,
+    row_stride: usize,
+    col_stride: usize,
+}
+// SAFETY: tasks given the same `Out` write disjoint elements (see `matmul_on`).
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
+
+/// The product restricted to rows `rows` and columns `cols` of `C`, on `isa`.
+///
+/// # Safety
+/// `out` addresses an `m × n` matrix that no one else writes in that region.
+unsafe fn run(
+    isa: Isa,
+    out: Out,
+    a: MatRef<'_>,
+    b: MatRef<'_>,
+    init: Init,
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+) {
+    let job = Job {
+        out,
+        a,
+        b,
+        init,
+        rows,
+        cols,
+    };
+    match isa {
+        // SAFETY: the caller checked that the CPU has the level (`matmul_on`).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { job.avx512() },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { job.avx2() },
+        _ => job.scalar(),
+    }
+}
+
+struct Job<'a> {
+    out: Out,
+    a: MatRef<'a>,
+    b: MatRef<'a>,
+    init: Init,
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+}
+
+impl Job<'_> {
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,fma")]
+    fn avx512(&self) {
+        if self.rows.len() < 12 {
+            self.blocked::<1, 64>()
+        } else {
+            self.blocked::<12, 32>()
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn avx2(&self) {
+        if self.rows.len() < 6 {
+            self.blocked::<1, 32>()
+        } else {
+            self.blocked::<6, 16>()
+        }
+    }
+
+    fn scalar(&self) {
+        if self.rows.len() < 4 {
+            self.blocked::<1, 8>()
+        } else {
+            self.blocked::<4, 4>()
+        }
+    }
+
+    /// The blocked loops around an `MR × NR` micro-kernel.
+    ///
+    /// `B` is packed unless it is row-major and `A` short: then its panels are read in place
+    /// (packing would cost more than the few rows reuse), all but a ragged last one.
+    #[inline(always)]
+    fn blocked<const MR: usize, const NR: usize>(&self) {
+        let (a, b) = (&self.a, &self.b);
+        let k = a.cols;
+        let direct = b.col_stride == 1 && self.rows.len() <= DIRECT_B_ROWS;
+        let kc_max = KC.min(k);
+        let b_pack_len = if direct {
+            NR
+        } else {
+            NC.min(self.cols.len().next_multiple_of(NR))
+        };
+        let (mut a_pack, mut b_pack) = SCRATCH.take();
+        // Packing writes every element it later reads, so reused memory needs no clearing.
+        a_pack.resize(MC.min(self.rows.len()).next_multiple_of(MR) * kc_max, 0.0);
+        b_pack.resize(kc_max * b_pack_len, 0.0);
+        for jc in self.cols.clone().step_by(NC) {
+            let nc = NC.min(self.cols.end - jc);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                let from_zero = pc == 0 && self.init == Init::Zero;
+                if !direct {
+                    pack_b::<NR>(&mut b_pack, b, pc, kc, jc, nc);
+                } else if !nc.is_multiple_of(NR) {
+                    let last = nc / NR * NR;
+                    pack_b::<NR>(&mut b_pack, b, pc, kc, jc + last, nc - last);
+                }
+                for ic in self.rows.clone().step_by(MC) {
+                    let mc = MC.min(self.rows.end - ic);
+                    pack_a::<MR>(&mut a_pack, a, ic, mc, pc, kc);
+                    for jr in (0..nc).step_by(NR) {
+                        let b_panel = if direct && jr + NR <= nc {
+                            Panel {
+                                // SAFETY: row `pc`, column `jc + jr` is inside B.
+                                at: unsafe { b.ptr().add(pc * b.row_stride + jc + jr) },
+                                stride: b.row_stride,
+                            }
+                        } else {
+                            let offset = if direct { 0 } else { jr * kc };
+                            Panel {
+                                at: b_pack[offset..][..kc * NR].as_ptr(),
+                                stride: NR,
+                            }
+                        };
+                        for ir in (0..mc).step_by(MR) {
+                            let a_panel = &a_pack[ir * kc..][..kc * MR];
+                            let out = &self.out;
+                            let tile = Tile {
+                                // SAFETY: `(ic + ir, jc + jr)` is inside the job's region of `C`.
+                                at: unsafe { out.at.add((ic + ir) * out.row_stride + (jc + jr) * out.col_stride) },
+                                row_stride: out.row_stride,
+                                col_stride: out.col_stride,
+                                rows: MR.min(mc - ir),
+                                cols: NR.min(nc - jr),
+                            };
+                            // SAFETY: the tile lies inside the job's region (rows and cols are
+                            // clipped); the panel holds `kc` rows of `NR` values.
+                            unsafe { tile.update::<MR, NR>(kc, a_panel, b_panel, from_zero) };
+                        }
+                    }
+                }
+            }
+        }
+        SCRATCH.set((a_pack, b_pack));
+    }
+}
+
+thread_local! {
+    /// Each thread's packing buffers for `A` and `B`, kept between products.
+    static SCRATCH: std::cell::Cell<(Vec<f32>, Vec<f32>)> = const { std::cell::Cell::new((Vec::new(), Vec::new())) };
+}
+
+/// `kc` rows of `NR` values of `B`, `stride` apart: packed, or in place.
+#[derive(Clone, Copy)]
+struct Panel {
+    at: *const f32,
+    stride: usize,
+}
+
+/// Packs `A[i0..i0+mc, p0..p0+kc]` as `MR`-row panels, each `kc` columns of `MR` values (rows
+/// past the block are zero).
+#[inline(always)]
+fn pack_a<const MR: usize>(pack: &mut [f32], a: &MatRef<'_>, i0: usize, mc: usize, p0: usize, kc: usize) {
+    let base = a.ptr();
+    for (panel, ir) in (0..mc).step_by(MR).enumerate() {
+        let dst = &mut pack[panel * MR * kc..][..MR * kc];
+        let rows = MR.min(mc - ir);
+        let first = i0 + ir;
+        if a.col_stride == 1 {
+            // Row-major: each row is contiguous along k.
+            for i in 0..MR {
+                if i < rows {
+                    // SAFETY: row `first + i`, columns `p0..p0 + kc` lie inside A.
+                    let row = unsafe { std::slice::from_raw_parts(base.add((first + i) * a.row_stride + p0), kc) };
+                    for (p, &v) in row.iter().enumerate() {
+                        dst[p * MR + i] = v;
+                    }
+                } else {
+                    dst.iter_mut().skip(i).step_by(MR).for_each(|v| *v = 0.0);
+                }
+            }
+        } else if a.row_stride == 1 {
+            // Column-major (a transposed view): each column's `rows` values are contiguous.
+            for (p, column) in dst.chunks_exact_mut(MR).enumerate() {
+                // SAFETY: rows `first..first + rows` of column `p0 + p` lie inside A.
+                let src = unsafe { std::slice::from_raw_parts(base.add((p0 + p) * a.col_stride + first), rows) };
+                column[..rows].copy_from_slice(src);
+                column[rows..].fill(0.0);
+            }
+        } else {
+            for (p, column) in dst.chunks_exact_mut(MR).enumerate() {
+                for (i, v) in column.iter_mut().enumerate() {
+                    *v = if i < rows {
+                        // SAFETY: `(first + i, p0 + p)` is inside A, whose extent `MatRef::new` checked.
+                        unsafe { *base.add((first + i) * a.row_stride + (p0 + p) * a.col_stride) }
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// Packs `B[p0..p0+kc, j0..j0+nc]` as `NR`-column panels, each `kc` rows of `NR` values
+/// (columns past the block are zero).
+#[inline(always)]
+fn pack_b<const NR: usize>(pack: &mut [f32], b: &MatRef<'_>, p0: usize, kc: usize, j0: usize, nc: usize) {
+    let base = b.ptr();
+    for (panel, jr) in (0..nc).step_by(NR).enumerate() {
+        let dst = &mut pack[panel * NR * kc..][..NR * kc];
+        let cols = NR.min(nc - jr);
+        let first = j0 + jr;
+        if b.col_stride == 1 {
+            // Row-major: each row's `cols` values are contiguous.
+            for (p, row) in dst.chunks_exact_mut(NR).enumerate() {
+                // SAFETY: columns `first..first + cols` of row `p0 + p` lie inside B.
+                let src = unsafe { std::slice::from_raw_parts(base.add((p0 + p) * b.row_stride + first), cols) };
+                row[..cols].copy_from_slice(src);
+                row[cols..].fill(0.0);
+            }
+        } else if b.row_stride == 1 {
+            // Column-major (a transposed view): each column is contiguous along k.
+            for j in 0..NR {
+                if j < cols {
+                    // SAFETY: column `first + j`, rows `p0..p0 + kc` lie inside B.
+                    let column = unsafe { std::slice::from_raw_parts(base.add((first + j) * b.col_stride + p0), kc) };
+                    for (p, &v) in column.iter().enumerate() {
+                        dst[p * NR + j] = v;
+                    }
+                } else {
+                    dst.iter_mut().skip(j).step_by(NR).for_each(|v| *v = 0.0);
+                }
+            }
+        } else {
+            for (p, row) in dst.chunks_exact_mut(NR).enumerate() {
+                for (j, v) in row.iter_mut().enumerate() {
+                    *v = if j < cols {
+                        // SAFETY: `(p0 + p, first + j)` is inside B.
+                        unsafe { *base.add((p0 + p) * b.row_stride + (first + j) * b.col_stride) }
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// An `MR × NR` (or smaller, at the edges) tile of `C`.
+struct Tile {
+    at: *mut f32,
+    row_stride: usize,
+    col_stride: usize,
+    rows: usize,
+    cols: usize,
+}
+
+impl Tile {
+    /// Continues every element's chain through `kc` more steps: loads the tile (or starts from
+    /// zero), runs the micro-kernel, stores it.
+    ///
+    /// # Safety
+    /// The tile's `rows × cols` elements are writable; `b` is as [`micro_kernel`] needs.
+    #[inline(always)]
+    unsafe fn update<const MR: usize, const NR: usize>(&self, kc: usize, a: &[f32], b: Panel, from_zero: bool) {
+        let mut acc = [[0.0f32; NR]; MR];
+        if !from_zero {
+            // SAFETY (both loads): the tile's elements are readable (the caller's contract).
+            if self.col_stride == 1 {
+                for (i, row) in acc.iter_mut().enumerate().take(self.rows) {
+                    let src = unsafe { std::slice::from_raw_parts(self.at(i, 0), self.cols) };
+                    row[..self.cols].copy_from_slice(src);
+                }
+            } else {
+                for (j, column) in (0..self.cols).map(|j| (j, unsafe { self.at(0, j) })) {
+                    for (i, row) in acc.iter_mut().enumerate().take(self.rows) {
+                        row[j] = unsafe { *column.add(i * self.row_stride) };
+                    }
+                }
+            }
+        }
+        // SAFETY: the caller's contract.
+        unsafe { micro_kernel::<MR, NR>(kc, a, b, &mut acc) };
+        // SAFETY (both stores): as above.
+        if self.col_stride == 1 {
+            for (i, row) in acc.iter().enumerate().take(self.rows) {
+                let dst = unsafe { std::slice::from_raw_parts_mut(self.at(i, 0), self.cols) };
+                dst.copy_from_slice(&row[..self.cols]);
+            }
+        } else {
+            for (j, column) in (0..self.cols).map(|j| (j, unsafe { self.at(0, j) })) {
+                for (i, row) in acc.iter().enumerate().take(self.rows) {
+                    unsafe { *column.add(i * self.row_stride) = row[j] };
+                }
+            }
+        }
+    }
+
+    /// Element `(i, j)` of the tile.
+    ///
+    /// # Safety
+    /// `(i, j)` is inside the tile.
+    #[inline(always)]
+    unsafe fn at(&self, i: usize, j: usize) -> *mut f32 {
+        // SAFETY: the caller's contract.
+        unsafe { self.at.add(i * self.row_stride + j * self.col_stride) }
+    }
+}
+
+/// `acc[i][j] ← fma(a[p][i], b[p][j], acc[i][j])` for `p = 0..kc`, in order. `a` holds `kc`
+/// columns of `MR` values; `b` is `kc` rows of `NR` values, `b.stride` apart.
+///
+/// # Safety
+/// `b` addresses `kc` readable rows.
+#[inline(always)]
+unsafe fn micro_kernel<const MR: usize, const NR: usize>(kc: usize, a: &[f32], b: Panel, tile: &mut [[f32; NR]; MR]) {
+    // A local copy, only ever indexed by constants, so it lives in registers.
+    let mut acc = *tile;
+    for (p, a) in a.chunks_exact(MR).take(kc).enumerate() {
+        // SAFETY: row `p < kc` of `b` (the caller's contract).
+        let b = unsafe { &*(b.at.add(p * b.stride) as *const [f32; NR]) };
+        for i in 0..MR {
+            let ai = a[i];
+            for j in 0..NR {
+                acc[i][j] = ai.mul_add(b[j], acc[i][j]);
+            }
+        }
+    }
+    *tile = acc;
+}
+
+/// The contract, written plainly: each element's chain of fused multiply-adds in order.
+pub fn matmul_reference(c: &mut [f32], ldc: usize, a: MatRef<'_>, b: MatRef<'_>, init: Init) {
+    let ([m, k], [_, n]) = (a.shape(), b.shape());
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = match init {
+                Init::Zero => 0.0,
+                Init::Accumulate => c[i * ldc + j],
+            };
+            for p in 0..k {
+                acc = a.at(i, p).mul_add(b.at(p, j), acc);
+            }
+            c[i * ldc + j] = acc;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
+            })
+            .collect()
+    }
+
+    fn bits(x: &[f32]) -> Vec<u32> {
+        x.iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// Checks every available instruction set against the reference, bit for bit.
+    fn check(m: usize, k: usize, n: usize, transpose_a: bool, transpose_b: bool, init: Init, seed: u64) {
+        let a_data = values(m * k + 3, seed);
+        let b_data = values(k * n + 5, seed + 1);
+        let a = if transpose_a {
+            MatRef::new(&a_data, 3, [m, k], [1, m]).unwrap()
+        } else {
+            MatRef::new(&a_data, 3, [m, k], [k, 1]).unwrap()
+        };
+        let b = if transpose_b {
+            MatRef::new(&b_data, 5, [k, n], [1, k]).unwrap()
+        } else {
+            MatRef::new(&b_data, 5, [k, n], [n, 1]).unwrap()
+        };
+        let ldc = n + 2;
+        let start = values(m * ldc, seed + 2);
+        let mut expected = start.clone();
+        matmul_reference(&mut expected, ldc, a, b, init);
+        for isa in Isa::available() {
+            let mut c = start.clone();
+            matmul_on(isa, &mut c, ldc, a, b, init);
+            assert_eq!(bits(&c), bits(&expected), "{isa}: {m}×{k}·{k}×{n}, {init:?}");
+        }
+    }
+
+    #[test]
+    fn every_instruction_set_gives_the_reference_bits() {
+        for (m, k, n) in [
+            (1, 1, 1),
+            (3, 7, 5),
+            (13, 300, 37),
+            (64, 256, 704),
+            (7, 600, 33),
+            (200, 40, 3),
+        ] {
+            for init in [Init::Zero, Init::Accumulate] {
+                check(m, k, n, false, false, init, (m * k * n) as u64);
+                check(m, k, n, true, true, init, (m + k + n) as u64);
+            }
+        }
+    }
+
+    #[test]
+    fn a_row_does_not_depend_on_the_rest_of_the_batch() {
+        let (k, n) = (300, 70);
+        let a_data = values(64 * k, 7);
+        let b_data = values(k * n, 8);
+        let b = MatRef::row_major(&b_data, k, n).unwrap();
+        let mut batch = vec![0.0; 64 * n];
+        matmul(&mut batch, n, MatRef::row_major(&a_data, 64, k).unwrap(), b, Init::Zero);
+        for row in [0, 17, 63] {
+            let mut single = vec![0.0; n];
+            let a = MatRef::row_major(&a_data[row * k..(row + 1) * k], 1, k).unwrap();
+            matmul(&mut single, n, a, b, Init::Zero);
+            assert_eq!(bits(&single), bits(&batch[row * n..(row + 1) * n]), "row {row}");
+        }
+    }
+
+    #[test]
+    fn empty_products() {
+        let mut c = vec![1.0; 6];
+        let a = MatRef::row_major(&[], 2, 0).unwrap();
+        let b = MatRef::row_major(&[], 0, 3).unwrap();
+        matmul(&mut c, 3, a, b, Init::Accumulate);
+        assert_eq!(c, vec![1.0; 6]);
+        matmul(&mut c, 3, a, b, Init::Zero);
+        assert_eq!(c, vec![0.0; 6]);
+    }
+
+    #[test]
+    fn views_reading_out_of_bounds_are_refused() {
+        let data = [0.0; 10];
+        assert!(MatRef::new(&data, 0, [2, 5], [5, 1]).is_ok());
+        let err = MatRef::new(&data, 1, [2, 5], [5, 1]).unwrap_err();
+        assert!(err.to_string().contains("reads past its 10 elements"), "{err}");
+        assert!(MatRef::new(&data, 0, [usize::MAX, 2], [usize::MAX, 1]).is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn any_shape_and_layout_matches_the_reference(
+            m in 1usize..40, k in 0usize..300, n in 1usize..80,
+            ta: bool, tb: bool, accumulate: bool, seed in 0u64..1000,
+        ) {
+            let init = if accumulate { Init::Accumulate } else { Init::Zero };
+            check(m, k, n, ta, tb, init, seed);
+        }
+    }
+}
