@@ -15,6 +15,7 @@ mod actor_critic;
 mod backend;
 pub mod lm;
 mod mlp;
+pub mod safetensors_file;
 
 pub use actor_critic::{ActionHead, ActorCritic, ActorCriticConfig};
 pub use backend::{AutodiffBackend, Backend};

@@ -820,9 +820,5 @@ fn evaluate<B: Backend>(
 
 /// Writes the policy's parameters as `policy.safetensors`.
 fn save_policy<B: Backend>(policy: &ActorCritic<B>, dir: &Path) -> Result<(), TrainError> {
-    use burn_store::{ModuleSnapshot, SafetensorsStore};
-    let mut store = SafetensorsStore::from_file(dir.join("policy.safetensors"));
-    policy
-        .save_into(&mut store)
-        .map_err(|e| TrainError::Io(std::io::Error::other(format!("saving policy.safetensors: {e}"))))
+    rein_model::safetensors_file::save_module(policy, &dir.join("policy.safetensors")).map_err(TrainError::Io)
 }

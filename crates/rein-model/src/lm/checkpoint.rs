@@ -286,7 +286,7 @@ pub fn save<B: Backend>(model: &CausalLm<B>, dir: &Path) -> Result<(), LoadError
         linear("lm_head".into(), head, &mut put);
     }
     // 1-D tensors went through [1, n]: store them with their real shape.
-    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+    let tensors: crate::safetensors_file::Tensors = tensors
         .into_iter()
         .map(|(name, (dims, values))| {
             let shape = if dims[0] == 1 && (name.ends_with("bias") || name.contains("norm")) {
@@ -294,27 +294,11 @@ pub fn save<B: Backend>(model: &CausalLm<B>, dir: &Path) -> Result<(), LoadError
             } else {
                 dims
             };
-            (name, shape, values.iter().flat_map(|v| v.to_le_bytes()).collect())
+            (name, (shape, values))
         })
         .collect();
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
-        .iter()
-        .map(|(name, shape, data)| {
-            let view = safetensors::tensor::TensorView::new(Dtype::F32, shape.clone(), data).map_err(|e| {
-                LoadError::Safetensors {
-                    path: dir.join("model.safetensors"),
-                    reason: e.to_string(),
-                }
-            })?;
-            Ok((name.clone(), view))
-        })
-        .collect::<Result<_, LoadError>>()?;
     let path = dir.join("model.safetensors");
-    let metadata = Some(std::collections::HashMap::from([(
-        "format".to_string(),
-        "pt".to_string(),
-    )]));
-    safetensors::serialize_to_file(views, metadata, &path).map_err(|e| LoadError::Safetensors {
+    crate::safetensors_file::write(&path, &tensors, "pt").map_err(|e| LoadError::Safetensors {
         path: path.clone(),
         reason: e.to_string(),
     })?;
