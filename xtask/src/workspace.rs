@@ -1,16 +1,17 @@
 //! Where things are: the workspace root, the target directory, and running cargo.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context, bail};
 
-/// The repository root (the parent of `xtask/`).
+/// The repository root (the parent of `xtask/`): from `CARGO_MANIFEST_DIR` as `cargo run` sets
+/// it, so a binary built in another checkout that shares the target directory (cargo may reuse
+/// it) still works on this one; the compile-time value otherwise.
 pub(crate) fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask/ has a parent")
-        .to_path_buf()
+    let manifest_dir =
+        std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    manifest_dir.parent().expect("xtask/ has a parent").to_path_buf()
 }
 
 /// The target directory cargo uses for this workspace (honours `CARGO_TARGET_DIR`).
