@@ -5,10 +5,10 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use rein_core::{OutputError, PluginError, PluginErrorKind, RewardFn};
+use rein_core::{OutputError, PluginErrorKind};
 use rein_plugin::{Plugin, RewardPlugin, SandboxLimits};
 
-use super::{attack, common, quick_limits, scores_good_batch};
+use super::{attack_fails, common, quick_limits, scores_good_batch};
 
 const GUESTS: [&str; 2] = ["hostile-reward-py", "hostile-reward-js"];
 
@@ -24,18 +24,6 @@ fn guest(name: &str) -> RewardPlugin {
     LOADED[index]
         .reward("{}")
         .expect("the hostile guests accept an empty config")
-}
-
-/// Runs `attack` in `reward` and returns the error, which must name the plugin.
-fn attack_fails(reward: &mut RewardPlugin, name: &str) -> PluginError {
-    match reward.score(&attack(name)) {
-        Ok(scores) => panic!("attack `{name}` on {} was not stopped: {scores:?}", reward.name()),
-        Err(e) => {
-            assert_eq!(e.plugin, reward.name());
-            assert_eq!(e.call, Some("score"));
-            e
-        }
-    }
 }
 
 #[test]

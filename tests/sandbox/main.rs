@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod clocks;
 mod environments;
 mod guests;
 mod limits;
@@ -39,12 +40,14 @@ pub fn attack(attack: &str) -> Vec<Group> {
     }]
 }
 
-/// Runs `attack` and returns the error it must produce.
+/// Runs `attack` in `reward` (any of the hostile rewards) and returns the error it must
+/// produce, which names the plugin and the call.
 pub fn attack_fails(reward: &mut RewardPlugin, name: &str) -> PluginError {
     match reward.score(&attack(name)) {
-        Ok(scores) => panic!("attack `{name}` was not stopped: {scores:?}"),
+        Ok(scores) => panic!("attack `{name}` on {} was not stopped: {scores:?}", reward.name()),
         Err(e) => {
-            assert_eq!(e.plugin, "hostile-reward");
+            assert_eq!(e.plugin, reward.name());
+            assert_eq!(e.call, Some("score"));
             e
         }
     }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use rein_core::{Group, RewardFn};
-use rein_plugin::PluginRuntime;
+use rein_plugin::{Access, Import, PluginRuntime};
 
 use crate::LimitArgs;
 
@@ -85,7 +85,17 @@ impl PluginCommand {
 }
 
 fn inspect(file: PathBuf, json: bool) -> anyhow::Result<()> {
-    let plugin = PluginRuntime::default().load(&file, Default::default())?;
+    let runtime = PluginRuntime::default();
+    let plugin = match runtime.load(&file, Default::default()) {
+        Ok(plugin) => plugin,
+        Err(error) => {
+            // Show what it imports and what the sandbox gives each, then why it cannot load.
+            if let Ok(imports) = runtime.imports(&file) {
+                print_imports(&imports);
+            }
+            return Err(error.into());
+        }
+    };
     let info = plugin.info();
     if json {
         println!("{}", serde_json::to_string_pretty(info)?);
@@ -109,11 +119,22 @@ fn inspect(file: PathBuf, json: bool) -> anyhow::Result<()> {
             .unwrap_or_default();
         println!("  {}{default}: {}", key.name, key.description);
     }
-    println!("imports:");
-    for import in &info.imports {
-        println!("  {import}");
-    }
+    print_imports(&info.imports);
     Ok(())
+}
+
+/// One line per import: the interface, `provided`, `refused` or `MISSING`, and what it gives.
+fn print_imports(imports: &[Import]) {
+    println!("imports:");
+    let width = imports.iter().map(|i| i.name.len()).max().unwrap_or(0);
+    for import in imports {
+        let access = match import.access {
+            Access::Provided => "provided",
+            Access::Refused => "refused",
+            Access::Missing => "MISSING",
+        };
+        println!("  {:width$}  {access:8}  {}", import.name, import.what);
+    }
 }
 
 fn score(file: PathBuf, input: PathBuf, config: &str, batch: usize, limits: LimitArgs) -> anyhow::Result<()> {

@@ -136,6 +136,11 @@ pub trait Environment: Send {
     fn reset(&mut self, seed: Option<u64>) -> Result<Observation, PluginError>;
     /// Applies one action.
     fn step(&mut self, action: &Action) -> Result<Step, PluginError>;
+
+    /// How many calls have failed so far, by kind.
+    fn failures(&self) -> crate::FailureCounts {
+        crate::FailureCounts::default()
+    }
 }
 
 /// One action per environment of a [`VecEnv`].
@@ -195,6 +200,11 @@ pub trait VecEnv: Send {
     fn reset(&mut self, seed: u64) -> Result<Vec<f32>, PluginError>;
     /// Steps every env once with its action.
     fn step(&mut self, actions: &BatchActions) -> Result<VecStep, PluginError>;
+
+    /// How many calls have failed so far, by kind.
+    fn failures(&self) -> crate::FailureCounts {
+        crate::FailureCounts::default()
+    }
 }
 
 /// Checks an observation against its space: right variant, right length, finite.

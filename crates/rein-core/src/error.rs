@@ -43,6 +43,46 @@ impl PluginError {
     }
 }
 
+/// How many of a plugin's calls failed, by kind, since it was opened: what training logs as
+/// `plugins/<name>/timeouts`, `…/traps` and `…/errors`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FailureCounts {
+    /// Calls stopped at their deadline ([`PluginErrorKind::Timeout`]).
+    pub timeouts: u64,
+    /// Other traps: fuel, memory, stack, a panic or other abort.
+    pub traps: u64,
+    /// Everything else: the plugin's own errors, invalid results, host-side failures.
+    pub errors: u64,
+}
+
+impl FailureCounts {
+    /// Counts one failure.
+    pub fn record(&mut self, error: &PluginError) {
+        match error.kind {
+            PluginErrorKind::Timeout { .. } => self.timeouts += 1,
+            _ if error.is_trap() => self.traps += 1,
+            _ => self.errors += 1,
+        }
+    }
+
+    /// Counts `result`'s failure, if it is one, and passes it on.
+    pub fn count<T>(&mut self, result: Result<T, PluginError>) -> Result<T, PluginError> {
+        if let Err(error) = &result {
+            self.record(error);
+        }
+        result
+    }
+
+    /// The sum of two counts.
+    pub fn plus(self, other: FailureCounts) -> FailureCounts {
+        FailureCounts {
+            timeouts: self.timeouts + other.timeouts,
+            traps: self.traps + other.traps,
+            errors: self.errors + other.errors,
+        }
+    }
+}
+
 /// The kinds of [`PluginError`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]

@@ -14,5 +14,5 @@ pub use env::{
     Action, BatchActions, BoxSpace, EnvSpec, Environment, Observation, Space, Step, VecEnv, VecStep, validate_action,
     validate_batch_actions, validate_observation,
 };
-pub use error::{OutputError, PluginError, PluginErrorKind};
+pub use error::{FailureCounts, OutputError, PluginError, PluginErrorKind};
 pub use reward::{CompletionScore, Group, GroupScores, RewardFn, validate_group_scores};

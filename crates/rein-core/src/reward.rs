@@ -45,6 +45,11 @@ pub trait RewardFn: Send {
     /// Scores a batch of groups: one [`GroupScores`] per group, each with one entry per
     /// completion. Implementations validate their output with [`validate_group_scores`].
     fn score(&mut self, groups: &[Group]) -> Result<Vec<GroupScores>, crate::PluginError>;
+
+    /// How many calls have failed so far, by kind (none for rewards that cannot fail).
+    fn failures(&self) -> crate::FailureCounts {
+        crate::FailureCounts::default()
+    }
 }
 
 /// Checks that `scores` fits `groups`: one entry per group, one score per completion, every

@@ -1,8 +1,8 @@
 //! Environment plugins as [`Environment`]s and [`VecEnv`]s.
 
 use rein_core::{
-    Action, BatchActions, BoxSpace, EnvSpec, Environment, Observation, OutputError, PluginError, PluginErrorKind,
-    Space, Step, VecEnv, VecStep, validate_action, validate_batch_actions, validate_observation,
+    Action, BatchActions, BoxSpace, EnvSpec, Environment, FailureCounts, Observation, OutputError, PluginError,
+    PluginErrorKind, Space, Step, VecEnv, VecStep, validate_action, validate_batch_actions, validate_observation,
 };
 use wasmtime::component::ResourceAny;
 
@@ -25,6 +25,7 @@ pub struct EnvPlugin {
     config: String,
     spec: EnvSpec,
     live: Option<Live>,
+    failures: FailureCounts,
 }
 
 /// `num_envs` environments stepped in one call to one sandboxed instance.
@@ -35,6 +36,7 @@ pub struct VecEnvPlugin {
     spec: EnvSpec,
     obs_dim: usize,
     live: Option<Live>,
+    failures: FailureCounts,
 }
 
 impl std::fmt::Debug for EnvPlugin {
@@ -65,6 +67,7 @@ impl Plugin {
             config: config.into(),
             spec,
             live: Some(live),
+            failures: FailureCounts::default(),
         })
     }
 
@@ -89,6 +92,7 @@ impl Plugin {
             spec,
             obs_dim,
             live: Some(live),
+            failures: FailureCounts::default(),
         })
     }
 
@@ -203,6 +207,22 @@ impl Environment for EnvPlugin {
     }
 
     fn reset(&mut self, seed: Option<u64>) -> Result<Observation, PluginError> {
+        let result = self.try_reset(seed);
+        self.failures.count(result)
+    }
+
+    fn step(&mut self, action: &Action) -> Result<Step, PluginError> {
+        let result = self.try_step(action);
+        self.failures.count(result)
+    }
+
+    fn failures(&self) -> FailureCounts {
+        self.failures
+    }
+}
+
+impl EnvPlugin {
+    fn try_reset(&mut self, seed: Option<u64>) -> Result<Observation, PluginError> {
         if self.live.is_none() {
             self.live = Some(self.plugin.open(&self.config, None)?.0);
         }
@@ -218,7 +238,7 @@ impl Environment for EnvPlugin {
         Ok(obs)
     }
 
-    fn step(&mut self, action: &Action) -> Result<Step, PluginError> {
+    fn try_step(&mut self, action: &Action) -> Result<Step, PluginError> {
         validate_action(&self.spec.action, action).map_err(|e| {
             PluginError::new(
                 self.plugin.name(),
@@ -336,6 +356,22 @@ impl VecEnv for VecEnvPlugin {
     }
 
     fn reset(&mut self, seed: u64) -> Result<Vec<f32>, PluginError> {
+        let result = self.try_reset(seed);
+        self.failures.count(result)
+    }
+
+    fn step(&mut self, actions: &BatchActions) -> Result<VecStep, PluginError> {
+        let result = self.try_step(actions);
+        self.failures.count(result)
+    }
+
+    fn failures(&self) -> FailureCounts {
+        self.failures
+    }
+}
+
+impl VecEnvPlugin {
+    fn try_reset(&mut self, seed: u64) -> Result<Vec<f32>, PluginError> {
         if self.live.is_none() {
             self.live = Some(self.plugin.open(&self.config, Some(self.num_envs))?.0);
         }
@@ -364,7 +400,7 @@ impl VecEnv for VecEnvPlugin {
         Ok(obs)
     }
 
-    fn step(&mut self, actions: &BatchActions) -> Result<VecStep, PluginError> {
+    fn try_step(&mut self, actions: &BatchActions) -> Result<VecStep, PluginError> {
         validate_batch_actions(&self.spec.action, self.num_envs, actions).map_err(|e| {
             PluginError::new(
                 self.plugin.name(),

@@ -33,7 +33,9 @@
 
 mod bindings;
 mod cache;
+pub mod clocks;
 mod env;
+mod imports;
 mod limits;
 mod plugin;
 mod reward;
@@ -43,6 +45,7 @@ mod stdio;
 
 pub use cache::ArtifactCache;
 pub use env::{EnvPlugin, VecEnvPlugin};
+pub use imports::{Access, Import};
 pub use limits::{InvalidLimit, SandboxLimits};
 pub use plugin::{ConfigKey, Plugin, PluginInfo, PluginKind, PluginMetadata};
 pub use reward::RewardPlugin;

@@ -40,6 +40,10 @@ pub struct SandboxLimits {
     /// plugin that inspects NaN bits internally. It costs ~3× on float-heavy code (CartPole:
     /// 17.7M → 6.4M env-steps/s), hence opt-in.
     pub canonicalize_nans: bool,
+    /// Let the plugin read the host's real clocks (default off: virtual clocks, see
+    /// [`crate::clocks`]). Its results may then differ between runs of the same seed, and a
+    /// run using it is marked not reproducible.
+    pub real_clock: bool,
 }
 
 impl Default for SandboxLimits {
@@ -53,6 +57,7 @@ impl Default for SandboxLimits {
             max_output_mib: 64,
             stdio_kib: 64,
             canonicalize_nans: false,
+            real_clock: false,
         }
     }
 }

@@ -9,8 +9,9 @@ use wasmtime::component::{Component, InstancePre, Linker};
 
 use crate::INTERFACE_VERSION;
 use crate::bindings::{self, environment, reward};
+use crate::imports::{Access, Import};
 use crate::limits::SandboxLimits;
-use crate::sandbox::{HostState, Instance, new_store};
+use crate::sandbox::{HostState, Instance, clock_view, new_store};
 
 const REWARD_EXPORT: &str = "rein:plugin/reward-api";
 const ENVIRONMENT_EXPORT: &str = "rein:plugin/environment-api";
@@ -89,8 +90,8 @@ pub struct PluginInfo {
     /// Its metadata.
     #[serde(flatten)]
     pub metadata: PluginMetadata,
-    /// The interfaces it imports (WASI ones are provided, deny-all).
-    pub imports: Vec<String>,
+    /// The interfaces it imports, and what the sandbox gives each.
+    pub imports: Vec<Import>,
     /// The interfaces it exports.
     pub exports: Vec<String>,
 }
@@ -136,13 +137,16 @@ impl Plugin {
         let imports: Vec<String> = ty.imports(&engine).map(|(name, _)| name.to_string()).collect();
         let exports: Vec<String> = ty.exports(&engine).map(|(name, _)| name.to_string()).collect();
         let kind = interface_kind(&exports).map_err(fail)?;
+        let imports: Vec<Import> = imports.iter().map(|name| Import::of(name)).collect();
 
         let mut linker = Linker::<HostState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| {
-            fail(PluginErrorKind::Host {
-                reason: format!("linking WASI: {e:#}"),
-            })
-        })?;
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .and_then(|()| crate::clocks::add_to_linker(&mut linker, clock_view))
+            .map_err(|e| {
+                fail(PluginErrorKind::Host {
+                    reason: format!("linking WASI: {e:#}"),
+                })
+            })?;
         let instance_pre: InstancePre<HostState> = linker
             .instantiate_pre(&component)
             .map_err(|e| fail(missing_import(&imports, &e)))?;
@@ -306,13 +310,13 @@ fn interface_kind(exports: &[String]) -> Result<PluginKind, PluginErrorKind> {
 }
 
 /// Names the import the linker could not satisfy.
-fn missing_import(imports: &[String], error: &wasmtime::Error) -> PluginErrorKind {
+fn missing_import(imports: &[Import], error: &wasmtime::Error) -> PluginErrorKind {
     let message = format!("{error:#}");
     let import = imports
         .iter()
-        .find(|name| message.contains(name.as_str()))
-        .or_else(|| imports.iter().find(|name| !name.starts_with("wasi:")))
-        .cloned();
+        .find(|import| message.contains(import.name.as_str()))
+        .or_else(|| imports.iter().find(|import| import.access == Access::Missing))
+        .map(|import| import.name.clone());
     match import {
         Some(import) => PluginErrorKind::MissingImport { import },
         None => PluginErrorKind::Host {

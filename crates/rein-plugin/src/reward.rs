@@ -1,6 +1,8 @@
 //! Reward plugins as [`RewardFn`]s.
 
-use rein_core::{CompletionScore, Group, GroupScores, OutputError, PluginError, RewardFn, validate_group_scores};
+use rein_core::{
+    CompletionScore, FailureCounts, Group, GroupScores, OutputError, PluginError, RewardFn, validate_group_scores,
+};
 
 use crate::bindings::reward::{self as wit, Reward};
 use crate::plugin::{Plugin, PluginKind};
@@ -14,6 +16,7 @@ pub struct RewardPlugin {
     plugin: Plugin,
     config: String,
     instance: Option<Instance<Reward>>,
+    failures: FailureCounts,
 }
 
 impl std::fmt::Debug for RewardPlugin {
@@ -36,6 +39,7 @@ impl Plugin {
             plugin: self.clone(),
             config: config.to_string(),
             instance: None,
+            failures: FailureCounts::default(),
         };
         reward.live()?;
         Ok(reward)
@@ -73,6 +77,17 @@ impl RewardFn for RewardPlugin {
     }
 
     fn score(&mut self, groups: &[Group]) -> Result<Vec<GroupScores>, PluginError> {
+        let result = self.try_score(groups);
+        self.failures.count(result)
+    }
+
+    fn failures(&self) -> FailureCounts {
+        self.failures
+    }
+}
+
+impl RewardPlugin {
+    fn try_score(&mut self, groups: &[Group]) -> Result<Vec<GroupScores>, PluginError> {
         let wit_groups: Vec<wit::Group> = groups
             .iter()
             .map(|g| wit::Group {

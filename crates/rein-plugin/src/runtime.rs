@@ -6,14 +6,41 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use rein_core::{PluginError, PluginErrorKind};
+use wasmtime::component::Component;
 use wasmtime::{Config, Engine, EngineWeak, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::cache::ArtifactCache;
+use crate::imports::Import;
 use crate::limits::SandboxLimits;
 use crate::plugin::Plugin;
 
 /// How often the ticker advances every engine's epoch; deadlines are counted in ticks.
 pub(crate) const TICK: Duration = Duration::from_millis(2);
+
+/// A plugin's name in errors before its metadata is read: its file name without `.wasm`.
+fn stem(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Reads a component file, refusing one over `max_module_mib` before reading it.
+fn read_component(path: &Path, limits: &SandboxLimits) -> Result<Vec<u8>, PluginError> {
+    let io = |e: std::io::Error| {
+        let kind = PluginErrorKind::Io {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        };
+        PluginError::new(stem(path), None, kind)
+    };
+    let size = std::fs::metadata(path).map_err(io)?.len();
+    let cap = limits.max_module_mib << 20;
+    if size > cap {
+        let kind = PluginErrorKind::ModuleTooLarge { size, limit: cap };
+        return Err(PluginError::new(stem(path), None, kind));
+    }
+    std::fs::read(path).map_err(io)
+}
 
 /// Settings that change generated code get their own engine (and artifact cache key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,34 +91,30 @@ impl PluginRuntime {
     /// its metadata.
     pub fn load(&self, path: impl AsRef<Path>, limits: SandboxLimits) -> Result<Plugin, PluginError> {
         let path = path.as_ref();
-        let file_name = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let fail = |kind| PluginError::new(file_name.clone(), None, kind);
-        limits.validate().map_err(|reason| {
-            fail(PluginErrorKind::Host {
-                reason: format!("invalid limits: {reason}"),
-            })
-        })?;
-        let io = |e: std::io::Error| {
-            fail(PluginErrorKind::Io {
-                path: path.display().to_string(),
-                reason: e.to_string(),
-            })
-        };
-        let size = std::fs::metadata(path).map_err(io)?.len();
-        let cap = limits.max_module_mib << 20;
-        if size > cap {
-            return Err(fail(PluginErrorKind::ModuleTooLarge { size, limit: cap }));
-        }
-        let wasm = std::fs::read(path).map_err(io)?;
-        self.load_bytes(&file_name, &wasm, limits)
+        let wasm = read_component(path, &limits)?;
+        self.load_bytes(&stem(path), &wasm, limits)
     }
 
     /// Loads a component from memory; `name` stands for the plugin in errors until its
     /// metadata is read.
     pub fn load_bytes(&self, name: &str, wasm: &[u8], limits: SandboxLimits) -> Result<Plugin, PluginError> {
+        let (engine, component) = self.compile(name, wasm, &limits)?;
+        Plugin::new(name, engine, component, limits)
+    }
+
+    /// The interfaces the component at `path` imports and what the sandbox gives each, whether
+    /// or not it can load.
+    pub fn imports(&self, path: impl AsRef<Path>) -> Result<Vec<Import>, PluginError> {
+        let path = path.as_ref();
+        let limits = SandboxLimits::default();
+        let wasm = read_component(path, &limits)?;
+        let (engine, component) = self.compile(&stem(path), &wasm, &limits)?;
+        let ty = component.component_type();
+        Ok(ty.imports(&engine).map(|(name, _)| Import::of(name)).collect())
+    }
+
+    /// Compiles (or takes from the cache) a component under `limits`.
+    fn compile(&self, name: &str, wasm: &[u8], limits: &SandboxLimits) -> Result<(Engine, Component), PluginError> {
         let fail = |kind| PluginError::new(name, None, kind);
         limits.validate().map_err(|reason| {
             fail(PluginErrorKind::Host {
@@ -105,21 +128,21 @@ impl PluginRuntime {
                 limit: cap,
             }));
         }
-        let engine = self.engine(&limits).map_err(|e| {
+        let engine = self.engine(limits).map_err(|e| {
             fail(PluginErrorKind::Host {
                 reason: format!("{e:#}"),
             })
         })?;
         let compiled = match &self.cache {
             Some(cache) => cache.load_or_compile(&engine, wasm).map(|(c, _)| c),
-            None => wasmtime::component::Component::new(&engine, wasm),
+            None => Component::new(&engine, wasm),
         };
         let component = compiled.map_err(|e| {
             fail(PluginErrorKind::InvalidComponent {
                 reason: format!("{e:#}"),
             })
         })?;
-        Plugin::new(name, engine, component, limits)
+        Ok((engine, component))
     }
 
     fn engine(&self, limits: &SandboxLimits) -> wasmtime::Result<Engine> {

@@ -6,6 +6,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{Engine, ResourceLimiter, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use crate::clocks::{ClockView, Clocks};
 use crate::limits::SandboxLimits;
 use crate::runtime::TICK;
 use crate::stdio::CappedPipe;
@@ -15,8 +16,17 @@ pub(crate) struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
     memory: MemoryLimiter,
+    clocks: Clocks,
     stdout: CappedPipe,
     stderr: CappedPipe,
+}
+
+/// The clocks and the resource table, for [`crate::clocks`]'s host functions.
+pub(crate) fn clock_view(state: &mut HostState) -> ClockView<'_> {
+    ClockView {
+        clocks: &mut state.clocks,
+        table: &mut state.table,
+    }
 }
 
 impl WasiView for HostState {
@@ -93,6 +103,7 @@ pub(crate) fn new_store(engine: &Engine, limits: &SandboxLimits) -> Store<HostSt
         wasi,
         table: ResourceTable::new(),
         memory,
+        clocks: Clocks::new(limits.real_clock),
         stdout,
         stderr,
     };
@@ -140,6 +151,7 @@ pub(crate) fn prepare_call(store: &mut Store<HostState>, limits: &SandboxLimits)
         let _ = store.set_fuel(fuel);
     }
     store.data_mut().memory.denied = false;
+    store.data_mut().clocks.begin_call(limits.timeout());
     store.data().stderr.clear();
 }
 

@@ -7,7 +7,9 @@
 // Attacks: the Rust plugin's (`infinite-loop`, `memory-bomb`, `deep-recursion`, `panic`,
 // `oversized-output`, `nan`, `infinity`, `nan-component`, `wrong-length`, `flood-stdout`,
 // `guest-error`) plus `raise`, which throws a value that is neither an Error nor a
-// `plugin-error` record.
+// `plugin-error` record; and the clock attacks `spin-on-clock` (a busy loop on `Date.now()`),
+// `set-timeout` (a timer an hour away, left pending) and `clock` (the wall clock as the score).
+// Its config may name an attack for `init`: `{"attack": "spin-on-clock"}`.
 //
 // Build: componentize-js --wit crates/rein-plugin/wit --world-name reward \
 //          --disable http --disable fetch-event -o hostile-reward-js.wasm app.js
@@ -38,6 +40,12 @@ function attackOf(group) {
 }
 
 const scores = (n, make) => Array.from({ length: n }, make);
+
+/** A busy loop on the wall clock for an hour. */
+function spinOnClock() {
+  const start = Date.now();
+  while (Date.now() - start < 3600 * 1000) {}
+}
 
 function scoreGroup(group) {
   const n = group.completions.length;
@@ -76,6 +84,14 @@ function scoreGroup(group) {
       break;
     case "guest-error":
       throw new Refusal("refusing on purpose");
+    case "spin-on-clock":
+      spinOnClock();
+      break;
+    case "set-timeout":
+      setTimeout(() => hoard.push("late"), 3600 * 1000);
+      break;
+    case "clock":
+      return scores(n, () => ({ score: Date.now() / 1000, components: [{ name: "slept_ns", value: 0 }] }));
     default:
       throw new Refusal(`unknown attack \`${attack}\``);
   }
@@ -100,8 +116,11 @@ export const rewardApi = {
       throw { message: `config must be a JSON object, got ${JSON.stringify(values)}` };
     }
     for (const key of Object.keys(values).sort()) {
-      throw { message: `unknown config key \`${key}\` for plugin \`${NAME}\` (accepted: none)` };
+      if (key !== "attack") {
+        throw { message: `unknown config key \`${key}\` for plugin \`${NAME}\` (accepted: attack)` };
+      }
     }
+    if (values.attack === "spin-on-clock") spinOnClock();
   },
 
   score(groups) {

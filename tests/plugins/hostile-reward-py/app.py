@@ -6,13 +6,17 @@ score a good batch, showing the host recovered.
 
 Attacks: the Rust plugin's (`infinite-loop`, `memory-bomb`, `deep-recursion`, `panic`,
 `oversized-output`, `nan`, `infinity`, `nan-component`, `wrong-length`, `flood-stdout`,
-`guest-error`) plus `raise`, an uncaught exception that is not a plugin error.
+`guest-error`) plus `raise`, an uncaught exception that is not a plugin error; and the clock
+attacks `sleep` (`time.sleep` for an hour), `spin-on-clock` (a busy loop on `time.monotonic()`)
+and `clock` (the wall clock as the score). Its config may name an attack for `init`:
+`{"attack": "sleep"}`.
 
 Build: componentize-py -d crates/rein-plugin/wit -w reward componentize app -o hostile-reward-py.wasm
 """
 
 import json
 import sys
+import time
 
 from componentize_py_types import Err
 from wit_world import exports
@@ -82,6 +86,17 @@ def score_group(group):
             print(f"line {i} of a chatty plugin")
     elif attack == "guest-error":
         raise Refusal("refusing on purpose")
+    elif attack == "sleep":
+        time.sleep(3600)
+    elif attack == "spin-on-clock":
+        start = time.monotonic()
+        while time.monotonic() - start < 3600:
+            pass
+    elif attack == "clock":
+        start = time.monotonic()
+        time.sleep(0.005)
+        slept = time.monotonic() - start
+        return [CompletionScore(time.time(), [Component("slept_ns", slept * 1e9)]) for _ in range(n)]
     else:
         raise Refusal(f"unknown attack `{attack}`")
     reference = group.reference or ""
@@ -102,7 +117,10 @@ class RewardApi(exports.RewardApi):
         if not isinstance(values, dict):
             raise Err(PluginError(f"config must be a JSON object, got {json.dumps(values)}"))
         for key in sorted(values):
-            raise Err(PluginError(f"unknown config key `{key}` for plugin `{NAME}` (accepted: none)"))
+            if key != "attack":
+                raise Err(PluginError(f"unknown config key `{key}` for plugin `{NAME}` (accepted: attack)"))
+        if values.get("attack") == "sleep":
+            time.sleep(3600)
 
     def score(self, groups):
         out = []

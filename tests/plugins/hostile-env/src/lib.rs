@@ -1,6 +1,6 @@
 //! An environment plugin that misbehaves as its config's `attack` says: wrong observation
-//! shapes, NaN observations or rewards, an invalid space, an infinite loop on step, rewards so
-//! large (finite) that training overflows. With no attack it is a 2-D random walk that ends
+//! shapes, NaN observations or rewards, an invalid space, an infinite loop or an hour's sleep on
+//! step, rewards so large (finite) that training overflows. With no attack it is a 2-D random walk that ends
 //! after `horizon` steps.
 
 use std::hint::black_box;
@@ -22,7 +22,7 @@ impl Environment for HostileEnv {
     const METADATA: Metadata = Metadata::new("hostile-env", "misbehaves on request").config(&[
         ConfigKey::new(
             "attack",
-            "short-obs, nan-obs, nan-reward, huge-reward, bad-space, loop-on-step, loop-after-3",
+            "short-obs, nan-obs, nan-reward, huge-reward, bad-space, loop-on-step, loop-after-3, sleep-on-step",
         ),
         ConfigKey::new("horizon", "episode length"),
         ConfigKey::new("after", "huge-reward: steps before the rewards become 1e38"),
@@ -77,6 +77,9 @@ impl Environment for HostileEnv {
             loop {
                 x = black_box(x.wrapping_add(1));
             }
+        }
+        if self.attack == "sleep-on-step" {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
         }
         let delta = [(1.0, 0.0), (-1.0, 0.0), (0.0, 1.0), (0.0, -1.0)][a as usize];
         self.position[0] += delta.0;

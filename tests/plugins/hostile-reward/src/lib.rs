@@ -1,10 +1,14 @@
 //! A reward plugin that attacks the host when a group's metadata says `{"attack": "..."}` and
 //! otherwise behaves: 1 when a completion equals the reference, else 0. One instance can thus
 //! be attacked and then asked to score a good batch, showing the host recovered.
+//!
+//! Its config may name an attack for `init` (`{"attack": "sleep"}`): the plugin then blocks
+//! before it can score anything.
 
 use std::hint::black_box;
+use std::time::{Duration, Instant, SystemTime};
 
-use rein_pdk::{Config, Group, Metadata, Reward, Score};
+use rein_pdk::{Config, ConfigKey, Group, Metadata, Reward, Score};
 
 struct Hostile;
 
@@ -16,10 +20,23 @@ fn recurse(depth: u64) -> u64 {
     }
 }
 
-impl Reward for Hostile {
-    const METADATA: Metadata = Metadata::new("hostile-reward", "attacks the host on request");
+fn sleep_forever() -> ! {
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
 
-    fn new(_: &Config) -> Result<Self, String> {
+impl Reward for Hostile {
+    const METADATA: Metadata = Metadata::new("hostile-reward", "attacks the host on request")
+        .config(&[ConfigKey::new("attack", "an attack in init: sleep, sleep-forever")]);
+
+    fn new(config: &Config) -> Result<Self, String> {
+        match config.str_or("attack", "")? {
+            "" => {}
+            "sleep" => std::thread::sleep(Duration::from_secs(3600)),
+            "sleep-forever" => sleep_forever(),
+            other => return Err(format!("unknown init attack `{other}`")),
+        }
         Ok(Hostile)
     }
 
@@ -68,6 +85,27 @@ impl Reward for Hostile {
                 }
             }
             Some("guest-error") => return Err("refusing on purpose".into()),
+            // Blocking on the clocks: one long sleep, sleeping in a loop, spinning on the clock.
+            Some("sleep") => std::thread::sleep(Duration::from_secs(3600)),
+            Some("sleep-forever") => sleep_forever(),
+            Some("spin-on-clock") => {
+                let start = Instant::now();
+                while start.elapsed() < Duration::from_secs(3600) {
+                    black_box(());
+                }
+            }
+            // The clocks as a score: wall-clock seconds since the epoch, then nanoseconds of
+            // monotonic time a short sleep took.
+            Some("clock") => {
+                let wall = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_err(|e| e.to_string())?;
+                let start = Instant::now();
+                std::thread::sleep(Duration::from_millis(5));
+                let slept = start.elapsed();
+                let score = Score::new(wall.as_secs_f64()).with("slept_ns", slept.as_nanos() as f64);
+                return Ok(vec![score; n]);
+            }
             Some(other) => return Err(format!("unknown attack `{other}`")),
         }
         let reference = group.reference.as_deref().unwrap_or_default();
