@@ -3,12 +3,11 @@
 //! the Rust `hostile-reward`, and the same host then scores a good batch.
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use rein_core::{OutputError, PluginErrorKind};
 use rein_plugin::{Plugin, RewardPlugin, SandboxLimits};
 
-use super::{attack_fails, common, quick_limits, scores_good_batch};
+use super::{QUICK_TIMEOUT, attack_fails, common, quick_limits, scores_good_batch};
 
 const GUESTS: [&str; 2] = ["hostile-reward-py", "hostile-reward-js"];
 
@@ -31,13 +30,7 @@ fn infinite_loops_hit_the_deadline() {
     for name in GUESTS {
         let mut reward = guest(name);
         let error = attack_fails(&mut reward, "infinite-loop");
-        assert_eq!(
-            error.kind,
-            PluginErrorKind::Timeout {
-                limit: Duration::from_millis(200)
-            },
-            "{name}"
-        );
+        assert_eq!(error.kind, PluginErrorKind::Timeout { limit: QUICK_TIMEOUT }, "{name}");
         scores_good_batch(&mut reward);
     }
 }

@@ -12,13 +12,20 @@ mod limits;
 mod loading;
 mod outputs;
 
+use std::time::Duration;
+
 use rein_core::{Group, PluginError, PluginErrorKind, RewardFn};
 use rein_plugin::{RewardPlugin, SandboxLimits};
 
-/// Limits that make the attacks quick to run: 200 ms per call, 64 MiB.
+/// The deadline of [`quick_limits`]: short enough that the attacks which must hit it end soon,
+/// long enough that a legitimate call (re-instantiating a Python guest after a trap, scoring
+/// a batch) keeps a wide margin on a loaded 2-core machine.
+pub const QUICK_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Limits that make the attacks quick to run: [`QUICK_TIMEOUT`] per call, 64 MiB.
 pub fn quick_limits() -> SandboxLimits {
     SandboxLimits {
-        timeout_ms: 200,
+        timeout_ms: QUICK_TIMEOUT.as_millis() as u64,
         memory_mib: 64,
         ..SandboxLimits::default()
     }

@@ -1,6 +1,7 @@
 //! Results the host must refuse, and output it must cap.
 
 use rein_core::{OutputError, PluginErrorKind, RewardFn};
+use rein_plugin::SandboxLimits;
 
 use super::{attack, attack_fails, hostile, quick_limits, scores_good_batch};
 
@@ -37,7 +38,7 @@ fn wrong_length_results_are_rejected() {
 #[test]
 fn oversized_output_is_refused() {
     // Writing 80 MiB takes a while on a loaded machine: the deadline is not what is tested.
-    let mut reward = hostile(rein_plugin::SandboxLimits {
+    let mut reward = hostile(SandboxLimits {
         memory_mib: 256,
         timeout_ms: 10_000,
         ..quick_limits()
@@ -53,7 +54,12 @@ fn oversized_output_is_refused() {
 
 #[test]
 fn flooding_stdout_is_capped_not_fatal() {
-    let mut reward = hostile(quick_limits());
+    // A generous deadline: this tests the output cap, not time (100k lines took over 200 ms on
+    // a loaded machine).
+    let mut reward = hostile(SandboxLimits {
+        timeout_ms: 10_000,
+        ..quick_limits()
+    });
     let scores = reward.score(&attack("flood-stdout")).expect("printing is allowed");
     assert_eq!(
         scores[0].iter().map(|s| s.score).collect::<Vec<_>>(),

@@ -72,6 +72,11 @@ impl LimitArgs {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // A bad `REIN_CPU` is reported before any kernel runs (the kernels would ignore it).
+    if let Err(error) = rein_kernels::isa::from_env() {
+        eprintln!("error: {error}");
+        return std::process::ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Plugin(command) => command.run(),
         Command::Env(command) => command.run(),

@@ -109,11 +109,11 @@ fn limits_from_the_command_line_apply_and_are_named() {
         "--input",
         input.to_str().unwrap(),
         "--timeout-ms",
-        "100",
+        "1000",
     ]);
     let err = stderr_of_failure(&out);
     assert!(
-        err.contains("plugin `hostile-reward` (score): exceeded its time limit of 100 ms per call (`timeout_ms`)"),
+        err.contains("plugin `hostile-reward` (score): exceeded its time limit of 1000 ms per call (`timeout_ms`)"),
         "{err}"
     );
     assert!(err.contains("loop.jsonl"), "names the input: {err}");

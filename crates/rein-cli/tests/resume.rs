@@ -80,18 +80,6 @@ fn steps_logged(dir: Option<&PathBuf>) -> usize {
         .count()
 }
 
-/// The metrics, without what depends on the wall clock.
-fn metrics_without_timings(dir: &Path) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
-    text.lines()
-        .map(|line| {
-            let mut record: serde_json::Map<String, serde_json::Value> = serde_json::from_str(line).unwrap();
-            record.retain(|k, _| !(k.starts_with("time/") || k.ends_with("sps") || k.ends_with("tokens_per_s")));
-            serde_json::Value::Object(record)
-        })
-        .collect()
-}
-
 /// xorshift64*: the kill points, reproducible from the printed seed.
 struct Random(u64);
 
@@ -168,7 +156,7 @@ fn corrupt_newest_checkpoint(dir: &Path) -> Option<PathBuf> {
 fn killed_and_resumed_equals_uninterrupted(job: &Job, total_steps: usize, kills: usize) {
     let reference_runs = scratch(&format!("{}-reference", job.every));
     succeeded(job.command(&reference_runs, None).output().unwrap());
-    let reference = metrics_without_timings(&run_dir(&reference_runs));
+    let reference = common::metrics_without_timings(&run_dir(&reference_runs));
 
     let mut random = Random(seed());
     let runs = scratch(&format!("{}-killed", job.every));
@@ -210,7 +198,7 @@ fn killed_and_resumed_equals_uninterrupted(job: &Job, total_steps: usize, kills:
     if let Some((before, corrupted)) = last_kill {
         check_resume(&stderr, before, job.every, corrupted.as_deref());
     }
-    let resumed = metrics_without_timings(&run);
+    let resumed = common::metrics_without_timings(&run);
     assert_eq!(resumed.len(), reference.len(), "number of metric lines");
     for (line, (a, b)) in reference.iter().zip(&resumed).enumerate() {
         assert_eq!(a, b, "metrics.jsonl line {} differs", line + 1);
@@ -304,7 +292,7 @@ fn ctrl_c_saves_a_checkpoint_at_once_and_the_run_resumes_from_it() {
     };
     let reference_runs = scratch("ctrl-c-reference");
     succeeded(job.command(&reference_runs, None).output().unwrap());
-    let reference = metrics_without_timings(&run_dir(&reference_runs));
+    let reference = common::metrics_without_timings(&run_dir(&reference_runs));
 
     let runs = scratch("ctrl-c");
     let child = job.command(&runs, None).spawn().unwrap();
@@ -333,5 +321,5 @@ fn ctrl_c_saves_a_checkpoint_at_once_and_the_run_resumes_from_it() {
     let resumed = succeeded(job.command(&runs, Some(&run)).output().unwrap());
     // Nothing is lost: the checkpoint is of the last step logged.
     assert_eq!(resumed_from(&resumed), Some(stopped_at), "{resumed}");
-    assert_eq!(metrics_without_timings(&run), reference);
+    assert_eq!(common::metrics_without_timings(&run), reference);
 }
