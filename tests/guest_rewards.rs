@@ -8,8 +8,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use rein_core::{Group, RewardFn};
+use rein_recipe::LoadedRecipe;
 use rein_train::RunOutcome;
-use rein_train::recipe::LoadedRecipe;
 use serde::Deserialize;
 
 const PORTS: [&str; 2] = ["math-answer-py", "math-answer-js"];

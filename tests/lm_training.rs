@@ -6,8 +6,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use rein_recipe::LoadedRecipe;
 use rein_train::lm::{Fields, read};
-use rein_train::recipe::LoadedRecipe;
 use rein_train::{RunOutcome, TrainError};
 
 fn root() -> PathBuf {

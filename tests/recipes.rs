@@ -6,7 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use rein_train::recipe::{Algorithm, LoadedRecipe, RecipeError};
+use rein_recipe::{Algorithm, LoadedRecipe, RecipeError};
 
 /// A fresh directory of recipe files.
 fn recipes(files: &[(&str, &str)]) -> PathBuf {
@@ -39,7 +39,7 @@ fn load(dir: &Path, file: &str, overrides: &[&str]) -> Result<LoadedRecipe, Reci
     LoadedRecipe::load(&dir.join(file), &overrides)
 }
 
-fn ppo(loaded: &LoadedRecipe) -> &rein_train::recipe::PpoSection {
+fn ppo(loaded: &LoadedRecipe) -> &rein_recipe::PpoSection {
     let Algorithm::Ppo(ppo) = &loaded.recipe.algorithm else {
         panic!("a PPO recipe")
     };

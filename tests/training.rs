@@ -6,7 +6,7 @@ mod common;
 
 use std::path::Path;
 
-use rein_train::recipe::LoadedRecipe;
+use rein_recipe::LoadedRecipe;
 
 fn recipe(name: &str, overrides: &[String]) -> LoadedRecipe {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();

@@ -7,8 +7,8 @@ use std::path::Path;
 use rein_model::CpuAutodiff;
 use rein_model::lm::LmTokenizer;
 use rein_plugin::PluginRuntime;
-use rein_train::lm::{ArithmeticTask, GrpoContext, WeightedReward, prepare, train_grpo};
-use rein_train::recipe::{DataSection, GrpoSection, OptimizerSection, SamplerSection};
+use rein_recipe::{DataSection, GrpoSection, OptimizerSection, SamplerSection};
+use rein_train::lm::{ArithmeticTask, GrpoContext, WeightedReward, generate_task, prepare, train_grpo};
 
 use crate::qwen2_3m::qwen2_3m;
 use crate::report::{Report, Row};
@@ -35,7 +35,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         chat_template: true,
         system_prompt: None,
     };
-    let prompts = prepare(&task.generate(1).0, &tokenizer, &data)?;
+    let prompts = prepare(&generate_task(&task, 1).0, &tokenizer, &data)?;
     let runtime = PluginRuntime::default();
     let plugin = runtime.load(plugin_dir.join("math-answer.wasm"), Default::default())?;
     let mut rewards = vec![WeightedReward {

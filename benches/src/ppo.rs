@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use rein_train::recipe::LoadedRecipe;
+use rein_recipe::LoadedRecipe;
 
 use crate::report::{Report, Row};
 

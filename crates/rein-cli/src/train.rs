@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use rein_recipe::LoadedRecipe;
 use rein_train::RunOutcome;
-use rein_train::recipe::LoadedRecipe;
 
 /// Where a recipe is and how to change it.
 #[derive(Args, Debug, Clone)]

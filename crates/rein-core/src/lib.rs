@@ -6,13 +6,17 @@
 //! can be written against these traits without seeing how a reward or an environment runs.
 //! Errors are typed ([`PluginError`], [`OutputError`]) and name what failed.
 
+pub mod choices;
 mod env;
 mod error;
+mod limits;
 mod reward;
 
+pub use choices::{Activation, AdvantageKind, Aggregation, KlEstimator, OnError, RatioLevel, StdScaling};
 pub use env::{
     Action, BatchActions, BoxSpace, EnvSpec, Environment, Observation, Space, Step, VecEnv, VecStep, validate_action,
     validate_batch_actions, validate_observation,
 };
 pub use error::{FailureCounts, OutputError, PluginError, PluginErrorKind};
+pub use limits::{InvalidLimit, SandboxLimits};
 pub use reward::{CompletionScore, Group, GroupScores, RewardFn, validate_group_scores};

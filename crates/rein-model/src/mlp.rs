@@ -5,18 +5,7 @@ use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::{Tensor, TensorPrimitive};
 
 use crate::backend::{Backend, linear};
-use serde::{Deserialize, Serialize};
-
-/// The nonlinearity between layers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Activation {
-    /// `tanh`, CleanRL's choice for PPO.
-    #[default]
-    Tanh,
-    /// `max(0, x)`.
-    Relu,
-}
+pub use rein_core::Activation;
 
 /// Configuration of an [`Mlp`].
 #[derive(Debug, Clone, PartialEq)]

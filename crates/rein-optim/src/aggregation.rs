@@ -9,21 +9,7 @@
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
-use serde::{Deserialize, Serialize};
-
-/// How per-token losses become one number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Aggregation {
-    /// Every completion token counts once (long completions weigh more).
-    TokenMean,
-    /// Average within each completion, then over completions.
-    #[default]
-    SeqMeanTokenMean,
-    /// Sum within each completion, divided by the batch size times the maximum completion
-    /// length (no length bias).
-    SeqMeanTokenSumNorm,
-}
+use rein_core::Aggregation;
 
 /// Aggregates `loss` over the tokens where `mask` is 1.
 ///

@@ -7,20 +7,7 @@
 //! REINFORCE++ (Hu 2025):     A_i = (x_i − mean_batch x) / (std_batch x + ε),   x_i = r_i − mean_g r (with baseline) or r_i
 //! ```
 
-use serde::{Deserialize, Serialize};
-
-/// How group-normalised advantages are scaled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StdScaling {
-    /// Divide by each group's standard deviation (GRPO).
-    #[default]
-    Group,
-    /// Divide by the whole batch's standard deviation.
-    Batch,
-    /// Do not divide (Dr. GRPO).
-    None,
-}
+use rein_core::StdScaling;
 
 /// ε in the denominators, as TRL uses.
 const EPS: f64 = 1e-4;

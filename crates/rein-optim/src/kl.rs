@@ -9,20 +9,7 @@
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
-use serde::{Deserialize, Serialize};
-
-/// Which estimator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KlEstimator {
-    /// `−log r`.
-    K1,
-    /// `½ (log r)²`.
-    K2,
-    /// `r − 1 − log r`.
-    #[default]
-    K3,
-}
+use rein_core::KlEstimator;
 
 /// The per-token KL estimate.
 ///

@@ -14,21 +14,11 @@
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
-use serde::{Deserialize, Serialize};
+use rein_core::RatioLevel;
 
-use crate::aggregation::{Aggregation, aggregate};
-use crate::kl::{KlEstimator, kl_estimate};
-
-/// Where the importance ratio is taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RatioLevel {
-    /// One ratio per token (PPO, GRPO, DAPO).
-    #[default]
-    Token,
-    /// One length-normalised ratio per completion (GSPO).
-    Sequence,
-}
+use crate::aggregation::aggregate;
+use crate::kl::kl_estimate;
+use rein_core::{Aggregation, KlEstimator};
 
 /// The loss's settings.
 #[derive(Debug, Clone, Copy, PartialEq)]

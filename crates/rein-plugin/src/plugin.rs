@@ -10,8 +10,8 @@ use wasmtime::component::{Component, InstancePre, Linker};
 use crate::INTERFACE_VERSION;
 use crate::bindings::{self, environment, reward};
 use crate::imports::{Access, Import};
-use crate::limits::SandboxLimits;
 use crate::sandbox::{HostState, Instance, clock_view, new_store};
+use rein_core::SandboxLimits;
 
 const REWARD_EXPORT: &str = "rein:plugin/reward-api";
 const ENVIRONMENT_EXPORT: &str = "rein:plugin/environment-api";

@@ -1,21 +1,17 @@
-//! Engines, the epoch ticker and plugin loading.
+//! Engines and plugin loading.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
+use std::sync::Mutex;
 
 use rein_core::{PluginError, PluginErrorKind};
 use wasmtime::component::Component;
-use wasmtime::{Config, Engine, EngineWeak, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::cache::ArtifactCache;
 use crate::imports::Import;
-use crate::limits::SandboxLimits;
 use crate::plugin::Plugin;
-
-/// How often the ticker advances every engine's epoch; deadlines are counted in ticks.
-pub(crate) const TICK: Duration = Duration::from_millis(2);
+use rein_core::SandboxLimits;
 
 /// A plugin's name in errors before its metadata is read: its file name without `.wasm`.
 fn stem(path: &Path) -> String {
@@ -156,7 +152,7 @@ impl PluginRuntime {
             return Ok(engine.clone());
         }
         let engine = Engine::new(&engine_config(key))?;
-        ticker().register(&engine);
+        crate::epoch::ticker().register(&engine);
         engines.insert(key, engine.clone());
         Ok(engine)
     }
@@ -192,55 +188,4 @@ fn engine_config(key: EngineKey) -> Config {
         config.profiler(wasmtime::ProfilingStrategy::PerfMap);
     }
     config
-}
-
-/// One thread advancing the epoch of every live engine each [`TICK`]; it sleeps while there
-/// are none. Engines are held weakly, so dropping the last plugin of an engine frees it.
-struct Ticker {
-    engines: Mutex<Vec<EngineWeak>>,
-    thread: std::thread::Thread,
-}
-
-fn ticker() -> &'static Ticker {
-    static TICKER: OnceLock<Ticker> = OnceLock::new();
-    TICKER.get_or_init(|| {
-        let thread = std::thread::Builder::new()
-            .name("rein-epoch-ticker".into())
-            .spawn(|| {
-                loop {
-                    let ticker = ticker();
-                    let idle = {
-                        let mut engines = ticker.engines.lock().unwrap_or_else(|e| e.into_inner());
-                        engines.retain(|weak| match weak.upgrade() {
-                            Some(engine) => {
-                                engine.increment_epoch();
-                                true
-                            }
-                            None => false,
-                        });
-                        engines.is_empty()
-                    };
-                    if idle {
-                        std::thread::park();
-                    } else {
-                        std::thread::sleep(TICK);
-                    }
-                }
-            })
-            .expect("spawning the epoch ticker thread");
-        Ticker {
-            engines: Mutex::new(Vec::new()),
-            thread: thread.thread().clone(),
-        }
-    })
-}
-
-impl Ticker {
-    fn register(&self, engine: &Engine) {
-        self.engines
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(engine.weak());
-        self.thread.unpark();
-    }
 }

@@ -7,9 +7,9 @@ use wasmtime::{Engine, ResourceLimiter, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::clocks::{ClockView, Clocks};
-use crate::limits::SandboxLimits;
-use crate::runtime::TICK;
+use crate::epoch::TICK;
 use crate::stdio::CappedPipe;
+use rein_core::SandboxLimits;
 
 /// What a store holds: the deny-all WASI context and the memory accounting.
 pub(crate) struct HostState {

@@ -14,7 +14,7 @@ pub enum TrainError {
     Plugin(#[from] PluginError),
     /// The recipe cannot be trained as written.
     #[error(transparent)]
-    Recipe(#[from] crate::recipe::RecipeError),
+    Recipe(#[from] rein_recipe::RecipeError),
     /// A file in the run directory could not be written.
     #[error("run directory: {0}")]
     Io(#[from] std::io::Error),

@@ -1,7 +1,6 @@
 //! rein's training loops and everything a run needs around them: recipes, run directories,
 //! metrics and progress.
 //!
-//! - [`recipe`]: TOML recipes, composition (`extends`, `--set`) and validation.
 //! - [`ppo`]: PPO on a vector of environment plugins (CleanRL's `ppo.py`, in algorithm order).
 //! - [`lm`]: language-model post-training — SFT and the GRPO family with reward plugins, data
 //!   from files or a generated task, held-out evaluation.
@@ -17,7 +16,6 @@ pub mod lm;
 mod lm_run;
 pub mod ppo;
 pub mod progress;
-pub mod recipe;
 mod run_dir;
 mod runner;
 

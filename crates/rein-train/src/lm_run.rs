@@ -14,8 +14,8 @@ use serde_json::json;
 use crate::TrainError;
 use crate::checkpoint::Checkpointing;
 use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, WeightedReward};
-use crate::recipe::{Algorithm, LoadedRecipe, RecipeError};
 use crate::run_dir::RunDir;
+use rein_recipe::{Algorithm, LoadedRecipe, RecipeError};
 
 /// What a language-model run reports.
 #[derive(Debug, Clone, Default)]
@@ -122,7 +122,7 @@ fn setup<B: Backend>(
         (Some(task), _) => {
             task.validate()
                 .map_err(|(key, message)| invalid(loaded, &format!("data.task.{key}"), message))?;
-            let (train, test) = task.generate(recipe.seed);
+            let (train, test) = lm::generate_task(task, recipe.seed);
             if let Some(dir) = data_dir {
                 std::fs::create_dir_all(dir)?;
                 lm::write_jsonl(&dir.join("train.jsonl"), &train)?;

@@ -34,8 +34,8 @@ use serde_json::json;
 use crate::checkpoint::{Checkpoint, Checkpointing, module_bytes, optimizer_bytes};
 pub use crate::error::TrainError;
 use crate::progress::Progress;
-use crate::recipe::{Algorithm, LoadedRecipe, PpoSection, Recipe};
 use crate::run_dir::{MetricsWriter, RunDir};
+use rein_recipe::{Algorithm, LoadedRecipe, PpoSection, Recipe};
 
 /// Where the wall-clock time of a run went.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]

@@ -10,8 +10,8 @@ use crate::TrainError;
 use crate::checkpoint::{CheckpointDir, Checkpointing};
 use crate::lm_run::{LmOutcome, run_lm};
 use crate::ppo::{self, PpoOutcome};
-use crate::recipe::{Algorithm, Device, LoadedRecipe};
 use crate::run_dir::RunDir;
+use rein_recipe::{Algorithm, Device, LoadedRecipe};
 
 /// What a run reports.
 #[derive(Debug, Clone)]
@@ -196,7 +196,7 @@ fn create_run_dir(loaded: &LoadedRecipe, write_run: bool) -> Result<Option<RunDi
 
 #[cfg(not(feature = "cuda"))]
 fn no_cuda(loaded: &LoadedRecipe) -> TrainError {
-    TrainError::Recipe(crate::recipe::RecipeError::Invalid {
+    TrainError::Recipe(rein_recipe::RecipeError::Invalid {
         file: loaded.path.clone(),
         path: "device".into(),
         message: "this build has no CUDA support; rebuild with `--features cuda`".into(),

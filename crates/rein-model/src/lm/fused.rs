@@ -9,10 +9,9 @@
 use burn::nn::Linear;
 use burn::tensor::{Tensor, TensorPrimitive};
 
-use super::model::CausalLm;
 use crate::backend::Backend;
 
-/// The concatenated projections of every layer of a [`CausalLm`].
+/// The concatenated projections of every layer of a model (`CausalLm::fused_projections`).
 #[derive(Debug, Clone)]
 pub struct FusedProjections<B: Backend> {
     pub(crate) layers: Vec<FusedLayer<B>>,
@@ -29,26 +28,17 @@ pub(crate) struct FusedLayer<B: Backend> {
     gate_up: Tensor<B, 2>,
 }
 
-impl<B: Backend> FusedProjections<B> {
-    /// Concatenates the projections of `model`'s layers.
-    pub fn new(model: &CausalLm<B>) -> Self {
-        let layers = model
-            .layers
+impl<B: Backend> FusedLayer<B> {
+    /// One layer's attention input projections (`q`, `k`, `v`) and MLP input projections
+    /// (`gate`, `up`), concatenated.
+    pub(crate) fn new(attention: [&Linear<B>; 3], gate: &Linear<B>, up: &Linear<B>) -> Self {
+        let qkv = Tensor::cat(attention.iter().map(|l| l.weight.val()).collect(), 1);
+        let qkv_bias = attention
             .iter()
-            .map(|layer| {
-                let attn = &layer.self_attn;
-                let projections = [&attn.q_proj, &attn.k_proj, &attn.v_proj];
-                let qkv = Tensor::cat(projections.iter().map(|l| l.weight.val()).collect(), 1);
-                let qkv_bias = projections
-                    .iter()
-                    .any(|l| l.bias.is_some())
-                    .then(|| Tensor::cat(projections.iter().map(|l| bias_or_zeros(l)).collect(), 0));
-                let mlp = &layer.mlp;
-                let gate_up = Tensor::cat(vec![mlp.gate_proj.weight.val(), mlp.up_proj.weight.val()], 1);
-                FusedLayer { qkv, qkv_bias, gate_up }
-            })
-            .collect();
-        Self { layers }
+            .any(|l| l.bias.is_some())
+            .then(|| Tensor::cat(attention.iter().map(|l| bias_or_zeros(l)).collect(), 0));
+        let gate_up = Tensor::cat(vec![gate.weight.val(), up.weight.val()], 1);
+        FusedLayer { qkv, qkv_bias, gate_up }
     }
 }
 

@@ -240,7 +240,19 @@ impl<B: Backend> CausalLm<B> {
 
     /// The layers' projections concatenated, for [`Context::fused`].
     pub fn fused_projections(&self) -> FusedProjections<B> {
-        FusedProjections::new(self)
+        let layers = self
+            .layers
+            .iter()
+            .map(|layer| {
+                let attn = &layer.self_attn;
+                FusedLayer::new(
+                    [&attn.q_proj, &attn.k_proj, &attn.v_proj],
+                    &layer.mlp.gate_proj,
+                    &layer.mlp.up_proj,
+                )
+            })
+            .collect();
+        FusedProjections { layers }
     }
 
     /// Rotary tables for positions `0..max_len`.

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+pub use rein_recipe::Fields;
 use serde::{Deserialize, Serialize};
 
 /// One dataset row.
@@ -19,28 +20,6 @@ pub struct Example {
     /// Other columns, as a JSON object (handed to reward plugins).
     #[serde(default)]
     pub metadata: String,
-}
-
-/// Which columns hold what.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Fields {
-    /// The prompt column.
-    pub prompt: String,
-    /// The reference-answer column.
-    pub answer: String,
-    /// The target-completion column.
-    pub completion: String,
-}
-
-impl Default for Fields {
-    fn default() -> Self {
-        Self {
-            prompt: "prompt".into(),
-            answer: "answer".into(),
-            completion: "completion".into(),
-        }
-    }
 }
 
 /// Why a dataset cannot be read.

@@ -27,7 +27,7 @@ use crate::MetricsWriter;
 use crate::checkpoint::{Checkpointing, module_bytes, optimizer_bytes};
 use crate::ppo::TrainError;
 use crate::progress::Progress;
-use crate::recipe::{AdvantageKind, GrpoSection, OptimizerSection, SamplerSection};
+use rein_recipe::{AdvantageKind, GrpoSection, OptimizerSection, SamplerSection};
 
 /// Where a GRPO run's time went and how it ended.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

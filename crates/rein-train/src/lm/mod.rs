@@ -17,11 +17,11 @@ pub use eval::{EvalReport, EvalSettings, evaluate, is_correct};
 pub use grpo::{GrpoContext, GrpoOutcome, train_grpo};
 pub use rewards::{GroupReward, OnError, RewardFailure, WeightedReward, score_groups};
 pub use sft::train_sft;
-pub use task::ArithmeticTask;
+pub use task::{ArithmeticTask, generate_task};
 
 use rein_model::lm::{ChatMessage, LmTokenizer};
 
-use crate::recipe::DataSection;
+use rein_recipe::DataSection;
 
 /// A prompt ready to sample from.
 #[derive(Debug, Clone, PartialEq)]

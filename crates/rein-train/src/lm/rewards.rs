@@ -3,21 +3,8 @@
 
 use std::collections::BTreeMap;
 
+pub use rein_core::OnError;
 use rein_core::{Group, PluginError, RewardFn};
-use serde::{Deserialize, Serialize};
-
-/// What to do when a reward plugin fails on a group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnError {
-    /// Stop training with the plugin's error and the failing group.
-    #[default]
-    Fail,
-    /// Count that plugin's score as 0 for the failing group, and log the error.
-    Zero,
-    /// Drop the failing group from this step, and log the error.
-    Skip,
-}
 
 /// A reward function with its weight.
 pub struct WeightedReward {

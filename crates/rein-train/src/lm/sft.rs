@@ -21,7 +21,7 @@ use crate::MetricsWriter;
 use crate::checkpoint::{Checkpointing, module_bytes, optimizer_bytes};
 use crate::ppo::TrainError;
 use crate::progress::Progress;
-use crate::recipe::SftSection;
+use rein_recipe::SftSection;
 
 /// What an SFT checkpoint stores besides the model and optimiser.
 #[derive(Serialize, Deserialize)]

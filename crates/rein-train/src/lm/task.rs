@@ -6,28 +6,10 @@
 //! so each step is single-digit arithmetic a small model can learn; whether it gets every step
 //! right is what the reward checks.
 
+pub use rein_recipe::ArithmeticTask;
 use rein_sampler::SeededRng;
-use serde::{Deserialize, Serialize};
 
 use super::data::Example;
-
-/// `What is a ○ b?` for two operands up to `max_operand` and operators from `ops`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ArithmeticTask {
-    /// Largest operand (operands are drawn from `0..=max_operand`).
-    #[serde(default = "defaults::max_operand")]
-    pub max_operand: u32,
-    /// Operators: any of `+`, `-`, `*`.
-    #[serde(default = "defaults::ops")]
-    pub ops: Vec<String>,
-    /// Training examples.
-    #[serde(default = "defaults::train")]
-    pub train: usize,
-    /// Held-out examples (never in the training split).
-    #[serde(default = "defaults::test")]
-    pub test: usize,
-}
 
 /// The digit-by-digit scratchpad for `a op b` (`a ≥ b` for subtraction, non-negative operands).
 pub fn scratchpad(a: i64, op: &str, b: i64) -> String {
@@ -63,91 +45,42 @@ pub fn scratchpad(a: i64, op: &str, b: i64) -> String {
     steps.join(", ")
 }
 
-mod defaults {
-    pub fn max_operand() -> u32 {
-        99
-    }
-    pub fn ops() -> Vec<String> {
-        vec!["+".into(), "-".into()]
-    }
-    pub fn train() -> usize {
-        20_000
-    }
-    pub fn test() -> usize {
-        500
-    }
-}
-
-impl ArithmeticTask {
-    /// Checks the settings, naming the key.
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        if let Some(op) = self.ops.iter().find(|op| !["+", "-", "*"].contains(&op.as_str())) {
-            return Err(("ops".into(), format!("`{op}` is not one of +, -, *")));
-        }
-        if self.ops.is_empty() {
-            return Err(("ops".into(), "needs at least one operator".into()));
-        }
-        let operands = u64::from(self.max_operand) + 1;
-        let distinct: u64 = self
-            .ops
-            .iter()
-            .map(|op| {
-                if op == "-" {
-                    operands * (operands + 1) / 2
-                } else {
-                    operands * operands
-                }
-            })
-            .sum();
-        if (self.train + self.test) as u64 > distinct {
-            return Err((
-                "train".into(),
-                format!(
-                    "{} + {} examples asked, but only {distinct} distinct problems exist",
-                    self.train, self.test
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Train and held-out splits, disjoint, reproducible from `seed`.
-    pub fn generate(&self, seed: u64) -> (Vec<Example>, Vec<Example>) {
-        let mut rng = SeededRng::new(seed ^ 0xA817_4E7C);
-        let mut seen = std::collections::HashSet::new();
-        let mut draw = |count: usize| {
-            let mut out = Vec::with_capacity(count);
-            while out.len() < count {
-                let mut a = rng.below(u64::from(self.max_operand) + 1) as i64;
-                let mut b = rng.below(u64::from(self.max_operand) + 1) as i64;
-                let op = &self.ops[rng.below(self.ops.len() as u64) as usize];
-                if op == "-" && a < b {
-                    (a, b) = (b, a);
-                }
-                if !seen.insert((a, b, op.clone())) {
-                    continue;
-                }
-                let result = match op.as_str() {
-                    "+" => a + b,
-                    "-" => a - b,
-                    _ => a * b,
-                };
-                out.push(Example {
-                    prompt: format!("What is {a} {op} {b}?"),
-                    answer: Some(result.to_string()),
-                    completion: Some(match op.as_str() {
-                        "*" => format!("<think>{a} * {b} = {result}</think><answer>{result}</answer>"),
-                        _ => format!("<think>{}</think><answer>{result}</answer>", scratchpad(a, op, b)),
-                    }),
-                    metadata: String::new(),
-                });
+/// The task's train and held-out splits, disjoint, reproducible from `seed`.
+pub fn generate_task(task: &ArithmeticTask, seed: u64) -> (Vec<Example>, Vec<Example>) {
+    let mut rng = SeededRng::new(seed ^ 0xA817_4E7C);
+    let mut seen = std::collections::HashSet::new();
+    let mut draw = |count: usize| {
+        let mut out = Vec::with_capacity(count);
+        while out.len() < count {
+            let mut a = rng.below(u64::from(task.max_operand) + 1) as i64;
+            let mut b = rng.below(u64::from(task.max_operand) + 1) as i64;
+            let op = &task.ops[rng.below(task.ops.len() as u64) as usize];
+            if op == "-" && a < b {
+                (a, b) = (b, a);
             }
-            out
-        };
-        let test = draw(self.test);
-        let train = draw(self.train);
-        (train, test)
-    }
+            if !seen.insert((a, b, op.clone())) {
+                continue;
+            }
+            let result = match op.as_str() {
+                "+" => a + b,
+                "-" => a - b,
+                _ => a * b,
+            };
+            out.push(Example {
+                prompt: format!("What is {a} {op} {b}?"),
+                answer: Some(result.to_string()),
+                completion: Some(match op.as_str() {
+                    "*" => format!("<think>{a} * {b} = {result}</think><answer>{result}</answer>"),
+                    _ => format!("<think>{}</think><answer>{result}</answer>", scratchpad(a, op, b)),
+                }),
+                metadata: String::new(),
+            });
+        }
+        out
+    };
+    let test = draw(task.test);
+    let train = draw(task.train);
+    (train, test)
 }
 
 #[cfg(test)]
@@ -174,11 +107,11 @@ mod tests {
             train: 300,
             test: 50,
         };
-        let (train, test) = task.generate(1);
+        let (train, test) = generate_task(&task, 1);
         assert_eq!((train.len(), test.len()), (300, 50));
         let prompts: std::collections::HashSet<_> = train.iter().map(|e| &e.prompt).collect();
         assert!(test.iter().all(|e| !prompts.contains(&e.prompt)));
-        assert_eq!(task.generate(1).0, train);
+        assert_eq!(generate_task(&task, 1).0, train);
         for e in train.iter().take(50) {
             let words: Vec<&str> = e
                 .prompt

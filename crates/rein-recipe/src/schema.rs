@@ -1,7 +1,7 @@
 //! What a recipe may contain. Every section rejects unknown keys; every key has a default
 //! unless a recipe must choose it.
 
-use rein_plugin::SandboxLimits;
+use rein_core::{AdvantageKind, SandboxLimits};
 use serde::{Deserialize, Serialize};
 
 /// A resolved recipe.
@@ -156,7 +156,7 @@ pub struct ModelSection {
     /// Hidden layer widths (MLP).
     pub hidden: Vec<usize>,
     /// `tanh` or `relu` (MLP).
-    pub activation: rein_model::Activation,
+    pub activation: rein_core::Activation,
     /// Initial log standard deviation of a Gaussian policy (MLP).
     pub init_log_std: f32,
     /// A Hugging Face checkpoint directory to start from (language model; relative to the recipe).
@@ -174,7 +174,7 @@ impl Default for ModelSection {
     fn default() -> Self {
         Self {
             hidden: vec![64, 64],
-            activation: rein_model::Activation::Tanh,
+            activation: rein_core::Activation::Tanh,
             init_log_std: 0.0,
             checkpoint: None,
             architecture: None,
@@ -190,7 +190,7 @@ impl Default for ModelSection {
 pub struct DataSection {
     /// Generate the data: a synthetic task (`[data.task]`).
     #[serde(default)]
-    pub task: Option<crate::lm::ArithmeticTask>,
+    pub task: Option<crate::ArithmeticTask>,
     /// Training prompts (`.jsonl` or `.parquet`, relative to the recipe).
     #[serde(default)]
     pub train: Option<String>,
@@ -199,7 +199,7 @@ pub struct DataSection {
     pub test: Option<String>,
     /// Column names.
     #[serde(default)]
-    pub fields: crate::lm::Fields,
+    pub fields: crate::Fields,
     /// Wrap prompts in the tokenizer's chat template (when it has one).
     #[serde(default = "defaults::yes")]
     pub chat_template: bool,
@@ -301,11 +301,11 @@ pub struct GrpoSection {
     /// `group` (GRPO / Dr. GRPO), `rloo` or `reinforce++`.
     pub advantage: AdvantageKind,
     /// Std scaling of group advantages: `group`, `batch` or `none` (Dr. GRPO).
-    pub std_scaling: rein_optim::StdScaling,
+    pub std_scaling: rein_core::StdScaling,
     /// REINFORCE++: subtract the group mean before batch normalisation.
     pub group_baseline: bool,
     /// `token` ratios (GRPO/DAPO) or `sequence` ratios (GSPO).
-    pub ratio_level: rein_optim::RatioLevel,
+    pub ratio_level: rein_core::RatioLevel,
     /// ε_low.
     pub clip_low: f32,
     /// ε_high (DAPO's clip-higher: 0.28).
@@ -313,11 +313,11 @@ pub struct GrpoSection {
     /// Dual-clip constant for negative advantages.
     pub dual_clip: Option<f32>,
     /// `token-mean` (DAPO), `seq-mean-token-mean` (GRPO), `seq-mean-token-sum-norm` (Dr. GRPO).
-    pub aggregation: rein_optim::Aggregation,
+    pub aggregation: rein_core::Aggregation,
     /// β: KL to the frozen starting policy (0 = no reference model is kept).
     pub kl_coef: f32,
     /// `k1`, `k2` or `k3`.
-    pub kl_estimator: rein_optim::KlEstimator,
+    pub kl_estimator: rein_core::KlEstimator,
     /// Fold the KL into the reward instead of the loss.
     pub kl_in_reward: bool,
     /// Weight the KL term by the importance ratio (DeepSeek-V3.2; TRL's default).
@@ -333,21 +333,7 @@ pub struct GrpoSection {
     /// Leave truncated completions (no end-of-sequence token) out of the loss (DAPO).
     pub mask_truncated: bool,
     /// `fail`, `zero` or `skip` when a reward plugin fails.
-    pub on_error: crate::lm::OnError,
-}
-
-/// Advantage estimators for outcome rewards.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AdvantageKind {
-    /// Group-normalised (GRPO; see `std_scaling`).
-    #[default]
-    Group,
-    /// Leave-one-out baseline.
-    Rloo,
-    /// REINFORCE++ global normalisation.
-    #[serde(rename = "reinforce++")]
-    ReinforcePp,
+    pub on_error: rein_core::OnError,
 }
 
 impl Default for GrpoSection {
@@ -356,15 +342,15 @@ impl Default for GrpoSection {
             steps: 100,
             prompts_per_step: 8,
             advantage: AdvantageKind::Group,
-            std_scaling: rein_optim::StdScaling::Group,
+            std_scaling: rein_core::StdScaling::Group,
             group_baseline: true,
-            ratio_level: rein_optim::RatioLevel::Token,
+            ratio_level: rein_core::RatioLevel::Token,
             clip_low: 0.2,
             clip_high: 0.2,
             dual_clip: None,
-            aggregation: rein_optim::Aggregation::SeqMeanTokenMean,
+            aggregation: rein_core::Aggregation::SeqMeanTokenMean,
             kl_coef: 0.0,
-            kl_estimator: rein_optim::KlEstimator::K3,
+            kl_estimator: rein_core::KlEstimator::K3,
             kl_in_reward: false,
             kl_importance_weighted: true,
             entropy_coef: 0.0,
@@ -372,7 +358,7 @@ impl Default for GrpoSection {
             dynamic_sampling: false,
             max_resample: 3,
             mask_truncated: false,
-            on_error: crate::lm::OnError::Fail,
+            on_error: rein_core::OnError::Fail,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Recipes: TOML files that say everything about a run, composed from fragments.
+//! rein's recipes: TOML files that say everything about a run, composed from fragments.
 //!
 //! ```toml
 //! extends = ["fragments/ppo-classic.toml"]   # deep-merged in order, then this file
@@ -8,17 +8,23 @@
 //!
 //! `--set algorithm.clip_coef=0.3` overrides any key. Errors name the file (or `--set`), the
 //! dotted key path, and for unknown keys the nearest valid one.
+//!
+//! **Architecture invariant:** this crate knows nothing about burn, wasmtime or training: it
+//! turns files into a validated [`Recipe`] of plain data, and `rein-train` reads it.
 
 mod compose;
+mod data;
 mod error;
 mod schema;
 
 use std::path::{Path, PathBuf};
 
+pub use data::{ArithmeticTask, Fields};
 pub use error::RecipeError;
+pub use rein_core::AdvantageKind;
 pub use schema::{
-    AdvantageKind, Algorithm, DataSection, Device, EnvSection, EvalSection, GrpoSection, ModelSection,
-    OptimizerSection, PpoSection, Recipe, RewardEntry, SamplerSection, SftSection, TrainSection,
+    Algorithm, DataSection, Device, EnvSection, EvalSection, GrpoSection, ModelSection, OptimizerSection, PpoSection,
+    Recipe, RewardEntry, SamplerSection, SftSection, TrainSection,
 };
 
 use compose::Composed;

@@ -1,4 +1,5 @@
-//! Per-plugin sandbox limits.
+//! Per-plugin sandbox limits: what `rein-plugin` enforces and recipes set (`[env.limits]`,
+//! `[reward.limits]`).
 
 use std::time::Duration;
 
@@ -41,7 +42,7 @@ pub struct SandboxLimits {
     /// 17.7M → 6.4M env-steps/s), hence opt-in.
     pub canonicalize_nans: bool,
     /// Let the plugin read the host's real clocks (default off: virtual clocks, see
-    /// [`crate::clocks`]). Its results may then differ between runs of the same seed, and a
+    /// `rein_plugin::clocks`). Its results may then differ between runs of the same seed, and a
     /// run using it is marked not reproducible.
     pub real_clock: bool,
 }

@@ -1,0 +1,93 @@
+//! The choices recipes make and the crates that implement them read: plain data, so the recipe
+//! schema (`rein-recipe`) can name them without knowing burn.
+
+use serde::{Deserialize, Serialize};
+
+/// The nonlinearity between layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// `tanh`, CleanRL's choice for PPO.
+    #[default]
+    Tanh,
+    /// `max(0, x)`.
+    Relu,
+}
+
+/// What to do when a reward plugin fails on a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    /// Stop training with the plugin's error and the failing group.
+    #[default]
+    Fail,
+    /// Count that plugin's score as 0 for the failing group, and log the error.
+    Zero,
+    /// Drop the failing group from this step, and log the error.
+    Skip,
+}
+
+/// Advantage estimators for outcome rewards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdvantageKind {
+    /// Group-normalised (GRPO; see `std_scaling`).
+    #[default]
+    Group,
+    /// Leave-one-out baseline.
+    Rloo,
+    /// REINFORCE++ global normalisation.
+    #[serde(rename = "reinforce++")]
+    ReinforcePp,
+}
+
+/// How group-normalised advantages are scaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StdScaling {
+    /// Divide by each group's standard deviation (GRPO).
+    #[default]
+    Group,
+    /// Divide by the whole batch's standard deviation.
+    Batch,
+    /// Do not divide (Dr. GRPO).
+    None,
+}
+
+/// Where the importance ratio is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RatioLevel {
+    /// One ratio per token (PPO, GRPO, DAPO).
+    #[default]
+    Token,
+    /// One length-normalised ratio per completion (GSPO).
+    Sequence,
+}
+
+/// How per-token losses become one number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Aggregation {
+    /// Every completion token counts once (long completions weigh more).
+    TokenMean,
+    /// Average within each completion, then over completions.
+    #[default]
+    SeqMeanTokenMean,
+    /// Sum within each completion, divided by the batch size times the maximum completion
+    /// length (no length bias).
+    SeqMeanTokenSumNorm,
+}
+
+/// Which estimator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KlEstimator {
+    /// `−log r`.
+    K1,
+    /// `½ (log r)²`.
+    K2,
+    /// `r − 1 − log r`.
+    #[default]
+    K3,
+}

@@ -1,0 +1,93 @@
+//! What a recipe's `[data]` section describes: the columns of a dataset, or a task rein
+//! generates itself (the generator lives in `rein-train`).
+
+use serde::{Deserialize, Serialize};
+
+/// Which columns hold what.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Fields {
+    /// The prompt column.
+    pub prompt: String,
+    /// The reference-answer column.
+    pub answer: String,
+    /// The target-completion column.
+    pub completion: String,
+}
+
+impl Default for Fields {
+    fn default() -> Self {
+        Self {
+            prompt: "prompt".into(),
+            answer: "answer".into(),
+            completion: "completion".into(),
+        }
+    }
+}
+
+/// `What is a ○ b?` for two operands up to `max_operand` and operators from `ops`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArithmeticTask {
+    /// Largest operand (operands are drawn from `0..=max_operand`).
+    #[serde(default = "defaults::max_operand")]
+    pub max_operand: u32,
+    /// Operators: any of `+`, `-`, `*`.
+    #[serde(default = "defaults::ops")]
+    pub ops: Vec<String>,
+    /// Training examples.
+    #[serde(default = "defaults::train")]
+    pub train: usize,
+    /// Held-out examples (never in the training split).
+    #[serde(default = "defaults::test")]
+    pub test: usize,
+}
+
+impl ArithmeticTask {
+    /// Checks the settings, naming the key.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if let Some(op) = self.ops.iter().find(|op| !["+", "-", "*"].contains(&op.as_str())) {
+            return Err(("ops".into(), format!("`{op}` is not one of +, -, *")));
+        }
+        if self.ops.is_empty() {
+            return Err(("ops".into(), "needs at least one operator".into()));
+        }
+        let operands = u64::from(self.max_operand) + 1;
+        let distinct: u64 = self
+            .ops
+            .iter()
+            .map(|op| {
+                if op == "-" {
+                    operands * (operands + 1) / 2
+                } else {
+                    operands * operands
+                }
+            })
+            .sum();
+        if (self.train + self.test) as u64 > distinct {
+            return Err((
+                "train".into(),
+                format!(
+                    "{} + {} examples asked, but only {distinct} distinct problems exist",
+                    self.train, self.test
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+mod defaults {
+    pub fn max_operand() -> u32 {
+        99
+    }
+    pub fn ops() -> Vec<String> {
+        vec!["+".into(), "-".into()]
+    }
+    pub fn train() -> usize {
+        20_000
+    }
+    pub fn test() -> usize {
+        500
+    }
+}
