@@ -82,9 +82,16 @@ fn sft_then_grpo_writes_checkpoints_metrics_and_a_report() {
         "train/zero_variance_frac",
         "train/completion_length",
         "train/clip_frac",
+        "train/learning_rate",
+        "time/step_s",
         "time/generate_s",
         "time/reward_s",
-        "time/train_s",
+        "time/forward_s",
+        "time/backward_s",
+        "time/optimizer_s",
+        "time/elapsed_s",
+        "plugins/math-answer/timeouts",
+        "plugins/format-tags/errors",
     ] {
         assert!(grpo[0].get(key).is_some(), "GRPO metrics lack `{key}`");
     }

@@ -8,7 +8,9 @@ use rein_model::CpuAutodiff;
 use rein_model::lm::LmTokenizer;
 use rein_plugin::PluginRuntime;
 use rein_recipe::{DataSection, GrpoSection, OptimizerSection, SamplerSection};
-use rein_train::lm::{ArithmeticTask, GrpoContext, WeightedReward, generate_task, prepare, train_grpo};
+use rein_train::checkpoint::Checkpointing;
+use rein_train::driver::Driver;
+use rein_train::lm::{ArithmeticTask, Grpo, GrpoContext, WeightedReward, generate_task, prepare};
 
 use crate::qwen2_3m::qwen2_3m;
 use crate::report::{Report, Row};
@@ -70,10 +72,17 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         sampler: &sampler,
         optimizer: &optimizer,
         seed: 1,
-        checkpointing: &Default::default(),
     };
     let start = std::time::Instant::now();
-    let (_, outcome) = train_grpo(model, ctx, None, &device)?;
+    let mut grpo = Grpo::new(model, ctx, &device)?;
+    let driven = Driver {
+        metrics: None,
+        checkpointing: &Checkpointing::default(),
+        stall_timeout: std::time::Duration::from_secs(600),
+        stage: None,
+    }
+    .run(&mut grpo)?;
+    let outcome = grpo.outcome(driven.steps, &driven.phases);
     let total = start.elapsed().as_secs_f64();
     let per_step = total / STEPS as f64;
     println!(

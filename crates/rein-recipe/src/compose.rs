@@ -60,14 +60,31 @@ impl Composed {
         };
         let parts: Vec<&str> = key.split('.').map(str::trim).collect();
         let mut table = &mut self.table;
-        for (i, part) in parts[..parts.len() - 1].iter().enumerate() {
+        let mut i = 0;
+        while i + 1 < parts.len() {
             let entry = table
-                .entry(part.to_string())
+                .entry(parts[i].to_string())
                 .or_insert_with(|| Value::Table(Table::new()));
             table = match entry {
                 Value::Table(t) => t,
+                // `reward.1.weight`: an array of tables is indexed from 0.
+                Value::Array(items) if i + 2 < parts.len() => {
+                    let len = items.len();
+                    let index = parts[i + 1].parse::<usize>().ok().filter(|&n| n < len);
+                    i += 1;
+                    match index.map(|n| &mut items[n]) {
+                        Some(Value::Table(t)) => t,
+                        _ => {
+                            let list = parts[..i].join(".");
+                            return Err(fail(&format!(
+                                "`{list}` is a list of {len} tables: index it from 0, as `{list}.0`"
+                            )));
+                        }
+                    }
+                }
                 _ => return Err(fail(&format!("`{}` is not a table", parts[..=i].join(".")))),
             };
+            i += 1;
         }
         let last = parts[parts.len() - 1].to_string();
         match (table.get_mut(&last), value) {

@@ -51,6 +51,9 @@ impl LoadedRecipe {
         if recipe.name.is_none() {
             recipe.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
         }
+        // Defaults that depend on the algorithm.
+        let anneal_by_default = matches!(recipe.algorithm, Algorithm::Ppo(_));
+        recipe.optimizer.anneal_lr.get_or_insert(anneal_by_default);
         let loaded = LoadedRecipe {
             recipe,
             path: path.to_path_buf(),
@@ -68,6 +71,30 @@ impl LoadedRecipe {
     /// The run's name.
     pub fn name(&self) -> &str {
         self.recipe.name.as_deref().unwrap_or("run")
+    }
+
+    /// What a run of this recipe can promise about reproducing itself: a line for `report.md`.
+    /// Runs are bit-identical for the same seed on any x86-64 CPU unless a plugin is given
+    /// the real clock.
+    pub fn reproducibility(&self) -> String {
+        let env = self.recipe.env.iter().map(|e| (&e.plugin, &e.limits));
+        let rewards = self.recipe.reward.iter().map(|r| (&r.plugin, &r.limits));
+        let clocked: Vec<String> = env
+            .chain(rewards)
+            .filter(|(_, limits)| limits.real_clock)
+            .map(|(plugin, _)| format!("`{plugin}`"))
+            .collect();
+        if clocked.is_empty() {
+            "Reproducible: the same seed gives the same metrics and files on any x86-64 CPU \
+             (timings aside); plugins saw virtual clocks."
+                .to_string()
+        } else {
+            format!(
+                "**Not reproducible**: {} read the real clock (`real_clock = true`), so rewards \
+                 or observations may differ between runs of the same seed.",
+                clocked.join(", ")
+            )
+        }
     }
 
     fn invalid(&self, path: &str, message: impl Into<String>) -> RecipeError {
@@ -328,5 +355,27 @@ mod tests {
         assert_eq!(nearest("gama", &keys).as_deref(), Some("gamma"));
         assert_eq!(nearest("learning_rate", &keys), None);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn a_plugin_given_the_real_clock_makes_the_run_not_reproducible() {
+        let recipes = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../recipes");
+        let ppo = recipes.join("ppo-cartpole.toml");
+        let virtual_clocks = LoadedRecipe::load(&ppo, &[]).unwrap();
+        assert!(virtual_clocks.reproducibility().starts_with("Reproducible"));
+        let real = LoadedRecipe::load(&ppo, &["env.limits.real_clock=true".into()]).unwrap();
+        let line = real.reproducibility();
+        assert!(
+            line.contains("Not reproducible") && line.contains("`cartpole`"),
+            "{line}"
+        );
+
+        let grpo = recipes.join("grpo-arithmetic.toml");
+        let reward = LoadedRecipe::load(&grpo, &["reward.1.limits.real_clock=true".into()]);
+        let line = reward.map(|r| r.reproducibility());
+        assert!(matches!(&line, Ok(l) if l.contains("`format-tags`")), "{line:?}");
+        let out_of_range = LoadedRecipe::load(&grpo, &["reward.2.weight=1".into()]).unwrap_err();
+        let message = out_of_range.to_string();
+        assert!(message.contains("`reward` is a list of 2 tables"), "{message}");
     }
 }

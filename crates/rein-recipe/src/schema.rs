@@ -398,8 +398,9 @@ impl Default for EvalSection {
 pub struct OptimizerSection {
     /// Learning rate.
     pub lr: f64,
-    /// Anneal the learning rate linearly to 0.
-    pub anneal_lr: bool,
+    /// Anneal the learning rate linearly to 0 over the run (default: yes for PPO, no for GRPO;
+    /// `recipe show` prints the value in effect).
+    pub anneal_lr: Option<bool>,
     /// Adam ε.
     pub eps: f32,
     /// Adam β₁.
@@ -416,7 +417,7 @@ impl Default for OptimizerSection {
     fn default() -> Self {
         Self {
             lr: 2.5e-4,
-            anneal_lr: true,
+            anneal_lr: None,
             eps: 1e-5,
             beta1: 0.9,
             beta2: 0.999,
@@ -443,6 +444,10 @@ pub struct TrainSection {
     /// Write a checkpoint every this many optimisation steps (PPO updates, SFT or GRPO steps),
     /// and after the last; 0 = only on Ctrl-C. A killed run resumes from the newest.
     pub checkpoint_every: usize,
+    /// Seconds one phase of a step (generating, scoring, stepping environments, a backward
+    /// pass, writing a checkpoint) may run before the watchdog stops the run, naming the phase,
+    /// after saving the last completed step.
+    pub stall_timeout_s: f64,
 }
 
 impl Default for TrainSection {
@@ -454,6 +459,7 @@ impl Default for TrainSection {
             eval_episodes: 10,
             runs_dir: "runs".into(),
             checkpoint_every: 10,
+            stall_timeout_s: 600.0,
         }
     }
 }

@@ -25,8 +25,6 @@ use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use sha2::{Digest, Sha256};
 
-use crate::TrainError;
-
 const MAGIC: &[u8; 8] = b"REINCKPT";
 const FORMAT: u32 = 1;
 const DIGEST_LEN: usize = 32;
@@ -331,7 +329,7 @@ impl Reader<'_> {
 static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
 
 /// Asks running training loops to write a checkpoint after the current step and stop with
-/// [`crate::TrainError::Interrupted`] (the CLI calls this on Ctrl-C).
+/// `TrainError::Interrupted` (the CLI calls this on Ctrl-C).
 pub fn request_stop() {
     STOP_REQUESTED.store(true, Ordering::SeqCst);
 }
@@ -356,44 +354,6 @@ pub struct Checkpointing {
     /// Sections written into every checkpoint besides the loop's own: what the code around the
     /// loop needs to resume (which stage of a run, results of earlier stages).
     pub context: Vec<(String, Vec<u8>)>,
-}
-
-impl Checkpointing {
-    /// To call after each step (or update) `step` of `last`: every `every` steps, after the
-    /// last one (so a kill during the work after training does not repeat it), and when a stop
-    /// was requested, writes a checkpoint of `sections()` and [`Self::context`] — unless a
-    /// parameter of `model` is NaN or infinite, which stops the run with the parameter's name
-    /// and leaves the previous checkpoint the newest. After a requested stop, returns
-    /// [`TrainError::Interrupted`].
-    pub(crate) fn after_step<B: AutodiffBackend, M: burn::module::AutodiffModule<B>>(
-        &self,
-        step: usize,
-        last: usize,
-        model: &M,
-        sections: impl FnOnce() -> Vec<(&'static str, Vec<u8>)>,
-    ) -> Result<(), TrainError> {
-        let Some(dir) = &self.dir else { return Ok(()) };
-        let stop = stop_requested();
-        if !stop && (self.every == 0 || (!step.is_multiple_of(self.every) && step != last)) {
-            return Ok(());
-        }
-        TrainError::check_parameters(step, model)?;
-        let own = sections();
-        let all: Vec<(&str, &[u8])> = own
-            .iter()
-            .map(|(n, d)| (*n, d.as_slice()))
-            .chain(self.context.iter().map(|(n, d)| (n.as_str(), d.as_slice())))
-            .collect();
-        let checkpoint = dir.save((self.step_offset + step) as u64, &all)?;
-        if stop {
-            return Err(TrainError::Interrupted {
-                step,
-                checkpoint,
-                run: dir.path().parent().unwrap_or(dir.path()).to_path_buf(),
-            });
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

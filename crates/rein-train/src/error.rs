@@ -9,7 +9,7 @@ use rein_core::PluginError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TrainError {
-    /// The environment plugin failed.
+    /// A plugin failed.
     #[error(transparent)]
     Plugin(#[from] PluginError),
     /// The recipe cannot be trained as written.
@@ -68,12 +68,16 @@ pub enum TrainError {
     },
     /// The environment's spaces cannot be trained with this algorithm.
     #[error("environment `{plugin}`: {message}")]
-    Unsupported {
+    Environment {
         /// The plugin.
         plugin: String,
         /// What is unsupported.
         message: String,
     },
+    /// The run cannot be done as asked (data without targets for SFT, a group too small for
+    /// RLOO, …).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 impl TrainError {
@@ -106,21 +110,5 @@ impl TrainError {
             what: format!("gradient norm (first non-finite: the gradient of `{which}`)"),
             value: norm,
         })
-    }
-
-    /// Stops at step `update` when a parameter holds a NaN or infinity (checked before a
-    /// checkpoint is written, so a checkpoint is never of a broken model).
-    pub(crate) fn check_parameters<B: AutodiffBackend, M: AutodiffModule<B>>(
-        update: usize,
-        model: &M,
-    ) -> Result<(), Self> {
-        match rein_optim::non_finite_parameter(model) {
-            None => Ok(()),
-            Some(which) => Err(Self::NonFinite {
-                update,
-                what: format!("parameter `{which}`"),
-                value: f32::NAN,
-            }),
-        }
     }
 }

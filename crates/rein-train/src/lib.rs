@@ -11,6 +11,7 @@
 //! models, samplers, losses); nothing here is imported by them.
 
 pub mod checkpoint;
+pub mod driver;
 mod error;
 pub mod lm;
 mod lm_run;
@@ -18,6 +19,7 @@ pub mod ppo;
 pub mod progress;
 mod run_dir;
 mod runner;
+pub mod watchdog;
 
 pub use error::TrainError;
 pub use lm_run::{LmOutcome, describe, evaluate_recipe};

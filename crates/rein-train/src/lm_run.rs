@@ -2,7 +2,7 @@
 //! GRPO, evaluations before and after, checkpoints and a report.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use burn::module::AutodiffModule;
 use rein_core::RewardFn;
@@ -13,6 +13,7 @@ use serde_json::json;
 
 use crate::TrainError;
 use crate::checkpoint::Checkpointing;
+use crate::driver::{self, Driver};
 use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, WeightedReward};
 use crate::run_dir::RunDir;
 use rein_recipe::{Algorithm, LoadedRecipe, RecipeError};
@@ -285,13 +286,14 @@ pub fn run_lm<B: AutodiffBackend>(
         Some(c) => Some((c, c.section_json::<LmStage>("stage")?)),
         None => None,
     };
-    let metrics_len = resumed.map_or(Ok(0), |(c, _)| c.metrics_len())?;
+    let metrics_len = resumed.map_or(Ok(0), |(c, _)| driver::metrics_len(c))?;
     let mut metrics = run.map(|r| r.metrics_from(metrics_len)).transpose()?;
     let mut outcome = LmOutcome {
         run_dir: run.map(|r| r.path().to_path_buf()),
         ..LmOutcome::default()
     };
     let pad = setup.tokenizer.pad_id().unwrap_or(0);
+    let stall_timeout = Duration::from_secs_f64(recipe.train.stall_timeout_s);
 
     // SFT (a stage before RL, or the whole algorithm).
     let sft_section = match &recipe.algorithm {
@@ -310,26 +312,23 @@ pub fn run_lm<B: AutodiffBackend>(
         }
         _ => {
             if let Some(section) = sft_section {
-                let tick = Instant::now();
                 eprintln!("SFT: {} steps of {} examples", section.steps, section.batch_size);
-                let stage_checkpoints = Checkpointing {
-                    resume: resumed.map(|(c, _)| c.clone()),
-                    context: vec![LmStage::Sft.section()],
-                    ..checkpointing.clone()
-                };
-                model = lm::train_sft(
-                    model,
-                    &setup.train,
-                    pad,
-                    section,
-                    recipe.seed,
-                    metrics.as_mut(),
-                    &stage_checkpoints,
-                    device,
-                )?;
-                outcome.sft_seconds = tick.elapsed().as_secs_f64();
+                let mut sft = lm::Sft::new(model, &setup.train, pad, section, recipe.seed, device)?;
+                let driven = Driver {
+                    metrics: metrics.as_mut(),
+                    checkpointing: &Checkpointing {
+                        resume: resumed.map(|(c, _)| c.clone()),
+                        context: vec![LmStage::Sft.section()],
+                        ..checkpointing.clone()
+                    },
+                    stall_timeout,
+                    stage: Some("sft"),
+                }
+                .run(&mut sft)?;
+                model = sft.model;
+                outcome.sft_seconds = driven.elapsed.as_secs_f64();
                 if let Some(run) = run {
-                    save_checkpoint(&model, &setup.tokenizer, &run.path().join("sft"))?;
+                    save_model_dir(&model, &setup.tokenizer, &run.path().join("sft"))?;
                 }
             }
             let before = setup.evaluate(&model.valid(), loaded, &inner_device)?;
@@ -349,36 +348,41 @@ pub fn run_lm<B: AutodiffBackend>(
         eprintln!("held-out before RL: {}", describe(report));
     }
 
-    if let Algorithm::Grpo(grpo) = &recipe.algorithm {
-        let stage_checkpoints = Checkpointing {
-            resume: resumed
-                .filter(|(_, s)| matches!(s, LmStage::Grpo { .. }))
-                .map(|(c, _)| c.clone()),
-            step_offset: sft_section.map_or(0, |s| s.steps),
-            context: vec![stage.section()],
-            ..checkpointing.clone()
-        };
-        let ctx = lm::grpo::GrpoContext {
+    if let Algorithm::Grpo(grpo_section) = &recipe.algorithm {
+        let ctx = lm::GrpoContext {
             tokenizer: &setup.tokenizer,
             prompts: &setup.train,
             rewards: &mut setup.rewards,
-            grpo,
+            grpo: grpo_section,
             sampler: &recipe.sampler,
             optimizer: &recipe.optimizer,
             seed: recipe.seed,
-            checkpointing: &stage_checkpoints,
         };
-        let (trained, grpo_outcome) = lm::train_grpo(model, ctx, metrics.as_mut(), device)?;
-        model = trained;
-        outcome.grpo = Some(grpo_outcome);
+        let mut grpo = lm::Grpo::new(model, ctx, device)?;
+        let driven = Driver {
+            metrics: metrics.as_mut(),
+            checkpointing: &Checkpointing {
+                resume: resumed
+                    .filter(|(_, s)| matches!(s, LmStage::Grpo { .. }))
+                    .map(|(c, _)| c.clone()),
+                step_offset: sft_section.map_or(0, |s| s.steps),
+                context: vec![stage.section()],
+                ..checkpointing.clone()
+            },
+            stall_timeout,
+            stage: Some("grpo"),
+        }
+        .run(&mut grpo)?;
+        outcome.grpo = Some(grpo.outcome(driven.steps, &driven.phases));
+        model = grpo.model;
         outcome.after = setup.evaluate(&model.valid(), loaded, &inner_device)?;
         if let Some(report) = &outcome.after {
-            log_eval(metrics.as_mut(), "after", grpo.steps, report)?;
+            log_eval(metrics.as_mut(), "after", grpo_section.steps, report)?;
             eprintln!("held-out after RL:  {}", describe(report));
         }
     }
     if let Some(run) = run {
-        save_checkpoint(&model, &setup.tokenizer, &run.path().join("final"))?;
+        save_model_dir(&model, &setup.tokenizer, &run.path().join("final"))?;
     }
     outcome.total_seconds = start.elapsed().as_secs_f64();
     if let Some(run) = run {
@@ -387,7 +391,8 @@ pub fn run_lm<B: AutodiffBackend>(
     Ok(outcome)
 }
 
-fn save_checkpoint<B: Backend>(model: &CausalLm<B>, tokenizer: &LmTokenizer, dir: &Path) -> Result<(), TrainError> {
+/// Writes `model` and its tokenizer as a Hugging Face model directory.
+fn save_model_dir<B: Backend>(model: &CausalLm<B>, tokenizer: &LmTokenizer, dir: &Path) -> Result<(), TrainError> {
     save(model, dir)?;
     tokenizer.save(dir)?;
     Ok(())
@@ -437,6 +442,7 @@ fn report_markdown(loaded: &LoadedRecipe, outcome: &LmOutcome) -> String {
     if outcome.sft_seconds > 0.0 {
         text.push_str(&format!(" (SFT {:.0} s)", outcome.sft_seconds));
     }
+    text.push_str(&format!("\n\n{}", loaded.reproducibility()));
     text.push_str("\n\n| held-out | greedy accuracy | pass@k | maj@k |\n|---|---|---|---|\n");
     for (label, report) in [("before RL", &outcome.before), ("after RL", &outcome.after)] {
         if let Some(r) = report {

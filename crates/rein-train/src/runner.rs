@@ -157,10 +157,7 @@ fn ppo_in(
     checkpointing: &Checkpointing,
 ) -> Result<PpoOutcome, TrainError> {
     let recipe = &loaded.recipe;
-    let env = recipe.env.as_ref().ok_or_else(|| TrainError::Unsupported {
-        plugin: String::new(),
-        message: "no [env] section".into(),
-    })?;
+    let env = (recipe.env.as_ref()).ok_or_else(|| TrainError::Unsupported("PPO needs an [env] section".into()))?;
     let plugin_path = loaded.env_plugin_path(plugin_dir)?;
     let runtime = PluginRuntime::default();
     let plugin = runtime.load(&plugin_path, env.limits.clone())?;

@@ -1,21 +1,23 @@
-//! The GRPO family (GRPO, Dr. GRPO, DAPO, GSPO, RLOO, REINFORCE++), in algorithm order:
-//! sample prompts → generate G completions each → score groups with the reward plugins →
-//! outcome advantages → (optionally resample degenerate groups) → μ gradient steps on the
-//! policy loss → log.
+//! The GRPO family (GRPO, Dr. GRPO, DAPO, GSPO, RLOO, REINFORCE++), one step in algorithm
+//! order: sample prompts → generate G completions each → score groups with the reward plugins
+//! (resampling groups without signal, DAPO) → outcome advantages (KL folded into the reward
+//! when asked) → μ gradient steps on the policy loss against the sampling-time
+//! log-probabilities → log.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
-use rein_core::Group;
+use rein_core::{AdvantageKind, FailureCounts, Group};
 use rein_model::AutodiffBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
 use rein_optim::{
-    PolicyLossConfig, clip_grad_norm, group_normalized, kl_estimate_scalar, policy_loss, reinforce_pp, rloo,
-    zero_variance,
+    LinearSchedule, PolicyLossConfig, clip_grad_norm, group_normalized, kl_estimate_scalar, policy_loss, reinforce_pp,
+    rloo, zero_variance,
 };
+use rein_recipe::{GrpoSection, OptimizerSection, SamplerSection};
 use rein_sampler::{FinishReason, GenerationConfig, SeededRng, generate};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -23,14 +25,13 @@ use serde_json::json;
 use super::batch::{TokenBatch, completion_log_probs};
 use super::rewards::{WeightedReward, score_groups};
 use super::{Prompt, completion_text, stop_check};
-use crate::MetricsWriter;
-use crate::checkpoint::{Checkpointing, module_bytes, optimizer_bytes};
-use crate::ppo::TrainError;
-use crate::progress::Progress;
-use rein_recipe::{AdvantageKind, GrpoSection, OptimizerSection, SamplerSection};
+use crate::TrainError;
+use crate::checkpoint::{Checkpoint, module_bytes, optimizer_bytes};
+use crate::driver::{Algorithm, Record, Snapshot, Step};
+use crate::watchdog::Phases;
 
 /// Where a GRPO run's time went and how it ended.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default)]
 pub struct GrpoOutcome {
     /// Steps performed.
     pub steps: usize,
@@ -38,20 +39,10 @@ pub struct GrpoOutcome {
     pub generate: Duration,
     /// Scoring them with the reward plugins.
     pub reward: Duration,
-    /// Forward/backward passes and optimiser steps.
+    /// Forward/backward passes and optimiser steps (and the KL reference's forward passes).
     pub train: Duration,
     /// Mean reward over the last 10% of steps.
     pub final_reward: f64,
-}
-
-/// One sampled, scored group.
-struct Scored {
-    prompt: usize,
-    completions: Vec<Vec<u32>>,
-    logprobs: Vec<Vec<f32>>,
-    truncated: Vec<bool>,
-    rewards: Vec<f64>,
-    components: std::collections::BTreeMap<String, Vec<f64>>,
 }
 
 /// Everything a GRPO run needs besides the model.
@@ -70,8 +61,6 @@ pub struct GrpoContext<'a> {
     pub optimizer: &'a OptimizerSection,
     /// Seed.
     pub seed: u64,
-    /// Checkpoints to write, and the one to resume from.
-    pub checkpointing: &'a Checkpointing,
 }
 
 /// Training prompts in a shuffled order, reshuffled after each pass (epoch).
@@ -98,116 +87,136 @@ impl PromptOrder {
     }
 }
 
-/// What a GRPO run carries from step to step besides the model and optimiser: the `state`
-/// section of its checkpoints.
-#[derive(Serialize, Deserialize)]
+/// What a GRPO step carries to the next besides the model and optimiser (a checkpoint's
+/// `state` section).
+#[derive(Clone, Serialize, Deserialize)]
 struct GrpoState {
-    step: usize,
-    metrics_len: u64,
     rng: SeededRng,
     prompt_order: PromptOrder,
-    recent_rewards: Vec<f64>,
-    outcome: GrpoOutcome,
-    elapsed_s: f64,
+    /// Each step's mean reward.
+    rewards: Vec<f64>,
 }
 
-/// Trains `model` with the GRPO family.
-pub fn train_grpo<B: AutodiffBackend>(
-    mut model: CausalLm<B>,
-    ctx: GrpoContext<'_>,
-    mut metrics: Option<&mut MetricsWriter>,
-    device: &B::Device,
-) -> Result<(CausalLm<B>, GrpoOutcome), TrainError> {
-    let GrpoContext {
-        tokenizer,
-        prompts,
-        rewards,
-        grpo,
-        sampler,
-        optimizer,
-        seed,
-        checkpointing,
-    } = ctx;
-    let g = sampler.n.max(1);
-    if grpo.advantage == AdvantageKind::Rloo && g < 2 {
-        return Err(TrainError::Unsupported {
-            plugin: String::new(),
-            message: "RLOO needs sampler.n ≥ 2".into(),
-        });
-    }
-    let reference = (grpo.kl_coef != 0.0).then(|| model.valid());
-    let mut optim = AdamWConfig::new()
-        .with_beta_1(optimizer.beta1)
-        .with_beta_2(optimizer.beta2)
-        .with_epsilon(optimizer.eps)
-        .with_weight_decay(optimizer.weight_decay)
-        .init::<B, CausalLm<B>>();
-    let pad = tokenizer.pad_id().unwrap_or(0);
-    let loss_config = PolicyLossConfig {
-        level: grpo.ratio_level,
-        clip_low: grpo.clip_low,
-        clip_high: grpo.clip_high,
-        dual_clip: grpo.dual_clip,
-        aggregation: grpo.aggregation,
-        max_completion_len: sampler.max_new_tokens,
-        kl_coef: if grpo.kl_in_reward { 0.0 } else { grpo.kl_coef },
-        kl_estimator: grpo.kl_estimator,
-        kl_importance_weighted: grpo.kl_importance_weighted,
-        entropy_coef: grpo.entropy_coef,
-    };
-    let mut rng = SeededRng::new(seed ^ 0x6A09_E667);
-    let prompt_order = PromptOrder::new(prompts.len(), &mut rng);
-    let mut state = GrpoState {
-        step: 0,
-        metrics_len: 0,
-        rng,
-        prompt_order,
-        recent_rewards: Vec::new(),
-        outcome: GrpoOutcome::default(),
-        elapsed_s: 0.0,
-    };
-    let mut progress = Progress::new();
-    if let Some(checkpoint) = &checkpointing.resume {
-        // `reference` was taken above from the model GRPO started from, as in the first run.
-        state = checkpoint.state()?;
-        model = checkpoint.load_module("model", model, device)?;
-        optim = checkpoint.load_optimizer::<B, CausalLm<B>, _>("optimizer", optim, device)?;
-    }
-    let (first, elapsed_before) = (state.step + 1, state.elapsed_s);
-    let start = Instant::now();
-    let save = |step: usize,
-                model: &CausalLm<B>,
-                optim: &OptimizerAdaptor<AdamW, CausalLm<B>, B>,
-                state: &mut GrpoState,
-                metrics: Option<&MetricsWriter>| {
-        state.step = step;
-        state.metrics_len = metrics.map_or(0, MetricsWriter::bytes_written);
-        state.elapsed_s = elapsed_before + start.elapsed().as_secs_f64();
-        checkpointing.after_step(step, grpo.steps, model, || {
-            vec![
-                ("state", serde_json::to_vec(&*state).expect("the state serialises")),
-                ("model", module_bytes(model)),
-                ("optimizer", optimizer_bytes::<B, CausalLm<B>, _>(optim)),
-            ]
-        })
-    };
-    for step in first..=grpo.steps {
-        let step_start = Instant::now();
-        let policy = model.valid();
+/// One sampled, scored group.
+struct Scored {
+    prompt: usize,
+    completions: Vec<Vec<u32>>,
+    logprobs: Vec<Vec<f32>>,
+    truncated: Vec<bool>,
+    rewards: Vec<f64>,
+    components: std::collections::BTreeMap<String, Vec<f64>>,
+}
 
-        // SAMPLE and SCORE, resampling groups without signal (DAPO) when asked.
-        let mut batch: Vec<Scored> = Vec::new();
-        let mut degenerate = 0usize;
-        let mut sampled_groups = 0usize;
-        let mut tokens_generated = 0usize;
-        let mut failures = 0usize;
+/// A step's groups and what sampling them took.
+#[derive(Default)]
+struct Sampled {
+    batch: Vec<Scored>,
+    /// Groups whose rewards were all equal (no signal).
+    degenerate: usize,
+    /// Groups sampled, resampled ones included.
+    groups: usize,
+    tokens: usize,
+    /// Reward failures absorbed by `on_error`.
+    failures: usize,
+}
+
+/// The GRPO family on a language model.
+pub struct Grpo<'a, B: AutodiffBackend> {
+    /// The policy being trained.
+    pub model: CausalLm<B>,
+    optim: OptimizerAdaptor<AdamW, CausalLm<B>, B>,
+    /// The frozen starting policy, for the KL term (none when β = 0).
+    reference: Option<CausalLm<B::InnerBackend>>,
+    ctx: GrpoContext<'a>,
+    loss_config: PolicyLossConfig,
+    lr: LinearSchedule,
+    pad: u32,
+    state: GrpoState,
+    device: B::Device,
+}
+
+impl<'a, B: AutodiffBackend> Grpo<'a, B> {
+    /// GRPO from `model` (also the KL reference when β ≠ 0).
+    pub fn new(model: CausalLm<B>, ctx: GrpoContext<'a>, device: &B::Device) -> Result<Self, TrainError> {
+        let (grpo, sampler, optimizer) = (ctx.grpo, ctx.sampler, ctx.optimizer);
+        if grpo.advantage == AdvantageKind::Rloo && sampler.n < 2 {
+            return Err(TrainError::Unsupported("RLOO needs sampler.n ≥ 2".into()));
+        }
+        let optim = AdamWConfig::new()
+            .with_beta_1(optimizer.beta1)
+            .with_beta_2(optimizer.beta2)
+            .with_epsilon(optimizer.eps)
+            .with_weight_decay(optimizer.weight_decay)
+            .init::<B, CausalLm<B>>();
+        let loss_config = PolicyLossConfig {
+            level: grpo.ratio_level,
+            clip_low: grpo.clip_low,
+            clip_high: grpo.clip_high,
+            dual_clip: grpo.dual_clip,
+            aggregation: grpo.aggregation,
+            max_completion_len: sampler.max_new_tokens,
+            kl_coef: if grpo.kl_in_reward { 0.0 } else { grpo.kl_coef },
+            kl_estimator: grpo.kl_estimator,
+            kl_importance_weighted: grpo.kl_importance_weighted,
+            entropy_coef: grpo.entropy_coef,
+        };
+        let lr = match optimizer.anneal_lr {
+            Some(true) => LinearSchedule {
+                start: optimizer.lr,
+                end: 0.0,
+                updates: grpo.steps,
+            },
+            _ => LinearSchedule::constant(optimizer.lr),
+        };
+        let mut rng = SeededRng::new(ctx.seed ^ 0x6A09_E667);
+        let prompt_order = PromptOrder::new(ctx.prompts.len(), &mut rng);
+        Ok(Self {
+            reference: (grpo.kl_coef != 0.0).then(|| model.valid()),
+            model,
+            optim,
+            pad: ctx.tokenizer.pad_id().unwrap_or(0),
+            ctx,
+            loss_config,
+            lr,
+            state: GrpoState {
+                rng,
+                prompt_order,
+                rewards: Vec::new(),
+            },
+            device: device.clone(),
+        })
+    }
+
+    /// The run's outcome once the driver is done, with its phase timings.
+    pub fn outcome(&self, steps: usize, phases: &std::collections::BTreeMap<String, Duration>) -> GrpoOutcome {
+        let phase = |name: &str| phases.get(name).copied().unwrap_or_default();
+        let tail = (self.state.rewards.len() / 10).max(1);
+        GrpoOutcome {
+            steps,
+            generate: phase("generate"),
+            reward: phase("reward"),
+            train: phase("reference") + phase("forward") + phase("backward") + phase("optimizer"),
+            final_reward: self.state.rewards.iter().rev().take(tail).sum::<f64>() / tail as f64,
+        }
+    }
+
+    /// SAMPLE and SCORE: `prompts_per_step` groups of `n` completions, scored; with dynamic
+    /// sampling, groups without reward variance are replaced by new prompts (at most
+    /// `max_resample` more rounds).
+    fn sample(&mut self, step: usize, phases: &Phases) -> Result<Sampled, TrainError> {
+        let (grpo, sampler, tokenizer) = (self.ctx.grpo, self.ctx.sampler, self.ctx.tokenizer);
+        let (g, prompts) = (sampler.n, self.ctx.prompts);
+        let policy = self.model.valid();
+        let mut out = Sampled::default();
         for round in 0..=grpo.max_resample {
-            let want = grpo.prompts_per_step - batch.len();
+            let want = grpo.prompts_per_step - out.batch.len();
             if want == 0 || (round > 0 && !grpo.dynamic_sampling) {
                 break;
             }
-            let picked: Vec<usize> = (0..want).map(|_| state.prompt_order.next(&mut state.rng)).collect();
-            let tick = Instant::now();
+            let picked: Vec<usize> = (0..want)
+                .map(|_| self.state.prompt_order.next(&mut self.state.rng))
+                .collect();
+            let generating = phases.enter("generate", format!("sampling {} completions", want * g));
             let ids: Vec<Vec<u32>> = picked.iter().map(|&i| prompts[i].tokens.clone()).collect();
             let config = GenerationConfig {
                 max_new_tokens: sampler.max_new_tokens,
@@ -217,63 +226,55 @@ pub fn train_grpo<B: AutodiffBackend>(
                 min_p: sampler.min_p,
                 n: g,
                 stop_token_ids: tokenizer.eos_ids().to_vec(),
-                seed: seed.wrapping_mul(1_000_003).wrapping_add((step * 16 + round) as u64),
+                seed: generation_seed(self.ctx.seed, step, round),
             };
-            let generations = generate(
-                &policy,
-                &ids,
-                &config,
-                pad,
-                &mut stop_check(tokenizer, &sampler.stop),
-                device,
-            );
-            state.outcome.generate += tick.elapsed();
-            tokens_generated += generations.iter().map(|x| x.tokens.len()).sum::<usize>();
+            let mut stop = stop_check(tokenizer, &sampler.stop);
+            let generations = generate(&policy, &ids, &config, self.pad, &mut stop, &self.device);
+            drop(generating);
+            out.tokens += generations.iter().map(|x| x.tokens.len()).sum::<usize>();
 
-            let tick = Instant::now();
+            let scoring = phases.enter("reward", format!("scoring {} groups", picked.len()));
             let groups: Vec<Group> = picked
                 .iter()
-                .enumerate()
-                .map(|(j, &i)| {
-                    let lengths: Vec<usize> = generations[j * g..(j + 1) * g].iter().map(|x| x.tokens.len()).collect();
-                    Group {
-                        prompt: prompts[i].text.clone(),
-                        completions: generations[j * g..(j + 1) * g]
-                            .iter()
-                            .map(|x| completion_text(tokenizer, &x.tokens, &sampler.stop))
-                            .collect(),
-                        reference: prompts[i].answer.clone(),
-                        metadata: with_token_counts(&prompts[i].metadata, &lengths),
-                    }
+                .zip(generations.chunks(g))
+                .map(|(&i, gens)| Group {
+                    prompt: prompts[i].text.clone(),
+                    completions: gens
+                        .iter()
+                        .map(|x| completion_text(tokenizer, &x.tokens, &sampler.stop))
+                        .collect(),
+                    reference: prompts[i].answer.clone(),
+                    metadata: with_token_counts(&prompts[i].metadata, gens.iter().map(|x| x.tokens.len())),
                 })
                 .collect();
             let (scores, absorbed) =
-                score_groups(rewards, &groups, grpo.on_error).map_err(|(group, error)| TrainError::Reward {
-                    step,
-                    prompt: groups[group].prompt.clone(),
-                    error: Box::new(error),
+                score_groups(self.ctx.rewards, &groups, grpo.on_error).map_err(|(group, error)| {
+                    TrainError::Reward {
+                        step,
+                        prompt: groups[group].prompt.clone(),
+                        error: Box::new(error),
+                    }
                 })?;
-            state.outcome.reward += tick.elapsed();
+            drop(scoring);
             for failure in &absorbed {
                 eprintln!(
                     "step {step}: {} (prompt {:?}); on_error = {:?}",
                     failure.error, groups[failure.group].prompt, grpo.on_error
                 );
             }
-            failures += absorbed.len();
-            for (j, (&i, scored)) in picked.iter().zip(scores).enumerate() {
-                sampled_groups += 1;
+            out.failures += absorbed.len();
+            for ((&i, scored), gens) in picked.iter().zip(scores).zip(generations.chunks(g)) {
+                out.groups += 1;
                 if scored.skipped {
                     continue;
                 }
                 let totals: Vec<f32> = scored.total.iter().map(|&r| r as f32).collect();
                 let is_degenerate = zero_variance(&totals);
-                degenerate += usize::from(is_degenerate);
+                out.degenerate += usize::from(is_degenerate);
                 if grpo.dynamic_sampling && is_degenerate && round < grpo.max_resample {
                     continue;
                 }
-                let gens = &generations[j * g..(j + 1) * g];
-                batch.push(Scored {
+                out.batch.push(Scored {
                     prompt: i,
                     completions: gens.iter().map(|x| x.tokens.clone()).collect(),
                     logprobs: gens.iter().map(|x| x.logprobs.clone()).collect(),
@@ -283,14 +284,14 @@ pub fn train_grpo<B: AutodiffBackend>(
                 });
             }
         }
-        if batch.is_empty() {
-            eprintln!("step {step}: every group was skipped; nothing to learn from");
-            save(step, &model, &optim, &mut state, metrics.as_deref())?;
-            continue;
-        }
+        Ok(out)
+    }
 
-        // ADVANTAGES (with the KL folded into the reward when asked).
-        let tick = Instant::now();
+    /// ADVANTAGES and LEARN: the outcome advantages of the batch (with −β·KL folded into the
+    /// rewards when asked), then μ gradient steps. Returns the record's training entries.
+    fn learn(&mut self, step: usize, batch: &[Scored], phases: &Phases) -> Result<Record, TrainError> {
+        let (grpo, sampler) = (self.ctx.grpo, self.ctx.sampler);
+        let temperature = sampler.temperature.max(1e-6);
         let flat: Vec<(usize, usize)> = batch
             .iter()
             .enumerate()
@@ -300,38 +301,37 @@ pub fn train_grpo<B: AutodiffBackend>(
             .iter()
             .map(|&(b, c)| {
                 (
-                    prompts[batch[b].prompt].tokens.as_slice(),
+                    self.ctx.prompts[batch[b].prompt].tokens.as_slice(),
                     batch[b].completions[c].as_slice(),
                 )
             })
             .collect();
-        let token_batch = TokenBatch::new(&pairs, pad);
-        let reference_log_probs: Option<Vec<f32>> = reference.as_ref().map(|r| {
-            let (lp, _) = completion_log_probs(r, &token_batch, sampler.temperature.max(1e-6), false, device);
+        let tokens = TokenBatch::new(&pairs, self.pad);
+        let [rows, width] = [tokens.rows, tokens.completion_width];
+        let reference_log_probs: Option<Vec<f32>> = self.reference.as_ref().map(|r| {
+            let _phase = phases.enter("reference", "the reference policy's log-probabilities");
+            let (lp, _) = completion_log_probs(r, &tokens, temperature, false, &self.device);
             lp.into_data().convert::<f32>().to_vec().unwrap_or_default()
         });
-        let mut rewards_flat: Vec<f32> = flat.iter().map(|&(b, c)| batch[b].rewards[c] as f32).collect();
+        let mut rewards: Vec<f32> = flat.iter().map(|&(b, c)| batch[b].rewards[c] as f32).collect();
         if grpo.kl_in_reward
             && let Some(ref_lp) = &reference_log_probs
         {
-            let width = token_batch.completion_width;
             for (row, &(b, c)) in flat.iter().enumerate() {
-                let kl: f32 = batch[b].logprobs[c]
-                    .iter()
-                    .enumerate()
+                let kl: f32 = (batch[b].logprobs[c].iter().enumerate())
                     .map(|(t, &lp)| kl_estimate_scalar(lp, ref_lp[row * width + t], grpo.kl_estimator))
                     .sum();
-                rewards_flat[row] -= grpo.kl_coef * kl;
+                rewards[row] -= grpo.kl_coef * kl;
             }
         }
+        let g = sampler.n;
         let advantages: Vec<f32> = match grpo.advantage {
-            AdvantageKind::Group => group_normalized(&rewards_flat, g, grpo.std_scaling),
-            AdvantageKind::Rloo => rloo(&rewards_flat, g),
-            AdvantageKind::ReinforcePp => reinforce_pp(&rewards_flat, g, grpo.group_baseline),
+            AdvantageKind::Group => group_normalized(&rewards, g, grpo.std_scaling),
+            AdvantageKind::Rloo => rloo(&rewards, g),
+            AdvantageKind::ReinforcePp => reinforce_pp(&rewards, g, grpo.group_baseline),
         };
-        let mut mask = token_batch.completion_mask.clone();
+        let mut mask = tokens.completion_mask.clone();
         if grpo.mask_truncated {
-            let width = token_batch.completion_width;
             for (row, &(b, c)) in flat.iter().enumerate() {
                 if batch[b].truncated[c] {
                     mask[row * width..(row + 1) * width].fill(0.0);
@@ -339,132 +339,212 @@ pub fn train_grpo<B: AutodiffBackend>(
             }
         }
 
-        // LEARN: μ gradient steps against the sampling-time log-probabilities.
         let old: Vec<&[f32]> = flat.iter().map(|&(b, c)| batch[b].logprobs[c].as_slice()).collect();
-        let old_log_prob = token_batch.per_token::<B>(&old, device);
-        let mask_t: Tensor<B, 2> = Tensor::from_data(
-            TensorData::new(mask.clone(), [token_batch.rows, token_batch.completion_width]),
-            device,
-        );
-        let advantages_t: Tensor<B, 1> =
-            Tensor::from_data(TensorData::new(advantages.clone(), [advantages.len()]), device);
-        let reference_t = reference_log_probs.filter(|_| !grpo.kl_in_reward).map(|lp| {
-            Tensor::<B, 2>::from_data(
-                TensorData::new(lp, [token_batch.rows, token_batch.completion_width]),
-                device,
-            )
-        });
-        let mut clip_frac = 0.0f64;
-        let mut kl_value = None;
-        let mut entropy_value = None;
-        let mut loss_value = 0.0f32;
-        let mut grad_norm = 0.0f32;
+        let old_log_prob = tokens.per_token::<B>(&old, &self.device);
+        let mask = Tensor::<B, 2>::from_data(TensorData::new(mask, [rows, width]), &self.device);
+        let advantages = Tensor::<B, 1>::from_data(TensorData::new(advantages, [rows]), &self.device);
+        let reference = reference_log_probs
+            .filter(|_| !grpo.kl_in_reward)
+            .map(|lp| Tensor::<B, 2>::from_data(TensorData::new(lp, [rows, width]), &self.device));
+        let mut record = Record::new();
         for _ in 0..grpo.updates_per_batch.max(1) {
-            let (log_prob, entropy) = completion_log_probs(
-                &model,
-                &token_batch,
-                sampler.temperature.max(1e-6),
-                grpo.entropy_coef != 0.0,
-                device,
-            );
-            if let Some(h) = &entropy {
-                let mean = (h.clone().detach() * mask_t.clone())
+            let forward = phases.enter("forward", format!("the policy loss of {rows} completions"));
+            let entropy_wanted = grpo.entropy_coef != 0.0;
+            let (log_prob, entropy) =
+                completion_log_probs(&self.model, &tokens, temperature, entropy_wanted, &self.device);
+            let entropy_value = entropy.as_ref().map(|h| {
+                let mean = (h.clone().detach() * mask.clone())
                     .sum()
-                    .div(mask_t.clone().sum().clamp_min(1.0));
-                entropy_value = Some(mean.into_scalar().elem::<f64>());
-            }
+                    .div(mask.clone().sum().clamp_min(1.0));
+                mean.into_scalar().elem::<f64>()
+            });
             let out = policy_loss(
                 log_prob,
                 old_log_prob.clone(),
-                advantages_t.clone(),
-                mask_t.clone(),
-                reference_t.clone(),
+                advantages.clone(),
+                mask.clone(),
+                reference.clone(),
                 entropy,
-                &loss_config,
+                &self.loss_config,
             );
-            loss_value = out.loss.clone().into_scalar().elem();
+            let loss_value: f32 = out.loss.clone().into_scalar().elem();
             TrainError::check_loss(step, "policy loss", loss_value)?;
-            clip_frac = out.clip_frac.into_scalar().elem();
-            kl_value = out.kl.map(|k| k.into_scalar().elem::<f64>());
-            let mut grads = GradientsParams::from_grads(out.loss.backward(), &model);
-            grad_norm = clip_grad_norm(&model, &mut grads, optimizer.max_grad_norm);
-            TrainError::check_gradients(step, grad_norm, &model, &grads)?;
-            model = optim.step(optimizer.lr, model, grads);
+            drop(forward);
+            let backward = phases.enter("backward", "the policy loss's gradients");
+            let mut grads = GradientsParams::from_grads(out.loss.backward(), &self.model);
+            drop(backward);
+            let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
+            let grad_norm = clip_grad_norm(&self.model, &mut grads, self.ctx.optimizer.max_grad_norm);
+            TrainError::check_gradients(step, grad_norm, &self.model, &grads)?;
+            self.model = self.optim.step(self.lr.at(step), self.model.clone(), grads);
+            record = json!({
+                "train/loss": loss_value,
+                "train/clip_frac": out.clip_frac.into_scalar().elem::<f64>(),
+                "train/grad_norm": grad_norm,
+                "train/kl": out.kl.map(|k| k.into_scalar().elem::<f64>()),
+                "train/entropy": entropy_value,
+            })
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
         }
-        state.outcome.train += tick.elapsed();
-        state.outcome.steps = step;
-
-        // LOG.
-        let mean_reward = rewards_flat.iter().map(|&r| f64::from(r)).sum::<f64>() / rewards_flat.len() as f64;
-        state.recent_rewards.push(mean_reward);
+        let mean_reward = rewards.iter().map(|&r| f64::from(r)).sum::<f64>() / rewards.len() as f64;
+        self.state.rewards.push(mean_reward);
         let lengths: Vec<f64> = flat
             .iter()
             .map(|&(b, c)| batch[b].completions[c].len() as f64)
             .collect();
-        let elapsed = step_start.elapsed().as_secs_f64();
-        let mut record = json!({
-            "stage": "grpo",
-            "step": step,
-            "train/reward": mean_reward,
-            "train/zero_variance_frac": degenerate as f64 / sampled_groups.max(1) as f64,
-            "train/completion_length": lengths.iter().sum::<f64>() / lengths.len() as f64,
-            "train/truncated_frac": flat.iter().filter(|&&(b, c)| batch[b].truncated[c]).count() as f64 / flat.len() as f64,
-            "train/loss": loss_value,
-            "train/clip_frac": clip_frac,
-            "train/grad_norm": grad_norm,
-            "train/kl": kl_value,
-            "train/entropy": entropy_value,
-            "train/reward_failures": failures,
-            "train/tokens_per_s": tokens_generated as f64 / elapsed.max(1e-9),
-            "time/step_s": elapsed,
-            "time/generate_s": state.outcome.generate.as_secs_f64(),
-            "time/reward_s": state.outcome.reward.as_secs_f64(),
-            "time/train_s": state.outcome.train.as_secs_f64(),
-            "time/elapsed_s": elapsed_before + start.elapsed().as_secs_f64(),
-        });
-        let mut components: std::collections::BTreeMap<String, (f64, usize)> = Default::default();
-        for s in &batch {
-            for (name, values) in &s.components {
-                let entry = components.entry(name.clone()).or_default();
-                for v in values.iter().filter(|v| v.is_finite()) {
-                    entry.0 += v;
-                    entry.1 += 1;
-                }
+        let truncated = flat.iter().filter(|&&(b, c)| batch[b].truncated[c]).count();
+        record.insert("train/reward".into(), json!(mean_reward));
+        record.insert("train/completion_length".into(), json!(mean(&lengths)));
+        record.insert(
+            "train/truncated_frac".into(),
+            json!(truncated as f64 / flat.len() as f64),
+        );
+        record.insert("train/learning_rate".into(), json!(self.lr.at(step)));
+        Ok(record)
+    }
+}
+
+impl<B: AutodiffBackend> Algorithm for Grpo<'_, B> {
+    fn total_steps(&self) -> usize {
+        self.ctx.grpo.steps
+    }
+
+    fn step(&mut self, step: usize, phases: &Phases) -> Result<Step, TrainError> {
+        let started = phases.elapsed();
+        let sampled = self.sample(step, phases)?;
+        let mut record = match sampled.batch.is_empty() {
+            true => {
+                eprintln!("step {step}: every group was skipped; nothing to learn from");
+                Record::new()
+            }
+            false => self.learn(step, &sampled.batch, phases)?,
+        };
+        let seconds = (phases.elapsed() - started).as_secs_f64();
+        record.insert("step".into(), json!(step));
+        record.insert(
+            "train/zero_variance_frac".into(),
+            json!(sampled.degenerate as f64 / sampled.groups.max(1) as f64),
+        );
+        record.insert("train/reward_failures".into(), json!(sampled.failures));
+        record.insert(
+            "train/tokens_per_s".into(),
+            json!(sampled.tokens as f64 / seconds.max(1e-9)),
+        );
+        for (name, value) in component_means(&sampled.batch) {
+            record.insert(format!("train/reward/{name}"), json!(value));
+        }
+        Ok(Step { record, done: false })
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let (model, optim, state) = (self.model.clone(), self.optim.clone(), self.state.clone());
+        Box::new(move || {
+            vec![
+                (
+                    "state".into(),
+                    serde_json::to_vec(&state).expect("the state serialises"),
+                ),
+                ("model".into(), module_bytes(&model)),
+                ("optimizer".into(), optimizer_bytes::<B, CausalLm<B>, _>(&optim)),
+            ]
+        })
+    }
+
+    fn restore(&mut self, checkpoint: &Checkpoint) -> Result<(), TrainError> {
+        // The KL reference stays the model GRPO started from, as in the first run.
+        self.state = checkpoint.state()?;
+        self.model = checkpoint.load_module("model", self.model.clone(), &self.device)?;
+        self.optim = checkpoint.load_optimizer::<B, CausalLm<B>, _>("optimizer", self.optim.clone(), &self.device)?;
+        Ok(())
+    }
+
+    fn non_finite_parameter(&self) -> Option<String> {
+        rein_optim::non_finite_parameter(&self.model)
+    }
+
+    fn progress(&self, step: usize, record: &Record) -> String {
+        let value = |key: &str| record.get(key).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+        format!(
+            "grpo step {step}/{} | reward {:.3} | {:.2} s/step",
+            self.ctx.grpo.steps,
+            value("train/reward"),
+            value("time/step_s")
+        )
+    }
+
+    fn plugin_failures(&self) -> Vec<(String, FailureCounts)> {
+        let mut out: Vec<(String, FailureCounts)> = Vec::new();
+        for weighted in self.ctx.rewards.iter() {
+            let name = weighted.reward.name().to_string();
+            match out.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, counts)) => *counts = counts.plus(weighted.reward.failures()),
+                None => out.push((name, weighted.reward.failures())),
             }
         }
-        for (name, (sum, count)) in components {
-            record[format!("train/reward/{name}")] = json!(if count > 0 { Some(sum / count as f64) } else { None });
-        }
-        if let Some(m) = metrics.as_deref_mut() {
-            m.write(&record)?;
-        }
-        progress.show(
-            &format!(
-                "grpo step {step}/{} | reward {mean_reward:.3} | {:.2} s/step",
-                grpo.steps, elapsed
-            ),
-            step == grpo.steps,
-        );
-        save(step, &model, &optim, &mut state, metrics.as_deref())?;
+        out
     }
-    progress.finish();
-    let GrpoState {
-        recent_rewards,
-        mut outcome,
-        ..
-    } = state;
-    let tail = (recent_rewards.len() / 10).max(1);
-    outcome.final_reward = recent_rewards.iter().rev().take(tail).sum::<f64>() / tail as f64;
-    Ok((model, outcome))
+}
+
+/// The sampler's seed for round `round` of step `step`: distinct for every (step, round).
+fn generation_seed(seed: u64, step: usize, round: usize) -> u64 {
+    let mix = |mut z: u64| {
+        // SplitMix64's finaliser.
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    mix(mix(seed ^ mix(step as u64)) ^ round as u64)
+}
+
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len().max(1) as f64
+}
+
+/// Each reward component's mean over the batch's completions (NaN entries, where a reward did
+/// not apply, left out); `None` when no completion had one.
+fn component_means(batch: &[Scored]) -> std::collections::BTreeMap<String, Option<f64>> {
+    let mut sums: std::collections::BTreeMap<String, (f64, usize)> = Default::default();
+    for scored in batch {
+        for (name, values) in &scored.components {
+            let entry = sums.entry(name.clone()).or_default();
+            for v in values.iter().filter(|v| v.is_finite()) {
+                entry.0 += v;
+                entry.1 += 1;
+            }
+        }
+    }
+    sums.into_iter()
+        .map(|(name, (sum, count))| (name, (count > 0).then(|| sum / count as f64)))
+        .collect()
 }
 
 /// Adds `completion_tokens` (each completion's length in tokens) to a group's metadata, for
 /// rewards that count tokens (the `length-penalty` plugin's `unit = "tokens"`).
-fn with_token_counts(metadata: &str, lengths: &[usize]) -> String {
+fn with_token_counts(metadata: &str, lengths: impl Iterator<Item = usize>) -> String {
     let mut value = match serde_json::from_str::<serde_json::Value>(metadata) {
         Ok(serde_json::Value::Object(map)) => serde_json::Value::Object(map),
         _ => json!({}),
     };
-    value["completion_tokens"] = json!(lengths);
+    value["completion_tokens"] = json!(lengths.collect::<Vec<_>>());
     value.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generation_seeds_never_collide_across_steps_and_rounds() {
+        let mut seen = std::collections::HashSet::new();
+        for step in 1..=500 {
+            for round in 0..=40 {
+                assert!(
+                    seen.insert(generation_seed(1, step, round)),
+                    "step {step} round {round}"
+                );
+            }
+        }
+    }
 }

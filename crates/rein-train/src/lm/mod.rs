@@ -4,7 +4,7 @@
 mod batch;
 mod data;
 mod eval;
-pub(crate) mod grpo;
+mod grpo;
 mod rewards;
 mod sft;
 mod task;
@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 pub use batch::{TokenBatch, completion_log_probs};
 pub use data::{DataError, Example, Fields, read, write_jsonl};
 pub use eval::{EvalReport, EvalSettings, evaluate, is_correct};
-pub use grpo::{GrpoContext, GrpoOutcome, train_grpo};
+pub use grpo::{Grpo, GrpoContext, GrpoOutcome};
 pub use rewards::{GroupReward, OnError, RewardFailure, WeightedReward, score_groups};
-pub use sft::train_sft;
+pub use sft::Sft;
 pub use task::{ArithmeticTask, generate_task};
 
 use rein_model::lm::{ChatMessage, LmTokenizer};

@@ -3,130 +3,161 @@
 //! ```text
 //! L = − Σ_i Σ_t m_it log π_θ(y_it | x_i, y_i,<t) / Σ_i Σ_t m_it
 //! ```
+//!
+//! Each step draws `batch_size` random examples that have a target; AdamW with linear warm-up
+//! then linear decay to 10% of the peak rate, global gradient clipping.
 
-use std::time::Instant;
-
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::ElementConversion;
 use rein_model::AutodiffBackend;
 use rein_model::lm::CausalLm;
 use rein_optim::clip_grad_norm;
+use rein_recipe::SftSection;
 use rein_sampler::SeededRng;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::Prompt;
 use super::batch::{TokenBatch, completion_log_probs};
-use crate::MetricsWriter;
-use crate::checkpoint::{Checkpointing, module_bytes, optimizer_bytes};
-use crate::ppo::TrainError;
-use crate::progress::Progress;
-use rein_recipe::SftSection;
+use crate::TrainError;
+use crate::checkpoint::{Checkpoint, module_bytes, optimizer_bytes};
+use crate::driver::{Algorithm, Record, Snapshot, Step};
+use crate::watchdog::Phases;
 
 /// What an SFT checkpoint stores besides the model and optimiser.
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 struct SftState {
-    step: usize,
-    metrics_len: u64,
     rng: SeededRng,
     tokens_seen: usize,
-    elapsed_s: f64,
 }
 
-/// Fine-tunes `model` on the prompts' targets for `section.steps` steps of `section.batch_size`
-/// random examples; logs `sft/*` metrics; checkpoints and resumes as `checkpointing` says.
-#[allow(clippy::too_many_arguments)]
-pub fn train_sft<B: AutodiffBackend>(
-    mut model: CausalLm<B>,
-    prompts: &[Prompt],
+/// Supervised fine-tuning of a language model on the examples' target completions.
+pub struct Sft<'a, B: AutodiffBackend> {
+    /// The model being trained.
+    pub model: CausalLm<B>,
+    optim: OptimizerAdaptor<AdamW, CausalLm<B>, B>,
+    examples: Vec<&'a Prompt>,
     pad_id: u32,
-    section: &SftSection,
-    seed: u64,
-    mut metrics: Option<&mut MetricsWriter>,
-    checkpointing: &Checkpointing,
-    device: &B::Device,
-) -> Result<CausalLm<B>, TrainError> {
-    let with_target: Vec<&Prompt> = prompts.iter().filter(|p| p.target.is_some()).collect();
-    if with_target.is_empty() {
-        return Err(TrainError::Unsupported {
-            plugin: String::new(),
-            message: "SFT needs examples with a target completion".into(),
-        });
+    section: &'a SftSection,
+    state: SftState,
+    device: B::Device,
+}
+
+impl<'a, B: AutodiffBackend> Sft<'a, B> {
+    /// Fine-tunes `model` on the `prompts` that have a target, as `section` says.
+    pub fn new(
+        model: CausalLm<B>,
+        prompts: &'a [Prompt],
+        pad_id: u32,
+        section: &'a SftSection,
+        seed: u64,
+        device: &B::Device,
+    ) -> Result<Self, TrainError> {
+        let examples: Vec<&Prompt> = prompts.iter().filter(|p| p.target.is_some()).collect();
+        if examples.is_empty() {
+            return Err(TrainError::Unsupported(
+                "SFT needs examples with a target completion".into(),
+            ));
+        }
+        let optim = AdamWConfig::new()
+            .with_weight_decay(section.weight_decay)
+            .with_epsilon(1e-8)
+            .init::<B, CausalLm<B>>();
+        Ok(Self {
+            model,
+            optim,
+            examples,
+            pad_id,
+            section,
+            state: SftState {
+                rng: SeededRng::new(seed ^ 0x5F7),
+                tokens_seen: 0,
+            },
+            device: device.clone(),
+        })
     }
-    let mut optim = AdamWConfig::new()
-        .with_weight_decay(section.weight_decay)
-        .with_epsilon(1e-8)
-        .init::<B, CausalLm<B>>();
-    let mut rng = SeededRng::new(seed ^ 0x5F7);
-    let mut progress = Progress::new();
-    let mut tokens_seen = 0usize;
-    let mut first = 1;
-    let mut elapsed_before = 0.0;
-    if let Some(checkpoint) = &checkpointing.resume {
-        let state: SftState = checkpoint.state()?;
-        model = checkpoint.load_module("model", model, device)?;
-        optim = checkpoint.load_optimizer::<B, CausalLm<B>, _>("optimizer", optim, device)?;
-        (rng, tokens_seen, first, elapsed_before) = (state.rng, state.tokens_seen, state.step + 1, state.elapsed_s);
+}
+
+impl<B: AutodiffBackend> Algorithm for Sft<'_, B> {
+    fn total_steps(&self) -> usize {
+        self.section.steps
     }
-    let start = Instant::now();
-    for step in first..=section.steps {
-        let picked: Vec<&Prompt> = (0..section.batch_size)
-            .map(|_| with_target[rng.below(with_target.len() as u64) as usize])
+
+    fn step(&mut self, step: usize, phases: &Phases) -> Result<Step, TrainError> {
+        let backward = phases.enter("backward", format!("the loss of {} examples", self.section.batch_size));
+        let n = self.examples.len() as u64;
+        let picked: Vec<&Prompt> = (0..self.section.batch_size)
+            .map(|_| self.examples[self.state.rng.below(n) as usize])
             .collect();
         let pairs: Vec<(&[u32], &[u32])> = picked
             .iter()
             .map(|p| (p.tokens.as_slice(), p.target.as_deref().unwrap_or(&[])))
             .collect();
-        let batch = TokenBatch::new(&pairs, pad_id);
-        let mask = batch.mask::<B>(device);
-        let (log_prob, _) = completion_log_probs(&model, &batch, 1.0, false, device);
+        let batch = TokenBatch::new(&pairs, self.pad_id);
+        let mask = batch.mask::<B>(&self.device);
+        let (log_prob, _) = completion_log_probs(&self.model, &batch, 1.0, false, &self.device);
         let count = batch.completion_mask.iter().sum::<f32>().max(1.0);
-        tokens_seen += count as usize;
+        self.state.tokens_seen += count as usize;
         let loss = (log_prob * mask).sum().neg().div_scalar(count);
         let loss_value: f32 = loss.clone().into_scalar().elem();
         TrainError::check_loss(step, "SFT loss", loss_value)?;
-        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
-        let grad_norm = clip_grad_norm(&model, &mut grads, section.max_grad_norm);
-        TrainError::check_gradients(step, grad_norm, &model, &grads)?;
-        let lr = sft_lr(section, step);
-        model = optim.step(lr, model, grads);
-        let elapsed = elapsed_before + start.elapsed().as_secs_f64();
-        if let Some(m) = metrics.as_deref_mut() {
-            m.write(&json!({
-                "stage": "sft",
-                "step": step,
-                "sft/loss": loss_value,
-                "sft/lr": lr,
-                "sft/grad_norm": grad_norm,
-                "sft/tokens_per_s": tokens_seen as f64 / elapsed.max(1e-9),
-                "time/elapsed_s": elapsed,
-            }))?;
-        }
-        progress.show(
-            &format!(
-                "sft step {step}/{} | loss {loss_value:.3} | {:.0} tokens/s",
-                section.steps,
-                tokens_seen as f64 / elapsed.max(1e-9)
-            ),
-            step == section.steps,
-        );
-        checkpointing.after_step(step, section.steps, &model, || {
-            let state = SftState {
-                step,
-                metrics_len: metrics.as_deref().map_or(0, MetricsWriter::bytes_written),
-                rng: rng.clone(),
-                tokens_seen,
-                elapsed_s: elapsed,
-            };
-            vec![
-                ("state", serde_json::to_vec(&state).expect("the state serialises")),
-                ("model", module_bytes(&model)),
-                ("optimizer", optimizer_bytes::<B, CausalLm<B>, _>(&optim)),
-            ]
-        })?;
+        let mut grads = GradientsParams::from_grads(loss.backward(), &self.model);
+        drop(backward);
+
+        let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
+        let grad_norm = clip_grad_norm(&self.model, &mut grads, self.section.max_grad_norm);
+        TrainError::check_gradients(step, grad_norm, &self.model, &grads)?;
+        let lr = sft_lr(self.section, step);
+        self.model = self.optim.step(lr, self.model.clone(), grads);
+        let tokens_per_s = self.state.tokens_seen as f64 / phases.elapsed().as_secs_f64().max(1e-9);
+        let record = json!({
+            "step": step,
+            "sft/loss": loss_value,
+            "sft/lr": lr,
+            "sft/grad_norm": grad_norm,
+            "sft/tokens_per_s": tokens_per_s,
+        });
+        Ok(Step {
+            record: record.as_object().cloned().unwrap_or_default(),
+            done: false,
+        })
     }
-    progress.finish();
-    Ok(model)
+
+    fn snapshot(&self) -> Snapshot {
+        let (model, optim, state) = (self.model.clone(), self.optim.clone(), self.state.clone());
+        Box::new(move || {
+            vec![
+                (
+                    "state".into(),
+                    serde_json::to_vec(&state).expect("the state serialises"),
+                ),
+                ("model".into(), module_bytes(&model)),
+                ("optimizer".into(), optimizer_bytes::<B, CausalLm<B>, _>(&optim)),
+            ]
+        })
+    }
+
+    fn restore(&mut self, checkpoint: &Checkpoint) -> Result<(), TrainError> {
+        self.state = checkpoint.state()?;
+        self.model = checkpoint.load_module("model", self.model.clone(), &self.device)?;
+        self.optim = checkpoint.load_optimizer::<B, CausalLm<B>, _>("optimizer", self.optim.clone(), &self.device)?;
+        Ok(())
+    }
+
+    fn non_finite_parameter(&self) -> Option<String> {
+        rein_optim::non_finite_parameter(&self.model)
+    }
+
+    fn progress(&self, step: usize, record: &Record) -> String {
+        let value = |key: &str| record.get(key).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+        format!(
+            "sft step {step}/{} | loss {:.3} | {:.0} tokens/s",
+            self.section.steps,
+            value("sft/loss"),
+            value("sft/tokens_per_s")
+        )
+    }
 }
 
 /// Linear warm-up to `lr`, then linear decay to 10% of it.

@@ -1,0 +1,304 @@
+//! The one loop every algorithm runs in.
+//!
+//! An algorithm ([`Algorithm`]) knows how to do one update and what its state is. The driver
+//! owns everything around the update, the same for PPO, SFT and GRPO:
+//!
+//! - resuming: the algorithm restores its state from the checkpoint, the driver its own
+//!   (step, elapsed time, time per phase, plugin failures so far);
+//! - after each step: a check that every parameter is finite (with or without a run
+//!   directory), the metrics record with the driver's keys (`time/…`, `plugins/<name>/…`)
+//!   appended to `metrics.jsonl`, the progress line;
+//! - checkpoints every `train.checkpoint_every` steps, after the last step, and when Ctrl-C or
+//!   SIGTERM asks to stop ([`crate::checkpoint::request_stop`]), written atomically;
+//! - stopping when the algorithm says it is done (a target reached);
+//! - the watchdog ([`crate::watchdog`]): a phase stalled for `train.stall_timeout_s` ends the
+//!   run with an error naming it, after saving the last completed step.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rein_core::FailureCounts;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::TrainError;
+use crate::checkpoint::{Checkpoint, CheckpointDir, Checkpointing, stop_requested};
+use crate::progress::Progress;
+use crate::run_dir::MetricsWriter;
+use crate::watchdog::{Phases, Stall};
+
+/// One metrics record: `metrics.jsonl` gets one per step.
+pub type Record = serde_json::Map<String, serde_json::Value>;
+
+/// A named part of a checkpoint.
+pub type Section = (String, Vec<u8>);
+
+/// The state after a step, captured cheaply (tensors are shared, not copied) and serialised
+/// later, possibly on another thread (the watchdog's).
+pub type Snapshot = Box<dyn FnOnce() -> Vec<Section> + Send>;
+
+/// What one step produced.
+#[derive(Debug, Default)]
+pub struct Step {
+    /// Its metrics (the driver adds timings and plugin failure counts).
+    pub record: Record,
+    /// The algorithm is done (a target was reached): no further steps.
+    pub done: bool,
+}
+
+/// A training algorithm as the driver runs it: one update at a time, its state a checkpoint.
+pub trait Algorithm {
+    /// The number of the last step (steps count from 1).
+    fn total_steps(&self) -> usize;
+
+    /// Does step `step`: one update. Reports its phases to `phases` (timings and the watchdog)
+    /// and stops with an error when its loss or gradient norm is not finite.
+    fn step(&mut self, step: usize, phases: &Phases) -> Result<Step, TrainError>;
+
+    /// The state after the last step, for a checkpoint.
+    fn snapshot(&self) -> Snapshot;
+
+    /// Continues from a checkpoint taken after step `checkpoint.step`.
+    fn restore(&mut self, checkpoint: &Checkpoint) -> Result<(), TrainError>;
+
+    /// The path of the first parameter that is NaN or infinite, if any.
+    fn non_finite_parameter(&self) -> Option<String>;
+
+    /// The progress line after `step`.
+    fn progress(&self, step: usize, record: &Record) -> String;
+
+    /// Failed plugin calls so far, per plugin (zero counts included), since this algorithm
+    /// started (the driver adds the counts of a resumed run's earlier part).
+    fn plugin_failures(&self) -> Vec<(String, FailureCounts)> {
+        Vec::new()
+    }
+}
+
+/// How the driver runs an algorithm.
+pub struct Driver<'a> {
+    /// Where records go (a run's `metrics.jsonl`), if anywhere.
+    pub metrics: Option<&'a mut MetricsWriter>,
+    /// Where checkpoints go, how often, and the one to continue from.
+    pub checkpointing: &'a Checkpointing,
+    /// How long one phase may run before the watchdog stops the run.
+    pub stall_timeout: Duration,
+    /// `stage` of every record (`sft`, `grpo`), when a run has several.
+    pub stage: Option<&'static str>,
+}
+
+/// What the driver reports when the algorithm is done.
+#[derive(Debug, Clone, Default)]
+pub struct Driven {
+    /// The last step done.
+    pub steps: usize,
+    /// Wall-clock time of the whole stage, resumed parts included.
+    pub elapsed: Duration,
+    /// Time in each phase.
+    pub phases: BTreeMap<String, Duration>,
+}
+
+/// The driver's own section of a checkpoint.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct DriverState {
+    /// The step the checkpoint was taken after (within this stage).
+    step: usize,
+    /// Bytes of `metrics.jsonl` written by then.
+    metrics_len: u64,
+    elapsed_s: f64,
+    phases_s: BTreeMap<String, f64>,
+    /// `[timeouts, traps, errors]` per plugin.
+    failures: BTreeMap<String, [u64; 3]>,
+}
+
+/// The section name of [`DriverState`].
+pub(crate) const DRIVER_SECTION: &str = "driver";
+
+/// How much of `metrics.jsonl` a checkpoint's run had written.
+pub(crate) fn metrics_len(checkpoint: &Checkpoint) -> Result<u64, TrainError> {
+    Ok(checkpoint.section_json::<DriverState>(DRIVER_SECTION)?.metrics_len)
+}
+
+impl Driver<'_> {
+    /// Runs `algorithm` from its first step (or the checkpoint's) to its last or until it is
+    /// done.
+    pub fn run<A: Algorithm>(mut self, algorithm: &mut A) -> Result<Driven, TrainError> {
+        let mut state = DriverState::default();
+        if let Some(checkpoint) = &self.checkpointing.resume {
+            state = checkpoint.section_json(DRIVER_SECTION)?;
+            algorithm.restore(checkpoint)?;
+        }
+        let phases = Phases::new(
+            Duration::from_secs_f64(state.elapsed_s),
+            state
+                .phases_s
+                .iter()
+                .map(|(name, s)| (name.clone(), Duration::from_secs_f64(*s)))
+                .collect(),
+        );
+        let failures_before = state.failures.clone();
+        // The last completed step's state, for the watchdog to save.
+        let latest: Arc<Mutex<Option<(usize, Snapshot)>>> = Arc::new(Mutex::new(None));
+        phases.watch(self.stall_timeout, self.stall_handler(latest.clone()));
+        let mut progress = Progress::new();
+        let total = algorithm.total_steps();
+        let mut last = state.step;
+        for step in state.step + 1..=total {
+            phases.begin_step(step);
+            let started = phases.elapsed();
+            let Step { mut record, done } = algorithm.step(step, &phases)?;
+            if let Some(path) = algorithm.non_finite_parameter() {
+                return Err(TrainError::NonFinite {
+                    update: step,
+                    what: format!("parameter `{path}`"),
+                    value: f32::NAN,
+                });
+            }
+            last = step;
+            let failures = add_failures(&failures_before, algorithm.plugin_failures());
+            record.insert("time/step_s".into(), json!((phases.elapsed() - started).as_secs_f64()));
+            self.complete(&mut record, &phases, &failures);
+            if let Some(metrics) = self.metrics.as_deref_mut() {
+                metrics.write(&serde_json::Value::Object(record.clone()))?;
+            }
+            let finished = done || step == total;
+            progress.show(&algorithm.progress(step, &record), finished);
+
+            let Some(dir) = &self.checkpointing.dir else {
+                if finished {
+                    break;
+                }
+                continue;
+            };
+            state = DriverState {
+                step,
+                metrics_len: self.metrics.as_deref().map_or(0, MetricsWriter::bytes_written),
+                elapsed_s: phases.elapsed().as_secs_f64(),
+                phases_s: seconds(&phases.totals()),
+                failures: failures.iter().map(|(name, f)| (name.clone(), counts(*f))).collect(),
+            };
+            let snapshot = self.with_driver_state(algorithm.snapshot(), &state);
+            let stop = stop_requested();
+            let every = self.checkpointing.every;
+            if stop || finished || (every > 0 && step.is_multiple_of(every)) {
+                let _phase = phases.enter("checkpoint", format!("writing the checkpoint of step {step}"));
+                let path = self.save(dir, step, snapshot)?;
+                if stop {
+                    return Err(TrainError::Interrupted {
+                        step,
+                        checkpoint: path,
+                        run: dir.path().parent().unwrap_or(dir.path()).to_path_buf(),
+                    });
+                }
+            } else {
+                *latest.lock().unwrap_or_else(|e| e.into_inner()) = Some((step, snapshot));
+            }
+            if finished {
+                break;
+            }
+        }
+        progress.finish();
+        Ok(Driven {
+            steps: last,
+            elapsed: phases.elapsed(),
+            phases: phases.totals(),
+        })
+    }
+
+    /// Adds the driver's keys to a step's record: stage, timings, plugin failures.
+    fn complete(&self, record: &mut Record, phases: &Phases, failures: &BTreeMap<String, FailureCounts>) {
+        if let Some(stage) = self.stage {
+            record.insert("stage".into(), json!(stage));
+        }
+        for (phase, time) in phases.totals() {
+            record.insert(format!("time/{phase}_s"), json!(time.as_secs_f64()));
+        }
+        record.insert("time/elapsed_s".into(), json!(phases.elapsed().as_secs_f64()));
+        for (plugin, f) in failures {
+            record.insert(format!("plugins/{plugin}/timeouts"), json!(f.timeouts));
+            record.insert(format!("plugins/{plugin}/traps"), json!(f.traps));
+            record.insert(format!("plugins/{plugin}/errors"), json!(f.errors));
+        }
+    }
+
+    /// The algorithm's snapshot plus the driver's state and the run's context sections.
+    fn with_driver_state(&self, snapshot: Snapshot, state: &DriverState) -> Snapshot {
+        let driver = serde_json::to_vec(state).expect("the driver state serialises");
+        let context = self.checkpointing.context.clone();
+        Box::new(move || {
+            let mut sections = snapshot();
+            sections.push((DRIVER_SECTION.to_string(), driver));
+            sections.extend(context);
+            sections
+        })
+    }
+
+    fn save(&self, dir: &CheckpointDir, step: usize, snapshot: Snapshot) -> Result<std::path::PathBuf, TrainError> {
+        let sections = snapshot();
+        let borrowed: Vec<(&str, &[u8])> = sections.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
+        Ok(dir.save((self.checkpointing.step_offset + step) as u64, &borrowed)?)
+    }
+
+    /// What the watchdog does: save the last completed step (when it was not saved already),
+    /// report the stall, and end the process.
+    fn stall_handler(&self, latest: Arc<Mutex<Option<(usize, Snapshot)>>>) -> Box<dyn FnOnce(Stall) + Send> {
+        let dir = self.checkpointing.dir.clone();
+        let offset = self.checkpointing.step_offset;
+        Box::new(move |stall| {
+            let mut message = format!("error: {stall}");
+            let saved = latest.lock().unwrap_or_else(|e| e.into_inner()).take();
+            match (&dir, saved) {
+                (Some(dir), Some((step, snapshot))) => {
+                    let sections = snapshot();
+                    let borrowed: Vec<(&str, &[u8])> =
+                        sections.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
+                    match dir.save((offset + step) as u64, &borrowed) {
+                        Ok(path) => message += &format!("; saved step {step} in {}", path.display()),
+                        Err(e) => message += &format!("; could not save step {step}: {e}"),
+                    }
+                }
+                (Some(_), None) => message += "; the newest checkpoint is the last completed step",
+                (None, _) => {}
+            }
+            if let Some(dir) = &dir {
+                let run = dir.path().parent().unwrap_or(dir.path());
+                message += &format!("; continue with `--resume {}`", run.display());
+            }
+            eprintln!("\n{message}");
+            std::process::exit(STALL_EXIT_CODE);
+        })
+    }
+}
+
+/// The exit code of a run the watchdog stopped.
+pub const STALL_EXIT_CODE: i32 = 3;
+
+fn add_failures(
+    before: &BTreeMap<String, [u64; 3]>,
+    now: Vec<(String, FailureCounts)>,
+) -> BTreeMap<String, FailureCounts> {
+    let mut out: BTreeMap<String, FailureCounts> = before
+        .iter()
+        .map(|(name, [timeouts, traps, errors])| {
+            let counts = FailureCounts {
+                timeouts: *timeouts,
+                traps: *traps,
+                errors: *errors,
+            };
+            (name.clone(), counts)
+        })
+        .collect();
+    for (name, f) in now {
+        let entry = out.entry(name).or_default();
+        *entry = entry.plus(f);
+    }
+    out
+}
+
+fn counts(f: FailureCounts) -> [u64; 3] {
+    [f.timeouts, f.traps, f.errors]
+}
+
+fn seconds(totals: &BTreeMap<String, Duration>) -> BTreeMap<String, f64> {
+    totals.iter().map(|(name, t)| (name.clone(), t.as_secs_f64())).collect()
+}

@@ -1,0 +1,453 @@
+//! PPO on a vector of environment plugins, in CleanRL's order (`ppo.py` for discrete actions,
+//! `ppo_continuous_action.py` for continuous ones): rollout → GAE → epochs of shuffled
+//! minibatches (clipped surrogate, value and entropy losses) → log. One update is one step of
+//! the [`Driver`](crate::driver::Driver), which does the rest (checkpoints, metrics, progress).
+//!
+//! Implementation details followed (Huang et al., "The 37 implementation details of PPO"):
+//! vectorised envs with same-step auto-reset, orthogonal init, Adam ε = 1e-5, linear LR
+//! annealing, GAE, minibatch shuffling, per-minibatch advantage normalisation, clipped
+//! surrogate, clipped value loss, entropy bonus, global gradient clipping, optional target-KL
+//! early stop; for continuous actions a state-independent log-std, action clipping to the
+//! bounds (log-probabilities use the unclipped action), optional observation normalisation and
+//! reward scaling. One departure: truncated episodes bootstrap from the value of their final
+//! observation (CleanRL treats truncation as termination).
+
+mod episodes;
+mod policy;
+mod replay;
+mod rollout;
+mod run;
+
+use burn::module::AutodiffModule;
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use rein_core::{FailureCounts, PluginError, Space, VecEnv};
+use rein_model::{ActionHead, ActorCritic, ActorCriticConfig, AutodiffBackend};
+use rein_optim::{LinearSchedule, PpoLossConfig, RewardScaler, RunningMeanStd, clip_grad_norm, gae, ppo_loss};
+use rein_recipe::{PpoSection, Recipe};
+use rein_sampler::{SeededRng, categorical_entropy, categorical_log_prob, gaussian_entropy, gaussian_log_prob};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::TrainError;
+use crate::checkpoint::{Checkpoint, module_bytes, optimizer_bytes};
+use crate::driver::{Algorithm, Record, Snapshot, Step};
+use crate::watchdog::Phases;
+use episodes::Episodes;
+use policy::{act, forward, log_std};
+use rollout::{LossStats, Rollout, explained_variance};
+pub use run::{PpoOutcome, Timings, train};
+
+/// Makes `n` environments (the recipe's plugin and config); called for training and again
+/// for evaluation.
+pub type EnvFactory<'a> = dyn Fn(usize) -> Result<Box<dyn VecEnv>, PluginError> + 'a;
+
+/// What a PPO update carries to the next besides the model and optimiser (a checkpoint's
+/// `state` section).
+#[derive(Clone, Serialize, Deserialize)]
+struct PpoState {
+    env_steps: u64,
+    rng: SeededRng,
+    shuffle_rng: SeededRng,
+    obs_stats: Option<RunningMeanStd>,
+    reward_scaler: Option<RewardScaler>,
+    episodes: Episodes,
+    /// When the mean return reached the target: (env steps, seconds).
+    solved_at: Option<(u64, f64)>,
+}
+
+/// PPO's agent, optimiser, environments and rollout storage.
+pub struct Ppo<'a, B: AutodiffBackend> {
+    recipe: &'a Recipe,
+    ppo: &'a PpoSection,
+    plugin: String,
+    envs: Box<dyn VecEnv>,
+    head: ActionHead,
+    bounds: Option<(Vec<f32>, Vec<f32>)>,
+    obs_dim: usize,
+    act_dim: usize,
+    num_envs: usize,
+    num_updates: usize,
+    lr: LinearSchedule,
+    model: ActorCritic<B>,
+    optim: OptimizerAdaptor<Adam, ActorCritic<B>, B>,
+    buffer: Rollout,
+    next_obs: Vec<f32>,
+    state: PpoState,
+    /// Every action sent to the environments, when checkpoints are written (see [`replay`]).
+    action_log: Option<Vec<f32>>,
+    device: B::Device,
+}
+
+impl<B: AutodiffBackend> Algorithm for Ppo<'_, B> {
+    fn total_steps(&self) -> usize {
+        self.num_updates
+    }
+
+    fn step(&mut self, update: usize, phases: &Phases) -> Result<Step, TrainError> {
+        let (ppo, num_envs, steps) = (self.ppo, self.num_envs, self.ppo.num_steps);
+        let lr_now = self.lr.at(update);
+        let clip_coef = match ppo.anneal_clip {
+            true => ppo.clip_coef * (1.0 - (update - 1) as f32 / self.num_updates as f32),
+            false => ppo.clip_coef,
+        };
+
+        // ROLLOUT: the current policy, without gradients.
+        let policy = self.model.valid();
+        let log_std = log_std(&policy);
+        for t in 0..steps {
+            let rows = t * num_envs..(t + 1) * num_envs;
+            let inference = phases.enter("inference", "the policy's forward pass");
+            let mut obs = std::mem::take(&mut self.next_obs);
+            if let Some(stats) = &mut self.state.obs_stats {
+                stats.update(&obs);
+                stats.normalize(&mut obs, ppo.clip_obs);
+            }
+            let (out, values) = forward::<B::InnerBackend>(&policy, &obs, num_envs, self.obs_dim, &self.device);
+            let b = &mut self.buffer;
+            let actions = &mut b.actions[rows.start * self.act_dim..rows.end * self.act_dim];
+            let env_actions = act(
+                self.head,
+                &out,
+                &log_std,
+                self.bounds.as_ref(),
+                &mut self.state.rng,
+                false,
+                actions,
+                &mut b.log_probs[rows.clone()],
+            );
+            b.obs[rows.start * self.obs_dim..rows.end * self.obs_dim].copy_from_slice(&obs);
+            b.values[rows.clone()].copy_from_slice(&values);
+            if let Some(log) = &mut self.action_log {
+                replay::log_actions(log, &env_actions);
+            }
+            drop(inference);
+
+            let env_phase = phases.enter("env", format!("`{}` stepping {num_envs} envs", self.plugin));
+            let step = self.envs.step(&env_actions)?;
+            drop(env_phase);
+
+            let _inference = phases.enter("inference", "recording the transition");
+            let mut rewards: Vec<f32> = step.rewards.iter().map(|&r| r as f32).collect();
+            self.state
+                .episodes
+                .record(&step.rewards, &step.terminated, &step.truncated);
+            if let Some(scaler) = &mut self.state.reward_scaler {
+                scaler.scale(&mut rewards, &step.terminated, ppo.clip_reward);
+            }
+            b.rewards[rows.clone()].copy_from_slice(&rewards);
+            b.terminated[rows.clone()].copy_from_slice(&step.terminated);
+            b.truncated[rows.clone()].copy_from_slice(&step.truncated);
+            // Truncated episodes bootstrap from their final observation's value.
+            let truncated: Vec<usize> = (0..num_envs)
+                .filter(|&i| step.truncated[i] && !step.terminated[i])
+                .collect();
+            if !truncated.is_empty() {
+                let mut finals: Vec<f32> = Vec::with_capacity(truncated.len() * self.obs_dim);
+                for (i, row) in step.final_observations(self.obs_dim) {
+                    if truncated.contains(&i) {
+                        finals.extend_from_slice(row);
+                    }
+                }
+                if let Some(stats) = &self.state.obs_stats {
+                    stats.normalize(&mut finals, ppo.clip_obs);
+                }
+                let n = truncated.len();
+                let (_, final_values) = forward::<B::InnerBackend>(&policy, &finals, n, self.obs_dim, &self.device);
+                for (&i, v) in truncated.iter().zip(final_values) {
+                    b.next_values[rows.start + i] = v;
+                }
+            }
+            self.next_obs = step.observations;
+        }
+        self.state.env_steps += (num_envs * steps) as u64;
+
+        // GAE, bootstrapping the rollout's end from the value of the next observation.
+        let inference = phases.enter("inference", "advantages");
+        let mut last_obs = self.next_obs.clone();
+        if let Some(stats) = &self.state.obs_stats {
+            stats.normalize(&mut last_obs, ppo.clip_obs);
+        }
+        let (_, last_values) = forward::<B::InnerBackend>(&policy, &last_obs, num_envs, self.obs_dim, &self.device);
+        let b = &mut self.buffer;
+        for k in 0..steps * num_envs {
+            if !b.truncated[k] || b.terminated[k] {
+                b.next_values[k] = match b.values.get(k + num_envs) {
+                    Some(&v) => v,
+                    None => last_values[k % num_envs],
+                };
+            }
+        }
+        let advantages = gae(
+            &b.rewards,
+            &b.values,
+            &b.next_values,
+            &b.terminated,
+            &b.truncated,
+            num_envs,
+            ppo.gamma,
+            ppo.gae_lambda,
+        );
+        let returns: Vec<f32> = advantages.iter().zip(&b.values).map(|(a, v)| a + v).collect();
+        drop(inference);
+
+        // LEARN: epochs of shuffled minibatches.
+        let loss_config = PpoLossConfig {
+            clip_coef,
+            clip_vloss: ppo.clip_vloss,
+            ent_coef: ppo.ent_coef,
+            vf_coef: ppo.vf_coef,
+        };
+        let mut stats = LossStats::default();
+        let batch_size = num_envs * steps;
+        let mut b_inds: Vec<usize> = (0..batch_size).collect();
+        'epochs: for _ in 0..ppo.update_epochs {
+            self.state.shuffle_rng.shuffle(&mut b_inds);
+            for mb_inds in b_inds.chunks(batch_size / ppo.num_minibatches) {
+                let backward = phases.enter("backward", "the loss and its gradients");
+                let mb = self.buffer.gather(mb_inds, &advantages, &returns, ppo.norm_adv);
+                let obs = tensor2::<B>(mb.obs, mb_inds.len(), self.obs_dim, &self.device);
+                let (new_log_prob, entropy) = self.log_prob_and_entropy(obs.clone(), mb.actions, mb_inds.len());
+                let loss = ppo_loss(
+                    new_log_prob,
+                    tensor1::<B>(mb.log_probs, &self.device),
+                    tensor1::<B>(mb.advantages, &self.device),
+                    self.model.value(obs),
+                    tensor1::<B>(mb.values, &self.device),
+                    tensor1::<B>(mb.returns, &self.device),
+                    entropy,
+                    &loss_config,
+                );
+                let loss_value: f32 = loss.loss.clone().into_scalar().elem();
+                TrainError::check_loss(update, "PPO loss", loss_value)?;
+                let mut grads = GradientsParams::from_grads(loss.loss.backward(), &self.model);
+                drop(backward);
+
+                let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
+                let grad_norm = clip_grad_norm(&self.model, &mut grads, self.recipe.optimizer.max_grad_norm);
+                TrainError::check_gradients(update, grad_norm, &self.model, &grads)?;
+                self.model = self.optim.step(lr_now, self.model.clone(), grads);
+                stats.add(&loss, grad_norm);
+            }
+            if ppo.target_kl.is_some_and(|target| stats.last_kl > target) {
+                break 'epochs;
+            }
+        }
+
+        // LOG.
+        let elapsed = phases.elapsed().as_secs_f64();
+        let env_steps = self.state.env_steps;
+        let mean_return = self.state.episodes.mean_return();
+        if let (Some(target), Some(mean), None) = (self.recipe.train.stop_at_return, mean_return, self.state.solved_at)
+            && mean >= target
+        {
+            self.state.solved_at = Some((env_steps, elapsed));
+        }
+        let [policy_loss, value_loss, entropy, approx_kl, clip_frac, grad_norm] = stats.means();
+        let record = json!({
+            "update": update,
+            "global_step": env_steps,
+            "charts/episodic_return": mean_return,
+            "charts/episodes": self.state.episodes.completed,
+            "charts/learning_rate": lr_now,
+            "charts/sps": env_steps as f64 / elapsed.max(1e-9),
+            "losses/policy_loss": policy_loss,
+            "losses/value_loss": value_loss,
+            "losses/entropy": entropy,
+            "losses/approx_kl": approx_kl,
+            "losses/clipfrac": clip_frac,
+            "losses/grad_norm": grad_norm,
+            "losses/explained_variance": explained_variance(&self.buffer.values, &returns),
+        });
+        Ok(Step {
+            record: record.as_object().cloned().unwrap_or_default(),
+            done: self.state.solved_at.is_some(),
+        })
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let (model, optim, state) = (self.model.clone(), self.optim.clone(), self.state.clone());
+        let (actions, next_obs) = (self.action_log.clone().unwrap_or_default(), self.next_obs.clone());
+        Box::new(move || {
+            vec![
+                (
+                    "state".into(),
+                    serde_json::to_vec(&state).expect("the state serialises"),
+                ),
+                ("model".into(), module_bytes(&model)),
+                ("optimizer".into(), optimizer_bytes::<B, ActorCritic<B>, _>(&optim)),
+                ("actions".into(), replay::bytes_of(&actions)),
+                ("next_obs".into(), replay::bytes_of(&next_obs)),
+            ]
+        })
+    }
+
+    fn restore(&mut self, checkpoint: &Checkpoint) -> Result<(), TrainError> {
+        self.state = checkpoint.state()?;
+        self.model = checkpoint.load_module("model", self.model.clone(), &self.device)?;
+        self.optim =
+            checkpoint.load_optimizer::<B, ActorCritic<B>, _>("optimizer", self.optim.clone(), &self.device)?;
+        let actions = replay::f32s(checkpoint.section("actions")?);
+        let saved = replay::f32s(checkpoint.section("next_obs")?);
+        let reset = std::mem::take(&mut self.next_obs);
+        self.next_obs = replay::replay(self.envs.as_mut(), reset, &actions, &saved, &self.plugin, checkpoint)?;
+        eprintln!("replayed {} env steps into `{}`", self.state.env_steps, self.plugin);
+        self.action_log = self.action_log.take().map(|_| actions);
+        Ok(())
+    }
+
+    fn non_finite_parameter(&self) -> Option<String> {
+        rein_optim::non_finite_parameter(&self.model)
+    }
+
+    fn progress(&self, update: usize, record: &Record) -> String {
+        let shown = self
+            .state
+            .episodes
+            .mean_return()
+            .map_or("-".to_string(), |r| format!("{r:.1}"));
+        let sps = record.get("charts/sps").and_then(|v| v.as_f64()).unwrap_or(0.0);
+        let mut line = format!(
+            "update {update}/{} | steps {} | {sps:.0} steps/s | return {shown} | episodes {}",
+            self.num_updates, self.state.env_steps, self.state.episodes.completed
+        );
+        if self.state.solved_at.is_some() {
+            let target = self.recipe.train.stop_at_return.unwrap_or_default();
+            line += &format!("\nreached return {shown} ≥ {target} at step {}", self.state.env_steps);
+        }
+        line
+    }
+
+    fn plugin_failures(&self) -> Vec<(String, FailureCounts)> {
+        vec![(self.plugin.clone(), self.envs.failures())]
+    }
+}
+
+impl<'a, B: AutodiffBackend> Ppo<'a, B> {
+    /// Seeding → envs → agent → storage, for `recipe` (a PPO recipe) on envs from `make_env`.
+    /// With `log_actions`, every action sent is kept for checkpoints (see [`replay`]).
+    pub fn new(
+        recipe: &'a Recipe,
+        make_env: &EnvFactory<'_>,
+        device: &B::Device,
+        log_actions: bool,
+    ) -> Result<Self, TrainError> {
+        let rein_recipe::Algorithm::Ppo(ppo) = &recipe.algorithm else {
+            return Err(TrainError::Unsupported("not a PPO recipe".into()));
+        };
+        let section = recipe
+            .env
+            .as_ref()
+            .ok_or_else(|| TrainError::Unsupported("PPO needs an [env] section".into()))?;
+        let plugin = section.plugin.clone();
+        let unsupported = |message: &str| TrainError::Environment {
+            plugin: plugin.clone(),
+            message: message.into(),
+        };
+        let num_envs = section.num_envs;
+        let mut envs = make_env(num_envs)?;
+        let spec = envs.spec().clone();
+        let obs_dim = match &spec.observation {
+            Space::Box(b) => b.dim(),
+            Space::Discrete(_) => 1,
+            Space::Text => return Err(unsupported("PPO needs vector observations, not text")),
+        };
+        let (head, bounds) = match &spec.action {
+            Space::Discrete(n) => (ActionHead::Categorical(*n as usize), None),
+            Space::Box(b) => (ActionHead::Gaussian(b.dim()), Some((b.low.clone(), b.high.clone()))),
+            Space::Text => return Err(unsupported("PPO needs discrete or box actions, not text")),
+        };
+        B::seed(device, recipe.seed);
+        let mut rng = SeededRng::new(recipe.seed);
+        let shuffle_rng = rng.fork();
+        let model: ActorCritic<B> = ActorCriticConfig {
+            obs_dim,
+            head,
+            hidden: recipe.model.hidden.clone(),
+            activation: recipe.model.activation,
+            init_log_std: recipe.model.init_log_std,
+        }
+        .init(device);
+        let opt = &recipe.optimizer;
+        let optim = AdamConfig::new()
+            .with_beta_1(opt.beta1)
+            .with_beta_2(opt.beta2)
+            .with_epsilon(opt.eps)
+            .init::<B, ActorCritic<B>>();
+        let batch_size = num_envs * ppo.num_steps;
+        let num_updates = recipe.train.total_steps.div_ceil(batch_size as u64).max(1) as usize;
+        let lr = match opt.anneal_lr == Some(true) {
+            true => LinearSchedule {
+                start: opt.lr,
+                end: 0.0,
+                updates: num_updates,
+            },
+            false => LinearSchedule::constant(opt.lr),
+        };
+        let act_dim = match head {
+            ActionHead::Categorical(_) => 1,
+            ActionHead::Gaussian(d) => d,
+        };
+        let state = PpoState {
+            env_steps: 0,
+            rng,
+            shuffle_rng,
+            obs_stats: ppo.normalize_obs.then(|| RunningMeanStd::new(obs_dim)),
+            reward_scaler: ppo
+                .normalize_reward
+                .then(|| RewardScaler::new(num_envs, f64::from(ppo.gamma))),
+            episodes: Episodes::new(num_envs, recipe.train.return_window),
+            solved_at: None,
+        };
+        Ok(Self {
+            recipe,
+            ppo,
+            next_obs: envs.reset(recipe.seed)?,
+            plugin,
+            envs,
+            head,
+            bounds,
+            obs_dim,
+            act_dim,
+            num_envs,
+            num_updates,
+            lr,
+            model,
+            optim,
+            buffer: Rollout::new(ppo.num_steps, num_envs, obs_dim, act_dim),
+            state,
+            action_log: log_actions.then(Vec::new),
+            device: device.clone(),
+        })
+    }
+
+    /// `log π(a|s)` of the minibatch's actions and the policy's entropy, with gradients.
+    fn log_prob_and_entropy(&self, obs: Tensor<B, 2>, actions: Vec<f32>, n: usize) -> (Tensor<B, 1>, Tensor<B, 1>) {
+        let out = self.model.actor(obs);
+        match self.head {
+            ActionHead::Categorical(_) => {
+                let actions: Vec<i64> = actions.iter().map(|&a| a as i64).collect();
+                let actions = Tensor::<B, 1, Int>::from_data(TensorData::new(actions, [n]), &self.device);
+                (categorical_log_prob(out.clone(), actions), categorical_entropy(out))
+            }
+            ActionHead::Gaussian(d) => {
+                let log_std = self.model.log_std().expect("a Gaussian head has a log-std");
+                let actions = tensor2::<B>(actions, n, d, &self.device);
+                (
+                    gaussian_log_prob(out, log_std.clone(), actions),
+                    gaussian_entropy(log_std),
+                )
+            }
+        }
+    }
+}
+
+fn tensor1<B: AutodiffBackend>(values: Vec<f32>, device: &B::Device) -> Tensor<B, 1> {
+    let n = values.len();
+    Tensor::from_data(TensorData::new(values, [n]), device)
+}
+
+fn tensor2<B: AutodiffBackend>(values: Vec<f32>, rows: usize, cols: usize, device: &B::Device) -> Tensor<B, 2> {
+    Tensor::from_data(TensorData::new(values, [rows, cols]), device)
+}

@@ -1,0 +1,146 @@
+//! The actor-critic on plain observation slices: forward passes without gradients, actions for
+//! a batch of envs, the deterministic policy's evaluation, and the saved policy file.
+
+use std::path::Path;
+
+use burn::tensor::{Tensor, TensorData};
+use rein_core::BatchActions;
+use rein_model::Backend;
+use rein_model::{ActionHead, ActorCritic};
+use rein_optim::RunningMeanStd;
+use rein_recipe::{PpoSection, Recipe};
+use rein_sampler::{SeededRng, sample_categorical, sample_gaussian};
+
+use super::EnvFactory;
+use crate::TrainError;
+
+/// Actor outputs (`[n, head]` flattened) and values (`[n]`) for `n` observations.
+pub(super) fn forward<B: Backend>(
+    policy: &ActorCritic<B>,
+    obs: &[f32],
+    n: usize,
+    obs_dim: usize,
+    device: &B::Device,
+) -> (Vec<f32>, Vec<f32>) {
+    let obs = Tensor::<B, 2>::from_data(TensorData::new(obs.to_vec(), [n, obs_dim]), device);
+    let out = policy
+        .actor(obs.clone())
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap_or_default();
+    let values = policy.value(obs).into_data().to_vec::<f32>().unwrap_or_default();
+    (out, values)
+}
+
+/// Samples one action per row of actor outputs `out` (the mode when `deterministic`): writes
+/// the actions (`act_dim` each) into `actions` and their log-probabilities into `log_probs`, and
+/// returns what the environments get (continuous actions clipped to `bounds`).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn act(
+    head: ActionHead,
+    out: &[f32],
+    log_std: &[f32],
+    bounds: Option<&(Vec<f32>, Vec<f32>)>,
+    rng: &mut SeededRng,
+    deterministic: bool,
+    actions: &mut [f32],
+    log_probs: &mut [f32],
+) -> BatchActions {
+    let width = head.outputs();
+    for (i, log_prob) in log_probs.iter_mut().enumerate() {
+        let row = &out[i * width..(i + 1) * width];
+        *log_prob = match head {
+            ActionHead::Categorical(_) => {
+                let (a, logp) = sample_categorical(row, rng, deterministic);
+                actions[i] = a as f32;
+                logp
+            }
+            ActionHead::Gaussian(d) => {
+                let mut a = Vec::with_capacity(d);
+                let logp = sample_gaussian(row, log_std, rng, deterministic, &mut a);
+                actions[i * d..(i + 1) * d].copy_from_slice(&a);
+                logp
+            }
+        };
+    }
+    match head {
+        ActionHead::Categorical(_) => BatchActions::Discrete(actions.iter().map(|&a| a as u32).collect()),
+        ActionHead::Gaussian(d) => {
+            let (low, high) = bounds.expect("box actions have bounds");
+            let clipped = actions
+                .iter()
+                .enumerate()
+                .map(|(j, &a)| a.clamp(low[j % d], high[j % d]))
+                .collect();
+            BatchActions::Continuous(clipped)
+        }
+    }
+}
+
+/// The policy's log-std as values (empty for a categorical head).
+pub(super) fn log_std<B: Backend>(policy: &ActorCritic<B>) -> Vec<f32> {
+    policy
+        .log_std()
+        .map(|t| t.into_data().to_vec::<f32>().unwrap_or_default())
+        .unwrap_or_default()
+}
+
+/// Mean return of the deterministic policy (argmax / mean action) over `eval_episodes`
+/// episodes, on fresh environments seeded away from the training seeds.
+pub(super) fn evaluate<B: Backend>(
+    policy: &ActorCritic<B>,
+    make_env: &EnvFactory<'_>,
+    recipe: &Recipe,
+    obs_stats: Option<&RunningMeanStd>,
+    ppo: &PpoSection,
+    bounds: Option<&(Vec<f32>, Vec<f32>)>,
+    device: &B::Device,
+) -> Result<f64, TrainError> {
+    let wanted = recipe.train.eval_episodes;
+    let n = wanted.min(16);
+    let mut envs = make_env(n)?;
+    let obs_dim = envs.spec().observation.flat_dim();
+    let mut obs = envs.reset(recipe.seed.wrapping_add(1_000_003))?;
+    let mut running = vec![0.0f64; n];
+    let mut returns = Vec::with_capacity(wanted);
+    let mut rng = SeededRng::new(0);
+    let head = policy.head();
+    let log_std = log_std(policy);
+    let act_dim = match head {
+        ActionHead::Categorical(_) => 1,
+        ActionHead::Gaussian(d) => d,
+    };
+    let (mut actions, mut log_probs) = (vec![0.0; n * act_dim], vec![0.0; n]);
+    while returns.len() < wanted {
+        if let Some(stats) = obs_stats {
+            stats.normalize(&mut obs, ppo.clip_obs);
+        }
+        let (out, _) = forward(policy, &obs, n, obs_dim, device);
+        let env_actions = act(
+            head,
+            &out,
+            &log_std,
+            bounds,
+            &mut rng,
+            true,
+            &mut actions,
+            &mut log_probs,
+        );
+        let step = envs.step(&env_actions)?;
+        for (i, total) in running.iter_mut().enumerate() {
+            *total += step.rewards[i];
+            if step.terminated[i] || step.truncated[i] {
+                returns.push(*total);
+                *total = 0.0;
+            }
+        }
+        obs = step.observations;
+    }
+    returns.truncate(wanted);
+    Ok(returns.iter().sum::<f64>() / wanted as f64)
+}
+
+/// Writes the policy's parameters as `policy.safetensors`.
+pub(super) fn save_policy<B: Backend>(policy: &ActorCritic<B>, dir: &Path) -> Result<(), TrainError> {
+    rein_model::safetensors_file::save_module(policy, &dir.join("policy.safetensors")).map_err(TrainError::Io)
+}

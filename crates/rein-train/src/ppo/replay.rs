@@ -1,0 +1,64 @@
+//! Resuming a PPO run: the environments' state lives in their plugins, which the host cannot
+//! read, so a checkpoint holds every action sent to them, and resuming resets them with the
+//! run's seed and sends those actions again (plugins are deterministic: their clocks are
+//! virtual, their randomness fixed), then checks that the observations reached equal the
+//! saved ones.
+
+use rein_core::{BatchActions, Space, VecEnv};
+
+use crate::TrainError;
+use crate::checkpoint::Checkpoint;
+
+/// Sends freshly reset environments `actions` (the log of a checkpoint) again, returning the
+/// observations reached; errors if they differ from the `saved` ones, since then the plugin is
+/// not deterministic and the run cannot continue exactly.
+pub(super) fn replay(
+    envs: &mut dyn VecEnv,
+    reset_obs: Vec<f32>,
+    actions: &[f32],
+    saved: &[f32],
+    plugin: &str,
+    checkpoint: &Checkpoint,
+) -> Result<Vec<f32>, TrainError> {
+    let width = match &envs.spec().action {
+        Space::Box(b) => b.dim(),
+        _ => 1,
+    };
+    let discrete = matches!(envs.spec().action, Space::Discrete(_));
+    let mut obs = reset_obs;
+    for step in actions.chunks(envs.num_envs() * width) {
+        let batch = if discrete {
+            BatchActions::Discrete(step.iter().map(|&a| a as u32).collect())
+        } else {
+            BatchActions::Continuous(step.to_vec())
+        };
+        obs = envs.step(&batch)?.observations;
+    }
+    if obs.iter().map(|x| x.to_bits()).ne(saved.iter().map(|x| x.to_bits())) {
+        return Err(TrainError::Resume {
+            run: checkpoint.path.clone(),
+            message: format!(
+                "replaying the recorded actions in environment plugin `{plugin}` reached other observations than the run did: the plugin is not deterministic"
+            ),
+        });
+    }
+    Ok(obs)
+}
+
+/// Appends `actions` to the log, as values.
+pub(super) fn log_actions(log: &mut Vec<f32>, actions: &BatchActions) {
+    match actions {
+        BatchActions::Discrete(a) => log.extend(a.iter().map(|&a| a as f32)),
+        BatchActions::Continuous(a) => log.extend_from_slice(a),
+    }
+}
+
+/// The bytes of `values` (native byte order, as checkpoints are read where they are written).
+pub(super) fn bytes_of(values: &[f32]) -> Vec<u8> {
+    bytemuck::cast_slice(values).to_vec()
+}
+
+/// The values of [`bytes_of`].
+pub(super) fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytemuck::pod_collect_to_vec(bytes)
+}
