@@ -8,6 +8,7 @@ mod guest;
 mod new_plugin;
 mod run;
 mod test;
+mod tidy;
 mod workspace;
 
 use clap::{Parser, Subcommand};

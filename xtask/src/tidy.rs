@@ -1,0 +1,377 @@
+//! Architecture checks that run as tests (`cargo test -p xtask`, so `cargo xtask test` runs
+//! them): crate dependencies point one way, and no crate has an import cycle between its modules.
+//! docs/architecture.md states both rules.
+
+#![cfg(test)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use crate::workspace::root;
+
+/// The crates each rein crate may depend on (its `[dependencies]` among rein's own crates).
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("rein-core", &[]),
+    ("rein-kernels", &[]),
+    ("rein-recipe", &["rein-core"]),
+    ("rein-plugin", &["rein-core"]),
+    ("rein-model", &["rein-core", "rein-kernels"]),
+    ("rein-optim", &["rein-core"]),
+    ("rein-sampler", &["rein-core", "rein-model"]),
+    ("rein-plot", &[]),
+    (
+        "rein-train",
+        &[
+            "rein-core",
+            "rein-recipe",
+            "rein-plugin",
+            "rein-model",
+            "rein-optim",
+            "rein-sampler",
+        ],
+    ),
+    (
+        "rein-cli",
+        &[
+            "rein-core",
+            "rein-kernels",
+            "rein-recipe",
+            "rein-plugin",
+            "rein-model",
+            "rein-sampler",
+            "rein-train",
+            "rein-plot",
+        ],
+    ),
+];
+
+#[test]
+fn crate_dependencies_point_one_way() {
+    let crates = root().join("crates");
+    for entry in std::fs::read_dir(&crates).unwrap() {
+        let dir = entry.unwrap().path();
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        if name == "rein-pdk" {
+            continue; // the guest-side kit: its own world, no host crates
+        }
+        let allowed = ALLOWED
+            .iter()
+            .find(|(crate_name, _)| *crate_name == name)
+            .unwrap_or_else(|| panic!("{name} is not in tidy.rs's ALLOWED table: add it with its allowed dependencies"))
+            .1;
+        let manifest: toml::Table = std::fs::read_to_string(dir.join("Cargo.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
+        let deps = manifest.get("dependencies").and_then(|d| d.as_table());
+        for dep in deps.into_iter().flat_map(|d| d.keys()) {
+            if dep.starts_with("rein-") {
+                assert!(
+                    allowed.contains(&dep.as_str()),
+                    "{name} depends on {dep}, which docs/architecture.md does not allow"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn no_crate_has_an_import_cycle_between_its_modules() {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("crates"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("src"))
+        .collect();
+    dirs.push(root().join("xtask/src"));
+    dirs.push(root().join("benches/src"));
+    for src in dirs {
+        let graph = module_graph(&src);
+        if let Some(cycle) = find_cycle(&graph) {
+            panic!("{}: modules import each other: {}", src.display(), cycle.join(" → "));
+        }
+    }
+}
+
+/// A crate's modules (`""` for the root, `lm::grpo` for `src/lm/grpo.rs`) and the modules each
+/// one imports from. Re-exports (`pub use`) are structure, not dependencies, and are skipped; a
+/// name imported through a re-export counts as imported from the module that defines it.
+fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let files = rust_files(src);
+    let modules: BTreeMap<String, String> = files
+        .iter()
+        .map(|file| (module_of(src, file), std::fs::read_to_string(file).unwrap()))
+        .collect();
+    // Names each module re-exports, and where they come from.
+    let mut reexports: BTreeMap<(String, String), String> = BTreeMap::new();
+    for (module, text) in &modules {
+        for statement in use_statements(text).into_iter().filter(|s| s.public) {
+            for path in statement.paths {
+                let full = absolute(module, &path);
+                if let Some((name, from)) = full.split_last() {
+                    reexports.insert((module.clone(), name.clone()), from.join("::"));
+                }
+            }
+        }
+    }
+    let resolve = |path: &[String]| -> Option<String> {
+        // The longest prefix that is a module; a name it re-exports is followed to the module
+        // that defines it.
+        let depth = (0..=path.len())
+            .rev()
+            .find(|&n| modules.contains_key(&path[..n].join("::")))?;
+        let mut module = path[..depth].join("::");
+        if let Some(name) = path.get(depth) {
+            let mut hops = 0;
+            while let Some(from) = reexports.get(&(module.clone(), name.clone()))
+                && modules.contains_key(from)
+                && hops < 16
+            {
+                module = from.clone();
+                hops += 1;
+            }
+        }
+        Some(module)
+    };
+    let mut graph = BTreeMap::new();
+    for (module, text) in &modules {
+        let mut uses = BTreeSet::new();
+        let code: String = text
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut paths: Vec<Vec<String>> = use_statements(&code)
+            .into_iter()
+            .filter(|s| !s.public)
+            .flat_map(|s| s.paths)
+            .map(|p| absolute(module, &p))
+            .collect();
+        paths.extend(inline_paths(&code).into_iter().map(|p| absolute(module, &p)));
+        for path in paths {
+            if let Some(target) = resolve(&path)
+                && target != *module
+                && !is_ancestor(&target, module)
+            {
+                uses.insert(target);
+            }
+        }
+        graph.insert(module.clone(), uses);
+    }
+    graph
+}
+
+/// Whether `ancestor` contains `module` (a child may use its parent's items: the parent's
+/// `mod` declaration is structure, not a dependency).
+fn is_ancestor(ancestor: &str, module: &str) -> bool {
+    ancestor.is_empty() || module.starts_with(&format!("{ancestor}::"))
+}
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out
+}
+
+fn module_of(src: &Path, file: &Path) -> String {
+    let relative = file.strip_prefix(src).unwrap().with_extension("");
+    let mut parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+/// `path` (starting with `crate` or `super`, or relative to `module`) as segments from the root.
+fn absolute(module: &str, path: &[String]) -> Vec<String> {
+    let mut here: Vec<String> = module.split("::").filter(|s| !s.is_empty()).map(String::from).collect();
+    match path.first().map(String::as_str) {
+        Some("crate") => path[1..].to_vec(),
+        Some("super") => {
+            let mut rest = path;
+            while rest.first().map(String::as_str) == Some("super") {
+                here.pop();
+                rest = &rest[1..];
+            }
+            here.extend(rest.iter().cloned());
+            here
+        }
+        Some("self") => {
+            here.extend(path[1..].iter().cloned());
+            here
+        }
+        _ => {
+            here.extend(path.iter().cloned());
+            here
+        }
+    }
+}
+
+struct UseStatement {
+    public: bool,
+    paths: Vec<Vec<String>>,
+}
+
+/// Every `use` statement, its tree flattened (paths into other crates resolve to no module of
+/// this one and are ignored later).
+fn use_statements(text: &str) -> Vec<UseStatement> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("use ") {
+        let before = &rest[..at];
+        let starts_statement = before.is_empty() || before.ends_with(char::is_whitespace);
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let prefix = before[line_start..].trim();
+        let after = &rest[at + 4..];
+        let Some(end) = after.find(';') else { break };
+        let tree = after[..end].trim();
+        rest = &after[end..];
+        if !starts_statement || !(prefix.is_empty() || prefix.starts_with("pub")) {
+            continue;
+        }
+        let mut paths = Vec::new();
+        flatten(tree, &mut Vec::new(), &mut paths);
+        out.push(UseStatement {
+            public: prefix.starts_with("pub"),
+            paths,
+        });
+    }
+    out
+}
+
+/// Flattens a use tree (`a::{b, c::{d, e}}`) into paths; `self` inside braces means the prefix.
+fn flatten(tree: &str, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    let tree = tree.trim();
+    if let Some(open) = tree.find('{') {
+        let head: Vec<String> = tree[..open]
+            .split("::")
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
+        let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
+        let n = prefix.len();
+        prefix.extend(head);
+        for item in split_top_level(inner) {
+            flatten(item, prefix, out);
+        }
+        prefix.truncate(n);
+        return;
+    }
+    let item = tree.split(" as ").next().unwrap_or(tree).trim();
+    if item.is_empty() {
+        return;
+    }
+    let mut path = prefix.clone();
+    for part in item.split("::").map(str::trim) {
+        if part != "self" && part != "*" {
+            path.push(part.to_string());
+        }
+    }
+    out.push(path);
+}
+
+fn split_top_level(text: &str) -> Vec<&str> {
+    let (mut depth, mut start, mut out) = (0, 0, Vec::new());
+    for (i, c) in text.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&text[start..]);
+    out
+}
+
+/// Paths written in code outside `use` statements: `crate::a::B`, `super::c::d`.
+fn inline_paths(text: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for start in ["crate::", "super::"] {
+        let mut rest = text;
+        while let Some(at) = rest.find(start) {
+            let before = rest[..at].chars().last();
+            let path: String = rest[at..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            rest = &rest[at + start.len()..];
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            let line_start = text.len() - rest.len();
+            let line = text[..line_start].rsplit('\n').next().unwrap_or_default();
+            if line.trim_start().starts_with("use ") || line.trim_start().starts_with("pub use ") {
+                continue;
+            }
+            out.push(path.trim_end_matches(':').split("::").map(String::from).collect());
+        }
+    }
+    out
+}
+
+/// A cycle in `graph`, as the modules along it (the first repeated at the end).
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = stack.iter().position(|n| n == node) {
+            let mut cycle = stack[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        stack.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, stack, done) {
+                return Some(cycle);
+            }
+        }
+        stack.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_checker_sees_a_cycle_through_a_reexport() {
+    let dir = std::env::temp_dir().join(format!("rein-tidy-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("a")).unwrap();
+    std::fs::write(dir.join("lib.rs"), "mod a;\nmod b;\npub use a::Thing;\n").unwrap();
+    std::fs::write(
+        dir.join("a/mod.rs"),
+        "mod inner;\npub use inner::Thing;\nuse crate::b::Other;\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("a/inner.rs"), "pub struct Thing;\n").unwrap();
+    std::fs::write(dir.join("b.rs"), "use crate::Thing;\npub struct Other;\n").unwrap();
+    let graph = module_graph(&dir);
+    assert_eq!(graph["b"], BTreeSet::from(["a::inner".to_string()]));
+    assert_eq!(graph["a"], BTreeSet::from(["b".to_string()]));
+    assert!(find_cycle(&graph).is_none(), "b uses a::inner, not a: no cycle");
+    std::fs::write(dir.join("a/inner.rs"), "pub struct Thing(crate::b::Other);\n").unwrap();
+    let cycle = find_cycle(&module_graph(&dir)).expect("a::inner → b → a::inner");
+    assert!(
+        cycle.contains(&"a::inner".to_string()) && cycle.contains(&"b".to_string()),
+        "{cycle:?}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
