@@ -158,8 +158,109 @@ fn a_wrong_type_names_the_key() {
     );
     assert!(message.contains("invalid type: string \"four\""), "{message}");
     let err = load(&dir, "run.toml", &["env.num_envs=2", "algorithm.gamma=\"high\""]).unwrap_err();
-    assert!(err.to_string().contains("algorithm"), "{err}");
-    assert!(err.to_string().contains("\"high\""), "{err}");
+    let RecipeError::Invalid { file, path, message } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!((file.as_path(), path.as_str()), (Path::new("--set"), "algorithm.gamma"));
+    assert!(message.contains("\"high\""), "{message}");
+    // A bare word is a string to TOML: the error still names `--set` and the whole key.
+    let err = load(&dir, "run.toml", &["algorithm.gamma=abc"]).unwrap_err();
+    assert!(err.to_string().starts_with("--set: key `algorithm.gamma`"), "{err}");
+}
+
+const GRPO: &str = r#"
+[algorithm]
+name = "grpo"
+[data]
+task = { max_operand = 9, train = 10, test = 5 }
+[model]
+tokenizer = "tok"
+[[reward]]
+plugin = "math-answer"
+"#;
+
+#[test]
+fn a_key_the_algorithm_does_not_read_is_an_error() {
+    let dir = recipes(&[("ppo.toml", BASE), ("grpo.toml", GRPO)]);
+    for (file, set, key) in [
+        ("ppo.toml", "sampler.temperature=0.5", "sampler.temperature"),
+        ("ppo.toml", "optimizer.weight_decay=0.1", "optimizer.weight_decay"),
+        ("ppo.toml", "model.tokenizer=\"tok\"", "model.tokenizer"),
+        ("grpo.toml", "env.plugin=\"cartpole\"", "env.plugin"),
+        ("grpo.toml", "train.total_steps=10", "train.total_steps"),
+        ("grpo.toml", "model.hidden=[8]", "model.hidden"),
+    ] {
+        let err = load(&dir, file, &[set]).unwrap_err();
+        assert!(
+            matches!(&err, RecipeError::Invalid { path, file, message }
+                if path == key && file == Path::new("--set") && message.contains("does not use")),
+            "{file} {set}: {err}"
+        );
+    }
+    // SFT has its own learning rate: an [optimizer] section would be ignored.
+    let err = load(&dir, "grpo.toml", &["algorithm.name=\"sft\"", "optimizer.lr=0.1"]).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("--set: key `optimizer.lr`: SFT does not use [optimizer]"),
+        "{err}"
+    );
+    // What `recipe show` prints is only what the algorithm reads, so it loads again.
+    let shown = load(&dir, "grpo.toml", &[]).unwrap().to_toml();
+    assert!(
+        !shown.contains("[env]") && !shown.contains("hidden") && !shown.contains("total_steps"),
+        "{shown}"
+    );
+    let again = recipes(&[("shown.toml", &shown)]);
+    load(&again, "shown.toml", &[]).unwrap();
+}
+
+#[test]
+fn values_out_of_range_name_the_key_and_the_range() {
+    let dir = recipes(&[("grpo.toml", GRPO)]);
+    for (set, key, range) in [
+        ("sampler.temperature=-1", "sampler.temperature", "≥ 0"),
+        ("sampler.n=1", "sampler.n", "at least 2"),
+        ("sampler.top_p=1.5", "sampler.top_p", "(0, 1]"),
+        ("sampler.min_p=-0.1", "sampler.min_p", "[0, 1)"),
+        ("sampler.top_k=0", "sampler.top_k", "at least 1"),
+        ("eval.temperature=-0.5", "eval.temperature", "≥ 0"),
+        ("algorithm.kl_coef=-0.1", "algorithm.kl_coef", "≥ 0"),
+        (
+            "algorithm.updates_per_batch=0",
+            "algorithm.updates_per_batch",
+            "at least 1",
+        ),
+        ("optimizer.beta2=1.0", "optimizer.beta2", "[0, 1)"),
+        ("optimizer.max_grad_norm=0", "optimizer.max_grad_norm", "positive"),
+        ("train.stall_timeout_s=0", "train.stall_timeout_s", "positive"),
+    ] {
+        let err = load(&dir, "grpo.toml", &[set]).unwrap_err();
+        assert!(
+            matches!(&err, RecipeError::Invalid { path, file, message }
+                if path == key && file == Path::new("--set") && message.contains(range)),
+            "{set}: {err}"
+        );
+    }
+    // REINFORCE++ without a group baseline whitens over the batch: one completion per prompt is fine.
+    load(
+        &dir,
+        "grpo.toml",
+        &[
+            "sampler.n=1",
+            "algorithm.advantage=\"reinforce++\"",
+            "algorithm.group_baseline=false",
+        ],
+    )
+    .unwrap();
+}
+
+#[test]
+fn evaluation_samples_at_the_samplers_temperature_unless_told() {
+    let dir = recipes(&[("grpo.toml", GRPO)]);
+    let loaded = load(&dir, "grpo.toml", &["sampler.temperature=0.7"]).unwrap();
+    assert_eq!(loaded.recipe.eval.temperature, Some(0.7));
+    let loaded = load(&dir, "grpo.toml", &["sampler.temperature=0.7", "eval.temperature=1.0"]).unwrap();
+    assert_eq!(loaded.recipe.eval.temperature, Some(1.0));
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use rein_model::CpuAutodiff;
-use rein_model::lm::LmTokenizer;
+use rein_model::lm::{LmTokenizer, save};
 use rein_plugin::PluginRuntime;
 use rein_recipe::{DataSection, GrpoSection, OptimizerSection, SamplerSection};
 use rein_train::checkpoint::Checkpointing;
@@ -15,8 +15,6 @@ use rein_train::lm::{ArithmeticTask, Grpo, GrpoContext, WeightedReward, generate
 use crate::qwen2_3m::qwen2_3m;
 use crate::report::{Report, Row};
 
-/// TRL 1.16 `GRPOTrainer` on this machine (torch CPU, 2 threads), from the issue.
-const TRL_SECONDS_PER_STEP: f64 = 1.38;
 const STEPS: usize = 6;
 
 pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
@@ -38,6 +36,19 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         system_prompt: None,
     };
     let prompts = prepare(&generate_task(&task, 1).0, &tokenizer, &data)?;
+    // The same checkpoint and prompts for the TRL peer.
+    let peer_dir = Path::new("target/bench/grpo-qwen2-3m");
+    save(&model, peer_dir)?;
+    tokenizer.save(peer_dir)?;
+    let mut lines = String::new();
+    for prompt in prompts.iter().take(8 * (STEPS + 1)) {
+        let row = serde_json::json!({
+            "prompt": tokenizer.decode(&prompt.tokens, false)?,
+            "answer": prompt.answer.clone().unwrap_or_default(),
+        });
+        lines += &format!("{row}\n");
+    }
+    std::fs::write(peer_dir.join("prompts.jsonl"), lines)?;
     let runtime = PluginRuntime::default();
     let plugin = runtime.load(plugin_dir.join("math-answer.wasm"), Default::default())?;
     let mut rewards = vec![WeightedReward {
@@ -91,13 +102,50 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         outcome.reward.as_secs_f64() / STEPS as f64,
         outcome.train.as_secs_f64() / STEPS as f64
     );
+    let trl = trl_peer(peer_dir);
     let mut report = Report::default();
     report.push(Row {
         name: "GRPO step, 8×8 completions, 32 tokens (s)".into(),
         value: per_step,
         unit: "s",
-        baseline: Some(("TRL 1.16 GRPOTrainer (issue's figure)".into(), TRL_SECONDS_PER_STEP)),
+        baseline: trl,
         target: Some(("≤ 0.45 s".into(), per_step <= 0.45)),
     });
     Ok(report)
+}
+
+/// TRL's `GRPOTrainer` seconds per step on the same checkpoint and prompts (benches/peers/),
+/// with its versions in the label; `None` (said why) when it cannot run.
+fn trl_peer(dir: &Path) -> Option<(String, f64)> {
+    let python = Path::new(".venv/bin/python");
+    if !python.exists() {
+        println!("(no .venv with trl: rein's figure alone; see benches/peers/README.md)");
+        return None;
+    }
+    println!("TRL GRPOTrainer on the same checkpoint and prompts (benches/peers/trl_grpo.py)");
+    let out = std::process::Command::new(python)
+        .arg("benches/peers/trl_grpo.py")
+        .arg(dir)
+        .arg(dir.join("prompts.jsonl"))
+        .arg(STEPS.to_string())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        println!("(TRL peer failed: {})", stderr.lines().last().unwrap_or(""));
+        return None;
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let value: serde_json::Value = serde_json::from_str(stdout.lines().last()?).ok()?;
+    let seconds = value["seconds_per_step"].as_f64()?;
+    let versions = &value["versions"];
+    println!("  TRL: {seconds:.3} s per step");
+    Some((
+        format!(
+            "TRL {} GRPOTrainer (torch {}), this run",
+            versions["trl"].as_str()?,
+            versions["torch"].as_str()?
+        ),
+        seconds,
+    ))
 }

@@ -1,16 +1,14 @@
 //! `cargo xtask bench ppo`: wall-clock time until the shipped PPO recipes reach their target
 //! return, over 10 seeds (the median and the worst, which must reach the target too), with
-//! where the time goes.
+//! where the time goes; for CartPole, Stable-Baselines3 and a CleanRL-style PyTorch PPO run on
+//! the same seeds in the same invocation. Every clock starts after the environments and the
+//! model exist and stops when the last 20 episodes average the target.
 
 use std::path::Path;
 
 use rein_recipe::LoadedRecipe;
 
 use crate::report::{Report, Row};
-
-/// Stable-Baselines3 2.9 (rl-zoo CartPole-v1 hyperparameters, 8 envs) on this machine, from
-/// the issue: seconds to a last-20 mean return ≥ 475 for seeds 0–2.
-const SB3_CARTPOLE_SECONDS: [f64; 3] = [76.0, 107.0, 145.0];
 
 /// Seeds each recipe is run with.
 const SEEDS: u64 = 10;
@@ -46,18 +44,29 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         times.sort_by(f64::total_cmp);
         let median = times[times.len() / 2];
         let worst = times[times.len() - 1];
-        let baseline = recipe.contains("cartpole").then(|| {
-            let mut sb3 = SB3_CARTPOLE_SECONDS.to_vec();
-            sb3.sort_by(f64::total_cmp);
-            ("SB3 2.9 (issue's figures, median of seeds 0-2)".to_string(), sb3[1])
-        });
-        report.push(Row {
-            name: format!("{recipe}: median time to target (s)"),
-            value: median,
-            unit: "s",
-            baseline,
-            target: Some((format!("≤ {target_s} s"), median <= target_s)),
-        });
+        let peers = match recipe.contains("cartpole") {
+            true => PEERS.iter().filter_map(peer_median).collect(),
+            false => Vec::new(),
+        };
+        let target = Some((format!("≤ {target_s} s"), median <= target_s));
+        if peers.is_empty() {
+            report.push(Row {
+                name: format!("{recipe}: median time to target (s)"),
+                value: median,
+                unit: "s",
+                baseline: None,
+                target: target.clone(),
+            });
+        }
+        for (label, peer_median) in peers {
+            report.push(Row {
+                name: format!("{recipe}: median time to target (s)"),
+                value: median,
+                unit: "s",
+                baseline: Some((label, peer_median)),
+                target: target.clone(),
+            });
+        }
         report.push(Row {
             name: format!("{recipe}: worst of {SEEDS} seeds (s)"),
             value: worst,
@@ -67,4 +76,72 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         });
     }
     Ok(report)
+}
+
+/// Peers run on the same seeds (scripts in benches/peers/, with `.venv`'s Python): the label
+/// and the script.
+const PEERS: &[(&str, &str)] = &[
+    (
+        "Stable-Baselines3 PPO, rl-zoo hyperparameters",
+        "benches/peers/sb3_ppo.py",
+    ),
+    (
+        "CleanRL-style ppo.py, rein's hyperparameters",
+        "benches/peers/cleanrl_ppo.py",
+    ),
+];
+
+/// Runs a peer on seeds 1..=SEEDS, prints each seed, and returns its label (with the versions
+/// it reported) and its median seconds to the target; `None` when it cannot run.
+fn peer_median((label, script): &(&str, &str)) -> Option<(String, f64)> {
+    let python = Path::new(".venv/bin/python");
+    if !python.exists() {
+        println!("(no .venv: skipping the peer {label}; see benches/peers/README.md)");
+        return None;
+    }
+    println!("{label} ({script}): {SEEDS} seeds");
+    let seeds: Vec<String> = (1..=SEEDS).map(|s| s.to_string()).collect();
+    let out = match std::process::Command::new(python).arg(script).args(&seeds).output() {
+        Ok(out) if out.status.success() => out,
+        Ok(out) => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            println!("(peer {script} failed: {})", stderr.lines().last().unwrap_or(""));
+            return None;
+        }
+        Err(e) => {
+            println!("(cannot start the peer {script}: {e})");
+            return None;
+        }
+    };
+    let mut versions = String::new();
+    let mut times = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if let Some(v) = value.get("versions").and_then(|v| v.as_object()) {
+            versions = v
+                .iter()
+                .map(|(k, v)| format!("{k} {}", v.as_str().unwrap_or("?")))
+                .collect::<Vec<_>>()
+                .join(", ");
+            continue;
+        }
+        let seconds = value["seconds"].as_f64().unwrap_or(f64::INFINITY);
+        let solved = value["solved"].as_bool().unwrap_or(false);
+        println!(
+            "  seed {}: {} in {seconds:.2} s after {} env steps",
+            value["seed"],
+            if solved { "target reached" } else { "NOT reached" },
+            value["steps"]
+        );
+        times.push(if solved { seconds } else { f64::INFINITY });
+    }
+    if times.is_empty() {
+        return None;
+    }
+    times.sort_by(f64::total_cmp);
+    let worst = times[times.len() - 1];
+    println!("  median {:.2} s, worst {worst:.2} s", times[times.len() / 2]);
+    Some((format!("{label} ({versions})"), times[times.len() / 2]))
 }

@@ -3,7 +3,7 @@
 use clap::Args;
 
 use crate::build_plugins::BuildPlugins;
-use crate::workspace::{cargo, plugin_dir, root, run};
+use crate::workspace::{cargo_run, plugin_dir, root, run};
 
 #[derive(Args)]
 pub(crate) struct Bench {
@@ -14,8 +14,7 @@ pub(crate) struct Bench {
 impl Bench {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
         BuildPlugins::for_running().run()?;
-        run(cargo()
-            .args(["run", "--quiet", "-p", "rein-bench", "--"])
+        run(cargo_run("rein-bench", "rein-bench")
             .arg(&self.suite)
             .arg(plugin_dir())
             .current_dir(root()))

@@ -4,7 +4,7 @@
 use clap::{Args, Subcommand};
 
 use crate::build_plugins::BuildPlugins;
-use crate::workspace::{cargo, plugin_dir, run};
+use crate::workspace::{cargo_run, plugin_dir, run};
 
 #[derive(Args)]
 pub(crate) struct Run {
@@ -45,9 +45,7 @@ pub(crate) struct Plot {
 
 impl Plot {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
-        run(cargo()
-            .args(["run", "--quiet", "-p", "rein-cli", "--", "plot"])
-            .arg(&self.run_dir))
+        run(cargo_run("rein-cli", "rein").arg("plot").arg(&self.run_dir))
     }
 }
 
@@ -81,8 +79,7 @@ impl Recipe {
 
 /// Runs `rein <command> <args> --plugin-dir <target>/plugins` from the current directory.
 fn rein(command: &[&str], args: &[String]) -> anyhow::Result<()> {
-    run(cargo()
-        .args(["run", "--quiet", "-p", "rein-cli", "--"])
+    run(cargo_run("rein-cli", "rein")
         .args(command)
         .args(args)
         .arg("--plugin-dir")

@@ -35,6 +35,26 @@ pub(crate) fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
+/// `cargo run -p <package> --`: quiet once `binary` is built; the first time, with cargo's
+/// progress and a word on how long it takes (burn and wasmtime compile for minutes).
+pub(crate) fn cargo_run(package: &str, binary: &str) -> Command {
+    let built = target_dir()
+        .join("debug")
+        .join(format!("{binary}{}", std::env::consts::EXE_SUFFIX));
+    let mut command = cargo();
+    command.arg("run");
+    if built.exists() {
+        command.arg("--quiet");
+    } else {
+        eprintln!(
+            "building {binary} for the first time: burn and wasmtime take about 15 minutes to compile on \
+             2 cores; later runs start in seconds"
+        );
+    }
+    command.args(["-p", package, "--"]);
+    command
+}
+
 /// Runs a command, failing with its command line when it fails.
 pub(crate) fn run(command: &mut Command) -> anyhow::Result<()> {
     let status = command.status().with_context(|| format!("cannot start {command:?}"))?;

@@ -91,7 +91,7 @@ impl GenerateArgs {
         };
         let stop_texts = &self.stop;
         let sequences = prompts.len() * config.n;
-        let (mut progress, start, mut tokens) = (Progress::new(), Instant::now(), 0usize);
+        let (mut progress, start, mut tokens) = (Progress::new(None), Instant::now(), 0usize);
         // Called once per sampled token that is not a stop token: it also counts them.
         let mut stop = |_: usize, generated: &[u32]| {
             tokens += 1;
@@ -100,7 +100,7 @@ impl GenerateArgs {
                 "generating {sequences} sequences: {tokens} tokens, {:.0} tokens/s",
                 tokens as f64 / elapsed.max(1e-9)
             );
-            progress.show(&line, false);
+            progress.show(tokens as u64, &line, false);
             !stop_texts.is_empty()
                 && tokenizer
                     .decode(generated, false)

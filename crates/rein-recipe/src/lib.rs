@@ -16,6 +16,7 @@ mod compose;
 mod data;
 mod error;
 mod schema;
+mod uses;
 
 use std::path::{Path, PathBuf};
 
@@ -51,9 +52,17 @@ impl LoadedRecipe {
         if recipe.name.is_none() {
             recipe.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
         }
-        // Defaults that depend on the algorithm.
+        if let Some((key, message)) = uses::first_unused(&composed.table, &recipe.algorithm) {
+            return Err(RecipeError::Invalid {
+                file: composed.origin(&key),
+                path: key,
+                message,
+            });
+        }
+        // Defaults that depend on the algorithm or on another key.
         let anneal_by_default = matches!(recipe.algorithm, Algorithm::Ppo(_));
         recipe.optimizer.anneal_lr.get_or_insert(anneal_by_default);
+        recipe.eval.temperature.get_or_insert(recipe.sampler.temperature);
         let loaded = LoadedRecipe {
             recipe,
             path: path.to_path_buf(),
@@ -63,9 +72,17 @@ impl LoadedRecipe {
         Ok(loaded)
     }
 
-    /// The resolved recipe as TOML (what `recipe show` prints and run directories keep).
+    /// The resolved recipe as TOML, with only the keys its algorithm reads (what `recipe show`
+    /// prints and run directories keep).
     pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(&self.recipe).unwrap_or_else(|e| format!("# cannot render: {e}"))
+        // Through text, so `f32` values print as written (`0.2`, not `0.20000000298023224`).
+        let text = toml::to_string_pretty(&self.recipe).map_err(|e| e.to_string());
+        let mut table: toml::Table = match text.and_then(|t| t.parse().map_err(|e: toml::de::Error| e.to_string())) {
+            Ok(table) => table,
+            Err(e) => return format!("# cannot render: {e}"),
+        };
+        uses::keep_used(&mut table, &self.recipe.algorithm);
+        toml::to_string_pretty(&table).unwrap_or_else(|e| format!("# cannot render: {e}"))
     }
 
     /// The run's name.
@@ -138,6 +155,11 @@ impl LoadedRecipe {
                 if ppo.clip_coef <= 0.0 {
                     return Err(self.invalid("algorithm.clip_coef", "must be positive"));
                 }
+                for (key, value) in [("algorithm.ent_coef", ppo.ent_coef), ("algorithm.vf_coef", ppo.vf_coef)] {
+                    if !(value >= 0.0 && value.is_finite()) {
+                        return Err(self.invalid(key, format!("must be ≥ 0, got {value}")));
+                    }
+                }
                 env.limits
                     .validate()
                     .map_err(|e| self.invalid(&format!("env.limits.{}", e.key), e.reason))?;
@@ -155,8 +177,28 @@ impl LoadedRecipe {
                         "steps and prompts_per_step must be at least 1",
                     ));
                 }
-                if r.sampler.n == 0 || r.sampler.max_new_tokens == 0 {
-                    return Err(self.invalid("sampler.n", "sampler.n and sampler.max_new_tokens must be at least 1"));
+                let single_allowed = grpo.advantage == AdvantageKind::ReinforcePp && !grpo.group_baseline;
+                if r.sampler.n < 2 && !single_allowed {
+                    return Err(self.invalid(
+                        "sampler.n",
+                        format!(
+                            "must be at least 2, got {}: the GRPO family compares the completions of a prompt \
+                             with each other, and with one per prompt every advantage is 0",
+                            r.sampler.n
+                        ),
+                    ));
+                }
+                if r.sampler.n == 0 {
+                    return Err(self.invalid("sampler.n", "must be at least 1"));
+                }
+                if grpo.kl_coef < 0.0 || !grpo.kl_coef.is_finite() {
+                    return Err(self.invalid("algorithm.kl_coef", format!("must be ≥ 0, got {}", grpo.kl_coef)));
+                }
+                if !grpo.entropy_coef.is_finite() {
+                    return Err(self.invalid("algorithm.entropy_coef", "must be a finite number"));
+                }
+                if grpo.updates_per_batch == 0 {
+                    return Err(self.invalid("algorithm.updates_per_batch", "must be at least 1"));
                 }
                 if grpo.clip_low <= 0.0 || grpo.clip_high <= 0.0 {
                     return Err(self.invalid("algorithm.clip_low", "clip ranges must be positive"));
@@ -171,11 +213,30 @@ impl LoadedRecipe {
                 }
             }
         }
+        self.validate_sampling()?;
+        if r.train.stall_timeout_s <= 0.0 || r.train.stall_timeout_s.is_nan() {
+            return Err(self.invalid(
+                "train.stall_timeout_s",
+                format!("must be positive, got {}", r.train.stall_timeout_s),
+            ));
+        }
         if r.model.hidden.contains(&0) {
             return Err(self.invalid("model.hidden", "layer widths must be at least 1"));
         }
-        if r.optimizer.lr <= 0.0 || r.optimizer.lr.is_nan() {
-            return Err(self.invalid("optimizer.lr", format!("must be positive, got {}", r.optimizer.lr)));
+        let opt = &r.optimizer;
+        if opt.lr <= 0.0 || opt.lr.is_nan() {
+            return Err(self.invalid("optimizer.lr", format!("must be positive, got {}", opt.lr)));
+        }
+        if opt.max_grad_norm <= 0.0 || opt.max_grad_norm.is_nan() {
+            return Err(self.invalid(
+                "optimizer.max_grad_norm",
+                format!("must be positive, got {}", opt.max_grad_norm),
+            ));
+        }
+        for (key, value) in [("optimizer.beta1", opt.beta1), ("optimizer.beta2", opt.beta2)] {
+            if !(0.0..1.0).contains(&value) {
+                return Err(self.invalid(key, format!("must be in [0, 1), got {value}")));
+            }
         }
         if r.train.return_window == 0 {
             return Err(self.invalid("train.return_window", "must be at least 1"));
@@ -192,6 +253,39 @@ impl LoadedRecipe {
         }) && (sft.batch_size == 0 || sft.lr <= 0.0)
         {
             return Err(self.invalid("sft.batch_size", "batch_size must be at least 1 and lr positive"));
+        }
+        Ok(())
+    }
+
+    /// The sampler's and evaluation's values are in range.
+    fn validate_sampling(&self) -> Result<(), RecipeError> {
+        let (sampler, eval) = (&self.recipe.sampler, &self.recipe.eval);
+        let temperatures = [
+            ("sampler.temperature", Some(sampler.temperature)),
+            ("eval.temperature", eval.temperature),
+        ];
+        for (key, value) in temperatures {
+            if let Some(t) = value
+                && !(t >= 0.0 && t.is_finite())
+            {
+                return Err(self.invalid(key, format!("must be ≥ 0 (0 is greedy), got {t}")));
+            }
+        }
+        if let Some(p) = sampler.top_p
+            && !(p > 0.0 && p <= 1.0)
+        {
+            return Err(self.invalid("sampler.top_p", format!("must be in (0, 1], got {p}")));
+        }
+        if let Some(p) = sampler.min_p
+            && !(0.0..1.0).contains(&p)
+        {
+            return Err(self.invalid("sampler.min_p", format!("must be in [0, 1), got {p}")));
+        }
+        if sampler.top_k == Some(0) {
+            return Err(self.invalid("sampler.top_k", "must be at least 1 (leave it out for no top-k)"));
+        }
+        if sampler.max_new_tokens == 0 {
+            return Err(self.invalid("sampler.max_new_tokens", "must be at least 1"));
         }
         Ok(())
     }
@@ -283,6 +377,12 @@ fn deserialize(composed: &Composed) -> Result<Recipe, RecipeError> {
             }
             None => {
                 let path = if path == "." { String::new() } else { path };
+                // Inside the internally tagged `[algorithm]` serde loses the path: find the key
+                // by reading the section as its own type.
+                let (path, message) = match path.as_str() {
+                    "algorithm" => algorithm_error(composed).unwrap_or((path, message)),
+                    _ => (path, message),
+                };
                 let message = message.lines().next().unwrap_or_default().to_string();
                 RecipeError::Invalid {
                     file: composed.origin(&path),
@@ -292,6 +392,21 @@ fn deserialize(composed: &Composed) -> Result<Recipe, RecipeError> {
             }
         }
     })
+}
+
+/// The key and message of a type error inside `[algorithm]`, found by deserialising the section
+/// as the type its `name` selects.
+fn algorithm_error(composed: &Composed) -> Option<(String, String)> {
+    let mut section = composed.table.get("algorithm")?.as_table()?.clone();
+    let name = section.remove("name")?;
+    let value = toml::Value::Table(section);
+    let error = match name.as_str()? {
+        "ppo" => serde_path_to_error::deserialize::<_, PpoSection>(value).err()?,
+        "grpo" => serde_path_to_error::deserialize::<_, GrpoSection>(value).err()?,
+        "sft" => serde_path_to_error::deserialize::<_, SftSection>(value).err()?,
+        _ => return None,
+    };
+    Some((format!("algorithm.{}", error.path()), error.inner().to_string()))
 }
 
 /// Parses serde's "unknown field `x`, expected one of `a`, `b`" (or "expected `a` or `b`",
@@ -308,25 +423,10 @@ fn parse_unknown_field(message: &str) -> Option<(String, Vec<String>)> {
 fn nearest(word: &str, candidates: &[String]) -> Option<String> {
     candidates
         .iter()
-        .map(|c| (edit_distance(word, c), c))
+        .map(|c| (strsim::levenshtein(word, c), c))
         .filter(|(d, c)| *d <= (c.len().max(word.len()) / 2).max(1))
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c.clone())
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut previous = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = previous + usize::from(ca != *cb);
-            previous = row[j + 1];
-            row[j + 1] = substitution.min(row[j] + 1).min(previous + 1);
-        }
-    }
-    row[b.len()]
 }
 
 #[cfg(test)]
@@ -354,7 +454,6 @@ mod tests {
         assert_eq!(nearest("clip_cof", &keys).as_deref(), Some("clip_coef"));
         assert_eq!(nearest("gama", &keys).as_deref(), Some("gamma"));
         assert_eq!(nearest("learning_rate", &keys), None);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
     #[test]

@@ -369,8 +369,9 @@ impl Default for GrpoSection {
 pub struct EvalSection {
     /// Samples per prompt for pass@k and maj@k (0 = greedy only).
     pub k: usize,
-    /// Sampling temperature for pass@k.
-    pub temperature: f32,
+    /// Sampling temperature for pass@k and maj@k (default: the sampler's, so pass@k measures
+    /// the policy as it is trained).
+    pub temperature: Option<f32>,
     /// Evaluate on at most this many held-out prompts.
     pub max_examples: Option<usize>,
     /// The reward that decides correctness (default: the first `[[reward]]`); a completion is
@@ -384,7 +385,7 @@ impl Default for EvalSection {
     fn default() -> Self {
         Self {
             k: 4,
-            temperature: 1.0,
+            temperature: None,
             max_examples: None,
             accuracy_reward: None,
             majority_plugin: Some("majority-vote".into()),

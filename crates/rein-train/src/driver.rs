@@ -140,8 +140,8 @@ impl Driver<'_> {
         // The last completed step's state, for the watchdog to save.
         let latest: Arc<Mutex<Option<(usize, Snapshot)>>> = Arc::new(Mutex::new(None));
         phases.watch(self.stall_timeout, self.stall_handler(latest.clone()));
-        let mut progress = Progress::new();
         let total = algorithm.total_steps();
+        let mut progress = Progress::new(Some(total as u64));
         let mut last = state.step;
         for step in state.step + 1..=total {
             phases.begin_step(step);
@@ -162,7 +162,7 @@ impl Driver<'_> {
                 metrics.write(&serde_json::Value::Object(record.clone()))?;
             }
             let finished = done || step == total;
-            progress.show(&algorithm.progress(step, &record), finished);
+            progress.show(step as u64, &algorithm.progress(step, &record), finished);
 
             let Some(dir) = &self.checkpointing.dir else {
                 if finished {

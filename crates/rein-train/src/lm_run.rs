@@ -69,54 +69,7 @@ fn setup<B: Backend>(
         .as_ref()
         .ok_or_else(|| invalid(loaded, "data", "a language-model recipe needs a [data] section"))?;
 
-    // Model and tokenizer.
-    let model_section = &recipe.model;
-    let tokenizer_dir = match (checkpoint, &model_section.tokenizer, &model_section.checkpoint) {
-        (Some(dir), _, _) => dir.to_path_buf(),
-        (None, Some(t), _) | (None, None, Some(t)) => loaded.resolve(t),
-        (None, None, None) => {
-            return Err(invalid(
-                loaded,
-                "model.tokenizer",
-                "name a tokenizer directory (or a checkpoint that has one)",
-            ));
-        }
-    };
-    B::seed(device, recipe.seed);
-    let model: CausalLm<B> = match (checkpoint, &model_section.checkpoint, &model_section.architecture) {
-        (Some(dir), _, _) => load(dir, device)?,
-        (None, Some(dir), _) => load(&loaded.resolve(dir), device)?,
-        (None, None, Some(table)) => {
-            let value =
-                serde_json::to_value(table).map_err(|e| invalid(loaded, "model.architecture", e.to_string()))?;
-            let config = LmConfig::from_json(value).map_err(|e| invalid(loaded, "model.architecture", e))?;
-            config.validate()?;
-            LmInit {
-                config,
-                std: model_section.init_std,
-            }
-            .init(device)
-        }
-        (None, None, None) => {
-            return Err(invalid(
-                loaded,
-                "model",
-                "set model.checkpoint (a Hugging Face directory) or model.architecture",
-            ));
-        }
-    };
-    let tokenizer = LmTokenizer::load(&tokenizer_dir, &model.config().eos_ids())?;
-    if tokenizer.vocab_size() > model.config().vocab_size {
-        return Err(invalid(
-            loaded,
-            "model",
-            format!(
-                "the tokenizer has {} tokens but the model only {}",
-                tokenizer.vocab_size(),
-                model.config().vocab_size
-            ),
-        ));
-    }
+    let (model, tokenizer) = model_and_tokenizer::<B>(loaded, checkpoint, device)?;
 
     // Data.
     let (train, test) = match (&data.task, &data.train) {
@@ -193,6 +146,64 @@ fn setup<B: Backend>(
     })
 }
 
+/// The recipe's model (or `checkpoint`'s) and its tokenizer, checked against each other.
+fn model_and_tokenizer<B: Backend>(
+    loaded: &LoadedRecipe,
+    checkpoint: Option<&Path>,
+    device: &B::Device,
+) -> Result<(CausalLm<B>, LmTokenizer), TrainError> {
+    let recipe = &loaded.recipe;
+    let model_section = &recipe.model;
+    let tokenizer_dir = match (checkpoint, &model_section.tokenizer, &model_section.checkpoint) {
+        (Some(dir), _, _) => dir.to_path_buf(),
+        (None, Some(t), _) | (None, None, Some(t)) => loaded.resolve(t),
+        (None, None, None) => {
+            return Err(invalid(
+                loaded,
+                "model.tokenizer",
+                "name a tokenizer directory (or a checkpoint that has one)",
+            ));
+        }
+    };
+    B::seed(device, recipe.seed);
+    let model: CausalLm<B> = match (checkpoint, &model_section.checkpoint, &model_section.architecture) {
+        (Some(dir), _, _) => load(dir, device)?,
+        (None, Some(dir), _) => load(&loaded.resolve(dir), device)?,
+        (None, None, Some(table)) => {
+            let value =
+                serde_json::to_value(table).map_err(|e| invalid(loaded, "model.architecture", e.to_string()))?;
+            let config = LmConfig::from_json(value).map_err(|e| invalid(loaded, "model.architecture", e))?;
+            config.validate()?;
+            LmInit {
+                config,
+                std: model_section.init_std,
+            }
+            .init(device)
+        }
+        (None, None, None) => {
+            return Err(invalid(
+                loaded,
+                "model",
+                "set model.checkpoint (a Hugging Face directory) or model.architecture",
+            ));
+        }
+    };
+    let tokenizer = LmTokenizer::load(&tokenizer_dir, &model.config().eos_ids())?;
+    if tokenizer.vocab_size() > model.config().vocab_size {
+        return Err(invalid(
+            loaded,
+            "model",
+            format!(
+                "the tokenizer has {} tokens but the model only {}",
+                tokenizer.vocab_size(),
+                model.config().vocab_size
+            ),
+        ));
+    }
+
+    Ok((model, tokenizer))
+}
+
 impl<B: Backend> LmSetup<B> {
     /// Evaluates `model` on the held-out prompts; `None` without prompts or rewards.
     fn evaluate<M: Backend>(
@@ -207,7 +218,7 @@ impl<B: Backend> LmSetup<B> {
         let recipe = &loaded.recipe;
         let settings = EvalSettings {
             k: recipe.eval.k,
-            temperature: recipe.eval.temperature,
+            temperature: recipe.eval.temperature.unwrap_or(recipe.sampler.temperature),
             max_new_tokens: recipe.sampler.max_new_tokens,
             batch: 64,
             seed: recipe.seed ^ 0xE7A1,

@@ -1,50 +1,63 @@
-//! Live progress on stderr: one rewritten line on a terminal, a line per report otherwise.
+//! Live progress on stderr: an indicatif bar on a terminal, a plain line every 2 s otherwise
+//! (logs and CI keep a readable record).
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
+use indicatif::{ProgressBar, ProgressStyle};
+
 /// A live status line for a long loop (training, generation).
 pub struct Progress {
-    terminal: bool,
+    bar: Option<ProgressBar>,
     last: Option<Instant>,
-    every: Duration,
 }
 
+/// How often a line is printed when stderr is not a terminal.
+const LOG_EVERY: Duration = Duration::from_secs(2);
+
 impl Progress {
-    /// A line on stderr, rewritten at most every 100 ms on a terminal, every 2 s otherwise.
-    #[allow(clippy::new_without_default)]
-    pub fn new() -> Self {
-        let terminal = std::io::stderr().is_terminal();
-        Self {
-            terminal,
-            last: None,
-            every: if terminal {
-                Duration::from_millis(100)
-            } else {
-                Duration::from_secs(2)
-            },
-        }
+    /// Progress over `total` steps (`None`: unknown), shown on stderr.
+    pub fn new(total: Option<u64>) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let (bar, template) = match total {
+                Some(n) => (
+                    ProgressBar::new(n),
+                    "{bar:24} {pos}/{len} {elapsed} (eta {eta}) {wide_msg}",
+                ),
+                None => (ProgressBar::new_spinner(), "{spinner} {elapsed} {wide_msg}"),
+            };
+            if let Ok(style) = ProgressStyle::with_template(template) {
+                bar.set_style(style);
+            }
+            bar
+        });
+        Self { bar, last: None }
     }
 
-    /// Shows `line` if enough time passed since the last one (or `force`).
-    pub fn show(&mut self, line: &str, force: bool) {
-        if !force && self.last.is_some_and(|t| t.elapsed() < self.every) {
+    /// Shows `line` at step `position`: on a terminal at once (indicatif limits redraws),
+    /// otherwise if 2 s passed since the last line (or `force`).
+    pub fn show(&mut self, position: u64, line: &str, force: bool) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(position);
+            bar.set_message(line.replace('\n', " | "));
+            if force && line.contains('\n') {
+                bar.println(line.split_once('\n').map_or(line, |(_, rest)| rest));
+            }
+            return;
+        }
+        if !force && self.last.is_some_and(|t| t.elapsed() < LOG_EVERY) {
             return;
         }
         self.last = Some(Instant::now());
         let mut err = std::io::stderr().lock();
-        let _ = if self.terminal {
-            write!(err, "\r\x1b[2K{line}")
-        } else {
-            writeln!(err, "{line}")
-        };
+        let _ = writeln!(err, "{line}");
         let _ = err.flush();
     }
 
-    /// Ends the live line.
+    /// Ends the live line, leaving it on screen.
     pub fn finish(&mut self) {
-        if self.terminal && self.last.take().is_some() {
-            eprintln!();
+        if let Some(bar) = self.bar.take() {
+            bar.abandon();
         }
     }
 }

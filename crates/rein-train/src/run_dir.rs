@@ -4,7 +4,6 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// One run's directory.
 #[derive(Debug, Clone)]
@@ -17,12 +16,7 @@ impl RunDir {
     /// writes the resolved recipe into it as `recipe.toml`.
     pub fn create(runs_dir: &Path, name: &str, recipe_toml: &str) -> std::io::Result<Self> {
         std::fs::create_dir_all(runs_dir)?;
-        let stamp = utc_timestamp(
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
-        );
+        let stamp = jiff::Timestamp::now().strftime("%Y%m%d-%H%M%S");
         let base = runs_dir.join(format!("{name}-{stamp}"));
         let mut path = base.clone();
         let mut n = 1;
@@ -108,39 +102,5 @@ impl MetricsWriter {
     /// Bytes written so far (what a checkpoint records, to cut the file back on resume).
     pub fn bytes_written(&self) -> u64 {
         self.len
-    }
-}
-
-/// `YYYYmmdd-HHMMSS` for seconds since the Unix epoch (UTC).
-fn utc_timestamp(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Howard Hinnant's days-to-civil algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timestamps_are_utc_calendar_dates() {
-        assert_eq!(utc_timestamp(0), "19700101-000000");
-        assert_eq!(utc_timestamp(1_795_304_944), "20261121-234904");
-        assert_eq!(utc_timestamp(951_782_400), "20000229-000000");
     }
 }

@@ -85,185 +85,20 @@ impl<B: AutodiffBackend> Algorithm for Ppo<'_, B> {
         self.num_updates
     }
 
+    /// One PPO update, as CleanRL's `ppo.py` loop body: rollout, GAE, epochs of minibatch
+    /// updates, log.
     fn step(&mut self, update: usize, phases: &Phases) -> Result<Step, TrainError> {
-        let (ppo, num_envs, steps) = (self.ppo, self.num_envs, self.ppo.num_steps);
+        let ppo = self.ppo;
         let lr_now = self.lr.at(update);
         let clip_coef = match ppo.anneal_clip {
             true => ppo.clip_coef * (1.0 - (update - 1) as f32 / self.num_updates as f32),
             false => ppo.clip_coef,
         };
-
-        // ROLLOUT: the current policy, without gradients.
         let policy = self.model.valid();
-        let log_std = log_std(&policy);
-        for t in 0..steps {
-            let rows = t * num_envs..(t + 1) * num_envs;
-            let inference = phases.enter("inference", "the policy's forward pass");
-            let mut obs = std::mem::take(&mut self.next_obs);
-            if let Some(stats) = &mut self.state.obs_stats {
-                stats.update(&obs);
-                stats.normalize(&mut obs, ppo.clip_obs);
-            }
-            let (out, values) = forward::<B::InnerBackend>(&policy, &obs, num_envs, self.obs_dim, &self.device);
-            let b = &mut self.buffer;
-            let actions = &mut b.actions[rows.start * self.act_dim..rows.end * self.act_dim];
-            let env_actions = act(
-                self.head,
-                &out,
-                &log_std,
-                self.bounds.as_ref(),
-                &mut self.state.rng,
-                false,
-                actions,
-                &mut b.log_probs[rows.clone()],
-            );
-            b.obs[rows.start * self.obs_dim..rows.end * self.obs_dim].copy_from_slice(&obs);
-            b.values[rows.clone()].copy_from_slice(&values);
-            if let Some(log) = &mut self.action_log {
-                replay::log_actions(log, &env_actions);
-            }
-            drop(inference);
-
-            let env_phase = phases.enter("env", format!("`{}` stepping {num_envs} envs", self.plugin));
-            let step = self.envs.step(&env_actions)?;
-            drop(env_phase);
-
-            let _inference = phases.enter("inference", "recording the transition");
-            let mut rewards: Vec<f32> = step.rewards.iter().map(|&r| r as f32).collect();
-            self.state
-                .episodes
-                .record(&step.rewards, &step.terminated, &step.truncated);
-            if let Some(scaler) = &mut self.state.reward_scaler {
-                scaler.scale(&mut rewards, &step.terminated, ppo.clip_reward);
-            }
-            b.rewards[rows.clone()].copy_from_slice(&rewards);
-            b.terminated[rows.clone()].copy_from_slice(&step.terminated);
-            b.truncated[rows.clone()].copy_from_slice(&step.truncated);
-            // Truncated episodes bootstrap from their final observation's value.
-            let truncated: Vec<usize> = (0..num_envs)
-                .filter(|&i| step.truncated[i] && !step.terminated[i])
-                .collect();
-            if !truncated.is_empty() {
-                let mut finals: Vec<f32> = Vec::with_capacity(truncated.len() * self.obs_dim);
-                for (i, row) in step.final_observations(self.obs_dim) {
-                    if truncated.contains(&i) {
-                        finals.extend_from_slice(row);
-                    }
-                }
-                if let Some(stats) = &self.state.obs_stats {
-                    stats.normalize(&mut finals, ppo.clip_obs);
-                }
-                let n = truncated.len();
-                let (_, final_values) = forward::<B::InnerBackend>(&policy, &finals, n, self.obs_dim, &self.device);
-                for (&i, v) in truncated.iter().zip(final_values) {
-                    b.next_values[rows.start + i] = v;
-                }
-            }
-            self.next_obs = step.observations;
-        }
-        self.state.env_steps += (num_envs * steps) as u64;
-
-        // GAE, bootstrapping the rollout's end from the value of the next observation.
-        let inference = phases.enter("inference", "advantages");
-        let mut last_obs = self.next_obs.clone();
-        if let Some(stats) = &self.state.obs_stats {
-            stats.normalize(&mut last_obs, ppo.clip_obs);
-        }
-        let (_, last_values) = forward::<B::InnerBackend>(&policy, &last_obs, num_envs, self.obs_dim, &self.device);
-        let b = &mut self.buffer;
-        for k in 0..steps * num_envs {
-            if !b.truncated[k] || b.terminated[k] {
-                b.next_values[k] = match b.values.get(k + num_envs) {
-                    Some(&v) => v,
-                    None => last_values[k % num_envs],
-                };
-            }
-        }
-        let advantages = gae(
-            &b.rewards,
-            &b.values,
-            &b.next_values,
-            &b.terminated,
-            &b.truncated,
-            num_envs,
-            ppo.gamma,
-            ppo.gae_lambda,
-        );
-        let returns: Vec<f32> = advantages.iter().zip(&b.values).map(|(a, v)| a + v).collect();
-        drop(inference);
-
-        // LEARN: epochs of shuffled minibatches.
-        let loss_config = PpoLossConfig {
-            clip_coef,
-            clip_vloss: ppo.clip_vloss,
-            ent_coef: ppo.ent_coef,
-            vf_coef: ppo.vf_coef,
-        };
-        let mut stats = LossStats::default();
-        let batch_size = num_envs * steps;
-        let mut b_inds: Vec<usize> = (0..batch_size).collect();
-        'epochs: for _ in 0..ppo.update_epochs {
-            self.state.shuffle_rng.shuffle(&mut b_inds);
-            for mb_inds in b_inds.chunks(batch_size / ppo.num_minibatches) {
-                let backward = phases.enter("backward", "the loss and its gradients");
-                let mb = self.buffer.gather(mb_inds, &advantages, &returns, ppo.norm_adv);
-                let obs = tensor2::<B>(mb.obs, mb_inds.len(), self.obs_dim, &self.device);
-                let (new_log_prob, entropy) = self.log_prob_and_entropy(obs.clone(), mb.actions, mb_inds.len());
-                let loss = ppo_loss(
-                    new_log_prob,
-                    tensor1::<B>(mb.log_probs, &self.device),
-                    tensor1::<B>(mb.advantages, &self.device),
-                    self.model.value(obs),
-                    tensor1::<B>(mb.values, &self.device),
-                    tensor1::<B>(mb.returns, &self.device),
-                    entropy,
-                    &loss_config,
-                );
-                let loss_value: f32 = loss.loss.clone().into_scalar().elem();
-                TrainError::check_loss(update, "PPO loss", loss_value)?;
-                let mut grads = GradientsParams::from_grads(loss.loss.backward(), &self.model);
-                drop(backward);
-
-                let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
-                let grad_norm = clip_grad_norm(&self.model, &mut grads, self.recipe.optimizer.max_grad_norm);
-                TrainError::check_gradients(update, grad_norm, &self.model, &grads)?;
-                self.model = self.optim.step(lr_now, self.model.clone(), grads);
-                stats.add(&loss, grad_norm);
-            }
-            if ppo.target_kl.is_some_and(|target| stats.last_kl > target) {
-                break 'epochs;
-            }
-        }
-
-        // LOG.
-        let elapsed = phases.elapsed().as_secs_f64();
-        let env_steps = self.state.env_steps;
-        let mean_return = self.state.episodes.mean_return();
-        if let (Some(target), Some(mean), None) = (self.recipe.train.stop_at_return, mean_return, self.state.solved_at)
-            && mean >= target
-        {
-            self.state.solved_at = Some((env_steps, elapsed));
-        }
-        let [policy_loss, value_loss, entropy, approx_kl, clip_frac, grad_norm] = stats.means();
-        let record = json!({
-            "update": update,
-            "global_step": env_steps,
-            "charts/episodic_return": mean_return,
-            "charts/episodes": self.state.episodes.completed,
-            "charts/learning_rate": lr_now,
-            "charts/sps": env_steps as f64 / elapsed.max(1e-9),
-            "losses/policy_loss": policy_loss,
-            "losses/value_loss": value_loss,
-            "losses/entropy": entropy,
-            "losses/approx_kl": approx_kl,
-            "losses/clipfrac": clip_frac,
-            "losses/grad_norm": grad_norm,
-            "losses/explained_variance": explained_variance(&self.buffer.values, &returns),
-        });
-        Ok(Step {
-            record: record.as_object().cloned().unwrap_or_default(),
-            done: self.state.solved_at.is_some(),
-        })
+        self.rollout(&policy, phases)?;
+        let (advantages, returns) = self.advantages(&policy, phases);
+        let stats = self.learn(update, lr_now, clip_coef, &advantages, &returns, phases)?;
+        Ok(self.log(update, lr_now, &stats, &returns, phases))
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -321,6 +156,206 @@ impl<B: AutodiffBackend> Algorithm for Ppo<'_, B> {
 
     fn plugin_failures(&self) -> Vec<(String, FailureCounts)> {
         vec![(self.plugin.clone(), self.envs.failures())]
+    }
+}
+
+/// The four parts of an update.
+impl<B: AutodiffBackend> Ppo<'_, B> {
+    /// ROLLOUT: `num_steps` steps of every environment under `policy`, without gradients.
+    fn rollout(&mut self, policy: &ActorCritic<B::InnerBackend>, phases: &Phases) -> Result<(), TrainError> {
+        let (ppo, num_envs, steps) = (self.ppo, self.num_envs, self.ppo.num_steps);
+        let log_std = log_std(policy);
+        for t in 0..steps {
+            let rows = t * num_envs..(t + 1) * num_envs;
+            let inference = phases.enter("inference", "the policy's forward pass");
+            let mut obs = std::mem::take(&mut self.next_obs);
+            if let Some(stats) = &mut self.state.obs_stats {
+                stats.update(&obs);
+                stats.normalize(&mut obs, ppo.clip_obs);
+            }
+            let (out, values) = forward::<B::InnerBackend>(policy, &obs, num_envs, self.obs_dim, &self.device);
+            let b = &mut self.buffer;
+            let actions = &mut b.actions[rows.start * self.act_dim..rows.end * self.act_dim];
+            let env_actions = act(
+                self.head,
+                &out,
+                &log_std,
+                self.bounds.as_ref(),
+                &mut self.state.rng,
+                false,
+                actions,
+                &mut b.log_probs[rows.clone()],
+            );
+            b.obs[rows.start * self.obs_dim..rows.end * self.obs_dim].copy_from_slice(&obs);
+            b.values[rows.clone()].copy_from_slice(&values);
+            if let Some(log) = &mut self.action_log {
+                replay::log_actions(log, &env_actions);
+            }
+            drop(inference);
+
+            let env_phase = phases.enter("env", format!("`{}` stepping {num_envs} envs", self.plugin));
+            let step = self.envs.step(&env_actions)?;
+            drop(env_phase);
+
+            let _inference = phases.enter("inference", "recording the transition");
+            let mut rewards: Vec<f32> = step.rewards.iter().map(|&r| r as f32).collect();
+            self.state
+                .episodes
+                .record(&step.rewards, &step.terminated, &step.truncated);
+            if let Some(scaler) = &mut self.state.reward_scaler {
+                scaler.scale(&mut rewards, &step.terminated, ppo.clip_reward);
+            }
+            b.rewards[rows.clone()].copy_from_slice(&rewards);
+            b.terminated[rows.clone()].copy_from_slice(&step.terminated);
+            b.truncated[rows.clone()].copy_from_slice(&step.truncated);
+            // Truncated episodes bootstrap from their final observation's value.
+            let truncated: Vec<usize> = (0..num_envs)
+                .filter(|&i| step.truncated[i] && !step.terminated[i])
+                .collect();
+            if !truncated.is_empty() {
+                let mut finals: Vec<f32> = Vec::with_capacity(truncated.len() * self.obs_dim);
+                for (i, row) in step.final_observations(self.obs_dim) {
+                    if truncated.contains(&i) {
+                        finals.extend_from_slice(row);
+                    }
+                }
+                if let Some(stats) = &self.state.obs_stats {
+                    stats.normalize(&mut finals, ppo.clip_obs);
+                }
+                let n = truncated.len();
+                let (_, final_values) = forward::<B::InnerBackend>(policy, &finals, n, self.obs_dim, &self.device);
+                for (&i, v) in truncated.iter().zip(final_values) {
+                    b.next_values[rows.start + i] = v;
+                }
+            }
+            self.next_obs = step.observations;
+        }
+        self.state.env_steps += (num_envs * steps) as u64;
+
+        Ok(())
+    }
+
+    /// GAE over the rollout, bootstrapping its end from the value of the next observation:
+    /// (advantages, returns).
+    fn advantages(&mut self, policy: &ActorCritic<B::InnerBackend>, phases: &Phases) -> (Vec<f32>, Vec<f32>) {
+        let (ppo, num_envs, steps) = (self.ppo, self.num_envs, self.ppo.num_steps);
+        let inference = phases.enter("inference", "advantages");
+        let mut last_obs = self.next_obs.clone();
+        if let Some(stats) = &self.state.obs_stats {
+            stats.normalize(&mut last_obs, ppo.clip_obs);
+        }
+        let (_, last_values) = forward::<B::InnerBackend>(policy, &last_obs, num_envs, self.obs_dim, &self.device);
+        let b = &mut self.buffer;
+        for k in 0..steps * num_envs {
+            if !b.truncated[k] || b.terminated[k] {
+                b.next_values[k] = match b.values.get(k + num_envs) {
+                    Some(&v) => v,
+                    None => last_values[k % num_envs],
+                };
+            }
+        }
+        let advantages = gae(
+            &b.rewards,
+            &b.values,
+            &b.next_values,
+            &b.terminated,
+            &b.truncated,
+            num_envs,
+            ppo.gamma,
+            ppo.gae_lambda,
+        );
+        let returns: Vec<f32> = advantages.iter().zip(&b.values).map(|(a, v)| a + v).collect();
+        drop(inference);
+
+        (advantages, returns)
+    }
+
+    /// LEARN: `update_epochs` epochs of shuffled minibatches (stopping early past `target_kl`).
+    fn learn(
+        &mut self,
+        update: usize,
+        lr_now: f64,
+        clip_coef: f32,
+        advantages: &[f32],
+        returns: &[f32],
+        phases: &Phases,
+    ) -> Result<LossStats, TrainError> {
+        let (ppo, num_envs, steps) = (self.ppo, self.num_envs, self.ppo.num_steps);
+        let loss_config = PpoLossConfig {
+            clip_coef,
+            clip_vloss: ppo.clip_vloss,
+            ent_coef: ppo.ent_coef,
+            vf_coef: ppo.vf_coef,
+        };
+        let mut stats = LossStats::default();
+        let batch_size = num_envs * steps;
+        let mut b_inds: Vec<usize> = (0..batch_size).collect();
+        'epochs: for _ in 0..ppo.update_epochs {
+            self.state.shuffle_rng.shuffle(&mut b_inds);
+            for mb_inds in b_inds.chunks(batch_size / ppo.num_minibatches) {
+                let backward = phases.enter("backward", "the loss and its gradients");
+                let mb = self.buffer.gather(mb_inds, advantages, returns, ppo.norm_adv);
+                let obs = tensor2::<B>(mb.obs, mb_inds.len(), self.obs_dim, &self.device);
+                let (new_log_prob, entropy) = self.log_prob_and_entropy(obs.clone(), mb.actions, mb_inds.len());
+                let loss = ppo_loss(
+                    new_log_prob,
+                    tensor1::<B>(mb.log_probs, &self.device),
+                    tensor1::<B>(mb.advantages, &self.device),
+                    self.model.value(obs),
+                    tensor1::<B>(mb.values, &self.device),
+                    tensor1::<B>(mb.returns, &self.device),
+                    entropy,
+                    &loss_config,
+                );
+                let loss_value: f32 = loss.loss.clone().into_scalar().elem();
+                TrainError::check_loss(update, "PPO loss", loss_value)?;
+                let mut grads = GradientsParams::from_grads(loss.loss.backward(), &self.model);
+                drop(backward);
+
+                let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
+                let grad_norm = clip_grad_norm(&self.model, &mut grads, self.recipe.optimizer.max_grad_norm);
+                TrainError::check_gradients(update, grad_norm, &self.model, &grads)?;
+                self.model = self.optim.step(lr_now, self.model.clone(), grads);
+                stats.add(&loss, grad_norm);
+            }
+            if ppo.target_kl.is_some_and(|target| stats.last_kl > target) {
+                break 'epochs;
+            }
+        }
+
+        Ok(stats)
+    }
+
+    /// LOG: the update's metrics record; done once the target return is reached.
+    fn log(&mut self, update: usize, lr_now: f64, stats: &LossStats, returns: &[f32], phases: &Phases) -> Step {
+        let elapsed = phases.elapsed().as_secs_f64();
+        let env_steps = self.state.env_steps;
+        let mean_return = self.state.episodes.mean_return();
+        if let (Some(target), Some(mean), None) = (self.recipe.train.stop_at_return, mean_return, self.state.solved_at)
+            && mean >= target
+        {
+            self.state.solved_at = Some((env_steps, elapsed));
+        }
+        let [policy_loss, value_loss, entropy, approx_kl, clip_frac, grad_norm] = stats.means();
+        let record = json!({
+            "update": update,
+            "global_step": env_steps,
+            "charts/episodic_return": mean_return,
+            "charts/episodes": self.state.episodes.completed,
+            "charts/learning_rate": lr_now,
+            "charts/sps": env_steps as f64 / elapsed.max(1e-9),
+            "losses/policy_loss": policy_loss,
+            "losses/value_loss": value_loss,
+            "losses/entropy": entropy,
+            "losses/approx_kl": approx_kl,
+            "losses/clipfrac": clip_frac,
+            "losses/grad_norm": grad_norm,
+            "losses/explained_variance": explained_variance(&self.buffer.values, returns),
+        });
+        Step {
+            record: record.as_object().cloned().unwrap_or_default(),
+            done: self.state.solved_at.is_some(),
+        }
     }
 }
 
