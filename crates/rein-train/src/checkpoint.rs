@@ -128,6 +128,27 @@ impl Checkpoint {
         Ok(optimizer.load_record(record))
     }
 
+    /// What [`learner_sections`] wrote: the loop's `state`, `model` loaded into `model`,
+    /// `optimizer` into `optimizer`.
+    pub fn load_learner<B, M, O, S>(
+        &self,
+        model: M,
+        optimizer: O,
+        device: &B::Device,
+    ) -> Result<(S, M, O), CheckpointError>
+    where
+        B: AutodiffBackend,
+        M: burn::module::AutodiffModule<B>,
+        O: Optimizer<M, B>,
+        S: serde::de::DeserializeOwned,
+    {
+        Ok((
+            self.state()?,
+            self.load_module("model", model, device)?,
+            self.load_optimizer::<B, M, O>("optimizer", optimizer, device)?,
+        ))
+    }
+
     fn mismatch(&self, why: String) -> CheckpointError {
         CheckpointError::Mismatch {
             path: self.path.clone(),
@@ -137,14 +158,14 @@ impl Checkpoint {
 }
 
 /// The parameters of `module` as a section.
-pub fn module_bytes<B: Backend, M: Module<B>>(module: &M) -> Vec<u8> {
+fn module_bytes<B: Backend, M: Module<B>>(module: &M) -> Vec<u8> {
     NamedMpkBytesRecorder::<FullPrecisionSettings>::new()
         .record(module.clone().into_record(), ())
         .expect("MessagePack encoding of a module record does not fail")
 }
 
 /// The state of `optimizer` as a section.
-pub fn optimizer_bytes<B, M, O>(optimizer: &O) -> Vec<u8>
+fn optimizer_bytes<B, M, O>(optimizer: &O) -> Vec<u8>
 where
     B: AutodiffBackend,
     M: burn::module::AutodiffModule<B>,
@@ -153,6 +174,22 @@ where
     NamedMpkBytesRecorder::<FullPrecisionSettings>::new()
         .record(optimizer.to_record(), ())
         .expect("MessagePack encoding of an optimizer record does not fail")
+}
+
+/// The sections every algorithm's checkpoint has: its loop `state` (JSON), the `model` and the
+/// `optimizer` (read back with [`Checkpoint::load_learner`]).
+pub fn learner_sections<B, M, O, S>(state: &S, model: &M, optimizer: &O) -> Vec<(String, Vec<u8>)>
+where
+    B: AutodiffBackend,
+    M: burn::module::AutodiffModule<B>,
+    O: Optimizer<M, B>,
+    S: serde::Serialize,
+{
+    vec![
+        ("state".into(), serde_json::to_vec(state).expect("the state serialises")),
+        ("model".into(), module_bytes(model)),
+        ("optimizer".into(), optimizer_bytes::<B, M, O>(optimizer)),
+    ]
 }
 
 /// A run's checkpoint directory.

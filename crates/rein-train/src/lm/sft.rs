@@ -21,7 +21,7 @@ use serde_json::json;
 use super::Prompt;
 use super::batch::{TokenBatch, completion_log_probs};
 use crate::TrainError;
-use crate::checkpoint::{Checkpoint, module_bytes, optimizer_bytes};
+use crate::checkpoint::{Checkpoint, learner_sections};
 use crate::driver::{Algorithm, Record, Snapshot, Step};
 use crate::watchdog::Phases;
 
@@ -126,22 +126,12 @@ impl<B: AutodiffBackend> Algorithm for Sft<'_, B> {
 
     fn snapshot(&self) -> Snapshot {
         let (model, optim, state) = (self.model.clone(), self.optim.clone(), self.state.clone());
-        Box::new(move || {
-            vec![
-                (
-                    "state".into(),
-                    serde_json::to_vec(&state).expect("the state serialises"),
-                ),
-                ("model".into(), module_bytes(&model)),
-                ("optimizer".into(), optimizer_bytes::<B, CausalLm<B>, _>(&optim)),
-            ]
-        })
+        Box::new(move || learner_sections::<B, CausalLm<B>, _, _>(&state, &model, &optim))
     }
 
     fn restore(&mut self, checkpoint: &Checkpoint) -> Result<(), TrainError> {
-        self.state = checkpoint.state()?;
-        self.model = checkpoint.load_module("model", self.model.clone(), &self.device)?;
-        self.optim = checkpoint.load_optimizer::<B, CausalLm<B>, _>("optimizer", self.optim.clone(), &self.device)?;
+        (self.state, self.model, self.optim) =
+            checkpoint.load_learner(self.model.clone(), self.optim.clone(), &self.device)?;
         Ok(())
     }
 

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::TrainError;
-use crate::checkpoint::{Checkpoint, module_bytes, optimizer_bytes};
+use crate::checkpoint::{Checkpoint, learner_sections};
 use crate::driver::{Algorithm, Record, Snapshot, Step};
 use crate::watchdog::Phases;
 use episodes::Episodes;
@@ -105,24 +105,16 @@ impl<B: AutodiffBackend> Algorithm for Ppo<'_, B> {
         let (model, optim, state) = (self.model.clone(), self.optim.clone(), self.state.clone());
         let (actions, next_obs) = (self.action_log.clone().unwrap_or_default(), self.next_obs.clone());
         Box::new(move || {
-            vec![
-                (
-                    "state".into(),
-                    serde_json::to_vec(&state).expect("the state serialises"),
-                ),
-                ("model".into(), module_bytes(&model)),
-                ("optimizer".into(), optimizer_bytes::<B, ActorCritic<B>, _>(&optim)),
-                ("actions".into(), replay::bytes_of(&actions)),
-                ("next_obs".into(), replay::bytes_of(&next_obs)),
-            ]
+            let mut sections = learner_sections::<B, ActorCritic<B>, _, _>(&state, &model, &optim);
+            sections.push(("actions".into(), replay::bytes_of(&actions)));
+            sections.push(("next_obs".into(), replay::bytes_of(&next_obs)));
+            sections
         })
     }
 
     fn restore(&mut self, checkpoint: &Checkpoint) -> Result<(), TrainError> {
-        self.state = checkpoint.state()?;
-        self.model = checkpoint.load_module("model", self.model.clone(), &self.device)?;
-        self.optim =
-            checkpoint.load_optimizer::<B, ActorCritic<B>, _>("optimizer", self.optim.clone(), &self.device)?;
+        (self.state, self.model, self.optim) =
+            checkpoint.load_learner(self.model.clone(), self.optim.clone(), &self.device)?;
         let actions = replay::f32s(checkpoint.section("actions")?);
         let saved = replay::f32s(checkpoint.section("next_obs")?);
         let reset = std::mem::take(&mut self.next_obs);
