@@ -62,40 +62,48 @@ pub(crate) fn algorithm_name(algorithm: &Algorithm) -> &'static str {
     }
 }
 
+/// Whether `algorithm` reads the top-level `section` and, when given, its `key`.
+fn reads(algorithm: &Algorithm, section: &str, key: Option<&str>) -> bool {
+    if ALWAYS.contains(&section) {
+        return true;
+    }
+    match sections(algorithm).iter().find(|(name, _)| *name == section) {
+        None => false,
+        Some((_, Keys::All)) => true,
+        Some((_, Keys::Only(keys))) => key.is_none_or(|key| keys.contains(&key)),
+    }
+}
+
 /// The first key of `table` that `algorithm` does not read, with what it reads instead.
 pub(crate) fn first_unused(table: &Table, algorithm: &Algorithm) -> Option<(String, String)> {
     let sections = sections(algorithm);
     let name = algorithm_name(algorithm);
-    for (key, value) in table {
-        if ALWAYS.contains(&key.as_str()) {
-            continue;
+    for (section, value) in table {
+        let inner = value.as_table();
+        if !reads(algorithm, section, None) {
+            let known: Vec<String> = ALWAYS[3..]
+                .iter()
+                .chain(sections.iter().map(|(s, _)| s))
+                .map(|s| format!("[{s}]"))
+                .collect();
+            // Name the first key set in it: that is where its origin is recorded.
+            let first = inner.and_then(|t| t.keys().next());
+            return Some((
+                first.map_or(section.clone(), |key| format!("{section}.{key}")),
+                format!("{name} does not use [{section}]; it reads {}", known.join(", ")),
+            ));
         }
-        match sections.iter().find(|(section, _)| section == key) {
-            None => {
-                let known: Vec<String> = ALWAYS[3..]
-                    .iter()
-                    .chain(sections.iter().map(|(s, _)| s))
-                    .map(|s| format!("[{s}]"))
-                    .collect();
-                // Name the first key set in it: that is where its origin is recorded.
-                let first = value.as_table().and_then(|t| t.keys().next());
-                return Some((
-                    first.map_or(key.clone(), |inner| format!("{key}.{inner}")),
-                    format!("{name} does not use [{key}]; it reads {}", known.join(", ")),
-                ));
-            }
-            Some((_, Keys::Only(keys))) => {
-                let unused = value
-                    .as_table()
-                    .and_then(|t| t.keys().find(|k| !keys.contains(&k.as_str())));
-                if let Some(inner) = unused {
-                    return Some((
-                        format!("{key}.{inner}"),
-                        format!("{name} does not use this key; of [{key}] it reads {}", keys.join(", ")),
-                    ));
-                }
-            }
-            Some((_, Keys::All)) => {}
+        let unused = inner.and_then(|t| t.keys().find(|key| !reads(algorithm, section, Some(key.as_str()))));
+        if let (Some(key), Some((_, Keys::Only(keys)))) =
+            (unused, sections.iter().find(|(s, _)| *s == section.as_str()))
+        {
+            return Some((
+                format!("{section}.{key}"),
+                format!(
+                    "{name} does not use this key; of [{section}] it reads {}",
+                    keys.join(", ")
+                ),
+            ));
         }
     }
     None
@@ -103,20 +111,10 @@ pub(crate) fn first_unused(table: &Table, algorithm: &Algorithm) -> Option<(Stri
 
 /// Removes from `table` every key `algorithm` does not read.
 pub(crate) fn keep_used(table: &mut Table, algorithm: &Algorithm) {
-    let sections = sections(algorithm);
-    table.retain(|key, value| {
-        if ALWAYS.contains(&key) {
-            return true;
+    table.retain(|section, value| {
+        if let Some(inner) = value.as_table_mut() {
+            inner.retain(|key, _| reads(algorithm, section, Some(key)));
         }
-        match sections.iter().find(|(section, _)| *section == key) {
-            None => false,
-            Some((_, Keys::All)) => true,
-            Some((_, Keys::Only(keys))) => {
-                if let Some(inner) = value.as_table_mut() {
-                    inner.retain(|k, _| keys.contains(&k));
-                }
-                true
-            }
-        }
+        reads(algorithm, section, None)
     });
 }
