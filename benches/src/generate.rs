@@ -76,24 +76,11 @@ pub fn run() -> anyhow::Result<Report> {
 
 /// HF transformers on the same checkpoint, if `.venv` has it (see benches/peers/).
 fn hf_peer(dir: &Path) -> Option<serde_json::Value> {
-    let python = Path::new(".venv/bin/python");
-    if !python.exists() {
-        println!("(no .venv with transformers: rein's figures alone; see benches/peers/README.md)");
-        return None;
-    }
-    let mut cmd = std::process::Command::new(python);
-    cmd.arg("benches/peers/hf_generate.py")
-        .arg(dir)
-        .arg(PROMPT_LEN.to_string())
-        .arg(NEW_TOKENS.to_string());
-    cmd.args(BATCHES.map(|b| b.to_string()));
-    let out = cmd.output().ok()?;
-    if !out.status.success() {
-        println!(
-            "(HF peer failed: {})",
-            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
-        );
-        return None;
-    }
-    serde_json::from_slice(&out.stdout).ok()
+    let mut args = vec![
+        dir.as_os_str().to_owned(),
+        PROMPT_LEN.to_string().into(),
+        NEW_TOKENS.to_string().into(),
+    ];
+    args.extend(BATCHES.map(|b| b.to_string().into()));
+    serde_json::from_str(&crate::peers::run("hf_generate.py", args)?).ok()
 }

@@ -117,25 +117,9 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
 /// TRL's `GRPOTrainer` seconds per step on the same checkpoint and prompts (benches/peers/),
 /// with its versions in the label; `None` (said why) when it cannot run.
 fn trl_peer(dir: &Path) -> Option<(String, f64)> {
-    let python = Path::new(".venv/bin/python");
-    if !python.exists() {
-        println!("(no .venv with trl: rein's figure alone; see benches/peers/README.md)");
-        return None;
-    }
     println!("TRL GRPOTrainer on the same checkpoint and prompts (benches/peers/trl_grpo.py)");
-    let out = std::process::Command::new(python)
-        .arg("benches/peers/trl_grpo.py")
-        .arg(dir)
-        .arg(dir.join("prompts.jsonl"))
-        .arg(STEPS.to_string())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        println!("(TRL peer failed: {})", stderr.lines().last().unwrap_or(""));
-        return None;
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let args = [dir.to_path_buf(), dir.join("prompts.jsonl"), STEPS.to_string().into()];
+    let stdout = crate::peers::run("trl_grpo.py", args)?;
     let value: serde_json::Value = serde_json::from_str(stdout.lines().last()?).ok()?;
     let seconds = value["seconds_per_step"].as_f64()?;
     let versions = &value["versions"];

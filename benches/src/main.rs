@@ -5,6 +5,7 @@
 
 mod generate;
 mod grpo;
+mod peers;
 mod plugins;
 mod ppo;
 mod qwen2_3m;

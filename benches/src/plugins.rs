@@ -303,21 +303,5 @@ fn math_groups(count: usize, per_group: usize) -> Vec<Group> {
 
 /// Gymnasium's figures on this machine, if `.venv` has gymnasium (see benches/peers/).
 fn gymnasium_peers() -> Option<serde_json::Value> {
-    let python = Path::new(".venv/bin/python");
-    if !python.exists() {
-        println!("(no .venv with gymnasium: skipping the Gymnasium peer; see benches/peers/README.md)");
-        return None;
-    }
-    let out = std::process::Command::new(python)
-        .arg("benches/peers/gymnasium_cartpole.py")
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        println!(
-            "(Gymnasium peer failed: {})",
-            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
-        );
-        return None;
-    }
-    serde_json::from_slice(&out.stdout).ok()
+    serde_json::from_str(&crate::peers::run("gymnasium_cartpole.py", [""; 0])?).ok()
 }

@@ -94,28 +94,11 @@ const PEERS: &[(&str, &str)] = &[
 /// Runs a peer on seeds 1..=SEEDS, prints each seed, and returns its label (with the versions
 /// it reported) and its median seconds to the target; `None` when it cannot run.
 fn peer_median((label, script): &(&str, &str)) -> Option<(String, f64)> {
-    let python = Path::new(".venv/bin/python");
-    if !python.exists() {
-        println!("(no .venv: skipping the peer {label}; see benches/peers/README.md)");
-        return None;
-    }
-    println!("{label} ({script}): {SEEDS} seeds");
-    let seeds: Vec<String> = (1..=SEEDS).map(|s| s.to_string()).collect();
-    let out = match std::process::Command::new(python).arg(script).args(&seeds).output() {
-        Ok(out) if out.status.success() => out,
-        Ok(out) => {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            println!("(peer {script} failed: {})", stderr.lines().last().unwrap_or(""));
-            return None;
-        }
-        Err(e) => {
-            println!("(cannot start the peer {script}: {e})");
-            return None;
-        }
-    };
+    println!("{label} (benches/peers/{script}): {SEEDS} seeds");
+    let stdout = crate::peers::run(script, (1..=SEEDS).map(|s| s.to_string()))?;
     let mut versions = String::new();
     let mut times = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
+    for line in stdout.lines() {
         let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
