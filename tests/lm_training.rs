@@ -199,6 +199,10 @@ fn a_failing_reward_plugin_follows_on_error() {
             .filter_map(|l| l["train/reward_failures"].as_u64())
             .sum();
         assert!(failures >= 1, "{policy}: the failure is logged");
+        // The panic is a trap, counted per plugin in every record.
+        let last: serde_json::Value = serde_json::from_str(metrics.lines().last().unwrap()).unwrap();
+        let traps = last["plugins/hostile-reward/traps"].as_u64();
+        assert!(traps >= Some(1), "{policy}: the plugin's traps are counted: {last}");
     }
 }
 
