@@ -1,12 +1,13 @@
 //! The GRPO-family losses against TRL's `GRPOTrainer._compute_loss` on fixed log-probabilities,
-//! advantages and masks (fixture written by `tests/fixtures/gen_trl_loss.py`, TRL 1.16).
+//! advantages and masks, and their gradients with respect to the log-probabilities against
+//! PyTorch autograd (fixture written by `tests/fixtures/gen_trl_loss.py`, TRL 1.16).
 
-use burn::backend::Flex;
+use burn::backend::{Autodiff, Flex};
 use burn::tensor::{Tensor, TensorData};
 use rein_optim::{Aggregation, KlEstimator, PolicyLossConfig, RatioLevel, policy_loss};
 use serde::Deserialize;
 
-type B = Flex;
+type B = Autodiff<Flex>;
 
 #[derive(Deserialize)]
 struct Fixture {
@@ -27,6 +28,7 @@ struct Case {
     epsilon_low: f32,
     epsilon_high: f32,
     loss: f64,
+    grad_log_prob: Vec<Vec<f32>>,
 }
 
 fn matrix(rows: &[Vec<f32>]) -> Tensor<B, 2> {
@@ -35,7 +37,7 @@ fn matrix(rows: &[Vec<f32>]) -> Tensor<B, 2> {
 }
 
 #[test]
-fn policy_losses_match_trl() {
+fn policy_losses_and_their_gradients_match_trl() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/trl_grpo_loss.json");
     let f: Fixture = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     assert_eq!(f.cases.len(), 12);
@@ -67,8 +69,9 @@ fn policy_losses_match_trl() {
             TensorData::new(f.advantages.clone(), [f.advantages.len()]),
             &Default::default(),
         );
+        let log_prob = matrix(&f.log_prob).require_grad();
         let out = policy_loss(
-            matrix(&f.log_prob),
+            log_prob.clone(),
             matrix(&f.old_log_prob),
             advantages,
             matrix(&f.mask),
@@ -76,6 +79,20 @@ fn policy_losses_match_trl() {
             None,
             &config,
         );
+        let grads = out.loss.backward();
+        let grad: Vec<f32> = log_prob.grad(&grads).unwrap().into_data().to_vec().unwrap();
+        for (at, (rein, torch)) in grad.iter().zip(case.grad_log_prob.concat()).enumerate() {
+            assert!(
+                (rein - torch).abs() < 1e-6,
+                "{} {} β={} ε_high={}: ∂loss/∂log_prob[{}][{}]: rein {rein:.9} vs PyTorch {torch:.9}",
+                case.loss_type,
+                case.level,
+                case.beta,
+                case.epsilon_high,
+                at / f.mask[0].len(),
+                at % f.mask[0].len()
+            );
+        }
         let loss = f64::from(out.loss.into_scalar());
         assert!(
             (loss - case.loss).abs() < 1e-6,

@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use rein_model::lm::{ChatMessage, LmTokenizer, load};
 use rein_sampler::{FinishReason, GenerationConfig, generate};
+use rein_train::lm::{completion_text, stop_check};
 use rein_train::progress::Progress;
 
 #[derive(Args, Debug)]
@@ -89,11 +90,11 @@ impl GenerateArgs {
             stop_token_ids: tokenizer.eos_ids().to_vec(),
             seed: self.seed,
         };
-        let stop_texts = &self.stop;
+        let mut stop_text = stop_check(&tokenizer, &self.stop);
         let sequences = prompts.len() * config.n;
         let (mut progress, start, mut tokens) = (Progress::new(None), Instant::now(), 0usize);
         // Called once per sampled token that is not a stop token: it also counts them.
-        let mut stop = |_: usize, generated: &[u32]| {
+        let mut stop = |sequence: usize, generated: &[u32]| {
             tokens += 1;
             let elapsed = start.elapsed().as_secs_f64();
             let line = format!(
@@ -101,22 +102,14 @@ impl GenerateArgs {
                 tokens as f64 / elapsed.max(1e-9)
             );
             progress.show(tokens as u64, &line, false);
-            !stop_texts.is_empty()
-                && tokenizer
-                    .decode(generated, false)
-                    .is_ok_and(|t| stop_texts.iter().any(|s| t.contains(s.as_str())))
+            stop_text(sequence, generated)
         };
         let pad = tokenizer.pad_id().unwrap_or(0);
         let generations = generate(&model, &prompts, &config, pad, &mut stop, &device);
         progress.finish();
         let mut out = std::io::stdout().lock();
         for g in generations {
-            let mut completion = tokenizer.decode(&g.tokens, true)?;
-            if g.finish == FinishReason::StopCondition
-                && let Some(at) = stop_texts.iter().filter_map(|s| completion.find(s.as_str())).min()
-            {
-                completion.truncate(at);
-            }
+            let completion = completion_text(&tokenizer, &g.tokens, &self.stop);
             let finish = match g.finish {
                 FinishReason::StopToken => "stop_token",
                 FinishReason::StopCondition => "stop_string",

@@ -222,3 +222,126 @@ fn rollout_errors_name_the_plugin_and_field() {
     let err = stderr_of_failure(&rein(&["env", "rollout", path.to_str().unwrap(), "--actions", "left"]));
     assert!(err.contains("`left` in --actions is not an action index"), "{err}");
 }
+
+#[test]
+fn plugin_test_prints_fail_and_exits_non_zero_on_a_wrong_case() {
+    let group = serde_json::json!({"prompt": "1+1?", "completions": ["\\boxed{2}", "\\boxed{3}"], "reference": "2"});
+    let right = serde_json::json!({"name": "right", "group": group, "expected": [1.0, 0.0]}).to_string();
+    let wrong = serde_json::json!({"name": "wrong", "group": group, "expected": [0.0, 0.0]}).to_string();
+    let path = common::plugin_path("math-answer");
+    let run = |cases: &str, file: &str| {
+        let cases = temp_file(file, cases);
+        rein(&[
+            "plugin",
+            "test",
+            path.to_str().unwrap(),
+            "--cases",
+            cases.to_str().unwrap(),
+        ])
+    };
+    let passing = stdout(&run(&right, "cases-pass.jsonl"));
+    assert!(
+        passing.contains("pass  right") && passing.contains("1 passed, 0 failed"),
+        "{passing}"
+    );
+
+    let out = run(&format!("{right}\n{wrong}\n"), "cases-fail.jsonl");
+    let stderr = stderr_of_failure(&out);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("pass  right"), "{stdout}");
+    assert!(
+        stdout.contains("FAIL  wrong: expected [Some(0.0), Some(0.0)], got [Some(1.0), Some(0.0)]"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("1 passed, 1 failed"), "{stdout}");
+    assert!(stderr.contains("1 of 2 cases failed"), "{stderr}");
+}
+
+/// `rein generate` on the tiny Qwen2 fixture, its JSON lines parsed.
+fn generate(extra: &[&str]) -> Vec<serde_json::Value> {
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lm/qwen2-gqa");
+    let mut args = vec!["generate", "--model", model.to_str().unwrap()];
+    args.extend(extra);
+    let text = stdout(&rein(&args));
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn generate_samples_stops_and_reports_why() {
+    let greedy = generate(&[
+        "--prompt",
+        "What is 1 + 1?",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "8",
+        "--n",
+        "2",
+    ]);
+    assert_eq!(greedy.len(), 2, "one line per sample");
+    assert_eq!(greedy[0]["tokens"], greedy[1]["tokens"], "greedy samples agree");
+    let tokens: Vec<u64> = serde_json::from_value(greedy[0]["tokens"].clone()).unwrap();
+    assert_eq!(tokens.len(), 8);
+    assert_eq!(greedy[0]["finish"], "length");
+    assert_eq!(
+        (greedy[0]["sample"].as_u64(), greedy[1]["sample"].as_u64()),
+        (Some(0), Some(1))
+    );
+
+    // A stop string taken from the greedy completion ends it there, cut before the string.
+    let completion = greedy[0]["completion"].as_str().unwrap().to_string();
+    let stop: String = completion
+        .chars()
+        .skip(completion.chars().count() / 2)
+        .take(2)
+        .collect();
+    assert!(!stop.is_empty(), "{completion:?}");
+    let stopped = generate(&[
+        "--prompt",
+        "What is 1 + 1?",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "8",
+        "--stop",
+        &stop,
+    ]);
+    assert_eq!(stopped[0]["finish"], "stop_string");
+    let cut = stopped[0]["completion"].as_str().unwrap();
+    assert_eq!(cut, &completion[..completion.find(&stop).unwrap()], "{stop:?}");
+
+    // Seeded sampling with log-probabilities.
+    let sample = |seed: &str| {
+        generate(&[
+            "--prompt",
+            "2+2=",
+            "--seed",
+            seed,
+            "--max-new-tokens",
+            "6",
+            "--logprobs",
+        ])
+    };
+    let (a, b) = (sample("5"), sample("5"));
+    assert_eq!(a, b, "same seed, same sample");
+    let logprobs: Vec<f64> = serde_json::from_value(a[0]["logprobs"].clone()).unwrap();
+    assert_eq!(logprobs.len(), a[0]["tokens"].as_array().unwrap().len());
+    assert!(logprobs.iter().all(|&lp| lp <= 0.0));
+}
+
+#[test]
+fn generate_errors_name_the_model_and_the_input() {
+    let out = rein(&["generate", "--model", "/no/such/model", "--prompt", "hi"]);
+    assert!(stderr_of_failure(&out).contains("/no/such/model"));
+    let input = temp_file("prompts.jsonl", "{\"text\": \"no prompt field\"}\n");
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lm/qwen2-gqa");
+    let out = rein(&[
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ]);
+    let stderr = stderr_of_failure(&out);
+    assert!(stderr.contains("prompts.jsonl:1: no string `prompt` field"), "{stderr}");
+}

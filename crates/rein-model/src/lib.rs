@@ -18,7 +18,7 @@ mod mlp;
 pub mod safetensors_file;
 
 pub use actor_critic::{ActionHead, ActorCritic, ActorCriticConfig};
-pub use backend::{AutodiffBackend, Backend};
+pub use backend::{AutodiffBackend, Backend, use_generic_ops};
 pub use mlp::{Activation, Mlp, MlpConfig};
 
 /// The default CPU backend for inference.

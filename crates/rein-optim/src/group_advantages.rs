@@ -132,6 +132,47 @@ mod tests {
         }
     }
 
+    fn assert_close(got: &[f32], want: &[f64]) {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            assert!((f64::from(*g) - w).abs() < 1e-5, "{got:?} vs {want:?}");
+        }
+    }
+
+    /// Two groups of three: [3, 0, 6] and [1, 1, 4].
+    const REWARDS: [f32; 6] = [3.0, 0.0, 6.0, 1.0, 1.0, 4.0];
+
+    #[test]
+    fn rloo_by_hand() {
+        // 3 − (0 + 6)/2, 0 − (3 + 6)/2, 6 − (3 + 0)/2; 1 − (1 + 4)/2, twice, 4 − (1 + 1)/2.
+        assert_close(&rloo(&REWARDS, 3), &[0.0, -4.5, 4.5, -1.5, -1.5, 3.0]);
+    }
+
+    #[test]
+    fn reinforce_pp_by_hand() {
+        // Group means 3 and 2 → [0, −3, 3, −1, −1, 2]: batch mean 0, Σx² = 24, unbiased
+        // std √(24/5).
+        let s = (24.0f64 / 5.0).sqrt() + EPS;
+        let want: Vec<f64> = [0.0, -3.0, 3.0, -1.0, -1.0, 2.0].iter().map(|x| x / s).collect();
+        assert_close(&reinforce_pp(&REWARDS, 3, true), &want);
+        // No group baseline: batch mean 2.5, deviations [0.5, −2.5, 3.5, −1.5, −1.5, 1.5],
+        // Σ = 25.5, std √(25.5/5).
+        let s = (25.5f64 / 5.0).sqrt() + EPS;
+        let want: Vec<f64> = [0.5, -2.5, 3.5, -1.5, -1.5, 1.5].iter().map(|x| x / s).collect();
+        assert_close(&reinforce_pp(&REWARDS, 3, false), &want);
+    }
+
+    #[test]
+    fn grpo_by_hand() {
+        // Group [3, 0, 6]: mean 3, unbiased std 3 → [0, −1, 1] (÷ (3 + ε)).
+        let s = 3.0 + EPS;
+        assert_close(
+            &group_normalized(&REWARDS[..3], 3, StdScaling::Group),
+            &[0.0, -3.0 / s, 3.0 / s],
+        );
+        assert_close(&group_normalized(&REWARDS[..3], 3, StdScaling::None), &[0.0, -3.0, 3.0]);
+    }
+
     #[test]
     fn equal_rewards_give_zero_advantages_and_are_flagged() {
         let r = [1.0, 1.0, 1.0, 0.0, 1.0, 0.0];

@@ -9,14 +9,23 @@ use burn_flex::FlexTensor;
 use rayon::prelude::*;
 use rein_kernels::{Init, Isa, MatRef, matmul};
 
-use super::{Backend, cached_attention_ops, linear_ops, rms_norm_ops, rope_ops, swiglu_ops, write_cache_ops};
+use super::{
+    Backend, cached_attention_ops, generic_ops, linear_ops, rms_norm_ops, rope_ops, swiglu_ops, tanh_backward_ops,
+    write_cache_ops,
+};
 
 impl Backend for Flex {
     fn tanh(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        if generic_ops() {
+            return Self::float_tanh(x);
+        }
         burn_flex::ops::unary::unary_op(x, tanh_f32, f64::tanh)
     }
 
     fn tanh_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        if generic_ops() {
+            return tanh_backward_ops::<Self>(output, grad);
+        }
         burn_flex::ops::binary::binary_op(output, grad, |y, g| g * (1.0 - y * y), |y, g| g * (1.0 - y * y), None)
     }
 
@@ -24,7 +33,7 @@ impl Backend for Flex {
     /// runs on all cores without waiting on the others, where splitting each small op costs
     /// more in synchronisation than it saves.
     fn decode_shards(rows: usize) -> usize {
-        if nested() {
+        if nested() || generic_ops() {
             1
         } else {
             rayon::current_num_threads().min(rows / 16).max(1)
@@ -37,7 +46,7 @@ impl Backend for Flex {
         bias: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
         let bias_f32 = bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
-        let (Some(x_view), Some(w_view), true) = (matrix(&x), matrix(&weight), bias_f32) else {
+        let (Some(x_view), Some(w_view), true, false) = (matrix(&x), matrix(&weight), bias_f32, generic_ops()) else {
             return linear_ops::<Self>(x, weight, bias);
         };
         let ([rows, _], outputs) = (x_view.shape(), w_view.shape()[1]);
@@ -50,7 +59,7 @@ impl Backend for Flex {
     }
 
     fn matmul(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
-        let (Some(a_view), Some(b_view)) = (matrix(&a), matrix(&b)) else {
+        let (Some(a_view), Some(b_view), false) = (matrix(&a), matrix(&b), generic_ops()) else {
             return Self::float_matmul(a, b);
         };
         let ([rows, _], cols) = (a_view.shape(), b_view.shape()[1]);
@@ -60,7 +69,7 @@ impl Backend for Flex {
     }
 
     fn swiglu(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self> {
-        if gate.dtype() != DType::F32 || up.dtype() != DType::F32 {
+        if gate.dtype() != DType::F32 || up.dtype() != DType::F32 || generic_ops() {
             return swiglu_ops::<Self>(gate, up);
         }
         if let (Some(gate_rows), Some(up_rows)) = (rows_of(&gate), rows_of(&up))
@@ -84,7 +93,7 @@ impl Backend for Flex {
     }
 
     fn rms_norm(x: FloatTensor<Self>, weight: FloatTensor<Self>, eps: f64) -> FloatTensor<Self> {
-        if x.dtype() != DType::F32 || weight.dtype() != DType::F32 {
+        if x.dtype() != DType::F32 || weight.dtype() != DType::F32 || generic_ops() {
             return rms_norm_ops::<Self>(x, weight, eps);
         }
         let shape = dims(&x);
@@ -102,7 +111,9 @@ impl Backend for Flex {
         sin: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
         let index = indices(&positions);
-        let (Some(positions), DType::F32, DType::F32, DType::F32) = (index, x.dtype(), cos.dtype(), sin.dtype()) else {
+        let (Some(positions), DType::F32, DType::F32, DType::F32, false) =
+            (index, x.dtype(), cos.dtype(), sin.dtype(), generic_ops())
+        else {
             return rope_ops::<Self>(x, positions, cos, sin);
         };
         let shape = dims(&x);
@@ -139,7 +150,8 @@ impl Backend for Flex {
         let full = buffer.layout().start_offset() == 0
             && buffer.is_contiguous()
             && buffer.bytes().len() == buffer.layout().num_elements() * 4;
-        if buffer.dtype() != DType::F32 || values.dtype() != DType::F32 || !full || !buffer.is_unique() {
+        if buffer.dtype() != DType::F32 || values.dtype() != DType::F32 || !full || !buffer.is_unique() || generic_ops()
+        {
             return write_cache_ops::<Self>(buffer, values, start);
         }
         let [batch, heads, capacity, dim] = <[usize; 4]>::try_from(dims(&buffer)).expect("a 4-D cache buffer");
@@ -161,7 +173,7 @@ impl Backend for Flex {
         offset: usize,
         padding: Option<BoolTensor<Self>>,
     ) -> FloatTensor<Self> {
-        if q.dtype() != DType::F32 || k.dtype() != DType::F32 || v.dtype() != DType::F32 {
+        if q.dtype() != DType::F32 || k.dtype() != DType::F32 || v.dtype() != DType::F32 || generic_ops() {
             return cached_attention_ops::<Self>(q, k, v, offset, padding);
         }
         let [batch, heads, seq, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");

@@ -20,6 +20,8 @@
 
 mod flex;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use burn::tensor::TensorMetadata;
 use burn::tensor::ops::{AttentionModuleOptions, BoolTensor, FloatTensor, IntTensor};
 use burn::tensor::{Bool, Int, Tensor, TensorPrimitive};
@@ -39,9 +41,7 @@ pub trait Backend: burn::tensor::backend::Backend {
 
     /// `grad · (1 − output²)`, the gradient of `tanh` from its output.
     fn tanh_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
-        let one_minus_sq =
-            Self::float_add_scalar(Self::float_neg(Self::float_powi_scalar(output, 2.into())), 1f32.into());
-        Self::float_mul(grad, one_minus_sq)
+        tanh_backward_ops::<Self>(output, grad)
     }
 
     /// Into how many shards, each decoded by its own thread with its own key/value cache, to
@@ -132,6 +132,30 @@ pub trait Backend: burn::tensor::backend::Backend {
     ) -> FloatTensor<Self> {
         cached_attention_ops::<Self>(q, k, v, offset, padding)
     }
+}
+
+/// Set: every kernel of [`Backend`] on Flex takes its default, burn's generic ops.
+static GENERIC_OPS: AtomicBool = AtomicBool::new(false);
+
+/// Makes Flex compute every kernel of [`Backend`] with burn's generic ops, as the backends
+/// without rein's kernels do (CUDA), instead of rein's fused CPU kernels; process-wide. This
+/// is how the CPU tests check the path a GPU run takes: same model, same results within
+/// rounding. Not for speed: the generic ops are several times slower.
+pub fn use_generic_ops(on: bool) {
+    GENERIC_OPS.store(on, Ordering::Relaxed);
+}
+
+fn generic_ops() -> bool {
+    GENERIC_OPS.load(Ordering::Relaxed)
+}
+
+/// `grad · (1 − output²)` in burn ops: [`Backend::tanh_backward`]'s default.
+fn tanh_backward_ops<B: burn::tensor::backend::Backend>(
+    output: FloatTensor<B>,
+    grad: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let one_minus_sq = B::float_add_scalar(B::float_neg(B::float_powi_scalar(output, 2.into())), 1f32.into());
+    B::float_mul(grad, one_minus_sq)
 }
 
 /// `layer` on `[rows, in]`, through [`Backend::fused_linear`].

@@ -115,6 +115,8 @@ struct Sampled {
     degenerate: usize,
     /// Groups sampled, resampled ones included.
     groups: usize,
+    /// Groups without signal that dynamic sampling dropped and replaced.
+    resampled: usize,
     tokens: usize,
     /// Reward failures absorbed by `on_error`.
     failures: usize,
@@ -272,6 +274,7 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
                 let is_degenerate = zero_variance(&totals);
                 out.degenerate += usize::from(is_degenerate);
                 if grpo.dynamic_sampling && is_degenerate && round < grpo.max_resample {
+                    out.resampled += 1;
                     continue;
                 }
                 out.batch.push(Scored {
@@ -314,15 +317,23 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
             lp.into_data().convert::<f32>().to_vec().unwrap_or_default()
         });
         let mut rewards: Vec<f32> = flat.iter().map(|&(b, c)| batch[b].rewards[c] as f32).collect();
+        // With the KL in the reward: r_i − β Σ_t KL_t; logged as the mean KL per token and the
+        // mean penalty per completion.
+        let mut kl_in_reward = None;
         if grpo.kl_in_reward
             && let Some(ref_lp) = &reference_log_probs
         {
+            let (mut kl_total, mut kl_tokens, mut penalty) = (0.0f64, 0usize, 0.0f64);
             for (row, &(b, c)) in flat.iter().enumerate() {
                 let kl: f32 = (batch[b].logprobs[c].iter().enumerate())
                     .map(|(t, &lp)| kl_estimate_scalar(lp, ref_lp[row * width + t], grpo.kl_estimator))
                     .sum();
                 rewards[row] -= grpo.kl_coef * kl;
+                kl_total += f64::from(kl);
+                kl_tokens += batch[b].logprobs[c].len();
+                penalty += f64::from(grpo.kl_coef * kl);
             }
+            kl_in_reward = Some((kl_total / kl_tokens.max(1) as f64, penalty / flat.len() as f64));
         }
         let g = sampler.n;
         let advantages: Vec<f32> = match grpo.advantage {
@@ -388,6 +399,10 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
             .cloned()
             .unwrap_or_default();
         }
+        if let Some((kl, penalty)) = kl_in_reward {
+            record.insert("train/kl".into(), json!(kl));
+            record.insert("train/kl_penalty".into(), json!(penalty));
+        }
         let mean_reward = rewards.iter().map(|&r| f64::from(r)).sum::<f64>() / rewards.len() as f64;
         self.state.rewards.push(mean_reward);
         let lengths: Vec<f64> = flat
@@ -427,6 +442,7 @@ impl<B: AutodiffBackend> Algorithm for Grpo<'_, B> {
             "train/zero_variance_frac".into(),
             json!(sampled.degenerate as f64 / sampled.groups.max(1) as f64),
         );
+        record.insert("train/resampled_groups".into(), json!(sampled.resampled));
         record.insert("train/reward_failures".into(), json!(sampled.failures));
         record.insert(
             "train/tokens_per_s".into(),

@@ -1,0 +1,265 @@
+//! Each GRPO switch the README documents, observed in what a step does: the test fails when
+//! the switch is made a no-op. One real step (or a few) on the tiny Qwen2 fixture, with a
+//! scripted reward in Rust so that which groups carry signal is known exactly.
+
+use std::path::Path;
+
+use burn::backend::{Autodiff, Flex};
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
+use rein_core::{CompletionScore, Group, GroupScores, KlEstimator, PluginError, RewardFn};
+use rein_model::lm::{CausalLm, LmTokenizer, load};
+use rein_recipe::{GrpoSection, OptimizerSection, SamplerSection};
+use rein_train::driver::{Algorithm, Record};
+use rein_train::lm::{Grpo, GrpoContext, Prompt, WeightedReward};
+use rein_train::watchdog::Phases;
+
+type B = Autodiff<Flex>;
+
+/// A reward computed in Rust from the prompt and the completion's index in its group.
+struct Scripted(fn(&str, usize) -> f64);
+
+impl RewardFn for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    fn score(&mut self, groups: &[Group]) -> Result<Vec<GroupScores>, PluginError> {
+        Ok(groups
+            .iter()
+            .map(|g| {
+                (0..g.completions.len())
+                    .map(|i| CompletionScore {
+                        score: Some((self.0)(&g.prompt, i)),
+                        components: Vec::new(),
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+}
+
+/// Alternating 0, 1, 0, 1 within every group: each group has signal.
+fn alternating(_: &str, i: usize) -> f64 {
+    (i % 2) as f64
+}
+
+/// The same reward for every completion: no group has signal.
+fn constant(_: &str, _: usize) -> f64 {
+    1.0
+}
+
+/// Signal only in the groups of prompts that start with "mixed".
+fn mixed_only(prompt: &str, i: usize) -> f64 {
+    if prompt.starts_with("mixed") {
+        (i % 2) as f64
+    } else {
+        1.0
+    }
+}
+
+/// Every parameter's values, in visiting order.
+fn parameters(model: &CausalLm<B>) -> Vec<f32> {
+    struct Collect(Vec<f32>);
+    impl<Bk: Backend> ModuleVisitor<Bk> for Collect {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Bk, D>>) {
+            self.0
+                .extend(param.val().into_data().convert::<f32>().to_vec::<f32>().unwrap());
+        }
+    }
+    let mut collect = Collect(Vec::new());
+    model.visit(&mut collect);
+    collect.0
+}
+
+/// What `steps` GRPO steps did: each step's record and the parameters before and after.
+struct Trace {
+    records: Vec<Record>,
+    before: Vec<f32>,
+    after: Vec<f32>,
+}
+
+impl Trace {
+    fn value(&self, step: usize, key: &str) -> f64 {
+        let record = &self.records[step - 1];
+        record
+            .get(key)
+            .and_then(|v| v.as_f64())
+            .unwrap_or_else(|| panic!("step {step}: no number `{key}` in {record:?}"))
+    }
+
+    fn moved(&self) -> bool {
+        self.before != self.after
+    }
+}
+
+fn run(grpo: GrpoSection, sampler: SamplerSection, prompts: &[&str], reward: fn(&str, usize) -> f64) -> Trace {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm/qwen2-gqa");
+    let device = Default::default();
+    let model = load::<B>(&dir, &device).unwrap();
+    let tokenizer = LmTokenizer::load(&dir, &model.config().eos_ids()).unwrap();
+    let prompts: Vec<Prompt> = prompts
+        .iter()
+        .map(|&text| Prompt {
+            text: text.into(),
+            tokens: tokenizer.encode(text).unwrap(),
+            answer: None,
+            target: None,
+            metadata: String::new(),
+        })
+        .collect();
+    let mut rewards = [WeightedReward {
+        reward: Box::new(Scripted(reward)),
+        weight: 1.0,
+    }];
+    // No weight decay: a step whose gradients are all zero leaves every parameter as it was.
+    let optimizer = OptimizerSection {
+        lr: 2e-2,
+        weight_decay: 0.0,
+        ..OptimizerSection::default()
+    };
+    let before = parameters(&model);
+    let ctx = GrpoContext {
+        tokenizer: &tokenizer,
+        prompts: &prompts,
+        rewards: &mut rewards,
+        grpo: &grpo,
+        sampler: &sampler,
+        optimizer: &optimizer,
+        seed: 7,
+    };
+    let mut algorithm = Grpo::new(model, ctx, &device).unwrap();
+    let phases = Phases::new(Default::default(), Default::default());
+    let records = (1..=grpo.steps)
+        .map(|step| algorithm.step(step, &phases).unwrap().record)
+        .collect();
+    let after = parameters(&algorithm.model);
+    Trace { records, before, after }
+}
+
+fn grpo(steps: usize) -> GrpoSection {
+    GrpoSection {
+        steps,
+        prompts_per_step: 2,
+        ..GrpoSection::default()
+    }
+}
+
+fn sampler(max_new_tokens: usize) -> SamplerSection {
+    SamplerSection {
+        temperature: 1.0,
+        max_new_tokens,
+        n: 4,
+        ..SamplerSection::default()
+    }
+}
+
+const PROMPTS: [&str; 4] = ["one plus one", "two plus two", "three", "four"];
+
+#[test]
+fn mask_truncated_completions_contribute_no_gradient() {
+    let masked = run(
+        GrpoSection {
+            mask_truncated: true,
+            ..grpo(1)
+        },
+        sampler(3),
+        &PROMPTS,
+        alternating,
+    );
+    assert_eq!(
+        masked.value(1, "train/truncated_frac"),
+        1.0,
+        "this seed truncates every completion"
+    );
+    assert!(!masked.moved(), "only truncated completions, all masked: nothing moves");
+    let unmasked = run(grpo(1), sampler(3), &PROMPTS, alternating);
+    assert!(unmasked.moved(), "the same batch unmasked does move the policy");
+}
+
+#[test]
+fn the_entropy_bonus_alone_moves_the_policy() {
+    // Equal rewards: every advantage is zero, so only the entropy bonus has a gradient.
+    let without = run(grpo(1), sampler(4), &PROMPTS, constant);
+    assert!(!without.moved());
+    assert!(without.records[0]["train/entropy"].is_null());
+    let with = run(
+        GrpoSection {
+            entropy_coef: 0.1,
+            ..grpo(1)
+        },
+        sampler(4),
+        &PROMPTS,
+        constant,
+    );
+    assert!(with.moved(), "the entropy bonus has a gradient");
+    assert!(with.value(1, "train/entropy") > 0.0);
+}
+
+#[test]
+fn kl_in_reward_subtracts_the_penalty_from_the_logged_reward() {
+    let section = |kl_in_reward| GrpoSection {
+        kl_coef: 0.5,
+        kl_estimator: KlEstimator::K3,
+        kl_in_reward,
+        ..grpo(2)
+    };
+    let folded = run(section(true), sampler(6), &PROMPTS, alternating);
+    // Step 2 samples from a policy one update away from the reference.
+    let (score, reward) = (
+        folded.value(2, "train/reward/scripted"),
+        folded.value(2, "train/reward"),
+    );
+    let (kl, penalty) = (folded.value(2, "train/kl"), folded.value(2, "train/kl_penalty"));
+    assert!(kl > 0.0 && penalty > 0.0, "KL {kl}, penalty {penalty}");
+    assert!(
+        (reward - (score - penalty)).abs() < 1e-6,
+        "reward {reward} = score {score} − β·KL {penalty}"
+    );
+    let in_loss = run(section(false), sampler(6), &PROMPTS, alternating);
+    assert!(in_loss.value(2, "train/kl") > 0.0, "the KL in the loss is logged too");
+    assert_eq!(
+        in_loss.value(2, "train/reward"),
+        in_loss.value(2, "train/reward/scripted"),
+        "with the KL in the loss the reward is the rewards' alone"
+    );
+}
+
+#[test]
+fn dynamic_sampling_replaces_groups_without_signal() {
+    let prompts = ["same one", "same two", "mixed three", "mixed four", "same five"];
+    let section = |dynamic_sampling| GrpoSection {
+        dynamic_sampling,
+        max_resample: 8,
+        ..grpo(3)
+    };
+    let dynamic = run(section(true), sampler(3), &prompts, mixed_only);
+    for step in 1..=3 {
+        // Only "mixed" groups are kept, each scoring 0, 1, 0, 1.
+        assert_eq!(dynamic.value(step, "train/reward"), 0.5, "step {step}");
+    }
+    let resampled: f64 = (1..=3).map(|s| dynamic.value(s, "train/resampled_groups")).sum();
+    assert!(resampled >= 1.0, "groups were dropped and replaced: {resampled}");
+    let plain = run(section(false), sampler(3), &prompts, mixed_only);
+    assert!(
+        (1..=3).any(|s| plain.value(s, "train/reward") != 0.5),
+        "without dynamic sampling, groups without signal stay in the batch"
+    );
+    assert!((1..=3).all(|s| plain.value(s, "train/resampled_groups") == 0.0));
+}
+
+#[test]
+fn dual_clip_bounds_the_loss_once_ratios_move() {
+    // The second update of a batch sees ratios away from 1; with c = 1.01 every
+    // negative-advantage token whose ratio grew past 1.01 has its loss capped at −c·Â.
+    let section = |dual_clip| GrpoSection {
+        updates_per_batch: 2,
+        dual_clip,
+        ..grpo(1)
+    };
+    let plain = run(section(None), sampler(6), &PROMPTS, alternating);
+    let capped = run(section(Some(1.01)), sampler(6), &PROMPTS, alternating);
+    let (plain, capped) = (plain.value(1, "train/loss"), capped.value(1, "train/loss"));
+    assert!(capped < plain - 1e-6, "dual clip {capped} vs none {plain}");
+}

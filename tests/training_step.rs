@@ -1,0 +1,132 @@
+//! One GRPO training step of the tiny Qwen2 — the model's forward and backward passes, the
+//! policy loss, gradient clipping and AdamW — against the same step in PyTorch (fixture written
+//! by `tests/fixtures/gen_torch_step.py`): every parameter after the step within 1e-5.
+
+use std::path::Path;
+
+use burn::backend::{Autodiff, Flex};
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::tensor::{Tensor, TensorData};
+use rein_core::{Aggregation, KlEstimator, RatioLevel};
+use rein_model::lm::{CausalLm, load, save};
+use rein_optim::{PolicyLossConfig, clip_grad_norm, policy_loss};
+use rein_train::lm::{TokenBatch, completion_log_probs};
+use safetensors::SafeTensors;
+use serde::Deserialize;
+
+type B = Autodiff<Flex>;
+
+/// The batch and settings of `torch_grpo_step.json`, with PyTorch's loss and gradient norm.
+#[derive(Deserialize)]
+struct Step {
+    lr: f64,
+    betas: (f32, f32),
+    eps: f32,
+    weight_decay: f32,
+    max_grad_norm: f32,
+    temperature: f32,
+    clip: f32,
+    prompts: Vec<Vec<u32>>,
+    completions: Vec<Vec<u32>>,
+    old_log_prob: Vec<Vec<f32>>,
+    advantages: Vec<f32>,
+    loss: f64,
+    grad_norm: f64,
+}
+
+fn f32s(view: &safetensors::tensor::TensorView<'_>) -> Vec<f32> {
+    assert_eq!(view.dtype(), safetensors::Dtype::F32);
+    view.data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn one_grpo_step_matches_pytorch() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let step: Step =
+        serde_json::from_str(&std::fs::read_to_string(fixtures.join("torch_grpo_step.json")).unwrap()).unwrap();
+    let device = Default::default();
+    let model = load::<B>(&fixtures.join("lm/qwen2-gqa"), &device).unwrap();
+
+    let pairs: Vec<(&[u32], &[u32])> = (step.prompts.iter().zip(&step.completions))
+        .map(|(p, c)| (p.as_slice(), c.as_slice()))
+        .collect();
+    let batch = TokenBatch::new(&pairs, 0);
+    let (log_prob, _) = completion_log_probs(&model, &batch, step.temperature, false, &device);
+    let old: Vec<&[f32]> = step.old_log_prob.iter().map(Vec::as_slice).collect();
+    let advantages = Tensor::<B, 1>::from_data(TensorData::new(step.advantages.clone(), [batch.rows]), &device);
+    let config = PolicyLossConfig {
+        level: RatioLevel::Token,
+        clip_low: step.clip,
+        clip_high: step.clip,
+        dual_clip: None,
+        aggregation: Aggregation::SeqMeanTokenMean,
+        max_completion_len: batch.completion_width,
+        kl_coef: 0.0,
+        kl_estimator: KlEstimator::K3,
+        kl_importance_weighted: false,
+        entropy_coef: 0.0,
+    };
+    let out = policy_loss(
+        log_prob,
+        batch.per_token::<B>(&old, &device),
+        advantages,
+        batch.mask::<B>(&device),
+        None,
+        None,
+        &config,
+    );
+    let loss = f64::from(out.loss.clone().into_scalar());
+    assert!(
+        (loss - step.loss).abs() < 1e-6,
+        "loss: rein {loss} vs PyTorch {}",
+        step.loss
+    );
+
+    let mut grads = GradientsParams::from_grads(out.loss.backward(), &model);
+    let norm = f64::from(clip_grad_norm(&model, &mut grads, step.max_grad_norm));
+    assert!(
+        (norm - step.grad_norm).abs() < 1e-5 * step.grad_norm,
+        "gradient norm: rein {norm} vs PyTorch {}",
+        step.grad_norm
+    );
+    assert!(norm > f64::from(step.max_grad_norm), "the step exercises clipping");
+    let mut optimizer = AdamWConfig::new()
+        .with_beta_1(step.betas.0)
+        .with_beta_2(step.betas.1)
+        .with_epsilon(step.eps)
+        .with_weight_decay(step.weight_decay)
+        .init::<B, CausalLm<B>>();
+    let model = optimizer.step(step.lr, model, grads);
+
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("grpo-step");
+    let _ = std::fs::remove_dir_all(&dir);
+    save(&model, &dir).unwrap();
+    let ours = std::fs::read(dir.join("model.safetensors")).unwrap();
+    let ours = SafeTensors::deserialize(&ours).unwrap();
+    let theirs = std::fs::read(fixtures.join("torch_grpo_step.safetensors")).unwrap();
+    let theirs = SafeTensors::deserialize(&theirs).unwrap();
+    let before = std::fs::read(fixtures.join("lm/qwen2-gqa/model.safetensors")).unwrap();
+    let before = SafeTensors::deserialize(&before).unwrap();
+    let (mut compared, mut moved) = (0, 0);
+    for (name, view) in theirs.tensors() {
+        let expected = f32s(&view);
+        let got = f32s(&ours.tensor(&name).unwrap_or_else(|_| panic!("rein saved no `{name}`")));
+        let start = f32s(&before.tensor(&name).unwrap());
+        assert_eq!(got.len(), expected.len(), "{name}");
+        for (i, ((g, e), s)) in got.iter().zip(&expected).zip(&start).enumerate() {
+            assert!(
+                (g - e).abs() < 1e-5,
+                "{name}[{i}]: rein {g} vs PyTorch {e} (before the step {s})"
+            );
+            moved += usize::from(e != s);
+        }
+        compared += expected.len();
+    }
+    assert!(
+        moved > compared / 2,
+        "the step moves most parameters ({moved} of {compared})"
+    );
+}
