@@ -3,7 +3,8 @@
 //! Fixtures: `tests/fixtures/lm/`, written by `gen_checkpoints.py` (transformers 5.23): tiny
 //! random Qwen2 (GQA with q/k/v biases; tied embeddings with one KV head) and Llama (llama3 RoPE
 //! scaling; bf16, sharded, linear RoPE scaling, tied) checkpoints, with transformers' logits and
-//! greedy continuations.
+//! greedy continuations; `chat_templates.json`, written by `gen_chat_templates.py`, holds
+//! transformers' renderings of four chat templates.
 
 use std::path::{Path, PathBuf};
 
@@ -23,7 +24,11 @@ fn fixtures() -> PathBuf {
 }
 
 fn model(name: &str) -> CausalLm<B> {
-    load::<B>(&fixtures().join(name), &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"))
+    model_at(&fixtures().join(name))
+}
+
+fn model_at(dir: &Path) -> CausalLm<B> {
+    load::<B>(dir, &Default::default()).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
 }
 
 /// A tensor from the `.expected.safetensors` file of `name`, as (shape, values).
@@ -475,4 +480,103 @@ fn generation_respects_stops_lengths_and_seeds() {
     assert_eq!(cut[1].tokens.len(), 5);
     assert_eq!(cut[1].finish, rein_sampler::FinishReason::StopCondition);
     assert_eq!(cut[0], a[0], "other sequences are unaffected");
+}
+
+#[test]
+fn chat_templates_render_as_transformers_renders_them() {
+    let fixture: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("chat_templates.json")).unwrap()).unwrap();
+    let tokenizer_json = fixtures().join("tokenizer/tokenizer.json");
+    let cases = fixture["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 32);
+    for case in cases {
+        let name = case["template"].as_str().unwrap();
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chat-template-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(&tokenizer_json, dir.join("tokenizer.json")).unwrap();
+        let config = serde_json::json!({
+            "chat_template": fixture["templates"][name],
+            "bos_token": fixture["bos_token"],
+            "eos_token": fixture["eos_token"],
+        });
+        std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
+        let tokenizer = LmTokenizer::load(&dir, &[]).unwrap();
+        let conversation = case["conversation"].as_str().unwrap();
+        let messages: Vec<rein_model::lm::ChatMessage> =
+            serde_json::from_value(fixture["conversations"][conversation].clone()).unwrap();
+        let add_generation_prompt = case["add_generation_prompt"].as_bool().unwrap();
+        let got = tokenizer.apply_chat_template(&messages, add_generation_prompt);
+        let what = format!("{name}, {conversation}, generation prompt {add_generation_prompt}");
+        match (&case["rendered"], &case["error"]) {
+            (serde_json::Value::String(want), _) => assert_eq!(got.unwrap().unwrap(), *want, "{what}"),
+            (_, serde_json::Value::String(error)) => {
+                let err = got.unwrap_err().to_string();
+                assert!(err.contains(error.as_str()), "{what}: {err}");
+            }
+            _ => panic!("{what}: the fixture has neither a rendering nor an error"),
+        }
+    }
+}
+
+#[test]
+fn f16_weights_are_upcast_exactly() {
+    // The fixture's f32 weights rounded to f16 and saved as f16; loading must upcast every value
+    // exactly: the model equals one saved in f32 with the same rounded values.
+    let original = std::fs::read(fixtures().join("qwen2-gqa/model.safetensors")).unwrap();
+    let original = SafeTensors::deserialize(&original).unwrap();
+    let mut halves: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut rounded: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (name, view) in original.tensors() {
+        assert_eq!(view.dtype(), safetensors::Dtype::F32, "{name}");
+        let values: Vec<half::f16> = view
+            .data()
+            .chunks_exact(4)
+            .map(|b| half::f16::from_f32(f32::from_le_bytes(b.try_into().unwrap())))
+            .collect();
+        halves.push((
+            name.clone(),
+            view.shape().to_vec(),
+            values.iter().flat_map(|h| h.to_le_bytes()).collect(),
+        ));
+        let upcast = values.iter().flat_map(|h| h.to_f32().to_le_bytes()).collect();
+        rounded.push((name, view.shape().to_vec(), upcast));
+    }
+    let write = |tag: &str, dtype: safetensors::Dtype, tensors: &[(String, Vec<usize>, Vec<u8>)]| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("upcast-{tag}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for file in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
+            std::fs::copy(fixtures().join("qwen2-gqa").join(file), dir.join(file)).unwrap();
+        }
+        let views = tensors.iter().map(|(name, shape, bytes)| {
+            (
+                name.clone(),
+                safetensors::tensor::TensorView::new(dtype, shape.clone(), bytes).unwrap(),
+            )
+        });
+        std::fs::write(
+            dir.join("model.safetensors"),
+            safetensors::serialize(views, None).unwrap(),
+        )
+        .unwrap();
+        model_at(&dir)
+    };
+    let half = write("f16", safetensors::Dtype::F16, &halves);
+    let full = write("f32", safetensors::Dtype::F32, &rounded);
+    let (shape, ids) = expected("qwen2-gqa", "input_ids");
+    let tokens = int_tensor(&ids, [shape[0], shape[1]]);
+    let from_half = logits(&half, tokens.clone(), false);
+    assert!(
+        from_half == logits(&full, tokens.clone(), false),
+        "f16 weights load as their exact f32 values"
+    );
+    let exact = logits(&model("qwen2-gqa"), tokens, false);
+    let worst = from_half
+        .iter()
+        .zip(&exact)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        worst > 0.0 && worst < 0.05,
+        "f16 rounding moves logits a little: {worst}"
+    );
 }

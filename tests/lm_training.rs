@@ -206,6 +206,7 @@ fn a_failing_reward_plugin_follows_on_error() {
     }
 }
 
+/// `tests/fixtures/prompts.parquet` is written by `tests/fixtures/gen_prompts_parquet.py`.
 #[test]
 fn prompts_load_from_parquet_with_named_columns() {
     let fields = Fields {

@@ -152,8 +152,18 @@ impl LmTokenizer {
             path: self.path.with_file_name("tokenizer_config.json"),
             reason: format!("chat template: {e}"),
         };
+        // transformers' Jinja environment: block tags take their line's indentation and the
+        // newline after them with them, Python's string methods, `raise_exception`.
         let mut env = minijinja::Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function(
+            "raise_exception",
+            |message: String| -> Result<String, minijinja::Error> {
+                Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, message))
+            },
+        );
         env.add_template("chat", template).map_err(fail)?;
         let rendered = env
             .get_template("chat")
