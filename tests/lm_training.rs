@@ -101,7 +101,7 @@ fn sft_then_grpo_writes_checkpoints_metrics_and_a_report() {
         report.contains("| before RL |") && report.contains("| after RL |"),
         "{report}"
     );
-    // The final checkpoint is a Hugging Face checkpoint rein (and transformers) can load, and
+    // The final model is a Hugging Face model directory rein (and transformers) can load, and
     // `rein eval` can judge it.
     let loaded = tiny_default(&runs, &[]);
     let report = rein_train::evaluate_recipe(&loaded, &plugin_dir(), Some(&dir.join("final"))).unwrap();
@@ -151,7 +151,7 @@ fn hostile_recipe(dir: &Path, on_error: &str) -> LoadedRecipe {
         r#"
 seed = 3
 [model]
-checkpoint = {model:?}
+path = {model:?}
 [data]
 train = "train.jsonl"
 [sampler]
@@ -167,9 +167,10 @@ plugin = {plugin:?}
 [eval]
 k = 0
 [train]
-runs_dir = "runs"
+runs_dir = {runs:?}
 "#,
         model = model.display().to_string(),
+        runs = dir.join("runs").display().to_string(),
         plugin = common::test_plugin_path("hostile-reward").display().to_string(),
     );
     std::fs::write(dir.join("recipe.toml"), recipe).unwrap();

@@ -143,6 +143,12 @@ fn an_unknown_key_names_its_file_and_the_nearest_key() {
         matches!(&err, RecipeError::UnknownKey { path, .. } if path == "top_level_typo"),
         "{err}"
     );
+    // A renamed key names its new name.
+    let err = load(&dir, "run.toml", &["model.checkpoint=\"m\""]).unwrap_err();
+    assert!(
+        err.to_string().ends_with("unknown key `model.checkpoint` (did you mean `path`?)"),
+        "{err}"
+    );
 }
 
 #[test]

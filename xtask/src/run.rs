@@ -25,7 +25,7 @@ impl Run {
 
 #[derive(Args)]
 pub(crate) struct Eval {
-    /// The recipe, then `rein eval` options (`--checkpoint DIR`, `--set key=value`).
+    /// The recipe, then `rein eval` options (`--model DIR`, `--set key=value`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     args: Vec<String>,
 }

@@ -135,15 +135,16 @@ fn report_lm(outcome: &rein_train::LmOutcome) {
 pub(crate) struct EvalArgs {
     #[command(flatten)]
     recipe: RecipeArgs,
-    /// Evaluate this checkpoint instead of the recipe's model (e.g. `runs/<run>/final`).
-    #[arg(long)]
-    checkpoint: Option<PathBuf>,
+    /// Evaluate this Hugging Face model directory instead of the recipe's model (e.g.
+    /// `runs/<run>/final`).
+    #[arg(long, value_name = "DIR")]
+    model: Option<PathBuf>,
 }
 
 impl EvalArgs {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
         let loaded = self.recipe.load()?;
-        let report = rein_train::evaluate_recipe(&loaded, &self.recipe.plugin_dir, self.checkpoint.as_deref())
+        let report = rein_train::evaluate_recipe(&loaded, &self.recipe.plugin_dir, self.model.as_deref())
             .with_context(|| format!("evaluating {}", self.recipe.recipe.display()))?;
         eprintln!("{}", rein_train::describe(&report));
         println!("{}", serde_json::to_string(&report)?);

@@ -371,8 +371,8 @@ fn deserialize(composed: &Composed) -> Result<Recipe, RecipeError> {
                 let full = full.trim_start_matches('.').to_string();
                 RecipeError::UnknownKey {
                     file: composed.origin(&full),
+                    suggestion: renamed(&full).or_else(|| nearest(&field, &expected)),
                     path: full,
-                    suggestion: nearest(&field, &expected),
                 }
             }
             None => {
@@ -417,6 +417,15 @@ fn parse_unknown_field(message: &str) -> Option<(String, Vec<String>)> {
     let (field, rest) = rest.split_once('`')?;
     let expected = rest.split('`').skip(1).step_by(2).map(String::from).collect();
     Some((field.to_string(), expected))
+}
+
+/// The new name of a key that was renamed.
+fn renamed(key: &str) -> Option<String> {
+    const RENAMED: [(&str, &str); 1] = [("model.checkpoint", "path")];
+    RENAMED
+        .iter()
+        .find(|(old, _)| *old == key)
+        .map(|(_, new)| new.to_string())
 }
 
 /// The candidate closest to `word` by edit distance, if close enough to be a likely typo.

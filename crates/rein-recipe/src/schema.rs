@@ -159,14 +159,14 @@ pub struct ModelSection {
     pub activation: rein_core::Activation,
     /// Initial log standard deviation of a Gaussian policy (MLP).
     pub init_log_std: f32,
-    /// A Hugging Face checkpoint directory to start from (language model; relative to the recipe).
-    pub checkpoint: Option<String>,
+    /// A Hugging Face model directory to start from (language model; relative to the recipe).
+    pub path: Option<String>,
     /// Or a `config.json`-style architecture to initialise from scratch (language model).
     pub architecture: Option<toml::Table>,
     /// Standard deviation of from-scratch weights.
     pub init_std: f64,
     /// The tokenizer directory (`tokenizer.json`, `tokenizer_config.json`); defaults to the
-    /// checkpoint directory.
+    /// model directory.
     pub tokenizer: Option<String>,
 }
 
@@ -176,7 +176,7 @@ impl Default for ModelSection {
             hidden: vec![64, 64],
             activation: rein_core::Activation::Tanh,
             init_log_std: 0.0,
-            checkpoint: None,
+            path: None,
             architecture: None,
             init_std: 0.02,
             tokenizer: None,

@@ -12,11 +12,11 @@ use rein_plugin::{PluginRuntime, RewardPlugin};
 use serde_json::json;
 
 use crate::TrainError;
-use crate::checkpoint::Checkpointing;
+use crate::checkpoint::{Checkpoint, Checkpointing};
 use crate::driver::{self, Driver};
 use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, WeightedReward};
-use crate::run_dir::RunDir;
-use rein_recipe::{Algorithm, LoadedRecipe, RecipeError};
+use crate::run_dir::{MetricsWriter, RunDir};
+use rein_recipe::{Algorithm, GrpoSection, LoadedRecipe, RecipeError};
 
 /// What a language-model run reports.
 #[derive(Debug, Clone, Default)]
@@ -54,13 +54,13 @@ struct LmSetup<B: Backend> {
     majority: Option<RewardPlugin>,
 }
 
-/// Loads or initialises the model (or `checkpoint`, when given), the tokenizer, the data (writing
-/// a generated task into `data_dir`), and the reward plugins.
+/// Loads or initialises the model (or the model directory `model_dir`, when given), the
+/// tokenizer, the data (writing a generated task into `data_dir`), and the reward plugins.
 fn setup<B: Backend>(
     loaded: &LoadedRecipe,
     plugin_dir: &Path,
     data_dir: Option<&Path>,
-    checkpoint: Option<&Path>,
+    model_dir: Option<&Path>,
     device: &B::Device,
 ) -> Result<LmSetup<B>, TrainError> {
     let recipe = &loaded.recipe;
@@ -69,7 +69,7 @@ fn setup<B: Backend>(
         .as_ref()
         .ok_or_else(|| invalid(loaded, "data", "a language-model recipe needs a [data] section"))?;
 
-    let (model, tokenizer) = model_and_tokenizer::<B>(loaded, checkpoint, device)?;
+    let (model, tokenizer) = model_and_tokenizer::<B>(loaded, model_dir, device)?;
 
     // Data.
     let (train, test) = match (&data.task, &data.train) {
@@ -146,27 +146,28 @@ fn setup<B: Backend>(
     })
 }
 
-/// The recipe's model (or `checkpoint`'s) and its tokenizer, checked against each other.
+/// The recipe's model (or the model directory `model_dir`) and its tokenizer, checked against
+/// each other.
 fn model_and_tokenizer<B: Backend>(
     loaded: &LoadedRecipe,
-    checkpoint: Option<&Path>,
+    model_dir: Option<&Path>,
     device: &B::Device,
 ) -> Result<(CausalLm<B>, LmTokenizer), TrainError> {
     let recipe = &loaded.recipe;
     let model_section = &recipe.model;
-    let tokenizer_dir = match (checkpoint, &model_section.tokenizer, &model_section.checkpoint) {
+    let tokenizer_dir = match (model_dir, &model_section.tokenizer, &model_section.path) {
         (Some(dir), _, _) => dir.to_path_buf(),
         (None, Some(t), _) | (None, None, Some(t)) => loaded.resolve(t),
         (None, None, None) => {
             return Err(invalid(
                 loaded,
                 "model.tokenizer",
-                "name a tokenizer directory (or a checkpoint that has one)",
+                "name a tokenizer directory (or a model directory that has one)",
             ));
         }
     };
     B::seed(device, recipe.seed);
-    let model: CausalLm<B> = match (checkpoint, &model_section.checkpoint, &model_section.architecture) {
+    let model: CausalLm<B> = match (model_dir, &model_section.path, &model_section.architecture) {
         (Some(dir), _, _) => load(dir, device)?,
         (None, Some(dir), _) => load(&loaded.resolve(dir), device)?,
         (None, None, Some(table)) => {
@@ -184,7 +185,7 @@ fn model_and_tokenizer<B: Backend>(
             return Err(invalid(
                 loaded,
                 "model",
-                "set model.checkpoint (a Hugging Face directory) or model.architecture",
+                "set model.path (a Hugging Face model directory) or model.architecture",
             ));
         }
     };
@@ -238,14 +239,15 @@ impl<B: Backend> LmSetup<B> {
     }
 }
 
-/// Evaluates a recipe's model (or `checkpoint`) on its held-out split with its rewards.
+/// Evaluates a recipe's model (or the model directory `model_dir`) on its held-out split with
+/// its rewards.
 pub fn evaluate_recipe(
     loaded: &LoadedRecipe,
     plugin_dir: &Path,
-    checkpoint: Option<&Path>,
+    model_dir: Option<&Path>,
 ) -> Result<EvalReport, TrainError> {
     let device = Default::default();
-    let mut setup = setup::<rein_model::Cpu>(loaded, plugin_dir, None, checkpoint, &device)?;
+    let mut setup = setup::<rein_model::Cpu>(loaded, plugin_dir, None, model_dir, &device)?;
     let model = setup.model.clone();
     setup.evaluate(&model, loaded, &device)?.ok_or_else(|| {
         invalid(
@@ -289,117 +291,154 @@ pub fn run_lm<B: AutodiffBackend>(
     device: &B::Device,
 ) -> Result<LmOutcome, TrainError> {
     let start = Instant::now();
-    let recipe = &loaded.recipe;
     let data_dir = lm::data_dir(run.map(RunDir::path));
-    let mut setup = setup::<B>(loaded, plugin_dir, data_dir.as_deref(), None, device)?;
-    let inner_device = device.clone();
+    let setup = setup::<B>(loaded, plugin_dir, data_dir.as_deref(), None, device)?;
     let resumed = match &checkpointing.resume {
         Some(c) => Some((c, c.section_json::<LmStage>("stage")?)),
         None => None,
     };
     let metrics_len = resumed.map_or(Ok(0), |(c, _)| driver::metrics_len(c))?;
-    let mut metrics = run.map(|r| r.metrics_from(metrics_len)).transpose()?;
+    let mut stages = Stages {
+        loaded,
+        run,
+        checkpointing,
+        resumed,
+        metrics: run.map(|r| r.metrics_from(metrics_len)).transpose()?,
+        stall_timeout: Duration::from_secs_f64(loaded.recipe.train.stall_timeout_s),
+        setup,
+        device: device.clone(),
+    };
     let mut outcome = LmOutcome {
         run_dir: run.map(|r| r.path().to_path_buf()),
         ..LmOutcome::default()
     };
-    let pad = setup.tokenizer.pad_id().unwrap_or(0);
-    let stall_timeout = Duration::from_secs_f64(recipe.train.stall_timeout_s);
-
-    // SFT (a stage before RL, or the whole algorithm).
-    let sft_section = match &recipe.algorithm {
-        Algorithm::Sft(s) => Some(s),
-        _ => recipe.sft.as_ref(),
-    };
-    let mut model = setup.model.clone();
-    let stage = match resumed {
-        Some((_, stage @ LmStage::Grpo { .. })) => {
-            if sft_section.is_some()
-                && let Some(run) = run
-            {
-                model = load(&run.path().join("sft"), device)?;
-            }
-            stage
-        }
-        _ => {
-            if let Some(section) = sft_section {
-                eprintln!("SFT: {} steps of {} examples", section.steps, section.batch_size);
-                let mut sft = lm::Sft::new(model, &setup.train, pad, section, recipe.seed, device)?;
-                let driven = Driver {
-                    metrics: metrics.as_mut(),
-                    checkpointing: &Checkpointing {
-                        resume: resumed.map(|(c, _)| c.clone()),
-                        context: vec![LmStage::Sft.section()],
-                        ..checkpointing.clone()
-                    },
-                    stall_timeout,
-                    stage: Some("sft"),
-                }
-                .run(&mut sft)?;
-                model = sft.model;
-                outcome.sft_seconds = driven.elapsed.as_secs_f64();
-                if let Some(run) = run {
-                    save_model_dir(&model, &setup.tokenizer, &run.path().join("sft"))?;
-                }
-            }
-            let before = setup.evaluate(&model.valid(), loaded, &inner_device)?;
-            if let Some(report) = &before {
-                log_eval(metrics.as_mut(), "before", 0, report)?;
-            }
-            LmStage::Grpo {
-                before,
-                sft_seconds: outcome.sft_seconds,
-            }
-        }
-    };
+    let (mut model, stage) = stages.sft()?;
     if let LmStage::Grpo { before, sft_seconds } = &stage {
         (outcome.before, outcome.sft_seconds) = (*before, *sft_seconds);
     }
     if let Some(report) = &outcome.before {
         eprintln!("held-out before RL: {}", describe(report));
     }
-
-    if let Algorithm::Grpo(grpo_section) = &recipe.algorithm {
-        let ctx = lm::GrpoContext {
-            tokenizer: &setup.tokenizer,
-            prompts: &setup.train,
-            rewards: &mut setup.rewards,
-            grpo: grpo_section,
-            sampler: &recipe.sampler,
-            optimizer: &recipe.optimizer,
-            seed: recipe.seed,
-        };
-        let mut grpo = lm::Grpo::new(model, ctx, device)?;
-        let driven = Driver {
-            metrics: metrics.as_mut(),
-            checkpointing: &Checkpointing {
-                resume: resumed
-                    .filter(|(_, s)| matches!(s, LmStage::Grpo { .. }))
-                    .map(|(c, _)| c.clone()),
-                step_offset: sft_section.map_or(0, |s| s.steps),
-                context: vec![stage.section()],
-                ..checkpointing.clone()
-            },
-            stall_timeout,
-            stage: Some("grpo"),
-        }
-        .run(&mut grpo)?;
-        outcome.grpo = Some(grpo.outcome(driven.steps, &driven.phases));
-        model = grpo.model;
-        outcome.after = setup.evaluate(&model.valid(), loaded, &inner_device)?;
-        if let Some(report) = &outcome.after {
-            log_eval(metrics.as_mut(), "after", grpo_section.steps, report)?;
-            eprintln!("held-out after RL:  {}", describe(report));
-        }
+    if let Algorithm::Grpo(section) = &loaded.recipe.algorithm {
+        let grpo;
+        (model, grpo, outcome.after) = stages.grpo(model, section, stage)?;
+        outcome.grpo = Some(grpo);
     }
     if let Some(run) = run {
-        save_model_dir(&model, &setup.tokenizer, &run.path().join("final"))?;
+        save_model_dir(&model, &stages.setup.tokenizer, &run.path().join("final"))?;
     }
     outcome.total_seconds = start.elapsed().as_secs_f64();
     if let Some(run) = run {
         std::fs::write(run.path().join("report.md"), report_markdown(loaded, &outcome))?;
     }
     Ok(outcome)
+}
+
+/// What the stages of a language-model run share.
+struct Stages<'a, B: AutodiffBackend> {
+    loaded: &'a LoadedRecipe,
+    run: Option<&'a RunDir>,
+    checkpointing: &'a Checkpointing,
+    /// The checkpoint resumed from and the stage it was taken in.
+    resumed: Option<(&'a Checkpoint, LmStage)>,
+    metrics: Option<MetricsWriter>,
+    stall_timeout: Duration,
+    setup: LmSetup<B>,
+    device: B::Device,
+}
+
+impl<B: AutodiffBackend> Stages<'_, B> {
+    /// The SFT stage, when the recipe has one, and the evaluation before RL; or, resuming a
+    /// checkpoint taken during GRPO, the model SFT produced (read back from `<run>/sft`).
+    fn sft(&mut self) -> Result<(CausalLm<B>, LmStage), TrainError> {
+        let recipe = &self.loaded.recipe;
+        let section = match &recipe.algorithm {
+            Algorithm::Sft(s) => Some(s),
+            _ => recipe.sft.as_ref(),
+        };
+        let mut model = self.setup.model.clone();
+        if let Some((_, stage @ LmStage::Grpo { .. })) = self.resumed {
+            if let (Some(_), Some(run)) = (section, self.run) {
+                model = load(&run.path().join("sft"), &self.device)?;
+            }
+            return Ok((model, stage));
+        }
+        let mut sft_seconds = 0.0;
+        if let Some(section) = section {
+            eprintln!("SFT: {} steps of {} examples", section.steps, section.batch_size);
+            let pad = self.setup.tokenizer.pad_id().unwrap_or(0);
+            let mut sft = lm::Sft::new(model, &self.setup.train, pad, section, recipe.seed, &self.device)?;
+            let checkpointing = self.checkpointing(self.resumed.map(|(c, _)| c.clone()), 0, LmStage::Sft);
+            let driven = Driver {
+                metrics: self.metrics.as_mut(),
+                checkpointing: &checkpointing,
+                stall_timeout: self.stall_timeout,
+                stage: Some("sft"),
+            }
+            .run(&mut sft)?;
+            model = sft.model;
+            sft_seconds = driven.elapsed.as_secs_f64();
+            if let Some(run) = self.run {
+                save_model_dir(&model, &self.setup.tokenizer, &run.path().join("sft"))?;
+            }
+        }
+        let before = self.setup.evaluate(&model.valid(), self.loaded, &self.device)?;
+        if let Some(report) = &before {
+            log_eval(self.metrics.as_mut(), "before", 0, report)?;
+        }
+        Ok((model, LmStage::Grpo { before, sft_seconds }))
+    }
+
+    /// GRPO from `model`, then the evaluation after RL.
+    fn grpo(
+        &mut self,
+        model: CausalLm<B>,
+        section: &GrpoSection,
+        stage: LmStage,
+    ) -> Result<(CausalLm<B>, GrpoOutcome, Option<EvalReport>), TrainError> {
+        let recipe = &self.loaded.recipe;
+        let resume = (self.resumed)
+            .filter(|(_, s)| matches!(s, LmStage::Grpo { .. }))
+            .map(|(c, _)| c.clone());
+        let sft_steps = recipe.sft.as_ref().map_or(0, |s| s.steps);
+        let checkpointing = self.checkpointing(resume, sft_steps, stage);
+        let ctx = lm::GrpoContext {
+            tokenizer: &self.setup.tokenizer,
+            prompts: &self.setup.train,
+            rewards: &mut self.setup.rewards,
+            grpo: section,
+            sampler: &recipe.sampler,
+            optimizer: &recipe.optimizer,
+            seed: recipe.seed,
+        };
+        let mut grpo = lm::Grpo::new(model, ctx, &self.device)?;
+        let driven = Driver {
+            metrics: self.metrics.as_mut(),
+            checkpointing: &checkpointing,
+            stall_timeout: self.stall_timeout,
+            stage: Some("grpo"),
+        }
+        .run(&mut grpo)?;
+        let outcome = grpo.outcome(driven.steps, &driven.phases);
+        let model = grpo.model;
+        let after = self.setup.evaluate(&model.valid(), self.loaded, &self.device)?;
+        if let Some(report) = &after {
+            log_eval(self.metrics.as_mut(), "after", section.steps, report)?;
+            eprintln!("held-out after RL:  {}", describe(report));
+        }
+        Ok((model, outcome, after))
+    }
+
+    /// A stage's checkpointing: its checkpoints carry `stage` and are numbered after the
+    /// `step_offset` steps of the stages before it.
+    fn checkpointing(&self, resume: Option<Checkpoint>, step_offset: usize, stage: LmStage) -> Checkpointing {
+        Checkpointing {
+            resume,
+            step_offset,
+            context: vec![stage.section()],
+            ..self.checkpointing.clone()
+        }
+    }
 }
 
 /// Writes `model` and its tokenizer as a Hugging Face model directory.

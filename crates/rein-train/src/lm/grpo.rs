@@ -317,24 +317,13 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
             lp.into_data().convert::<f32>().to_vec().unwrap_or_default()
         });
         let mut rewards: Vec<f32> = flat.iter().map(|&(b, c)| batch[b].rewards[c] as f32).collect();
-        // With the KL in the reward: r_i − β Σ_t KL_t; logged as the mean KL per token and the
-        // mean penalty per completion.
-        let mut kl_in_reward = None;
-        if grpo.kl_in_reward
-            && let Some(ref_lp) = &reference_log_probs
-        {
-            let (mut kl_total, mut kl_tokens, mut penalty) = (0.0f64, 0usize, 0.0f64);
-            for (row, &(b, c)) in flat.iter().enumerate() {
-                let kl: f32 = (batch[b].logprobs[c].iter().enumerate())
-                    .map(|(t, &lp)| kl_estimate_scalar(lp, ref_lp[row * width + t], grpo.kl_estimator))
-                    .sum();
-                rewards[row] -= grpo.kl_coef * kl;
-                kl_total += f64::from(kl);
-                kl_tokens += batch[b].logprobs[c].len();
-                penalty += f64::from(grpo.kl_coef * kl);
+        let kl_in_reward = match &reference_log_probs {
+            Some(reference) if grpo.kl_in_reward => {
+                let sampled: Vec<&[f32]> = flat.iter().map(|&(b, c)| batch[b].logprobs[c].as_slice()).collect();
+                Some(self.fold_kl_into_rewards(&mut rewards, &sampled, reference, width))
             }
-            kl_in_reward = Some((kl_total / kl_tokens.max(1) as f64, penalty / flat.len() as f64));
-        }
+            _ => None,
+        };
         let g = sampler.n;
         let advantages: Vec<f32> = match grpo.advantage {
             AdvantageKind::Group => group_normalized(&rewards, g, grpo.std_scaling),
@@ -418,6 +407,30 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
         );
         record.insert("train/learning_rate".into(), json!(self.lr.at(step)));
         Ok(record)
+    }
+
+    /// The KL in the reward: `r_i − β Σ_t KL_t` for each completion, from its sampled
+    /// log-probabilities and the reference's (`[rows, width]`). Returns the mean KL per token and
+    /// the mean penalty per completion, for the log.
+    fn fold_kl_into_rewards(
+        &self,
+        rewards: &mut [f32],
+        sampled: &[&[f32]],
+        reference: &[f32],
+        width: usize,
+    ) -> (f64, f64) {
+        let grpo = self.ctx.grpo;
+        let (mut kl_total, mut kl_tokens, mut penalty) = (0.0f64, 0usize, 0.0f64);
+        for (row, (reward, log_probs)) in rewards.iter_mut().zip(sampled).enumerate() {
+            let kl: f32 = (log_probs.iter().enumerate())
+                .map(|(t, &lp)| kl_estimate_scalar(lp, reference[row * width + t], grpo.kl_estimator))
+                .sum();
+            *reward -= grpo.kl_coef * kl;
+            kl_total += f64::from(kl);
+            kl_tokens += log_probs.len();
+            penalty += f64::from(grpo.kl_coef * kl);
+        }
+        (kl_total / kl_tokens.max(1) as f64, penalty / rewards.len() as f64)
     }
 }
 
