@@ -146,7 +146,8 @@ fn an_unknown_key_names_its_file_and_the_nearest_key() {
     // A renamed key names its new name.
     let err = load(&dir, "run.toml", &["model.checkpoint=\"m\""]).unwrap_err();
     assert!(
-        err.to_string().ends_with("unknown key `model.checkpoint` (did you mean `path`?)"),
+        err.to_string()
+            .ends_with("unknown key `model.checkpoint` (did you mean `path`?)"),
         "{err}"
     );
 }

@@ -81,14 +81,8 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
 /// Peers run on the same seeds (scripts in benches/peers/, with `.venv`'s Python): the label
 /// and the script.
 const PEERS: &[(&str, &str)] = &[
-    (
-        "Stable-Baselines3 PPO, rl-zoo hyperparameters",
-        "benches/peers/sb3_ppo.py",
-    ),
-    (
-        "CleanRL-style ppo.py, rein's hyperparameters",
-        "benches/peers/cleanrl_ppo.py",
-    ),
+    ("Stable-Baselines3 PPO, rl-zoo hyperparameters", "sb3_ppo.py"),
+    ("CleanRL-style ppo.py, rein's hyperparameters", "cleanrl_ppo.py"),
 ];
 
 /// Runs a peer on seeds 1..=SEEDS, prints each seed, and returns its label (with the versions

@@ -268,16 +268,15 @@ fn generate(extra: &[&str]) -> Vec<serde_json::Value> {
 
 #[test]
 fn generate_samples_stops_and_reports_why() {
-    let greedy = generate(&[
+    let greedy_args = [
         "--prompt",
         "What is 1 + 1?",
         "--temperature",
         "0",
         "--max-new-tokens",
         "8",
-        "--n",
-        "2",
-    ]);
+    ];
+    let greedy = generate(&[&greedy_args[..], &["--n", "2"]].concat());
     assert_eq!(greedy.len(), 2, "one line per sample");
     assert_eq!(greedy[0]["tokens"], greedy[1]["tokens"], "greedy samples agree");
     let tokens: Vec<u64> = serde_json::from_value(greedy[0]["tokens"].clone()).unwrap();
@@ -296,16 +295,7 @@ fn generate_samples_stops_and_reports_why() {
         .take(2)
         .collect();
     assert!(!stop.is_empty(), "{completion:?}");
-    let stopped = generate(&[
-        "--prompt",
-        "What is 1 + 1?",
-        "--temperature",
-        "0",
-        "--max-new-tokens",
-        "8",
-        "--stop",
-        &stop,
-    ]);
+    let stopped = generate(&[&greedy_args[..], &["--stop", &stop]].concat());
     assert_eq!(stopped[0]["finish"], "stop_string");
     let cut = stopped[0]["completion"].as_str().unwrap();
     assert_eq!(cut, &completion[..completion.find(&stop).unwrap()], "{stop:?}");
