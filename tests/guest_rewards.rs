@@ -72,7 +72,10 @@ fn ports_reject_bad_config_with_the_rust_plugins_message() {
 fn a_short_grpo_run_trains_with_python_and_js_rewards() {
     let runs = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("guest-grpo-{}", std::process::id()));
     let overrides: Vec<String> = [
-        "data.task.train=400",
+        // Few, small problems seen many times in SFT: the model knows most of its training
+        // prompts' answers, so the rewards get right completions to compare on any CPU.
+        "data.task.max_operand=9",
+        "data.task.train=100",
         "data.task.test=8",
         "sft.steps=150",
         "sft.batch_size=32",

@@ -10,8 +10,8 @@ use rayon::prelude::*;
 use rein_kernels::{Init, Isa, MatRef, matmul};
 
 use super::{
-    Backend, cached_attention_ops, generic_ops, linear_ops, rms_norm_ops, rope_ops, swiglu_ops, tanh_backward_ops,
-    write_cache_ops,
+    Backend, cached_attention_ops, generic_ops, linear_ops, rms_norm_backward_ops, rms_norm_ops, rope_ops,
+    swiglu_backward_ops, swiglu_ops, tanh_backward_ops, write_cache_ops,
 };
 
 impl Backend for Flex {
@@ -92,6 +92,24 @@ impl Backend for Flex {
         up
     }
 
+    fn swiglu_backward(
+        gate: FloatTensor<Self>,
+        up: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let f32s_only = [&gate, &up, &grad].iter().all(|t| t.dtype() == DType::F32);
+        if !f32s_only || generic_ops() {
+            return swiglu_backward_ops::<Self>(gate, up, grad);
+        }
+        let shape = dims(&grad);
+        let (gate, up, grad) = (gate.to_contiguous(), up.to_contiguous(), grad.to_contiguous());
+        let (g, u, dy) = (f32s(&gate), f32s(&up), f32s(&grad));
+        let mut d_gate = vec![0.0f32; dy.len()];
+        let mut d_up = vec![0.0f32; dy.len()];
+        swiglu_backward_in_place(&mut d_gate, &mut d_up, g, u, dy);
+        (tensor(d_gate, &shape), tensor(d_up, &shape))
+    }
+
     fn rms_norm(x: FloatTensor<Self>, weight: FloatTensor<Self>, eps: f64) -> FloatTensor<Self> {
         if x.dtype() != DType::F32 || weight.dtype() != DType::F32 || generic_ops() {
             return rms_norm_ops::<Self>(x, weight, eps);
@@ -102,6 +120,25 @@ impl Backend for Flex {
         let mut out = vec![0.0f32; x.len()];
         rms_norm_rows(&mut out, x, weight, eps as f32);
         tensor(out, &shape)
+    }
+
+    fn rms_norm_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        eps: f64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let f32s_only = [&x, &weight, &grad].iter().all(|t| t.dtype() == DType::F32);
+        if !f32s_only || generic_ops() {
+            return rms_norm_backward_ops::<Self>(x, weight, grad, eps);
+        }
+        let shape = dims(&x);
+        let (x, weight, grad) = (x.to_contiguous(), weight.to_contiguous(), grad.to_contiguous());
+        let (xs, w, dy) = (f32s(&x), f32s(&weight), f32s(&grad));
+        let mut d_x = vec![0.0f32; xs.len()];
+        let mut d_weight = vec![0.0f32; w.len()];
+        rms_norm_backward_rows(&mut d_x, &mut d_weight, xs, w, dy, eps as f32);
+        (tensor(d_x, &shape), tensor(d_weight, &[w.len()]))
     }
 
     fn rope(
@@ -422,6 +459,32 @@ fn rms_norm_kernel(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
     }
 }
 
+with_avx2!(fn rms_norm_backward_rows(d_x: &mut [f32], d_weight: &mut [f32], x: &[f32], weight: &[f32], grad: &[f32], eps: f32) => rms_norm_backward_kernel);
+
+/// Row by row, with `r` as the forward computes it: `∂w += ∂y ⊙ x r` (rows in order) and
+/// `∂x = r (g − x r · mean(g ⊙ x r))`, `g = ∂y ⊙ w`.
+#[inline(always)]
+fn rms_norm_backward_kernel(d_x: &mut [f32], d_weight: &mut [f32], x: &[f32], weight: &[f32], grad: &[f32], eps: f32) {
+    let hidden = weight.len();
+    let rows = d_x
+        .chunks_exact_mut(hidden)
+        .zip(x.chunks_exact(hidden))
+        .zip(grad.chunks_exact(hidden));
+    for ((d_x, x), dy) in rows {
+        let inv_rms = 1.0 / (dot(x, x) / hidden as f32 + eps).sqrt();
+        let mut projection = 0.0f32;
+        for i in 0..hidden {
+            let normed = x[i] * inv_rms;
+            d_weight[i] += dy[i] * normed;
+            projection += dy[i] * weight[i] * normed;
+        }
+        let projection = projection / hidden as f32;
+        for i in 0..hidden {
+            d_x[i] = inv_rms * (dy[i] * weight[i] - x[i] * inv_rms * projection);
+        }
+    }
+}
+
 /// `Σ aᵢbᵢ` with independent partial sums, so the loop vectorises.
 #[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -438,6 +501,19 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 with_avx2!(fn swiglu_in_place(up: &mut [f32], gate: &[f32]) => swiglu_rows);
+
+with_avx2!(fn swiglu_backward_in_place(d_gate: &mut [f32], d_up: &mut [f32], gate: &[f32], up: &[f32], grad: &[f32]) => swiglu_backward_rows);
+
+/// `∂up = ∂y ⊙ silu(g)`, `∂g = ∂y ⊙ up ⊙ σ(g) (1 + g (1 − σ(g)))`.
+#[inline(always)]
+fn swiglu_backward_rows(d_gate: &mut [f32], d_up: &mut [f32], gate: &[f32], up: &[f32], grad: &[f32]) {
+    for i in 0..grad.len() {
+        let (g, dy) = (gate[i], grad[i]);
+        let sigmoid = 1.0 / (1.0 + exp_f32(-g));
+        d_up[i] = dy * g * sigmoid;
+        d_gate[i] = dy * up[i] * sigmoid * (1.0 + g * (1.0 - sigmoid));
+    }
+}
 
 /// `up ← silu(gate) ⊙ up`.
 #[inline(always)]

@@ -80,12 +80,40 @@ pub trait Backend: burn::tensor::backend::Backend {
         swiglu_ops::<Self>(gate, up)
     }
 
+    /// The gradients of [`Backend::swiglu`] given the output's, `(∂gate, ∂up)`:
+    /// `∂up = ∂y ⊙ silu(gate)`, `∂gate = ∂y ⊙ up ⊙ σ(gate) ⊙ (1 + gate ⊙ (1 − σ(gate)))`.
+    ///
+    /// # Shapes
+    /// - `gate`, `up`, `grad`: `[rows, width]` → two `[rows, width]`
+    fn swiglu_backward(
+        gate: FloatTensor<Self>,
+        up: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        swiglu_backward_ops::<Self>(gate, up, grad)
+    }
+
     /// RMSNorm of each row, as transformers computes it: `w ⊙ x / sqrt(mean(x²) + ε)`.
     ///
     /// # Shapes
     /// - `x`: `[rows, hidden]`, `weight`: `[hidden]` → `[rows, hidden]`
     fn rms_norm(x: FloatTensor<Self>, weight: FloatTensor<Self>, eps: f64) -> FloatTensor<Self> {
         rms_norm_ops::<Self>(x, weight, eps)
+    }
+
+    /// The gradients of [`Backend::rms_norm`] given the output's, `(∂x, ∂w)`: with
+    /// `r = 1/sqrt(mean(x²) + ε)` per row and `x̂ = x r`, `∂w = Σ_rows ∂y ⊙ x̂` and
+    /// `∂x = r (g − x̂ mean(g ⊙ x̂))` where `g = ∂y ⊙ w`.
+    ///
+    /// # Shapes
+    /// - `x`, `grad`: `[rows, hidden]`, `weight`: `[hidden]` → `[rows, hidden]` and `[hidden]`
+    fn rms_norm_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        eps: f64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        rms_norm_backward_ops::<Self>(x, weight, grad, eps)
     }
 
     /// Rotary embedding in the "rotate half" layout: `x · cos[p] + rotate_half(x) · sin[p]` with
@@ -193,6 +221,20 @@ pub(crate) fn swiglu_ops<B: burn::tensor::backend::Backend>(
         .tensor()
 }
 
+/// [`Backend::swiglu_backward`] in burn ops.
+pub(crate) fn swiglu_backward_ops<B: burn::tensor::backend::Backend>(
+    gate: FloatTensor<B>,
+    up: FloatTensor<B>,
+    grad: FloatTensor<B>,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let (gate, up, grad) = (float::<B, 2>(gate), float::<B, 2>(up), float::<B, 2>(grad));
+    let sigmoid = burn::tensor::activation::sigmoid(gate.clone());
+    let d_up = grad.clone() * gate.clone() * sigmoid.clone();
+    let slope = sigmoid.clone() * (gate * (sigmoid.neg().add_scalar(1.0))).add_scalar(1.0);
+    let d_gate = grad * up * slope;
+    (d_gate.into_primitive().tensor(), d_up.into_primitive().tensor())
+}
+
 /// [`Backend::rms_norm`] in burn ops.
 pub(crate) fn rms_norm_ops<B: burn::tensor::backend::Backend>(
     x: FloatTensor<B>,
@@ -204,6 +246,23 @@ pub(crate) fn rms_norm_ops<B: burn::tensor::backend::Backend>(
     ((x / rms) * float::<B, 1>(weight).unsqueeze::<2>())
         .into_primitive()
         .tensor()
+}
+
+/// [`Backend::rms_norm_backward`] in burn ops.
+pub(crate) fn rms_norm_backward_ops<B: burn::tensor::backend::Backend>(
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    eps: f64,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let (x, weight, grad) = (float::<B, 2>(x), float::<B, 1>(weight), float::<B, 2>(grad));
+    let r = x.clone().powi_scalar(2).mean_dim(1).add_scalar(eps).sqrt().recip();
+    let normed = x * r.clone();
+    let d_weight = (grad.clone() * normed.clone()).sum_dim(0).squeeze_dim::<1>(0);
+    let g = grad * weight.unsqueeze::<2>();
+    let projection = (g.clone() * normed.clone()).mean_dim(1);
+    let d_x = (g - normed * projection) * r;
+    (d_x.into_primitive().tensor(), d_weight.into_primitive().tensor())
 }
 
 /// [`Backend::rope`] in burn ops.
@@ -336,6 +395,113 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
         }
     }
 
+    /// RMSNorm with its own backward ([`Backend::rms_norm_backward`], one pass on Flex).
+    fn rms_norm(x: FloatTensor<Self>, weight: FloatTensor<Self>, eps: f64) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct RmsNorm;
+
+        impl<B: Backend> Backward<B, 2> for RmsNorm {
+            /// `x`, `w` and ε.
+            type State = (FloatTensor<B>, FloatTensor<B>, f64);
+
+            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let (x, weight, eps) = ops.state;
+                let grad = grads.consume::<B>(&ops.node);
+                let (d_x, d_weight) = B::rms_norm_backward(x, weight, grad, eps);
+                let [x_node, weight_node] = ops.parents;
+                if let Some(node) = x_node {
+                    grads.register::<B>(node.id, d_x);
+                }
+                if let Some(node) = weight_node {
+                    grads.register::<B>(node.id, d_weight);
+                }
+            }
+        }
+
+        match RmsNorm
+            .prepare::<C>([x.node.clone(), weight.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let state = (x.primitive.clone(), weight.primitive.clone(), eps);
+                prep.finish(state, B::rms_norm(x.primitive, weight.primitive, eps))
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::rms_norm(x.primitive, weight.primitive, eps)),
+        }
+    }
+
+    /// SwiGLU with its own backward ([`Backend::swiglu_backward`], one pass on Flex).
+    fn swiglu(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct Swiglu;
+
+        impl<B: Backend> Backward<B, 2> for Swiglu {
+            /// `gate` and `up`.
+            type State = (FloatTensor<B>, FloatTensor<B>);
+
+            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let (gate, up) = ops.state;
+                let grad = grads.consume::<B>(&ops.node);
+                let (d_gate, d_up) = B::swiglu_backward(gate, up, grad);
+                let [gate_node, up_node] = ops.parents;
+                if let Some(node) = gate_node {
+                    grads.register::<B>(node.id, d_gate);
+                }
+                if let Some(node) = up_node {
+                    grads.register::<B>(node.id, d_up);
+                }
+            }
+        }
+
+        match Swiglu
+            .prepare::<C>([gate.node.clone(), up.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let state = (gate.primitive.clone(), up.primitive.clone());
+                prep.finish(state, B::swiglu(gate.primitive, up.primitive))
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::swiglu(gate.primitive, up.primitive)),
+        }
+    }
+
+    /// Rotary embedding with its own backward on the inner backend's kernel. RoPE rotates
+    /// each pair `(xᵢ, xᵢ₊ₕ)` by the angle `θ` of its position; with the tables' two halves
+    /// equal (how [`crate::lm::Rope`] builds them) the transpose of that rotation is the
+    /// rotation by `−θ`: `∂x = rope(∂y, cos, −sin)`.
+    fn rope(
+        x: FloatTensor<Self>,
+        positions: IntTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct Rope;
+
+        impl<B: Backend> Backward<B, 1> for Rope {
+            /// Positions, cos and sin tables.
+            type State = (IntTensor<B>, FloatTensor<B>, FloatTensor<B>);
+
+            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let (positions, cos, sin) = ops.state;
+                unary::<B, _>(ops.parents, ops.node, grads, |grad| {
+                    B::rope(grad, positions, cos, B::float_neg(sin))
+                });
+            }
+        }
+
+        let (cos, sin) = (cos.primitive, sin.primitive);
+        match Rope.prepare::<C>([x.node.clone()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let state = (positions.clone(), cos.clone(), sin.clone());
+                prep.finish(state, B::rope(x.primitive, positions, cos, sin))
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::rope(x.primitive, positions, cos, sin)),
+        }
+    }
+
     /// `y = x·W + b` with its own backward on the inner backend's kernels:
     /// `∂x = ∂y·Wᵀ`, `∂W = xᵀ·∂y`, `∂b = Σ_rows ∂y`.
     fn fused_linear(
@@ -410,6 +576,139 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
                 OpsKind::Tracked(prep) => prep.finish(state, forward(&x, &weight, None)),
                 OpsKind::UnTracked(prep) => prep.finish(forward(&x, &weight, None)),
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::{Autodiff, Flex};
+    use burn::tensor::{Distribution, Int, Tensor, TensorData, TensorPrimitive};
+
+    use super::{Backend, rope_ops};
+
+    type A = Autodiff<Flex>;
+
+    /// RoPE tables with equal halves, as `lm::Rope` builds them: `[positions, dim]`.
+    fn tables(positions: usize, dim: usize) -> (Tensor<A, 2>, Tensor<A, 2>) {
+        let half = dim / 2;
+        let angle = |p: usize, i: usize| p as f32 * (0.3 + i as f32 * 0.7);
+        let table = |f: fn(f32) -> f32| {
+            let values: Vec<f32> = (0..positions)
+                .flat_map(|p| (0..dim).map(move |j| f(angle(p, j % half))))
+                .collect();
+            Tensor::<A, 2>::from_data(TensorData::new(values, [positions, dim]), &Default::default())
+        };
+        (table(f32::cos), table(f32::sin))
+    }
+
+    #[test]
+    fn rope_backward_equals_burns_autodiff_of_the_ops() {
+        let device = Default::default();
+        for (batch, seq, heads, dim) in [(2, 3, 4, 8), (1, 5, 2, 16)] {
+            let x = Tensor::<A, 4>::random([batch, seq, heads, dim], Distribution::Normal(0.0, 1.0), &device)
+                .require_grad();
+            let weights = Tensor::<A, 4>::random([batch, heads, seq, dim], Distribution::Normal(0.0, 1.0), &device);
+            let positions: Vec<i64> = (0..batch * seq).map(|i| (i * 3 % 11) as i64).collect();
+            let positions = Tensor::<A, 2, Int>::from_data(TensorData::new(positions, [batch, seq]), &device);
+            let (cos, sin) = tables(11, dim);
+            let raw = |t: Tensor<A, 2>| t.into_primitive().tensor();
+            let run = |kernel: bool| {
+                // A transposed view, as the model passes it (a new graph each run).
+                let view = x.clone().swap_dims(1, 2);
+                let (input, p) = (view.into_primitive().tensor(), positions.clone().into_primitive());
+                let y = if kernel {
+                    A::rope(input, p, raw(cos.clone()), raw(sin.clone()))
+                } else {
+                    rope_ops::<A>(input, p, raw(cos.clone()), raw(sin.clone()))
+                };
+                let y = Tensor::<A, 4>::from_primitive(TensorPrimitive::Float(y));
+                let grads = (y.clone() * weights.clone()).sum().backward();
+                let grad = x.grad(&grads).unwrap().into_data().to_vec::<f32>().unwrap();
+                (y.into_data().to_vec::<f32>().unwrap(), grad)
+            };
+            let ((y_kernel, g_kernel), (y_ops, g_ops)) = (run(true), run(false));
+            for (what, a, b) in [("values", y_kernel, y_ops), ("gradients", g_kernel, g_ops)] {
+                for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                        "{what}[{i}]: kernel {a} vs burn ops {b}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn swiglu_backward_equals_burns_autodiff_of_the_ops() {
+        let device = Default::default();
+        let random = |seed| {
+            <A as burn::tensor::backend::Backend>::seed(&device, seed);
+            Tensor::<A, 2>::random([7, 45], Distribution::Normal(0.0, 3.0), &device).require_grad()
+        };
+        let (gate, up, weights) = (random(1), random(2), random(3));
+        let run = |kernel: bool| {
+            let (g, u) = (
+                gate.clone().into_primitive().tensor(),
+                up.clone().into_primitive().tensor(),
+            );
+            let y = if kernel {
+                A::swiglu(g, u)
+            } else {
+                super::swiglu_ops::<A>(g, u)
+            };
+            let y = Tensor::<A, 2>::from_primitive(TensorPrimitive::Float(y));
+            let grads = (y.clone() * weights.clone()).sum().backward();
+            let values = |t: Tensor<Flex, 2>| t.into_data().to_vec::<f32>().unwrap();
+            [
+                y.into_data().to_vec::<f32>().unwrap(),
+                values(gate.grad(&grads).unwrap()),
+                values(up.grad(&grads).unwrap()),
+            ]
+        };
+        let (kernel, ops) = (run(true), run(false));
+        for (what, (a, b)) in ["values", "∂gate", "∂up"].iter().zip(kernel.iter().zip(&ops)) {
+            for (i, (a, b)) in a.iter().zip(b).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                    "{what}[{i}]: kernel {a} vs burn ops {b}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn rms_norm_backward_equals_burns_autodiff_of_the_ops() {
+        let device = Default::default();
+        let random = |shape: [usize; 2], seed| {
+            <A as burn::tensor::backend::Backend>::seed(&device, seed);
+            Tensor::<A, 2>::random(shape, Distribution::Normal(0.5, 2.0), &device)
+        };
+        let (x, weights) = (random([9, 40], 1).require_grad(), random([9, 40], 3));
+        let w = random([1, 40], 2).reshape([40]).require_grad();
+        let run = |kernel: bool| {
+            let (xp, wp) = (x.clone().into_primitive().tensor(), w.clone().into_primitive().tensor());
+            let y = if kernel {
+                A::rms_norm(xp, wp, 1e-6)
+            } else {
+                super::rms_norm_ops::<A>(xp, wp, 1e-6)
+            };
+            let y = Tensor::<A, 2>::from_primitive(TensorPrimitive::Float(y));
+            let grads = (y.clone() * weights.clone()).sum().backward();
+            [
+                y.into_data().to_vec::<f32>().unwrap(),
+                x.grad(&grads).unwrap().into_data().to_vec::<f32>().unwrap(),
+                w.grad(&grads).unwrap().into_data().to_vec::<f32>().unwrap(),
+            ]
+        };
+        let (kernel, ops) = (run(true), run(false));
+        for (what, (a, b)) in ["values", "∂x", "∂w"].iter().zip(kernel.iter().zip(&ops)) {
+            for (i, (a, b)) in a.iter().zip(b).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                    "{what}[{i}]: kernel {a} vs burn ops {b}"
+                );
+            }
         }
     }
 }
