@@ -221,6 +221,19 @@ pub(crate) fn swiglu_ops<B: burn::tensor::backend::Backend>(
         .tensor()
 }
 
+/// Registers the gradients of a two-input op's inputs, those that track gradients.
+fn register_inputs<B: Backend>(
+    inputs: [Option<NodeId>; 2],
+    grads: &mut Gradients,
+    (first, second): (FloatTensor<B>, FloatTensor<B>),
+) {
+    for (id, grad) in inputs.into_iter().zip([first, second]) {
+        if let Some(id) = id {
+            grads.register::<B>(id, grad);
+        }
+    }
+}
+
 /// [`Backend::swiglu_backward`] in burn ops.
 pub(crate) fn swiglu_backward_ops<B: burn::tensor::backend::Backend>(
     gate: FloatTensor<B>,
@@ -407,14 +420,8 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
             fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let (x, weight, eps) = ops.state;
                 let grad = grads.consume::<B>(&ops.node);
-                let (d_x, d_weight) = B::rms_norm_backward(x, weight, grad, eps);
-                let [x_node, weight_node] = ops.parents;
-                if let Some(node) = x_node {
-                    grads.register::<B>(node.id, d_x);
-                }
-                if let Some(node) = weight_node {
-                    grads.register::<B>(node.id, d_weight);
-                }
+                let inputs = ops.parents.map(|node| node.map(|n| n.id));
+                register_inputs::<B>(inputs, grads, B::rms_norm_backward(x, weight, grad, eps));
             }
         }
 
@@ -443,14 +450,8 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
             fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let (gate, up) = ops.state;
                 let grad = grads.consume::<B>(&ops.node);
-                let (d_gate, d_up) = B::swiglu_backward(gate, up, grad);
-                let [gate_node, up_node] = ops.parents;
-                if let Some(node) = gate_node {
-                    grads.register::<B>(node.id, d_gate);
-                }
-                if let Some(node) = up_node {
-                    grads.register::<B>(node.id, d_up);
-                }
+                let inputs = ops.parents.map(|node| node.map(|n| n.id));
+                register_inputs::<B>(inputs, grads, B::swiglu_backward(gate, up, grad));
             }
         }
 
