@@ -590,6 +590,17 @@ mod tests {
 
     type A = Autodiff<Flex>;
 
+    /// Each element of the kernel's result within `tolerance` (relative above 1) of burn's.
+    fn assert_close(what: &str, kernel: &[f32], ops: &[f32], tolerance: f32) {
+        assert_eq!(kernel.len(), ops.len(), "{what}");
+        for (i, (a, b)) in kernel.iter().zip(ops).enumerate() {
+            assert!(
+                (a - b).abs() <= tolerance * (1.0 + b.abs()),
+                "{what}[{i}]: kernel {a} vs burn ops {b}"
+            );
+        }
+    }
+
     /// RoPE tables with equal halves, as `lm::Rope` builds them: `[positions, dim]`.
     fn tables(positions: usize, dim: usize) -> (Tensor<A, 2>, Tensor<A, 2>) {
         let half = dim / 2;
@@ -629,14 +640,8 @@ mod tests {
                 (y.into_data().to_vec::<f32>().unwrap(), grad)
             };
             let ((y_kernel, g_kernel), (y_ops, g_ops)) = (run(true), run(false));
-            for (what, a, b) in [("values", y_kernel, y_ops), ("gradients", g_kernel, g_ops)] {
-                for (i, (a, b)) in a.iter().zip(&b).enumerate() {
-                    assert!(
-                        (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                        "{what}[{i}]: kernel {a} vs burn ops {b}"
-                    );
-                }
-            }
+            assert_close("values", &y_kernel, &y_ops, 1e-5);
+            assert_close("gradients", &g_kernel, &g_ops, 1e-5);
         }
     }
 
@@ -669,12 +674,7 @@ mod tests {
         };
         let (kernel, ops) = (run(true), run(false));
         for (what, (a, b)) in ["values", "∂gate", "∂up"].iter().zip(kernel.iter().zip(&ops)) {
-            for (i, (a, b)) in a.iter().zip(b).enumerate() {
-                assert!(
-                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                    "{what}[{i}]: kernel {a} vs burn ops {b}"
-                );
-            }
+            assert_close(what, a, b, 1e-5);
         }
     }
 
@@ -704,12 +704,7 @@ mod tests {
         };
         let (kernel, ops) = (run(true), run(false));
         for (what, (a, b)) in ["values", "∂x", "∂w"].iter().zip(kernel.iter().zip(&ops)) {
-            for (i, (a, b)) in a.iter().zip(b).enumerate() {
-                assert!(
-                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                    "{what}[{i}]: kernel {a} vs burn ops {b}"
-                );
-            }
+            assert_close(what, a, b, 1e-4);
         }
     }
 }
