@@ -1,6 +1,7 @@
 //! One GRPO training step of the tiny Qwen2 — the model's forward and backward passes, the
 //! policy loss, gradient clipping and AdamW — against the same step in PyTorch (fixture written
-//! by `tests/fixtures/gen_torch_step.py`): every parameter after the step within 1e-5.
+//! by `tests/fixtures/gen_torch_step.py`): every parameter after the step within 1e-5 (1e-4
+//! where its gradient is within a few ε of zero; see below).
 
 use std::path::Path;
 
@@ -117,8 +118,14 @@ fn one_grpo_step_matches_pytorch() {
         let start = f32s(&before.tensor(&name).unwrap());
         assert_eq!(got.len(), expected.len(), "{name}");
         for (i, ((g, e), s)) in got.iter().zip(&expected).zip(&start).enumerate() {
+            // AdamW's first step moves each parameter by `lr · g/(|g| + ε)`: by nearly `lr` for
+            // any real gradient, but for one within a few ε of zero (~1e-8) by an amount that
+            // the last bits of the backward pass decide (two equally exact summation orders
+            // give steps 2 % apart). Those parameters are held to the 1e-4 of issue 14.
+            let settled = (e - s).abs() > 0.9 * step.lr as f32;
+            let tolerance = if settled { 1e-5 } else { 1e-4 };
             assert!(
-                (g - e).abs() < 1e-5,
+                (g - e).abs() < tolerance,
                 "{name}[{i}]: rein {g} vs PyTorch {e} (before the step {s})"
             );
             moved += usize::from(e != s);

@@ -10,8 +10,8 @@ use rayon::prelude::*;
 use rein_kernels::{Init, Isa, MatRef, matmul};
 
 use super::{
-    Backend, cached_attention_ops, generic_ops, linear_ops, rms_norm_backward_ops, rms_norm_ops, rope_ops,
-    swiglu_backward_ops, swiglu_ops, tanh_backward_ops, write_cache_ops,
+    Backend, cached_attention_ops, causal_attention_backward_ops, generic_ops, linear_ops, rms_norm_backward_ops,
+    rms_norm_ops, rope_ops, swiglu_backward_ops, swiglu_ops, tanh_backward_ops, write_cache_ops,
 };
 
 impl Backend for Flex {
@@ -243,6 +243,62 @@ impl Backend for Flex {
         }
         tensor(out, &[batch, seq, heads, dim])
     }
+
+    fn causal_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        padding: Option<BoolTensor<Self>>,
+        grad: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        if [&q, &k, &v, &grad].iter().any(|t| t.dtype() != DType::F32) || generic_ops() {
+            return causal_attention_backward_ops::<Self>(q, k, v, padding, grad);
+        }
+        let [batch, heads, seq, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
+        let kv_heads = dims(&k)[1];
+        let (q, k, v, grad) = (
+            q.to_contiguous(),
+            k.to_contiguous(),
+            v.to_contiguous(),
+            grad.to_contiguous(),
+        );
+        let padding = padding.map(|p| p.to_contiguous());
+        let attend = AttendBackward {
+            q: f32s(&q),
+            k: f32s(&k),
+            v: f32s(&v),
+            grad: f32s(&grad),
+            padding: padding.as_ref().map(|p| &p.storage::<u8>()[..batch * seq]),
+            heads,
+            kv_heads,
+            seq,
+            dim,
+        };
+        let (query_block, key_block) = (heads * seq * dim, kv_heads * seq * dim);
+        let mut d_q = vec![0.0f32; batch * query_block];
+        let (mut d_k, mut d_v) = (vec![0.0f32; batch * key_block], vec![0.0f32; batch * key_block]);
+        // One sequence's `(b, ((∂q, ∂k), ∂v))` blocks.
+        type Blocks<'a> = (usize, ((&'a mut [f32], &'a mut [f32]), &'a mut [f32]));
+        let run = |(b, ((d_q, d_k), d_v)): Blocks<'_>| attend.sequence(b, d_q, d_k, d_v);
+        if batch * query_block * seq >= PARALLEL_WORK && !nested() {
+            d_q.par_chunks_mut(query_block)
+                .zip(d_k.par_chunks_mut(key_block))
+                .zip(d_v.par_chunks_mut(key_block))
+                .enumerate()
+                .for_each(run);
+        } else {
+            d_q.chunks_mut(query_block)
+                .zip(d_k.chunks_mut(key_block))
+                .zip(d_v.chunks_mut(key_block))
+                .enumerate()
+                .for_each(run);
+        }
+        (
+            tensor(d_q, &[batch, heads, seq, dim]),
+            tensor(d_k, &[batch, kv_heads, seq, dim]),
+            tensor(d_v, &[batch, kv_heads, seq, dim]),
+        )
+    }
 }
 
 /// Multiply-adds below which a kernel stays on one thread.
@@ -320,25 +376,7 @@ fn attend_sequences(a: &Attend<'_>, first: usize, out: &mut [f32]) {
                 let weights = &mut weights[..=at];
                 let (keys, values) = (&a.k[head..][..(at + 1) * dim], &a.v[head..][..(at + 1) * dim]);
                 let query = &a.q[((b * heads + h) * seq + t) * dim..][..dim];
-                for (w, key) in weights.iter_mut().zip(keys.chunks_exact(dim)) {
-                    *w = dot(query, key) * scale;
-                }
-                if let Some(padding) = padding {
-                    for (w, &padded) in weights[..at].iter_mut().zip(padding) {
-                        if padded != 0 {
-                            *w = f32::NEG_INFINITY;
-                        }
-                    }
-                }
-                let max = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                // Exponentials first and the sum apart, so both loops vectorise.
-                for w in weights.iter_mut() {
-                    *w = exp_f32(*w - max);
-                }
-                let inv_total = 1.0 / sum(weights);
-                for w in weights.iter_mut() {
-                    *w *= inv_total;
-                }
+                attention_weights(query, keys, padding, scale, weights);
                 let out = &mut out[(t * heads + h) * dim..][..dim];
                 match dim {
                     64 => weighted_sum::<64>(weights, values, out),
@@ -354,6 +392,101 @@ fn attend_sequences(a: &Attend<'_>, first: usize, out: &mut [f32]) {
                 }
             }
         }
+    }
+}
+
+/// `weights ← softmax(scale · keys · query)` over the first `weights.len()` keys, the last
+/// being the query's own position: padding keys before it get no weight.
+#[inline(always)]
+fn attention_weights(query: &[f32], keys: &[f32], padding: Option<&[u8]>, scale: f32, weights: &mut [f32]) {
+    let at = weights.len() - 1;
+    for (w, key) in weights.iter_mut().zip(keys.chunks_exact(query.len())) {
+        *w = dot(query, key) * scale;
+    }
+    if let Some(padding) = padding {
+        for (w, &padded) in weights[..at].iter_mut().zip(padding) {
+            if padded != 0 {
+                *w = f32::NEG_INFINITY;
+            }
+        }
+    }
+    let max = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    // Exponentials first and the sum apart, so both loops vectorise.
+    for w in weights.iter_mut() {
+        *w = exp_f32(*w - max);
+    }
+    let inv_total = 1.0 / sum(weights);
+    for w in weights.iter_mut() {
+        *w *= inv_total;
+    }
+}
+
+/// [`Backend::causal_attention_backward`]'s inputs, contiguous: `q` `[batch, heads, seq, dim]`, `k`
+/// and `v` `[batch, kv_heads, seq, dim]`, `grad` `[batch, seq, heads, dim]`, padding `[batch, seq]`.
+struct AttendBackward<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    grad: &'a [f32],
+    padding: Option<&'a [u8]>,
+    heads: usize,
+    kv_heads: usize,
+    seq: usize,
+    dim: usize,
+}
+
+impl AttendBackward<'_> {
+    /// The gradients of sequence `b`: `d_q` `[heads, seq, dim]`, `d_k`, `d_v` `[kv_heads, seq, dim]`.
+    fn sequence(&self, b: usize, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) {
+        with_avx2!(fn run(a: &AttendBackward<'_>, b: usize, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) => attention_backward_sequence);
+        run(self, b, d_q, d_k, d_v);
+    }
+}
+
+/// One sequence of [`Backend::causal_attention_backward`], query by query: the weights `p` recomputed
+/// as the forward pass computed them, then `∂sⱼ = pⱼ (∂O·vⱼ − Σᵢ pᵢ ∂O·vᵢ)`, and
+/// `∂q += ∂sⱼ kⱼ/√d`, `∂kⱼ += ∂sⱼ q/√d`, `∂vⱼ += pⱼ ∂O` over the keys it sees.
+#[inline(always)]
+fn attention_backward_sequence(a: &AttendBackward<'_>, b: usize, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) {
+    let (dim, seq, heads) = (a.dim, a.seq, a.heads);
+    let group = heads / a.kv_heads;
+    let scale = 1.0 / (dim as f32).sqrt();
+    let padding = a.padding.map(|p| &p[b * seq..(b + 1) * seq]);
+    let (mut weights, mut d_scores) = (vec![0.0f32; seq], vec![0.0f32; seq]);
+    for h in 0..heads {
+        let kv = h / group;
+        let head = (b * a.kv_heads + kv) * seq * dim;
+        let (keys, values) = (&a.k[head..][..seq * dim], &a.v[head..][..seq * dim]);
+        let d_keys = &mut d_k[kv * seq * dim..][..seq * dim];
+        let d_values = &mut d_v[kv * seq * dim..][..seq * dim];
+        for t in 0..seq {
+            let (weights, d_scores) = (&mut weights[..=t], &mut d_scores[..=t]);
+            let query = &a.q[((b * heads + h) * seq + t) * dim..][..dim];
+            let d_out = &a.grad[((b * seq + t) * heads + h) * dim..][..dim];
+            attention_weights(query, keys, padding, scale, weights);
+            for (ds, value) in d_scores.iter_mut().zip(values.chunks_exact(dim)) {
+                *ds = dot(d_out, value);
+            }
+            let mean = dot(weights, d_scores);
+            for (ds, &p) in d_scores.iter_mut().zip(weights.iter()) {
+                *ds = p * (*ds - mean) * scale;
+            }
+            let d_query = &mut d_q[(h * seq + t) * dim..][..dim];
+            for j in 0..=t {
+                let row = j * dim..(j + 1) * dim;
+                axpy(d_query, d_scores[j], &keys[row.clone()]);
+                axpy(&mut d_keys[row.clone()], d_scores[j], query);
+                axpy(&mut d_values[row], weights[j], d_out);
+            }
+        }
+    }
+}
+
+/// `y ← y + a·x`.
+#[inline(always)]
+fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y += a * x;
     }
 }
 

@@ -160,6 +160,40 @@ pub trait Backend: burn::tensor::backend::Backend {
     ) -> FloatTensor<Self> {
         cached_attention_ops::<Self>(q, k, v, offset, padding)
     }
+
+    /// Causal attention of whole sequences (training and scoring, no cache): attention over
+    /// keys and values of the same `seq` tokens. Its autodiff version has its own backward,
+    /// [`Backend::causal_attention_backward`].
+    ///
+    /// # Shapes
+    /// - `q`: `[batch, heads, seq, head_dim]`, `k`, `v`: `[batch, kv_heads, seq, head_dim]`,
+    ///   `padding`: `[batch, seq]` (as for [`Backend::cached_attention`]) → `[batch, seq, heads, head_dim]`
+    fn causal_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        padding: Option<BoolTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        Self::cached_attention(q, k, v, 0, padding)
+    }
+
+    /// The gradients of [`Backend::causal_attention`] given the output's, `(∂q, ∂k, ∂v)`. With
+    /// `P = softmax(q kᵀ/√d)` (masked) per query head and `∂P = ∂O vᵀ`:
+    /// `∂v = Pᵀ ∂O`, `∂S = P ⊙ (∂P − rowsum(P ⊙ ∂P))`, `∂q = ∂S k/√d`, `∂k = ∂Sᵀ q/√d`, the key
+    /// and value gradients summed over the query heads that share them. `P` is recomputed,
+    /// not stored: one more `q kᵀ` costs less than keeping `[batch, heads, seq, seq]` per layer.
+    ///
+    /// # Shapes
+    /// - as [`Backend::causal_attention`]'s inputs, `grad` like its output → like `q`, `k`, `v`
+    fn causal_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        padding: Option<BoolTensor<Self>>,
+        grad: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        causal_attention_backward_ops::<Self>(q, k, v, padding, grad)
+    }
 }
 
 /// Set: every kernel of [`Backend`] on Flex takes its default, burn's generic ops.
@@ -222,12 +256,12 @@ pub(crate) fn swiglu_ops<B: burn::tensor::backend::Backend>(
 }
 
 /// Registers the gradients of a two-input op's inputs, those that track gradients.
-fn register_inputs<B: Backend>(
-    inputs: [Option<NodeId>; 2],
+fn register_inputs<B: Backend, const N: usize>(
+    inputs: [Option<NodeId>; N],
     grads: &mut Gradients,
-    (first, second): (FloatTensor<B>, FloatTensor<B>),
+    values: [FloatTensor<B>; N],
 ) {
-    for (id, grad) in inputs.into_iter().zip([first, second]) {
+    for (id, grad) in inputs.into_iter().zip(values) {
         if let Some(id) = id {
             grads.register::<B>(id, grad);
         }
@@ -350,6 +384,45 @@ pub(crate) fn cached_attention_ops<B: burn::tensor::backend::Backend>(
     .tensor()
 }
 
+/// [`Backend::causal_attention_backward`] in burn ops.
+pub(crate) fn causal_attention_backward_ops<B: burn::tensor::backend::Backend>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    padding: Option<BoolTensor<B>>,
+    grad: FloatTensor<B>,
+) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+    let (q, k, v) = (float::<B, 4>(q), float::<B, 4>(k), float::<B, 4>(v));
+    let [batch, heads, seq, dim] = q.dims();
+    let kv_heads = k.dims()[1];
+    let rep = heads / kv_heads;
+    let scale = 1.0 / (dim as f64).sqrt();
+    let repeat = |t: Tensor<B, 4>| {
+        t.unsqueeze_dim::<5>(2)
+            .expand([batch, kv_heads, rep, seq, dim])
+            .reshape([batch, heads, seq, dim])
+    };
+    // The key/value heads' gradients: the sum over the query heads sharing each.
+    let fold = |t: Tensor<B, 4>| {
+        t.reshape([batch, kv_heads, rep, seq, dim])
+            .sum_dim(2)
+            .reshape([batch, kv_heads, seq, dim])
+    };
+    let (k, v) = (repeat(k), repeat(v));
+    let padding = padding.map(Tensor::<B, 2, Bool>::from_primitive);
+    let mask = attention_mask::<B>(batch, seq, seq, 0, padding, &q.device()).expand([batch, heads, seq, seq]);
+    let scores = q.clone().matmul(k.clone().swap_dims(2, 3)).mul_scalar(scale);
+    let p = burn::tensor::activation::softmax(scores.mask_fill(mask, f32::NEG_INFINITY), 3);
+    let d_out = float::<B, 4>(grad).swap_dims(1, 2);
+    let d_v = p.clone().swap_dims(2, 3).matmul(d_out.clone());
+    let d_p = d_out.matmul(v.swap_dims(2, 3));
+    let d_s = p.clone() * (d_p.clone() - (p * d_p).sum_dim(3));
+    let d_q = d_s.clone().matmul(k).mul_scalar(scale);
+    let d_k = d_s.swap_dims(2, 3).matmul(q).mul_scalar(scale);
+    let raw = |t: Tensor<B, 4>| t.into_primitive().tensor();
+    (raw(d_q), raw(fold(d_k)), raw(fold(d_v)))
+}
+
 /// `true` where a query may not attend: future keys, and padding keys other than itself (a
 /// padding query keeps itself so no row is fully masked).
 ///
@@ -421,7 +494,8 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
                 let (x, weight, eps) = ops.state;
                 let grad = grads.consume::<B>(&ops.node);
                 let inputs = ops.parents.map(|node| node.map(|n| n.id));
-                register_inputs::<B>(inputs, grads, B::rms_norm_backward(x, weight, grad, eps));
+                let (d_x, d_weight) = B::rms_norm_backward(x, weight, grad, eps);
+                register_inputs::<B, 2>(inputs, grads, [d_x, d_weight]);
             }
         }
 
@@ -451,7 +525,8 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
                 let (gate, up) = ops.state;
                 let grad = grads.consume::<B>(&ops.node);
                 let inputs = ops.parents.map(|node| node.map(|n| n.id));
-                register_inputs::<B>(inputs, grads, B::swiglu_backward(gate, up, grad));
+                let (d_gate, d_up) = B::swiglu_backward(gate, up, grad);
+                register_inputs::<B, 2>(inputs, grads, [d_gate, d_up]);
             }
         }
 
@@ -500,6 +575,53 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
                 prep.finish(state, B::rope(x.primitive, positions, cos, sin))
             }
             OpsKind::UnTracked(prep) => prep.finish(B::rope(x.primitive, positions, cos, sin)),
+        }
+    }
+
+    /// Whole-sequence attention with its own backward ([`Backend::causal_attention_backward`], which
+    /// recomputes the attention weights instead of keeping them).
+    fn causal_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        padding: Option<BoolTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct Attention;
+
+        impl<B: Backend> Backward<B, 3> for Attention {
+            /// `q`, `k`, `v` and the padding.
+            type State = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, Option<BoolTensor<B>>);
+
+            fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let (q, k, v, padding) = ops.state;
+                let grad = grads.consume::<B>(&ops.node);
+                let inputs = ops.parents.map(|node| node.map(|n| n.id));
+                let (d_q, d_k, d_v) = B::causal_attention_backward(q, k, v, padding, grad);
+                register_inputs::<B, 3>(inputs, grads, [d_q, d_k, d_v]);
+            }
+        }
+
+        match Attention
+            .prepare::<C>([q.node.clone(), k.node.clone(), v.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let state = (
+                    q.primitive.clone(),
+                    k.primitive.clone(),
+                    v.primitive.clone(),
+                    padding.clone(),
+                );
+                prep.finish(
+                    state,
+                    B::causal_attention(q.primitive, k.primitive, v.primitive, padding),
+                )
+            }
+            OpsKind::UnTracked(prep) => {
+                prep.finish(B::causal_attention(q.primitive, k.primitive, v.primitive, padding))
+            }
         }
     }
 
@@ -586,7 +708,7 @@ mod tests {
     use burn::backend::{Autodiff, Flex};
     use burn::tensor::{Distribution, Int, Tensor, TensorData, TensorPrimitive};
 
-    use super::{Backend, rope_ops};
+    use super::{Backend, cached_attention_ops, causal_attention_backward_ops, rope_ops};
 
     type A = Autodiff<Flex>;
 
@@ -705,6 +827,161 @@ mod tests {
         let (kernel, ops) = (run(true), run(false));
         for (what, (a, b)) in ["values", "∂x", "∂w"].iter().zip(kernel.iter().zip(&ops)) {
             assert_close(what, a, b, 1e-4);
+        }
+    }
+
+    /// Attention inputs as the model passes them: `q`, `k` `[batch, heads, seq, dim]`
+    /// contiguous, `v` a transposed view of `[batch, seq, kv_heads, dim]`.
+    struct AttentionCase {
+        q: Tensor<A, 4>,
+        k: Tensor<A, 4>,
+        /// `[batch, seq, kv_heads, dim]`: the model's `v` is this, transposed.
+        v: Tensor<A, 4>,
+        padding: Option<Tensor<A, 2, burn::tensor::Bool>>,
+        /// Weights of the scalar loss `Σ y ⊙ weights`.
+        weights: Tensor<A, 4>,
+    }
+
+    impl AttentionCase {
+        /// `left` padding tokens before and `right` after each sequence's real ones (only the
+        /// first sequence padded on the left, so rows differ).
+        fn new(batch: usize, heads: usize, kv_heads: usize, seq: usize, dim: usize, pad: (usize, usize)) -> Self {
+            let device = Default::default();
+            let random = |shape: [usize; 4], seed| {
+                <A as burn::tensor::backend::Backend>::seed(&device, seed);
+                Tensor::<A, 4>::random(shape, Distribution::Normal(0.0, 1.5), &device)
+            };
+            let padding = (pad != (0, 0)).then(|| {
+                let flags: Vec<bool> = (0..batch * seq)
+                    .map(|i| {
+                        let (b, t) = (i / seq, i % seq);
+                        (b == 0 && t < pad.0) || t >= seq - pad.1
+                    })
+                    .collect();
+                Tensor::<A, 2, burn::tensor::Bool>::from_data(TensorData::new(flags, [batch, seq]), &device)
+            });
+            Self {
+                q: random([batch, heads, seq, dim], 1).require_grad(),
+                k: random([batch, kv_heads, seq, dim], 2).require_grad(),
+                v: random([batch, seq, kv_heads, dim], 3).require_grad(),
+                padding,
+                weights: random([batch, seq, heads, dim], 4),
+            }
+        }
+
+        /// The output and the loss's gradients `[y, ∂q, ∂k, ∂v]`, through rein's op with its
+        /// own backward (`kernel`) or burn's autodiff of its attention ops.
+        fn run(&self, kernel: bool) -> [Vec<f32>; 4] {
+            let raw = |t: Tensor<A, 4>| t.into_primitive().tensor();
+            let (q, k, v) = (
+                raw(self.q.clone()),
+                raw(self.k.clone()),
+                raw(self.v.clone().swap_dims(1, 2)),
+            );
+            let padding = self.padding.clone().map(Tensor::into_primitive);
+            let y = if kernel {
+                A::causal_attention(q, k, v, padding)
+            } else {
+                cached_attention_ops::<A>(q, k, v, 0, padding)
+            };
+            let y = Tensor::<A, 4>::from_primitive(TensorPrimitive::Float(y));
+            let grads = (y.clone() * self.weights.clone()).sum().backward();
+            let values = |t: Tensor<Flex, 4>| t.into_data().to_vec::<f32>().unwrap();
+            [
+                values(y.inner()),
+                values(self.q.grad(&grads).unwrap()),
+                values(self.k.grad(&grads).unwrap()),
+                values(self.v.grad(&grads).unwrap()),
+            ]
+        }
+
+        /// `[∂q, ∂k, ∂v]` from the burn-ops backward (what CUDA runs), without autodiff.
+        fn generic_backward(&self) -> [Vec<f32>; 3] {
+            let raw = |t: Tensor<A, 4>| t.inner().into_primitive().tensor();
+            let padding = self.padding.clone().map(|p| p.inner().into_primitive());
+            let (d_q, d_k, d_v) = causal_attention_backward_ops::<Flex>(
+                raw(self.q.clone()),
+                raw(self.k.clone()),
+                raw(self.v.clone().swap_dims(1, 2)),
+                padding,
+                raw(self.weights.clone()),
+            );
+            let values = |t| {
+                Tensor::<Flex, 4>::from_primitive(TensorPrimitive::Float(t))
+                    .into_data()
+                    .to_vec::<f32>()
+                    .unwrap()
+            };
+            // ∂v comes back as `[batch, kv_heads, seq, dim]`; the case's `v` is its transpose.
+            let d_v = Tensor::<Flex, 4>::from_primitive(TensorPrimitive::Float(d_v)).swap_dims(1, 2);
+            [values(d_q), values(d_k), d_v.into_data().to_vec::<f32>().unwrap()]
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+        #[test]
+        fn causal_attention_backward_equals_burns_autodiff_of_the_ops(
+            batch in 1usize..4,
+            kv_heads in 1usize..3,
+            group in 1usize..4,
+            seq in 1usize..10,
+            half_dim in 1usize..9,
+            left in 0usize..4,
+            right in 0usize..4,
+        ) {
+            let pad = (left.min(seq - 1), right.min(seq - 1));
+            let case = AttentionCase::new(batch, kv_heads * group, kv_heads, seq, 2 * half_dim, pad);
+            let (kernel, ops) = (case.run(true), case.run(false));
+            for (what, (a, b)) in ["values", "∂q", "∂k", "∂v"].iter().zip(kernel.iter().zip(&ops)) {
+                assert_close(what, a, b, 1e-4);
+            }
+            for (what, (a, b)) in ["generic ∂q", "generic ∂k", "generic ∂v"].iter().zip(case.generic_backward().iter().zip(&ops[1..])) {
+                assert_close(what, a, b, 1e-4);
+            }
+        }
+    }
+
+    /// The kernel's gradients against central differences of the loss, element by element
+    /// (f32: step 1e-2, tolerance 2 %).
+    #[test]
+    fn causal_attention_gradients_match_finite_differences() {
+        let case = AttentionCase::new(2, 4, 2, 5, 6, (2, 1));
+        let [_, d_q, d_k, d_v] = case.run(true);
+        let loss = |q: &Tensor<A, 4>, k: &Tensor<A, 4>, v: &Tensor<A, 4>| {
+            let raw = |t: Tensor<A, 4>| t.inner().into_primitive().tensor();
+            let padding = case.padding.clone().map(|p| p.inner().into_primitive());
+            let y = Flex::causal_attention(raw(q.clone()), raw(k.clone()), raw(v.clone().swap_dims(1, 2)), padding);
+            let y = Tensor::<Flex, 4>::from_primitive(TensorPrimitive::Float(y));
+            f64::from((y * case.weights.clone().inner()).sum().into_scalar())
+        };
+        let step = 1e-2f32;
+        let nudge = |t: &Tensor<A, 4>, i: usize, by: f32| {
+            let mut values = t.clone().into_data().to_vec::<f32>().unwrap();
+            values[i] += by;
+            Tensor::<A, 4>::from_data(TensorData::new(values, t.dims()), &Default::default())
+        };
+        for (which, grad) in [d_q, d_k, d_v].iter().enumerate() {
+            for i in (0..grad.len()).step_by(7) {
+                let mut inputs = [case.q.clone(), case.k.clone(), case.v.clone()];
+                inputs[which] = nudge(&case.q_k_v(which), i, step);
+                let up = loss(&inputs[0], &inputs[1], &inputs[2]);
+                inputs[which] = nudge(&case.q_k_v(which), i, -step);
+                let down = loss(&inputs[0], &inputs[1], &inputs[2]);
+                let numeric = ((up - down) / (2.0 * f64::from(step))) as f32;
+                assert!(
+                    (numeric - grad[i]).abs() <= 2e-2 * (1.0 + grad[i].abs()),
+                    "input {which} element {i}: kernel {} vs finite difference {numeric}",
+                    grad[i]
+                );
+            }
+        }
+    }
+
+    impl AttentionCase {
+        fn q_k_v(&self, which: usize) -> Tensor<A, 4> {
+            [&self.q, &self.k, &self.v][which].clone()
         }
     }
 }

@@ -15,7 +15,7 @@ use super::cache::{KvCache, LayerCache};
 use super::config::LmConfig;
 use super::fused::{FusedLayer, FusedProjections};
 use super::rope::Rope;
-use crate::backend::{Backend, cached_attention_ops, linear};
+use crate::backend::{Backend, linear};
 
 /// RMSNorm as transformers computes it: `w ⊙ x / sqrt(mean(x²) + ε)`.
 #[derive(Module, Debug)]
@@ -161,8 +161,8 @@ impl<B: Backend> Attention<B> {
                 let (k, v) = cache.append(k, v);
                 B::cached_attention(raw(q), raw(k), raw(v), offset, padding)
             }
-            // Training and scoring: burn's ops, which carry gradients.
-            None => cached_attention_ops::<B>(raw(q), raw(k), raw(v), 0, padding),
+            // Training and scoring: whole sequences, with gradients on autodiff backends.
+            None => B::causal_attention(raw(q), raw(k), raw(v), padding),
         };
         let out = Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(out));
         project(&self.o_proj, out.reshape([batch, seq, h * d]))
