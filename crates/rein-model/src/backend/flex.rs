@@ -10,8 +10,9 @@ use rayon::prelude::*;
 use rein_kernels::{Init, Isa, MatRef, matmul};
 
 use super::{
-    Backend, cached_attention_ops, causal_attention_backward_ops, generic_ops, linear_ops, rms_norm_backward_ops,
-    rms_norm_ops, rope_ops, swiglu_backward_ops, swiglu_ops, tanh_backward_ops, write_cache_ops,
+    Backend, cached_attention_ops, causal_attention_backward_ops, chosen_log_probs_backward_ops, chosen_log_probs_ops,
+    generic_ops, linear_ops, rms_norm_backward_ops, rms_norm_ops, rope_ops, swiglu_backward_ops, swiglu_ops,
+    tanh_backward_ops, write_cache_ops,
 };
 
 impl Backend for Flex {
@@ -244,6 +245,46 @@ impl Backend for Flex {
         tensor(out, &[batch, seq, heads, dim])
     }
 
+    fn chosen_log_probs(logits: FloatTensor<Self>, targets: IntTensor<Self>, scale: f32) -> FloatTensor<Self> {
+        let index = indices(&targets);
+        let (Some(targets), DType::F32, false) = (index, logits.dtype(), generic_ops()) else {
+            return chosen_log_probs_ops::<Self>(logits, targets, scale);
+        };
+        let logits = logits.to_contiguous();
+        let [rows, vocab] = shape_2d(&logits);
+        let logits = f32s(&logits);
+        let out = (0..rows)
+            .map(|r| {
+                let row = &logits[r * vocab..(r + 1) * vocab];
+                let (max, total) = softmax_normaliser(row, scale);
+                scale * row[targets[r]] - max - total.ln()
+            })
+            .collect();
+        tensor(out, &[rows])
+    }
+
+    fn chosen_log_probs_backward(
+        logits: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        scale: f32,
+        grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let index = indices(&targets);
+        let (Some(targets), DType::F32, DType::F32, false) = (index, logits.dtype(), grad.dtype(), generic_ops())
+        else {
+            return chosen_log_probs_backward_ops::<Self>(logits, targets, scale, grad);
+        };
+        let (logits, grad) = (logits.to_contiguous(), grad.to_contiguous());
+        let [rows, vocab] = shape_2d(&logits);
+        let (logits, grad) = (f32s(&logits), f32s(&grad));
+        let mut out = vec![0.0f32; rows * vocab];
+        for (r, d_row) in out.chunks_exact_mut(vocab).enumerate() {
+            softmax_gradient_row(d_row, &logits[r * vocab..(r + 1) * vocab], scale, scale * grad[r]);
+            d_row[targets[r]] += scale * grad[r];
+        }
+        tensor(out, &[rows, vocab])
+    }
+
     fn causal_attention_backward(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -317,10 +358,13 @@ fn has_avx2() -> bool {
 /// CPU has it.
 macro_rules! with_avx2 {
     (fn $name:ident($($arg:ident: $ty:ty),*) => $body:ident) => {
-        fn $name($($arg: $ty),*) {
+        with_avx2!(fn $name($($arg: $ty),*) -> () => $body);
+    };
+    (fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $body:ident) => {
+        fn $name($($arg: $ty),*) -> $ret {
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2")]
-            fn avx2($($arg: $ty),*) {
+            fn avx2($($arg: $ty),*) -> $ret {
                 $body($($arg),*)
             }
             #[cfg(target_arch = "x86_64")]
@@ -479,6 +523,34 @@ fn attention_backward_sequence(a: &AttendBackward<'_>, b: usize, d_q: &mut [f32]
                 axpy(&mut d_values[row], weights[j], d_out);
             }
         }
+    }
+}
+
+with_avx2!(fn softmax_normaliser(row: &[f32], scale: f32) -> (f32, f32) => softmax_normaliser_kernel);
+with_avx2!(fn softmax_gradient_row(out: &mut [f32], row: &[f32], scale: f32, g: f32) => softmax_gradient_kernel);
+
+/// `(m, Σⱼ exp(scale·zⱼ − m))` with `m = maxⱼ scale·zⱼ`: `log softmax(scale·z)ⱼ = scale·zⱼ − m − ln Σ`.
+#[inline(always)]
+fn softmax_normaliser_kernel(row: &[f32], scale: f32) -> (f32, f32) {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &z| m.max(scale * z));
+    let mut partial = [0.0f32; 8];
+    let (body, tail) = row.split_at(row.len() / 8 * 8);
+    for chunk in body.chunks_exact(8) {
+        for i in 0..8 {
+            partial[i] += exp_f32(scale * chunk[i] - max);
+        }
+    }
+    let tail: f32 = tail.iter().map(|&z| exp_f32(scale * z - max)).sum();
+    (max, partial.iter().sum::<f32>() + tail)
+}
+
+/// `out ← −g · softmax(scale·row)`.
+#[inline(always)]
+fn softmax_gradient_kernel(out: &mut [f32], row: &[f32], scale: f32, g: f32) {
+    let (max, total) = softmax_normaliser_kernel(row, scale);
+    let factor = -g / total;
+    for (o, &z) in out.iter_mut().zip(row) {
+        *o = factor * exp_f32(scale * z - max);
     }
 }
 

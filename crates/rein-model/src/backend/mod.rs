@@ -13,10 +13,14 @@
 //!   two to ten burn ops; attention (decoding and prefill alike) reads the key/value cache in
 //!   place instead of copying its filled prefix and repeating it per query head, and writes its
 //!   output in the layout the next projection reads; the cache is written in place.
+//! - `causal_attention` (training and scoring): its backward recomputes each query's weights
+//!   from `q` and `k` and writes `∂q`, `∂k`, `∂v` in one pass per sequence, where burn's
+//!   autodiff of its attention ops kept `[batch, heads, seq, seq]` weights and copied repeated
+//!   keys, masks and transposed views several times per layer (over a third of a GRPO step).
 //! - `fused_linear`: one `gemm` call with the bias folded in, on both cores from a smaller size than
 //!   burn-flex's matmul uses them.
 //!
-//! These are what decoding a token spends its time on.
+//! These are what decoding a token and a training step spend their time on.
 
 mod flex;
 
@@ -193,6 +197,30 @@ pub trait Backend: burn::tensor::backend::Backend {
         grad: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
         causal_attention_backward_ops::<Self>(q, k, v, padding, grad)
+    }
+
+    /// The log-probability of each row's chosen token under `softmax(scale · logits)`:
+    /// `scale·zₜ − log Σⱼ exp(scale·zⱼ)`, without keeping the distribution (its autodiff
+    /// version has its own backward, [`Backend::chosen_log_probs_backward`]).
+    ///
+    /// # Shapes
+    /// - `logits`: `[rows, vocab]`, `targets`: `[rows]` → `[rows]`
+    fn chosen_log_probs(logits: FloatTensor<Self>, targets: IntTensor<Self>, scale: f32) -> FloatTensor<Self> {
+        chosen_log_probs_ops::<Self>(logits, targets, scale)
+    }
+
+    /// The gradient of [`Backend::chosen_log_probs`] given the output's:
+    /// `∂zⱼ = scale · g · (1[j = t] − softmax(scale·z)ⱼ)`.
+    ///
+    /// # Shapes
+    /// - `logits`: `[rows, vocab]`, `targets`, `grad`: `[rows]` → `[rows, vocab]`
+    fn chosen_log_probs_backward(
+        logits: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        scale: f32,
+        grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        chosen_log_probs_backward_ops::<Self>(logits, targets, scale, grad)
     }
 }
 
@@ -423,6 +451,44 @@ pub(crate) fn causal_attention_backward_ops<B: burn::tensor::backend::Backend>(
     (raw(d_q), raw(fold(d_k)), raw(fold(d_v)))
 }
 
+/// [`Backend::chosen_log_probs`] in burn ops.
+pub(crate) fn chosen_log_probs_ops<B: burn::tensor::backend::Backend>(
+    logits: FloatTensor<B>,
+    targets: IntTensor<B>,
+    scale: f32,
+) -> FloatTensor<B> {
+    let logits = float::<B, 2>(logits);
+    let rows = logits.dims()[0];
+    let targets = Tensor::<B, 1, Int>::from_primitive(targets).reshape([rows, 1]);
+    burn::tensor::activation::log_softmax(logits.mul_scalar(scale), 1)
+        .gather(1, targets)
+        .reshape([rows])
+        .into_primitive()
+        .tensor()
+}
+
+/// [`Backend::chosen_log_probs_backward`] in burn ops.
+pub(crate) fn chosen_log_probs_backward_ops<B: burn::tensor::backend::Backend>(
+    logits: FloatTensor<B>,
+    targets: IntTensor<B>,
+    scale: f32,
+    grad: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let logits = float::<B, 2>(logits);
+    let [rows, vocab] = logits.dims();
+    let device = logits.device();
+    let targets = Tensor::<B, 1, Int>::from_primitive(targets)
+        .reshape([rows, 1])
+        .expand([rows, vocab]);
+    let tokens = Tensor::<B, 1, Int>::arange(0..vocab as i64, &device)
+        .reshape([1, vocab])
+        .expand([rows, vocab]);
+    let chosen = tokens.equal(targets).float();
+    let p = burn::tensor::activation::softmax(logits.mul_scalar(scale), 1);
+    let g = float::<B, 1>(grad).reshape([rows, 1]).mul_scalar(scale);
+    ((chosen - p) * g).into_primitive().tensor()
+}
+
 /// `true` where a query may not attend: future keys, and padding keys other than itself (a
 /// padding query keeps itself so no row is fully masked).
 ///
@@ -625,6 +691,37 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
         }
     }
 
+    /// The chosen tokens' log-probabilities with their own backward
+    /// ([`Backend::chosen_log_probs_backward`], which recomputes the softmax from the logits).
+    fn chosen_log_probs(logits: FloatTensor<Self>, targets: IntTensor<Self>, scale: f32) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct ChosenLogProbs;
+
+        impl<B: Backend> Backward<B, 1> for ChosenLogProbs {
+            /// The logits, targets and scale.
+            type State = (FloatTensor<B>, IntTensor<B>, f32);
+
+            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let (logits, targets, scale) = ops.state;
+                unary::<B, _>(ops.parents, ops.node, grads, |grad| {
+                    B::chosen_log_probs_backward(logits, targets, scale, grad)
+                });
+            }
+        }
+
+        match ChosenLogProbs
+            .prepare::<C>([logits.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let state = (logits.primitive.clone(), targets.clone(), scale);
+                prep.finish(state, B::chosen_log_probs(logits.primitive, targets, scale))
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::chosen_log_probs(logits.primitive, targets, scale)),
+        }
+    }
+
     /// `y = x·W + b` with its own backward on the inner backend's kernels:
     /// `∂x = ∂y·Wᵀ`, `∂W = xᵀ·∂y`, `∂b = Σ_rows ∂y`.
     fn fused_linear(
@@ -708,7 +805,10 @@ mod tests {
     use burn::backend::{Autodiff, Flex};
     use burn::tensor::{Distribution, Int, Tensor, TensorData, TensorPrimitive};
 
-    use super::{Backend, cached_attention_ops, causal_attention_backward_ops, rope_ops};
+    use super::{
+        Backend, cached_attention_ops, causal_attention_backward_ops, chosen_log_probs_backward_ops,
+        chosen_log_probs_ops, rope_ops,
+    };
 
     type A = Autodiff<Flex>;
 
@@ -982,6 +1082,98 @@ mod tests {
     impl AttentionCase {
         fn q_k_v(&self, which: usize) -> Tensor<A, 4> {
             [&self.q, &self.k, &self.v][which].clone()
+        }
+    }
+
+    /// `[log-probs, ∂logits]` of `Σ weights ⊙ chosen_log_probs(logits, targets, scale)`, through
+    /// rein's op with its own backward (`kernel`) or burn's autodiff of `log_softmax` + `gather`.
+    fn chosen_log_probs_case(
+        logits: &Tensor<A, 2>,
+        targets: &[i64],
+        weights: &[f32],
+        scale: f32,
+        kernel: bool,
+    ) -> [Vec<f32>; 2] {
+        let device = Default::default();
+        let rows = targets.len();
+        let t = Tensor::<A, 1, Int>::from_data(TensorData::new(targets.to_vec(), [rows]), &device).into_primitive();
+        let z = logits.clone().into_primitive().tensor();
+        let y = if kernel {
+            A::chosen_log_probs(z, t, scale)
+        } else {
+            chosen_log_probs_ops::<A>(z, t, scale)
+        };
+        let y = Tensor::<A, 1>::from_primitive(TensorPrimitive::Float(y));
+        let w = Tensor::<A, 1>::from_data(TensorData::new(weights.to_vec(), [rows]), &device);
+        let grads = (y.clone() * w).sum().backward();
+        [
+            y.into_data().to_vec::<f32>().unwrap(),
+            logits.grad(&grads).unwrap().into_data().to_vec::<f32>().unwrap(),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(32))]
+
+        #[test]
+        fn chosen_log_probs_backward_equals_burns_autodiff_of_the_ops(
+            rows in 1usize..12,
+            vocab in 1usize..70,
+            scale in 0.3f32..3.0,
+            seed in 0u64..1000,
+        ) {
+            let device = Default::default();
+            <A as burn::tensor::backend::Backend>::seed(&device, seed);
+            let logits = Tensor::<A, 2>::random([rows, vocab], Distribution::Normal(0.0, 4.0), &device).require_grad();
+            let targets: Vec<i64> = (0..rows).map(|r| ((r as u64 * 7 + seed) % vocab as u64) as i64).collect();
+            let weights: Vec<f32> = (0..rows).map(|r| 1.0 - 0.3 * r as f32).collect();
+            let kernel = chosen_log_probs_case(&logits, &targets, &weights, scale, true);
+            let ops = chosen_log_probs_case(&logits, &targets, &weights, scale, false);
+            assert_close("values", &kernel[0], &ops[0], 1e-5);
+            assert_close("∂logits", &kernel[1], &ops[1], 1e-5);
+            // The burn-ops backward (what CUDA runs), called directly.
+            let t = Tensor::<Flex, 1, Int>::from_data(TensorData::new(targets, [rows]), &device).into_primitive();
+            let g = Tensor::<Flex, 1>::from_data(TensorData::new(weights, [rows]), &device).into_primitive().tensor();
+            let generic = chosen_log_probs_backward_ops::<Flex>(logits.clone().inner().into_primitive().tensor(), t, scale, g);
+            let generic = Tensor::<Flex, 2>::from_primitive(TensorPrimitive::Float(generic)).into_data().to_vec::<f32>().unwrap();
+            assert_close("generic ∂logits", &generic, &ops[1], 1e-5);
+        }
+    }
+
+    /// The kernel's gradient against central differences of the loss (f32: step 1e-2, 1 %).
+    #[test]
+    fn chosen_log_probs_gradients_match_finite_differences() {
+        let device = Default::default();
+        let (rows, vocab, scale) = (3, 11, 1.0 / 0.7);
+        <A as burn::tensor::backend::Backend>::seed(&device, 5);
+        let logits = Tensor::<A, 2>::random([rows, vocab], Distribution::Normal(0.0, 2.0), &device).require_grad();
+        let (targets, weights) = (vec![4i64, 0, 10], vec![1.0f32, -0.5, 2.0]);
+        let [_, grad] = chosen_log_probs_case(&logits, &targets, &weights, scale, true);
+        let values = logits.clone().into_data().to_vec::<f32>().unwrap();
+        let loss = |values: Vec<f32>| {
+            let z = Tensor::<Flex, 2>::from_data(TensorData::new(values, [rows, vocab]), &device)
+                .into_primitive()
+                .tensor();
+            let t =
+                Tensor::<Flex, 1, Int>::from_data(TensorData::new(targets.clone(), [rows]), &device).into_primitive();
+            let y = Flex::chosen_log_probs(z, t, scale);
+            let y = Tensor::<Flex, 1>::from_primitive(TensorPrimitive::Float(y))
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap();
+            y.iter().zip(&weights).map(|(y, w)| f64::from(y * w)).sum::<f64>()
+        };
+        let step = 1e-2f32;
+        for i in 0..rows * vocab {
+            let (mut up, mut down) = (values.clone(), values.clone());
+            up[i] += step;
+            down[i] -= step;
+            let numeric = ((loss(up) - loss(down)) / (2.0 * f64::from(step))) as f32;
+            assert!(
+                (numeric - grad[i]).abs() <= 1e-2 * (1.0 + grad[i].abs()),
+                "element {i}: kernel {} vs finite difference {numeric}",
+                grad[i]
+            );
         }
     }
 }

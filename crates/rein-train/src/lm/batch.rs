@@ -6,7 +6,7 @@
 //! Positions count from each row's first real token, so padding changes nothing.
 
 use burn::tensor::activation::log_softmax;
-use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive};
 use rein_model::Backend;
 use rein_model::lm::{CausalLm, Context};
 
@@ -129,15 +129,24 @@ pub fn completion_log_probs<B: Backend>(
     let tokens = Tensor::from_data(TensorData::new(batch.tokens.clone(), [rows, width]), device);
     let hidden = model.hidden(tokens, &ctx, None).narrow(1, p - 1, c);
     let logits = model.logits(hidden);
-    let logits = if temperature != 1.0 && temperature > 0.0 {
-        logits.div_scalar(temperature)
+    let vocab = logits.dims()[2];
+    let scale = if temperature != 1.0 && temperature > 0.0 {
+        1.0 / temperature
     } else {
-        logits
+        1.0
     };
-    let log_p = log_softmax(logits, 2);
-    let targets = Tensor::<B, 2, Int>::from_data(TensorData::new(batch.targets.clone(), [rows, c]), device);
-    let picked = log_p.clone().gather(2, targets.unsqueeze_dim(2)).squeeze_dim(2);
-    let entropy = with_entropy.then(|| (log_p.clone().exp() * log_p).sum_dim(2).squeeze_dim(2).neg());
+    let logits = logits.reshape([rows * c, vocab]);
+    let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.targets.clone(), [rows * c]), device);
+    let picked = B::chosen_log_probs(
+        logits.clone().into_primitive().tensor(),
+        targets.into_primitive(),
+        scale,
+    );
+    let picked = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(picked)).reshape([rows, c]);
+    let entropy = with_entropy.then(|| {
+        let log_p = log_softmax(logits.mul_scalar(scale), 1);
+        (log_p.clone().exp() * log_p).sum_dim(1).reshape([rows, c]).neg()
+    });
     (picked, entropy)
 }
 
