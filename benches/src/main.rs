@@ -10,6 +10,7 @@ mod plugins;
 mod ppo;
 mod qwen2_3m;
 mod report;
+mod sft;
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -20,7 +21,8 @@ fn main() -> anyhow::Result<()> {
         "ppo" => ppo::run(&plugin_dir)?,
         "generate" => generate::run()?,
         "grpo" => grpo::run(&plugin_dir)?,
-        other => anyhow::bail!("unknown benchmark suite `{other}` (available: plugins, ppo, generate, grpo)"),
+        "sft" => sft::run()?,
+        other => anyhow::bail!("unknown benchmark suite `{other}` (available: plugins, ppo, generate, grpo, sft)"),
     };
     report.finish(&suite)
 }

@@ -7,7 +7,7 @@ use crate::workspace::{cargo_run, plugin_dir, root, run};
 
 #[derive(Args)]
 pub(crate) struct Bench {
-    /// Which benchmark: `plugins`.
+    /// Which benchmark: `plugins`, `ppo`, `generate`, `grpo` or `sft`.
     suite: String,
 }
 

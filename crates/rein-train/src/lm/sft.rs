@@ -79,6 +79,13 @@ impl<'a, B: AutodiffBackend> Sft<'a, B> {
     }
 }
 
+impl<B: AutodiffBackend> Sft<'_, B> {
+    /// Target tokens trained on so far (what `sft/tokens_per_s` counts).
+    pub fn tokens_seen(&self) -> usize {
+        self.state.tokens_seen
+    }
+}
+
 impl<B: AutodiffBackend> Algorithm for Sft<'_, B> {
     fn total_steps(&self) -> usize {
         self.section.steps
