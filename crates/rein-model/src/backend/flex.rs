@@ -163,12 +163,20 @@ impl Backend for Flex {
         let layout = x.layout();
         let strides = layout.strides();
         let (base, storage) = (layout.start_offset() as isize, x.storage::<f32>());
+        // The output in the input's layout: a transposed view of `[batch, seq, heads, dim]`
+        // (a projection, as the model passes it) gives one, so that the gradient flowing back
+        // through the backward pass (this kernel again) reaches the projection without a copy.
+        let seq_major = strides[2] > strides[1];
         let mut out = vec![0.0f32; batch * heads * seq * dim];
-        let mut rows = out.chunks_exact_mut(dim);
         for b in 0..batch {
             for h in 0..heads {
                 for s in 0..seq {
-                    let row = rows.next().expect("one output row per (batch, head, token)");
+                    let at = if seq_major {
+                        ((b * seq + s) * heads + h) * dim
+                    } else {
+                        ((b * heads + h) * seq + s) * dim
+                    };
+                    let row = &mut out[at..at + dim];
                     let p = positions[b * seq + s];
                     let (cos, sin) = (&cos[p * dim..(p + 1) * dim], &sin[p * dim..(p + 1) * dim]);
                     let start = base + b as isize * strides[0] + h as isize * strides[1] + s as isize * strides[2];
@@ -181,7 +189,11 @@ impl Backend for Flex {
                 }
             }
         }
-        tensor(out, &shape)
+        if seq_major {
+            Self::float_swap_dims(tensor(out, &[batch, seq, heads, dim]), 1, 2)
+        } else {
+            tensor(out, &shape)
+        }
     }
 
     fn write_cache(mut buffer: FloatTensor<Self>, values: FloatTensor<Self>, start: usize) -> FloatTensor<Self> {
@@ -215,23 +227,21 @@ impl Backend for Flex {
             return cached_attention_ops::<Self>(q, k, v, offset, padding);
         }
         let [batch, heads, seq, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
-        let [_, kv_heads, capacity, _] = <[usize; 4]>::try_from(dims(&k)).expect("a 4-D key cache");
+        let kv_heads = dims(&k)[1];
         let keys = offset + seq;
-        let (q, k, v) = (q.to_contiguous(), k.to_contiguous(), v.to_contiguous());
-        let (q, k, v) = (f32s(&q), f32s(&k), f32s(&v));
+        let (q, k, v) = (readable(q), readable(k), readable(v));
         let padding = padding.map(|p| p.to_contiguous());
         let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * keys]);
         let attend = Attend {
-            q,
-            k,
-            v,
+            q: Rows::of(&q),
+            k: Rows::of(&k),
+            v: Rows::of(&v),
             padding,
             heads,
             kv_heads,
             seq,
             offset,
             dim,
-            capacity,
         };
         let mut out = vec![0.0f32; batch * seq * heads * dim];
         let per_sequence = seq * heads * dim;
@@ -297,18 +307,13 @@ impl Backend for Flex {
         }
         let [batch, heads, seq, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
         let kv_heads = dims(&k)[1];
-        let (q, k, v, grad) = (
-            q.to_contiguous(),
-            k.to_contiguous(),
-            v.to_contiguous(),
-            grad.to_contiguous(),
-        );
+        let (q, k, v, grad) = (readable(q), readable(k), readable(v), readable(grad));
         let padding = padding.map(|p| p.to_contiguous());
         let attend = AttendBackward {
-            q: f32s(&q),
-            k: f32s(&k),
-            v: f32s(&v),
-            grad: f32s(&grad),
+            q: Rows::of(&q),
+            k: Rows::of(&k),
+            v: Rows::of(&v),
+            grad: Rows::of(&grad),
             padding: padding.as_ref().map(|p| &p.storage::<u8>()[..batch * seq]),
             heads,
             kv_heads,
@@ -334,10 +339,13 @@ impl Backend for Flex {
                 .enumerate()
                 .for_each(run);
         }
+        // Written as `[batch, seq, heads, dim]`, the layout of the projections the inputs are
+        // transposed views of: their gradients then reach those projections without a copy.
+        let transposed = |values, heads| Self::float_swap_dims(tensor(values, &[batch, seq, heads, dim]), 1, 2);
         (
-            tensor(d_q, &[batch, heads, seq, dim]),
-            tensor(d_k, &[batch, kv_heads, seq, dim]),
-            tensor(d_v, &[batch, kv_heads, seq, dim]),
+            transposed(d_q, heads),
+            transposed(d_k, kv_heads),
+            transposed(d_v, kv_heads),
         )
     }
 }
@@ -381,16 +389,63 @@ macro_rules! with_avx2 {
 /// `[batch, heads, seq, dim]` at positions `offset..offset + seq`, keys and values
 /// `[batch, kv_heads, capacity, dim]`, padding `[batch, offset + seq]`.
 struct Attend<'a> {
-    q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
+    q: Rows<'a>,
+    k: Rows<'a>,
+    v: Rows<'a>,
     padding: Option<&'a [u8]>,
     heads: usize,
     kv_heads: usize,
     seq: usize,
     offset: usize,
     dim: usize,
-    capacity: usize,
+}
+
+/// The rows along the last axis of a 4-D `f32` tensor, read in place through its strides
+/// (transposed views included): row `(i, j, t)` starts at `start + i·s₀ + j·s₁ + t·s₂`.
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    data: &'a [f32],
+    start: usize,
+    strides: [usize; 3],
+    width: usize,
+}
+
+impl<'a> Rows<'a> {
+    /// `None` unless `x` is a 4-D `f32` tensor with contiguous rows and non-negative strides.
+    fn try_of(x: &'a FlexTensor) -> Option<Self> {
+        let layout = x.layout();
+        let strides = layout.strides();
+        if x.dtype() != DType::F32 || layout.shape().num_dims() != 4 || strides[3] != 1 {
+            return None;
+        }
+        let stride = |i: usize| usize::try_from(strides[i]).ok();
+        Some(Self {
+            data: x.storage::<f32>(),
+            start: layout.start_offset(),
+            strides: [stride(0)?, stride(1)?, stride(2)?],
+            width: layout.shape()[3],
+        })
+    }
+
+    /// The rows of a tensor that [`readable`] returned.
+    fn of(x: &'a FlexTensor) -> Self {
+        Self::try_of(x).expect("a readable 4-D f32 tensor")
+    }
+
+    #[inline(always)]
+    fn row(&self, i: usize, j: usize, t: usize) -> &'a [f32] {
+        let [s0, s1, s2] = self.strides;
+        &self.data[self.start + i * s0 + j * s1 + t * s2..][..self.width]
+    }
+}
+
+/// `x` itself when [`Rows`] can read it in place, else a contiguous copy.
+fn readable(x: FlexTensor) -> FlexTensor {
+    if Rows::try_of(&x).is_some() {
+        x
+    } else {
+        x.to_contiguous()
+    }
 }
 
 impl Attend<'_> {
@@ -413,24 +468,21 @@ fn attend_sequences(a: &Attend<'_>, first: usize, out: &mut [f32]) {
         let b = first + i;
         let padding = a.padding.map(|p| &p[b * filled..(b + 1) * filled]);
         for h in 0..heads {
-            let head = (b * a.kv_heads + h / group) * a.capacity * dim;
+            let kv = h / group;
             for t in 0..seq {
                 // Position `at` sees keys `0..=at`: itself, and no padding but itself.
                 let at = a.offset + t;
                 let weights = &mut weights[..=at];
-                let (keys, values) = (&a.k[head..][..(at + 1) * dim], &a.v[head..][..(at + 1) * dim]);
-                let query = &a.q[((b * heads + h) * seq + t) * dim..][..dim];
-                attention_weights(query, keys, padding, scale, weights);
+                let (key, value) = (|j| a.k.row(b, kv, j), |j| a.v.row(b, kv, j));
+                attention_weights(a.q.row(b, h, t), key, padding, scale, weights);
                 let out = &mut out[(t * heads + h) * dim..][..dim];
                 match dim {
-                    64 => weighted_sum::<64>(weights, values, out),
-                    128 => weighted_sum::<128>(weights, values, out),
+                    64 => weighted_sum::<64>(weights, value, out),
+                    128 => weighted_sum::<128>(weights, value, out),
                     _ => {
                         out.fill(0.0);
-                        for (&w, value) in weights.iter().zip(values.chunks_exact(dim)) {
-                            for (o, &x) in out.iter_mut().zip(value) {
-                                *o += w * x;
-                            }
+                        for (j, &w) in weights.iter().enumerate() {
+                            axpy(out, w, value(j));
                         }
                     }
                 }
@@ -442,10 +494,16 @@ fn attend_sequences(a: &Attend<'_>, first: usize, out: &mut [f32]) {
 /// `weights ← softmax(scale · keys · query)` over the first `weights.len()` keys, the last
 /// being the query's own position: padding keys before it get no weight.
 #[inline(always)]
-fn attention_weights(query: &[f32], keys: &[f32], padding: Option<&[u8]>, scale: f32, weights: &mut [f32]) {
+fn attention_weights<'k>(
+    query: &[f32],
+    key: impl Fn(usize) -> &'k [f32],
+    padding: Option<&[u8]>,
+    scale: f32,
+    weights: &mut [f32],
+) {
     let at = weights.len() - 1;
-    for (w, key) in weights.iter_mut().zip(keys.chunks_exact(query.len())) {
-        *w = dot(query, key) * scale;
+    for (j, w) in weights.iter_mut().enumerate() {
+        *w = dot(query, key(j)) * scale;
     }
     if let Some(padding) = padding {
         for (w, &padded) in weights[..at].iter_mut().zip(padding) {
@@ -465,13 +523,13 @@ fn attention_weights(query: &[f32], keys: &[f32], padding: Option<&[u8]>, scale:
     }
 }
 
-/// [`Backend::causal_attention_backward`]'s inputs, contiguous: `q` `[batch, heads, seq, dim]`, `k`
-/// and `v` `[batch, kv_heads, seq, dim]`, `grad` `[batch, seq, heads, dim]`, padding `[batch, seq]`.
+/// [`Backend::causal_attention_backward`]'s inputs: `q` `[batch, heads, seq, dim]`, `k` and `v`
+/// `[batch, kv_heads, seq, dim]`, `grad` `[batch, seq, heads, dim]`, padding `[batch, seq]`.
 struct AttendBackward<'a> {
-    q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
-    grad: &'a [f32],
+    q: Rows<'a>,
+    k: Rows<'a>,
+    v: Rows<'a>,
+    grad: Rows<'a>,
     padding: Option<&'a [u8]>,
     heads: usize,
     kv_heads: usize,
@@ -480,47 +538,45 @@ struct AttendBackward<'a> {
 }
 
 impl AttendBackward<'_> {
-    /// The gradients of sequence `b`: `d_q` `[heads, seq, dim]`, `d_k`, `d_v` `[kv_heads, seq, dim]`.
+    /// The gradients of sequence `b`, each laid out as `[seq, heads, dim]` (the projections'
+    /// layout): `d_q` over the query heads, `d_k` and `d_v` over the key/value heads.
     fn sequence(&self, b: usize, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) {
         with_avx2!(fn run(a: &AttendBackward<'_>, b: usize, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) => attention_backward_sequence);
         run(self, b, d_q, d_k, d_v);
     }
 }
 
-/// One sequence of [`Backend::causal_attention_backward`], query by query: the weights `p` recomputed
-/// as the forward pass computed them, then `∂sⱼ = pⱼ (∂O·vⱼ − Σᵢ pᵢ ∂O·vᵢ)`, and
+/// One sequence of [`Backend::causal_attention_backward`], query by query: the weights `p`
+/// recomputed as the forward pass computed them, then `∂sⱼ = pⱼ (∂O·vⱼ − Σᵢ pᵢ ∂O·vᵢ)`, and
 /// `∂q += ∂sⱼ kⱼ/√d`, `∂kⱼ += ∂sⱼ q/√d`, `∂vⱼ += pⱼ ∂O` over the keys it sees.
 #[inline(always)]
 fn attention_backward_sequence(a: &AttendBackward<'_>, b: usize, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) {
-    let (dim, seq, heads) = (a.dim, a.seq, a.heads);
-    let group = heads / a.kv_heads;
+    let (dim, seq, heads, kv_heads) = (a.dim, a.seq, a.heads, a.kv_heads);
+    let group = heads / kv_heads;
     let scale = 1.0 / (dim as f32).sqrt();
     let padding = a.padding.map(|p| &p[b * seq..(b + 1) * seq]);
     let (mut weights, mut d_scores) = (vec![0.0f32; seq], vec![0.0f32; seq]);
     for h in 0..heads {
         let kv = h / group;
-        let head = (b * a.kv_heads + kv) * seq * dim;
-        let (keys, values) = (&a.k[head..][..seq * dim], &a.v[head..][..seq * dim]);
-        let d_keys = &mut d_k[kv * seq * dim..][..seq * dim];
-        let d_values = &mut d_v[kv * seq * dim..][..seq * dim];
+        let (key, value) = (|j| a.k.row(b, kv, j), |j| a.v.row(b, kv, j));
         for t in 0..seq {
             let (weights, d_scores) = (&mut weights[..=t], &mut d_scores[..=t]);
-            let query = &a.q[((b * heads + h) * seq + t) * dim..][..dim];
-            let d_out = &a.grad[((b * seq + t) * heads + h) * dim..][..dim];
-            attention_weights(query, keys, padding, scale, weights);
-            for (ds, value) in d_scores.iter_mut().zip(values.chunks_exact(dim)) {
-                *ds = dot(d_out, value);
+            let query = a.q.row(b, h, t);
+            let d_out = a.grad.row(b, t, h);
+            attention_weights(query, key, padding, scale, weights);
+            for (j, ds) in d_scores.iter_mut().enumerate() {
+                *ds = dot(d_out, value(j));
             }
             let mean = dot(weights, d_scores);
             for (ds, &p) in d_scores.iter_mut().zip(weights.iter()) {
                 *ds = p * (*ds - mean) * scale;
             }
-            let d_query = &mut d_q[(h * seq + t) * dim..][..dim];
+            let d_query = &mut d_q[(t * heads + h) * dim..][..dim];
             for j in 0..=t {
-                let row = j * dim..(j + 1) * dim;
-                axpy(d_query, d_scores[j], &keys[row.clone()]);
-                axpy(&mut d_keys[row.clone()], d_scores[j], query);
-                axpy(&mut d_values[row], weights[j], d_out);
+                let at = (j * kv_heads + kv) * dim..(j * kv_heads + kv + 1) * dim;
+                axpy(d_query, d_scores[j], key(j));
+                axpy(&mut d_k[at.clone()], d_scores[j], query);
+                axpy(&mut d_v[at], weights[j], d_out);
             }
         }
     }
@@ -562,11 +618,13 @@ fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
-/// `out ← Σⱼ weights[j] · values[j]` over rows of `D` values, accumulated in registers.
+/// `out ← Σⱼ weights[j] · value(j)` over rows of `D` values, accumulated in registers.
 #[inline(always)]
-fn weighted_sum<const D: usize>(weights: &[f32], values: &[f32], out: &mut [f32]) {
+fn weighted_sum<'v, const D: usize>(weights: &[f32], value: impl Fn(usize) -> &'v [f32], out: &mut [f32]) {
     let mut acc = [0.0f32; D];
-    for (&w, value) in weights.iter().zip(values.chunks_exact(D)) {
+    for (j, &w) in weights.iter().enumerate() {
+        // As an array, so the loop unrolls into `D / 8` vector registers.
+        let value: &[f32; D] = value(j).first_chunk().expect("rows of D values");
         for (a, &x) in acc.iter_mut().zip(value) {
             *a += w * x;
         }

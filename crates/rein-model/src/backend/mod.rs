@@ -930,9 +930,11 @@ mod tests {
         }
     }
 
-    /// Attention inputs as the model passes them: `q`, `k` `[batch, heads, seq, dim]`
-    /// contiguous, `v` a transposed view of `[batch, seq, kv_heads, dim]`.
+    /// Attention inputs in both layouts the kernels read: `q` and `v` transposed views of
+    /// `[batch, seq, heads, dim]` (as training passes them), `k` contiguous `[batch, kv_heads,
+    /// seq, dim]` (as a key/value cache is).
     struct AttentionCase {
+        /// `[batch, seq, heads, dim]`: the attention's `q` is this, transposed.
         q: Tensor<A, 4>,
         k: Tensor<A, 4>,
         /// `[batch, seq, kv_heads, dim]`: the model's `v` is this, transposed.
@@ -961,7 +963,7 @@ mod tests {
                 Tensor::<A, 2, burn::tensor::Bool>::from_data(TensorData::new(flags, [batch, seq]), &device)
             });
             Self {
-                q: random([batch, heads, seq, dim], 1).require_grad(),
+                q: random([batch, seq, heads, dim], 1).require_grad(),
                 k: random([batch, kv_heads, seq, dim], 2).require_grad(),
                 v: random([batch, seq, kv_heads, dim], 3).require_grad(),
                 padding,
@@ -974,7 +976,7 @@ mod tests {
         fn run(&self, kernel: bool) -> [Vec<f32>; 4] {
             let raw = |t: Tensor<A, 4>| t.into_primitive().tensor();
             let (q, k, v) = (
-                raw(self.q.clone()),
+                raw(self.q.clone().swap_dims(1, 2)),
                 raw(self.k.clone()),
                 raw(self.v.clone().swap_dims(1, 2)),
             );
@@ -1000,7 +1002,7 @@ mod tests {
             let raw = |t: Tensor<A, 4>| t.inner().into_primitive().tensor();
             let padding = self.padding.clone().map(|p| p.inner().into_primitive());
             let (d_q, d_k, d_v) = causal_attention_backward_ops::<Flex>(
-                raw(self.q.clone()),
+                raw(self.q.clone().swap_dims(1, 2)),
                 raw(self.k.clone()),
                 raw(self.v.clone().swap_dims(1, 2)),
                 padding,
@@ -1012,9 +1014,10 @@ mod tests {
                     .to_vec::<f32>()
                     .unwrap()
             };
-            // ∂v comes back as `[batch, kv_heads, seq, dim]`; the case's `v` is its transpose.
-            let d_v = Tensor::<Flex, 4>::from_primitive(TensorPrimitive::Float(d_v)).swap_dims(1, 2);
-            [values(d_q), values(d_k), d_v.into_data().to_vec::<f32>().unwrap()]
+            // ∂q and ∂v come back as `[batch, heads, seq, dim]`; the case's are transposed.
+            let transposed = |t| Tensor::<Flex, 4>::from_primitive(TensorPrimitive::Float(t)).swap_dims(1, 2);
+            let [d_q, d_v] = [d_q, d_v].map(|t| transposed(t).into_data().to_vec::<f32>().unwrap());
+            [d_q, values(d_k), d_v]
         }
     }
 
@@ -1052,7 +1055,12 @@ mod tests {
         let loss = |q: &Tensor<A, 4>, k: &Tensor<A, 4>, v: &Tensor<A, 4>| {
             let raw = |t: Tensor<A, 4>| t.inner().into_primitive().tensor();
             let padding = case.padding.clone().map(|p| p.inner().into_primitive());
-            let y = Flex::causal_attention(raw(q.clone()), raw(k.clone()), raw(v.clone().swap_dims(1, 2)), padding);
+            let y = Flex::causal_attention(
+                raw(q.clone().swap_dims(1, 2)),
+                raw(k.clone()),
+                raw(v.clone().swap_dims(1, 2)),
+                padding,
+            );
             let y = Tensor::<Flex, 4>::from_primitive(TensorPrimitive::Float(y));
             f64::from((y * case.weights.clone().inner()).sum().into_scalar())
         };
