@@ -62,7 +62,7 @@ pub fn run() -> anyhow::Result<Report> {
     );
     let start = std::time::Instant::now();
     let mut trainer = Sft::new(model, &examples, pad_id, &sft, 1, &device)?;
-    Driver {
+    let driven = Driver {
         metrics: None,
         checkpointing: &Checkpointing::default(),
         stall_timeout: std::time::Duration::from_secs(600),
@@ -70,7 +70,12 @@ pub fn run() -> anyhow::Result<Report> {
     }
     .run(&mut trainer)?;
     let tokens_per_s = trainer.tokens_seen() as f64 / start.elapsed().as_secs_f64();
-    println!("  rein: {tokens_per_s:.0} target tokens/s");
+    let phase = |name: &str| driven.phases.get(name).map_or(0.0, |d| d.as_secs_f64()) / STEPS as f64;
+    println!(
+        "  rein: {tokens_per_s:.0} target tokens/s; per step: forward + backward {:.1} ms, optimizer {:.1} ms",
+        1e3 * phase("backward"),
+        1e3 * phase("optimizer")
+    );
     let peer = torch_peer(peer_dir, &sft, pad_id);
     let target = peer.as_ref().map(|(_, theirs)| {
         (

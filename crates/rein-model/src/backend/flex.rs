@@ -89,7 +89,10 @@ impl Backend for Flex {
         // Written over `up` (usually a fresh, unshared projection, so no copy).
         let mut up = up.to_contiguous();
         let n = up.layout().num_elements();
-        swiglu_in_place(&mut up.storage_mut::<f32>()[..n], f32s(&gate));
+        let gate = f32s(&gate);
+        for_blocks(&mut up.storage_mut::<f32>()[..n], BLOCK, |i, up| {
+            swiglu_in_place(up, &gate[i * BLOCK..][..up.len()])
+        });
         up
     }
 
@@ -107,7 +110,23 @@ impl Backend for Flex {
         let (g, u, dy) = (f32s(&gate), f32s(&up), f32s(&grad));
         let mut d_gate = vec![0.0f32; dy.len()];
         let mut d_up = vec![0.0f32; dy.len()];
-        swiglu_backward_in_place(&mut d_gate, &mut d_up, g, u, dy);
+        let block = |(i, (d_gate, d_up)): (usize, (&mut [f32], &mut [f32]))| {
+            let at = i * BLOCK..i * BLOCK + d_gate.len();
+            swiglu_backward_in_place(d_gate, d_up, &g[at.clone()], &u[at.clone()], &dy[at]);
+        };
+        if dy.len() >= PARALLEL_ELEMENTS && !nested() {
+            d_gate
+                .par_chunks_mut(BLOCK)
+                .zip(d_up.par_chunks_mut(BLOCK))
+                .enumerate()
+                .for_each(block);
+        } else {
+            d_gate
+                .chunks_mut(BLOCK)
+                .zip(d_up.chunks_mut(BLOCK))
+                .enumerate()
+                .for_each(block);
+        }
         (tensor(d_gate, &shape), tensor(d_up, &shape))
     }
 
@@ -119,7 +138,10 @@ impl Backend for Flex {
         let (x, weight) = (x.to_contiguous(), weight.to_contiguous());
         let (x, weight) = (f32s(&x), f32s(&weight));
         let mut out = vec![0.0f32; x.len()];
-        rms_norm_rows(&mut out, x, weight, eps as f32);
+        let block = rows_per_block(weight.len()) * weight.len();
+        for_blocks(&mut out, block, |i, out| {
+            rms_norm_rows(out, &x[i * block..][..out.len()], weight, eps as f32)
+        });
         tensor(out, &shape)
     }
 
@@ -137,8 +159,14 @@ impl Backend for Flex {
         let (x, weight, grad) = (x.to_contiguous(), weight.to_contiguous(), grad.to_contiguous());
         let (xs, w, dy) = (f32s(&x), f32s(&weight), f32s(&grad));
         let mut d_x = vec![0.0f32; xs.len()];
+        let block = rows_per_block(w.len()) * w.len();
+        for_blocks(&mut d_x, block, |i, d_x| {
+            let at = i * block..i * block + d_x.len();
+            rms_norm_backward_x(d_x, &xs[at.clone()], w, &dy[at], eps as f32)
+        });
+        // `∂w` sums over rows: one pass in row order, so its bits never depend on the split.
         let mut d_weight = vec![0.0f32; w.len()];
-        rms_norm_backward_rows(&mut d_x, &mut d_weight, xs, w, dy, eps as f32);
+        rms_norm_backward_weight(&mut d_weight, xs, dy, eps as f32);
         (tensor(d_x, &shape), tensor(d_weight, &[w.len()]))
     }
 
@@ -156,39 +184,31 @@ impl Backend for Flex {
         };
         let shape = dims(&x);
         let [batch, heads, seq, dim] = [shape[0], shape[1], shape[2], shape[3]];
-        let half = dim / 2;
         let (cos, sin) = (cos.to_contiguous(), sin.to_contiguous());
         let (cos, sin) = (f32s(&cos), f32s(&sin));
         // `x` is usually a transposed view of a projection: read it through its strides.
-        let layout = x.layout();
-        let strides = layout.strides();
-        let (base, storage) = (layout.start_offset() as isize, x.storage::<f32>());
+        let x = readable(x);
+        let rows = Rows::of(&x);
         // The output in the input's layout: a transposed view of `[batch, seq, heads, dim]`
         // (a projection, as the model passes it) gives one, so that the gradient flowing back
         // through the backward pass (this kernel again) reaches the projection without a copy.
-        let seq_major = strides[2] > strides[1];
+        let seq_major = rows.strides[2] > rows.strides[1];
         let mut out = vec![0.0f32; batch * heads * seq * dim];
-        for b in 0..batch {
+        // One task per sequence: its block of the output is contiguous in either layout.
+        for_blocks(&mut out, heads * seq * dim, |b, out| {
             for h in 0..heads {
                 for s in 0..seq {
                     let at = if seq_major {
-                        ((b * seq + s) * heads + h) * dim
+                        (s * heads + h) * dim
                     } else {
-                        ((b * heads + h) * seq + s) * dim
+                        (h * seq + s) * dim
                     };
-                    let row = &mut out[at..at + dim];
                     let p = positions[b * seq + s];
                     let (cos, sin) = (&cos[p * dim..(p + 1) * dim], &sin[p * dim..(p + 1) * dim]);
-                    let start = base + b as isize * strides[0] + h as isize * strides[1] + s as isize * strides[2];
-                    let at = |i: usize| storage[(start + i as isize * strides[3]) as usize];
-                    for i in 0..half {
-                        let (a, c) = (at(i), at(i + half));
-                        row[i] = a * cos[i] + -c * sin[i];
-                        row[i + half] = c * cos[i + half] + a * sin[i + half];
-                    }
+                    rotate_half(&mut out[at..at + dim], rows.row(b, h, s), cos, sin);
                 }
             }
-        }
+        });
         if seq_major {
             Self::float_swap_dims(tensor(out, &[batch, seq, heads, dim]), 1, 2)
         } else {
@@ -352,6 +372,28 @@ impl Backend for Flex {
 
 /// Multiply-adds below which a kernel stays on one thread.
 const PARALLEL_WORK: usize = 1 << 16;
+
+/// Elements below which an element-wise kernel stays on one thread.
+const PARALLEL_ELEMENTS: usize = 1 << 15;
+
+/// Elements per task of an element-wise kernel split across threads: fixed, so the split never
+/// depends on the thread count (and no result on the split: each element is computed alone).
+const BLOCK: usize = 1 << 13;
+
+/// Whole rows of `width` per task of a row-wise kernel (about [`BLOCK`] elements).
+fn rows_per_block(width: usize) -> usize {
+    (BLOCK / width.max(1)).max(1)
+}
+
+/// `f(i, block i of out)` over consecutive blocks of `block` elements, on all threads when
+/// `out` is large enough and this thread is not already one of several parallel tasks.
+fn for_blocks(out: &mut [f32], block: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    if out.len() >= PARALLEL_ELEMENTS && !nested() {
+        out.par_chunks_mut(block).enumerate().for_each(|(i, out)| f(i, out));
+    } else {
+        out.chunks_mut(block).enumerate().for_each(|(i, out)| f(i, out));
+    }
+}
 
 /// Whether to run the AVX2 copies of the kernels below. The crate is built for baseline x86-64,
 /// whose loops vectorise 4 floats wide (SSE2); the copies compiled for AVX2 run 8 wide. Both give
@@ -610,6 +652,19 @@ fn softmax_gradient_kernel(out: &mut [f32], row: &[f32], scale: f32, g: f32) {
     }
 }
 
+/// `out ← x ⊙ cos + rotate_half(x) ⊙ sin`, `rotate_half([a, c]) = [−c, a]`.
+#[inline(always)]
+fn rotate_half(out: &mut [f32], x: &[f32], cos: &[f32], sin: &[f32]) {
+    let half = x.len() / 2;
+    let (first, second) = x.split_at(half);
+    let (out_first, out_second) = out.split_at_mut(half);
+    for i in 0..half {
+        let (a, c) = (first[i], second[i]);
+        out_first[i] = a * cos[i] + -c * sin[i];
+        out_second[i] = c * cos[i + half] + a * sin[i + half];
+    }
+}
+
 /// `y ← y + a·x`.
 #[inline(always)]
 fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
@@ -722,12 +777,13 @@ fn rms_norm_kernel(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
     }
 }
 
-with_avx2!(fn rms_norm_backward_rows(d_x: &mut [f32], d_weight: &mut [f32], x: &[f32], weight: &[f32], grad: &[f32], eps: f32) => rms_norm_backward_kernel);
+with_avx2!(fn rms_norm_backward_x(d_x: &mut [f32], x: &[f32], weight: &[f32], grad: &[f32], eps: f32) => rms_norm_backward_x_kernel);
+with_avx2!(fn rms_norm_backward_weight(d_weight: &mut [f32], x: &[f32], grad: &[f32], eps: f32) => rms_norm_backward_weight_kernel);
 
-/// Row by row, with `r` as the forward computes it: `∂w += ∂y ⊙ x r` (rows in order) and
-/// `∂x = r (g − x r · mean(g ⊙ x r))`, `g = ∂y ⊙ w`.
+/// `∂x = r (g − x r · mean(g ⊙ x r))` row by row, `g = ∂y ⊙ w`, with `r` as the forward
+/// computes it.
 #[inline(always)]
-fn rms_norm_backward_kernel(d_x: &mut [f32], d_weight: &mut [f32], x: &[f32], weight: &[f32], grad: &[f32], eps: f32) {
+fn rms_norm_backward_x_kernel(d_x: &mut [f32], x: &[f32], weight: &[f32], grad: &[f32], eps: f32) {
     let hidden = weight.len();
     let rows = d_x
         .chunks_exact_mut(hidden)
@@ -737,13 +793,23 @@ fn rms_norm_backward_kernel(d_x: &mut [f32], d_weight: &mut [f32], x: &[f32], we
         let inv_rms = 1.0 / (dot(x, x) / hidden as f32 + eps).sqrt();
         let mut projection = 0.0f32;
         for i in 0..hidden {
-            let normed = x[i] * inv_rms;
-            d_weight[i] += dy[i] * normed;
-            projection += dy[i] * weight[i] * normed;
+            projection += dy[i] * weight[i] * (x[i] * inv_rms);
         }
         let projection = projection / hidden as f32;
         for i in 0..hidden {
             d_x[i] = inv_rms * (dy[i] * weight[i] - x[i] * inv_rms * projection);
+        }
+    }
+}
+
+/// `∂w += ∂y ⊙ x r`, rows in order.
+#[inline(always)]
+fn rms_norm_backward_weight_kernel(d_weight: &mut [f32], x: &[f32], grad: &[f32], eps: f32) {
+    let hidden = d_weight.len();
+    for (x, dy) in x.chunks_exact(hidden).zip(grad.chunks_exact(hidden)) {
+        let inv_rms = 1.0 / (dot(x, x) / hidden as f32 + eps).sqrt();
+        for i in 0..hidden {
+            d_weight[i] += dy[i] * (x[i] * inv_rms);
         }
     }
 }

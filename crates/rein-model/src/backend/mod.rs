@@ -839,7 +839,8 @@ mod tests {
     #[test]
     fn rope_backward_equals_burns_autodiff_of_the_ops() {
         let device = Default::default();
-        for (batch, seq, heads, dim) in [(2, 3, 4, 8), (1, 5, 2, 16)] {
+        // The last shape is large enough to be split across threads.
+        for (batch, seq, heads, dim) in [(2, 3, 4, 8), (1, 5, 2, 16), (4, 33, 8, 32)] {
             let x = Tensor::<A, 4>::random([batch, seq, heads, dim], Distribution::Normal(0.0, 1.0), &device)
                 .require_grad();
             let weights = Tensor::<A, 4>::random([batch, heads, seq, dim], Distribution::Normal(0.0, 1.0), &device);
@@ -869,10 +870,17 @@ mod tests {
 
     #[test]
     fn swiglu_backward_equals_burns_autodiff_of_the_ops() {
+        // The second shape is large enough to be split across threads (a ragged last block).
+        for shape in [[7, 45], [300, 130]] {
+            swiglu_case(shape);
+        }
+    }
+
+    fn swiglu_case(shape: [usize; 2]) {
         let device = Default::default();
         let random = |seed| {
             <A as burn::tensor::backend::Backend>::seed(&device, seed);
-            Tensor::<A, 2>::random([7, 45], Distribution::Normal(0.0, 3.0), &device).require_grad()
+            Tensor::<A, 2>::random(shape, Distribution::Normal(0.0, 3.0), &device).require_grad()
         };
         let (gate, up, weights) = (random(1), random(2), random(3));
         let run = |kernel: bool| {
@@ -902,13 +910,20 @@ mod tests {
 
     #[test]
     fn rms_norm_backward_equals_burns_autodiff_of_the_ops() {
+        // The second shape is large enough to be split across threads (a ragged last block).
+        for [rows, hidden] in [[9, 40], [300, 130]] {
+            rms_norm_case(rows, hidden);
+        }
+    }
+
+    fn rms_norm_case(rows: usize, hidden: usize) {
         let device = Default::default();
         let random = |shape: [usize; 2], seed| {
             <A as burn::tensor::backend::Backend>::seed(&device, seed);
             Tensor::<A, 2>::random(shape, Distribution::Normal(0.5, 2.0), &device)
         };
-        let (x, weights) = (random([9, 40], 1).require_grad(), random([9, 40], 3));
-        let w = random([1, 40], 2).reshape([40]).require_grad();
+        let (x, weights) = (random([rows, hidden], 1).require_grad(), random([rows, hidden], 3));
+        let w = random([1, hidden], 2).reshape([hidden]).require_grad();
         let run = |kernel: bool| {
             let (xp, wp) = (x.clone().into_primitive().tensor(), w.clone().into_primitive().tensor());
             let y = if kernel {
