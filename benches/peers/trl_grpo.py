@@ -11,6 +11,7 @@ Usage: trl_grpo.py CHECKPOINT_DIR PROMPTS_JSONL STEPS   prints one JSON object
 
 import json
 import re
+import resource
 import sys
 import time
 
@@ -87,6 +88,8 @@ def main():
     print(json.dumps({
         "seconds_per_step": measured[len(measured) // 2],
         "steps": len(measured),
+        # The process's peak resident set (Linux reports KiB).
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "versions": {"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__},
     }))
 

@@ -15,7 +15,7 @@ use rein_train::driver::Driver;
 use rein_train::lm::{ArithmeticTask, Grpo, GrpoContext, WeightedReward, generate_task, prepare};
 
 use crate::qwen2_3m::qwen2_3m;
-use crate::report::{Report, Row};
+use crate::report::{Report, Row, peak_rss_mib};
 
 const STEPS: usize = 6;
 
@@ -117,11 +117,12 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         train_flop / 1e9,
         100.0 * achieved / peak
     );
+    let rss = peak_rss_mib();
     let trl = trl_peer(peer_dir);
-    let target = trl.as_ref().map(|(_, seconds)| {
+    let target = trl.as_ref().map(|trl| {
         (
-            format!("≥ 2× TRL ({:.2}×)", seconds / per_step),
-            per_step * 2.0 <= *seconds,
+            format!("≥ 2× TRL ({:.2}×)", trl.seconds_per_step / per_step),
+            per_step * 2.0 <= trl.seconds_per_step,
         )
     });
     let mut report = Report::default();
@@ -129,9 +130,24 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         name: "GRPO step, 8×8 completions, 32 tokens (s)".into(),
         value: per_step,
         unit: "s",
-        baseline: trl,
+        baseline: trl.as_ref().map(|trl| (trl.label.clone(), trl.seconds_per_step)),
         target,
     });
+    if let Some(rss) = rss {
+        let trl_rss = trl
+            .as_ref()
+            .and_then(|trl| Some((trl.label.clone(), trl.peak_rss_mib?)));
+        let target = trl_rss
+            .as_ref()
+            .map(|(_, theirs)| ("≤ TRL's".to_string(), rss <= *theirs));
+        report.push(Row {
+            name: "GRPO peak resident memory, whole process (MiB)".into(),
+            value: rss,
+            unit: "MiB",
+            baseline: trl_rss,
+            target,
+        });
+    }
     report.push(Row {
         name: "GRPO forward + backward, share of the matrix kernel's peak (%)".into(),
         value: 100.0 * achieved / peak,
@@ -179,22 +195,36 @@ fn gemm_peak_gflops() -> f64 {
     2.0 * (n * n * n) as f64 / best / 1e9
 }
 
-/// TRL's `GRPOTrainer` seconds per step on the same checkpoint and prompts (benches/peers/),
-/// with its versions in the label; `None` (said why) when it cannot run.
-fn trl_peer(dir: &Path) -> Option<(String, f64)> {
+/// What the TRL peer measured.
+struct TrlFigures {
+    /// TRL's and torch's versions.
+    label: String,
+    seconds_per_step: f64,
+    /// The peer process's peak resident set.
+    peak_rss_mib: Option<f64>,
+}
+
+/// TRL's `GRPOTrainer` on the same checkpoint and prompts (benches/peers/); `None` (said why)
+/// when it cannot run.
+fn trl_peer(dir: &Path) -> Option<TrlFigures> {
     println!("TRL GRPOTrainer on the same checkpoint and prompts (benches/peers/trl_grpo.py)");
     let args = [dir.to_path_buf(), dir.join("prompts.jsonl"), STEPS.to_string().into()];
     let stdout = crate::peers::run("trl_grpo.py", args)?;
     let value: serde_json::Value = serde_json::from_str(stdout.lines().last()?).ok()?;
     let seconds = value["seconds_per_step"].as_f64()?;
+    let peak_rss_mib = value["peak_rss_mib"].as_f64();
     let versions = &value["versions"];
-    println!("  TRL: {seconds:.3} s per step");
-    Some((
-        format!(
+    println!(
+        "  TRL: {seconds:.3} s per step, peak RSS {:.0} MiB",
+        peak_rss_mib.unwrap_or(f64::NAN)
+    );
+    Some(TrlFigures {
+        label: format!(
             "TRL {} GRPOTrainer (torch {}), this run",
             versions["trl"].as_str()?,
             versions["torch"].as_str()?
         ),
-        seconds,
-    ))
+        seconds_per_step: seconds,
+        peak_rss_mib,
+    })
 }

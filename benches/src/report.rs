@@ -59,7 +59,7 @@ impl Report {
 
 /// How many times better rein is: for rates rein / baseline, for times baseline / rein.
 fn ratio(value: f64, baseline: f64, unit: &str) -> f64 {
-    if matches!(unit, "µs" | "s") {
+    if matches!(unit, "µs" | "s" | "MiB") {
         baseline / value
     } else {
         value / baseline
@@ -70,6 +70,7 @@ fn human(value: f64, unit: &str) -> String {
     match unit {
         "µs" => format!("{value:.2} µs"),
         "s" => format!("{value:.2} s"),
+        "MiB" => format!("{value:.0} MiB"),
         _ if value >= 1e6 => format!("{:.2}M {unit}", value / 1e6),
         _ if value >= 1e3 => format!("{:.1}k {unit}", value / 1e3),
         _ => format!("{value:.1} {unit}"),
@@ -92,4 +93,13 @@ pub fn rate(budget: Duration, work: f64, mut f: impl FnMut()) -> f64 {
     }
     rates.sort_by(f64::total_cmp);
     rates[rates.len() / 2]
+}
+
+/// This process's peak resident set so far (`VmHWM` in `/proc/self/status`), in MiB; `None`
+/// where there is no such file.
+pub fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
 }
