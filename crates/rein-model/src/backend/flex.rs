@@ -427,7 +427,7 @@ macro_rules! with_avx2 {
     };
 }
 
-/// Cached attention's inputs (see [`Backend::cached_attention`]): contiguous queries
+/// Cached attention's inputs (see [`Backend::cached_attention`]), read in place: queries
 /// `[batch, heads, seq, dim]` at positions `offset..offset + seq`, keys and values
 /// `[batch, kv_heads, capacity, dim]`, padding `[batch, offset + seq]`.
 struct Attend<'a> {
