@@ -1079,20 +1079,15 @@ mod tests {
             let y = Tensor::<Flex, 4>::from_primitive(TensorPrimitive::Float(y));
             f64::from((y * case.weights.clone().inner()).sum().into_scalar())
         };
-        let step = 1e-2f32;
-        let nudge = |t: &Tensor<A, 4>, i: usize, by: f32| {
-            let mut values = t.clone().into_data().to_vec::<f32>().unwrap();
-            values[i] += by;
-            Tensor::<A, 4>::from_data(TensorData::new(values, t.dims()), &Default::default())
-        };
         for (which, grad) in [d_q, d_k, d_v].iter().enumerate() {
+            let input = [&case.q, &case.k, &case.v][which];
+            let values = input.clone().into_data().to_vec::<f32>().unwrap();
             for i in (0..grad.len()).step_by(7) {
-                let mut inputs = [case.q.clone(), case.k.clone(), case.v.clone()];
-                inputs[which] = nudge(&case.q_k_v(which), i, step);
-                let up = loss(&inputs[0], &inputs[1], &inputs[2]);
-                inputs[which] = nudge(&case.q_k_v(which), i, -step);
-                let down = loss(&inputs[0], &inputs[1], &inputs[2]);
-                let numeric = ((up - down) / (2.0 * f64::from(step))) as f32;
+                let numeric = central_difference(&values, i, |nudged| {
+                    let mut inputs = [case.q.clone(), case.k.clone(), case.v.clone()];
+                    inputs[which] = Tensor::from_data(TensorData::new(nudged, input.dims()), &Default::default());
+                    loss(&inputs[0], &inputs[1], &inputs[2])
+                });
                 assert!(
                     (numeric - grad[i]).abs() <= 2e-2 * (1.0 + grad[i].abs()),
                     "input {which} element {i}: kernel {} vs finite difference {numeric}",
@@ -1102,10 +1097,13 @@ mod tests {
         }
     }
 
-    impl AttentionCase {
-        fn q_k_v(&self, which: usize) -> Tensor<A, 4> {
-            [&self.q, &self.k, &self.v][which].clone()
-        }
+    /// `∂loss/∂values[i]` by central differences, step 1e-2 (f32 inputs, f64 loss).
+    fn central_difference(values: &[f32], i: usize, loss: impl Fn(Vec<f32>) -> f64) -> f32 {
+        const STEP: f32 = 1e-2;
+        let (mut up, mut down) = (values.to_vec(), values.to_vec());
+        up[i] += STEP;
+        down[i] -= STEP;
+        ((loss(up) - loss(down)) / (2.0 * f64::from(STEP))) as f32
     }
 
     /// `[log-probs, ∂logits]` of `Σ weights ⊙ chosen_log_probs(logits, targets, scale)`, through
@@ -1186,16 +1184,12 @@ mod tests {
                 .unwrap();
             y.iter().zip(&weights).map(|(y, w)| f64::from(y * w)).sum::<f64>()
         };
-        let step = 1e-2f32;
-        for i in 0..rows * vocab {
-            let (mut up, mut down) = (values.clone(), values.clone());
-            up[i] += step;
-            down[i] -= step;
-            let numeric = ((loss(up) - loss(down)) / (2.0 * f64::from(step))) as f32;
+        assert_eq!(grad.len(), rows * vocab);
+        for (i, &g) in grad.iter().enumerate() {
+            let numeric = central_difference(&values, i, loss);
             assert!(
-                (numeric - grad[i]).abs() <= 1e-2 * (1.0 + grad[i].abs()),
-                "element {i}: kernel {} vs finite difference {numeric}",
-                grad[i]
+                (numeric - g).abs() <= 1e-2 * (1.0 + g.abs()),
+                "element {i}: kernel {g} vs finite difference {numeric}"
             );
         }
     }

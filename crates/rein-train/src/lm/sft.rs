@@ -77,9 +77,7 @@ impl<'a, B: AutodiffBackend> Sft<'a, B> {
             device: device.clone(),
         })
     }
-}
 
-impl<B: AutodiffBackend> Sft<'_, B> {
     /// Target tokens trained on so far (what `sft/tokens_per_s` counts).
     pub fn tokens_seen(&self) -> usize {
         self.state.tokens_seen
