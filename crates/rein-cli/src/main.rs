@@ -1,9 +1,11 @@
 //! `rein`: the command-line front end. Usable on any `.wasm` plugin:
 //! `rein plugin inspect`, `rein plugin score`, `rein env rollout`; and training:
-//! `rein run RECIPE`, `rein recipe show|check RECIPE`.
+//! `rein run RECIPE`, `rein recipe show|check RECIPE`; models: `rein generate`,
+//! `rein convert gguf`.
 //!
 //! Errors go to stderr with a non-zero exit code and name the plugin and the limit or field.
 
+mod convert;
 mod env;
 mod generate;
 mod plot;
@@ -33,7 +35,10 @@ enum Command {
     Run(train::RunArgs),
     /// Evaluate a language model on a recipe's held-out split: greedy pass@1, pass@k, maj@k.
     Eval(train::EvalArgs),
-    /// Generate text with a Hugging Face checkpoint.
+    /// Convert a model file into a Hugging Face checkpoint directory.
+    #[command(subcommand)]
+    Convert(convert::ConvertCommand),
+    /// Generate text with a Hugging Face checkpoint (or a `.gguf` file).
     Generate(generate::GenerateArgs),
     /// Show or check a recipe.
     #[command(subcommand)]
@@ -81,6 +86,7 @@ fn main() -> std::process::ExitCode {
         Command::Plugin(command) => command.run(),
         Command::Env(command) => command.run(),
         Command::Run(args) => args.run(),
+        Command::Convert(command) => command.run(),
         Command::Generate(args) => args.run(),
         Command::Eval(args) => args.run(),
         Command::Recipe(command) => command.run(),

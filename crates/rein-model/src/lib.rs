@@ -5,6 +5,7 @@
 //!   action head (CleanRL's PPO agent).
 //! - [`lm::CausalLm`]: Llama / Qwen2 / Mistral / SmolLM causal language models, loaded from and
 //!   saved to Hugging Face checkpoints, with their tokenizers ([`lm::LmTokenizer`]).
+//! - [`gguf`]: llama.cpp's GGUF model files, converted to Hugging Face checkpoints.
 //!
 //! **Architecture invariant:** modules are generic over the burn backend (`Autodiff<Flex>` on
 //! the CPU by default; the `cuda` feature adds burn-cuda). This crate knows nothing about
@@ -13,6 +14,7 @@
 
 mod actor_critic;
 mod backend;
+pub mod gguf;
 pub mod lm;
 mod mlp;
 pub mod safetensors_file;

@@ -162,8 +162,9 @@ pub(crate) fn read_config(dir: &Path) -> Result<(LmConfig, serde_json::Value), L
     Ok((config, raw))
 }
 
-/// Loads the model in `dir` onto `device`.
+/// Loads the model in `dir` (a checkpoint directory or a `.gguf` file) onto `device`.
 pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, LoadError> {
+    let dir = &crate::gguf::checkpoint_dir(dir)?;
     let (config, _) = read_config(dir)?;
     let weights = Weights::open(dir)?;
     let (hidden, inter) = (config.hidden_size, config.intermediate_size);

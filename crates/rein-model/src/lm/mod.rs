@@ -3,7 +3,8 @@
 //!
 //! A checkpoint directory holds `config.json`, `model.safetensors` (or shards listed in
 //! `model.safetensors.index.json`), `tokenizer.json` and optionally `tokenizer_config.json`
-//! (special tokens, chat template). f16 and bf16 weights are upcast to f32 on load.
+//! (special tokens, chat template). f16 and bf16 weights are upcast to f32 on load. A `.gguf`
+//! file is accepted wherever a directory is: it is converted once ([`crate::gguf`]).
 
 mod cache;
 mod checkpoint;
@@ -93,6 +94,9 @@ pub enum LoadError {
         /// The parser's reason.
         reason: String,
     },
+    /// A GGUF model file cannot be converted.
+    #[error(transparent)]
+    Gguf(#[from] crate::gguf::GgufError),
     /// The tokenizer cannot be loaded or does not fit the model.
     #[error("{}: {reason}", path.display())]
     Tokenizer {

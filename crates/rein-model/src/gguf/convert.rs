@@ -1,0 +1,331 @@
+//! A GGUF model as a Hugging Face checkpoint: `config.json` from the metadata, weights renamed
+//! and dequantised (Q/K rows put back in Hugging Face's order), `tokenizer.json` and
+//! `tokenizer_config.json` rebuilt from the vocabulary, merges and chat template.
+
+use std::path::Path;
+
+use serde_json::Value as Json;
+
+use super::GgufError;
+use super::file::GgufFile;
+use super::tokenizer;
+use crate::lm::{LmConfig, RopeScaling, TokenIds};
+use crate::safetensors_file::Tensors;
+
+/// Architectures whose GGUF layout rein maps (`general.architecture`).
+const ARCHITECTURES: [&str; 3] = ["llama", "mistral", "qwen2"];
+
+/// A converted model, ready to be written as a checkpoint directory.
+#[derive(Debug)]
+pub struct Converted {
+    /// The architecture.
+    pub config: LmConfig,
+    /// Weights under Hugging Face names, f32.
+    pub tensors: Tensors,
+    /// `tokenizer.json`.
+    pub tokenizer: Json,
+    /// `tokenizer_config.json`.
+    pub tokenizer_config: Json,
+}
+
+impl Converted {
+    /// Reads everything from `file`.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self, GgufError> {
+        let config = config(file)?;
+        let tensors = tensors(file, &config)?;
+        let (tokenizer, tokenizer_config) = tokenizer::build(file, config.max_position_embeddings)?;
+        Ok(Self {
+            config,
+            tensors,
+            tokenizer,
+            tokenizer_config,
+        })
+    }
+
+    /// Writes `config.json`, `model.safetensors`, `tokenizer.json` and `tokenizer_config.json`
+    /// into `dir` (created if missing).
+    pub fn write(&self, dir: &Path) -> Result<(), GgufError> {
+        let io = |path: &Path, e: std::io::Error| GgufError::Io {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        };
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        let weights = dir.join("model.safetensors");
+        crate::safetensors_file::write(&weights, &self.tensors, "pt").map_err(|e| io(&weights, e))?;
+        let files = [
+            ("config.json", self.config.to_hf_json()),
+            ("tokenizer.json", pretty(&self.tokenizer)),
+            ("tokenizer_config.json", pretty(&self.tokenizer_config)),
+        ];
+        for (name, text) in files {
+            let path = dir.join(name);
+            std::fs::write(&path, text).map_err(|e| io(&path, e))?;
+        }
+        Ok(())
+    }
+}
+
+fn pretty(value: &Json) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default() + "\n"
+}
+
+/// Converts the GGUF model `gguf` into a Hugging Face checkpoint directory `out`.
+pub fn convert_file(gguf: &Path, out: &Path) -> Result<LmConfig, GgufError> {
+    let file = GgufFile::open(gguf)?;
+    let converted = Converted::from_gguf(&file)?;
+    converted.write(out)?;
+    Ok(converted.config)
+}
+
+/// The architecture from `{arch}.*` metadata, as transformers' GGUF loader derives it.
+fn config(file: &GgufFile) -> Result<LmConfig, GgufError> {
+    let arch = file.get_str("general.architecture")?;
+    if !ARCHITECTURES.contains(&arch) {
+        return Err(file.metadata_error(
+            "general.architecture",
+            format!("`{arch}` is not supported (supported: {})", ARCHITECTURES.join(", ")),
+        ));
+    }
+    let key = |k: &str| format!("{arch}.{k}");
+    let usize_or = |k: &str, default: usize| -> Result<usize, GgufError> {
+        match file.metadata.contains_key(&key(k)) {
+            true => file.get_usize(&key(k)),
+            false => Ok(default),
+        }
+    };
+    let float_or = |k: &str, default: f64| -> Result<f64, GgufError> {
+        match file.metadata.get(&key(k)) {
+            None => Ok(default),
+            Some(v) => v
+                .as_f64()
+                .ok_or_else(|| file.metadata_error(&key(k), format!("expected a number, found {v:?}"))),
+        }
+    };
+    let hidden = file.get_usize(&key("embedding_length"))?;
+    let heads = file.get_usize(&key("attention.head_count"))?;
+    if heads == 0 {
+        return Err(file.metadata_error(&key("attention.head_count"), "is 0"));
+    }
+    let kv_heads = usize_or("attention.head_count_kv", heads)?;
+    let head_dim = usize_or("attention.key_length", hidden / heads)?;
+    let rotary = usize_or("rope.dimension_count", head_dim)?;
+    if rotary != head_dim {
+        return Err(file.metadata_error(
+            &key("rope.dimension_count"),
+            format!("partial rotary embeddings ({rotary} of {head_dim} dimensions) are not supported"),
+        ));
+    }
+    let embedding = file
+        .tensor("token_embd.weight")
+        .ok_or_else(|| file.tensor_error("token_embd.weight", "missing"))?;
+    let vocab_size = usize_or("vocab_size", embedding.shape()[0])?;
+    let rope_scaling = match file.metadata.get(&key("rope.scaling.type")) {
+        None => None,
+        Some(kind) => match kind.as_str() {
+            Some("none") => None,
+            Some("linear") => Some(RopeScaling {
+                rope_theta: None,
+                rope_type: "linear".into(),
+                factor: float_or("rope.scaling.factor", 1.0)?,
+                low_freq_factor: None,
+                high_freq_factor: None,
+                original_max_position_embeddings: None,
+            }),
+            _ => {
+                return Err(file.metadata_error(
+                    &key("rope.scaling.type"),
+                    format!("{kind:?} is not supported (none, linear)"),
+                ));
+            }
+        },
+    };
+    if file.tensor("rope_freqs.weight").is_some() {
+        return Err(file.tensor_error(
+            "rope_freqs.weight",
+            "per-frequency RoPE factors (Llama 3.1 scaling) are not supported",
+        ));
+    }
+    let token_id = |k: &str| -> Result<Option<u32>, GgufError> {
+        match file.metadata.contains_key(k) {
+            true => Ok(Some(file.get_usize(k)? as u32)),
+            false => Ok(None),
+        }
+    };
+    let config = LmConfig {
+        model_type: arch.into(),
+        vocab_size,
+        hidden_size: hidden,
+        intermediate_size: file.get_usize(&key("feed_forward_length"))?,
+        num_hidden_layers: file.get_usize(&key("block_count"))?,
+        num_attention_heads: heads,
+        num_key_value_heads: Some(kv_heads),
+        head_dim: Some(head_dim),
+        rms_norm_eps: float_or("attention.layer_norm_rms_epsilon", 1e-6)?,
+        rope_theta: float_or("rope.freq_base", 10_000.0)?,
+        rope_scaling,
+        max_position_embeddings: usize_or("context_length", 2048)?,
+        tie_word_embeddings: file.tensor("output.weight").is_none(),
+        attention_bias: arch != "qwen2" && file.tensor("blk.0.attn_q.bias").is_some(),
+        mlp_bias: false,
+        hidden_act: "silu".into(),
+        sliding_window: None,
+        use_sliding_window: false,
+        bos_token_id: token_id("tokenizer.ggml.bos_token_id")?,
+        eos_token_id: token_id("tokenizer.ggml.eos_token_id")?.map(TokenIds::One),
+        torch_dtype: Some("float32".into()),
+        rope_parameters: None,
+    };
+    config
+        .validate()
+        .map_err(|e| file.metadata_error(&key("*"), e.to_string()))?;
+    Ok(config)
+}
+
+/// The Hugging Face name of GGUF tensor `name` (llama.cpp's `tensor_mapping.py`, reversed).
+fn hf_name(name: &str) -> Option<String> {
+    let fixed = match name {
+        "token_embd.weight" => Some("model.embed_tokens.weight"),
+        "output_norm.weight" => Some("model.norm.weight"),
+        "output.weight" => Some("lm_head.weight"),
+        _ => None,
+    };
+    if let Some(fixed) = fixed {
+        return Some(fixed.into());
+    }
+    let rest = name.strip_prefix("blk.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (part, suffix) = rest.rsplit_once('.')?;
+    let module = match part {
+        "attn_norm" => "input_layernorm",
+        "ffn_norm" => "post_attention_layernorm",
+        "attn_q" => "self_attn.q_proj",
+        "attn_k" => "self_attn.k_proj",
+        "attn_v" => "self_attn.v_proj",
+        "attn_output" => "self_attn.o_proj",
+        "ffn_gate" => "mlp.gate_proj",
+        "ffn_up" => "mlp.up_proj",
+        "ffn_down" => "mlp.down_proj",
+        _ => return None,
+    };
+    matches!(suffix, "weight" | "bias").then(|| format!("model.layers.{layer}.{module}.{suffix}"))
+}
+
+/// Every tensor dequantised under its Hugging Face name; llama.cpp's Q/K row interleaving
+/// undone for the architectures it applies it to.
+fn tensors(file: &GgufFile, config: &LmConfig) -> Result<Tensors, GgufError> {
+    let permuted = config.model_type != "qwen2";
+    let mut out = Tensors::new();
+    for info in &file.tensors {
+        let name = hf_name(&info.name).ok_or_else(|| {
+            file.tensor_error(
+                &info.name,
+                format!("has no Hugging Face counterpart in a `{}` model", config.model_type),
+            )
+        })?;
+        let shape = info.shape();
+        let mut values = file.dequantize(info);
+        if let Some(bad) = values.iter().position(|v| !v.is_finite()) {
+            return Err(file.tensor_error(&info.name, format!("element {bad} is {}", values[bad])));
+        }
+        if permuted && (info.name.contains(".attn_q.") || info.name.contains(".attn_k.")) {
+            let heads = match info.name.contains(".attn_q.") {
+                true => config.num_attention_heads,
+                false => config.kv_heads(),
+            };
+            let rows = shape[0];
+            if !rows.is_multiple_of(2 * heads) {
+                return Err(file.tensor_error(
+                    &info.name,
+                    format!("{rows} rows do not split into {heads} heads of pairs"),
+                ));
+            }
+            values = unpermute_rows(&values, rows, heads);
+        }
+        out.insert(name, (shape, values));
+    }
+    Ok(out)
+}
+
+/// Undoes llama.cpp's `permute` of Q/K projection rows: within each head, GGUF stores rotary
+/// pairs interleaved (row `2i + t`) where Hugging Face keeps halves (row `t · half + i`).
+/// `values` is `rows × cols` row-major (a bias is `rows × 1`).
+pub fn unpermute_rows(values: &[f32], rows: usize, heads: usize) -> Vec<f32> {
+    let cols = values.len() / rows.max(1);
+    let head_rows = rows / heads;
+    let half = head_rows / 2;
+    let mut out = vec![0.0; values.len()];
+    for h in 0..heads {
+        for i in 0..half {
+            for t in 0..2 {
+                let from = h * head_rows + 2 * i + t;
+                let to = h * head_rows + t * half + i;
+                out[to * cols..(to + 1) * cols].copy_from_slice(&values[from * cols..(from + 1) * cols]);
+            }
+        }
+    }
+    out
+}
+
+/// llama.cpp's `permute` (what `convert_hf_to_gguf.py` applies), the inverse of
+/// [`unpermute_rows`]; for tests.
+#[cfg(test)]
+pub fn permute_rows(values: &[f32], rows: usize, heads: usize) -> Vec<f32> {
+    let cols = values.len() / rows.max(1);
+    let head_rows = rows / heads;
+    let half = head_rows / 2;
+    let mut out = vec![0.0; values.len()];
+    for h in 0..heads {
+        for i in 0..half {
+            for t in 0..2 {
+                let from = h * head_rows + t * half + i;
+                let to = h * head_rows + 2 * i + t;
+                out[to * cols..(to + 1) * cols].copy_from_slice(&values[from * cols..(from + 1) * cols]);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn names_map_to_hugging_face() {
+        assert_eq!(
+            hf_name("blk.12.attn_q.weight").as_deref(),
+            Some("model.layers.12.self_attn.q_proj.weight")
+        );
+        assert_eq!(
+            hf_name("blk.0.ffn_norm.weight").as_deref(),
+            Some("model.layers.0.post_attention_layernorm.weight")
+        );
+        assert_eq!(
+            hf_name("blk.3.attn_v.bias").as_deref(),
+            Some("model.layers.3.self_attn.v_proj.bias")
+        );
+        assert_eq!(hf_name("output.weight").as_deref(), Some("lm_head.weight"));
+        assert_eq!(hf_name("blk.x.attn_q.weight"), None);
+        assert_eq!(hf_name("rope_freqs.weight"), None);
+    }
+
+    #[test]
+    fn unpermute_matches_the_reference_reshape() {
+        // llama.cpp: w.reshape(heads, 2, rows/heads/2, cols).swapaxes(1, 2).reshape(rows, cols),
+        // for 2 heads of 4 rows, one column: HF rows [a0 a1 b0 b1 | …] become [a0 b0 a1 b1 | …].
+        let hf: Vec<f32> = (0..8).map(|v| v as f32).collect();
+        assert_eq!(permute_rows(&hf, 8, 2), vec![0., 2., 1., 3., 4., 6., 5., 7.]);
+    }
+
+    proptest! {
+        #[test]
+        fn permutation_round_trips(heads in 1usize..5, half in 1usize..5, cols in 1usize..4) {
+            let rows = heads * half * 2;
+            let values: Vec<f32> = (0..rows * cols).map(|v| v as f32).collect();
+            let there = permute_rows(&values, rows, heads);
+            prop_assert_eq!(unpermute_rows(&there, rows, heads), values);
+        }
+    }
+}

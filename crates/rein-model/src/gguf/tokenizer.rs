@@ -1,0 +1,233 @@
+//! `tokenizer.json` and `tokenizer_config.json` rebuilt from a GGUF file's `tokenizer.*`
+//! metadata: a byte-level BPE (`tokenizer.ggml.model = "gpt2"`) with its vocabulary, merges,
+//! special tokens, the pre-tokenizer that `tokenizer.ggml.pre` names, and the chat template.
+//!
+//! The pre-tokenizer follows llama.cpp's table for each `pre` name (the engine GGUF files are
+//! made for, and the original `tokenizer.json` they were converted from): `smollm`, for one,
+//! isolates every digit before the GPT-2 split. transformers' GGUF loader maps only some names
+//! and falls back to plain GPT-2 splitting for the rest, which differs on digits next to
+//! whitespace; `tests/fixtures/gguf/gen_gguf.py` counts how often.
+
+use serde_json::{Value as Json, json};
+
+use super::GgufError;
+use super::file::{GgufFile, Value};
+
+/// `tokenizer.ggml.token_type` of control tokens (`<|im_end|>`): special, never split.
+const CONTROL: i64 = 3;
+/// `tokenizer.ggml.token_type` of user-defined tokens (`<think>`): added, not special.
+const USER_DEFINED: i64 = 4;
+
+/// Pre-tokenizer families by llama.cpp's `tokenizer.ggml.pre` names.
+const DIGITS_THEN_GPT2: [&str; 7] = [
+    "smollm",
+    "starcoder",
+    "refact",
+    "command-r",
+    "codeshell",
+    "exaone",
+    "minerva",
+];
+const GPT2: [&str; 5] = ["default", "gpt2", "mpt", "olmo", "jais"];
+const LLAMA3: [&str; 6] = ["llama3", "llama-v3", "llama-bpe", "falcon3", "smaug-bpe", "dbrx"];
+const QWEN2: [&str; 2] = ["qwen2", "deepseek-r1-qwen"];
+
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_SPLIT: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// `(tokenizer.json, tokenizer_config.json)` for `file`; `max_length` is the model's context.
+pub fn build(file: &GgufFile, max_length: usize) -> Result<(Json, Json), GgufError> {
+    let model = file.get_str("tokenizer.ggml.model")?;
+    if model != "gpt2" {
+        return Err(file.metadata_error(
+            "tokenizer.ggml.model",
+            format!("`{model}` is not supported (only byte-level BPE, `gpt2`)"),
+        ));
+    }
+    let tokens = strings(file, "tokenizer.ggml.tokens")?;
+    let merges = strings(file, "tokenizer.ggml.merges")?;
+    let types: Vec<i64> = match file.metadata.get("tokenizer.ggml.token_type") {
+        None => vec![1; tokens.len()],
+        Some(value) => {
+            let items = value
+                .as_array()
+                .ok_or_else(|| file.metadata_error("tokenizer.ggml.token_type", "expected an array"))?;
+            if items.len() != tokens.len() {
+                return Err(file.metadata_error(
+                    "tokenizer.ggml.token_type",
+                    format!("{} entries for {} tokens", items.len(), tokens.len()),
+                ));
+            }
+            items
+                .iter()
+                .map(|v| match v {
+                    Value::Signed(t) => Ok(*t),
+                    Value::Unsigned(t) => Ok(*t as i64),
+                    other => Err(file.metadata_error("tokenizer.ggml.token_type", format!("entry {other:?}"))),
+                })
+                .collect::<Result<_, _>>()?
+        }
+    };
+    let alphabet = byte_alphabet();
+    let byte_level = |token: &str| token.chars().all(|c| alphabet.contains(&c));
+    let mut vocab = serde_json::Map::new();
+    let mut added = Vec::new();
+    for (id, (token, kind)) in tokens.iter().zip(&types).enumerate() {
+        let spelled = if byte_level(token) {
+            token.clone()
+        } else {
+            token.bytes().map(|b| alphabet[usize::from(b)]).collect()
+        };
+        vocab.entry(spelled).or_insert(json!(id));
+        // A control token outside the byte alphabet is a llama.cpp mislabel (transformers skips
+        // it too): it is an ordinary token.
+        let special = *kind == CONTROL && byte_level(token);
+        if special || *kind == USER_DEFINED {
+            added.push(json!({
+                "id": id, "content": token, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": special,
+            }));
+        }
+    }
+    let merges: Vec<Json> = merges
+        .iter()
+        .enumerate()
+        .map(|(i, merge)| {
+            let (a, b) = merge.split_once(' ').ok_or_else(|| {
+                file.metadata_error(
+                    "tokenizer.ggml.merges",
+                    format!("entry {i} `{merge}` is not two tokens"),
+                )
+            })?;
+            Ok(json!([a, b]))
+        })
+        .collect::<Result<_, GgufError>>()?;
+    let pre = match file.metadata.get("tokenizer.ggml.pre") {
+        None => "default",
+        Some(_) => file.get_str("tokenizer.ggml.pre")?,
+    };
+    let tokenizer = json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": pre_tokenizer(file, pre)?,
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {
+            "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+            "ignore_merges": false, "vocab": vocab, "merges": merges,
+        },
+    });
+
+    let token_at = |key: &str| -> Result<Json, GgufError> {
+        if !file.metadata.contains_key(key) {
+            return Ok(Json::Null);
+        }
+        let id = file.get_usize(key)?;
+        tokens
+            .get(id)
+            .map(|t| json!(t))
+            .ok_or_else(|| file.metadata_error(key, format!("id {id} is outside the {} tokens", tokens.len())))
+    };
+    let flag = |key: &str| matches!(file.metadata.get(key), Some(Value::Bool(true)));
+    let mut config = json!({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": max_length,
+        "add_bos_token": flag("tokenizer.ggml.add_bos_token"),
+        "add_eos_token": flag("tokenizer.ggml.add_eos_token"),
+        "bos_token": token_at("tokenizer.ggml.bos_token_id")?,
+        "eos_token": token_at("tokenizer.ggml.eos_token_id")?,
+        "unk_token": token_at("tokenizer.ggml.unknown_token_id")?,
+        "pad_token": token_at("tokenizer.ggml.padding_token_id")?,
+    });
+    if file.metadata.contains_key("tokenizer.chat_template") {
+        config["chat_template"] = json!(file.get_str("tokenizer.chat_template")?);
+    }
+    Ok((tokenizer, config))
+}
+
+/// The strings of the array at `key`.
+fn strings(file: &GgufFile, key: &str) -> Result<Vec<String>, GgufError> {
+    let items = file
+        .get(key)?
+        .as_array()
+        .ok_or_else(|| file.metadata_error(key, "expected an array of strings"))?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.as_str()
+                .map(String::from)
+                .ok_or_else(|| file.metadata_error(key, format!("entry {i} is not a string")))
+        })
+        .collect()
+}
+
+/// The `tokenizers` pre-tokenizer for llama.cpp's pre-tokenizer name `pre`.
+fn pre_tokenizer(file: &GgufFile, pre: &str) -> Result<Json, GgufError> {
+    let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});
+    let split_then_bytes = |regex: &str| {
+        json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": false},
+            byte_level(false),
+        ]})
+    };
+    Ok(if DIGITS_THEN_GPT2.contains(&pre) {
+        json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": true},
+            byte_level(true),
+        ]})
+    } else if GPT2.contains(&pre) {
+        byte_level(true)
+    } else if LLAMA3.contains(&pre) {
+        split_then_bytes(LLAMA3_SPLIT)
+    } else if QWEN2.contains(&pre) {
+        split_then_bytes(QWEN2_SPLIT)
+    } else {
+        let known = [&DIGITS_THEN_GPT2[..], &GPT2, &LLAMA3, &QWEN2].concat().join(", ");
+        return Err(file.metadata_error(
+            "tokenizer.ggml.pre",
+            format!("pre-tokenizer `{pre}` is not supported (supported: {known})"),
+        ));
+    })
+}
+
+/// GPT-2's byte-to-character table: printable bytes stand for themselves, the other 68 are
+/// shifted to U+0100 and up, so every byte is a visible character.
+fn byte_alphabet() -> Vec<char> {
+    let printable = |b: u32| (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+    let mut shifted = 0;
+    (0u32..256)
+        .map(|b| {
+            let code = if printable(b) {
+                b
+            } else {
+                shifted += 1;
+                255 + shifted
+            };
+            char::from_u32(code).unwrap_or('?')
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_alphabet_is_gpt2s() {
+        let alphabet = byte_alphabet();
+        assert_eq!(alphabet[usize::from(b' ')], 'Ġ');
+        assert_eq!(alphabet[usize::from(b'\n')], 'Ċ');
+        assert_eq!(alphabet[usize::from(b'a')], 'a');
+        assert_eq!(alphabet[0], 'Ā');
+        let mut distinct = alphabet.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 256);
+    }
+}
