@@ -3,7 +3,7 @@
 use clap::Args;
 
 use crate::build_plugins::BuildPlugins;
-use crate::workspace::{cargo_run, plugin_dir, root, run};
+use crate::workspace::{cargo_run, model_dir, plugin_dir, root, run};
 
 #[derive(Args)]
 pub(crate) struct Bench {
@@ -14,7 +14,12 @@ pub(crate) struct Bench {
 impl Bench {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
         BuildPlugins::for_running().run()?;
+        if self.suite == "generate" {
+            // Its second case is the real SmolLM2-135M-Instruct.
+            crate::model::ensure("smollm2-135m")?;
+        }
         run(cargo_run("rein-bench", "rein-bench")
+            .env("REIN_MODEL_DIR", model_dir())
             .arg(&self.suite)
             .arg(plugin_dir())
             .current_dir(root()))

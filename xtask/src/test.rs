@@ -1,5 +1,6 @@
 //! `cargo xtask test`: plugins (their native tests, and the `cases.jsonl` of each plugin through
-//! `rein plugin test`), the whole suite, and a check that freshly scaffolded plugins in Rust,
+//! `rein plugin test`), the whole suite (after fetching the pretrained model its parity tests
+//! read, `cargo xtask model smollm2-135m`), and a check that freshly scaffolded plugins in Rust,
 //! Python and JavaScript build, pass their own tests and run in the host.
 
 use std::path::Path;
@@ -9,8 +10,9 @@ use clap::Args;
 
 use crate::build_plugins::BuildPlugins;
 use crate::guest::{self, Lang, Missing};
+use crate::model;
 use crate::new_plugin::{Kind, NewPlugin};
-use crate::workspace::{cargo, output, plugin_dir, root, run, target_dir};
+use crate::workspace::{cargo, model_dir, output, plugin_dir, root, run, target_dir};
 
 #[derive(Args)]
 pub(crate) struct Test {
@@ -31,9 +33,12 @@ impl Test {
             .args(["test", "--quiet", "--manifest-path"])
             .arg(root().join("plugins/Cargo.toml")))?;
         plugin_cases()?;
+        // tests/gguf.rs checks the conversion of a real model against transformers' figures.
+        model::ensure("smollm2-135m")?;
         eprintln!("testing the workspace");
         run(cargo()
             .args(["test", "--workspace", "--quiet"])
+            .env("REIN_MODEL_DIR", model_dir())
             .args(&self.args)
             .current_dir(root()))?;
         if self.args.is_empty() {

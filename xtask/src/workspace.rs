@@ -30,6 +30,11 @@ pub(crate) fn plugin_dir() -> PathBuf {
     target_dir().join("plugins")
 }
 
+/// Where fetched models go: `<target>/models` (`cargo xtask model NAME`).
+pub(crate) fn model_dir() -> PathBuf {
+    target_dir().join("models")
+}
+
 /// `cargo`, as invoked by the `cargo xtask` alias.
 pub(crate) fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))

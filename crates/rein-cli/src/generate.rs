@@ -13,7 +13,8 @@ use rein_train::progress::Progress;
 
 #[derive(Args, Debug)]
 pub(crate) struct GenerateArgs {
-    /// Checkpoint directory (config.json, model.safetensors, tokenizer.json).
+    /// Checkpoint directory (config.json, model.safetensors, tokenizer.json), a `.gguf` file, or
+    /// the name of a model fetched with `cargo xtask model NAME`.
     #[arg(long)]
     model: PathBuf,
     /// One prompt.

@@ -159,7 +159,8 @@ pub struct ModelSection {
     pub activation: rein_core::Activation,
     /// Initial log standard deviation of a Gaussian policy (MLP).
     pub init_log_std: f32,
-    /// A Hugging Face model directory to start from (language model; relative to the recipe).
+    /// A Hugging Face model directory or `.gguf` file to start from (language model; relative
+    /// to the recipe), or the name of a model fetched with `cargo xtask model NAME`.
     pub path: Option<String>,
     /// Or a `config.json`-style architecture to initialise from scratch (language model).
     pub architecture: Option<toml::Table>,

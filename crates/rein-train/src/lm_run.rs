@@ -155,9 +155,17 @@ fn model_and_tokenizer<B: Backend>(
 ) -> Result<(CausalLm<B>, LmTokenizer), TrainError> {
     let recipe = &loaded.recipe;
     let model_section = &recipe.model;
+    // Relative to the recipe, unless it is the name of a fetched model (`smollm2-135m`).
+    let resolve = |path: &str| {
+        let resolved = loaded.resolve(path);
+        match resolved.exists() || Path::new(path).components().count() > 1 {
+            true => resolved,
+            false => PathBuf::from(path),
+        }
+    };
     let tokenizer_dir = match (model_dir, &model_section.tokenizer, &model_section.path) {
         (Some(dir), _, _) => dir.to_path_buf(),
-        (None, Some(t), _) | (None, None, Some(t)) => loaded.resolve(t),
+        (None, Some(t), _) | (None, None, Some(t)) => resolve(t),
         (None, None, None) => {
             return Err(invalid(
                 loaded,
@@ -169,7 +177,7 @@ fn model_and_tokenizer<B: Backend>(
     B::seed(device, recipe.seed);
     let model: CausalLm<B> = match (model_dir, &model_section.path, &model_section.architecture) {
         (Some(dir), _, _) => load(dir, device)?,
-        (None, Some(dir), _) => load(&loaded.resolve(dir), device)?,
+        (None, Some(dir), _) => load(&resolve(dir), device)?,
         (None, None, Some(table)) => {
             let value =
                 serde_json::to_value(table).map_err(|e| invalid(loaded, "model.architecture", e.to_string()))?;
@@ -185,7 +193,7 @@ fn model_and_tokenizer<B: Backend>(
             return Err(invalid(
                 loaded,
                 "model",
-                "set model.path (a Hugging Face model directory) or model.architecture",
+                "set model.path (a Hugging Face model directory, a .gguf file or a fetched model's name) or model.architecture",
             ));
         }
     };

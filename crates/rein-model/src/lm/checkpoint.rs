@@ -164,7 +164,7 @@ pub(crate) fn read_config(dir: &Path) -> Result<(LmConfig, serde_json::Value), L
 
 /// Loads the model in `dir` (a checkpoint directory or a `.gguf` file) onto `device`.
 pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, LoadError> {
-    let dir = &crate::gguf::checkpoint_dir(dir)?;
+    let dir = &super::locate(dir)?;
     let (config, _) = read_config(dir)?;
     let weights = Weights::open(dir)?;
     let (hidden, inter) = (config.hidden_size, config.intermediate_size);

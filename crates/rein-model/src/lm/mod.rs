@@ -4,13 +4,15 @@
 //! A checkpoint directory holds `config.json`, `model.safetensors` (or shards listed in
 //! `model.safetensors.index.json`), `tokenizer.json` and optionally `tokenizer_config.json`
 //! (special tokens, chat template). f16 and bf16 weights are upcast to f32 on load. A `.gguf`
-//! file is accepted wherever a directory is: it is converted once ([`crate::gguf`]).
+//! file is accepted wherever a directory is: it is converted once ([`crate::gguf`]); so is the
+//! name of a model fetched with `cargo xtask model NAME` ([`locate`]).
 
 mod cache;
 mod checkpoint;
 mod config;
 mod fused;
 mod init;
+mod locate;
 mod model;
 mod rope;
 mod tokenizer;
@@ -22,6 +24,7 @@ pub use checkpoint::{load, save};
 pub use config::{LmConfig, RopeScaling, TokenIds};
 pub use fused::FusedProjections;
 pub use init::LmInit;
+pub use locate::{locate, model_dir};
 pub use model::{Attention, CausalLm, Context, DecoderLayer, Mlp, RmsNorm};
 pub use rope::{Rope, inverse_frequencies};
 pub use tokenizer::{ChatMessage, LmTokenizer};

@@ -51,7 +51,7 @@ impl LmTokenizer {
     /// the conversion of a `.gguf` file). End-of-sequence ids come from the tokenizer config's
     /// `eos_token` plus `extra_eos_ids` (from the model config).
     pub fn load(dir: &Path, extra_eos_ids: &[u32]) -> Result<Self, LoadError> {
-        let dir = &crate::gguf::checkpoint_dir(dir)?;
+        let dir = &super::locate(dir)?;
         let path = dir.join("tokenizer.json");
         let inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| LoadError::Tokenizer {
             path: path.clone(),

