@@ -250,27 +250,12 @@ fn tensors(file: &GgufFile, config: &LmConfig) -> Result<Tensors, GgufError> {
 /// Undoes llama.cpp's `permute` of Q/K projection rows: within each head, GGUF stores rotary
 /// pairs interleaved (row `2i + t`) where Hugging Face keeps halves (row `t · half + i`).
 /// `values` is `rows × cols` row-major (a bias is `rows × 1`).
-pub fn unpermute_rows(values: &[f32], rows: usize, heads: usize) -> Vec<f32> {
-    let cols = values.len() / rows.max(1);
-    let head_rows = rows / heads;
-    let half = head_rows / 2;
-    let mut out = vec![0.0; values.len()];
-    for h in 0..heads {
-        for i in 0..half {
-            for t in 0..2 {
-                let from = h * head_rows + 2 * i + t;
-                let to = h * head_rows + t * half + i;
-                out[to * cols..(to + 1) * cols].copy_from_slice(&values[from * cols..(from + 1) * cols]);
-            }
-        }
-    }
-    out
+fn unpermute_rows(values: &[f32], rows: usize, heads: usize) -> Vec<f32> {
+    reorder_rows(values, rows, heads, true)
 }
 
-/// llama.cpp's `permute` (what `convert_hf_to_gguf.py` applies), the inverse of
-/// [`unpermute_rows`]; for tests.
-#[cfg(test)]
-pub fn permute_rows(values: &[f32], rows: usize, heads: usize) -> Vec<f32> {
+/// Moves each head's rows between the interleaved and the halves order.
+fn reorder_rows(values: &[f32], rows: usize, heads: usize, to_halves: bool) -> Vec<f32> {
     let cols = values.len() / rows.max(1);
     let head_rows = rows / heads;
     let half = head_rows / 2;
@@ -278,8 +263,13 @@ pub fn permute_rows(values: &[f32], rows: usize, heads: usize) -> Vec<f32> {
     for h in 0..heads {
         for i in 0..half {
             for t in 0..2 {
-                let from = h * head_rows + t * half + i;
-                let to = h * head_rows + 2 * i + t;
+                let interleaved = h * head_rows + 2 * i + t;
+                let halves = h * head_rows + t * half + i;
+                let (from, to) = if to_halves {
+                    (interleaved, halves)
+                } else {
+                    (halves, interleaved)
+                };
                 out[to * cols..(to + 1) * cols].copy_from_slice(&values[from * cols..(from + 1) * cols]);
             }
         }
@@ -316,7 +306,7 @@ mod tests {
         // llama.cpp: w.reshape(heads, 2, rows/heads/2, cols).swapaxes(1, 2).reshape(rows, cols),
         // for 2 heads of 4 rows, one column: HF rows [a0 a1 b0 b1 | …] become [a0 b0 a1 b1 | …].
         let hf: Vec<f32> = (0..8).map(|v| v as f32).collect();
-        assert_eq!(permute_rows(&hf, 8, 2), vec![0., 2., 1., 3., 4., 6., 5., 7.]);
+        assert_eq!(reorder_rows(&hf, 8, 2, false), vec![0., 2., 1., 3., 4., 6., 5., 7.]);
     }
 
     proptest! {
@@ -324,7 +314,7 @@ mod tests {
         fn permutation_round_trips(heads in 1usize..5, half in 1usize..5, cols in 1usize..4) {
             let rows = heads * half * 2;
             let values: Vec<f32> = (0..rows * cols).map(|v| v as f32).collect();
-            let there = permute_rows(&values, rows, heads);
+            let there = reorder_rows(&values, rows, heads, false);
             prop_assert_eq!(unpermute_rows(&there, rows, heads), values);
         }
     }

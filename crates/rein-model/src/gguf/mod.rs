@@ -13,7 +13,7 @@ mod tokenizer;
 
 use std::path::PathBuf;
 
-pub use convert::{Converted, convert_file, unpermute_rows};
+pub use convert::{Converted, convert_file};
 pub use file::{GgufFile, TensorInfo, Value};
 pub use quant::GgmlType;
 
