@@ -46,17 +46,13 @@ pub(crate) struct Model {
 
 impl Model {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
-        let names = MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ");
         let Some(name) = self.name.as_deref().filter(|_| !self.list) else {
             for m in &MODELS {
                 println!("{:<14} {}", m.name, m.about);
             }
             return Ok(());
         };
-        let Some(model) = MODELS.iter().find(|m| m.name == name) else {
-            bail!("unknown model `{name}` (known: {names})");
-        };
-        let dir = fetch(model)?;
+        let dir = ensure(name)?;
         println!("{}", dir.display());
         Ok(())
     }
@@ -64,10 +60,10 @@ impl Model {
 
 /// Fetches and converts `name` unless it is already in `<target>/models`; returns its directory.
 pub(crate) fn ensure(name: &str) -> anyhow::Result<PathBuf> {
-    let model = MODELS
-        .iter()
-        .find(|m| m.name == name)
-        .with_context(|| format!("unknown model `{name}`"))?;
+    let Some(model) = MODELS.iter().find(|m| m.name == name) else {
+        let names = MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ");
+        bail!("unknown model `{name}` (known: {names})");
+    };
     fetch(model)
 }
 

@@ -87,12 +87,8 @@ fn config(file: &GgufFile) -> Result<LmConfig, GgufError> {
         ));
     }
     let key = |k: &str| format!("{arch}.{k}");
-    let usize_or = |k: &str, default: usize| -> Result<usize, GgufError> {
-        match file.metadata.contains_key(&key(k)) {
-            true => file.get_usize(&key(k)),
-            false => Ok(default),
-        }
-    };
+    let usize_or =
+        |k: &str, default: usize| -> Result<usize, GgufError> { Ok(file.optional_usize(&key(k))?.unwrap_or(default)) };
     let float_or = |k: &str, default: f64| -> Result<f64, GgufError> {
         match file.metadata.get(&key(k)) {
             None => Ok(default),
@@ -145,12 +141,7 @@ fn config(file: &GgufFile) -> Result<LmConfig, GgufError> {
             "per-frequency RoPE factors (Llama 3.1 scaling) are not supported",
         ));
     }
-    let token_id = |k: &str| -> Result<Option<u32>, GgufError> {
-        match file.metadata.contains_key(k) {
-            true => Ok(Some(file.get_usize(k)? as u32)),
-            false => Ok(None),
-        }
-    };
+    let token_id = |k: &str| -> Result<Option<u32>, GgufError> { Ok(file.optional_usize(k)?.map(|id| id as u32)) };
     let config = LmConfig {
         model_type: arch.into(),
         vocab_size,

@@ -89,11 +89,6 @@ impl TensorInfo {
     pub fn shape(&self) -> Vec<usize> {
         self.dims.iter().rev().copied().collect()
     }
-
-    /// Number of elements.
-    pub fn elements(&self) -> usize {
-        self.dims.iter().product()
-    }
 }
 
 /// A parsed GGUF file, its bytes held in memory.
@@ -238,11 +233,6 @@ impl GgufFile {
         })
     }
 
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// The tensor named `name`.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
         self.tensors.iter().find(|t| t.name == name)
@@ -272,6 +262,16 @@ impl GgufFile {
             .as_u64()
             .and_then(|v| usize::try_from(v).ok())
             .ok_or_else(|| self.metadata_error(key, format!("expected an unsigned integer, found {value:?}")))
+    }
+
+    /// The unsigned integer at `key`, or `None` when the key is absent.
+    pub fn optional_usize(&self, key: &str) -> Result<Option<usize>, GgufError> {
+        self.metadata.get(key).map(|_| self.get_usize(key)).transpose()
+    }
+
+    /// The string at `key`, or `None` when the key is absent.
+    pub fn optional_str(&self, key: &str) -> Result<Option<&str>, GgufError> {
+        self.metadata.get(key).map(|_| self.get_str(key)).transpose()
     }
 
     /// A string at `key`.

@@ -80,11 +80,6 @@ impl GgmlType {
         IDS.iter().find(|(i, _, _)| *i == id).map(|(_, t, _)| *t)
     }
 
-    /// ggml's id of this type.
-    pub fn id(self) -> u32 {
-        IDS.iter().find(|(_, t, _)| *t == self).map_or(0, |(i, _, _)| *i)
-    }
-
     /// ggml's name (`Q4_K`).
     pub fn name(self) -> &'static str {
         IDS.iter().find(|(_, t, _)| *t == self).map_or("?", |(_, _, n)| n)
@@ -274,7 +269,7 @@ mod tests {
     fn ids_round_trip() {
         for (id, kind, name) in IDS {
             assert_eq!(GgmlType::from_id(id), Some(kind));
-            assert_eq!((kind.id(), kind.name()), (id, name));
+            assert_eq!((kind.name(), GgmlType::name_of(id)), (name, name));
         }
         assert_eq!(GgmlType::from_id(11), None);
         assert_eq!(GgmlType::name_of(11), "Q3_K");

@@ -103,10 +103,7 @@ pub fn build(file: &GgufFile, max_length: usize) -> Result<(Json, Json), GgufErr
             Ok(json!([a, b]))
         })
         .collect::<Result<_, GgufError>>()?;
-    let pre = match file.metadata.get("tokenizer.ggml.pre") {
-        None => "default",
-        Some(_) => file.get_str("tokenizer.ggml.pre")?,
-    };
+    let pre = file.optional_str("tokenizer.ggml.pre")?.unwrap_or("default");
     let tokenizer = json!({
         "version": "1.0",
         "truncation": null,
@@ -124,10 +121,9 @@ pub fn build(file: &GgufFile, max_length: usize) -> Result<(Json, Json), GgufErr
     });
 
     let token_at = |key: &str| -> Result<Json, GgufError> {
-        if !file.metadata.contains_key(key) {
+        let Some(id) = file.optional_usize(key)? else {
             return Ok(Json::Null);
-        }
-        let id = file.get_usize(key)?;
+        };
         tokens
             .get(id)
             .map(|t| json!(t))
@@ -144,8 +140,8 @@ pub fn build(file: &GgufFile, max_length: usize) -> Result<(Json, Json), GgufErr
         "unk_token": token_at("tokenizer.ggml.unknown_token_id")?,
         "pad_token": token_at("tokenizer.ggml.padding_token_id")?,
     });
-    if file.metadata.contains_key("tokenizer.chat_template") {
-        config["chat_template"] = json!(file.get_str("tokenizer.chat_template")?);
+    if let Some(template) = file.optional_str("tokenizer.chat_template")? {
+        config["chat_template"] = json!(template);
     }
     Ok((tokenizer, config))
 }
