@@ -335,3 +335,109 @@ fn generate_errors_name_the_model_and_the_input() {
     let stderr = stderr_of_failure(&out);
     assert!(stderr.contains("prompts.jsonl:1: no string `prompt` field"), "{stderr}");
 }
+
+/// `rein` with `REIN_MODEL_DIR` set, as `cargo xtask` sets it for fetched models.
+fn rein_with_models(args: &[&str], models: &std::path::Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args(args)
+        .env("REIN_MODEL_DIR", models)
+        .env(
+            "REIN_CACHE_DIR",
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"),
+        )
+        .output()
+        .expect("the rein binary runs")
+}
+
+#[test]
+fn a_fetched_model_is_found_by_name_from_a_recipe_and_the_command_line() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("named-models-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let models = dir.join("models");
+    let named = models.join("tiny-qwen2");
+    std::fs::create_dir_all(&named).unwrap();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lm/qwen2-gqa");
+    for entry in std::fs::read_dir(&fixture).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), named.join(entry.file_name())).unwrap();
+    }
+
+    let out = rein_with_models(
+        &[
+            "generate",
+            "--model",
+            "tiny-qwen2",
+            "--prompt",
+            "hi",
+            "--max-new-tokens",
+            "2",
+        ],
+        &models,
+    );
+    assert_eq!(stdout(&out).lines().count(), 1);
+
+    // In a recipe, a name that is not a path beside the recipe is looked up the same way.
+    std::fs::write(dir.join("train.jsonl"), "{\"prompt\": \"1+1=\", \"answer\": \"2\"}\n").unwrap();
+    let recipe = |model: &str| {
+        let text = format!(
+            "seed = 1\n[model]\npath = {model:?}\n[data]\ntrain = \"train.jsonl\"\n[sampler]\nn = 2\n\
+             max_new_tokens = 2\n[algorithm]\nname = \"grpo\"\nsteps = 1\nprompts_per_step = 1\n\
+             [[reward]]\nplugin = {plugin:?}\n[eval]\nk = 0\n[train]\nruns_dir = {runs:?}\n",
+            plugin = common::plugin_path("math-answer").display().to_string(),
+            runs = dir.join("runs").display().to_string(),
+        );
+        let path = dir.join(format!("{model}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let plugins = common::plugin_path("math-answer").parent().unwrap().to_path_buf();
+    let run = |model: &str| {
+        rein_with_models(
+            &[
+                "run",
+                recipe(model).to_str().unwrap(),
+                "--plugin-dir",
+                plugins.to_str().unwrap(),
+            ],
+            &models,
+        )
+    };
+    let out = run("tiny-qwen2");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = stderr_of_failure(&run("never-fetched"));
+    assert!(stderr.contains("cargo xtask model never-fetched"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn convert_gguf_writes_a_checkpoint_directory_and_names_bad_files() {
+    let gguf = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gguf/tiny-llama.gguf");
+    let out_dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("converted-{}", std::process::id()));
+    let text = stdout(&rein(&[
+        "convert",
+        "gguf",
+        gguf.to_str().unwrap(),
+        out_dir.to_str().unwrap(),
+    ]));
+    assert!(text.contains("2 layers, hidden 256"), "{text}");
+    for file in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
+        assert!(out_dir.join(file).is_file(), "{file}");
+    }
+    let not_gguf = temp_file("not-a-model.gguf", "GGML and then nothing");
+    let stderr = stderr_of_failure(&rein(&[
+        "convert",
+        "gguf",
+        not_gguf.to_str().unwrap(),
+        out_dir.to_str().unwrap(),
+    ]));
+    assert!(
+        stderr.contains("not-a-model.gguf") && stderr.contains("not a valid GGUF file"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&out_dir);
+}
