@@ -92,9 +92,12 @@ fn sft_then_grpo_writes_checkpoints_metrics_and_a_report() {
         "time/elapsed_s",
         "plugins/math-answer/timeouts",
         "plugins/format-tags/errors",
+        "sys/peak_rss_mib",
     ] {
         assert!(grpo[0].get(key).is_some(), "GRPO metrics lack `{key}`");
     }
+    #[cfg(target_os = "linux")]
+    assert!(grpo[0]["sys/peak_rss_mib"].as_f64().unwrap() > 1.0);
     assert_eq!(lines.iter().filter(|l| l["stage"] == "eval").count(), 2);
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(

@@ -88,6 +88,9 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         optimizer: &optimizer,
         seed: 1,
     };
+    // The driver resets the peak before each step: the run's peak is the larger of the one
+    // before it (loading) and its steps'.
+    let loading_rss = peak_rss_mib();
     let start = std::time::Instant::now();
     let mut grpo = Grpo::new(model, ctx, &device)?;
     let driven = Driver {
@@ -117,7 +120,10 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         train_flop / 1e9,
         100.0 * achieved / peak
     );
-    let rss = peak_rss_mib();
+    let rss = [loading_rss, driven.peak_rss_mib]
+        .into_iter()
+        .flatten()
+        .reduce(f64::max);
     let trl = trl_peer(peer_dir);
     let target = trl.as_ref().map(|trl| {
         (

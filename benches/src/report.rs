@@ -95,11 +95,4 @@ pub fn rate(budget: Duration, work: f64, mut f: impl FnMut()) -> f64 {
     rates[rates.len() / 2]
 }
 
-/// This process's peak resident set so far (`VmHWM` in `/proc/self/status`), in MiB; `None`
-/// where there is no such file.
-pub fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
-}
+pub use rein_train::memory::peak_rss_mib;

@@ -96,6 +96,8 @@ pub struct Driven {
     pub elapsed: Duration,
     /// Time in each phase.
     pub phases: BTreeMap<String, Duration>,
+    /// The largest of the steps' peak resident memory (`sys/peak_rss_mib`), in MiB.
+    pub peak_rss_mib: Option<f64>,
 }
 
 /// The driver's own section of a checkpoint.
@@ -143,10 +145,16 @@ impl Driver<'_> {
         let total = algorithm.total_steps();
         let mut progress = Progress::new(Some(total as u64));
         let mut last = state.step;
+        let mut peak_rss_mib: Option<f64> = None;
         for step in state.step + 1..=total {
             phases.begin_step(step);
             let started = phases.elapsed();
+            crate::memory::reset_peak_rss();
             let Step { mut record, done } = algorithm.step(step, &phases)?;
+            if let Some(mib) = crate::memory::peak_rss_mib() {
+                record.insert("sys/peak_rss_mib".into(), json!(mib));
+                peak_rss_mib = Some(peak_rss_mib.map_or(mib, |peak| peak.max(mib)));
+            }
             if let Some(path) = algorithm.non_finite_parameter() {
                 return Err(TrainError::NonFinite {
                     update: step,
@@ -202,6 +210,7 @@ impl Driver<'_> {
             steps: last,
             elapsed: phases.elapsed(),
             phases: phases.totals(),
+            peak_rss_mib,
         })
     }
 

@@ -6,6 +6,7 @@
 //!   from files or a generated task, held-out evaluation.
 //! - [`RunDir`]: `runs/<name>-<timestamp>/` with the resolved recipe, `metrics.jsonl` and the
 //!   final policy; [`checkpoint`]: crash-safe checkpoints in it, and [`resume`].
+//! - [`memory`]: each step's peak resident memory, for the metrics.
 //!
 //! **Architecture invariant:** this is where the other crates meet (core traits, plugins,
 //! models, samplers, losses); nothing here is imported by them.
@@ -15,6 +16,7 @@ pub mod driver;
 mod error;
 pub mod lm;
 mod lm_run;
+pub mod memory;
 pub mod ppo;
 pub mod progress;
 mod run_dir;

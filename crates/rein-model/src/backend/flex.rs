@@ -10,9 +10,9 @@ use rayon::prelude::*;
 use rein_kernels::{Init, Isa, MatRef, matmul};
 
 use super::{
-    Backend, cached_attention_ops, causal_attention_backward_ops, chosen_log_probs_backward_ops, chosen_log_probs_ops,
-    generic_ops, linear_ops, rms_norm_backward_ops, rms_norm_ops, rope_ops, swiglu_backward_ops, swiglu_ops,
-    tanh_backward_ops, write_cache_ops,
+    Backend, cached_attention_ops, causal_attention_backward_ops, generic_ops, linear_ops,
+    log_prob_entropy_backward_ops, log_prob_entropy_ops, rms_norm_backward_ops, rms_norm_ops, rope_ops,
+    swiglu_backward_ops, swiglu_ops, tanh_backward_ops, write_cache_ops,
 };
 
 impl Backend for Flex {
@@ -275,25 +275,25 @@ impl Backend for Flex {
         tensor(out, &[batch, seq, heads, dim])
     }
 
-    fn chosen_log_probs(logits: FloatTensor<Self>, targets: IntTensor<Self>, scale: f32) -> FloatTensor<Self> {
+    fn log_prob_entropy(logits: FloatTensor<Self>, targets: IntTensor<Self>, scale: f32) -> FloatTensor<Self> {
         let index = indices(&targets);
         let (Some(targets), DType::F32, false) = (index, logits.dtype(), generic_ops()) else {
-            return chosen_log_probs_ops::<Self>(logits, targets, scale);
+            return log_prob_entropy_ops::<Self>(logits, targets, scale);
         };
         let logits = logits.to_contiguous();
         let [rows, vocab] = shape_2d(&logits);
         let logits = f32s(&logits);
-        let out = (0..rows)
-            .map(|r| {
-                let row = &logits[r * vocab..(r + 1) * vocab];
-                let (max, total) = softmax_normaliser(row, scale);
-                scale * row[targets[r]] - max - total.ln()
-            })
-            .collect();
-        tensor(out, &[rows])
+        let mut out = vec![0.0f32; rows * 2];
+        for_rows(&mut out, 2, vocab, |r, out| {
+            let row = &logits[r * vocab..(r + 1) * vocab];
+            let moments = softmax_moments(row, scale);
+            out[0] = scale * row[targets[r]] - moments.log_normaliser();
+            out[1] = moments.entropy();
+        });
+        tensor(out, &[rows, 2])
     }
 
-    fn chosen_log_probs_backward(
+    fn log_prob_entropy_backward(
         logits: FloatTensor<Self>,
         targets: IntTensor<Self>,
         scale: f32,
@@ -302,16 +302,17 @@ impl Backend for Flex {
         let index = indices(&targets);
         let (Some(targets), DType::F32, DType::F32, false) = (index, logits.dtype(), grad.dtype(), generic_ops())
         else {
-            return chosen_log_probs_backward_ops::<Self>(logits, targets, scale, grad);
+            return log_prob_entropy_backward_ops::<Self>(logits, targets, scale, grad);
         };
         let (logits, grad) = (logits.to_contiguous(), grad.to_contiguous());
         let [rows, vocab] = shape_2d(&logits);
         let (logits, grad) = (f32s(&logits), f32s(&grad));
         let mut out = vec![0.0f32; rows * vocab];
-        for (r, d_row) in out.chunks_exact_mut(vocab).enumerate() {
-            softmax_gradient_row(d_row, &logits[r * vocab..(r + 1) * vocab], scale, scale * grad[r]);
-            d_row[targets[r]] += scale * grad[r];
-        }
+        for_rows(&mut out, vocab, vocab, |r, d_row| {
+            let [g_lp, g_h] = [grad[2 * r], grad[2 * r + 1]];
+            log_prob_entropy_gradient_row(d_row, &logits[r * vocab..(r + 1) * vocab], scale, g_lp, g_h);
+            d_row[targets[r]] += scale * g_lp;
+        });
         tensor(out, &[rows, vocab])
     }
 
@@ -392,6 +393,22 @@ fn for_blocks(out: &mut [f32], block: usize, f: impl Fn(usize, &mut [f32]) + Syn
         out.par_chunks_mut(block).enumerate().for_each(|(i, out)| f(i, out));
     } else {
         out.chunks_mut(block).enumerate().for_each(|(i, out)| f(i, out));
+    }
+}
+
+/// `f(r, row r of out)` for each row of `out` (`out_width` wide), on all threads when the rows'
+/// work (`work_per_row` elements each) is large enough and this thread is not already one of
+/// several parallel tasks. Each row is computed alone, so the split never changes a result.
+fn for_rows(out: &mut [f32], out_width: usize, work_per_row: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    let rows = out.len() / out_width.max(1);
+    if rows * work_per_row >= PARALLEL_ELEMENTS && !nested() {
+        out.par_chunks_mut(out_width.max(1))
+            .enumerate()
+            .for_each(|(r, out)| f(r, out));
+    } else {
+        out.chunks_mut(out_width.max(1))
+            .enumerate()
+            .for_each(|(r, out)| f(r, out));
     }
 }
 
@@ -624,31 +641,68 @@ fn attention_backward_sequence(a: &AttendBackward<'_>, b: usize, d_q: &mut [f32]
     }
 }
 
-with_avx2!(fn softmax_normaliser(row: &[f32], scale: f32) -> (f32, f32) => softmax_normaliser_kernel);
-with_avx2!(fn softmax_gradient_row(out: &mut [f32], row: &[f32], scale: f32, g: f32) => softmax_gradient_kernel);
+with_avx2!(fn softmax_moments(row: &[f32], scale: f32) -> SoftmaxMoments => softmax_moments_kernel);
+with_avx2!(fn log_prob_entropy_gradient_row(out: &mut [f32], row: &[f32], scale: f32, g_lp: f32, g_h: f32) => log_prob_entropy_gradient_kernel);
 
-/// `(m, Σⱼ exp(scale·zⱼ − m))` with `m = maxⱼ scale·zⱼ`: `log softmax(scale·z)ⱼ = scale·zⱼ − m − ln Σ`.
+/// What a row's log-probabilities and entropy under `softmax(u)`, `u = scale·z`, are computed
+/// from: `m = maxⱼ uⱼ`, `S = Σⱼ exp(uⱼ − m)` and `T = Σⱼ exp(uⱼ − m) · (uⱼ − m)` (shifted by
+/// `m`, so the entropy does not lose digits subtracting two numbers near `m`).
+struct SoftmaxMoments {
+    max: f32,
+    total: f32,
+    weighted: f32,
+}
+
+impl SoftmaxMoments {
+    /// `log Σⱼ exp(uⱼ) = m + ln S`: `log pⱼ = uⱼ − m − ln S`.
+    fn log_normaliser(&self) -> f32 {
+        self.max + self.total.ln()
+    }
+
+    /// `H = −Σⱼ pⱼ log pⱼ = ln S − T/S`.
+    fn entropy(&self) -> f32 {
+        self.total.ln() - self.weighted / self.total
+    }
+}
+
 #[inline(always)]
-fn softmax_normaliser_kernel(row: &[f32], scale: f32) -> (f32, f32) {
+fn softmax_moments_kernel(row: &[f32], scale: f32) -> SoftmaxMoments {
     let max = row.iter().fold(f32::NEG_INFINITY, |m, &z| m.max(scale * z));
-    let mut partial = [0.0f32; 8];
+    let (mut total, mut weighted) = ([0.0f32; 8], [0.0f32; 8]);
     let (body, tail) = row.split_at(row.len() / 8 * 8);
     for chunk in body.chunks_exact(8) {
         for i in 0..8 {
-            partial[i] += exp_f32(scale * chunk[i] - max);
+            let shifted = scale * chunk[i] - max;
+            let e = exp_f32(shifted);
+            total[i] += e;
+            weighted[i] += e * shifted;
         }
     }
-    let tail: f32 = tail.iter().map(|&z| exp_f32(scale * z - max)).sum();
-    (max, partial.iter().sum::<f32>() + tail)
+    let (mut total_tail, mut weighted_tail) = (0.0f32, 0.0f32);
+    for &z in tail {
+        let shifted = scale * z - max;
+        let e = exp_f32(shifted);
+        total_tail += e;
+        weighted_tail += e * shifted;
+    }
+    SoftmaxMoments {
+        max,
+        total: total.iter().sum::<f32>() + total_tail,
+        weighted: weighted.iter().sum::<f32>() + weighted_tail,
+    }
 }
 
-/// `out ← −g · softmax(scale·row)`.
+/// `out ← −scale · pⱼ · (g_lp + g_H · (log pⱼ + H))`, the gradient of `g_lp·log pₜ + g_H·H`
+/// with respect to `z` except the chosen token's `+scale·g_lp`. With
+/// `log pⱼ + H = (uⱼ − m) − T/S` that is `−scale · pⱼ · (c + g_H·(uⱼ − m))`, `c = g_lp − g_H·T/S`.
 #[inline(always)]
-fn softmax_gradient_kernel(out: &mut [f32], row: &[f32], scale: f32, g: f32) {
-    let (max, total) = softmax_normaliser_kernel(row, scale);
-    let factor = -g / total;
+fn log_prob_entropy_gradient_kernel(out: &mut [f32], row: &[f32], scale: f32, g_lp: f32, g_h: f32) {
+    let moments = softmax_moments_kernel(row, scale);
+    let c = g_lp - g_h * moments.weighted / moments.total;
+    let factor = -scale / moments.total;
     for (o, &z) in out.iter_mut().zip(row) {
-        *o = factor * exp_f32(scale * z - max);
+        let shifted = scale * z - moments.max;
+        *o = factor * exp_f32(shifted) * (c + g_h * shifted);
     }
 }
 

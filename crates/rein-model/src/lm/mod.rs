@@ -25,7 +25,7 @@ pub use config::{LmConfig, RopeScaling, TokenIds};
 pub use fused::FusedProjections;
 pub use init::LmInit;
 pub use locate::{locate, model_dir};
-pub use model::{Attention, CausalLm, Context, DecoderLayer, Mlp, RmsNorm};
+pub use model::{Attention, CausalLm, Context, DecoderLayer, HEAD_CHUNK_BYTES, Mlp, RmsNorm};
 pub use rope::{Rope, inverse_frequencies};
 pub use tokenizer::{ChatMessage, LmTokenizer};
 

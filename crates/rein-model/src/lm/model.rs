@@ -17,6 +17,10 @@ use super::fused::{FusedLayer, FusedProjections};
 use super::rope::Rope;
 use crate::backend::{Backend, linear};
 
+/// At most this many bytes of `f32` logits exist at once in [`CausalLm::log_prob_entropy`]
+/// (341 rows of a 49,152-token vocabulary).
+pub const HEAD_CHUNK_BYTES: usize = 64 << 20;
+
 /// RMSNorm as transformers computes it: `w ⊙ x / sqrt(mean(x²) + ε)`.
 #[derive(Module, Debug)]
 pub struct RmsNorm<B: Backend> {
@@ -311,6 +315,34 @@ impl<B: Backend> CausalLm<B> {
                 ])
             }
         }
+    }
+
+    /// The head as a `[hidden, vocab]` matrix: `W_head`, or the embeddings' transpose (a view)
+    /// when tied. Heads have no bias (neither the loader nor the initialiser gives them one).
+    pub fn head_weight(&self) -> Tensor<B, 2> {
+        match &self.lm_head {
+            Some(head) => head.weight.val(),
+            None => self.embed_tokens.weight.val().transpose(),
+        }
+    }
+
+    /// Per row of `hidden`, the log-probability of its target token and the entropy of the
+    /// next-token distribution `softmax(scale · logits)`, as `[log pₜ, H]`. The logits are
+    /// computed a few rows at a time and never kept ([`Backend::head_log_prob_entropy`]): at
+    /// most [`HEAD_CHUNK_BYTES`] of them exist at once, in the forward and backward passes.
+    ///
+    /// # Shapes
+    /// - `hidden`: `[rows, hidden]`, `targets`: `[rows]` → `[rows, 2]`
+    pub fn log_prob_entropy(&self, hidden: Tensor<B, 2>, targets: Tensor<B, 1, Int>, scale: f32) -> Tensor<B, 2> {
+        let chunk = (HEAD_CHUNK_BYTES / (4 * self.config.vocab_size.max(1))).max(1);
+        let out = B::head_log_prob_entropy(
+            hidden.into_primitive().tensor(),
+            self.head_weight().into_primitive().tensor(),
+            targets.into_primitive(),
+            scale,
+            chunk,
+        );
+        Tensor::from_primitive(TensorPrimitive::Float(out))
     }
 
     /// `logits(hidden(tokens))`.

@@ -5,8 +5,7 @@
 //! columns `P..P+C` of every row, and the logits that predict them in columns `P−1..P+C−1`.
 //! Positions count from each row's first real token, so padding changes nothing.
 
-use burn::tensor::activation::log_softmax;
-use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{Bool, Int, Tensor, TensorData};
 use rein_model::Backend;
 use rein_model::lm::{CausalLm, Context};
 
@@ -128,26 +127,17 @@ pub fn completion_log_probs<B: Backend>(
     };
     let tokens = Tensor::from_data(TensorData::new(batch.tokens.clone(), [rows, width]), device);
     let hidden = model.hidden(tokens, &ctx, None).narrow(1, p - 1, c);
-    let logits = model.logits(hidden);
-    let vocab = logits.dims()[2];
+    let width = hidden.dims()[2];
     let scale = if temperature != 1.0 && temperature > 0.0 {
         1.0 / temperature
     } else {
         1.0
     };
-    let logits = logits.reshape([rows * c, vocab]);
     let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.targets.clone(), [rows * c]), device);
-    let picked = B::chosen_log_probs(
-        logits.clone().into_primitive().tensor(),
-        targets.into_primitive(),
-        scale,
-    );
-    let picked = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(picked)).reshape([rows, c]);
-    let entropy = with_entropy.then(|| {
-        let log_p = log_softmax(logits.mul_scalar(scale), 1);
-        (log_p.clone().exp() * log_p).sum_dim(1).reshape([rows, c]).neg()
-    });
-    (picked, entropy)
+    let out = model.log_prob_entropy(hidden.reshape([rows * c, width]), targets, scale);
+    let log_prob = out.clone().narrow(1, 0, 1).reshape([rows, c]);
+    let entropy = with_entropy.then(|| out.narrow(1, 1, 1).reshape([rows, c]));
+    (log_prob, entropy)
 }
 
 #[cfg(test)]

@@ -1,0 +1,59 @@
+//! Memory at a real vocabulary: a policy's log-probabilities and entropies, forward and
+//! backward, never hold `[rows × vocab]` logits. Its own test binary, alone in its process, so
+//! the peak resident memory it reads is its own.
+
+use burn::backend::{Autodiff, Flex};
+use burn::tensor::backend::Backend as _;
+use rein_model::lm::{CausalLm, HEAD_CHUNK_BYTES, LmConfig, LmInit};
+use rein_train::lm::{TokenBatch, completion_log_probs};
+use rein_train::memory::{peak_rss_mib, reset_peak_rss};
+
+type B = Autodiff<Flex>;
+
+/// SmolLM2's vocabulary on a one-layer, 32-wide model: the logits dominate everything else.
+fn small_model_with_a_large_vocabulary() -> CausalLm<B> {
+    let config = LmConfig::from_json(serde_json::json!({
+        "model_type": "llama", "vocab_size": 49152, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 512, "tie_word_embeddings": true
+    }))
+    .unwrap();
+    B::seed(&Default::default(), 3);
+    LmInit { config, std: 0.02 }.init::<B>(&Default::default())
+}
+
+/// 16 completions of 128 tokens: 2,048 rows, whose logits alone would be 403 MB in `f32` (and
+/// as much again for their gradient). Forward and backward together stay under 40 % of that.
+#[test]
+fn log_probs_and_entropy_never_hold_the_whole_logits() {
+    let model = small_model_with_a_large_vocabulary();
+    let device = Default::default();
+    let pairs: Vec<(Vec<u32>, Vec<u32>)> = (0..16u32)
+        .map(|r| {
+            let prompt = vec![1 + r, 2, 3, 4];
+            let completion = (0..128u32).map(|t| (r * 977 + t * 131) % 49152).collect();
+            (prompt, completion)
+        })
+        .collect();
+    let pairs: Vec<(&[u32], &[u32])> = pairs.iter().map(|(p, c)| (p.as_slice(), c.as_slice())).collect();
+    let batch = TokenBatch::new(&pairs, 0);
+    let whole_logits_mib = (batch.rows * batch.completion_width * 49152 * 4) as f64 / (1 << 20) as f64;
+    assert!(whole_logits_mib > 380.0);
+
+    reset_peak_rss();
+    let Some(before) = peak_rss_mib() else {
+        eprintln!("no /proc/self/status here: nothing to measure");
+        return;
+    };
+    let (log_prob, entropy) = completion_log_probs(&model, &batch, 0.7, true, &device);
+    let loss = log_prob.sum() + entropy.expect("asked for").sum().mul_scalar(0.01);
+    let grads = loss.backward();
+    let embedding_grad = model.embed_tokens.weight.grad(&grads).expect("the head is trained");
+    assert_eq!(embedding_grad.dims(), [49152, 32]);
+    let grown = peak_rss_mib().unwrap() - before;
+    let chunk_mib = (HEAD_CHUNK_BYTES >> 20) as f64;
+    assert!(
+        grown < 0.4 * whole_logits_mib,
+        "peak grew {grown:.0} MiB for {whole_logits_mib:.0} MiB of logits ({chunk_mib} MiB chunks)"
+    );
+}
