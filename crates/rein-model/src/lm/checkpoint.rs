@@ -14,7 +14,7 @@ use super::model::{Attention, CausalLm, DecoderLayer, Mlp, RmsNorm};
 use crate::backend::Backend;
 
 /// The weights of a checkpoint: every safetensors file's bytes and which file holds each name.
-struct Weights {
+pub(super) struct Weights {
     files: Vec<(PathBuf, Vec<u8>)>,
     index: HashMap<String, usize>,
     used: std::cell::RefCell<std::collections::HashSet<String>>,
@@ -46,6 +46,11 @@ impl Weights {
                 reason: "no model.safetensors or model.safetensors.index.json".into(),
             });
         };
+        Self::from_files(names)
+    }
+
+    /// The tensors of the safetensors files `names`.
+    pub(super) fn from_files(names: Vec<PathBuf>) -> Result<Self, LoadError> {
         let mut files = Vec::new();
         let mut index = HashMap::new();
         for path in names {
@@ -66,8 +71,21 @@ impl Weights {
         })
     }
 
+    /// The shape of tensor `name`, if there is one.
+    pub(super) fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        let (_, bytes) = &self.files[*self.index.get(name)?];
+        Some(SafeTensors::deserialize(bytes).ok()?.tensor(name).ok()?.shape().to_vec())
+    }
+
+    /// Every tensor name, sorted.
+    pub(super) fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.index.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
     /// The tensor `name` as f32, checked against `shape`.
-    fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
+    pub(super) fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
         let Some(&file) = self.index.get(name) else {
             return Err(LoadError::MissingTensor {
                 name: name.into(),
@@ -142,7 +160,7 @@ impl Weights {
     }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
+pub(super) fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
     std::fs::read(path).map_err(|e| LoadError::Io {
         path: path.to_path_buf(),
         reason: e.to_string(),
@@ -241,7 +259,11 @@ pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, L
 
 /// Writes `model` to `dir` as a Hugging Face checkpoint (`config.json`, `model.safetensors`,
 /// f32), loadable by transformers. Tokenizer files are the caller's to copy.
+///
+/// LoRA adapters are merged into the weights they adapt ([`CausalLm::merged`]); save them on
+/// their own with [`super::peft::save_adapter`].
 pub fn save<B: Backend>(model: &CausalLm<B>, dir: &Path) -> Result<(), LoadError> {
+    let model = &model.merged();
     let io = |path: &Path, e: std::io::Error| LoadError::Io {
         path: path.to_path_buf(),
         reason: e.to_string(),

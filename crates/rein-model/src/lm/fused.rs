@@ -4,11 +4,13 @@
 //! busier than several narrow ones.
 //!
 //! Built from a model's current weights (a copy of them) for one generation: the model must
-//! not change while it is in use.
+//! not change while it is in use. LoRA adapters on these projections are merged in
+//! (`W + (α/r)·A·B`); those on `W_o` and `W_down`, which are not concatenated, stay separate.
 
 use burn::nn::Linear;
 use burn::tensor::{Tensor, TensorPrimitive};
 
+use super::lora::LayerLora;
 use crate::backend::Backend;
 
 /// The concatenated projections of every layer of a model (`CausalLm::fused_projections`).
@@ -30,14 +32,24 @@ pub(crate) struct FusedLayer<B: Backend> {
 
 impl<B: Backend> FusedLayer<B> {
     /// One layer's attention input projections (`q`, `k`, `v`) and MLP input projections
-    /// (`gate`, `up`), concatenated.
-    pub(crate) fn new(attention: [&Linear<B>; 3], gate: &Linear<B>, up: &Linear<B>) -> Self {
-        let qkv = Tensor::cat(attention.iter().map(|l| l.weight.val()).collect(), 1);
+    /// (`gate`, `up`), concatenated, with their adapters merged in.
+    pub(crate) fn new(
+        attention: [&Linear<B>; 3],
+        gate: &Linear<B>,
+        up: &Linear<B>,
+        lora: Option<&LayerLora<B>>,
+    ) -> Self {
+        let weight = |layer: &Linear<B>, name: &str| match lora.and_then(|l| l.get(name)) {
+            Some(adapter) => layer.weight.val() + adapter.delta(),
+            None => layer.weight.val(),
+        };
+        let [q, k, v] = attention;
+        let qkv = Tensor::cat(vec![weight(q, "q_proj"), weight(k, "k_proj"), weight(v, "v_proj")], 1);
         let qkv_bias = attention
             .iter()
             .any(|l| l.bias.is_some())
             .then(|| Tensor::cat(attention.iter().map(|l| bias_or_zeros(l)).collect(), 0));
-        let gate_up = Tensor::cat(vec![gate.weight.val(), up.weight.val()], 1);
+        let gate_up = Tensor::cat(vec![weight(gate, "gate_proj"), weight(up, "up_proj")], 1);
         FusedLayer { qkv, qkv_bias, gate_up }
     }
 }

@@ -5,7 +5,8 @@
 //! `model.safetensors.index.json`), `tokenizer.json` and optionally `tokenizer_config.json`
 //! (special tokens, chat template). f16 and bf16 weights are upcast to f32 on load. A `.gguf`
 //! file is accepted wherever a directory is: it is converted once ([`crate::gguf`]); so is the
-//! name of a model fetched with `cargo xtask model NAME` ([`locate`]).
+//! name of a model fetched with `cargo xtask model NAME` ([`locate`]). [`lora`] adds low-rank
+//! adapters to a model, [`peft`] reads and writes them as PEFT does.
 
 mod cache;
 mod checkpoint;
@@ -13,7 +14,9 @@ mod config;
 mod fused;
 mod init;
 mod locate;
+pub mod lora;
 mod model;
+pub mod peft;
 mod rope;
 mod tokenizer;
 
@@ -100,6 +103,14 @@ pub enum LoadError {
     /// A GGUF model file cannot be converted.
     #[error(transparent)]
     Gguf(#[from] crate::gguf::GgufError),
+    /// A LoRA adapter cannot be read, written or applied to this model.
+    #[error("{}: {reason}", path.display())]
+    Adapter {
+        /// The adapter's file or directory.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// The tokenizer cannot be loaded or does not fit the model.
     #[error("{}: {reason}", path.display())]
     Tokenizer {

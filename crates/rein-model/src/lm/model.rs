@@ -14,8 +14,9 @@ use burn::tensor::{Bool, Int, Tensor, TensorPrimitive};
 use super::cache::{KvCache, LayerCache};
 use super::config::LmConfig;
 use super::fused::{FusedLayer, FusedProjections};
+use super::lora::{LayerLora, Lora, LoraAdapters, LoraSpec, adapted};
 use super::rope::Rope;
-use crate::backend::{Backend, linear};
+use crate::backend::Backend;
 
 /// At most this many bytes of `f32` logits exist at once in [`CausalLm::log_prob_entropy`]
 /// (341 rows of a 49,152-token vocabulary).
@@ -108,6 +109,8 @@ pub struct CausalLm<B: Backend> {
     pub norm: RmsNorm<B>,
     /// The LM head; `None` when tied to the embeddings.
     pub lm_head: Option<Linear<B>>,
+    /// LoRA adapters on the decoder layers' linear layers ([`CausalLm::with_lora`]).
+    pub lora: Option<LoraAdapters<B>>,
     #[module(skip)]
     config: LmConfig,
 }
@@ -131,6 +134,7 @@ impl<B: Backend> Attention<B> {
         x: Tensor<B, 3>,
         ctx: &Context<'_, B>,
         fused: Option<&FusedLayer<B>>,
+        lora: Option<&LayerLora<B>>,
         cache: Option<&mut LayerCache<B>>,
         key_padding: Option<Tensor<B, 2, Bool>>,
     ) -> Tensor<B, 3> {
@@ -147,10 +151,11 @@ impl<B: Backend> Attention<B> {
             }
             None => {
                 let split = |t: Tensor<B, 3>, heads: usize| t.reshape([batch, seq, heads, d]).swap_dims(1, 2);
+                let adapter = |name: &str| lora.and_then(|l| l.get(name));
                 (
-                    split(project(&self.q_proj, x.clone()), h),
-                    split(project(&self.k_proj, x.clone()), kvh),
-                    split(project(&self.v_proj, x), kvh),
+                    split(project(&self.q_proj, adapter("q_proj"), x.clone()), h),
+                    split(project(&self.k_proj, adapter("k_proj"), x.clone()), kvh),
+                    split(project(&self.v_proj, adapter("v_proj"), x), kvh),
                 )
             }
         };
@@ -169,22 +174,25 @@ impl<B: Backend> Attention<B> {
             None => B::causal_attention(raw(q), raw(k), raw(v), padding),
         };
         let out = Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(out));
-        project(&self.o_proj, out.reshape([batch, seq, h * d]))
+        let o_adapter = lora.and_then(|l| l.o_proj.as_ref());
+        project(&self.o_proj, o_adapter, out.reshape([batch, seq, h * d]))
     }
 }
 
-/// A linear layer on `[batch, seq, in]` as one `[batch·seq, in] × [in, out]` matrix product.
-/// burn's `Linear` on a 3-D input runs a batched product with one small matrix per sequence
-/// (a matrix-vector product per sequence when decoding), which wastes the weights' reuse.
-fn project<B: Backend>(layer: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+/// A linear layer (and its adapter) on `[batch, seq, in]` as one `[batch·seq, in] × [in, out]`
+/// matrix product. burn's `Linear` on a 3-D input runs a batched product with one small matrix
+/// per sequence (a matrix-vector product per sequence when decoding), which wastes the weights'
+/// reuse.
+fn project<B: Backend>(layer: &Linear<B>, adapter: Option<&Lora<B>>, x: Tensor<B, 3>) -> Tensor<B, 3> {
     let [batch, seq, width] = x.dims();
-    let y = linear(layer, x.reshape([batch * seq, width]));
+    let y = adapted(layer, adapter, x.reshape([batch * seq, width]));
     let out = y.dims()[1];
     y.reshape([batch, seq, out])
 }
 
 impl<B: Backend> Mlp<B> {
-    fn forward(&self, x: Tensor<B, 3>, fused: Option<&FusedLayer<B>>) -> Tensor<B, 3> {
+    fn forward(&self, x: Tensor<B, 3>, fused: Option<&FusedLayer<B>>, lora: Option<&LayerLora<B>>) -> Tensor<B, 3> {
+        let adapter = |name: &str| lora.and_then(|l| l.get(name));
         let [batch, seq, width] = x.dims();
         let x = x.reshape([batch * seq, width]);
         let (gate, up) = match fused {
@@ -193,28 +201,57 @@ impl<B: Backend> Mlp<B> {
                 let half = gate_up.dims()[1] / 2;
                 (gate_up.clone().narrow(1, 0, half), gate_up.narrow(1, half, half))
             }
-            None => (linear(&self.gate_proj, x.clone()), linear(&self.up_proj, x)),
+            None => (
+                adapted(&self.gate_proj, adapter("gate_proj"), x.clone()),
+                adapted(&self.up_proj, adapter("up_proj"), x),
+            ),
         };
         let (gate, up) = (gate.into_primitive().tensor(), up.into_primitive().tensor());
         let hidden = Tensor::from_primitive(TensorPrimitive::Float(B::swiglu(gate, up)));
-        linear(&self.down_proj, hidden).reshape([batch, seq, width])
+        adapted(&self.down_proj, adapter("down_proj"), hidden).reshape([batch, seq, width])
     }
 }
 
 impl<B: Backend> DecoderLayer<B> {
+    /// The linear layers with their Hugging Face names, in [`super::lora::LINEAR_MODULES`] order.
+    pub fn linears(&self) -> [(&'static str, &Linear<B>); 7] {
+        let (attn, mlp) = (&self.self_attn, &self.mlp);
+        [
+            ("q_proj", &attn.q_proj),
+            ("k_proj", &attn.k_proj),
+            ("v_proj", &attn.v_proj),
+            ("o_proj", &attn.o_proj),
+            ("gate_proj", &mlp.gate_proj),
+            ("up_proj", &mlp.up_proj),
+            ("down_proj", &mlp.down_proj),
+        ]
+    }
+
+    fn linears_mut(&mut self) -> [&mut Linear<B>; 7] {
+        let (attn, mlp) = (&mut self.self_attn, &mut self.mlp);
+        [
+            &mut attn.q_proj,
+            &mut attn.k_proj,
+            &mut attn.v_proj,
+            &mut attn.o_proj,
+            &mut mlp.gate_proj,
+            &mut mlp.up_proj,
+            &mut mlp.down_proj,
+        ]
+    }
+
     fn forward(
         &self,
         x: Tensor<B, 3>,
         ctx: &Context<'_, B>,
         fused: Option<&FusedLayer<B>>,
+        lora: Option<&LayerLora<B>>,
         cache: Option<&mut LayerCache<B>>,
         key_padding: Option<Tensor<B, 2, Bool>>,
     ) -> Tensor<B, 3> {
-        let x = x.clone()
-            + self
-                .self_attn
-                .forward(self.input_layernorm.forward(x), ctx, fused, cache, key_padding);
-        x.clone() + self.mlp.forward(self.post_attention_layernorm.forward(x), fused)
+        let normed = self.input_layernorm.forward(x.clone());
+        let x = x + self.self_attn.forward(normed, ctx, fused, lora, cache, key_padding);
+        x.clone() + self.mlp.forward(self.post_attention_layernorm.forward(x), fused, lora)
     }
 }
 
@@ -233,6 +270,7 @@ impl<B: Backend> CausalLm<B> {
             layers,
             norm,
             lm_head,
+            lora: None,
             config,
         }
     }
@@ -242,17 +280,65 @@ impl<B: Backend> CausalLm<B> {
         &self.config
     }
 
+    /// This model with fresh LoRA adapters on the layers `spec` targets ([`Lora::new`]: the
+    /// outputs are unchanged) and every base weight frozen: only the adapters get gradients,
+    /// so only they get optimiser state. Replaces any adapters it had.
+    pub fn with_lora(self, spec: &LoraSpec, device: &B::Device) -> Self {
+        let mut model = self.no_grad();
+        let layers = model
+            .layers
+            .iter()
+            .map(|layer| {
+                let [q, k, v, o, gate, up, down] = layer.linears().map(|(name, linear)| {
+                    let [input, output] = linear.weight.dims();
+                    spec.targets(name).then(|| Lora::new(input, output, spec, device))
+                });
+                LayerLora {
+                    q_proj: q,
+                    k_proj: k,
+                    v_proj: v,
+                    o_proj: o,
+                    gate_proj: gate,
+                    up_proj: up,
+                    down_proj: down,
+                }
+            })
+            .collect();
+        model.lora = Some(LoraAdapters::new(layers, spec.clone()));
+        model
+    }
+
+    /// This model with its adapters merged into the base weights (`W + (α/r)·A·B`) and removed:
+    /// the same function as one plain checkpoint. Without adapters, the model itself.
+    pub fn merged(&self) -> Self {
+        let mut model = self.clone();
+        let Some(lora) = model.lora.take() else {
+            return model;
+        };
+        for (layer, adapters) in model.layers.iter_mut().zip(&lora.layers) {
+            for (linear, (_, adapter)) in layer.linears_mut().into_iter().zip(adapters.slots()) {
+                if let Some(adapter) = adapter {
+                    let weight = (linear.weight.val() + adapter.delta()).detach();
+                    linear.weight = Param::from_tensor(weight).set_require_grad(false);
+                }
+            }
+        }
+        model
+    }
+
     /// The layers' projections concatenated, for [`Context::fused`].
     pub fn fused_projections(&self) -> FusedProjections<B> {
         let layers = self
             .layers
             .iter()
-            .map(|layer| {
+            .enumerate()
+            .map(|(i, layer)| {
                 let attn = &layer.self_attn;
                 FusedLayer::new(
                     [&attn.q_proj, &attn.k_proj, &attn.v_proj],
                     &layer.mlp.gate_proj,
                     &layer.mlp.up_proj,
+                    self.lora.as_ref().map(|l| &l.layers[i]),
                 )
             })
             .collect();
@@ -285,7 +371,8 @@ impl<B: Backend> CausalLm<B> {
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| c.layer(i));
             let fused = ctx.fused.map(|f| &f.layers[i]);
-            x = layer.forward(x, ctx, fused, layer_cache, key_padding.clone());
+            let lora = self.lora.as_ref().map(|l| &l.layers[i]);
+            x = layer.forward(x, ctx, fused, lora, layer_cache, key_padding.clone());
         }
         if let Some(cache) = cache {
             cache.commit();
@@ -299,7 +386,7 @@ impl<B: Backend> CausalLm<B> {
     /// - `hidden`: `[batch, seq, hidden]` → `[batch, seq, vocab]`
     pub fn logits(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
         match &self.lm_head {
-            Some(head) => project(head, hidden),
+            Some(head) => project(head, None, hidden),
             None => {
                 let [batch, seq, width] = hidden.dims();
                 let weight = self.embed_tokens.weight.val();

@@ -1,0 +1,236 @@
+//! LoRA adapters in PEFT's format, so `PeftModel.from_pretrained(base, dir)` loads what rein
+//! trains and rein loads what PEFT saved: a directory with
+//!
+//! - `adapter_config.json`: `peft_type = "LORA"`, `r`, `lora_alpha`, `lora_dropout`,
+//!   `target_modules`, `use_rslora`, …;
+//! - `adapter_model.safetensors`: per adapted layer
+//!   `base_model.model.model.layers.{i}.{self_attn|mlp}.{module}.lora_A.weight` (`[r, in]`) and
+//!   `….lora_B.weight` (`[out, r]`), the transposes of rein's `A` and `B` (torch's `Linear`
+//!   stores `[out, in]`).
+//!
+//! Variants rein does not implement (DoRA, biases, per-layer ranks, `fan_in_fan_out`, extra
+//! trained modules) are refused with an error naming the field.
+
+use std::path::Path;
+
+use burn::tensor::{Tensor, TensorData};
+use serde_json::{Value, json};
+
+use super::LoadError;
+use super::checkpoint::{Weights, read};
+use super::lora::{Lora, LoraSpec};
+use super::model::CausalLm;
+use crate::backend::Backend;
+
+/// The adapter's settings.
+pub const CONFIG_FILE: &str = "adapter_config.json";
+/// The adapter's weights.
+pub const WEIGHTS_FILE: &str = "adapter_model.safetensors";
+
+/// The transformers path of `module` in decoder layer `layer`: `model.layers.0.self_attn.q_proj`.
+fn module_path(layer: usize, module: &str) -> String {
+    let block = match module {
+        "q_proj" | "k_proj" | "v_proj" | "o_proj" => "self_attn",
+        _ => "mlp",
+    };
+    format!("model.layers.{layer}.{block}.{module}")
+}
+
+/// PEFT's name for factor `A` or `B` of the adapter on `module` of decoder layer `layer`.
+fn tensor_name(layer: usize, module: &str, factor: char) -> String {
+    format!("base_model.model.{}.lora_{factor}.weight", module_path(layer, module))
+}
+
+/// Whether PEFT's list of `target_modules` selects the module at `path`: a target is a whole
+/// path or a suffix of one after a dot (`q_proj`, `layers.0.self_attn.q_proj`).
+fn selects(targets: &[String], path: &str) -> bool {
+    targets
+        .iter()
+        .any(|t| t == "all-linear" || path == t || path.ends_with(&format!(".{t}")))
+}
+
+fn adapter_error(path: &Path, reason: impl Into<String>) -> LoadError {
+    LoadError::Adapter {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+/// Writes `model`'s adapters to `dir` in PEFT's format; `base_model` goes into the config's
+/// `base_model_name_or_path`.
+pub fn save_adapter<B: Backend>(model: &CausalLm<B>, dir: &Path, base_model: &str) -> Result<(), LoadError> {
+    let Some(lora) = &model.lora else {
+        return Err(adapter_error(dir, "the model has no LoRA adapters to save"));
+    };
+    std::fs::create_dir_all(dir).map_err(|e| adapter_error(dir, e.to_string()))?;
+    let mut tensors = crate::safetensors_file::Tensors::new();
+    let mut put = |name: String, t: Tensor<B, 2>| {
+        let dims = t.dims().to_vec();
+        let values = t.into_data().convert::<f32>().to_vec::<f32>().unwrap_or_default();
+        tensors.insert(name, (dims, values));
+    };
+    for (i, layer) in lora.layers.iter().enumerate() {
+        for (module, adapter) in layer.slots() {
+            if let Some(adapter) = adapter {
+                put(tensor_name(i, module, 'A'), adapter.a.val().transpose());
+                put(tensor_name(i, module, 'B'), adapter.b.val().transpose());
+            }
+        }
+    }
+    let weights = dir.join(WEIGHTS_FILE);
+    crate::safetensors_file::write(&weights, &tensors, "pt").map_err(|e| adapter_error(&weights, e.to_string()))?;
+    let spec = lora.spec();
+    let config = json!({
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base_model,
+        "r": spec.rank,
+        "lora_alpha": spec.alpha,
+        "lora_dropout": spec.dropout,
+        "target_modules": spec.target_modules(),
+        "use_rslora": spec.rslora,
+        "use_dora": false,
+        "bias": "none",
+        "fan_in_fan_out": false,
+        "init_lora_weights": true,
+        "inference_mode": true,
+        "modules_to_save": null,
+        "layers_to_transform": null,
+        "layers_pattern": null,
+        "rank_pattern": {},
+        "alpha_pattern": {},
+        "revision": null,
+    });
+    let path = dir.join(CONFIG_FILE);
+    let text = serde_json::to_string_pretty(&config).map_err(|e| adapter_error(&path, e.to_string()))?;
+    std::fs::write(&path, text + "\n").map_err(|e| adapter_error(&path, e.to_string()))
+}
+
+/// The spec an `adapter_config.json` describes, and its `target_modules` as written (PEFT
+/// writes `all-linear` out as every layer's path).
+fn read_spec(path: &Path) -> Result<(LoraSpec, Vec<String>), LoadError> {
+    let config: Value = serde_json::from_slice(&read(path)?).map_err(|e| LoadError::Json {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let field = |name: &str, reason: String| adapter_error(path, format!("`{name}`: {reason}"));
+    if config["peft_type"] != "LORA" {
+        return Err(field("peft_type", format!("{} is not \"LORA\"", config["peft_type"])));
+    }
+    let is_set = |name: &str| match &config[name] {
+        Value::Null | Value::Bool(false) => false,
+        Value::Object(map) => !map.is_empty(),
+        Value::Array(list) => !list.is_empty(),
+        Value::String(s) => s != "none",
+        _ => true,
+    };
+    let unsupported = [
+        ("use_dora", "DoRA"),
+        ("fan_in_fan_out", "transposed (Conv1D) layers"),
+        ("bias", "trained biases"),
+        ("rank_pattern", "per-layer ranks"),
+        ("alpha_pattern", "per-layer alphas"),
+        ("layers_to_transform", "adapting only some layers"),
+        ("modules_to_save", "fully trained extra modules"),
+    ];
+    for (name, what) in unsupported {
+        if is_set(name) {
+            return Err(field(name, format!("{what} are not supported ({})", config[name])));
+        }
+    }
+    let rank = config["r"]
+        .as_u64()
+        .ok_or_else(|| field("r", format!("{} is not a positive integer", config["r"])))?;
+    let alpha = config["lora_alpha"]
+        .as_f64()
+        .ok_or_else(|| field("lora_alpha", format!("{} is not a number", config["lora_alpha"])))?;
+    let targets: Vec<String> = match &config["target_modules"] {
+        Value::Array(list) => list.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+        Value::String(s) if s == "all-linear" => vec![s.clone()],
+        other => {
+            return Err(field(
+                "target_modules",
+                format!("{other} is not a list of module names or \"all-linear\""),
+            ));
+        }
+    };
+    // The module names the paths end in.
+    let mut modules: Vec<String> = targets
+        .iter()
+        .map(|t| t.rsplit('.').next().unwrap_or(t).to_string())
+        .collect();
+    modules.sort();
+    modules.dedup();
+    let spec = LoraSpec {
+        rank: rank as usize,
+        alpha: alpha as f32,
+        dropout: config["lora_dropout"].as_f64().unwrap_or(0.0),
+        targets: modules,
+        rslora: config["use_rslora"].as_bool().unwrap_or(false),
+    };
+    spec.validate().map_err(|(name, reason)| field(name, reason))?;
+    Ok((spec, targets))
+}
+
+/// `model` with the adapter in `dir` (PEFT's format) attached, base weights frozen
+/// ([`CausalLm::with_lora`]). Every tensor of the file must belong to an adapted layer of
+/// this architecture, with the shape the config's rank implies.
+pub fn load_adapter<B: Backend>(model: CausalLm<B>, dir: &Path, device: &B::Device) -> Result<CausalLm<B>, LoadError> {
+    let (spec, targets) = read_spec(&dir.join(CONFIG_FILE))?;
+    let path = dir.join(WEIGHTS_FILE);
+    if !path.is_file() {
+        return Err(adapter_error(&path, "no such file (an adapter directory holds it)"));
+    }
+    let weights = Weights::from_files(vec![path.clone()])?;
+    let mut model = model.with_lora(&spec, device);
+    let mut used = std::collections::HashSet::new();
+    let Some(lora) = model.lora.as_mut() else {
+        return Err(adapter_error(dir, "no adapters were made"));
+    };
+    for (i, layer) in lora.layers.iter_mut().enumerate() {
+        let slots = [
+            ("q_proj", &mut layer.q_proj),
+            ("k_proj", &mut layer.k_proj),
+            ("v_proj", &mut layer.v_proj),
+            ("o_proj", &mut layer.o_proj),
+            ("gate_proj", &mut layer.gate_proj),
+            ("up_proj", &mut layer.up_proj),
+            ("down_proj", &mut layer.down_proj),
+        ];
+        for (module, slot) in slots {
+            if !selects(&targets, &module_path(i, module)) {
+                *slot = None;
+            }
+            let Some(fresh) = slot.as_ref() else { continue };
+            let [input, rank] = fresh.a.dims();
+            let output = fresh.b.dims()[1];
+            let factor = |factor: char, shape: [usize; 2]| -> Result<Tensor<B, 2>, LoadError> {
+                let name = tensor_name(i, module, factor);
+                match weights.shape(&name) {
+                    Some(found) if found != shape => Err(adapter_error(
+                        &path,
+                        format!("tensor `{name}` has shape {found:?}, but r = {rank} and the layer imply {shape:?}"),
+                    )),
+                    _ => {
+                        let values = weights.get(&name, &shape)?;
+                        Ok(Tensor::<B, 2>::from_data(TensorData::new(values, shape), device).transpose())
+                    }
+                }
+            };
+            let (a, b) = (factor('A', [rank, input])?, factor('B', [output, rank])?);
+            used.extend([tensor_name(i, module, 'A'), tensor_name(i, module, 'B')]);
+            *slot = Some(Lora::from_factors(a, b, &spec));
+        }
+    }
+    let unused: Vec<&str> = weights.names().into_iter().filter(|n| !used.contains(*n)).collect();
+    if !unused.is_empty() {
+        return Err(adapter_error(
+            &path,
+            format!(
+                "tensors for layers this model or the config's target_modules do not have: {}",
+                unused.iter().take(5).copied().collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    }
+    Ok(model)
+}
