@@ -226,3 +226,59 @@ fn prompts_load_from_parquet_with_named_columns() {
     let err = read(&root().join("tests/fixtures/prompts.parquet"), &Fields::default()).unwrap_err();
     assert!(err.to_string().contains("no `prompt` field"), "{err}");
 }
+
+/// `[lora]`: SFT and GRPO train adapters only; the run writes them in PEFT's format next to the
+/// merged model, which differs from the model the recipe started from only in the adapted
+/// matrices.
+#[test]
+fn a_lora_run_trains_adapters_and_writes_them_beside_the_merged_model() {
+    use burn::tensor::backend::Backend as _;
+    use rein_model::Cpu;
+    use rein_model::lm::{CausalLm, LmConfig, LmInit, load};
+    let runs = scratch("lora");
+    let recipe = tiny_default(
+        &runs,
+        &[
+            "lora.rank=2",
+            "lora.alpha=4.0",
+            "lora.targets=[\"q_proj\", \"down_proj\"]",
+        ],
+    );
+    let RunOutcome::Lm(outcome) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    let dir = outcome.run_dir.unwrap();
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("adapter/adapter_config.json")).unwrap()).unwrap();
+    assert_eq!(
+        (config["r"].as_u64(), config["lora_alpha"].as_f64()),
+        (Some(2), Some(4.0))
+    );
+    assert_eq!(config["target_modules"], serde_json::json!(["q_proj", "down_proj"]));
+
+    // The model the recipe starts from, initialised as the run did from its seed.
+    let device = Default::default();
+    let model = &recipe.recipe.model;
+    let architecture = serde_json::to_value(model.architecture.as_ref().unwrap()).unwrap();
+    Cpu::seed(&device, recipe.recipe.seed);
+    let start = LmInit {
+        config: LmConfig::from_json(architecture).unwrap(),
+        std: model.init_std,
+    }
+    .init::<Cpu>(&device);
+    let trained = load::<Cpu>(&dir.join("final"), &device).unwrap();
+    let values = |m: &CausalLm<Cpu>| rein_model::safetensors_file::module_tensors(m);
+    let (before, after) = (values(&start), values(&trained));
+    let changed: Vec<&String> = before
+        .iter()
+        .filter(|(name, v)| after[*name] != **v)
+        .map(|(name, _)| name)
+        .collect();
+    assert!(!changed.is_empty(), "training changed nothing");
+    assert!(
+        changed
+            .iter()
+            .all(|n| n.ends_with("q_proj.weight") || n.ends_with("down_proj.weight")),
+        "weights without adapters changed: {changed:?}"
+    );
+}

@@ -63,8 +63,15 @@ fn flat(value: &serde_json::Value) -> Vec<f32> {
 
 fn assert_close(what: &str, ours: &[f32], theirs: &[f32], tolerance: f32) {
     assert_eq!(ours.len(), theirs.len(), "{what}");
-    let worst = ours.iter().zip(theirs).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-    assert!(worst <= tolerance, "{what}: largest difference {worst:e} > {tolerance:e}");
+    let worst = ours
+        .iter()
+        .zip(theirs)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        worst <= tolerance,
+        "{what}: largest difference {worst:e} > {tolerance:e}"
+    );
 }
 
 fn base() -> CausalLm<B> {
@@ -83,7 +90,12 @@ fn spec(targets: &[&str], rank: usize) -> LoraSpec {
 
 #[test]
 fn the_base_fixture_gives_transformers_logits() {
-    assert_close("base", &logits(&base(), &inputs(), false), &flat(&expected()["base"]), 1e-4);
+    assert_close(
+        "base",
+        &logits(&base(), &inputs(), false),
+        &flat(&expected()["base"]),
+        1e-4,
+    );
 }
 
 #[test]
@@ -108,7 +120,12 @@ fn peft_adapters_give_peft_logits_attached_and_merged() {
         let attached = logits(&model, &inputs(), false);
         assert_close(name, &attached, &flat(&expected[name]), 1e-4);
         // Generation's fused projections merge q/k/v/gate/up and keep o/down separate.
-        assert_close(&format!("{name}, fused"), &logits(&model, &inputs(), true), &attached, 1e-5);
+        assert_close(
+            &format!("{name}, fused"),
+            &logits(&model, &inputs(), true),
+            &attached,
+            1e-5,
+        );
         let merged = model.merged();
         assert!(merged.lora.is_none());
         let merged_logits = logits(&merged, &inputs(), false);
@@ -138,7 +155,10 @@ fn rein_writes_adapters_as_peft_does() {
     let model = load_adapter(base(), &fixtures().join("adapter"), &Default::default()).unwrap();
     save_adapter(&model, &dir, "tests/fixtures/lora/base").unwrap();
     let read = |path: PathBuf| std::fs::read(path).unwrap();
-    let (ours, theirs) = (read(dir.join(WEIGHTS_FILE)), read(fixtures().join("adapter").join(WEIGHTS_FILE)));
+    let (ours, theirs) = (
+        read(dir.join(WEIGHTS_FILE)),
+        read(fixtures().join("adapter").join(WEIGHTS_FILE)),
+    );
     let (ours, theirs) = (
         safetensors::SafeTensors::deserialize(&ours).unwrap(),
         safetensors::SafeTensors::deserialize(&theirs).unwrap(),
@@ -155,7 +175,10 @@ fn rein_writes_adapters_as_peft_does() {
     }
     let config: serde_json::Value = serde_json::from_slice(&read(dir.join(CONFIG_FILE))).unwrap();
     assert_eq!(config["peft_type"], "LORA");
-    assert_eq!((config["r"].as_u64(), config["lora_alpha"].as_f64()), (Some(4), Some(8.0)));
+    assert_eq!(
+        (config["r"].as_u64(), config["lora_alpha"].as_f64()),
+        (Some(4), Some(8.0))
+    );
     assert_eq!(
         config["target_modules"],
         serde_json::json!(["q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"])
@@ -222,7 +245,11 @@ fn generation_with_adapters_equals_the_merged_model() {
             .collect()
     };
     assert_eq!(run(&model), run(&model.merged()));
-    assert_ne!(run(&model), run(&base()), "the adapter changes nothing greedy decoding sees");
+    assert_ne!(
+        run(&model),
+        run(&base()),
+        "the adapter changes nothing greedy decoding sees"
+    );
 }
 
 #[test]

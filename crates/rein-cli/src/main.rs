@@ -8,6 +8,7 @@
 mod convert;
 mod env;
 mod generate;
+mod merge_lora;
 mod plot;
 mod plugin;
 mod train;
@@ -38,6 +39,8 @@ enum Command {
     /// Convert a model file into a Hugging Face checkpoint directory.
     #[command(subcommand)]
     Convert(convert::ConvertCommand),
+    /// Merge a LoRA adapter (PEFT's format) into its base model, as one checkpoint.
+    MergeLora(merge_lora::MergeLoraArgs),
     /// Generate text with a Hugging Face checkpoint (or a `.gguf` file).
     Generate(generate::GenerateArgs),
     /// Show or check a recipe.
@@ -87,6 +90,7 @@ fn main() -> std::process::ExitCode {
         Command::Env(command) => command.run(),
         Command::Run(args) => args.run(),
         Command::Convert(command) => command.run(),
+        Command::MergeLora(args) => args.run(),
         Command::Generate(args) => args.run(),
         Command::Eval(args) => args.run(),
         Command::Recipe(command) => command.run(),

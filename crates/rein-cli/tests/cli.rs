@@ -441,3 +441,30 @@ fn convert_gguf_writes_a_checkpoint_directory_and_names_bad_files() {
     );
     let _ = std::fs::remove_dir_all(&out_dir);
 }
+
+#[test]
+fn merge_lora_writes_the_merged_checkpoint_and_names_a_missing_adapter() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lora");
+    let out_dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("merged-{}", std::process::id()));
+    let (base, adapter) = (fixtures.join("base"), fixtures.join("adapter"));
+    let merge = |adapter: &std::path::Path| {
+        rein(&[
+            "merge-lora",
+            "--base",
+            base.to_str().unwrap(),
+            "--adapter",
+            adapter.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+        ])
+    };
+    let text = stdout(&merge(&adapter));
+    assert!(
+        text.contains("merged rank-4 adapters on q_proj, v_proj, o_proj, gate_proj, down_proj"),
+        "{text}"
+    );
+    assert!(out_dir.join("model.safetensors").is_file() && out_dir.join("config.json").is_file());
+    let stderr = stderr_of_failure(&merge(&fixtures.join("no-such-adapter")));
+    assert!(stderr.contains("no-such-adapter/adapter_config.json"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&out_dir);
+}

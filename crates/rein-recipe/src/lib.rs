@@ -24,8 +24,8 @@ pub use data::{ArithmeticTask, Fields};
 pub use error::RecipeError;
 pub use rein_core::AdvantageKind;
 pub use schema::{
-    Algorithm, DataSection, Device, EnvSection, EvalSection, GrpoSection, ModelSection, OptimizerSection, PpoSection,
-    Recipe, RewardEntry, SamplerSection, SftSection, TrainSection,
+    Algorithm, DataSection, Device, EnvSection, EvalSection, GrpoSection, LoraSection, ModelSection, OptimizerSection,
+    PpoSection, Recipe, RewardEntry, SamplerSection, SftSection, TrainSection,
 };
 
 use compose::Composed;
@@ -131,6 +131,7 @@ impl LoadedRecipe {
                     .env
                     .as_ref()
                     .ok_or_else(|| self.invalid("env", "PPO needs an [env] section with a plugin"))?;
+
                 if env.num_envs == 0 {
                     return Err(self.invalid("env.num_envs", "must be at least 1"));
                 }

@@ -46,6 +46,9 @@ pub struct Recipe {
     /// Held-out evaluation (language-model recipes).
     #[serde(default)]
     pub eval: EvalSection,
+    /// Train LoRA adapters instead of every weight (language-model recipes).
+    #[serde(default)]
+    pub lora: Option<LoraSection>,
 }
 
 /// Where tensors live.
@@ -207,6 +210,39 @@ pub struct DataSection {
     /// A system message before each prompt (with the chat template).
     #[serde(default)]
     pub system_prompt: Option<String>,
+}
+
+/// LoRA adapters: the base weights stay frozen, `(α/r)·A·B` learns per adapted linear layer.
+/// The run saves the adapters in PEFT's format (`<run>/adapter/`) and the merged model
+/// (`<run>/final/`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoraSection {
+    /// `r`, the rank of each update.
+    pub rank: usize,
+    /// `α`; the update is scaled by `α/r`.
+    pub alpha: f32,
+    /// Dropout on the adapters' inputs while training.
+    pub dropout: f64,
+    /// Linear layers to adapt (`q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`, `up_proj`,
+    /// `down_proj`), or `all-linear`.
+    pub targets: Vec<String>,
+    /// Scale by `α/√r` (rsLoRA) instead of `α/r`.
+    pub rslora: bool,
+}
+
+impl Default for LoraSection {
+    /// PEFT's defaults (rank 8, α 8, no dropout), on every linear layer as "LoRA Without
+    /// Regret" recommends.
+    fn default() -> Self {
+        Self {
+            rank: 8,
+            alpha: 8.0,
+            dropout: 0.0,
+            targets: vec!["all-linear".into()],
+            rslora: false,
+        }
+    }
 }
 
 /// Supervised fine-tuning on the data's target completions.

@@ -39,6 +39,7 @@ fn sections(algorithm: &Algorithm) -> &'static [(&'static str, Keys)] {
             ("sampler", Keys::All),
             ("reward", Keys::All),
             ("eval", Keys::All),
+            ("lora", Keys::All),
         ],
         // SFT has its own learning rate, warm-up and clipping in `[algorithm]`; the sampler's
         // length, stop strings and temperature are what held-out evaluation uses.
@@ -49,6 +50,7 @@ fn sections(algorithm: &Algorithm) -> &'static [(&'static str, Keys)] {
             ("sampler", Keys::Only(&["max_new_tokens", "stop", "temperature"])),
             ("reward", Keys::All),
             ("eval", Keys::All),
+            ("lora", Keys::All),
         ],
     }
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use burn::module::AutodiffModule;
 use rein_core::RewardFn;
+use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, load, save};
 use rein_model::{AutodiffBackend, Backend};
 use rein_plugin::{PluginRuntime, RewardPlugin};
@@ -69,7 +70,10 @@ fn setup<B: Backend>(
         .as_ref()
         .ok_or_else(|| invalid(loaded, "data", "a language-model recipe needs a [data] section"))?;
 
-    let (model, tokenizer) = model_and_tokenizer::<B>(loaded, model_dir, device)?;
+    let (mut model, tokenizer) = model_and_tokenizer::<B>(loaded, model_dir, device)?;
+    if let Some(spec) = lora_spec(loaded)? {
+        model = model.with_lora(&spec, device);
+    }
 
     // Data.
     let (train, test) = match (&data.task, &data.train) {
@@ -148,6 +152,23 @@ fn setup<B: Backend>(
 
 /// The recipe's model (or the model directory `model_dir`) and its tokenizer, checked against
 /// each other.
+/// The recipe's `[lora]` section as the model takes it, checked.
+fn lora_spec(loaded: &LoadedRecipe) -> Result<Option<LoraSpec>, TrainError> {
+    let Some(section) = &loaded.recipe.lora else {
+        return Ok(None);
+    };
+    let spec = LoraSpec {
+        rank: section.rank,
+        alpha: section.alpha,
+        dropout: section.dropout,
+        targets: section.targets.clone(),
+        rslora: section.rslora,
+    };
+    spec.validate()
+        .map_err(|(field, message)| invalid(loaded, &format!("lora.{field}"), message))?;
+    Ok(Some(spec))
+}
+
 fn model_and_tokenizer<B: Backend>(
     loaded: &LoadedRecipe,
     model_dir: Option<&Path>,
@@ -334,6 +355,10 @@ pub fn run_lm<B: AutodiffBackend>(
     }
     if let Some(run) = run {
         save_model_dir(&model, &stages.setup.tokenizer, &run.path().join("final"))?;
+        if model.lora.is_some() {
+            let base = loaded.recipe.model.path.as_deref().unwrap_or_default();
+            rein_model::lm::peft::save_adapter(&model, &run.path().join("adapter"), base)?;
+        }
     }
     outcome.total_seconds = start.elapsed().as_secs_f64();
     if let Some(run) = run {
@@ -367,7 +392,11 @@ impl<B: AutodiffBackend> Stages<'_, B> {
         let mut model = self.setup.model.clone();
         if let Some((_, stage @ LmStage::Grpo { .. })) = self.resumed {
             if let (Some(_), Some(run)) = (section, self.run) {
+                // Merged by SFT; the checkpoint's record has the base and the adapters apart.
                 model = load(&run.path().join("sft"), &self.device)?;
+                if let Some(spec) = lora_spec(self.loaded)? {
+                    model = model.with_lora(&spec, &self.device);
+                }
             }
             return Ok((model, stage));
         }

@@ -74,7 +74,14 @@ impl Weights {
     /// The shape of tensor `name`, if there is one.
     pub(super) fn shape(&self, name: &str) -> Option<Vec<usize>> {
         let (_, bytes) = &self.files[*self.index.get(name)?];
-        Some(SafeTensors::deserialize(bytes).ok()?.tensor(name).ok()?.shape().to_vec())
+        Some(
+            SafeTensors::deserialize(bytes)
+                .ok()?
+                .tensor(name)
+                .ok()?
+                .shape()
+                .to_vec(),
+        )
     }
 
     /// Every tensor name, sorted.

@@ -17,7 +17,15 @@ use burn::tensor::{Distribution, Tensor, TensorPrimitive};
 use crate::backend::{Backend, linear};
 
 /// The linear layers of a decoder layer that can carry an adapter, by their Hugging Face names.
-pub const LINEAR_MODULES: [&str; 7] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+pub const LINEAR_MODULES: [&str; 7] = [
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+];
 
 /// Which layers get adapters, and their shape.
 #[derive(Debug, Clone, PartialEq)]
