@@ -6,6 +6,8 @@
 //! - [`lm::CausalLm`]: Llama / Qwen2 / Mistral / SmolLM causal language models, loaded from and
 //!   saved to Hugging Face checkpoints, with their tokenizers ([`lm::LmTokenizer`]).
 //! - [`gguf`]: llama.cpp's GGUF model files, converted to Hugging Face checkpoints.
+//! - [`lm::lora`]: LoRA adapters on a model's linear layers (base frozen), and [`lm::peft`]:
+//!   them in PEFT's format.
 //!
 //! **Architecture invariant:** modules are generic over the burn backend (`Autodiff<Flex>` on
 //! the CPU by default; the `cuda` feature adds burn-cuda). This crate knows nothing about
