@@ -53,14 +53,17 @@ pub fn load_with(path: &std::path::Path, limits: SandboxLimits) -> Plugin {
         .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
 }
 
-/// A run directory's metrics, without what depends on the wall clock (`time/…`, `…sps`,
+/// A run directory's metrics, without what depends on the wall clock or the machine (`time/…`,
+/// `sys/…` such as the peak memory, `…sps`,
 /// `…tokens_per_s`).
 pub fn metrics_without_timings(dir: &std::path::Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
     text.lines()
         .map(|line| {
             let mut record: serde_json::Map<String, serde_json::Value> = serde_json::from_str(line).unwrap();
-            record.retain(|k, _| !(k.starts_with("time/") || k.ends_with("sps") || k.ends_with("tokens_per_s")));
+            record.retain(|k, _| {
+                !(k.starts_with("time/") || k.starts_with("sys/") || k.ends_with("sps") || k.ends_with("tokens_per_s"))
+            });
             serde_json::Value::Object(record)
         })
         .collect()
