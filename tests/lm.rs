@@ -6,10 +6,14 @@
 //! greedy continuations; `chat_templates.json`, written by `gen_chat_templates.py`, holds
 //! transformers' renderings of four chat templates.
 
+#[path = "common/logits.rs"]
+mod logits;
+
 use std::path::{Path, PathBuf};
 
 use burn::backend::Flex;
 use burn::tensor::{Int, Tensor, TensorData};
+use logits::logits;
 use proptest::prelude::*;
 use rein_model::lm::{CausalLm, Context, KvCache, LmTokenizer, LoadError, load, save};
 use rein_sampler::{GenerationConfig, generate};
@@ -57,24 +61,6 @@ fn int_tensor(values: &[f64], shape: [usize; 2]) -> Tensor<B, 2, Int> {
         TensorData::new(values.iter().map(|&v| v as i64).collect::<Vec<_>>(), shape),
         &Default::default(),
     )
-}
-
-/// Full-sequence logits without a cache, for unpadded rows; with the model's projections
-/// concatenated as generation uses them when `fused`.
-fn logits(model: &CausalLm<B>, tokens: Tensor<B, 2, Int>, fused: bool) -> Vec<f32> {
-    let [batch, seq] = tokens.dims();
-    let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &Default::default())
-        .unsqueeze::<2>()
-        .expand([batch, seq]);
-    let rope = model.rope(seq, &Default::default());
-    let projections = model.fused_projections();
-    let ctx = Context {
-        rope: &rope,
-        positions,
-        padding: None,
-        fused: fused.then_some(&projections),
-    };
-    model.forward(tokens, &ctx, None).into_data().to_vec().unwrap()
 }
 
 #[test]

@@ -2,6 +2,9 @@
 //! and merged), rein writes them back as PEFT wrote them, and training moves only the adapters.
 //! Fixtures and their script: `tests/fixtures/lora/`.
 
+#[path = "common/logits.rs"]
+mod common_logits;
+
 use std::path::{Path, PathBuf};
 
 use burn::backend::{Autodiff, Flex};
@@ -11,7 +14,7 @@ use burn::tensor::backend::Backend as _;
 use burn::tensor::{Int, Tensor, TensorData};
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::peft::{CONFIG_FILE, WEIGHTS_FILE, load_adapter, save_adapter};
-use rein_model::lm::{CausalLm, Context, LoadError, load};
+use rein_model::lm::{CausalLm, LoadError, load};
 use rein_sampler::{GenerationConfig, generate};
 use rein_train::lm::{TokenBatch, completion_log_probs};
 
@@ -36,24 +39,12 @@ fn inputs() -> Vec<Vec<i64>> {
     serde_json::from_value(expected()["inputs"].clone()).unwrap()
 }
 
-/// Logits `[batch × seq × vocab]`, flattened; through the fused projections (what generation
-/// uses) when `fused`.
+/// Logits `[batch × seq × vocab]` of `inputs`, flattened; through the fused projections (what
+/// generation uses) when `fused`.
 fn logits(model: &CausalLm<B>, inputs: &[Vec<i64>], fused: bool) -> Vec<f32> {
-    let device = Default::default();
     let (batch, seq) = (inputs.len(), inputs[0].len());
-    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(inputs.concat(), [batch, seq]), &device);
-    let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &device)
-        .unsqueeze::<2>()
-        .expand([batch, seq]);
-    let rope = model.rope(seq, &device);
-    let projections = model.fused_projections();
-    let ctx = Context {
-        rope: &rope,
-        positions,
-        padding: None,
-        fused: fused.then_some(&projections),
-    };
-    model.forward(tokens, &ctx, None).into_data().to_vec().unwrap()
+    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(inputs.concat(), [batch, seq]), &Default::default());
+    common_logits::logits(model, tokens, fused)
 }
 
 fn flat(value: &serde_json::Value) -> Vec<f32> {

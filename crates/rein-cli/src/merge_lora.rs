@@ -27,7 +27,8 @@ impl MergeLoraArgs {
         let base = load::<rein_model::Cpu>(&base_dir, &device)?;
         let adapted = peft::load_adapter(base, &self.adapter, &device)?;
         let spec = adapted.lora.as_ref().map(|l| l.spec().clone());
-        rein_model::lm::save(&adapted.merged(), &self.out)?;
+        // `save` merges the adapters into the weights they adapt.
+        rein_model::lm::save(&adapted, &self.out)?;
         // The base's tokenizer, when it has one (a bare checkpoint may not).
         if base_dir.join("tokenizer.json").is_file() {
             LmTokenizer::load(&base_dir, &adapted.config().eos_ids())?.save(&self.out)?;

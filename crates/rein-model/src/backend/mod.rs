@@ -344,10 +344,16 @@ fn tanh_backward_ops<B: burn::tensor::backend::Backend>(
 
 /// `layer` on `[rows, in]`, through [`Backend::fused_linear`].
 pub(crate) fn linear<B: Backend>(layer: &burn::nn::Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    affine(x, layer.weight.val(), layer.bias.as_ref().map(|b| b.val()))
+}
+
+/// `x · W + b` on `[rows, in]` with `W` `[in, out]` (a transposed view is fine), through
+/// [`Backend::fused_linear`].
+pub(crate) fn affine<B: Backend>(x: Tensor<B, 2>, weight: Tensor<B, 2>, bias: Option<Tensor<B, 1>>) -> Tensor<B, 2> {
     let y = B::fused_linear(
         x.into_primitive().tensor(),
-        layer.weight.val().into_primitive().tensor(),
-        layer.bias.as_ref().map(|b| b.val().into_primitive().tensor()),
+        weight.into_primitive().tensor(),
+        bias.map(|b| b.into_primitive().tensor()),
     );
     Tensor::from_primitive(TensorPrimitive::Float(y))
 }

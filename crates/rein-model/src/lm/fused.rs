@@ -8,10 +8,10 @@
 //! (`W + (α/r)·A·B`); those on `W_o` and `W_down`, which are not concatenated, stay separate.
 
 use burn::nn::Linear;
-use burn::tensor::{Tensor, TensorPrimitive};
+use burn::tensor::Tensor;
 
 use super::lora::LayerLora;
-use crate::backend::Backend;
+use crate::backend::{Backend, affine};
 
 /// The concatenated projections of every layer of a model (`CausalLm::fused_projections`).
 #[derive(Debug, Clone)]
@@ -67,20 +67,11 @@ fn bias_or_zeros<B: Backend>(layer: &Linear<B>) -> Tensor<B, 1> {
 impl<B: Backend> FusedLayer<B> {
     /// `x · [W_q W_k W_v] + b`: `[rows, hidden]` → `[rows, (heads + 2·kv_heads)·head_dim]`.
     pub(crate) fn qkv(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        linear(x, &self.qkv, self.qkv_bias.as_ref())
+        affine(x, self.qkv.clone(), self.qkv_bias.clone())
     }
 
     /// `x · [W_gate W_up]`: `[rows, hidden]` → `[rows, 2·intermediate]`.
     pub(crate) fn gate_up(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        linear(x, &self.gate_up, None)
+        affine(x, self.gate_up.clone(), None)
     }
-}
-
-fn linear<B: Backend>(x: Tensor<B, 2>, weight: &Tensor<B, 2>, bias: Option<&Tensor<B, 1>>) -> Tensor<B, 2> {
-    let y = B::fused_linear(
-        x.into_primitive().tensor(),
-        weight.clone().into_primitive().tensor(),
-        bias.map(|b| b.clone().into_primitive().tensor()),
-    );
-    Tensor::from_primitive(TensorPrimitive::Float(y))
 }

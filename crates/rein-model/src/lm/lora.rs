@@ -12,9 +12,9 @@
 
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Linear};
-use burn::tensor::{Distribution, Tensor, TensorPrimitive};
+use burn::tensor::{Distribution, Tensor};
 
-use crate::backend::{Backend, linear};
+use crate::backend::{Backend, affine, linear};
 
 /// The linear layers of a decoder layer that can carry an adapter, by their Hugging Face names.
 pub const LINEAR_MODULES: [&str; 7] = [
@@ -131,12 +131,8 @@ impl<B: Backend> Lora<B> {
     /// # Shapes
     /// - `x`: `[rows, in]` → `[rows, out]`
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let product = |x: Tensor<B, 2>, w: Tensor<B, 2>| {
-            let y = B::fused_linear(x.into_primitive().tensor(), w.into_primitive().tensor(), None);
-            Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(y))
-        };
-        let down = product(self.dropout.forward(x), self.a.val());
-        product(down, self.b.val()).mul_scalar(self.scale)
+        let down = affine(self.dropout.forward(x), self.a.val(), None);
+        affine(down, self.b.val(), None).mul_scalar(self.scale)
     }
 }
 
@@ -174,6 +170,19 @@ impl<B: Backend> LayerLora<B> {
     /// The adapter on the module named `name` (one of [`LINEAR_MODULES`]).
     pub fn get(&self, name: &str) -> Option<&Lora<B>> {
         self.slots().into_iter().find(|(n, _)| *n == name)?.1.as_ref()
+    }
+
+    /// Each module name with its slot, mutable, in [`LINEAR_MODULES`] order.
+    pub fn slots_mut(&mut self) -> [(&'static str, &mut Option<Lora<B>>); 7] {
+        [
+            ("q_proj", &mut self.q_proj),
+            ("k_proj", &mut self.k_proj),
+            ("v_proj", &mut self.v_proj),
+            ("o_proj", &mut self.o_proj),
+            ("gate_proj", &mut self.gate_proj),
+            ("up_proj", &mut self.up_proj),
+            ("down_proj", &mut self.down_proj),
+        ]
     }
 
     /// Each module name with its slot, in [`LINEAR_MODULES`] order.

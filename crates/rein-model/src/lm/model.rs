@@ -16,7 +16,7 @@ use super::config::LmConfig;
 use super::fused::{FusedLayer, FusedProjections};
 use super::lora::{LayerLora, Lora, LoraAdapters, LoraSpec, adapted};
 use super::rope::Rope;
-use crate::backend::Backend;
+use crate::backend::{Backend, affine};
 
 /// At most this many bytes of `f32` logits exist at once in [`CausalLm::log_prob_entropy`]
 /// (341 rows of a 49,152-token vocabulary).
@@ -385,23 +385,9 @@ impl<B: Backend> CausalLm<B> {
     /// # Shapes
     /// - `hidden`: `[batch, seq, hidden]` → `[batch, seq, vocab]`
     pub fn logits(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
-        match &self.lm_head {
-            Some(head) => project(head, None, hidden),
-            None => {
-                let [batch, seq, width] = hidden.dims();
-                let weight = self.embed_tokens.weight.val();
-                let logits = B::fused_linear(
-                    hidden.reshape([batch * seq, width]).into_primitive().tensor(),
-                    weight.transpose().into_primitive().tensor(),
-                    None,
-                );
-                Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(logits)).reshape([
-                    batch,
-                    seq,
-                    self.config.vocab_size,
-                ])
-            }
-        }
+        let [batch, seq, width] = hidden.dims();
+        let logits = affine(hidden.reshape([batch * seq, width]), self.head_weight(), None);
+        logits.reshape([batch, seq, self.config.vocab_size])
     }
 
     /// The head as a `[hidden, vocab]` matrix: `W_head`, or the embeddings' transpose (a view)

@@ -188,16 +188,7 @@ pub fn load_adapter<B: Backend>(model: CausalLm<B>, dir: &Path, device: &B::Devi
         return Err(adapter_error(dir, "no adapters were made"));
     };
     for (i, layer) in lora.layers.iter_mut().enumerate() {
-        let slots = [
-            ("q_proj", &mut layer.q_proj),
-            ("k_proj", &mut layer.k_proj),
-            ("v_proj", &mut layer.v_proj),
-            ("o_proj", &mut layer.o_proj),
-            ("gate_proj", &mut layer.gate_proj),
-            ("up_proj", &mut layer.up_proj),
-            ("down_proj", &mut layer.down_proj),
-        ];
-        for (module, slot) in slots {
+        for (module, slot) in layer.slots_mut() {
             if !selects(&targets, &module_path(i, module)) {
                 *slot = None;
             }
