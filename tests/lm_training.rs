@@ -228,17 +228,28 @@ fn prompts_load_from_parquet_with_named_columns() {
 }
 
 /// `[lora]`: SFT and GRPO train adapters only; the run writes them in PEFT's format next to the
-/// merged model, which differs from the model the recipe started from only in the adapted
-/// matrices.
+/// merged model, which differs from the model the run started from only in the adapted
+/// matrices. The run starts from a model saved to disk (the recipe's architecture,
+/// initialised here), so the comparison does not depend on the random stream other tests
+/// share.
 #[test]
 fn a_lora_run_trains_adapters_and_writes_them_beside_the_merged_model() {
-    use burn::tensor::backend::Backend as _;
     use rein_model::Cpu;
-    use rein_model::lm::{CausalLm, LmConfig, LmInit, load};
+    use rein_model::lm::{CausalLm, LmConfig, LmInit, load, save};
     let runs = scratch("lora");
+    let device = Default::default();
+    let architecture = tiny_default(&runs, &[]).recipe.model.architecture.unwrap();
+    let start = LmInit {
+        config: LmConfig::from_json(serde_json::to_value(architecture).unwrap()).unwrap(),
+        std: 0.02,
+    }
+    .init::<Cpu>(&device);
+    let start_dir = runs.join("start");
+    save(&start, &start_dir).unwrap();
     let recipe = tiny_default(
         &runs,
         &[
+            &format!("model.path={:?}", start_dir.display().to_string()),
             "lora.rank=2",
             "lora.alpha=4.0",
             "lora.targets=[\"q_proj\", \"down_proj\"]",
@@ -256,16 +267,7 @@ fn a_lora_run_trains_adapters_and_writes_them_beside_the_merged_model() {
     );
     assert_eq!(config["target_modules"], serde_json::json!(["q_proj", "down_proj"]));
 
-    // The model the recipe starts from, initialised as the run did from its seed.
-    let device = Default::default();
-    let model = &recipe.recipe.model;
-    let architecture = serde_json::to_value(model.architecture.as_ref().unwrap()).unwrap();
-    Cpu::seed(&device, recipe.recipe.seed);
-    let start = LmInit {
-        config: LmConfig::from_json(architecture).unwrap(),
-        std: model.init_std,
-    }
-    .init::<Cpu>(&device);
+    let start = load::<Cpu>(&start_dir, &device).unwrap();
     let trained = load::<Cpu>(&dir.join("final"), &device).unwrap();
     let values = |m: &CausalLm<Cpu>| rein_model::safetensors_file::module_tensors(m);
     let (before, after) = (values(&start), values(&trained));
