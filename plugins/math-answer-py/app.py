@@ -21,8 +21,8 @@ from typing import NamedTuple, Optional, Union
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.exports.reward_api import Component, CompletionScore
-from wit_world.imports.types import ConfigKey, PluginError, PluginMetadata
+from wit_world.exports.reward_api import CompletionScore
+from wit_world.imports.types import Component, ConfigKey, PluginError, PluginMetadata
 
 NAME = "math-answer-py"
 DESCRIPTION = (

@@ -24,13 +24,13 @@ fn an_unknown_import_is_named() {
 #[test]
 fn another_interface_version_is_named() {
     let error = runtime()
-        .load(test_plugin_path("reward-v0-2"), SandboxLimits::default())
+        .load(test_plugin_path("reward-v0-1"), SandboxLimits::default())
         .unwrap_err();
     assert_eq!(
         error.kind,
         PluginErrorKind::InterfaceVersion {
-            expected: "0.1.0".into(),
-            found: "rein:plugin/reward-api@0.2.0".into()
+            expected: "0.2.0".into(),
+            found: "rein:plugin/reward-api@0.1.0".into()
         }
     );
     scores_good_batch(&mut hostile(quick_limits()));

@@ -11,6 +11,7 @@ mod guests;
 mod limits;
 mod loading;
 mod outputs;
+mod tools;
 
 use std::time::Duration;
 

@@ -11,6 +11,7 @@ mod generate;
 mod merge_lora;
 mod plot;
 mod plugin;
+mod plugin_test;
 mod train;
 
 use clap::{Args, Parser, Subcommand};

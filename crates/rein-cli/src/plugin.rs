@@ -20,10 +20,12 @@ pub(crate) enum PluginCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Run a reward plugin's test cases: JSON lines of {"group", "expected", "config"?,
-    /// "name"?, "tolerance"?}; prints pass/fail per case, fails if any case fails.
+    /// Run a plugin's test cases (JSON lines; for rewards {"group", "expected", "config"?,
+    /// "name"?, "tolerance"?}, for tools {"arguments", "output" | "error", …}, for text
+    /// environments {"start", "turns", "replies", …}); prints pass/fail per case, fails if any
+    /// case fails.
     Test {
-        /// The reward plugin.
+        /// The reward, tool or text-env plugin.
         file: PathBuf,
         /// The cases.
         #[arg(long, value_name = "FILE")]
@@ -49,30 +51,11 @@ pub(crate) enum PluginCommand {
     },
 }
 
-/// One case of `rein plugin test`.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Case {
-    /// A label for the report.
-    #[serde(default)]
-    name: Option<String>,
-    /// The plugin's config for this case (default `{}`).
-    #[serde(default)]
-    config: Option<serde_json::Value>,
-    /// The group to score.
-    group: Group,
-    /// The expected score of each completion (`null` = not applicable).
-    expected: Vec<Option<f64>>,
-    /// Allowed absolute difference (default 1e-9).
-    #[serde(default)]
-    tolerance: Option<f64>,
-}
-
 impl PluginCommand {
     pub(crate) fn run(self) -> anyhow::Result<()> {
         match self {
             PluginCommand::Inspect { file, json } => inspect(file, json),
-            PluginCommand::Test { file, cases, limits } => test(file, cases, limits),
+            PluginCommand::Test { file, cases, limits } => crate::plugin_test::test(&file, &cases, limits),
             PluginCommand::Score {
                 file,
                 input,
@@ -160,64 +143,6 @@ fn score(file: PathBuf, input: PathBuf, config: &str, batch: usize, limits: Limi
             });
             writeln!(out, "{line}")?;
         }
-    }
-    Ok(())
-}
-
-fn test(file: PathBuf, cases_path: PathBuf, limits: LimitArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&cases_path).with_context(|| format!("cannot open {}", cases_path.display()))?;
-    let mut cases = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let case: Case = serde_json::from_str(line).with_context(|| {
-            format!(
-                "{}:{}: not a test case (expected {{\"group\", \"expected\", \"config\"?, \"name\"?, \"tolerance\"?}})",
-                cases_path.display(),
-                i + 1
-            )
-        })?;
-        cases.push((i + 1, case));
-    }
-    if cases.is_empty() {
-        bail!("{} holds no cases", cases_path.display());
-    }
-    let plugin = PluginRuntime::default().load(&file, limits.limits())?;
-    let mut out = std::io::stdout().lock();
-    let mut failed = 0;
-    for (line, case) in &cases {
-        let label = case.name.clone().unwrap_or_else(|| format!("line {line}"));
-        let config = case.config.as_ref().map_or("{}".to_string(), |c| c.to_string());
-        let result = plugin
-            .reward(&config)
-            .and_then(|mut reward| reward.score(std::slice::from_ref(&case.group)));
-        let verdict = match result {
-            Err(e) => Err(format!("error: {e}")),
-            Ok(scores) => {
-                let got: Vec<Option<f64>> = scores[0].iter().map(|s| s.score).collect();
-                let tolerance = case.tolerance.unwrap_or(1e-9);
-                let same = got.len() == case.expected.len()
-                    && got.iter().zip(&case.expected).all(|(g, e)| match (g, e) {
-                        (Some(g), Some(e)) => (g - e).abs() <= tolerance,
-                        (None, None) => true,
-                        _ => false,
-                    });
-                if same {
-                    Ok(())
-                } else {
-                    Err(format!("expected {:?}, got {got:?}", case.expected))
-                }
-            }
-        };
-        match verdict {
-            Ok(()) => writeln!(out, "pass  {label}")?,
-            Err(why) => {
-                failed += 1;
-                writeln!(out, "FAIL  {label}: {why}")?;
-            }
-        }
-    }
-    writeln!(out, "{} passed, {failed} failed", cases.len() - failed)?;
-    if failed > 0 {
-        bail!("{failed} of {} cases failed", cases.len());
     }
     Ok(())
 }

@@ -1,9 +1,10 @@
 //! rein's domain types and the traits everything composes through.
 //!
 //! **Architecture invariant:** `rein-core` knows nothing about burn or wasmtime. It holds plain
-//! data (groups of completions, scores, observations, actions, spaces) and the small traits
-//! other crates implement ([`RewardFn`], [`Environment`], [`VecEnv`]), so that a training loop
-//! can be written against these traits without seeing how a reward or an environment runs.
+//! data (groups of completions, scores, observations, actions, spaces, messages) and the small
+//! traits other crates implement ([`RewardFn`], [`Environment`], [`VecEnv`], [`Tool`],
+//! [`TextEnv`]), so that a training loop can be written against these traits without seeing
+//! how a reward, an environment or a tool runs.
 //! Errors are typed ([`PluginError`], [`OutputError`]) and name what failed.
 
 pub mod choices;
@@ -11,6 +12,8 @@ mod env;
 mod error;
 mod limits;
 mod reward;
+mod text_env;
+mod tool;
 
 pub use choices::{Activation, AdvantageKind, Aggregation, KlEstimator, OnError, RatioLevel, StdScaling};
 pub use env::{
@@ -20,3 +23,7 @@ pub use env::{
 pub use error::{FailureCounts, OutputError, PluginError, PluginErrorKind};
 pub use limits::{InvalidLimit, SandboxLimits};
 pub use reward::{CompletionScore, Group, GroupScores, RewardFn, validate_group_scores};
+pub use text_env::{
+    ENV_ROLES, EpisodeStart, Message, Opening, Reply, TextEnv, Turn, validate_openings, validate_replies,
+};
+pub use tool::{Tool, ToolError, ToolErrorKind, ToolSpec};

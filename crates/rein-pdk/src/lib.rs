@@ -1,8 +1,10 @@
-//! The rein plugin development kit: write reward functions and environments as sandboxed
-//! WebAssembly components in a single short Rust file.
+//! The rein plugin development kit: write reward functions, environments, tools and text
+//! environments as sandboxed WebAssembly components in a single short Rust file.
 //!
 //! A reward plugin implements [`Reward`] and exports it with [`export_reward!`]; an environment
-//! implements [`Environment`] and exports it with [`export_environment!`]. Build with
+//! implements [`Environment`] and exports it with [`export_environment!`]; a tool for agents
+//! implements [`Tool`] ([`export_tool!`]); a multi-turn text environment implements [`TextEnv`]
+//! ([`export_text_env!`]). Build with
 //! `cargo build --release --target wasm32-wasip2` (or `cargo xtask build-plugins`).
 //!
 //! ```ignore
@@ -35,6 +37,8 @@ pub mod format;
 mod metadata;
 mod reward;
 mod rng;
+mod text_env;
+mod tool;
 
 pub use config::Config;
 pub use env::{Action, EnvSpec, Environment, Observation, Space, Transition};
@@ -43,11 +47,15 @@ pub use reward::{Group, Reward, Score};
 pub use rng::Rng;
 /// JSON, for plugins that read group metadata ([`Group::metadata_json`]).
 pub use serde_json as json;
+pub use text_env::{EpisodeStart, Message, Opening, Reply, TextEnv};
+pub use tool::{Tool, ToolSpec};
 
 #[doc(hidden)]
 pub mod __private {
     pub use crate::env::{BatchEnv, SingleEnv};
     pub use crate::reward::RewardExport;
+    pub use crate::text_env::TextEnvExport;
+    pub use crate::tool::ToolExport;
 
     /// Bindings of the `reward` world.
     pub mod reward {
@@ -68,7 +76,31 @@ pub mod __private {
             pub_export_macro: true,
             export_macro_name: "__export_environment_world",
             default_bindings_module: "rein_pdk::__private::environment",
-            with: { "rein:plugin/types@0.1.0": crate::__private::reward::rein::plugin::types },
+            with: { "rein:plugin/types@0.2.0": crate::__private::reward::rein::plugin::types },
+        });
+    }
+
+    /// Bindings of the `tool` world.
+    pub mod tool {
+        wit_bindgen::generate!({
+            path: "../rein-plugin/wit",
+            world: "tool",
+            pub_export_macro: true,
+            export_macro_name: "__export_tool_world",
+            default_bindings_module: "rein_pdk::__private::tool",
+            with: { "rein:plugin/types@0.2.0": crate::__private::reward::rein::plugin::types },
+        });
+    }
+
+    /// Bindings of the `text-env` world.
+    pub mod text_env {
+        wit_bindgen::generate!({
+            path: "../rein-plugin/wit",
+            world: "text-env",
+            pub_export_macro: true,
+            export_macro_name: "__export_text_env_world",
+            default_bindings_module: "rein_pdk::__private::text_env",
+            with: { "rein:plugin/types@0.2.0": crate::__private::reward::rein::plugin::types },
         });
     }
 }
@@ -97,6 +129,32 @@ macro_rules! export_environment {
             type __ReinEnvironmentExport = $crate::__private::SingleEnv<$env>;
             $crate::__private::environment::__export_environment_world!(
                 __ReinEnvironmentExport with_types_in $crate::__private::environment
+            );
+        };
+    };
+}
+
+/// Exports a [`Tool`] implementation as this component's tool plugin.
+#[macro_export]
+macro_rules! export_tool {
+    ($tool:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            type __ReinToolExport = $crate::__private::ToolExport<$tool>;
+    $crate::__private::tool::__export_tool_world!(__ReinToolExport with_types_in $crate::__private::tool);
+        };
+    };
+}
+
+/// Exports a [`TextEnv`] implementation as this component's text-environment plugin.
+#[macro_export]
+macro_rules! export_text_env {
+    ($env:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            type __ReinTextEnvExport = $crate::__private::TextEnvExport<$env>;
+            $crate::__private::text_env::__export_text_env_world!(
+                __ReinTextEnvExport with_types_in $crate::__private::text_env
             );
         };
     };

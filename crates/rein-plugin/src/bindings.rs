@@ -16,4 +16,23 @@ pub(crate) mod environment {
     pub(crate) use exports::rein::plugin::environment_api::{Action, BatchActions, BatchStep, Observation, Space};
 }
 
+/// The `tool` world.
+pub(crate) mod tool {
+    wasmtime::component::bindgen!({
+        path: "wit",
+        world: "tool",
+        with: { "rein:plugin/types": crate::bindings::reward::rein::plugin::types },
+    });
+}
+
+/// The `text-env` world.
+pub(crate) mod text_env {
+    wasmtime::component::bindgen!({
+        path: "wit",
+        world: "text-env",
+        with: { "rein:plugin/types": crate::bindings::reward::rein::plugin::types },
+    });
+    pub(crate) use exports::rein::plugin::text_env_api::{EpisodeStart, Message, Turn};
+}
+
 pub(crate) use reward::rein::plugin::types::PluginMetadata as Metadata;

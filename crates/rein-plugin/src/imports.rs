@@ -81,6 +81,6 @@ mod tests {
         assert_eq!(Import::of("wasi:sockets/tcp@0.2.0").access, Access::Refused);
         assert_eq!(Import::of("wasi:http/outgoing-handler@0.2.0").access, Access::Missing);
         assert_eq!(Import::of("test:spy/exfiltrate").access, Access::Missing);
-        assert_eq!(Import::of("rein:plugin/types@0.1.0").access, Access::Provided);
+        assert_eq!(Import::of("rein:plugin/types@0.2.0").access, Access::Provided);
     }
 }

@@ -1,10 +1,12 @@
 //! rein's WebAssembly plugin host.
 //!
 //! **Architecture invariant:** this is the only crate that links wasmtime. It loads plugin
-//! components (reward functions and environments built against `wit/plugin.wit`), runs them in
-//! a sandbox, and hands the rest of rein plain [`rein_core`] trait objects: a [`RewardPlugin`]
-//! is a [`rein_core::RewardFn`], an [`EnvPlugin`] an [`rein_core::Environment`], a
-//! [`VecEnvPlugin`] a [`rein_core::VecEnv`]. Nothing outside sees a `Store` or a trap.
+//! components (reward functions, environments, tools and text environments built against
+//! `wit/plugin.wit`), runs them in a sandbox, and hands the rest of rein plain [`rein_core`]
+//! trait objects: a [`RewardPlugin`] is a [`rein_core::RewardFn`], an [`EnvPlugin`] an
+//! [`rein_core::Environment`], a [`VecEnvPlugin`] a [`rein_core::VecEnv`], a [`ToolPlugin`] a [`rein_core::Tool`] and a
+//! [`TextEnvPlugin`] a [`rein_core::TextEnv`]. Nothing outside sees a `Store` or a trap; a
+//! tool's trap reaches the model as a message, not the run as an error.
 //!
 //! # The sandbox
 //!
@@ -42,6 +44,8 @@ mod reward;
 mod runtime;
 mod sandbox;
 mod stdio;
+mod text_env;
+mod tool;
 
 pub use cache::ArtifactCache;
 pub use env::{EnvPlugin, VecEnvPlugin};
@@ -50,6 +54,8 @@ pub use plugin::{ConfigKey, Plugin, PluginInfo, PluginKind, PluginMetadata};
 pub use rein_core::{InvalidLimit, SandboxLimits};
 pub use reward::RewardPlugin;
 pub use runtime::PluginRuntime;
+pub use text_env::TextEnvPlugin;
+pub use tool::ToolPlugin;
 
 /// The version of the `rein:plugin` WIT package this host speaks.
-pub const INTERFACE_VERSION: &str = "0.1.0";
+pub const INTERFACE_VERSION: &str = "0.2.0";

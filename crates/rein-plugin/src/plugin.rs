@@ -8,13 +8,15 @@ use wasmtime::Engine;
 use wasmtime::component::{Component, InstancePre, Linker};
 
 use crate::INTERFACE_VERSION;
-use crate::bindings::{self, environment, reward};
+use crate::bindings::{self, environment, reward, text_env, tool};
 use crate::imports::{Access, Import};
 use crate::sandbox::{HostState, Instance, clock_view, new_store};
 use rein_core::SandboxLimits;
 
 const REWARD_EXPORT: &str = "rein:plugin/reward-api";
 const ENVIRONMENT_EXPORT: &str = "rein:plugin/environment-api";
+const TOOL_EXPORT: &str = "rein:plugin/tool-api";
+const TEXT_ENV_EXPORT: &str = "rein:plugin/text-env-api";
 
 /// Which world a plugin implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -24,14 +26,20 @@ pub enum PluginKind {
     Reward,
     /// Exports `rein:plugin/environment-api`.
     Environment,
+    /// Exports `rein:plugin/tool-api`.
+    Tool,
+    /// Exports `rein:plugin/text-env-api`.
+    TextEnv,
 }
 
 impl PluginKind {
-    /// `reward` or `environment`.
+    /// `reward`, `environment`, `tool` or `text-env`.
     pub fn as_str(self) -> &'static str {
         match self {
             PluginKind::Reward => "reward",
             PluginKind::Environment => "environment",
+            PluginKind::Tool => "tool",
+            PluginKind::TextEnv => "text-env",
         }
     }
 }
@@ -83,7 +91,7 @@ impl From<bindings::Metadata> for PluginMetadata {
 /// Everything `rein plugin inspect` shows.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PluginInfo {
-    /// Reward or environment.
+    /// Reward, environment, tool or text environment.
     pub kind: PluginKind,
     /// The `rein:plugin` version it was built against.
     pub interface_version: String,
@@ -99,6 +107,8 @@ pub struct PluginInfo {
 pub(crate) enum Pre {
     Reward(reward::RewardPre<HostState>),
     Environment(environment::EnvironmentPre<HostState>),
+    Tool(tool::ToolPre<HostState>),
+    TextEnv(text_env::TextEnvPre<HostState>),
 }
 
 pub(crate) struct Inner {
@@ -160,6 +170,8 @@ impl Plugin {
             PluginKind::Environment => {
                 Pre::Environment(environment::EnvironmentPre::new(instance_pre).map_err(link_error)?)
             }
+            PluginKind::Tool => Pre::Tool(tool::ToolPre::new(instance_pre).map_err(link_error)?),
+            PluginKind::TextEnv => Pre::TextEnv(text_env::TextEnvPre::new(instance_pre).map_err(link_error)?),
         };
         let metadata = PluginMetadata {
             name: file_name.to_string(),
@@ -206,6 +218,18 @@ impl Plugin {
                     b.rein_plugin_environment_api().call_metadata(store).map(Ok)
                 })?
             }
+            Pre::Tool(_) => {
+                let mut instance = self.instantiate_tool()?;
+                instance.call(name, "metadata", limits, |store, b| {
+                    b.rein_plugin_tool_api().call_metadata(store).map(Ok)
+                })?
+            }
+            Pre::TextEnv(_) => {
+                let mut instance = self.instantiate_text_env()?;
+                instance.call(name, "metadata", limits, |store, b| {
+                    b.rein_plugin_text_env_api().call_metadata(store).map(Ok)
+                })?
+            }
         };
         let metadata = PluginMetadata::from(metadata);
         if metadata.name.is_empty() {
@@ -228,7 +252,7 @@ impl Plugin {
         &self.inner.info.metadata.name
     }
 
-    /// Reward or environment.
+    /// Reward, environment, tool or text environment.
     pub fn kind(&self) -> PluginKind {
         self.inner.info.kind
     }
@@ -256,15 +280,23 @@ impl Plugin {
         PluginError::new(self.name(), Some("instantiate"), PluginErrorKind::Host { reason })
     }
 
+    /// A fresh instance (a new store) from `instantiate`, one of the worlds' `…Pre::instantiate`.
+    fn instantiate<B>(
+        &self,
+        instantiate: impl FnOnce(&mut wasmtime::Store<HostState>) -> wasmtime::Result<B>,
+    ) -> Result<Instance<B>, PluginError> {
+        let mut store = new_store(&self.inner.engine, &self.inner.limits);
+        crate::sandbox::prepare_call(&mut store, &self.inner.limits);
+        let bindings = instantiate(&mut store).map_err(|e| self.instantiate_failed(e))?;
+        Ok(Instance { store, bindings })
+    }
+
     /// A fresh reward instance (a new store from the shared `InstancePre`).
     pub(crate) fn instantiate_reward(&self) -> Result<Instance<reward::Reward>, PluginError> {
         let Pre::Reward(pre) = &self.inner.pre else {
             return Err(self.wrong_kind(PluginKind::Reward));
         };
-        let mut store = new_store(&self.inner.engine, &self.inner.limits);
-        crate::sandbox::prepare_call(&mut store, &self.inner.limits);
-        let bindings = pre.instantiate(&mut store).map_err(|e| self.instantiate_failed(e))?;
-        Ok(Instance { store, bindings })
+        self.instantiate(|store| pre.instantiate(store))
     }
 
     /// A fresh environment instance.
@@ -272,10 +304,23 @@ impl Plugin {
         let Pre::Environment(pre) = &self.inner.pre else {
             return Err(self.wrong_kind(PluginKind::Environment));
         };
-        let mut store = new_store(&self.inner.engine, &self.inner.limits);
-        crate::sandbox::prepare_call(&mut store, &self.inner.limits);
-        let bindings = pre.instantiate(&mut store).map_err(|e| self.instantiate_failed(e))?;
-        Ok(Instance { store, bindings })
+        self.instantiate(|store| pre.instantiate(store))
+    }
+
+    /// A fresh tool instance.
+    pub(crate) fn instantiate_tool(&self) -> Result<Instance<tool::Tool>, PluginError> {
+        let Pre::Tool(pre) = &self.inner.pre else {
+            return Err(self.wrong_kind(PluginKind::Tool));
+        };
+        self.instantiate(|store| pre.instantiate(store))
+    }
+
+    /// A fresh text-environment instance.
+    pub(crate) fn instantiate_text_env(&self) -> Result<Instance<text_env::TextEnv>, PluginError> {
+        let Pre::TextEnv(pre) = &self.inner.pre else {
+            return Err(self.wrong_kind(PluginKind::TextEnv));
+        };
+        self.instantiate(|store| pre.instantiate(store))
     }
 }
 
@@ -287,6 +332,8 @@ fn interface_kind(exports: &[String]) -> Result<PluginKind, PluginErrorKind> {
         let kind = match interface {
             REWARD_EXPORT => PluginKind::Reward,
             ENVIRONMENT_EXPORT => PluginKind::Environment,
+            TOOL_EXPORT => PluginKind::Tool,
+            TEXT_ENV_EXPORT => PluginKind::TextEnv,
             _ if interface.starts_with("rein:") => {
                 found.push(export.clone());
                 continue;
@@ -335,20 +382,24 @@ mod tests {
 
     #[test]
     fn the_interface_and_its_version_select_the_kind() {
-        let reward = names(&["rein:plugin/reward-api@0.1.0"]);
+        let reward = names(&["rein:plugin/reward-api@0.2.0"]);
         assert_eq!(interface_kind(&reward), Ok(PluginKind::Reward));
-        let env = names(&["wasi:cli/run@0.2.0", "rein:plugin/environment-api@0.1.0"]);
+        let env = names(&["wasi:cli/run@0.2.0", "rein:plugin/environment-api@0.2.0"]);
         assert_eq!(interface_kind(&env), Ok(PluginKind::Environment));
+        let tool = names(&["rein:plugin/tool-api@0.2.0"]);
+        assert_eq!(interface_kind(&tool), Ok(PluginKind::Tool));
+        let text_env = names(&["rein:plugin/text-env-api@0.2.0"]);
+        assert_eq!(interface_kind(&text_env), Ok(PluginKind::TextEnv));
     }
 
     #[test]
     fn another_version_is_named_in_the_error() {
-        let err = interface_kind(&names(&["rein:plugin/reward-api@0.2.0"])).unwrap_err();
+        let err = interface_kind(&names(&["rein:plugin/reward-api@0.1.0"])).unwrap_err();
         assert_eq!(
             err,
             PluginErrorKind::InterfaceVersion {
-                expected: "0.1.0".into(),
-                found: "rein:plugin/reward-api@0.2.0".into()
+                expected: "0.2.0".into(),
+                found: "rein:plugin/reward-api@0.1.0".into()
             }
         );
         let none = interface_kind(&names(&["wasi:cli/run@0.2.0"])).unwrap_err();

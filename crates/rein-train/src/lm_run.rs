@@ -150,8 +150,6 @@ fn setup<B: Backend>(
     })
 }
 
-/// The recipe's model (or the model directory `model_dir`) and its tokenizer, checked against
-/// each other.
 /// The recipe's `[lora]` section as the model takes it, checked.
 fn lora_spec(loaded: &LoadedRecipe) -> Result<Option<LoraSpec>, TrainError> {
     let Some(section) = &loaded.recipe.lora else {
@@ -169,6 +167,8 @@ fn lora_spec(loaded: &LoadedRecipe) -> Result<Option<LoraSpec>, TrainError> {
     Ok(Some(spec))
 }
 
+/// The recipe's model (or the model directory `model_dir`) and its tokenizer, checked against
+/// each other.
 fn model_and_tokenizer<B: Backend>(
     loaded: &LoadedRecipe,
     model_dir: Option<&Path>,

@@ -20,8 +20,8 @@ import time
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.exports.reward_api import Component, CompletionScore
-from wit_world.imports.types import PluginError, PluginMetadata
+from wit_world.exports.reward_api import CompletionScore
+from wit_world.imports.types import Component, PluginError, PluginMetadata
 
 NAME = "hostile-reward-py"
 

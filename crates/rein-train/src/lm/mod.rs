@@ -8,6 +8,7 @@ mod grpo;
 mod rewards;
 mod sft;
 mod task;
+pub mod tool_calls;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,249 @@
+//! The text-env world: the [`TextEnv`] trait (one episode at a time; the adapter batches) and
+//! its export adapter.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::marker::PhantomData;
+
+use crate::__private::reward::rein::plugin::types::{Component, PluginError, PluginMetadata as WitMetadata};
+use crate::__private::text_env::exports::rein::plugin::text_env_api as wit;
+use crate::config::Config;
+use crate::metadata::Metadata;
+
+/// One message: `role` is `system`, `user` or `tool` for what an environment adds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    /// The role.
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+impl Message {
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self {
+            role: "user".into(),
+            content: content.into(),
+        }
+    }
+
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self {
+            role: "system".into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// The dataset row an episode starts from.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EpisodeStart {
+    /// Its group in the batch: the episodes of a group start from the same row.
+    pub group: u32,
+    /// The row's prompt.
+    pub prompt: String,
+    /// The row's reference answer.
+    pub reference: Option<String>,
+    /// The row's metadata as JSON text (empty when none).
+    pub metadata: String,
+}
+
+impl EpisodeStart {
+    /// The metadata parsed as JSON (`null` when empty).
+    pub fn metadata_json(&self) -> Result<serde_json::Value, String> {
+        if self.metadata.trim().is_empty() {
+            return Ok(serde_json::Value::Null);
+        }
+        serde_json::from_str(&self.metadata).map_err(|e| format!("row metadata is not valid JSON: {e}"))
+    }
+}
+
+/// How an episode opens: its first messages and the tools (by name) the model may call.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Opening {
+    /// The first messages.
+    pub messages: Vec<Message>,
+    /// Tool names from the recipe's tools.
+    pub tools: Vec<String>,
+}
+
+/// The environment's answer to one turn of the model.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Reply {
+    /// Messages appended after the model's.
+    pub messages: Vec<Message>,
+    /// The reward given on this turn (usually when done).
+    pub reward: Option<f64>,
+    /// Named parts of the reward.
+    pub components: Vec<(String, f64)>,
+    /// The episode is over.
+    pub done: bool,
+    /// The environment's state after the turn (GiGPO groups turns that reach the same key).
+    pub state_key: Option<String>,
+}
+
+impl Reply {
+    /// The episode goes on with `message` from the user.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self {
+            messages: vec![Message::user(content)],
+            ..Self::default()
+        }
+    }
+
+    /// The episode ends with `reward`.
+    pub fn done(reward: f64) -> Self {
+        Self {
+            reward: Some(reward),
+            done: true,
+            ..Self::default()
+        }
+    }
+
+    /// Adds a named component of the reward.
+    pub fn with(mut self, name: &str, value: f64) -> Self {
+        self.components.push((name.to_string(), value));
+        self
+    }
+
+    /// Sets the state key.
+    pub fn state(mut self, key: impl Into<String>) -> Self {
+        self.state_key = Some(key.into());
+        self
+    }
+}
+
+/// A multi-turn text environment, written one episode at a time: the PDK keeps each episode's
+/// state and batches the host's calls.
+pub trait TextEnv: Sized + 'static {
+    /// One episode's state.
+    type Episode: 'static;
+
+    /// Name, version, description and accepted config keys.
+    const METADATA: Metadata;
+
+    /// Builds the environment from its config.
+    fn new(config: &Config) -> Result<Self, String>;
+
+    /// Opens an episode from a dataset row.
+    fn reset(&mut self, start: &EpisodeStart) -> Result<(Self::Episode, Opening), String>;
+
+    /// Answers the model's turn.
+    fn step(&mut self, episode: &mut Self::Episode, content: &str) -> Result<Reply, String>;
+}
+
+/// The environment and its live episodes.
+struct State<E: TextEnv> {
+    env: E,
+    episodes: HashMap<u64, E::Episode>,
+}
+
+thread_local! {
+    /// The environment built by `init` with its episodes.
+    static INSTANCE: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
+}
+
+fn error(message: String) -> PluginError {
+    PluginError { message }
+}
+
+fn with_state<E: TextEnv, R>(f: impl FnOnce(&mut State<E>) -> Result<R, PluginError>) -> Result<R, PluginError> {
+    INSTANCE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let state = slot
+            .as_mut()
+            .and_then(|s| s.downcast_mut::<State<E>>())
+            .ok_or_else(|| error("called before `init`".into()))?;
+        f(state)
+    })
+}
+
+fn to_wit(messages: Vec<Message>) -> Vec<wit::Message> {
+    messages
+        .into_iter()
+        .map(|m| wit::Message {
+            role: m.role,
+            content: m.content,
+        })
+        .collect()
+}
+
+/// Adapts a [`TextEnv`] to the generated `text-env-api` exports.
+#[doc(hidden)]
+pub struct TextEnvExport<E>(PhantomData<E>);
+
+impl<E: TextEnv> wit::Guest for TextEnvExport<E> {
+    fn metadata() -> WitMetadata {
+        E::METADATA.to_wit()
+    }
+
+    fn init(config: String) -> Result<(), PluginError> {
+        let config = Config::parse(&config, &E::METADATA).map_err(error)?;
+        let env = E::new(&config).map_err(error)?;
+        let state = State::<E> {
+            env,
+            episodes: HashMap::new(),
+        };
+        INSTANCE.with(|cell| *cell.borrow_mut() = Some(Box::new(state)));
+        Ok(())
+    }
+
+    fn reset(starts: Vec<wit::EpisodeStart>) -> Result<Vec<wit::Opening>, PluginError> {
+        with_state::<E, _>(|state| {
+            let mut openings = Vec::with_capacity(starts.len());
+            for start in starts {
+                let id = start.id;
+                let start = EpisodeStart {
+                    group: start.group,
+                    prompt: start.prompt,
+                    reference: start.reference,
+                    metadata: start.metadata,
+                };
+                let (episode, opening) = state
+                    .env
+                    .reset(&start)
+                    .map_err(|e| error(format!("episode {id}: {e}")))?;
+                state.episodes.insert(id, episode);
+                openings.push(wit::Opening {
+                    messages: to_wit(opening.messages),
+                    tools: opening.tools,
+                });
+            }
+            Ok(openings)
+        })
+    }
+
+    fn step(turns: Vec<wit::Turn>) -> Result<Vec<wit::Reply>, PluginError> {
+        with_state::<E, _>(|state| {
+            let mut replies = Vec::with_capacity(turns.len());
+            for turn in turns {
+                let episode = (state.episodes.get_mut(&turn.id))
+                    .ok_or_else(|| error(format!("episode {} is not open", turn.id)))?;
+                let reply =
+                    (state.env.step(episode, &turn.content)).map_err(|e| error(format!("episode {}: {e}", turn.id)))?;
+                replies.push(wit::Reply {
+                    messages: to_wit(reply.messages),
+                    reward: reply.reward,
+                    components: (reply.components.into_iter())
+                        .map(|(name, value)| Component { name, value })
+                        .collect(),
+                    done: reply.done,
+                    state_key: reply.state_key,
+                });
+            }
+            Ok(replies)
+        })
+    }
+
+    fn close(ids: Vec<u64>) {
+        let _ = with_state::<E, _>(|state| {
+            for id in ids {
+                state.episodes.remove(&id);
+            }
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,85 @@
+//! The tool world: the [`Tool`] trait and its export adapter.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::marker::PhantomData;
+
+use crate::__private::reward::rein::plugin::types::{PluginError, PluginMetadata as WitMetadata};
+use crate::__private::tool::exports::rein::plugin::tool_api as wit;
+use crate::config::Config;
+use crate::metadata::Metadata;
+
+/// What the model is told about a tool (OpenAI function calling).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    /// The name the model calls it by: letters, digits, `_` and `-`.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// A JSON schema of the arguments object.
+    pub parameters: serde_json::Value,
+}
+
+/// A tool an agent calls with a JSON object of arguments.
+///
+/// An `Err` from [`Tool::call`] is shown to the model in place of the output (bad arguments,
+/// an error in the code it asked to run); so is a trap or an exhausted limit, which the host
+/// reports for you.
+pub trait Tool: Sized + 'static {
+    /// Name, version, description and accepted config keys.
+    const METADATA: Metadata;
+
+    /// Builds the tool from its config (unknown keys were already rejected).
+    fn new(config: &Config) -> Result<Self, String>;
+
+    /// What the model is told about the tool.
+    fn spec(&self) -> ToolSpec;
+
+    /// Runs the tool on its arguments (a JSON object).
+    fn call(&mut self, arguments: &serde_json::Map<String, serde_json::Value>) -> Result<String, String>;
+}
+
+thread_local! {
+    /// The tool built by `init`.
+    static INSTANCE: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
+}
+
+/// Adapts a [`Tool`] to the generated `tool-api` exports.
+#[doc(hidden)]
+pub struct ToolExport<T>(PhantomData<T>);
+
+impl<T: Tool> wit::Guest for ToolExport<T> {
+    fn metadata() -> WitMetadata {
+        T::METADATA.to_wit()
+    }
+
+    fn init(config: String) -> Result<wit::ToolSpec, PluginError> {
+        let error = |message| PluginError { message };
+        let config = Config::parse(&config, &T::METADATA).map_err(error)?;
+        let tool = T::new(&config).map_err(error)?;
+        let spec = tool.spec();
+        INSTANCE.with(|cell| *cell.borrow_mut() = Some(Box::new(tool)));
+        Ok(wit::ToolSpec {
+            name: spec.name,
+            description: spec.description,
+            parameters: spec.parameters.to_string(),
+        })
+    }
+
+    fn call(arguments: String) -> Result<String, wit::ToolError> {
+        let error = |message| wit::ToolError { message };
+        let arguments = match serde_json::from_str(&arguments) {
+            Ok(serde_json::Value::Object(map)) => map,
+            Ok(_) => return Err(error("the arguments must be a JSON object".into())),
+            Err(e) => return Err(error(format!("the arguments are not valid JSON: {e}"))),
+        };
+        INSTANCE.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let tool = slot
+                .as_mut()
+                .and_then(|t| t.downcast_mut::<T>())
+                .ok_or_else(|| error("`call` before `init`".into()))?;
+            tool.call(&arguments).map_err(error)
+        })
+    }
+}
