@@ -1,28 +1,151 @@
-//! `cargo xtask bench grpo`: seconds per GRPO step on a random ~3M-parameter Qwen2 (hidden 256,
-//! 4 layers, vocab 512): 8 prompts × 8 completions of 32 new tokens, β = 0, rewards from the
-//! sandboxed `math-answer` plugin; split into generate / reward / train, the train phase into
-//! forward / backward / optimizer, with its effective GFLOP/s against the peak of rein's matrix
-//! kernel measured in the same run.
+//! `cargo xtask bench grpo`: seconds per GRPO step and peak resident memory against TRL's
+//! `GRPOTrainer` on the same checkpoint, prompts and settings, in the same run, in two cases:
+//! - a random ~3M-parameter Qwen2 (hidden 256, 4 layers, vocab 512), fully fine-tuned: 8 prompts
+//!   × 8 completions of 32 new tokens, β = 0, rewards from the sandboxed `math-answer` plugin;
+//!   split into generate / reward / train, the train phase into forward / backward / optimizer,
+//!   with its effective GFLOP/s against the peak of rein's matrix kernel measured in the same run;
+//! - SmolLM2-135M-Instruct (fetched by `cargo xtask model smollm2-135m`) with rank-16 LoRA on
+//!   every linear layer (TRL with PEFT): 8 prompts × 4 completions of up to 64 new tokens, in
+//!   its chat template.
+//!
+//! A step's time is the median over the steps after the first (which warms up), for both.
+//! Completions stop at end-of-sequence, so both sides' mean completion lengths are printed: the
+//! same model and settings sample similar lengths, not equal ones.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rein_model::CpuAutodiff;
-use rein_model::lm::{LmTokenizer, save};
+use rein_model::lm::lora::LoraSpec;
+use rein_model::lm::{CausalLm, LmTokenizer, load, locate, save};
 use rein_plugin::PluginRuntime;
 use rein_recipe::{DataSection, GrpoSection, OptimizerSection, SamplerSection};
 use rein_train::checkpoint::Checkpointing;
 use rein_train::driver::Driver;
-use rein_train::lm::{ArithmeticTask, Grpo, GrpoContext, WeightedReward, generate_task, prepare};
+use rein_train::lm::{ArithmeticTask, Grpo, GrpoContext, Prompt, WeightedReward, generate_task, prepare};
+use rein_train::memory::reset_peak_rss;
+use rein_train::{MetricsWriter, RunDir};
 
 use crate::qwen2_3m::qwen2_3m;
 use crate::report::{Report, Row, peak_rss_mib};
 
-const STEPS: usize = 6;
+/// One benchmark case: a model, its prompts and settings, and the same for the TRL peer.
+struct Case {
+    /// What the rows are called (`GRPO step, …`).
+    name: String,
+    tokenizer: LmTokenizer,
+    prompts: Vec<Prompt>,
+    /// Where the peer reads the checkpoint (Hugging Face format) and `prompts.jsonl`.
+    checkpoint: PathBuf,
+    /// Where the case's prompts and metrics go.
+    work_dir: PathBuf,
+    steps: usize,
+    completions: usize,
+    max_new_tokens: usize,
+    lr: f64,
+    lora: Option<LoraSpec>,
+}
+
+/// What one side measured.
+struct Measured {
+    seconds_per_step: f64,
+    peak_rss_mib: Option<f64>,
+    mean_completion_tokens: Option<f64>,
+}
 
 pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
     let device = Default::default();
+    let mut report = Report::default();
+
+    // The random Qwen2, fully fine-tuned.
     let model = qwen2_3m::<CpuAutodiff>(&device)?;
     let tokenizer = LmTokenizer::load(Path::new("recipes/assets/arithmetic-tokenizer"), &[])?;
+    let prompts = arithmetic_prompts(&tokenizer, None)?;
+    let checkpoint = PathBuf::from("target/bench/grpo-qwen2-3m");
+    save(&model, &checkpoint)?;
+    tokenizer.save(&checkpoint)?;
+    let params: usize = burn::module::Module::num_params(&model);
+    println!("random Qwen2, {params} parameters");
+    let longest_prompt = prompts.iter().map(|p| p.tokens.len()).max().unwrap_or(0);
+    let train_flop = train_flop(model.config(), 64, longest_prompt, 32);
+    let random = Case {
+        name: "GRPO step, 8×8 completions, 32 tokens".into(),
+        tokenizer,
+        prompts,
+        work_dir: checkpoint.clone(),
+        checkpoint,
+        steps: 6,
+        completions: 8,
+        max_new_tokens: 32,
+        lr: 1e-5,
+        lora: None,
+    };
+    let steps = random.steps as f64;
+    let (rein, driven, outcome) = measure(&random, model, plugin_dir)?;
+    let phase = |name: &str| driven.get(name).map_or(0.0, |d| d.as_secs_f64()) / steps;
+    println!(
+        "  per step: generate {:.3} s, reward {:.3} s, train {:.3} s (forward {:.3} s, backward {:.3} s, optimizer {:.3} s)",
+        outcome.generate.as_secs_f64() / steps,
+        outcome.reward.as_secs_f64() / steps,
+        outcome.train.as_secs_f64() / steps,
+        phase("forward"),
+        phase("backward"),
+        phase("optimizer"),
+    );
+    let achieved = train_flop / (phase("forward") + phase("backward")) / 1e9;
+    let peak = gemm_peak_gflops();
+    println!(
+        "  forward + backward: ≈{:.1} GFLOP per step, {achieved:.1} GFLOP/s = {:.0}% of the matrix kernel's {peak:.1} GFLOP/s (this run)",
+        train_flop / 1e9,
+        100.0 * achieved / peak
+    );
+    compare(&random, &rein, &mut report);
+    report.push(Row {
+        name: "GRPO forward + backward, share of the matrix kernel's peak (%)".into(),
+        value: 100.0 * achieved / peak,
+        unit: "%",
+        baseline: None,
+        target: Some(("≥ 60 %".into(), achieved >= 0.6 * peak)),
+    });
+
+    // SmolLM2-135M-Instruct with LoRA.
+    reset_peak_rss();
+    let checkpoint = locate(Path::new("smollm2-135m"))?;
+    let spec = LoraSpec {
+        rank: 16,
+        alpha: 32.0,
+        dropout: 0.0,
+        targets: vec!["all-linear".into()],
+        rslora: false,
+    };
+    let model = load::<CpuAutodiff>(&checkpoint, &device)?;
+    let model = model.with_lora(&spec, &device);
+    let tokenizer = LmTokenizer::load(&checkpoint, &model.config().eos_ids())?;
+    let system = "Solve the arithmetic problem. Write the final number inside <answer></answer> tags.";
+    let prompts = arithmetic_prompts(&tokenizer, Some(system))?;
+    println!(
+        "SmolLM2-135M-Instruct (f32) in {}, LoRA rank 16 on every linear layer",
+        checkpoint.display()
+    );
+    let smollm2 = Case {
+        name: "GRPO step, SmolLM2-135M LoRA, 8×4 completions, ≤64 tokens".into(),
+        tokenizer,
+        prompts,
+        checkpoint,
+        work_dir: PathBuf::from("target/bench/grpo-smollm2-lora"),
+        steps: 3,
+        completions: 4,
+        max_new_tokens: 64,
+        lr: 2e-4,
+        lora: Some(spec),
+    };
+    let (rein, _, _) = measure(&smollm2, model, plugin_dir)?;
+    compare(&smollm2, &rein, &mut report);
+    Ok(report)
+}
+
+/// The arithmetic prompts both sides train on (two-digit sums, as in the default recipe), in
+/// the tokenizer's chat template with `system` as the system prompt.
+fn arithmetic_prompts(tokenizer: &LmTokenizer, system: Option<&str>) -> anyhow::Result<Vec<Prompt>> {
     let task = ArithmeticTask {
         max_operand: 99,
         ops: vec!["+".into()],
@@ -35,22 +158,34 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         test: None,
         fields: Default::default(),
         chat_template: true,
-        system_prompt: None,
+        system_prompt: system.map(str::to_string),
     };
-    let prompts = prepare(&generate_task(&task, 1).0, &tokenizer, &data)?;
-    // The same checkpoint and prompts for the TRL peer.
-    let peer_dir = Path::new("target/bench/grpo-qwen2-3m");
-    save(&model, peer_dir)?;
-    tokenizer.save(peer_dir)?;
+    Ok(prepare(&generate_task(&task, 1).0, tokenizer, &data)?)
+}
+
+/// Runs rein's GRPO on `case` from `model` (adapters attached when the case has LoRA) and
+/// returns its figures, the time of each phase, and the outcome.
+fn measure(
+    case: &Case,
+    model: CausalLm<CpuAutodiff>,
+    plugin_dir: &Path,
+) -> anyhow::Result<(
+    Measured,
+    std::collections::BTreeMap<String, std::time::Duration>,
+    rein_train::lm::GrpoOutcome,
+)> {
+    let device = Default::default();
+    // The same prompts for the TRL peer.
+    std::fs::create_dir_all(&case.work_dir)?;
     let mut lines = String::new();
-    for prompt in prompts.iter().take(8 * (STEPS + 1)) {
+    for prompt in case.prompts.iter().take(8 * (case.steps + 1)) {
         let row = serde_json::json!({
-            "prompt": tokenizer.decode(&prompt.tokens, false)?,
+            "prompt": case.tokenizer.decode(&prompt.tokens, false)?,
             "answer": prompt.answer.clone().unwrap_or_default(),
         });
         lines += &format!("{row}\n");
     }
-    std::fs::write(peer_dir.join("prompts.jsonl"), lines)?;
+    std::fs::write(case.work_dir.join("prompts.jsonl"), lines)?;
     let runtime = PluginRuntime::default();
     let plugin = runtime.load(plugin_dir.join("math-answer.wasm"), Default::default())?;
     let mut rewards = vec![WeightedReward {
@@ -58,110 +193,153 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         weight: 1.0,
     }];
     let grpo = GrpoSection {
-        steps: STEPS,
+        steps: case.steps,
         prompts_per_step: 8,
         ..GrpoSection::default()
     };
-    // Completions always run their 32 tokens: a random model rarely says end-of-sequence.
     let sampler = SamplerSection {
-        max_new_tokens: 32,
-        n: 8,
+        max_new_tokens: case.max_new_tokens,
+        n: case.completions,
         ..SamplerSection::default()
     };
     let optimizer = OptimizerSection {
-        lr: 1e-5,
+        lr: case.lr,
         weight_decay: 0.0,
         max_grad_norm: 1.0,
         eps: 1e-8,
         ..OptimizerSection::default()
     };
-    let params: usize = burn::module::Module::num_params(&model);
-    let longest_prompt = prompts.iter().map(|p| p.tokens.len()).max().unwrap_or(0);
-    let train_flop = train_flop(model.config(), 64, longest_prompt, 32);
-    println!("random Qwen2, {params} parameters; {STEPS} steps of 8 prompts × 8 completions × 32 tokens");
+    println!(
+        "{}: {} steps of 8 prompts × {} completions × up to {} tokens",
+        case.name, case.steps, case.completions, case.max_new_tokens
+    );
     let ctx = GrpoContext {
-        tokenizer: &tokenizer,
-        prompts: &prompts,
+        tokenizer: &case.tokenizer,
+        prompts: &case.prompts,
         rewards: &mut rewards,
         grpo: &grpo,
         sampler: &sampler,
         optimizer: &optimizer,
         seed: 1,
     };
+    let runs = case.work_dir.join("runs");
+    let _ = std::fs::remove_dir_all(&runs);
+    let run_dir = RunDir::create(&runs, "bench", "")?;
+    let mut metrics: MetricsWriter = run_dir.metrics()?;
     // The driver resets the peak before each step: the run's peak is the larger of the one
     // before it (loading) and its steps'.
     let loading_rss = peak_rss_mib();
-    let start = std::time::Instant::now();
-    let mut grpo = Grpo::new(model, ctx, &device)?;
+    let mut trainer = Grpo::new(model, ctx, &device)?;
     let driven = Driver {
-        metrics: None,
+        metrics: Some(&mut metrics),
         checkpointing: &Checkpointing::default(),
-        stall_timeout: std::time::Duration::from_secs(600),
+        stall_timeout: std::time::Duration::from_secs(1200),
         stage: None,
     }
-    .run(&mut grpo)?;
-    let outcome = grpo.outcome(driven.steps, &driven.phases);
-    let total = start.elapsed().as_secs_f64();
-    let per_step = total / STEPS as f64;
-    let phase = |name: &str| driven.phases.get(name).map_or(0.0, |d| d.as_secs_f64()) / STEPS as f64;
+    .run(&mut trainer)?;
+    let outcome = trainer.outcome(driven.steps, &driven.phases);
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(run_dir.path().join("metrics.jsonl"))?
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let after_first = |key: &str| -> Vec<f64> { records.iter().skip(1).filter_map(|r| r[key].as_f64()).collect() };
+    let times = after_first("time/step_s");
+    let lengths = after_first("train/completion_length");
+    let measured = Measured {
+        seconds_per_step: median(times).unwrap_or(f64::NAN),
+        peak_rss_mib: [loading_rss, driven.peak_rss_mib]
+            .into_iter()
+            .flatten()
+            .reduce(f64::max),
+        mean_completion_tokens: mean(&lengths),
+    };
     println!(
-        "  per step: generate {:.3} s, reward {:.3} s, train {:.3} s (forward {:.3} s, backward {:.3} s, optimizer {:.3} s)",
-        outcome.generate.as_secs_f64() / STEPS as f64,
-        outcome.reward.as_secs_f64() / STEPS as f64,
-        outcome.train.as_secs_f64() / STEPS as f64,
-        phase("forward"),
-        phase("backward"),
-        phase("optimizer"),
+        "  rein: {:.2} s per step, mean completion {:.1} tokens, peak RSS {:.0} MiB",
+        measured.seconds_per_step,
+        measured.mean_completion_tokens.unwrap_or(f64::NAN),
+        measured.peak_rss_mib.unwrap_or(f64::NAN)
     );
-    let achieved = train_flop / (phase("forward") + phase("backward")) / 1e9;
-    let peak = gemm_peak_gflops();
-    println!(
-        "  forward + backward: ≈{:.1} GFLOP per step, {achieved:.1} GFLOP/s = {:.0}% of the matrix kernel's {peak:.1} GFLOP/s (this run)",
-        train_flop / 1e9,
-        100.0 * achieved / peak
-    );
-    let rss = [loading_rss, driven.peak_rss_mib]
-        .into_iter()
-        .flatten()
-        .reduce(f64::max);
-    let trl = trl_peer(peer_dir);
-    let target = trl.as_ref().map(|trl| {
+    Ok((measured, driven.phases, outcome))
+}
+
+/// Runs the TRL peer on `case` and pushes the step time and peak memory rows, each against it.
+fn compare(case: &Case, rein: &Measured, report: &mut Report) {
+    let trl = trl_peer(case);
+    let label = trl.as_ref().map(|(label, _)| label.clone());
+    let target = trl.as_ref().map(|(_, trl)| {
         (
-            format!("≥ 2× TRL ({:.2}×)", trl.seconds_per_step / per_step),
-            per_step * 2.0 <= trl.seconds_per_step,
+            format!("≥ 2× TRL ({:.2}×)", trl.seconds_per_step / rein.seconds_per_step),
+            rein.seconds_per_step * 2.0 <= trl.seconds_per_step,
         )
     });
-    let mut report = Report::default();
     report.push(Row {
-        name: "GRPO step, 8×8 completions, 32 tokens (s)".into(),
-        value: per_step,
+        name: format!("{} (s)", case.name),
+        value: rein.seconds_per_step,
         unit: "s",
-        baseline: trl.as_ref().map(|trl| (trl.label.clone(), trl.seconds_per_step)),
+        baseline: trl.as_ref().map(|(label, trl)| (label.clone(), trl.seconds_per_step)),
         target,
     });
-    if let Some(rss) = rss {
-        let trl_rss = trl
-            .as_ref()
-            .and_then(|trl| Some((trl.label.clone(), trl.peak_rss_mib?)));
-        let target = trl_rss
-            .as_ref()
-            .map(|(_, theirs)| ("≤ TRL's".to_string(), rss <= *theirs));
+    if let Some(rss) = rein.peak_rss_mib {
+        let theirs = trl.as_ref().and_then(|(_, trl)| trl.peak_rss_mib);
         report.push(Row {
-            name: "GRPO peak resident memory, whole process (MiB)".into(),
+            name: format!("{}, peak resident memory (MiB)", case.name),
             value: rss,
             unit: "MiB",
-            baseline: trl_rss,
-            target,
+            baseline: label.zip(theirs),
+            target: theirs.map(|theirs| ("≤ TRL's".to_string(), rss <= theirs)),
         });
     }
-    report.push(Row {
-        name: "GRPO forward + backward, share of the matrix kernel's peak (%)".into(),
-        value: 100.0 * achieved / peak,
-        unit: "%",
-        baseline: None,
-        target: Some(("≥ 60 %".into(), achieved >= 0.6 * peak)),
-    });
-    Ok(report)
+}
+
+/// TRL's `GRPOTrainer` (with PEFT when the case has LoRA) on the case's checkpoint and prompts
+/// (benches/peers/trl_grpo.py): its label and figures; `None` (said why) when it cannot run.
+fn trl_peer(case: &Case) -> Option<(String, Measured)> {
+    println!("  TRL GRPOTrainer on the same checkpoint and prompts (benches/peers/trl_grpo.py)");
+    let mut args: Vec<String> = vec![
+        case.checkpoint.display().to_string(),
+        case.work_dir.join("prompts.jsonl").display().to_string(),
+        case.steps.to_string(),
+        format!("--completions={}", case.completions),
+        format!("--max-tokens={}", case.max_new_tokens),
+        format!("--lr={}", case.lr),
+    ];
+    if let Some(lora) = &case.lora {
+        args.push(format!("--lora-rank={}", lora.rank));
+        args.push(format!("--lora-alpha={}", lora.alpha));
+    }
+    let stdout = crate::peers::run("trl_grpo.py", args)?;
+    let value: serde_json::Value = serde_json::from_str(stdout.lines().last()?).ok()?;
+    let measured = Measured {
+        seconds_per_step: value["seconds_per_step"].as_f64()?,
+        peak_rss_mib: value["peak_rss_mib"].as_f64(),
+        mean_completion_tokens: value["mean_completion_tokens"].as_f64(),
+    };
+    println!(
+        "  TRL: {:.2} s per step, mean completion {:.1} tokens, peak RSS {:.0} MiB",
+        measured.seconds_per_step,
+        measured.mean_completion_tokens.unwrap_or(f64::NAN),
+        measured.peak_rss_mib.unwrap_or(f64::NAN)
+    );
+    let versions = &value["versions"];
+    let peft = versions["peft"]
+        .as_str()
+        .map(|v| format!(" + PEFT {v}"))
+        .unwrap_or_default();
+    let label = format!(
+        "TRL {}{peft} (torch {}), this run",
+        versions["trl"].as_str()?,
+        versions["torch"].as_str()?
+    );
+    Some((label, measured))
+}
+
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
+}
+
+fn mean(values: &[f64]) -> Option<f64> {
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
 }
 
 /// Floating-point operations of one GRPO update's forward and backward passes (backward = 2×
@@ -199,38 +377,4 @@ fn gemm_peak_gflops() -> f64 {
         best = best.min(start.elapsed().as_secs_f64());
     }
     2.0 * (n * n * n) as f64 / best / 1e9
-}
-
-/// What the TRL peer measured.
-struct TrlFigures {
-    /// TRL's and torch's versions.
-    label: String,
-    seconds_per_step: f64,
-    /// The peer process's peak resident set.
-    peak_rss_mib: Option<f64>,
-}
-
-/// TRL's `GRPOTrainer` on the same checkpoint and prompts (benches/peers/); `None` (said why)
-/// when it cannot run.
-fn trl_peer(dir: &Path) -> Option<TrlFigures> {
-    println!("TRL GRPOTrainer on the same checkpoint and prompts (benches/peers/trl_grpo.py)");
-    let args = [dir.to_path_buf(), dir.join("prompts.jsonl"), STEPS.to_string().into()];
-    let stdout = crate::peers::run("trl_grpo.py", args)?;
-    let value: serde_json::Value = serde_json::from_str(stdout.lines().last()?).ok()?;
-    let seconds = value["seconds_per_step"].as_f64()?;
-    let peak_rss_mib = value["peak_rss_mib"].as_f64();
-    let versions = &value["versions"];
-    println!(
-        "  TRL: {seconds:.3} s per step, peak RSS {:.0} MiB",
-        peak_rss_mib.unwrap_or(f64::NAN)
-    );
-    Some(TrlFigures {
-        label: format!(
-            "TRL {} GRPOTrainer (torch {}), this run",
-            versions["trl"].as_str()?,
-            versions["torch"].as_str()?
-        ),
-        seconds_per_step: seconds,
-        peak_rss_mib,
-    })
 }

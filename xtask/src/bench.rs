@@ -14,8 +14,8 @@ pub(crate) struct Bench {
 impl Bench {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
         BuildPlugins::for_running().run()?;
-        if self.suite == "generate" {
-            // Its second case is the real SmolLM2-135M-Instruct.
+        if matches!(self.suite.as_str(), "generate" | "grpo") {
+            // Their second case is the real SmolLM2-135M-Instruct.
             crate::model::ensure("smollm2-135m")?;
         }
         run(cargo_run("rein-bench", "rein-bench")
