@@ -104,6 +104,20 @@ fn sft_then_grpo_writes_checkpoints_metrics_and_a_report() {
         report.contains("| before RL |") && report.contains("| after RL |"),
         "{report}"
     );
+    // The first held-out prompts, with their reference and the greedy answers before and after.
+    assert!(
+        report.contains("## Examples: the first 4 held-out prompts, greedy"),
+        "{report}"
+    );
+    let first = before.shown[0].clone();
+    assert!(
+        report.contains(&format!("reference: `{}`", first.reference.unwrap())),
+        "{report}"
+    );
+    assert!(
+        report.contains("\nbefore RL (") && report.contains("\nafter RL ("),
+        "{report}"
+    );
     // The final model is a Hugging Face model directory rein (and transformers) can load, and
     // `rein eval` can judge it.
     let loaded = tiny_default(&runs, &[]);

@@ -289,7 +289,7 @@ pub fn evaluate_recipe(
 
 /// Which stage of a language-model run a checkpoint was taken in, and what the stages before
 /// it produced (the `stage` section of every checkpoint of such a run).
-#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "stage", rename_all = "lowercase")]
 enum LmStage {
     /// SFT (before RL, or the whole algorithm).
@@ -326,7 +326,7 @@ pub fn run_lm<B: AutodiffBackend>(
         Some(c) => Some((c, c.section_json::<LmStage>("stage")?)),
         None => None,
     };
-    let metrics_len = resumed.map_or(Ok(0), |(c, _)| driver::metrics_len(c))?;
+    let metrics_len = resumed.as_ref().map_or(Ok(0), |(c, _)| driver::metrics_len(c))?;
     let mut stages = Stages {
         loaded,
         run,
@@ -343,7 +343,7 @@ pub fn run_lm<B: AutodiffBackend>(
     };
     let (mut model, stage) = stages.sft()?;
     if let LmStage::Grpo { before, sft_seconds } = &stage {
-        (outcome.before, outcome.sft_seconds) = (*before, *sft_seconds);
+        (outcome.before, outcome.sft_seconds) = (before.clone(), *sft_seconds);
     }
     if let Some(report) = &outcome.before {
         eprintln!("held-out before RL: {}", describe(report));
@@ -390,7 +390,8 @@ impl<B: AutodiffBackend> Stages<'_, B> {
             _ => recipe.sft.as_ref(),
         };
         let mut model = self.setup.model.clone();
-        if let Some((_, stage @ LmStage::Grpo { .. })) = self.resumed {
+        if let Some((_, stage @ LmStage::Grpo { .. })) = &self.resumed {
+            let stage = stage.clone();
             if let (Some(_), Some(run)) = (section, self.run) {
                 // Merged by SFT; the checkpoint's record has the base and the adapters apart.
                 model = load(&run.path().join("sft"), &self.device)?;
@@ -405,7 +406,7 @@ impl<B: AutodiffBackend> Stages<'_, B> {
             eprintln!("SFT: {} steps of {} examples", section.steps, section.batch_size);
             let pad = self.setup.tokenizer.pad_id().unwrap_or(0);
             let mut sft = lm::Sft::new(model, &self.setup.train, pad, section, recipe.seed, &self.device)?;
-            let checkpointing = self.checkpointing(self.resumed.map(|(c, _)| c.clone()), 0, LmStage::Sft);
+            let checkpointing = self.checkpointing(self.resumed.as_ref().map(|(c, _)| (*c).clone()), 0, LmStage::Sft);
             let driven = Driver {
                 metrics: self.metrics.as_mut(),
                 checkpointing: &checkpointing,
@@ -434,9 +435,9 @@ impl<B: AutodiffBackend> Stages<'_, B> {
         stage: LmStage,
     ) -> Result<(CausalLm<B>, GrpoOutcome, Option<EvalReport>), TrainError> {
         let recipe = &self.loaded.recipe;
-        let resume = (self.resumed)
+        let resume = (self.resumed.as_ref())
             .filter(|(_, s)| matches!(s, LmStage::Grpo { .. }))
-            .map(|(c, _)| c.clone());
+            .map(|(c, _)| (*c).clone());
         let sft_steps = recipe.sft.as_ref().map_or(0, |s| s.steps);
         let checkpointing = self.checkpointing(resume, sft_steps, stage);
         let ctx = lm::GrpoContext {
@@ -551,6 +552,39 @@ fn report_markdown(loaded: &LoadedRecipe, outcome: &LmOutcome) -> String {
             g.train.as_secs_f64(),
             g.final_reward
         ));
+    }
+    text.push_str(&examples_markdown(outcome));
+    text
+}
+
+/// The first held-out prompts with the greedy completions before and after RL.
+fn examples_markdown(outcome: &LmOutcome) -> String {
+    let shown = |report: &Option<EvalReport>| report.as_ref().map(|r| r.shown.clone()).unwrap_or_default();
+    let (before, after) = (shown(&outcome.before), shown(&outcome.after));
+    let count = before.len().max(after.len());
+    if count == 0 {
+        return String::new();
+    }
+    let mut text = format!("\n## Examples: the first {count} held-out prompts, greedy\n");
+    let quote = |completion: &str| {
+        let lines: Vec<String> = completion.lines().map(|l| format!("> {l}")).collect();
+        match lines.is_empty() {
+            true => "> (empty)".to_string(),
+            false => lines.join("\n"),
+        }
+    };
+    for i in 0..count {
+        let example = before.get(i).or(after.get(i)).expect("i < count");
+        text.push_str(&format!("\n### {}\n\n{}\n", i + 1, quote(&example.prompt)));
+        if let Some(reference) = &example.reference {
+            text.push_str(&format!("\nreference: `{reference}`\n"));
+        }
+        for (label, list) in [("before RL", &before), ("after RL", &after)] {
+            if let Some(e) = list.get(i) {
+                let verdict = if e.correct { "correct" } else { "wrong" };
+                text.push_str(&format!("\n{label} ({verdict}):\n\n{}\n", quote(&e.completion)));
+            }
+        }
     }
     text
 }

@@ -9,8 +9,24 @@ use serde::{Deserialize, Serialize};
 
 use super::Prompt;
 
+/// How many held-out prompts an [`EvalReport`] keeps with their greedy completions.
+pub const SHOWN_EXAMPLES: usize = 4;
+
+/// One held-out prompt with its greedy completion, for the run's report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalExample {
+    /// The prompt as written in the data.
+    pub prompt: String,
+    /// The reference answer.
+    pub reference: Option<String>,
+    /// The greedy completion (up to its stop string).
+    pub completion: String,
+    /// Whether it was judged correct.
+    pub correct: bool,
+}
+
 /// Accuracy figures on the held-out split.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalReport {
     /// Prompts evaluated.
     pub examples: usize,
@@ -22,6 +38,9 @@ pub struct EvalReport {
     pub pass_at_k: Option<f64>,
     /// Fraction whose majority answer among `k` samples is correct.
     pub maj_at_k: Option<f64>,
+    /// The first [`SHOWN_EXAMPLES`] prompts with their greedy completions.
+    #[serde(default)]
+    pub shown: Vec<EvalExample>,
 }
 
 /// Whether a completion counts as correct: a `correct` component of 1, or else a positive score.
@@ -86,16 +105,27 @@ pub fn evaluate<B: Backend>(
     } else {
         (None, None)
     };
+    let shown = (prompts.iter().zip(greedy))
+        .take(SHOWN_EXAMPLES)
+        .map(|(prompt, mut judged)| EvalExample {
+            prompt: prompt.text.clone(),
+            reference: prompt.answer.clone(),
+            completion: judged.completions.swap_remove(0),
+            correct: judged.correct[0],
+        })
+        .collect();
     Ok(EvalReport {
         examples: prompts.len(),
         greedy_accuracy,
         k: settings.k,
         pass_at_k,
         maj_at_k,
+        shown,
     })
 }
 
 struct Judged {
+    completions: Vec<String>,
     correct: Vec<bool>,
     agrees: Vec<bool>,
 }
@@ -150,7 +180,7 @@ fn sample_and_score<B: Backend>(
             Some(m) => Some(m.score(&groups)?),
             None => None,
         };
-        for (g, group_scores) in scores.iter().enumerate() {
+        for (g, (group_scores, group)) in scores.iter().zip(groups).enumerate() {
             let agrees = match &agreement {
                 Some(a) => a[g]
                     .iter()
@@ -159,6 +189,7 @@ fn sample_and_score<B: Backend>(
                 None => vec![false; n],
             };
             judged.push(Judged {
+                completions: group.completions,
                 correct: group_scores.iter().map(is_correct).collect(),
                 agrees,
             });
