@@ -9,12 +9,13 @@ mod rewards;
 mod sft;
 mod task;
 pub mod tool_calls;
+pub mod transcript;
 
 use std::path::{Path, PathBuf};
 
 pub use batch::{TokenBatch, completion_log_probs};
 pub use data::{DataError, Example, Fields, read, write_jsonl};
-pub use eval::{EvalReport, EvalSettings, evaluate, is_correct};
+pub use eval::{EvalExample, EvalReport, EvalSettings, SHOWN_EXAMPLES, evaluate, is_correct};
 pub use grpo::{Grpo, GrpoContext, GrpoOutcome};
 pub use rewards::{GroupReward, OnError, RewardFailure, WeightedReward, score_groups};
 pub use sft::Sft;
