@@ -9,8 +9,9 @@
 //! - [`clip_grad_norm`]: global gradient-norm clipping; [`LinearSchedule`] for learning rates;
 //!   [`non_finite_parameter`] and [`non_finite_gradient`] name the tensor a NaN appeared in.
 //! - LLM RL: outcome advantages ([`group_normalized`] for GRPO / Dr. GRPO, [`rloo`],
-//!   [`reinforce_pp`]), [`policy_loss`] (PPO-clip with clip-higher and dual-clip, GSPO sequence
-//!   ratios, KL and entropy terms), [`aggregate`] (token-mean, seq-mean-token-mean,
+//!   [`reinforce_pp`]), GiGPO's episode- and step-level advantages for multi-turn episodes
+//!   ([`gigpo_advantages`]), [`policy_loss`] (PPO-clip with clip-higher and dual-clip, GSPO
+//!   sequence ratios, KL and entropy terms), [`aggregate`] (token-mean, seq-mean-token-mean,
 //!   seq-mean-token-sum-norm) and the [`kl_estimate`] estimators k1, k2, k3.
 //!
 //! Estimators work on plain `f32` slices (property-testable without tensors); losses are burn
@@ -22,6 +23,7 @@
 mod aggregation;
 mod finite;
 mod gae;
+mod gigpo;
 mod grad_clip;
 mod group_advantages;
 mod kl;
@@ -34,6 +36,7 @@ mod schedule;
 pub use aggregation::aggregate;
 pub use finite::{non_finite_gradient, non_finite_parameter};
 pub use gae::gae;
+pub use gigpo::{GigpoConfig, TurnOutcome, gigpo_advantages};
 pub use grad_clip::clip_grad_norm;
 pub use group_advantages::{group_normalized, reinforce_pp, rloo, zero_variance};
 pub use kl::{kl_estimate, kl_estimate_scalar};
