@@ -132,3 +132,25 @@ fn guess_number_plays_batched_episodes_and_forgets_closed_ones() {
         "{duplicate}"
     );
 }
+
+#[test]
+fn python_exec_turns_hostile_code_into_messages() {
+    let plugin = common::load_with(&common::plugin_path("python-exec"), quick_limits());
+    let mut python = plugin.tool("{}").unwrap();
+    assert_eq!(python.spec().name, "python");
+    let run = |tool: &mut ToolPlugin, code: &str| tool.call(&serde_json::json!({ "code": code }).to_string());
+    assert_eq!(run(&mut python, "print(sum(range(10)))"), Ok("45\n".into()));
+    let looped = run(&mut python, "while True:\n    pass").unwrap_err();
+    assert_eq!(looped.kind, ToolErrorKind::Timeout, "{}", looped.message);
+    assert_eq!(looped.message, "execution timed out after 1000 ms");
+    assert_eq!(run(&mut python, "print('back')"), Ok("back\n".into()));
+    // CPython raises MemoryError when the sandbox refuses to grow memory, or the allocation
+    // traps: either way the model reads about memory.
+    let bomb = run(&mut python, "x = []\nwhile True:\n    x.append(' ' * 10**7)").unwrap_err();
+    assert!(
+        matches!(bomb.kind, ToolErrorKind::Limit | ToolErrorKind::Tool),
+        "{bomb:?}"
+    );
+    assert!(bomb.message.to_lowercase().contains("memory"), "{}", bomb.message);
+    assert_eq!(run(&mut python, "print('back')"), Ok("back\n".into()));
+}

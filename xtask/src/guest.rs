@@ -1,8 +1,8 @@
-//! Reward plugins written in Python or JavaScript: finding them, installing their pinned
-//! compilers under `<target>/tools/` (componentize-py from PyPI, componentize-js from npm with
-//! the versions locked in `xtask/guest-tools/`), and building each into a component for the `reward`
-//! world. A build takes seconds, so its output is reused while the plugin's files, the WIT and
-//! the compiler are unchanged.
+//! Plugins written in Python or JavaScript: finding them, installing their pinned compilers
+//! under `<target>/tools/` (componentize-py from PyPI, componentize-js from npm with the
+//! versions locked in `xtask/guest-tools/`), and building each into a component for the world
+//! its module implements (see [`world`]). A build takes seconds, so its output is reused while
+//! the plugin's files, the WIT and the compiler are unchanged.
 //!
 //! A guest plugin is a directory holding `app.py` or `app.js` (and no `Cargo.toml`).
 
@@ -129,6 +129,28 @@ impl std::fmt::Display for ToolUnavailable {
 
 impl std::error::Error for ToolUnavailable {}
 
+/// The WIT world a guest module implements, from the export it defines: Python's
+/// `class ToolApi(exports.ToolApi)`, JavaScript's `export const toolApi`, and so on for
+/// `TextEnvApi` / `textEnvApi` and `EnvironmentApi` / `environmentApi`; anything else is a
+/// reward (`RewardApi` / `rewardApi`).
+fn world(plugin: &GuestPlugin) -> anyhow::Result<&'static str> {
+    let entry = plugin.dir.join(plugin.lang.entry_file());
+    let source = std::fs::read_to_string(&entry).with_context(|| format!("cannot read {}", entry.display()))?;
+    let defines = |python: &str, js: &str| match plugin.lang {
+        Lang::Python => source.contains(&format!("class {python}(")),
+        _ => source.contains(&format!("export const {js}")),
+    };
+    Ok(if defines("ToolApi", "toolApi") {
+        "tool"
+    } else if defines("TextEnvApi", "textEnvApi") {
+        "text-env"
+    } else if defines("EnvironmentApi", "environmentApi") {
+        "environment"
+    } else {
+        "reward"
+    })
+}
+
 /// Builds one plugin unless its last build is still current.
 fn build(plugin: &GuestPlugin, out_dir: &Path) -> anyhow::Result<PathBuf> {
     let out = out_dir.join(format!("{}.wasm", plugin.name));
@@ -138,6 +160,7 @@ fn build(plugin: &GuestPlugin, out_dir: &Path) -> anyhow::Result<PathBuf> {
         return Ok(out);
     }
     let wit = root().join("crates/rein-plugin/wit");
+    let world = world(plugin)?;
     let partial = out_dir.join(format!(".{}.wasm.partial", plugin.name));
     let mut command = match plugin.lang {
         Lang::Python => {
@@ -147,7 +170,7 @@ fn build(plugin: &GuestPlugin, out_dir: &Path) -> anyhow::Result<PathBuf> {
                 .arg("import sys; from componentize_py import script; sys.argv[0] = 'componentize-py'; sys.exit(script())")
                 .arg("-d")
                 .arg(&wit)
-                .args(["-w", "reward", "componentize", "app", "-p", ".", "-o"])
+                .args(["-w", world, "componentize", "app", "-p", ".", "-o"])
                 .arg(&partial)
                 .env("PYTHONPATH", tool)
                 .env("PYTHONDONTWRITEBYTECODE", "1");
@@ -161,7 +184,7 @@ fn build(plugin: &GuestPlugin, out_dir: &Path) -> anyhow::Result<PathBuf> {
                 .arg(&wit)
                 .args([
                     "--world-name",
-                    "reward",
+                    world,
                     "--disable",
                     "http",
                     "--disable",
