@@ -25,11 +25,17 @@ pub struct Group {
 impl Group {
     /// The metadata parsed as JSON (`null` when empty).
     pub fn metadata_json(&self) -> Result<serde_json::Value, String> {
-        if self.metadata.trim().is_empty() {
-            return Ok(serde_json::Value::Null);
-        }
-        serde_json::from_str(&self.metadata).map_err(|e| format!("group metadata is not valid JSON: {e}"))
+        parse_row_metadata(&self.metadata, "group")
     }
+}
+
+/// A dataset row's metadata (JSON text) parsed, `null` when empty; `whose` names it in the
+/// error (`group metadata is not valid JSON: …`).
+pub(crate) fn parse_row_metadata(text: &str, whose: &str) -> Result<serde_json::Value, String> {
+    if text.trim().is_empty() {
+        return Ok(serde_json::Value::Null);
+    }
+    serde_json::from_str(text).map_err(|e| format!("{whose} metadata is not valid JSON: {e}"))
 }
 
 /// The reward of one completion: a value (or "not applicable") and named components.

@@ -54,10 +54,7 @@ pub struct EpisodeStart {
 impl EpisodeStart {
     /// The metadata parsed as JSON (`null` when empty).
     pub fn metadata_json(&self) -> Result<serde_json::Value, String> {
-        if self.metadata.trim().is_empty() {
-            return Ok(serde_json::Value::Null);
-        }
-        serde_json::from_str(&self.metadata).map_err(|e| format!("row metadata is not valid JSON: {e}"))
+        crate::reward::parse_row_metadata(&self.metadata, "row")
     }
 }
 
