@@ -133,7 +133,7 @@ class ToolApi(exports.ToolApi):
 
     def call(self, arguments: str) -> str:
         if SETTINGS is None:
-            raise Err(ToolError("`call` before `init`"))
+            raise Err(ToolError("`call` called before `init`"))
         try:
             args = json.loads(arguments)
         except ValueError as e:

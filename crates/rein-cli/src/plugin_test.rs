@@ -99,29 +99,20 @@ struct TextEnvCase {
     replies: Vec<ExpectedReply>,
 }
 
-const FORMATS: [(PluginKind, &str); 4] = [
-    (
-        PluginKind::Reward,
-        r#"{"group", "expected", "config"?, "name"?, "tolerance"?}"#,
-    ),
-    (PluginKind::Environment, ""),
-    (
-        PluginKind::Tool,
-        r#"{"arguments", "output" | "error", "config"?, "name"?}"#,
-    ),
-    (
-        PluginKind::TextEnv,
-        r#"{"start", "turns", "replies", "config"?, "name"?}"#,
-    ),
-];
+/// The case format for plugins of `kind`; `None` for environments, which have no cases.
+fn case_format(kind: PluginKind) -> Option<&'static str> {
+    match kind {
+        PluginKind::Reward => Some(r#"{"group", "expected", "config"?, "name"?, "tolerance"?}"#),
+        PluginKind::Tool => Some(r#"{"arguments", "output" | "error", "config"?, "name"?}"#),
+        PluginKind::TextEnv => Some(r#"{"start", "turns", "replies", "config"?, "name"?}"#),
+        PluginKind::Environment => None,
+    }
+}
 
 pub(crate) fn test(file: &Path, cases_path: &Path, limits: LimitArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(cases_path).with_context(|| format!("cannot open {}", cases_path.display()))?;
     let plugin = PluginRuntime::default().load(file, limits.limits())?;
-    let format = FORMATS
-        .iter()
-        .find(|(kind, format)| *kind == plugin.kind() && !format.is_empty())
-        .map(|(_, format)| *format)
+    let format = case_format(plugin.kind())
         .with_context(|| format!("`rein plugin test` has no cases for {} plugins", plugin.kind().as_str()))?;
     let lines: Vec<(usize, &str)> = (text.lines().enumerate())
         .filter(|(_, l)| !l.trim().is_empty())

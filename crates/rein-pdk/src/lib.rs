@@ -34,6 +34,7 @@ pub mod answer;
 mod config;
 mod env;
 pub mod format;
+mod instance;
 mod metadata;
 mod reward;
 mod rng;

@@ -1,7 +1,5 @@
 //! The reward world: the [`Reward`] trait and its export adapter.
 
-use std::any::Any;
-use std::cell::RefCell;
 use std::marker::PhantomData;
 
 use crate::__private::reward::exports::rein::plugin::reward_api as wit;
@@ -93,11 +91,6 @@ pub trait Reward: Sized + 'static {
     fn score(&mut self, group: &Group) -> Result<Vec<Score>, String>;
 }
 
-thread_local! {
-    /// The reward built by `init` (type-erased: the export adapter is generic, statics are not).
-    static INSTANCE: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
-}
-
 /// Adapts a [`Reward`] to the generated `reward-api` exports.
 #[doc(hidden)]
 pub struct RewardExport<R>(PhantomData<R>);
@@ -114,17 +107,12 @@ impl<R: Reward> wit::Guest for RewardExport<R> {
     fn init(config: String) -> Result<(), PluginError> {
         let config = Config::parse(&config, &R::METADATA).map_err(error)?;
         let reward = R::new(&config).map_err(error)?;
-        INSTANCE.with(|cell| *cell.borrow_mut() = Some(Box::new(reward)));
+        crate::instance::set(reward);
         Ok(())
     }
 
     fn score(groups: Vec<wit::Group>) -> Result<Vec<Vec<wit::CompletionScore>>, PluginError> {
-        INSTANCE.with(|cell| {
-            let mut slot = cell.borrow_mut();
-            let reward = slot
-                .as_mut()
-                .and_then(|r| r.downcast_mut::<R>())
-                .ok_or_else(|| error("`score` called before `init`".into()))?;
+        crate::instance::with("score", |reward: &mut R| {
             groups
                 .into_iter()
                 .enumerate()
@@ -150,5 +138,6 @@ impl<R: Reward> wit::Guest for RewardExport<R> {
                 })
                 .collect()
         })
+        .map_err(error)?
     }
 }

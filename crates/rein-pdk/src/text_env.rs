@@ -1,8 +1,6 @@
 //! The text-env world: the [`TextEnv`] trait (one episode at a time; the adapter batches) and
 //! its export adapter.
 
-use std::any::Any;
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 
@@ -138,24 +136,16 @@ struct State<E: TextEnv> {
     episodes: HashMap<u64, E::Episode>,
 }
 
-thread_local! {
-    /// The environment built by `init` with its episodes.
-    static INSTANCE: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
-}
-
 fn error(message: String) -> PluginError {
     PluginError { message }
 }
 
-fn with_state<E: TextEnv, R>(f: impl FnOnce(&mut State<E>) -> Result<R, PluginError>) -> Result<R, PluginError> {
-    INSTANCE.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        let state = slot
-            .as_mut()
-            .and_then(|s| s.downcast_mut::<State<E>>())
-            .ok_or_else(|| error("called before `init`".into()))?;
-        f(state)
-    })
+/// Runs `f` on the state `init` built; `call` names the export in the error when there is none.
+fn with_state<E: TextEnv, R>(
+    call: &str,
+    f: impl FnOnce(&mut State<E>) -> Result<R, PluginError>,
+) -> Result<R, PluginError> {
+    crate::instance::with(call, f).map_err(error)?
 }
 
 fn to_wit(messages: Vec<Message>) -> Vec<wit::Message> {
@@ -184,12 +174,12 @@ impl<E: TextEnv> wit::Guest for TextEnvExport<E> {
             env,
             episodes: HashMap::new(),
         };
-        INSTANCE.with(|cell| *cell.borrow_mut() = Some(Box::new(state)));
+        crate::instance::set(state);
         Ok(())
     }
 
     fn reset(starts: Vec<wit::EpisodeStart>) -> Result<Vec<wit::Opening>, PluginError> {
-        with_state::<E, _>(|state| {
+        with_state::<E, _>("reset", |state| {
             let mut openings = Vec::with_capacity(starts.len());
             for start in starts {
                 let id = start.id;
@@ -214,7 +204,7 @@ impl<E: TextEnv> wit::Guest for TextEnvExport<E> {
     }
 
     fn step(turns: Vec<wit::Turn>) -> Result<Vec<wit::Reply>, PluginError> {
-        with_state::<E, _>(|state| {
+        with_state::<E, _>("step", |state| {
             let mut replies = Vec::with_capacity(turns.len());
             for turn in turns {
                 let episode = (state.episodes.get_mut(&turn.id))
@@ -236,7 +226,7 @@ impl<E: TextEnv> wit::Guest for TextEnvExport<E> {
     }
 
     fn close(ids: Vec<u64>) {
-        let _ = with_state::<E, _>(|state| {
+        let _ = with_state::<E, _>("close", |state| {
             for id in ids {
                 state.episodes.remove(&id);
             }

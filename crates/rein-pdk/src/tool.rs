@@ -1,7 +1,5 @@
 //! The tool world: the [`Tool`] trait and its export adapter.
 
-use std::any::Any;
-use std::cell::RefCell;
 use std::marker::PhantomData;
 
 use crate::__private::reward::rein::plugin::types::{PluginError, PluginMetadata as WitMetadata};
@@ -39,11 +37,6 @@ pub trait Tool: Sized + 'static {
     fn call(&mut self, arguments: &serde_json::Map<String, serde_json::Value>) -> Result<String, String>;
 }
 
-thread_local! {
-    /// The tool built by `init`.
-    static INSTANCE: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
-}
-
 /// Adapts a [`Tool`] to the generated `tool-api` exports.
 #[doc(hidden)]
 pub struct ToolExport<T>(PhantomData<T>);
@@ -58,7 +51,7 @@ impl<T: Tool> wit::Guest for ToolExport<T> {
         let config = Config::parse(&config, &T::METADATA).map_err(error)?;
         let tool = T::new(&config).map_err(error)?;
         let spec = tool.spec();
-        INSTANCE.with(|cell| *cell.borrow_mut() = Some(Box::new(tool)));
+        crate::instance::set(tool);
         Ok(wit::ToolSpec {
             name: spec.name,
             description: spec.description,
@@ -73,13 +66,8 @@ impl<T: Tool> wit::Guest for ToolExport<T> {
             Ok(_) => return Err(error("the arguments must be a JSON object".into())),
             Err(e) => return Err(error(format!("the arguments are not valid JSON: {e}"))),
         };
-        INSTANCE.with(|cell| {
-            let mut slot = cell.borrow_mut();
-            let tool = slot
-                .as_mut()
-                .and_then(|t| t.downcast_mut::<T>())
-                .ok_or_else(|| error("`call` before `init`".into()))?;
-            tool.call(&arguments).map_err(error)
-        })
+        crate::instance::with("call", |tool: &mut T| tool.call(&arguments))
+            .and_then(|output| output)
+            .map_err(error)
     }
 }
