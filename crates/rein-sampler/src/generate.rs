@@ -4,7 +4,8 @@
 //! on its first real token, so padding never changes a sequence's result). Each prompt is
 //! prefilled once and its cache rows copied for its `n` samples (the GRPO group). Decoding then
 //! feeds one token per live sequence; sequences that finish are dropped from the batch and the
-//! cache, so they stop costing compute.
+//! cache, so they stop costing compute. Single-turn generation is one turn of a
+//! [`crate::Session`], which multi-turn rollouts drive turn by turn.
 //!
 //! Token choice, per sequence, in transformers' order: temperature, then top-k, top-p and min-p
 //! filtering, then a draw from the sequence's own seeded stream (so a sequence's tokens do not
@@ -12,12 +13,11 @@
 //! under the temperature-scaled distribution before filtering, `log softmax(z / T)`, which is
 //! what a policy-gradient loss recomputes.
 
-use burn::tensor::{Int, Tensor, TensorData};
-use rayon::prelude::*;
 use rein_model::Backend;
-use rein_model::lm::{CausalLm, Context, FusedProjections, KvCache, Rope};
+use rein_model::lm::CausalLm;
 
 use crate::rng::SeededRng;
+use crate::session::{AfterTurn, Session, TurnOutput};
 
 /// How to generate.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,9 +81,10 @@ pub struct Generation {
     pub finish: FinishReason,
 }
 
-/// Generates `config.n` continuations of each prompt. `pad_id` fills left padding (any id
-/// works; padding is masked). `stop(seq_index, tokens)` may end a sequence early (stop strings);
-/// `seq_index` is `prompt * n + sample`.
+/// Generates `config.n` continuations of each prompt: one turn of a [`Session`], each sequence
+/// leaving the cache as it finishes. `pad_id` fills left padding (any id works; padding is
+/// masked). `stop(seq_index, tokens)` may end a sequence early (stop strings); `seq_index` is
+/// `prompt * n + sample`.
 pub fn generate<B: Backend>(
     model: &CausalLm<B>,
     prompts: &[Vec<u32>],
@@ -93,214 +94,31 @@ pub fn generate<B: Backend>(
     device: &B::Device,
 ) -> Vec<Generation> {
     let n = config.n.max(1);
-    let mut out: Vec<Generation> = (0..prompts.len() * n)
-        .map(|i| Generation {
-            prompt: i / n,
-            sample: i % n,
-            tokens: Vec::new(),
-            logprobs: Vec::new(),
-            finish: FinishReason::Length,
-        })
-        .collect();
-    if prompts.is_empty() || config.max_new_tokens == 0 {
-        return out;
+    let mut turns = match prompts.is_empty() || config.max_new_tokens == 0 {
+        true => Vec::new(),
+        false => {
+            let mut session = Session::start(model, prompts, config, pad_id, device);
+            let all: Vec<usize> = (0..session.len()).collect();
+            session.turn(&all, AfterTurn::End, stop)
+        }
     }
-    let width = prompts.iter().map(Vec::len).max().unwrap_or(0).max(1);
-    let rope = model.rope(width + config.max_new_tokens, device);
-    let fused = model.fused_projections();
-    let mut cache = KvCache::new(model.config(), prompts.len(), width + config.max_new_tokens, device);
-
-    // Prefill every prompt once, left-padded.
-    let (tokens, positions, padding) = left_pad(prompts, width, pad_id);
-    let any_padding = padding.iter().any(|&p| p);
-    let p = prompts.len();
-    let ctx = Context {
-        rope: &rope,
-        positions: Tensor::from_data(TensorData::new(positions, [p, width]), device),
-        padding: any_padding.then(|| {
-            Tensor::<B, 2, Int>::from_data(
-                TensorData::new(padding.iter().map(|&b| i64::from(b)).collect::<Vec<_>>(), [p, width]),
-                device,
-            )
-            .bool()
-        }),
-        fused: Some(&fused),
-    };
-    let hidden = model.hidden(
-        Tensor::from_data(TensorData::new(tokens, [p, width]), device),
-        &ctx,
-        Some(&mut cache),
-    );
-    let last = model.logits(hidden.narrow(1, width - 1, 1));
-    let last: Vec<f32> = last.into_data().convert::<f32>().to_vec().unwrap_or_default();
-    let vocab = model.config().vocab_size;
-
-    // One cache row per sequence.
-    let rows: Vec<usize> = (0..p * n).map(|i| i / n).collect();
-    if n > 1 {
-        cache.retain(&rows);
-    }
-    let logits: Vec<f32> = rows
-        .iter()
-        .flat_map(|&r| last[r * vocab..(r + 1) * vocab].iter().copied())
-        .collect();
-    let positions: Vec<i64> = rows.iter().map(|&r| prompts[r].len() as i64).collect();
-    let mut rngs: Vec<SeededRng> = (0..p * n).map(|i| sequence_rng(config.seed, i / n, i % n)).collect();
-    let mut shards = Shard::split(
-        cache,
-        (0..p * n).collect(),
-        positions,
-        logits,
-        vocab,
-        B::decode_shards(p * n),
-    );
-
-    for step in 0..config.max_new_tokens {
-        for shard in &mut shards {
-            let mut keep = Vec::with_capacity(shard.seqs.len());
-            shard.next.clear();
-            for (row, &seq) in shard.seqs.iter().enumerate() {
-                let (token, logprob) = choose(&shard.logits[row * vocab..(row + 1) * vocab], config, &mut rngs[seq]);
-                let g = &mut out[seq];
-                g.tokens.push(token);
-                g.logprobs.push(logprob);
-                let finish = if config.stop_token_ids.contains(&token) {
-                    Some(FinishReason::StopToken)
-                } else if stop(seq, &g.tokens) {
-                    Some(FinishReason::StopCondition)
-                } else if step + 1 == config.max_new_tokens {
-                    Some(FinishReason::Length)
-                } else {
-                    None
-                };
-                match finish {
-                    Some(reason) => g.finish = reason,
-                    None => {
-                        shard.next.push(i64::from(token));
-                        keep.push(row);
-                    }
-                }
+    .into_iter();
+    (0..prompts.len() * n)
+        .map(|i| {
+            let turn = turns.next().unwrap_or(TurnOutput {
+                tokens: Vec::new(),
+                logprobs: Vec::new(),
+                finish: FinishReason::Length,
+            });
+            Generation {
+                prompt: i / n,
+                sample: i % n,
+                tokens: turn.tokens,
+                logprobs: turn.logprobs,
+                finish: turn.finish,
             }
-            shard.keep(&keep);
-        }
-        shards.retain(|shard| !shard.seqs.is_empty());
-        if shards.is_empty() {
-            break;
-        }
-        let decode = |shard: &mut Shard<B>| shard.decode(model, &rope, &fused, device);
-        if shards.len() > 1 {
-            shards.par_iter_mut().for_each(decode);
-        } else {
-            shards.iter_mut().for_each(decode);
-        }
-    }
-    out
-}
-
-/// A slice of the live sequences with its own key/value cache, decoded on its own thread when
-/// the backend asks for more than one (see [`Backend::decode_shards`]).
-struct Shard<B: Backend> {
-    /// Sequence indices, one per cache row.
-    seqs: Vec<usize>,
-    /// Position of each row's next token.
-    positions: Vec<i64>,
-    /// The next token of each row.
-    next: Vec<i64>,
-    /// `[rows, vocab]`, row-major: the logits of each row's next token.
-    logits: Vec<f32>,
-    cache: KvCache<B>,
-}
-
-impl<B: Backend> Shard<B> {
-    /// Splits the rows of `cache` (sequences `seqs`) into at most `count` shards of
-    /// contiguous rows.
-    fn split(
-        cache: KvCache<B>,
-        seqs: Vec<usize>,
-        positions: Vec<i64>,
-        logits: Vec<f32>,
-        vocab: usize,
-        count: usize,
-    ) -> Vec<Self> {
-        let rows = seqs.len();
-        let count = count.clamp(1, rows.max(1));
-        if count == 1 {
-            return vec![Self {
-                seqs,
-                positions,
-                next: Vec::new(),
-                logits,
-                cache,
-            }];
-        }
-        let size = rows.div_ceil(count);
-        (0..rows)
-            .step_by(size)
-            .map(|start| {
-                let range = start..(start + size).min(rows);
-                let mut shard_cache = cache.clone();
-                shard_cache.retain(&range.clone().collect::<Vec<_>>());
-                Self {
-                    seqs: seqs[range.clone()].to_vec(),
-                    positions: positions[range.clone()].to_vec(),
-                    next: Vec::new(),
-                    logits: logits[range.start * vocab..range.end * vocab].to_vec(),
-                    cache: shard_cache,
-                }
-            })
-            .collect()
-    }
-
-    /// Keeps only the rows at `keep` (finished sequences leave the cache).
-    fn keep(&mut self, keep: &[usize]) {
-        if keep.len() != self.seqs.len() {
-            self.cache.retain(keep);
-            self.seqs = keep.iter().map(|&r| self.seqs[r]).collect();
-            self.positions = keep.iter().map(|&r| self.positions[r]).collect();
-        }
-    }
-
-    /// Feeds each row's next token and stores the logits that follow.
-    fn decode(&mut self, model: &CausalLm<B>, rope: &Rope<B>, fused: &FusedProjections<B>, device: &B::Device) {
-        let rows = self.seqs.len();
-        let ctx = Context {
-            rope,
-            positions: Tensor::from_data(TensorData::new(self.positions.clone(), [rows, 1]), device),
-            padding: None,
-            fused: Some(fused),
-        };
-        let tokens = Tensor::from_data(TensorData::new(std::mem::take(&mut self.next), [rows, 1]), device);
-        let logits = model.forward(tokens, &ctx, Some(&mut self.cache));
-        self.logits = logits.into_data().convert::<f32>().to_vec().unwrap_or_default();
-        for position in &mut self.positions {
-            *position += 1;
-        }
-    }
-}
-
-/// Left-pads `prompts` to `width`: tokens, positions (0 at each row's first real token) and
-/// the padding flags, all `[prompts, width]` row-major.
-fn left_pad(prompts: &[Vec<u32>], width: usize, pad_id: u32) -> (Vec<i64>, Vec<i64>, Vec<bool>) {
-    let mut tokens = Vec::with_capacity(prompts.len() * width);
-    let mut positions = Vec::with_capacity(prompts.len() * width);
-    let mut padding = Vec::with_capacity(prompts.len() * width);
-    for prompt in prompts {
-        let pad = width - prompt.len();
-        for j in 0..width {
-            tokens.push(i64::from(if j < pad { pad_id } else { prompt[j - pad] }));
-            positions.push(j.saturating_sub(pad) as i64);
-            padding.push(j < pad);
-        }
-    }
-    (tokens, positions, padding)
-}
-
-/// The stream of sample `sample` of prompt `prompt`: independent of batch composition.
-fn sequence_rng(seed: u64, prompt: usize, sample: usize) -> SeededRng {
-    SeededRng::new(
-        seed ^ (prompt as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            ^ (sample as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F).rotate_left(17),
-    )
+        })
+        .collect()
 }
 
 /// Picks the next token from one row of logits, returning it and its log-probability under

@@ -16,8 +16,10 @@ mod categorical;
 mod gaussian;
 mod generate;
 mod rng;
+mod session;
 
 pub use categorical::{categorical_entropy, categorical_log_prob, sample_categorical};
 pub use gaussian::{gaussian_entropy, gaussian_log_prob, sample_gaussian};
 pub use generate::{FinishReason, Generation, GenerationConfig, allowed_tokens, choose, generate};
 pub use rng::SeededRng;
+pub use session::{AfterTurn, Session, TurnOutput};

@@ -146,6 +146,36 @@ impl<B: Backend> KvCache<B> {
         self.len = self.layers.first().map_or(self.len, LayerCache::len);
     }
 
+    /// Makes room for `additional` more positions, growing the buffers (to at least twice
+    /// their capacity) when they are full; the cached positions are kept.
+    pub fn reserve(&mut self, additional: usize) {
+        let needed = self.len + additional;
+        if needed <= self.capacity {
+            return;
+        }
+        let capacity = needed.max(2 * self.capacity);
+        let (len, batch) = (self.len, self.batch);
+        for layer in &mut self.layers {
+            for buffer in [&mut layer.k, &mut layer.v] {
+                let old = buffer.take().expect("cache buffer present");
+                let [b, heads, _, dim] = old.dims();
+                let grown = Tensor::<B, 4>::zeros([b, heads, capacity, dim], &old.device());
+                *buffer = Some(match len {
+                    0 => grown,
+                    _ => grown.slice_assign([0..b, 0..heads, 0..len, 0..dim], old.narrow(2, 0, len)),
+                });
+            }
+        }
+        self.padding = self.padding.take().map(|old| {
+            let grown = Tensor::<B, 2, Int>::zeros([batch, capacity], &old.device()).bool();
+            match len {
+                0 => grown,
+                _ => grown.slice_assign([0..batch, 0..len], old.narrow(1, 0, len)),
+            }
+        });
+        self.capacity = capacity;
+    }
+
     /// Keeps only the sequences at `rows` (in that order), dropping the others' keys and values.
     pub fn retain(&mut self, rows: &[usize]) {
         let Some(device) = self.layers.first().and_then(|l| l.k.as_ref()).map(|k| k.device()) else {

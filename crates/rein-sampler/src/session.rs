@@ -1,0 +1,448 @@
+//! Conversations decoded turn by turn, each keeping its key/value cache between turns.
+//!
+//! A [`Session`] prefills a batch of prompts once (left-padded; each prompt's `n` samples copy
+//! its cache rows), then alternates:
+//! - [`Session::turn`]: every live sequence asked for samples tokens until a stop token, the
+//!   caller's stop check or the turn's token limit. All of them decode together, one token per
+//!   step; a sequence whose turn has ended is fed a masked padding slot until the others end
+//!   theirs, so it keeps its cache row.
+//! - [`Session::append`]: the tokens the environment adds after a turn (a tool result, the next
+//!   turn's header) are prefilled after each sequence's cached tokens, batched; the prefix is
+//!   never encoded again.
+//! - [`Session::end`]: a finished conversation leaves the cache and stops costing compute.
+//!
+//! Positions count each sequence's real tokens only, so padding slots change nothing: a
+//! sequence's logits are those of its whole transcript encoded at once (tests/multi_turn.rs
+//! checks 1e-4). Large batches are split into shards decoded on their own threads, as in
+//! [`crate::generate`]. Token choice is [`crate::choose`], from each sequence's own seeded
+//! stream, continued across turns.
+
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+use rayon::prelude::*;
+use rein_model::Backend;
+use rein_model::lm::{CausalLm, Context, FusedProjections, KvCache, Rope};
+
+use crate::generate::{FinishReason, GenerationConfig, choose};
+use crate::rng::SeededRng;
+
+/// The tokens one sequence sampled in one turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnOutput {
+    /// The sampled tokens, in order (a stop token is the last).
+    pub tokens: Vec<u32>,
+    /// Log-probability of each under `softmax(z / T)` (see [`crate::choose`]).
+    pub logprobs: Vec<f32>,
+    /// Why the turn ended.
+    pub finish: FinishReason,
+}
+
+/// What happens to a sequence when its turn ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterTurn {
+    /// It stays in the cache for the next turn.
+    Keep,
+    /// It leaves the cache at once (single-turn generation).
+    End,
+}
+
+/// Where one sequence stands.
+struct Sequence {
+    /// Its shard, while it is in the cache.
+    shard: Option<usize>,
+    /// Position of its next token (its real tokens so far).
+    position: i64,
+    /// The logits of its next token, when they are current.
+    logits: Vec<f32>,
+    /// A sampled token not yet in the cache (the last token of an ended turn).
+    pending: Option<u32>,
+    rng: SeededRng,
+}
+
+/// A slice of the sequences with its own cache, decoded on its own thread.
+struct Shard<B: Backend> {
+    /// The sequence of each cache row.
+    rows: Vec<usize>,
+    cache: KvCache<B>,
+}
+
+/// One forward pass of a shard: `[rows, width]` tokens, positions and padding flags.
+struct Feed {
+    tokens: Vec<i64>,
+    positions: Vec<i64>,
+    padding: Vec<bool>,
+    width: usize,
+}
+
+/// A batch of conversations with their caches; see the module docs.
+pub struct Session<'m, B: Backend> {
+    model: &'m CausalLm<B>,
+    fused: FusedProjections<B>,
+    rope: Rope<B>,
+    config: GenerationConfig,
+    pad_id: u32,
+    vocab: usize,
+    sequences: Vec<Sequence>,
+    shards: Vec<Shard<B>>,
+    device: B::Device,
+}
+
+impl<'m, B: Backend> Session<'m, B> {
+    /// Prefills `prompts` (each non-empty) and makes `config.n` sequences of each: sequence
+    /// `prompt * n + sample`, drawing from the stream of (`config.seed`, prompt, sample).
+    /// `config.max_new_tokens` is the token limit of each turn.
+    pub fn start(
+        model: &'m CausalLm<B>,
+        prompts: &[Vec<u32>],
+        config: &GenerationConfig,
+        pad_id: u32,
+        device: &B::Device,
+    ) -> Self {
+        let n = config.n.max(1);
+        let width = prompts.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let mut session = Self {
+            model,
+            fused: model.fused_projections(),
+            rope: model.rope(width + 2 * config.max_new_tokens.max(1), device),
+            config: config.clone(),
+            pad_id,
+            vocab: model.config().vocab_size,
+            sequences: (0..prompts.len() * n)
+                .map(|i| Sequence {
+                    shard: None,
+                    position: prompts[i / n].len() as i64,
+                    logits: Vec::new(),
+                    pending: None,
+                    rng: sequence_rng(config.seed, i / n, i % n),
+                })
+                .collect(),
+            shards: Vec::new(),
+            device: device.clone(),
+        };
+        if prompts.is_empty() {
+            return session;
+        }
+        let p = prompts.len();
+        let mut cache = KvCache::new(model.config(), p, width + config.max_new_tokens.max(1), device);
+        let mut feed = Feed {
+            tokens: Vec::with_capacity(p * width),
+            positions: Vec::with_capacity(p * width),
+            padding: Vec::with_capacity(p * width),
+            width,
+        };
+        for prompt in prompts {
+            feed.push_row(prompt, 0, width, pad_id);
+        }
+        let last = session.forward(&mut cache, &feed);
+        if n > 1 {
+            cache.retain(&(0..p * n).map(|i| i / n).collect::<Vec<_>>());
+        }
+        for (i, sequence) in session.sequences.iter_mut().enumerate() {
+            let row = i / n;
+            sequence.logits = last[row * session.vocab..(row + 1) * session.vocab].to_vec();
+        }
+        // Shards of contiguous rows.
+        let rows = p * n;
+        let count = B::decode_shards(rows).clamp(1, rows);
+        let size = rows.div_ceil(count);
+        let starts: Vec<usize> = (0..rows).step_by(size).collect();
+        let mut whole = Some(cache);
+        for (s, &start) in starts.iter().enumerate() {
+            let range: Vec<usize> = (start..(start + size).min(rows)).collect();
+            let shard_cache = match starts.len() {
+                1 => whole.take().expect("one shard takes the whole cache"),
+                _ => {
+                    let mut c = whole.clone().expect("the prefilled cache");
+                    c.retain(&range);
+                    c
+                }
+            };
+            for &seq in &range {
+                session.sequences[seq].shard = Some(s);
+            }
+            session.shards.push(Shard {
+                rows: range,
+                cache: shard_cache,
+            });
+        }
+        session
+    }
+
+    /// Sequences in the session (ended ones included).
+    pub fn len(&self) -> usize {
+        self.sequences.len()
+    }
+
+    /// Whether the session has no sequences.
+    pub fn is_empty(&self) -> bool {
+        self.sequences.is_empty()
+    }
+
+    /// Whether `seq` is still in the cache.
+    pub fn is_live(&self, seq: usize) -> bool {
+        self.sequences[seq].shard.is_some()
+    }
+
+    /// The logits of `seq`'s next token, if it has not sampled since they were computed.
+    pub fn next_logits(&self, seq: usize) -> Option<&[f32]> {
+        let sequence = &self.sequences[seq];
+        (sequence.pending.is_none() && !sequence.logits.is_empty()).then_some(sequence.logits.as_slice())
+    }
+
+    /// Samples one turn of each of `seqs` (live, with their next-token logits current), all
+    /// decoded together, and returns their tokens in the order of `seqs`. `stop(seq, tokens)`
+    /// may end a turn early (stop strings, a tool call's close tag). With [`AfterTurn::End`] a
+    /// sequence leaves the cache as its turn ends.
+    pub fn turn(
+        &mut self,
+        seqs: &[usize],
+        after: AfterTurn,
+        stop: &mut dyn FnMut(usize, &[u32]) -> bool,
+    ) -> Vec<TurnOutput> {
+        let mut out: Vec<TurnOutput> = seqs
+            .iter()
+            .map(|_| TurnOutput {
+                tokens: Vec::new(),
+                logprobs: Vec::new(),
+                finish: FinishReason::Length,
+            })
+            .collect();
+        let mut active: Vec<Option<usize>> = vec![None; self.sequences.len()];
+        for (i, &seq) in seqs.iter().enumerate() {
+            assert!(
+                self.next_logits(seq).is_some() && self.is_live(seq),
+                "sequence {seq} cannot start a turn: it has ended, or its last turn was not followed by append"
+            );
+            active[seq] = Some(i);
+        }
+        let limit = self.config.max_new_tokens;
+        for step in 0..limit {
+            let mut ended = Vec::new();
+            for (seq, slot) in active.iter_mut().enumerate() {
+                let Some(i) = *slot else { continue };
+                let sequence = &mut self.sequences[seq];
+                let (token, logprob) = choose(&sequence.logits, &self.config, &mut sequence.rng);
+                sequence.pending = Some(token);
+                let turn = &mut out[i];
+                turn.tokens.push(token);
+                turn.logprobs.push(logprob);
+                let finish = if self.config.stop_token_ids.contains(&token) {
+                    Some(FinishReason::StopToken)
+                } else if stop(seq, &turn.tokens) {
+                    Some(FinishReason::StopCondition)
+                } else if step + 1 == limit {
+                    Some(FinishReason::Length)
+                } else {
+                    None
+                };
+                if let Some(reason) = finish {
+                    turn.finish = reason;
+                    *slot = None;
+                    ended.push(seq);
+                }
+            }
+            if after == AfterTurn::End {
+                self.end(&ended);
+            }
+            let feeding: Vec<bool> = active.iter().map(Option::is_some).collect();
+            if !feeding.iter().any(|&f| f) {
+                break;
+            }
+            self.decode(&feeding);
+        }
+        out
+    }
+
+    /// Feeds each live sequence's pending token where `feeding`, a padding slot elsewhere, in
+    /// the shards that feed any; stores the next-token logits of those fed.
+    fn decode(&mut self, feeding: &[bool]) {
+        let busy: Vec<usize> = (0..self.shards.len())
+            .filter(|&s| self.shards[s].rows.iter().any(|&seq| feeding[seq]))
+            .collect();
+        let feeds: Vec<Feed> = busy
+            .iter()
+            .map(|&s| {
+                let rows = &self.shards[s].rows;
+                let mut feed = Feed {
+                    tokens: Vec::with_capacity(rows.len()),
+                    positions: Vec::with_capacity(rows.len()),
+                    padding: Vec::with_capacity(rows.len()),
+                    width: 1,
+                };
+                for &seq in rows {
+                    let sequence = &self.sequences[seq];
+                    let token = feeding[seq].then(|| sequence.pending.expect("a sampled token to feed"));
+                    feed.tokens.push(i64::from(token.unwrap_or(self.pad_id)));
+                    feed.positions.push(sequence.position);
+                    feed.padding.push(token.is_none());
+                }
+                feed
+            })
+            .collect();
+        let logits = self.run_shards(&busy, &feeds);
+        for (&s, logits) in busy.iter().zip(logits) {
+            for (row, &seq) in self.shards[s].rows.iter().enumerate() {
+                if feeding[seq] {
+                    let sequence = &mut self.sequences[seq];
+                    sequence.pending = None;
+                    sequence.position += 1;
+                    sequence.logits = logits[row * self.vocab..(row + 1) * self.vocab].to_vec();
+                }
+            }
+        }
+    }
+
+    /// Appends `tokens` after each listed sequence's last turn (its pending token first) and
+    /// computes its next-token logits; all of them in one forward pass per shard.
+    pub fn append(&mut self, additions: &[(usize, Vec<u32>)]) {
+        let mut added: Vec<Option<Vec<u32>>> = vec![None; self.sequences.len()];
+        for (seq, tokens) in additions {
+            assert!(self.is_live(*seq), "sequence {seq} has ended");
+            let sequence = &self.sequences[*seq];
+            let row: Vec<u32> = sequence.pending.iter().copied().chain(tokens.iter().copied()).collect();
+            if !row.is_empty() {
+                added[*seq] = Some(row);
+            }
+        }
+        let busy: Vec<usize> = (0..self.shards.len())
+            .filter(|&s| self.shards[s].rows.iter().any(|&seq| added[seq].is_some()))
+            .collect();
+        let feeds: Vec<Feed> = busy
+            .iter()
+            .map(|&s| {
+                let rows = &self.shards[s].rows;
+                let width = rows
+                    .iter()
+                    .filter_map(|&seq| added[seq].as_ref().map(Vec::len))
+                    .max()
+                    .unwrap_or(1);
+                let mut feed = Feed {
+                    tokens: Vec::with_capacity(rows.len() * width),
+                    positions: Vec::with_capacity(rows.len() * width),
+                    padding: Vec::with_capacity(rows.len() * width),
+                    width,
+                };
+                for &seq in rows {
+                    let tokens = added[seq].as_deref().unwrap_or_default();
+                    feed.push_row(tokens, self.sequences[seq].position, width, self.pad_id);
+                }
+                feed
+            })
+            .collect();
+        let logits = self.run_shards(&busy, &feeds);
+        for (&s, logits) in busy.iter().zip(logits) {
+            for (row, &seq) in self.shards[s].rows.iter().enumerate() {
+                if let Some(tokens) = &added[seq] {
+                    let sequence = &mut self.sequences[seq];
+                    sequence.pending = None;
+                    sequence.position += tokens.len() as i64;
+                    sequence.logits = logits[row * self.vocab..(row + 1) * self.vocab].to_vec();
+                }
+            }
+        }
+    }
+
+    /// Drops `seqs` from the cache: their conversations are over.
+    pub fn end(&mut self, seqs: &[usize]) {
+        let mut leaving = vec![false; self.sequences.len()];
+        for &seq in seqs {
+            leaving[seq] = self.sequences[seq].shard.take().is_some();
+        }
+        for shard in &mut self.shards {
+            if shard.rows.iter().any(|&seq| leaving[seq]) {
+                let keep: Vec<usize> = (0..shard.rows.len()).filter(|&r| !leaving[shard.rows[r]]).collect();
+                shard.cache.retain(&keep);
+                shard.rows.retain(|&seq| !leaving[seq]);
+            }
+        }
+    }
+
+    /// Runs `feeds[i]` through shard `busy[i]` (in parallel when there are several) and returns
+    /// each shard's last-column logits, `[rows, vocab]` row-major.
+    fn run_shards(&mut self, busy: &[usize], feeds: &[Feed]) -> Vec<Vec<f32>> {
+        let longest = busy
+            .iter()
+            .zip(feeds)
+            .map(|(&s, f)| {
+                let rows = &self.shards[s].rows;
+                rows.iter().map(|&seq| self.sequences[seq].position).max().unwrap_or(0) as usize + f.width
+            })
+            .max()
+            .unwrap_or(0);
+        if longest > self.rope.max_len() {
+            self.rope = self.model.rope(longest.next_power_of_two(), &self.device);
+        }
+        let (model, rope, fused, device) = (self.model, &self.rope, &self.fused, &self.device);
+        let mut caches: Vec<(&mut KvCache<B>, &Feed)> = Vec::with_capacity(busy.len());
+        let mut pending = busy.iter().zip(feeds).peekable();
+        for (s, shard) in self.shards.iter_mut().enumerate() {
+            if let Some((_, feed)) = pending.next_if(|(b, _)| **b == s) {
+                caches.push((&mut shard.cache, feed));
+            }
+        }
+        let run = |(cache, feed): &mut (&mut KvCache<B>, &Feed)| forward_feed(model, rope, fused, cache, feed, device);
+        if caches.len() > 1 {
+            caches.par_iter_mut().map(run).collect()
+        } else {
+            caches.iter_mut().map(run).collect()
+        }
+    }
+
+    /// The prefill's forward pass (one cache, not yet sharded).
+    fn forward(&self, cache: &mut KvCache<B>, feed: &Feed) -> Vec<f32> {
+        forward_feed(self.model, &self.rope, &self.fused, cache, feed, &self.device)
+    }
+}
+
+impl Feed {
+    /// Appends one row: `tokens` left-padded to `width`, positions from `start`.
+    fn push_row(&mut self, tokens: &[u32], start: i64, width: usize, pad_id: u32) {
+        let pad = width - tokens.len();
+        for j in 0..width {
+            let token = j.checked_sub(pad).map(|k| tokens[k]);
+            self.tokens.push(i64::from(token.unwrap_or(pad_id)));
+            self.positions.push(start + j.saturating_sub(pad) as i64);
+            self.padding.push(token.is_none());
+        }
+    }
+}
+
+/// One forward pass of `feed` through `cache`; the logits of its last column.
+fn forward_feed<B: Backend>(
+    model: &CausalLm<B>,
+    rope: &Rope<B>,
+    fused: &FusedProjections<B>,
+    cache: &mut KvCache<B>,
+    feed: &Feed,
+    device: &B::Device,
+) -> Vec<f32> {
+    let rows = feed.positions.len() / feed.width;
+    cache.reserve(feed.width);
+    let padding: Option<Tensor<B, 2, Bool>> = feed.padding.iter().any(|&p| p).then(|| {
+        Tensor::<B, 2, Int>::from_data(
+            TensorData::new(
+                feed.padding.iter().map(|&p| i64::from(p)).collect::<Vec<_>>(),
+                [rows, feed.width],
+            ),
+            device,
+        )
+        .bool()
+    });
+    let ctx = Context {
+        rope,
+        positions: Tensor::from_data(TensorData::new(feed.positions.clone(), [rows, feed.width]), device),
+        padding,
+        fused: Some(fused),
+    };
+    let tokens = Tensor::from_data(TensorData::new(feed.tokens.clone(), [rows, feed.width]), device);
+    let hidden = model.hidden(tokens, &ctx, Some(cache));
+    let last = model.logits(hidden.narrow(1, feed.width - 1, 1));
+    last.into_data().convert::<f32>().to_vec().unwrap_or_default()
+}
+
+/// The stream of sample `sample` of prompt `prompt`: independent of batch composition.
+pub(crate) fn sequence_rng(seed: u64, prompt: usize, sample: usize) -> SeededRng {
+    SeededRng::new(
+        seed ^ (prompt as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ (sample as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F).rotate_left(17),
+    )
+}

@@ -1,0 +1,141 @@
+//! Multi-turn decoding: a [`Session`] keeps each conversation's KV cache across turns, and what
+//! it computes must equal encoding each whole transcript from scratch.
+
+#[path = "common/logits.rs"]
+mod logits;
+
+use burn::backend::Flex;
+use burn::tensor::{Tensor, TensorData};
+use logits::logits;
+use rein_model::lm::CausalLm;
+use rein_sampler::{AfterTurn, GenerationConfig, Session};
+
+type B = Flex;
+
+const VOCAB: usize = 40;
+
+fn tiny_model(seed: u64) -> CausalLm<B> {
+    use burn::tensor::backend::Backend as _;
+    let config = rein_model::lm::LmConfig::from_json(serde_json::json!({
+        "model_type": "qwen2", "vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 48,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64
+    }))
+    .unwrap();
+    B::seed(&Default::default(), seed);
+    rein_model::lm::LmInit { config, std: 0.3 }.init::<B>(&Default::default())
+}
+
+/// `log softmax(z / t)` of one row.
+fn log_softmax(row: &[f32], t: f32) -> Vec<f64> {
+    let scaled: Vec<f64> = row.iter().map(|&z| f64::from(z / t)).collect();
+    let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let log_z = max + scaled.iter().map(|z| (z - max).exp()).sum::<f64>().ln();
+    scaled.iter().map(|z| z - log_z).collect()
+}
+
+/// Whole-transcript logits of one sequence, `[len, vocab]`.
+fn encoded(model: &CausalLm<B>, tokens: &[u32]) -> Vec<f32> {
+    let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
+    logits(
+        model,
+        Tensor::from_data(TensorData::new(ids, [1, tokens.len()]), &Default::default()),
+        true,
+    )
+}
+
+/// Three turns over 32 sequences (two decode shards on two cores), each turn ending at a stop
+/// token or the limit, environment tokens of different lengths appended between turns, some
+/// conversations ending early. Every sampled token's log-probability and every next-token
+/// distribution after an append equal those of the whole transcript encoded at once (1e-4).
+#[test]
+fn kv_cache_reuse_across_turns_equals_re_encoding_the_transcript() {
+    for seed in [1u64, 2] {
+        let model = tiny_model(seed);
+        let prompts: Vec<Vec<u32>> = (0..8u32)
+            .map(|i| (0..2 + i % 5).map(|j| (i * 11 + j * 3) % VOCAB as u32).collect())
+            .collect();
+        let config = GenerationConfig {
+            max_new_tokens: 7,
+            temperature: 0.8,
+            n: 4,
+            stop_token_ids: vec![3, 5],
+            seed,
+            ..GenerationConfig::default()
+        };
+        let device = Default::default();
+        let mut session = Session::start(&model, &prompts, &config, 0, &device);
+        let mut transcripts: Vec<Vec<u32>> = (0..32).map(|i| prompts[i / 4].clone()).collect();
+        let mut live: Vec<usize> = (0..32).collect();
+        let mut checked = (0usize, 0usize);
+        for turn in 0..3 {
+            let outputs = session.turn(&live, AfterTurn::Keep, &mut |_, _| false);
+            for (&seq, out) in live.iter().zip(&outputs) {
+                let start = transcripts[seq].len();
+                transcripts[seq].extend(&out.tokens);
+                let full = encoded(&model, &transcripts[seq]);
+                for (k, (&token, &logprob)) in out.tokens.iter().zip(&out.logprobs).enumerate() {
+                    let row = &full[(start + k - 1) * VOCAB..(start + k) * VOCAB];
+                    let expected = log_softmax(row, 0.8)[token as usize];
+                    assert!(
+                        (expected - f64::from(logprob)).abs() < 1e-4,
+                        "seed {seed} turn {turn} seq {seq} token {k}: {logprob} vs {expected}"
+                    );
+                    checked.0 += 1;
+                }
+            }
+            // Every third conversation ends after its first turn; the others get 1-4 tokens.
+            let ending: Vec<usize> = live.iter().copied().filter(|&s| turn == 0 && s % 3 == 0).collect();
+            session.end(&ending);
+            live.retain(|s| !ending.contains(s));
+            let additions: Vec<(usize, Vec<u32>)> = live
+                .iter()
+                .map(|&s| {
+                    (
+                        s,
+                        (0..1 + (s + turn) % 4).map(|j| ((s * 7 + j) % VOCAB) as u32).collect(),
+                    )
+                })
+                .collect();
+            session.append(&additions);
+            for (seq, added) in &additions {
+                transcripts[*seq].extend(added);
+                let full = encoded(&model, &transcripts[*seq]);
+                let last = &full[full.len() - VOCAB..];
+                let next = session.next_logits(*seq).expect("logits after an append");
+                for (a, b) in last.iter().zip(next) {
+                    assert!((a - b).abs() < 1e-4, "seed {seed} turn {turn} seq {seq}: {a} vs {b}");
+                }
+                checked.1 += 1;
+            }
+        }
+        assert!(checked.0 > 200 && checked.1 > 40, "{checked:?}");
+        assert!(!session.is_live(0) && session.is_live(1));
+    }
+}
+
+/// A session's first turn with every sequence leaving as it finishes is exactly
+/// single-turn generation.
+#[test]
+fn one_turn_of_a_session_is_generation() {
+    let model = tiny_model(4);
+    let prompts = vec![vec![1, 2, 3], vec![4], vec![7, 8]];
+    let config = GenerationConfig {
+        max_new_tokens: 9,
+        temperature: 1.0,
+        n: 3,
+        stop_token_ids: vec![3],
+        seed: 9,
+        ..GenerationConfig::default()
+    };
+    let device = Default::default();
+    let generated = rein_sampler::generate(&model, &prompts, &config, 0, &mut |_, _| false, &device);
+    let mut session = Session::start(&model, &prompts, &config, 0, &device);
+    let turns = session.turn(&(0..9).collect::<Vec<_>>(), AfterTurn::Keep, &mut |_, _| false);
+    for (g, t) in generated.iter().zip(&turns) {
+        assert_eq!(g.tokens, t.tokens);
+        assert_eq!(g.finish, t.finish);
+        for (a, b) in g.logprobs.iter().zip(&t.logprobs) {
+            assert!((a - b).abs() < 1e-5);
+        }
+    }
+}
