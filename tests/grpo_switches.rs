@@ -8,10 +8,14 @@ use burn::backend::{Autodiff, Flex};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
-use rein_core::{CompletionScore, Group, GroupScores, KlEstimator, PluginError, RewardFn};
+use rein_core::{
+    CompletionScore, EpisodeStart, Group, GroupScores, KlEstimator, Message, Opening, PluginError, Reply, RewardFn,
+    TextEnv, Turn,
+};
 use rein_model::lm::{CausalLm, LmTokenizer, load};
 use rein_recipe::{GrpoSection, OptimizerSection, SamplerSection};
 use rein_train::driver::{Algorithm, Record};
+use rein_train::lm::episodes::Agent;
 use rein_train::lm::{Grpo, GrpoContext, Prompt, WeightedReward};
 use rein_train::watchdog::Phases;
 
@@ -95,6 +99,16 @@ impl Trace {
 }
 
 fn run(grpo: GrpoSection, sampler: SamplerSection, prompts: &[&str], reward: fn(&str, usize) -> f64) -> Trace {
+    run_with(grpo, sampler, prompts, reward, None)
+}
+
+fn run_with(
+    grpo: GrpoSection,
+    sampler: SamplerSection,
+    prompts: &[&str],
+    reward: fn(&str, usize) -> f64,
+    agent: Option<&mut Agent>,
+) -> Trace {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm/qwen2-gqa");
     let device = Default::default();
     let model = load::<B>(&dir, &device).unwrap();
@@ -106,6 +120,7 @@ fn run(grpo: GrpoSection, sampler: SamplerSection, prompts: &[&str], reward: fn(
             tokens: tokenizer.encode(text).unwrap(),
             answer: None,
             target: None,
+            target_trained: None,
             metadata: String::new(),
         })
         .collect();
@@ -128,6 +143,7 @@ fn run(grpo: GrpoSection, sampler: SamplerSection, prompts: &[&str], reward: fn(
         sampler: &sampler,
         optimizer: &optimizer,
         seed: 7,
+        agent,
     };
     let mut algorithm = Grpo::new(model, ctx, &device).unwrap();
     let phases = Phases::new(Default::default(), Default::default());
@@ -262,4 +278,83 @@ fn dual_clip_bounds_the_loss_once_ratios_move() {
     let capped = run(section(Some(1.01)), sampler(6), &PROMPTS, alternating);
     let (plain, capped) = (plain.value(1, "train/loss"), capped.value(1, "train/loss"));
     assert!(capped < plain - 1e-6, "dual clip {capped} vs none {plain}");
+}
+
+/// A text environment in Rust: it answers each of the model's turns with a user message, and
+/// after its third turn says done, rewarding the turn's length parity.
+struct Echo;
+
+impl TextEnv for Echo {
+    fn name(&self) -> &str {
+        "echo"
+    }
+
+    fn reset(&mut self, starts: &[EpisodeStart]) -> Result<Vec<Opening>, PluginError> {
+        Ok(starts
+            .iter()
+            .map(|s| Opening {
+                messages: vec![Message::new("user", s.prompt.clone())],
+                tools: Vec::new(),
+            })
+            .collect())
+    }
+
+    fn step(&mut self, turns: &[Turn]) -> Result<Vec<Reply>, PluginError> {
+        Ok(turns
+            .iter()
+            .map(|t| {
+                let seen = TURNS.with(|c| {
+                    let mut c = c.borrow_mut();
+                    *c.entry(t.id).or_insert(0) += 1;
+                    c[&t.id]
+                });
+                Reply {
+                    messages: vec![Message::new(
+                        "user",
+                        format!("That was {} characters; again.", t.content.len()),
+                    )],
+                    reward: Some((t.content.len() % 2) as f64),
+                    components: vec![("parity".into(), (t.content.len() % 2) as f64)],
+                    done: seen == 3,
+                    state_key: None,
+                }
+            })
+            .collect())
+    }
+
+    fn close(&mut self, _: &[u64]) {}
+}
+
+thread_local! {
+    static TURNS: std::cell::RefCell<std::collections::HashMap<u64, usize>> = Default::default();
+}
+
+/// Multi-turn episodes train on the model's tokens only: on the first update the policy is
+/// the one that sampled, so every ratio the loss sees is 1 and nothing is clipped. Were the
+/// environment's tokens in the loss, their stored log-probabilities (0) would give ratios far
+/// below 1 − ε and a clip fraction above 0.
+#[test]
+fn multi_turn_episodes_train_only_on_the_models_tokens() {
+    let mut agent = Agent {
+        tools: Vec::new(),
+        env: Some(Box::new(Echo)),
+        max_turns: 5,
+        max_tokens: 400,
+        system_prompt: None,
+    };
+    let trace = run_with(grpo(1), sampler(4), &PROMPTS, alternating, Some(&mut agent));
+    assert_eq!(
+        trace.value(1, "episode/turns"),
+        3.0,
+        "the environment ends every episode after 3 turns"
+    );
+    assert!(trace.value(1, "episode/env_token_share") > 0.3);
+    assert_eq!(trace.value(1, "episode/truncated_frac"), 0.0);
+    assert_eq!(
+        trace.value(1, "train/clip_frac"),
+        0.0,
+        "only sampled tokens are in the loss"
+    );
+    assert!(trace.moved());
+    assert!(trace.records[0].contains_key("train/reward/env/parity"));
 }

@@ -139,3 +139,71 @@ fn one_turn_of_a_session_is_generation() {
         }
     }
 }
+
+/// The loss of a multi-turn batch sends no gradient to the tokens the environment added: the
+/// gradient with respect to every environment position's log-probability is exactly 0, and
+/// every sampled position's is not. `keep_in_loss` is what GRPO applies to each episode.
+#[test]
+fn environment_tokens_get_no_gradient() {
+    use burn::backend::Autodiff;
+    use rein_optim::{PolicyLossConfig, policy_loss};
+    use rein_train::lm::TokenBatch;
+    type A = Autodiff<Flex>;
+    let device = Default::default();
+    // Two episodes: sampled (s) and environment (e) tokens after a prompt.
+    //   row 0: s s e e e s s
+    //   row 1: s e e s
+    let trained = [
+        vec![true, true, false, false, false, true, true],
+        vec![true, false, false, true],
+    ];
+    let completions: Vec<Vec<u32>> = trained.iter().map(|t| (0..t.len() as u32).collect()).collect();
+    let pairs: Vec<(&[u32], &[u32])> = completions.iter().map(|c| (&[1u32, 2][..], c.as_slice())).collect();
+    let mut batch = TokenBatch::new(&pairs, 0);
+    for (row, kept) in trained.iter().enumerate() {
+        batch.keep_in_loss(row, kept);
+    }
+    let [rows, width] = [batch.rows, batch.completion_width];
+    let values: Vec<f32> = (0..rows * width).map(|i| -0.5 - 0.1 * i as f32).collect();
+    let log_prob = Tensor::<A, 2>::from_data(TensorData::new(values.clone(), [rows, width]), &device).require_grad();
+    let old = Tensor::<A, 2>::from_data(TensorData::new(values, [rows, width]), &device);
+    let advantages = Tensor::<A, 1>::from_data(TensorData::new(vec![1.0f32, -1.0], [rows]), &device);
+    for aggregation in [
+        rein_core::Aggregation::TokenMean,
+        rein_core::Aggregation::SeqMeanTokenMean,
+        rein_core::Aggregation::SeqMeanTokenSumNorm,
+    ] {
+        let config = PolicyLossConfig {
+            level: rein_core::RatioLevel::Token,
+            clip_low: 0.2,
+            clip_high: 0.28,
+            dual_clip: None,
+            aggregation,
+            max_completion_len: width,
+            kl_coef: 0.0,
+            kl_estimator: rein_core::KlEstimator::K3,
+            kl_importance_weighted: true,
+            entropy_coef: 0.0,
+        };
+        let out = policy_loss(
+            log_prob.clone(),
+            old.clone(),
+            advantages.clone(),
+            batch.mask::<A>(&device),
+            None,
+            None,
+            &config,
+        );
+        let grads = out.loss.backward();
+        let grad: Vec<f32> = log_prob.grad(&grads).unwrap().into_data().to_vec().unwrap();
+        for (row, kept) in trained.iter().enumerate() {
+            for (t, &sampled) in kept.iter().enumerate() {
+                let g = grad[row * width + t];
+                match sampled {
+                    true => assert!(g != 0.0, "{aggregation:?}: sampled token {row},{t} has no gradient"),
+                    false => assert_eq!(g, 0.0, "{aggregation:?}: environment token {row},{t} has gradient {g}"),
+                }
+            }
+        }
+    }
+}

@@ -147,10 +147,12 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
 /// the tokenizer's chat template with `system` as the system prompt.
 fn arithmetic_prompts(tokenizer: &LmTokenizer, system: Option<&str>) -> anyhow::Result<Vec<Prompt>> {
     let task = ArithmeticTask {
+        min_operand: 0,
         max_operand: 99,
         ops: vec!["+".into()],
         train: 512,
         test: 0,
+        solution: Default::default(),
     };
     let data = DataSection {
         task: None,
@@ -160,7 +162,7 @@ fn arithmetic_prompts(tokenizer: &LmTokenizer, system: Option<&str>) -> anyhow::
         chat_template: true,
         system_prompt: system.map(str::to_string),
     };
-    Ok(prepare(&generate_task(&task, 1).0, tokenizer, &data)?)
+    Ok(prepare(&generate_task(&task, 1).0, tokenizer, &data, &[])?)
 }
 
 /// Runs rein's GRPO on `case` from `model` (adapters attached when the case has LoRA) and
@@ -221,6 +223,7 @@ fn measure(
         sampler: &sampler,
         optimizer: &optimizer,
         seed: 1,
+        agent: None,
     };
     let runs = case.work_dir.join("runs");
     let _ = std::fs::remove_dir_all(&runs);

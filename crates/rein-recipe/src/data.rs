@@ -29,7 +29,10 @@ impl Default for Fields {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArithmeticTask {
-    /// Largest operand (operands are drawn from `0..=max_operand`).
+    /// Smallest operand.
+    #[serde(default)]
+    pub min_operand: u32,
+    /// Largest operand (operands are drawn from `min_operand..=max_operand`).
     #[serde(default = "defaults::max_operand")]
     pub max_operand: u32,
     /// Operators: any of `+`, `-`, `*`.
@@ -41,6 +44,20 @@ pub struct ArithmeticTask {
     /// Held-out examples (never in the training split).
     #[serde(default = "defaults::test")]
     pub test: usize,
+    /// The worked solutions SFT learns from.
+    #[serde(default)]
+    pub solution: Solution,
+}
+
+/// How a generated arithmetic problem's target completion solves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Solution {
+    /// A digit-by-digit scratchpad in `<think>`, then `<answer>`.
+    #[default]
+    Scratchpad,
+    /// A call to the `calculator` tool, its result, then `<answer>`: a multi-turn trace.
+    Calculator,
 }
 
 impl ArithmeticTask {
@@ -52,7 +69,13 @@ impl ArithmeticTask {
         if self.ops.is_empty() {
             return Err(("ops".into(), "needs at least one operator".into()));
         }
-        let operands = u64::from(self.max_operand) + 1;
+        if self.min_operand > self.max_operand {
+            return Err((
+                "min_operand".into(),
+                format!("{} is above max_operand {}", self.min_operand, self.max_operand),
+            ));
+        }
+        let operands = u64::from(self.max_operand - self.min_operand) + 1;
         let distinct: u64 = self
             .ops
             .iter()

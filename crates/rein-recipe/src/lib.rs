@@ -20,12 +20,12 @@ mod uses;
 
 use std::path::{Path, PathBuf};
 
-pub use data::{ArithmeticTask, Fields};
+pub use data::{ArithmeticTask, Fields, Solution};
 pub use error::RecipeError;
 pub use rein_core::AdvantageKind;
 pub use schema::{
-    Algorithm, DataSection, Device, EnvSection, EvalSection, GrpoSection, LoraSection, ModelSection, OptimizerSection,
-    PpoSection, Recipe, RewardEntry, SamplerSection, SftSection, TrainSection,
+    AgentSection, Algorithm, DataSection, Device, EnvSection, EvalSection, GrpoSection, LoraSection, ModelSection,
+    OptimizerSection, PluginEntry, PpoSection, Recipe, RewardEntry, SamplerSection, SftSection, TrainSection,
 };
 
 use compose::Composed;
@@ -96,8 +96,10 @@ impl LoadedRecipe {
     pub fn reproducibility(&self) -> String {
         let env = self.recipe.env.iter().map(|e| (&e.plugin, &e.limits));
         let rewards = self.recipe.reward.iter().map(|r| (&r.plugin, &r.limits));
+        let agent = self.agent_plugins().map(|(_, entry)| (&entry.plugin, &entry.limits));
         let clocked: Vec<String> = env
             .chain(rewards)
+            .chain(agent)
             .filter(|(_, limits)| limits.real_clock)
             .map(|(plugin, _)| format!("`{plugin}`"))
             .collect();
@@ -169,8 +171,12 @@ impl LoadedRecipe {
                 if r.data.is_none() {
                     return Err(self.invalid("data", "GRPO needs a [data] section"));
                 }
-                if r.reward.is_empty() {
-                    return Err(self.invalid("reward", "GRPO needs at least one [[reward]]"));
+                let env_rewards = r.agent.as_ref().is_some_and(|a| a.env.is_some());
+                if r.reward.is_empty() && !env_rewards {
+                    return Err(self.invalid(
+                        "reward",
+                        "GRPO needs at least one [[reward]] (or a text environment, agent.env, that rewards)",
+                    ));
                 }
                 if grpo.prompts_per_step == 0 || grpo.steps == 0 {
                     return Err(self.invalid(
@@ -203,6 +209,17 @@ impl LoadedRecipe {
                 }
                 if grpo.clip_low <= 0.0 || grpo.clip_high <= 0.0 {
                     return Err(self.invalid("algorithm.clip_low", "clip ranges must be positive"));
+                }
+                if let Some(agent) = &r.agent {
+                    if r.tool.is_empty() && agent.env.is_none() {
+                        return Err(self.invalid(
+                            "agent",
+                            "multi-turn episodes need tools ([[tool]]) or a text environment (agent.env)",
+                        ));
+                    }
+                    if agent.max_turns == 0 || agent.max_tokens == 0 {
+                        return Err(self.invalid("agent.max_turns", "max_turns and max_tokens must be at least 1"));
+                    }
                 }
                 if grpo.dual_clip.is_some_and(|c| c <= 1.0) {
                     return Err(self.invalid("algorithm.dual_clip", "the dual-clip constant must be greater than 1"));
@@ -247,6 +264,12 @@ impl LoadedRecipe {
                 .limits
                 .validate()
                 .map_err(|e| self.invalid(&format!("reward[{i}].limits.{}", e.key), e.reason))?;
+        }
+        for (key, entry) in self.agent_plugins() {
+            entry
+                .limits
+                .validate()
+                .map_err(|e| self.invalid(&format!("{key}.limits.{}", e.key), e.reason))?;
         }
         if let Some(sft) = r.sft.as_ref().or(match &r.algorithm {
             Algorithm::Sft(s) => Some(s),
@@ -321,6 +344,14 @@ impl LoadedRecipe {
         self.plugin_path(&env.plugin, "env.plugin", plugin_dir)
     }
 
+    /// The tool plugins and the text environment, each with its recipe key (`tool[0]`,
+    /// `agent.env`).
+    pub fn agent_plugins(&self) -> impl Iterator<Item = (String, &PluginEntry)> {
+        let tools = (self.recipe.tool.iter().enumerate()).map(|(i, t)| (format!("tool[{i}]"), t));
+        let env = (self.recipe.agent.iter()).filter_map(|a| a.env.as_ref().map(|e| ("agent.env".to_string(), e)));
+        tools.chain(env)
+    }
+
     /// Checks that every plugin the recipe names exists in `plugin_dir`.
     pub fn check_plugins(&self, plugin_dir: &Path) -> Result<(), RecipeError> {
         if self.recipe.env.is_some() {
@@ -328,6 +359,9 @@ impl LoadedRecipe {
         }
         for (i, entry) in self.recipe.reward.iter().enumerate() {
             self.plugin_path(&entry.plugin, &format!("reward[{i}].plugin"), plugin_dir)?;
+        }
+        for (key, entry) in self.agent_plugins() {
+            self.plugin_path(&entry.plugin, &format!("{key}.plugin"), plugin_dir)?;
         }
         Ok(())
     }

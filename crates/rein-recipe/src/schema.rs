@@ -49,6 +49,49 @@ pub struct Recipe {
     /// Train LoRA adapters instead of every weight (language-model recipes).
     #[serde(default)]
     pub lora: Option<LoraSection>,
+    /// Tool plugins the model may call (multi-turn language-model recipes).
+    #[serde(default)]
+    pub tool: Vec<PluginEntry>,
+    /// Multi-turn episodes: turn and token limits, and a text environment.
+    #[serde(default)]
+    pub agent: Option<AgentSection>,
+}
+
+/// A plugin with its config and sandbox limits (a tool, a text environment).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginEntry {
+    /// Plugin name (`target/plugins/<name>.wasm`) or a path to a `.wasm` file.
+    pub plugin: String,
+    /// The plugin's config (passed as JSON).
+    #[serde(default)]
+    pub config: toml::Table,
+    /// Sandbox limits.
+    #[serde(default)]
+    pub limits: SandboxLimits,
+}
+
+/// Multi-turn episodes: the model's turns alternate with tool results or a text environment's
+/// messages until the model answers without a tool call, the environment says done, or a limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentSection {
+    /// Most model turns per episode.
+    pub max_turns: usize,
+    /// Most tokens per episode after the prompt (the model's and the environment's).
+    pub max_tokens: usize,
+    /// A text environment plugin that opens episodes and answers the model's turns.
+    pub env: Option<PluginEntry>,
+}
+
+impl Default for AgentSection {
+    fn default() -> Self {
+        Self {
+            max_turns: 4,
+            max_tokens: 512,
+            env: None,
+        }
+    }
 }
 
 /// Where tensors live.

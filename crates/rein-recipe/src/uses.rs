@@ -40,6 +40,8 @@ fn sections(algorithm: &Algorithm) -> &'static [(&'static str, Keys)] {
             ("reward", Keys::All),
             ("eval", Keys::All),
             ("lora", Keys::All),
+            ("tool", Keys::All),
+            ("agent", Keys::All),
         ],
         // SFT has its own learning rate, warm-up and clipping in `[algorithm]`; the sampler's
         // length, stop strings and temperature are what held-out evaluation uses.
@@ -51,6 +53,8 @@ fn sections(algorithm: &Algorithm) -> &'static [(&'static str, Keys)] {
             ("reward", Keys::All),
             ("eval", Keys::All),
             ("lora", Keys::All),
+            ("tool", Keys::All),
+            ("agent", Keys::All),
         ],
     }
 }

@@ -45,6 +45,9 @@ pub enum TrainError {
     /// A dataset cannot be read.
     #[error(transparent)]
     Data(#[from] crate::lm::DataError),
+    /// A multi-turn transcript could not be rendered or extended.
+    #[error(transparent)]
+    Transcript(#[from] crate::lm::transcript::TranscriptError),
     /// A checkpoint cannot be written or used.
     #[error(transparent)]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use burn::module::AutodiffModule;
-use rein_core::RewardFn;
+use rein_core::{RewardFn, TextEnv, Tool};
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, load, save};
 use rein_model::{AutodiffBackend, Backend};
@@ -15,6 +15,7 @@ use serde_json::json;
 use crate::TrainError;
 use crate::checkpoint::{Checkpoint, Checkpointing};
 use crate::driver::{self, Driver};
+use crate::lm::episodes::Agent;
 use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, WeightedReward};
 use crate::run_dir::{MetricsWriter, RunDir};
 use rein_recipe::{Algorithm, GrpoSection, LoadedRecipe, RecipeError};
@@ -53,6 +54,8 @@ struct LmSetup<B: Backend> {
     rewards: Vec<WeightedReward>,
     accuracy_index: usize,
     majority: Option<RewardPlugin>,
+    /// Tools and a text environment, for multi-turn episodes.
+    agent: Option<Agent>,
 }
 
 /// Loads or initialises the model (or the model directory `model_dir`, when given), the
@@ -104,14 +107,16 @@ fn setup<B: Backend>(
             ));
         }
     };
-    let train = lm::prepare(&train, &tokenizer, data)?;
-    let mut test = lm::prepare(&test, &tokenizer, data)?;
+    let runtime = PluginRuntime::default();
+    let agent = agent(loaded, &runtime, plugin_dir, &tokenizer)?;
+    let tools = agent.as_ref().map(|a| a.schemas(None)).unwrap_or_default();
+    let train = lm::prepare(&train, &tokenizer, data, &tools)?;
+    let mut test = lm::prepare(&test, &tokenizer, data, &tools)?;
     if let Some(max) = recipe.eval.max_examples {
         test.truncate(max);
     }
 
     // Reward plugins.
-    let runtime = PluginRuntime::default();
     let mut rewards: Vec<WeightedReward> = Vec::new();
     for (i, entry) in recipe.reward.iter().enumerate() {
         let path = loaded.plugin_path(&entry.plugin, &format!("reward[{i}].plugin"), plugin_dir)?;
@@ -147,7 +152,59 @@ fn setup<B: Backend>(
         rewards,
         accuracy_index,
         majority,
+        agent,
     })
+}
+
+/// The recipe's tools and text environment, loaded, when it plays multi-turn episodes (tools
+/// alone get the default `[agent]` limits). The chat template must extend each turn's prefix
+/// unchanged (checked here, before any training).
+fn agent(
+    loaded: &LoadedRecipe,
+    runtime: &PluginRuntime,
+    plugin_dir: &Path,
+    tokenizer: &LmTokenizer,
+) -> Result<Option<Agent>, TrainError> {
+    let recipe = &loaded.recipe;
+    if recipe.tool.is_empty() && recipe.agent.is_none() {
+        return Ok(None);
+    }
+    let section = recipe.agent.clone().unwrap_or_default();
+    let config = |table: &toml::Table| serde_json::to_string(table).unwrap_or_else(|_| "{}".into());
+    let mut tools: Vec<Box<dyn Tool>> = Vec::new();
+    for (i, entry) in recipe.tool.iter().enumerate() {
+        let path = loaded.plugin_path(&entry.plugin, &format!("tool[{i}].plugin"), plugin_dir)?;
+        let tool = runtime
+            .load(&path, entry.limits.clone())?
+            .tool(&config(&entry.config))?;
+        if let Some(other) = tools.iter().find(|t| t.spec().name == tool.spec().name) {
+            return Err(invalid(
+                loaded,
+                &format!("tool[{i}].plugin"),
+                format!("a second tool named `{}`", other.spec().name),
+            ));
+        }
+        tools.push(Box::new(tool));
+    }
+    let env: Option<Box<dyn TextEnv>> = match &section.env {
+        Some(entry) => {
+            let path = loaded.plugin_path(&entry.plugin, "agent.env.plugin", plugin_dir)?;
+            Some(Box::new(
+                runtime
+                    .load(&path, entry.limits.clone())?
+                    .text_env(&config(&entry.config))?,
+            ))
+        }
+        None => None,
+    };
+    lm::transcript::check_template_extends_prefixes(tokenizer)?;
+    Ok(Some(Agent {
+        tools,
+        env,
+        max_turns: section.max_turns,
+        max_tokens: section.max_tokens,
+        system_prompt: recipe.data.as_ref().and_then(|d| d.system_prompt.clone()),
+    }))
 }
 
 /// The recipe's `[lora]` section as the model takes it, checked.
@@ -262,6 +319,7 @@ impl<B: Backend> LmSetup<B> {
             &self.test,
             accuracy,
             majority,
+            self.agent.as_mut(),
             &settings,
             device,
         )?))
@@ -448,6 +506,7 @@ impl<B: AutodiffBackend> Stages<'_, B> {
             sampler: &recipe.sampler,
             optimizer: &recipe.optimizer,
             seed: recipe.seed,
+            agent: self.setup.agent.as_mut(),
         };
         let mut grpo = lm::Grpo::new(model, ctx, &self.device)?;
         let driven = Driver {
@@ -502,6 +561,10 @@ fn log_eval(
             "eval/maj_at_k": report.maj_at_k,
             "eval/k": report.k,
             "eval/examples": report.examples,
+            "eval/turns": report.episodes.as_ref().map(|e| e.turns),
+            "eval/tool_call_rate": report.episodes.as_ref().map(|e| e.tool_call_rate),
+            "eval/tool_errors": report.episodes.as_ref().map(|e| e.tool_errors),
+            "eval/truncated_frac": report.episodes.as_ref().map(|e| e.truncated),
         }))?;
     }
     Ok(())
@@ -541,6 +604,27 @@ fn report_markdown(loaded: &LoadedRecipe, outcome: &LmOutcome) -> String {
                 pct(r.pass_at_k),
                 pct(r.maj_at_k)
             ));
+        }
+    }
+    if outcome
+        .before
+        .iter()
+        .chain(&outcome.after)
+        .any(|r| r.episodes.is_some())
+    {
+        text.push_str(
+            "\n| greedy episodes | turns | tool-call rate | tool errors | truncated |\n|---|---|---|---|---|\n",
+        );
+        for (label, report) in [("before RL", &outcome.before), ("after RL", &outcome.after)] {
+            if let Some(e) = report.as_ref().and_then(|r| r.episodes.as_ref()) {
+                text.push_str(&format!(
+                    "| {label} | {:.2} | {:.1}% | {} | {:.1}% |\n",
+                    e.turns,
+                    100.0 * e.tool_call_rate,
+                    e.tool_errors,
+                    100.0 * e.truncated
+                ));
+            }
         }
     }
     if let Some(g) = &outcome.grpo {

@@ -146,6 +146,19 @@ impl LmTokenizer {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<Option<String>, LoadError> {
+        self.apply_chat_template_with_tools(messages, &[], add_generation_prompt)
+    }
+
+    /// Renders `messages` with the chat template, offering `tools` (OpenAI function schemas,
+    /// `{"type": "function", "function": {"name", "description", "parameters"}}`, as
+    /// transformers passes them; templates such as Qwen2.5's list them in the system turn).
+    /// With no tools the template sees none, as in transformers.
+    pub fn apply_chat_template_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+    ) -> Result<Option<String>, LoadError> {
         let Some(template) = &self.chat_template else {
             return Ok(None);
         };
@@ -171,6 +184,7 @@ impl LmTokenizer {
             .map_err(fail)?
             .render(minijinja::context! {
                 messages => messages,
+                tools => (!tools.is_empty()).then_some(tools),
                 add_generation_prompt => add_generation_prompt,
                 bos_token => self.bos_token.clone().unwrap_or_default(),
                 eos_token => self.eos_token.clone().unwrap_or_default(),

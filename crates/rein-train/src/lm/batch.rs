@@ -78,6 +78,17 @@ impl TokenBatch {
         batch
     }
 
+    /// Leaves out of the loss the completion tokens of `row` where `kept` is false (tokens a
+    /// tool or an environment added to a multi-turn episode).
+    pub fn keep_in_loss(&mut self, row: usize, kept: &[bool]) {
+        let c = self.completion_width;
+        for (mask, &keep) in self.completion_mask[row * c..(row + 1) * c].iter_mut().zip(kept) {
+            if !keep {
+                *mask = 0.0;
+            }
+        }
+    }
+
     /// The completion mask as a tensor, `[rows, C]`.
     pub fn mask<B: Backend>(&self, device: &B::Device) -> Tensor<B, 2> {
         Tensor::from_data(

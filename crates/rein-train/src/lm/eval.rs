@@ -8,6 +8,8 @@ use rein_sampler::{GenerationConfig, generate};
 use serde::{Deserialize, Serialize};
 
 use super::Prompt;
+use super::episodes::{Agent, play};
+use crate::TrainError;
 
 /// How many held-out prompts an [`EvalReport`] keeps with their greedy completions.
 pub const SHOWN_EXAMPLES: usize = 4;
@@ -41,6 +43,22 @@ pub struct EvalReport {
     /// The first [`SHOWN_EXAMPLES`] prompts with their greedy completions.
     #[serde(default)]
     pub shown: Vec<EvalExample>,
+    /// What the greedy episodes did with their tools (multi-turn recipes).
+    #[serde(default)]
+    pub episodes: Option<EpisodeSummary>,
+}
+
+/// The greedy episodes' turns and tool use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeSummary {
+    /// Mean model turns per episode.
+    pub turns: f64,
+    /// Fraction of episodes with at least one tool call.
+    pub tool_call_rate: f64,
+    /// Tool calls that came back as errors, over all episodes.
+    pub tool_errors: usize,
+    /// Fraction of episodes cut by a turn or token limit.
+    pub truncated: f64,
 }
 
 /// Whether a completion counts as correct: a `correct` component of 1, or else a positive score.
@@ -69,16 +87,35 @@ pub struct EvalSettings<'a> {
 
 /// Evaluates `model` on `prompts` with `accuracy` as the judge and `majority` (a majority-vote
 /// reward reporting an `agreement` component) for maj@k.
+#[allow(clippy::too_many_arguments)]
 pub fn evaluate<B: Backend>(
     model: &CausalLm<B>,
     tokenizer: &LmTokenizer,
     prompts: &[Prompt],
     accuracy: &mut dyn RewardFn,
     majority: Option<&mut dyn RewardFn>,
+    mut agent: Option<&mut Agent>,
     settings: &EvalSettings<'_>,
     device: &B::Device,
-) -> Result<EvalReport, rein_core::PluginError> {
-    let greedy = sample_and_score(model, tokenizer, prompts, accuracy, None, 1, 0.0, settings, device)?;
+) -> Result<EvalReport, TrainError> {
+    let mut summary = agent.is_some().then_some(EpisodeSummary {
+        turns: 0.0,
+        tool_call_rate: 0.0,
+        tool_errors: 0,
+        truncated: 0.0,
+    });
+    let greedy = sample_and_score(
+        model,
+        tokenizer,
+        prompts,
+        accuracy,
+        None,
+        (agent.as_deref_mut(), summary.as_mut()),
+        1,
+        0.0,
+        settings,
+        device,
+    )?;
     let greedy_accuracy = greedy.iter().filter(|g| g.correct[0]).count() as f64 / prompts.len().max(1) as f64;
     let (pass_at_k, maj_at_k) = if settings.k > 0 {
         let has_majority = majority.is_some();
@@ -88,6 +125,7 @@ pub fn evaluate<B: Backend>(
             prompts,
             accuracy,
             majority,
+            (agent, None),
             settings.k,
             settings.temperature,
             settings,
@@ -121,6 +159,7 @@ pub fn evaluate<B: Backend>(
         pass_at_k,
         maj_at_k,
         shown,
+        episodes: summary,
     })
 }
 
@@ -137,15 +176,15 @@ fn sample_and_score<B: Backend>(
     prompts: &[Prompt],
     accuracy: &mut dyn RewardFn,
     mut majority: Option<&mut dyn RewardFn>,
+    (mut agent, mut summary): (Option<&mut Agent>, Option<&mut EpisodeSummary>),
     n: usize,
     temperature: f32,
     settings: &EvalSettings<'_>,
     device: &B::Device,
-) -> Result<Vec<Judged>, rein_core::PluginError> {
+) -> Result<Vec<Judged>, TrainError> {
     let mut judged = Vec::with_capacity(prompts.len());
     let per_batch = (settings.batch / n).max(1);
-    for chunk in prompts.chunks(per_batch) {
-        let ids: Vec<Vec<u32>> = chunk.iter().map(|p| p.tokens.clone()).collect();
+    for (c, chunk) in prompts.chunks(per_batch).enumerate() {
         let config = GenerationConfig {
             max_new_tokens: settings.max_new_tokens,
             temperature,
@@ -154,23 +193,44 @@ fn sample_and_score<B: Backend>(
             seed: settings.seed,
             ..GenerationConfig::default()
         };
-        let generations = generate(
-            model,
-            &ids,
-            &config,
-            tokenizer.pad_id().unwrap_or(0),
-            &mut super::stop_check(tokenizer, settings.stop),
-            device,
-        );
+        let completions: Vec<String> = match agent.as_deref_mut() {
+            Some(agent) => {
+                let chosen: Vec<&Prompt> = chunk.iter().collect();
+                // Episode ids the training run never uses (it counts up from 0).
+                let first_id = u64::MAX / 2 + (c * per_batch * n) as u64;
+                let episodes = play(model, tokenizer, agent, &chosen, &config, first_id, device)?;
+                if let Some(summary) = summary.as_deref_mut() {
+                    let share = |x: usize| x as f64 / prompts.len().max(1) as f64;
+                    for e in &episodes {
+                        summary.turns += share(e.turns);
+                        summary.tool_call_rate += share(usize::from(e.tool_calls > 0));
+                        summary.tool_errors += e.tool_errors.values().sum::<usize>();
+                        summary.truncated += share(usize::from(e.truncated));
+                    }
+                }
+                episodes.into_iter().map(|e| e.text).collect()
+            }
+            None => {
+                let ids: Vec<Vec<u32>> = chunk.iter().map(|p| p.tokens.clone()).collect();
+                let generations = generate(
+                    model,
+                    &ids,
+                    &config,
+                    tokenizer.pad_id().unwrap_or(0),
+                    &mut super::stop_check(tokenizer, settings.stop),
+                    device,
+                );
+                (generations.iter())
+                    .map(|g| super::completion_text(tokenizer, &g.tokens, settings.stop))
+                    .collect()
+            }
+        };
         let groups: Vec<Group> = chunk
             .iter()
             .enumerate()
             .map(|(i, p)| Group {
                 prompt: p.text.clone(),
-                completions: generations[i * n..(i + 1) * n]
-                    .iter()
-                    .map(|g| super::completion_text(tokenizer, &g.tokens, settings.stop))
-                    .collect(),
+                completions: completions[i * n..(i + 1) * n].to_vec(),
                 reference: p.answer.clone(),
                 metadata: p.metadata.clone(),
             })

@@ -4,13 +4,14 @@
 //! when asked) → μ gradient steps on the policy loss against the sampling-time
 //! log-probabilities → log.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
-use rein_core::{AdvantageKind, FailureCounts, Group};
+use rein_core::{AdvantageKind, FailureCounts, Group, ToolErrorKind};
 use rein_model::AutodiffBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
 use rein_optim::{
@@ -23,7 +24,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::batch::{TokenBatch, completion_log_probs};
-use super::rewards::{WeightedReward, score_groups};
+use super::episodes::{Agent, Episode, play};
+use super::rewards::{GroupReward, WeightedReward, score_groups};
 use super::{Prompt, completion_text, stop_check};
 use crate::TrainError;
 use crate::checkpoint::{Checkpoint, learner_sections};
@@ -61,6 +63,8 @@ pub struct GrpoContext<'a> {
     pub optimizer: &'a OptimizerSection,
     /// Seed.
     pub seed: u64,
+    /// Tools and a text environment: episodes of several turns instead of one completion.
+    pub agent: Option<&'a mut Agent>,
 }
 
 /// Training prompts in a shuffled order, reshuffled after each pass (epoch).
@@ -95,16 +99,67 @@ struct GrpoState {
     prompt_order: PromptOrder,
     /// Each step's mean reward.
     rewards: Vec<f64>,
+    /// Multi-turn episodes started so far (the text environment's episode ids).
+    #[serde(default)]
+    episodes: u64,
+}
+
+/// One sampled completion, or one multi-turn episode: its opening, then everything after it.
+struct Rollout {
+    opening: Vec<u32>,
+    tokens: Vec<u32>,
+    logprobs: Vec<f32>,
+    /// Which of `tokens` the model sampled (`None`: all of them).
+    trained: Option<Vec<bool>>,
+    truncated: bool,
+    /// What reward plugins score.
+    text: String,
+    /// The text environment's reward and components.
+    env_reward: Option<(f64, BTreeMap<String, f64>)>,
 }
 
 /// One sampled, scored group.
 struct Scored {
-    prompt: usize,
-    completions: Vec<Vec<u32>>,
-    logprobs: Vec<Vec<f32>>,
-    truncated: Vec<bool>,
+    rollouts: Vec<Rollout>,
     rewards: Vec<f64>,
-    components: std::collections::BTreeMap<String, Vec<f64>>,
+    components: BTreeMap<String, Vec<f64>>,
+}
+
+/// What multi-turn episodes did in a step.
+#[derive(Default)]
+struct EpisodeStats {
+    episodes: usize,
+    turns: usize,
+    tool_calls: usize,
+    tool_errors: BTreeMap<&'static str, usize>,
+    env_token_share: f64,
+    truncated: usize,
+}
+
+impl EpisodeStats {
+    fn add(&mut self, episode: &Episode) {
+        self.episodes += 1;
+        self.turns += episode.turns;
+        self.tool_calls += episode.tool_calls;
+        for (kind, count) in &episode.tool_errors {
+            *self.tool_errors.entry(kind).or_default() += count;
+        }
+        self.env_token_share += episode.transcript.env_token_share();
+        self.truncated += usize::from(episode.truncated);
+    }
+
+    /// The step's `episode/…` metrics.
+    fn record(&self, record: &mut Record) {
+        let per = |x: f64| x / self.episodes.max(1) as f64;
+        record.insert("episode/turns".into(), json!(per(self.turns as f64)));
+        record.insert("episode/tool_calls".into(), json!(per(self.tool_calls as f64)));
+        record.insert("episode/env_token_share".into(), json!(per(self.env_token_share)));
+        record.insert("episode/truncated_frac".into(), json!(per(self.truncated as f64)));
+        for kind in ToolErrorKind::ALL {
+            let count = self.tool_errors.get(kind.as_str()).copied().unwrap_or(0);
+            record.insert(format!("episode/tool_errors/{}", kind.as_str()), json!(count));
+        }
+    }
 }
 
 /// A step's groups and what sampling them took.
@@ -120,6 +175,8 @@ struct Sampled {
     tokens: usize,
     /// Reward failures absorbed by `on_error`.
     failures: usize,
+    /// Multi-turn episodes' figures.
+    episodes: Option<EpisodeStats>,
 }
 
 /// The GRPO family on a language model.
@@ -184,6 +241,7 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
                 rng,
                 prompt_order,
                 rewards: Vec::new(),
+                episodes: 0,
             },
             device: device.clone(),
         })
@@ -219,7 +277,6 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
                 .map(|_| self.state.prompt_order.next(&mut self.state.rng))
                 .collect();
             let generating = phases.enter("generate", format!("sampling {} completions", want * g));
-            let ids: Vec<Vec<u32>> = picked.iter().map(|&i| prompts[i].tokens.clone()).collect();
             let config = GenerationConfig {
                 max_new_tokens: sampler.max_new_tokens,
                 temperature: sampler.temperature,
@@ -230,26 +287,48 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
                 stop_token_ids: tokenizer.eos_ids().to_vec(),
                 seed: generation_seed(self.ctx.seed, step, round),
             };
-            let mut stop = stop_check(tokenizer, &sampler.stop);
-            let generations = generate(&policy, &ids, &config, self.pad, &mut stop, &self.device);
+            let rollouts = match self.ctx.agent.as_deref_mut() {
+                Some(agent) => {
+                    let chosen: Vec<&Prompt> = picked.iter().map(|&i| &prompts[i]).collect();
+                    let first_id = self.state.episodes;
+                    let episodes = play(&policy, tokenizer, agent, &chosen, &config, first_id, &self.device)?;
+                    self.state.episodes += episodes.len() as u64;
+                    let stats = out.episodes.get_or_insert_with(EpisodeStats::default);
+                    episodes.iter().for_each(|e| stats.add(e));
+                    episodes.into_iter().map(Rollout::from).collect::<Vec<_>>()
+                }
+                None => {
+                    let ids: Vec<Vec<u32>> = picked.iter().map(|&i| prompts[i].tokens.clone()).collect();
+                    let mut stop = stop_check(tokenizer, &sampler.stop);
+                    let generations = generate(&policy, &ids, &config, self.pad, &mut stop, &self.device);
+                    (generations.into_iter())
+                        .map(|x| Rollout {
+                            opening: ids[x.prompt].clone(),
+                            text: completion_text(tokenizer, &x.tokens, &sampler.stop),
+                            truncated: x.finish == FinishReason::Length,
+                            tokens: x.tokens,
+                            logprobs: x.logprobs,
+                            trained: None,
+                            env_reward: None,
+                        })
+                        .collect()
+                }
+            };
             drop(generating);
-            out.tokens += generations.iter().map(|x| x.tokens.len()).sum::<usize>();
+            out.tokens += rollouts.iter().map(|x| x.tokens.len()).sum::<usize>();
 
             let scoring = phases.enter("reward", format!("scoring {} groups", picked.len()));
             let groups: Vec<Group> = picked
                 .iter()
-                .zip(generations.chunks(g))
-                .map(|(&i, gens)| Group {
+                .zip(rollouts.chunks(g))
+                .map(|(&i, group)| Group {
                     prompt: prompts[i].text.clone(),
-                    completions: gens
-                        .iter()
-                        .map(|x| completion_text(tokenizer, &x.tokens, &sampler.stop))
-                        .collect(),
+                    completions: group.iter().map(|x| x.text.clone()).collect(),
                     reference: prompts[i].answer.clone(),
-                    metadata: with_token_counts(&prompts[i].metadata, gens.iter().map(|x| x.tokens.len())),
+                    metadata: with_token_counts(&prompts[i].metadata, group.iter().map(|x| x.tokens.len())),
                 })
                 .collect();
-            let (scores, absorbed) =
+            let (mut scores, absorbed) =
                 score_groups(self.ctx.rewards, &groups, grpo.on_error).map_err(|(group, error)| {
                     TrainError::Reward {
                         step,
@@ -265,7 +344,10 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
                 );
             }
             out.failures += absorbed.len();
-            for ((&i, scored), gens) in picked.iter().zip(scores).zip(generations.chunks(g)) {
+            add_env_rewards(&mut scores, &rollouts, g);
+            let mut rollouts = rollouts.into_iter();
+            for scored in scores {
+                let group: Vec<Rollout> = rollouts.by_ref().take(g).collect();
                 out.groups += 1;
                 if scored.skipped {
                     continue;
@@ -278,10 +360,7 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
                     continue;
                 }
                 out.batch.push(Scored {
-                    prompt: i,
-                    completions: gens.iter().map(|x| x.tokens.clone()).collect(),
-                    logprobs: gens.iter().map(|x| x.logprobs.clone()).collect(),
-                    truncated: gens.iter().map(|x| x.finish == FinishReason::Length).collect(),
+                    rollouts: group,
                     rewards: scored.total,
                     components: scored.components,
                 });
@@ -295,32 +374,29 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
     fn learn(&mut self, step: usize, batch: &[Scored], phases: &Phases) -> Result<Record, TrainError> {
         let (grpo, sampler) = (self.ctx.grpo, self.ctx.sampler);
         let temperature = sampler.temperature.max(1e-6);
-        let flat: Vec<(usize, usize)> = batch
-            .iter()
-            .enumerate()
-            .flat_map(|(b, s)| (0..s.completions.len()).map(move |c| (b, c)))
+        let flat: Vec<(&Rollout, f64)> = (batch.iter())
+            .flat_map(|s| s.rollouts.iter().zip(s.rewards.iter().copied()))
             .collect();
-        let pairs: Vec<(&[u32], &[u32])> = flat
-            .iter()
-            .map(|&(b, c)| {
-                (
-                    self.ctx.prompts[batch[b].prompt].tokens.as_slice(),
-                    batch[b].completions[c].as_slice(),
-                )
-            })
+        let pairs: Vec<(&[u32], &[u32])> = (flat.iter())
+            .map(|(r, _)| (r.opening.as_slice(), r.tokens.as_slice()))
             .collect();
-        let tokens = TokenBatch::new(&pairs, self.pad);
+        let mut tokens = TokenBatch::new(&pairs, self.pad);
+        for (row, (rollout, _)) in flat.iter().enumerate() {
+            if let Some(trained) = &rollout.trained {
+                tokens.keep_in_loss(row, trained);
+            }
+        }
         let [rows, width] = [tokens.rows, tokens.completion_width];
         let reference_log_probs: Option<Vec<f32>> = self.reference.as_ref().map(|r| {
             let _phase = phases.enter("reference", "the reference policy's log-probabilities");
             let (lp, _) = completion_log_probs(r, &tokens, temperature, false, &self.device);
             lp.into_data().convert::<f32>().to_vec().unwrap_or_default()
         });
-        let mut rewards: Vec<f32> = flat.iter().map(|&(b, c)| batch[b].rewards[c] as f32).collect();
+        let mut rewards: Vec<f32> = flat.iter().map(|&(_, reward)| reward as f32).collect();
+        let old: Vec<&[f32]> = flat.iter().map(|(r, _)| r.logprobs.as_slice()).collect();
         let kl_in_reward = match &reference_log_probs {
             Some(reference) if grpo.kl_in_reward => {
-                let sampled: Vec<&[f32]> = flat.iter().map(|&(b, c)| batch[b].logprobs[c].as_slice()).collect();
-                Some(self.fold_kl_into_rewards(&mut rewards, &sampled, reference, width))
+                Some(self.fold_kl_into_rewards(&mut rewards, &old, reference, &tokens.completion_mask, width))
             }
             _ => None,
         };
@@ -332,14 +408,13 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
         };
         let mut mask = tokens.completion_mask.clone();
         if grpo.mask_truncated {
-            for (row, &(b, c)) in flat.iter().enumerate() {
-                if batch[b].truncated[c] {
+            for (row, (rollout, _)) in flat.iter().enumerate() {
+                if rollout.truncated {
                     mask[row * width..(row + 1) * width].fill(0.0);
                 }
             }
         }
 
-        let old: Vec<&[f32]> = flat.iter().map(|&(b, c)| batch[b].logprobs[c].as_slice()).collect();
         let old_log_prob = tokens.per_token::<B>(&old, &self.device);
         let mask = Tensor::<B, 2>::from_data(TensorData::new(mask, [rows, width]), &self.device);
         let advantages = Tensor::<B, 1>::from_data(TensorData::new(advantages, [rows]), &self.device);
@@ -394,11 +469,8 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
         }
         let mean_reward = rewards.iter().map(|&r| f64::from(r)).sum::<f64>() / rewards.len() as f64;
         self.state.rewards.push(mean_reward);
-        let lengths: Vec<f64> = flat
-            .iter()
-            .map(|&(b, c)| batch[b].completions[c].len() as f64)
-            .collect();
-        let truncated = flat.iter().filter(|&&(b, c)| batch[b].truncated[c]).count();
+        let lengths: Vec<f64> = flat.iter().map(|(r, _)| r.tokens.len() as f64).collect();
+        let truncated = flat.iter().filter(|(r, _)| r.truncated).count();
         record.insert("train/reward".into(), json!(mean_reward));
         record.insert("train/completion_length".into(), json!(mean(&lengths)));
         record.insert(
@@ -409,25 +481,29 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
         Ok(record)
     }
 
-    /// The KL in the reward: `r_i − β Σ_t KL_t` for each completion, from its sampled
-    /// log-probabilities and the reference's (`[rows, width]`). Returns the mean KL per token and
-    /// the mean penalty per completion, for the log.
+    /// The KL in the reward: `r_i − β Σ_t KL_t` for each completion, over the tokens the
+    /// model sampled (`mask`), from their sampled log-probabilities and the reference's (both
+    /// `[rows, width]`). Returns the mean KL per token and the mean penalty per completion, for
+    /// the log.
     fn fold_kl_into_rewards(
         &self,
         rewards: &mut [f32],
         sampled: &[&[f32]],
         reference: &[f32],
+        mask: &[f32],
         width: usize,
     ) -> (f64, f64) {
         let grpo = self.ctx.grpo;
         let (mut kl_total, mut kl_tokens, mut penalty) = (0.0f64, 0usize, 0.0f64);
         for (row, (reward, log_probs)) in rewards.iter_mut().zip(sampled).enumerate() {
-            let kl: f32 = (log_probs.iter().enumerate())
-                .map(|(t, &lp)| kl_estimate_scalar(lp, reference[row * width + t], grpo.kl_estimator))
+            let counted = (0..log_probs.len()).filter(|&t| mask[row * width + t] > 0.0);
+            let kl: f32 = counted
+                .clone()
+                .map(|t| kl_estimate_scalar(log_probs[t], reference[row * width + t], grpo.kl_estimator))
                 .sum();
             *reward -= grpo.kl_coef * kl;
             kl_total += f64::from(kl);
-            kl_tokens += log_probs.len();
+            kl_tokens += counted.count();
             penalty += f64::from(grpo.kl_coef * kl);
         }
         (kl_total / kl_tokens.max(1) as f64, penalty / rewards.len() as f64)
@@ -463,6 +539,9 @@ impl<B: AutodiffBackend> Algorithm for Grpo<'_, B> {
         );
         for (name, value) in component_means(&sampled.batch) {
             record.insert(format!("train/reward/{name}"), json!(value));
+        }
+        if let Some(stats) = &sampled.episodes {
+            stats.record(&mut record);
         }
         Ok(Step { record, done: false })
     }
@@ -515,6 +594,41 @@ fn generation_seed(seed: u64, step: usize, round: usize) -> u64 {
         z ^ (z >> 31)
     };
     mix(mix(seed ^ mix(step as u64)) ^ round as u64)
+}
+
+impl From<Episode> for Rollout {
+    fn from(episode: Episode) -> Self {
+        let transcript = &episode.transcript;
+        let at = transcript.prompt_len();
+        Self {
+            opening: transcript.tokens()[..at].to_vec(),
+            tokens: transcript.tokens()[at..].to_vec(),
+            logprobs: transcript.log_probs()[at..].to_vec(),
+            trained: Some(transcript.sampled()[at..].to_vec()),
+            truncated: episode.truncated,
+            text: episode.text,
+            env_reward: episode.env_reward.map(|r| (r, episode.env_components)),
+        }
+    }
+}
+
+/// Adds the text environment's rewards to the plugins' (groups of `g` rollouts in order), its
+/// components as `env/<name>`.
+fn add_env_rewards(scores: &mut [GroupReward], rollouts: &[Rollout], g: usize) {
+    for (scored, group) in scores.iter_mut().zip(rollouts.chunks(g)) {
+        for (c, rollout) in group.iter().enumerate() {
+            let Some((reward, components)) = &rollout.env_reward else {
+                continue;
+            };
+            scored.total[c] += reward;
+            for (name, value) in components {
+                let values = (scored.components)
+                    .entry(format!("env/{name}"))
+                    .or_insert_with(|| vec![f64::NAN; group.len()]);
+                values[c] = *value;
+            }
+        }
+    }
 }
 
 fn mean(values: &[f64]) -> f64 {

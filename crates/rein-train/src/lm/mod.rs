@@ -3,6 +3,7 @@
 
 mod batch;
 mod data;
+pub mod episodes;
 mod eval;
 mod grpo;
 mod rewards;
@@ -15,13 +16,14 @@ use std::path::{Path, PathBuf};
 
 pub use batch::{TokenBatch, completion_log_probs};
 pub use data::{DataError, Example, Fields, read, write_jsonl};
-pub use eval::{EvalExample, EvalReport, EvalSettings, SHOWN_EXAMPLES, evaluate, is_correct};
+pub use eval::{EpisodeSummary, EvalExample, EvalReport, EvalSettings, SHOWN_EXAMPLES, evaluate, is_correct};
 pub use grpo::{Grpo, GrpoContext, GrpoOutcome};
 pub use rewards::{GroupReward, OnError, RewardFailure, WeightedReward, score_groups};
 pub use sft::Sft;
 pub use task::{ArithmeticTask, generate_task};
 
 use rein_model::lm::{ChatMessage, LmTokenizer};
+use transcript::{Transcript, TranscriptError};
 
 use rein_recipe::DataSection;
 
@@ -36,38 +38,85 @@ pub struct Prompt {
     pub answer: Option<String>,
     /// The target completion's tokens, end-of-sequence included (SFT).
     pub target: Option<Vec<u32>>,
+    /// Which target tokens are the model's (trained on): all of a single-turn completion; a
+    /// multi-turn trace's assistant turns but not its tool results.
+    pub target_trained: Option<Vec<bool>>,
     /// Metadata JSON.
     pub metadata: String,
 }
 
-/// Tokenizes examples: chat template (when the data asks and the tokenizer has one), target
-/// completions followed by the end-of-sequence token.
+/// The opening messages of a prompt: a system prompt (if any), then the user turn.
+pub fn opening_messages(prompt: &str, system: Option<&str>) -> Vec<ChatMessage> {
+    let system = system.iter().map(|system| ChatMessage {
+        role: "system".into(),
+        content: system.to_string(),
+    });
+    let user = ChatMessage {
+        role: "user".into(),
+        content: prompt.to_string(),
+    };
+    system.chain(std::iter::once(user)).collect()
+}
+
+/// A target completion written as a conversation (TRL's conversational format: a JSON list of
+/// `{"role", "content"}` messages, assistant turns alternating with tool or user turns).
+fn trace(completion: &str) -> Option<Vec<ChatMessage>> {
+    if !completion.trim_start().starts_with('[') {
+        return None;
+    }
+    let messages: Vec<ChatMessage> = serde_json::from_str(completion).ok()?;
+    messages
+        .first()
+        .is_some_and(|m| m.role == "assistant")
+        .then_some(messages)
+}
+
+/// Tokenizes examples: chat template (when the data asks and the tokenizer has one) offering
+/// `tools`, target completions followed by the end-of-sequence token. A target written as a
+/// conversation (see [`trace`]) becomes the transcript a multi-turn episode would produce:
+/// the model's turns trained on, the tools' results appended as the template renders them and
+/// masked.
 pub fn prepare(
     examples: &[Example],
     tokenizer: &LmTokenizer,
     data: &DataSection,
-) -> Result<Vec<Prompt>, rein_model::lm::LoadError> {
+    tools: &[serde_json::Value],
+) -> Result<Vec<Prompt>, TranscriptError> {
     let eos = tokenizer.eos_ids().first().copied();
+    let templated = data.chat_template && tokenizer.has_chat_template();
     examples
         .iter()
         .map(|e| {
-            let text = if data.chat_template && tokenizer.has_chat_template() {
-                let mut messages = Vec::new();
-                if let Some(system) = &data.system_prompt {
-                    messages.push(ChatMessage {
-                        role: "system".into(),
-                        content: system.clone(),
-                    });
+            let opening = opening_messages(&e.prompt, data.system_prompt.as_deref());
+            if let Some(messages) = e.completion.as_deref().and_then(trace).filter(|_| templated) {
+                let mut transcript = Transcript::open(tokenizer, opening, tools.to_vec())?;
+                for message in messages {
+                    match message.role.as_str() {
+                        "assistant" => {
+                            let mut ids = tokenizer.encode(&message.content)?;
+                            ids.extend(eos);
+                            transcript.push_model_turn(tokenizer, &ids, &vec![0.0; ids.len()])?;
+                        }
+                        _ => {
+                            transcript.push_env_messages(tokenizer, vec![message])?;
+                        }
+                    }
                 }
-                messages.push(ChatMessage {
-                    role: "user".into(),
-                    content: e.prompt.clone(),
+                let at = transcript.prompt_len();
+                return Ok(Prompt {
+                    text: e.prompt.clone(),
+                    tokens: transcript.tokens()[..at].to_vec(),
+                    answer: e.answer.clone(),
+                    target: Some(transcript.tokens()[at..].to_vec()),
+                    target_trained: Some(transcript.sampled()[at..].to_vec()),
+                    metadata: e.metadata.clone(),
                 });
-                tokenizer
-                    .apply_chat_template(&messages, true)?
-                    .unwrap_or_else(|| e.prompt.clone())
-            } else {
-                e.prompt.clone()
+            }
+            let text = match templated {
+                true => tokenizer
+                    .apply_chat_template_with_tools(&opening, tools, true)?
+                    .unwrap_or_else(|| e.prompt.clone()),
+                false => e.prompt.clone(),
             };
             let target = match &e.completion {
                 Some(c) => {
@@ -82,6 +131,7 @@ pub fn prepare(
                 tokens: tokenizer.encode(&text)?,
                 answer: e.answer.clone(),
                 target,
+                target_trained: None,
                 metadata: e.metadata.clone(),
             })
         })

@@ -1,4 +1,5 @@
-//! Supervised fine-tuning: cross-entropy on the target completion, prompt tokens masked.
+//! Supervised fine-tuning: cross-entropy on the target completion, prompt tokens masked (and
+//! the tool results of a multi-turn trace).
 //!
 //! ```text
 //! L = − Σ_i Σ_t m_it log π_θ(y_it | x_i, y_i,<t) / Σ_i Σ_t m_it
@@ -99,7 +100,12 @@ impl<B: AutodiffBackend> Algorithm for Sft<'_, B> {
             .iter()
             .map(|p| (p.tokens.as_slice(), p.target.as_deref().unwrap_or(&[])))
             .collect();
-        let batch = TokenBatch::new(&pairs, self.pad_id);
+        let mut batch = TokenBatch::new(&pairs, self.pad_id);
+        for (row, prompt) in picked.iter().enumerate() {
+            if let Some(trained) = &prompt.target_trained {
+                batch.keep_in_loss(row, trained);
+            }
+        }
         let mask = batch.mask::<B>(&self.device);
         let (log_prob, _) = completion_log_probs(&self.model, &batch, 1.0, false, &self.device);
         let count = batch.completion_mask.iter().sum::<f32>().max(1.0);

@@ -7,7 +7,9 @@
 //! right is what the reward checks.
 
 pub use rein_recipe::ArithmeticTask;
+use rein_recipe::Solution;
 use rein_sampler::SeededRng;
+use serde_json::json;
 
 use super::data::Example;
 
@@ -45,6 +47,20 @@ pub fn scratchpad(a: i64, op: &str, b: i64) -> String {
     steps.join(", ")
 }
 
+/// The multi-turn solution of `a op b` with the `calculator` tool, as a conversational
+/// completion (a JSON list of messages, TRL's format): a tool call, the calculator's answer,
+/// then the answer in `<answer>` tags.
+pub fn calculator_trace(a: i64, op: &str, b: i64, result: i64) -> String {
+    // Name first, as the Hermes format writes it (a JSON map would sort the keys).
+    let call = format!(r#"{{"name": "calculator", "arguments": {{"expression": "{a}{op}{b}"}}}}"#);
+    json!([
+        {"role": "assistant", "content": format!("<tool_call>{call}</tool_call>")},
+        {"role": "tool", "content": result.to_string()},
+        {"role": "assistant", "content": format!("<answer>{result}</answer>")},
+    ])
+    .to_string()
+}
+
 /// The task's train and held-out splits, disjoint, reproducible from `seed`.
 pub fn generate_task(task: &ArithmeticTask, seed: u64) -> (Vec<Example>, Vec<Example>) {
     let mut rng = SeededRng::new(seed ^ 0xA817_4E7C);
@@ -52,8 +68,9 @@ pub fn generate_task(task: &ArithmeticTask, seed: u64) -> (Vec<Example>, Vec<Exa
     let mut draw = |count: usize| {
         let mut out = Vec::with_capacity(count);
         while out.len() < count {
-            let mut a = rng.below(u64::from(task.max_operand) + 1) as i64;
-            let mut b = rng.below(u64::from(task.max_operand) + 1) as i64;
+            let span = u64::from(task.max_operand - task.min_operand) + 1;
+            let mut a = i64::from(task.min_operand) + rng.below(span) as i64;
+            let mut b = i64::from(task.min_operand) + rng.below(span) as i64;
             let op = &task.ops[rng.below(task.ops.len() as u64) as usize];
             if op == "-" && a < b {
                 (a, b) = (b, a);
@@ -69,9 +86,14 @@ pub fn generate_task(task: &ArithmeticTask, seed: u64) -> (Vec<Example>, Vec<Exa
             out.push(Example {
                 prompt: format!("What is {a} {op} {b}?"),
                 answer: Some(result.to_string()),
-                completion: Some(match op.as_str() {
-                    "*" => format!("<think>{a} * {b} = {result}</think><answer>{result}</answer>"),
-                    _ => format!("<think>{}</think><answer>{result}</answer>", scratchpad(a, op, b)),
+                completion: Some(match (task.solution, op.as_str()) {
+                    (Solution::Calculator, _) => calculator_trace(a, op, b, result),
+                    (Solution::Scratchpad, "*") => {
+                        format!("<think>{a} * {b} = {result}</think><answer>{result}</answer>")
+                    }
+                    (Solution::Scratchpad, _) => {
+                        format!("<think>{}</think><answer>{result}</answer>", scratchpad(a, op, b))
+                    }
                 }),
                 metadata: String::new(),
             });
@@ -102,10 +124,12 @@ mod tests {
     #[test]
     fn splits_are_disjoint_reproducible_and_correct() {
         let task = ArithmeticTask {
+            min_operand: 0,
             max_operand: 20,
             ops: vec!["+".into(), "-".into(), "*".into()],
             train: 300,
             test: 50,
+            solution: Solution::Scratchpad,
         };
         let (train, test) = generate_task(&task, 1);
         assert_eq!((train.len(), test.len()), (300, 50));

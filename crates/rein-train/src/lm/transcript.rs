@@ -49,6 +49,8 @@ pub struct Transcript {
     log_probs: Vec<f32>,
     prompt_len: usize,
     messages: Vec<ChatMessage>,
+    /// The tools offered, as the template takes them.
+    tools: Vec<serde_json::Value>,
     /// The template's rendering of `messages` with the generation prompt, then the model's
     /// pending turn as decoded: what `tokens` stands for.
     rendered: String,
@@ -61,10 +63,11 @@ pub struct Transcript {
 fn render(
     tokenizer: &LmTokenizer,
     messages: &[ChatMessage],
+    tools: &[serde_json::Value],
     generation_prompt: bool,
 ) -> Result<String, TranscriptError> {
     tokenizer
-        .apply_chat_template(messages, generation_prompt)?
+        .apply_chat_template_with_tools(messages, tools, generation_prompt)?
         .ok_or(TranscriptError::NoTemplate)
 }
 
@@ -88,10 +91,14 @@ fn drift(message: usize, role: &str, before: &str, after: &str) -> TranscriptErr
 }
 
 impl Transcript {
-    /// An episode opening with `messages`, rendered with the generation prompt; all of it is
-    /// prompt (no loss).
-    pub fn open(tokenizer: &LmTokenizer, messages: Vec<ChatMessage>) -> Result<Self, TranscriptError> {
-        let rendered = render(tokenizer, &messages, true)?;
+    /// An episode opening with `messages` and offering `tools` (OpenAI function schemas),
+    /// rendered with the generation prompt; all of it is prompt (no loss).
+    pub fn open(
+        tokenizer: &LmTokenizer,
+        messages: Vec<ChatMessage>,
+        tools: Vec<serde_json::Value>,
+    ) -> Result<Self, TranscriptError> {
+        let rendered = render(tokenizer, &messages, &tools, true)?;
         let tokens = tokenizer.encode(&rendered)?;
         let eos_token = (tokenizer.eos_ids().first())
             .map(|&id| tokenizer.decode(&[id], false))
@@ -102,6 +109,7 @@ impl Transcript {
             prompt_len: tokens.len(),
             tokens,
             messages,
+            tools,
             rendered,
             pending: None,
             eos_token,
@@ -139,12 +147,12 @@ impl Transcript {
 
     /// Appends the environment's `messages` after the model's last turn: the text the chat
     /// template adds (closing the model's turn, the messages, the next turn's header), tokenised
-    /// alone and masked out of the loss.
+    /// alone and masked out of the loss. Returns the ids appended.
     pub fn push_env_messages(
         &mut self,
         tokenizer: &LmTokenizer,
         messages: Vec<ChatMessage>,
-    ) -> Result<(), TranscriptError> {
+    ) -> Result<&[u32], TranscriptError> {
         let raw = self.pending.take().unwrap_or_default();
         let prefix = format!("{}{raw}", self.rendered);
         let assistant = ChatMessage {
@@ -154,16 +162,17 @@ impl Transcript {
         let turn = self.messages.len() + 1;
         self.messages.push(assistant);
         self.messages.extend(messages);
-        let full = render(tokenizer, &self.messages, true)?;
+        let full = render(tokenizer, &self.messages, &self.tools, true)?;
         let Some(added) = full.strip_prefix(prefix.as_str()) else {
             return Err(drift(turn, "assistant", &prefix, &full));
         };
         let ids = tokenizer.encode(added)?;
+        let start = self.tokens.len();
         self.sampled.extend(std::iter::repeat_n(false, ids.len()));
         self.log_probs.extend(std::iter::repeat_n(0.0, ids.len()));
         self.tokens.extend(ids);
         self.rendered = full;
-        Ok(())
+        Ok(&self.tokens[start..])
     }
 
     /// Every token, prompt included.
@@ -221,8 +230,8 @@ pub fn check_template_extends_prefixes(tokenizer: &LmTokenizer) -> Result<(), Tr
     ];
     for k in 1..conversation.len() {
         let next_is_model = conversation[k].role == "assistant";
-        let before = render(tokenizer, &conversation[..k], next_is_model)?;
-        let after = render(tokenizer, &conversation[..=k], false)?;
+        let before = render(tokenizer, &conversation[..k], &[], next_is_model)?;
+        let after = render(tokenizer, &conversation[..=k], &[], false)?;
         if !after.starts_with(&before) {
             return Err(drift(k + 1, &conversation[k].role, &before, &after));
         }
@@ -281,7 +290,7 @@ mod tests {
         assert!(text.contains("<think>"), "{text}");
         // The same drift, met while extending an episode, is refused too: once the tool's answer
         // follows the model's turn, that turn is no longer the last and loses its thinking.
-        let mut transcript = Transcript::open(&tokenizer, vec![message("user", "12*34?")]).unwrap();
+        let mut transcript = Transcript::open(&tokenizer, vec![message("user", "12*34?")], Vec::new()).unwrap();
         let ids = tokenizer.encode("<think>hmm</think><tool_call>x</tool_call>").unwrap();
         transcript
             .push_model_turn(&tokenizer, &ids, &vec![-0.5; ids.len()])
@@ -307,7 +316,7 @@ mod tests {
     fn model_tokens_stay_as_sampled_and_env_tokens_are_masked() {
         let tokenizer = chatml();
         let opening = vec![message("system", "Use the calculator."), message("user", "12*34?")];
-        let mut transcript = Transcript::open(&tokenizer, opening.clone()).unwrap();
+        let mut transcript = Transcript::open(&tokenizer, opening.clone(), Vec::new()).unwrap();
         let prompt = transcript.tokens().to_vec();
         let call = tokenizer
             .encode("<tool_call>{\"name\": \"calculator\"}</tool_call>")
@@ -344,7 +353,7 @@ mod tests {
         );
         assert_eq!(
             tokenizer.decode(&env, false).unwrap(),
-            "<|im_end|>\n<|im_start|>tool\n408<|im_end|>\n<|im_start|>assistant\n"
+            "<|im_end|>\n<|im_start|>user\n<tool_response>\n408\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
         );
         let mut conversation = opening;
         conversation.push(message(
@@ -378,7 +387,7 @@ mod tests {
             ),
         ) {
             let tokenizer = chatml();
-            let mut transcript = Transcript::open(&tokenizer, vec![message("user", "go")]).unwrap();
+            let mut transcript = Transcript::open(&tokenizer, vec![message("user", "go")], Vec::new()).unwrap();
             let prompt_len = transcript.prompt_len();
             let (mut sampled_ids, mut env_count) = (Vec::new(), 0usize);
             for (i, (ids, env_text)) in turns.iter().enumerate() {
