@@ -3,6 +3,7 @@
 //!
 //! Run through `cargo xtask bench SUITE`, which builds the plugins first.
 
+mod agent;
 mod generate;
 mod grpo;
 mod peers;
@@ -22,7 +23,10 @@ fn main() -> anyhow::Result<()> {
         "generate" => generate::run()?,
         "grpo" => grpo::run(&plugin_dir)?,
         "sft" => sft::run()?,
-        other => anyhow::bail!("unknown benchmark suite `{other}` (available: plugins, ppo, generate, grpo, sft)"),
+        "agent" => agent::run(&plugin_dir)?,
+        other => {
+            anyhow::bail!("unknown benchmark suite `{other}` (available: plugins, ppo, generate, grpo, sft, agent)")
+        }
     };
     report.finish(&suite)
 }

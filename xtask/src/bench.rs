@@ -7,7 +7,7 @@ use crate::workspace::{cargo_run, model_dir, plugin_dir, root, run};
 
 #[derive(Args)]
 pub(crate) struct Bench {
-    /// Which benchmark: `plugins`, `ppo`, `generate`, `grpo` or `sft`.
+    /// Which benchmark: `plugins`, `ppo`, `generate`, `grpo`, `sft` or `agent`.
     suite: String,
 }
 
