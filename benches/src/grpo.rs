@@ -153,6 +153,7 @@ fn arithmetic_prompts(tokenizer: &LmTokenizer, system: Option<&str>) -> anyhow::
         train: 512,
         test: 0,
         solution: Default::default(),
+        tool_share: 1.0,
     };
     let data = DataSection {
         task: None,

@@ -47,6 +47,10 @@ pub struct ArithmeticTask {
     /// The worked solutions SFT learns from.
     #[serde(default)]
     pub solution: Solution,
+    /// With `solution = "calculator"`: the share of solutions that call the tool; the others
+    /// answer at once (what the model must then do in its head).
+    #[serde(default = "defaults::tool_share")]
+    pub tool_share: f64,
 }
 
 /// How a generated arithmetic problem's target completion solves it.
@@ -68,6 +72,12 @@ impl ArithmeticTask {
         }
         if self.ops.is_empty() {
             return Err(("ops".into(), "needs at least one operator".into()));
+        }
+        if !(0.0..=1.0).contains(&self.tool_share) {
+            return Err((
+                "tool_share".into(),
+                format!("must be in [0, 1], got {}", self.tool_share),
+            ));
         }
         if self.min_operand > self.max_operand {
             return Err((
@@ -101,6 +111,9 @@ impl ArithmeticTask {
 }
 
 mod defaults {
+    pub fn tool_share() -> f64 {
+        1.0
+    }
     pub fn max_operand() -> u32 {
         99
     }

@@ -17,9 +17,11 @@ mod gaussian;
 mod generate;
 mod rng;
 mod session;
+mod token_choice;
 
 pub use categorical::{categorical_entropy, categorical_log_prob, sample_categorical};
 pub use gaussian::{gaussian_entropy, gaussian_log_prob, sample_gaussian};
-pub use generate::{FinishReason, Generation, GenerationConfig, allowed_tokens, choose, generate};
+pub use generate::{Generation, generate};
 pub use rng::SeededRng;
 pub use session::{AfterTurn, Session, TurnOutput};
+pub use token_choice::{FinishReason, GenerationConfig, allowed_tokens, choose};

@@ -87,7 +87,8 @@ pub fn generate_task(task: &ArithmeticTask, seed: u64) -> (Vec<Example>, Vec<Exa
                 prompt: format!("What is {a} {op} {b}?"),
                 answer: Some(result.to_string()),
                 completion: Some(match (task.solution, op.as_str()) {
-                    (Solution::Calculator, _) => calculator_trace(a, op, b, result),
+                    (Solution::Calculator, _) if rng.uniform() < task.tool_share => calculator_trace(a, op, b, result),
+                    (Solution::Calculator, _) => format!("<answer>{result}</answer>"),
                     (Solution::Scratchpad, "*") => {
                         format!("<think>{a} * {b} = {result}</think><answer>{result}</answer>")
                     }
@@ -130,6 +131,7 @@ mod tests {
             train: 300,
             test: 50,
             solution: Solution::Scratchpad,
+            tool_share: 1.0,
         };
         let (train, test) = generate_task(&task, 1);
         assert_eq!((train.len(), test.len()), (300, 50));
@@ -174,5 +176,44 @@ mod tests {
             .validate()
             .is_err()
         );
+    }
+
+    #[test]
+    fn calculator_solutions_call_the_tool_in_the_share_asked() {
+        let task = ArithmeticTask {
+            min_operand: 100,
+            max_operand: 999,
+            ops: vec!["*".into()],
+            train: 1000,
+            test: 0,
+            solution: Solution::Calculator,
+            tool_share: 0.3,
+        };
+        let (train, _) = generate_task(&task, 2);
+        let mut traces = 0;
+        for e in &train {
+            let completion = e.completion.as_deref().unwrap();
+            let answer = e.answer.as_deref().unwrap();
+            if let Ok(messages) = serde_json::from_str::<Vec<serde_json::Value>>(completion) {
+                traces += 1;
+                let (a, b) = e
+                    .prompt
+                    .trim_start_matches("What is ")
+                    .trim_end_matches('?')
+                    .split_once(" * ")
+                    .unwrap();
+                assert_eq!(
+                    messages[0]["content"],
+                    format!(
+                        r#"<tool_call>{{"name": "calculator", "arguments": {{"expression": "{a}*{b}"}}}}</tool_call>"#
+                    )
+                );
+                assert_eq!(messages[1], serde_json::json!({"role": "tool", "content": answer}));
+                assert_eq!(messages[2]["content"], format!("<answer>{answer}</answer>"));
+            } else {
+                assert_eq!(completion, format!("<answer>{answer}</answer>"));
+            }
+        }
+        assert!((250..350).contains(&traces), "{traces} traces of 1000");
     }
 }
