@@ -282,7 +282,11 @@ fn dual_clip_bounds_the_loss_once_ratios_move() {
 
 /// A text environment in Rust: it answers each of the model's turns with a user message, and
 /// after its third turn says done, rewarding the turn's length parity.
-struct Echo;
+#[derive(Default)]
+struct Echo {
+    /// Turns seen, per episode id.
+    turns: std::collections::HashMap<u64, usize>,
+}
 
 impl TextEnv for Echo {
     fn name(&self) -> &str {
@@ -303,11 +307,9 @@ impl TextEnv for Echo {
         Ok(turns
             .iter()
             .map(|t| {
-                let seen = TURNS.with(|c| {
-                    let mut c = c.borrow_mut();
-                    *c.entry(t.id).or_insert(0) += 1;
-                    c[&t.id]
-                });
+                let seen = self.turns.entry(t.id).or_insert(0);
+                *seen += 1;
+                let done = *seen == 3;
                 Reply {
                     messages: vec![Message::new(
                         "user",
@@ -315,7 +317,7 @@ impl TextEnv for Echo {
                     )],
                     reward: Some((t.content.len() % 2) as f64),
                     components: vec![("parity".into(), (t.content.len() % 2) as f64)],
-                    done: seen == 3,
+                    done,
                     state_key: None,
                 }
             })
@@ -323,10 +325,6 @@ impl TextEnv for Echo {
     }
 
     fn close(&mut self, _: &[u64]) {}
-}
-
-thread_local! {
-    static TURNS: std::cell::RefCell<std::collections::HashMap<u64, usize>> = Default::default();
 }
 
 /// Multi-turn episodes train on the model's tokens only: on the first update the policy is
@@ -337,7 +335,7 @@ thread_local! {
 fn multi_turn_episodes_train_only_on_the_models_tokens() {
     let mut agent = Agent {
         tools: Vec::new(),
-        env: Some(Box::new(Echo)),
+        env: Some(Box::new(Echo::default())),
         max_turns: 5,
         max_tokens: 400,
         system_prompt: None,

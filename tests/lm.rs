@@ -8,6 +8,8 @@
 
 #[path = "common/logits.rs"]
 mod logits;
+#[path = "common/tiny_lm.rs"]
+mod tiny_lm;
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +20,7 @@ use proptest::prelude::*;
 use rein_model::lm::{CausalLm, Context, KvCache, LmTokenizer, LoadError, load, save};
 use rein_sampler::{GenerationConfig, generate};
 use safetensors::SafeTensors;
+use tiny_lm::tiny_model;
 
 type B = Flex;
 
@@ -285,17 +288,6 @@ fn tokenizer_round_trips_and_applies_the_chat_template() {
         chat.as_deref(),
         Some("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     );
-}
-
-fn tiny_model(seed: u64) -> CausalLm<B> {
-    use burn::tensor::backend::Backend as _;
-    let config = rein_model::lm::LmConfig::from_json(serde_json::json!({
-        "model_type": "qwen2", "vocab_size": 40, "hidden_size": 32, "intermediate_size": 48,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64
-    }))
-    .unwrap();
-    B::seed(&Default::default(), seed);
-    rein_model::lm::LmInit { config, std: 0.3 }.init::<B>(&Default::default())
 }
 
 proptest! {

@@ -3,27 +3,17 @@
 
 #[path = "common/logits.rs"]
 mod logits;
+#[path = "common/tiny_lm.rs"]
+mod tiny_lm;
 
 use burn::backend::Flex;
 use burn::tensor::{Tensor, TensorData};
 use logits::logits;
 use rein_model::lm::CausalLm;
 use rein_sampler::{AfterTurn, GenerationConfig, Session};
+use tiny_lm::{VOCAB, tiny_model};
 
 type B = Flex;
-
-const VOCAB: usize = 40;
-
-fn tiny_model(seed: u64) -> CausalLm<B> {
-    use burn::tensor::backend::Backend as _;
-    let config = rein_model::lm::LmConfig::from_json(serde_json::json!({
-        "model_type": "qwen2", "vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 48,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64
-    }))
-    .unwrap();
-    B::seed(&Default::default(), seed);
-    rein_model::lm::LmInit { config, std: 0.3 }.init::<B>(&Default::default())
-}
 
 /// `log softmax(z / t)` of one row.
 fn log_softmax(row: &[f32], t: f32) -> Vec<f64> {

@@ -285,7 +285,10 @@ impl<'m, B: Backend> Session<'m, B> {
                     let sequence = &mut self.sequences[seq];
                     sequence.pending = None;
                     sequence.position += 1;
-                    sequence.logits = logits[row * self.vocab..(row + 1) * self.vocab].to_vec();
+                    sequence.logits.clear();
+                    sequence
+                        .logits
+                        .extend_from_slice(&logits[row * self.vocab..(row + 1) * self.vocab]);
                 }
             }
         }
@@ -335,7 +338,10 @@ impl<'m, B: Backend> Session<'m, B> {
                     let sequence = &mut self.sequences[seq];
                     sequence.pending = None;
                     sequence.position += tokens.len() as i64;
-                    sequence.logits = logits[row * self.vocab..(row + 1) * self.vocab].to_vec();
+                    sequence.logits.clear();
+                    sequence
+                        .logits
+                        .extend_from_slice(&logits[row * self.vocab..(row + 1) * self.vocab]);
                 }
             }
         }
@@ -343,6 +349,9 @@ impl<'m, B: Backend> Session<'m, B> {
 
     /// Drops `seqs` from the cache: their conversations are over.
     pub fn end(&mut self, seqs: &[usize]) {
+        if seqs.is_empty() {
+            return;
+        }
         let mut leaving = vec![false; self.sequences.len()];
         for &seq in seqs {
             leaving[seq] = self.sequences[seq].shard.take().is_some();

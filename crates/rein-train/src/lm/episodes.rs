@@ -23,7 +23,7 @@ use serde_json::json;
 
 use super::tool_calls::{CLOSE, parse_tool_calls, unknown_tool};
 use super::transcript::Transcript;
-use super::{Prompt, opening_messages};
+use super::{Prompt, opening_messages, stop_check};
 use crate::TrainError;
 
 /// What episodes may use and how long they may last.
@@ -76,8 +76,10 @@ pub struct Episode {
     /// The environment's reward components, summed.
     pub env_components: BTreeMap<String, f64>,
     /// Everything after the opening as text, special tokens left out: what reward plugins
-    /// score.
+    /// score (filled in once the episode is over).
     pub text: String,
+    /// The tools it offers.
+    offered: Vec<String>,
 }
 
 /// Plays `config.n` episodes of each prompt (episode `i * n + j` is sample `j` of prompt `i`),
@@ -101,14 +103,14 @@ pub fn play<B: Backend>(
     let pad = tokenizer.pad_id().unwrap_or(0);
     let mut session = Session::start(model, &prompts, &per_episode, pad, device);
     let mut live: Vec<usize> = (0..count).collect();
+    let close = [CLOSE.to_string()];
+    let mut closes_call = stop_check(tokenizer, &close);
     let result = (|| {
         while !live.is_empty() {
             let remaining: Vec<usize> = (0..count)
                 .map(|e| agent.max_tokens.saturating_sub(episodes[e].used()))
                 .collect();
-            let mut stop = |seq: usize, tokens: &[u32]| {
-                tokens.len() >= remaining[seq] || tokenizer.decode(tokens, false).is_ok_and(|text| text.contains(CLOSE))
-            };
+            let mut stop = |seq: usize, tokens: &[u32]| tokens.len() >= remaining[seq] || closes_call(seq, tokens);
             let outputs = session.turn(&live, AfterTurn::Keep, &mut stop);
             let mut replies: Vec<(usize, Vec<ChatMessage>)> = Vec::new();
             let mut to_env: Vec<(usize, String)> = Vec::new();
@@ -185,35 +187,10 @@ pub fn play<B: Backend>(
         env.close(&ids);
     }
     result?;
-    episodes
-        .into_iter()
-        .map(|e| {
-            let text = tokenizer.decode(&e.transcript.tokens()[e.transcript.prompt_len()..], true)?;
-            Ok(Episode {
-                text,
-                transcript: e.transcript,
-                turns: e.turns,
-                tool_calls: e.tool_calls,
-                tool_errors: e.tool_errors,
-                truncated: e.truncated,
-                env_reward: e.env_reward,
-                env_components: e.env_components,
-            })
-        })
-        .collect()
-}
-
-/// An episode while it is played.
-struct Playing {
-    transcript: Transcript,
-    /// The tools it offers.
-    offered: Vec<String>,
-    turns: usize,
-    tool_calls: usize,
-    tool_errors: BTreeMap<&'static str, usize>,
-    truncated: bool,
-    env_reward: Option<f64>,
-    env_components: BTreeMap<String, f64>,
+    for e in &mut episodes {
+        e.text = tokenizer.decode(&e.transcript.tokens()[e.transcript.prompt_len()..], true)?;
+    }
+    Ok(episodes)
 }
 
 /// Opens every episode: from the environment's openings when there is one, else from the
@@ -224,7 +201,7 @@ fn open(
     prompts: &[&Prompt],
     n: usize,
     ids: &[u64],
-) -> Result<Vec<Playing>, TrainError> {
+) -> Result<Vec<Episode>, TrainError> {
     let all_tools: Vec<String> = agent.tools.iter().map(|t| t.spec().name.clone()).collect();
     let opened: Vec<(Vec<ChatMessage>, Vec<String>)> = match agent.env.as_deref_mut() {
         Some(env) => {
@@ -263,21 +240,22 @@ fn open(
                 )));
             }
             let schemas = agent.schemas(Some(&offered));
-            Ok(Playing {
+            Ok(Episode {
                 transcript: Transcript::open(tokenizer, messages, schemas)?,
-                offered,
                 turns: 0,
                 tool_calls: 0,
                 tool_errors: BTreeMap::new(),
                 truncated: false,
                 env_reward: None,
                 env_components: BTreeMap::new(),
+                text: String::new(),
+                offered,
             })
         })
         .collect()
 }
 
-impl Playing {
+impl Episode {
     /// Tokens after the opening.
     fn used(&self) -> usize {
         self.transcript.tokens().len() - self.transcript.prompt_len()
@@ -352,7 +330,7 @@ mod tests {
         }
     }
 
-    fn playing(offered: &[&str]) -> Playing {
+    fn playing(offered: &[&str]) -> Episode {
         let tokenizer = LmTokenizer::load(
             &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../recipes/assets/arithmetic-tokenizer"),
             &[],
@@ -362,15 +340,16 @@ mod tests {
             role: "user".into(),
             content: "1+2?".into(),
         };
-        Playing {
+        Episode {
             transcript: Transcript::open(&tokenizer, vec![user], Vec::new()).unwrap(),
-            offered: offered.iter().map(|s| s.to_string()).collect(),
             turns: 1,
             tool_calls: 0,
             tool_errors: BTreeMap::new(),
             truncated: false,
             env_reward: None,
             env_components: BTreeMap::new(),
+            text: String::new(),
+            offered: offered.iter().map(|s| s.to_string()).collect(),
         }
     }
 

@@ -172,6 +172,7 @@ struct Sampled {
     groups: usize,
     /// Groups without signal that dynamic sampling dropped and replaced.
     resampled: usize,
+    /// Tokens the model sampled.
     tokens: usize,
     /// Reward failures absorbed by `on_error`.
     failures: usize,
@@ -315,7 +316,7 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
                 }
             };
             drop(generating);
-            out.tokens += rollouts.iter().map(|x| x.tokens.len()).sum::<usize>();
+            out.tokens += rollouts.iter().map(Rollout::sampled).sum::<usize>();
 
             let scoring = phases.enter("reward", format!("scoring {} groups", picked.len()));
             let groups: Vec<Group> = picked
@@ -594,6 +595,16 @@ fn generation_seed(seed: u64, step: usize, round: usize) -> u64 {
         z ^ (z >> 31)
     };
     mix(mix(seed ^ mix(step as u64)) ^ round as u64)
+}
+
+impl Rollout {
+    /// Tokens the model sampled (not those a tool or the environment added).
+    fn sampled(&self) -> usize {
+        match &self.trained {
+            Some(trained) => trained.iter().filter(|&&t| t).count(),
+            None => self.tokens.len(),
+        }
+    }
 }
 
 impl From<Episode> for Rollout {
