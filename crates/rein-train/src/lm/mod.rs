@@ -162,3 +162,48 @@ pub fn completion_text(tokenizer: &LmTokenizer, tokens: &[u32], stops: &[String]
 pub fn data_dir(run: Option<&Path>) -> Option<PathBuf> {
     run.map(|r| r.join("data"))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// A target written as a conversation becomes the transcript an episode would give: the
+    /// assistant turns trained on (end-of-turn token included), the tool's answer and the
+    /// template's text around it not.
+    #[test]
+    fn conversational_targets_train_on_the_assistant_turns_only() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../recipes/assets/arithmetic-tokenizer");
+        let tokenizer = LmTokenizer::load(&dir, &[]).unwrap();
+        let data: DataSection = toml::from_str("").unwrap();
+        let completion = serde_json::json!([
+            {"role": "assistant", "content": "<tool_call>x</tool_call>"},
+            {"role": "tool", "content": "408"},
+            {"role": "assistant", "content": "<answer>408</answer>"},
+        ]);
+        let example = Example {
+            prompt: "What is 12 * 34?".into(),
+            answer: Some("408".into()),
+            completion: Some(completion.to_string()),
+            metadata: String::new(),
+        };
+        let prompt = prepare(&[example], &tokenizer, &data, &[]).unwrap().remove(0);
+        let (target, trained) = (prompt.target.unwrap(), prompt.target_trained.unwrap());
+        let text = |keep: bool| {
+            let ids: Vec<u32> = (target.iter().zip(&trained))
+                .filter(|(_, t)| **t == keep)
+                .map(|(i, _)| *i)
+                .collect();
+            tokenizer.decode(&ids, false).unwrap()
+        };
+        assert_eq!(
+            text(true),
+            "<tool_call>x</tool_call><|im_end|><answer>408</answer><|im_end|>"
+        );
+        assert_eq!(
+            text(false),
+            "\n<|im_start|>user\n<tool_response>\n408\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+}
