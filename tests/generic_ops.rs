@@ -87,7 +87,10 @@ fn observe(checkpoint: &str) -> Observed {
     let batch = TokenBatch::new(&pairs, 0);
     let (log_prob, entropy) = completion_log_probs(&model, &batch, 0.8, true, &device);
     let shifted = |by: f32| log_prob.clone().detach().add_scalar(by);
-    let advantages = Tensor::<B, 1>::from_data(TensorData::new(vec![1.0f32, -0.5, 0.3, -1.2, 0.8, -0.4], [6]), &device);
+    let advantages = Tensor::<B, 2>::from_data(
+        TensorData::new(vec![1.0f32, -0.5, 0.3, -1.2, 0.8, -0.4], [6, 1]),
+        &device,
+    );
     let config = PolicyLossConfig {
         level: RatioLevel::Token,
         clip_low: 0.2,

@@ -9,8 +9,8 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 use rein_core::{
-    CompletionScore, EpisodeStart, Group, GroupScores, KlEstimator, Message, Opening, PluginError, Reply, RewardFn,
-    TextEnv, Turn,
+    AdvantageKind, CompletionScore, EpisodeStart, Group, GroupScores, KlEstimator, Message, Opening, PluginError,
+    Reply, RewardFn, TextEnv, Turn,
 };
 use rein_model::lm::{CausalLm, LmTokenizer, load};
 use rein_recipe::{GrpoSection, OptimizerSection, SamplerSection};
@@ -127,6 +127,7 @@ fn run_with(
     let mut rewards = [WeightedReward {
         reward: Box::new(Scripted(reward)),
         weight: 1.0,
+        isolate: false,
     }];
     // No weight decay: a step whose gradients are all zero leaves every parameter as it was.
     let optimizer = OptimizerSection {
@@ -318,7 +319,8 @@ impl TextEnv for Echo {
                     reward: Some((t.content.len() % 2) as f64),
                     components: vec![("parity".into(), (t.content.len() % 2) as f64)],
                     done,
-                    state_key: None,
+                    // The parity of the turn so far: GiGPO's later turns compare within it.
+                    state_key: Some(format!("{}:{}", *seen, t.content.len() % 2)),
                 }
             })
             .collect())
@@ -355,4 +357,45 @@ fn multi_turn_episodes_train_only_on_the_models_tokens() {
     );
     assert!(trace.moved());
     assert!(trace.records[0].contains_key("train/reward/env/parity"));
+}
+
+/// GiGPO reaches the loss: with ω = 0 it is episode-level GRPO (the same update as
+/// `advantage = "group"`), and with ω = 1 its step-level advantages change the update.
+#[test]
+fn gigpo_step_advantages_reach_the_loss() {
+    let play = |advantage: AdvantageKind, step_advantage_weight: f32| {
+        let mut agent = Agent {
+            tools: Vec::new(),
+            env: Some(Box::new(Echo::default())),
+            max_turns: 5,
+            max_tokens: 400,
+            system_prompt: None,
+        };
+        let grpo = GrpoSection {
+            advantage,
+            step_advantage_weight,
+            ..grpo(1)
+        };
+        run_with(grpo, sampler(4), &PROMPTS, alternating, Some(&mut agent))
+    };
+    let group = play(AdvantageKind::Group, 1.0);
+    let episode_level = play(AdvantageKind::Gigpo, 0.0);
+    let with_steps = play(AdvantageKind::Gigpo, 1.0);
+    let distance = |a: &Trace, b: &Trace| {
+        (a.after.iter().zip(&b.after))
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max)
+    };
+    assert!(group.moved() && with_steps.moved());
+    assert!(
+        distance(&group, &episode_level) < 1e-6,
+        "ω = 0 is GRPO: {}",
+        distance(&group, &episode_level)
+    );
+    assert!(
+        distance(&group, &with_steps) > 1e-4,
+        "ω = 1 changes the update: {}",
+        distance(&group, &with_steps)
+    );
+    assert_eq!(with_steps.value(1, "train/clip_frac"), 0.0);
 }

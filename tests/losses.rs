@@ -66,7 +66,7 @@ fn policy_losses_and_their_gradients_match_trl() {
         };
         let reference = (case.beta != 0.0).then(|| matrix(&f.ref_log_prob));
         let advantages = Tensor::from_data(
-            TensorData::new(f.advantages.clone(), [f.advantages.len()]),
+            TensorData::new(f.advantages.clone(), [f.advantages.len(), 1]),
             &Default::default(),
         );
         let log_prob = matrix(&f.log_prob).require_grad();

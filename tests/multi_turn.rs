@@ -157,7 +157,7 @@ fn environment_tokens_get_no_gradient() {
     let values: Vec<f32> = (0..rows * width).map(|i| -0.5 - 0.1 * i as f32).collect();
     let log_prob = Tensor::<A, 2>::from_data(TensorData::new(values.clone(), [rows, width]), &device).require_grad();
     let old = Tensor::<A, 2>::from_data(TensorData::new(values, [rows, width]), &device);
-    let advantages = Tensor::<A, 1>::from_data(TensorData::new(vec![1.0f32, -1.0], [rows]), &device);
+    let advantages = Tensor::<A, 2>::from_data(TensorData::new(vec![1.0f32, -1.0], [rows, 1]), &device);
     for aggregation in [
         rein_core::Aggregation::TokenMean,
         rein_core::Aggregation::SeqMeanTokenMean,

@@ -57,7 +57,7 @@ fn one_grpo_step_matches_pytorch() {
     let batch = TokenBatch::new(&pairs, 0);
     let (log_prob, _) = completion_log_probs(&model, &batch, step.temperature, false, &device);
     let old: Vec<&[f32]> = step.old_log_prob.iter().map(Vec::as_slice).collect();
-    let advantages = Tensor::<B, 1>::from_data(TensorData::new(step.advantages.clone(), [batch.rows]), &device);
+    let advantages = Tensor::<B, 2>::from_data(TensorData::new(step.advantages.clone(), [batch.rows, 1]), &device);
     let config = PolicyLossConfig {
         level: RatioLevel::Token,
         clip_low: step.clip,

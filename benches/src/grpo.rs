@@ -194,6 +194,7 @@ fn measure(
     let mut rewards = vec![WeightedReward {
         reward: Box::new(plugin.reward(r#"{"extract": "answer"}"#)?),
         weight: 1.0,
+        isolate: false,
     }];
     let grpo = GrpoSection {
         steps: case.steps,

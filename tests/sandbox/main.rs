@@ -6,6 +6,7 @@
 mod common;
 
 mod clocks;
+mod code_tests;
 mod environments;
 mod guests;
 mod limits;

@@ -39,6 +39,9 @@ pub enum AdvantageKind {
     /// REINFORCE++ global normalisation.
     #[serde(rename = "reinforce++")]
     ReinforcePp,
+    /// GiGPO for multi-turn episodes: group-normalised episode advantages plus step-level
+    /// advantages over turns that start from the same environment state.
+    Gigpo,
 }
 
 /// How group-normalised advantages are scaled.

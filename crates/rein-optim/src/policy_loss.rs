@@ -3,8 +3,8 @@
 //! ```text
 //! w_it = π_θ(y_t|…) / π_old(y_t|…)                                    token level (PPO / GRPO)
 //! w_it = exp( 1/|y_i| Σ_t log π_θ(y_t|…)/π_old(y_t|…) )               sequence level (GSPO, Zheng et al. 2025)
-//! J_it = min( w_it Â_i, clip(w_it, 1 − ε_low, 1 + ε_high) Â_i )       asymmetric clip (DAPO's clip-higher)
-//! J_it = max( J_it, c Â_i )  when Â_i < 0                             dual clip (Ye et al. 2020), c > 1
+//! J_it = min( w_it Â_it, clip(w_it, 1 − ε_low, 1 + ε_high) Â_it )     asymmetric clip (DAPO's clip-higher)
+//! J_it = max( J_it, c Â_it )  when Â_it < 0                           dual clip (Ye et al. 2020), c > 1
 //! ℓ_it = −J_it + β w_it KL_it − c_ent H_it                            then aggregated over tokens
 //! ```
 //! The KL term is weighted by the importance ratio `w_it` when `kl_importance_weighted` is set
@@ -60,13 +60,14 @@ pub struct PolicyLoss<B: Backend> {
 ///
 /// # Shapes
 /// - `log_prob`, `old_log_prob`, `mask` (1 on completion tokens, 0 on padding): `[batch, tokens]`
-/// - `advantages`: `[batch]`
+/// - `advantages`: `[batch, 1]` (one per completion, the GRPO family) or `[batch, tokens]` (one
+///   per token, GiGPO's per-turn advantages)
 /// - `ref_log_prob`, `entropy`: `[batch, tokens]`, optional
 #[allow(clippy::too_many_arguments)]
 pub fn policy_loss<B: Backend>(
     log_prob: Tensor<B, 2>,
     old_log_prob: Tensor<B, 2>,
-    advantages: Tensor<B, 1>,
+    advantages: Tensor<B, 2>,
     mask: Tensor<B, 2>,
     ref_log_prob: Option<Tensor<B, 2>>,
     entropy: Option<Tensor<B, 2>>,
@@ -85,7 +86,7 @@ pub fn policy_loss<B: Backend>(
     };
     let weight = log_weight.exp();
     let clipped = weight.clone().clamp(1.0 - config.clip_low, 1.0 + config.clip_high);
-    let adv = advantages.unsqueeze_dim::<2>(1).expand([batch, tokens]);
+    let adv = advantages.expand([batch, tokens]);
     let mut objective = (weight.clone() * adv.clone()).min_pair(clipped * adv.clone());
     if let Some(c) = config.dual_clip {
         let floor = adv.clone().mul_scalar(c);
@@ -140,8 +141,9 @@ mod tests {
         Tensor::from_data(TensorData::new(v.to_vec(), [rows, v.len() / rows]), &Default::default())
     }
 
-    fn t1(v: &[f32]) -> Tensor<B, 1> {
-        Tensor::from_data(TensorData::new(v.to_vec(), [v.len()]), &Default::default())
+    /// One advantage per completion, `[batch, 1]`.
+    fn per_completion(v: &[f32]) -> Tensor<B, 2> {
+        Tensor::from_data(TensorData::new(v.to_vec(), [v.len(), 1]), &Default::default())
     }
 
     fn config(aggregation: Aggregation) -> PolicyLossConfig {
@@ -183,7 +185,7 @@ mod tests {
             for aggregation in [Aggregation::TokenMean, Aggregation::SeqMeanTokenMean, Aggregation::SeqMeanTokenSumNorm] {
                 for level in [RatioLevel::Token, RatioLevel::Sequence] {
                     let cfg = PolicyLossConfig { level, ..config(aggregation) };
-                    let out = policy_loss(t2(&logp, b), t2(&logp, b), t1(&adv), t2(&mask, b), None, None, &cfg);
+                    let out = policy_loss(t2(&logp, b), t2(&logp, b), per_completion(&adv), t2(&mask, b), None, None, &cfg);
                     let lens: Vec<f32> = mask.chunks(6).map(|m| m.iter().sum()).collect();
                     let expected = match aggregation {
                         Aggregation::TokenMean => -adv.iter().zip(&lens).map(|(a, l)| a * l).sum::<f32>() / lens.iter().sum::<f32>(),
@@ -203,7 +205,7 @@ mod tests {
             // Below 1 + ε_high, a positive-advantage token keeps its unclipped objective w Â.
             let w = log_ratio.exp();
             prop_assume!(w <= 1.28);
-            let out = policy_loss(t2(&[log_ratio], 1), t2(&[0.0], 1), t1(&[adv]), t2(&[1.0], 1), None, None, &config(Aggregation::TokenMean));
+            let out = policy_loss(t2(&[log_ratio], 1), t2(&[0.0], 1), per_completion(&[adv]), t2(&[1.0], 1), None, None, &config(Aggregation::TokenMean));
             prop_assert!((out.loss.into_scalar() + w * adv).abs() < 1e-5);
             prop_assert_eq!(out.clip_frac.into_scalar(), 0.0);
         }
@@ -211,7 +213,7 @@ mod tests {
         #[test]
         fn dual_clip_bounds_the_loss_of_negative_advantages(log_ratio in 0.0f32..4.0, adv in -3.0f32..-0.01) {
             let cfg = PolicyLossConfig { dual_clip: Some(3.0), ..config(Aggregation::TokenMean) };
-            let out = policy_loss(t2(&[log_ratio], 1), t2(&[0.0], 1), t1(&[adv]), t2(&[1.0], 1), None, None, &cfg);
+            let out = policy_loss(t2(&[log_ratio], 1), t2(&[0.0], 1), per_completion(&[adv]), t2(&[1.0], 1), None, None, &cfg);
             prop_assert!(out.loss.into_scalar() <= -3.0 * adv + 1e-4);
         }
     }
@@ -227,7 +229,7 @@ mod tests {
         let out = policy_loss(
             t2(&logp, 1),
             t2(&logp, 1),
-            t1(&[0.0]),
+            per_completion(&[0.0]),
             t2(&[1.0, 1.0], 1),
             Some(t2(&reference, 1)),
             Some(t2(&[0.3, 0.7], 1)),

@@ -224,6 +224,26 @@ impl LoadedRecipe {
                 if grpo.dual_clip.is_some_and(|c| c <= 1.0) {
                     return Err(self.invalid("algorithm.dual_clip", "the dual-clip constant must be greater than 1"));
                 }
+                if grpo.advantage == AdvantageKind::Gigpo {
+                    if r.agent.is_none() {
+                        return Err(self.invalid(
+                            "algorithm.advantage",
+                            "`gigpo` compares the turns of multi-turn episodes: it needs an [agent] section",
+                        ));
+                    }
+                    if grpo.std_scaling == rein_core::StdScaling::Batch {
+                        return Err(self.invalid(
+                            "algorithm.std_scaling",
+                            "`gigpo` normalises within groups: use `group` or `none`, not `batch`",
+                        ));
+                    }
+                    if !(0.0..=1.0).contains(&grpo.step_gamma) || !grpo.step_advantage_weight.is_finite() {
+                        return Err(self.invalid(
+                            "algorithm.step_gamma",
+                            "step_gamma must be in [0, 1] and step_advantage_weight finite",
+                        ));
+                    }
+                }
             }
             Algorithm::Sft(_) => {
                 if r.data.is_none() {

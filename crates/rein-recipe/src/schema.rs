@@ -368,6 +368,11 @@ pub struct RewardEntry {
     /// Sandbox limits.
     #[serde(default)]
     pub limits: SandboxLimits,
+    /// The reward judges each completion on its own: when a batch fails, retry the failing
+    /// group one completion at a time and score 0 the completions that fail alone (a hostile
+    /// completion then costs only its own score; `on_error` is not consulted).
+    #[serde(default)]
+    pub isolate: bool,
 }
 
 /// The GRPO family.
@@ -378,8 +383,12 @@ pub struct GrpoSection {
     pub steps: usize,
     /// Prompts per step (each sampled `sampler.n` times).
     pub prompts_per_step: usize,
-    /// `group` (GRPO / Dr. GRPO), `rloo` or `reinforce++`.
+    /// `group` (GRPO / Dr. GRPO), `rloo`, `reinforce++` or `gigpo` (multi-turn episodes).
     pub advantage: AdvantageKind,
+    /// GiGPO's ω: the weight of the step-level advantage.
+    pub step_advantage_weight: f32,
+    /// GiGPO's γ: the discount of the step-level returns-to-go.
+    pub step_gamma: f32,
     /// Std scaling of group advantages: `group`, `batch` or `none` (Dr. GRPO).
     pub std_scaling: rein_core::StdScaling,
     /// REINFORCE++: subtract the group mean before batch normalisation.
@@ -422,6 +431,8 @@ impl Default for GrpoSection {
             steps: 100,
             prompts_per_step: 8,
             advantage: AdvantageKind::Group,
+            step_advantage_weight: 1.0,
+            step_gamma: 0.95,
             std_scaling: rein_core::StdScaling::Group,
             group_baseline: true,
             ratio_level: rein_core::RatioLevel::Token,

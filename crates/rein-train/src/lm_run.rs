@@ -125,6 +125,7 @@ fn setup<B: Backend>(
         rewards.push(WeightedReward {
             reward: Box::new(plugin.reward(&config)?),
             weight: entry.weight,
+            isolate: entry.isolate,
         });
     }
     let accuracy_index = match &recipe.eval.accuracy_reward {

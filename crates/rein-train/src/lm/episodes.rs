@@ -78,8 +78,21 @@ pub struct Episode {
     /// Everything after the opening as text, special tokens left out: what reward plugins
     /// score (filled in once the episode is over).
     pub text: String,
+    /// Each model turn: where its tokens end, what the environment gave for it.
+    pub turn_log: Vec<TurnRecord>,
     /// The tools it offers.
     offered: Vec<String>,
+}
+
+/// One model turn of an episode, for GiGPO's step-level groups.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnRecord {
+    /// The transcript's length once the model's tokens of this turn were in.
+    pub end: usize,
+    /// The environment's reward for this turn (0 when none).
+    pub reward: f64,
+    /// The environment's state key after this turn, when it gave one.
+    pub state_after: Option<String>,
 }
 
 /// Plays `config.n` episodes of each prompt (episode `i * n + j` is sample `j` of prompt `i`),
@@ -121,6 +134,11 @@ pub fn play<B: Backend>(
                 let content = episode
                     .transcript
                     .push_model_turn(tokenizer, &out.tokens, &out.logprobs)?;
+                episode.turn_log.push(TurnRecord {
+                    end: episode.transcript.tokens().len(),
+                    reward: 0.0,
+                    state_after: None,
+                });
                 if episode.used() >= agent.max_tokens {
                     episode.truncated = true;
                     finished.push(e);
@@ -150,6 +168,10 @@ pub fn play<B: Backend>(
                         let episode = &mut episodes[e];
                         if let Some(reward) = reply.reward {
                             *episode.env_reward.get_or_insert(0.0) += reward;
+                        }
+                        if let Some(turn) = episode.turn_log.last_mut() {
+                            turn.reward = reply.reward.unwrap_or(0.0);
+                            turn.state_after = reply.state_key;
                         }
                         for (name, value) in reply.components {
                             *episode.env_components.entry(name).or_default() += value;
@@ -249,6 +271,7 @@ fn open(
                 env_reward: None,
                 env_components: BTreeMap::new(),
                 text: String::new(),
+                turn_log: Vec::new(),
                 offered,
             })
         })
@@ -349,6 +372,7 @@ mod tests {
             env_reward: None,
             env_components: BTreeMap::new(),
             text: String::new(),
+            turn_log: Vec::new(),
             offered: offered.iter().map(|s| s.to_string()).collect(),
         }
     }

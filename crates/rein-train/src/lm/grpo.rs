@@ -1,7 +1,7 @@
 //! The GRPO family (GRPO, Dr. GRPO, DAPO, GSPO, RLOO, REINFORCE++), one step in algorithm
 //! order: sample prompts → generate G completions each → score groups with the reward plugins
 //! (resampling groups without signal, DAPO) → outcome advantages (KL folded into the reward
-//! when asked) → μ gradient steps on the policy loss against the sampling-time
+//! when asked; GiGPO's per-turn ones for multi-turn episodes) → μ gradient steps on the policy loss against the sampling-time
 //! log-probabilities → log.
 
 use std::collections::BTreeMap;
@@ -15,8 +15,8 @@ use rein_core::{AdvantageKind, FailureCounts, Group, ToolErrorKind};
 use rein_model::AutodiffBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
 use rein_optim::{
-    LinearSchedule, PolicyLossConfig, clip_grad_norm, group_normalized, kl_estimate_scalar, policy_loss, reinforce_pp,
-    rloo, zero_variance,
+    GigpoConfig, LinearSchedule, PolicyLossConfig, clip_grad_norm, group_normalized, kl_estimate_scalar, policy_loss,
+    reinforce_pp, rloo, zero_variance,
 };
 use rein_recipe::{GrpoSection, OptimizerSection, SamplerSection};
 use rein_sampler::{FinishReason, GenerationConfig, SeededRng, generate};
@@ -24,8 +24,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::batch::{TokenBatch, completion_log_probs};
-use super::episodes::{Agent, Episode, play};
+use super::episodes::{Agent, Episode, TurnRecord, play};
 use super::rewards::{GroupReward, WeightedReward, score_groups};
+use super::turn_advantages::{EpisodeTurns, token_advantages};
 use super::{Prompt, completion_text, stop_check};
 use crate::TrainError;
 use crate::checkpoint::{Checkpoint, learner_sections};
@@ -116,6 +117,8 @@ struct Rollout {
     text: String,
     /// The text environment's reward and components.
     env_reward: Option<(f64, BTreeMap<String, f64>)>,
+    /// The model's turns (`end` counted from the start of `tokens`); empty for single-turn.
+    turns: Vec<TurnRecord>,
 }
 
 /// One sampled, scored group.
@@ -201,6 +204,11 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
         let (grpo, sampler, optimizer) = (ctx.grpo, ctx.sampler, ctx.optimizer);
         if grpo.advantage == AdvantageKind::Rloo && sampler.n < 2 {
             return Err(TrainError::Unsupported("RLOO needs sampler.n ≥ 2".into()));
+        }
+        if grpo.advantage == AdvantageKind::Gigpo && ctx.agent.is_none() {
+            return Err(TrainError::Unsupported(
+                "algorithm.advantage = \"gigpo\" needs multi-turn episodes (an [agent] section)".into(),
+            ));
         }
         let optim = AdamWConfig::new()
             .with_beta_1(optimizer.beta1)
@@ -311,6 +319,7 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
                             logprobs: x.logprobs,
                             trained: None,
                             env_reward: None,
+                            turns: Vec::new(),
                         })
                         .collect()
                 }
@@ -339,10 +348,17 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
                 })?;
             drop(scoring);
             for failure in &absorbed {
-                eprintln!(
-                    "step {step}: {} (prompt {:?}); on_error = {:?}",
-                    failure.error, groups[failure.group].prompt, grpo.on_error
-                );
+                let prompt = &groups[failure.group].prompt;
+                match failure.completion {
+                    Some(c) => eprintln!(
+                        "step {step}: {} (prompt {prompt:?}, completion {c}); scored 0",
+                        failure.error
+                    ),
+                    None => eprintln!(
+                        "step {step}: {} (prompt {prompt:?}); on_error = {:?}",
+                        failure.error, grpo.on_error
+                    ),
+                }
             }
             out.failures += absorbed.len();
             add_env_rewards(&mut scores, &rollouts, g);
@@ -402,10 +418,38 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
             _ => None,
         };
         let g = sampler.n;
+        let per_sequence = |advantages: Vec<f32>| -> Vec<f32> {
+            advantages
+                .into_iter()
+                .flat_map(|a| std::iter::repeat_n(a, width))
+                .collect()
+        };
+        // One advantage per completion token, `[rows, width]`.
         let advantages: Vec<f32> = match grpo.advantage {
-            AdvantageKind::Group => group_normalized(&rewards, g, grpo.std_scaling),
-            AdvantageKind::Rloo => rloo(&rewards, g),
-            AdvantageKind::ReinforcePp => reinforce_pp(&rewards, g, grpo.group_baseline),
+            AdvantageKind::Group => per_sequence(group_normalized(&rewards, g, grpo.std_scaling)),
+            AdvantageKind::Rloo => per_sequence(rloo(&rewards, g)),
+            AdvantageKind::ReinforcePp => per_sequence(reinforce_pp(&rewards, g, grpo.group_baseline)),
+            AdvantageKind::Gigpo => {
+                let config = GigpoConfig {
+                    gamma: grpo.step_gamma,
+                    step_weight: grpo.step_advantage_weight,
+                    scale_by_std: grpo.std_scaling != rein_core::StdScaling::None,
+                };
+                let episodes: Vec<EpisodeTurns> = (flat.iter().zip(&rewards))
+                    .map(|((rollout, _), &reward)| EpisodeTurns {
+                        turns: &rollout.turns,
+                        reward,
+                        len: rollout.tokens.len(),
+                    })
+                    .collect();
+                (episodes.chunks(g))
+                    .flat_map(|group| token_advantages(group, config))
+                    .flat_map(|mut row| {
+                        row.resize(width, 0.0);
+                        row
+                    })
+                    .collect()
+            }
         };
         let mut mask = tokens.completion_mask.clone();
         if grpo.mask_truncated {
@@ -418,7 +462,7 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
 
         let old_log_prob = tokens.per_token::<B>(&old, &self.device);
         let mask = Tensor::<B, 2>::from_data(TensorData::new(mask, [rows, width]), &self.device);
-        let advantages = Tensor::<B, 1>::from_data(TensorData::new(advantages, [rows]), &self.device);
+        let advantages = Tensor::<B, 2>::from_data(TensorData::new(advantages, [rows, width]), &self.device);
         let reference = reference_log_probs
             .filter(|_| !grpo.kl_in_reward)
             .map(|lp| Tensor::<B, 2>::from_data(TensorData::new(lp, [rows, width]), &self.device));
@@ -619,6 +663,9 @@ impl From<Episode> for Rollout {
             truncated: episode.truncated,
             text: episode.text,
             env_reward: episode.env_reward.map(|r| (r, episode.env_components)),
+            turns: (episode.turn_log.into_iter())
+                .map(|t| TurnRecord { end: t.end - at, ..t })
+                .collect(),
         }
     }
 }

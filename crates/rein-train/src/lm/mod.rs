@@ -11,6 +11,7 @@ mod sft;
 mod task;
 pub mod tool_calls;
 pub mod transcript;
+mod turn_advantages;
 
 use std::path::{Path, PathBuf};
 

@@ -12,6 +12,10 @@ pub struct WeightedReward {
     pub reward: Box<dyn RewardFn>,
     /// Its weight in the sum.
     pub weight: f64,
+    /// It judges each completion on its own (no group-level comparison), so a group that fails
+    /// is retried one completion at a time and a completion that still fails scores 0: one
+    /// hostile completion (an infinite loop in the code it wrote) costs only its own score.
+    pub isolate: bool,
 }
 
 /// The combined scores of one group.
@@ -26,18 +30,22 @@ pub struct GroupReward {
     pub skipped: bool,
 }
 
-/// A plugin failure that `on_error` absorbed, for the log.
+/// A plugin failure that `on_error` (or `isolate`) absorbed, for the log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RewardFailure {
     /// Index of the group in the batch.
     pub group: usize,
+    /// The completion that failed on its own (scored 0), with `isolate`.
+    pub completion: Option<usize>,
     /// The error (it names the plugin).
     pub error: PluginError,
 }
 
 /// Scores `groups` with every reward. Batches go to each plugin in one call; when a call
 /// fails, the groups are retried one by one to find the failing ones, which `on_error` then
-/// handles. With `Fail`, the error names the plugin and the first failing group.
+/// handles, after, with `isolate`, retrying the failing group's completions one by one (those
+/// that fail alone score 0). With `Fail`, the error names the plugin and the first failing
+/// group.
 pub fn score_groups(
     rewards: &mut [WeightedReward],
     groups: &[Group],
@@ -60,10 +68,15 @@ pub fn score_groups(
                 .enumerate()
                 .map(|(i, g)| match weighted.reward.score(std::slice::from_ref(g)) {
                     Ok(mut one) => Ok(one.pop()),
+                    Err(_) if weighted.isolate => Ok(Some(score_alone(weighted.reward.as_mut(), g, i, &mut failures))),
                     Err(error) => match on_error {
                         OnError::Fail => Err((i, error)),
                         OnError::Zero | OnError::Skip => {
-                            failures.push(RewardFailure { group: i, error });
+                            failures.push(RewardFailure {
+                                group: i,
+                                completion: None,
+                                error,
+                            });
                             Ok(None)
                         }
                     },
@@ -100,6 +113,38 @@ pub fn score_groups(
         }
     }
     Ok((out, failures))
+}
+
+/// Scores each completion of `group` as a group of its own; one that fails scores 0 and is
+/// recorded in `failures`.
+fn score_alone(
+    reward: &mut dyn RewardFn,
+    group: &Group,
+    index: usize,
+    failures: &mut Vec<RewardFailure>,
+) -> Vec<rein_core::CompletionScore> {
+    (group.completions.iter().enumerate())
+        .map(|(c, completion)| {
+            let alone = Group {
+                completions: vec![completion.clone()],
+                ..group.clone()
+            };
+            match reward.score(std::slice::from_ref(&alone)) {
+                Ok(mut one) => one.pop().and_then(|mut scores| scores.pop()).unwrap_or_default(),
+                Err(error) => {
+                    failures.push(RewardFailure {
+                        group: index,
+                        completion: Some(c),
+                        error,
+                    });
+                    rein_core::CompletionScore {
+                        score: Some(0.0),
+                        components: Vec::new(),
+                    }
+                }
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -173,10 +218,12 @@ mod tests {
             WeightedReward {
                 reward: Box::new(Length),
                 weight: 0.5,
+                isolate: false,
             },
             WeightedReward {
                 reward: Box::new(Yes),
                 weight: 2.0,
+                isolate: false,
             },
         ]
     }
@@ -204,5 +251,21 @@ mod tests {
         assert_eq!(out[0].total, vec![1.0], "other groups keep their scores");
         let (out, _) = score_groups(&mut rewards(), &groups, OnError::Skip).unwrap();
         assert!(out[1].skipped && !out[0].skipped && !out[2].skipped);
+    }
+
+    #[test]
+    fn isolated_rewards_score_a_failing_completion_zero_and_the_rest_as_usual() {
+        let groups = [group(&["ok", "boom", "yes"]), group(&["fine"])];
+        let mut rewards = rewards();
+        rewards[0].isolate = true;
+        let (out, failures) = score_groups(&mut rewards, &groups, OnError::Fail).unwrap();
+        assert_eq!(failures.len(), 1);
+        assert_eq!((failures[0].group, failures[0].completion), (0, Some(1)));
+        assert_eq!(failures[0].error.plugin, "length");
+        assert_eq!(out[0].total, vec![0.5 * 2.0, 0.0, 0.5 * 3.0 + 2.0]);
+        assert_eq!(out[0].components["length"], vec![2.0, 0.0, 3.0]);
+        assert!(out[0].components["length/chars"][1].is_nan());
+        assert_eq!(out[1].total, vec![0.5 * 4.0], "other groups keep their scores");
+        assert!(!out[0].skipped);
     }
 }
