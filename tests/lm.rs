@@ -466,7 +466,8 @@ fn chat_templates_render_as_transformers_renders_them() {
         serde_json::from_str(&std::fs::read_to_string(fixtures().join("chat_templates.json")).unwrap()).unwrap();
     let tokenizer_json = fixtures().join("tokenizer/tokenizer.json");
     let cases = fixture["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 32);
+    assert_eq!(cases.len(), 44);
+    let tools: Vec<serde_json::Value> = fixture["tools"].as_array().unwrap().clone();
     for case in cases {
         let name = case["template"].as_str().unwrap();
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chat-template-{name}"));
@@ -483,7 +484,8 @@ fn chat_templates_render_as_transformers_renders_them() {
         let messages: Vec<rein_model::lm::ChatMessage> =
             serde_json::from_value(fixture["conversations"][conversation].clone()).unwrap();
         let add_generation_prompt = case["add_generation_prompt"].as_bool().unwrap();
-        let got = tokenizer.apply_chat_template(&messages, add_generation_prompt);
+        let offered: &[serde_json::Value] = if case["tools"] == true { &tools } else { &[] };
+        let got = tokenizer.apply_chat_template_with_tools(&messages, offered, add_generation_prompt);
         let what = format!("{name}, {conversation}, generation prompt {add_generation_prompt}");
         match (&case["rendered"], &case["error"]) {
             (serde_json::Value::String(want), _) => assert_eq!(got.unwrap().unwrap(), *want, "{what}"),

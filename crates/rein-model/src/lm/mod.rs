@@ -18,6 +18,7 @@ pub mod lora;
 mod model;
 pub mod peft;
 mod rope;
+mod tojson;
 mod tokenizer;
 
 use std::path::PathBuf;

@@ -167,7 +167,8 @@ impl LmTokenizer {
             reason: format!("chat template: {e}"),
         };
         // transformers' Jinja environment: block tags take their line's indentation and the
-        // newline after them with them, Python's string methods, `raise_exception`.
+        // newline after them with them, Python's string methods, `raise_exception`, and
+        // `tojson` as Python's `json.dumps`.
         let mut env = minijinja::Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
@@ -178,6 +179,7 @@ impl LmTokenizer {
                 Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, message))
             },
         );
+        env.add_filter("tojson", super::tojson::tojson);
         env.add_template("chat", template).map_err(fail)?;
         let rendered = env
             .get_template("chat")
