@@ -351,3 +351,33 @@ fn a_multi_turn_recipe_logs_episodes_and_reports_tool_use() {
         "{report}"
     );
 }
+
+/// A multi-turn recipe whose chat template rewrites earlier turns (Qwen3's habit of dropping
+/// an earlier assistant turn's `<think>` block) is refused at start-up, before any training,
+/// with an error naming the drift.
+#[test]
+fn a_multi_turn_recipe_refuses_a_template_that_rewrites_earlier_turns() {
+    let runs = scratch("drift");
+    let tokenizer = runs.join("drifting-tokenizer");
+    std::fs::create_dir_all(&tokenizer).unwrap();
+    let assets = root().join("recipes/assets/arithmetic-tokenizer");
+    std::fs::copy(assets.join("tokenizer.json"), tokenizer.join("tokenizer.json")).unwrap();
+    let template = "{% for message in messages %}{% set content = message['content'] %}\
+        {% if message['role'] == 'assistant' and not loop.last %}{% set content = content.split('</think>')[-1] %}{% endif %}\
+        {{ '<|im_start|>' + message['role'] + '\\n' + content + '<|im_end|>\\n' }}{% endfor %}\
+        {% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    let config = serde_json::json!({"chat_template": template, "eos_token": "<|im_end|>"});
+    std::fs::write(tokenizer.join("tokenizer_config.json"), config.to_string()).unwrap();
+    let overrides = vec![
+        format!("model.tokenizer={:?}", tokenizer.display().to_string()),
+        format!("train.runs_dir={:?}", runs.display().to_string()),
+    ];
+    let recipe = LoadedRecipe::load(&root().join("recipes/grpo-calculator.toml"), &overrides).unwrap();
+    let error = rein_train::run(&recipe, &plugin_dir(), true).unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("<think>"), "{text}");
+    assert!(
+        !std::fs::read_dir(&runs).unwrap().any(|e| e.unwrap().path().join("metrics.jsonl").exists()),
+        "refused before training"
+    );
+}
