@@ -377,7 +377,9 @@ fn a_multi_turn_recipe_refuses_a_template_that_rewrites_earlier_turns() {
     let text = error.to_string();
     assert!(text.contains("<think>"), "{text}");
     assert!(
-        !std::fs::read_dir(&runs).unwrap().any(|e| e.unwrap().path().join("metrics.jsonl").exists()),
+        !std::fs::read_dir(&runs)
+            .unwrap()
+            .any(|e| e.unwrap().path().join("metrics.jsonl").exists()),
         "refused before training"
     );
 }

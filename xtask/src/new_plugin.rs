@@ -1,5 +1,5 @@
-//! `cargo xtask new-plugin`: scaffold a reward or environment plugin (Rust), or a reward
-//! plugin in Python or JavaScript.
+//! `cargo xtask new-plugin`: scaffold a reward, environment, tool or text-environment plugin
+//! (Rust), a reward or tool plugin in Python, or a reward plugin in JavaScript.
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +15,10 @@ pub(crate) enum Kind {
     Reward,
     /// An environment (world `environment`).
     Env,
+    /// A tool agents call (world `tool`).
+    Tool,
+    /// A text environment for multi-turn episodes (world `text-env`).
+    TextEnv,
 }
 
 #[derive(Args)]
@@ -24,7 +28,7 @@ pub(crate) struct NewPlugin {
     pub(crate) kind: Kind,
     /// The plugin's name, kebab-case (e.g. `contains-answer`).
     pub(crate) name: String,
-    /// The language: Rust (any kind), Python or JavaScript (reward plugins).
+    /// The language: Rust (any kind), Python (rewards and tools) or JavaScript (rewards).
     #[arg(long, value_enum, default_value = "rust")]
     pub(crate) lang: Lang,
     /// The plugin workspace to add it to (default: plugins/).
@@ -76,7 +80,17 @@ impl NewPlugin {
         let source = match self.kind {
             Kind::Reward => REWARD_TEMPLATE,
             Kind::Env => ENV_TEMPLATE,
+            Kind::Tool => TOOL_TEMPLATE,
+            Kind::TextEnv => TEXT_ENV_TEMPLATE,
         };
+        let cases = match self.kind {
+            Kind::Tool => Some(TOOL_CASES),
+            Kind::TextEnv => Some(TEXT_ENV_CASES),
+            Kind::Reward | Kind::Env => None,
+        };
+        if let Some(cases) = cases {
+            std::fs::write(dir.join("cases.jsonl"), cases)?;
+        }
         let type_name: String = name
             .split('-')
             .map(|part| {
@@ -106,20 +120,21 @@ impl NewPlugin {
     /// A Python or JavaScript reward plugin: its module and its test cases.
     fn scaffold_guest(&self, workspace: &Path) -> anyhow::Result<()> {
         let name = &self.name;
-        if !matches!(self.kind, Kind::Reward) {
-            bail!("Python and JavaScript plugins are reward plugins; write environments in Rust (--lang rust)");
-        }
+        let (template, cases) = match (self.kind, self.lang) {
+            (Kind::Reward, Lang::Python) => (PYTHON_REWARD_TEMPLATE, GUEST_CASES),
+            (Kind::Reward, _) => (JS_REWARD_TEMPLATE, GUEST_CASES),
+            (Kind::Tool, Lang::Python) => (PYTHON_TOOL_TEMPLATE, TOOL_CASES),
+            _ => bail!(
+                "the scaffolds in Python are rewards and tools, in JavaScript rewards; write the others in Rust (--lang rust)"
+            ),
+        };
         let dir = workspace.join(name);
         if dir.exists() {
             bail!("{} already exists", dir.display());
         }
-        let template = match self.lang {
-            Lang::Python => PYTHON_REWARD_TEMPLATE,
-            _ => JS_REWARD_TEMPLATE,
-        };
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join(self.lang.entry_file()), template.replace("{{name}}", name))?;
-        std::fs::write(dir.join("cases.jsonl"), GUEST_CASES)?;
+        std::fs::write(dir.join("cases.jsonl"), cases)?;
         println!("created {}", dir.display());
         if self.dir.is_none() {
             println!("  build it:  cargo xtask build-plugins   (→ target/plugins/{name}.wasm)");
@@ -409,3 +424,208 @@ export const rewardApi = {
   },
 };
 "##;
+
+const TOOL_TEMPLATE: &str = r##"//! `{{name}}`: a tool that counts the words and characters of a text.
+
+use rein_pdk::json::{Map, Value, json};
+use rein_pdk::{Config, ConfigKey, Metadata, Tool, ToolSpec};
+
+/// The tool.
+pub struct {{Type}} {
+    max_chars: usize,
+}
+
+impl Tool for {{Type}} {
+    const METADATA: Metadata = Metadata::new("{{name}}", "Counts the words and characters of a text")
+        .config(&[ConfigKey::new("max_chars", "longest text accepted").default("10000")]);
+
+    fn new(config: &Config) -> Result<Self, String> {
+        Ok(Self { max_chars: config.u64_or("max_chars", 10_000)? as usize })
+    }
+
+    /// What the model sees (an OpenAI function schema).
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "{{name}}".into(),
+            description: "Count the words and characters of a text.".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {"text": {"type": "string", "description": "The text to count"}},
+                "required": ["text"],
+            }),
+        }
+    }
+
+    /// `Ok` is the result the model reads; `Err` an error message it reads instead.
+    fn call(&mut self, arguments: &Map<String, Value>) -> Result<String, String> {
+        let Some(Value::String(text)) = arguments.get("text") else {
+            return Err("`text` must be a string".into());
+        };
+        if text.chars().count() > self.max_chars {
+            return Err(format!("the text is longer than {} characters", self.max_chars));
+        }
+        Ok(format!("{} words, {} characters", text.split_whitespace().count(), text.chars().count()))
+    }
+}
+
+rein_pdk::export_tool!({{Type}});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arguments(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn counts_words_and_refuses_bad_arguments() {
+        let config = Config::parse(r#"{"max_chars": 20}"#, &{{Type}}::METADATA).unwrap();
+        let mut tool = {{Type}}::new(&config).unwrap();
+        assert_eq!(tool.call(&arguments(json!({"text": "two  words"}))), Ok("2 words, 10 characters".into()));
+        assert!(tool.call(&arguments(json!({"text": 3}))).is_err());
+        assert!(tool.call(&arguments(json!({"text": "x".repeat(21)}))).is_err());
+    }
+}
+"##;
+
+const TEXT_ENV_TEMPLATE: &str = r##"//! `{{name}}`: a word game over several turns. The model must say the row's reference word;
+//! after each miss it hears how many letters it got in the right place, until it says the word
+//! (reward 1) or runs out of tries (reward 0).
+
+use rein_pdk::{Config, ConfigKey, EpisodeStart, Message, Metadata, Opening, Reply, TextEnv};
+
+/// The environment.
+pub struct {{Type}} {
+    tries: u32,
+}
+
+/// One episode.
+pub struct Game {
+    word: String,
+    tries: u32,
+}
+
+impl TextEnv for {{Type}} {
+    type Episode = Game;
+
+    const METADATA: Metadata = Metadata::new("{{name}}", "Say the secret word; hints after each miss")
+        .config(&[ConfigKey::new("tries", "turns before the episode ends unsolved").default("3")]);
+
+    fn new(config: &Config) -> Result<Self, String> {
+        match config.u64_or("tries", 3)? {
+            0 => Err("`tries` must be at least 1".into()),
+            tries => Ok(Self { tries: tries as u32 }),
+        }
+    }
+
+    /// A new episode from a dataset row: its state and the opening messages.
+    fn reset(&mut self, start: &EpisodeStart) -> Result<(Game, Opening), String> {
+        let word = start.reference.clone().ok_or("the row has no reference (the word)")?;
+        let opening = Opening {
+            messages: vec![Message::user(start.prompt.clone())],
+            tools: Vec::new(),
+        };
+        Ok((Game { word: word.trim().to_lowercase(), tries: 0 }, opening))
+    }
+
+    /// The model's turn: the next messages, or the end with a reward.
+    fn step(&mut self, game: &mut Game, content: &str) -> Result<Reply, String> {
+        game.tries += 1;
+        let said = content.trim().to_lowercase();
+        if said.split_whitespace().any(|w| w.trim_matches(|c: char| !c.is_alphanumeric()) == game.word) {
+            return Ok(Reply::done(1.0).with("tries", f64::from(game.tries)));
+        }
+        if game.tries == self.tries {
+            return Ok(Reply::done(0.0).with("tries", f64::from(game.tries)));
+        }
+        let right = said.chars().zip(game.word.chars()).filter(|(a, b)| a == b).count();
+        // The state key: turns that heard the same hint after as many tries are compared (GiGPO).
+        Ok(Reply::user(format!("No. {right} letters in the right place.")).state(format!("{}:{right}", game.tries)))
+    }
+}
+
+rein_pdk::export_text_env!({{Type}});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_game_ends_when_the_word_is_said_or_the_tries_run_out() {
+        let config = Config::parse("{}", &{{Type}}::METADATA).unwrap();
+        let mut env = {{Type}}::new(&config).unwrap();
+        let start = EpisodeStart { prompt: "Say the word.".into(), reference: Some("Paris".into()), ..EpisodeStart::default() };
+        let (mut game, opening) = env.reset(&start).unwrap();
+        assert_eq!(opening.messages.len(), 1);
+        let miss = env.step(&mut game, "pairs").unwrap();
+        assert!(!miss.done && miss.messages[0].content.contains("3 letters"));
+        let hit = env.step(&mut game, "It is Paris.").unwrap();
+        assert_eq!((hit.done, hit.reward), (true, Some(1.0)));
+    }
+}
+"##;
+
+const PYTHON_TOOL_TEMPLATE: &str = r##""""`{{name}}`: a tool that counts the words and characters of a text.
+
+A rein tool plugin in Python. `cargo xtask build-plugins` compiles it with componentize-py into
+target/plugins/{{name}}.wasm; it runs in the sandbox (no files, no network, a deadline and a
+memory cap per call). Whatever goes wrong in a call reaches the model as a message.
+"""
+
+import json
+from typing import Optional
+
+from componentize_py_types import Err
+from wit_world import exports
+from wit_world.exports.tool_api import ToolError, ToolSpec
+from wit_world.imports.types import ConfigKey, PluginError, PluginMetadata
+
+NAME = "{{name}}"
+PARAMETERS = {
+    "type": "object",
+    "properties": {"text": {"type": "string", "description": "The text to count"}},
+    "required": ["text"],
+}
+
+# componentize-py makes a new `ToolApi` for every call: the config lives in the module.
+MAX_CHARS: Optional[int] = None
+
+
+class ToolApi(exports.ToolApi):
+    def metadata(self) -> PluginMetadata:
+        return PluginMetadata(
+            name=NAME,
+            version="0.1.0",
+            description="Counts the words and characters of a text",
+            config_keys=[ConfigKey("max_chars", "longest text accepted", "10000")],
+        )
+
+    def init(self, config: str) -> ToolSpec:
+        global MAX_CHARS
+        values = json.loads(config or "{}")
+        unknown = sorted(set(values) - {"max_chars"})
+        if unknown:
+            raise Err(PluginError(f"unknown config key `{unknown[0]}` (accepted: max_chars)"))
+        MAX_CHARS = values.get("max_chars", 10000)
+        return ToolSpec(name=NAME, description="Count the words and characters of a text.",
+                        parameters=json.dumps(PARAMETERS))
+
+    def call(self, arguments: str) -> str:
+        text = json.loads(arguments).get("text")
+        if not isinstance(text, str):
+            raise Err(ToolError("`text` must be a string"))
+        if MAX_CHARS is not None and len(text) > MAX_CHARS:
+            raise Err(ToolError(f"the text is longer than {MAX_CHARS} characters"))
+        return f"{len(text.split())} words, {len(text)} characters"
+"##;
+
+const TOOL_CASES: &str = r#"{"name": "counts words", "arguments": {"text": "two  words"}, "output": "2 words, 10 characters"}
+{"name": "refuses a number", "arguments": {"text": 3}, "error": "must be a string"}
+{"name": "max_chars", "config": {"max_chars": 3}, "arguments": {"text": "four"}, "error": "longer than 3"}
+"#;
+
+const TEXT_ENV_CASES: &str = r#"{"name": "said on the second try", "start": {"prompt": "Say the word.", "reference": "Paris"}, "turns": ["pairs", "It is Paris."], "replies": [{"says": "3 letters in the right place", "done": false}, {"done": true, "reward": 1.0}]}
+{"name": "out of tries", "config": {"tries": 2}, "start": {"prompt": "Say the word.", "reference": "cat"}, "turns": ["dog", "cow"], "replies": [{"says": "No.", "done": false}, {"done": true, "reward": 0.0}]}
+{"name": "punctuation around the word", "start": {"prompt": "Say the word.", "reference": "yes"}, "turns": ["\"Yes!\""], "replies": [{"done": true, "reward": 1.0}]}
+"#;

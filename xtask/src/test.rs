@@ -107,6 +107,9 @@ fn scaffold_check() -> anyhow::Result<()> {
         (Kind::Env, Lang::Rust, "scaffold-env"),
         (Kind::Reward, Lang::Python, "scaffold-reward-py"),
         (Kind::Reward, Lang::Js, "scaffold-reward-js"),
+        (Kind::Tool, Lang::Rust, "scaffold-tool"),
+        (Kind::TextEnv, Lang::Rust, "scaffold-text-env"),
+        (Kind::Tool, Lang::Python, "scaffold-tool-py"),
     ] {
         NewPlugin {
             kind,
@@ -168,14 +171,24 @@ fn scaffold_check() -> anyhow::Result<()> {
         "scaffolded env never reached its goal: {rollout}"
     );
     let guests = guest::build_all(&guest::find(&scratch)?, &scratch.join("out"), Missing::Fail)?;
-    for wasm in &guests {
-        let name = wasm.file_stem().and_then(|n| n.to_str()).context("non-UTF-8 name")?;
-        let cases = scratch.join(name).join("cases.jsonl");
-        let report = rein(&["plugin", "test", path(wasm)?, "--cases", path(&cases)?])?;
+    ensure!(guests.len() == 3, "the Python and JavaScript scaffolds were not found");
+    let rust_with_cases = ["scaffold-tool", "scaffold-text-env"].map(|name| (name.to_string(), built(name)));
+    let guests = guests.iter().map(|wasm| {
+        let name = wasm
+            .file_stem()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        (name, wasm.clone())
+    });
+    for (name, wasm) in guests.chain(rust_with_cases) {
+        let cases = scratch.join(&name).join("cases.jsonl");
+        let report = rein(&["plugin", "test", path(&wasm)?, "--cases", path(&cases)?])?;
         ensure!(report.contains("3 passed, 0 failed"), "scaffolded {name}: {report}");
     }
-    ensure!(guests.len() == 2, "the Python and JavaScript scaffolds were not found");
-    eprintln!("  scaffolded reward and env plugins (Rust, Python, JavaScript) build, pass their tests and run");
+    eprintln!(
+        "  scaffolded reward, env, tool and text-env plugins (Rust, Python, JavaScript) build, pass their tests and run"
+    );
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use std::io;
 use minijinja::value::{Kwargs, Value};
 use minijinja::{Error, ErrorKind};
 use serde::Serialize;
-use serde_json::ser::{CompactFormatter, Formatter, PrettyFormatter, Serializer};
+use serde_json::ser::{Formatter, PrettyFormatter, Serializer};
 
 /// `json.dumps`' default separators: a space after `,` and `:`.
 struct PythonFormatter;
