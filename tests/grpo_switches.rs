@@ -329,19 +329,24 @@ impl TextEnv for Echo {
     fn close(&mut self, _: &[u64]) {}
 }
 
+/// Episodes of three turns with the [`Echo`] environment.
+fn echo_agent() -> Agent {
+    Agent {
+        tools: Vec::new(),
+        env: Some(Box::new(Echo::default())),
+        max_turns: 5,
+        max_tokens: 400,
+        system_prompt: None,
+    }
+}
+
 /// Multi-turn episodes train on the model's tokens only: on the first update the policy is
 /// the one that sampled, so every ratio the loss sees is 1 and nothing is clipped. Were the
 /// environment's tokens in the loss, their stored log-probabilities (0) would give ratios far
 /// below 1 − ε and a clip fraction above 0.
 #[test]
 fn multi_turn_episodes_train_only_on_the_models_tokens() {
-    let mut agent = Agent {
-        tools: Vec::new(),
-        env: Some(Box::new(Echo::default())),
-        max_turns: 5,
-        max_tokens: 400,
-        system_prompt: None,
-    };
+    let mut agent = echo_agent();
     let trace = run_with(grpo(1), sampler(4), &PROMPTS, alternating, Some(&mut agent));
     assert_eq!(
         trace.value(1, "episode/turns"),
@@ -364,13 +369,7 @@ fn multi_turn_episodes_train_only_on_the_models_tokens() {
 #[test]
 fn gigpo_step_advantages_reach_the_loss() {
     let play = |advantage: AdvantageKind, step_advantage_weight: f32| {
-        let mut agent = Agent {
-            tools: Vec::new(),
-            env: Some(Box::new(Echo::default())),
-            max_turns: 5,
-            max_tokens: 400,
-            system_prompt: None,
-        };
+        let mut agent = echo_agent();
         let grpo = GrpoSection {
             advantage,
             step_advantage_weight,
