@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use rein_model::lm::{ChatMessage, LmTokenizer, load};
 use rein_sampler::{FinishReason, GenerationConfig, generate};
-use rein_train::lm::{completion_text, stop_check};
+use rein_sampler::{completion_text, stop_check};
 use rein_train::progress::Progress;
 
 #[derive(Args, Debug)]

@@ -1,7 +1,7 @@
 //! `rein`: the command-line front end. Usable on any `.wasm` plugin:
 //! `rein plugin inspect`, `rein plugin score`, `rein env rollout`; and training:
 //! `rein run RECIPE`, `rein recipe show|check RECIPE`; models: `rein generate`,
-//! `rein convert gguf`.
+//! `rein convert gguf`, `rein serve`.
 //!
 //! Errors go to stderr with a non-zero exit code and name the plugin and the limit or field.
 
@@ -12,6 +12,7 @@ mod merge_lora;
 mod plot;
 mod plugin;
 mod plugin_test;
+mod serve;
 mod train;
 
 use clap::{Args, Parser, Subcommand};
@@ -44,6 +45,9 @@ enum Command {
     MergeLora(merge_lora::MergeLoraArgs),
     /// Generate text with a Hugging Face checkpoint (or a `.gguf` file).
     Generate(generate::GenerateArgs),
+    /// Serve a model over HTTP: OpenAI-compatible completions and chat, SGLang's `/generate`
+    /// and weight updates.
+    Serve(serve::ServeArgs),
     /// Show or check a recipe.
     #[command(subcommand)]
     Recipe(train::RecipeCommand),
@@ -93,6 +97,7 @@ fn main() -> std::process::ExitCode {
         Command::Convert(command) => command.run(),
         Command::MergeLora(args) => args.run(),
         Command::Generate(args) => args.run(),
+        Command::Serve(args) => args.run(),
         Command::Eval(args) => args.run(),
         Command::Recipe(command) => command.run(),
         Command::Plot(args) => args.run(),

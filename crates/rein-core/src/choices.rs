@@ -94,3 +94,54 @@ pub enum KlEstimator {
     #[default]
     K3,
 }
+
+/// Where a GRPO run's completions come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SamplerBackend {
+    /// The in-process batched KV-cache sampler.
+    #[default]
+    Native,
+    /// Inference servers over HTTP (`sampler.urls`).
+    Http,
+}
+
+/// The HTTP API inference servers speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerApi {
+    /// SGLang's native `/generate` with `input_ids` and `/update_weights_from_disk` (also
+    /// `rein serve`).
+    #[default]
+    Sglang,
+    /// vLLM's `/v1/completions` with token-id prompts and `return_token_ids`; the policy is
+    /// synced as a LoRA adapter (`/v1/load_lora_adapter`).
+    Vllm,
+}
+
+/// What the trainer writes for the servers after an update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicySync {
+    /// The whole (LoRA-merged) model as safetensors.
+    #[default]
+    Model,
+    /// Only the LoRA adapter, in PEFT's format.
+    Adapter,
+}
+
+/// How the loss corrects for completions sampled by another policy than the trainer's (an
+/// older version, or the same weights in another engine).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LagCorrection {
+    /// None: the ratio's denominator is the sampler's log-probability (today's GRPO).
+    #[default]
+    None,
+    /// Truncated importance sampling: the trainer's own log-probabilities are the ratio's
+    /// denominator and each token's loss is weighted by `min(π_trainer/π_sampler, cap)`.
+    Tis,
+    /// IcePop: as TIS, but tokens whose `π_trainer/π_sampler` leaves `[low, high]` are masked
+    /// out instead of weighted.
+    Icepop,
+}

@@ -15,7 +15,10 @@ mod reward;
 mod text_env;
 mod tool;
 
-pub use choices::{Activation, AdvantageKind, Aggregation, KlEstimator, OnError, RatioLevel, StdScaling};
+pub use choices::{
+    Activation, AdvantageKind, Aggregation, KlEstimator, LagCorrection, OnError, PolicySync, RatioLevel,
+    SamplerBackend, ServerApi, StdScaling,
+};
 pub use env::{
     Action, BatchActions, BoxSpace, EnvSpec, Environment, Observation, Space, Step, VecEnv, VecStep, validate_action,
     validate_batch_actions, validate_observation,

@@ -12,7 +12,8 @@
 //!   [`reinforce_pp`]), GiGPO's episode- and step-level advantages for multi-turn episodes
 //!   ([`gigpo_advantages`]), [`policy_loss`] (PPO-clip with clip-higher and dual-clip, GSPO
 //!   sequence ratios, KL and entropy terms), [`aggregate`] (token-mean, seq-mean-token-mean,
-//!   seq-mean-token-sum-norm) and the [`kl_estimate`] estimators k1, k2, k3.
+//!   seq-mean-token-sum-norm) and the [`kl_estimate`] estimators k1, k2, k3;
+//!   [`lag_correction`] (TIS, IcePop) for completions another policy sampled.
 //!
 //! Estimators work on plain `f32` slices (property-testable without tensors); losses are burn
 //! tensor functions generic over the backend.
@@ -27,6 +28,7 @@ mod gigpo;
 mod grad_clip;
 mod group_advantages;
 mod kl;
+mod lag_correction;
 mod normalize;
 mod policy_loss;
 mod ppo_loss;
@@ -40,6 +42,7 @@ pub use gigpo::{GigpoConfig, TurnOutcome, gigpo_advantages};
 pub use grad_clip::clip_grad_norm;
 pub use group_advantages::{group_normalized, reinforce_pp, rloo, zero_variance};
 pub use kl::{kl_estimate, kl_estimate_scalar};
+pub use lag_correction::{Corrected, Correction, lag_correction};
 pub use normalize::normalize;
 pub use policy_loss::{PolicyLoss, PolicyLossConfig, policy_loss};
 pub use ppo_loss::{PpoLoss, PpoLossConfig, ppo_loss};

@@ -224,6 +224,7 @@ impl LoadedRecipe {
                 if grpo.dual_clip.is_some_and(|c| c <= 1.0) {
                     return Err(self.invalid("algorithm.dual_clip", "the dual-clip constant must be greater than 1"));
                 }
+                self.validate_generation(grpo)?;
                 if grpo.advantage == AdvantageKind::Gigpo {
                     if r.agent.is_none() {
                         return Err(self.invalid(
@@ -302,6 +303,83 @@ impl LoadedRecipe {
     }
 
     /// The sampler's and evaluation's values are in range.
+    /// Where GRPO's completions come from and how far generation may run ahead.
+    fn validate_generation(&self, grpo: &GrpoSection) -> Result<(), RecipeError> {
+        let r = &self.recipe;
+        let sampler = &r.sampler;
+        let http = sampler.backend == rein_core::SamplerBackend::Http;
+        if http && sampler.urls.is_empty() {
+            return Err(self.invalid("sampler.urls", "backend = \"http\" needs the servers' URLs"));
+        }
+        if !http && !sampler.urls.is_empty() {
+            return Err(self.invalid("sampler.urls", "urls are for backend = \"http\"; the sampler is native"));
+        }
+        if let Some(url) = sampler.urls.iter().find(|u| !u.starts_with("http://")) {
+            return Err(self.invalid(
+                "sampler.urls",
+                format!("{url:?} is not an http:// URL (plain HTTP to servers on the cluster's network)"),
+            ));
+        }
+        if http && r.agent.is_some() {
+            return Err(self.invalid(
+                "sampler.backend",
+                "multi-turn episodes keep each episode's KV cache in process: use backend = \"native\" with [agent]",
+            ));
+        }
+        if grpo.max_staleness > 0 && r.agent.is_some() {
+            return Err(self.invalid(
+                "algorithm.max_staleness",
+                "asynchronous GRPO is single-turn: remove [agent] or set 0",
+            ));
+        }
+        if grpo.max_staleness > 0 && grpo.dynamic_sampling {
+            return Err(self.invalid(
+                "algorithm.max_staleness",
+                "dynamic sampling resamples within a step, which asynchronous generation cannot: set one of them off",
+            ));
+        }
+        if sampler.sync_every == 0 || sampler.sync_every > grpo.max_staleness + 1 {
+            return Err(self.invalid(
+                "sampler.sync_every",
+                format!(
+                    "must be in 1..={} (max_staleness + 1), or generation would wait for a version never written",
+                    grpo.max_staleness + 1
+                ),
+            ));
+        }
+        if sampler.sync == rein_core::PolicySync::Adapter && r.lora.is_none() {
+            return Err(self.invalid(
+                "sampler.sync",
+                "`adapter` syncs the LoRA adapter: the recipe has no [lora]",
+            ));
+        }
+        if http && sampler.api == rein_core::ServerApi::Vllm && sampler.sync != rein_core::PolicySync::Adapter {
+            return Err(self.invalid(
+                "sampler.sync",
+                "vLLM loads a new policy over HTTP only as a LoRA adapter: set sync = \"adapter\" (with [lora])",
+            ));
+        }
+        for (key, value) in [
+            ("sampler.request_timeout_s", sampler.request_timeout_s),
+            ("sampler.backoff_s", sampler.backoff_s),
+        ] {
+            if !(value > 0.0 && value.is_finite()) {
+                return Err(self.invalid(key, format!("must be a positive number of seconds, got {value}")));
+            }
+        }
+        if !(grpo.tis_cap >= 1.0 && grpo.tis_cap.is_finite()) {
+            return Err(self.invalid("algorithm.tis_cap", format!("must be ≥ 1, got {}", grpo.tis_cap)));
+        }
+        let [low, high] = grpo.icepop_bounds;
+        if !(low > 0.0 && low < 1.0 && high > 1.0 && high.is_finite()) {
+            return Err(self.invalid(
+                "algorithm.icepop_bounds",
+                format!("must be [low, high] with 0 < low < 1 < high, got [{low}, {high}]"),
+            ));
+        }
+        Ok(())
+    }
+
     fn validate_sampling(&self) -> Result<(), RecipeError> {
         let (sampler, eval) = (&self.recipe.sampler, &self.recipe.eval);
         let temperatures = [

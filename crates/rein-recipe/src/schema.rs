@@ -337,6 +337,27 @@ pub struct SamplerSection {
     pub n: usize,
     /// Extra stop strings (the tokenizer's end-of-sequence tokens always stop).
     pub stop: Vec<String>,
+    /// `native` (in process) or `http` (inference servers at `urls`).
+    pub backend: rein_core::SamplerBackend,
+    /// The servers' base URLs (`http://host:port`), for `backend = "http"`.
+    pub urls: Vec<String>,
+    /// The servers' API: `sglang` (also `rein serve`) or `vllm`.
+    pub api: rein_core::ServerApi,
+    /// The name the servers know the policy by (vLLM's LoRA adapter name).
+    pub server_model: String,
+    /// How long one request may take, in seconds.
+    pub request_timeout_s: f64,
+    /// Retries of a failing request (with exponential backoff from `backoff_s`) before its
+    /// server is dropped.
+    pub retries: u32,
+    /// The first retry's wait, in seconds.
+    pub backoff_s: f64,
+    /// `model` (the merged model) or `adapter` (the LoRA adapter only) is written for the servers.
+    pub sync: rein_core::PolicySync,
+    /// Write the policy for the servers every this many updates.
+    pub sync_every: usize,
+    /// Where policy versions are written for the servers (default `<run>/weights`).
+    pub weights_dir: Option<String>,
 }
 
 impl Default for SamplerSection {
@@ -349,6 +370,16 @@ impl Default for SamplerSection {
             max_new_tokens: 64,
             n: 8,
             stop: Vec::new(),
+            backend: rein_core::SamplerBackend::Native,
+            urls: Vec::new(),
+            api: rein_core::ServerApi::Sglang,
+            server_model: "rein-policy".into(),
+            request_timeout_s: 600.0,
+            retries: 3,
+            backoff_s: 0.5,
+            sync: rein_core::PolicySync::Model,
+            sync_every: 1,
+            weights_dir: None,
         }
     }
 }
@@ -423,6 +454,17 @@ pub struct GrpoSection {
     pub mask_truncated: bool,
     /// `fail`, `zero` or `skip` when a reward plugin fails.
     pub on_error: rein_core::OnError,
+    /// How many policy versions generation may run ahead of training (0: synchronous).
+    pub max_staleness: usize,
+    /// `none`, `tis` or `icepop`: the loss's correction for the sampler's policy lag and
+    /// mismatch.
+    pub correction: rein_core::LagCorrection,
+    /// `token` or `sequence`: where the correction's ratio is taken.
+    pub correction_level: rein_core::RatioLevel,
+    /// TIS's cap C on `π_trainer/π_sampler`.
+    pub tis_cap: f32,
+    /// IcePop's `[low, high]`: tokens whose ratio leaves it are masked.
+    pub icepop_bounds: [f32; 2],
 }
 
 impl Default for GrpoSection {
@@ -450,6 +492,11 @@ impl Default for GrpoSection {
             max_resample: 3,
             mask_truncated: false,
             on_error: rein_core::OnError::Fail,
+            max_staleness: 0,
+            correction: rein_core::LagCorrection::None,
+            correction_level: rein_core::RatioLevel::Token,
+            tis_cap: 2.0,
+            icepop_bounds: [0.5, 2.0],
         }
     }
 }

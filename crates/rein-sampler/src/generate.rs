@@ -11,7 +11,7 @@
 use rein_model::Backend;
 use rein_model::lm::CausalLm;
 
-use crate::session::{AfterTurn, Session, TurnOutput};
+use crate::session::{AfterTurn, Session, TurnOutput, prompt_seed};
 use crate::token_choice::{FinishReason, GenerationConfig};
 
 /// One generated sequence.
@@ -41,11 +41,26 @@ pub fn generate<B: Backend>(
     stop: &mut dyn FnMut(usize, &[u32]) -> bool,
     device: &B::Device,
 ) -> Vec<Generation> {
+    let seeds: Vec<u64> = (0..prompts.len()).map(|p| prompt_seed(config.seed, p)).collect();
+    generate_seeded(model, prompts, &seeds, config, pad_id, stop, device)
+}
+
+/// [`generate`] with each prompt's own seed (see [`Session::start_seeded`]): what a server
+/// batching several requests together runs.
+pub fn generate_seeded<B: Backend>(
+    model: &CausalLm<B>,
+    prompts: &[Vec<u32>],
+    seeds: &[u64],
+    config: &GenerationConfig,
+    pad_id: u32,
+    stop: &mut dyn FnMut(usize, &[u32]) -> bool,
+    device: &B::Device,
+) -> Vec<Generation> {
     let n = config.n.max(1);
     let mut turns = match prompts.is_empty() || config.max_new_tokens == 0 {
         true => Vec::new(),
         false => {
-            let mut session = Session::start(model, prompts, config, pad_id, device);
+            let mut session = Session::start_seeded(model, prompts, seeds, config, pad_id, device);
             let all: Vec<usize> = (0..session.len()).collect();
             session.turn(&all, AfterTurn::End, stop)
         }

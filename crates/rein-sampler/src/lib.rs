@@ -9,19 +9,29 @@
 //! cache: batched prompts, temperature / top-k / top-p / min-p, `n` samples per prompt, stop
 //! tokens and stop conditions, per-token log-probabilities.
 //!
+//! Trainers get completions through the [`Generator`] trait: [`NativeGenerator`] runs that
+//! sampler in process, [`HttpGenerator`] asks inference servers (SGLang, vLLM, `rein serve`)
+//! with token ids both ways and syncs the policy to them through files.
+//!
 //! **Architecture invariant:** no knowledge of environments, plugins or training loops. The
 //! one lateral edge: it drives `rein-model`'s language model (rein-model never imports it).
 
 mod categorical;
 mod gaussian;
 mod generate;
+mod generator;
+mod http;
 mod rng;
 mod session;
+mod stop;
 mod token_choice;
 
 pub use categorical::{categorical_entropy, categorical_log_prob, sample_categorical};
 pub use gaussian::{gaussian_entropy, gaussian_log_prob, sample_gaussian};
-pub use generate::{Generation, generate};
+pub use generate::{Generation, generate, generate_seeded};
+pub use generator::{Generator, GeneratorError, NativeGenerator};
+pub use http::{HttpGenerator, HttpSettings, ServerApi};
 pub use rng::SeededRng;
-pub use session::{AfterTurn, Session, TurnOutput};
+pub use session::{AfterTurn, Session, TurnOutput, prompt_seed};
+pub use stop::{completion_text, stop_check};
 pub use token_choice::{FinishReason, GenerationConfig, allowed_tokens, choose};

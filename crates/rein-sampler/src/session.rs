@@ -88,8 +88,8 @@ pub struct Session<'m, B: Backend> {
 
 impl<'m, B: Backend> Session<'m, B> {
     /// Prefills `prompts` (each non-empty) and makes `config.n` sequences of each: sequence
-    /// `prompt * n + sample`, drawing from the stream of (`config.seed`, prompt, sample).
-    /// `config.max_new_tokens` is the token limit of each turn.
+    /// `prompt * n + sample`, drawing from the stream of ([`prompt_seed`]`(config.seed, prompt)`,
+    /// sample). `config.max_new_tokens` is the token limit of each turn.
     pub fn start(
         model: &'m CausalLm<B>,
         prompts: &[Vec<u32>],
@@ -97,6 +97,22 @@ impl<'m, B: Backend> Session<'m, B> {
         pad_id: u32,
         device: &B::Device,
     ) -> Self {
+        let seeds: Vec<u64> = (0..prompts.len()).map(|p| prompt_seed(config.seed, p)).collect();
+        Self::start_seeded(model, prompts, &seeds, config, pad_id, device)
+    }
+
+    /// [`Session::start`] with each prompt's own seed (`seeds[p]` in place of
+    /// `prompt_seed(config.seed, p)`): prompts batched together from different requests draw
+    /// what each would draw alone.
+    pub fn start_seeded(
+        model: &'m CausalLm<B>,
+        prompts: &[Vec<u32>],
+        seeds: &[u64],
+        config: &GenerationConfig,
+        pad_id: u32,
+        device: &B::Device,
+    ) -> Self {
+        assert_eq!(seeds.len(), prompts.len(), "one seed per prompt");
         let n = config.n.max(1);
         let width = prompts.iter().map(Vec::len).max().unwrap_or(0).max(1);
         let mut session = Self {
@@ -112,7 +128,7 @@ impl<'m, B: Backend> Session<'m, B> {
                     position: prompts[i / n].len() as i64,
                     logits: Vec::new(),
                     pending: None,
-                    rng: sequence_rng(config.seed, i / n, i % n),
+                    rng: sample_rng(seeds[i / n], i % n),
                 })
                 .collect(),
             shards: Vec::new(),
@@ -449,9 +465,13 @@ fn forward_feed<B: Backend>(
 }
 
 /// The stream of sample `sample` of prompt `prompt`: independent of batch composition.
-pub(crate) fn sequence_rng(seed: u64, prompt: usize, sample: usize) -> SeededRng {
-    SeededRng::new(
-        seed ^ (prompt as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            ^ (sample as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F).rotate_left(17),
-    )
+/// The seed of prompt `prompt`'s samples in a batch generated with `seed`: a prompt sent on
+/// its own with this seed draws the same tokens as it does at index `prompt` of the batch.
+pub fn prompt_seed(seed: u64, prompt: usize) -> u64 {
+    seed ^ (prompt as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// The stream of sample `sample` of a prompt whose seed is `prompt_seed`.
+fn sample_rng(prompt_seed: u64, sample: usize) -> SeededRng {
+    SeededRng::new(prompt_seed ^ (sample as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F).rotate_left(17))
 }

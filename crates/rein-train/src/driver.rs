@@ -150,7 +150,23 @@ impl Driver<'_> {
             phases.begin_step(step);
             let started = phases.elapsed();
             crate::memory::reset_peak_rss();
-            let Step { mut record, done } = algorithm.step(step, &phases)?;
+            let Step { mut record, done } = match algorithm.step(step, &phases) {
+                Ok(done) => done,
+                // Servers gone: keep the last completed step before stopping.
+                Err(TrainError::Generator {
+                    step,
+                    error,
+                    saved: None,
+                }) => {
+                    let unsaved = latest.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    let saved = match (&self.checkpointing.dir, unsaved) {
+                        (Some(dir), Some((done, snapshot))) => self.save(dir, done, snapshot).ok(),
+                        _ => None,
+                    };
+                    return Err(TrainError::Generator { step, error, saved });
+                }
+                Err(e) => return Err(e),
+            };
             if let Some(mib) = crate::memory::peak_rss_mib() {
                 record.insert("sys/peak_rss_mib".into(), json!(mib));
                 peak_rss_mib = Some(peak_rss_mib.map_or(mib, |peak| peak.max(mib)));

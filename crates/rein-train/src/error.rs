@@ -81,9 +81,29 @@ pub enum TrainError {
     /// RLOO, …).
     #[error("{0}")]
     Unsupported(String),
+    /// The generator gave no completions (every inference server stopped answering, or one
+    /// answered something unusable); the last completed step is saved when it was not yet.
+    #[error("step {step}: {error}{}", saved.as_ref().map(|p| format!("; saved the last completed step in {}", p.display())).unwrap_or_default())]
+    Generator {
+        /// The step that needed completions.
+        step: usize,
+        /// What went wrong (it names the servers).
+        error: rein_sampler::GeneratorError,
+        /// The checkpoint written on the way out.
+        saved: Option<std::path::PathBuf>,
+    },
 }
 
 impl TrainError {
+    /// The generator failed at step `step`.
+    pub(crate) fn generator(step: usize, error: rein_sampler::GeneratorError) -> Self {
+        Self::Generator {
+            step,
+            error,
+            saved: None,
+        }
+    }
+
     /// Stops at step `update` when the loss `what` is NaN or infinite.
     pub(crate) fn check_loss(update: usize, what: &str, value: f32) -> Result<(), Self> {
         if value.is_finite() {

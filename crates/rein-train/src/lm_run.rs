@@ -5,11 +5,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use burn::module::AutodiffModule;
+use rein_core::SamplerBackend;
 use rein_core::{RewardFn, TextEnv, Tool};
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, load, save};
 use rein_model::{AutodiffBackend, Backend};
 use rein_plugin::{PluginRuntime, RewardPlugin};
+use rein_sampler::{Generator, HttpGenerator, HttpSettings, NativeGenerator};
 use serde_json::json;
 
 use crate::TrainError;
@@ -19,6 +21,49 @@ use crate::lm::episodes::Agent;
 use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, WeightedReward};
 use crate::run_dir::{MetricsWriter, RunDir};
 use rein_recipe::{Algorithm, GrpoSection, LoadedRecipe, RecipeError};
+
+/// Where GRPO's completions come from: the native sampler, or the inference servers of
+/// `sampler.urls` (waited for until they answer), with the policy written under
+/// `sampler.weights_dir` (default `<run>/weights`).
+fn generator<B: Backend>(
+    loaded: &LoadedRecipe,
+    tokenizer: &LmTokenizer,
+    run: Option<&RunDir>,
+    device: &B::Device,
+) -> Result<Box<dyn Generator<B>>, TrainError>
+where
+    CausalLm<B>: Send,
+{
+    let sampler = &loaded.recipe.sampler;
+    if sampler.backend == SamplerBackend::Native {
+        return Ok(Box::new(NativeGenerator::<B>::new(tokenizer.clone(), device)));
+    }
+    let weights_dir = match (&sampler.weights_dir, run) {
+        (Some(dir), _) => loaded.resolve(dir),
+        (None, Some(run)) => run.path().join("weights"),
+        (None, None) => std::env::temp_dir().join(format!("rein-weights-{}", std::process::id())),
+    };
+    let settings = HttpSettings {
+        urls: sampler
+            .urls
+            .iter()
+            .map(|u| u.trim_end_matches('/').to_string())
+            .collect(),
+        api: sampler.api,
+        model: sampler.server_model.clone(),
+        timeout: Duration::from_secs_f64(sampler.request_timeout_s),
+        retries: sampler.retries,
+        backoff: Duration::from_secs_f64(sampler.backoff_s),
+        weights_dir,
+        adapter_only: sampler.sync == rein_core::PolicySync::Adapter,
+        keep_versions: 2,
+    };
+    let http = HttpGenerator::<B>::new(settings);
+    http.wait_ready(Duration::from_secs_f64(sampler.request_timeout_s.min(120.0)))
+        .map_err(|error| TrainError::generator(0, error))?;
+    eprintln!("sampling on {}", http.describe());
+    Ok(Box::new(http))
+}
 
 /// What a language-model run reports.
 #[derive(Debug, Clone, Default)]
@@ -509,7 +554,8 @@ impl<B: AutodiffBackend> Stages<'_, B> {
             seed: recipe.seed,
             agent: self.setup.agent.as_mut(),
         };
-        let mut grpo = lm::Grpo::new(model, ctx, &self.device)?;
+        let generator = generator::<B::InnerBackend>(self.loaded, &self.setup.tokenizer, self.run, &self.device)?;
+        let mut grpo = lm::Grpo::with_generator(model, ctx, generator, &self.device)?;
         let driven = Driver {
             metrics: self.metrics.as_mut(),
             checkpointing: &checkpointing,

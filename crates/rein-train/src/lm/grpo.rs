@@ -11,23 +11,24 @@ use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
-use rein_core::{AdvantageKind, FailureCounts, Group, ToolErrorKind};
+use rein_core::{AdvantageKind, FailureCounts, Group, LagCorrection, ToolErrorKind};
 use rein_model::AutodiffBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
 use rein_optim::{
-    GigpoConfig, LinearSchedule, PolicyLossConfig, clip_grad_norm, group_normalized, kl_estimate_scalar, policy_loss,
-    reinforce_pp, rloo, zero_variance,
+    Correction, GigpoConfig, LinearSchedule, PolicyLossConfig, clip_grad_norm, group_normalized, kl_estimate_scalar,
+    lag_correction, policy_loss, reinforce_pp, rloo, zero_variance,
 };
 use rein_recipe::{GrpoSection, OptimizerSection, SamplerSection};
-use rein_sampler::{FinishReason, GenerationConfig, SeededRng, generate};
+use rein_sampler::{FinishReason, GenerationConfig, Generator, NativeGenerator, SeededRng};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::batch::{TokenBatch, completion_log_probs};
 use super::episodes::{Agent, Episode, TurnRecord, play};
 use super::rewards::{GroupReward, WeightedReward, score_groups};
+use super::rollout_source::{Job, RolloutSource};
 use super::turn_advantages::{EpisodeTurns, token_advantages};
-use super::{Prompt, completion_text, stop_check};
+use super::{Prompt, completion_text};
 use crate::TrainError;
 use crate::checkpoint::{Checkpoint, learner_sections};
 use crate::driver::{Algorithm, Record, Snapshot, Step};
@@ -103,6 +104,9 @@ struct GrpoState {
     /// Multi-turn episodes started so far (the text environment's episode ids).
     #[serde(default)]
     episodes: u64,
+    /// Updates so far: the version of the policy being trained.
+    #[serde(default)]
+    version: u64,
 }
 
 /// One sampled completion, or one multi-turn episode: its opening, then everything after it.
@@ -119,6 +123,8 @@ struct Rollout {
     env_reward: Option<(f64, BTreeMap<String, f64>)>,
     /// The model's turns (`end` counted from the start of `tokens`); empty for single-turn.
     turns: Vec<TurnRecord>,
+    /// The version of the policy that sampled it.
+    version: u64,
 }
 
 /// One sampled, scored group.
@@ -191,6 +197,13 @@ pub struct Grpo<'a, B: AutodiffBackend> {
     /// The frozen starting policy, for the KL term (none when β = 0).
     reference: Option<CausalLm<B::InnerBackend>>,
     ctx: GrpoContext<'a>,
+    /// Single-turn completions: the native sampler or inference servers, possibly ahead of
+    /// training (multi-turn episodes are played in process).
+    source: Option<RolloutSource<B::InnerBackend>>,
+    /// The last step whose prompts were submitted to `source`, with the prompts of the steps
+    /// submitted and not yet taken.
+    submitted: usize,
+    in_flight: std::collections::VecDeque<Vec<usize>>,
     loss_config: PolicyLossConfig,
     lr: LinearSchedule,
     pad: u32,
@@ -199,8 +212,20 @@ pub struct Grpo<'a, B: AutodiffBackend> {
 }
 
 impl<'a, B: AutodiffBackend> Grpo<'a, B> {
-    /// GRPO from `model` (also the KL reference when β ≠ 0).
+    /// GRPO from `model` (also the KL reference when β ≠ 0), sampling in process.
     pub fn new(model: CausalLm<B>, ctx: GrpoContext<'a>, device: &B::Device) -> Result<Self, TrainError> {
+        let native = Box::new(NativeGenerator::<B::InnerBackend>::new(ctx.tokenizer.clone(), device));
+        Self::with_generator(model, ctx, native, device)
+    }
+
+    /// GRPO whose single-turn completions come from `generator`, running up to
+    /// `algorithm.max_staleness` steps ahead of training.
+    pub fn with_generator(
+        model: CausalLm<B>,
+        ctx: GrpoContext<'a>,
+        generator: Box<dyn Generator<B::InnerBackend>>,
+        device: &B::Device,
+    ) -> Result<Self, TrainError> {
         let (grpo, sampler, optimizer) = (ctx.grpo, ctx.sampler, ctx.optimizer);
         if grpo.advantage == AdvantageKind::Rloo && sampler.n < 2 {
             return Err(TrainError::Unsupported("RLOO needs sampler.n ≥ 2".into()));
@@ -238,7 +263,17 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
         };
         let mut rng = SeededRng::new(ctx.seed ^ 0x6A09_E667);
         let prompt_order = PromptOrder::new(ctx.prompts.len(), &mut rng);
+        let source = match ctx.agent {
+            Some(_) => None,
+            None => Some(
+                RolloutSource::new(generator, &model.valid(), 0, grpo.max_staleness)
+                    .map_err(|error| TrainError::generator(0, error))?,
+            ),
+        };
         Ok(Self {
+            source,
+            submitted: 0,
+            in_flight: Default::default(),
             reference: (grpo.kl_coef != 0.0).then(|| model.valid()),
             model,
             optim,
@@ -251,6 +286,7 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
                 prompt_order,
                 rewards: Vec::new(),
                 episodes: 0,
+                version: 0,
             },
             device: device.clone(),
         })
@@ -275,18 +311,13 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
     fn sample(&mut self, step: usize, phases: &Phases) -> Result<Sampled, TrainError> {
         let (grpo, sampler, tokenizer) = (self.ctx.grpo, self.ctx.sampler, self.ctx.tokenizer);
         let (g, prompts) = (sampler.n, self.ctx.prompts);
-        let policy = self.model.valid();
         let mut out = Sampled::default();
         for round in 0..=grpo.max_resample {
             let want = grpo.prompts_per_step - out.batch.len();
             if want == 0 || (round > 0 && !grpo.dynamic_sampling) {
                 break;
             }
-            let picked: Vec<usize> = (0..want)
-                .map(|_| self.state.prompt_order.next(&mut self.state.rng))
-                .collect();
-            let generating = phases.enter("generate", format!("sampling {} completions", want * g));
-            let config = GenerationConfig {
+            let config = |step: usize, round: usize| GenerationConfig {
                 max_new_tokens: sampler.max_new_tokens,
                 temperature: sampler.temperature,
                 top_k: sampler.top_k,
@@ -296,21 +327,65 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
                 stop_token_ids: tokenizer.eos_ids().to_vec(),
                 seed: generation_seed(self.ctx.seed, step, round),
             };
-            let rollouts = match self.ctx.agent.as_deref_mut() {
-                Some(agent) => {
+            let (picked, rollouts) = match (self.ctx.agent.as_deref_mut(), self.source.as_mut()) {
+                (Some(agent), _) => {
+                    let picked: Vec<usize> = (0..want)
+                        .map(|_| self.state.prompt_order.next(&mut self.state.rng))
+                        .collect();
+                    let _generating = phases.enter("generate", format!("sampling {} episodes", want * g));
                     let chosen: Vec<&Prompt> = picked.iter().map(|&i| &prompts[i]).collect();
                     let first_id = self.state.episodes;
+                    let policy = self.model.valid();
+                    let config = config(step, round);
                     let episodes = play(&policy, tokenizer, agent, &chosen, &config, first_id, &self.device)?;
                     self.state.episodes += episodes.len() as u64;
                     let stats = out.episodes.get_or_insert_with(EpisodeStats::default);
                     episodes.iter().for_each(|e| stats.add(e));
-                    episodes.into_iter().map(Rollout::from).collect::<Vec<_>>()
+                    let version = self.state.version;
+                    let rollouts = (episodes.into_iter())
+                        .map(|e| Rollout {
+                            version,
+                            ..Rollout::from(e)
+                        })
+                        .collect::<Vec<_>>();
+                    (picked, rollouts)
                 }
-                None => {
-                    let ids: Vec<Vec<u32>> = picked.iter().map(|&i| prompts[i].tokens.clone()).collect();
-                    let mut stop = stop_check(tokenizer, &sampler.stop);
-                    let generations = generate(&policy, &ids, &config, self.pad, &mut stop, &self.device);
-                    (generations.into_iter())
+                (None, Some(source)) => {
+                    // Round 0 of each step is submitted ahead (up to max_staleness steps);
+                    // dynamic sampling's extra rounds (synchronous runs only) right away.
+                    let (first, last) = match round {
+                        0 => (self.submitted + 1, (step + source.max_staleness()).min(grpo.steps)),
+                        _ => (step, step),
+                    };
+                    for ahead in first..=last {
+                        let count = if round == 0 { grpo.prompts_per_step } else { want };
+                        let picked: Vec<usize> = (0..count)
+                            .map(|_| self.state.prompt_order.next(&mut self.state.rng))
+                            .collect();
+                        source.submit(Job {
+                            step: ahead,
+                            prompts: picked.iter().map(|&i| prompts[i].tokens.clone()).collect(),
+                            config: config(ahead, round),
+                            stops: sampler.stop.clone(),
+                        });
+                        self.in_flight.push_back(picked);
+                        if round == 0 {
+                            self.submitted = ahead;
+                        }
+                    }
+                    let _generating = phases.enter(
+                        "generate",
+                        format!(
+                            "waiting for {} completions of step {step} from {}",
+                            want * g,
+                            source.describe()
+                        ),
+                    );
+                    let produced = source.take().map_err(|error| TrainError::generator(step, error))?;
+                    debug_assert_eq!(produced.step, step, "completions come back in step order");
+                    let picked = self.in_flight.pop_front().unwrap_or_default();
+                    let ids: Vec<&Vec<u32>> = picked.iter().map(|&i| &prompts[i].tokens).collect();
+                    let rollouts = (produced.generations.into_iter())
                         .map(|x| Rollout {
                             opening: ids[x.prompt].clone(),
                             text: completion_text(tokenizer, &x.tokens, &sampler.stop),
@@ -320,11 +395,13 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
                             trained: None,
                             env_reward: None,
                             turns: Vec::new(),
+                            version: produced.version,
                         })
-                        .collect()
+                        .collect();
+                    (picked, rollouts)
                 }
+                (None, None) => unreachable!("single-turn GRPO always has a rollout source"),
             };
-            drop(generating);
             out.tokens += rollouts.iter().map(Rollout::sampled).sum::<usize>();
 
             let scoring = phases.enter("reward", format!("scoring {} groups", picked.len()));
@@ -451,6 +528,7 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
                     .collect()
             }
         };
+        let mut advantages = advantages;
         let mut mask = tokens.completion_mask.clone();
         if grpo.mask_truncated {
             for (row, (rollout, _)) in flat.iter().enumerate() {
@@ -460,18 +538,57 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
             }
         }
 
-        let old_log_prob = tokens.per_token::<B>(&old, &self.device);
-        let mask = Tensor::<B, 2>::from_data(TensorData::new(mask, [rows, width]), &self.device);
-        let advantages = Tensor::<B, 2>::from_data(TensorData::new(advantages, [rows, width]), &self.device);
+        let sampled_log_prob = tokens.per_token_values(&old);
+        let mut old_log_prob =
+            Tensor::<B, 2>::from_data(TensorData::new(sampled_log_prob.clone(), [rows, width]), &self.device);
+        let tensor = |values: &[f32], device: &B::Device| {
+            Tensor::<B, 2>::from_data(TensorData::new(values.to_vec(), [rows, width]), device)
+        };
+        let mut mask_tensor = tensor(&mask, &self.device);
+        let mut advantage_tensor = tensor(&advantages, &self.device);
+        let correction = Correction {
+            kind: grpo.correction,
+            level: grpo.correction_level,
+            tis_cap: grpo.tis_cap,
+            icepop_bounds: grpo.icepop_bounds,
+        };
+        let mut mismatch = Record::new();
         let reference = reference_log_probs
             .filter(|_| !grpo.kl_in_reward)
             .map(|lp| Tensor::<B, 2>::from_data(TensorData::new(lp, [rows, width]), &self.device));
         let mut record = Record::new();
-        for _ in 0..grpo.updates_per_batch.max(1) {
+        for update in 0..grpo.updates_per_batch.max(1) {
             let forward = phases.enter("forward", format!("the policy loss of {rows} completions"));
             let entropy_wanted = grpo.entropy_coef != 0.0;
             let (log_prob, entropy) =
                 completion_log_probs(&self.model, &tokens, temperature, entropy_wanted, &self.device);
+            if update == 0 {
+                // The trainer's own log-probabilities before this batch's updates, against the
+                // sampler's: the mismatch, and with a correction the PPO ratio's denominator.
+                let trainer: Vec<f32> = log_prob
+                    .clone()
+                    .detach()
+                    .into_data()
+                    .convert::<f32>()
+                    .to_vec()
+                    .unwrap_or_default();
+                let corrected = lag_correction(&trainer, &sampled_log_prob, &mask, width, &correction);
+                mismatch.insert("train/mismatch_kl".into(), json!(corrected.mismatch_kl));
+                if grpo.correction != LagCorrection::None {
+                    mismatch.insert("train/correction_masked_frac".into(), json!(corrected.masked_frac));
+                    mismatch.insert("train/correction_capped_frac".into(), json!(corrected.capped_frac));
+                    for (i, a) in advantages.iter_mut().enumerate() {
+                        *a *= corrected.weights[i];
+                    }
+                    for (i, m) in mask.iter_mut().enumerate() {
+                        *m *= corrected.keep[i];
+                    }
+                    advantage_tensor = tensor(&advantages, &self.device);
+                    mask_tensor = tensor(&mask, &self.device);
+                    old_log_prob = log_prob.clone().detach();
+                }
+            }
+            let (mask, advantages) = (&mask_tensor, &advantage_tensor);
             let entropy_value = entropy.as_ref().map(|h| {
                 let mean = (h.clone().detach() * mask.clone())
                     .sum()
@@ -508,6 +625,15 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
             .cloned()
             .unwrap_or_default();
         }
+        record.extend(mismatch);
+        let lag: Vec<f64> = (flat.iter())
+            .map(|(r, _)| self.state.version.saturating_sub(r.version) as f64)
+            .collect();
+        record.insert("train/policy_lag".into(), json!(mean(&lag)));
+        record.insert(
+            "train/policy_lag_max".into(),
+            json!(lag.iter().copied().fold(0.0, f64::max)),
+        );
         if let Some((kl, penalty)) = kl_in_reward {
             record.insert("train/kl".into(), json!(kl));
             record.insert("train/kl_penalty".into(), json!(penalty));
@@ -524,6 +650,22 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
         );
         record.insert("train/learning_rate".into(), json!(self.lr.at(step)));
         Ok(record)
+    }
+
+    /// Hands the generator the policy after step `step` when it will sample again from it
+    /// (every `sampler.sync_every` steps, and never after the last).
+    fn publish(&mut self, step: usize, phases: &Phases) -> Result<(), TrainError> {
+        let Some(source) = self.source.as_mut() else {
+            return Ok(());
+        };
+        if step >= self.ctx.grpo.steps || !step.is_multiple_of(self.ctx.sampler.sync_every) {
+            return Ok(());
+        }
+        let _sync = phases.enter(
+            "sync",
+            format!("handing policy version {step} to {}", source.describe()),
+        );
+        (source.publish(&self.model.valid(), step as u64)).map_err(|error| TrainError::generator(step, error))
     }
 
     /// The KL in the reward: `r_i − β Σ_t KL_t` for each completion, over the tokens the
@@ -570,6 +712,9 @@ impl<B: AutodiffBackend> Algorithm for Grpo<'_, B> {
             }
             false => self.learn(step, &sampled.batch, phases)?,
         };
+        // The policy after step k is version k (a step without groups leaves it unchanged).
+        self.state.version = step as u64;
+        self.publish(step, phases)?;
         let seconds = (phases.elapsed() - started).as_secs_f64();
         record.insert("step".into(), json!(step));
         record.insert(
@@ -600,6 +745,14 @@ impl<B: AutodiffBackend> Algorithm for Grpo<'_, B> {
         // The KL reference stays the model GRPO started from, as in the first run.
         (self.state, self.model, self.optim) =
             checkpoint.load_learner(self.model.clone(), self.optim.clone(), &self.device)?;
+        // Older checkpoints have no version: one update per step.
+        self.state.version = self.state.version.max(self.state.rewards.len() as u64);
+        let version = self.state.version;
+        self.submitted = version as usize;
+        if let Some(source) = self.source.as_mut() {
+            let error = |error| TrainError::generator(version as usize, error);
+            source.publish(&self.model.valid(), version).map_err(error)?;
+        }
         Ok(())
     }
 
@@ -666,6 +819,7 @@ impl From<Episode> for Rollout {
             turns: (episode.turn_log.into_iter())
                 .map(|t| TurnRecord { end: t.end - at, ..t })
                 .collect(),
+            version: 0,
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod episodes;
 mod eval;
 mod grpo;
 mod rewards;
+mod rollout_source;
 mod sft;
 mod task;
 pub mod tool_calls;
@@ -19,6 +20,7 @@ pub use batch::{TokenBatch, completion_log_probs};
 pub use data::{DataError, Example, Fields, read, write_jsonl};
 pub use eval::{EpisodeSummary, EvalExample, EvalReport, EvalSettings, SHOWN_EXAMPLES, evaluate, is_correct};
 pub use grpo::{Grpo, GrpoContext, GrpoOutcome};
+pub use rein_sampler::{completion_text, stop_check};
 pub use rewards::{GroupReward, OnError, RewardFailure, WeightedReward, score_groups};
 pub use sft::Sft;
 pub use task::{ArithmeticTask, generate_task};
@@ -137,26 +139,6 @@ pub fn prepare(
             })
         })
         .collect()
-}
-
-/// A stop check for [`rein_sampler::generate`]: true once the decoded completion contains
-/// one of `stops`.
-pub fn stop_check<'a>(tokenizer: &'a LmTokenizer, stops: &'a [String]) -> impl FnMut(usize, &[u32]) -> bool + 'a {
-    move |_, tokens| {
-        !stops.is_empty()
-            && tokenizer
-                .decode(tokens, false)
-                .is_ok_and(|t| stops.iter().any(|s| t.contains(s.as_str())))
-    }
-}
-
-/// The completion's text without special tokens, cut at the first stop string.
-pub fn completion_text(tokenizer: &LmTokenizer, tokens: &[u32], stops: &[String]) -> String {
-    let mut text = tokenizer.decode(tokens, true).unwrap_or_default();
-    if let Some(at) = stops.iter().filter_map(|s| text.find(s.as_str())).min() {
-        text.truncate(at);
-    }
-    text
 }
 
 /// Where a run keeps the data it generated.

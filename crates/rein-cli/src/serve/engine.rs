@@ -1,0 +1,228 @@
+//! The serving engine: one thread owns the model and batches whatever requests arrive together.
+//!
+//! Requests wait at most `window` after the first of a batch arrives; then every request with
+//! the same sampling settings is decoded in one [`generate_seeded`] call, each prompt with its
+//! own seed, so a prompt draws the same tokens whether it came alone or with 63 others (and as
+//! it would in a native trainer's batch with the same seed). A weight reload is a barrier:
+//! requests before it finish on the old weights, requests after it start on the new ones.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::{Duration, Instant};
+
+use rein_model::Cpu;
+use rein_model::lm::{CausalLm, LmTokenizer, load};
+use rein_sampler::{Generation, GenerationConfig, generate_seeded, stop_check};
+
+/// One request's generation work.
+#[derive(Clone)]
+pub(crate) struct Work {
+    /// Prompts as token ids.
+    pub prompts: Vec<Vec<u32>>,
+    /// Each prompt's seed.
+    pub seeds: Vec<u64>,
+    /// Sampling settings (`seed` unused: see `seeds`).
+    pub config: GenerationConfig,
+    /// Stop strings.
+    pub stops: Vec<String>,
+}
+
+/// A request's completions and the policy version that sampled them.
+pub(crate) struct Done {
+    /// `n` per prompt, in order.
+    pub generations: Vec<Generation>,
+    /// The weight version.
+    pub version: String,
+}
+
+enum Message {
+    Generate(Work, Sender<Done>),
+    Reload(PathBuf, Option<String>, Sender<Result<String, String>>),
+}
+
+/// A handle to the engine thread (cheap to clone, one per HTTP worker).
+#[derive(Clone)]
+pub(crate) struct Engine {
+    tx: Sender<Message>,
+}
+
+/// Most sequences decoded in one batch.
+const MAX_BATCH_SEQUENCES: usize = 256;
+
+impl Engine {
+    /// Starts the engine thread on `model`.
+    pub(crate) fn start(model: CausalLm<Cpu>, tokenizer: LmTokenizer, window: Duration) -> Self {
+        let (tx, rx) = channel();
+        std::thread::Builder::new()
+            .name("rein-serve-engine".into())
+            .spawn(move || EngineLoop::new(model, tokenizer).run(rx, window))
+            .expect("the engine thread starts");
+        Self { tx }
+    }
+
+    /// The completions of `work` (`None` if the engine is gone).
+    pub(crate) fn generate(&self, work: Work) -> Option<Done> {
+        let (reply, done) = channel();
+        self.tx.send(Message::Generate(work, reply)).ok()?;
+        done.recv().ok()
+    }
+
+    /// Loads the checkpoint or LoRA adapter in `path`; returns the new weight version.
+    pub(crate) fn reload(&self, path: PathBuf, version: Option<String>) -> Result<String, String> {
+        let (reply, done) = channel();
+        (self.tx.send(Message::Reload(path, version, reply))).map_err(|_| "the engine stopped".to_string())?;
+        done.recv().map_err(|_| "the engine stopped".to_string())?
+    }
+}
+
+struct EngineLoop {
+    /// The model loaded at start, onto which adapters are merged.
+    base: CausalLm<Cpu>,
+    model: CausalLm<Cpu>,
+    tokenizer: LmTokenizer,
+    pad: u32,
+    version: String,
+    reloads: u64,
+}
+
+impl EngineLoop {
+    fn new(model: CausalLm<Cpu>, tokenizer: LmTokenizer) -> Self {
+        Self {
+            base: model.clone(),
+            model,
+            pad: tokenizer.pad_id().unwrap_or(0),
+            tokenizer,
+            version: "0".into(),
+            reloads: 0,
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Message>, window: Duration) {
+        while let Ok(first) = rx.recv() {
+            let mut batch = vec![first];
+            let deadline = Instant::now() + window;
+            while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+                match rx.recv_timeout(left) {
+                    Ok(message) => batch.push(message),
+                    Err(_) => break,
+                }
+            }
+            let mut pending: Vec<(Work, Sender<Done>)> = Vec::new();
+            for message in batch {
+                match message {
+                    Message::Generate(work, reply) => pending.push((work, reply)),
+                    Message::Reload(path, version, reply) => {
+                        self.decode(std::mem::take(&mut pending));
+                        let _ = reply.send(self.reload(&path, version));
+                    }
+                }
+            }
+            self.decode(pending);
+        }
+    }
+
+    /// Decodes the requests, those with equal settings together.
+    fn decode(&self, mut pending: Vec<(Work, Sender<Done>)>) {
+        while !pending.is_empty() {
+            let key = settings_key(&pending[0].0);
+            let mut group = Vec::new();
+            let mut rest = Vec::new();
+            let mut sequences = 0;
+            for item in pending {
+                let size = item.0.prompts.len() * item.0.config.n.max(1);
+                if settings_key(&item.0) == key && (group.is_empty() || sequences + size <= MAX_BATCH_SEQUENCES) {
+                    sequences += size;
+                    group.push(item);
+                } else {
+                    rest.push(item);
+                }
+            }
+            self.decode_group(group);
+            pending = rest;
+        }
+    }
+
+    fn decode_group(&self, group: Vec<(Work, Sender<Done>)>) {
+        let config = group[0].0.config.clone();
+        let n = config.n.max(1);
+        let mut prompts = Vec::new();
+        let mut seeds = Vec::new();
+        let mut owner = Vec::new();
+        for (i, (work, _)) in group.iter().enumerate() {
+            prompts.extend(work.prompts.iter().cloned());
+            seeds.extend(&work.seeds);
+            owner.extend(std::iter::repeat_n(i, work.prompts.len()));
+        }
+        let generations = {
+            let mut checks: Vec<_> = group
+                .iter()
+                .map(|(w, _)| stop_check(&self.tokenizer, &w.stops))
+                .collect();
+            let mut stop = |seq: usize, tokens: &[u32]| checks[owner[seq / n]](seq, tokens);
+            let device = Default::default();
+            generate_seeded(&self.model, &prompts, &seeds, &config, self.pad, &mut stop, &device)
+        };
+        let mut generations = generations.into_iter();
+        for (work, reply) in group {
+            let mine = renumber(generations.by_ref().take(work.prompts.len() * n).collect(), n);
+            let _ = reply.send(Done {
+                generations: mine,
+                version: self.version.clone(),
+            });
+        }
+    }
+
+    fn reload(&mut self, path: &Path, version: Option<String>) -> Result<String, String> {
+        let device = Default::default();
+        let model = match path.join("adapter_config.json").is_file() {
+            true => rein_model::lm::peft::load_adapter(self.base.clone(), path, &device).map(|m| m.merged()),
+            false => load::<Cpu>(path, &device),
+        }
+        .map_err(|e| format!("cannot load {}: {e}", path.display()))?;
+        let (old, new) = (self.model.config(), model.config());
+        if (old.vocab_size, old.hidden_size, old.num_hidden_layers)
+            != (new.vocab_size, new.hidden_size, new.num_hidden_layers)
+        {
+            return Err(format!(
+                "{} is another architecture (vocab {}, hidden {}, {} layers; serving vocab {}, hidden {}, {} layers)",
+                path.display(),
+                new.vocab_size,
+                new.hidden_size,
+                new.num_hidden_layers,
+                old.vocab_size,
+                old.hidden_size,
+                old.num_hidden_layers
+            ));
+        }
+        self.model = model;
+        self.reloads += 1;
+        self.version = version.unwrap_or_else(|| self.reloads.to_string());
+        Ok(self.version.clone())
+    }
+}
+
+/// Generations renumbered within their own request: prompt `i / n`, sample `i % n`.
+fn renumber(generations: Vec<Generation>, n: usize) -> Vec<Generation> {
+    (generations.into_iter().enumerate())
+        .map(|(i, g)| Generation {
+            prompt: i / n,
+            sample: i % n,
+            ..g
+        })
+        .collect()
+}
+
+/// The settings that must be equal for requests to decode together.
+fn settings_key(work: &Work) -> String {
+    let c = &work.config;
+    format!(
+        "{} {} {:?} {:?} {:?} {} {:?}",
+        c.max_new_tokens,
+        c.temperature.to_bits(),
+        c.top_k,
+        c.top_p.map(f32::to_bits),
+        c.min_p.map(f32::to_bits),
+        c.n,
+        c.stop_token_ids
+    )
+}

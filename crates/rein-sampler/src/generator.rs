@@ -1,0 +1,123 @@
+//! Where completions come from: the [`Generator`] trait and its in-process implementation.
+//!
+//! A trainer asks a generator for `n` completions of a batch of token-id prompts and hands it
+//! each new policy. [`NativeGenerator`] runs the batched KV-cache sampler on the policy it was
+//! last given; [`crate::HttpGenerator`] sends the ids to inference servers (vLLM, SGLang,
+//! `rein serve`) and syncs the policy through files. Either way the answer is token ids with
+//! their sampling log-probabilities and the policy version that produced them, so nothing a
+//! model generated is ever decoded and re-tokenised.
+
+use rein_model::Backend;
+use rein_model::lm::{CausalLm, LmTokenizer};
+
+use crate::generate::{Generation, generate};
+use crate::stop::stop_check;
+use crate::token_choice::GenerationConfig;
+
+/// Why a generator could not answer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GeneratorError {
+    /// Every server stopped answering.
+    #[error("no inference server is left: {} stopped answering (last error: {last})", urls.join(", "))]
+    NoServers {
+        /// The servers the generator was given.
+        urls: Vec<String>,
+        /// The last error seen.
+        last: String,
+    },
+    /// A server answered something rein cannot use.
+    #[error("{url}: {message}")]
+    BadResponse {
+        /// The server.
+        url: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// Writing the policy for the servers failed.
+    #[error("writing the policy to {path} for the servers failed: {reason}")]
+    Weights {
+        /// The directory.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The generator has no policy yet.
+    #[error("the generator was given no policy")]
+    NoPolicy,
+}
+
+/// A source of completions for a policy that changes as it trains.
+pub trait Generator<B: Backend>: Send {
+    /// `config.n` completions of each prompt, in the order `prompt * n + sample`; prompt `p`'s
+    /// samples draw from the stream of [`crate::prompt_seed`]`(config.seed, p)`. A completion
+    /// ends at a stop token (`config.stop_token_ids`), once its text contains one of `stops`,
+    /// or at `config.max_new_tokens`.
+    fn generate(
+        &mut self,
+        prompts: &[Vec<u32>],
+        config: &GenerationConfig,
+        stops: &[String],
+    ) -> Result<Vec<Generation>, GeneratorError>;
+
+    /// From now on, sample from `policy`, which is version `version` (the number of updates
+    /// it has had).
+    fn update(&mut self, policy: &CausalLm<B>, version: u64) -> Result<(), GeneratorError>;
+
+    /// The version of the policy the next completions come from.
+    fn version(&self) -> u64;
+
+    /// What it is, for logs ("native", "http: url, url").
+    fn describe(&self) -> String;
+}
+
+/// The in-process batched KV-cache sampler ([`generate`]) on the last policy it was given.
+pub struct NativeGenerator<B: Backend> {
+    policy: Option<CausalLm<B>>,
+    version: u64,
+    tokenizer: LmTokenizer,
+    pad_id: u32,
+    device: B::Device,
+}
+
+impl<B: Backend> NativeGenerator<B> {
+    /// A generator with no policy yet (call [`Generator::update`] first).
+    pub fn new(tokenizer: LmTokenizer, device: &B::Device) -> Self {
+        Self {
+            policy: None,
+            version: 0,
+            pad_id: tokenizer.pad_id().unwrap_or(0),
+            tokenizer,
+            device: device.clone(),
+        }
+    }
+}
+
+impl<B: Backend> Generator<B> for NativeGenerator<B>
+where
+    CausalLm<B>: Send,
+{
+    fn generate(
+        &mut self,
+        prompts: &[Vec<u32>],
+        config: &GenerationConfig,
+        stops: &[String],
+    ) -> Result<Vec<Generation>, GeneratorError> {
+        let policy = self.policy.as_ref().ok_or(GeneratorError::NoPolicy)?;
+        let mut stop = stop_check(&self.tokenizer, stops);
+        Ok(generate(policy, prompts, config, self.pad_id, &mut stop, &self.device))
+    }
+
+    fn update(&mut self, policy: &CausalLm<B>, version: u64) -> Result<(), GeneratorError> {
+        self.policy = Some(policy.clone());
+        self.version = version;
+        Ok(())
+    }
+
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn describe(&self) -> String {
+        "native".into()
+    }
+}

@@ -1,0 +1,233 @@
+//! Where GRPO's completions come from, and how far ahead of training they may be made.
+//!
+//! A [`RolloutSource`] wraps a [`Generator`] (the native sampler or inference servers). The
+//! trainer submits one job per step — the step's prompts, picked in step order — and takes
+//! the completions back in the same order; after each update it publishes the new policy.
+//!
+//! - `max_staleness = 0`: jobs run on the trainer's thread when taken, after the policy of the
+//!   previous update was handed to the generator: today's synchronous loop, bit for bit.
+//! - `max_staleness = s > 0`: a producer thread runs the jobs as soon as they are submitted,
+//!   each once the published policy is at least `step − 1 − s` (AReaL's and prime-rl's bound:
+//!   no completion trains a policy more than `s` updates newer than the one that sampled it).
+//!   Before each job it hands the generator the newest published policy, so a job's
+//!   completions all come from one version, which they carry.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Condvar, Mutex};
+
+use rein_model::Backend;
+use rein_model::lm::CausalLm;
+use rein_sampler::{Generation, GenerationConfig, Generator, GeneratorError};
+
+/// One step's generation work.
+pub struct Job {
+    /// The step it is for.
+    pub step: usize,
+    /// The prompts, as token ids.
+    pub prompts: Vec<Vec<u32>>,
+    /// Sampling settings (seed included).
+    pub config: GenerationConfig,
+    /// Stop strings.
+    pub stops: Vec<String>,
+}
+
+/// A job's completions.
+pub struct Produced {
+    /// The step they are for.
+    pub step: usize,
+    /// `config.n` per prompt, in order.
+    pub generations: Vec<Generation>,
+    /// The version of the policy that sampled them.
+    pub version: u64,
+}
+
+type Outcome = Result<Produced, GeneratorError>;
+
+/// The newest policy the trainer published.
+struct Published<B: Backend> {
+    policy: Option<CausalLm<B>>,
+    version: u64,
+    closed: bool,
+}
+
+type Shared<B> = Arc<(Mutex<Published<B>>, Condvar)>;
+
+enum Mode<B: Backend> {
+    /// Jobs run on the trainer's thread when taken.
+    Inline {
+        generator: Box<dyn Generator<B>>,
+        jobs: VecDeque<Job>,
+    },
+    /// Jobs run on a producer thread as soon as the staleness bound allows.
+    Ahead {
+        jobs: Sender<(Job, u64)>,
+        results: Receiver<Outcome>,
+        shared: Shared<B>,
+    },
+}
+
+/// See the module docs.
+pub struct RolloutSource<B: Backend> {
+    mode: Mode<B>,
+    max_staleness: usize,
+    description: String,
+}
+
+impl<B: Backend> RolloutSource<B>
+where
+    CausalLm<B>: Send,
+{
+    /// A source over `generator`, which gets `policy` as version `version` before any job.
+    pub fn new(
+        mut generator: Box<dyn Generator<B>>,
+        policy: &CausalLm<B>,
+        version: u64,
+        max_staleness: usize,
+    ) -> Result<Self, GeneratorError> {
+        let description = generator.describe();
+        let mode = match max_staleness {
+            0 => {
+                generator.update(policy, version)?;
+                Mode::Inline {
+                    generator,
+                    jobs: VecDeque::new(),
+                }
+            }
+            _ => {
+                let shared: Shared<B> = Arc::new((
+                    Mutex::new(Published {
+                        policy: Some(policy.clone()),
+                        version,
+                        closed: false,
+                    }),
+                    Condvar::new(),
+                ));
+                let (jobs, job_rx) = channel();
+                let (result_tx, results) = channel();
+                let producer_shared = shared.clone();
+                std::thread::Builder::new()
+                    .name("rein-generation".into())
+                    .spawn(move || produce(generator, job_rx, result_tx, producer_shared))
+                    .map_err(|e| GeneratorError::BadResponse {
+                        url: description.clone(),
+                        message: format!("could not start the generation thread: {e}"),
+                    })?;
+                Mode::Ahead { jobs, results, shared }
+            }
+        };
+        Ok(Self {
+            mode,
+            max_staleness,
+            description,
+        })
+    }
+
+    /// How many steps ahead of training jobs may be submitted.
+    pub fn max_staleness(&self) -> usize {
+        self.max_staleness
+    }
+
+    /// What generates, for logs and stall messages.
+    pub fn describe(&self) -> &str {
+        &self.description
+    }
+
+    /// From now on jobs may use `policy`, version `version`.
+    pub fn publish(&mut self, policy: &CausalLm<B>, version: u64) -> Result<(), GeneratorError> {
+        match &mut self.mode {
+            Mode::Inline { generator, .. } => generator.update(policy, version),
+            Mode::Ahead { shared, .. } => {
+                let (lock, ready) = &**shared;
+                let mut published = lock.lock().unwrap_or_else(|e| e.into_inner());
+                published.policy = Some(policy.clone());
+                published.version = version;
+                ready.notify_all();
+                Ok(())
+            }
+        }
+    }
+
+    /// Queues `job`; its completions come from a policy of version ≥ `job.step − 1 −
+    /// max_staleness`.
+    pub fn submit(&mut self, job: Job) {
+        let min_version = (job.step.saturating_sub(1)).saturating_sub(self.max_staleness) as u64;
+        match &mut self.mode {
+            Mode::Inline { jobs, .. } => jobs.push_back(job),
+            Mode::Ahead { jobs, .. } => {
+                // A closed channel means the producer ended; `take` reports why.
+                let _ = jobs.send((job, min_version));
+            }
+        }
+    }
+
+    /// The oldest submitted job's completions, waiting for them if needed.
+    pub fn take(&mut self) -> Outcome {
+        match &mut self.mode {
+            Mode::Inline { generator, jobs } => {
+                let job = jobs.pop_front().ok_or(GeneratorError::NoPolicy)?;
+                let generations = generator.generate(&job.prompts, &job.config, &job.stops)?;
+                Ok(Produced {
+                    step: job.step,
+                    generations,
+                    version: generator.version(),
+                })
+            }
+            Mode::Ahead { results, .. } => results.recv().unwrap_or_else(|_| {
+                Err(GeneratorError::BadResponse {
+                    url: self.description.clone(),
+                    message: "the generation thread ended".into(),
+                })
+            }),
+        }
+    }
+}
+
+impl<B: Backend> Drop for RolloutSource<B> {
+    fn drop(&mut self) {
+        if let Mode::Ahead { shared, .. } = &self.mode {
+            let (lock, ready) = &**shared;
+            lock.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+            ready.notify_all();
+        }
+    }
+}
+
+/// The producer thread: each job once the policy is recent enough, on the newest policy.
+fn produce<B: Backend>(
+    mut generator: Box<dyn Generator<B>>,
+    jobs: Receiver<(Job, u64)>,
+    results: Sender<Outcome>,
+    shared: Shared<B>,
+) {
+    let mut synced: Option<u64> = None;
+    while let Ok((job, min_version)) = jobs.recv() {
+        let (policy, version) = {
+            let (lock, ready) = &*shared;
+            let mut published = lock.lock().unwrap_or_else(|e| e.into_inner());
+            while !published.closed && published.version < min_version {
+                published = ready.wait(published).unwrap_or_else(|e| e.into_inner());
+            }
+            if published.closed {
+                return;
+            }
+            (published.policy.clone(), published.version)
+        };
+        let outcome = (|| {
+            if synced != Some(version) {
+                generator.update(policy.as_ref().ok_or(GeneratorError::NoPolicy)?, version)?;
+                synced = Some(version);
+            }
+            let generations = generator.generate(&job.prompts, &job.config, &job.stops)?;
+            Ok(Produced {
+                step: job.step,
+                generations,
+                version,
+            })
+        })();
+        let failed = outcome.is_err();
+        if results.send(outcome).is_err() || failed {
+            return;
+        }
+    }
+}
