@@ -20,6 +20,8 @@ use clap::ValueEnum;
 use crate::workspace::{output, root, run, target_dir};
 
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+/// The OpenAI Python client the serving tests use.
+const OPENAI: &str = "openai==3.57.0";
 const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0";
 
 /// The language a plugin is written in.
@@ -288,6 +290,33 @@ fn componentize_py() -> anyhow::Result<PathBuf> {
         .arg(&dir)
         .arg(COMPONENTIZE_PY))
     .map_err(|e| ToolUnavailable(format!("cannot install {COMPONENTIZE_PY} from PyPI: {e:#}")))?;
+    Ok(dir)
+}
+
+/// The `openai` Python client (pinned), installed under `<target>/tools/openai-client` when
+/// missing: the tests check that `rein serve` answers it.
+pub(crate) fn openai_client() -> anyhow::Result<PathBuf> {
+    let dir = target_dir().join("tools/openai-client");
+    let version = OPENAI.split("==").nth(1).unwrap_or_default();
+    if dir.join(format!("openai-{version}.dist-info")).is_dir() {
+        return Ok(dir);
+    }
+    available("python3", "Python 3 (python3) is needed for the openai client test")?;
+    eprintln!("  installing {OPENAI} into {}", dir.display());
+    let _ = std::fs::remove_dir_all(&dir);
+    run(Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--target",
+        ])
+        .env("PIP_ROOT_USER_ACTION", "ignore")
+        .arg(&dir)
+        .arg(OPENAI))
+    .map_err(|e| ToolUnavailable(format!("cannot install {OPENAI} from PyPI: {e:#}")))?;
     Ok(dir)
 }
 

@@ -35,10 +35,13 @@ impl Test {
         plugin_cases()?;
         // tests/gguf.rs checks the conversion of a real model against transformers' figures.
         model::ensure("smollm2-135m")?;
+        // crates/rein-cli/tests/serve.rs talks to `rein serve` with the openai Python client.
+        let openai = guest::openai_client()?;
         eprintln!("testing the workspace");
         run(cargo()
             .args(["test", "--workspace", "--quiet"])
             .env("REIN_MODEL_DIR", model_dir())
+            .env("REIN_OPENAI_PYTHONPATH", openai)
             .args(&self.args)
             .current_dir(root()))?;
         if self.args.is_empty() {

@@ -231,3 +231,118 @@ fn produce<B: Backend>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use burn::backend::Flex;
+    use rein_model::lm::{LmConfig, LmInit};
+    use rein_sampler::FinishReason;
+
+    use super::*;
+
+    /// Answers every prompt with one token: the version of the policy it holds.
+    struct Versions {
+        version: u64,
+        calls: Arc<AtomicUsize>,
+    }
+
+    impl Generator<Flex> for Versions {
+        fn generate(
+            &mut self,
+            prompts: &[Vec<u32>],
+            _: &GenerationConfig,
+            _: &[String],
+        ) -> Result<Vec<Generation>, GeneratorError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            Ok((0..prompts.len())
+                .map(|prompt| Generation {
+                    prompt,
+                    sample: 0,
+                    tokens: vec![self.version as u32],
+                    logprobs: vec![0.0],
+                    finish: FinishReason::Length,
+                })
+                .collect())
+        }
+
+        fn update(&mut self, _: &CausalLm<Flex>, version: u64) -> Result<(), GeneratorError> {
+            self.version = version;
+            Ok(())
+        }
+
+        fn version(&self) -> u64 {
+            self.version
+        }
+
+        fn describe(&self) -> String {
+            "versions".into()
+        }
+    }
+
+    fn model() -> CausalLm<Flex> {
+        let config = LmConfig::from_json(serde_json::json!({
+            "model_type": "qwen2", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 8
+        }))
+        .unwrap();
+        LmInit { config, std: 0.1 }.init::<Flex>(&Default::default())
+    }
+
+    fn job(step: usize) -> Job {
+        Job {
+            step,
+            prompts: vec![vec![1]],
+            config: GenerationConfig::default(),
+            stops: Vec::new(),
+        }
+    }
+
+    fn source(max_staleness: usize) -> (RolloutSource<Flex>, Arc<AtomicUsize>) {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let generator = Versions {
+            version: u64::MAX,
+            calls: calls.clone(),
+        };
+        (
+            RolloutSource::new(Box::new(generator), &model(), 0, max_staleness).unwrap(),
+            calls,
+        )
+    }
+
+    /// Synchronous: each job samples from the policy published just before it.
+    #[test]
+    fn synchronous_jobs_use_the_latest_policy() {
+        let (mut source, _) = source(0);
+        let policy = model();
+        for step in 1..=3 {
+            source.submit(job(step));
+            let produced = source.take().unwrap();
+            assert_eq!((produced.step, produced.version), (step, step as u64 - 1));
+            source.publish(&policy, step as u64).unwrap();
+        }
+    }
+
+    /// With a staleness bound of 1, step 2's completions need no update (they may come from
+    /// version 0), but step 3's wait for version 1 and come from it.
+    #[test]
+    fn generation_runs_ahead_by_at_most_max_staleness_versions() {
+        let (mut source, calls) = source(1);
+        source.submit(job(1));
+        source.submit(job(2));
+        let first = source.take().unwrap();
+        let second = source.take().unwrap();
+        assert_eq!((first.step, first.version), (1, 0));
+        assert_eq!((second.step, second.version), (2, 0), "step 2 may run on version 0");
+        assert_eq!(second.generations[0].tokens, vec![0]);
+        source.submit(job(3));
+        // Step 3 needs version ≥ 1, which is not published: the producer must wait.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "step 3 ran before version 1 existed");
+        source.publish(&model(), 1).unwrap();
+        let third = source.take().unwrap();
+        assert_eq!((third.step, third.version), (3, 1));
+        assert_eq!(third.generations[0].tokens, vec![1]);
+    }
+}

@@ -1,0 +1,399 @@
+//! Rollouts on inference servers, over loopback: `rein serve` processes as the servers and
+//! `rein run` with `sampler.backend = "http"` as the trainer.
+//!
+//! - two servers train as the native backend does: the same tokens, metrics and final weights
+//!   (log-probabilities equal to the last bits: the servers batch requests as they arrive);
+//! - a server killed mid-run is dropped and named, and the run finishes on the other;
+//! - with no server left the run saves its last step and stops naming the servers;
+//! - asynchronous GRPO (`max_staleness = 1`) never trains on completions more than one
+//!   version old;
+//! - the `openai` Python client talks to `rein serve` (completions and chat, log-probabilities).
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("serve-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The main recipe cut down to seconds, with enough SFT for rewards and gradients to appear.
+const QUICK: &[&str] = &[
+    "sft.steps=120",
+    "sft.batch_size=32",
+    "algorithm.prompts_per_step=4",
+    "sampler.n=4",
+    "sampler.max_new_tokens=24",
+    "data.task.train=2000",
+    "data.task.test=16",
+    "eval.k=2",
+];
+
+/// `rein run recipes/grpo-arithmetic.toml` with QUICK, `overrides`, runs under `runs`.
+fn rein_run(runs: &Path, overrides: &[String]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rein"));
+    command
+        .arg("run")
+        .arg(root().join("recipes/grpo-arithmetic.toml"))
+        .arg("--plugin-dir")
+        .arg(common::plugin_path("math-answer").parent().unwrap())
+        .arg("--set")
+        .arg(format!("train.runs_dir={:?}", runs.display().to_string()))
+        .env(
+            "REIN_CACHE_DIR",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"),
+        );
+    for o in QUICK.iter().map(|s| s.to_string()).chain(overrides.iter().cloned()) {
+        command.arg("--set").arg(o);
+    }
+    command
+}
+
+fn succeeded(out: Output, what: &str) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{what} failed:\n{stderr}");
+    stderr
+}
+
+fn only_run(runs: &Path) -> PathBuf {
+    std::fs::read_dir(runs).unwrap().next().unwrap().unwrap().path()
+}
+
+/// A `rein serve` process on a free port, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(model: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rein"))
+            .args(["serve", "--port", "0", "--model"])
+            .arg(model)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = loop {
+            let line = lines.next().expect("rein serve printed its address").unwrap();
+            if let Some(at) = line.find("http://") {
+                break line[at..].trim().to_string();
+            }
+        };
+        // Keep draining its log so it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Self { child, url }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn urls(servers: &[&Server]) -> String {
+    let quoted: Vec<String> = servers.iter().map(|s| format!("{:?}", s.url)).collect();
+    format!("sampler.urls=[{}]", quoted.join(", "))
+}
+
+fn http(servers: &[&Server]) -> Vec<String> {
+    vec!["sampler.backend=\"http\"".into(), urls(servers)]
+}
+
+/// A native run of `steps` GRPO steps; returns its run directory (whose `sft/` the servers load).
+fn native(tag: &str, steps: usize) -> PathBuf {
+    let runs = scratch(tag);
+    succeeded(
+        rein_run(&runs, &[format!("algorithm.steps={steps}")]).output().unwrap(),
+        "the native run",
+    );
+    only_run(&runs)
+}
+
+#[test]
+fn two_servers_train_as_the_native_sampler_does() {
+    let native = native("native", 4);
+    let (a, b) = (Server::start(&native.join("sft")), Server::start(&native.join("sft")));
+    let runs = scratch("http");
+    let mut overrides = http(&[&a, &b]);
+    overrides.push("algorithm.steps=4".into());
+    let stderr = succeeded(rein_run(&runs, &overrides).output().unwrap(), "the http run");
+    assert!(stderr.contains(&a.url) && stderr.contains(&b.url), "{stderr}");
+    let run = only_run(&runs);
+    // The servers batch requests as they arrive, so a prompt's padding (and with it the float
+    // summation order over attention keys) can differ from the trainer's batch: the sampled
+    // tokens are the same, their log-probabilities equal to the last bits.
+    let (http, native_metrics) = (
+        common::metrics_without_timings(&run),
+        common::metrics_without_timings(&native),
+    );
+    assert_eq!(http.len(), native_metrics.len());
+    for (a, b) in http.iter().zip(&native_metrics) {
+        let keys: std::collections::BTreeSet<&String> = a
+            .as_object()
+            .unwrap()
+            .keys()
+            .chain(b.as_object().unwrap().keys())
+            .collect();
+        for key in keys {
+            match (a.get(key).and_then(|v| v.as_f64()), b.get(key).and_then(|v| v.as_f64())) {
+                (Some(x), Some(y)) => assert!(
+                    (x - y).abs() <= 1e-5 * x.abs().max(y.abs()).max(1e-3),
+                    "{key}: {x} (http) vs {y} (native) at {a}"
+                ),
+                _ => assert_eq!(a.get(key), b.get(key), "{key} differs between http and native at {a}"),
+            }
+        }
+    }
+    let grpo: Vec<_> = http.iter().filter(|r| r["stage"] == "grpo").collect();
+    assert!(
+        grpo.iter().any(|r| r["train/grad_norm"].as_f64().unwrap() > 0.0),
+        "no step had a gradient, so the comparison proves little: {grpo:?}"
+    );
+    assert_eq!(
+        std::fs::read(run.join("final/config.json")).unwrap(),
+        std::fs::read(native.join("final/config.json")).unwrap()
+    );
+    let (a, b) = (
+        safetensors_f32(&run.join("final/model.safetensors")),
+        safetensors_f32(&native.join("final/model.safetensors")),
+    );
+    assert_eq!(a.len(), b.len());
+    let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    assert!(worst <= 1e-6, "final weights differ by up to {worst}");
+    // Each update was written for the servers; the last two versions are kept.
+    let mut versions: Vec<String> = (std::fs::read_dir(run.join("weights")).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    versions.sort();
+    assert_eq!(versions, ["v000002", "v000003"]);
+}
+
+/// Waits until `run`'s metrics hold a GRPO step, or the run ends.
+fn wait_for_grpo_step(runs: &Path, run: &mut Child) {
+    let started = Instant::now();
+    loop {
+        let logged = (std::fs::read_dir(runs).ok().and_then(|mut d| d.next()))
+            .and_then(|e| std::fs::read_to_string(e.ok()?.path().join("metrics.jsonl")).ok())
+            .is_some_and(|m| m.contains("\"stage\":\"grpo\""));
+        if logged || run.try_wait().unwrap().is_some() {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "no GRPO step in 10 minutes"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_killed_server_is_dropped_and_named_and_the_run_finishes() {
+    let native = native("kill-base", 1);
+    let (a, mut b) = (Server::start(&native.join("sft")), Server::start(&native.join("sft")));
+    let runs = scratch("kill");
+    let mut overrides = http(&[&a, &b]);
+    overrides.extend([
+        "algorithm.steps=8".into(),
+        "sampler.retries=1".into(),
+        "sampler.backoff_s=0.05".into(),
+    ]);
+    let mut run = rein_run(&runs, &overrides).stderr(Stdio::piped()).spawn().unwrap();
+    wait_for_grpo_step(&runs, &mut run);
+    assert!(
+        run.try_wait().unwrap().is_none(),
+        "the run ended before a server could be killed"
+    );
+    b.kill();
+    let stderr = succeeded(run.wait_with_output().unwrap(), "the run with a killed server");
+    assert!(
+        stderr.contains(&format!("inference server {} stopped answering", b.url)),
+        "the log does not name the dead server {}:\n{stderr}",
+        b.url
+    );
+    let grpo_steps = (common::metrics_without_timings(&only_run(&runs)).iter())
+        .filter(|r| r["stage"] == "grpo" && r.get("step").is_some())
+        .count();
+    assert_eq!(grpo_steps, 8, "the run did not finish its 8 steps");
+}
+
+#[test]
+fn with_no_server_left_the_run_saves_its_last_step_and_names_the_servers() {
+    let native = native("none-base", 1);
+    let mut only = Server::start(&native.join("sft"));
+    let runs = scratch("none");
+    let mut overrides = http(&[&only]);
+    overrides.extend([
+        "algorithm.steps=50".into(),
+        "sampler.retries=1".into(),
+        "sampler.backoff_s=0.05".into(),
+    ]);
+    let mut run = rein_run(&runs, &overrides).stderr(Stdio::piped()).spawn().unwrap();
+    wait_for_grpo_step(&runs, &mut run);
+    assert!(
+        run.try_wait().unwrap().is_none(),
+        "the run ended before its server could be killed"
+    );
+    only.kill();
+    let out = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the run went on without servers:\n{stderr}");
+    assert!(
+        stderr.contains("no inference server is left") && stderr.contains(&only.url),
+        "the error does not name the servers:\n{stderr}"
+    );
+    assert!(stderr.contains("saved the last completed step in"), "{stderr}");
+    let checkpoints = only_run(&runs).join("checkpoints");
+    assert!(
+        std::fs::read_dir(&checkpoints).unwrap().count() > 0,
+        "no checkpoint in {}",
+        checkpoints.display()
+    );
+}
+
+#[test]
+fn asynchronous_grpo_trains_on_completions_at_most_one_version_old() {
+    let runs = scratch("async");
+    let overrides = [
+        "algorithm.steps=5".to_string(),
+        "algorithm.max_staleness=1".into(),
+        "algorithm.correction=\"tis\"".into(),
+    ];
+    succeeded(rein_run(&runs, &overrides).output().unwrap(), "the asynchronous run");
+    let grpo: Vec<_> = (common::metrics_without_timings(&only_run(&runs)).into_iter())
+        .filter(|r| r["stage"] == "grpo" && r.get("step").is_some())
+        .collect();
+    assert_eq!(grpo.len(), 5);
+    assert_eq!(
+        grpo[0]["train/policy_lag_max"], 0.0,
+        "step 1 samples the starting policy"
+    );
+    for r in &grpo {
+        let lag = r["train/policy_lag_max"].as_f64().unwrap();
+        assert!(
+            lag <= 1.0,
+            "step {} trained on completions {lag} versions old",
+            r["step"]
+        );
+        assert!(r["train/mismatch_kl"].as_f64().unwrap() >= 0.0);
+        assert!(r["train/correction_capped_frac"].is_number());
+    }
+}
+
+/// `REIN_OPENAI_PYTHONPATH`: the `openai` package `cargo xtask test` installs.
+fn openai_client() -> Command {
+    let path = std::env::var("REIN_OPENAI_PYTHONPATH").expect(
+        "REIN_OPENAI_PYTHONPATH is unset: run the suite with `cargo xtask test`, which installs the openai client",
+    );
+    let mut python = Command::new("python3");
+    python.env("PYTHONPATH", path);
+    python
+}
+
+const OPENAI_SCRIPT: &str = r#"
+import json, sys
+from openai import OpenAI
+client = OpenAI(base_url=sys.argv[1] + "/v1", api_key="unused")
+model = client.models.list().data[0].id
+done = client.completions.create(model=model, prompt="What is 12 + 30?", max_tokens=12, n=2, seed=3, logprobs=0)
+chat = client.chat.completions.create(
+    model=model, messages=[{"role": "user", "content": "What is 12 + 30?"}], max_tokens=12, temperature=0, logprobs=True
+)
+print(json.dumps({
+    "texts": [c.text for c in done.choices],
+    "finish": [c.finish_reason for c in done.choices],
+    "tokens": [c.logprobs.tokens for c in done.choices],
+    "logprobs": [c.logprobs.token_logprobs for c in done.choices],
+    "usage": done.usage.completion_tokens,
+    "chat": chat.choices[0].message.content,
+    "chat_logprobs": [t.logprob for t in chat.choices[0].logprobs.content],
+    "chat_finish": chat.choices[0].finish_reason,
+}))
+"#;
+
+#[test]
+fn the_openai_python_client_talks_to_rein_serve() {
+    let native = native("openai", 1);
+    let model = native.join("final");
+    let server = Server::start(&model);
+    let out = openai_client()
+        .arg("-c")
+        .arg(OPENAI_SCRIPT)
+        .arg(&server.url)
+        .output()
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_str(&succeeded_stdout(out)).unwrap();
+    assert_eq!(answer["texts"].as_array().unwrap().len(), 2, "n = 2 gives two choices");
+    let mut tokens = 0;
+    for (pieces, logprobs) in answer["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(answer["logprobs"].as_array().unwrap())
+    {
+        let (pieces, logprobs) = (pieces.as_array().unwrap(), logprobs.as_array().unwrap());
+        assert_eq!(pieces.len(), logprobs.len());
+        assert!(logprobs.iter().all(|l| l.as_f64().unwrap() <= 0.0), "{logprobs:?}");
+        tokens += pieces.len();
+    }
+    assert_eq!(answer["usage"].as_u64().unwrap() as usize, tokens);
+    assert!(
+        answer["finish"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f == "stop" || f == "length")
+    );
+    // Greedy chat is what `rein generate --chat --temperature 0` answers.
+    let generated = Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args([
+            "generate",
+            "--chat",
+            "--temperature",
+            "0",
+            "--max-new-tokens",
+            "12",
+            "--prompt",
+            "What is 12 + 30?",
+            "--model",
+        ])
+        .arg(&model)
+        .output()
+        .unwrap();
+    let generated: serde_json::Value =
+        serde_json::from_str(succeeded_stdout(generated).lines().next().unwrap()).unwrap();
+    assert_eq!(answer["chat"], generated["completion"]);
+    assert!(!answer["chat_logprobs"].as_array().unwrap().is_empty());
+}
+
+/// The tensors of an f32 safetensors file, concatenated (the header must be equal to compare).
+fn safetensors_f32(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap();
+    let header = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    bytes[8 + header..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn succeeded_stdout(out: Output) -> String {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
