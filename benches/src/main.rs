@@ -11,6 +11,7 @@ mod plugins;
 mod ppo;
 mod qwen2_3m;
 mod report;
+mod serve;
 mod sft;
 
 fn main() -> anyhow::Result<()> {
@@ -24,8 +25,11 @@ fn main() -> anyhow::Result<()> {
         "grpo" => grpo::run(&plugin_dir)?,
         "sft" => sft::run()?,
         "agent" => agent::run(&plugin_dir)?,
+        "serve" => serve::run()?,
         other => {
-            anyhow::bail!("unknown benchmark suite `{other}` (available: plugins, ppo, generate, grpo, sft, agent)")
+            anyhow::bail!(
+                "unknown benchmark suite `{other}` (available: plugins, ppo, generate, grpo, sft, agent, serve)"
+            )
         }
     };
     report.finish(&suite)

@@ -3,23 +3,29 @@
 use clap::Args;
 
 use crate::build_plugins::BuildPlugins;
-use crate::workspace::{cargo_run, model_dir, plugin_dir, root, run};
+use crate::workspace::{cargo, cargo_run, model_dir, plugin_dir, root, run, target_dir};
 
 #[derive(Args)]
 pub(crate) struct Bench {
-    /// Which benchmark: `plugins`, `ppo`, `generate`, `grpo`, `sft` or `agent`.
+    /// Which benchmark: `plugins`, `ppo`, `generate`, `grpo`, `sft`, `agent` or `serve`.
     suite: String,
 }
 
 impl Bench {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
         BuildPlugins::for_running().run()?;
-        if matches!(self.suite.as_str(), "generate" | "grpo") {
-            // Their second case is the real SmolLM2-135M-Instruct.
+        if matches!(self.suite.as_str(), "generate" | "grpo" | "serve") {
+            // Their second case (serve's only one) is the real SmolLM2-135M-Instruct.
             crate::model::ensure("smollm2-135m")?;
         }
+        // `serve` starts `rein serve` processes.
+        run(cargo().args(["build", "--quiet", "-p", "rein-cli"]).current_dir(root()))?;
+        let rein = target_dir()
+            .join("debug")
+            .join(format!("rein{}", std::env::consts::EXE_SUFFIX));
         run(cargo_run("rein-bench", "rein-bench")
             .env("REIN_MODEL_DIR", model_dir())
+            .env("REIN_BIN", rein)
             .arg(&self.suite)
             .arg(plugin_dir())
             .current_dir(root()))

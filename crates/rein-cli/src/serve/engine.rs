@@ -1,6 +1,6 @@
 //! The serving engine: one thread owns the model and batches whatever requests arrive together.
 //!
-//! Requests wait at most `window` after the first of a batch arrives; then every request with
+//! A batch gathers requests until none came for `window` (at most ten windows); then every request with
 //! the same sampling settings is decoded in one [`generate_seeded`] call, each prompt with its
 //! own seed, so a prompt draws the same tokens whether it came alone or with 63 others (and as
 //! it would in a native trainer's batch with the same seed). A weight reload is a barrier:
@@ -99,10 +99,12 @@ impl EngineLoop {
 
     fn run(mut self, rx: Receiver<Message>, window: Duration) {
         while let Ok(first) = rx.recv() {
+            // Gather until no request came for `window` (clients sending a burst of requests
+            // connect one after another), for at most ten windows.
             let mut batch = vec![first];
-            let deadline = Instant::now() + window;
+            let deadline = Instant::now() + window * 10;
             while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-                match rx.recv_timeout(left) {
+                match rx.recv_timeout(left.min(window)) {
                     Ok(message) => batch.push(message),
                     Err(_) => break,
                 }
@@ -143,6 +145,7 @@ impl EngineLoop {
     }
 
     fn decode_group(&self, group: Vec<(Work, Sender<Done>)>) {
+        let started = Instant::now();
         let config = group[0].0.config.clone();
         let n = config.n.max(1);
         let mut prompts = Vec::new();
@@ -162,6 +165,14 @@ impl EngineLoop {
             let device = Default::default();
             generate_seeded(&self.model, &prompts, &seeds, &config, self.pad, &mut stop, &device)
         };
+        let tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();
+        let seconds = started.elapsed().as_secs_f64();
+        eprintln!(
+            "batch of {} requests ({} sequences): {tokens} tokens in {seconds:.2} s ({:.0} tokens/s)",
+            group.len(),
+            generations.len(),
+            tokens as f64 / seconds.max(1e-9)
+        );
         let mut generations = generations.into_iter();
         for (work, reply) in group {
             let mine = renumber(generations.by_ref().take(work.prompts.len() * n).collect(), n);

@@ -38,8 +38,9 @@ pub(crate) struct ServeArgs {
     /// The model's name in the API (default: the directory's name).
     #[arg(long)]
     served_model_name: Option<String>,
-    /// How long the engine waits after a request for others to batch with it, in milliseconds.
-    #[arg(long, default_value_t = 5)]
+    /// A batch gathers requests until none arrived for this many milliseconds (at most ten
+    /// times as long).
+    #[arg(long, default_value_t = 50)]
     batch_window_ms: u64,
     /// HTTP worker threads (requests handled at once; the engine batches them).
     #[arg(long, default_value_t = 128)]
