@@ -267,6 +267,50 @@ fn values_out_of_range_name_the_key_and_the_range() {
 }
 
 #[test]
+fn inference_servers_and_asynchrony_are_checked() {
+    let dir = recipes(&[("grpo.toml", GRPO)]);
+    let http = "sampler.backend=\"http\"";
+    let urls = "sampler.urls=[\"http://127.0.0.1:8000\"]";
+    for (sets, key, says) in [
+        (vec![http], "sampler.urls", "needs the servers' URLs"),
+        (vec![urls], "sampler.urls", "urls are for backend = \"http\""),
+        (
+            vec![http, "sampler.urls=[\"https://a:1\"]"],
+            "sampler.urls",
+            "not an http:// URL",
+        ),
+        (
+            vec!["algorithm.max_staleness=1", "algorithm.dynamic_sampling=true"],
+            "algorithm.max_staleness",
+            "dynamic sampling",
+        ),
+        (vec!["sampler.sync_every=2"], "sampler.sync_every", "1..=1"),
+        (vec!["sampler.sync=\"adapter\""], "sampler.sync", "no [lora]"),
+        (vec![http, urls, "sampler.api=\"vllm\""], "sampler.sync", "LoRA adapter"),
+        (vec!["algorithm.tis_cap=0.5"], "algorithm.tis_cap", "≥ 1"),
+        (
+            vec!["algorithm.icepop_bounds=[1.5, 2.0]"],
+            "algorithm.icepop_bounds",
+            "0 < low < 1 < high",
+        ),
+        (vec![http, urls, "sampler.backoff_s=0"], "sampler.backoff_s", "positive"),
+    ] {
+        let err = load(&dir, "grpo.toml", &sets).unwrap_err();
+        assert!(
+            matches!(&err, RecipeError::Invalid { path, message, .. } if path == key && message.contains(says)),
+            "{sets:?}: {err}"
+        );
+    }
+    let loaded = load(
+        &dir,
+        "grpo.toml",
+        &[http, urls, "algorithm.max_staleness=2", "sampler.sync_every=3"],
+    )
+    .unwrap();
+    assert_eq!(loaded.recipe.sampler.urls, ["http://127.0.0.1:8000"]);
+}
+
+#[test]
 fn evaluation_samples_at_the_samplers_temperature_unless_told() {
     let dir = recipes(&[("grpo.toml", GRPO)]);
     let loaded = load(&dir, "grpo.toml", &["sampler.temperature=0.7"]).unwrap();
