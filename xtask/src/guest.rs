@@ -269,40 +269,35 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
 
 /// `<target>/tools/componentize-py`, installed with pip when missing.
 fn componentize_py() -> anyhow::Result<PathBuf> {
-    let dir = target_dir().join("tools/componentize-py");
-    let version = COMPONENTIZE_PY.split("==").nth(1).unwrap_or_default();
-    if dir.join(format!("componentize_py-{version}.dist-info")).is_dir() {
-        return Ok(dir);
-    }
-    available("python3", "Python 3 (python3) is needed to build Python plugins")?;
-    eprintln!("  installing {COMPONENTIZE_PY} into {}", dir.display());
-    let _ = std::fs::remove_dir_all(&dir);
-    run(Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--target",
-        ])
-        .env("PIP_ROOT_USER_ACTION", "ignore")
-        .arg(&dir)
-        .arg(COMPONENTIZE_PY))
-    .map_err(|e| ToolUnavailable(format!("cannot install {COMPONENTIZE_PY} from PyPI: {e:#}")))?;
-    Ok(dir)
+    pip_tool(
+        "componentize-py",
+        COMPONENTIZE_PY,
+        "componentize_py",
+        "Python 3 (python3) is needed to build Python plugins",
+    )
 }
 
 /// The `openai` Python client (pinned), installed under `<target>/tools/openai-client` when
 /// missing: the tests check that `rein serve` answers it.
 pub(crate) fn openai_client() -> anyhow::Result<PathBuf> {
-    let dir = target_dir().join("tools/openai-client");
-    let version = OPENAI.split("==").nth(1).unwrap_or_default();
-    if dir.join(format!("openai-{version}.dist-info")).is_dir() {
+    pip_tool(
+        "openai-client",
+        OPENAI,
+        "openai",
+        "Python 3 (python3) is needed for the openai client test",
+    )
+}
+
+/// `<target>/tools/<dir>` holding the pinned Python package `spec` (`name==version`, whose
+/// import name is `module`), installed with `pip --target` when missing.
+fn pip_tool(dir: &str, spec: &str, module: &str, why_python: &str) -> anyhow::Result<PathBuf> {
+    let dir = target_dir().join("tools").join(dir);
+    let version = spec.split("==").nth(1).unwrap_or_default();
+    if dir.join(format!("{module}-{version}.dist-info")).is_dir() {
         return Ok(dir);
     }
-    available("python3", "Python 3 (python3) is needed for the openai client test")?;
-    eprintln!("  installing {OPENAI} into {}", dir.display());
+    available("python3", why_python)?;
+    eprintln!("  installing {spec} into {}", dir.display());
     let _ = std::fs::remove_dir_all(&dir);
     run(Command::new("python3")
         .args([
@@ -315,8 +310,8 @@ pub(crate) fn openai_client() -> anyhow::Result<PathBuf> {
         ])
         .env("PIP_ROOT_USER_ACTION", "ignore")
         .arg(&dir)
-        .arg(OPENAI))
-    .map_err(|e| ToolUnavailable(format!("cannot install {OPENAI} from PyPI: {e:#}")))?;
+        .arg(spec))
+    .map_err(|e| ToolUnavailable(format!("cannot install {spec} from PyPI: {e:#}")))?;
     Ok(dir)
 }
 

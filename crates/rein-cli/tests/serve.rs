@@ -204,44 +204,12 @@ fn wait_for_grpo_step(runs: &Path, run: &mut Child) {
     }
 }
 
-#[test]
-fn a_killed_server_is_dropped_and_named_and_the_run_finishes() {
-    let native = native("kill-base", 1);
-    let (a, mut b) = (Server::start(&native.join("sft")), Server::start(&native.join("sft")));
-    let runs = scratch("kill");
-    let mut overrides = http(&[&a, &b]);
+/// Runs `steps` GRPO steps with `overrides` (the servers), killing `victim` once a GRPO step
+/// is logged; returns the run directory and the run's output.
+fn kill_mid_run(tag: &str, mut overrides: Vec<String>, victim: &mut Server, steps: usize) -> (PathBuf, Output) {
+    let runs = scratch(tag);
     overrides.extend([
-        "algorithm.steps=8".into(),
-        "sampler.retries=1".into(),
-        "sampler.backoff_s=0.05".into(),
-    ]);
-    let mut run = rein_run(&runs, &overrides).stderr(Stdio::piped()).spawn().unwrap();
-    wait_for_grpo_step(&runs, &mut run);
-    assert!(
-        run.try_wait().unwrap().is_none(),
-        "the run ended before a server could be killed"
-    );
-    b.kill();
-    let stderr = succeeded(run.wait_with_output().unwrap(), "the run with a killed server");
-    assert!(
-        stderr.contains(&format!("inference server {} stopped answering", b.url)),
-        "the log does not name the dead server {}:\n{stderr}",
-        b.url
-    );
-    let grpo_steps = (common::metrics_without_timings(&only_run(&runs)).iter())
-        .filter(|r| r["stage"] == "grpo" && r.get("step").is_some())
-        .count();
-    assert_eq!(grpo_steps, 8, "the run did not finish its 8 steps");
-}
-
-#[test]
-fn with_no_server_left_the_run_saves_its_last_step_and_names_the_servers() {
-    let native = native("none-base", 1);
-    let mut only = Server::start(&native.join("sft"));
-    let runs = scratch("none");
-    let mut overrides = http(&[&only]);
-    overrides.extend([
-        "algorithm.steps=50".into(),
+        format!("algorithm.steps={steps}"),
         "sampler.retries=1".into(),
         "sampler.backoff_s=0.05".into(),
     ]);
@@ -251,8 +219,32 @@ fn with_no_server_left_the_run_saves_its_last_step_and_names_the_servers() {
         run.try_wait().unwrap().is_none(),
         "the run ended before its server could be killed"
     );
-    only.kill();
-    let out = run.wait_with_output().unwrap();
+    victim.kill();
+    (only_run(&runs), run.wait_with_output().unwrap())
+}
+
+#[test]
+fn a_killed_server_is_dropped_and_named_and_the_run_finishes() {
+    let native = native("kill-base", 1);
+    let (a, mut b) = (Server::start(&native.join("sft")), Server::start(&native.join("sft")));
+    let (run, out) = kill_mid_run("kill", http(&[&a, &b]), &mut b, 8);
+    let stderr = succeeded(out, "the run with a killed server");
+    assert!(
+        stderr.contains(&format!("inference server {} stopped answering", b.url)),
+        "the log does not name the dead server {}:\n{stderr}",
+        b.url
+    );
+    let grpo_steps = (common::metrics_without_timings(&run).iter())
+        .filter(|r| r["stage"] == "grpo" && r.get("step").is_some())
+        .count();
+    assert_eq!(grpo_steps, 8, "the run did not finish its 8 steps");
+}
+
+#[test]
+fn with_no_server_left_the_run_saves_its_last_step_and_names_the_servers() {
+    let native = native("none-base", 1);
+    let mut only = Server::start(&native.join("sft"));
+    let (run, out) = kill_mid_run("none", http(&[&only]), &mut only, 50);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the run went on without servers:\n{stderr}");
     assert!(
@@ -260,7 +252,7 @@ fn with_no_server_left_the_run_saves_its_last_step_and_names_the_servers() {
         "the error does not name the servers:\n{stderr}"
     );
     assert!(stderr.contains("saved the last completed step in"), "{stderr}");
-    let checkpoints = only_run(&runs).join("checkpoints");
+    let checkpoints = run.join("checkpoints");
     assert!(
         std::fs::read_dir(&checkpoints).unwrap().count() > 0,
         "no checkpoint in {}",
