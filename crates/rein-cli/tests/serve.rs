@@ -289,11 +289,14 @@ fn asynchronous_grpo_trains_on_completions_at_most_one_version_old() {
     }
 }
 
-/// `REIN_OPENAI_PYTHONPATH`: the `openai` package `cargo xtask test` installs.
+/// Python with the `openai` package `cargo xtask test` installs (`REIN_OPENAI_PYTHONPATH`, by
+/// default `<target>/tools/openai-client`).
 fn openai_client() -> Command {
-    let path = std::env::var("REIN_OPENAI_PYTHONPATH").expect(
-        "REIN_OPENAI_PYTHONPATH is unset: run the suite with `cargo xtask test`, which installs the openai client",
-    );
+    let installed = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../tools/openai-client");
+    let path = std::env::var_os("REIN_OPENAI_PYTHONPATH")
+        .map(PathBuf::from)
+        .or_else(|| installed.is_dir().then_some(installed))
+        .expect("the openai client is not installed: run the suite with `cargo xtask test`, which installs it");
     let mut python = Command::new("python3");
     python.env("PYTHONPATH", path);
     python
