@@ -20,10 +20,12 @@ pub mod gguf;
 pub mod lm;
 mod mlp;
 pub mod safetensors_file;
+mod seeded;
 
 pub use actor_critic::{ActionHead, ActorCritic, ActorCriticConfig};
 pub use backend::{AutodiffBackend, Backend, use_generic_ops};
 pub use mlp::{Activation, Mlp, MlpConfig};
+pub use seeded::seeded;
 
 /// The default CPU backend for inference.
 pub type Cpu = burn::backend::Flex;

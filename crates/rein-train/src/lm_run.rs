@@ -118,10 +118,15 @@ fn setup<B: Backend>(
         .as_ref()
         .ok_or_else(|| invalid(loaded, "data", "a language-model recipe needs a [data] section"))?;
 
-    let (mut model, tokenizer) = model_and_tokenizer::<B>(loaded, model_dir, device)?;
-    if let Some(spec) = lora_spec(loaded)? {
-        model = model.with_lora(&spec, device);
-    }
+    let lora = lora_spec(loaded)?;
+    let (model, tokenizer) = rein_model::seeded::<B, _>(device, recipe.seed, || {
+        let (model, tokenizer) = model_and_tokenizer::<B>(loaded, model_dir, device)?;
+        let model = match &lora {
+            Some(spec) => model.with_lora(spec, device),
+            None => model,
+        };
+        Ok::<_, TrainError>((model, tokenizer))
+    })?;
 
     // Data.
     let (train, test) = match (&data.task, &data.train) {
@@ -298,7 +303,6 @@ fn model_and_tokenizer<B: Backend>(
             ));
         }
     };
-    B::seed(device, recipe.seed);
     let model: CausalLm<B> = match (model_dir, &model_section.path, &model_section.architecture) {
         (Some(dir), _, _) => load(dir, device)?,
         (None, Some(dir), _) => load(&resolve(dir), device)?,

@@ -385,17 +385,16 @@ impl<'a, B: AutodiffBackend> Ppo<'a, B> {
             Space::Box(b) => (ActionHead::Gaussian(b.dim()), Some((b.low.clone(), b.high.clone()))),
             Space::Text => return Err(unsupported("PPO needs discrete or box actions, not text")),
         };
-        B::seed(device, recipe.seed);
         let mut rng = SeededRng::new(recipe.seed);
         let shuffle_rng = rng.fork();
-        let model: ActorCritic<B> = ActorCriticConfig {
+        let config = ActorCriticConfig {
             obs_dim,
             head,
             hidden: recipe.model.hidden.clone(),
             activation: recipe.model.activation,
             init_log_std: recipe.model.init_log_std,
-        }
-        .init(device);
+        };
+        let model: ActorCritic<B> = rein_model::seeded::<B, _>(device, recipe.seed, || config.init(device));
         let opt = &recipe.optimizer;
         let optim = AdamConfig::new()
             .with_beta_1(opt.beta1)
