@@ -118,9 +118,14 @@ impl<B: Backend> HttpGenerator<B> {
 
     fn post(&self, url: &str, path: &str, body: &Value) -> Result<Value, Failure> {
         match self.agent.post(&format!("{url}{path}")).send_json(body) {
-            Ok(response) => response
-                .into_json::<Value>()
-                .map_err(|e| Failure::Bad(format!("{path} answered with invalid JSON: {e}"))),
+            // vLLM's adapter endpoints answer success in plain text, not JSON: such a body is kept
+            // as a string, and a generation endpoint that sends one fails where its fields are read.
+            Ok(response) => {
+                let text = response
+                    .into_string()
+                    .map_err(|e| Failure::Unreachable(format!("{path}: reading the answer: {e}")))?;
+                Ok(serde_json::from_str(&text).unwrap_or(Value::String(text)))
+            }
             Err(ureq::Error::Status(code, response)) => {
                 let text = response.into_string().unwrap_or_default();
                 let message = format!(
@@ -522,5 +527,93 @@ impl<B: Backend> Generator<B> for HttpGenerator<B> {
 
     fn describe(&self) -> String {
         format!("http ({})", self.live_urls().join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    type B = rein_model::Cpu;
+
+    /// A server that answers every request `200 OK` with `body` as plain text, recording the
+    /// request lines it saw.
+    fn plain_text_server(body: &'static str) -> (String, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut reader = BufReader::new(stream);
+                let (mut first, mut length) = (String::new(), 0usize);
+                reader.read_line(&mut first).unwrap();
+                loop {
+                    let mut line = String::new();
+                    reader.read_line(&mut line).unwrap();
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap();
+                    }
+                    if line.trim().is_empty() {
+                        break;
+                    }
+                }
+                let mut request_body = vec![0; length];
+                reader.read_exact(&mut request_body).unwrap();
+                log.lock().unwrap().push(first.trim().to_string());
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                reader.get_mut().write_all(answer.as_bytes()).unwrap();
+            }
+        });
+        (url, seen)
+    }
+
+    fn settings(url: String, api: ServerApi) -> HttpSettings {
+        HttpSettings {
+            urls: vec![url],
+            api,
+            model: "policy".into(),
+            timeout: Duration::from_secs(5),
+            retries: 0,
+            backoff: Duration::from_millis(1),
+            weights_dir: std::env::temp_dir(),
+            adapter_only: true,
+            keep_versions: 2,
+        }
+    }
+
+    #[test]
+    fn vllm_adapter_endpoints_answering_plain_text_succeed() {
+        let (url, seen) = plain_text_server("Success: LoRA adapter 'policy' added successfully.");
+        let mut generator = HttpGenerator::<B>::new(settings(url, ServerApi::Vllm));
+        generator.load_everywhere(Path::new("/weights/v000001"), 1).unwrap();
+        assert_eq!(generator.live_urls().len(), 1);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                "POST /v1/unload_lora_adapter HTTP/1.1",
+                "POST /v1/load_lora_adapter HTTP/1.1"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_plain_text_answer_to_a_generation_request_is_a_bad_response() {
+        let (url, _) = plain_text_server("hello");
+        let generator = HttpGenerator::<B>::new(settings(url.clone(), ServerApi::Sglang));
+        let Ok(answer) = generator.post(&url, "/generate", &json!({})) else {
+            panic!("post failed")
+        };
+        assert_eq!(answer, Value::String("hello".into()));
+        let config = GenerationConfig::default();
+        let failure = generator.parse(&answer, &config).err().unwrap();
+        assert!(failure.contains("answer"), "{failure}");
     }
 }
