@@ -460,7 +460,7 @@ fn forward_feed<B: Backend>(
     };
     let tokens = Tensor::from_data(TensorData::new(feed.tokens.clone(), [rows, feed.width]), device);
     let hidden = model.hidden(tokens, &ctx, Some(cache));
-    let last = model.logits(hidden.narrow(1, feed.width - 1, 1));
+    let last = model.fused_logits(hidden.narrow(1, feed.width - 1, 1), fused);
     last.into_data().convert::<f32>().to_vec().unwrap_or_default()
 }
 

@@ -203,10 +203,13 @@ pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, L
             device,
         ))
     };
-    // HF linear weights are [out, in]; burn's are [in, out]: a transposed view, no copy.
+    // HF linear weights are [out, in]; burn's are [in, out], stored so: the matrix kernel reads
+    // a row-major weight in place when few rows multiply it (decoding), where a transposed
+    // view would be repacked by every product.
     let linear = |prefix: &str, input: usize, output: usize, bias: bool| -> Result<Linear<B>, LoadError> {
         let w = weights.get(&format!("{prefix}.weight"), &[output, input])?;
-        let weight = Tensor::<B, 2>::from_data(TensorData::new(w, [output, input]), device).transpose();
+        let w = super::layout::transposed(&w, output, input);
+        let weight = Tensor::<B, 2>::from_data(TensorData::new(w, [input, output]), device);
         let bias = if bias {
             Some(Param::from_tensor(tensor1(&format!("{prefix}.bias"), output)?))
         } else {

@@ -6,6 +6,7 @@
 //! Built from a model's current weights (a copy of them) for one generation: the model must
 //! not change while it is in use. LoRA adapters on these projections are merged in
 //! (`W + (α/r)·A·B`); those on `W_o` and `W_down`, which are not concatenated, stay separate.
+//! A tied LM head is copied out of the embeddings' transpose into its own row-major matrix.
 
 use burn::nn::Linear;
 use burn::tensor::Tensor;
@@ -17,6 +18,9 @@ use crate::backend::{Backend, affine};
 #[derive(Debug, Clone)]
 pub struct FusedProjections<B: Backend> {
     pub(crate) layers: Vec<FusedLayer<B>>,
+    /// The LM head as a row-major `[hidden, vocab]` matrix: a copy when it is tied to the
+    /// embeddings, whose transpose is a view the matrix kernel would repack for every token.
+    pub(crate) head: Tensor<B, 2>,
 }
 
 /// One layer's concatenated projections.

@@ -13,6 +13,7 @@ mod checkpoint;
 mod config;
 mod fused;
 mod init;
+mod layout;
 mod locate;
 pub mod lora;
 mod model;

@@ -9,7 +9,7 @@
 
 use burn::module::{Module, Param};
 use burn::nn::{Embedding, Linear};
-use burn::tensor::{Bool, Int, Tensor, TensorPrimitive};
+use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive};
 
 use super::cache::{KvCache, LayerCache};
 use super::config::LmConfig;
@@ -342,7 +342,19 @@ impl<B: Backend> CausalLm<B> {
                 )
             })
             .collect();
-        FusedProjections { layers }
+        let head = match &self.lm_head {
+            Some(head) => head.weight.val(),
+            None => {
+                let weight = self.embed_tokens.weight.val();
+                let ([vocab, hidden], device) = (weight.dims(), weight.device());
+                let data = weight.into_data();
+                let dtype = data.dtype;
+                let values = data.convert::<f32>().to_vec::<f32>().unwrap_or_default();
+                let head = TensorData::new(super::layout::transposed(&values, vocab, hidden), [hidden, vocab]);
+                Tensor::from_data(head.convert_dtype(dtype), &device)
+            }
+        };
+        FusedProjections { layers, head }
     }
 
     /// Rotary tables for positions `0..max_len`.
@@ -385,8 +397,17 @@ impl<B: Backend> CausalLm<B> {
     /// # Shapes
     /// - `hidden`: `[batch, seq, hidden]` → `[batch, seq, vocab]`
     pub fn logits(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
+        self.logits_through(hidden, self.head_weight())
+    }
+
+    /// [`CausalLm::logits`] through the head kept in `fused` (the same numbers, read faster).
+    pub fn fused_logits(&self, hidden: Tensor<B, 3>, fused: &FusedProjections<B>) -> Tensor<B, 3> {
+        self.logits_through(hidden, fused.head.clone())
+    }
+
+    fn logits_through(&self, hidden: Tensor<B, 3>, head: Tensor<B, 2>) -> Tensor<B, 3> {
         let [batch, seq, width] = hidden.dims();
-        let logits = affine(hidden.reshape([batch * seq, width]), self.head_weight(), None);
+        let logits = affine(hidden.reshape([batch * seq, width]), head, None);
         logits.reshape([batch, seq, self.config.vocab_size])
     }
 
