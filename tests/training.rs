@@ -5,6 +5,7 @@
 mod common;
 
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
 
 use rein_recipe::LoadedRecipe;
 
@@ -22,12 +23,24 @@ fn runs_dir(tag: &str) -> String {
     format!("train.runs_dir={:?}", dir.display().to_string())
 }
 
+/// The runs of this file take turns. Two PPO runs training at once in one process have twice
+/// drawn different numbers for the same seed (CI rehearsals on 2026-11-23 and -24: the first
+/// difference is in update 1's losses, after the model initialisation was already made
+/// race-free by `rein_model::seeded`). That is an open bug in what the runs share; these tests
+/// check a run on its own, as `cargo xtask run` starts it.
+static ONE_RUN_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn alone() -> MutexGuard<'static, ()> {
+    ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Seeds every outcome test trains with: a recipe must reach its target on each, not on one
 /// lucky seed.
 const SEEDS: [u64; 3] = [1, 2, 3];
 
 #[test]
 fn ppo_solves_cartpole_on_every_seed() {
+    let _alone = alone();
     let mut eval_returns = Vec::new();
     for seed in SEEDS {
         let loaded = recipe(
@@ -71,6 +84,7 @@ fn ppo_solves_cartpole_on_every_seed() {
 
 #[test]
 fn ppo_solves_pendulum_on_every_seed() {
+    let _alone = alone();
     for seed in SEEDS {
         let loaded = recipe(
             "ppo-pendulum.toml",
@@ -84,6 +98,7 @@ fn ppo_solves_pendulum_on_every_seed() {
 
 #[test]
 fn the_same_seed_gives_the_same_metrics_and_files() {
+    let _alone = alone();
     let run = |tag: &str, seed: u64| {
         let overrides = vec![
             runs_dir(tag),
@@ -106,6 +121,7 @@ fn the_same_seed_gives_the_same_metrics_and_files() {
 
 #[test]
 fn a_failing_env_plugin_stops_training_with_its_error() {
+    let _alone = alone();
     let overrides = vec![
         runs_dir("hostile"),
         format!(
@@ -126,6 +142,7 @@ fn a_failing_env_plugin_stops_training_with_its_error() {
 
 #[test]
 fn a_non_finite_loss_stops_at_its_update_and_keeps_the_checkpoints_before_it() {
+    let _alone = alone();
     // Rewards of 1e38 from the 41st step of each environment (update 3 of 16 steps) are finite,
     // so the host passes them, but the value loss overflows.
     let runs = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("runs-nan-{}", std::process::id()));
