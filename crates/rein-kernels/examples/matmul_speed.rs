@@ -1,5 +1,6 @@
 //! GFLOP/s of rein's matrix product against the `gemm` crate on the shapes rein trains and
-//! decodes with: `cargo run --release -p rein-kernels --example matmul_speed`.
+//! decodes with, then the rate at which decoding SmolLM2-135M's products stream their weights
+//! from memory: `cargo run --release -p rein-kernels --example matmul_speed`.
 
 use std::time::Instant;
 
@@ -83,5 +84,43 @@ fn main() {
         });
         line += &format!(" | gemm {:.1} GFLOP/s ({:.1} µs)", flop / t / 1e9, t * 1e6);
         println!("{line}");
+    }
+    streaming();
+}
+
+/// SmolLM2-135M's decoding products (hidden 576, q/k/v 960, gate/up 3072, down 1536, head
+/// 49,152) at batch 1 and 16, each over enough distinct weight copies (≥ 1 GB in all) that
+/// they come from memory as in a real decoding step, not from cache: GB/s of weights read.
+fn streaming() {
+    let shapes = [
+        ("qkv", 576, 960),
+        ("o", 576, 576),
+        ("gate_up", 576, 3072),
+        ("down", 1536, 576),
+        ("head", 576, 49152),
+    ];
+    for m in [1, 16] {
+        for (name, k, n) in shapes {
+            let copies = (1_000_000_000 / (4 * k * n)).max(2);
+            let weights: Vec<Vec<f32>> = (0..copies)
+                .map(|c| (0..k * n).map(|i| ((i + c) % 7) as f32 * 0.1).collect())
+                .collect();
+            let a: Vec<f32> = (0..m * k).map(|i| (i % 5) as f32).collect();
+            let mut c = vec![0.0f32; m * n];
+            let av = MatRef::row_major(&a, m, k).unwrap();
+            let t = best_of(3, || {
+                for w in &weights {
+                    let bv = MatRef::row_major(w, k, n).unwrap();
+                    matmul_on(Isa::active(), &mut c, n, av, bv, Init::Zero);
+                }
+            }) / copies as f64;
+            println!(
+                "{:>12} {m}×{k}×{n}, from memory: {:.1} GB/s of weights, {:.1} GFLOP/s ({:.1} µs)",
+                format!("smollm2 {name}"),
+                (4 * k * n) as f64 / t / 1e9,
+                (2 * m * k * n) as f64 / t / 1e9,
+                t * 1e6
+            );
+        }
     }
 }
