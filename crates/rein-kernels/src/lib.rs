@@ -12,9 +12,14 @@
 //! multiply-adds in order — see [`matmul`]), and the vector width only decides how many
 //! *different* elements are computed at once. So the same inputs give the same bits on any
 //! x86-64 CPU, and a row's result never depends on the other rows of its batch.
+//!
+//! A weight matrix may also be kept the way a quantised model file stores it ([`packed`]):
+//! products with it give the bits of its dense copy while reading a fraction of the bytes.
 
 pub mod isa;
 pub mod matmul;
+pub mod packed;
 
 pub use isa::Isa;
-pub use matmul::{Init, MatRef, matmul};
+pub use matmul::{Init, MatRef, matmul, matmul_packed};
+pub use packed::{PackError, PackedMatrix};

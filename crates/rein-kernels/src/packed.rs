@@ -1,0 +1,496 @@
+//! Matrices kept as small integer codes with a scale (and an offset) per block of rows, the way
+//! llama.cpp's quantised files store weights: element `(r, c)` is
+//!
+//! ```text
+//! w[r][c] = s[r / block][c] · q[r][c]              (no offsets)
+//! w[r][c] = s[r / block][c] · q[r][c] + o[r / block][c]
+//! ```
+//!
+//! each operation one IEEE `f32` rounding, in that order — exactly how a GGUF file's tensors are
+//! dequantised at conversion. So a product with a [`PackedMatrix`] ([`crate::matmul::matmul_packed`])
+//! unpacks each panel of `B` into the same `f32` values a dense copy holds and runs the same
+//! micro-kernel over them: the same bits as the dense product, reading 4 to 8 bits per element
+//! from memory instead of 32.
+//!
+//! Codes that all fit in 16 consecutive integers are kept as nibbles, others as bytes.
+
+use rayon::prelude::*;
+
+use crate::matmul::MatRef;
+
+/// A row-major `rows × cols` matrix of block-scaled integer codes (see the module docs).
+#[derive(Clone, PartialEq)]
+pub struct PackedMatrix {
+    rows: usize,
+    cols: usize,
+    block: usize,
+    codes: Codes,
+    /// `[rows.div_ceil(block)][cols]`.
+    scales: Vec<f32>,
+    /// As `scales`, when elements have an offset.
+    offsets: Option<Vec<f32>>,
+}
+
+#[derive(Clone, PartialEq)]
+enum Codes {
+    /// Two codes per byte, `code = nibble + low`. Row `r` takes `cols.next_multiple_of(32) / 2`
+    /// bytes; each group of 32 columns is 16 bytes whose low nibbles are its first 16 columns
+    /// and high nibbles its last 16, so 16 neighbouring columns unpack from 16 neighbouring
+    /// bytes with one shift.
+    Nibbles { bytes: Vec<u8>, low: i8 },
+    /// One signed byte per code, row-major.
+    Bytes(Vec<i8>),
+}
+
+/// Why [`PackedMatrix::new`] refused its parts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a packed {rows}×{cols} matrix in blocks of {block} rows: {reason}")]
+pub struct PackError {
+    rows: usize,
+    cols: usize,
+    block: usize,
+    reason: String,
+}
+
+impl std::fmt::Debug for PackedMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedMatrix")
+            .field("rows", &self.rows)
+            .field("cols", &self.cols)
+            .field("block", &self.block)
+            .field("bits", &self.bits())
+            .field("offsets", &self.offsets.is_some())
+            .finish()
+    }
+}
+
+impl PackedMatrix {
+    /// A `rows × cols` matrix from its codes (row-major), one scale per block of `block` rows of
+    /// each column (`[rows.div_ceil(block)][cols]`, row-major) and, optionally, one offset each.
+    pub fn new(
+        [rows, cols]: [usize; 2],
+        block: usize,
+        codes: &[i8],
+        scales: Vec<f32>,
+        offsets: Option<Vec<f32>>,
+    ) -> Result<Self, PackError> {
+        let error = |reason: String| PackError {
+            rows,
+            cols,
+            block,
+            reason,
+        };
+        if block == 0 {
+            return Err(error("blocks must hold at least one row".into()));
+        }
+        if codes.len() != rows * cols {
+            return Err(error(format!("{} codes, expected {}", codes.len(), rows * cols)));
+        }
+        let per_block = rows.div_ceil(block) * cols;
+        if scales.len() != per_block {
+            return Err(error(format!("{} scales, expected {per_block}", scales.len())));
+        }
+        if let Some(offsets) = &offsets
+            && offsets.len() != per_block
+        {
+            return Err(error(format!("{} offsets, expected {per_block}", offsets.len())));
+        }
+        let low = codes.iter().copied().min().unwrap_or(0);
+        let high = codes.iter().copied().max().unwrap_or(0);
+        let codes = if i16::from(high) - i16::from(low) < 16 {
+            let stride = row_bytes(cols);
+            let mut bytes = vec![0u8; rows * stride];
+            for (r, row) in codes.chunks_exact(cols.max(1)).enumerate().take(rows) {
+                for (c, &code) in row.iter().enumerate() {
+                    let (at, shift) = nibble_at(r, c, stride);
+                    bytes[at] |= ((i16::from(code) - i16::from(low)) as u8) << shift;
+                }
+            }
+            Codes::Nibbles { bytes, low }
+        } else {
+            Codes::Bytes(codes.to_vec())
+        };
+        Ok(Self {
+            rows,
+            cols,
+            block,
+            codes,
+            scales,
+            offsets,
+        })
+    }
+
+    /// `[rows, cols]`.
+    pub fn shape(&self) -> [usize; 2] {
+        [self.rows, self.cols]
+    }
+
+    /// Rows per scale.
+    pub fn block(&self) -> usize {
+        self.block
+    }
+
+    /// The codes, row-major (what [`PackedMatrix::new`] took).
+    pub fn codes(&self) -> Vec<i8> {
+        (0..self.rows)
+            .flat_map(|r| (0..self.cols).map(move |c| (r, c)))
+            .map(|(r, c)| self.code(r, c) as i8)
+            .collect()
+    }
+
+    /// The scales, `[rows.div_ceil(block)][cols]`.
+    pub fn scales(&self) -> &[f32] {
+        &self.scales
+    }
+
+    /// The offsets, as the scales, if elements have them.
+    pub fn offsets(&self) -> Option<&[f32]> {
+        self.offsets.as_deref()
+    }
+
+    /// Bits per code: 4 or 8.
+    pub fn bits(&self) -> usize {
+        match self.codes {
+            Codes::Nibbles { .. } => 4,
+            Codes::Bytes(_) => 8,
+        }
+    }
+
+    /// Bytes held, codes, scales and offsets together.
+    pub fn bytes(&self) -> usize {
+        let codes = match &self.codes {
+            Codes::Nibbles { bytes, .. } => bytes.len(),
+            Codes::Bytes(codes) => codes.len(),
+        };
+        codes + 4 * (self.scales.len() + self.offsets.as_ref().map_or(0, Vec::len))
+    }
+
+    /// Element `(r, c)`.
+    pub fn at(&self, r: usize, c: usize) -> f32 {
+        let at = (r / self.block) * self.cols + c;
+        let value = self.scales[at] * self.code(r, c) as f32;
+        match &self.offsets {
+            Some(offsets) => value + offsets[at],
+            None => value,
+        }
+    }
+
+    /// Every element, row-major.
+    pub fn to_dense(&self) -> Vec<f32> {
+        let mut out = vec![0.0; self.rows * self.cols];
+        for (r, row) in out.chunks_exact_mut(self.cols.max(1)).enumerate().take(self.rows) {
+            self.unpack_row(r, 0, row);
+        }
+        out
+    }
+
+    /// Whether every element equals (`==`) the row-major `values`.
+    pub fn equals(&self, values: &[f32]) -> bool {
+        MatRef::row_major(values, self.rows, self.cols).is_ok_and(|m| self.equals_view(m))
+    }
+
+    /// Whether every element equals (`==`) the same element of `m` (rows compared on all of
+    /// rayon's threads).
+    pub fn equals_view(&self, m: MatRef<'_>) -> bool {
+        if m.shape() != self.shape() {
+            return false;
+        }
+        (0..self.rows).into_par_iter().with_min_len(64).all(|r| {
+            let mut row = vec![0.0; self.cols];
+            self.unpack_row(r, 0, &mut row);
+            match m.row(r) {
+                Some(expected) => row == expected,
+                None => row.iter().enumerate().all(|(c, &v)| v == m.at(r, c)),
+            }
+        })
+    }
+
+    fn code(&self, r: usize, c: usize) -> i32 {
+        match &self.codes {
+            Codes::Nibbles { bytes, low } => {
+                let (at, shift) = nibble_at(r, c, row_bytes(self.cols));
+                i32::from((bytes[at] >> shift) & 0x0F) + i32::from(*low)
+            }
+            Codes::Bytes(codes) => i32::from(codes[r * self.cols + c]),
+        }
+    }
+
+    /// Writes rows `p0..p0 + kc`, columns `c0..c0 + NR` into `dst` (`kc` rows of `NR`), when
+    /// the columns are whole runs of 16 (for nibbles, starting at a multiple of 16; `false`,
+    /// writing nothing, otherwise). The common case of a product's panels, in straight-line code over fixed-size
+    /// arrays that the compiler vectorises (the caller's target features decide how wide).
+    #[inline(always)]
+    pub(crate) fn unpack_panel<const NR: usize>(&self, p0: usize, kc: usize, c0: usize, dst: &mut [f32]) -> bool {
+        let (bytes, low) = match &self.codes {
+            Codes::Nibbles { bytes, low } => (bytes, low),
+            Codes::Bytes(codes) => return self.unpack_byte_panel::<NR>(codes, p0, kc, c0, dst),
+        };
+        if !NR.is_multiple_of(16) || !c0.is_multiple_of(16) || c0 + NR > self.cols || dst.len() < kc * NR {
+            return false;
+        }
+        let (stride, low) = (row_bytes(self.cols), f32::from(*low));
+        let wide = cfg!(target_arch = "x86_64") && crate::Isa::active() >= crate::Isa::Avx2;
+        for (p, row) in dst.chunks_exact_mut(NR).take(kc).enumerate() {
+            let r = p0 + p;
+            let at = (r / self.block) * self.cols + c0;
+            let row: &mut [f32; NR] = row.try_into().expect("NR wide");
+            let scales: &[f32; NR] = self.scales[at..at + NR].try_into().expect("NR wide");
+            let offsets: Option<&[f32; NR]> = self
+                .offsets
+                .as_ref()
+                .map(|o| o[at..at + NR].try_into().expect("NR wide"));
+            for h in 0..NR / 16 {
+                let (byte_at, shift) = nibble_at(r, c0 + 16 * h, stride);
+                let run: &[u8; 16] = bytes[byte_at..byte_at + 16].try_into().expect("16 bytes");
+                let range = 16 * h..16 * (h + 1);
+                let out: &mut [f32; 16] = (&mut row[range.clone()]).try_into().expect("16");
+                let scales: &[f32; 16] = scales[range.clone()].try_into().expect("16");
+                let offsets: Option<&[f32; 16]> = offsets.map(|o| o[range].try_into().expect("16"));
+                #[cfg(target_arch = "x86_64")]
+                if wide {
+                    // SAFETY: the CPU has AVX2 (`Isa::active` checked it).
+                    unsafe { unpack16_avx2(run, shift, low, scales, offsets, out) };
+                    continue;
+                }
+                let _ = wide;
+                for j in 0..16 {
+                    // `nibble + low` is a small integer: exact in f32 either way round.
+                    out[j] = scales[j] * (((i32::from(run[j]) >> shift) & 0x0F) as f32 + low);
+                    if let Some(offsets) = offsets {
+                        out[j] += offsets[j];
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// [`PackedMatrix::unpack_panel`] for byte codes.
+    #[inline(always)]
+    fn unpack_byte_panel<const NR: usize>(
+        &self,
+        codes: &[i8],
+        p0: usize,
+        kc: usize,
+        c0: usize,
+        dst: &mut [f32],
+    ) -> bool {
+        if !NR.is_multiple_of(16) || c0 + NR > self.cols || dst.len() < kc * NR {
+            return false;
+        }
+        let wide = cfg!(target_arch = "x86_64") && crate::Isa::active() >= crate::Isa::Avx2;
+        for (p, row) in dst.chunks_exact_mut(NR).take(kc).enumerate() {
+            let r = p0 + p;
+            let at = (r / self.block) * self.cols + c0;
+            let row: &mut [f32; NR] = row.try_into().expect("NR wide");
+            let scales: &[f32; NR] = self.scales[at..at + NR].try_into().expect("NR wide");
+            let codes: &[i8; NR] = codes[r * self.cols + c0..][..NR].try_into().expect("NR wide");
+            #[cfg(target_arch = "x86_64")]
+            if wide {
+                // SAFETY: the CPU has AVX2 (`Isa::active` checked it).
+                unsafe { scale_bytes_avx2(codes, scales, row) };
+            }
+            if !wide {
+                for j in 0..NR {
+                    row[j] = scales[j] * f32::from(codes[j]);
+                }
+            }
+            if let Some(offsets) = &self.offsets {
+                let offsets: &[f32; NR] = offsets[at..at + NR].try_into().expect("NR wide");
+                for j in 0..NR {
+                    row[j] += offsets[j];
+                }
+            }
+        }
+        true
+    }
+
+    /// Writes elements `(r, c0..c0 + out.len())` into `out`.
+    ///
+    /// Runs of 16 columns starting at a multiple of 16 take a straight-line path the compiler
+    /// vectorises (the caller's target features decide how wide).
+    #[inline(always)]
+    pub(crate) fn unpack_row(&self, r: usize, c0: usize, out: &mut [f32]) {
+        let at = (r / self.block) * self.cols + c0;
+        let scales = &self.scales[at..][..out.len()];
+        let offsets = self.offsets.as_ref().map(|o| &o[at..][..out.len()]);
+        match &self.codes {
+            Codes::Nibbles { bytes, low } => {
+                let stride = row_bytes(self.cols);
+                let mut c = 0;
+                while c < out.len() {
+                    let col = c0 + c;
+                    if col.is_multiple_of(16) && c + 16 <= out.len() {
+                        let (at, shift) = nibble_at(r, col, stride);
+                        let run = &bytes[at..][..16];
+                        let low = i32::from(*low);
+                        let (out, scales) = (&mut out[c..][..16], &scales[c..][..16]);
+                        for j in 0..16 {
+                            out[j] = scales[j] * (i32::from((run[j] >> shift) & 0x0F) + low) as f32;
+                        }
+                        if let Some(offsets) = offsets {
+                            let offsets = &offsets[c..][..16];
+                            for j in 0..16 {
+                                out[j] += offsets[j];
+                            }
+                        }
+                        c += 16;
+                    } else {
+                        out[c] = self.at(r, col);
+                        c += 1;
+                    }
+                }
+            }
+            Codes::Bytes(codes) => {
+                let codes = &codes[r * self.cols + c0..][..out.len()];
+                for ((out, &scale), &code) in out.iter_mut().zip(scales).zip(codes) {
+                    *out = scale * f32::from(code);
+                }
+                if let Some(offsets) = offsets {
+                    for (out, &offset) in out.iter_mut().zip(offsets) {
+                        *out += offset;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sixteen elements from the nibbles of `run` (shifted right by `shift`), as
+/// [`PackedMatrix::unpack_panel`]'s portable loop computes them: `scale · (nibble + low)`, then
+/// `+ offset`, each rounded once (a multiply and an add, never fused).
+///
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn unpack16_avx2(
+    run: &[u8; 16],
+    shift: u32,
+    low: f32,
+    scales: &[f32; 16],
+    offsets: Option<&[f32; 16]>,
+    out: &mut [f32; 16],
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: every load and store is of the fixed-size arrays given.
+    unsafe {
+        let bytes = _mm_loadu_si128(run.as_ptr().cast());
+        let count = _mm_cvtsi32_si128(shift as i32);
+        let mask = _mm256_set1_epi32(0x0F);
+        let low = _mm256_set1_ps(low);
+        for half in 0..2 {
+            let eight = if half == 0 { bytes } else { _mm_srli_si128::<8>(bytes) };
+            let nibbles = _mm256_and_si256(_mm256_srl_epi32(_mm256_cvtepu8_epi32(eight), count), mask);
+            let codes = _mm256_add_ps(_mm256_cvtepi32_ps(nibbles), low);
+            let mut value = _mm256_mul_ps(_mm256_loadu_ps(scales.as_ptr().add(8 * half)), codes);
+            if let Some(offsets) = offsets {
+                value = _mm256_add_ps(value, _mm256_loadu_ps(offsets.as_ptr().add(8 * half)));
+            }
+            _mm256_storeu_ps(out.as_mut_ptr().add(8 * half), value);
+        }
+    }
+}
+
+/// `out[j] = scales[j] · codes[j]`, eight at a time.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn scale_bytes_avx2<const NR: usize>(codes: &[i8; NR], scales: &[f32; NR], out: &mut [f32; NR]) {
+    use std::arch::x86_64::*;
+    for j in (0..NR).step_by(8) {
+        // SAFETY: `j + 8 <= NR` (NR is a multiple of 16): the loads and the store stay inside
+        // the arrays.
+        unsafe {
+            let eight = _mm_loadl_epi64(codes.as_ptr().add(j).cast());
+            let codes = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight));
+            let value = _mm256_mul_ps(_mm256_loadu_ps(scales.as_ptr().add(j)), codes);
+            _mm256_storeu_ps(out.as_mut_ptr().add(j), value);
+        }
+    }
+}
+
+/// Bytes per row of nibbles: 16 per group of 32 columns.
+fn row_bytes(cols: usize) -> usize {
+    cols.next_multiple_of(32) / 2
+}
+
+/// The byte holding code `(r, c)` and the shift of its nibble.
+fn nibble_at(r: usize, c: usize, stride: usize) -> (usize, u32) {
+    (r * stride + (c / 32) * 16 + c % 16, ((c % 32) / 16) as u32 * 4)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A deterministic matrix of codes in `range`, scales and (optionally) offsets.
+    pub(crate) fn sample(rows: usize, cols: usize, block: usize, range: (i8, i8), offsets: bool) -> PackedMatrix {
+        let mut state = (rows * 31 + cols * 7 + block) as u64 | 1;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let span = (i16::from(range.1) - i16::from(range.0) + 1) as u64;
+        let codes: Vec<i8> = (0..rows * cols)
+            .map(|_| (i16::from(range.0) + (next() % span) as i16) as i8)
+            .collect();
+        let blocks = rows.div_ceil(block) * cols;
+        let mut float = || ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.01;
+        let scales = (0..blocks).map(|_| float()).collect();
+        let offsets = offsets.then(|| (0..blocks).map(|_| float()).collect());
+        PackedMatrix::new([rows, cols], block, &codes, scales, offsets).unwrap()
+    }
+
+    #[test]
+    fn nibbles_and_bytes_unpack_to_scale_times_code_plus_offset() {
+        for (range, bits) in [((0, 15), 4), ((-8, 7), 4), ((-32, 31), 8), ((-128, 127), 8)] {
+            for offsets in [false, true] {
+                let m = sample(70, 77, 32, range, offsets);
+                assert_eq!(m.bits(), bits);
+                let dense = m.to_dense();
+                for r in 0..70 {
+                    for c in 0..77 {
+                        let at = (r / 32) * 77 + c;
+                        let code = f32::from(m.code(r, c) as i8);
+                        assert!(code >= f32::from(range.0) && code <= f32::from(range.1));
+                        let mut expected = m.scales[at] * code;
+                        if let Some(o) = &m.offsets {
+                            expected += o[at];
+                        }
+                        assert_eq!(dense[r * 77 + c].to_bits(), expected.to_bits(), "({r}, {c})");
+                        assert_eq!(m.at(r, c).to_bits(), expected.to_bits());
+                    }
+                }
+                assert!(m.equals(&dense));
+                let mut other = dense.clone();
+                other[5 * 77 + 3] += 1.0;
+                assert!(!m.equals(&other));
+            }
+        }
+    }
+
+    #[test]
+    fn rows_unpack_from_any_column() {
+        let m = sample(20, 96, 16, (0, 15), true);
+        let dense = m.to_dense();
+        for c0 in [0, 1, 15, 16, 17, 40] {
+            let mut out = vec![0.0; 96 - c0];
+            m.unpack_row(7, c0, &mut out);
+            assert_eq!(out, dense[7 * 96 + c0..8 * 96]);
+        }
+    }
+
+    #[test]
+    fn mismatched_parts_are_refused() {
+        let err = PackedMatrix::new([4, 4], 2, &[0; 15], vec![0.0; 8], None).unwrap_err();
+        assert!(err.to_string().contains("15 codes, expected 16"), "{err}");
+        let err = PackedMatrix::new([4, 4], 2, &[0; 16], vec![0.0; 4], None).unwrap_err();
+        assert!(err.to_string().contains("4 scales, expected 8"), "{err}");
+        assert!(PackedMatrix::new([4, 4], 0, &[0; 16], vec![], None).is_err());
+    }
+}
