@@ -13,7 +13,7 @@ use burn::backend::Flex;
 use burn::tensor::{Int, Tensor, TensorData};
 use proptest::prelude::*;
 use rein_model::gguf::{Converted, GgmlType, GgufError, GgufFile};
-use rein_model::lm::{CausalLm, Context, LmTokenizer, load, locate};
+use rein_model::lm::{CausalLm, Context, FusedProjections, LmTokenizer, load, locate};
 use rein_sampler::{GenerationConfig, generate};
 use serde_json::Value;
 
@@ -63,6 +63,11 @@ fn scratch(name: &str) -> PathBuf {
 
 /// Logits of one unpadded sequence, `[positions × vocab]` row-major.
 fn logits(model: &CausalLm<B>, ids: &[u32]) -> Vec<f32> {
+    logits_through(model, ids, None)
+}
+
+/// [`logits`] through `fused` projections, as generation computes them.
+fn logits_through(model: &CausalLm<B>, ids: &[u32], fused: Option<&FusedProjections<B>>) -> Vec<f32> {
     let seq = ids.len();
     let dev = Default::default();
     let tokens = Tensor::<B, 2, Int>::from_data(
@@ -74,9 +79,14 @@ fn logits(model: &CausalLm<B>, ids: &[u32]) -> Vec<f32> {
         rope: &rope,
         positions: Tensor::<B, 1, Int>::arange(0..seq as i64, &dev).unsqueeze::<2>(),
         padding: None,
-        fused: None,
+        fused,
     };
-    model.forward(tokens, &ctx, None).into_data().to_vec().unwrap()
+    let hidden = model.hidden(tokens, &ctx, None);
+    let logits = match fused {
+        Some(fused) => model.fused_logits(hidden, fused),
+        None => model.logits(hidden),
+    };
+    logits.into_data().to_vec().unwrap()
 }
 
 fn worst_difference(got: &[f32], want: &[f32]) -> f32 {
@@ -100,6 +110,86 @@ fn dequantisation_equals_gguf_py_bit_for_bit() {
             assert_eq!(g.to_bits(), w.to_bits(), "{name} element {i}: {g} vs {w}");
         }
     }
+}
+
+#[test]
+fn block_codes_give_the_dequantised_values_bit_for_bit() {
+    let fixture = json("dequant.json");
+    let mut checked = 0;
+    for case in fixture["cases"].as_array().unwrap() {
+        let kind = GgmlType::from_id(case["ggml_type"].as_u64().unwrap() as u32).unwrap();
+        let Some(layout) = kind.codes() else {
+            continue;
+        };
+        let raw = hex(case["hex"].as_str().unwrap());
+        let want = kind.dequantize(&raw);
+        let (n, sub) = (kind.block_size(), layout.sub_block);
+        for (b, block) in raw.chunks_exact(kind.block_bytes()).enumerate() {
+            let (mut codes, mut scales, mut offsets) = (vec![0i8; n], vec![0.0; n / sub], vec![0.0; n / sub]);
+            kind.block_codes(block, &mut codes, &mut scales, &mut offsets);
+            for e in 0..n {
+                let mut value = scales[e / sub] * f32::from(codes[e]);
+                if layout.offsets {
+                    value += offsets[e / sub];
+                }
+                let expected = want[b * n + e];
+                assert_eq!(
+                    value.to_bits(),
+                    expected.to_bits(),
+                    "{} block {b} element {e}",
+                    kind.name()
+                );
+            }
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 8, "every quantised type");
+}
+
+#[test]
+fn packed_weights_give_the_dense_logits_bit_for_bit() {
+    let out = scratch("packed");
+    rein_model::gguf::convert_file(&fixtures().join("tiny-llama.gguf"), &out).unwrap();
+    let model = load::<B>(&out, &Default::default()).unwrap();
+    let packed = model
+        .packed_weights()
+        .expect("the tiny model has quantised matrices")
+        .clone();
+    // Each packed form holds the converted weight (`[out, in]` in the file; the head is the
+    // embeddings, `[vocab, hidden]`): rows and columns swapped.
+    let weights = safetensors_values(&out.join("model.safetensors"));
+    for (name, matrix) in &packed {
+        let file_name = match name.as_str() {
+            "lm_head.weight" if model.config().tie_word_embeddings => "model.embed_tokens.weight",
+            name => name,
+        };
+        let dense = &weights.iter().find(|(n, _)| n == file_name).unwrap().1;
+        let [rows, cols] = matrix.shape();
+        let transposed: Vec<f32> = (0..rows * cols).map(|i| dense[(i % cols) * rows + i / cols]).collect();
+        assert!(matrix.equals(&transposed), "{name}");
+    }
+    let ids = [1, 40, 41, 42, 2, 7];
+    let plain = model.clone().with_packed(Default::default());
+    let (fused, plain_fused) = (model.fused_projections(), plain.fused_projections());
+    assert!(fused.packed_matrices() > 0, "the packed forms are used");
+    assert_eq!(plain_fused.packed_matrices(), 0);
+    let want = logits_through(&plain, &ids, Some(&plain_fused));
+    assert_eq!(logits_through(&model, &ids, Some(&fused)), want);
+
+    // A changed weight is no longer read packed, and the results follow the change.
+    let mut tuned = model.clone();
+    let q = &mut tuned.layers[0].self_attn.q_proj;
+    q.weight = burn::module::Param::from_tensor(q.weight.val().add_scalar(1e-3));
+    let tuned_fused = tuned.fused_projections();
+    let names = ["q_proj", "k_proj", "v_proj"].map(|p| format!("model.layers.0.self_attn.{p}.weight"));
+    let lost = names.iter().all(|n| packed.contains_key(n)) as usize * 3;
+    assert_eq!(tuned_fused.packed_matrices(), fused.packed_matrices() - lost);
+    let tuned_plain = tuned.clone().with_packed(Default::default());
+    assert_eq!(
+        logits_through(&tuned, &ids, Some(&tuned_fused)),
+        logits_through(&tuned_plain, &ids, Some(&tuned_plain.fused_projections()))
+    );
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]

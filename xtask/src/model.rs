@@ -69,7 +69,8 @@ pub(crate) fn ensure(name: &str) -> anyhow::Result<PathBuf> {
 
 fn fetch(model: &KnownModel) -> anyhow::Result<PathBuf> {
     let dir = model_dir().join(model.name);
-    if dir.join("config.json").is_file() {
+    // The packed weights came later than the rest: a directory without them converts again.
+    if dir.join("config.json").is_file() && dir.join("model.packed.safetensors").is_file() {
         return Ok(dir);
     }
     let downloads = target_dir().join("downloads").join(model.name);

@@ -19,6 +19,7 @@ mod backend;
 pub mod gguf;
 pub mod lm;
 mod mlp;
+pub mod packed_file;
 pub mod safetensors_file;
 mod seeded;
 

@@ -7,12 +7,12 @@ use burn::tensor::ops::{BoolTensor, FloatTensor, FloatTensorOps, IntTensor};
 use burn::tensor::{DType, TensorData};
 use burn_flex::FlexTensor;
 use rayon::prelude::*;
-use rein_kernels::{Init, Isa, MatRef, matmul};
+use rein_kernels::{Init, Isa, MatRef, PackedMatrix, matmul, matmul_packed};
 
 use super::{
-    Backend, cached_attention_ops, causal_attention_backward_ops, generic_ops, linear_ops,
-    log_prob_entropy_backward_ops, log_prob_entropy_ops, rms_norm_backward_ops, rms_norm_ops, rope_ops,
-    swiglu_backward_ops, swiglu_ops, tanh_backward_ops, write_cache_ops,
+    Backend, cached_attention_ops, causal_attention_backward_ops, equals_packed_ops, generic_ops, linear_ops,
+    log_prob_entropy_backward_ops, log_prob_entropy_ops, packed_linear_ops, rms_norm_backward_ops, rms_norm_ops,
+    rope_ops, swiglu_backward_ops, swiglu_ops, tanh_backward_ops, write_cache_ops,
 };
 
 impl Backend for Flex {
@@ -57,6 +57,40 @@ impl Backend for Flex {
         };
         matmul(&mut out, outputs, x_view, w_view, init);
         tensor(out, &[rows, outputs])
+    }
+
+    fn reads_packed_weights() -> bool {
+        !generic_ops()
+    }
+
+    fn packed_linear(
+        x: FloatTensor<Self>,
+        parts: &[&PackedMatrix],
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        let bias_f32 = bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
+        let (Some(x_view), true, false) = (matrix(&x), bias_f32, generic_ops()) else {
+            return packed_linear_ops::<Self>(x, parts, bias);
+        };
+        let rows = x_view.shape()[0];
+        let outputs: usize = parts.iter().map(|p| p.shape()[1]).sum();
+        let (mut out, init) = match &bias {
+            Some(bias) => (f32s(&bias.to_contiguous()).repeat(rows), Init::Accumulate),
+            None => (vec![0.0f32; rows * outputs], Init::Zero),
+        };
+        let mut at = 0;
+        for part in parts {
+            matmul_packed(&mut out[at..], outputs, x_view, part, init);
+            at += part.shape()[1];
+        }
+        tensor(out, &[rows, outputs])
+    }
+
+    fn equals_packed(weight: FloatTensor<Self>, packed: &PackedMatrix) -> bool {
+        match (matrix(&weight), generic_ops()) {
+            (Some(view), false) => packed.equals_view(view),
+            _ => equals_packed_ops::<Self>(weight, packed),
+        }
     }
 
     fn matmul(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {

@@ -39,6 +39,7 @@ use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn_autodiff::{Autodiff, NodeId};
+use rein_kernels::PackedMatrix;
 
 /// A burn backend with rein's fused kernels. The defaults use burn's own ops, so any backend
 /// qualifies with an empty `impl`.
@@ -71,6 +72,30 @@ pub trait Backend: burn::tensor::backend::Backend {
         bias: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
         linear_ops::<Self>(x, weight, bias)
+    }
+
+    /// Whether [`Backend::packed_linear`] reads packed weights directly (and so is worth using
+    /// for inference); the default unpacks them first.
+    fn reads_packed_weights() -> bool {
+        false
+    }
+
+    /// A linear layer whose weight is kept packed, `x · [W₁ W₂ …] + b`: the parts' columns side
+    /// by side. The same numbers as [`Backend::fused_linear`] on the unpacked weight.
+    ///
+    /// # Shapes
+    /// - `x`: `[rows, in]`, each part `[in, outᵢ]`, `bias`: `[Σ outᵢ]` → `[rows, Σ outᵢ]`
+    fn packed_linear(
+        x: FloatTensor<Self>,
+        parts: &[&PackedMatrix],
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        packed_linear_ops::<Self>(x, parts, bias)
+    }
+
+    /// Whether `weight` (`[in, out]`) holds exactly the values of `packed`.
+    fn equals_packed(weight: FloatTensor<Self>, packed: &PackedMatrix) -> bool {
+        equals_packed_ops::<Self>(weight, packed)
     }
 
     /// A matrix product `a · b` (views of transposes welcome).
@@ -356,6 +381,42 @@ pub(crate) fn affine<B: Backend>(x: Tensor<B, 2>, weight: Tensor<B, 2>, bias: Op
         bias.map(|b| b.into_primitive().tensor()),
     );
     Tensor::from_primitive(TensorPrimitive::Float(y))
+}
+
+/// [`Backend::packed_linear`] by unpacking the weight: [`Backend::fused_linear`] on its dense copy.
+pub(crate) fn packed_linear_ops<B: Backend>(
+    x: FloatTensor<B>,
+    parts: &[&PackedMatrix],
+    bias: Option<FloatTensor<B>>,
+) -> FloatTensor<B> {
+    let device = B::float_device(&x);
+    let input = parts.first().map_or(0, |p| p.shape()[0]);
+    let columns: usize = parts.iter().map(|p| p.shape()[1]).sum();
+    let mut weight = vec![0.0f32; input * columns];
+    let mut at = 0;
+    for part in parts {
+        let (values, width) = (part.to_dense(), part.shape()[1]);
+        for (dst, src) in weight.chunks_exact_mut(columns).zip(values.chunks_exact(width)) {
+            dst[at..at + width].copy_from_slice(src);
+        }
+        at += width;
+    }
+    let weight = Tensor::<B, 2>::from_data(burn::tensor::TensorData::new(weight, [input, columns]), &device);
+    B::fused_linear(x, weight.into_primitive().tensor(), bias)
+}
+
+/// [`Backend::equals_packed`] through the weight's data.
+pub(crate) fn equals_packed_ops<B: burn::tensor::backend::Backend>(
+    weight: FloatTensor<B>,
+    packed: &PackedMatrix,
+) -> bool {
+    let weight = float::<B, 2>(weight);
+    weight.dims() == packed.shape()
+        && weight
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .is_ok_and(|values| packed.equals(&values))
 }
 
 fn float<B: burn::tensor::backend::Backend, const D: usize>(x: FloatTensor<B>) -> Tensor<B, D> {

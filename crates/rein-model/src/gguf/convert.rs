@@ -2,12 +2,14 @@
 //! and dequantised (Q/K rows put back in Hugging Face's order), `tokenizer.json` and
 //! `tokenizer_config.json` rebuilt from the vocabulary, merges and chat template.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
+use rein_kernels::PackedMatrix;
 use serde_json::Value as Json;
 
 use super::GgufError;
-use super::file::GgufFile;
+use super::file::{GgufFile, TensorInfo};
 use super::tokenizer;
 use crate::lm::{LmConfig, RopeScaling, TokenIds};
 use crate::safetensors_file::Tensors;
@@ -22,6 +24,9 @@ pub struct Converted {
     pub config: LmConfig,
     /// Weights under Hugging Face names, f32.
     pub tensors: Tensors,
+    /// The quantised weight matrices as they were stored, `[in, out]`, under the same names
+    /// (the head as `lm_head.weight`, tied or not): see [`crate::packed_file`].
+    pub packed: BTreeMap<String, PackedMatrix>,
     /// `tokenizer.json`.
     pub tokenizer: Json,
     /// `tokenizer_config.json`.
@@ -33,17 +38,19 @@ impl Converted {
     pub fn from_gguf(file: &GgufFile) -> Result<Self, GgufError> {
         let config = config(file)?;
         let tensors = tensors(file, &config)?;
+        let packed = packed(file, &config)?;
         let (tokenizer, tokenizer_config) = tokenizer::build(file, config.max_position_embeddings)?;
         Ok(Self {
             config,
             tensors,
+            packed,
             tokenizer,
             tokenizer_config,
         })
     }
 
     /// Writes `config.json`, `model.safetensors`, `tokenizer.json` and `tokenizer_config.json`
-    /// into `dir` (created if missing).
+    /// into `dir` (created if missing), and `model.packed.safetensors` with the quantised ones (if any).
     pub fn write(&self, dir: &Path) -> Result<(), GgufError> {
         let io = |path: &Path, e: std::io::Error| GgufError::Io {
             path: path.to_path_buf(),
@@ -52,6 +59,8 @@ impl Converted {
         std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
         let weights = dir.join("model.safetensors");
         crate::safetensors_file::write(&weights, &self.tensors, "pt").map_err(|e| io(&weights, e))?;
+        let packed = dir.join(crate::packed_file::FILE);
+        crate::packed_file::write(&packed, &self.packed).map_err(|e| io(&packed, e))?;
         let files = [
             ("config.json", self.config.to_hf_json()),
             ("tokenizer.json", pretty(&self.tokenizer)),
@@ -238,6 +247,73 @@ fn tensors(file: &GgufFile, config: &LmConfig) -> Result<Tensors, GgufError> {
     Ok(out)
 }
 
+/// The quantised weight matrices, as codes and block scales transposed to `[in, out]` (Q/K
+/// rows unpermuted as in [`tensors`]): exactly the values [`tensors`] dequantises.
+fn packed(file: &GgufFile, config: &LmConfig) -> Result<BTreeMap<String, PackedMatrix>, GgufError> {
+    let mut out = BTreeMap::new();
+    for info in &file.tensors {
+        let name = match info.name.as_str() {
+            "token_embd.weight" if config.tie_word_embeddings => "lm_head.weight".to_string(),
+            name if name.ends_with(".weight") && !name.contains("norm") && name != "token_embd.weight" => {
+                match hf_name(name) {
+                    Some(hf) => hf,
+                    None => continue,
+                }
+            }
+            _ => continue,
+        };
+        if let Some(packed) = packed_matrix(file, info, config)? {
+            out.insert(name, packed);
+        }
+    }
+    Ok(out)
+}
+
+/// One tensor's codes and scales, `[in, out]`, or `None` for a float type.
+fn packed_matrix(file: &GgufFile, info: &TensorInfo, config: &LmConfig) -> Result<Option<PackedMatrix>, GgufError> {
+    let Some(layout) = info.kind.codes() else {
+        return Ok(None);
+    };
+    let shape = info.shape();
+    let (rows, cols) = (shape[0], shape.get(1).copied().unwrap_or(1));
+    let sub = layout.sub_block;
+    if !cols.is_multiple_of(info.kind.block_size()) {
+        return Err(file.tensor_error(&info.name, format!("rows of {cols} do not split into blocks")));
+    }
+    // Row-major `[out, in]` as stored: codes, and one scale (offset) per sub-block of a row.
+    let (mut codes, mut scales, mut offsets) = (
+        vec![0i8; rows * cols],
+        vec![0.0f32; rows * cols / sub],
+        vec![0.0f32; rows * cols / sub],
+    );
+    let per_block = info.kind.block_size() / sub;
+    let blocks = file.data(info).chunks_exact(info.kind.block_bytes());
+    for (b, block) in blocks.enumerate() {
+        let (c, s) = (b * info.kind.block_size(), b * per_block);
+        info.kind.block_codes(
+            block,
+            &mut codes[c..][..info.kind.block_size()],
+            &mut scales[s..][..per_block],
+            &mut offsets[s..][..per_block],
+        );
+    }
+    if config.model_type != "qwen2" && (info.name.contains(".attn_q.") || info.name.contains(".attn_k.")) {
+        let heads = match info.name.contains(".attn_q.") {
+            true => config.num_attention_heads,
+            false => config.kv_heads(),
+        };
+        codes = reorder_rows(&codes, rows, heads, true);
+        scales = reorder_rows(&scales, rows, heads, true);
+        offsets = reorder_rows(&offsets, rows, heads, true);
+    }
+    use crate::lm::layout::transposed;
+    let offsets = layout.offsets.then(|| transposed(&offsets, rows, cols / sub));
+    let (codes, scales) = (transposed(&codes, rows, cols), transposed(&scales, rows, cols / sub));
+    PackedMatrix::new([cols, rows], sub, &codes, scales, offsets)
+        .map(Some)
+        .map_err(|e| file.tensor_error(&info.name, e.to_string()))
+}
+
 /// Undoes llama.cpp's `permute` of Q/K projection rows: within each head, GGUF stores rotary
 /// pairs interleaved (row `2i + t`) where Hugging Face keeps halves (row `t · half + i`).
 /// `values` is `rows × cols` row-major (a bias is `rows × 1`).
@@ -246,11 +322,11 @@ fn unpermute_rows(values: &[f32], rows: usize, heads: usize) -> Vec<f32> {
 }
 
 /// Moves each head's rows between the interleaved and the halves order.
-fn reorder_rows(values: &[f32], rows: usize, heads: usize, to_halves: bool) -> Vec<f32> {
+fn reorder_rows<T: Copy + Default>(values: &[T], rows: usize, heads: usize, to_halves: bool) -> Vec<T> {
     let cols = values.len() / rows.max(1);
     let head_rows = rows / heads;
     let half = head_rows / 2;
-    let mut out = vec![0.0; values.len()];
+    let mut out = vec![T::default(); values.len()];
     for h in 0..heads {
         for i in 0..half {
             for t in 0..2 {

@@ -80,7 +80,9 @@ pub fn checkpoint_dir(path: &std::path::Path) -> Result<PathBuf, GgufError> {
     let stem = path.file_stem().unwrap_or_default().to_string_lossy();
     let cache = std::env::temp_dir().join("rein-gguf");
     let dir = cache.join(format!("{stem}-{}-{modified}", meta.len()));
-    if dir.join("config.json").is_file() {
+    let complete =
+        |dir: &std::path::Path| dir.join("config.json").is_file() && dir.join(crate::packed_file::FILE).is_file();
+    if complete(&dir) {
         return Ok(dir);
     }
     // Convert beside the final place and rename, so a crash never leaves a half directory that
@@ -88,10 +90,14 @@ pub fn checkpoint_dir(path: &std::path::Path) -> Result<PathBuf, GgufError> {
     let partial = cache.join(format!(".{stem}-{}.partial", std::process::id()));
     let _ = std::fs::remove_dir_all(&partial);
     convert_file(path, &partial)?;
+    if dir.is_dir() && !complete(&dir) {
+        // Converted by an older rein, without the packed weights.
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     match std::fs::rename(&partial, &dir) {
         Ok(()) => Ok(dir),
         // Another process finished first: use its copy.
-        Err(_) if dir.join("config.json").is_file() => {
+        Err(_) if complete(&dir) => {
             let _ = std::fs::remove_dir_all(&partial);
             Ok(dir)
         }

@@ -168,6 +168,102 @@ impl GgmlType {
     }
 }
 
+/// A block's elements as integer codes with a scale (and an offset) per sub-block, such that
+/// element `e` of [`GgmlType::dequantize`] is exactly `scale · code` (`+ offset`), each one `f32`
+/// rounding: what [`rein_kernels::PackedMatrix`] keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Codes {
+    /// Elements per scale.
+    pub sub_block: usize,
+    /// Whether elements have an offset.
+    pub offsets: bool,
+}
+
+impl GgmlType {
+    /// How this type's blocks split into codes, or `None` for the float types.
+    pub fn codes(self) -> Option<Codes> {
+        let (sub_block, offsets) = match self {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 => return None,
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => (32, false),
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => (32, true),
+            GgmlType::Q6K => (16, false),
+        };
+        Some(Codes { sub_block, offsets })
+    }
+
+    /// The codes of one block (`block_size` of them), its sub-blocks' scales and, when the type
+    /// has them, offsets (see [`GgmlType::codes`]; a float type writes nothing).
+    pub fn block_codes(self, block: &[u8], codes: &mut [i8], scales: &mut [f32], offsets: &mut [f32]) {
+        let code = |q: u8, bias: i16| (i16::from(q) - bias) as i8;
+        match self {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 => {}
+            GgmlType::Q4_0 => {
+                scales[0] = half(block, 0);
+                nibbles(&block[2..18], |j, q| codes[j] = code(q, 8));
+            }
+            GgmlType::Q4_1 => {
+                (scales[0], offsets[0]) = (half(block, 0), half(block, 2));
+                nibbles(&block[4..20], |j, q| codes[j] = code(q, 0));
+            }
+            GgmlType::Q5_0 => {
+                let high = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+                scales[0] = half(block, 0);
+                nibbles(&block[6..22], |j, q| {
+                    codes[j] = code(q | (((high >> j) & 1) << 4) as u8, 16)
+                });
+            }
+            GgmlType::Q5_1 => {
+                let high = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+                (scales[0], offsets[0]) = (half(block, 0), half(block, 2));
+                nibbles(&block[8..24], |j, q| {
+                    codes[j] = code(q | (((high >> j) & 1) << 4) as u8, 0)
+                });
+            }
+            GgmlType::Q8_0 => {
+                scales[0] = half(block, 0);
+                for (c, &q) in codes.iter_mut().zip(&block[2..34]) {
+                    *c = q as i8;
+                }
+            }
+            GgmlType::Q4K | GgmlType::Q5K => {
+                let (qs, high) = match self {
+                    GgmlType::Q5K => (&block[48..], Some(&block[16..48])),
+                    _ => (&block[16..], None),
+                };
+                let (d, dmin) = (half(block, 0), half(block, 2));
+                for sub in 0..8 {
+                    let (sc, m) = scale_min(&block[4..16], sub);
+                    // `scale · q − min` is `scale · q + (−min)`, bit for bit.
+                    (scales[sub], offsets[sub]) = (d * sc, -(dmin * m));
+                    let group = &qs[(sub / 2) * 32..][..32];
+                    for l in 0..32 {
+                        let mut q = (group[l] >> ((sub % 2) * 4)) & 0x0F;
+                        if let Some(high) = high {
+                            q |= ((high[l] >> sub) & 1) << 4;
+                        }
+                        codes[sub * 32 + l] = q as i8;
+                    }
+                }
+            }
+            GgmlType::Q6K => {
+                let ql = &block[..QK_K / 2];
+                let qh = &block[QK_K / 2..QK_K / 2 + QK_K / 4];
+                let sc = &block[QK_K / 2 + QK_K / 4..QK_K / 2 + QK_K / 4 + QK_K / 16];
+                let d = half(block, QK_K / 2 + QK_K / 4 + QK_K / 16);
+                for (scale, &s) in scales.iter_mut().zip(sc) {
+                    *scale = d * f32::from(s as i8);
+                }
+                for (e, c) in codes.iter_mut().enumerate().take(QK_K) {
+                    let (h, chunk, l) = (e / 128, (e % 128) / 32, e % 32);
+                    let low = (ql[h * 64 + (chunk % 2) * 32 + l] >> ((chunk / 2) * 4)) & 0x0F;
+                    let high = (qh[h * 32 + l] >> (2 * chunk)) & 0x03;
+                    *c = code(low | (high << 4), 32);
+                }
+            }
+        }
+    }
+}
+
 /// The f16 at `block[at..at + 2]`.
 fn half(block: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([block[at], block[at + 1]]).to_f32()

@@ -264,7 +264,19 @@ pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, L
     }
     let mut config = config;
     config.tie_word_embeddings = tied;
-    Ok(CausalLm::from_parts(config, embed_tokens, layers, final_norm, lm_head))
+    let model = CausalLm::from_parts(config, embed_tokens, layers, final_norm, lm_head);
+    // A quantised file's weights as stored (a converted GGUF model): inference reads them.
+    let packed = dir.join(crate::packed_file::FILE);
+    if !packed.is_file() {
+        return Ok(model);
+    }
+    let matrices = crate::packed_file::read(&packed).map_err(|reason| LoadError::Io { path: packed, reason })?;
+    Ok(model.with_packed(
+        matrices
+            .into_iter()
+            .map(|(name, m)| (name, std::sync::Arc::new(m)))
+            .collect(),
+    ))
 }
 
 /// Writes `model` to `dir` as a Hugging Face checkpoint (`config.json`, `model.safetensors`,

@@ -1,60 +1,172 @@
-//! Each layer's input projections concatenated, for inference: `[W_q W_k W_v]` as one matrix
-//! product and `[W_gate W_up]` as another, instead of five. A decoding step multiplies a few
-//! rows by every weight; one wider product packs its input once and keeps the matrix kernel
-//! busier than several narrow ones.
+//! Each layer's projections arranged for inference: `[W_q W_k W_v]` as one matrix product and
+//! `[W_gate W_up]` as another, instead of five. A decoding step multiplies a few rows by every
+//! weight; one wider product packs its input once and keeps the matrix kernel busier than
+//! several narrow ones.
 //!
-//! Built from a model's current weights (a copy of them) for one generation: the model must
-//! not change while it is in use. LoRA adapters on these projections are merged in
-//! (`W + (α/r)·A·B`); those on `W_o` and `W_down`, which are not concatenated, stay separate.
-//! A tied LM head is copied out of the embeddings' transpose into its own row-major matrix.
+//! Built from a model's current weights for one generation: the model must not change while it
+//! is in use. A weight goes one of two ways:
+//!
+//! - **Packed**, when the model was loaded with the packed form of a quantised file
+//!   ([`PackedWeights`]), that form still equals the weight exactly (checked here, every time:
+//!   a fine-tuned weight no longer does) and the backend reads packed weights
+//!   ([`Backend::reads_packed_weights`]). The product reads 4–8 bits per weight instead of 32
+//!   and gives the same bits; `W_o`, `W_down` and the head are packed too, and LoRA adapters
+//!   stay separate (`x·W + (α/r)·x·A·B`, as in training).
+//! - **Dense** otherwise: a copy, adapters merged in (`W + (α/r)·A·B`); `W_o` and `W_down`,
+//!   not concatenated, are the layer's own. A tied LM head is copied out of the embeddings'
+//!   transpose into its own row-major matrix.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use burn::nn::Linear;
-use burn::tensor::Tensor;
+use burn::tensor::{Tensor, TensorPrimitive};
+use rein_kernels::PackedMatrix;
 
-use super::lora::LayerLora;
+use super::lora::{LayerLora, Lora};
 use crate::backend::{Backend, affine};
 
-/// The concatenated projections of every layer of a model (`CausalLm::fused_projections`).
+/// Packed forms of a model's weight matrices (`[in, out]`) under their Hugging Face names (the
+/// head as `lm_head.weight`, tied or not): see [`crate::packed_file`].
+pub type PackedWeights = BTreeMap<String, Arc<PackedMatrix>>;
+
+/// The projections of every layer of a model arranged for inference
+/// (`CausalLm::fused_projections`).
 #[derive(Debug, Clone)]
 pub struct FusedProjections<B: Backend> {
     pub(crate) layers: Vec<FusedLayer<B>>,
-    /// The LM head as a row-major `[hidden, vocab]` matrix: a copy when it is tied to the
-    /// embeddings, whose transpose is a view the matrix kernel would repack for every token.
-    pub(crate) head: Tensor<B, 2>,
+    /// The LM head, `[hidden, vocab]`: packed, or a row-major copy when it is tied to the
+    /// embeddings (whose transpose is a view the matrix kernel would repack for every token).
+    pub(crate) head: Projection<B>,
 }
 
-/// One layer's concatenated projections.
+impl<B: Backend> FusedProjections<B> {
+    /// How many weight matrices are read packed.
+    pub fn packed_matrices(&self) -> usize {
+        let count = |p: &Projection<B>| match p {
+            Projection::Dense(_) => 0,
+            Projection::Packed(parts) => parts.len(),
+        };
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| count(&l.qkv) + count(&l.gate_up) + l.o.iter().chain(&l.down).map(count).sum::<usize>())
+            .sum();
+        layers + count(&self.head)
+    }
+}
+
+/// One layer's projections.
 #[derive(Debug, Clone)]
 pub(crate) struct FusedLayer<B: Backend> {
     /// `[hidden, (heads + 2·kv_heads)·head_dim]`: queries, keys, values.
-    qkv: Tensor<B, 2>,
+    qkv: Projection<B>,
     /// Their biases (zeros for a projection without one), when any has one.
     qkv_bias: Option<Tensor<B, 1>>,
     /// `[hidden, 2·intermediate]`: gate, then up.
-    gate_up: Tensor<B, 2>,
+    gate_up: Projection<B>,
+    /// `W_o`, when packed (otherwise the layer's own).
+    pub(crate) o: Option<Projection<B>>,
+    /// `W_down`, when packed (otherwise the layer's own).
+    pub(crate) down: Option<Projection<B>>,
 }
 
-impl<B: Backend> FusedLayer<B> {
-    /// One layer's attention input projections (`q`, `k`, `v`) and MLP input projections
-    /// (`gate`, `up`), concatenated, with their adapters merged in.
+/// A weight matrix as inference multiplies by it.
+#[derive(Debug, Clone)]
+pub(crate) enum Projection<B: Backend> {
+    /// One dense matrix, adapters merged in.
+    Dense(Tensor<B, 2>),
+    /// Column blocks side by side, each packed, each with its adapter.
+    Packed(Vec<(Arc<PackedMatrix>, Option<Lora<B>>)>),
+}
+
+impl<B: Backend> Projection<B> {
+    /// `layers` (with their adapters) side by side: packed when every one has a packed form
+    /// equal to its weight (`packed(name, layer)`), else one dense matrix with the adapters
+    /// merged in.
     pub(crate) fn new(
-        attention: [&Linear<B>; 3],
-        gate: &Linear<B>,
-        up: &Linear<B>,
+        layers: &[(&str, &Linear<B>)],
         lora: Option<&LayerLora<B>>,
+        packed: &impl Fn(&str, &Linear<B>) -> Option<Arc<PackedMatrix>>,
     ) -> Self {
-        let weight = |layer: &Linear<B>, name: &str| match lora.and_then(|l| l.get(name)) {
+        let adapter = |name: &str| lora.and_then(|l| l.get(name)).cloned();
+        let parts: Option<Vec<_>> = layers
+            .iter()
+            .map(|(name, layer)| packed(name, layer).map(|m| (m, adapter(name))))
+            .collect();
+        if let Some(parts) = parts {
+            return Projection::Packed(parts);
+        }
+        let weight = |(name, layer): &(&str, &Linear<B>)| match lora.and_then(|l| l.get(name)) {
             Some(adapter) => layer.weight.val() + adapter.delta(),
             None => layer.weight.val(),
         };
-        let [q, k, v] = attention;
-        let qkv = Tensor::cat(vec![weight(q, "q_proj"), weight(k, "k_proj"), weight(v, "v_proj")], 1);
+        match layers {
+            [one] => Projection::Dense(weight(one)),
+            _ => Projection::Dense(Tensor::cat(layers.iter().map(weight).collect(), 1)),
+        }
+    }
+
+    /// `x · W + b` (plus the adapters' updates): `[rows, in]` → `[rows, out]`.
+    pub(crate) fn forward(&self, x: Tensor<B, 2>, bias: Option<Tensor<B, 1>>) -> Tensor<B, 2> {
+        let parts = match self {
+            Projection::Dense(weight) => return affine(x, weight.clone(), bias),
+            Projection::Packed(parts) => parts,
+        };
+        let matrices: Vec<&PackedMatrix> = parts.iter().map(|(m, _)| m.as_ref()).collect();
+        let y = B::packed_linear(
+            x.clone().into_primitive().tensor(),
+            &matrices,
+            bias.map(|b| b.into_primitive().tensor()),
+        );
+        let y = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(y));
+        if parts.iter().all(|(_, adapter)| adapter.is_none()) {
+            return y;
+        }
+        let rows = x.dims()[0];
+        let updates = parts
+            .iter()
+            .map(|(m, adapter)| match adapter {
+                Some(adapter) => adapter.forward(x.clone()),
+                None => Tensor::zeros([rows, m.shape()[1]], &x.device()),
+            })
+            .collect();
+        y + Tensor::cat(updates, 1)
+    }
+}
+
+impl<B: Backend> FusedLayer<B> {
+    /// One layer's projections: `[q k v]`, `[gate up]`, and `o`, `down` when packed.
+    pub(crate) fn new(
+        [q, k, v, o, gate, up, down]: [(&'static str, &Linear<B>); 7],
+        lora: Option<&LayerLora<B>>,
+        packed: &impl Fn(&str, &Linear<B>) -> Option<Arc<PackedMatrix>>,
+    ) -> Self {
+        let attention = [q.1, k.1, v.1];
         let qkv_bias = attention
             .iter()
             .any(|l| l.bias.is_some())
             .then(|| Tensor::cat(attention.iter().map(|l| bias_or_zeros(l)).collect(), 0));
-        let gate_up = Tensor::cat(vec![weight(gate, "gate_proj"), weight(up, "up_proj")], 1);
-        FusedLayer { qkv, qkv_bias, gate_up }
+        let alone = |layer: (&str, &Linear<B>)| {
+            packed(layer.0, layer.1).map(|m| Projection::Packed(vec![(m, lora.and_then(|l| l.get(layer.0)).cloned())]))
+        };
+        FusedLayer {
+            qkv: Projection::new(&[q, k, v], lora, packed),
+            qkv_bias,
+            gate_up: Projection::new(&[gate, up], lora, packed),
+            o: alone(o),
+            down: alone(down),
+        }
+    }
+
+    /// `x · [W_q W_k W_v] + b`: `[rows, hidden]` → `[rows, (heads + 2·kv_heads)·head_dim]`.
+    pub(crate) fn qkv(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.qkv.forward(x, self.qkv_bias.clone())
+    }
+
+    /// `x · [W_gate W_up]`: `[rows, hidden]` → `[rows, 2·intermediate]`.
+    pub(crate) fn gate_up(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.gate_up.forward(x, None)
     }
 }
 
@@ -65,17 +177,5 @@ fn bias_or_zeros<B: Backend>(layer: &Linear<B>) -> Tensor<B, 1> {
             let weight = layer.weight.val();
             Tensor::zeros([weight.dims()[1]], &weight.device())
         }
-    }
-}
-
-impl<B: Backend> FusedLayer<B> {
-    /// `x · [W_q W_k W_v] + b`: `[rows, hidden]` → `[rows, (heads + 2·kv_heads)·head_dim]`.
-    pub(crate) fn qkv(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        affine(x, self.qkv.clone(), self.qkv_bias.clone())
-    }
-
-    /// `x · [W_gate W_up]`: `[rows, hidden]` → `[rows, 2·intermediate]`.
-    pub(crate) fn gate_up(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        affine(x, self.gate_up.clone(), None)
     }
 }

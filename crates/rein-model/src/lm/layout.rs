@@ -6,9 +6,9 @@
 //! so weights are transposed once, here, rather than viewed transposed.
 
 /// The `cols × rows` transpose of a row-major `rows × cols` matrix, in cache-sized tiles.
-pub(crate) fn transposed(m: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+pub(crate) fn transposed<T: Copy + Default>(m: &[T], rows: usize, cols: usize) -> Vec<T> {
     const TILE: usize = 32;
-    let mut out = vec![0.0f32; m.len()];
+    let mut out = vec![T::default(); m.len()];
     for r0 in (0..rows).step_by(TILE) {
         for c0 in (0..cols).step_by(TILE) {
             for r in r0..(r0 + TILE).min(rows) {

@@ -13,7 +13,7 @@ use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive};
 
 use super::cache::{KvCache, LayerCache};
 use super::config::LmConfig;
-use super::fused::{FusedLayer, FusedProjections};
+use super::fused::{FusedLayer, FusedProjections, PackedWeights, Projection};
 use super::lora::{LayerLora, Lora, LoraAdapters, LoraSpec, adapted};
 use super::rope::Rope;
 use crate::backend::{Backend, affine};
@@ -113,6 +113,9 @@ pub struct CausalLm<B: Backend> {
     pub lora: Option<LoraAdapters<B>>,
     #[module(skip)]
     config: LmConfig,
+    /// The packed forms its weights were loaded from, if any ([`CausalLm::with_packed`]).
+    #[module(skip)]
+    packed: Option<std::sync::Arc<PackedWeights>>,
 }
 
 /// What one forward pass uses besides its tokens.
@@ -174,8 +177,15 @@ impl<B: Backend> Attention<B> {
             None => B::causal_attention(raw(q), raw(k), raw(v), padding),
         };
         let out = Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(out));
-        let o_adapter = lora.and_then(|l| l.o_proj.as_ref());
-        project(&self.o_proj, o_adapter, out.reshape([batch, seq, h * d]))
+        let out = out.reshape([batch, seq, h * d]);
+        match fused.and_then(|f| f.o.as_ref()) {
+            Some(o) => {
+                let bias = self.o_proj.bias.as_ref().map(|b| b.val());
+                o.forward(out.reshape([batch * seq, h * d]), bias)
+                    .reshape([batch, seq, width])
+            }
+            None => project(&self.o_proj, lora.and_then(|l| l.o_proj.as_ref()), out),
+        }
     }
 }
 
@@ -208,7 +218,11 @@ impl<B: Backend> Mlp<B> {
         };
         let (gate, up) = (gate.into_primitive().tensor(), up.into_primitive().tensor());
         let hidden = Tensor::from_primitive(TensorPrimitive::Float(B::swiglu(gate, up)));
-        adapted(&self.down_proj, adapter("down_proj"), hidden).reshape([batch, seq, width])
+        let out = match fused.and_then(|f| f.down.as_ref()) {
+            Some(down) => down.forward(hidden, self.down_proj.bias.as_ref().map(|b| b.val())),
+            None => adapted(&self.down_proj, adapter("down_proj"), hidden),
+        };
+        out.reshape([batch, seq, width])
     }
 }
 
@@ -272,7 +286,21 @@ impl<B: Backend> CausalLm<B> {
             lm_head,
             lora: None,
             config,
+            packed: None,
         }
+    }
+
+    /// This model with the packed forms of its weights (from a quantised file): inference
+    /// multiplies by them wherever they still equal the weights exactly, reading a fraction of
+    /// the bytes for the same results ([`FusedProjections`]). Training never uses them.
+    pub fn with_packed(mut self, packed: PackedWeights) -> Self {
+        self.packed = (!packed.is_empty()).then(|| std::sync::Arc::new(packed));
+        self
+    }
+
+    /// The packed forms of its weights, if it has any.
+    pub fn packed_weights(&self) -> Option<&PackedWeights> {
+        self.packed.as_deref()
     }
 
     /// The architecture.
@@ -326,33 +354,41 @@ impl<B: Backend> CausalLm<B> {
         model
     }
 
-    /// The layers' projections concatenated, for [`Context::fused`].
+    /// The layers' projections arranged for inference, for [`Context::fused`].
     pub fn fused_projections(&self) -> FusedProjections<B> {
+        let packed_form = |name: &str, weight: Tensor<B, 2>| {
+            let packed = self.packed.as_ref().filter(|_| B::reads_packed_weights())?.get(name)?;
+            B::equals_packed(weight.into_primitive().tensor(), packed).then(|| packed.clone())
+        };
         let layers = self
             .layers
             .iter()
             .enumerate()
             .map(|(i, layer)| {
-                let attn = &layer.self_attn;
-                FusedLayer::new(
-                    [&attn.q_proj, &attn.k_proj, &attn.v_proj],
-                    &layer.mlp.gate_proj,
-                    &layer.mlp.up_proj,
-                    self.lora.as_ref().map(|l| &l.layers[i]),
-                )
+                let packed = |name: &str, linear: &Linear<B>| {
+                    let block = match name {
+                        "q_proj" | "k_proj" | "v_proj" | "o_proj" => "self_attn",
+                        _ => "mlp",
+                    };
+                    packed_form(&format!("model.layers.{i}.{block}.{name}.weight"), linear.weight.val())
+                };
+                FusedLayer::new(layer.linears(), self.lora.as_ref().map(|l| &l.layers[i]), &packed)
             })
             .collect();
-        let head = match &self.lm_head {
-            Some(head) => head.weight.val(),
-            None => {
-                let weight = self.embed_tokens.weight.val();
-                let ([vocab, hidden], device) = (weight.dims(), weight.device());
-                let data = weight.into_data();
-                let dtype = data.dtype;
-                let values = data.convert::<f32>().to_vec::<f32>().unwrap_or_default();
-                let head = TensorData::new(super::layout::transposed(&values, vocab, hidden), [hidden, vocab]);
-                Tensor::from_data(head.convert_dtype(dtype), &device)
-            }
+        let head = match packed_form("lm_head.weight", self.head_weight()) {
+            Some(packed) => Projection::Packed(vec![(packed, None)]),
+            None => Projection::Dense(match &self.lm_head {
+                Some(head) => head.weight.val(),
+                None => {
+                    let weight = self.embed_tokens.weight.val();
+                    let ([vocab, hidden], device) = (weight.dims(), weight.device());
+                    let data = weight.into_data();
+                    let dtype = data.dtype;
+                    let values = data.convert::<f32>().to_vec::<f32>().unwrap_or_default();
+                    let head = TensorData::new(super::layout::transposed(&values, vocab, hidden), [hidden, vocab]);
+                    Tensor::from_data(head.convert_dtype(dtype), &device)
+                }
+            }),
         };
         FusedProjections { layers, head }
     }
@@ -397,17 +433,15 @@ impl<B: Backend> CausalLm<B> {
     /// # Shapes
     /// - `hidden`: `[batch, seq, hidden]` → `[batch, seq, vocab]`
     pub fn logits(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.logits_through(hidden, self.head_weight())
+        let [batch, seq, width] = hidden.dims();
+        let logits = affine(hidden.reshape([batch * seq, width]), self.head_weight(), None);
+        logits.reshape([batch, seq, self.config.vocab_size])
     }
 
     /// [`CausalLm::logits`] through the head kept in `fused` (the same numbers, read faster).
     pub fn fused_logits(&self, hidden: Tensor<B, 3>, fused: &FusedProjections<B>) -> Tensor<B, 3> {
-        self.logits_through(hidden, fused.head.clone())
-    }
-
-    fn logits_through(&self, hidden: Tensor<B, 3>, head: Tensor<B, 2>) -> Tensor<B, 3> {
         let [batch, seq, width] = hidden.dims();
-        let logits = affine(hidden.reshape([batch * seq, width]), head, None);
+        let logits = fused.head.forward(hidden.reshape([batch * seq, width]), None);
         logits.reshape([batch, seq, self.config.vocab_size])
     }
 
