@@ -17,6 +17,7 @@
 //! products with it give the bits of its dense copy while reading a fraction of the bytes.
 
 pub mod isa;
+mod mat_ref;
 pub mod matmul;
 pub mod packed;
 

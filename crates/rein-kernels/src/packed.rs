@@ -16,7 +16,7 @@
 
 use rayon::prelude::*;
 
-use crate::matmul::MatRef;
+use crate::mat_ref::MatRef;
 
 /// A row-major `rows × cols` matrix of block-scaled integer codes (see the module docs).
 #[derive(Clone, PartialEq)]
