@@ -210,6 +210,7 @@ unsafe fn run(
         init,
         rows,
         cols,
+        wide: isa >= Isa::Avx2,
     };
     match isa {
         // SAFETY: the caller checked that the CPU has the level (`matmul_on`).
@@ -228,6 +229,8 @@ struct Job<'a> {
     init: Init,
     rows: std::ops::Range<usize>,
     cols: std::ops::Range<usize>,
+    /// Whether a packed `B` unpacks with AVX2 (the same values either way).
+    wide: bool,
 }
 
 impl Job<'_> {
@@ -305,7 +308,7 @@ impl Job<'_> {
                 let from_zero = pc == 0 && self.init == Init::Zero;
                 match (in_place, self.b) {
                     (None, Rhs::Dense(b)) => pack_b::<NR>(&mut b_pack, &b, pc, kc, jc, nc),
-                    (None, Rhs::Packed(b)) => unpack_b::<NR>(&mut b_pack, b, pc, kc, jc, nc),
+                    (None, Rhs::Packed(b)) => unpack_b::<NR>(&mut b_pack, b, pc, kc, jc, nc, self.wide),
                     (Some(b), _) if !nc.is_multiple_of(NR) => {
                         let last = nc / NR * NR;
                         pack_b::<NR>(&mut b_pack, &b, pc, kc, jc + last, nc - last);
@@ -457,10 +460,18 @@ fn pack_b<const NR: usize>(pack: &mut [f32], b: &MatRef<'_>, p0: usize, kc: usiz
 
 /// [`pack_b`] for a packed `B`: its elements unpacked into `NR`-column panels.
 #[inline(always)]
-fn unpack_b<const NR: usize>(pack: &mut [f32], b: &PackedMatrix, p0: usize, kc: usize, j0: usize, nc: usize) {
+fn unpack_b<const NR: usize>(
+    pack: &mut [f32],
+    b: &PackedMatrix,
+    p0: usize,
+    kc: usize,
+    j0: usize,
+    nc: usize,
+    wide: bool,
+) {
     for (panel, jr) in (0..nc).step_by(NR).enumerate() {
         let dst = &mut pack[panel * NR * kc..][..NR * kc];
-        if b.unpack_panel::<NR>(p0, kc, j0 + jr, dst) {
+        if b.unpack_panel::<NR>(p0, kc, j0 + jr, dst, wide) {
             continue;
         }
         let cols = NR.min(nc - jr);

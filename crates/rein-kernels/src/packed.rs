@@ -217,19 +217,26 @@ impl PackedMatrix {
 
     /// Writes rows `p0..p0 + kc`, columns `c0..c0 + NR` into `dst` (`kc` rows of `NR`), when
     /// the columns are whole runs of 16 (for nibbles, starting at a multiple of 16; `false`,
-    /// writing nothing, otherwise). The common case of a product's panels, in straight-line code over fixed-size
+    /// writing nothing, otherwise). `wide`: with AVX2 (the CPU must have it), else portable
+    /// code; the same values either way. The common case of a product's panels, in straight-line code over fixed-size
     /// arrays that the compiler vectorises (the caller's target features decide how wide).
     #[inline(always)]
-    pub(crate) fn unpack_panel<const NR: usize>(&self, p0: usize, kc: usize, c0: usize, dst: &mut [f32]) -> bool {
+    pub(crate) fn unpack_panel<const NR: usize>(
+        &self,
+        p0: usize,
+        kc: usize,
+        c0: usize,
+        dst: &mut [f32],
+        wide: bool,
+    ) -> bool {
         let (bytes, low) = match &self.codes {
             Codes::Nibbles { bytes, low } => (bytes, low),
-            Codes::Bytes(codes) => return self.unpack_byte_panel::<NR>(codes, p0, kc, c0, dst),
+            Codes::Bytes(codes) => return self.unpack_byte_panel::<NR>(codes, p0, kc, c0, dst, wide),
         };
         if !NR.is_multiple_of(16) || !c0.is_multiple_of(16) || c0 + NR > self.cols || dst.len() < kc * NR {
             return false;
         }
         let (stride, low) = (row_bytes(self.cols), f32::from(*low));
-        let wide = cfg!(target_arch = "x86_64") && crate::Isa::active() >= crate::Isa::Avx2;
         for (p, row) in dst.chunks_exact_mut(NR).take(kc).enumerate() {
             let r = p0 + p;
             let at = (r / self.block) * self.cols + c0;
@@ -248,7 +255,7 @@ impl PackedMatrix {
                 let offsets: Option<&[f32; 16]> = offsets.map(|o| o[range].try_into().expect("16"));
                 #[cfg(target_arch = "x86_64")]
                 if wide {
-                    // SAFETY: the CPU has AVX2 (`Isa::active` checked it).
+                    // SAFETY: `wide` only when the CPU has AVX2 (the product's instruction set).
                     unsafe { unpack16_avx2(run, shift, low, scales, offsets, out) };
                     continue;
                 }
@@ -274,11 +281,11 @@ impl PackedMatrix {
         kc: usize,
         c0: usize,
         dst: &mut [f32],
+        wide: bool,
     ) -> bool {
         if !NR.is_multiple_of(16) || c0 + NR > self.cols || dst.len() < kc * NR {
             return false;
         }
-        let wide = cfg!(target_arch = "x86_64") && crate::Isa::active() >= crate::Isa::Avx2;
         for (p, row) in dst.chunks_exact_mut(NR).take(kc).enumerate() {
             let r = p0 + p;
             let at = (r / self.block) * self.cols + c0;
@@ -287,7 +294,7 @@ impl PackedMatrix {
             let codes: &[i8; NR] = codes[r * self.cols + c0..][..NR].try_into().expect("NR wide");
             #[cfg(target_arch = "x86_64")]
             if wide {
-                // SAFETY: the CPU has AVX2 (`Isa::active` checked it).
+                // SAFETY: `wide` only when the CPU has AVX2 (the product's instruction set).
                 unsafe { scale_bytes_avx2(codes, scales, row) };
             }
             if !wide {
