@@ -19,6 +19,7 @@
 pub mod isa;
 mod mat_ref;
 pub mod matmul;
+mod micro_kernel;
 pub mod packed;
 
 pub use isa::Isa;

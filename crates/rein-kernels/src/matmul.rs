@@ -15,14 +15,20 @@
 //! The layout is the classic one (Goto & van de Geijn, "Anatomy of high-performance matrix
 //! multiplication", 2008; BLIS): `B` is packed in `KC × NC` blocks of `NR`-wide panels, `A` in
 //! `MC × KC` blocks of `MR`-high panels, and an `MR × NR` micro-kernel keeps its tile of `C` in
-//! registers for `KC` steps. The micro-kernel is plain Rust over arrays (`f32::mul_add`),
-//! compiled once per instruction set with that set's target features.
+//! registers for `KC` steps ([`crate::micro_kernel`]: plain Rust over arrays, `f32::mul_add`,
+//! compiled once per instruction set with that set's target features, and AVX2's 6 × 16 tile
+//! in intrinsics). A packed `B` under a few rows never goes through memory unpacked: each run of
+//! its columns is unpacked into registers and multiplied into every row at once
+//! ([`crate::packed::RegisterRun`]).
 
 use rayon::prelude::*;
 
 use crate::isa::Isa;
 pub use crate::mat_ref::{MatRef, OutOfBounds};
+use crate::micro_kernel::{Panel, micro_kernel};
 use crate::packed::PackedMatrix;
+#[cfg(target_arch = "x86_64")]
+use crate::packed::RegisterRun;
 
 /// What `C` starts from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +172,8 @@ const KC: usize = 256;
 const MC: usize = 96;
 /// Columns of `B` packed at once (a multiple of every `NR`).
 const NC: usize = 2048;
+/// Up to how many rows of `A` a packed `B` is unpacked into registers only (on AVX2).
+const REGISTER_ROWS: usize = 8;
 /// Up to how many rows of `A` a row-major `B` is read in place rather than packed.
 const DIRECT_B_ROWS: usize = 128;
 
@@ -174,7 +182,7 @@ const DIRECT_B_ROWS: usize = 128;
 fn shape_of(isa: Isa) -> (usize, usize) {
     match isa {
         Isa::Scalar => (4, 4),
-        Isa::Avx2 => (2, 32),
+        Isa::Avx2 => (6, 16),
         Isa::Avx512 => (12, 32),
     }
 }
@@ -212,6 +220,15 @@ unsafe fn run(
         cols,
         wide: isa >= Isa::Avx2,
     };
+    #[cfg(target_arch = "x86_64")]
+    if let Rhs::Packed(b) = job.b
+        && job.wide
+        && job.rows.len() <= REGISTER_ROWS
+        && job.a.col_stride == 1
+    {
+        // SAFETY: `wide` only when the CPU has AVX2 and FMA (the product's instruction set).
+        return unsafe { job.packed_in_registers(b) };
+    }
     match isa {
         // SAFETY: the caller checked that the CPU has the level (`matmul_on`).
         #[cfg(target_arch = "x86_64")]
@@ -253,14 +270,90 @@ impl Job<'_> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     fn avx2(&self) {
-        // Two rows by 32 columns at every height: 8 accumulators, 4 panel loads and 2
-        // broadcasts per step, all in the 16 registers. The 6 × 16 tile of the textbook was
-        // 1.7× slower at 16 rows on an Intel Xeon and 8× slower at every size on an AMD EPYC
-        // (8 against 65 GFLOP/s: the compiler spills its 12 accumulators).
-        if self.rows.len() < 2 {
-            self.blocked::<1, 32>()
-        } else {
-            self.blocked::<2, 32>()
+        // Six rows by 16 columns (the intrinsic kernel: 12 accumulators, 2 panel loads and a
+        // broadcast in the 16 registers, 6 broadcasts per 2 loads of `B`); fewer rows run
+        // a row or two by 32 columns, which waste less of themselves on padding.
+        match self.rows.len() {
+            0..2 => self.blocked::<1, 32>(),
+            2..6 => self.blocked::<2, 32>(),
+            _ => self.blocked::<6, 16>(),
+        }
+    }
+
+    /// A packed `B` under a few rows of a row-major `A`: each run of `B`'s columns unpacked
+    /// into registers and multiplied into every row at once ([`RegisterRun`]), never stored;
+    /// columns that are not whole runs (a ragged end) go through [`Job::blocked`].
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn packed_in_registers(&self, b: &PackedMatrix) {
+        let mut c0 = self.cols.start;
+        while c0 < self.cols.end {
+            let fits = |width: usize| c0 + width <= self.cols.end;
+            // Two rows of 32 columns or four of 16: at most 8 accumulators and 4 unpacked
+            // vectors in the 16 registers.
+            let width = match self.rows.len() < 4 && fits(32) && RegisterRun::fits::<4>(b, c0) {
+                true => 32,
+                false if fits(16) && RegisterRun::fits::<2>(b, c0) => 16,
+                false => {
+                    // A ragged end: the usual way.
+                    let rest = Job {
+                        rows: self.rows.clone(),
+                        cols: c0..self.cols.end,
+                        ..*self
+                    };
+                    return rest.avx2();
+                }
+            };
+            let mut i0 = self.rows.start;
+            while i0 < self.rows.end {
+                let rows = match (self.rows.end - i0, width) {
+                    (1, _) => 1,
+                    (2 | 3, _) | (_, 32) => 2,
+                    _ => 4,
+                };
+                match (rows, width) {
+                    (1, 32) => self.register_tile::<1, 4>(b, i0, c0),
+                    (2, 32) => self.register_tile::<2, 4>(b, i0, c0),
+                    (1, _) => self.register_tile::<1, 2>(b, i0, c0),
+                    (2, _) => self.register_tile::<2, 2>(b, i0, c0),
+                    _ => self.register_tile::<4, 2>(b, i0, c0),
+                }
+                i0 += rows;
+            }
+            c0 += width;
+        }
+    }
+
+    /// Rows `i0..i0 + MR`, columns `c0..c0 + 8·NV` of `C` by [`RegisterRun::multiply`].
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn register_tile<const MR: usize, const NV: usize>(&self, b: &PackedMatrix, i0: usize, c0: usize) {
+        use std::arch::x86_64::*;
+        let a: [&[f32]; MR] = std::array::from_fn(|i| self.a.row(i0 + i).expect("a row-major A"));
+        let out = &self.out;
+        // SAFETY: `(i0 + i, c0 + 8v + lane)` lies inside the job's region of `C`, which only
+        // this job writes (`run`'s contract).
+        let at = |i: usize, j: usize| unsafe { out.at.add((i0 + i) * out.row_stride + (c0 + j) * out.col_stride) };
+        let mut acc = [[_mm256_setzero_ps(); NV]; MR];
+        if self.init == Init::Accumulate || self.a.cols == 0 {
+            for (i, acc) in acc.iter_mut().enumerate() {
+                for (v, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: as above.
+                    let lanes: [f32; 8] = std::array::from_fn(|l| unsafe { *at(i, 8 * v + l) });
+                    *acc = unsafe { _mm256_loadu_ps(lanes.as_ptr()) };
+                }
+            }
+        }
+        RegisterRun { b, c0 }.multiply::<MR, NV>(a, &mut acc);
+        for (i, acc) in acc.iter().enumerate() {
+            for (v, acc) in acc.iter().enumerate() {
+                let mut lanes = [0.0f32; 8];
+                // SAFETY: `lanes` holds 8 values; the stores as above.
+                unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *acc) };
+                for (l, value) in lanes.into_iter().enumerate() {
+                    unsafe { *at(i, 8 * v + l) = value };
+                }
+            }
         }
     }
 
@@ -276,7 +369,7 @@ impl Job<'_> {
     ///
     /// A dense `B` is packed unless it is row-major and `A` short: then its panels are read in
     /// place (packing would cost more than the few rows reuse), all but a ragged last one. A
-    /// packed `B` is unpacked in blocks, or, under a short `A`, one panel at a time just before
+    /// packed `B` is unpacked in blocks, or, under a short `A`, 32 panels at a time just before
     /// its tiles read it (from the closest cache).
     #[inline(always)]
     fn blocked<const MR: usize, const NR: usize>(&self) {
@@ -288,7 +381,7 @@ impl Job<'_> {
             _ => None,
         };
         let nc_step = match self.b {
-            Rhs::Packed(_) if few_rows => NR,
+            Rhs::Packed(_) if few_rows => 32 * NR,
             _ => NC,
         };
         let kc_max = KC.min(k);
@@ -346,7 +439,7 @@ impl Job<'_> {
                             };
                             // SAFETY: the tile lies inside the job's region (rows and cols are
                             // clipped); the panel holds `kc` rows of `NR` values.
-                            unsafe { tile.update::<MR, NR>(kc, a_panel, b_panel, from_zero) };
+                            unsafe { tile.update::<MR, NR>(kc, a_panel, b_panel, from_zero, self.wide) };
                         }
                     }
                 }
@@ -359,13 +452,6 @@ impl Job<'_> {
 thread_local! {
     /// Each thread's packing buffers for `A` and `B`, kept between products.
     static SCRATCH: std::cell::Cell<(Vec<f32>, Vec<f32>)> = const { std::cell::Cell::new((Vec::new(), Vec::new())) };
-}
-
-/// `kc` rows of `NR` values of `B`, `stride` apart: packed, or in place.
-#[derive(Clone, Copy)]
-struct Panel {
-    at: *const f32,
-    stride: usize,
 }
 
 /// Packs `A[i0..i0+mc, p0..p0+kc]` as `MR`-row panels, each `kc` columns of `MR` values (rows
@@ -498,7 +584,14 @@ impl Tile {
     /// # Safety
     /// The tile's `rows × cols` elements are writable; `b` is as [`micro_kernel`] needs.
     #[inline(always)]
-    unsafe fn update<const MR: usize, const NR: usize>(&self, kc: usize, a: &[f32], b: Panel, from_zero: bool) {
+    unsafe fn update<const MR: usize, const NR: usize>(
+        &self,
+        kc: usize,
+        a: &[f32],
+        b: Panel,
+        from_zero: bool,
+        avx2: bool,
+    ) {
         let mut acc = [[0.0f32; NR]; MR];
         if !from_zero {
             // SAFETY (both loads): the tile's elements are readable (the caller's contract).
@@ -522,7 +615,7 @@ impl Tile {
             }
         }
         // SAFETY: the caller's contract.
-        unsafe { micro_kernel::<MR, NR>(kc, a, b, &mut acc) };
+        unsafe { micro_kernel::<MR, NR>(kc, a, b, &mut acc, avx2) };
         // SAFETY (both stores): as above.
         if self.col_stride == 1 && self.cols == NR {
             for (i, row) in acc.iter().enumerate().take(self.rows) {
@@ -551,51 +644,6 @@ impl Tile {
         // SAFETY: the caller's contract.
         unsafe { self.at.add(i * self.row_stride + j * self.col_stride) }
     }
-}
-
-/// `acc[i][j] ← fma(a[p][i], b[p][j], acc[i][j])` for `p = 0..kc`, in order. `a` holds `kc`
-/// columns of `MR` values; `b` is `kc` rows of `NR` values, `b.stride` apart.
-///
-/// # Safety
-/// `b` addresses `kc` readable rows.
-#[inline(always)]
-unsafe fn micro_kernel<const MR: usize, const NR: usize>(kc: usize, a: &[f32], b: Panel, tile: &mut [[f32; NR]; MR]) {
-    // A local copy, only ever indexed by constants, so it lives in registers.
-    let mut acc = *tile;
-    // A panel read in place has its rows a whole row of `B` apart, each in another page, where
-    // the hardware prefetchers do not follow: ask for the rows a few steps ahead.
-    let in_place = b.stride != NR;
-    for (p, a) in a.chunks_exact(MR).take(kc).enumerate() {
-        if in_place {
-            prefetch(b.at.wrapping_add((p + PREFETCH_ROWS) * b.stride), NR);
-        }
-        // SAFETY: row `p < kc` of `b` (the caller's contract).
-        let b = unsafe { &*(b.at.add(p * b.stride) as *const [f32; NR]) };
-        for i in 0..MR {
-            let ai = a[i];
-            for j in 0..NR {
-                acc[i][j] = ai.mul_add(b[j], acc[i][j]);
-            }
-        }
-    }
-    *tile = acc;
-}
-
-/// How many rows ahead [`micro_kernel`] prefetches a panel read in place (enough bytes in
-/// flight to cover memory's latency at full bandwidth).
-const PREFETCH_ROWS: usize = 16;
-
-/// Hints that `len` floats from `at` will be read soon. Never reads them itself (a prefetch
-/// does not fault), so `at` may lie past the end of the matrix.
-#[inline(always)]
-fn prefetch(at: *const f32, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    for line in (0..len).step_by(16) {
-        // SAFETY: a prefetch is a hint; it neither faults nor reads into the program.
-        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.wrapping_add(line).cast()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (at, len);
 }
 
 /// The contract, written plainly: each element's chain of fused multiply-adds in order.
@@ -744,6 +792,11 @@ mod tests {
             (3, 70, 77, 32),
             (16, 300, 130, 16),
             (1, 576, 700, 32),
+            (2, 64, 96, 32),
+            (4, 100, 80, 32),
+            (4, 64, 64, 32),
+            (7, 40, 96, 32),
+            (5, 64, 48, 16),
             (200, 96, 50, 32),
         ] {
             for (range, offsets) in [((0, 15), true), ((-8, 7), false), ((-128, 127), false), ((0, 31), true)] {

@@ -27,9 +27,14 @@ pub fn write(path: &Path, matrices: &BTreeMap<String, PackedMatrix>) -> std::io:
         tensors.push((format!("{name}.codes"), Dtype::I8, vec![rows, cols], codes));
         let blocks = vec![rows / m.block(), cols];
         let floats = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        tensors.push((format!("{name}.scales"), Dtype::F32, blocks.clone(), floats(m.scales())));
+        tensors.push((
+            format!("{name}.scales"),
+            Dtype::F32,
+            blocks.clone(),
+            floats(&m.scales()),
+        ));
         if let Some(offsets) = m.offsets() {
-            tensors.push((format!("{name}.offsets"), Dtype::F32, blocks, floats(offsets)));
+            tensors.push((format!("{name}.offsets"), Dtype::F32, blocks, floats(&offsets)));
         }
     }
     let views = tensors
