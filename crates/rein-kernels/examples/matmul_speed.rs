@@ -2,20 +2,10 @@
 //! decodes with, then the rate at which decoding SmolLM2-135M's products stream their weights
 //! from memory: `cargo run --release -p rein-kernels --example matmul_speed`.
 
-use std::time::Instant;
+mod timing;
 
 use rein_kernels::{Init, Isa, MatRef, matmul::matmul_on};
-
-fn best_of(runs: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    (0..runs)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
-}
+use timing::best_of;
 
 fn main() {
     let shapes = [

@@ -1,20 +1,10 @@
 //! GFLOP/s of the products a SmolLM2-135M LoRA GRPO step runs (training at 3392 rows, the
 //! chunked head, decoding with packed weights at 1–16 rows), each layout as the model runs it:
 //! `cargo run --release -p rein-kernels --example shape_speed`.
-use std::time::Instant;
+mod timing;
 
 use rein_kernels::{Init, MatRef, PackedMatrix, matmul, matmul_packed};
-
-fn best_of(runs: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    (0..runs)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
-}
+use timing::best_of;
 
 fn view(data: &[f32], rows: usize, cols: usize, column_major: bool) -> MatRef<'_> {
     match column_major {

@@ -272,10 +272,9 @@ impl PackedMatrix {
     }
 
     /// Writes rows `p0..p0 + kc`, columns `c0..c0 + NR` into `dst` (`kc` rows of `NR`), when
-    /// the columns are whole runs of 16 (for nibbles, starting at a multiple of 16; `false`,
+    /// the columns are whole runs of 16 inside one group ([`PackedMatrix::one_group`]; `false`,
     /// writing nothing, otherwise). `wide`: with AVX2 (the CPU must have it), else portable
-    /// code; the same values either way. The common case of a product's panels, in straight-line code over fixed-size
-    /// arrays that the compiler vectorises (the caller's target features decide how wide).
+    /// code; the same values either way. The common case of a product's panels.
     #[inline(always)]
     pub(crate) fn unpack_panel<const NR: usize>(
         &self,
@@ -285,83 +284,63 @@ impl PackedMatrix {
         dst: &mut [f32],
         wide: bool,
     ) -> bool {
-        let (bytes, low) = match &self.codes {
-            Codes::Nibbles { bytes, low } => (bytes, low),
-            Codes::Bytes(codes) => return self.unpack_byte_panel::<NR>(codes, p0, kc, c0, dst, wide),
-        };
         if !self.one_group::<NR>(c0) || dst.len() < kc * NR {
             return false;
         }
-        let low = f32::from(*low);
         for (row, (r, at)) in dst.chunks_exact_mut(NR).zip(self.rows_with_scales(p0, kc, c0)) {
-            let row: &mut [f32; NR] = row.try_into().expect("NR wide");
-            let scales: &[f32; NR] = self.scales[at..at + NR].try_into().expect("NR wide");
-            let offsets: Option<&[f32; NR]> = self
-                .offsets
-                .as_ref()
-                .map(|o| o[at..at + NR].try_into().expect("NR wide"));
-            for h in 0..NR / 16 {
-                let (byte_at, shift) = self.nibble_at(r, c0 + 16 * h);
-                let run: &[u8; 16] = bytes[byte_at..byte_at + 16].try_into().expect("16 bytes");
-                let range = 16 * h..16 * (h + 1);
-                let out: &mut [f32; 16] = (&mut row[range.clone()]).try_into().expect("16");
-                let scales: &[f32; 16] = scales[range.clone()].try_into().expect("16");
-                let offsets: Option<&[f32; 16]> = offsets.map(|o| o[range].try_into().expect("16"));
-                #[cfg(target_arch = "x86_64")]
-                if wide {
-                    // SAFETY: `wide` only when the CPU has AVX2 (the product's instruction set).
-                    unsafe { unpack16_avx2(run, shift, low, scales, offsets, out) };
-                    continue;
-                }
-                let _ = wide;
-                for j in 0..16 {
-                    // `nibble + low` is a small integer: exact in f32 either way round.
-                    out[j] = scales[j] * (((i32::from(run[j]) >> shift) & 0x0F) as f32 + low);
-                    if let Some(offsets) = offsets {
-                        out[j] += offsets[j];
-                    }
-                }
+            for (h, out) in row.chunks_exact_mut(16).enumerate() {
+                // Inside one group, the next 16 columns' scales follow these.
+                let out: &mut [f32; 16] = out.try_into().expect("16 wide");
+                self.unpack_run(r, c0 + 16 * h, at + 16 * h, out, wide);
             }
         }
         true
     }
 
-    /// [`PackedMatrix::unpack_panel`] for byte codes.
+    /// Elements `(r, c..c + 16)` into `out`, for `c` a multiple of 16 inside the matrix, their
+    /// scales (and offsets) at `at` ([`PackedMatrix::scale_at`]): `scale · code`, then
+    /// `+ offset`, each rounded once. `wide`: with AVX2 (the CPU must have it), else straight-line
+    /// code over fixed-size arrays that the compiler vectorises; the same values either way.
     #[inline(always)]
-    fn unpack_byte_panel<const NR: usize>(
-        &self,
-        codes: &[i8],
-        p0: usize,
-        kc: usize,
-        c0: usize,
-        dst: &mut [f32],
-        wide: bool,
-    ) -> bool {
-        if !self.one_group::<NR>(c0) || dst.len() < kc * NR {
-            return false;
-        }
-        for (row, (r, at)) in dst.chunks_exact_mut(NR).zip(self.rows_with_scales(p0, kc, c0)) {
-            let row: &mut [f32; NR] = row.try_into().expect("NR wide");
-            let scales: &[f32; NR] = self.scales[at..at + NR].try_into().expect("NR wide");
-            let codes: &[i8; NR] = codes[self.byte_at(r, c0)..][..NR].try_into().expect("NR wide");
-            #[cfg(target_arch = "x86_64")]
-            if wide {
-                // SAFETY: `wide` only when the CPU has AVX2 (the product's instruction set).
-                unsafe { scale_bytes_avx2(codes, scales, row) };
-            }
-            if !wide {
-                for j in 0..NR {
-                    row[j] = scales[j] * f32::from(codes[j]);
+    fn unpack_run(&self, r: usize, c: usize, at: usize, out: &mut [f32; 16], wide: bool) {
+        let scales: &[f32; 16] = self.scales[at..at + 16].try_into().expect("16 scales");
+        let offsets: Option<&[f32; 16]> = self.offsets.as_ref().map(|o| o[at..at + 16].try_into().expect("16"));
+        match &self.codes {
+            Codes::Nibbles { bytes, low } => {
+                let (byte_at, shift) = self.nibble_at(r, c);
+                let run: &[u8; 16] = bytes[byte_at..byte_at + 16].try_into().expect("16 bytes");
+                let low = f32::from(*low);
+                #[cfg(target_arch = "x86_64")]
+                if wide {
+                    // SAFETY: `wide` only when the CPU has AVX2 (the product's instruction
+                    // set). It adds the offsets itself, in registers.
+                    unsafe { unpack16_avx2(run, shift, low, scales, offsets, out) };
+                    return;
+                }
+                for j in 0..16 {
+                    // `nibble + low` is a small integer: exact in f32 either way round.
+                    out[j] = scales[j] * (((i32::from(run[j]) >> shift) & 0x0F) as f32 + low);
                 }
             }
-            if let Some(offsets) = &self.offsets {
-                let offsets: &[f32; NR] = offsets[at..at + NR].try_into().expect("NR wide");
-                for j in 0..NR {
-                    row[j] += offsets[j];
+            Codes::Bytes(codes) => {
+                let codes: &[i8; 16] = codes[self.byte_at(r, c)..][..16].try_into().expect("16 codes");
+                #[cfg(target_arch = "x86_64")]
+                if wide {
+                    // SAFETY: `wide` only when the CPU has AVX2 (the product's instruction set).
+                    unsafe { scale_bytes_avx2(codes, scales, out) };
+                }
+                if !wide {
+                    for j in 0..16 {
+                        out[j] = scales[j] * f32::from(codes[j]);
+                    }
                 }
             }
         }
-        true
+        if let Some(offsets) = offsets {
+            for j in 0..16 {
+                out[j] += offsets[j];
+            }
+        }
     }
 
     /// Rows `p0..p0 + kc`, each with where its scales for the columns from `c0` are
@@ -383,44 +362,24 @@ impl PackedMatrix {
         (NR == 16 || NR == GROUP) && c0.is_multiple_of(NR) && c0 + NR <= self.cols
     }
 
-    /// Writes elements `(r, c0..c0 + out.len())` into `out`.
-    ///
-    /// Runs of 16 columns starting at a multiple of 16 take a straight-line path the compiler
-    /// vectorises (the caller's target features decide how wide).
+    /// Writes elements `(r, c0..c0 + out.len())` into `out`: runs of 16 columns inside a group
+    /// by [`PackedMatrix::unpack_run`] (portable code, which the caller's target features
+    /// vectorise), others one at a time.
     #[inline(always)]
     pub(crate) fn unpack_row(&self, r: usize, c0: usize, out: &mut [f32]) {
         let mut c = 0;
         while c < out.len() {
             let col = c0 + c;
-            if !(self.one_group::<16>(col) && c + 16 <= out.len()) {
-                out[c] = self.at(r, col);
-                c += 1;
-                continue;
-            }
-            let at = self.scale_at(r, col);
-            let (out, scales) = (&mut out[c..][..16], &self.scales[at..][..16]);
-            match &self.codes {
-                Codes::Nibbles { bytes, low } => {
-                    let (at, shift) = self.nibble_at(r, col);
-                    let (run, low) = (&bytes[at..][..16], i32::from(*low));
-                    for j in 0..16 {
-                        out[j] = scales[j] * (i32::from((run[j] >> shift) & 0x0F) + low) as f32;
-                    }
+            match out[c..].first_chunk_mut::<16>() {
+                Some(run) if self.one_group::<16>(col) => {
+                    self.unpack_run(r, col, self.scale_at(r, col), run, false);
+                    c += 16;
                 }
-                Codes::Bytes(codes) => {
-                    let codes = &codes[self.byte_at(r, col)..][..16];
-                    for j in 0..16 {
-                        out[j] = scales[j] * f32::from(codes[j]);
-                    }
+                _ => {
+                    out[c] = self.at(r, col);
+                    c += 1;
                 }
             }
-            if let Some(offsets) = &self.offsets {
-                let offsets = &offsets[at..][..16];
-                for j in 0..16 {
-                    out[j] += offsets[j];
-                }
-            }
-            c += 16;
         }
     }
 }
@@ -548,7 +507,7 @@ fn multiply_into<const MR: usize, const NV: usize>(
 }
 
 /// Sixteen elements from the nibbles of `run` (shifted right by `shift`), as
-/// [`PackedMatrix::unpack_panel`]'s portable loop computes them: `scale · (nibble + low)`, then
+/// [`PackedMatrix::unpack_run`]'s portable loop computes them: `scale · (nibble + low)`, then
 /// `+ offset`, each rounded once (a multiply and an add, never fused).
 ///
 /// # Safety
@@ -589,11 +548,10 @@ fn unpack16_avx2(
 /// The CPU has AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn scale_bytes_avx2<const NR: usize>(codes: &[i8; NR], scales: &[f32; NR], out: &mut [f32; NR]) {
+fn scale_bytes_avx2(codes: &[i8; 16], scales: &[f32; 16], out: &mut [f32; 16]) {
     use std::arch::x86_64::*;
-    for j in (0..NR).step_by(8) {
-        // SAFETY: `j + 8 <= NR` (NR is a multiple of 16): the loads and the store stay inside
-        // the arrays.
+    for j in (0..16).step_by(8) {
+        // SAFETY: `j + 8 <= 16`: the loads and the store stay inside the arrays.
         unsafe {
             let eight = _mm_loadl_epi64(codes.as_ptr().add(j).cast());
             let codes = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight));
