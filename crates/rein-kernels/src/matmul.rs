@@ -246,7 +246,8 @@ struct Job<'a> {
     init: Init,
     rows: std::ops::Range<usize>,
     cols: std::ops::Range<usize>,
-    /// Whether a packed `B` unpacks with AVX2 (the same values either way).
+    /// Whether the CPU has AVX2 and FMA and the product may use them: for unpacking a packed
+    /// `B`, the register path and the 6 × 16 intrinsic kernel (the same values either way).
     wide: bool,
 }
 
@@ -335,7 +336,7 @@ impl Job<'_> {
         // this job writes (`run`'s contract).
         let at = |i: usize, j: usize| unsafe { out.at.add((i0 + i) * out.row_stride + (c0 + j) * out.col_stride) };
         let mut acc = [[_mm256_setzero_ps(); NV]; MR];
-        if self.init == Init::Accumulate || self.a.cols == 0 {
+        if self.init == Init::Accumulate {
             for (i, acc) in acc.iter_mut().enumerate() {
                 for (v, acc) in acc.iter_mut().enumerate() {
                     // SAFETY: as above.
