@@ -1049,6 +1049,7 @@ mod tests {
             let (cos, sin) = tables(11, dim);
             let raw = |t: Tensor<A, 2>| t.into_primitive().tensor();
             let run = |kernel: bool| {
+                let _graph = crate::one_graph();
                 // A transposed view, as the model passes it (a new graph each run).
                 let view = x.clone().swap_dims(1, 2);
                 let (input, p) = (view.into_primitive().tensor(), positions.clone().into_primitive());
@@ -1084,6 +1085,7 @@ mod tests {
         };
         let (gate, up, weights) = (random(1), random(2), random(3));
         let run = |kernel: bool| {
+            let _graph = crate::one_graph();
             let (g, u) = (
                 gate.clone().into_primitive().tensor(),
                 up.clone().into_primitive().tensor(),
@@ -1125,6 +1127,7 @@ mod tests {
         let (x, weights) = (random([rows, hidden], 1).require_grad(), random([rows, hidden], 3));
         let w = random([1, hidden], 2).reshape([hidden]).require_grad();
         let run = |kernel: bool| {
+            let _graph = crate::one_graph();
             let (xp, wp) = (x.clone().into_primitive().tensor(), w.clone().into_primitive().tensor());
             let y = if kernel {
                 A::rms_norm(xp, wp, 1e-6)
@@ -1189,6 +1192,7 @@ mod tests {
         /// The output and the loss's gradients `[y, ∂q, ∂k, ∂v]`, through rein's op with its
         /// own backward (`kernel`) or burn's autodiff of its attention ops.
         fn run(&self, kernel: bool) -> [Vec<f32>; 4] {
+            let _graph = crate::one_graph();
             let raw = |t: Tensor<A, 4>| t.into_primitive().tensor();
             let (q, k, v) = (
                 raw(self.q.clone().swap_dims(1, 2)),
@@ -1329,6 +1333,7 @@ mod tests {
         scale: f32,
         kernel: bool,
     ) -> [Vec<f32>; 2] {
+        let _graph = crate::one_graph();
         let device = Default::default();
         let [rows, vocab] = logits.dims();
         let t = Tensor::<A, 1, Int>::from_data(TensorData::new(targets.to_vec(), [rows]), &device).into_primitive();
@@ -1365,6 +1370,7 @@ mod tests {
         /// `[values, ∂hidden, ∂W]`: chunked through the head op (`Some(chunk)`) or all at once
         /// through burn's ops (`None`).
         fn run(&self, chunk: Option<usize>) -> [Vec<f32>; 3] {
+            let _graph = crate::one_graph();
             let device = Default::default();
             let [rows, width, vocab] = self.shape;
             let hidden =

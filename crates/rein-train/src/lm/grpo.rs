@@ -558,6 +558,7 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
             .map(|lp| Tensor::<B, 2>::from_data(TensorData::new(lp, [rows, width]), &self.device));
         let mut record = Record::new();
         for update in 0..grpo.updates_per_batch.max(1) {
+            let graph = rein_model::one_graph();
             let forward = phases.enter("forward", format!("the policy loss of {rows} completions"));
             let entropy_wanted = grpo.entropy_coef != 0.0;
             let (log_prob, entropy) =
@@ -609,7 +610,7 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
             drop(forward);
             let backward = phases.enter("backward", "the policy loss's gradients");
             let mut grads = GradientsParams::from_grads(out.loss.backward(), &self.model);
-            drop(backward);
+            drop((backward, graph));
             let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
             let grad_norm = clip_grad_norm(&self.model, &mut grads, self.ctx.optimizer.max_grad_norm);
             TrainError::check_gradients(step, grad_norm, &self.model, &grads)?;

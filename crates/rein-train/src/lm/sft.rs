@@ -107,6 +107,7 @@ impl<B: AutodiffBackend> Algorithm for Sft<'_, B> {
             }
         }
         let mask = batch.mask::<B>(&self.device);
+        let graph = rein_model::one_graph();
         let (log_prob, _) = completion_log_probs(&self.model, &batch, 1.0, false, &self.device);
         let count = batch.completion_mask.iter().sum::<f32>().max(1.0);
         self.state.tokens_seen += count as usize;
@@ -114,7 +115,7 @@ impl<B: AutodiffBackend> Algorithm for Sft<'_, B> {
         let loss_value: f32 = loss.clone().into_scalar().elem();
         TrainError::check_loss(step, "SFT loss", loss_value)?;
         let mut grads = GradientsParams::from_grads(loss.backward(), &self.model);
-        drop(backward);
+        drop((backward, graph));
 
         let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
         let grad_norm = clip_grad_norm(&self.model, &mut grads, self.section.max_grad_norm);

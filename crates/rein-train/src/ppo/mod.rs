@@ -286,6 +286,7 @@ impl<B: AutodiffBackend> Ppo<'_, B> {
             self.state.shuffle_rng.shuffle(&mut b_inds);
             for mb_inds in b_inds.chunks(batch_size / ppo.num_minibatches) {
                 let backward = phases.enter("backward", "the loss and its gradients");
+                let graph = rein_model::one_graph();
                 let mb = self.buffer.gather(mb_inds, advantages, returns, ppo.norm_adv);
                 let obs = tensor2::<B>(mb.obs, mb_inds.len(), self.obs_dim, &self.device);
                 let (new_log_prob, entropy) = self.log_prob_and_entropy(obs.clone(), mb.actions, mb_inds.len());
@@ -302,7 +303,7 @@ impl<B: AutodiffBackend> Ppo<'_, B> {
                 let loss_value: f32 = loss.loss.clone().into_scalar().elem();
                 TrainError::check_loss(update, "PPO loss", loss_value)?;
                 let mut grads = GradientsParams::from_grads(loss.loss.backward(), &self.model);
-                drop(backward);
+                drop((backward, graph));
 
                 let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
                 let grad_norm = clip_grad_norm(&self.model, &mut grads, self.recipe.optimizer.max_grad_norm);
