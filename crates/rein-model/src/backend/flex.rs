@@ -11,8 +11,8 @@ use rein_kernels::{Init, Isa, MatRef, PackedMatrix, matmul, matmul_packed};
 
 use super::{
     Backend, cached_attention_ops, causal_attention_backward_ops, equals_packed_ops, generic_ops, linear_ops,
-    log_prob_entropy_backward_ops, log_prob_entropy_ops, packed_linear_ops, rms_norm_backward_ops, rms_norm_ops,
-    rope_ops, swiglu_backward_ops, swiglu_ops, tanh_backward_ops, write_cache_ops,
+    log_prob_entropy_backward_ops, log_prob_entropy_ops, lora_linear_backward_ops, lora_linear_ops, packed_linear_ops,
+    rms_norm_backward_ops, rms_norm_ops, rope_ops, swiglu_backward_ops, swiglu_ops, tanh_backward_ops, write_cache_ops,
 };
 
 impl Backend for Flex {
@@ -57,6 +57,83 @@ impl Backend for Flex {
         };
         matmul(&mut out, outputs, x_view, w_view, init);
         tensor(out, &[rows, outputs])
+    }
+
+    fn lora_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        scale: f32,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let bias_f32 = bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
+        let (Some(x_view), Some(w_view), Some(a_view), Some(b_view), true, false) = (
+            matrix(&x),
+            matrix(&weight),
+            matrix(&a),
+            matrix(&b),
+            bias_f32,
+            generic_ops(),
+        ) else {
+            return lora_linear_ops::<Self>(x, weight, bias, a, b, scale);
+        };
+        let ([rows, _], outputs, rank) = (x_view.shape(), w_view.shape()[1], a_view.shape()[1]);
+        let (mut out, init) = match &bias {
+            Some(bias) => (f32s(&bias.to_contiguous()).repeat(rows), Init::Accumulate),
+            None => (vec![0.0f32; rows * outputs], Init::Zero),
+        };
+        matmul(&mut out, outputs, x_view, w_view, init);
+        let mut down = vec![0.0f32; rows * rank];
+        matmul(&mut down, rank, x_view, a_view, Init::Zero);
+        down.iter_mut().for_each(|d| *d *= scale);
+        let down_view = MatRef::row_major(&down, rows, rank).expect("rows × rank values");
+        matmul(&mut out, outputs, down_view, b_view, Init::Accumulate);
+        (tensor(out, &[rows, outputs]), tensor(down, &[rows, rank]))
+    }
+
+    fn lora_linear_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        down: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        scale: f32,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let views = (
+            matrix(&x),
+            matrix(&weight),
+            matrix(&a),
+            matrix(&b),
+            matrix(&down),
+            matrix(&grad),
+        );
+        let (Some(x_view), Some(w_view), Some(a_view), Some(b_view), Some(down_view), Some(g_view)) = views else {
+            return lora_linear_backward_ops::<Self>(x, weight, a, b, down, grad, scale);
+        };
+        if generic_ops() {
+            return lora_linear_backward_ops::<Self>(x, weight, a, b, down, grad, scale);
+        }
+        let ([rows, inputs], [rank, outputs]) = (x_view.shape(), b_view.shape());
+        // e = s·∂y·Bᵀ
+        let mut e = vec![0.0f32; rows * rank];
+        matmul(&mut e, rank, g_view, b_view.t(), Init::Zero);
+        e.iter_mut().for_each(|v| *v *= scale);
+        let e_view = MatRef::row_major(&e, rows, rank).expect("rows × rank values");
+        // ∂x = ∂y·Wᵀ + e·Aᵀ, the update accumulated into the base product.
+        let mut d_x = vec![0.0f32; rows * inputs];
+        matmul(&mut d_x, inputs, g_view, w_view.t(), Init::Zero);
+        matmul(&mut d_x, inputs, e_view, a_view.t(), Init::Accumulate);
+        let mut d_a = vec![0.0f32; inputs * rank];
+        matmul(&mut d_a, rank, x_view.t(), e_view, Init::Zero);
+        let mut d_b = vec![0.0f32; rank * outputs];
+        matmul(&mut d_b, outputs, down_view.t(), g_view, Init::Zero);
+        (
+            tensor(d_x, &[rows, inputs]),
+            tensor(d_a, &[inputs, rank]),
+            tensor(d_b, &[rank, outputs]),
+        )
     }
 
     fn reads_packed_weights() -> bool {

@@ -12,7 +12,7 @@
 
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Linear};
-use burn::tensor::{Distribution, Tensor};
+use burn::tensor::{Distribution, Tensor, TensorPrimitive};
 
 use crate::backend::{Backend, affine, linear};
 
@@ -136,13 +136,27 @@ impl<B: Backend> Lora<B> {
     }
 }
 
-/// `x·W + b`, plus the adapter's update when there is one.
+/// `x·W + b`, plus the adapter's update when there is one: one [`Backend::lora_linear`], or,
+/// while dropout changes the adapter's input, the base layer and [`Lora::forward`] apart.
 ///
 /// # Shapes
 /// - `x`: `[rows, in]` → `[rows, out]`
 pub(crate) fn adapted<B: Backend>(layer: &Linear<B>, adapter: Option<&Lora<B>>, x: Tensor<B, 2>) -> Tensor<B, 2> {
     match adapter {
-        Some(adapter) => linear(layer, x.clone()) + adapter.forward(x),
+        Some(adapter) if adapter.dropout.prob > 0.0 && B::ad_enabled(&x.device()) => {
+            linear(layer, x.clone()) + adapter.forward(x)
+        }
+        Some(adapter) => {
+            let (y, _) = B::lora_linear(
+                x.into_primitive().tensor(),
+                layer.weight.val().into_primitive().tensor(),
+                layer.bias.as_ref().map(|b| b.val().into_primitive().tensor()),
+                adapter.a.val().into_primitive().tensor(),
+                adapter.b.val().into_primitive().tensor(),
+                adapter.scale,
+            );
+            Tensor::from_primitive(TensorPrimitive::Float(y))
+        }
         None => linear(layer, x),
     }
 }
