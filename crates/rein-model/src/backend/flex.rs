@@ -6,6 +6,8 @@ use burn::backend::Flex;
 use burn::tensor::ops::{BoolTensor, FloatTensor, FloatTensorOps, IntTensor};
 use burn::tensor::{DType, TensorData};
 use burn_flex::FlexTensor;
+use std::sync::{Arc, Mutex};
+
 use rayon::prelude::*;
 use rein_kernels::{Init, Isa, MatRef, PackedMatrix, matmul, matmul_packed};
 
@@ -163,11 +165,16 @@ impl Backend for Flex {
         tensor(out, &[rows, outputs])
     }
 
-    fn equals_packed(weight: FloatTensor<Self>, packed: &PackedMatrix) -> bool {
-        match (matrix(&weight), generic_ops()) {
-            (Some(view), false) => packed.equals_view(view),
-            _ => equals_packed_ops::<Self>(weight, packed),
+    fn equals_packed(weight: FloatTensor<Self>, packed: &Arc<PackedMatrix>) -> bool {
+        let Some(view) = matrix(&weight).filter(|_| !generic_ops()) else {
+            return equals_packed_ops::<Self>(weight, packed);
+        };
+        if VerifiedWeights::remembers(&weight, packed) {
+            return true;
         }
+        let equal = packed.equals_view(view);
+        VerifiedWeights::record(weight, packed, equal);
+        equal
     }
 
     fn matmul(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -491,6 +498,39 @@ const PARALLEL_ELEMENTS: usize = 1 << 15;
 /// Elements per task of an element-wise kernel split across threads: fixed, so the split never
 /// depends on the thread count (and no result on the split: each element is computed alone).
 const BLOCK: usize = 1 << 13;
+
+/// The weights [`Backend::equals_packed`] found equal to a packed matrix, with it: a generation
+/// asks about every weight of the model (~0.5 s for SmolLM2-135M), and a LoRA run's base
+/// weights never change. Each entry keeps a clone of the weight, so its storage can be neither
+/// freed and reused nor written in place (burn-flex copies shared storage before writing):
+/// while a weight has the same storage and layout, it has the same values. Entries whose packed
+/// matrix only this list still holds (its model is gone) are dropped.
+struct VerifiedWeights;
+
+static VERIFIED: Mutex<Vec<(Arc<PackedMatrix>, FlexTensor)>> = Mutex::new(Vec::new());
+
+impl VerifiedWeights {
+    fn same_storage(a: &FlexTensor, b: &FlexTensor) -> bool {
+        a.dtype() == b.dtype()
+            && a.layout() == b.layout()
+            && std::ptr::eq(a.storage::<f32>().as_ptr(), b.storage::<f32>().as_ptr())
+    }
+
+    fn remembers(weight: &FlexTensor, packed: &Arc<PackedMatrix>) -> bool {
+        let verified = VERIFIED.lock().unwrap_or_else(|e| e.into_inner());
+        verified
+            .iter()
+            .any(|(p, w)| Arc::ptr_eq(p, packed) && Self::same_storage(w, weight))
+    }
+
+    fn record(weight: FlexTensor, packed: &Arc<PackedMatrix>, equal: bool) {
+        let mut verified = VERIFIED.lock().unwrap_or_else(|e| e.into_inner());
+        verified.retain(|(p, _)| !Arc::ptr_eq(p, packed) && Arc::strong_count(p) > 1);
+        if equal {
+            verified.push((packed.clone(), weight));
+        }
+    }
+}
 
 /// Whole rows of `width` per task of a row-wise kernel (about [`BLOCK`] elements).
 fn rows_per_block(width: usize) -> usize {
@@ -1070,6 +1110,46 @@ mod tests {
     use burn::tensor::{Bool, Distribution, Int, Tensor, TensorPrimitive};
 
     use super::*;
+
+    /// A weight found equal to a packed matrix is answered from memory while it is the same
+    /// storage; a changed weight (a new tensor, or a write to a shared one, which burn-flex
+    /// copies first) is compared again, and a different packed matrix is never taken for it.
+    #[test]
+    fn a_verified_weight_is_remembered_until_it_changes() {
+        let (rows, cols, block) = (64usize, 40usize, 32usize);
+        let codes: Vec<i8> = (0..rows * cols).map(|i| (i % 15) as i8 - 7).collect();
+        let scales: Vec<f32> = (0..rows.div_ceil(block) * cols)
+            .map(|i| 0.01 * (i % 7 + 1) as f32)
+            .collect();
+        let packed = Arc::new(PackedMatrix::new([rows, cols], block, &codes, scales.clone(), None).unwrap());
+        let dense = || tensor(packed.to_dense(), &[rows, cols]);
+        let weight = dense();
+        assert!(Flex::equals_packed(weight.clone(), &packed));
+        assert!(VerifiedWeights::remembers(&weight, &packed));
+        assert!(Flex::equals_packed(weight.clone(), &packed), "answered again");
+        // Equal values in other storage: compared, equal.
+        assert!(Flex::equals_packed(dense(), &packed));
+        // A write to the shared weight copies it: the result is another storage, compared.
+        let changed = Flex::float_add_scalar(weight.clone(), 1.0.into());
+        assert!(!VerifiedWeights::remembers(&changed, &packed));
+        assert!(!Flex::equals_packed(changed, &packed));
+        assert!(
+            Flex::equals_packed(weight.clone(), &packed),
+            "the original is unchanged"
+        );
+        // The same values under another packed matrix with other scales: not equal.
+        let other = Arc::new(
+            PackedMatrix::new(
+                [rows, cols],
+                block,
+                &codes,
+                scales.iter().map(|s| 2.0 * s).collect(),
+                None,
+            )
+            .unwrap(),
+        );
+        assert!(!Flex::equals_packed(weight, &other));
+    }
 
     fn random<const D: usize>(shape: [usize; D], seed: u64) -> Tensor<Flex, D> {
         let device = Default::default();

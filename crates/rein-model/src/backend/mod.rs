@@ -32,6 +32,7 @@
 
 mod flex;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::tensor::TensorMetadata;
@@ -135,8 +136,9 @@ pub trait Backend: burn::tensor::backend::Backend {
         packed_linear_ops::<Self>(x, parts, bias)
     }
 
-    /// Whether `weight` (`[in, out]`) holds exactly the values of `packed`.
-    fn equals_packed(weight: FloatTensor<Self>, packed: &PackedMatrix) -> bool {
+    /// Whether `weight` (`[in, out]`) holds exactly the values of `packed`. Flex remembers the
+    /// weights it found equal and answers again without comparing while they are unchanged.
+    fn equals_packed(weight: FloatTensor<Self>, packed: &Arc<PackedMatrix>) -> bool {
         equals_packed_ops::<Self>(weight, packed)
     }
 
