@@ -272,9 +272,9 @@ impl PackedMatrix {
     }
 
     /// Writes rows `p0..p0 + kc`, columns `c0..c0 + NR` into `dst` (`kc` rows of `NR`), when
-    /// the columns are whole runs of 16 inside one group ([`PackedMatrix::one_group`]; `false`,
-    /// writing nothing, otherwise). `wide`: with AVX2 (the CPU must have it), else portable
-    /// code; the same values either way. The common case of a product's panels.
+    /// the columns are whole runs of 16 (`false`, writing nothing, otherwise). `wide`: with AVX2
+    /// (the CPU must have it), else portable code; the same values either way. The common case
+    /// of a product's panels.
     #[inline(always)]
     pub(crate) fn unpack_panel<const NR: usize>(
         &self,
@@ -284,14 +284,15 @@ impl PackedMatrix {
         dst: &mut [f32],
         wide: bool,
     ) -> bool {
-        if !self.one_group::<NR>(c0) || dst.len() < kc * NR {
+        if !NR.is_multiple_of(16) || !c0.is_multiple_of(16) || c0 + NR > self.cols || dst.len() < kc * NR {
             return false;
         }
-        for (row, (r, at)) in dst.chunks_exact_mut(NR).zip(self.rows_with_scales(p0, kc, c0)) {
-            for (h, out) in row.chunks_exact_mut(16).enumerate() {
-                // Inside one group, the next 16 columns' scales follow these.
-                let out: &mut [f32; 16] = out.try_into().expect("16 wide");
-                self.unpack_run(r, c0 + 16 * h, at + 16 * h, out, wide);
+        // A run of 16 columns from a multiple of 16 lies inside one group.
+        for run in 0..NR / 16 {
+            let c = c0 + 16 * run;
+            for (row, (r, at)) in dst.chunks_exact_mut(NR).zip(self.rows_with_scales(p0, kc, c)) {
+                let out: &mut [f32; 16] = (&mut row[16 * run..16 * run + 16]).try_into().expect("16 wide");
+                self.unpack_run(r, c, at, out, wide);
             }
         }
         true
@@ -483,6 +484,115 @@ impl RegisterRun<'_> {
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl RegisterRun<'_> {
+    /// Whether columns `c0..c0 + 16·NV` are whole runs [`RegisterRun::multiply_avx512`] reads:
+    /// half a group (`NV = 1`) or a whole one (`NV = 2`), inside the matrix.
+    pub(crate) fn fits_avx512<const NV: usize>(b: &PackedMatrix, c0: usize) -> bool {
+        match NV {
+            1 => b.one_group::<16>(c0),
+            2 => b.one_group::<32>(c0),
+            _ => false,
+        }
+    }
+
+    /// [`RegisterRun::multiply`] sixteen lanes at a time, with AVX-512's 32 registers room for
+    /// eight rows by a whole group of 32 columns: each run of codes is unpacked once per eight
+    /// rows instead of once per four, the same chains in the same order.
+    ///
+    /// # Panics
+    /// When the columns do not fit ([`RegisterRun::fits_avx512`]) or a row of `a` is too short.
+    #[target_feature(enable = "avx512f,fma")]
+    pub(crate) fn multiply_avx512<const MR: usize, const NV: usize>(
+        &self,
+        a: [&[f32]; MR],
+        acc: &mut [[std::arch::x86_64::__m512; NV]; MR],
+    ) {
+        use std::arch::x86_64::*;
+        let (b, c0) = (self.b, self.c0);
+        assert!(
+            Self::fits_avx512::<NV>(b, c0),
+            "columns {c0}.. of {b:?} in runs of {}",
+            16 * NV
+        );
+        let a = a.map(|row| &row[..b.rows]);
+        let value = |code: __m512, scale: __m512, offset: Option<__m512>| {
+            let value = _mm512_mul_ps(scale, code);
+            offset.map_or(value, |offset| _mm512_add_ps(value, offset))
+        };
+        let first = b.scale_at(0, c0);
+        for (blk, p0) in (0..b.rows).step_by(b.block).enumerate() {
+            let rows = p0..b.rows.min(p0 + b.block);
+            let at = first + blk * GROUP;
+            let load = |v: &[f32]| -> [__m512; NV] {
+                let v = &v[at..at + 16 * NV];
+                // SAFETY: `16·j + 16 <= 16·NV`, the slice's length.
+                std::array::from_fn(|j| unsafe { _mm512_loadu_ps(v.as_ptr().add(16 * j)) })
+            };
+            let scales = load(&b.scales);
+            let offsets = b.offsets.as_deref().map(load);
+            let mut w = [_mm512_setzero_ps(); NV];
+            match &b.codes {
+                Codes::Nibbles { bytes, low } => {
+                    let (start, shift) = b.nibble_at(p0, c0);
+                    let runs = bytes[start..start + 16 * rows.len()].chunks_exact(16);
+                    let (mask, low) = (_mm512_set1_epi32(0x0F), _mm512_set1_ps(f32::from(*low)));
+                    let shift = _mm_cvtsi32_si128(shift as i32);
+                    for (p, run) in rows.zip(runs) {
+                        // SAFETY: `run` holds 16 bytes.
+                        let run = _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(run.as_ptr().cast()) });
+                        // The low nibbles are the group's first 16 columns, the high its last
+                        // (a whole group starts at shift 0).
+                        let halves = [
+                            _mm512_and_si512(_mm512_srl_epi32(run, shift), mask),
+                            _mm512_and_si512(_mm512_srli_epi32::<4>(run), mask),
+                        ];
+                        for (v, w) in w.iter_mut().enumerate() {
+                            let code = _mm512_add_ps(_mm512_cvtepi32_ps(halves[v]), low);
+                            *w = value(code, scales[v], offsets.map(|o| o[v]));
+                        }
+                        multiply_into_avx512(acc, &a, p, &w);
+                    }
+                }
+                Codes::Bytes(codes) => {
+                    let lane = c0 % GROUP;
+                    let start = b.byte_at(p0, c0 - lane);
+                    let runs = codes[start..start + GROUP * rows.len()].chunks_exact(GROUP);
+                    for (p, run) in rows.zip(runs) {
+                        let run = &run[lane..lane + 16 * NV];
+                        for (v, w) in w.iter_mut().enumerate() {
+                            // SAFETY: `16·v + 16 <= 16·NV`, the run's length.
+                            let sixteen = unsafe { _mm_loadu_si128(run.as_ptr().add(16 * v).cast()) };
+                            let code = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sixteen));
+                            *w = value(code, scales[v], offsets.map(|o| o[v]));
+                        }
+                        multiply_into_avx512(acc, &a, p, &w);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `acc[i][v] ← fma(a[i][p], w[v], acc[i][v])`, sixteen lanes at a time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+#[inline]
+fn multiply_into_avx512<const MR: usize, const NV: usize>(
+    acc: &mut [[std::arch::x86_64::__m512; NV]; MR],
+    a: &[&[f32]; MR],
+    p: usize,
+    w: &[std::arch::x86_64::__m512; NV],
+) {
+    use std::arch::x86_64::*;
+    for (acc, a) in acc.iter_mut().zip(a) {
+        let a = _mm512_set1_ps(a[p]);
+        for (acc, &w) in acc.iter_mut().zip(w) {
+            *acc = _mm512_fmadd_ps(a, w, *acc);
         }
     }
 }
