@@ -16,8 +16,8 @@
 //! multiplication", 2008; BLIS): `B` is packed in `KC × NC` blocks of `NR`-wide panels, `A` in
 //! `MC × KC` blocks of `MR`-high panels, and an `MR × NR` micro-kernel keeps its tile of `C` in
 //! registers for `KC` steps ([`crate::micro_kernel`]: plain Rust over arrays, `f32::mul_add`,
-//! compiled once per instruction set with that set's target features, and AVX2's 6 × 16 tile
-//! in intrinsics). A packed `B` under a few rows never goes through memory unpacked: each run of
+//! compiled once per instruction set with that set's target features, and the vector levels'
+//! tiles in intrinsics). A packed `B` under a few rows never goes through memory unpacked: each run of
 //! its columns is unpacked into registers and multiplied into every row at once
 //! ([`crate::packed::RegisterRun`]).
 

@@ -2,10 +2,11 @@
 //! `kc` steps of its chains of fused multiply-adds (see [`crate::matmul`] for the contract).
 //!
 //! One generic kernel over fixed-size arrays, which the compiler vectorises with the caller's
-//! target features, and one written with AVX2 intrinsics for the 6 × 16 tile: twelve
-//! accumulators, two panel loads and one broadcast in the sixteen registers. Written generically,
-//! the compiler spilled that tile's accumulators (8 GFLOP/s on an AMD EPYC). Both compute each
-//! element as `fma(a, b, acc)` in the order of `p`: the same bits.
+//! target features, and intrinsic ones where the compiled tile was slow: AVX2's 6 × 16 (twelve accumulators, two panel loads and one broadcast in the sixteen
+//! registers) and AVX-512's `MR` × 32. Written generically, the compiler spilled or scattered
+//! those tiles' accumulators (8 GFLOP/s for 6 × 16 on an AMD EPYC, 6–28 for several AVX-512
+//! tiles on a Xeon). All compute each element as `fma(a, b, acc)` in the order of `p`: the same
+//! bits.
 
 use crate::isa::Isa;
 
