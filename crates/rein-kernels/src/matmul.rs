@@ -172,8 +172,11 @@ const KC: usize = 256;
 const MC: usize = 96;
 /// Columns of `B` packed at once (a multiple of every `NR`).
 const NC: usize = 2048;
-/// Up to how many rows of `A` a packed `B` is unpacked into registers only (on AVX2).
+/// Up to how many rows of `A` a packed `B` is unpacked into registers only, on AVX2 and on
+/// AVX-512 (twice the registers, each twice as wide). Above, its panels are unpacked into
+/// memory once for all rows.
 const REGISTER_ROWS: usize = 8;
+const ZMM_ROWS: usize = 16;
 /// Up to how many rows of `A` a row-major `B` is read in place rather than packed.
 const DIRECT_B_ROWS: usize = 128;
 
@@ -223,16 +226,14 @@ unsafe fn run(
     };
     #[cfg(target_arch = "x86_64")]
     if let Rhs::Packed(b) = job.b
-        && job.wide
-        && job.rows.len() <= REGISTER_ROWS
         && job.a.col_stride == 1
     {
-        // SAFETY: `wide` only when the CPU has AVX2 and FMA, AVX-512 only when it has that
-        // (the product's instruction set).
-        return match isa {
-            Isa::Avx512 => unsafe { job.packed_in_zmm(b) },
-            _ => unsafe { job.packed_in_registers(b) },
-        };
+        // SAFETY: the product's instruction set, which the CPU has.
+        match isa {
+            Isa::Avx512 if job.rows.len() <= ZMM_ROWS => return unsafe { job.packed_in_zmm(b) },
+            Isa::Avx2 if job.rows.len() <= REGISTER_ROWS => return unsafe { job.packed_in_registers(b) },
+            _ => {}
+        }
     }
     match isa {
         // SAFETY: the caller checked that the CPU has the level (`matmul_on`).
@@ -333,52 +334,70 @@ impl Job<'_> {
         }
     }
 
-    /// [`Job::packed_in_registers`] with AVX-512: up to eight rows by a whole group of 32
-    /// columns (16 accumulators and 2 unpacked vectors of the 32 registers), half a group where
-    /// only that fits.
+    /// [`Job::packed_in_registers`] with AVX-512, whose 32 registers hold sixteen rows by 16
+    /// columns or eight by a whole group of 32 (16 accumulators). Each tile's rows of `A` are
+    /// first copied one step after another (`[k][rows]`), so every broadcast reads from one
+    /// place rather than from one row pointer per row.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,fma")]
     fn packed_in_zmm(&self, b: &PackedMatrix) {
+        let k = self.a.cols;
+        let (mut a_pack, b_pack) = SCRATCH.take();
+        let mut i0 = self.rows.start;
+        while i0 < self.rows.end {
+            let rows = (self.rows.end - i0).min(ZMM_ROWS);
+            a_pack.resize(k * rows, 0.0);
+            for i in 0..rows {
+                let row = self.a.row(i0 + i).expect("a row-major A");
+                for (p, &value) in row.iter().enumerate() {
+                    a_pack[p * rows + i] = value;
+                }
+            }
+            let a = &a_pack[..k * rows];
+            macro_rules! rows {
+                ($($mr:literal)*) => {
+                    match rows {
+                        $($mr => self.zmm_rows::<$mr>(b, i0, a),)*
+                        _ => unreachable!("1 to {ZMM_ROWS} rows"),
+                    }
+                };
+            }
+            rows!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+            i0 += rows;
+        }
+        SCRATCH.set((a_pack, b_pack));
+    }
+
+    /// Rows `i0..i0 + MR` of `C` over the job's columns: runs of 32 columns under eight rows,
+    /// of 16 above; a ragged end the usual way. `a` holds those rows of `A` as `[k][MR]`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,fma")]
+    fn zmm_rows<const MR: usize>(&self, b: &PackedMatrix, i0: usize, a: &[f32]) {
         let mut c0 = self.cols.start;
         while c0 < self.cols.end {
             let fits = |width: usize| c0 + width <= self.cols.end;
-            let width = if fits(32) && RegisterRun::fits_avx512::<2>(b, c0) {
-                32
+            if MR <= 8 && fits(32) && RegisterRun::fits_avx512::<2>(b, c0) {
+                self.zmm_tile::<MR, 2>(b, i0, c0, a);
+                c0 += 32;
             } else if fits(16) && RegisterRun::fits_avx512::<1>(b, c0) {
-                16
+                self.zmm_tile::<MR, 1>(b, i0, c0, a);
+                c0 += 16;
             } else {
                 let rest = Job {
-                    rows: self.rows.clone(),
+                    rows: i0..i0 + MR,
                     cols: c0..self.cols.end,
                     ..*self
                 };
                 return rest.avx512();
-            };
-            let mut i0 = self.rows.start;
-            while i0 < self.rows.end {
-                let rows = (self.rows.end - i0).min(8);
-                macro_rules! tile {
-                    ($($mr:literal)*) => {
-                        match (rows, width) {
-                            $(($mr, 32) => self.zmm_tile::<$mr, 2>(b, i0, c0),
-                              ($mr, _) => self.zmm_tile::<$mr, 1>(b, i0, c0),)*
-                            _ => unreachable!("1 to 8 rows"),
-                        }
-                    };
-                }
-                tile!(1 2 3 4 5 6 7 8);
-                i0 += rows;
             }
-            c0 += width;
         }
     }
 
     /// Rows `i0..i0 + MR`, columns `c0..c0 + 16·NV` of `C` by [`RegisterRun::multiply_avx512`].
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,fma")]
-    fn zmm_tile<const MR: usize, const NV: usize>(&self, b: &PackedMatrix, i0: usize, c0: usize) {
+    fn zmm_tile<const MR: usize, const NV: usize>(&self, b: &PackedMatrix, i0: usize, c0: usize, a: &[f32]) {
         use std::arch::x86_64::*;
-        let a: [&[f32]; MR] = std::array::from_fn(|i| self.a.row(i0 + i).expect("a row-major A"));
         let mut acc = [[_mm512_setzero_ps(); NV]; MR];
         if self.init == Init::Accumulate {
             for (i, acc) in acc.iter_mut().enumerate() {
@@ -885,6 +904,7 @@ mod tests {
             (8, 64, 96, 32),
             (6, 96, 48, 32),
             (8, 48, 80, 16),
+            (13, 64, 96, 32),
         ] {
             for (range, offsets) in [((0, 15), true), ((-8, 7), false), ((-128, 127), false), ((0, 31), true)] {
                 for init in [Init::Zero, Init::Accumulate] {

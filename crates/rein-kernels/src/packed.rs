@@ -501,15 +501,15 @@ impl RegisterRun<'_> {
     }
 
     /// [`RegisterRun::multiply`] sixteen lanes at a time, with AVX-512's 32 registers room for
-    /// eight rows by a whole group of 32 columns: each run of codes is unpacked once per eight
-    /// rows instead of once per four, the same chains in the same order.
+    /// up to sixteen rows: each run of codes is unpacked once for all of them, the same chains
+    /// in the same order. `a` holds the `MR` rows of `A` one step after another (`[k][MR]`).
     ///
     /// # Panics
-    /// When the columns do not fit ([`RegisterRun::fits_avx512`]) or a row of `a` is too short.
+    /// When the columns do not fit ([`RegisterRun::fits_avx512`]) or `a` is too short.
     #[target_feature(enable = "avx512f,fma")]
     pub(crate) fn multiply_avx512<const MR: usize, const NV: usize>(
         &self,
-        a: [&[f32]; MR],
+        a: &[f32],
         acc: &mut [[std::arch::x86_64::__m512; NV]; MR],
     ) {
         use std::arch::x86_64::*;
@@ -519,7 +519,7 @@ impl RegisterRun<'_> {
             "columns {c0}.. of {b:?} in runs of {}",
             16 * NV
         );
-        let a = a.map(|row| &row[..b.rows]);
+        let a = &a[..b.rows * MR];
         let value = |code: __m512, scale: __m512, offset: Option<__m512>| {
             let value = _mm512_mul_ps(scale, code);
             offset.map_or(value, |offset| _mm512_add_ps(value, offset))
@@ -555,7 +555,7 @@ impl RegisterRun<'_> {
                             let code = _mm512_add_ps(_mm512_cvtepi32_ps(halves[v]), low);
                             *w = value(code, scales[v], offsets.map(|o| o[v]));
                         }
-                        multiply_into_avx512(acc, &a, p, &w);
+                        multiply_into_avx512(acc, a[p * MR..][..MR].try_into().expect("MR values"), &w);
                     }
                 }
                 Codes::Bytes(codes) => {
@@ -570,7 +570,7 @@ impl RegisterRun<'_> {
                             let code = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sixteen));
                             *w = value(code, scales[v], offsets.map(|o| o[v]));
                         }
-                        multiply_into_avx512(acc, &a, p, &w);
+                        multiply_into_avx512(acc, a[p * MR..][..MR].try_into().expect("MR values"), &w);
                     }
                 }
             }
@@ -578,19 +578,18 @@ impl RegisterRun<'_> {
     }
 }
 
-/// `acc[i][v] ← fma(a[i][p], w[v], acc[i][v])`, sixteen lanes at a time.
+/// `acc[i][v] ← fma(a[i], w[v], acc[i][v])`, sixteen lanes at a time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
 #[inline]
 fn multiply_into_avx512<const MR: usize, const NV: usize>(
     acc: &mut [[std::arch::x86_64::__m512; NV]; MR],
-    a: &[&[f32]; MR],
-    p: usize,
+    a: &[f32; MR],
     w: &[std::arch::x86_64::__m512; NV],
 ) {
     use std::arch::x86_64::*;
-    for (acc, a) in acc.iter_mut().zip(a) {
-        let a = _mm512_set1_ps(a[p]);
+    for (acc, &a) in acc.iter_mut().zip(a) {
+        let a = _mm512_set1_ps(a);
         for (acc, &w) in acc.iter_mut().zip(w) {
             *acc = _mm512_fmadd_ps(a, w, *acc);
         }
