@@ -232,11 +232,21 @@ impl<'m, B: Backend> Session<'m, B> {
         }
         let limit = self.config.max_new_tokens;
         for step in 0..limit {
+            // Each sequence draws from its own stream, so they can draw on every thread at once
+            // (a softmax over the whole vocabulary each).
+            let config = &self.config;
+            let choices: Vec<Option<(u32, f32)>> = self
+                .sequences
+                .par_iter_mut()
+                .zip(&active)
+                .map(|(sequence, slot)| slot.map(|_| choose(&sequence.logits, config, &mut sequence.rng)))
+                .collect();
             let mut ended = Vec::new();
             for (seq, slot) in active.iter_mut().enumerate() {
-                let Some(i) = *slot else { continue };
+                let (Some(i), Some((token, logprob))) = (*slot, choices[seq]) else {
+                    continue;
+                };
                 let sequence = &mut self.sequences[seq];
-                let (token, logprob) = choose(&sequence.logits, &self.config, &mut sequence.rng);
                 sequence.pending = Some(token);
                 let turn = &mut out[i];
                 turn.tokens.push(token);
