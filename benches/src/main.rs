@@ -15,6 +15,8 @@ mod serve;
 mod sft;
 
 fn main() -> anyhow::Result<()> {
+    // As `rein` does.
+    rein_train::memory::keep_freed_memory();
     let mut args = std::env::args().skip(1);
     let suite = args.next().unwrap_or_else(|| "plugins".into());
     let plugin_dir = std::path::PathBuf::from(args.next().unwrap_or_else(|| "target/plugins".into()));

@@ -84,6 +84,7 @@ impl LimitArgs {
 }
 
 fn main() -> std::process::ExitCode {
+    rein_train::memory::keep_freed_memory();
     let cli = Cli::parse();
     // A bad `REIN_CPU` is reported before any kernel runs (the kernels would ignore it).
     if let Err(error) = rein_kernels::isa::from_env() {

@@ -1,7 +1,23 @@
 //! The process's peak resident memory, per training step: the kernel's high-water mark
 //! (`VmHWM` in `/proc/self/status`), reset before each step (`5` written to
 //! `/proc/self/clear_refs`, Linux ≥ 4.0) so each step's figure is its own, not the run's.
-//! Elsewhere (no `/proc`) both are no-ops and nothing is reported.
+//! Elsewhere (no `/proc`) both are no-ops and nothing is reported. And how the C allocator
+//! treats what a step frees ([`keep_freed_memory`]).
+
+/// Asks glibc's allocator to keep freed blocks of up to 32 MiB for the next step instead of
+/// handing them back to the kernel. By default it maps blocks from 128 KiB on afresh and returns
+/// them when freed, so every activation, gradient and product output of every step is a new
+/// mapping whose pages the kernel zeroes on first touch: 12 % of a SmolLM2 LoRA GRPO step's
+/// samples in `perf` were that zeroing (24.3 → 20.9 s a step). Peak memory is unchanged: a
+/// step reuses what the last one freed. A no-op on other C libraries. For binaries, at start.
+pub fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `mallopt` only sets allocator parameters; called before the allocations it affects.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+    }
+}
 
 /// Resets the peak resident set to the current one.
 pub fn reset_peak_rss() {
