@@ -22,13 +22,13 @@ fn small_model_with_a_large_vocabulary() -> CausalLm<B> {
     LmInit { config, std: 0.02 }.init::<B>(&Default::default())
 }
 
-/// 16 completions of 128 tokens: 2,048 rows, whose logits alone would be 403 MB in `f32` (and
+/// 64 completions of 128 tokens: 8,192 rows, whose logits alone would be 1.6 GB in `f32` (and
 /// as much again for their gradient). Forward and backward together stay under 40 % of that.
 #[test]
 fn log_probs_and_entropy_never_hold_the_whole_logits() {
     let model = small_model_with_a_large_vocabulary();
     let device = Default::default();
-    let pairs: Vec<(Vec<u32>, Vec<u32>)> = (0..16u32)
+    let pairs: Vec<(Vec<u32>, Vec<u32>)> = (0..64u32)
         .map(|r| {
             let prompt = vec![1 + r, 2, 3, 4];
             let completion = (0..128u32).map(|t| (r * 977 + t * 131) % 49152).collect();
@@ -38,7 +38,7 @@ fn log_probs_and_entropy_never_hold_the_whole_logits() {
     let pairs: Vec<(&[u32], &[u32])> = pairs.iter().map(|(p, c)| (p.as_slice(), c.as_slice())).collect();
     let batch = TokenBatch::new(&pairs, 0);
     let whole_logits_mib = (batch.rows * batch.completion_width * 49152 * 4) as f64 / (1 << 20) as f64;
-    assert!(whole_logits_mib > 380.0);
+    assert!(whole_logits_mib > 1500.0);
 
     reset_peak_rss();
     let Some(before) = peak_rss_mib() else {
