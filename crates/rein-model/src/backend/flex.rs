@@ -2,12 +2,12 @@
 //!
 //! Every kernel computes in `f32` and falls back to the burn-op default for other dtypes.
 
+use std::sync::{Arc, Mutex};
+
 use burn::backend::Flex;
 use burn::tensor::ops::{BoolTensor, FloatTensor, FloatTensorOps, IntTensor};
 use burn::tensor::{DType, TensorData};
 use burn_flex::FlexTensor;
-use std::sync::{Arc, Mutex};
-
 use rayon::prelude::*;
 use rein_kernels::{Init, Isa, MatRef, PackedMatrix, matmul, matmul_packed};
 
@@ -54,10 +54,7 @@ impl Backend for Flex {
             return linear_ops::<Self>(x, weight, bias);
         };
         let ([rows, _], outputs) = (x_view.shape(), w_view.shape()[1]);
-        let (mut out, init) = match &bias {
-            Some(bias) => (f32s(&bias.to_contiguous()).repeat(rows), Init::Accumulate),
-            None => (vec![0.0f32; rows * outputs], Init::Zero),
-        };
+        let (mut out, init) = output_from_bias(bias.as_ref(), rows, outputs);
         matmul(&mut out, outputs, x_view, w_view, init);
         tensor(out, &[rows, outputs])
     }
@@ -82,10 +79,7 @@ impl Backend for Flex {
             return lora_linear_ops::<Self>(x, weight, bias, a, b, scale);
         };
         let ([rows, _], outputs, rank) = (x_view.shape(), w_view.shape()[1], a_view.shape()[1]);
-        let (mut out, init) = match &bias {
-            Some(bias) => (f32s(&bias.to_contiguous()).repeat(rows), Init::Accumulate),
-            None => (vec![0.0f32; rows * outputs], Init::Zero),
-        };
+        let (mut out, init) = output_from_bias(bias.as_ref(), rows, outputs);
         matmul(&mut out, outputs, x_view, w_view, init);
         let mut down = vec![0.0f32; rows * rank];
         matmul(&mut down, rank, x_view, a_view, Init::Zero);
@@ -104,20 +98,17 @@ impl Backend for Flex {
         grad: FloatTensor<Self>,
         scale: f32,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let views = (
+        let (Some(x_view), Some(w_view), Some(a_view), Some(b_view), Some(down_view), Some(g_view), false) = (
             matrix(&x),
             matrix(&weight),
             matrix(&a),
             matrix(&b),
             matrix(&down),
             matrix(&grad),
-        );
-        let (Some(x_view), Some(w_view), Some(a_view), Some(b_view), Some(down_view), Some(g_view)) = views else {
+            generic_ops(),
+        ) else {
             return lora_linear_backward_ops::<Self>(x, weight, a, b, down, grad, scale);
         };
-        if generic_ops() {
-            return lora_linear_backward_ops::<Self>(x, weight, a, b, down, grad, scale);
-        }
         let ([rows, inputs], [rank, outputs]) = (x_view.shape(), b_view.shape());
         // e = s·∂y·Bᵀ
         let mut e = vec![0.0f32; rows * rank];
@@ -154,10 +145,7 @@ impl Backend for Flex {
         };
         let rows = x_view.shape()[0];
         let outputs: usize = parts.iter().map(|p| p.shape()[1]).sum();
-        let (mut out, init) = match &bias {
-            Some(bias) => (f32s(&bias.to_contiguous()).repeat(rows), Init::Accumulate),
-            None => (vec![0.0f32; rows * outputs], Init::Zero),
-        };
+        let (mut out, init) = output_from_bias(bias.as_ref(), rows, outputs);
         let mut at = 0;
         for part in parts {
             matmul_packed(&mut out[at..], outputs, x_view, part, init);
@@ -921,6 +909,15 @@ fn dims(x: &FlexTensor) -> Vec<usize> {
 fn shape_2d(x: &FlexTensor) -> [usize; 2] {
     let shape = x.layout().shape();
     [shape[0], shape[1]]
+}
+
+/// A linear layer's `[rows, outputs]` output before its product: the bias in every row (the
+/// product then accumulates), or zeros.
+fn output_from_bias(bias: Option<&FlexTensor>, rows: usize, outputs: usize) -> (Vec<f32>, Init) {
+    match bias {
+        Some(bias) => (f32s(&bias.to_contiguous()).repeat(rows), Init::Accumulate),
+        None => (vec![0.0f32; rows * outputs], Init::Zero),
+    }
 }
 
 /// The elements of a contiguous `f32` tensor.
