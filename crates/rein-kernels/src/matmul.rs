@@ -403,8 +403,7 @@ impl Job<'_> {
             for (i, acc) in acc.iter_mut().enumerate() {
                 for (v, acc) in acc.iter_mut().enumerate() {
                     // SAFETY: the 16 elements lie inside the job's region of `C` (`run`'s contract).
-                    let lanes: [f32; 16] = std::array::from_fn(|l| unsafe { *self.c_at(i0 + i, c0 + 16 * v + l) });
-                    *acc = unsafe { _mm512_loadu_ps(lanes.as_ptr()) };
+                    *acc = unsafe { _mm512_loadu_ps(self.c_lanes::<16>(i0 + i, c0 + 16 * v).as_ptr()) };
                 }
             }
         }
@@ -413,18 +412,40 @@ impl Job<'_> {
             for (v, acc) in acc.iter().enumerate() {
                 let mut lanes = [0.0f32; 16];
                 // SAFETY: `lanes` holds 16 values; the stores as above.
-                unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), *acc) };
-                for (l, value) in lanes.into_iter().enumerate() {
-                    unsafe { *self.c_at(i0 + i, c0 + 16 * v + l) = value };
+                unsafe {
+                    _mm512_storeu_ps(lanes.as_mut_ptr(), *acc);
+                    self.set_c_lanes(i0 + i, c0 + 16 * v, lanes);
                 }
             }
+        }
+    }
+
+    /// Elements `(i, j..j + L)` of `C` (whatever its column stride), for a register tile.
+    ///
+    /// # Safety
+    /// They lie inside the job's region of `C`, which only this job writes (`run`'s contract).
+    #[inline(always)]
+    unsafe fn c_lanes<const L: usize>(&self, i: usize, j: usize) -> [f32; L] {
+        // SAFETY: the caller's.
+        std::array::from_fn(|l| unsafe { *self.c_at(i, j + l) })
+    }
+
+    /// Writes `lanes` to elements `(i, j..j + L)` of `C`.
+    ///
+    /// # Safety
+    /// As [`Job::c_lanes`].
+    #[inline(always)]
+    unsafe fn set_c_lanes<const L: usize>(&self, i: usize, j: usize, lanes: [f32; L]) {
+        for (l, value) in lanes.into_iter().enumerate() {
+            // SAFETY: the caller's.
+            unsafe { *self.c_at(i, j + l) = value };
         }
     }
 
     /// Where element `(i, j)` of `C` is.
     ///
     /// # Safety
-    /// `(i, j)` lies inside the job's region of `C`, which only this job writes (`run`'s contract).
+    /// As [`Job::c_lanes`], for the one element.
     #[inline(always)]
     unsafe fn c_at(&self, i: usize, j: usize) -> *mut f32 {
         // SAFETY: the caller's.
@@ -442,8 +463,7 @@ impl Job<'_> {
             for (i, acc) in acc.iter_mut().enumerate() {
                 for (v, acc) in acc.iter_mut().enumerate() {
                     // SAFETY: the 8 elements lie inside the job's region of `C` (`run`'s contract).
-                    let lanes: [f32; 8] = std::array::from_fn(|l| unsafe { *self.c_at(i0 + i, c0 + 8 * v + l) });
-                    *acc = unsafe { _mm256_loadu_ps(lanes.as_ptr()) };
+                    *acc = unsafe { _mm256_loadu_ps(self.c_lanes::<8>(i0 + i, c0 + 8 * v).as_ptr()) };
                 }
             }
         }
@@ -452,9 +472,9 @@ impl Job<'_> {
             for (v, acc) in acc.iter().enumerate() {
                 let mut lanes = [0.0f32; 8];
                 // SAFETY: `lanes` holds 8 values; the stores as above.
-                unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *acc) };
-                for (l, value) in lanes.into_iter().enumerate() {
-                    unsafe { *self.c_at(i0 + i, c0 + 8 * v + l) = value };
+                unsafe {
+                    _mm256_storeu_ps(lanes.as_mut_ptr(), *acc);
+                    self.set_c_lanes(i0 + i, c0 + 8 * v, lanes);
                 }
             }
         }
