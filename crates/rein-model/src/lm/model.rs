@@ -21,7 +21,8 @@ use crate::backend::{Backend, affine};
 /// At most this many bytes of `f32` logits exist at once in [`CausalLm::log_prob_entropy`]
 /// (682 rows of a 49,152-token vocabulary). Each chunk's head product repacks the whole head
 /// matrix, so fewer, larger chunks are faster: a SmolLM2 LoRA GRPO step took 21.1 s with
-/// 64 MiB chunks, 20.2–20.6 s with these, for 0.1 GiB more peak memory.
+/// 64 MiB chunks, 20.2–20.6 s with these (rein alone, two runs each, on a machine that drifts
+/// by about as much), for 0.1 GiB more peak memory.
 pub const HEAD_CHUNK_BYTES: usize = 128 << 20;
 
 /// RMSNorm as transformers computes it: `w ⊙ x / sqrt(mean(x²) + ε)`.
