@@ -25,7 +25,7 @@ use rayon::prelude::*;
 
 use crate::isa::Isa;
 pub use crate::mat_ref::{MatRef, OutOfBounds};
-use crate::micro_kernel::{Panel, micro_kernel};
+use crate::micro_kernel::{NextTile, Panel, TileAt, micro_kernel};
 use crate::packed::PackedMatrix;
 #[cfg(target_arch = "x86_64")]
 use crate::packed::RegisterRun;
@@ -168,6 +168,14 @@ const PARALLEL_READ: usize = 1 << 18;
 
 /// The inner-dimension block: how many steps a micro-kernel runs before its tile goes back to `C`.
 const KC: usize = 256;
+/// The inner-dimension block for `k`: at most [`KC`], in as few blocks as that allows, of about
+/// equal length (a multiple of 32, a packed matrix's group), so that no block is a short one
+/// whose tile loads and stores cost as much as its steps (576 = 2 × 288, not 256 + 256 + 64).
+fn kc_step(k: usize) -> usize {
+    let blocks = k.div_ceil(KC);
+    k.div_ceil(blocks).next_multiple_of(32).min(k)
+}
+
 /// Rows of `A` packed at once (a multiple of every `MR`).
 const MC: usize = 96;
 /// Columns of `B` packed at once (a multiple of every `NR`).
@@ -507,7 +515,7 @@ impl Job<'_> {
             Rhs::Packed(_) if few_rows => 32 * NR,
             _ => NC,
         };
-        let kc_max = KC.min(k);
+        let kc_max = kc_step(k);
         let b_pack_len = if in_place.is_some() {
             NR
         } else {
@@ -519,8 +527,8 @@ impl Job<'_> {
         b_pack.resize(kc_max * b_pack_len, 0.0);
         for jc in self.cols.clone().step_by(nc_step) {
             let nc = nc_step.min(self.cols.end - jc);
-            for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
+            for pc in (0..k).step_by(kc_max) {
+                let kc = kc_max.min(k - pc);
                 let from_zero = pc == 0 && self.init == Init::Zero;
                 match (in_place, self.b) {
                     (None, Rhs::Dense(b)) => pack_b::<NR>(&mut b_pack, &b, pc, kc, jc, nc),
@@ -560,9 +568,23 @@ impl Job<'_> {
                                 rows: MR.min(mc - ir),
                                 cols: NR.min(nc - jr),
                             };
+                            // The tile below, or the top of the next panel's column.
+                            let next = match (ir + MR < mc, jr + NR < nc) {
+                                (true, _) => Some((ic + ir + MR, jc + jr, MR.min(mc - ir - MR))),
+                                (false, true) => Some((ic, jc + jr + NR, MR.min(mc))),
+                                (false, false) => None,
+                            };
+                            let next = match next {
+                                Some((i, j, rows)) if out.col_stride == 1 => NextTile {
+                                    at: out.at.wrapping_add(i * out.row_stride + j),
+                                    stride: out.row_stride,
+                                    rows,
+                                },
+                                _ => NextTile::NONE,
+                            };
                             // SAFETY: the tile lies inside the job's region (rows and cols are
                             // clipped); the panel holds `kc` rows of `NR` values.
-                            unsafe { tile.update::<MR, NR>(kc, a_panel, b_panel, from_zero, self.isa) };
+                            unsafe { tile.update::<MR, NR>(kc, a_panel, b_panel, from_zero, next, self.isa) };
                         }
                     }
                 }
@@ -713,18 +735,25 @@ impl Tile {
         a: &[f32],
         b: Panel,
         from_zero: bool,
+        next: NextTile,
         isa: Isa,
     ) {
+        if self.col_stride == 1 && self.cols == NR && self.rows == MR {
+            // A whole tile: the micro-kernel loads and stores it in place.
+            let c = TileAt {
+                at: self.at,
+                stride: self.row_stride,
+                load: !from_zero,
+            };
+            // SAFETY: the tile's `MR` rows of `NR` elements are `C`'s (the caller's contract).
+            unsafe { micro_kernel::<MR, NR>(kc, a, b, c, next, isa) };
+            return;
+        }
+        // An edge tile (or a transposed `C`): through a full-size copy.
         let mut acc = [[0.0f32; NR]; MR];
         if !from_zero {
             // SAFETY (both loads): the tile's elements are readable (the caller's contract).
-            if self.col_stride == 1 && self.cols == NR {
-                // A whole row at a time, as one fixed-size copy (vector moves, not a call to
-                // `memmove` per row, which cost ~15 % of a product with K = 704).
-                for (i, row) in acc.iter_mut().enumerate().take(self.rows) {
-                    *row = unsafe { *(self.at(i, 0) as *const [f32; NR]) };
-                }
-            } else if self.col_stride == 1 {
+            if self.col_stride == 1 {
                 for (i, row) in acc.iter_mut().enumerate().take(self.rows) {
                     let src = unsafe { std::slice::from_raw_parts(self.at(i, 0), self.cols) };
                     row[..self.cols].copy_from_slice(src);
@@ -737,14 +766,15 @@ impl Tile {
                 }
             }
         }
-        // SAFETY: the caller's contract.
-        unsafe { micro_kernel::<MR, NR>(kc, a, b, &mut acc, isa) };
+        let copy = TileAt {
+            at: acc.as_mut_ptr().cast(),
+            stride: NR,
+            load: !from_zero,
+        };
+        // SAFETY: `copy` is `acc`; the rest is the caller's contract.
+        unsafe { micro_kernel::<MR, NR>(kc, a, b, copy, next, isa) };
         // SAFETY (both stores): as above.
-        if self.col_stride == 1 && self.cols == NR {
-            for (i, row) in acc.iter().enumerate().take(self.rows) {
-                unsafe { *(self.at(i, 0) as *mut [f32; NR]) = *row };
-            }
-        } else if self.col_stride == 1 {
+        if self.col_stride == 1 {
             for (i, row) in acc.iter().enumerate().take(self.rows) {
                 let dst = unsafe { std::slice::from_raw_parts_mut(self.at(i, 0), self.cols) };
                 dst.copy_from_slice(&row[..self.cols]);
@@ -842,6 +872,9 @@ mod tests {
             (64, 256, 704),
             (7, 600, 33),
             (200, 40, 3),
+            // Twelve-row tiles, whole and at the edges, over several inner blocks.
+            (150, 600, 70),
+            (300, 520, 64),
             // Decoding shapes: few-row tiles, `B` read in place and split across threads.
             (2, 40, 70),
             (5, 576, 600),
