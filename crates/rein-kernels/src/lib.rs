@@ -16,6 +16,7 @@
 //! A weight matrix may also be kept the way a quantised model file stores it ([`packed`]):
 //! products with it give the bits of its dense copy while reading a fraction of the bytes.
 
+mod interleave;
 pub mod isa;
 mod mat_ref;
 pub mod matmul;

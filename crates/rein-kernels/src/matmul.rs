@@ -23,6 +23,7 @@
 
 use rayon::prelude::*;
 
+use crate::interleave::interleave;
 use crate::isa::Isa;
 pub use crate::mat_ref::{MatRef, OutOfBounds};
 use crate::micro_kernel::{NextTile, Panel, TileAt, micro_kernel};
@@ -531,17 +532,17 @@ impl Job<'_> {
                 let kc = kc_max.min(k - pc);
                 let from_zero = pc == 0 && self.init == Init::Zero;
                 match (in_place, self.b) {
-                    (None, Rhs::Dense(b)) => pack_b::<NR>(&mut b_pack, &b, pc, kc, jc, nc),
+                    (None, Rhs::Dense(b)) => pack_b::<NR>(&mut b_pack, &b, pc, kc, jc, nc, self.wide),
                     (None, Rhs::Packed(b)) => unpack_b::<NR>(&mut b_pack, b, pc, kc, jc, nc, self.wide),
                     (Some(b), _) if !nc.is_multiple_of(NR) => {
                         let last = nc / NR * NR;
-                        pack_b::<NR>(&mut b_pack, &b, pc, kc, jc + last, nc - last);
+                        pack_b::<NR>(&mut b_pack, &b, pc, kc, jc + last, nc - last, self.wide);
                     }
                     (Some(_), _) => {}
                 }
                 for ic in self.rows.clone().step_by(MC) {
                     let mc = MC.min(self.rows.end - ic);
-                    pack_a::<MR>(&mut a_pack, a, ic, mc, pc, kc);
+                    pack_a::<MR>(&mut a_pack, a, ic, mc, pc, kc, self.wide);
                     for jr in (0..nc).step_by(NR) {
                         let b_panel = match in_place {
                             Some(b) if jr + NR <= nc => Panel {
@@ -602,7 +603,7 @@ thread_local! {
 /// Packs `A[i0..i0+mc, p0..p0+kc]` as `MR`-row panels, each `kc` columns of `MR` values (rows
 /// past the block are zero).
 #[inline(always)]
-fn pack_a<const MR: usize>(pack: &mut [f32], a: &MatRef<'_>, i0: usize, mc: usize, p0: usize, kc: usize) {
+fn pack_a<const MR: usize>(pack: &mut [f32], a: &MatRef<'_>, i0: usize, mc: usize, p0: usize, kc: usize, wide: bool) {
     let base = a.ptr();
     for (panel, ir) in (0..mc).step_by(MR).enumerate() {
         let dst = &mut pack[panel * MR * kc..][..MR * kc];
@@ -610,17 +611,13 @@ fn pack_a<const MR: usize>(pack: &mut [f32], a: &MatRef<'_>, i0: usize, mc: usiz
         let first = i0 + ir;
         if a.col_stride == 1 {
             // Row-major: each row is contiguous along k.
-            for i in 0..MR {
-                if i < rows {
-                    // SAFETY: row `first + i`, columns `p0..p0 + kc` lie inside A.
-                    let row = unsafe { std::slice::from_raw_parts(base.add((first + i) * a.row_stride + p0), kc) };
-                    for (p, &v) in row.iter().enumerate() {
-                        dst[p * MR + i] = v;
-                    }
-                } else {
-                    dst.iter_mut().skip(i).step_by(MR).for_each(|v| *v = 0.0);
-                }
+            let mut row_starts: [*const f32; MR] = [std::ptr::null(); MR];
+            for (i, start) in row_starts.iter_mut().enumerate().take(rows) {
+                // Row `first + i`, columns `p0..p0 + kc`, lie inside A.
+                *start = base.wrapping_add((first + i) * a.row_stride + p0);
             }
+            // SAFETY: each of the `rows` streams holds `kc` values of A; `dst` holds `MR·kc`.
+            unsafe { interleave::<MR>(dst, &row_starts[..rows], kc, wide) };
         } else if a.row_stride == 1 {
             // Column-major (a transposed view): each column's `rows` values are contiguous.
             for (p, column) in dst.chunks_exact_mut(MR).enumerate() {
@@ -647,7 +644,7 @@ fn pack_a<const MR: usize>(pack: &mut [f32], a: &MatRef<'_>, i0: usize, mc: usiz
 /// Packs `B[p0..p0+kc, j0..j0+nc]` as `NR`-column panels, each `kc` rows of `NR` values
 /// (columns past the block are zero).
 #[inline(always)]
-fn pack_b<const NR: usize>(pack: &mut [f32], b: &MatRef<'_>, p0: usize, kc: usize, j0: usize, nc: usize) {
+fn pack_b<const NR: usize>(pack: &mut [f32], b: &MatRef<'_>, p0: usize, kc: usize, j0: usize, nc: usize, wide: bool) {
     let base = b.ptr();
     for (panel, jr) in (0..nc).step_by(NR).enumerate() {
         let dst = &mut pack[panel * NR * kc..][..NR * kc];
@@ -663,17 +660,13 @@ fn pack_b<const NR: usize>(pack: &mut [f32], b: &MatRef<'_>, p0: usize, kc: usiz
             }
         } else if b.row_stride == 1 {
             // Column-major (a transposed view): each column is contiguous along k.
-            for j in 0..NR {
-                if j < cols {
-                    // SAFETY: column `first + j`, rows `p0..p0 + kc` lie inside B.
-                    let column = unsafe { std::slice::from_raw_parts(base.add((first + j) * b.col_stride + p0), kc) };
-                    for (p, &v) in column.iter().enumerate() {
-                        dst[p * NR + j] = v;
-                    }
-                } else {
-                    dst.iter_mut().skip(j).step_by(NR).for_each(|v| *v = 0.0);
-                }
+            let mut column_starts: [*const f32; NR] = [std::ptr::null(); NR];
+            for (j, start) in column_starts.iter_mut().enumerate().take(cols) {
+                // Column `first + j`, rows `p0..p0 + kc`, lie inside B.
+                *start = base.wrapping_add((first + j) * b.col_stride + p0);
             }
+            // SAFETY: each of the `cols` streams holds `kc` values of B; `dst` holds `NR·kc`.
+            unsafe { interleave::<NR>(dst, &column_starts[..cols], kc, wide) };
         } else {
             for (p, row) in dst.chunks_exact_mut(NR).enumerate() {
                 for (j, v) in row.iter_mut().enumerate() {
