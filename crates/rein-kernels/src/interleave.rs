@@ -97,9 +97,9 @@ unsafe fn interleave_avx<const W: usize>(dst: &mut [f32], streams: &[*const f32]
             }
             s += 2;
         }
-        for s in s..W {
+        for (s, stream) in streams.iter().enumerate().skip(s) {
             for p in 0..body {
-                *out.add(p * W + s) = *streams[s].add(p);
+                *out.add(p * W + s) = *stream.add(p);
             }
         }
         for p in body..len {
