@@ -79,6 +79,7 @@ fn logits_through(model: &CausalLm<B>, ids: &[u32], fused: Option<&FusedProjecti
         rope: &rope,
         positions: Tensor::<B, 1, Int>::arange(0..seq as i64, &dev).unsqueeze::<2>(),
         padding: None,
+        packed: None,
         fused,
     };
     let hidden = model.hidden(tokens, &ctx, None);

@@ -137,3 +137,67 @@ fn one_grpo_step_matches_pytorch() {
         "the step moves most parameters ({moved} of {compared})"
     );
 }
+
+/// `completion_log_probs` runs the model over the rows packed end to end; the same numbers
+/// come from the padded batch (prompts left-padded, completions right-padded) through the
+/// model's logits, for prompts and completions of every length, an empty prompt included.
+#[test]
+fn packed_log_probs_equal_the_padded_batch() {
+    use burn::tensor::Int;
+    use rein_model::lm::Context;
+
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let device = Default::default();
+    let model = load::<B>(&fixtures.join("lm/qwen2-gqa"), &device).unwrap();
+    let prompts: [&[u32]; 4] = [&[5, 6, 7, 8, 9], &[11], &[], &[3, 4]];
+    let completions: [&[u32]; 4] = [&[12, 13], &[14, 15, 16, 17, 18, 19], &[20, 21, 22], &[23]];
+    let pairs: Vec<(&[u32], &[u32])> = prompts.iter().copied().zip(completions.iter().copied()).collect();
+    let batch = TokenBatch::new(&pairs, 0);
+    let temperature = 0.7;
+    let (log_prob, entropy) = completion_log_probs(&model, &batch, temperature, true, &device);
+    let (log_prob, entropy) = (
+        log_prob.into_data().to_vec::<f32>().unwrap(),
+        entropy.unwrap().into_data().to_vec::<f32>().unwrap(),
+    );
+
+    let (rows, p, c) = (batch.rows, batch.prompt_width, batch.completion_width);
+    let width = p + c;
+    let rope = model.rope(width, &device);
+    let padding = batch.padding.iter().map(|&b| i64::from(b)).collect::<Vec<_>>();
+    let ctx = Context {
+        rope: &rope,
+        positions: Tensor::from_data(TensorData::new(batch.positions.clone(), [rows, width]), &device),
+        padding: Some(Tensor::<B, 2, Int>::from_data(TensorData::new(padding, [rows, width]), &device).bool()),
+        packed: None,
+        fused: None,
+    };
+    let tokens = Tensor::from_data(TensorData::new(batch.tokens.clone(), [rows, width]), &device);
+    let logits = model.forward(tokens, &ctx, None).div_scalar(temperature);
+    let log_p = burn::tensor::activation::log_softmax(logits, 2)
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
+    let vocab = model.config().vocab_size;
+    let mut compared = 0;
+    for row in 0..rows {
+        for j in 0..completions[row].len() {
+            let at = &log_p[(row * width + p - 1 + j) * vocab..][..vocab];
+            let expected = at[completions[row][j] as usize];
+            let expected_entropy: f32 = -at.iter().map(|&l| l.exp() * l).sum::<f32>();
+            let (got, got_entropy) = (log_prob[row * c + j], entropy[row * c + j]);
+            assert!(
+                (got - expected).abs() < 1e-5,
+                "row {row} token {j}: log-prob {got} vs padded {expected}"
+            );
+            assert!(
+                (got_entropy - expected_entropy).abs() < 1e-4,
+                "row {row} token {j}: entropy {got_entropy} vs padded {expected_entropy}"
+            );
+            compared += 1;
+        }
+        for j in completions[row].len()..c {
+            assert_eq!(log_prob[row * c + j], 0.0, "row {row}: padding position {j}");
+        }
+    }
+    assert_eq!(compared, 12);
+}

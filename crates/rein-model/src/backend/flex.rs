@@ -13,8 +13,9 @@ use rein_kernels::{Init, Isa, MatRef, PackedMatrix, matmul, matmul_packed};
 
 use super::{
     Backend, cached_attention_ops, causal_attention_backward_ops, equals_packed_ops, generic_ops, linear_ops,
-    log_prob_entropy_backward_ops, log_prob_entropy_ops, lora_linear_backward_ops, lora_linear_ops, packed_linear_ops,
-    rms_norm_backward_ops, rms_norm_ops, rope_ops, swiglu_backward_ops, swiglu_ops, tanh_backward_ops, write_cache_ops,
+    log_prob_entropy_backward_ops, log_prob_entropy_ops, lora_linear_backward_ops, lora_linear_ops,
+    packed_causal_attention_backward_ops, packed_causal_attention_ops, packed_linear_ops, rms_norm_backward_ops,
+    rms_norm_ops, rope_ops, swiglu_backward_ops, swiglu_ops, tanh_backward_ops, write_cache_ops,
 };
 
 impl Backend for Flex {
@@ -366,19 +367,11 @@ impl Backend for Flex {
             padding,
             heads,
             kv_heads,
-            seq,
             offset,
             dim,
         };
         let mut out = vec![0.0f32; batch * seq * heads * dim];
-        let per_sequence = seq * heads * dim;
-        if batch * per_sequence * keys >= PARALLEL_WORK && !nested() {
-            out.par_chunks_mut(per_sequence)
-                .enumerate()
-                .for_each(|(b, out)| attend.sequences(b, out));
-        } else {
-            attend.sequences(0, &mut out);
-        }
+        attend.all(&Span::padded(batch, seq), &mut out);
         tensor(out, &[batch, seq, heads, dim])
     }
 
@@ -423,6 +416,46 @@ impl Backend for Flex {
         tensor(out, &[rows, vocab])
     }
 
+    fn packed_causal_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        lengths: &[usize],
+    ) -> FloatTensor<Self> {
+        if [&q, &k, &v].iter().any(|t| t.dtype() != DType::F32) || generic_ops() {
+            return packed_causal_attention_ops::<Self>(q, k, v, lengths);
+        }
+        let [_, heads, total, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
+        let kv_heads = dims(&k)[1];
+        let (q, k, v) = (readable(q), readable(k), readable(v));
+        let attend = Attend {
+            q: Rows::of(&q),
+            k: Rows::of(&k),
+            v: Rows::of(&v),
+            padding: None,
+            heads,
+            kv_heads,
+            offset: 0,
+            dim,
+        };
+        let mut out = vec![0.0f32; total * heads * dim];
+        attend.all(&Span::packed(lengths), &mut out);
+        tensor(out, &[1, total, heads, dim])
+    }
+
+    fn packed_causal_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        lengths: &[usize],
+        grad: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        if [&q, &k, &v, &grad].iter().any(|t| t.dtype() != DType::F32) || generic_ops() {
+            return packed_causal_attention_backward_ops::<Self>(q, k, v, lengths, grad);
+        }
+        attention_backward(q, k, v, None, grad, &Span::packed(lengths))
+    }
+
     fn causal_attention_backward(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -433,48 +466,100 @@ impl Backend for Flex {
         if [&q, &k, &v, &grad].iter().any(|t| t.dtype() != DType::F32) || generic_ops() {
             return causal_attention_backward_ops::<Self>(q, k, v, padding, grad);
         }
-        let [batch, heads, seq, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
-        let kv_heads = dims(&k)[1];
-        let (q, k, v, grad) = (readable(q), readable(k), readable(v), readable(grad));
+        let [batch, _, seq, _] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
         let padding = padding.map(|p| p.to_contiguous());
-        let attend = AttendBackward {
-            q: Rows::of(&q),
-            k: Rows::of(&k),
-            v: Rows::of(&v),
-            grad: Rows::of(&grad),
-            padding: padding.as_ref().map(|p| &p.storage::<u8>()[..batch * seq]),
-            heads,
-            kv_heads,
-            seq,
-            dim,
-        };
-        let (query_block, key_block) = (heads * seq * dim, kv_heads * seq * dim);
-        let mut d_q = vec![0.0f32; batch * query_block];
-        let (mut d_k, mut d_v) = (vec![0.0f32; batch * key_block], vec![0.0f32; batch * key_block]);
-        // One sequence's `(b, ((∂q, ∂k), ∂v))` blocks.
-        type Blocks<'a> = (usize, ((&'a mut [f32], &'a mut [f32]), &'a mut [f32]));
-        let run = |(b, ((d_q, d_k), d_v)): Blocks<'_>| attend.sequence(b, d_q, d_k, d_v);
-        if batch * query_block * seq >= PARALLEL_WORK && !nested() {
-            d_q.par_chunks_mut(query_block)
-                .zip(d_k.par_chunks_mut(key_block))
-                .zip(d_v.par_chunks_mut(key_block))
-                .enumerate()
-                .for_each(run);
-        } else {
-            d_q.chunks_mut(query_block)
-                .zip(d_k.chunks_mut(key_block))
-                .zip(d_v.chunks_mut(key_block))
-                .enumerate()
-                .for_each(run);
-        }
-        // Written as `[batch, seq, heads, dim]`, the layout of the projections the inputs are
-        // transposed views of: their gradients then reach those projections without a copy.
-        let transposed = |values, heads| Self::float_swap_dims(tensor(values, &[batch, seq, heads, dim]), 1, 2);
-        (
-            transposed(d_q, heads),
-            transposed(d_k, kv_heads),
-            transposed(d_v, kv_heads),
-        )
+        let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * seq]);
+        attention_backward(q, k, v, padding, grad, &Span::padded(batch, seq))
+    }
+}
+
+/// [`Backend::causal_attention_backward`] of the sequences `spans` (a padded batch, or
+/// sequences packed end to end), as tensors shaped like `q`, `k` and `v`.
+fn attention_backward(
+    q: FlexTensor,
+    k: FlexTensor,
+    v: FlexTensor,
+    padding: Option<&[u8]>,
+    grad: FlexTensor,
+    spans: &[Span],
+) -> (FlexTensor, FlexTensor, FlexTensor) {
+    let [batch, heads, seq, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
+    let kv_heads = dims(&k)[1];
+    let (q, k, v, grad) = (readable(q), readable(k), readable(v), readable(grad));
+    let attend = AttendBackward {
+        q: Rows::of(&q),
+        k: Rows::of(&k),
+        v: Rows::of(&v),
+        grad: Rows::of(&grad),
+        padding,
+        heads,
+        kv_heads,
+        dim,
+    };
+    let mut d_q = vec![0.0f32; batch * seq * heads * dim];
+    let (mut d_k, mut d_v) = (
+        vec![0.0f32; batch * seq * kv_heads * dim],
+        vec![0.0f32; batch * seq * kv_heads * dim],
+    );
+    let lengths = || spans.iter().map(|s| s.len);
+    let d_q_blocks = split_into(&mut d_q, lengths().map(|n| n * heads * dim));
+    let d_k_blocks = split_into(&mut d_k, lengths().map(|n| n * kv_heads * dim));
+    let d_v_blocks = split_into(&mut d_v, lengths().map(|n| n * kv_heads * dim));
+    let blocks = spans.iter().zip(d_q_blocks).zip(d_k_blocks).zip(d_v_blocks);
+    let work: usize = lengths().map(|n| n * n).sum::<usize>() * heads * dim;
+    if work >= PARALLEL_WORK && !nested() {
+        blocks
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .for_each(|(((span, d_q), d_k), d_v)| attend.sequence(*span, d_q, d_k, d_v));
+    } else {
+        blocks.for_each(|(((span, d_q), d_k), d_v)| attend.sequence(*span, d_q, d_k, d_v));
+    }
+    // Written as `[batch, seq, heads, dim]`, the layout of the projections the inputs are
+    // transposed views of: their gradients then reach those projections without a copy.
+    let transposed = |values, heads| Flex::float_swap_dims(tensor(values, &[batch, seq, heads, dim]), 1, 2);
+    (
+        transposed(d_q, heads),
+        transposed(d_k, kv_heads),
+        transposed(d_v, kv_heads),
+    )
+}
+
+/// `buffer` cut into consecutive blocks of the given sizes.
+fn split_into(mut buffer: &mut [f32], sizes: impl Iterator<Item = usize>) -> Vec<&mut [f32]> {
+    let mut blocks = Vec::new();
+    for size in sizes {
+        let (block, rest) = std::mem::take(&mut buffer).split_at_mut(size);
+        blocks.push(block);
+        buffer = rest;
+    }
+    blocks
+}
+
+/// One sequence of an attention batch: its tokens are rows `start..start + len` of batch entry
+/// `b` (a padded batch has one sequence per entry, from 0; packed sequences share entry 0).
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    b: usize,
+    start: usize,
+    len: usize,
+}
+
+impl Span {
+    /// The sequences of a `[batch, seq]` batch.
+    fn padded(batch: usize, seq: usize) -> Vec<Span> {
+        (0..batch).map(|b| Span { b, start: 0, len: seq }).collect()
+    }
+
+    /// Sequences of `lengths` tokens, end to end.
+    fn packed(lengths: &[usize]) -> Vec<Span> {
+        let starts = lengths.iter().scan(0, |start, &len| {
+            *start += len;
+            Some(*start - len)
+        });
+        (starts.zip(lengths))
+            .map(|(start, &len)| Span { b: 0, start, len })
+            .collect()
     }
 }
 
@@ -584,8 +669,9 @@ macro_rules! with_avx2 {
     };
 }
 
-/// Cached attention's inputs (see [`Backend::cached_attention`]), read in place: queries
-/// `[batch, heads, seq, dim]` at positions `offset..offset + seq`, keys and values
+/// Attention's inputs (see [`Backend::cached_attention`] and
+/// [`Backend::packed_causal_attention`]), read in place: queries `[batch, heads, seq, dim]`
+/// (at positions `offset..offset + seq` of their sequence), keys and values
 /// `[batch, kv_heads, capacity, dim]`, padding `[batch, offset + seq]`.
 struct Attend<'a> {
     q: Rows<'a>,
@@ -594,7 +680,6 @@ struct Attend<'a> {
     padding: Option<&'a [u8]>,
     heads: usize,
     kv_heads: usize,
-    seq: usize,
     offset: usize,
     dim: usize,
 }
@@ -648,41 +733,53 @@ fn readable(x: FlexTensor) -> FlexTensor {
 }
 
 impl Attend<'_> {
-    /// Attention of the sequences whose `[seq, heads, dim]` output blocks make up `out`, the
-    /// first being sequence `first`.
-    fn sequences(&self, first: usize, out: &mut [f32]) {
-        with_avx2!(fn run(attend: &Attend<'_>, first: usize, out: &mut [f32]) => attend_sequences);
-        run(self, first, out);
+    /// The attention of every sequence of `spans` into `out`, `[seq, heads, dim]` blocks one
+    /// after the other, on all threads when there is enough work.
+    fn all(&self, spans: &[Span], out: &mut [f32]) {
+        let block = |span: &Span| span.len * self.heads * self.dim;
+        let blocks = spans.iter().zip(split_into(out, spans.iter().map(block)));
+        let work: usize = spans.iter().map(|s| block(s) * (self.offset + s.len)).sum();
+        if work >= PARALLEL_WORK && !nested() {
+            (blocks.collect::<Vec<_>>())
+                .into_par_iter()
+                .for_each(|(span, out)| self.sequence(*span, out));
+        } else {
+            blocks.for_each(|(span, out)| self.sequence(*span, out));
+        }
+    }
+
+    /// Attention of the sequence `span` into its `[seq, heads, dim]` output block `out`.
+    fn sequence(&self, span: Span, out: &mut [f32]) {
+        with_avx2!(fn run(attend: &Attend<'_>, span: Span, out: &mut [f32]) => attend_sequence);
+        run(self, span, out);
     }
 }
 
 #[inline(always)]
-fn attend_sequences(a: &Attend<'_>, first: usize, out: &mut [f32]) {
-    let (dim, seq, heads) = (a.dim, a.seq, a.heads);
-    let filled = a.offset + seq;
+fn attend_sequence(a: &Attend<'_>, span: Span, out: &mut [f32]) {
+    let (dim, heads) = (a.dim, a.heads);
+    let Span { b, start, len } = span;
+    let filled = a.offset + len;
     let group = heads / a.kv_heads;
     let scale = 1.0 / (dim as f32).sqrt();
     let mut weights = vec![0.0f32; filled];
-    for (i, out) in out.chunks_mut(seq * heads * dim).enumerate() {
-        let b = first + i;
-        let padding = a.padding.map(|p| &p[b * filled..(b + 1) * filled]);
-        for h in 0..heads {
-            let kv = h / group;
-            for t in 0..seq {
-                // Position `at` sees keys `0..=at`: itself, and no padding but itself.
-                let at = a.offset + t;
-                let weights = &mut weights[..=at];
-                let (key, value) = (|j| a.k.row(b, kv, j), |j| a.v.row(b, kv, j));
-                attention_weights(a.q.row(b, h, t), key, padding, scale, weights);
-                let out = &mut out[(t * heads + h) * dim..][..dim];
-                match dim {
-                    64 => weighted_sum::<64>(weights, value, out),
-                    128 => weighted_sum::<128>(weights, value, out),
-                    _ => {
-                        out.fill(0.0);
-                        for (j, &w) in weights.iter().enumerate() {
-                            axpy(out, w, value(j));
-                        }
+    let padding = a.padding.map(|p| &p[b * filled..(b + 1) * filled]);
+    for h in 0..heads {
+        let kv = h / group;
+        for t in 0..len {
+            // Position `at` sees keys `0..=at`: itself, and no padding but itself.
+            let at = a.offset + t;
+            let weights = &mut weights[..=at];
+            let (key, value) = (|j| a.k.row(b, kv, start + j), |j| a.v.row(b, kv, start + j));
+            attention_weights(a.q.row(b, h, start + t), key, padding, scale, weights);
+            let out = &mut out[(t * heads + h) * dim..][..dim];
+            match dim {
+                64 => weighted_sum::<64>(weights, value, out),
+                128 => weighted_sum::<128>(weights, value, out),
+                _ => {
+                    out.fill(0.0);
+                    for (j, &w) in weights.iter().enumerate() {
+                        axpy(out, w, value(j));
                     }
                 }
             }
@@ -732,16 +829,15 @@ struct AttendBackward<'a> {
     padding: Option<&'a [u8]>,
     heads: usize,
     kv_heads: usize,
-    seq: usize,
     dim: usize,
 }
 
 impl AttendBackward<'_> {
-    /// The gradients of sequence `b`, each laid out as `[seq, heads, dim]` (the projections'
-    /// layout): `d_q` over the query heads, `d_k` and `d_v` over the key/value heads.
-    fn sequence(&self, b: usize, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) {
-        with_avx2!(fn run(a: &AttendBackward<'_>, b: usize, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) => attention_backward_sequence);
-        run(self, b, d_q, d_k, d_v);
+    /// The gradients of the sequence `span`, each laid out as `[seq, heads, dim]` (the
+    /// projections' layout): `d_q` over the query heads, `d_k` and `d_v` over the key/value heads.
+    fn sequence(&self, span: Span, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) {
+        with_avx2!(fn run(a: &AttendBackward<'_>, span: Span, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) => attention_backward_sequence);
+        run(self, span, d_q, d_k, d_v);
     }
 }
 
@@ -749,19 +845,20 @@ impl AttendBackward<'_> {
 /// recomputed as the forward pass computed them, then `∂sⱼ = pⱼ (∂O·vⱼ − Σᵢ pᵢ ∂O·vᵢ)`, and
 /// `∂q += ∂sⱼ kⱼ/√d`, `∂kⱼ += ∂sⱼ q/√d`, `∂vⱼ += pⱼ ∂O` over the keys it sees.
 #[inline(always)]
-fn attention_backward_sequence(a: &AttendBackward<'_>, b: usize, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) {
-    let (dim, seq, heads, kv_heads) = (a.dim, a.seq, a.heads, a.kv_heads);
+fn attention_backward_sequence(a: &AttendBackward<'_>, span: Span, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) {
+    let (dim, heads, kv_heads) = (a.dim, a.heads, a.kv_heads);
+    let Span { b, start, len: seq } = span;
     let group = heads / kv_heads;
     let scale = 1.0 / (dim as f32).sqrt();
     let padding = a.padding.map(|p| &p[b * seq..(b + 1) * seq]);
     let (mut weights, mut d_scores) = (vec![0.0f32; seq], vec![0.0f32; seq]);
     for h in 0..heads {
         let kv = h / group;
-        let (key, value) = (|j| a.k.row(b, kv, j), |j| a.v.row(b, kv, j));
+        let (key, value) = (|j| a.k.row(b, kv, start + j), |j| a.v.row(b, kv, start + j));
         for t in 0..seq {
             let (weights, d_scores) = (&mut weights[..=t], &mut d_scores[..=t]);
-            let query = a.q.row(b, h, t);
-            let d_out = a.grad.row(b, t, h);
+            let query = a.q.row(b, h, start + t);
+            let d_out = a.grad.row(b, start + t, h);
             attention_weights(query, key, padding, scale, weights);
             for (j, ds) in d_scores.iter_mut().enumerate() {
                 *ds = dot(d_out, value(j));

@@ -273,6 +273,39 @@ pub trait Backend: burn::tensor::backend::Backend {
         causal_attention_backward_ops::<Self>(q, k, v, padding, grad)
     }
 
+    /// Causal attention of sequences packed end to end along the token axis, without padding:
+    /// sequence `i` is the `lengths[i]` tokens after those of sequences `0..i`, and attends to
+    /// its own tokens only. What [`Backend::causal_attention`] computes for each sequence
+    /// alone, without the rows a padded batch spends on padding. Its autodiff version has its
+    /// own backward, [`Backend::packed_causal_attention_backward`].
+    ///
+    /// # Shapes
+    /// - `q`: `[1, heads, total, head_dim]`, `k`, `v`: `[1, kv_heads, total, head_dim]` with
+    ///   `total = Σ lengths` → `[1, total, heads, head_dim]`
+    fn packed_causal_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        lengths: &[usize],
+    ) -> FloatTensor<Self> {
+        packed_causal_attention_ops::<Self>(q, k, v, lengths)
+    }
+
+    /// The gradients of [`Backend::packed_causal_attention`] given the output's: each
+    /// sequence's as [`Backend::causal_attention_backward`] gives them.
+    ///
+    /// # Shapes
+    /// - as [`Backend::packed_causal_attention`]'s inputs, `grad` like its output → like `q`, `k`, `v`
+    fn packed_causal_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        lengths: &[usize],
+        grad: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        packed_causal_attention_backward_ops::<Self>(q, k, v, lengths, grad)
+    }
+
     /// Per row of `logits`, the chosen token's log-probability and the entropy of the
     /// distribution `p = softmax(scale · z)`: `[log pₜ, H]` with
     /// `log pₜ = scale·zₜ − log Σⱼ exp(scale·zⱼ)` and `H = −Σⱼ pⱼ log pⱼ`.
@@ -690,6 +723,64 @@ pub(crate) fn causal_attention_backward_ops<B: burn::tensor::backend::Backend>(
     (raw(d_q), raw(fold(d_k)), raw(fold(d_v)))
 }
 
+/// Where each packed sequence starts, and its length.
+fn packed_spans(lengths: &[usize]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    lengths.iter().scan(0, |start, &len| {
+        *start += len;
+        Some((*start - len, len))
+    })
+}
+
+/// [`Backend::packed_causal_attention`] as one [`Backend::causal_attention`] per sequence.
+pub(crate) fn packed_causal_attention_ops<B: Backend>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    lengths: &[usize],
+) -> FloatTensor<B> {
+    let (q, k, v) = (float::<B, 4>(q), float::<B, 4>(k), float::<B, 4>(v));
+    let raw = |t: Tensor<B, 4>| t.into_primitive().tensor();
+    let outputs = packed_spans(lengths)
+        .map(|(start, len)| {
+            let part = |t: &Tensor<B, 4>| raw(t.clone().narrow(2, start, len));
+            float::<B, 4>(B::causal_attention(part(&q), part(&k), part(&v), None))
+        })
+        .collect();
+    raw(Tensor::cat(outputs, 1))
+}
+
+/// [`Backend::packed_causal_attention_backward`] as one [`Backend::causal_attention_backward`]
+/// per sequence.
+pub(crate) fn packed_causal_attention_backward_ops<B: Backend>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    lengths: &[usize],
+    grad: FloatTensor<B>,
+) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+    let (q, k, v, grad) = (
+        float::<B, 4>(q),
+        float::<B, 4>(k),
+        float::<B, 4>(v),
+        float::<B, 4>(grad),
+    );
+    let raw = |t: Tensor<B, 4>| t.into_primitive().tensor();
+    let (mut d_q, mut d_k, mut d_v) = (Vec::new(), Vec::new(), Vec::new());
+    for (start, len) in packed_spans(lengths) {
+        let part = |t: &Tensor<B, 4>| raw(t.clone().narrow(2, start, len));
+        let grad = raw(grad.clone().narrow(1, start, len));
+        let (q, k, v) = B::causal_attention_backward(part(&q), part(&k), part(&v), None, grad);
+        d_q.push(float::<B, 4>(q));
+        d_k.push(float::<B, 4>(k));
+        d_v.push(float::<B, 4>(v));
+    }
+    (
+        raw(Tensor::cat(d_q, 2)),
+        raw(Tensor::cat(d_k, 2)),
+        raw(Tensor::cat(d_v, 2)),
+    )
+}
+
 /// [`Backend::log_prob_entropy`] in burn ops.
 pub(crate) fn log_prob_entropy_ops<B: burn::tensor::backend::Backend>(
     logits: FloatTensor<B>,
@@ -931,6 +1022,55 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
             OpsKind::UnTracked(prep) => {
                 prep.finish(B::causal_attention(q.primitive, k.primitive, v.primitive, padding))
             }
+        }
+    }
+
+    /// Packed attention with its own backward ([`Backend::packed_causal_attention_backward`]).
+    fn packed_causal_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        lengths: &[usize],
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct PackedAttention;
+
+        impl<B: Backend> Backward<B, 3> for PackedAttention {
+            /// `q`, `k`, `v` and the sequences' lengths.
+            type State = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, Vec<usize>);
+
+            fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let (q, k, v, lengths) = ops.state;
+                let grad = grads.consume::<B>(&ops.node);
+                let inputs = ops.parents.map(|node| node.map(|n| n.id));
+                let (d_q, d_k, d_v) = B::packed_causal_attention_backward(q, k, v, &lengths, grad);
+                register_inputs::<B, 3>(inputs, grads, [d_q, d_k, d_v]);
+            }
+        }
+
+        match PackedAttention
+            .prepare::<C>([q.node.clone(), k.node.clone(), v.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let state = (
+                    q.primitive.clone(),
+                    k.primitive.clone(),
+                    v.primitive.clone(),
+                    lengths.to_vec(),
+                );
+                prep.finish(
+                    state,
+                    B::packed_causal_attention(q.primitive, k.primitive, v.primitive, lengths),
+                )
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::packed_causal_attention(
+                q.primitive,
+                k.primitive,
+                v.primitive,
+                lengths,
+            )),
         }
     }
 
@@ -1180,11 +1320,12 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
 #[cfg(test)]
 mod tests {
     use burn::backend::{Autodiff, Flex};
+    use burn::tensor::ops::{FloatTensor, FloatTensorOps};
     use burn::tensor::{Distribution, Int, Tensor, TensorData, TensorPrimitive};
 
     use super::{
         Backend, cached_attention_ops, causal_attention_backward_ops, log_prob_entropy_backward_ops,
-        log_prob_entropy_ops, rope_ops,
+        log_prob_entropy_ops, packed_causal_attention_backward_ops, packed_causal_attention_ops, rope_ops,
     };
 
     type A = Autodiff<Flex>;
@@ -1495,6 +1636,105 @@ mod tests {
             }
             for (what, (a, b)) in ["generic ∂q", "generic ∂k", "generic ∂v"].iter().zip(case.generic_backward().iter().zip(&ops[1..])) {
                 assert_close(what, a, b, 1e-4);
+            }
+        }
+    }
+
+    /// How [`packed_attention`] computes packed attention.
+    #[derive(Clone, Copy)]
+    enum Packing {
+        /// The packed op, with its own backward.
+        Kernel,
+        /// [`packed_causal_attention_ops`]: one `causal_attention` per sequence (what CUDA runs).
+        Wrapper,
+        /// Each sequence's slice of the inputs through `causal_attention`, by hand.
+        Alone,
+    }
+
+    /// Packed attention's output and gradients `[y, ∂q, ∂k, ∂v]` for sequences of `lengths`
+    /// packed end to end, and the gradients of [`packed_causal_attention_backward_ops`] given the
+    /// same output gradient.
+    fn packed_attention(lengths: &[usize], heads: usize, kv_heads: usize, dim: usize, how: Packing) -> [Vec<f32>; 7] {
+        let _graph = crate::one_graph();
+        let device = Default::default();
+        let total: usize = lengths.iter().sum();
+        let random = |shape: [usize; 4], seed| {
+            <A as burn::tensor::backend::Backend>::seed(&device, seed);
+            Tensor::<A, 4>::random(shape, Distribution::Normal(0.0, 1.5), &device).require_grad()
+        };
+        // As the model lays them out: `q` and `v` transposed views of `[1, total, heads, dim]`.
+        let (q, k, v) = (
+            random([1, total, heads, dim], 1),
+            random([1, kv_heads, total, dim], 2),
+            random([1, total, kv_heads, dim], 3),
+        );
+        let weights = random([1, total, heads, dim], 4);
+        let raw = |t: Tensor<A, 4>| t.into_primitive().tensor();
+        let (qt, vt) = (q.clone().swap_dims(1, 2), v.clone().swap_dims(1, 2));
+        let y = match how {
+            Packing::Kernel => A::packed_causal_attention(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), lengths),
+            Packing::Wrapper => {
+                packed_causal_attention_ops::<A>(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), lengths)
+            }
+            Packing::Alone => {
+                let mut outputs = Vec::new();
+                let mut start = 0;
+                for &len in lengths {
+                    let part = |t: &Tensor<A, 4>| raw(t.clone().narrow(2, start, len));
+                    let y = A::causal_attention(part(&qt), part(&k), part(&vt), None);
+                    outputs.push(Tensor::<A, 4>::from_primitive(TensorPrimitive::Float(y)));
+                    start += len;
+                }
+                raw(Tensor::cat(outputs, 1))
+            }
+        };
+        let y = Tensor::<A, 4>::from_primitive(TensorPrimitive::Float(y));
+        let grads = (y.clone() * weights.clone()).sum().backward();
+        let values = |t: Tensor<Flex, 4>| t.into_data().to_vec::<f32>().unwrap();
+        let inner = |t: Tensor<A, 4>| t.inner().into_primitive().tensor();
+        let (d_q, d_k, d_v) = packed_causal_attention_backward_ops::<Flex>(
+            inner(qt),
+            inner(k.clone()),
+            inner(vt),
+            lengths,
+            inner(weights),
+        );
+        let back = |t: FloatTensor<Flex>| values(Tensor::<Flex, 4>::from_primitive(TensorPrimitive::Float(t)));
+        let swapped = |t: FloatTensor<Flex>| Flex::float_swap_dims(t, 1, 2);
+        [
+            values(y.inner()),
+            values(q.grad(&grads).unwrap()),
+            values(k.grad(&grads).unwrap()),
+            values(v.grad(&grads).unwrap()),
+            back(swapped(d_q)),
+            back(d_k),
+            back(swapped(d_v)),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(16))]
+
+        /// Each packed sequence attends to its own tokens only, exactly as it would alone, in
+        /// the kernel and in the per-sequence versions other backends run.
+        #[test]
+        fn packed_attention_equals_each_sequence_alone(
+            lengths in proptest::collection::vec(1usize..9, 1..5),
+            kv_heads in 1usize..3,
+            group in 1usize..4,
+            half_dim in 1usize..9,
+        ) {
+            let (heads, dim) = (kv_heads * group, 2 * half_dim);
+            let run = |how| packed_attention(&lengths, heads, kv_heads, dim, how);
+            let (kernel, wrapper, alone) = (run(Packing::Kernel), run(Packing::Wrapper), run(Packing::Alone));
+            let names = ["values", "∂q", "∂k", "∂v", "backward ∂q", "backward ∂k", "backward ∂v"];
+            for (i, what) in names.iter().enumerate() {
+                assert_close(what, &kernel[i], &alone[i], 1e-6);
+                assert_close(what, &wrapper[i], &alone[i], 1e-6);
+            }
+            // The backward alone, against the gradients autodiff found.
+            for i in 0..3 {
+                assert_close(names[4 + i], &kernel[4 + i], &kernel[1 + i], 1e-6);
             }
         }
     }

@@ -129,6 +129,11 @@ pub struct Context<'a, B: Backend> {
     pub positions: Tensor<B, 2, Int>,
     /// `true` where a token is padding, `[batch, seq]`; `None` when there is none.
     pub padding: Option<Tensor<B, 2, Bool>>,
+    /// The lengths of the sequences when the batch is one row of sequences packed end to end
+    /// (`[1, Σ lengths]` tokens, no padding, each attending to its own tokens only: see
+    /// [`Backend::packed_causal_attention`]); `None` for a batch of one sequence per row.
+    /// Training only: a cache holds one sequence per row.
+    pub packed: Option<&'a [usize]>,
     /// The model's projections concatenated (for inference; same results, fewer matrix
     /// products), or `None` to use its own weights (always, when training).
     pub fused: Option<&'a FusedProjections<B>>,
@@ -177,7 +182,10 @@ impl<B: Backend> Attention<B> {
                 B::cached_attention(raw(q), raw(k), raw(v), offset, padding)
             }
             // Training and scoring: whole sequences, with gradients on autodiff backends.
-            None => B::causal_attention(raw(q), raw(k), raw(v), padding),
+            None => match ctx.packed {
+                Some(lengths) => B::packed_causal_attention(raw(q), raw(k), raw(v), lengths),
+                None => B::causal_attention(raw(q), raw(k), raw(v), padding),
+            },
         };
         let out = Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(out));
         let out = out.reshape([batch, seq, h * d]);

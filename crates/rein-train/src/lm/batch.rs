@@ -5,7 +5,7 @@
 //! columns `P..P+C` of every row, and the logits that predict them in columns `P−1..P+C−1`.
 //! Positions count from each row's first real token, so padding changes nothing.
 
-use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 use rein_model::Backend;
 use rein_model::lm::{CausalLm, Context};
 
@@ -113,11 +113,71 @@ impl TokenBatch {
     }
 }
 
+/// A [`TokenBatch`]'s rows packed end to end without their padding, for one forward pass
+/// over `[1, Σ lengths]` tokens ([`Context::packed`]): every row's tokens up to its last
+/// completion token (which predicts nothing, so it is left out), and for each completion token
+/// the packed index of the hidden state that predicts it. A padded batch spends its rows on the
+/// padding too: GRPO's completions, right-padded to the longest, are a quarter padding when they
+/// stop at end-of-sequence (SmolLM2 on the benchmark's arithmetic, 46.5 of 64 tokens).
+#[derive(Debug, Clone, PartialEq)]
+struct PackedRows {
+    tokens: Vec<i64>,
+    positions: Vec<i64>,
+    /// Each row's token count (rows with none left out).
+    lengths: Vec<usize>,
+    /// Packed index of the hidden state predicting each completion token, in `[rows, C]` order.
+    predictors: Vec<i64>,
+    /// Where each of those goes in `[rows, C]`.
+    slots: Vec<i64>,
+}
+
+impl PackedRows {
+    fn new(batch: &TokenBatch) -> Self {
+        let (p, c) = (batch.prompt_width, batch.completion_width);
+        let width = p + c;
+        let mut packed = PackedRows {
+            tokens: Vec::new(),
+            positions: Vec::new(),
+            lengths: Vec::new(),
+            predictors: Vec::new(),
+            slots: Vec::new(),
+        };
+        for row in 0..batch.rows {
+            let padding = &batch.padding[row * width..(row + 1) * width];
+            let completion = padding[p..].iter().take_while(|&&pad| !pad).count();
+            // The first real token; an empty prompt keeps the padding slot before its
+            // completion, which predicts the completion's first token, as a sequence of its own
+            // (in the padded batch it attends to itself only, and nothing attends to it).
+            let real = padding.iter().position(|&pad| !pad).unwrap_or(width);
+            let first = real.min(p - 1);
+            let end = p + completion - 1;
+            let start = packed.tokens.len();
+            for col in first..end {
+                packed.tokens.push(batch.tokens[row * width + col]);
+                packed.positions.push(batch.positions[row * width + col]);
+            }
+            if first < real && end > first {
+                packed.lengths.push(1);
+            }
+            if end > real {
+                packed.lengths.push(end - real.max(first));
+            }
+            for j in 0..completion {
+                packed.predictors.push((start + p + j - 1 - first) as i64);
+                packed.slots.push((row * c + j) as i64);
+            }
+        }
+        packed
+    }
+}
+
 /// Per-token log-probabilities of the completion tokens under `softmax(logits / temperature)`,
-/// and optionally the entropy of that distribution at each completion position.
+/// and optionally the entropy of that distribution at each completion position. The model
+/// runs over the rows packed end to end ([`PackedRows`]): the same values as over the padded
+/// batch, without computing the padding.
 ///
 /// # Shapes
-/// → `[rows, C]` each (padding positions hold meaningless values; use the mask)
+/// → `[rows, C]` each (0 at padding positions)
 pub fn completion_log_probs<B: Backend>(
     model: &CausalLm<B>,
     batch: &TokenBatch,
@@ -125,33 +185,39 @@ pub fn completion_log_probs<B: Backend>(
     with_entropy: bool,
     device: &B::Device,
 ) -> (Tensor<B, 2>, Option<Tensor<B, 2>>) {
-    let (rows, p, c) = (batch.rows, batch.prompt_width, batch.completion_width);
-    let width = p + c;
-    let rope = model.rope(width, device);
-    let padding: Tensor<B, 2, Bool> = Tensor::<B, 2, Int>::from_data(
-        TensorData::new(
-            batch.padding.iter().map(|&b| i64::from(b)).collect::<Vec<_>>(),
-            [rows, width],
-        ),
-        device,
-    )
-    .bool();
+    let (rows, c) = (batch.rows, batch.completion_width);
+    let packed = PackedRows::new(batch);
+    if packed.predictors.is_empty() {
+        // No completion tokens at all: nothing to score.
+        let zeros = || Tensor::zeros([rows, c], device);
+        return (zeros(), with_entropy.then(zeros));
+    }
+    let total = packed.tokens.len();
+    let rope = model.rope(batch.prompt_width + c, device);
     let ctx = Context {
         rope: &rope,
-        positions: Tensor::from_data(TensorData::new(batch.positions.clone(), [rows, width]), device),
-        padding: Some(padding),
+        positions: Tensor::from_data(TensorData::new(packed.positions, [1, total]), device),
+        padding: None,
+        packed: Some(&packed.lengths),
         fused: None,
     };
-    let tokens = Tensor::from_data(TensorData::new(batch.tokens.clone(), [rows, width]), device);
-    let hidden = model.hidden(tokens, &ctx, None).narrow(1, p - 1, c);
+    let tokens = Tensor::from_data(TensorData::new(packed.tokens, [1, total]), device);
+    let hidden = model.hidden(tokens, &ctx, None);
     let width = hidden.dims()[2];
+    let predicted = packed.predictors.len();
+    let index = |values: Vec<i64>| Tensor::<B, 1, Int>::from_data(TensorData::new(values, [predicted]), device);
+    let hidden = hidden.reshape([total, width]).select(0, index(packed.predictors));
     let scale = if temperature != 1.0 && temperature > 0.0 {
         1.0 / temperature
     } else {
         1.0
     };
-    let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.targets.clone(), [rows * c]), device);
-    let out = model.log_prob_entropy(hidden.reshape([rows * c, width]), targets, scale);
+    let targets: Vec<i64> = (packed.slots.iter())
+        .map(|&slot| batch.targets[slot as usize])
+        .collect();
+    let out = model.log_prob_entropy(hidden, index(targets), scale);
+    let out =
+        Tensor::<B, 2>::zeros([rows * c, 2], device).select_assign(0, index(packed.slots), out, IndexingUpdateOp::Add);
     let log_prob = out.clone().narrow(1, 0, 1).reshape([rows, c]);
     let entropy = with_entropy.then(|| out.narrow(1, 1, 1).reshape([rows, c]));
     (log_prob, entropy)
@@ -173,5 +239,25 @@ mod tests {
         );
         assert_eq!(batch.completion_mask, vec![1.0, 0.0, 1.0, 1.0]);
         assert_eq!(batch.targets, vec![8, 0, 10, 11]);
+    }
+
+    #[test]
+    fn packing_drops_padding_and_last_tokens_and_finds_each_predictor() {
+        // Rows: [5 6 7 | 8 _], [_ _ 9 | 10 11], and an empty prompt [_ _ _ | 12 _].
+        let batch = TokenBatch::new(&[(&[5, 6, 7], &[8]), (&[9], &[10, 11]), (&[], &[12])], 0);
+        let packed = PackedRows::new(&batch);
+        // Row 0 keeps 5 6 7 (8 predicts nothing); row 1 keeps 9 10; row 2 keeps the padding
+        // slot before its completion, which predicts 12, alone.
+        assert_eq!(packed.tokens, vec![5, 6, 7, 9, 10, 0]);
+        assert_eq!(packed.positions, vec![0, 1, 2, 0, 1, 0]);
+        assert_eq!(packed.lengths, vec![3, 2, 1]);
+        assert_eq!(packed.predictors, vec![2, 3, 4, 5]);
+        assert_eq!(packed.slots, vec![0, 2, 3, 4]);
+        // An empty prompt before two completion tokens: the slot, then the first token alone.
+        let batch = TokenBatch::new(&[(&[5], &[8]), (&[], &[12, 13, 14])], 0);
+        let packed = PackedRows::new(&batch);
+        assert_eq!(packed.tokens, vec![5, 0, 12, 13]);
+        assert_eq!(packed.lengths, vec![1, 1, 2]);
+        assert_eq!(packed.predictors, vec![0, 1, 2, 3]);
     }
 }
