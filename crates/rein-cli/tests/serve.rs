@@ -139,7 +139,10 @@ fn two_servers_train_as_the_native_sampler_does() {
     let run = only_run(&runs);
     // The servers batch requests as they arrive, so a prompt's padding (and with it the float
     // summation order over attention keys) can differ from the trainer's batch: the sampled
-    // tokens are the same, their log-probabilities equal to the last bits.
+    // tokens are the same, their log-probabilities equal to the last bits. The trainer scores
+    // its rows packed without padding, so neither run's sampler agrees with it to the bit: the
+    // policy loss, whose exact value here is 0 (ratios of 1, advantages summing to 0 in each
+    // group), is float noise of ~1e-8 in both, hence the absolute floor of 1e-7.
     let (http, native_metrics) = (
         common::metrics_without_timings(&run),
         common::metrics_without_timings(&native),
@@ -155,7 +158,7 @@ fn two_servers_train_as_the_native_sampler_does() {
         for key in keys {
             match (a.get(key).and_then(|v| v.as_f64()), b.get(key).and_then(|v| v.as_f64())) {
                 (Some(x), Some(y)) => assert!(
-                    (x - y).abs() <= 1e-5 * x.abs().max(y.abs()).max(1e-3),
+                    (x - y).abs() <= 1e-5 * x.abs().max(y.abs()).max(1e-2),
                     "{key}: {x} (http) vs {y} (native) at {a}"
                 ),
                 _ => assert_eq!(a.get(key), b.get(key), "{key} differs between http and native at {a}"),
