@@ -433,6 +433,10 @@ impl RegisterRun<'_> {
             let rows = p0..b.rows.min(p0 + b.block);
             // This block's scales and offsets, each the `8·NV` values at `at`.
             let at = first + blk * GROUP;
+            prefetch_ahead(&b.scales[at..]);
+            if let Some(offsets) = &b.offsets {
+                prefetch_ahead(&offsets[at..]);
+            }
             let load = |v: &[f32]| -> [__m256; NV] {
                 let v = &v[at..at + 8 * NV];
                 // SAFETY: `8·j + 8 <= 8·NV`, the slice's length.
@@ -449,6 +453,7 @@ impl RegisterRun<'_> {
                     let (mask, low) = (_mm_set1_epi8(0x0F), _mm256_set1_ps(f32::from(*low)));
                     let shift = _mm_cvtsi32_si128(shift as i32);
                     for (p, run) in rows.zip(runs) {
+                        prefetch_ahead(run);
                         // SAFETY: `run` holds 16 bytes.
                         let run = unsafe { _mm_loadu_si128(run.as_ptr().cast()) };
                         // The low nibbles are the group's first 16 columns, the high its last.
@@ -473,6 +478,7 @@ impl RegisterRun<'_> {
                     let start = b.byte_at(p0, c0 - lane);
                     let runs = codes[start..start + GROUP * rows.len()].chunks_exact(GROUP);
                     for (p, run) in rows.zip(runs) {
+                        prefetch_ahead(run);
                         let run = &run[lane..lane + 8 * NV];
                         for (v, w) in w.iter_mut().enumerate() {
                             // SAFETY: `8·v + 8 <= 8·NV`, the run's length.
@@ -528,6 +534,10 @@ impl RegisterRun<'_> {
         for (blk, p0) in (0..b.rows).step_by(b.block).enumerate() {
             let rows = p0..b.rows.min(p0 + b.block);
             let at = first + blk * GROUP;
+            prefetch_ahead(&b.scales[at..]);
+            if let Some(offsets) = &b.offsets {
+                prefetch_ahead(&offsets[at..]);
+            }
             let load = |v: &[f32]| -> [__m512; NV] {
                 let v = &v[at..at + 16 * NV];
                 // SAFETY: `16·j + 16 <= 16·NV`, the slice's length.
@@ -543,6 +553,7 @@ impl RegisterRun<'_> {
                     let (mask, low) = (_mm512_set1_epi32(0x0F), _mm512_set1_ps(f32::from(*low)));
                     let shift = _mm_cvtsi32_si128(shift as i32);
                     for (p, run) in rows.zip(runs) {
+                        prefetch_ahead(run);
                         // SAFETY: `run` holds 16 bytes.
                         let run = _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(run.as_ptr().cast()) });
                         // The low nibbles are the group's first 16 columns, the high its last
@@ -563,6 +574,7 @@ impl RegisterRun<'_> {
                     let start = b.byte_at(p0, c0 - lane);
                     let runs = codes[start..start + GROUP * rows.len()].chunks_exact(GROUP);
                     for (p, run) in rows.zip(runs) {
+                        prefetch_ahead(run);
                         let run = &run[lane..lane + 16 * NV];
                         for (v, w) in w.iter_mut().enumerate() {
                             // SAFETY: `16·v + 16 <= 16·NV`, the run's length.
@@ -577,6 +589,22 @@ impl RegisterRun<'_> {
         }
     }
 }
+
+/// Asks for the bytes [`PREFETCH_BYTES`] past the start of `run` (a row of codes, or a block's
+/// scales) to be brought into the cache. A packed product of a few rows reads each code once,
+/// in order: without the hint, decoding one SmolLM2 token read its packed weights from memory
+/// at 5 GB/s on a 2-core Xeon where the same products on cached weights ran 4× faster.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_ahead<T>(run: &[T]) {
+    let at = run.as_ptr().cast::<u8>().wrapping_add(PREFETCH_BYTES);
+    // SAFETY: a prefetch is a hint; it neither faults nor reads into the program.
+    unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast()) };
+}
+
+/// How far ahead of the codes a packed product reads [`prefetch_ahead`] asks for.
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_BYTES: usize = 1024;
 
 /// `acc[i][v] ← fma(a[i], w[v], acc[i][v])`, sixteen lanes at a time.
 #[cfg(target_arch = "x86_64")]
