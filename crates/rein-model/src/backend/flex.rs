@@ -354,25 +354,10 @@ impl Backend for Flex {
         if q.dtype() != DType::F32 || k.dtype() != DType::F32 || v.dtype() != DType::F32 || generic_ops() {
             return cached_attention_ops::<Self>(q, k, v, offset, padding);
         }
-        let [batch, heads, seq, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
-        let kv_heads = dims(&k)[1];
-        let keys = offset + seq;
-        let (q, k, v) = (readable(q), readable(k), readable(v));
+        let [batch, _, seq, _] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
         let padding = padding.map(|p| p.to_contiguous());
-        let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * keys]);
-        let attend = Attend {
-            q: Rows::of(&q),
-            k: Rows::of(&k),
-            v: Rows::of(&v),
-            padding,
-            heads,
-            kv_heads,
-            offset,
-            dim,
-        };
-        let mut out = vec![0.0f32; batch * seq * heads * dim];
-        attend.all(&Span::padded(batch, seq), &mut out);
-        tensor(out, &[batch, seq, heads, dim])
+        let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * (offset + seq)]);
+        attention(q, k, v, padding, offset, &Span::padded(batch, seq))
     }
 
     fn log_prob_entropy(logits: FloatTensor<Self>, targets: IntTensor<Self>, scale: f32) -> FloatTensor<Self> {
@@ -425,22 +410,7 @@ impl Backend for Flex {
         if [&q, &k, &v].iter().any(|t| t.dtype() != DType::F32) || generic_ops() {
             return packed_causal_attention_ops::<Self>(q, k, v, lengths);
         }
-        let [_, heads, total, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
-        let kv_heads = dims(&k)[1];
-        let (q, k, v) = (readable(q), readable(k), readable(v));
-        let attend = Attend {
-            q: Rows::of(&q),
-            k: Rows::of(&k),
-            v: Rows::of(&v),
-            padding: None,
-            heads,
-            kv_heads,
-            offset: 0,
-            dim,
-        };
-        let mut out = vec![0.0f32; total * heads * dim];
-        attend.all(&Span::packed(lengths), &mut out);
-        tensor(out, &[1, total, heads, dim])
+        attention(q, k, v, None, 0, &Span::packed(lengths))
     }
 
     fn packed_causal_attention_backward(
@@ -471,6 +441,34 @@ impl Backend for Flex {
         let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * seq]);
         attention_backward(q, k, v, padding, grad, &Span::padded(batch, seq))
     }
+}
+
+/// [`Backend::cached_attention`] of the sequences `spans` (a padded batch, or sequences packed
+/// end to end): `[batch, seq, heads, dim]`, like `q`'s `[batch, heads, seq, dim]`.
+fn attention(
+    q: FlexTensor,
+    k: FlexTensor,
+    v: FlexTensor,
+    padding: Option<&[u8]>,
+    offset: usize,
+    spans: &[Span],
+) -> FlexTensor {
+    let [batch, heads, seq, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
+    let kv_heads = dims(&k)[1];
+    let (q, k, v) = (readable(q), readable(k), readable(v));
+    let attend = Attend {
+        q: Rows::of(&q),
+        k: Rows::of(&k),
+        v: Rows::of(&v),
+        padding,
+        heads,
+        kv_heads,
+        offset,
+        dim,
+    };
+    let mut out = vec![0.0f32; batch * seq * heads * dim];
+    attend.all(spans, &mut out);
+    tensor(out, &[batch, seq, heads, dim])
 }
 
 /// [`Backend::causal_attention_backward`] of the sequences `spans` (a padded batch, or
