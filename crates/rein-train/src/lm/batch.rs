@@ -123,7 +123,8 @@ impl TokenBatch {
 struct PackedRows {
     tokens: Vec<i64>,
     positions: Vec<i64>,
-    /// Each row's token count (rows with none left out).
+    /// Each sequence's token count: a row's (an empty prompt's padding slot is a sequence of
+    /// its own, followed by the rest of its row); rows with none are left out.
     lengths: Vec<usize>,
     /// Packed index of the hidden state predicting each completion token, in `[rows, C]` order.
     predictors: Vec<i64>,
