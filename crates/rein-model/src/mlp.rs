@@ -142,11 +142,15 @@ mod tests {
         .init::<Cpu>(&device);
         let w = mlp.layers[0].weight.val();
         let gram = w.clone().transpose().matmul(w).into_data().to_vec::<f32>().unwrap();
+        // burn orthogonalises in f32 a matrix drawn from its global generator, which the tests
+        // running alongside advance: the draw varies between runs, and a badly conditioned one
+        // leaves errors above 1e-4 (1.4e-4 seen in CI). Weights that are not orthogonal are off
+        // by O(1).
         for i in 0..16 {
             for j in 0..16 {
                 let expected = if i == j { 2.0 } else { 0.0 };
                 assert!(
-                    (gram[i * 16 + j] - expected).abs() < 1e-4,
+                    (gram[i * 16 + j] - expected).abs() < 1e-3,
                     "W^T W [{i},{j}] = {}",
                     gram[i * 16 + j]
                 );
