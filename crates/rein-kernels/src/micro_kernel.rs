@@ -213,7 +213,7 @@ const PREFETCH_ROWS: usize = 16;
 /// Hints that `len` floats from `at` will be read soon. Never reads them itself (a prefetch
 /// does not fault), so `at` may lie past the end of the matrix.
 #[inline(always)]
-fn prefetch(at: *const f32, len: usize) {
+pub(crate) fn prefetch(at: *const f32, len: usize) {
     #[cfg(target_arch = "x86_64")]
     for line in (0..len).step_by(16) {
         // SAFETY: a prefetch is a hint; it neither faults nor reads into the program.

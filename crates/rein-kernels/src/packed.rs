@@ -597,9 +597,7 @@ impl RegisterRun<'_> {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn prefetch_ahead<T>(run: &[T]) {
-    let at = run.as_ptr().cast::<u8>().wrapping_add(PREFETCH_BYTES);
-    // SAFETY: a prefetch is a hint; it neither faults nor reads into the program.
-    unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast()) };
+    crate::micro_kernel::prefetch(run.as_ptr().cast::<u8>().wrapping_add(PREFETCH_BYTES).cast(), 1);
 }
 
 /// How far ahead of the codes a packed product reads [`prefetch_ahead`] asks for.

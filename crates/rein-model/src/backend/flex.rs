@@ -14,8 +14,8 @@ use rein_kernels::{Init, Isa, MatRef, PackedMatrix, matmul, matmul_packed};
 use super::{
     Backend, cached_attention_ops, causal_attention_backward_ops, equals_packed_ops, generic_ops, linear_ops,
     log_prob_entropy_backward_ops, log_prob_entropy_ops, lora_linear_backward_ops, lora_linear_ops,
-    packed_causal_attention_backward_ops, packed_causal_attention_ops, packed_linear_ops, rms_norm_backward_ops,
-    rms_norm_ops, rope_ops, swiglu_backward_ops, swiglu_ops, tanh_backward_ops, write_cache_ops,
+    packed_causal_attention_backward_ops, packed_causal_attention_ops, packed_linear_ops, packed_spans,
+    rms_norm_backward_ops, rms_norm_ops, rope_ops, swiglu_backward_ops, swiglu_ops, tanh_backward_ops, write_cache_ops,
 };
 
 impl Backend for Flex {
@@ -454,18 +454,8 @@ fn attention(
     spans: &[Span],
 ) -> FlexTensor {
     let [batch, heads, seq, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
-    let kv_heads = dims(&k)[1];
     let (q, k, v) = (readable(q), readable(k), readable(v));
-    let attend = Attend {
-        q: Rows::of(&q),
-        k: Rows::of(&k),
-        v: Rows::of(&v),
-        padding,
-        heads,
-        kv_heads,
-        offset,
-        dim,
-    };
+    let attend = Attend::of(&q, &k, &v, padding, offset);
     let mut out = vec![0.0f32; batch * seq * heads * dim];
     attend.all(spans, &mut out);
     tensor(out, &[batch, seq, heads, dim])
@@ -485,14 +475,8 @@ fn attention_backward(
     let kv_heads = dims(&k)[1];
     let (q, k, v, grad) = (readable(q), readable(k), readable(v), readable(grad));
     let attend = AttendBackward {
-        q: Rows::of(&q),
-        k: Rows::of(&k),
-        v: Rows::of(&v),
+        inputs: Attend::of(&q, &k, &v, padding, 0),
         grad: Rows::of(&grad),
-        padding,
-        heads,
-        kv_heads,
-        dim,
     };
     let mut d_q = vec![0.0f32; batch * seq * heads * dim];
     let (mut d_k, mut d_v) = (
@@ -504,15 +488,10 @@ fn attention_backward(
     let d_k_blocks = split_into(&mut d_k, lengths().map(|n| n * kv_heads * dim));
     let d_v_blocks = split_into(&mut d_v, lengths().map(|n| n * kv_heads * dim));
     let blocks = spans.iter().zip(d_q_blocks).zip(d_k_blocks).zip(d_v_blocks);
-    let work: usize = lengths().map(|n| n * n).sum::<usize>() * heads * dim;
-    if work >= PARALLEL_WORK && !nested() {
-        blocks
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .for_each(|(((span, d_q), d_k), d_v)| attend.sequence(*span, d_q, d_k, d_v));
-    } else {
-        blocks.for_each(|(((span, d_q), d_k), d_v)| attend.sequence(*span, d_q, d_k, d_v));
-    }
+    let work = lengths().map(|n| n * n).sum::<usize>() * heads * dim;
+    for_each_sequence(blocks, work, |(((span, d_q), d_k), d_v)| {
+        attend.sequence(*span, d_q, d_k, d_v)
+    });
     // Written as `[batch, seq, heads, dim]`, the layout of the projections the inputs are
     // transposed views of: their gradients then reach those projections without a copy.
     let transposed = |values, heads| Flex::float_swap_dims(tensor(values, &[batch, seq, heads, dim]), 1, 2);
@@ -551,13 +530,19 @@ impl Span {
 
     /// Sequences of `lengths` tokens, end to end.
     fn packed(lengths: &[usize]) -> Vec<Span> {
-        let starts = lengths.iter().scan(0, |start, &len| {
-            *start += len;
-            Some(*start - len)
-        });
-        (starts.zip(lengths))
-            .map(|(start, &len)| Span { b: 0, start, len })
+        packed_spans(lengths)
+            .map(|(start, len)| Span { b: 0, start, len })
             .collect()
+    }
+}
+
+/// `f` on each sequence's item, on all threads when the sequences' `work` (multiply-adds) is
+/// large enough and this thread is not already one of several parallel tasks.
+fn for_each_sequence<T: Send>(items: impl Iterator<Item = T>, work: usize, f: impl Fn(T) + Sync + Send) {
+    if work >= PARALLEL_WORK && !nested() {
+        items.collect::<Vec<_>>().into_par_iter().for_each(f);
+    } else {
+        items.for_each(f);
     }
 }
 
@@ -730,20 +715,29 @@ fn readable(x: FlexTensor) -> FlexTensor {
     }
 }
 
-impl Attend<'_> {
+impl<'a> Attend<'a> {
+    /// The inputs `q`, `k`, `v` ([`readable`] ones) as [`Attend`] reads them.
+    fn of(q: &'a FlexTensor, k: &'a FlexTensor, v: &'a FlexTensor, padding: Option<&'a [u8]>, offset: usize) -> Self {
+        let [_, heads, _, dim] = <[usize; 4]>::try_from(dims(q)).expect("4-D queries");
+        Attend {
+            q: Rows::of(q),
+            k: Rows::of(k),
+            v: Rows::of(v),
+            padding,
+            heads,
+            kv_heads: dims(k)[1],
+            offset,
+            dim,
+        }
+    }
+
     /// The attention of every sequence of `spans` into `out`, `[seq, heads, dim]` blocks one
     /// after the other, on all threads when there is enough work.
     fn all(&self, spans: &[Span], out: &mut [f32]) {
         let block = |span: &Span| span.len * self.heads * self.dim;
         let blocks = spans.iter().zip(split_into(out, spans.iter().map(block)));
-        let work: usize = spans.iter().map(|s| block(s) * (self.offset + s.len)).sum();
-        if work >= PARALLEL_WORK && !nested() {
-            (blocks.collect::<Vec<_>>())
-                .into_par_iter()
-                .for_each(|(span, out)| self.sequence(*span, out));
-        } else {
-            blocks.for_each(|(span, out)| self.sequence(*span, out));
-        }
+        let work = spans.iter().map(|s| block(s) * (self.offset + s.len)).sum();
+        for_each_sequence(blocks, work, |(span, out)| self.sequence(*span, out));
     }
 
     /// Attention of the sequence `span` into its `[seq, heads, dim]` output block `out`.
@@ -820,14 +814,9 @@ fn attention_weights<'k>(
 /// [`Backend::causal_attention_backward`]'s inputs: `q` `[batch, heads, seq, dim]`, `k` and `v`
 /// `[batch, kv_heads, seq, dim]`, `grad` `[batch, seq, heads, dim]`, padding `[batch, seq]`.
 struct AttendBackward<'a> {
-    q: Rows<'a>,
-    k: Rows<'a>,
-    v: Rows<'a>,
+    /// `q`, `k`, `v` and the padding, at offset 0.
+    inputs: Attend<'a>,
     grad: Rows<'a>,
-    padding: Option<&'a [u8]>,
-    heads: usize,
-    kv_heads: usize,
-    dim: usize,
 }
 
 impl AttendBackward<'_> {
@@ -843,7 +832,14 @@ impl AttendBackward<'_> {
 /// recomputed as the forward pass computed them, then `∂sⱼ = pⱼ (∂O·vⱼ − Σᵢ pᵢ ∂O·vᵢ)`, and
 /// `∂q += ∂sⱼ kⱼ/√d`, `∂kⱼ += ∂sⱼ q/√d`, `∂vⱼ += pⱼ ∂O` over the keys it sees.
 #[inline(always)]
-fn attention_backward_sequence(a: &AttendBackward<'_>, span: Span, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) {
+fn attention_backward_sequence(
+    backward: &AttendBackward<'_>,
+    span: Span,
+    d_q: &mut [f32],
+    d_k: &mut [f32],
+    d_v: &mut [f32],
+) {
+    let (a, grad) = (&backward.inputs, &backward.grad);
     let (dim, heads, kv_heads) = (a.dim, a.heads, a.kv_heads);
     let Span { b, start, len: seq } = span;
     let group = heads / kv_heads;
@@ -856,7 +852,7 @@ fn attention_backward_sequence(a: &AttendBackward<'_>, span: Span, d_q: &mut [f3
         for t in 0..seq {
             let (weights, d_scores) = (&mut weights[..=t], &mut d_scores[..=t]);
             let query = a.q.row(b, h, start + t);
-            let d_out = a.grad.row(b, start + t, h);
+            let d_out = grad.row(b, start + t, h);
             attention_weights(query, key, padding, scale, weights);
             for (j, ds) in d_scores.iter_mut().enumerate() {
                 *ds = dot(d_out, value(j));

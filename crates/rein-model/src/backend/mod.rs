@@ -724,7 +724,7 @@ pub(crate) fn causal_attention_backward_ops<B: burn::tensor::backend::Backend>(
 }
 
 /// Where each packed sequence starts, and its length.
-fn packed_spans(lengths: &[usize]) -> impl Iterator<Item = (usize, usize)> + '_ {
+pub(crate) fn packed_spans(lengths: &[usize]) -> impl Iterator<Item = (usize, usize)> + '_ {
     lengths.iter().scan(0, |start, &len| {
         *start += len;
         Some((*start - len, len))
