@@ -1,33 +1,64 @@
 """TRL `GRPOTrainer` seconds per step for `cargo xtask bench grpo`, on the same checkpoint as
-rein's case (in Hugging Face format), the same prompts and the same settings: 8 prompts x
-COMPLETIONS completions of up to MAX_TOKENS new tokens, beta = 0, one gradient step per batch,
-AdamW (LR, eps 1e-8, no weight decay), gradient clipping at 1.0, 2 torch threads; with
---lora-rank, PEFT LoRA adapters of that rank and alpha on every linear layer ("all-linear"),
-the base frozen, as rein's `[lora]`.
+rein's case (in Hugging Face format), the same prompts and the same settings as rein's side
+(benches/src/grpo.rs): 8 prompts x COMPLETIONS completions of up to MAX_TOKENS new tokens
+(sampling at temperature 1, no top-k / top-p / min-p, stopping at end-of-sequence), beta = 0
+(no reference model), one gradient step per batch (num_iterations 1), clipping epsilon 0.2 on
+both sides, rewards scaled by the group's std, loss aggregated per sequence then over
+sequences (TRL's loss_type "grpo" = rein's default `seq-mean-token-mean`; TRL's own default
+is "dapo"), AdamW (LR constant, eps 1e-8, no weight decay), gradient clipping at 1.0, float32,
+`--threads` torch threads; with --lora-rank, PEFT LoRA adapters of that rank and alpha on every
+linear layer ("all-linear", no dropout), the base frozen, as rein's `[lora]`.
 
-The reward is the same check as rein's `math-answer` plugin (the text in <answer> equals the
-reference), in plain Python, as TRL calls reward functions.
+Gradient checkpointing: TRL 1.x turns it on by default (`gradient_checkpointing=True` in
+trl/trainer/base_config.py), which recomputes every forward in the backward pass (and in
+older TRL also dropped the KV cache while generating in training mode, TRL issue #3683).
+rein does not checkpoint, so this peer runs TRL with `gradient_checkpointing=False`;
+`--gradient-checkpointing` reproduces TRL's default, for a second row.
 
-Usage: trl_grpo.py CHECKPOINT_DIR PROMPTS_JSONL STEPS [--completions 8] [--max-tokens 32]
-       [--lr 1e-5] [--lora-rank R --lora-alpha A]
-prints one JSON object: the median step time after the first step, the mean completion
-length over those steps, the process's peak resident memory and the versions.
+The reward is the same check as rein's `math-answer` plugin with `extract = "answer"` (the text
+in <answer> equals the reference), in plain Python, as TRL calls reward functions.
+
+Steps: `max_steps = warmup + steps`; a step is timed from `on_step_begin` to `on_step_end`
+(generation, reward, loss, backward, optimiser); the first `--warmup` steps are left out and
+the figure is the true median of the other `--steps`.
+
+Usage: trl_grpo.py CHECKPOINT_DIR PROMPTS_JSONL [--steps 3] [--warmup 1] [--completions 8]
+       [--max-tokens 32] [--lr 1e-5] [--lora-rank R --lora-alpha A]
+       [--gradient-checkpointing] [--threads 2]
+PROMPTS_JSONL: one {"prompt": text, "answer": text} per line; at least 8 * (warmup + steps).
+Prints one JSON object: {"seconds_per_step", "step_seconds", "warmup_seconds", "steps",
+"warmup", "mean_completion_tokens", "completion_tokens", "peak_rss_mib",
+"gradient_checkpointing", "checkpointing_active" (the model's own flag after training),
+"loss_type", "lora_rank", "threads", "blas", "versions"}.
 """
 
-import argparse
-import json
-import re
-import resource
-import time
+import pathlib
+import sys
 
-import torch
-import transformers
-import trl
-from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-from trl import GRPOConfig, GRPOTrainer
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import peer_common  # noqa: E402
+
+if __name__ == "__main__":
+    peer_common.limit_threads()
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import resource  # noqa: E402
+import time  # noqa: E402
+
+import accelerate  # noqa: E402
+import datasets  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+import trl  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
+PROMPTS_PER_STEP = 8
 
 
 def correct(completions, answer, **_):
@@ -50,24 +81,35 @@ class StepTimes(TrainerCallback):
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint")
     parser.add_argument("prompts")
-    parser.add_argument("steps", type=int)
+    peer_common.add_step_arguments(parser, steps=3)
     parser.add_argument("--completions", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--lora-rank", type=int)
     parser.add_argument("--lora-alpha", type=float)
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="TRL's default (recomputes the forward in the backward); off unless given",
+    )
+    parser.add_argument("--output-dir", default="target/bench/trl-grpo", help="TRL's output_dir (nothing is saved)")
+    peer_common.add_threads_argument(parser)
     args = parser.parse_args()
-    torch.set_num_threads(2)
-    rows = [json.loads(line) for line in open(args.prompts)]
+    out = peer_common.Stdout()
+    peer_common.configure_torch(torch, args.threads)
+    total_steps = args.warmup + args.steps
+    rows = [json.loads(line) for line in open(args.prompts, encoding="utf-8") if line.strip()]
+    if len(rows) < PROMPTS_PER_STEP * total_steps:
+        peer_common.log(f"warning: {len(rows)} prompts for {total_steps} steps of {PROMPTS_PER_STEP}: some repeat")
     dataset = Dataset.from_list(rows)
     tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32)
-    peft_config, versions = None, {}
+    peft_config, used = None, [torch, transformers, trl, datasets, accelerate]
     if args.lora_rank:
         import peft
 
@@ -78,20 +120,36 @@ def main():
             target_modules="all-linear",
             task_type="CAUSAL_LM",
         )
-        versions["peft"] = peft.__version__
+        used.append(peft)
+    # transformers 5.x renamed the argument (the old name is a deprecated alias); TRL's default
+    # (True) is set on the old one. Both are set, where both exist, to the same value.
+    checkpointing = {"gradient_checkpointing": args.gradient_checkpointing}
+    if "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}:
+        checkpointing["activation_checkpointing"] = args.gradient_checkpointing
     config = GRPOConfig(
-        output_dir="target/bench/trl-grpo",
-        per_device_train_batch_size=8 * args.completions,
+        **checkpointing,
+        output_dir=args.output_dir,
+        per_device_train_batch_size=PROMPTS_PER_STEP * args.completions,
         num_generations=args.completions,
         max_completion_length=args.max_tokens,
         temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        min_p=None,
+        repetition_penalty=1.0,
         beta=0.0,
+        num_iterations=1,
+        epsilon=0.2,
+        epsilon_high=0.2,
+        scale_rewards="group",
+        loss_type="grpo",
+        mask_truncated_completions=False,
         learning_rate=args.lr,
         adam_epsilon=1e-8,
         weight_decay=0.0,
         max_grad_norm=1.0,
         lr_scheduler_type="constant",
-        max_steps=args.steps + 1,
+        max_steps=total_steps,
         logging_steps=1,
         save_strategy="no",
         report_to=[],
@@ -99,6 +157,7 @@ def main():
         bf16=False,
         seed=1,
         shuffle_dataset=False,
+        disable_tqdm=True,
     )
     timer = StepTimes()
     trainer = GRPOTrainer(
@@ -111,21 +170,35 @@ def main():
         peft_config=peft_config,
     )
     trainer.train()
-    measured = sorted(timer.times[1:])  # the first step warms up
+    # What the model did (the flag's effect, not the flag): Trainer enables it in train().
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    active = getattr(unwrapped, "is_activation_checkpointing", None)
+    if active is None:
+        active = getattr(unwrapped, "is_gradient_checkpointing", None)
     lengths = [
         entry["completions/mean_length"]
         for entry in trainer.state.log_history
         if "completions/mean_length" in entry
-    ][1:]
-    versions.update({"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__})
-    print(json.dumps({
-        "seconds_per_step": measured[len(measured) // 2],
-        "steps": len(measured),
-        "mean_completion_tokens": sum(lengths) / len(lengths) if lengths else None,
+    ]
+    timed, timed_lengths = timer.times[args.warmup:], lengths[args.warmup:]
+    out.emit({
+        "seconds_per_step": peer_common.median(timed),
+        "step_seconds": timed,
+        "warmup_seconds": timer.times[: args.warmup],
+        "steps": len(timed),
+        "warmup": args.warmup,
+        "mean_completion_tokens": sum(timed_lengths) / len(timed_lengths) if timed_lengths else None,
+        "completion_tokens": timed_lengths,
         # The process's peak resident set (Linux reports KiB).
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "versions": versions,
-    }))
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "checkpointing_active": active,
+        "loss_type": config.loss_type,
+        "lora_rank": args.lora_rank,
+        "threads": args.threads,
+        "blas": peer_common.torch_blas(torch),
+        "versions": peer_common.versions(*used),
+    })
 
 
 if __name__ == "__main__":
