@@ -15,7 +15,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::peft::{CONFIG_FILE, WEIGHTS_FILE, load_adapter, save_adapter};
 use rein_model::lm::{CausalLm, LoadError, load};
-use rein_sampler::{GenerationConfig, generate};
+use rein_sampler::{GenerationConfig, SeededRng, generate};
 use rein_train::lm::{TokenBatch, completion_log_probs};
 
 type B = Autodiff<Flex>;
@@ -93,7 +93,9 @@ fn the_base_fixture_gives_transformers_logits() {
 fn a_fresh_adapter_leaves_the_logits_unchanged() {
     B::seed(&Default::default(), 7);
     let model = base();
-    let adapted = model.clone().with_lora(&spec(&["all-linear"], 4), &Default::default());
+    let adapted = model
+        .clone()
+        .with_lora(&spec(&["all-linear"], 4), &mut SeededRng::new(1), &Default::default());
     for fused in [false, true] {
         assert_eq!(
             logits(&model, &inputs(), fused),
@@ -184,7 +186,7 @@ fn rein_writes_adapters_as_peft_does() {
 fn training_moves_only_the_adapters() {
     let device = Default::default();
     B::seed(&device, 3);
-    let model = base().with_lora(&spec(&["q_proj", "down_proj"], 2), &device);
+    let model = base().with_lora(&spec(&["q_proj", "down_proj"], 2), &mut SeededRng::new(2), &device);
     let before = model.clone();
     let batch = TokenBatch::new(&[(&[1, 5, 9], &[3, 7, 2]), (&[4, 4], &[8, 15, 16, 23])], 0);
     let (log_prob, _) = completion_log_probs(&model, &batch, 1.0, false, &device);

@@ -5,7 +5,7 @@
 mod common;
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Barrier;
 
 use rein_recipe::LoadedRecipe;
 
@@ -23,24 +23,12 @@ fn runs_dir(tag: &str) -> String {
     format!("train.runs_dir={:?}", dir.display().to_string())
 }
 
-/// The runs of this file take turns. Two PPO runs training at once in one process have twice
-/// drawn different numbers for the same seed (CI rehearsals on 2026-11-23 and -24: the first
-/// difference is in update 1's losses, after the model initialisation was already made
-/// race-free by `rein_model::seeded`). That is an open bug in what the runs share; these tests
-/// check a run on its own, as `cargo xtask run` starts it.
-static ONE_RUN_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn alone() -> MutexGuard<'static, ()> {
-    ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// Seeds every outcome test trains with: a recipe must reach its target on each, not on one
 /// lucky seed.
 const SEEDS: [u64; 3] = [1, 2, 3];
 
 #[test]
 fn ppo_solves_cartpole_on_every_seed() {
-    let _alone = alone();
     let mut eval_returns = Vec::new();
     for seed in SEEDS {
         let loaded = recipe(
@@ -84,7 +72,6 @@ fn ppo_solves_cartpole_on_every_seed() {
 
 #[test]
 fn ppo_solves_pendulum_on_every_seed() {
-    let _alone = alone();
     for seed in SEEDS {
         let loaded = recipe(
             "ppo-pendulum.toml",
@@ -96,9 +83,14 @@ fn ppo_solves_pendulum_on_every_seed() {
     }
 }
 
+/// Two runs with the same seed, training at the same time in two threads of one process while
+/// a third run with another seed trains beside them, write the same metrics and the same
+/// policy file: a run shares no random stream, and no state that changes its numbers, with
+/// the others in its process (a sweep in one process, a server beside a trainer, a library
+/// caller with two runs).
 #[test]
-fn the_same_seed_gives_the_same_metrics_and_files() {
-    let _alone = alone();
+fn same_seed_runs_in_one_process_are_identical_whatever_runs_beside_them() {
+    let start = Barrier::new(3);
     let run = |tag: &str, seed: u64| {
         let overrides = vec![
             runs_dir(tag),
@@ -107,21 +99,29 @@ fn the_same_seed_gives_the_same_metrics_and_files() {
             "train.stop_at_return=1000".to_string(),
             "train.eval_episodes=0".to_string(),
         ];
-        let outcome = rein_train::run_ppo(&recipe("ppo-cartpole.toml", &overrides), &plugin_dir(), true).unwrap();
+        let loaded = recipe("ppo-cartpole.toml", &overrides);
+        start.wait();
+        let outcome = rein_train::run_ppo(&loaded, &plugin_dir(), true).unwrap();
         let dir = outcome.run_dir.unwrap();
         let policy = std::fs::read(dir.join("policy.safetensors")).unwrap();
         (common::metrics_without_timings(&dir), policy)
     };
-    let (a, b) = (run("det-a", 1), run("det-b", 1));
+    let (a, b, c) = std::thread::scope(|s| {
+        let a = s.spawn(|| run("same-a", 1));
+        let c = s.spawn(|| run("other-c", 2));
+        let b = s.spawn(|| run("same-b", 1));
+        (a.join().unwrap(), b.join().unwrap(), c.join().unwrap())
+    });
     assert_eq!(a.0.len(), 24);
-    assert_eq!(a.0, b.0);
+    for (update, (x, y)) in a.0.iter().zip(&b.0).enumerate() {
+        assert_eq!(x, y, "update {}: two runs of seed 1 in one process differ", update + 1);
+    }
     assert!(a.1 == b.1, "the two policy.safetensors files differ");
-    assert_ne!(run("det-c", 2).0, a.0, "another seed gives another run");
+    assert_ne!(c.0, a.0, "another seed gives another run");
 }
 
 #[test]
 fn a_failing_env_plugin_stops_training_with_its_error() {
-    let _alone = alone();
     let overrides = vec![
         runs_dir("hostile"),
         format!(
@@ -142,7 +142,6 @@ fn a_failing_env_plugin_stops_training_with_its_error() {
 
 #[test]
 fn a_non_finite_loss_stops_at_its_update_and_keeps_the_checkpoints_before_it() {
-    let _alone = alone();
     // Rewards of 1e38 from the 41st step of each environment (update 3 of 16 steps) are finite,
     // so the host passes them, but the value loss overflows.
     let runs = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("runs-nan-{}", std::process::id()));

@@ -13,5 +13,5 @@ pub fn qwen2_3m<B: Backend>(device: &B::Device) -> anyhow::Result<CausalLm<B>> {
     }))
     .map_err(anyhow::Error::msg)?;
     B::seed(device, 0);
-    Ok(LmInit { config, std: 0.02 }.init::<B>(device))
+    Ok(LmInit { config, std: 0.02 }.init::<B>(&mut rein_core::SeededRng::new(1), device))
 }

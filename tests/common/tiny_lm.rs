@@ -17,5 +17,5 @@ pub fn tiny_model(seed: u64) -> CausalLm<Flex> {
     }))
     .unwrap();
     Flex::seed(&Default::default(), seed);
-    LmInit { config, std: 0.3 }.init::<Flex>(&Default::default())
+    LmInit { config, std: 0.3 }.init::<Flex>(&mut rein_core::SeededRng::new(1), &Default::default())
 }

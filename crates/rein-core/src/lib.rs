@@ -12,6 +12,7 @@ mod env;
 mod error;
 mod limits;
 mod reward;
+mod rng;
 mod text_env;
 mod tool;
 
@@ -26,6 +27,7 @@ pub use env::{
 pub use error::{FailureCounts, OutputError, PluginError, PluginErrorKind};
 pub use limits::{InvalidLimit, SandboxLimits};
 pub use reward::{CompletionScore, Group, GroupScores, RewardFn, validate_group_scores};
+pub use rng::SeededRng;
 pub use text_env::{
     ENV_ROLES, EpisodeStart, Message, Opening, Reply, TextEnv, Turn, validate_openings, validate_replies,
 };

@@ -2,6 +2,7 @@
 
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
+use rein_core::SeededRng;
 
 use crate::backend::Backend;
 
@@ -54,8 +55,9 @@ pub struct ActorCritic<B: Backend> {
 }
 
 impl ActorCriticConfig {
-    /// Builds the agent on `device`.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> ActorCritic<B> {
+    /// Builds the agent on `device`, its weights drawn from `rng` (the actor's, then the
+    /// critic's).
+    pub fn init<B: Backend>(&self, rng: &mut SeededRng, device: &B::Device) -> ActorCritic<B> {
         let mlp = |output, output_gain| MlpConfig {
             input: self.obs_dim,
             hidden: self.hidden.clone(),
@@ -69,8 +71,8 @@ impl ActorCriticConfig {
             ActionHead::Categorical(_) => None,
         };
         ActorCritic {
-            actor: mlp(self.head.outputs(), 0.01).init(device),
-            critic: mlp(1, 1.0).init(device),
+            actor: mlp(self.head.outputs(), 0.01).init(rng, device),
+            critic: mlp(1, 1.0).init(rng, device),
             log_std,
             head: self.head,
         }
@@ -121,7 +123,7 @@ mod tests {
                 activation: Activation::Tanh,
                 init_log_std: -0.5,
             };
-            let agent = config.init::<Cpu>(&device);
+            let agent = config.init::<Cpu>(&mut SeededRng::new(1), &device);
             let obs = Tensor::<Cpu, 2>::ones([5, 4], &device);
             let out = agent.actor(obs.clone());
             assert_eq!(out.dims(), [5, head.outputs()]);

@@ -21,14 +21,13 @@ pub mod lm;
 mod mlp;
 mod one_graph;
 pub mod packed_file;
+pub mod random;
 pub mod safetensors_file;
-mod seeded;
 
 pub use actor_critic::{ActionHead, ActorCritic, ActorCriticConfig};
 pub use backend::{AutodiffBackend, Backend, use_generic_ops};
 pub use mlp::{Activation, Mlp, MlpConfig};
 pub use one_graph::one_graph;
-pub use seeded::seeded;
 
 /// The default CPU backend for inference.
 pub type Cpu = burn::backend::Flex;

@@ -85,7 +85,7 @@ mod tests {
             hidden_gain: 1.0,
             output_gain: 1.0,
         }
-        .init::<Cpu>(&device);
+        .init::<Cpu>(&mut rein_core::SeededRng::new(1), &device);
         let dir = std::env::temp_dir().join(format!("rein-safetensors-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (a, b) = (dir.join("a.safetensors"), dir.join("b.safetensors"));

@@ -7,7 +7,7 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, activation};
 
-use crate::rng::SeededRng;
+use rein_core::SeededRng;
 
 /// Samples an action from one row of logits and returns it with its log-probability.
 /// `greedy` takes the most likely action instead (ties go to the lowest index).

@@ -7,7 +7,7 @@
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
-use crate::rng::SeededRng;
+use rein_core::SeededRng;
 
 const HALF_LOG_2PI: f64 = 0.918_938_533_204_672_7;
 

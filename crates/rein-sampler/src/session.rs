@@ -22,8 +22,8 @@ use rayon::prelude::*;
 use rein_model::Backend;
 use rein_model::lm::{CausalLm, Context, FusedProjections, KvCache, Rope};
 
-use crate::rng::SeededRng;
 use crate::token_choice::{FinishReason, GenerationConfig, choose};
+use rein_core::SeededRng;
 
 /// The tokens one sequence sampled in one turn.
 #[derive(Debug, Clone, PartialEq)]

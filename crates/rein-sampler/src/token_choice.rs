@@ -4,7 +4,7 @@
 //! of each sampled token is under the temperature-scaled distribution before filtering,
 //! `log softmax(z / T)`, which is what a policy-gradient loss recomputes.
 
-use crate::rng::SeededRng;
+use rein_core::SeededRng;
 
 /// How to generate.
 #[derive(Debug, Clone, PartialEq)]

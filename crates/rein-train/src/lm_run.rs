@@ -11,7 +11,7 @@ use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, load, save};
 use rein_model::{AutodiffBackend, Backend};
 use rein_plugin::{PluginRuntime, RewardPlugin};
-use rein_sampler::{Generator, HttpGenerator, HttpSettings, NativeGenerator};
+use rein_sampler::{Generator, HttpGenerator, HttpSettings, NativeGenerator, SeededRng};
 use serde_json::json;
 
 use crate::TrainError;
@@ -119,14 +119,13 @@ fn setup<B: Backend>(
         .ok_or_else(|| invalid(loaded, "data", "a language-model recipe needs a [data] section"))?;
 
     let lora = lora_spec(loaded)?;
-    let (model, tokenizer) = rein_model::seeded::<B, _>(device, recipe.seed, || {
-        let (model, tokenizer) = model_and_tokenizer::<B>(loaded, model_dir, device)?;
-        let model = match &lora {
-            Some(spec) => model.with_lora(spec, device),
-            None => model,
-        };
-        Ok::<_, TrainError>((model, tokenizer))
-    })?;
+    // Weights trained from scratch, then LoRA adapters, from the run's own generator.
+    let mut init_rng = SeededRng::new(recipe.seed);
+    let (model, tokenizer) = model_and_tokenizer::<B>(loaded, model_dir, &mut init_rng, device)?;
+    let model = match &lora {
+        Some(spec) => model.with_lora(spec, &mut init_rng, device),
+        None => model,
+    };
 
     // Data.
     let (train, test) = match (&data.task, &data.train) {
@@ -280,6 +279,7 @@ fn lora_spec(loaded: &LoadedRecipe) -> Result<Option<LoraSpec>, TrainError> {
 fn model_and_tokenizer<B: Backend>(
     loaded: &LoadedRecipe,
     model_dir: Option<&Path>,
+    rng: &mut SeededRng,
     device: &B::Device,
 ) -> Result<(CausalLm<B>, LmTokenizer), TrainError> {
     let recipe = &loaded.recipe;
@@ -315,7 +315,7 @@ fn model_and_tokenizer<B: Backend>(
                 config,
                 std: model_section.init_std,
             }
-            .init(device)
+            .init(rng, device)
         }
         (None, None, None) => {
             return Err(invalid(
@@ -504,7 +504,8 @@ impl<B: AutodiffBackend> Stages<'_, B> {
                 // Merged by SFT; the checkpoint's record has the base and the adapters apart.
                 model = load(&run.path().join("sft"), &self.device)?;
                 if let Some(spec) = lora_spec(self.loaded)? {
-                    model = model.with_lora(&spec, &self.device);
+                    // The checkpoint's adapters replace these.
+                    model = model.with_lora(&spec, &mut SeededRng::new(0), &self.device);
                 }
             }
             return Ok((model, stage));

@@ -2,11 +2,13 @@
 
 use burn::module::Param;
 use burn::nn::{Embedding, Linear};
-use burn::tensor::{Distribution, Tensor};
+use burn::tensor::Tensor;
+use rein_core::SeededRng;
 
 use super::config::LmConfig;
 use super::model::{Attention, CausalLm, DecoderLayer, Mlp, RmsNorm};
 use crate::backend::Backend;
+use crate::random;
 
 /// How to initialise a model from scratch: transformers' scheme, `N(0, std²)` weights, zero
 /// biases, unit norms.
@@ -19,39 +21,40 @@ pub struct LmInit {
 }
 
 impl LmInit {
-    /// Builds the model on `device` from the backend's (seeded) generator.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> CausalLm<B> {
+    /// Builds the model on `device`, its weights drawn from `rng`: layer by layer (q, k, v, o,
+    /// gate, up, down), then the embedding, then the output head when it is not tied.
+    pub fn init<B: Backend>(&self, rng: &mut SeededRng, device: &B::Device) -> CausalLm<B> {
         let c = &self.config;
-        let normal = |shape: [usize; 2]| Tensor::<B, 2>::random(shape, Distribution::Normal(0.0, self.std), device);
-        let linear = |input: usize, output: usize, bias: bool| Linear {
-            weight: Param::from_tensor(normal([input, output])),
+        let std = self.std;
+        let linear = |rng: &mut SeededRng, input: usize, output: usize, bias: bool| Linear {
+            weight: Param::from_tensor(random::normal::<B>(rng, [input, output], std, device)),
             bias: bias.then(|| Param::from_tensor(Tensor::zeros([output], device))),
         };
         let norm = || RmsNorm::new(Tensor::ones([c.hidden_size], device), c.rms_norm_eps);
         let (hidden, inter) = (c.hidden_size, c.intermediate_size);
         let (q_out, kv_out) = (c.num_attention_heads * c.head_dim(), c.kv_heads() * c.head_dim());
-        let layers = (0..c.num_hidden_layers)
-            .map(|_| DecoderLayer {
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        for _ in 0..c.num_hidden_layers {
+            let q = linear(rng, hidden, q_out, c.qkv_bias());
+            let k = linear(rng, hidden, kv_out, c.qkv_bias());
+            let v = linear(rng, hidden, kv_out, c.qkv_bias());
+            let o = linear(rng, q_out, hidden, c.o_bias());
+            let mlp = Mlp {
+                gate_proj: linear(rng, hidden, inter, c.mlp_bias),
+                up_proj: linear(rng, hidden, inter, c.mlp_bias),
+                down_proj: linear(rng, inter, hidden, c.mlp_bias),
+            };
+            layers.push(DecoderLayer {
                 input_layernorm: norm(),
-                self_attn: Attention::new(
-                    linear(hidden, q_out, c.qkv_bias()),
-                    linear(hidden, kv_out, c.qkv_bias()),
-                    linear(hidden, kv_out, c.qkv_bias()),
-                    linear(q_out, hidden, c.o_bias()),
-                    c,
-                ),
+                self_attn: Attention::new(q, k, v, o, c),
                 post_attention_layernorm: norm(),
-                mlp: Mlp {
-                    gate_proj: linear(hidden, inter, c.mlp_bias),
-                    up_proj: linear(hidden, inter, c.mlp_bias),
-                    down_proj: linear(inter, hidden, c.mlp_bias),
-                },
-            })
-            .collect();
+                mlp,
+            });
+        }
         let embed_tokens = Embedding {
-            weight: Param::from_tensor(normal([c.vocab_size, hidden])),
+            weight: Param::from_tensor(random::normal::<B>(rng, [c.vocab_size, hidden], std, device)),
         };
-        let lm_head = (!c.tie_word_embeddings).then(|| linear(hidden, c.vocab_size, false));
+        let lm_head = (!c.tie_word_embeddings).then(|| linear(rng, hidden, c.vocab_size, false));
         CausalLm::from_parts(c.clone(), embed_tokens, layers, norm(), lm_head)
     }
 }

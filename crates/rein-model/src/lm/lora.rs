@@ -9,12 +9,22 @@
 //! base weights ([`LoraAdapters`] in [`super::CausalLm::lora`]), which
 //! [`super::CausalLm::with_lora`] freezes: no gradients, no optimiser state for them.
 //! [`super::peft`] reads and writes adapters in PEFT's format.
+//!
+//! Dropout's masks come from the run, not from burn's process-wide generator: the trainer sets
+//! a key for each step ([`super::CausalLm::set_dropout_key`]), and the `n`-th mask an adapter
+//! draws after that comes from a generator seeded with the key, the adapter's place in the
+//! model and `n`. Masks then depend on the run's seed and step alone, also after a resume.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use burn::module::{Module, Param};
-use burn::nn::{Dropout, DropoutConfig, Linear};
-use burn::tensor::{Distribution, Tensor, TensorPrimitive};
+use burn::nn::Linear;
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+use rein_core::SeededRng;
 
 use crate::backend::{Backend, affine, linear};
+use crate::random;
 
 /// The linear layers of a decoder layer that can carry an adapter, by their Hugging Face names.
 pub const LINEAR_MODULES: [&str; 7] = [
@@ -97,17 +107,50 @@ pub struct Lora<B: Backend> {
     pub a: Param<Tensor<B, 2>>,
     /// `B`, `[r, out]`.
     pub b: Param<Tensor<B, 2>>,
-    dropout: Dropout,
+    #[module(skip)]
+    dropout: f64,
+    #[module(skip)]
+    masks: MaskStream,
     #[module(skip)]
     scale: f32,
+}
+
+/// Where an adapter's dropout masks come from (see the module's doc).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct MaskStream {
+    /// The adapter's place in the model (layer · 7 + module), fixed.
+    place: u64,
+    /// The key the trainer set for this step.
+    key: Arc<AtomicU64>,
+    /// Masks drawn since the key was set.
+    drawn: Arc<AtomicU64>,
+}
+
+impl MaskStream {
+    fn set_key(&self, key: u64) {
+        self.key.store(key, Ordering::Relaxed);
+        self.drawn.store(0, Ordering::Relaxed);
+    }
+
+    /// The next mask of `len` values: 0 with probability `p`, else `1/(1 − p)`.
+    fn next(&self, len: usize, p: f64) -> Vec<f32> {
+        let n = self.drawn.fetch_add(1, Ordering::Relaxed);
+        let key = self.key.load(Ordering::Relaxed);
+        let mut rng = SeededRng::new(
+            key ^ self.place.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ n.wrapping_mul(0xD1B5_4A32_D192_ED03),
+        );
+        let kept = (1.0 / (1.0 - p)) as f32;
+        (0..len).map(|_| if rng.uniform() < p { 0.0 } else { kept }).collect()
+    }
 }
 
 impl<B: Backend> Lora<B> {
     /// A fresh adapter as PEFT initialises one: `A` Kaiming-uniform (`U(±1/√in)`), `B` zero, so
     /// the layer's output is unchanged.
-    pub fn new(input: usize, output: usize, spec: &LoraSpec, device: &B::Device) -> Self {
+    /// `A` is drawn from `rng`.
+    pub fn new(input: usize, output: usize, spec: &LoraSpec, rng: &mut SeededRng, device: &B::Device) -> Self {
         let bound = 1.0 / (input as f64).sqrt();
-        let a = Tensor::random([input, spec.rank], Distribution::Uniform(-bound, bound), device);
+        let a = random::uniform(rng, [input, spec.rank], bound, device);
         Self::from_factors(a, Tensor::zeros([spec.rank, output], device), spec)
     }
 
@@ -116,9 +159,31 @@ impl<B: Backend> Lora<B> {
         Self {
             a: Param::from_tensor(a),
             b: Param::from_tensor(b),
-            dropout: DropoutConfig::new(spec.dropout).init(),
+            dropout: spec.dropout,
+            masks: MaskStream::default(),
             scale: spec.scale(),
         }
+    }
+
+    /// This adapter at `place` in its model (a different mask stream for each place).
+    pub(crate) fn at(mut self, place: u64) -> Self {
+        self.masks.place = place;
+        self
+    }
+
+    /// Starts this step's masks (see the module's doc).
+    pub(crate) fn set_dropout_key(&self, key: u64) {
+        self.masks.set_key(key);
+    }
+
+    /// `x` with dropout applied (only where gradients are recorded, as in training).
+    fn dropout(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        if self.dropout == 0.0 || !B::ad_enabled(&x.device()) {
+            return x;
+        }
+        let (shape, device) = (x.dims(), x.device());
+        let mask = self.masks.next(shape[0] * shape[1], self.dropout);
+        x * Tensor::from_data(TensorData::new(mask, shape), &device)
     }
 
     /// The update as one matrix, `(α/r) · A·B` (`[in, out]`), to merge into `W`.
@@ -131,7 +196,7 @@ impl<B: Backend> Lora<B> {
     /// # Shapes
     /// - `x`: `[rows, in]` → `[rows, out]`
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let down = affine(self.dropout.forward(x), self.a.val(), None);
+        let down = affine(self.dropout(x), self.a.val(), None);
         affine(down, self.b.val(), None).mul_scalar(self.scale)
     }
 }
@@ -143,7 +208,7 @@ impl<B: Backend> Lora<B> {
 /// - `x`: `[rows, in]` → `[rows, out]`
 pub(crate) fn adapted<B: Backend>(layer: &Linear<B>, adapter: Option<&Lora<B>>, x: Tensor<B, 2>) -> Tensor<B, 2> {
     match adapter {
-        Some(adapter) if adapter.dropout.prob > 0.0 && B::ad_enabled(&x.device()) => {
+        Some(adapter) if adapter.dropout > 0.0 && B::ad_enabled(&x.device()) => {
             linear(layer, x.clone()) + adapter.forward(x)
         }
         Some(adapter) => {
@@ -231,5 +296,18 @@ impl<B: Backend> LoraAdapters<B> {
     /// The spec.
     pub fn spec(&self) -> &LoraSpec {
         &self.spec
+    }
+
+    /// Starts a step's dropout masks: every adapter's next masks come from `key` (and its
+    /// place and how many it has drawn since). Trainers call this before each step's forward
+    /// passes with a key from the run's own generator.
+    pub fn set_dropout_key(&self, key: u64) {
+        for layer in &self.layers {
+            for (_, adapter) in layer.slots() {
+                if let Some(adapter) = adapter {
+                    adapter.set_dropout_key(key);
+                }
+            }
+        }
     }
 }

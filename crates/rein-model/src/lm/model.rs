@@ -11,6 +11,8 @@ use burn::module::{Module, Param};
 use burn::nn::{Embedding, Linear};
 use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive};
 
+use rein_core::SeededRng;
+
 use super::cache::{KvCache, LayerCache};
 use super::config::LmConfig;
 use super::fused::{FusedLayer, FusedProjections, PackedWeights, Projection};
@@ -309,9 +311,24 @@ impl<B: Backend> CausalLm<B> {
         self
     }
 
+    /// This model without the packed forms of its weights: it computes with its `f32` weights
+    /// (for a quantised file, the codes decoded), as a model loaded from `f32` safetensors.
+    pub fn without_packed(mut self) -> Self {
+        self.packed = None;
+        self
+    }
+
     /// The packed forms of its weights, if it has any.
     pub fn packed_weights(&self) -> Option<&PackedWeights> {
         self.packed.as_deref()
+    }
+
+    /// Starts a training step's LoRA dropout masks from `key` ([`LoraAdapters::set_dropout_key`]);
+    /// nothing without adapters.
+    pub fn set_dropout_key(&self, key: u64) {
+        if let Some(lora) = &self.lora {
+            lora.set_dropout_key(key);
+        }
     }
 
     /// The architecture.
@@ -321,16 +338,22 @@ impl<B: Backend> CausalLm<B> {
 
     /// This model with fresh LoRA adapters on the layers `spec` targets ([`Lora::new`]: the
     /// outputs are unchanged) and every base weight frozen: only the adapters get gradients,
-    /// so only they get optimiser state. Replaces any adapters it had.
-    pub fn with_lora(self, spec: &LoraSpec, device: &B::Device) -> Self {
+    /// so only they get optimiser state. Replaces any adapters it had. The adapters' `A`
+    /// factors are drawn from `rng`, layer by layer.
+    pub fn with_lora(self, spec: &LoraSpec, rng: &mut SeededRng, device: &B::Device) -> Self {
         let mut model = self.no_grad();
         let layers = model
             .layers
             .iter()
-            .map(|layer| {
+            .enumerate()
+            .map(|(i, layer)| {
+                let mut slot = 0;
                 let [q, k, v, o, gate, up, down] = layer.linears().map(|(name, linear)| {
                     let [input, output] = linear.weight.dims();
-                    spec.targets(name).then(|| Lora::new(input, output, spec, device))
+                    let place = (i * 7 + slot) as u64;
+                    slot += 1;
+                    spec.targets(name)
+                        .then(|| Lora::new(input, output, spec, rng, device).at(place))
                 });
                 LayerLora {
                     q_proj: q,

@@ -182,7 +182,8 @@ pub fn load_adapter<B: Backend>(model: CausalLm<B>, dir: &Path, device: &B::Devi
         return Err(adapter_error(&path, "no such file (an adapter directory holds it)"));
     }
     let weights = Weights::from_files(vec![path.clone()])?;
-    let mut model = model.with_lora(&spec, device);
+    // Every factor is replaced by the file's below: the draw does not matter.
+    let mut model = model.with_lora(&spec, &mut rein_core::SeededRng::new(0), device);
     let mut used = std::collections::HashSet::new();
     let Some(lora) = model.lora.as_mut() else {
         return Err(adapter_error(dir, "no adapters were made"));

@@ -558,6 +558,8 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
             .map(|lp| Tensor::<B, 2>::from_data(TensorData::new(lp, [rows, width]), &self.device));
         let mut record = Record::new();
         for update in 0..grpo.updates_per_batch.max(1) {
+            self.model
+                .set_dropout_key(generation_seed(self.ctx.seed ^ DROPOUT_SALT, step, update));
             let graph = rein_model::one_graph();
             let forward = phases.enter("forward", format!("the policy loss of {rows} completions"));
             let entropy_wanted = grpo.entropy_coef != 0.0;
@@ -784,8 +786,12 @@ impl<B: AutodiffBackend> Algorithm for Grpo<'_, B> {
     }
 }
 
-/// The sampler's seed for round `round` of step `step`: distinct for every (step, round).
-fn generation_seed(seed: u64, step: usize, round: usize) -> u64 {
+/// The sampler's seed for round `round` of step `step` (and LoRA dropout's key, from another
+/// `seed`, for update `round` of a step): distinct for every (step, round).
+/// Sets LoRA dropout's keys apart from the sampler's seeds.
+pub(crate) const DROPOUT_SALT: u64 = 0xD80F_0A7C;
+
+pub(crate) fn generation_seed(seed: u64, step: usize, round: usize) -> u64 {
     let mix = |mut z: u64| {
         // SplitMix64's finaliser.
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

@@ -287,7 +287,7 @@ mod tests {
             "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 8
         }))
         .unwrap();
-        LmInit { config, std: 0.1 }.init::<Flex>(&Default::default())
+        LmInit { config, std: 0.1 }.init::<Flex>(&mut rein_sampler::SeededRng::new(1), &Default::default())
     }
 
     fn job(step: usize) -> Job {

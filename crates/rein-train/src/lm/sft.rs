@@ -21,6 +21,7 @@ use serde_json::json;
 
 use super::Prompt;
 use super::batch::{TokenBatch, completion_log_probs};
+use super::grpo::{DROPOUT_SALT, generation_seed};
 use crate::TrainError;
 use crate::checkpoint::{Checkpoint, learner_sections};
 use crate::driver::{Algorithm, Record, Snapshot, Step};
@@ -42,6 +43,7 @@ pub struct Sft<'a, B: AutodiffBackend> {
     pad_id: u32,
     section: &'a SftSection,
     state: SftState,
+    seed: u64,
     device: B::Device,
 }
 
@@ -75,6 +77,7 @@ impl<'a, B: AutodiffBackend> Sft<'a, B> {
                 rng: SeededRng::new(seed ^ 0x5F7),
                 tokens_seen: 0,
             },
+            seed,
             device: device.clone(),
         })
     }
@@ -107,6 +110,8 @@ impl<B: AutodiffBackend> Algorithm for Sft<'_, B> {
             }
         }
         let mask = batch.mask::<B>(&self.device);
+        self.model
+            .set_dropout_key(generation_seed(self.seed ^ DROPOUT_SALT, step, 0));
         let graph = rein_model::one_graph();
         let (log_prob, _) = completion_log_probs(&self.model, &batch, 1.0, false, &self.device);
         let count = batch.completion_mask.iter().sum::<f32>().max(1.0);

@@ -395,7 +395,7 @@ impl<'a, B: AutodiffBackend> Ppo<'a, B> {
             activation: recipe.model.activation,
             init_log_std: recipe.model.init_log_std,
         };
-        let model: ActorCritic<B> = rein_model::seeded::<B, _>(device, recipe.seed, || config.init(device));
+        let model: ActorCritic<B> = config.init(&mut rng.fork(), device);
         let opt = &recipe.optimizer;
         let optim = AdamConfig::new()
             .with_beta_1(opt.beta1)
