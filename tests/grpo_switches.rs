@@ -1,4 +1,4 @@
-//! Each GRPO switch the README documents, observed in what a step does: the test fails when
+//! Each GRPO switch docs/algorithms.md documents, observed in what a step does: the test fails when
 //! the switch is made a no-op. One real step (or a few) on the tiny Qwen2 fixture, with a
 //! scripted reward in Rust so that which groups carry signal is known exactly.
 
@@ -9,8 +9,8 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 use rein_core::{
-    AdvantageKind, CompletionScore, EpisodeStart, Group, GroupScores, KlEstimator, Message, Opening, PluginError,
-    Reply, RewardFn, TextEnv, Turn,
+    AdvantageKind, Aggregation, CompletionScore, EpisodeStart, Group, GroupScores, KlEstimator, Message, Opening,
+    PluginError, RatioLevel, Reply, RewardFn, StdScaling, TextEnv, Turn,
 };
 use rein_model::lm::{CausalLm, LmTokenizer, load};
 use rein_recipe::{GrpoSection, OptimizerSection, SamplerSection};
@@ -241,6 +241,102 @@ fn kl_in_reward_subtracts_the_penalty_from_the_logged_reward() {
         in_loss.value(2, "train/reward/scripted"),
         "with the KL in the loss the reward is the rewards' alone"
     );
+}
+
+/// 0 or 1 alternately, scaled by the prompt's length: groups differ in spread, so whitening
+/// the batch is not normalising each group.
+fn graded(prompt: &str, i: usize) -> f64 {
+    (i % 2) as f64 * prompt.len() as f64 / 4.0
+}
+
+#[test]
+fn every_advantage_scaling_ratio_aggregation_and_kl_switch_changes_the_update() {
+    // Two updates per batch, so that the second one sees ratios away from 1 (where the token
+    // and sequence ratios part), and two steps, so that step 2 samples away from the reference
+    // (where the KL term has a gradient).
+    let base = GrpoSection {
+        updates_per_batch: 2,
+        ..grpo(2)
+    };
+    // A stop string the random model writes now and then: completions of several lengths,
+    // which tell the aggregations apart.
+    let sampler = || SamplerSection {
+        stop: vec!["e".into()],
+        ..sampler(12)
+    };
+    let reference = run(base.clone(), sampler(), &PROMPTS, graded);
+    let truncated = reference.value(1, "train/truncated_frac");
+    assert!(0.0 < truncated && truncated < 1.0, "truncated fraction {truncated}");
+    let switches = [
+        (
+            "advantage = rloo",
+            GrpoSection {
+                advantage: AdvantageKind::Rloo,
+                ..base.clone()
+            },
+        ),
+        (
+            "advantage = reinforce++",
+            GrpoSection {
+                advantage: AdvantageKind::ReinforcePp,
+                ..base.clone()
+            },
+        ),
+        (
+            "std_scaling = batch",
+            GrpoSection {
+                std_scaling: StdScaling::Batch,
+                ..base.clone()
+            },
+        ),
+        (
+            "std_scaling = none",
+            GrpoSection {
+                std_scaling: StdScaling::None,
+                ..base.clone()
+            },
+        ),
+        (
+            "ratio_level = sequence",
+            GrpoSection {
+                ratio_level: RatioLevel::Sequence,
+                ..base.clone()
+            },
+        ),
+        (
+            "aggregation = token-mean",
+            GrpoSection {
+                aggregation: Aggregation::TokenMean,
+                ..base.clone()
+            },
+        ),
+        (
+            "aggregation = seq-mean-token-sum-norm",
+            GrpoSection {
+                aggregation: Aggregation::SeqMeanTokenSumNorm,
+                ..base.clone()
+            },
+        ),
+        (
+            "kl_coef = 0.5",
+            GrpoSection {
+                kl_coef: 0.5,
+                ..base.clone()
+            },
+        ),
+        (
+            "updates_per_batch = 1",
+            GrpoSection {
+                updates_per_batch: 1,
+                ..base.clone()
+            },
+        ),
+    ];
+    for (switch, section) in switches {
+        let trace = run(section, sampler(), &PROMPTS, graded);
+        assert!(trace.moved(), "{switch}: the policy did not move");
+        assert!(trace.after != reference.after, "{switch} trains exactly as without it");
+    }
 }
 
 #[test]

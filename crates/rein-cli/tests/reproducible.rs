@@ -1,7 +1,9 @@
 //! Reproducibility across instruction sets: the same recipe and seed, run by `rein run` with
-//! `REIN_CPU` set to every instruction set this CPU has (scalar code, AVX2, AVX-512), writes the
-//! same metrics (timings aside) and byte-identical model files. On an AVX2 machine that compares
-//! scalar code with AVX2 code; on an AVX-512 machine all three.
+//! `REIN_CPU=native` (the widest kernels this CPU has) and with `REIN_CPU` set to every other
+//! instruction set it has, scalar code always among them, writes the same metrics (timings
+//! aside) and byte-identical model files. On an AVX2 machine that compares AVX2 with scalar
+//! code; on an AVX-512 machine AVX-512 with AVX2 and scalar code; on a machine with neither,
+//! two runs of the scalar code (native and forced).
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -16,7 +18,7 @@ fn root() -> PathBuf {
 }
 
 /// Runs `recipe` with `overrides` under `REIN_CPU=isa`; returns its run directory.
-fn run(recipe: &str, overrides: &[&str], isa: Isa, tag: &str) -> PathBuf {
+fn run(recipe: &str, overrides: &[&str], isa: &str, tag: &str) -> PathBuf {
     let runs = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("reproducible-{tag}-{isa}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&runs);
     let mut command = Command::new(env!("CARGO_BIN_EXE_rein"));
@@ -27,7 +29,7 @@ fn run(recipe: &str, overrides: &[&str], isa: Isa, tag: &str) -> PathBuf {
         .arg(common::plugin_path("math-answer").parent().unwrap())
         .arg("--set")
         .arg(format!("train.runs_dir={:?}", runs.display().to_string()))
-        .env("REIN_CPU", isa.name())
+        .env("REIN_CPU", isa)
         .env(
             "REIN_CACHE_DIR",
             Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"),
@@ -47,7 +49,17 @@ fn run(recipe: &str, overrides: &[&str], isa: Isa, tag: &str) -> PathBuf {
 /// Runs the recipe on every available instruction set and checks the metrics and `files` are
 /// equal to the first's.
 fn same_on_every_instruction_set(recipe: &str, overrides: &[&str], files: &[&str]) {
-    let isas = Isa::available();
+    // `native` is the widest level; every narrower one is forced, scalar code always.
+    let widest = Isa::detected();
+    let isas: Vec<&str> = std::iter::once("native")
+        .chain(
+            Isa::available()
+                .into_iter()
+                .filter(|&isa| isa != widest || isa == Isa::Scalar)
+                .map(Isa::name),
+        )
+        .collect();
+    assert!(isas.len() >= 2 && isas.contains(&"scalar"), "{isas:?}");
     let tag = recipe.trim_start_matches("recipes/").trim_end_matches(".toml");
     let first = run(recipe, overrides, isas[0], tag);
     let metrics = common::metrics_without_timings(&first);
