@@ -187,6 +187,14 @@ fn two_servers_train_as_the_native_sampler_does() {
         .collect();
     versions.sort();
     assert_eq!(versions, ["v000002", "v000003"]);
+    // Servers batch as requests arrive: the report does not promise a bit-identical rerun.
+    let report = std::fs::read_to_string(run.join("report.md")).unwrap();
+    assert!(
+        report.contains("**Not reproducible**") && report.contains("sampler.backend = \"http\""),
+        "{report}"
+    );
+    let native_report = std::fs::read_to_string(native.join("report.md")).unwrap();
+    assert!(native_report.contains("\nReproducible: "), "{native_report}");
 }
 
 /// Waits until `run`'s metrics hold a GRPO step, or the run ends.
@@ -290,6 +298,21 @@ fn asynchronous_grpo_trains_on_completions_at_most_one_version_old() {
         assert!(r["train/mismatch_kl"].as_f64().unwrap() >= 0.0);
         assert!(r["train/correction_capped_frac"].is_number());
     }
+    // The producer samples step k + 1 while step k trains: a run that never trained on an
+    // older policy would be synchronous whatever `max_staleness` says.
+    let lags: Vec<f64> = grpo
+        .iter()
+        .map(|r| r["train/policy_lag_max"].as_f64().unwrap())
+        .collect();
+    assert!(
+        lags.contains(&1.0),
+        "no step trained on completions one version old (lags {lags:?}): the run was synchronous"
+    );
+    let report = std::fs::read_to_string(only_run(&runs).join("report.md")).unwrap();
+    assert!(
+        report.contains("**Not reproducible**") && report.contains("max_staleness = 1"),
+        "{report}"
+    );
 }
 
 /// Python with the `openai` package `cargo xtask test` installs (`REIN_OPENAI_PYTHONPATH`, by

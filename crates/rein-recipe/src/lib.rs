@@ -91,11 +91,28 @@ impl LoadedRecipe {
     }
 
     /// What a run of this recipe can promise about reproducing itself: a line for `report.md`.
-    /// Runs are bit-identical for the same seed on any x86-64 CPU unless a plugin is given
-    /// the real clock.
+    /// A run is bit-identical for the same seed on any x86-64 CPU unless one of its settings
+    /// lets something outside the run decide a number; each such setting is named.
     pub fn reproducibility(&self) -> String {
-        let env = self.recipe.env.iter().map(|e| (&e.plugin, &e.limits));
-        let rewards = self.recipe.reward.iter().map(|r| (&r.plugin, &r.limits));
+        let causes = self.unreproducible_settings();
+        if causes.is_empty() {
+            "Reproducible: the same seed gives the same metrics and files on any x86-64 CPU \
+             (timings aside); plugins saw virtual clocks and completions came from the \
+             in-process sampler, synchronously."
+                .to_string()
+        } else {
+            format!(
+                "**Not reproducible**: runs of the same seed may differ because {}.",
+                causes.join("; and because ")
+            )
+        }
+    }
+
+    /// Each setting of this recipe that makes a run depend on more than its seed, with why.
+    pub fn unreproducible_settings(&self) -> Vec<String> {
+        let r = &self.recipe;
+        let env = r.env.iter().map(|e| (&e.plugin, &e.limits));
+        let rewards = r.reward.iter().map(|r| (&r.plugin, &r.limits));
         let agent = self.agent_plugins().map(|(_, entry)| (&entry.plugin, &entry.limits));
         let clocked: Vec<String> = env
             .chain(rewards)
@@ -103,17 +120,36 @@ impl LoadedRecipe {
             .filter(|(_, limits)| limits.real_clock)
             .map(|(plugin, _)| format!("`{plugin}`"))
             .collect();
-        if clocked.is_empty() {
-            "Reproducible: the same seed gives the same metrics and files on any x86-64 CPU \
-             (timings aside); plugins saw virtual clocks."
-                .to_string()
-        } else {
-            format!(
-                "**Not reproducible**: {} read the real clock (`real_clock = true`), so rewards \
-                 or observations may differ between runs of the same seed.",
-                clocked.join(", ")
-            )
+        let mut causes = Vec::new();
+        if r.device == Device::Cuda {
+            causes.push(
+                "it runs on a GPU (`device = \"cuda\"`), whose kernels are not bit-identical from run to run"
+                    .to_string(),
+            );
         }
+        if !clocked.is_empty() {
+            causes.push(format!(
+                "{} read the real clock (`real_clock = true`), so rewards or observations may differ",
+                clocked.join(", ")
+            ));
+        }
+        if let Algorithm::Grpo(grpo) = &r.algorithm {
+            if r.sampler.backend == rein_core::SamplerBackend::Http {
+                causes.push(
+                    "completions come from inference servers (`sampler.backend = \"http\"`), \
+                     whose sampling and batching are not deterministic by default"
+                        .to_string(),
+                );
+            }
+            if grpo.max_staleness > 0 {
+                causes.push(format!(
+                    "rollouts run ahead of training (`algorithm.max_staleness = {}`): which policy \
+                     version samples each step depends on timing",
+                    grpo.max_staleness
+                ));
+            }
+        }
+        causes
     }
 
     fn invalid(&self, path: &str, message: impl Into<String>) -> RecipeError {
@@ -599,6 +635,37 @@ mod tests {
     }
 
     #[test]
+    fn each_setting_that_breaks_reproducibility_is_named_in_the_report_line() {
+        let grpo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../recipes/grpo-arithmetic.toml");
+        let line = |overrides: &[&str]| {
+            let overrides: Vec<String> = overrides.iter().map(|o| o.to_string()).collect();
+            LoadedRecipe::load(&grpo, &overrides).unwrap().reproducibility()
+        };
+        assert!(line(&[]).starts_with("Reproducible"), "{}", line(&[]));
+        let http = line(&["sampler.backend=\"http\"", "sampler.urls=[\"http://127.0.0.1:30000\"]"]);
+        assert!(
+            http.starts_with("**Not reproducible**") && http.contains("sampler.backend = \"http\""),
+            "{http}"
+        );
+        let ahead = line(&["algorithm.max_staleness=1"]);
+        assert!(
+            ahead.starts_with("**Not reproducible**") && ahead.contains("max_staleness = 1"),
+            "{ahead}"
+        );
+        let all = line(&[
+            "algorithm.max_staleness=2",
+            "sampler.backend=\"http\"",
+            "sampler.urls=[\"http://127.0.0.1:30000\"]",
+            "reward.0.limits.real_clock=true",
+        ]);
+        for named in ["max_staleness = 2", "sampler.backend", "real_clock = true"] {
+            assert!(all.contains(named), "{named} missing from: {all}");
+        }
+        let gpu = line(&["device=\"cuda\""]);
+        assert!(gpu.starts_with("**Not reproducible**") && gpu.contains("device = \"cuda\""), "{gpu}");
+    }
+
+    #[test]
     fn a_plugin_given_the_real_clock_makes_the_run_not_reproducible() {
         let recipes = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../recipes");
         let ppo = recipes.join("ppo-cartpole.toml");
@@ -610,6 +677,7 @@ mod tests {
             line.contains("Not reproducible") && line.contains("`cartpole`"),
             "{line}"
         );
+        assert_eq!(real.unreproducible_settings().len(), 1);
 
         let grpo = recipes.join("grpo-arithmetic.toml");
         let reward = LoadedRecipe::load(&grpo, &["reward.1.limits.real_clock=true".into()]);
