@@ -1,11 +1,14 @@
-//! `cargo xtask bench generate`: tokens per second generating 128 new tokens with sampling from
-//! a random ~3M-parameter Qwen2 (hidden 256, 4 layers, 4 heads, 2 KV heads, vocab 512), at
-//! batch 1, 8 and 64, and from the real SmolLM2-135M-Instruct (f32, fetched by
-//! `cargo xtask model smollm2-135m`) at batch 1 and 16, against HF transformers on the same
-//! checkpoint in the same run (each the fastest of several runs: this machine's speed drifts by
-//! a quarter between runs).
+//! `cargo xtask bench generate`: tokens per second generating 128 new tokens with sampling
+//! (temperature 1, no end-of-sequence stop) from the same prompts on every side, each figure
+//! the median of the timed runs after one untimed run, as every peer measures it:
+//! - a random ~3M-parameter Qwen2 (hidden 256, 4 layers, 4 heads, 2 KV heads, vocab 512) in
+//!   f32, at batch 1, 8 and 64, against HF transformers `generate` on the same checkpoint;
+//! - SmolLM2-135M-Instruct (fetched by `cargo xtask model smollm2-135m`) at batch 1 and 16,
+//!   like with like: rein reading the GGUF's Q4_1 codes against llama.cpp (llama-cpp-python)
+//!   decoding the same `.gguf` file, and rein on plain f32 weights (the same values, decoded)
+//!   against HF transformers reading them in f32.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rein_model::Cpu;
@@ -13,109 +16,189 @@ use rein_model::lm::{CausalLm, load, locate, save};
 use rein_sampler::{GenerationConfig, SeededRng, generate};
 
 use crate::qwen2_3m::qwen2_3m;
-use crate::report::{Report, Row};
+use crate::report::{Report, Row, median};
 
 const PROMPT_LEN: usize = 16;
 const NEW_TOKENS: usize = 128;
 
-/// One model at several batch sizes.
+/// A peer generating from the same prompts: its script, what it reads, its label.
+struct Peer {
+    script: &'static str,
+    /// The checkpoint directory or `.gguf` file it loads.
+    model: PathBuf,
+    label: &'static str,
+}
+
+/// One model at several batch sizes, against its peer.
 struct Case<'a> {
+    /// What rein reads (`random Qwen2, f32`, `SmolLM2-135M, Q4_1 codes`).
     label: &'a str,
-    dir: &'a Path,
     batches: &'a [usize],
-    /// Timed runs per batch (the fastest counts), the same for the peer.
+    /// Timed runs per batch (the median counts), after one untimed run; the same for the peer.
     runs: usize,
+    /// Where the prompts are written for the peer.
+    work_dir: PathBuf,
+    peer: Peer,
 }
 
 pub fn run() -> anyhow::Result<Report> {
     let device = Default::default();
+    let mut report = Report::default();
+
     let model = qwen2_3m::<Cpu>(&device)?;
-    let dir = Path::new("target/bench/qwen2-3m");
-    save(&model, dir)?;
+    let dir = PathBuf::from("target/bench/qwen2-3m");
+    save(&model, &dir)?;
     let params: usize = burn::module::Module::num_params(&model);
     println!("random Qwen2, {params} parameters, in {}", dir.display());
-    let mut report = Report::default();
     let random = Case {
-        label: "",
-        dir,
+        label: "random Qwen2 (f32)",
         batches: &[1, 8, 64],
         runs: 5,
+        work_dir: dir.clone(),
+        peer: Peer {
+            script: "hf_generate.py",
+            model: dir.clone(),
+            label: "HF transformers (f32)",
+        },
     };
-    measure(&model, &random, &mut report);
+    measure(&model, &random, &mut report)?;
 
-    // The real pretrained model, when `cargo xtask bench` has fetched it.
+    // The real pretrained model: its packed Q4_1 codes, then the same values as f32.
     let smollm2 = locate(Path::new("smollm2-135m"))?;
-    let model = load::<Cpu>(&smollm2, &device)?;
-    println!("SmolLM2-135M-Instruct (f32) in {}", smollm2.display());
-    let real = Case {
-        label: "SmolLM2-135M, ",
-        dir: &smollm2,
+    let gguf = std::env::var_os("REIN_DOWNLOADS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target/downloads"))
+        .join("smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let quantised = load::<Cpu>(&smollm2, &device)?;
+    anyhow::ensure!(
+        quantised.packed_weights().is_some(),
+        "{} holds no packed Q4_1 codes",
+        smollm2.display()
+    );
+    println!(
+        "SmolLM2-135M-Instruct in {} (from {})",
+        smollm2.display(),
+        gguf.display()
+    );
+    let work_dir = PathBuf::from("target/bench/smollm2-135m");
+    let codes = Case {
+        label: "SmolLM2-135M (Q4_1 codes)",
         batches: &[1, 16],
-        runs: 2,
+        runs: 3,
+        work_dir: work_dir.clone(),
+        peer: Peer {
+            script: "llama_cpp_generate.py",
+            model: gguf,
+            label: "llama.cpp on the same .gguf (Q4_1)",
+        },
     };
-    measure(&model, &real, &mut report);
+    measure(&quantised, &codes, &mut report)?;
+    let f32_weights = quantised.without_packed();
+    let plain = Case {
+        label: "SmolLM2-135M (f32)",
+        batches: &[1, 16],
+        runs: 3,
+        work_dir,
+        peer: Peer {
+            script: "hf_generate.py",
+            model: smollm2.clone(),
+            label: "HF transformers (f32)",
+        },
+    };
+    measure(&f32_weights, &plain, &mut report)?;
     Ok(report)
 }
 
-fn measure(model: &CausalLm<Cpu>, case: &Case, report: &mut Report) {
+fn measure(model: &CausalLm<Cpu>, case: &Case, report: &mut Report) -> anyhow::Result<()> {
     let device = Default::default();
-    let peer = hf_peer(case);
     let vocab = model.config().vocab_size.min(512) as u64;
-    for &batch in case.batches {
-        let mut rng = SeededRng::new(batch as u64);
-        let prompts: Vec<Vec<u32>> = (0..batch)
-            .map(|_| (0..PROMPT_LEN).map(|_| 3 + rng.below(vocab - 3) as u32).collect())
-            .collect();
-        let config = |new| GenerationConfig {
-            max_new_tokens: new,
-            temperature: 1.0,
-            n: 1,
-            seed: 1,
-            ..GenerationConfig::default()
-        };
-        generate(model, &prompts, &config(4), 0, &mut |_, _| false, &device); // warm up
+    let prompts: Vec<(usize, Vec<Vec<u32>>)> = (case.batches.iter())
+        .map(|&batch| {
+            let mut rng = SeededRng::new(batch as u64);
+            let rows = (0..batch)
+                .map(|_| (0..PROMPT_LEN).map(|_| 3 + rng.below(vocab - 3) as u32).collect())
+                .collect();
+            (batch, rows)
+        })
+        .collect();
+    std::fs::create_dir_all(&case.work_dir)?;
+    let prompts_file = case.work_dir.join("prompts.json");
+    let table: serde_json::Map<String, serde_json::Value> = (prompts.iter())
+        .map(|(batch, rows)| (batch.to_string(), serde_json::json!(rows)))
+        .collect();
+    std::fs::write(&prompts_file, serde_json::to_string(&table)?)?;
+    let peer = run_peer(case, &prompts_file);
+
+    let config = |new| GenerationConfig {
+        max_new_tokens: new,
+        temperature: 1.0,
+        n: 1,
+        seed: 1,
+        ..GenerationConfig::default()
+    };
+    for (batch, prompts) in &prompts {
         let start = Instant::now();
-        generate(model, &prompts, &config(1), 0, &mut |_, _| false, &device);
+        generate(model, prompts, &config(1), 0, &mut |_, _| false, &device);
         let prefill = start.elapsed().as_secs_f64();
-        // The fastest of the runs, as for the peer.
-        let mut total = f64::INFINITY;
-        let mut tokens = 0;
+        generate(model, prompts, &config(NEW_TOKENS), 0, &mut |_, _| false, &device); // untimed
+        let mut rates = Vec::new();
         for _ in 0..case.runs {
             let start = Instant::now();
-            let out = generate(model, &prompts, &config(NEW_TOKENS), 0, &mut |_, _| false, &device);
-            total = total.min(start.elapsed().as_secs_f64());
-            tokens = out.iter().map(|g| g.tokens.len()).sum();
+            let out = generate(model, prompts, &config(NEW_TOKENS), 0, &mut |_, _| false, &device);
+            let tokens: usize = out.iter().map(|g| g.tokens.len()).sum();
+            anyhow::ensure!(tokens == batch * NEW_TOKENS, "{tokens} tokens generated");
+            rates.push(tokens as f64 / start.elapsed().as_secs_f64());
         }
+        let rate = median(&rates).unwrap_or(f64::NAN);
         println!(
-            "  {}batch {batch}: {tokens} tokens in {total:.2} s (prefill ≈ {:.1} ms, decode {:.2} s)",
+            "  {}, batch {batch}: {rate:.1} tokens/s (median of {}; prefill ≈ {:.1} ms)",
             case.label,
-            prefill * 1e3,
-            total - prefill
+            case.runs,
+            prefill * 1e3
         );
-        let rate = tokens as f64 / total;
-        // Without the peer there is nothing to compare with: rein's figure alone, no target.
-        let hf = peer.as_ref().and_then(|p| p[batch.to_string()].as_f64());
-        let target = hf
-            .filter(|_| batch != 8)
-            .map(|hf| ("≥ 2× HF".to_string(), rate >= 2.0 * hf));
-        report.push(Row {
-            name: format!("generate, {}batch {batch} (new tokens/s)", case.label),
-            value: rate,
-            unit: "tok/s",
-            baseline: hf.map(|hf| ("HF transformers, this run".to_string(), hf)),
-            target,
-        });
+        let name = format!("generate, {}, batch {batch} (new tokens/s)", case.label);
+        match &peer {
+            Ok((label, theirs)) => {
+                let theirs = theirs["batches"][batch.to_string()]["tokens_per_s"].as_f64();
+                // The goal against transformers (batch 8 is a middle point, not a goal).
+                let target = theirs
+                    .filter(|_| case.peer.script == "hf_generate.py" && *batch != 8)
+                    .map(|hf| ("≥ 2× HF".to_string(), rate >= 2.0 * hf));
+                report.push(Row {
+                    name,
+                    value: rate,
+                    unit: "tok/s",
+                    baseline: theirs.map(|t| (label.clone(), t)),
+                    target,
+                });
+            }
+            Err(reason) => report.not_measured(name, case.peer.label, reason.clone()),
+        }
     }
+    Ok(())
 }
 
-/// HF transformers on the same checkpoint, if `.venv` has it (see benches/peers/).
-fn hf_peer(case: &Case) -> Option<serde_json::Value> {
-    let mut args = vec![
-        case.dir.as_os_str().to_owned(),
-        PROMPT_LEN.to_string().into(),
-        NEW_TOKENS.to_string().into(),
-        case.runs.to_string().into(),
-    ];
-    args.extend(case.batches.iter().map(|b| b.to_string().into()));
-    serde_json::from_str(&crate::peers::run("hf_generate.py", args)?).ok()
+/// The case's peer on the same prompts, batches and run counts: its label with the versions it
+/// reported, and its figures.
+fn run_peer(case: &Case, prompts: &Path) -> Result<(String, serde_json::Value), String> {
+    let mut args = vec![case.peer.model.display().to_string()];
+    args.extend(case.batches.iter().map(|b| b.to_string()));
+    args.extend([
+        format!("--prompt-len={PROMPT_LEN}"),
+        format!("--new-tokens={NEW_TOKENS}"),
+        format!("--steps={}", case.runs),
+        "--warmup=1".to_string(),
+        format!("--prompts={}", prompts.display()),
+    ]);
+    println!(
+        "{} ({}), {}: batches {:?}",
+        case.peer.label, case.peer.script, case.label, case.batches
+    );
+    let value = crate::peers::run(case.peer.script, args)?;
+    crate::peers::describe(case.peer.script, &value);
+    if let Some(info) = value["llama_cpp_system_info"].as_str() {
+        println!("  llama.cpp: {}", info.trim());
+    }
+    let label = format!("{} ({})", case.peer.label, crate::peers::versions(&value));
+    Ok((label, value))
 }

@@ -8,9 +8,14 @@
 //!   every linear layer (TRL with PEFT): 8 prompts × 4 completions of up to 64 new tokens, in
 //!   its chat template.
 //!
-//! A step's time is the median over the steps after the first (which warms up), for both.
-//! Completions stop at end-of-sequence, so both sides' mean completion lengths are printed: the
-//! same model and settings sample similar lengths, not equal ones.
+//! rein's frozen LoRA base is SmolLM2's packed Q4_1 codes, TRL + PEFT's is the same values in
+//! f32, so the SmolLM2 case also runs rein on the f32 weights (a row of its own). TRL runs as
+//! its best users run it, without gradient checkpointing (its default, which recomputes every
+//! forward pass in the backward and drops the KV cache while generating, is a second row).
+//!
+//! A step's time is the true median of the timed steps after one untimed warm-up step, the same
+//! count on both sides. Completions stop at end-of-sequence, so both sides' mean completion
+//! lengths are printed: the same model and settings sample similar lengths, not equal ones.
 
 use std::path::{Path, PathBuf};
 
@@ -26,7 +31,7 @@ use rein_train::memory::reset_peak_rss;
 use rein_train::{MetricsWriter, RunDir};
 
 use crate::qwen2_3m::qwen2_3m;
-use crate::report::{Report, Row, peak_rss_mib};
+use crate::report::{Report, Row, median, peak_rss_mib};
 
 /// One benchmark case: a model, its prompts and settings, and the same for the TRL peer.
 struct Case {
@@ -38,12 +43,16 @@ struct Case {
     checkpoint: PathBuf,
     /// Where the case's prompts and metrics go.
     work_dir: PathBuf,
+    /// Timed steps, after [`WARMUP`] untimed ones.
     steps: usize,
     completions: usize,
     max_new_tokens: usize,
     lr: f64,
     lora: Option<LoraSpec>,
 }
+
+/// Untimed steps before the timed ones, on both sides.
+const WARMUP: usize = 1;
 
 /// What one side measured.
 struct Measured {
@@ -73,7 +82,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         prompts,
         work_dir: checkpoint.clone(),
         checkpoint,
-        steps: 6,
+        steps: 5,
         completions: 8,
         max_new_tokens: 32,
         lr: 1e-5,
@@ -117,30 +126,46 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         targets: vec!["all-linear".into()],
         rslora: false,
     };
-    let model = load::<CpuAutodiff>(&checkpoint, &device)?;
-    let model = model.with_lora(&spec, &device);
+    let quantised = load::<CpuAutodiff>(&checkpoint, &device)?;
+    anyhow::ensure!(
+        quantised.packed_weights().is_some(),
+        "{} holds no Q4_1 codes",
+        checkpoint.display()
+    );
+    let f32_base = quantised.clone().without_packed();
+    let model = quantised.with_lora(&spec, &mut rein_core::SeededRng::new(1), &device);
     let tokenizer = LmTokenizer::load(&checkpoint, &model.config().eos_ids())?;
     let system = "Solve the arithmetic problem. Write the final number inside <answer></answer> tags.";
     let prompts = arithmetic_prompts(&tokenizer, Some(system))?;
     println!(
-        "SmolLM2-135M-Instruct (f32) in {}, LoRA rank 16 on every linear layer",
+        "SmolLM2-135M-Instruct in {}, LoRA rank 16 on every linear layer",
         checkpoint.display()
     );
     let smollm2 = Case {
-        name: "GRPO step, SmolLM2-135M LoRA, 8×4 completions, ≤64 tokens".into(),
+        name: "GRPO step, SmolLM2-135M LoRA (rein's base: Q4_1 codes), 8×4 completions, ≤64 tokens".into(),
         tokenizer,
         prompts,
         checkpoint,
         work_dir: PathBuf::from("target/bench/grpo-smollm2-lora"),
-        // Three timed steps after the warm-up: their median is not one slow step.
-        steps: 4,
+        // Three timed steps: their median is not one slow step.
+        steps: 3,
         completions: 4,
         max_new_tokens: 64,
         lr: 2e-4,
-        lora: Some(spec),
+        lora: Some(spec.clone()),
     };
     let (rein, _, _) = measure(&smollm2, model, plugin_dir)?;
     compare(&smollm2, &rein, &mut report);
+    // The same on f32 weights, as TRL + PEFT holds them.
+    reset_peak_rss();
+    let f32_case = Case {
+        name: "GRPO step, SmolLM2-135M LoRA (rein's base: f32), 8×4 completions, ≤64 tokens".into(),
+        work_dir: PathBuf::from("target/bench/grpo-smollm2-lora-f32"),
+        ..smollm2
+    };
+    let model = f32_base.with_lora(&spec, &mut rein_core::SeededRng::new(1), &device);
+    let (rein, _, _) = measure(&f32_case, model, plugin_dir)?;
+    compare(&f32_case, &rein, &mut report);
     Ok(report)
 }
 
@@ -182,7 +207,7 @@ fn measure(
     // The same prompts for the TRL peer.
     std::fs::create_dir_all(&case.work_dir)?;
     let mut lines = String::new();
-    for prompt in case.prompts.iter().take(8 * (case.steps + 1)) {
+    for prompt in case.prompts.iter().take(8 * (WARMUP + case.steps)) {
         let row = serde_json::json!({
             "prompt": case.tokenizer.decode(&prompt.tokens, false)?,
             "answer": prompt.answer.clone().unwrap_or_default(),
@@ -198,7 +223,7 @@ fn measure(
         isolate: false,
     }];
     let grpo = GrpoSection {
-        steps: case.steps,
+        steps: WARMUP + case.steps,
         prompts_per_step: 8,
         ..GrpoSection::default()
     };
@@ -215,7 +240,7 @@ fn measure(
         ..OptimizerSection::default()
     };
     println!(
-        "{}: {} steps of 8 prompts × {} completions × up to {} tokens",
+        "{}: {WARMUP} + {} steps of 8 prompts × {} completions × up to {} tokens",
         case.name, case.steps, case.completions, case.max_new_tokens
     );
     let ctx = GrpoContext {
@@ -248,11 +273,12 @@ fn measure(
         .lines()
         .filter_map(|line| serde_json::from_str(line).ok())
         .collect();
-    let after_first = |key: &str| -> Vec<f64> { records.iter().skip(1).filter_map(|r| r[key].as_f64()).collect() };
-    let times = after_first("time/step_s");
-    let lengths = after_first("train/completion_length");
+    let timed = |key: &str| -> Vec<f64> { (records.iter().skip(WARMUP)).filter_map(|r| r[key].as_f64()).collect() };
+    let times = timed("time/step_s");
+    anyhow::ensure!(times.len() == case.steps, "{} timed steps logged", times.len());
+    let lengths = timed("train/completion_length");
     let measured = Measured {
-        seconds_per_step: median(times).unwrap_or(f64::NAN),
+        seconds_per_step: median(&times).unwrap_or(f64::NAN),
         peak_rss_mib: [loading_rss, driven.peak_rss_mib]
             .into_iter()
             .flatten()
@@ -268,55 +294,81 @@ fn measure(
     Ok((measured, driven.phases, outcome))
 }
 
-/// Runs the TRL peer on `case` and pushes the step time and peak memory rows, each against it.
+/// Runs the TRL peer on `case`, without gradient checkpointing and then with it (TRL's
+/// default), and pushes the step time and peak memory rows, each against it.
 fn compare(case: &Case, rein: &Measured, report: &mut Report) {
-    let trl = trl_peer(case);
-    let label = trl.as_ref().map(|(label, _)| label.clone());
-    let target = trl.as_ref().map(|(_, trl)| {
-        (
-            format!("≥ 2× TRL ({:.2}×)", trl.seconds_per_step / rein.seconds_per_step),
-            rein.seconds_per_step * 2.0 <= trl.seconds_per_step,
-        )
-    });
-    report.push(Row {
-        name: format!("{} (s)", case.name),
-        value: rein.seconds_per_step,
-        unit: "s",
-        baseline: trl.as_ref().map(|(label, trl)| (label.clone(), trl.seconds_per_step)),
-        target,
-    });
-    if let Some(rss) = rein.peak_rss_mib {
-        let theirs = trl.as_ref().and_then(|(_, trl)| trl.peak_rss_mib);
-        report.push(Row {
-            name: format!("{}, peak resident memory (MiB)", case.name),
-            value: rss,
-            unit: "MiB",
-            baseline: label.zip(theirs),
-            target: theirs.map(|theirs| ("≤ TRL's".to_string(), rss <= theirs)),
+    for checkpointing in [false, true] {
+        let setting = match checkpointing {
+            false => "TRL, no gradient checkpointing",
+            true => "TRL's default: gradient checkpointing",
+        };
+        let name = format!("{} (s)", case.name);
+        let (label, trl) = match trl_peer(case, checkpointing) {
+            Ok(peer) => peer,
+            Err(reason) => {
+                report.not_measured(name, setting, reason);
+                continue;
+            }
+        };
+        let target = (!checkpointing).then(|| {
+            (
+                format!("≥ 2× TRL ({:.2}×)", trl.seconds_per_step / rein.seconds_per_step),
+                rein.seconds_per_step * 2.0 <= trl.seconds_per_step,
+            )
         });
+        report.push(Row {
+            name,
+            value: rein.seconds_per_step,
+            unit: "s",
+            baseline: Some((label.clone(), trl.seconds_per_step)),
+            target,
+        });
+        if let (Some(rss), Some(theirs)) = (rein.peak_rss_mib, trl.peak_rss_mib) {
+            report.push(Row {
+                name: format!("{}, peak resident memory (MiB)", case.name),
+                value: rss,
+                unit: "MiB",
+                baseline: Some((label, theirs)),
+                target: Some(("≤ TRL's".to_string(), rss <= theirs)),
+            });
+        }
     }
 }
 
 /// TRL's `GRPOTrainer` (with PEFT when the case has LoRA) on the case's checkpoint and prompts
-/// (benches/peers/trl_grpo.py): its label and figures; `None` (said why) when it cannot run.
-fn trl_peer(case: &Case) -> Option<(String, Measured)> {
-    println!("  TRL GRPOTrainer on the same checkpoint and prompts (benches/peers/trl_grpo.py)");
+/// (benches/peers/trl_grpo.py): its label and figures, or why it could not run.
+fn trl_peer(case: &Case, checkpointing: bool) -> Result<(String, Measured), String> {
+    println!(
+        "  TRL GRPOTrainer on the same checkpoint and prompts (benches/peers/trl_grpo.py), gradient checkpointing {}",
+        if checkpointing { "on" } else { "off" }
+    );
     let mut args: Vec<String> = vec![
         case.checkpoint.display().to_string(),
         case.work_dir.join("prompts.jsonl").display().to_string(),
-        case.steps.to_string(),
+        format!("--warmup={WARMUP}"),
+        format!("--steps={}", case.steps),
         format!("--completions={}", case.completions),
         format!("--max-tokens={}", case.max_new_tokens),
         format!("--lr={}", case.lr),
+        format!("--output-dir={}", case.work_dir.join("trl").display()),
     ];
     if let Some(lora) = &case.lora {
         args.push(format!("--lora-rank={}", lora.rank));
         args.push(format!("--lora-alpha={}", lora.alpha));
     }
-    let stdout = crate::peers::run("trl_grpo.py", args)?;
-    let value: serde_json::Value = serde_json::from_str(stdout.lines().last()?).ok()?;
+    if checkpointing {
+        args.push("--gradient-checkpointing".into());
+    }
+    let value = crate::peers::run("trl_grpo.py", args)?;
+    crate::peers::describe("trl_grpo.py", &value);
+    if value["checkpointing_active"].as_bool() != Some(checkpointing) {
+        return Err(format!(
+            "asked for gradient checkpointing {checkpointing}, TRL reports {}",
+            value["checkpointing_active"]
+        ));
+    }
     let measured = Measured {
-        seconds_per_step: value["seconds_per_step"].as_f64()?,
+        seconds_per_step: value["seconds_per_step"].as_f64().ok_or("no `seconds_per_step`")?,
         peak_rss_mib: value["peak_rss_mib"].as_f64(),
         mean_completion_tokens: value["mean_completion_tokens"].as_f64(),
     };
@@ -326,22 +378,13 @@ fn trl_peer(case: &Case) -> Option<(String, Measured)> {
         measured.mean_completion_tokens.unwrap_or(f64::NAN),
         measured.peak_rss_mib.unwrap_or(f64::NAN)
     );
-    let versions = &value["versions"];
-    let peft = versions["peft"]
-        .as_str()
-        .map(|v| format!(" + PEFT {v}"))
-        .unwrap_or_default();
-    let label = format!(
-        "TRL {}{peft} (torch {}), this run",
-        versions["trl"].as_str()?,
-        versions["torch"].as_str()?
-    );
-    Some((label, measured))
-}
-
-fn median(mut values: Vec<f64>) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied()
+    let what = match (case.lora.is_some(), checkpointing) {
+        (true, false) => "TRL + PEFT (f32 base)",
+        (true, true) => "TRL + PEFT (f32 base), gradient checkpointing",
+        (false, false) => "TRL",
+        (false, true) => "TRL, gradient checkpointing",
+    };
+    Ok((format!("{what} ({})", crate::peers::versions(&value)), measured))
 }
 
 fn mean(values: &[f64]) -> Option<f64> {

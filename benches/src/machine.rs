@@ -28,7 +28,11 @@ impl Machine {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu = cpuinfo
             .lines()
-            .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, m)| m.trim()))
+            .find_map(|l| {
+                l.strip_prefix("model name")
+                    .and_then(|r| r.split_once(':'))
+                    .map(|(_, m)| m.trim())
+            })
             .unwrap_or("unknown CPU")
             .to_string();
         let (widest, active) = (rein_kernels::Isa::detected(), rein_kernels::Isa::active());

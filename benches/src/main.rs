@@ -1,11 +1,14 @@
 //! rein's benchmarks: each prints rein's figure, a native-Rust (or peer) figure for the same
-//! work, their ratio and the target, and writes `target/bench/<suite>.json`.
+//! work, their ratio and the target it must meet, and writes `target/bench/<suite>.json`.
 //!
-//! Run through `cargo xtask bench SUITE`, which builds the plugins first.
+//! Run through `cargo xtask bench SUITE [--threads N] [--allow-missing-peers]`, which builds the
+//! plugins first. Every side runs with the same thread count; a peer that cannot run is a row
+//! that says NOT MEASURED, and then the bench fails unless `--allow-missing-peers`.
 
 mod agent;
 mod generate;
 mod grpo;
+mod machine;
 mod peers;
 mod plugins;
 mod ppo;
@@ -14,12 +17,35 @@ mod report;
 mod serve;
 mod sft;
 
+/// `rein-bench SUITE [PLUGIN_DIR] [--threads N] [--allow-missing-peers]`.
 fn main() -> anyhow::Result<()> {
     // As `rein` does.
     rein_train::memory::keep_freed_memory();
+    let (mut positional, mut threads, mut allow_missing_peers) = (Vec::new(), 2, false);
     let mut args = std::env::args().skip(1);
-    let suite = args.next().unwrap_or_else(|| "plugins".into());
-    let plugin_dir = std::path::PathBuf::from(args.next().unwrap_or_else(|| "target/plugins".into()));
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            _ if arg == "--threads" || arg.starts_with("--threads=") => {
+                let value = match arg.strip_prefix("--threads=") {
+                    Some(value) => value.to_string(),
+                    None => args.next().unwrap_or_default(),
+                };
+                threads = value
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| anyhow::anyhow!("--threads takes a positive number, not `{value}`"))?;
+            }
+            "--allow-missing-peers" => allow_missing_peers = true,
+            _ => positional.push(arg),
+        }
+    }
+    let mut positional = positional.into_iter();
+    let suite = positional.next().unwrap_or_else(|| "plugins".into());
+    let plugin_dir = std::path::PathBuf::from(positional.next().unwrap_or_else(|| "target/plugins".into()));
+    peers::set_threads(threads)?;
+    let machine = machine::Machine::here(threads);
+    println!("{}", machine.line());
     let report = match suite.as_str() {
         "plugins" => plugins::run(&plugin_dir)?,
         "ppo" => ppo::run(&plugin_dir)?,
@@ -34,5 +60,5 @@ fn main() -> anyhow::Result<()> {
             )
         }
     };
-    report.finish(&suite)
+    report.finish(&suite, &machine, allow_missing_peers)
 }

@@ -10,6 +10,7 @@ use rein_core::{Action, BatchActions, Environment, Group, RewardFn, VecEnv};
 use rein_pdk::{Config, Environment as _, Reward as _, Transition};
 use rein_plugin::{ArtifactCache, PluginRuntime, SandboxLimits};
 
+use crate::peers::Python;
 use crate::report::{Report, Row, rate};
 
 const BUDGET: Duration = Duration::from_millis(1500);
@@ -37,14 +38,16 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         baseline: Some(("native Rust".into(), native_rate)),
         target: Some(("≥ 10M/s".into(), plugin_rate >= 10e6)),
     });
-    if let Some(gym) = peers.as_ref().and_then(|p| p["vector_256"].as_f64()) {
-        report.push(Row {
-            name: "  vs Gymnasium CartPoleVectorEnv, 256 envs".into(),
+    let name = "  vs Gymnasium CartPoleVectorEnv, 256 envs";
+    match gymnasium(&peers, "vector_256") {
+        Ok((label, gym)) => report.push(Row {
+            name: name.into(),
             value: plugin_rate,
             unit: "steps/s",
-            baseline: Some(("Gymnasium (numpy)".into(), gym)),
+            baseline: Some((label, gym)),
             target: None,
-        });
+        }),
+        Err(reason) => report.not_measured(name, "Gymnasium (gymnasium_cartpole.py)", reason),
     }
 
     // One un-batched step call.
@@ -66,14 +69,16 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         baseline: Some(("native Rust".into(), 1e6 / native_step)),
         target: Some(("≤ 2 µs".into(), 1e6 / step_rate <= 2.0)),
     });
-    if let Some(gym) = peers.as_ref().and_then(|p| p["single"].as_f64()) {
-        report.push(Row {
-            name: "  vs gym.make(\"CartPole-v1\").step".into(),
+    let name = "  vs gym.make(\"CartPole-v1\").step";
+    match gymnasium(&peers, "single") {
+        Ok((label, gym)) => report.push(Row {
+            name: name.into(),
             value: 1e6 / step_rate,
             unit: "µs",
-            baseline: Some(("Gymnasium".into(), 1e6 / gym)),
+            baseline: Some((label, 1e6 / gym)),
             target: None,
-        });
+        }),
+        Err(reason) => report.not_measured(name, "Gymnasium (gymnasium_cartpole.py)", reason),
     }
 
     // Instantiation from the cache (a fresh store, instance and `init`).
@@ -158,14 +163,16 @@ fn guest_math_answer(
             baseline: Some(("math-answer (Rust plugin)".into(), rust_rate)),
             target: None,
         });
-        if let Some(peer) = python_peer {
-            report.push(Row {
-                name: format!("  {name} vs the same Python called from Python"),
+        let row = format!("  {name} vs the same Python called from Python");
+        match &python_peer {
+            Ok((label, peer)) => report.push(Row {
+                name: row,
                 value: plugin_rate,
                 unit: "completions/s",
-                baseline: Some(("plain Python function (TRL style)".into(), peer)),
+                baseline: Some((label.clone(), *peer)),
                 target: None,
-            });
+            }),
+            Err(reason) => report.not_measured(row, "plain Python function (python_reward.py)", reason.clone()),
         }
         report.push(Row {
             name: format!("  {name}: compile the component (first load)"),
@@ -178,33 +185,24 @@ fn guest_math_answer(
     Ok(())
 }
 
-/// completions/s of benches/peers/python_reward.py on `groups` (`python3`, standard library).
-fn plain_python_reward(groups: &[Group]) -> Option<f64> {
+/// completions/s of benches/peers/python_reward.py on `groups` (`python3`, standard library),
+/// with its label; why not, when it cannot run.
+fn plain_python_reward(groups: &[Group]) -> Result<(String, f64), String> {
     let file = std::env::temp_dir().join(format!("rein-bench-groups-{}.jsonl", std::process::id()));
     let lines: Vec<String> = groups
         .iter()
         .map(|g| serde_json::json!({"completions": g.completions, "reference": g.reference}).to_string())
         .collect();
-    std::fs::write(&file, lines.join("\n")).ok()?;
-    let out = std::process::Command::new("python3")
-        .arg("benches/peers/python_reward.py")
-        .arg(&file)
-        .output();
+    std::fs::write(&file, lines.join("\n")).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    let value = crate::peers::run_with(Python::System, "python_reward.py", [&file]);
     let _ = std::fs::remove_file(&file);
-    match out {
-        Ok(out) if out.status.success() => {
-            serde_json::from_slice::<serde_json::Value>(&out.stdout).ok()?["completions_per_s"].as_f64()
-        }
-        Ok(out) => {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            println!("(Python reward peer failed: {})", stderr.lines().last().unwrap_or(""));
-            None
-        }
-        Err(e) => {
-            println!("(no python3 for the Python reward peer: {e})");
-            None
-        }
-    }
+    let value = value?;
+    crate::peers::describe("python_reward.py", &value);
+    let rate = value["completions_per_s"].as_f64().ok_or("no `completions_per_s`")?;
+    Ok((
+        format!("plain Python function, TRL style ({})", crate::peers::versions(&value)),
+        rate,
+    ))
 }
 
 /// The same auto-resetting batch loop as the PDK's `vec-env`, without the sandbox.
@@ -302,6 +300,15 @@ fn math_groups(count: usize, per_group: usize) -> Vec<Group> {
 }
 
 /// Gymnasium's figures on this machine, if `.venv` has gymnasium (see benches/peers/).
-fn gymnasium_peers() -> Option<serde_json::Value> {
-    serde_json::from_str(&crate::peers::run("gymnasium_cartpole.py", [""; 0])?).ok()
+fn gymnasium_peers() -> Result<serde_json::Value, String> {
+    let value = crate::peers::run("gymnasium_cartpole.py", [""; 0])?;
+    crate::peers::describe("gymnasium_cartpole.py", &value);
+    Ok(value)
+}
+
+/// One of Gymnasium's figures (`key`) with its label, or why there is none.
+fn gymnasium(peers: &Result<serde_json::Value, String>, key: &str) -> Result<(String, f64), String> {
+    let value = peers.as_ref().map_err(Clone::clone)?;
+    let figure = value[key].as_f64().ok_or_else(|| format!("no `{key}` in its output"))?;
+    Ok((format!("Gymnasium ({})", crate::peers::versions(value)), figure))
 }

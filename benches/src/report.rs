@@ -2,6 +2,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::machine::Machine;
+
 /// One measured figure with what it is compared against.
 pub struct Row {
     pub name: String,
@@ -13,9 +15,17 @@ pub struct Row {
     pub target: Option<(String, bool)>,
 }
 
+/// A peer that could not be measured: the row it would have been compared in, and why.
+pub struct NotMeasured {
+    pub row: String,
+    pub peer: String,
+    pub reason: String,
+}
+
 #[derive(Default)]
 pub struct Report {
     rows: Vec<Row>,
+    not_measured: Vec<NotMeasured>,
 }
 
 impl Report {
@@ -36,7 +46,24 @@ impl Report {
         self.rows.push(row);
     }
 
-    pub fn finish(self, suite: &str) -> anyhow::Result<()> {
+    /// Records that `peer` could not be measured for `row`: a row that says so, never a row
+    /// that silently goes missing.
+    pub fn not_measured(&mut self, row: impl Into<String>, peer: impl Into<String>, reason: impl Into<String>) {
+        let missing = NotMeasured {
+            row: row.into(),
+            peer: peer.into(),
+            reason: reason.into(),
+        };
+        println!(
+            "{:<44} {:>14}  | {}: {}",
+            missing.row, "NOT MEASURED", missing.peer, missing.reason
+        );
+        self.not_measured.push(missing);
+    }
+
+    /// Prints and saves the results with where they were measured; an error when a peer was
+    /// not measured, unless `allow_missing_peers`.
+    pub fn finish(self, suite: &str, machine: &Machine, allow_missing_peers: bool) -> anyhow::Result<()> {
         let rows: Vec<_> = self
             .rows
             .iter()
@@ -48,11 +75,26 @@ impl Report {
                 })
             })
             .collect();
+        let not_measured: Vec<_> = (self.not_measured.iter())
+            .map(|m| serde_json::json!({"row": m.row, "peer": m.peer, "reason": m.reason}))
+            .collect();
         let dir = std::path::Path::new("target/bench");
         std::fs::create_dir_all(dir)?;
         let path = dir.join(format!("{suite}.json"));
-        std::fs::write(&path, serde_json::to_string_pretty(&rows)?)?;
+        let saved = serde_json::json!({"machine": machine.json(), "rows": rows, "not_measured": not_measured});
+        std::fs::write(&path, serde_json::to_string_pretty(&saved)?)?;
+        println!("measured {}", machine.line());
         println!("results written to {}", path.display());
+        if !self.not_measured.is_empty() && !allow_missing_peers {
+            let peers: Vec<String> = (self.not_measured.iter())
+                .map(|m| format!("{} for `{}`: {}", m.peer, m.row, m.reason))
+                .collect();
+            anyhow::bail!(
+                "{} peer figure(s) NOT MEASURED (pass --allow-missing-peers to accept that):\n  {}",
+                peers.len(),
+                peers.join("\n  ")
+            );
+        }
         Ok(())
     }
 }
@@ -95,4 +137,31 @@ pub fn rate(budget: Duration, work: f64, mut f: impl FnMut()) -> f64 {
     rates[rates.len() / 2]
 }
 
+/// The true median (the mean of the two middle values for an even count), as every peer
+/// computes it (`statistics.median`); `None` when empty. Infinities (runs that never reached a
+/// target) sort last.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
+}
+
 pub use rein_train::memory::peak_rss_mib;
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[1.0, f64::INFINITY]), Some(f64::INFINITY));
+        assert_eq!(median(&[]), None);
+    }
+}

@@ -9,13 +9,15 @@ use anyhow::Context;
 use rein_model::CpuAutodiff;
 use rein_model::lm::{LmConfig, LmInit, LmTokenizer, save};
 use rein_recipe::{LoadedRecipe, SftSection};
-use rein_train::checkpoint::Checkpointing;
-use rein_train::driver::Driver;
+use rein_train::driver::Algorithm;
 use rein_train::lm::{Sft, generate_task, prepare};
+use rein_train::watchdog::Phases;
 
-use crate::report::{Report, Row};
+use crate::report::{Report, Row, median};
 
+/// Timed steps, after [`WARMUP`] untimed ones, on both sides.
 const STEPS: usize = 40;
+const WARMUP: usize = 1;
 const RECIPE: &str = "recipes/grpo-arithmetic.toml";
 
 pub fn run() -> anyhow::Result<Report> {
@@ -28,18 +30,17 @@ pub fn run() -> anyhow::Result<Report> {
         .context("the default recipe names an architecture")?;
     let config = LmConfig::from_json(serde_json::to_value(architecture)?).map_err(anyhow::Error::msg)?;
     let sft = SftSection {
-        steps: STEPS,
+        steps: WARMUP + STEPS,
         ..recipe.sft.clone().context("the default recipe has an SFT stage")?
     };
     let data = recipe.data.clone().context("the default recipe has data")?;
     let task = data.task.clone().context("the default recipe generates its task")?;
     let device = Default::default();
-    <CpuAutodiff as burn::tensor::backend::Backend>::seed(&device, 1);
     let model = LmInit {
         config,
         std: recipe.model.init_std,
     }
-    .init::<CpuAutodiff>(&device);
+    .init::<CpuAutodiff>(&mut rein_core::SeededRng::new(1), &device);
     let tokenizer_dir = loaded.resolve(recipe.model.tokenizer.as_deref().unwrap_or_default());
     let tokenizer = LmTokenizer::load(&tokenizer_dir, &model.config().eos_ids())?;
     let examples = prepare(&generate_task(&task, 1).0, &tokenizer, &data, &[])?;
@@ -60,66 +61,65 @@ pub fn run() -> anyhow::Result<Report> {
         "{RECIPE}'s model ({params} parameters), {STEPS} SFT steps of {} examples",
         sft.batch_size
     );
-    let start = std::time::Instant::now();
     let mut trainer = Sft::new(model, &examples, pad_id, &sft, 1, &device)?;
-    let driven = Driver {
-        metrics: None,
-        checkpointing: &Checkpointing::default(),
-        stall_timeout: std::time::Duration::from_secs(600),
-        stage: None,
+    // One untimed step, then STEPS timed ones: the median of their rates, as the peer's.
+    let phases = Phases::new(Default::default(), Default::default());
+    let mut rates = Vec::with_capacity(STEPS);
+    for step in 1..=WARMUP + STEPS {
+        let (tokens, start) = (trainer.tokens_seen(), std::time::Instant::now());
+        trainer.step(step, &phases)?;
+        if step > WARMUP {
+            rates.push((trainer.tokens_seen() - tokens) as f64 / start.elapsed().as_secs_f64());
+        }
     }
-    .run(&mut trainer)?;
-    let tokens_per_s = trainer.tokens_seen() as f64 / start.elapsed().as_secs_f64();
-    let phase = |name: &str| driven.phases.get(name).map_or(0.0, |d| d.as_secs_f64()) / STEPS as f64;
+    let tokens_per_s = median(&rates).unwrap_or(f64::NAN);
+    let phase = |name: &str| phases.total(name).as_secs_f64() / (WARMUP + STEPS) as f64;
     println!(
-        "  rein: {tokens_per_s:.0} target tokens/s; per step: forward + backward {:.1} ms, optimizer {:.1} ms",
+        "  rein: {tokens_per_s:.0} target tokens/s (median step); per step: forward + backward {:.1} ms, optimizer {:.1} ms",
         1e3 * phase("backward"),
         1e3 * phase("optimizer")
     );
-    let peer = torch_peer(peer_dir, &sft, pad_id);
-    let target = peer.as_ref().map(|(_, theirs)| {
-        (
-            format!("≥ 2× PyTorch ({:.2}×)", tokens_per_s / theirs),
-            tokens_per_s >= 2.0 * theirs,
-        )
-    });
+    let name = format!(
+        "SFT, default recipe's model, batch {} (target tokens/s)",
+        sft.batch_size
+    );
     let mut report = Report::default();
-    report.push(Row {
-        name: format!(
-            "SFT, default recipe's model, batch {} (target tokens/s)",
-            sft.batch_size
-        ),
-        value: tokens_per_s,
-        unit: "tokens/s",
-        baseline: peer,
-        target,
-    });
+    match torch_peer(peer_dir, &sft, pad_id) {
+        Ok((label, theirs)) => report.push(Row {
+            name,
+            value: tokens_per_s,
+            unit: "tokens/s",
+            baseline: Some((label, theirs)),
+            target: Some((
+                format!("≥ 2× PyTorch ({:.2}×)", tokens_per_s / theirs),
+                tokens_per_s >= 2.0 * theirs,
+            )),
+        }),
+        Err(reason) => report.not_measured(name, "PyTorch loop (torch_sft.py)", reason),
+    }
     Ok(report)
 }
 
 /// A plain PyTorch loop's target tokens per second on the same checkpoint and examples.
-fn torch_peer(dir: &Path, sft: &SftSection, pad_id: u32) -> Option<(String, f64)> {
+fn torch_peer(dir: &Path, sft: &SftSection, pad_id: u32) -> Result<(String, f64), String> {
     println!("a plain PyTorch training loop on the same checkpoint and examples (benches/peers/torch_sft.py)");
     let args = [
         dir.display().to_string(),
         dir.join("examples.jsonl").display().to_string(),
-        STEPS.to_string(),
-        sft.batch_size.to_string(),
-        sft.lr.to_string(),
-        sft.weight_decay.to_string(),
-        sft.max_grad_norm.to_string(),
-        pad_id.to_string(),
+        format!("--batch={}", sft.batch_size),
+        format!("--lr={}", sft.lr),
+        format!("--weight-decay={}", sft.weight_decay),
+        format!("--max-grad-norm={}", sft.max_grad_norm),
+        format!("--pad-id={pad_id}"),
+        format!("--steps={STEPS}"),
+        format!("--warmup={WARMUP}"),
     ];
-    let stdout = crate::peers::run("torch_sft.py", args)?;
-    let value: serde_json::Value = serde_json::from_str(stdout.lines().last()?).ok()?;
-    let tokens_per_s = value["tokens_per_s"].as_f64()?;
-    println!("  PyTorch: {tokens_per_s:.0} target tokens/s");
-    Some((
-        format!(
-            "PyTorch {} loop (transformers {}), this run",
-            value["versions"]["torch"].as_str()?,
-            value["versions"]["transformers"].as_str()?
-        ),
+    let value = crate::peers::run("torch_sft.py", args)?;
+    crate::peers::describe("torch_sft.py", &value);
+    let tokens_per_s = value["tokens_per_s"].as_f64().ok_or("no `tokens_per_s`")?;
+    println!("  PyTorch: {tokens_per_s:.0} target tokens/s (median step)");
+    Ok((
+        format!("PyTorch loop ({})", crate::peers::versions(&value)),
         tokens_per_s,
     ))
 }

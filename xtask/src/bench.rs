@@ -9,6 +9,12 @@ use crate::workspace::{cargo, cargo_run, model_dir, plugin_dir, root, run, targe
 pub(crate) struct Bench {
     /// Which benchmark: `plugins`, `ppo`, `generate`, `grpo`, `sft`, `agent` or `serve`.
     suite: String,
+    /// Threads for rein and for every peer alike.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Finish (exit 0) even when a peer could not be measured; its rows say NOT MEASURED.
+    #[arg(long)]
+    allow_missing_peers: bool,
 }
 
 impl Bench {
@@ -23,11 +29,18 @@ impl Bench {
         let rein = target_dir()
             .join("debug")
             .join(format!("rein{}", std::env::consts::EXE_SUFFIX));
-        run(cargo_run("rein-bench", "rein-bench")
+        let mut bench = cargo_run("rein-bench", "rein-bench");
+        bench
             .env("REIN_MODEL_DIR", model_dir())
             .env("REIN_BIN", rein)
+            .env("REIN_DOWNLOADS_DIR", target_dir().join("downloads"))
             .arg(&self.suite)
             .arg(plugin_dir())
-            .current_dir(root()))
+            .arg(format!("--threads={}", self.threads))
+            .current_dir(root());
+        if self.allow_missing_peers {
+            bench.arg("--allow-missing-peers");
+        }
+        run(&mut bench)
     }
 }
