@@ -32,11 +32,19 @@ impl Test {
         run(cargo()
             .args(["test", "--quiet", "--manifest-path"])
             .arg(root().join("plugins/Cargo.toml")))?;
+        // The `rein` binary runs each plugin's cases; from a cold cache its build (burn and
+        // wasmtime) is the longest step, so cargo's progress is shown.
+        eprintln!("building the rein binary");
+        run(cargo().args(["build", "-p", "rein-cli"]).current_dir(root()))?;
         plugin_cases()?;
         // tests/gguf.rs checks the conversion of a real model against transformers' figures.
         model::ensure("smollm2-135m")?;
         // crates/rein-cli/tests/serve.rs talks to `rein serve` with the openai Python client.
         let openai = guest::openai_client()?;
+        // Building first, with cargo's progress shown: from a cold cache that is most of the
+        // command's time (about 20 minutes on 2 cores), which `--quiet` would hide.
+        eprintln!("building the workspace's tests");
+        run(cargo().args(["test", "--workspace", "--no-run"]).current_dir(root()))?;
         eprintln!("testing the workspace");
         run(cargo()
             .args(["test", "--workspace", "--quiet"])

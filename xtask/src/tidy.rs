@@ -1,6 +1,7 @@
 //! Architecture checks that run as tests (`cargo test -p xtask`, so `cargo xtask test` runs
-//! them): crate dependencies point one way, and no crate has an import cycle between its modules.
-//! docs/architecture.md states both rules.
+//! them): crate dependencies point one way, only the crates docs/architecture.md names link
+//! wasmtime or burn, plugins build against rein-pdk alone, rein-core does no I/O, and no crate
+//! has an import cycle between its modules. docs/architecture.md states each rule.
 
 #![cfg(test)]
 
@@ -12,6 +13,7 @@ use crate::workspace::root;
 /// The crates each rein crate may depend on (its `[dependencies]` among rein's own crates).
 const ALLOWED: &[(&str, &[&str])] = &[
     ("rein-core", &[]),
+    ("rein-pdk", &[]),
     ("rein-kernels", &[]),
     ("rein-recipe", &["rein-core"]),
     ("rein-plugin", &["rein-core"]),
@@ -51,9 +53,6 @@ fn crate_dependencies_point_one_way() {
     for entry in std::fs::read_dir(&crates).unwrap() {
         let dir = entry.unwrap().path();
         let name = dir.file_name().unwrap().to_string_lossy().into_owned();
-        if name == "rein-pdk" {
-            continue; // the guest-side kit: its own world, no host crates
-        }
         let allowed = ALLOWED
             .iter()
             .find(|(crate_name, _)| *crate_name == name)
@@ -71,6 +70,117 @@ fn crate_dependencies_point_one_way() {
                     "{name} depends on {dep}, which docs/architecture.md does not allow"
                 );
             }
+        }
+    }
+}
+
+/// The `[dependencies]` (and `[dev-dependencies]`, when `dev`) names of a manifest.
+fn dependency_names(manifest: &Path, dev: bool) -> Vec<String> {
+    let manifest: toml::Table = std::fs::read_to_string(manifest)
+        .unwrap_or_else(|e| panic!("{}: {e}", manifest.display()))
+        .parse()
+        .unwrap();
+    let sections: &[&str] = if dev {
+        &["dependencies", "dev-dependencies"]
+    } else {
+        &["dependencies"]
+    };
+    (sections.iter())
+        .filter_map(|s| manifest.get(*s).and_then(|d| d.as_table()))
+        .flat_map(|d| d.keys().cloned())
+        .collect()
+}
+
+/// Every manifest of the host workspace: `crates/*`, `xtask`, `benches` and `tests`.
+fn host_manifests() -> Vec<(String, PathBuf)> {
+    let mut manifests: Vec<(String, PathBuf)> = std::fs::read_dir(root().join("crates"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|dir| {
+            (
+                dir.file_name().unwrap().to_string_lossy().into_owned(),
+                dir.join("Cargo.toml"),
+            )
+        })
+        .collect();
+    for extra in ["xtask", "benches", "tests"] {
+        manifests.push((extra.to_string(), root().join(extra).join("Cargo.toml")));
+    }
+    manifests.sort();
+    manifests
+}
+
+#[test]
+fn only_rein_plugin_links_wasmtime_and_only_the_tensor_crates_link_burn() {
+    // Crates that may name burn: the models, the losses, the samplers, the trainers, and the
+    // benches and tests that drive them.
+    let burn = [
+        "rein-model",
+        "rein-optim",
+        "rein-sampler",
+        "rein-train",
+        "benches",
+        "tests",
+    ];
+    for (name, manifest) in host_manifests() {
+        for dep in dependency_names(&manifest, true) {
+            if dep.starts_with("wasmtime") {
+                assert!(
+                    name == "rein-plugin",
+                    "{name} depends on {dep}: only rein-plugin links wasmtime (docs/architecture.md)"
+                );
+            }
+            if dep == "burn" || dep.starts_with("burn-") {
+                assert!(
+                    burn.contains(&name.as_str()),
+                    "{name} depends on {dep}: only {} use burn (docs/architecture.md)",
+                    burn.join(", ")
+                );
+            }
+        }
+    }
+    // xtask drives the others through cargo and their binaries, never as libraries.
+    let xtask = dependency_names(&root().join("xtask/Cargo.toml"), false);
+    assert!(
+        !xtask.iter().any(|d| d.starts_with("rein-")),
+        "xtask depends on {xtask:?}"
+    );
+}
+
+#[test]
+fn plugins_build_against_rein_pdk_alone() {
+    for workspace in ["plugins", "tests/plugins"] {
+        for entry in std::fs::read_dir(root().join(workspace)).unwrap() {
+            let manifest = entry.unwrap().path().join("Cargo.toml");
+            if !manifest.is_file() {
+                continue; // a Python or JavaScript plugin, or a file
+            }
+            for dep in dependency_names(&manifest, true) {
+                assert!(
+                    !dep.starts_with("wasmtime") && dep != "burn" && !dep.starts_with("burn-"),
+                    "{}: a plugin depends on {dep}",
+                    manifest.display()
+                );
+                assert!(
+                    !dep.starts_with("rein-") || dep == "rein-pdk",
+                    "{}: a plugin depends on {dep}; plugins build against rein-pdk alone",
+                    manifest.display()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn rein_core_does_no_io() {
+    for file in rust_files(&root().join("crates/rein-core/src")) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for io in ["std::fs", "std::io", "std::net", "std::process", "std::env"] {
+            assert!(
+                !text.contains(io),
+                "{} uses {io}: rein-core holds plain data and traits, no I/O",
+                file.display()
+            );
         }
     }
 }

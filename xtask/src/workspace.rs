@@ -52,8 +52,8 @@ pub(crate) fn cargo_run(package: &str, binary: &str) -> Command {
         command.arg("--quiet");
     } else {
         eprintln!(
-            "building {binary} for the first time: burn and wasmtime take about 15 minutes to compile on \
-             2 cores; later runs start in seconds"
+            "building {binary} for the first time: burn and wasmtime take 20 to 25 minutes to compile on \
+             2 cores (cargo's progress bar follows); later runs start in seconds"
         );
     }
     command.args(["-p", package, "--"]);
