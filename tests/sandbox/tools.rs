@@ -140,7 +140,8 @@ fn python_exec_turns_hostile_code_into_messages() {
     assert_eq!(python.spec().name, "python");
     let run = |tool: &mut ToolPlugin, code: &str| tool.call(&serde_json::json!({ "code": code }).to_string());
     assert_eq!(run(&mut python, "print(sum(range(10)))"), Ok("45\n".into()));
-    let looped = run(&mut python, "while True:\n    pass").unwrap_err();
+    // A loop inside C code is out of the plugin's step budget's reach: the host's deadline.
+    let looped = run(&mut python, "print(sum(range(10**12)))").unwrap_err();
     assert_eq!(looped.kind, ToolErrorKind::Timeout, "{}", looped.message);
     assert_eq!(looped.message, "execution timed out after 1000 ms");
     assert_eq!(run(&mut python, "print('back')"), Ok("back\n".into()));
@@ -153,4 +154,74 @@ fn python_exec_turns_hostile_code_into_messages() {
     );
     assert!(bomb.message.to_lowercase().contains("memory"), "{}", bomb.message);
     assert_eq!(run(&mut python, "print('back')"), Ok("back\n".into()));
+}
+
+/// One call's code cannot change what a later call sees, nor end the instance: the isolation
+/// unit of `python-exec` is one call (the tool is loaded once per run and shared by every
+/// episode). Each pair is (the planting call, a later call and what it must print).
+#[test]
+fn python_exec_calls_start_from_the_same_interpreter_whatever_earlier_calls_did() {
+    let plugin = common::load_with(&common::plugin_path("python-exec"), quick_limits());
+    let mut python = plugin.tool(r#"{"max_steps": 100000}"#).unwrap();
+    let mut run = |code: &str| python.call(&serde_json::json!({ "code": code }).to_string());
+    let lone_random = run("import random\nprint(random.random())").unwrap();
+    let leaks = [
+        (
+            "import builtins\nbuiltins.print = lambda *a, **k: None",
+            "print('hi')",
+            "hi\n",
+        ),
+        ("import builtins\ndel builtins.len", "print(len('abc'))", "3\n"),
+        ("__builtins__.len = lambda x: 0", "print(len('abc'))", "3\n"),
+        (
+            "import json\njson.dumps = lambda *a, **k: 'patched'",
+            "import json\nprint(json.dumps([1]))",
+            "[1]\n",
+        ),
+        (
+            "import sys\nsys.setrecursionlimit(60)",
+            "def f(n):\n    return 0 if n == 0 else 1 + f(n - 1)\nprint(f(200))",
+            "200\n",
+        ),
+        (
+            "import sys, types\nm = types.ModuleType('math')\nm.pi = 3\nsys.modules['math'] = m",
+            "import math\nprint(math.pi)",
+            "3.141592653589793\n",
+        ),
+        (
+            "import collections\ncollections.Counter.most_common = lambda self, n=None: 'hacked'",
+            "from collections import Counter\nprint(Counter('aab').most_common(1))",
+            "[('a', 2)]\n",
+        ),
+        ("import gc\ngc.disable()", "import gc\nprint(gc.isenabled())", "True\n"),
+    ];
+    for (plant, probe, expected) in leaks {
+        let _ = run(plant);
+        assert_eq!(run(probe), Ok(expected.to_string()), "after `{plant}`");
+    }
+    let _ = run("import random\nrandom.seed(0)");
+    assert_eq!(run("import random\nprint(random.random())"), Ok(lone_random));
+    let contained = [
+        ("import os\nos._exit(0)", "cannot end the process here"),
+        (
+            "import time\ntime.sleep(3600)",
+            "execution stopped after 100000 steps (`max_steps`)",
+        ),
+        (
+            "while True:\n    pass",
+            "execution stopped after 100000 steps (`max_steps`)",
+        ),
+        (
+            "import sys\ntry:\n    sys.settrace(None)\nexcept BaseException:\n    pass\nwhile True:\n    pass",
+            "execution stopped after 100000 steps (`max_steps`)",
+        ),
+    ];
+    for (code, message) in contained {
+        let error = run(code).unwrap_err();
+        assert_eq!(error.kind, ToolErrorKind::Tool, "`{code}`: {error:?}");
+        assert!(error.message.contains(message), "`{code}`: {}", error.message);
+        assert_eq!(run("print('alive')"), Ok("alive\n".into()), "after `{code}`");
+    }
+    let failures = python.failures();
+    assert_eq!((failures.timeouts, failures.traps), (0, 0), "{failures:?}");
 }

@@ -4,7 +4,9 @@
 //! its module implements (see [`world`]). A build takes seconds, so its output is reused while
 //! the plugin's files, the WIT and the compiler are unchanged.
 //!
-//! A guest plugin is a directory holding `app.py` or `app.js` (and no `Cargo.toml`).
+//! A guest plugin is a directory holding `app.py` or `app.js` (and no `Cargo.toml`). Python plugins
+//! also import the modules of `plugins/python-shared/` (the isolation and containment of code they
+//! run for the model), which holds no `app.py` and so is no plugin.
 
 use std::hash::{Hash, Hasher};
 use std::io::IsTerminal;
@@ -23,6 +25,11 @@ const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 /// The OpenAI Python client the serving tests use.
 const OPENAI: &str = "openai==3.57.0";
 const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0";
+
+/// The modules every Python plugin can import, beside its own directory's.
+fn python_shared() -> PathBuf {
+    root().join("plugins/python-shared")
+}
 
 /// The language a plugin is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -172,7 +179,9 @@ fn build(plugin: &GuestPlugin, out_dir: &Path) -> anyhow::Result<PathBuf> {
                 .arg("import sys; from componentize_py import script; sys.argv[0] = 'componentize-py'; sys.exit(script())")
                 .arg("-d")
                 .arg(&wit)
-                .args(["-w", world, "componentize", "app", "-p", ".", "-o"])
+                .args(["-w", world, "componentize", "app", "-p", ".", "-p"])
+                .arg(python_shared())
+                .arg("-o")
                 .arg(&partial)
                 .env("PYTHONPATH", tool)
                 .env("PYTHONDONTWRITEBYTECODE", "1");
@@ -235,11 +244,16 @@ fn with_live_timer<T>(label: &str, work: impl FnOnce() -> anyhow::Result<T>) -> 
     result
 }
 
-/// A hash of what a build depends on: the plugin's files, the WIT, the compiler version.
+/// A hash of what a build depends on: the plugin's files, the WIT, the shared Python modules (for
+/// Python plugins), the compiler version.
 fn source_hash(plugin: &GuestPlugin) -> anyhow::Result<u64> {
     let mut hasher = std::hash::DefaultHasher::new();
     plugin.lang.compiler().hash(&mut hasher);
-    for dir in [plugin.dir.clone(), root().join("crates/rein-plugin/wit")] {
+    let mut dirs = vec![plugin.dir.clone(), root().join("crates/rein-plugin/wit")];
+    if plugin.lang == Lang::Python {
+        dirs.push(python_shared());
+    }
+    for dir in dirs {
         let mut files = Vec::new();
         collect_files(&dir, &mut files)?;
         files.sort();
