@@ -107,7 +107,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         train_flop / 1e9,
         100.0 * achieved / peak
     );
-    compare(&random, &rein, &mut report);
+    compare(&random, &rein, &trl_runs(&random), &mut report);
     report.push(Row {
         name: "GRPO forward + backward, share of the matrix kernel's peak (%)".into(),
         value: 100.0 * achieved / peak,
@@ -155,8 +155,9 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         lora: Some(spec.clone()),
     };
     let (rein, _, _) = measure(&smollm2, model, plugin_dir)?;
-    compare(&smollm2, &rein, &mut report);
-    // The same on f32 weights, as TRL + PEFT holds them.
+    let trl = trl_runs(&smollm2);
+    compare(&smollm2, &rein, &trl, &mut report);
+    // The same on f32 weights, as TRL + PEFT holds them, against the same TRL runs.
     reset_peak_rss();
     let f32_case = Case {
         name: "GRPO step, SmolLM2-135M LoRA (rein's base: f32), 8×4 completions, ≤64 tokens".into(),
@@ -165,7 +166,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
     };
     let model = f32_base.with_lora(&spec, &mut rein_core::SeededRng::new(1), &device);
     let (rein, _, _) = measure(&f32_case, model, plugin_dir)?;
-    compare(&f32_case, &rein, &mut report);
+    compare(&f32_case, &rein, &trl, &mut report);
     Ok(report)
 }
 
@@ -294,19 +295,27 @@ fn measure(
     Ok((measured, driven.phases, outcome))
 }
 
-/// Runs the TRL peer on `case`, without gradient checkpointing and then with it (TRL's
-/// default), and pushes the step time and peak memory rows, each against it.
-fn compare(case: &Case, rein: &Measured, report: &mut Report) {
-    for checkpointing in [false, true] {
+/// What TRL measured on a case, without gradient checkpointing and with it (its default).
+type TrlRuns = [(bool, Result<(String, Measured), String>); 2];
+
+/// Runs the TRL peer on `case` without gradient checkpointing and then with it.
+fn trl_runs(case: &Case) -> TrlRuns {
+    [false, true].map(|checkpointing| (checkpointing, trl_peer(case, checkpointing)))
+}
+
+/// Pushes rein's step time and peak memory on `case`, each against each TRL run.
+fn compare(case: &Case, rein: &Measured, trl_runs: &TrlRuns, report: &mut Report) {
+    for (checkpointing, run) in trl_runs {
+        let checkpointing = *checkpointing;
         let setting = match checkpointing {
             false => "TRL, no gradient checkpointing",
             true => "TRL's default: gradient checkpointing",
         };
         let name = format!("{} (s)", case.name);
-        let (label, trl) = match trl_peer(case, checkpointing) {
-            Ok(peer) => peer,
+        let (label, trl) = match run {
+            Ok((label, trl)) => (label.clone(), trl),
             Err(reason) => {
-                report.not_measured(name, setting, reason);
+                report.not_measured(name, setting, reason.clone());
                 continue;
             }
         };

@@ -8,6 +8,8 @@
 //! - [`gguf`]: llama.cpp's GGUF model files, converted to Hugging Face checkpoints.
 //! - [`lm::lora`]: LoRA adapters on a model's linear layers (base frozen), and [`lm::peft`]:
 //!   them in PEFT's format.
+//! - [`random`]: initial weights drawn from the caller's own generator, never from burn's
+//!   process-wide one.
 //!
 //! **Architecture invariant:** modules are generic over the burn backend (`Autodiff<Flex>` on
 //! the CPU by default; the `cuda` feature adds burn-cuda). This crate knows nothing about

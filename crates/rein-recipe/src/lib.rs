@@ -662,7 +662,10 @@ mod tests {
             assert!(all.contains(named), "{named} missing from: {all}");
         }
         let gpu = line(&["device=\"cuda\""]);
-        assert!(gpu.starts_with("**Not reproducible**") && gpu.contains("device = \"cuda\""), "{gpu}");
+        assert!(
+            gpu.starts_with("**Not reproducible**") && gpu.contains("device = \"cuda\""),
+            "{gpu}"
+        );
     }
 
     #[test]

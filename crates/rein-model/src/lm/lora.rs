@@ -311,3 +311,36 @@ impl<B: Backend> LoraAdapters<B> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(place: u64) -> MaskStream {
+        MaskStream {
+            place,
+            ..MaskStream::default()
+        }
+    }
+
+    #[test]
+    fn dropout_masks_depend_on_the_key_the_place_and_the_draw_alone() {
+        let (a, b) = (stream(3), stream(3));
+        a.set_key(11);
+        b.set_key(11);
+        let first = a.next(4096, 0.25);
+        assert_eq!(first, b.next(4096, 0.25), "same key, place and draw");
+        assert_ne!(first, a.next(4096, 0.25), "the next draw");
+        let other_place = stream(4);
+        other_place.set_key(11);
+        assert_ne!(first, other_place.next(4096, 0.25), "another place");
+        a.set_key(12);
+        assert_ne!(first, a.next(4096, 0.25), "another key");
+        a.set_key(11);
+        assert_eq!(first, a.next(4096, 0.25), "setting the key again restarts the draws");
+        // Inverted dropout: a quarter dropped, the rest scaled by 4/3.
+        let dropped = first.iter().filter(|&&m| m == 0.0).count() as f64 / 4096.0;
+        assert!((dropped - 0.25).abs() < 0.03, "dropped {dropped}");
+        assert!(first.iter().all(|&m| m == 0.0 || (m - 4.0 / 3.0).abs() < 1e-6));
+    }
+}
