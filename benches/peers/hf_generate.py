@@ -37,17 +37,11 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoint")
-    parser.add_argument("batches", type=int, nargs="+")
-    parser.add_argument("--prompt-len", type=int, default=16)
-    parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--prompts", help="JSON {batch: [[ids]]} (default: random ids)")
-    peer_common.add_step_arguments(parser, steps=5, what="generate calls")
-    peer_common.add_threads_argument(parser)
+    peer_common.add_generation_arguments(parser, "the checkpoint directory", what="generate calls")
     args = parser.parse_args()
     out = peer_common.Stdout()
     peer_common.configure_torch(torch, args.threads)
-    model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     vocab = model.config.vocab_size
     sampling = dict(
         do_sample=True,

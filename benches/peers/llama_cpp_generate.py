@@ -150,13 +150,7 @@ class Batched:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("model", help="the .gguf file")
-    parser.add_argument("batches", type=int, nargs="+")
-    parser.add_argument("--prompt-len", type=int, default=16)
-    parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--prompts", help="JSON {batch: [[ids]]} (default: random ids)")
-    peer_common.add_step_arguments(parser, steps=5, what="generations")
-    peer_common.add_threads_argument(parser)
+    peer_common.add_generation_arguments(parser, "the .gguf file", what="generations")
     args = parser.parse_args()
     out = peer_common.Stdout()
     llama_cpp.llama_backend_init()

@@ -86,6 +86,18 @@ def add_step_arguments(parser, steps, warmup=1, what="steps"):
     )
 
 
+def add_generation_arguments(parser, model_help, what):
+    """What both generation peers take: the model, the batch sizes, the prompts and lengths, the
+    timed and untimed runs, the threads."""
+    parser.add_argument("model", help=model_help)
+    parser.add_argument("batches", type=int, nargs="+")
+    parser.add_argument("--prompt-len", type=int, default=16)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--prompts", help="JSON {batch: [[ids]]} (default: random ids)")
+    add_step_arguments(parser, steps=5, what=what)
+    add_threads_argument(parser)
+
+
 def configure_torch(torch, threads):
     """torch's intra-op threads to `threads`, its inter-op pool to one thread."""
     torch.set_num_threads(threads)

