@@ -160,10 +160,10 @@ fn a_non_finite_loss_stops_at_its_update_and_keeps_the_checkpoints_before_it() {
         "train.checkpoint_every=1".into(),
     ];
     let err = rein_train::run_ppo(&recipe("ppo-cartpole.toml", &overrides), &plugin_dir(), true).unwrap_err();
-    let rein_train::TrainError::NonFinite { update, ref what, .. } = err else {
+    let rein_train::TrainError::NonFinite { step, ref what, .. } = err else {
         panic!("expected a non-finite error, got {err}")
     };
-    assert_eq!(update, 3, "{err}");
+    assert_eq!(step, 3, "{err}");
     assert!(what.contains("loss"), "{err}");
     assert!(err.to_string().starts_with("step 3: PPO loss is not finite"), "{err}");
     let run = std::fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();

@@ -72,7 +72,10 @@ fn one_grpo_step_matches_pytorch() {
     };
     let out = policy_loss(
         log_prob,
-        batch.per_token::<B>(&old, &device),
+        Tensor::<B, 2>::from_data(
+            TensorData::new(batch.per_token_values(&old), [batch.rows, batch.completion_width]),
+            &device,
+        ),
         advantages,
         batch.mask::<B>(&device),
         None,

@@ -83,8 +83,16 @@ impl LimitArgs {
     }
 }
 
+/// The exit code of a run the watchdog stopped (`train.stall_timeout_s`).
+const STALLED_EXIT_CODE: i32 = 3;
+
 fn main() -> std::process::ExitCode {
     rein_train::memory::keep_freed_memory();
+    // The watchdog has saved the last completed step; the stalled thread cannot be unwound.
+    rein_train::watchdog::on_stall(|error| {
+        eprintln!("\nerror: {error}");
+        std::process::exit(STALLED_EXIT_CODE);
+    });
     let cli = Cli::parse();
     // A bad `REIN_CPU` is reported before any kernel runs (the kernels would ignore it).
     if let Err(error) = rein_kernels::isa::from_env() {

@@ -45,6 +45,8 @@ pub struct Step {
     pub record: Record,
     /// The algorithm is done (a target was reached): no further steps.
     pub done: bool,
+    /// The progress line after it (`grpo step 3/20 | reward 0.41 | 4.20 s/step`).
+    pub progress: String,
 }
 
 /// A training algorithm as the driver runs it: one update at a time, its state a checkpoint.
@@ -64,9 +66,6 @@ pub trait Algorithm {
 
     /// The path of the first parameter that is NaN or infinite, if any.
     fn non_finite_parameter(&self) -> Option<String>;
-
-    /// The progress line after `step`.
-    fn progress(&self, step: usize, record: &Record) -> String;
 
     /// Failed plugin calls so far, per plugin (zero counts included), since this algorithm
     /// started (the driver adds the counts of a resumed run's earlier part).
@@ -150,30 +149,20 @@ impl Driver<'_> {
             phases.begin_step(step);
             let started = phases.elapsed();
             crate::memory::reset_peak_rss();
-            let Step { mut record, done } = match algorithm.step(step, &phases) {
-                Ok(done) => done,
-                // Servers gone: keep the last completed step before stopping.
-                Err(TrainError::Generator {
-                    step,
-                    error,
-                    saved: None,
-                }) => {
-                    let unsaved = latest.lock().unwrap_or_else(|e| e.into_inner()).take();
-                    let saved = match (&self.checkpointing.dir, unsaved) {
-                        (Some(dir), Some((done, snapshot))) => self.save(dir, done, snapshot).ok(),
-                        _ => None,
-                    };
-                    return Err(TrainError::Generator { step, error, saved });
-                }
-                Err(e) => return Err(e),
-            };
+            let Step {
+                mut record,
+                done,
+                progress: line,
+            } = algorithm
+                .step(step, &phases)
+                .map_err(|e| self.save_unsaved(e, &latest))?;
             if let Some(mib) = crate::memory::peak_rss_mib() {
                 record.insert("sys/peak_rss_mib".into(), json!(mib));
                 peak_rss_mib = Some(peak_rss_mib.map_or(mib, |peak| peak.max(mib)));
             }
             if let Some(path) = algorithm.non_finite_parameter() {
                 return Err(TrainError::NonFinite {
-                    update: step,
+                    step,
                     what: format!("parameter `{path}`"),
                     value: f32::NAN,
                 });
@@ -186,36 +175,18 @@ impl Driver<'_> {
                 metrics.write(&serde_json::Value::Object(record.clone()))?;
             }
             let finished = done || step == total;
-            progress.show(step as u64, &algorithm.progress(step, &record), finished);
+            progress.show(step as u64, &line, finished);
 
-            let Some(dir) = &self.checkpointing.dir else {
-                if finished {
-                    break;
-                }
-                continue;
-            };
-            state = DriverState {
-                step,
-                metrics_len: self.metrics.as_deref().map_or(0, MetricsWriter::bytes_written),
-                elapsed_s: phases.elapsed().as_secs_f64(),
-                phases_s: seconds(&phases.totals()),
-                failures: failures.iter().map(|(name, f)| (name.clone(), counts(*f))).collect(),
-            };
-            let snapshot = self.with_driver_state(algorithm.snapshot(), &state);
-            let stop = stop_requested();
-            let every = self.checkpointing.every;
-            if stop || finished || (every > 0 && step.is_multiple_of(every)) {
-                let _phase = phases.enter("checkpoint", format!("writing the checkpoint of step {step}"));
-                let path = self.save(dir, step, snapshot)?;
-                if stop {
-                    return Err(TrainError::Interrupted {
-                        step,
-                        checkpoint: path,
-                        run: dir.path().parent().unwrap_or(dir.path()).to_path_buf(),
-                    });
-                }
-            } else {
-                *latest.lock().unwrap_or_else(|e| e.into_inner()) = Some((step, snapshot));
+            if self.checkpointing.dir.is_some() {
+                let state = DriverState {
+                    step,
+                    metrics_len: self.metrics.as_deref().map_or(0, MetricsWriter::bytes_written),
+                    elapsed_s: phases.elapsed().as_secs_f64(),
+                    phases_s: seconds(&phases.totals()),
+                    failures: failures.iter().map(|(name, f)| (name.clone(), counts(*f))).collect(),
+                };
+                let snapshot = self.with_driver_state(algorithm.snapshot(), &state);
+                self.checkpoint(step, finished, snapshot, &phases, &latest)?;
             }
             if finished {
                 break;
@@ -228,6 +199,57 @@ impl Driver<'_> {
             phases: phases.totals(),
             peak_rss_mib,
         })
+    }
+
+    /// After step `step`: writes a checkpoint when one is due (every `train.checkpoint_every`
+    /// steps, after the last, or when a stop was requested, which then ends the run);
+    /// otherwise keeps the snapshot for the watchdog or a failing generator to save.
+    fn checkpoint(
+        &self,
+        step: usize,
+        finished: bool,
+        snapshot: Snapshot,
+        phases: &Phases,
+        latest: &Mutex<Option<(usize, Snapshot)>>,
+    ) -> Result<(), TrainError> {
+        let Some(dir) = &self.checkpointing.dir else {
+            return Ok(());
+        };
+        let stop = stop_requested();
+        let every = self.checkpointing.every;
+        if !(stop || finished || (every > 0 && step.is_multiple_of(every))) {
+            *latest.lock().unwrap_or_else(|e| e.into_inner()) = Some((step, snapshot));
+            return Ok(());
+        }
+        let _phase = phases.enter("checkpoint", format!("writing the checkpoint of step {step}"));
+        let path = self.save(dir, step, snapshot)?;
+        if stop {
+            return Err(TrainError::Interrupted {
+                step,
+                checkpoint: path,
+                run: dir.path().parent().unwrap_or(dir.path()).to_path_buf(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A step's error; when the servers are gone, the last completed step is saved first
+    /// (when it was not saved already).
+    fn save_unsaved(&self, error: TrainError, latest: &Mutex<Option<(usize, Snapshot)>>) -> TrainError {
+        let TrainError::Generator {
+            step,
+            error,
+            saved: None,
+        } = error
+        else {
+            return error;
+        };
+        let unsaved = latest.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let saved = match (&self.checkpointing.dir, unsaved) {
+            (Some(dir), Some((done, snapshot))) => self.save(dir, done, snapshot).ok(),
+            _ => None,
+        };
+        TrainError::Generator { step, error, saved }
     }
 
     /// Adds the driver's keys to a step's record: stage, timings, plugin failures.
@@ -264,39 +286,34 @@ impl Driver<'_> {
         Ok(dir.save((self.checkpointing.step_offset + step) as u64, &borrowed)?)
     }
 
-    /// What the watchdog does: save the last completed step (when it was not saved already),
-    /// report the stall, and end the process.
+    /// What the watchdog does: save the last completed step (when it was not saved already)
+    /// and hand the stall, as a [`TrainError::Stalled`], to the application's handler
+    /// ([`crate::watchdog::on_stall`]).
     fn stall_handler(&self, latest: Arc<Mutex<Option<(usize, Snapshot)>>>) -> Box<dyn FnOnce(Stall) + Send> {
         let dir = self.checkpointing.dir.clone();
         let offset = self.checkpointing.step_offset;
         Box::new(move |stall| {
-            let mut message = format!("error: {stall}");
             let saved = latest.lock().unwrap_or_else(|e| e.into_inner()).take();
-            match (&dir, saved) {
+            let saved = match (&dir, saved) {
                 (Some(dir), Some((step, snapshot))) => {
                     let sections = snapshot();
                     let borrowed: Vec<(&str, &[u8])> =
                         sections.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
                     match dir.save((offset + step) as u64, &borrowed) {
-                        Ok(path) => message += &format!("; saved step {step} in {}", path.display()),
-                        Err(e) => message += &format!("; could not save step {step}: {e}"),
+                        Ok(path) => format!("; saved step {step} in {}", path.display()),
+                        Err(e) => format!("; could not save step {step}: {e}"),
                     }
                 }
-                (Some(_), None) => message += "; the newest checkpoint is the last completed step",
-                (None, _) => {}
-            }
-            if let Some(dir) = &dir {
-                let run = dir.path().parent().unwrap_or(dir.path());
-                message += &format!("; continue with `--resume {}`", run.display());
-            }
-            eprintln!("\n{message}");
-            std::process::exit(STALL_EXIT_CODE);
+                (Some(_), None) => "; the newest checkpoint is the last completed step".into(),
+                (None, _) => String::new(),
+            };
+            let run = dir
+                .as_ref()
+                .map(|dir| dir.path().parent().unwrap_or(dir.path()).to_path_buf());
+            crate::watchdog::report_stall(TrainError::Stalled { stall, saved, run });
         })
     }
 }
-
-/// The exit code of a run the watchdog stopped.
-pub const STALL_EXIT_CODE: i32 = 3;
 
 fn add_failures(
     before: &BTreeMap<String, [u64; 3]>,

@@ -20,10 +20,10 @@ pub enum TrainError {
     Io(#[from] std::io::Error),
     /// A loss, gradient or parameter became NaN or infinite. No checkpoint is written after
     /// it, so the last one on disk is good.
-    #[error("step {update}: {what} is not finite ({value}); stopping (checkpoints from before this step are kept)")]
+    #[error("step {step}: {what} is not finite ({value}); stopping (checkpoints from before this step are kept)")]
     NonFinite {
-        /// The step or update number (1-based).
-        update: usize,
+        /// The step (1-based; for PPO, the update).
+        step: usize,
         /// Which quantity or tensor (`policy loss`, `gradient of layers.0.mlp.up.weight`).
         what: String,
         /// Its value (for a tensor, the value that gave it away: a loss or a norm).
@@ -69,6 +69,17 @@ pub enum TrainError {
         /// The run directory.
         run: std::path::PathBuf,
     },
+    /// The watchdog stopped the run: a phase made no progress for `train.stall_timeout_s`.
+    /// The last completed step was saved first (when the run has a checkpoint directory).
+    #[error("{stall}{saved}{}", run.as_ref().map(|r| format!("; continue with `--resume {}`", r.display())).unwrap_or_default())]
+    Stalled {
+        /// The phase, its step, and what it waited on.
+        stall: crate::watchdog::Stall,
+        /// What became of the last completed step ("; saved step 4 in …"), or "".
+        saved: String,
+        /// The run directory to resume.
+        run: Option<std::path::PathBuf>,
+    },
     /// The environment's spaces cannot be trained with this algorithm.
     #[error("environment `{plugin}`: {message}")]
     Environment {
@@ -104,22 +115,22 @@ impl TrainError {
         }
     }
 
-    /// Stops at step `update` when the loss `what` is NaN or infinite.
-    pub(crate) fn check_loss(update: usize, what: &str, value: f32) -> Result<(), Self> {
+    /// Stops at step `step` when the loss `what` is NaN or infinite.
+    pub(crate) fn check_loss(step: usize, what: &str, value: f32) -> Result<(), Self> {
         if value.is_finite() {
             return Ok(());
         }
         Err(Self::NonFinite {
-            update,
+            step,
             what: what.into(),
             value,
         })
     }
 
-    /// Stops at step `update` when the gradient norm is NaN or infinite, naming the first
+    /// Stops at step `step` when the gradient norm is NaN or infinite, naming the first
     /// parameter whose gradient is.
     pub(crate) fn check_gradients<B: AutodiffBackend, M: AutodiffModule<B>>(
-        update: usize,
+        step: usize,
         norm: f32,
         model: &M,
         grads: &GradientsParams,
@@ -129,7 +140,7 @@ impl TrainError {
         }
         let which = rein_optim::non_finite_gradient(model, grads).unwrap_or_else(|| "the parameters".into());
         Err(Self::NonFinite {
-            update,
+            step,
             what: format!("gradient norm (first non-finite: the gradient of `{which}`)"),
             value: norm,
         })

@@ -5,14 +5,37 @@
 //! gives the run its timings (`time/<phase>_s`, cumulative) and the watchdog its heartbeat: a
 //! thread that wakes every second and, when one phase has run longer than
 //! `train.stall_timeout_s`, reports the stall — the phase, the step, what it was waiting on —
-//! to the driver's handler, which saves the last completed step and ends the process. (A
-//! stalled thread cannot be unwound from outside; plugin calls end at their own deadlines,
-//! so a stall means something else hung: a deadlock, a device, a runaway generation.)
+//! to the driver's handler, which saves the last completed step and passes the stall, as a
+//! [`TrainError::Stalled`], to the handler the application installed with [`on_stall`] (the
+//! `rein` CLI prints it and exits with code 3). A stalled thread cannot be unwound from
+//! outside, so this library never ends the process itself: without a handler the error is
+//! printed and the stalled thread keeps waiting. Plugin calls end at their own deadlines, so a
+//! stall means something else hung: a deadlock, a device, a runaway generation.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
+
+use crate::TrainError;
+
+/// What the application does with a stalled run (set once, by [`on_stall`]).
+static STALL_HANDLER: OnceLock<fn(TrainError)> = OnceLock::new();
+
+/// Installs what happens after the watchdog stopped a run and saved its last step: `handler`
+/// gets the [`TrainError::Stalled`] on the watchdog's thread, while the stalled thread is
+/// still stuck, so it typically reports the error and ends the process. The first call wins.
+pub fn on_stall(handler: fn(TrainError)) {
+    let _ = STALL_HANDLER.set(handler);
+}
+
+/// Hands a stall to the application's handler, or prints it when there is none.
+pub(crate) fn report_stall(error: TrainError) {
+    match STALL_HANDLER.get() {
+        Some(handler) => handler(error),
+        None => eprintln!("\nerror: {error}"),
+    }
+}
 
 /// A phase that stopped making progress.
 #[derive(Debug, Clone, PartialEq)]
@@ -195,12 +218,10 @@ impl Drop for PhaseGuard<'_> {
     }
 }
 
-/// For the watchdog's own test: in a build with debug assertions (tests, `cargo xtask run`),
-/// `REIN_TEST_STALL=<phase>@<step>` makes that phase of that step hang forever.
+/// For the watchdog's own test: with the `test-hooks` feature (on only in builds for rein's
+/// tests), `REIN_TEST_STALL=<phase>@<step>` makes that phase of that step hang forever.
+#[cfg(feature = "test-hooks")]
 fn stall_here_for_tests(phase: &str, step: usize) {
-    if !cfg!(debug_assertions) {
-        return;
-    }
     let Ok(spec) = std::env::var("REIN_TEST_STALL") else {
         return;
     };
@@ -210,6 +231,9 @@ fn stall_here_for_tests(phase: &str, step: usize) {
         }
     }
 }
+
+#[cfg(not(feature = "test-hooks"))]
+fn stall_here_for_tests(_phase: &str, _step: usize) {}
 
 #[cfg(test)]
 mod tests {

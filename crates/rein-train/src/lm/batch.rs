@@ -97,12 +97,6 @@ impl TokenBatch {
         )
     }
 
-    /// A `[rows, C]` float tensor from per-row values of varying length (padded with 0).
-    pub fn per_token<B: Backend>(&self, values: &[&[f32]], device: &B::Device) -> Tensor<B, 2> {
-        let flat = self.per_token_values(values);
-        Tensor::from_data(TensorData::new(flat, [self.rows, self.completion_width]), device)
-    }
-
     /// Per-row values of varying length laid out `[rows, C]` (padded with 0).
     pub fn per_token_values(&self, values: &[&[f32]]) -> Vec<f32> {
         let mut flat = Vec::with_capacity(self.rows * self.completion_width);

@@ -162,43 +162,10 @@ pub fn play<B: Backend>(
                 let turns: Vec<Turn> = (to_env.into_iter())
                     .map(|(e, content)| Turn { id: ids[e], content })
                     .collect();
-                if !turns.is_empty() {
-                    for (turn, reply) in turns.iter().zip(env.step(&turns)?) {
-                        let e = (turn.id - first_id) as usize;
-                        let episode = &mut episodes[e];
-                        if let Some(reward) = reply.reward {
-                            *episode.env_reward.get_or_insert(0.0) += reward;
-                        }
-                        if let Some(turn) = episode.turn_log.last_mut() {
-                            turn.reward = reply.reward.unwrap_or(0.0);
-                            turn.state_after = reply.state_key;
-                        }
-                        for (name, value) in reply.components {
-                            *episode.env_components.entry(name).or_default() += value;
-                        }
-                        match reply.done {
-                            true => finished.push(e),
-                            false => replies.push((e, reply.messages.into_iter().map(chat).collect())),
-                        }
-                    }
-                }
+                let replied = env_replies(env, &turns, first_id, &mut episodes, &mut finished)?;
+                replies.extend(replied);
             }
-            let mut additions = Vec::with_capacity(replies.len());
-            for (e, messages) in replies {
-                let episode = &mut episodes[e];
-                if episode.turns >= agent.max_turns {
-                    episode.truncated = true;
-                    finished.push(e);
-                    continue;
-                }
-                let added = episode.transcript.push_env_messages(tokenizer, messages)?.to_vec();
-                if episode.used() >= agent.max_tokens {
-                    episode.truncated = true;
-                    finished.push(e);
-                    continue;
-                }
-                additions.push((e, added));
-            }
+            let additions = admit_replies(tokenizer, agent, replies, &mut episodes, &mut finished)?;
             session.append(&additions);
             session.end(&finished);
             live.retain(|e| !finished.contains(e));
@@ -213,6 +180,70 @@ pub fn play<B: Backend>(
         e.text = tokenizer.decode(&e.transcript.tokens()[e.transcript.prompt_len()..], true)?;
     }
     Ok(episodes)
+}
+
+/// The environment's replies to the model's turns `turns`: rewards, state keys and components
+/// recorded on each episode; an episode the environment ends joins `finished`, the others'
+/// messages are returned for their next turn.
+fn env_replies(
+    env: &mut dyn TextEnv,
+    turns: &[Turn],
+    first_id: u64,
+    episodes: &mut [Episode],
+    finished: &mut Vec<usize>,
+) -> Result<Vec<(usize, Vec<ChatMessage>)>, TrainError> {
+    let mut replies = Vec::new();
+    if turns.is_empty() {
+        return Ok(replies);
+    }
+    for (turn, reply) in turns.iter().zip(env.step(turns)?) {
+        let e = (turn.id - first_id) as usize;
+        let episode = &mut episodes[e];
+        if let Some(reward) = reply.reward {
+            *episode.env_reward.get_or_insert(0.0) += reward;
+        }
+        if let Some(turn) = episode.turn_log.last_mut() {
+            turn.reward = reply.reward.unwrap_or(0.0);
+            turn.state_after = reply.state_key;
+        }
+        for (name, value) in reply.components {
+            *episode.env_components.entry(name).or_default() += value;
+        }
+        match reply.done {
+            true => finished.push(e),
+            false => replies.push((e, reply.messages.into_iter().map(chat).collect())),
+        }
+    }
+    Ok(replies)
+}
+
+/// Appends the tools' and environment's messages to their episodes' transcripts; returns the
+/// tokens each episode's next turn starts from. An episode out of turns or tokens joins
+/// `finished`, truncated.
+fn admit_replies(
+    tokenizer: &LmTokenizer,
+    agent: &Agent,
+    replies: Vec<(usize, Vec<ChatMessage>)>,
+    episodes: &mut [Episode],
+    finished: &mut Vec<usize>,
+) -> Result<Vec<(usize, Vec<u32>)>, TrainError> {
+    let mut additions = Vec::with_capacity(replies.len());
+    for (e, messages) in replies {
+        let episode = &mut episodes[e];
+        if episode.turns >= agent.max_turns {
+            episode.truncated = true;
+            finished.push(e);
+            continue;
+        }
+        let added = episode.transcript.push_env_messages(tokenizer, messages)?.to_vec();
+        if episode.used() >= agent.max_tokens {
+            episode.truncated = true;
+            finished.push(e);
+            continue;
+        }
+        additions.push((e, added));
+    }
+    Ok(additions)
 }
 
 /// Opens every episode: from the environment's openings when there is one, else from the

@@ -24,7 +24,7 @@ use super::batch::{TokenBatch, completion_log_probs};
 use super::grpo::{DROPOUT_SALT, generation_seed};
 use crate::TrainError;
 use crate::checkpoint::{Checkpoint, learner_sections};
-use crate::driver::{Algorithm, Record, Snapshot, Step};
+use crate::driver::{Algorithm, Snapshot, Step};
 use crate::watchdog::Phases;
 
 /// What an SFT checkpoint stores besides the model and optimiser.
@@ -138,6 +138,10 @@ impl<B: AutodiffBackend> Algorithm for Sft<'_, B> {
         Ok(Step {
             record: record.as_object().cloned().unwrap_or_default(),
             done: false,
+            progress: format!(
+                "sft step {step}/{} | loss {loss_value:.3} | {tokens_per_s:.0} tokens/s",
+                self.section.steps
+            ),
         })
     }
 
@@ -154,16 +158,6 @@ impl<B: AutodiffBackend> Algorithm for Sft<'_, B> {
 
     fn non_finite_parameter(&self) -> Option<String> {
         rein_optim::non_finite_parameter(&self.model)
-    }
-
-    fn progress(&self, step: usize, record: &Record) -> String {
-        let value = |key: &str| record.get(key).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
-        format!(
-            "sft step {step}/{} | loss {:.3} | {:.0} tokens/s",
-            self.section.steps,
-            value("sft/loss"),
-            value("sft/tokens_per_s")
-        )
     }
 }
 

@@ -32,7 +32,7 @@ use serde_json::json;
 
 use crate::TrainError;
 use crate::checkpoint::{Checkpoint, learner_sections};
-use crate::driver::{Algorithm, Record, Snapshot, Step};
+use crate::driver::{Algorithm, Snapshot, Step};
 use crate::watchdog::Phases;
 use episodes::Episodes;
 use policy::{act, forward, log_std};
@@ -128,13 +128,20 @@ impl<B: AutodiffBackend> Algorithm for Ppo<'_, B> {
         rein_optim::non_finite_parameter(&self.model)
     }
 
-    fn progress(&self, update: usize, record: &Record) -> String {
+    fn plugin_failures(&self) -> Vec<(String, FailureCounts)> {
+        vec![(self.plugin.clone(), self.envs.failures())]
+    }
+}
+
+/// The four parts of an update.
+impl<B: AutodiffBackend> Ppo<'_, B> {
+    /// The progress line after `update`.
+    fn progress(&self, update: usize, sps: f64) -> String {
         let shown = self
             .state
             .episodes
             .mean_return()
             .map_or("-".to_string(), |r| format!("{r:.1}"));
-        let sps = record.get("charts/sps").and_then(|v| v.as_f64()).unwrap_or(0.0);
         let mut line = format!(
             "update {update}/{} | steps {} | {sps:.0} steps/s | return {shown} | episodes {}",
             self.num_updates, self.state.env_steps, self.state.episodes.completed
@@ -146,13 +153,6 @@ impl<B: AutodiffBackend> Algorithm for Ppo<'_, B> {
         line
     }
 
-    fn plugin_failures(&self) -> Vec<(String, FailureCounts)> {
-        vec![(self.plugin.clone(), self.envs.failures())]
-    }
-}
-
-/// The four parts of an update.
-impl<B: AutodiffBackend> Ppo<'_, B> {
     /// ROLLOUT: `num_steps` steps of every environment under `policy`, without gradients.
     fn rollout(&mut self, policy: &ActorCritic<B::InnerBackend>, phases: &Phases) -> Result<(), TrainError> {
         let (ppo, num_envs, steps) = (self.ppo, self.num_envs, self.ppo.num_steps);
@@ -330,13 +330,14 @@ impl<B: AutodiffBackend> Ppo<'_, B> {
             self.state.solved_at = Some((env_steps, elapsed));
         }
         let [policy_loss, value_loss, entropy, approx_kl, clip_frac, grad_norm] = stats.means();
+        let sps = env_steps as f64 / elapsed.max(1e-9);
         let record = json!({
             "update": update,
             "global_step": env_steps,
             "charts/episodic_return": mean_return,
             "charts/episodes": self.state.episodes.completed,
             "charts/learning_rate": lr_now,
-            "charts/sps": env_steps as f64 / elapsed.max(1e-9),
+            "charts/sps": sps,
             "losses/policy_loss": policy_loss,
             "losses/value_loss": value_loss,
             "losses/entropy": entropy,
@@ -348,6 +349,7 @@ impl<B: AutodiffBackend> Ppo<'_, B> {
         Step {
             record: record.as_object().cloned().unwrap_or_default(),
             done: self.state.solved_at.is_some(),
+            progress: self.progress(update, sps),
         }
     }
 }

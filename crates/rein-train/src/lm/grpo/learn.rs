@@ -1,0 +1,340 @@
+//! ADVANTAGES and LEARN: the batch's outcome advantages (with −β·KL folded into the rewards
+//! when asked; GiGPO's per-turn ones for multi-turn episodes), then μ gradient steps on the
+//! policy loss against the sampling-time log-probabilities. A step's record holds the means of
+//! its updates' losses, clip fractions, gradient norms, KLs and entropies.
+
+use burn::optim::{GradientsParams, Optimizer};
+use burn::tensor::{ElementConversion, Tensor, TensorData};
+use rein_core::{AdvantageKind, LagCorrection, StdScaling};
+use rein_model::AutodiffBackend;
+use rein_optim::{
+    Correction, GigpoConfig, clip_grad_norm, group_normalized, kl_estimate_scalar, lag_correction, policy_loss,
+    reinforce_pp, rloo,
+};
+use serde_json::json;
+
+use super::sample::{Rollout, Scored};
+use super::{DROPOUT_SALT, Grpo, generation_seed, mean};
+use crate::TrainError;
+use crate::driver::Record;
+use crate::lm::batch::{TokenBatch, completion_log_probs};
+use crate::lm::turn_advantages::{EpisodeTurns, token_advantages};
+use crate::watchdog::Phases;
+
+/// The policy loss's inputs for a batch, `[rows, width]` each, as values and as tensors.
+struct LossInputs<B: AutodiffBackend> {
+    /// The sampler's log-probabilities of the completion tokens.
+    sampled_log_prob: Vec<f32>,
+    /// One advantage per completion token.
+    advantages: Vec<f32>,
+    /// Which tokens count in the loss.
+    mask: Vec<f32>,
+    /// The PPO ratio's denominator: the sampler's log-probabilities, or with a lag correction
+    /// the trainer's own before the batch's first update.
+    old_log_prob: Tensor<B, 2>,
+    advantage_tensor: Tensor<B, 2>,
+    mask_tensor: Tensor<B, 2>,
+    /// The reference policy's log-probabilities, for the KL term in the loss.
+    reference: Option<Tensor<B, 2>>,
+    shape: [usize; 2],
+}
+
+impl<B: AutodiffBackend> LossInputs<B> {
+    fn tensor(values: &[f32], shape: [usize; 2], device: &B::Device) -> Tensor<B, 2> {
+        Tensor::from_data(TensorData::new(values.to_vec(), shape), device)
+    }
+
+    /// Compares the trainer's log-probabilities before the batch's updates with the sampler's
+    /// (the `train/mismatch_kl` and correction metrics); with a correction, reweights the
+    /// advantages, masks tokens and makes the trainer's log-probabilities the ratio's
+    /// denominator.
+    fn correct(&mut self, trainer: Tensor<B, 2>, correction: &Correction, device: &B::Device) -> Record {
+        let values: Vec<f32> = (trainer.clone().detach().into_data().convert::<f32>().to_vec()).unwrap_or_default();
+        let corrected = lag_correction(&values, &self.sampled_log_prob, &self.mask, self.shape[1], correction);
+        let mut record = Record::new();
+        record.insert("train/mismatch_kl".into(), json!(corrected.mismatch_kl));
+        if correction.kind == LagCorrection::None {
+            return record;
+        }
+        record.insert("train/correction_masked_frac".into(), json!(corrected.masked_frac));
+        record.insert("train/correction_capped_frac".into(), json!(corrected.capped_frac));
+        for (a, w) in self.advantages.iter_mut().zip(&corrected.weights) {
+            *a *= w;
+        }
+        for (m, keep) in self.mask.iter_mut().zip(&corrected.keep) {
+            *m *= keep;
+        }
+        self.advantage_tensor = Self::tensor(&self.advantages, self.shape, device);
+        self.mask_tensor = Self::tensor(&self.mask, self.shape, device);
+        self.old_log_prob = trainer.detach();
+        record
+    }
+}
+
+/// What one update measured.
+struct UpdateStats {
+    loss: f32,
+    clip_frac: f64,
+    grad_norm: f32,
+    kl: Option<f64>,
+    entropy: Option<f64>,
+}
+
+impl UpdateStats {
+    /// The record entries of a step's updates: each quantity's mean over them.
+    fn means(updates: &[UpdateStats]) -> Record {
+        let n = updates.len();
+        let mean_f32 = |x: fn(&UpdateStats) -> f32| updates.iter().map(x).reduce(|a, b| a + b).map(|s| s / n as f32);
+        let mean_f64 = |x: fn(&UpdateStats) -> Option<f64>| {
+            (updates.iter().map(x))
+                .reduce(|a, b| Some(a? + b?))
+                .flatten()
+                .map(|s| s / n as f64)
+        };
+        json!({
+            "train/loss": mean_f32(|u| u.loss),
+            "train/clip_frac": mean_f64(|u| Some(u.clip_frac)),
+            "train/grad_norm": mean_f32(|u| u.grad_norm),
+            "train/kl": mean_f64(|u| u.kl),
+            "train/entropy": mean_f64(|u| u.entropy),
+        })
+        .as_object()
+        .cloned()
+        .unwrap_or_default()
+    }
+}
+
+impl<B: AutodiffBackend> Grpo<'_, B> {
+    /// ADVANTAGES and LEARN: the outcome advantages of the batch (with −β·KL folded into the
+    /// rewards when asked), then μ gradient steps. Returns the record's training entries.
+    pub(super) fn learn(&mut self, step: usize, batch: &[Scored], phases: &Phases) -> Result<Record, TrainError> {
+        let grpo = self.ctx.grpo;
+        let temperature = self.ctx.sampler.temperature.max(1e-6);
+        let flat: Vec<(&Rollout, f64)> = (batch.iter())
+            .flat_map(|s| s.rollouts.iter().zip(s.rewards.iter().copied()))
+            .collect();
+        let tokens = self.token_batch(&flat);
+        let width = tokens.completion_width;
+        let reference_log_probs: Option<Vec<f32>> = self.reference.as_ref().map(|r| {
+            let _phase = phases.enter("reference", "the reference policy's log-probabilities");
+            let (lp, _) = completion_log_probs(r, &tokens, temperature, false, &self.device);
+            lp.into_data().convert::<f32>().to_vec().unwrap_or_default()
+        });
+        let mut rewards: Vec<f32> = flat.iter().map(|&(_, reward)| reward as f32).collect();
+        let old: Vec<&[f32]> = flat.iter().map(|(r, _)| r.logprobs.as_slice()).collect();
+        let kl_in_reward = match &reference_log_probs {
+            Some(reference) if grpo.kl_in_reward => {
+                Some(self.fold_kl_into_rewards(&mut rewards, &old, reference, &tokens.completion_mask, width))
+            }
+            _ => None,
+        };
+        let advantages = self.advantages(&flat, &rewards, width);
+        let mut mask = tokens.completion_mask.clone();
+        if grpo.mask_truncated {
+            for (row, (rollout, _)) in flat.iter().enumerate() {
+                if rollout.truncated {
+                    mask[row * width..(row + 1) * width].fill(0.0);
+                }
+            }
+        }
+        let sampled_log_prob = tokens.per_token_values(&old);
+        let shape = [tokens.rows, width];
+        let reference = reference_log_probs.filter(|_| !grpo.kl_in_reward);
+        let mut inputs = LossInputs::<B> {
+            old_log_prob: LossInputs::tensor(&sampled_log_prob, shape, &self.device),
+            advantage_tensor: LossInputs::tensor(&advantages, shape, &self.device),
+            mask_tensor: LossInputs::tensor(&mask, shape, &self.device),
+            reference: reference.map(|lp| Tensor::from_data(TensorData::new(lp, shape), &self.device)),
+            sampled_log_prob,
+            advantages,
+            mask,
+            shape,
+        };
+        let mut mismatch = Record::new();
+        let updates = (0..grpo.updates_per_batch.max(1))
+            .map(|update| self.update(step, update, &tokens, &mut inputs, &mut mismatch, phases))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut record = UpdateStats::means(&updates);
+        record.extend(mismatch);
+        self.log_batch(step, &flat, &rewards, kl_in_reward, &mut record);
+        Ok(record)
+    }
+
+    /// The batch's prompts and completions as one token batch; multi-turn episodes train only
+    /// on the tokens the model sampled.
+    fn token_batch(&self, flat: &[(&Rollout, f64)]) -> TokenBatch {
+        let pairs: Vec<(&[u32], &[u32])> = (flat.iter())
+            .map(|(r, _)| (r.opening.as_slice(), r.tokens.as_slice()))
+            .collect();
+        let mut tokens = TokenBatch::new(&pairs, self.pad);
+        for (row, (rollout, _)) in flat.iter().enumerate() {
+            if let Some(trained) = &rollout.trained {
+                tokens.keep_in_loss(row, trained);
+            }
+        }
+        tokens
+    }
+
+    /// ADVANTAGES: one per completion token, `[rows, width]`.
+    fn advantages(&self, flat: &[(&Rollout, f64)], rewards: &[f32], width: usize) -> Vec<f32> {
+        let (grpo, g) = (self.ctx.grpo, self.ctx.sampler.n);
+        let per_sequence = |advantages: Vec<f32>| -> Vec<f32> {
+            (advantages.into_iter())
+                .flat_map(|a| std::iter::repeat_n(a, width))
+                .collect()
+        };
+        match grpo.advantage {
+            AdvantageKind::Group => per_sequence(group_normalized(rewards, g, grpo.std_scaling)),
+            AdvantageKind::Rloo => per_sequence(rloo(rewards, g)),
+            AdvantageKind::ReinforcePp => per_sequence(reinforce_pp(rewards, g, grpo.group_baseline)),
+            AdvantageKind::Gigpo => {
+                let config = GigpoConfig {
+                    gamma: grpo.step_gamma,
+                    step_weight: grpo.step_advantage_weight,
+                    scale_by_std: grpo.std_scaling != StdScaling::None,
+                };
+                let episodes: Vec<EpisodeTurns> = (flat.iter().zip(rewards))
+                    .map(|((rollout, _), &reward)| EpisodeTurns {
+                        turns: &rollout.turns,
+                        reward,
+                        len: rollout.tokens.len(),
+                    })
+                    .collect();
+                (episodes.chunks(g))
+                    .flat_map(|group| token_advantages(group, config))
+                    .flat_map(|mut row| {
+                        row.resize(width, 0.0);
+                        row
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// LEARN: update `update` of step `step`, one gradient step on the policy loss. The first
+    /// update also measures (and, when asked, corrects) the sampler–trainer mismatch.
+    fn update(
+        &mut self,
+        step: usize,
+        update: usize,
+        tokens: &TokenBatch,
+        inputs: &mut LossInputs<B>,
+        mismatch: &mut Record,
+        phases: &Phases,
+    ) -> Result<UpdateStats, TrainError> {
+        let grpo = self.ctx.grpo;
+        let temperature = self.ctx.sampler.temperature.max(1e-6);
+        self.model
+            .set_dropout_key(generation_seed(self.ctx.seed ^ DROPOUT_SALT, step, update));
+        let graph = rein_model::one_graph();
+        let rows = inputs.shape[0];
+        let forward = phases.enter("forward", format!("the policy loss of {rows} completions"));
+        let entropy_wanted = grpo.entropy_coef != 0.0;
+        let (log_prob, entropy) = completion_log_probs(&self.model, tokens, temperature, entropy_wanted, &self.device);
+        if update == 0 {
+            let correction = Correction {
+                kind: grpo.correction,
+                level: grpo.correction_level,
+                tis_cap: grpo.tis_cap,
+                icepop_bounds: grpo.icepop_bounds,
+            };
+            *mismatch = inputs.correct(log_prob.clone(), &correction, &self.device);
+        }
+        let (mask, advantages) = (&inputs.mask_tensor, &inputs.advantage_tensor);
+        let entropy_value = entropy.as_ref().map(|h| {
+            let mean = (h.clone().detach() * mask.clone())
+                .sum()
+                .div(mask.clone().sum().clamp_min(1.0));
+            mean.into_scalar().elem::<f64>()
+        });
+        let out = policy_loss(
+            log_prob,
+            inputs.old_log_prob.clone(),
+            advantages.clone(),
+            mask.clone(),
+            inputs.reference.clone(),
+            entropy,
+            &self.loss_config,
+        );
+        let loss: f32 = out.loss.clone().into_scalar().elem();
+        TrainError::check_loss(step, "policy loss", loss)?;
+        drop(forward);
+        let backward = phases.enter("backward", "the policy loss's gradients");
+        let mut grads = GradientsParams::from_grads(out.loss.backward(), &self.model);
+        drop((backward, graph));
+        let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
+        let grad_norm = clip_grad_norm(&self.model, &mut grads, self.ctx.optimizer.max_grad_norm);
+        TrainError::check_gradients(step, grad_norm, &self.model, &grads)?;
+        self.model = self.optim.step(self.lr.at(step), self.model.clone(), grads);
+        Ok(UpdateStats {
+            loss,
+            clip_frac: out.clip_frac.into_scalar().elem::<f64>(),
+            grad_norm,
+            kl: out.kl.map(|k| k.into_scalar().elem::<f64>()),
+            entropy: entropy_value,
+        })
+    }
+
+    /// The batch's policy-lag, KL-in-reward, reward, length and truncation entries of the
+    /// step's record.
+    fn log_batch(
+        &mut self,
+        step: usize,
+        flat: &[(&Rollout, f64)],
+        rewards: &[f32],
+        kl_in_reward: Option<(f64, f64)>,
+        record: &mut Record,
+    ) {
+        let lag: Vec<f64> = (flat.iter())
+            .map(|(r, _)| self.state.version.saturating_sub(r.version) as f64)
+            .collect();
+        record.insert("train/policy_lag".into(), json!(mean(&lag)));
+        record.insert(
+            "train/policy_lag_max".into(),
+            json!(lag.iter().copied().fold(0.0, f64::max)),
+        );
+        if let Some((kl, penalty)) = kl_in_reward {
+            record.insert("train/kl".into(), json!(kl));
+            record.insert("train/kl_penalty".into(), json!(penalty));
+        }
+        let mean_reward = rewards.iter().map(|&r| f64::from(r)).sum::<f64>() / rewards.len() as f64;
+        self.state.rewards.push(mean_reward);
+        let lengths: Vec<f64> = flat.iter().map(|(r, _)| r.tokens.len() as f64).collect();
+        let truncated = flat.iter().filter(|(r, _)| r.truncated).count();
+        record.insert("train/reward".into(), json!(mean_reward));
+        record.insert("train/completion_length".into(), json!(mean(&lengths)));
+        record.insert(
+            "train/truncated_frac".into(),
+            json!(truncated as f64 / flat.len() as f64),
+        );
+        record.insert("train/learning_rate".into(), json!(self.lr.at(step)));
+    }
+
+    /// The KL in the reward: `r_i − β Σ_t KL_t` for each completion, over the tokens the
+    /// model sampled (`mask`), from their sampled log-probabilities and the reference's (both
+    /// `[rows, width]`). Returns the mean KL per token and the mean penalty per completion, for
+    /// the log.
+    fn fold_kl_into_rewards(
+        &self,
+        rewards: &mut [f32],
+        sampled: &[&[f32]],
+        reference: &[f32],
+        mask: &[f32],
+        width: usize,
+    ) -> (f64, f64) {
+        let grpo = self.ctx.grpo;
+        let (mut kl_total, mut kl_tokens, mut penalty) = (0.0f64, 0usize, 0.0f64);
+        for (row, (reward, log_probs)) in rewards.iter_mut().zip(sampled).enumerate() {
+            let counted = (0..log_probs.len()).filter(|&t| mask[row * width + t] > 0.0);
+            let kl: f32 = counted
+                .clone()
+                .map(|t| kl_estimate_scalar(log_probs[t], reference[row * width + t], grpo.kl_estimator))
+                .sum();
+            *reward -= grpo.kl_coef * kl;
+            kl_total += f64::from(kl);
+            kl_tokens += counted.count();
+            penalty += f64::from(grpo.kl_coef * kl);
+        }
+        (kl_total / kl_tokens.max(1) as f64, penalty / rewards.len() as f64)
+    }
+}

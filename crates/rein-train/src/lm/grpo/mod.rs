@@ -1,0 +1,371 @@
+//! The GRPO family (GRPO, Dr. GRPO, DAPO, GSPO, RLOO, REINFORCE++), one step in algorithm
+//! order: sample prompts → generate G completions each → score groups with the reward plugins
+//! (resampling groups without signal, DAPO) → outcome advantages (KL folded into the reward
+//! when asked; GiGPO's per-turn ones for multi-turn episodes) → μ gradient steps on the policy
+//! loss against the sampling-time log-probabilities → log. `sample.rs` samples and scores,
+//! `learn.rs` computes the advantages and updates; this file holds the state and the step.
+
+use std::time::Duration;
+
+use burn::module::AutodiffModule;
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{AdamW, AdamWConfig};
+use rein_core::{AdvantageKind, FailureCounts};
+use rein_model::AutodiffBackend;
+use rein_model::lm::{CausalLm, LmTokenizer};
+use rein_optim::{LinearSchedule, PolicyLossConfig};
+use rein_recipe::{GrpoSection, OptimizerSection, SamplerSection};
+use rein_sampler::{Generator, NativeGenerator, SeededRng};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::Prompt;
+use super::episodes::Agent;
+use super::rewards::WeightedReward;
+use super::rollout_source::RolloutSource;
+use crate::TrainError;
+use crate::checkpoint::{Checkpoint, learner_sections};
+use crate::driver::{Algorithm, Record, Snapshot, Step};
+use crate::watchdog::Phases;
+
+mod learn;
+mod sample;
+
+/// Where a GRPO run's time went and how it ended.
+#[derive(Debug, Clone, Default)]
+pub struct GrpoOutcome {
+    /// Steps performed.
+    pub steps: usize,
+    /// Sampling completions.
+    pub generate: Duration,
+    /// Scoring them with the reward plugins.
+    pub reward: Duration,
+    /// Forward/backward passes and optimiser steps (and the KL reference's forward passes).
+    pub train: Duration,
+    /// Mean reward over the last 10% of steps.
+    pub final_reward: f64,
+}
+
+/// Everything a GRPO run needs besides the model.
+pub struct GrpoContext<'a> {
+    /// The tokenizer.
+    pub tokenizer: &'a LmTokenizer,
+    /// Training prompts.
+    pub prompts: &'a [Prompt],
+    /// Reward functions, weighted.
+    pub rewards: &'a mut [WeightedReward],
+    /// Algorithm settings.
+    pub grpo: &'a GrpoSection,
+    /// Sampling settings.
+    pub sampler: &'a SamplerSection,
+    /// Optimiser settings.
+    pub optimizer: &'a OptimizerSection,
+    /// Seed.
+    pub seed: u64,
+    /// Tools and a text environment: episodes of several turns instead of one completion.
+    pub agent: Option<&'a mut Agent>,
+}
+
+/// Training prompts in a shuffled order, reshuffled after each pass (epoch).
+#[derive(Clone, Serialize, Deserialize)]
+struct PromptOrder {
+    order: Vec<usize>,
+    cursor: usize,
+}
+
+impl PromptOrder {
+    fn new(prompts: usize, rng: &mut SeededRng) -> Self {
+        let mut order: Vec<usize> = (0..prompts).collect();
+        rng.shuffle(&mut order);
+        Self { order, cursor: 0 }
+    }
+
+    fn next(&mut self, rng: &mut SeededRng) -> usize {
+        if self.cursor == self.order.len() {
+            rng.shuffle(&mut self.order);
+            self.cursor = 0;
+        }
+        self.cursor += 1;
+        self.order[self.cursor - 1]
+    }
+}
+
+/// What a GRPO step carries to the next besides the model and optimiser (a checkpoint's
+/// `state` section).
+#[derive(Clone, Serialize, Deserialize)]
+struct GrpoState {
+    rng: SeededRng,
+    prompt_order: PromptOrder,
+    /// Each step's mean reward.
+    rewards: Vec<f64>,
+    /// Multi-turn episodes started so far (the text environment's episode ids).
+    #[serde(default)]
+    episodes: u64,
+    /// Updates so far: the version of the policy being trained.
+    #[serde(default)]
+    version: u64,
+}
+
+/// The GRPO family on a language model.
+pub struct Grpo<'a, B: AutodiffBackend> {
+    /// The policy being trained.
+    pub model: CausalLm<B>,
+    optim: OptimizerAdaptor<AdamW, CausalLm<B>, B>,
+    /// The frozen starting policy, for the KL term (none when β = 0).
+    reference: Option<CausalLm<B::InnerBackend>>,
+    ctx: GrpoContext<'a>,
+    /// Single-turn completions: the native sampler or inference servers, possibly ahead of
+    /// training (multi-turn episodes are played in process).
+    source: Option<RolloutSource<B::InnerBackend>>,
+    /// The last step whose prompts were submitted to `source`, with the prompts of the steps
+    /// submitted and not yet taken.
+    submitted: usize,
+    in_flight: std::collections::VecDeque<Vec<usize>>,
+    loss_config: PolicyLossConfig,
+    lr: LinearSchedule,
+    pad: u32,
+    state: GrpoState,
+    device: B::Device,
+}
+
+impl<'a, B: AutodiffBackend> Grpo<'a, B> {
+    /// GRPO from `model` (also the KL reference when β ≠ 0), sampling in process.
+    pub fn new(model: CausalLm<B>, ctx: GrpoContext<'a>, device: &B::Device) -> Result<Self, TrainError> {
+        let native = Box::new(NativeGenerator::<B::InnerBackend>::new(ctx.tokenizer.clone(), device));
+        Self::with_generator(model, ctx, native, device)
+    }
+
+    /// GRPO whose single-turn completions come from `generator`, running up to
+    /// `algorithm.max_staleness` steps ahead of training.
+    pub fn with_generator(
+        model: CausalLm<B>,
+        ctx: GrpoContext<'a>,
+        generator: Box<dyn Generator<B::InnerBackend>>,
+        device: &B::Device,
+    ) -> Result<Self, TrainError> {
+        let (grpo, sampler, optimizer) = (ctx.grpo, ctx.sampler, ctx.optimizer);
+        if grpo.advantage == AdvantageKind::Rloo && sampler.n < 2 {
+            return Err(TrainError::Unsupported("RLOO needs sampler.n ≥ 2".into()));
+        }
+        if grpo.advantage == AdvantageKind::Gigpo && ctx.agent.is_none() {
+            return Err(TrainError::Unsupported(
+                "algorithm.advantage = \"gigpo\" needs multi-turn episodes (an [agent] section)".into(),
+            ));
+        }
+        let optim = AdamWConfig::new()
+            .with_beta_1(optimizer.beta1)
+            .with_beta_2(optimizer.beta2)
+            .with_epsilon(optimizer.eps)
+            .with_weight_decay(optimizer.weight_decay)
+            .init::<B, CausalLm<B>>();
+        let loss_config = PolicyLossConfig {
+            level: grpo.ratio_level,
+            clip_low: grpo.clip_low,
+            clip_high: grpo.clip_high,
+            dual_clip: grpo.dual_clip,
+            aggregation: grpo.aggregation,
+            max_completion_len: sampler.max_new_tokens,
+            kl_coef: if grpo.kl_in_reward { 0.0 } else { grpo.kl_coef },
+            kl_estimator: grpo.kl_estimator,
+            kl_importance_weighted: grpo.kl_importance_weighted,
+            entropy_coef: grpo.entropy_coef,
+        };
+        let lr = match optimizer.anneal_lr {
+            Some(true) => LinearSchedule {
+                start: optimizer.lr,
+                end: 0.0,
+                updates: grpo.steps,
+            },
+            _ => LinearSchedule::constant(optimizer.lr),
+        };
+        let mut rng = SeededRng::new(ctx.seed ^ 0x6A09_E667);
+        let prompt_order = PromptOrder::new(ctx.prompts.len(), &mut rng);
+        let source = match ctx.agent {
+            Some(_) => None,
+            None => Some(
+                RolloutSource::new(generator, &model.valid(), 0, grpo.max_staleness)
+                    .map_err(|error| TrainError::generator(0, error))?,
+            ),
+        };
+        Ok(Self {
+            source,
+            submitted: 0,
+            in_flight: Default::default(),
+            reference: (grpo.kl_coef != 0.0).then(|| model.valid()),
+            model,
+            optim,
+            pad: ctx.tokenizer.pad_id().unwrap_or(0),
+            ctx,
+            loss_config,
+            lr,
+            state: GrpoState {
+                rng,
+                prompt_order,
+                rewards: Vec::new(),
+                episodes: 0,
+                version: 0,
+            },
+            device: device.clone(),
+        })
+    }
+
+    /// The run's outcome once the driver is done, with its phase timings.
+    pub fn outcome(&self, steps: usize, phases: &std::collections::BTreeMap<String, Duration>) -> GrpoOutcome {
+        let phase = |name: &str| phases.get(name).copied().unwrap_or_default();
+        let tail = (self.state.rewards.len() / 10).max(1);
+        GrpoOutcome {
+            steps,
+            generate: phase("generate"),
+            reward: phase("reward"),
+            train: phase("reference") + phase("forward") + phase("backward") + phase("optimizer"),
+            final_reward: self.state.rewards.iter().rev().take(tail).sum::<f64>() / tail as f64,
+        }
+    }
+
+    /// The rollout source of single-turn GRPO.
+    fn source(&mut self) -> &mut RolloutSource<B::InnerBackend> {
+        (self.source.as_mut()).expect("single-turn GRPO has a rollout source")
+    }
+
+    /// Hands the generator the policy after step `step` when it will sample again from it
+    /// (every `sampler.sync_every` steps, and never after the last).
+    fn publish(&mut self, step: usize, phases: &Phases) -> Result<(), TrainError> {
+        let Some(source) = self.source.as_mut() else {
+            return Ok(());
+        };
+        if step >= self.ctx.grpo.steps || !step.is_multiple_of(self.ctx.sampler.sync_every) {
+            return Ok(());
+        }
+        let _sync = phases.enter(
+            "sync",
+            format!("handing policy version {step} to {}", source.describe()),
+        );
+        (source.publish(&self.model.valid(), step as u64)).map_err(|error| TrainError::generator(step, error))
+    }
+}
+
+impl<B: AutodiffBackend> Algorithm for Grpo<'_, B> {
+    fn total_steps(&self) -> usize {
+        self.ctx.grpo.steps
+    }
+
+    fn step(&mut self, step: usize, phases: &Phases) -> Result<Step, TrainError> {
+        let started = phases.elapsed();
+        let sampled = self.sample(step, phases)?;
+        let mut record = match sampled.batch.is_empty() {
+            true => {
+                eprintln!("step {step}: every group was skipped; nothing to learn from");
+                Record::new()
+            }
+            false => self.learn(step, &sampled.batch, phases)?,
+        };
+        // The policy after step k is version k (a step without groups leaves it unchanged).
+        self.state.version = step as u64;
+        self.publish(step, phases)?;
+        let seconds = (phases.elapsed() - started).as_secs_f64();
+        record.insert("step".into(), json!(step));
+        record.insert(
+            "train/zero_variance_frac".into(),
+            json!(sampled.degenerate as f64 / sampled.groups.max(1) as f64),
+        );
+        record.insert("train/resampled_groups".into(), json!(sampled.resampled));
+        record.insert("train/reward_failures".into(), json!(sampled.failures));
+        record.insert(
+            "train/tokens_per_s".into(),
+            json!(sampled.tokens as f64 / seconds.max(1e-9)),
+        );
+        for (name, value) in sample::component_means(&sampled.batch) {
+            record.insert(format!("train/reward/{name}"), json!(value));
+        }
+        if let Some(stats) = &sampled.episodes {
+            stats.record(&mut record);
+        }
+        let reward = match sampled.batch.is_empty() {
+            true => f64::NAN,
+            false => self.state.rewards.last().copied().unwrap_or(f64::NAN),
+        };
+        let progress = format!(
+            "grpo step {step}/{} | reward {reward:.3} | {seconds:.2} s/step",
+            self.ctx.grpo.steps
+        );
+        Ok(Step {
+            record,
+            done: false,
+            progress,
+        })
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let (model, optim, state) = (self.model.clone(), self.optim.clone(), self.state.clone());
+        Box::new(move || learner_sections::<B, CausalLm<B>, _, _>(&state, &model, &optim))
+    }
+
+    fn restore(&mut self, checkpoint: &Checkpoint) -> Result<(), TrainError> {
+        // The KL reference stays the model GRPO started from, as in the first run.
+        (self.state, self.model, self.optim) =
+            checkpoint.load_learner(self.model.clone(), self.optim.clone(), &self.device)?;
+        // Older checkpoints have no version: one update per step.
+        self.state.version = self.state.version.max(self.state.rewards.len() as u64);
+        let version = self.state.version;
+        self.submitted = version as usize;
+        if let Some(source) = self.source.as_mut() {
+            let error = |error| TrainError::generator(version as usize, error);
+            source.publish(&self.model.valid(), version).map_err(error)?;
+        }
+        Ok(())
+    }
+
+    fn non_finite_parameter(&self) -> Option<String> {
+        rein_optim::non_finite_parameter(&self.model)
+    }
+
+    fn plugin_failures(&self) -> Vec<(String, FailureCounts)> {
+        let mut out: Vec<(String, FailureCounts)> = Vec::new();
+        for weighted in self.ctx.rewards.iter() {
+            let name = weighted.reward.name().to_string();
+            match out.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, counts)) => *counts = counts.plus(weighted.reward.failures()),
+                None => out.push((name, weighted.reward.failures())),
+            }
+        }
+        out
+    }
+}
+
+/// The sampler's seed for round `round` of step `step` (and LoRA dropout's key, from another
+/// `seed`, for update `round` of a step): distinct for every (step, round).
+/// Sets LoRA dropout's keys apart from the sampler's seeds.
+pub(crate) const DROPOUT_SALT: u64 = 0xD80F_0A7C;
+
+pub(crate) fn generation_seed(seed: u64, step: usize, round: usize) -> u64 {
+    let mix = |mut z: u64| {
+        // SplitMix64's finaliser.
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    mix(mix(seed ^ mix(step as u64)) ^ round as u64)
+}
+
+/// The mean of `values` (0 when empty).
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len().max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generation_seeds_never_collide_across_steps_and_rounds() {
+        let mut seen = std::collections::HashSet::new();
+        for step in 1..=500 {
+            for round in 0..=40 {
+                assert!(
+                    seen.insert(generation_seed(1, step, round)),
+                    "step {step} round {round}"
+                );
+            }
+        }
+    }
+}
