@@ -11,7 +11,8 @@ use crate::error::OutputError;
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Group {
-    /// The prompt as the model saw it (after any chat template).
+    /// The prompt as written in the dataset: the user's text, before any chat template (the
+    /// model saw it inside its chat template).
     pub prompt: String,
     /// The G completions sampled for this prompt.
     pub completions: Vec<String>,
