@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use burn::backend::Flex;
 use burn::tensor::{Int, Tensor, TensorData};
 use proptest::prelude::*;
-use rein_model::gguf::{Converted, GgmlType, GgufError, GgufFile};
+use rein_gguf::{Converted, GgmlType, GgufError, GgufFile};
 use rein_model::lm::{CausalLm, Context, FusedProjections, LmTokenizer, load, locate};
 use rein_sampler::{GenerationConfig, generate};
 use serde_json::Value;
@@ -79,7 +79,7 @@ fn logits_through(model: &CausalLm<B>, ids: &[u32], fused: Option<&FusedProjecti
         rope: &rope,
         positions: Tensor::<B, 1, Int>::arange(0..seq as i64, &dev).unsqueeze::<2>(),
         padding: None,
-        packed: None,
+        sequence_lengths: None,
         fused,
     };
     let hidden = model.hidden(tokens, &ctx, None);
@@ -150,7 +150,7 @@ fn block_codes_give_the_dequantised_values_bit_for_bit() {
 #[test]
 fn packed_weights_give_the_dense_logits_bit_for_bit() {
     let out = scratch("packed");
-    rein_model::gguf::convert_file(&fixtures().join("tiny-llama.gguf"), &out).unwrap();
+    rein_gguf::convert_file(&fixtures().join("tiny-llama.gguf"), &out).unwrap();
     let model = load::<B>(&out, &Default::default()).unwrap();
     let packed = model
         .packed_weights()
@@ -197,7 +197,7 @@ fn packed_weights_give_the_dense_logits_bit_for_bit() {
 fn tiny_model_matches_transformers_gguf_loader() {
     let expected = json("tiny-llama.expected.json");
     let out = scratch("tiny");
-    rein_model::gguf::convert_file(&fixtures().join("tiny-llama.gguf"), &out).unwrap();
+    rein_gguf::convert_file(&fixtures().join("tiny-llama.gguf"), &out).unwrap();
     let model = load::<B>(&out, &Default::default()).unwrap();
 
     let config = model.config();
@@ -276,7 +276,7 @@ fn safetensors_values(path: &Path) -> Vec<(String, Vec<f32>)> {
 fn a_gguf_file_loads_wherever_a_directory_does() {
     let gguf = fixtures().join("tiny-llama.gguf");
     let converted = scratch("direct");
-    rein_model::gguf::convert_file(&gguf, &converted).unwrap();
+    rein_gguf::convert_file(&gguf, &converted).unwrap();
     let ids = [1, 40, 41, 42, 2];
     let via_dir = logits(&load::<B>(&converted, &Default::default()).unwrap(), &ids);
     let via_file = logits(&load::<B>(&gguf, &Default::default()).unwrap(), &ids);

@@ -1,4 +1,4 @@
-//! `rein convert gguf FILE OUT_DIR`: a llama.cpp GGUF model as a Hugging Face checkpoint.
+//! `rein convert gguf FILE OUT_DIR`: a llama.cpp GGUF model as a model directory in Hugging Face format.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -23,7 +23,7 @@ impl ConvertCommand {
         match self {
             ConvertCommand::Gguf { file, out_dir } => {
                 let started = Instant::now();
-                let config = rein_model::gguf::convert_file(file, out_dir)?;
+                let config = rein_gguf::convert_file(file, out_dir)?;
                 println!(
                     "wrote {} ({} layers, hidden {}, vocab {}) in {:.1} s",
                     out_dir.display(),

@@ -18,11 +18,14 @@
 
 mod interleave;
 pub mod isa;
+mod layout;
 mod mat_ref;
 pub mod matmul;
 mod micro_kernel;
 pub mod packed;
+mod panels;
 
 pub use isa::Isa;
+pub use layout::transposed;
 pub use matmul::{Init, MatRef, matmul, matmul_packed};
 pub use packed::{PackError, PackedMatrix};

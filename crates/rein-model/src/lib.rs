@@ -4,8 +4,9 @@
 //! - [`ActorCritic`]: separate actor and critic MLPs with a categorical or diagonal-Gaussian
 //!   action head (CleanRL's PPO agent).
 //! - [`lm::CausalLm`]: Llama / Qwen2 / Mistral / SmolLM causal language models, loaded from and
-//!   saved to Hugging Face checkpoints, with their tokenizers ([`lm::LmTokenizer`]).
-//! - [`gguf`]: llama.cpp's GGUF model files, converted to Hugging Face checkpoints.
+//!   saved to model directories in Hugging Face format, with their tokenizers ([`lm::LmTokenizer`]).
+//! - GGUF files are read and converted by `rein-gguf`, which owns every plain checkpoint file
+//!   (`config.json`, safetensors writing, quantised codes); this crate loads the result.
 //! - [`lm::lora`]: LoRA adapters on a model's linear layers (base frozen), and [`lm::peft`]:
 //!   them in PEFT's format.
 //! - [`random`]: initial weights drawn from the caller's own generator, never from burn's
@@ -18,11 +19,9 @@
 
 mod actor_critic;
 mod backend;
-pub mod gguf;
 pub mod lm;
 mod mlp;
 mod one_graph;
-pub mod packed_file;
 pub mod random;
 pub mod safetensors_file;
 

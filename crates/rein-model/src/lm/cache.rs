@@ -7,7 +7,7 @@
 
 use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive};
 
-use super::config::LmConfig;
+use super::LmConfig;
 use crate::backend::Backend;
 
 /// One layer's keys and values.

@@ -27,7 +27,7 @@ use super::lora::{LayerLora, Lora};
 use crate::backend::{Backend, affine};
 
 /// Packed forms of a model's weight matrices (`[in, out]`) under their Hugging Face names (the
-/// head as `lm_head.weight`, tied or not): see [`crate::packed_file`].
+/// head as `lm_head.weight`, tied or not): see [`rein_gguf::packed_file`].
 pub type PackedWeights = BTreeMap<String, Arc<PackedMatrix>>;
 
 /// The projections of every layer of a model arranged for inference

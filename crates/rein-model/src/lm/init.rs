@@ -5,8 +5,8 @@ use burn::nn::{Embedding, Linear};
 use burn::tensor::Tensor;
 use rein_core::SeededRng;
 
-use super::config::LmConfig;
-use super::model::{Attention, CausalLm, DecoderLayer, Mlp, RmsNorm};
+use super::LmConfig;
+use super::model::{Attention, CausalLm, DecoderLayer, FeedForward, RmsNorm};
 use crate::backend::Backend;
 use crate::random;
 
@@ -39,7 +39,7 @@ impl LmInit {
             let k = linear(rng, hidden, kv_out, c.qkv_bias());
             let v = linear(rng, hidden, kv_out, c.qkv_bias());
             let o = linear(rng, q_out, hidden, c.o_bias());
-            let mlp = Mlp {
+            let mlp = FeedForward {
                 gate_proj: linear(rng, hidden, inter, c.mlp_bias),
                 up_proj: linear(rng, hidden, inter, c.mlp_bias),
                 down_proj: linear(rng, inter, hidden, c.mlp_bias),

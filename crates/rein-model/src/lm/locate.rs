@@ -47,5 +47,5 @@ pub fn locate(path: &Path) -> Result<PathBuf, LoadError> {
             ),
         });
     }
-    Ok(crate::gguf::checkpoint_dir(path)?)
+    Ok(rein_gguf::checkpoint_dir(path)?)
 }

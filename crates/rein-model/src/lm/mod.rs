@@ -1,22 +1,20 @@
 //! Causal language models of the Llama / Qwen2 / Mistral / SmolLM family, loaded from and saved
-//! to Hugging Face checkpoint directories.
+//! to model directories in Hugging Face format.
 //!
 //! A checkpoint directory holds `config.json`, `model.safetensors` (or shards listed in
 //! `model.safetensors.index.json`), `tokenizer.json` and optionally `tokenizer_config.json`
 //! (special tokens, chat template). f16 and bf16 weights are upcast to f32 on load. A `.gguf`
-//! file is accepted wherever a directory is: it is converted once ([`crate::gguf`]); so is the
+//! file is accepted wherever a directory is: it is converted once ([`rein_gguf`]); so is the
 //! name of a model fetched with `cargo xtask model NAME` ([`locate`]). [`lora`] adds low-rank
 //! adapters to a model, [`peft`] reads and writes them as PEFT does.
 
 mod cache;
-mod checkpoint;
-mod config;
 mod fused;
 mod init;
-pub(crate) mod layout;
 mod locate;
 pub mod lora;
 mod model;
+mod model_dir;
 pub mod peft;
 mod rope;
 mod tojson;
@@ -25,12 +23,12 @@ mod tokenizer;
 use std::path::PathBuf;
 
 pub use cache::{KvCache, LayerCache};
-pub use checkpoint::{load, save};
-pub use config::{LmConfig, RopeScaling, TokenIds};
 pub use fused::{FusedProjections, PackedWeights};
 pub use init::LmInit;
 pub use locate::{locate, model_dir};
-pub use model::{Attention, CausalLm, Context, DecoderLayer, HEAD_CHUNK_BYTES, Mlp, RmsNorm};
+pub use model::{Attention, CausalLm, Context, DecoderLayer, FeedForward, HEAD_CHUNK_BYTES, RmsNorm};
+pub use model_dir::{load, save};
+pub use rein_gguf::{LmConfig, RopeScaling, TokenIds};
 pub use rope::{Rope, inverse_frequencies};
 pub use tokenizer::{ChatMessage, LmTokenizer};
 
@@ -104,7 +102,7 @@ pub enum LoadError {
     },
     /// A GGUF model file cannot be converted.
     #[error(transparent)]
-    Gguf(#[from] crate::gguf::GgufError),
+    Gguf(#[from] rein_gguf::GgufError),
     /// A LoRA adapter cannot be read, written or applied to this model.
     #[error("{}: {reason}", path.display())]
     Adapter {
@@ -121,4 +119,13 @@ pub enum LoadError {
         /// What is wrong.
         reason: String,
     },
+}
+
+impl From<rein_gguf::UnsupportedConfig> for LoadError {
+    fn from(e: rein_gguf::UnsupportedConfig) -> Self {
+        Self::Unsupported {
+            field: e.field,
+            reason: e.reason,
+        }
+    }
 }

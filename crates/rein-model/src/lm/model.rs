@@ -13,8 +13,8 @@ use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive};
 
 use rein_core::SeededRng;
 
+use super::LmConfig;
 use super::cache::{KvCache, LayerCache};
-use super::config::LmConfig;
 use super::fused::{FusedLayer, FusedProjections, PackedWeights, Projection};
 use super::lora::{LayerLora, Lora, LoraAdapters, LoraSpec, adapted};
 use super::rope::Rope;
@@ -81,7 +81,7 @@ pub struct Attention<B: Backend> {
 
 /// The SwiGLU MLP.
 #[derive(Module, Debug)]
-pub struct Mlp<B: Backend> {
+pub struct FeedForward<B: Backend> {
     /// `W_gate`.
     pub gate_proj: Linear<B>,
     /// `W_up`.
@@ -100,7 +100,7 @@ pub struct DecoderLayer<B: Backend> {
     /// Norm before the MLP.
     pub post_attention_layernorm: RmsNorm<B>,
     /// The MLP.
-    pub mlp: Mlp<B>,
+    pub mlp: FeedForward<B>,
 }
 
 /// A causal language model (`LlamaForCausalLM`, `Qwen2ForCausalLM`, `MistralForCausalLM`).
@@ -131,11 +131,11 @@ pub struct Context<'a, B: Backend> {
     pub positions: Tensor<B, 2, Int>,
     /// `true` where a token is padding, `[batch, seq]`; `None` when there is none.
     pub padding: Option<Tensor<B, 2, Bool>>,
-    /// The lengths of the sequences when the batch is one row of sequences packed end to end
+    /// The lengths of the sequences when the batch is one row of sequences concatenated end to end
     /// (`[1, Σ lengths]` tokens, no padding, each attending to its own tokens only: see
-    /// [`Backend::packed_causal_attention`]); `None` for a batch of one sequence per row.
+    /// [`Backend::varlen_causal_attention`]); `None` for a batch of one sequence per row.
     /// Training only: a cache holds one sequence per row.
-    pub packed: Option<&'a [usize]>,
+    pub sequence_lengths: Option<&'a [usize]>,
     /// The model's projections concatenated (for inference; same results, fewer matrix
     /// products), or `None` to use its own weights (always, when training).
     pub fused: Option<&'a FusedProjections<B>>,
@@ -184,8 +184,8 @@ impl<B: Backend> Attention<B> {
                 B::cached_attention(raw(q), raw(k), raw(v), offset, padding)
             }
             // Training and scoring: whole sequences, with gradients on autodiff backends.
-            None => match ctx.packed {
-                Some(lengths) => B::packed_causal_attention(raw(q), raw(k), raw(v), lengths),
+            None => match ctx.sequence_lengths {
+                Some(lengths) => B::varlen_causal_attention(raw(q), raw(k), raw(v), lengths),
                 None => B::causal_attention(raw(q), raw(k), raw(v), padding),
             },
         };
@@ -213,7 +213,7 @@ fn project<B: Backend>(layer: &Linear<B>, adapter: Option<&Lora<B>>, x: Tensor<B
     y.reshape([batch, seq, out])
 }
 
-impl<B: Backend> Mlp<B> {
+impl<B: Backend> FeedForward<B> {
     fn forward(&self, x: Tensor<B, 3>, fused: Option<&FusedLayer<B>>, lora: Option<&LayerLora<B>>) -> Tensor<B, 3> {
         let adapter = |name: &str| lora.and_then(|l| l.get(name));
         let [batch, seq, width] = x.dims();
@@ -419,7 +419,7 @@ impl<B: Backend> CausalLm<B> {
                     let data = weight.into_data();
                     let dtype = data.dtype;
                     let values = data.convert::<f32>().to_vec::<f32>().unwrap_or_default();
-                    let head = TensorData::new(super::layout::transposed(&values, vocab, hidden), [hidden, vocab]);
+                    let head = TensorData::new(rein_kernels::transposed(&values, vocab, hidden), [hidden, vocab]);
                     Tensor::from_data(head.convert_dtype(dtype), &device)
                 }
             }),

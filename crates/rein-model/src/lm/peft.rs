@@ -17,9 +17,9 @@ use burn::tensor::{Tensor, TensorData};
 use serde_json::{Value, json};
 
 use super::LoadError;
-use super::checkpoint::{Weights, read};
 use super::lora::{Lora, LoraSpec};
 use super::model::CausalLm;
+use super::model_dir::{Weights, read};
 use crate::backend::Backend;
 
 /// The adapter's settings.

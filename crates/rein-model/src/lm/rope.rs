@@ -7,7 +7,7 @@
 
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
 
-use super::config::LmConfig;
+use super::LmConfig;
 use crate::backend::Backend;
 
 /// The inverse frequencies, computed in `f32` as transformers does, with scaling applied.

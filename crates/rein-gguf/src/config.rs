@@ -1,8 +1,17 @@
-//! `config.json` of the Llama / Qwen2 / Mistral / SmolLM family.
+//! `config.json` of the Llama / Qwen2 / Mistral / SmolLM family: what a GGUF file converts to
+//! and what rein-model builds a model from.
 
 use serde::{Deserialize, Serialize};
 
-use super::LoadError;
+/// An architecture setting rein does not implement, naming the `config.json` field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("config.json: `{field}`: {reason}")]
+pub struct UnsupportedConfig {
+    /// The config field.
+    pub field: String,
+    /// What is unsupported.
+    pub reason: String,
+}
 
 /// The architecture settings rein reads from a Hugging Face `config.json`. Unknown fields are
 /// ignored (HF configs carry many); unsupported settings are refused by [`LmConfig::validate`].
@@ -180,9 +189,9 @@ impl LmConfig {
     }
 
     /// Refuses what rein cannot run faithfully, naming the field.
-    pub fn validate(&self) -> Result<(), LoadError> {
+    pub fn validate(&self) -> Result<(), UnsupportedConfig> {
         let unsupported = |field: &str, reason: String| {
-            Err(LoadError::Unsupported {
+            Err(UnsupportedConfig {
                 field: field.into(),
                 reason,
             })

@@ -1,4 +1,5 @@
-//! Reading and writing Hugging Face checkpoint directories.
+//! Reading and writing model directories in Hugging Face format (`config.json`, safetensors,
+//! tokenizer files): what transformers, PEFT, vLLM and SGLang load. Not a training checkpoint.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -8,9 +9,9 @@ use burn::nn::{Embedding, Linear};
 use burn::tensor::{Tensor, TensorData};
 use safetensors::{Dtype, SafeTensors};
 
+use super::LmConfig;
 use super::LoadError;
-use super::config::LmConfig;
-use super::model::{Attention, CausalLm, DecoderLayer, Mlp, RmsNorm};
+use super::model::{Attention, CausalLm, DecoderLayer, FeedForward, RmsNorm};
 use crate::backend::Backend;
 
 /// The weights of a checkpoint: every safetensors file's bytes and which file holds each name.
@@ -208,7 +209,7 @@ pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, L
     // view would be repacked by every product.
     let linear = |prefix: &str, input: usize, output: usize, bias: bool| -> Result<Linear<B>, LoadError> {
         let w = weights.get(&format!("{prefix}.weight"), &[output, input])?;
-        let w = super::layout::transposed(&w, output, input);
+        let w = rein_kernels::transposed(&w, output, input);
         let weight = Tensor::<B, 2>::from_data(TensorData::new(w, [input, output]), device);
         let bias = if bias {
             Some(Param::from_tensor(tensor1(&format!("{prefix}.bias"), output)?))
@@ -244,7 +245,7 @@ pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, L
             input_layernorm: norm(&format!("{p}.input_layernorm.weight"))?,
             self_attn: attn,
             post_attention_layernorm: norm(&format!("{p}.post_attention_layernorm.weight"))?,
-            mlp: Mlp {
+            mlp: FeedForward {
                 gate_proj: linear(&format!("{p}.mlp.gate_proj"), hidden, inter, config.mlp_bias)?,
                 up_proj: linear(&format!("{p}.mlp.up_proj"), hidden, inter, config.mlp_bias)?,
                 down_proj: linear(&format!("{p}.mlp.down_proj"), inter, hidden, config.mlp_bias)?,
@@ -266,11 +267,11 @@ pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, L
     config.tie_word_embeddings = tied;
     let model = CausalLm::from_parts(config, embed_tokens, layers, final_norm, lm_head);
     // A quantised file's weights as stored (a converted GGUF model): inference reads them.
-    let packed = dir.join(crate::packed_file::FILE);
+    let packed = dir.join(rein_gguf::packed_file::FILE);
     if !packed.is_file() {
         return Ok(model);
     }
-    let matrices = crate::packed_file::read(&packed).map_err(|reason| LoadError::Io { path: packed, reason })?;
+    let matrices = rein_gguf::packed_file::read(&packed).map_err(|reason| LoadError::Io { path: packed, reason })?;
     Ok(model.with_packed(
         matrices
             .into_iter()
@@ -279,7 +280,7 @@ pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, L
     ))
 }
 
-/// Writes `model` to `dir` as a Hugging Face checkpoint (`config.json`, `model.safetensors`,
+/// Writes `model` to `dir` as a model directory in Hugging Face format (`config.json`, `model.safetensors`,
 /// f32), loadable by transformers. Tokenizer files are the caller's to copy.
 ///
 /// LoRA adapters are merged into the weights they adapt ([`CausalLm::merged`]); save them on

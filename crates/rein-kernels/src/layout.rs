@@ -6,7 +6,7 @@
 //! so weights are transposed once, here, rather than viewed transposed.
 
 /// The `cols × rows` transpose of a row-major `rows × cols` matrix, in cache-sized tiles.
-pub(crate) fn transposed<T: Copy + Default>(m: &[T], rows: usize, cols: usize) -> Vec<T> {
+pub fn transposed<T: Copy + Default>(m: &[T], rows: usize, cols: usize) -> Vec<T> {
     const TILE: usize = 32;
     let mut out = vec![T::default(); m.len()];
     for r0 in (0..rows).step_by(TILE) {

@@ -104,6 +104,75 @@ pub struct GgufFile {
     bytes: Vec<u8>,
 }
 
+/// A tensor's entry in the file's directory: name, dimensions, type and data offset.
+struct DirectoryEntry {
+    name: String,
+    dims: Vec<usize>,
+    kind: GgmlType,
+    offset: u64,
+}
+
+impl DirectoryEntry {
+    /// The tensor's place in the file, once its size is checked against the file's length.
+    fn locate(self, data_start: u64, file_len: usize, path: &Path) -> Result<TensorInfo, GgufError> {
+        let Self {
+            name,
+            dims,
+            kind,
+            offset,
+        } = self;
+        let elements = dims
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| tensor_error(path, &name, format!("{dims:?} elements overflow")))?;
+        if !dims[0].is_multiple_of(kind.block_size()) {
+            return Err(tensor_error(
+                path,
+                &name,
+                format!(
+                    "rows of {} elements are not whole {} blocks of {}",
+                    dims[0],
+                    kind.name(),
+                    kind.block_size()
+                ),
+            ));
+        }
+        let size = elements / kind.block_size() * kind.block_bytes();
+        let start = data_start
+            .checked_add(offset)
+            .and_then(|s| usize::try_from(s).ok())
+            .filter(|s| s.checked_add(size).is_some_and(|end| end <= file_len))
+            .ok_or_else(|| {
+                tensor_error(
+                    path,
+                    &name,
+                    format!("data at offset {offset} ({size} bytes) lies outside the file ({file_len} bytes)"),
+                )
+            })?;
+        Ok(TensorInfo {
+            name,
+            dims,
+            kind,
+            bytes: start..start + size,
+        })
+    }
+}
+
+/// `general.alignment`, or the default: where tensor data starts and is padded to.
+fn alignment(metadata: &BTreeMap<String, Value>, path: &Path) -> Result<u64, GgufError> {
+    match metadata.get("general.alignment") {
+        None => Ok(DEFAULT_ALIGNMENT),
+        Some(v) => match v.as_u64() {
+            Some(a) if a > 0 && a.is_power_of_two() => Ok(a),
+            _ => Err(GgufError::Metadata {
+                path: path.to_path_buf(),
+                key: "general.alignment".into(),
+                reason: format!("{v:?} is not a power of two"),
+            }),
+        },
+    }
+}
+
 impl GgufFile {
     /// Reads and parses `path`.
     pub fn open(path: &Path) -> Result<Self, GgufError> {
@@ -137,93 +206,14 @@ impl GgufFile {
             let value = r.value(kind, &key, 0)?;
             metadata.insert(key, value);
         }
-        let mut directory = Vec::new();
-        for i in 0..tensor_count {
-            let name = r.string(&format!("tensor name #{i}"))?;
-            let n_dims = r.u32(&name)?;
-            if n_dims == 0 || n_dims > MAX_DIMS {
-                return Err(tensor_error(
-                    path,
-                    &name,
-                    format!("{n_dims} dimensions (1 to {MAX_DIMS} allowed)"),
-                ));
-            }
-            let mut dims = Vec::with_capacity(n_dims as usize);
-            for _ in 0..n_dims {
-                let d = r.u64(&name)?;
-                dims.push(
-                    usize::try_from(d).map_err(|_| tensor_error(path, &name, format!("dimension {d} too large")))?,
-                );
-            }
-            let kind_id = r.u32(&name)?;
-            let kind = GgmlType::from_id(kind_id).ok_or_else(|| {
-                tensor_error(
-                    path,
-                    &name,
-                    format!(
-                        "ggml type {kind_id} ({}) is not supported; supported: {}",
-                        GgmlType::name_of(kind_id),
-                        GgmlType::supported()
-                    ),
-                )
-            })?;
-            let offset = r.u64(&name)?;
-            directory.push((name, dims, kind, offset));
-        }
-        let alignment = match metadata.get("general.alignment") {
-            None => DEFAULT_ALIGNMENT,
-            Some(v) => match v.as_u64() {
-                Some(a) if a > 0 && a.is_power_of_two() => a,
-                _ => {
-                    return Err(GgufError::Metadata {
-                        path: path.to_path_buf(),
-                        key: "general.alignment".into(),
-                        reason: format!("{v:?} is not a power of two"),
-                    });
-                }
-            },
-        };
+        let directory = (0..tensor_count)
+            .map(|i| r.directory_entry(i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let alignment = alignment(&metadata, path)?;
         let data_start = (r.at as u64).div_ceil(alignment) * alignment;
-        let mut tensors = Vec::with_capacity(directory.len());
-        for (name, dims, kind, offset) in directory {
-            let elements = dims
-                .iter()
-                .try_fold(1usize, |n, &d| n.checked_mul(d))
-                .ok_or_else(|| tensor_error(path, &name, format!("{dims:?} elements overflow")))?;
-            if !dims[0].is_multiple_of(kind.block_size()) {
-                return Err(tensor_error(
-                    path,
-                    &name,
-                    format!(
-                        "rows of {} elements are not whole {} blocks of {}",
-                        dims[0],
-                        kind.name(),
-                        kind.block_size()
-                    ),
-                ));
-            }
-            let size = elements / kind.block_size() * kind.block_bytes();
-            let start = data_start
-                .checked_add(offset)
-                .and_then(|s| usize::try_from(s).ok())
-                .filter(|s| s.checked_add(size).is_some_and(|end| end <= bytes.len()))
-                .ok_or_else(|| {
-                    tensor_error(
-                        path,
-                        &name,
-                        format!(
-                            "data at offset {offset} ({size} bytes) lies outside the file ({} bytes)",
-                            bytes.len()
-                        ),
-                    )
-                })?;
-            tensors.push(TensorInfo {
-                name,
-                dims,
-                kind,
-                bytes: start..start + size,
-            });
-        }
+        let tensors = (directory.into_iter())
+            .map(|entry| entry.locate(data_start, bytes.len(), path))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             path: path.to_path_buf(),
             version,
@@ -360,6 +350,44 @@ impl<'a> Reader<'a> {
 
     fn u64(&mut self, what: &str) -> Result<u64, GgufError> {
         Ok(u64::from_le_bytes(self.array(what)?))
+    }
+
+    /// Tensor `i`'s directory entry.
+    fn directory_entry(&mut self, i: u64) -> Result<DirectoryEntry, GgufError> {
+        let path = self.path;
+        let name = self.string(&format!("tensor name #{i}"))?;
+        let n_dims = self.u32(&name)?;
+        if n_dims == 0 || n_dims > MAX_DIMS {
+            return Err(tensor_error(
+                path,
+                &name,
+                format!("{n_dims} dimensions (1 to {MAX_DIMS} allowed)"),
+            ));
+        }
+        let mut dims = Vec::with_capacity(n_dims as usize);
+        for _ in 0..n_dims {
+            let d = self.u64(&name)?;
+            dims.push(usize::try_from(d).map_err(|_| tensor_error(path, &name, format!("dimension {d} too large")))?);
+        }
+        let kind_id = self.u32(&name)?;
+        let kind = GgmlType::from_id(kind_id).ok_or_else(|| {
+            tensor_error(
+                path,
+                &name,
+                format!(
+                    "ggml type {kind_id} ({}) is not supported; supported: {}",
+                    GgmlType::name_of(kind_id),
+                    GgmlType::supported()
+                ),
+            )
+        })?;
+        let offset = self.u64(&name)?;
+        Ok(DirectoryEntry {
+            name,
+            dims,
+            kind,
+            offset,
+        })
     }
 
     fn string(&mut self, what: &str) -> Result<String, GgufError> {

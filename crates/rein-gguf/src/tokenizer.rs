@@ -46,51 +46,8 @@ pub fn build(file: &GgufFile, max_length: usize) -> Result<(Json, Json), GgufErr
         ));
     }
     let tokens = strings(file, "tokenizer.ggml.tokens")?;
-    let merges = strings(file, "tokenizer.ggml.merges")?;
-    let types: Vec<i64> = match file.metadata.get("tokenizer.ggml.token_type") {
-        None => vec![1; tokens.len()],
-        Some(value) => {
-            let items = value
-                .as_array()
-                .ok_or_else(|| file.metadata_error("tokenizer.ggml.token_type", "expected an array"))?;
-            if items.len() != tokens.len() {
-                return Err(file.metadata_error(
-                    "tokenizer.ggml.token_type",
-                    format!("{} entries for {} tokens", items.len(), tokens.len()),
-                ));
-            }
-            items
-                .iter()
-                .map(|v| match v {
-                    Value::Signed(t) => Ok(*t),
-                    Value::Unsigned(t) => Ok(*t as i64),
-                    other => Err(file.metadata_error("tokenizer.ggml.token_type", format!("entry {other:?}"))),
-                })
-                .collect::<Result<_, _>>()?
-        }
-    };
-    let alphabet = byte_alphabet();
-    let byte_level = |token: &str| token.chars().all(|c| alphabet.contains(&c));
-    let mut vocab = serde_json::Map::new();
-    let mut added = Vec::new();
-    for (id, (token, kind)) in tokens.iter().zip(&types).enumerate() {
-        let spelled = if byte_level(token) {
-            token.clone()
-        } else {
-            token.bytes().map(|b| alphabet[usize::from(b)]).collect()
-        };
-        vocab.entry(spelled).or_insert(json!(id));
-        // A control token outside the byte alphabet is a llama.cpp mislabel (transformers skips
-        // it too): it is an ordinary token.
-        let special = *kind == CONTROL && byte_level(token);
-        if special || *kind == USER_DEFINED {
-            added.push(json!({
-                "id": id, "content": token, "single_word": false, "lstrip": false,
-                "rstrip": false, "normalized": false, "special": special,
-            }));
-        }
-    }
-    let merges: Vec<Json> = merges
+    let (vocab, added) = vocabulary(&tokens, &token_types(file, tokens.len())?);
+    let merges: Vec<Json> = strings(file, "tokenizer.ggml.merges")?
         .iter()
         .enumerate()
         .map(|(i, merge)| {
@@ -119,7 +76,62 @@ pub fn build(file: &GgufFile, max_length: usize) -> Result<(Json, Json), GgufErr
             "ignore_merges": false, "vocab": vocab, "merges": merges,
         },
     });
+    Ok((tokenizer, tokenizer_config(file, &tokens, max_length)?))
+}
 
+/// Each token's type (`tokenizer.ggml.token_type`; all normal when absent).
+fn token_types(file: &GgufFile, tokens: usize) -> Result<Vec<i64>, GgufError> {
+    let Some(value) = file.metadata.get("tokenizer.ggml.token_type") else {
+        return Ok(vec![1; tokens]);
+    };
+    let items = value
+        .as_array()
+        .ok_or_else(|| file.metadata_error("tokenizer.ggml.token_type", "expected an array"))?;
+    if items.len() != tokens {
+        return Err(file.metadata_error(
+            "tokenizer.ggml.token_type",
+            format!("{} entries for {tokens} tokens", items.len()),
+        ));
+    }
+    items
+        .iter()
+        .map(|v| match v {
+            Value::Signed(t) => Ok(*t),
+            Value::Unsigned(t) => Ok(*t as i64),
+            other => Err(file.metadata_error("tokenizer.ggml.token_type", format!("entry {other:?}"))),
+        })
+        .collect()
+}
+
+/// The BPE vocabulary (tokens spelled in the byte alphabet) and the added tokens (control and
+/// user-defined ones).
+fn vocabulary(tokens: &[String], types: &[i64]) -> (serde_json::Map<String, Json>, Vec<Json>) {
+    let alphabet = byte_alphabet();
+    let byte_level = |token: &str| token.chars().all(|c| alphabet.contains(&c));
+    let mut vocab = serde_json::Map::new();
+    let mut added = Vec::new();
+    for (id, (token, kind)) in tokens.iter().zip(types).enumerate() {
+        let spelled = if byte_level(token) {
+            token.clone()
+        } else {
+            token.bytes().map(|b| alphabet[usize::from(b)]).collect()
+        };
+        vocab.entry(spelled).or_insert(json!(id));
+        // A control token outside the byte alphabet is a llama.cpp mislabel (transformers skips
+        // it too): it is an ordinary token.
+        let special = *kind == CONTROL && byte_level(token);
+        if special || *kind == USER_DEFINED {
+            added.push(json!({
+                "id": id, "content": token, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": special,
+            }));
+        }
+    }
+    (vocab, added)
+}
+
+/// `tokenizer_config.json`: special tokens, BOS/EOS switches and the chat template.
+fn tokenizer_config(file: &GgufFile, tokens: &[String], max_length: usize) -> Result<Json, GgufError> {
     let token_at = |key: &str| -> Result<Json, GgufError> {
         let Some(id) = file.optional_usize(key)? else {
             return Ok(Json::Null);
@@ -143,7 +155,7 @@ pub fn build(file: &GgufFile, max_length: usize) -> Result<(Json, Json), GgufErr
     if let Some(template) = file.optional_str("tokenizer.chat_template")? {
         config["chat_template"] = json!(template);
     }
-    Ok((tokenizer, config))
+    Ok(config)
 }
 
 /// The strings of the array at `key`.

@@ -1,18 +1,26 @@
 //! GGUF, the file format of llama.cpp, Ollama and LM Studio: reading a model file and turning it
-//! into a Hugging Face checkpoint directory that the rest of rein loads.
+//! into a model directory in Hugging Face format that rein-model loads.
 //!
-//! Owns the container format ([`GgufFile`]), ggml's quantised storage types ([`GgmlType`]) and
-//! the mapping to Hugging Face names, config and tokenizer files ([`Converted`]). It does not
-//! run models: a converted directory goes through [`crate::lm::load`] like any other.
-//! Quantised weights are dequantised to f32 once, at conversion.
+//! Owns the container format ([`GgufFile`]), ggml's quantised storage types ([`GgmlType`]), the
+//! mapping to Hugging Face names, config and tokenizer files ([`Converted`]), and the plain files
+//! of such a directory: `config.json` ([`LmConfig`]), f32 safetensors ([`tensors_file`]) and
+//! rein's quantised codes beside them ([`packed_file`]).
+//!
+//! **Architecture invariant:** plain data only. No tensor library (burn), no model code: a
+//! converted directory goes through `rein_model::lm::load` like any other. Quantised weights
+//! are dequantised to f32 once, at conversion.
 
+mod config;
 mod convert;
 mod file;
+pub mod packed_file;
 mod quant;
+pub mod tensors_file;
 mod tokenizer;
 
 use std::path::PathBuf;
 
+pub use config::{LmConfig, RopeScaling, TokenIds, UnsupportedConfig};
 pub use convert::{Converted, convert_file};
 pub use file::{GgufFile, TensorInfo, Value};
 pub use quant::GgmlType;

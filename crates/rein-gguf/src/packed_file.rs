@@ -1,7 +1,7 @@
 //! `model.packed.safetensors`: a quantised model's weight matrices as they were stored (integer
 //! codes with block scales, [`PackedMatrix`]) beside the `f32` checkpoint converted from them.
 //! The checkpoint is what every tool reads; this file only lets rein's products read a
-//! fraction of the bytes for the same values (see [`crate::lm::PackedWeights`]).
+//! fraction of the bytes for the same values (see `rein_model::lm::PackedWeights`).
 //!
 //! Each matrix `name` (a Hugging Face weight name; the head under `lm_head.weight` even when
 //! it is tied to the embeddings) is three tensors, in burn's `[in, out]` orientation:

@@ -1,4 +1,4 @@
-//! A GGUF model as a Hugging Face checkpoint: `config.json` from the metadata, weights renamed
+//! A GGUF model as a model directory in Hugging Face format: `config.json` from the metadata, weights renamed
 //! and dequantised (Q/K rows put back in Hugging Face's order), `tokenizer.json` and
 //! `tokenizer_config.json` rebuilt from the vocabulary, merges and chat template.
 
@@ -11,8 +11,8 @@ use serde_json::Value as Json;
 use super::GgufError;
 use super::file::{GgufFile, TensorInfo};
 use super::tokenizer;
-use crate::lm::{LmConfig, RopeScaling, TokenIds};
-use crate::safetensors_file::Tensors;
+use crate::tensors_file::Tensors;
+use crate::{LmConfig, RopeScaling, TokenIds};
 
 /// Architectures whose GGUF layout rein maps (`general.architecture`).
 const ARCHITECTURES: [&str; 3] = ["llama", "mistral", "qwen2"];
@@ -58,7 +58,7 @@ impl Converted {
         };
         std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
         let weights = dir.join("model.safetensors");
-        crate::safetensors_file::write(&weights, &self.tensors, "pt").map_err(|e| io(&weights, e))?;
+        crate::tensors_file::write(&weights, &self.tensors, "pt").map_err(|e| io(&weights, e))?;
         let packed = dir.join(crate::packed_file::FILE);
         crate::packed_file::write(&packed, &self.packed).map_err(|e| io(&packed, e))?;
         let files = [
@@ -78,7 +78,7 @@ fn pretty(value: &Json) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default() + "\n"
 }
 
-/// Converts the GGUF model `gguf` into a Hugging Face checkpoint directory `out`.
+/// Converts the GGUF model `gguf` into a model directory `out` in Hugging Face format.
 pub fn convert_file(gguf: &Path, out: &Path) -> Result<LmConfig, GgufError> {
     let file = GgufFile::open(gguf)?;
     let converted = Converted::from_gguf(&file)?;
@@ -306,7 +306,7 @@ fn packed_matrix(file: &GgufFile, info: &TensorInfo, config: &LmConfig) -> Resul
         scales = reorder_rows(&scales, rows, heads, true);
         offsets = reorder_rows(&offsets, rows, heads, true);
     }
-    use crate::lm::layout::transposed;
+    use rein_kernels::transposed;
     let offsets = layout.offsets.then(|| transposed(&offsets, rows, cols / sub));
     let (codes, scales) = (transposed(&codes, rows, cols), transposed(&scales, rows, cols / sub));
     PackedMatrix::new([cols, rows], sub, &codes, scales, offsets)

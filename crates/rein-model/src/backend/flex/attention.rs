@@ -1,0 +1,338 @@
+//! Attention on Flex: decoding against the key/value cache, whole sequences (padded or packed
+//! end to end) and their backward, one pass per sequence and head, reading every input in place.
+
+#![allow(clippy::wildcard_imports)]
+
+use super::*;
+
+/// [`Backend::cached_attention`] of the sequences `spans` (a padded batch, or sequences packed
+/// end to end): `[batch, seq, heads, dim]`, like `q`'s `[batch, heads, seq, dim]`.
+pub(super) fn attention(
+    q: FlexTensor,
+    k: FlexTensor,
+    v: FlexTensor,
+    padding: Option<&[u8]>,
+    offset: usize,
+    spans: &[Span],
+) -> FlexTensor {
+    let [batch, heads, seq, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
+    let (q, k, v) = (readable(q), readable(k), readable(v));
+    let attend = Attend::of(&q, &k, &v, padding, offset);
+    let mut out = vec![0.0f32; batch * seq * heads * dim];
+    attend.all(spans, &mut out);
+    tensor(out, &[batch, seq, heads, dim])
+}
+
+/// [`Backend::causal_attention_backward`] of the sequences `spans` (a padded batch, or
+/// sequences concatenated end to end), as tensors shaped like `q`, `k` and `v`.
+pub(super) fn attention_backward(
+    q: FlexTensor,
+    k: FlexTensor,
+    v: FlexTensor,
+    padding: Option<&[u8]>,
+    grad: FlexTensor,
+    spans: &[Span],
+) -> (FlexTensor, FlexTensor, FlexTensor) {
+    let [batch, heads, seq, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
+    let kv_heads = dims(&k)[1];
+    let (q, k, v, grad) = (readable(q), readable(k), readable(v), readable(grad));
+    let attend = AttendBackward {
+        inputs: Attend::of(&q, &k, &v, padding, 0),
+        grad: Rows::of(&grad),
+    };
+    let mut d_q = vec![0.0f32; batch * seq * heads * dim];
+    let (mut d_k, mut d_v) = (
+        vec![0.0f32; batch * seq * kv_heads * dim],
+        vec![0.0f32; batch * seq * kv_heads * dim],
+    );
+    let lengths = || spans.iter().map(|s| s.len);
+    let d_q_blocks = split_into(&mut d_q, lengths().map(|n| n * heads * dim));
+    let d_k_blocks = split_into(&mut d_k, lengths().map(|n| n * kv_heads * dim));
+    let d_v_blocks = split_into(&mut d_v, lengths().map(|n| n * kv_heads * dim));
+    let blocks = spans.iter().zip(d_q_blocks).zip(d_k_blocks).zip(d_v_blocks);
+    let work = lengths().map(|n| n * n).sum::<usize>() * heads * dim;
+    for_each_sequence(blocks, work, |(((span, d_q), d_k), d_v)| {
+        attend.sequence(*span, d_q, d_k, d_v)
+    });
+    // Written as `[batch, seq, heads, dim]`, the layout of the projections the inputs are
+    // transposed views of: their gradients then reach those projections without a copy.
+    let transposed = |values, heads| Flex::float_swap_dims(tensor(values, &[batch, seq, heads, dim]), 1, 2);
+    (
+        transposed(d_q, heads),
+        transposed(d_k, kv_heads),
+        transposed(d_v, kv_heads),
+    )
+}
+
+/// `buffer` cut into consecutive blocks of the given sizes.
+pub(super) fn split_into(mut buffer: &mut [f32], sizes: impl Iterator<Item = usize>) -> Vec<&mut [f32]> {
+    let mut blocks = Vec::new();
+    for size in sizes {
+        let (block, rest) = std::mem::take(&mut buffer).split_at_mut(size);
+        blocks.push(block);
+        buffer = rest;
+    }
+    blocks
+}
+
+/// One sequence of an attention batch: its tokens are rows `start..start + len` of batch entry
+/// `b` (a padded batch has one sequence per entry, from 0; concatenated sequences share entry 0).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Span {
+    pub(super) b: usize,
+    pub(super) start: usize,
+    pub(super) len: usize,
+}
+
+impl Span {
+    /// The sequences of a `[batch, seq]` batch.
+    pub(super) fn padded(batch: usize, seq: usize) -> Vec<Span> {
+        (0..batch).map(|b| Span { b, start: 0, len: seq }).collect()
+    }
+
+    /// Sequences of `lengths` tokens, end to end.
+    pub(super) fn concatenated(lengths: &[usize]) -> Vec<Span> {
+        sequence_spans(lengths)
+            .map(|(start, len)| Span { b: 0, start, len })
+            .collect()
+    }
+}
+
+/// `f` on each sequence's item, on all threads when the sequences' `work` (multiply-adds) is
+/// large enough and this thread is not already one of several parallel tasks.
+pub(super) fn for_each_sequence<T: Send>(items: impl Iterator<Item = T>, work: usize, f: impl Fn(T) + Sync + Send) {
+    if work >= PARALLEL_WORK && !nested() {
+        items.collect::<Vec<_>>().into_par_iter().for_each(f);
+    } else {
+        items.for_each(f);
+    }
+}
+
+/// Attention's inputs (see [`Backend::cached_attention`] and
+/// [`Backend::varlen_causal_attention`]), read in place: queries `[batch, heads, seq, dim]`
+/// (at positions `offset..offset + seq` of their sequence), keys and values
+/// `[batch, kv_heads, capacity, dim]`, padding `[batch, offset + seq]`.
+pub(super) struct Attend<'a> {
+    pub(super) q: Rows<'a>,
+    pub(super) k: Rows<'a>,
+    pub(super) v: Rows<'a>,
+    pub(super) padding: Option<&'a [u8]>,
+    pub(super) heads: usize,
+    pub(super) kv_heads: usize,
+    pub(super) offset: usize,
+    pub(super) dim: usize,
+}
+
+/// The rows along the last axis of a 4-D `f32` tensor, read in place through its strides
+/// (transposed views included): row `(i, j, t)` starts at `start + i·s₀ + j·s₁ + t·s₂`.
+#[derive(Clone, Copy)]
+pub(super) struct Rows<'a> {
+    pub(super) data: &'a [f32],
+    pub(super) start: usize,
+    pub(super) strides: [usize; 3],
+    pub(super) width: usize,
+}
+
+impl<'a> Rows<'a> {
+    /// `None` unless `x` is a 4-D `f32` tensor with contiguous rows and non-negative strides.
+    pub(super) fn try_of(x: &'a FlexTensor) -> Option<Self> {
+        let layout = x.layout();
+        let strides = layout.strides();
+        if x.dtype() != DType::F32 || layout.shape().num_dims() != 4 || strides[3] != 1 {
+            return None;
+        }
+        let stride = |i: usize| usize::try_from(strides[i]).ok();
+        Some(Self {
+            data: x.storage::<f32>(),
+            start: layout.start_offset(),
+            strides: [stride(0)?, stride(1)?, stride(2)?],
+            width: layout.shape()[3],
+        })
+    }
+
+    /// The rows of a tensor that [`readable`] returned.
+    pub(super) fn of(x: &'a FlexTensor) -> Self {
+        Self::try_of(x).expect("a readable 4-D f32 tensor")
+    }
+
+    #[inline(always)]
+    pub(super) fn row(&self, i: usize, j: usize, t: usize) -> &'a [f32] {
+        let [s0, s1, s2] = self.strides;
+        &self.data[self.start + i * s0 + j * s1 + t * s2..][..self.width]
+    }
+}
+
+/// `x` itself when [`Rows`] can read it in place, else a contiguous copy.
+pub(super) fn readable(x: FlexTensor) -> FlexTensor {
+    if Rows::try_of(&x).is_some() {
+        x
+    } else {
+        x.to_contiguous()
+    }
+}
+
+impl<'a> Attend<'a> {
+    /// The inputs `q`, `k`, `v` ([`readable`] ones) as [`Attend`] reads them.
+    pub(super) fn of(
+        q: &'a FlexTensor,
+        k: &'a FlexTensor,
+        v: &'a FlexTensor,
+        padding: Option<&'a [u8]>,
+        offset: usize,
+    ) -> Self {
+        let [_, heads, _, dim] = <[usize; 4]>::try_from(dims(q)).expect("4-D queries");
+        Attend {
+            q: Rows::of(q),
+            k: Rows::of(k),
+            v: Rows::of(v),
+            padding,
+            heads,
+            kv_heads: dims(k)[1],
+            offset,
+            dim,
+        }
+    }
+
+    /// The attention of every sequence of `spans` into `out`, `[seq, heads, dim]` blocks one
+    /// after the other, on all threads when there is enough work.
+    pub(super) fn all(&self, spans: &[Span], out: &mut [f32]) {
+        let block = |span: &Span| span.len * self.heads * self.dim;
+        let blocks = spans.iter().zip(split_into(out, spans.iter().map(block)));
+        let work = spans.iter().map(|s| block(s) * (self.offset + s.len)).sum();
+        for_each_sequence(blocks, work, |(span, out)| self.sequence(*span, out));
+    }
+
+    /// Attention of the sequence `span` into its `[seq, heads, dim]` output block `out`.
+    pub(super) fn sequence(&self, span: Span, out: &mut [f32]) {
+        with_avx2!(fn run(attend: &Attend<'_>, span: Span, out: &mut [f32]) => attend_sequence);
+        run(self, span, out);
+    }
+}
+
+#[inline(always)]
+pub(super) fn attend_sequence(a: &Attend<'_>, span: Span, out: &mut [f32]) {
+    let (dim, heads) = (a.dim, a.heads);
+    let Span { b, start, len } = span;
+    let filled = a.offset + len;
+    let group = heads / a.kv_heads;
+    let scale = 1.0 / (dim as f32).sqrt();
+    let mut weights = vec![0.0f32; filled];
+    let padding = a.padding.map(|p| &p[b * filled..(b + 1) * filled]);
+    for h in 0..heads {
+        let kv = h / group;
+        for t in 0..len {
+            // Position `at` sees keys `0..=at`: itself, and no padding but itself.
+            let at = a.offset + t;
+            let weights = &mut weights[..=at];
+            let (key, value) = (|j| a.k.row(b, kv, start + j), |j| a.v.row(b, kv, start + j));
+            attention_weights(a.q.row(b, h, start + t), key, padding, scale, weights);
+            let out = &mut out[(t * heads + h) * dim..][..dim];
+            match dim {
+                64 => weighted_sum::<64>(weights, value, out),
+                128 => weighted_sum::<128>(weights, value, out),
+                _ => {
+                    out.fill(0.0);
+                    for (j, &w) in weights.iter().enumerate() {
+                        axpy(out, w, value(j));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `weights ← softmax(scale · keys · query)` over the first `weights.len()` keys, the last
+/// being the query's own position: padding keys before it get no weight.
+#[inline(always)]
+pub(super) fn attention_weights<'k>(
+    query: &[f32],
+    key: impl Fn(usize) -> &'k [f32],
+    padding: Option<&[u8]>,
+    scale: f32,
+    weights: &mut [f32],
+) {
+    let at = weights.len() - 1;
+    for (j, w) in weights.iter_mut().enumerate() {
+        *w = dot(query, key(j)) * scale;
+    }
+    if let Some(padding) = padding {
+        for (w, &padded) in weights[..at].iter_mut().zip(padding) {
+            if padded != 0 {
+                *w = f32::NEG_INFINITY;
+            }
+        }
+    }
+    let max = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    // Exponentials first and the sum apart, so both loops vectorise.
+    for w in weights.iter_mut() {
+        *w = exp_f32(*w - max);
+    }
+    let inv_total = 1.0 / sum(weights);
+    for w in weights.iter_mut() {
+        *w *= inv_total;
+    }
+}
+
+/// [`Backend::causal_attention_backward`]'s inputs: `q` `[batch, heads, seq, dim]`, `k` and `v`
+/// `[batch, kv_heads, seq, dim]`, `grad` `[batch, seq, heads, dim]`, padding `[batch, seq]`.
+pub(super) struct AttendBackward<'a> {
+    /// `q`, `k`, `v` and the padding, at offset 0.
+    pub(super) inputs: Attend<'a>,
+    pub(super) grad: Rows<'a>,
+}
+
+impl AttendBackward<'_> {
+    /// The gradients of the sequence `span`, each laid out as `[seq, heads, dim]` (the
+    /// projections' layout): `d_q` over the query heads, `d_k` and `d_v` over the key/value heads.
+    pub(super) fn sequence(&self, span: Span, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) {
+        with_avx2!(fn run(a: &AttendBackward<'_>, span: Span, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) => attention_backward_sequence);
+        run(self, span, d_q, d_k, d_v);
+    }
+}
+
+/// One sequence of [`Backend::causal_attention_backward`], query by query: the weights `p`
+/// recomputed as the forward pass computed them, then `∂sⱼ = pⱼ (∂O·vⱼ − Σᵢ pᵢ ∂O·vᵢ)`, and
+/// `∂q += ∂sⱼ kⱼ/√d`, `∂kⱼ += ∂sⱼ q/√d`, `∂vⱼ += pⱼ ∂O` over the keys it sees.
+#[inline(always)]
+pub(super) fn attention_backward_sequence(
+    backward: &AttendBackward<'_>,
+    span: Span,
+    d_q: &mut [f32],
+    d_k: &mut [f32],
+    d_v: &mut [f32],
+) {
+    let (a, grad) = (&backward.inputs, &backward.grad);
+    let (dim, heads, kv_heads) = (a.dim, a.heads, a.kv_heads);
+    let Span { b, start, len: seq } = span;
+    let group = heads / kv_heads;
+    let scale = 1.0 / (dim as f32).sqrt();
+    let padding = a.padding.map(|p| &p[b * seq..(b + 1) * seq]);
+    let (mut weights, mut d_scores) = (vec![0.0f32; seq], vec![0.0f32; seq]);
+    for h in 0..heads {
+        let kv = h / group;
+        let (key, value) = (|j| a.k.row(b, kv, start + j), |j| a.v.row(b, kv, start + j));
+        for t in 0..seq {
+            let (weights, d_scores) = (&mut weights[..=t], &mut d_scores[..=t]);
+            let query = a.q.row(b, h, start + t);
+            let d_out = grad.row(b, start + t, h);
+            attention_weights(query, key, padding, scale, weights);
+            for (j, ds) in d_scores.iter_mut().enumerate() {
+                *ds = dot(d_out, value(j));
+            }
+            let mean = dot(weights, d_scores);
+            for (ds, &p) in d_scores.iter_mut().zip(weights.iter()) {
+                *ds = p * (*ds - mean) * scale;
+            }
+            let d_query = &mut d_q[(t * heads + h) * dim..][..dim];
+            for j in 0..=t {
+                let at = (j * kv_heads + kv) * dim..(j * kv_heads + kv + 1) * dim;
+                axpy(d_query, d_scores[j], key(j));
+                axpy(&mut d_k[at.clone()], d_scores[j], query);
+                axpy(&mut d_v[at], weights[j], d_out);
+            }
+        }
+    }
+}
+
+with_avx2!(fn softmax_moments(row: &[f32], scale: f32) -> SoftmaxMoments => softmax_moments_kernel);
+with_avx2!(fn log_prob_entropy_gradient_row(out: &mut [f32], row: &[f32], scale: f32, g_lp: f32, g_h: f32) => log_prob_entropy_gradient_kernel);
