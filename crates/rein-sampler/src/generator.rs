@@ -10,7 +10,7 @@
 use rein_model::Backend;
 use rein_model::lm::{CausalLm, LmTokenizer};
 
-use crate::generate::{Generation, generate};
+use crate::batch_decode::{Generation, generate};
 use crate::stop::stop_check;
 use crate::token_choice::GenerationConfig;
 

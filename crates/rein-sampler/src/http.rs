@@ -21,12 +21,17 @@ use std::time::Duration;
 
 use rein_model::Backend;
 use rein_model::lm::{CausalLm, save};
-use serde_json::{Value, json};
+use serde::Serialize;
 
 pub use rein_core::ServerApi;
 
-use crate::generate::Generation;
+use crate::batch_decode::Generation;
 use crate::generator::{Generator, GeneratorError};
+use crate::protocol::{
+    CompletionChoice, CompletionRequest, GenerateOutput, GenerateRequest, GenerateResponse, LoadLoraRequest, Matched,
+    SamplingParams, SamplingParamsField, SglangFinish, Stop, StopReason, UnloadLoraRequest, UpdateWeightsRequest,
+    UpdateWeightsResponse, parse,
+};
 use crate::session::prompt_seed;
 use crate::token_choice::{FinishReason, GenerationConfig};
 
@@ -116,16 +121,13 @@ impl<B: Backend> HttpGenerator<B> {
         Ok(())
     }
 
-    fn post(&self, url: &str, path: &str, body: &Value) -> Result<Value, Failure> {
+    /// Posts `body` as JSON; returns the answer's body. (vLLM's adapter endpoints answer in
+    /// plain text, not JSON: what an answer must be is up to its reader.)
+    fn post(&self, url: &str, path: &str, body: &impl Serialize) -> Result<String, Failure> {
         match self.agent.post(&format!("{url}{path}")).send_json(body) {
-            // vLLM's adapter endpoints answer success in plain text, not JSON: such a body is kept
-            // as a string, and a generation endpoint that sends one fails where its fields are read.
-            Ok(response) => {
-                let text = response
-                    .into_string()
-                    .map_err(|e| Failure::Unreachable(format!("{path}: reading the answer: {e}")))?;
-                Ok(serde_json::from_str(&text).unwrap_or(Value::String(text)))
-            }
+            Ok(response) => response
+                .into_string()
+                .map_err(|e| Failure::Unreachable(format!("{path}: reading the answer: {e}"))),
             Err(ureq::Error::Status(code, response)) => {
                 let text = response.into_string().unwrap_or_default();
                 let message = format!(
@@ -142,7 +144,7 @@ impl<B: Backend> HttpGenerator<B> {
     }
 
     /// `post` retried with backoff while the server seems unreachable.
-    fn post_retrying(&self, url: &str, path: &str, body: &Value) -> Result<Value, Failure> {
+    fn post_retrying(&self, url: &str, path: &str, body: &impl Serialize) -> Result<String, Failure> {
         let mut wait = self.settings.backoff;
         let mut attempt = 0;
         loop {
@@ -157,79 +159,80 @@ impl<B: Backend> HttpGenerator<B> {
         }
     }
 
-    fn request(&self, prompt: &[u32], seed: u64, config: &GenerationConfig, stops: &[String]) -> (String, Value) {
-        let n = config.n.max(1);
+    /// The request for `n` samples of one prompt: its endpoint and body.
+    fn request(&self, prompt: &[u32], seed: u64, config: &GenerationConfig, stops: &[String]) -> Request {
+        let n = config.n.max(1) as u64;
+        let max_new_tokens = Some(config.max_new_tokens as u64);
+        let top_k = config.top_k.map(|k| k as i64);
+        let stop = Some(Stop::Many(stops.to_vec()));
+        let stop_token_ids = Some(config.stop_token_ids.clone());
         match self.settings.api {
-            ServerApi::Sglang => {
-                let mut params = json!({
-                    "max_new_tokens": config.max_new_tokens,
-                    "temperature": config.temperature,
-                    "n": n,
-                    "stop": stops,
-                    "stop_token_ids": config.stop_token_ids,
-                    "sampling_seed": seed,
-                    "skip_special_tokens": false,
-                    "no_stop_trim": true,
-                });
-                put_filters(&mut params, config);
-                let body = json!({
-                    "input_ids": prompt,
-                    "sampling_params": params,
-                    "return_logprob": true,
-                    "logprob_start_len": -1,
-                });
-                ("/generate".into(), body)
-            }
-            ServerApi::Vllm => {
-                let mut body = json!({
-                    "model": self.settings.model,
-                    "prompt": prompt,
-                    "max_tokens": config.max_new_tokens,
-                    "temperature": config.temperature,
-                    "n": n,
-                    "stop": stops,
-                    "stop_token_ids": config.stop_token_ids,
-                    "seed": seed,
-                    "logprobs": 0,
-                    "return_token_ids": true,
-                    "skip_special_tokens": false,
-                    "include_stop_str_in_output": true,
-                });
-                put_filters(&mut body, config);
-                ("/v1/completions".into(), body)
-            }
+            ServerApi::Sglang => Request::Sglang(Box::new(GenerateRequest {
+                input_ids: Some(crate::protocol::Prompts::Ids(prompt.to_vec())),
+                sampling_params: Some(SamplingParamsField::One(SamplingParams {
+                    max_new_tokens,
+                    temperature: Some(config.temperature),
+                    top_k,
+                    top_p: config.top_p,
+                    min_p: config.min_p,
+                    n: Some(n),
+                    stop,
+                    stop_token_ids,
+                    sampling_seed: Some(seed),
+                    skip_special_tokens: Some(false),
+                    no_stop_trim: Some(true),
+                })),
+                return_logprob: Some(true),
+                logprob_start_len: Some(-1),
+                ..GenerateRequest::default()
+            })),
+            ServerApi::Vllm => Request::Vllm(Box::new(CompletionRequest {
+                model: Some(self.settings.model.clone()),
+                prompt: crate::protocol::Prompts::Ids(prompt.to_vec()),
+                max_tokens: max_new_tokens,
+                max_completion_tokens: None,
+                temperature: Some(config.temperature),
+                top_k,
+                top_p: config.top_p,
+                min_p: config.min_p,
+                n: Some(n),
+                stop,
+                stop_token_ids,
+                seed: Some(seed),
+                logprobs: Some(0),
+                return_token_ids: Some(true),
+                skip_special_tokens: Some(false),
+                include_stop_str_in_output: Some(true),
+                echo: None,
+                stream: None,
+            })),
         }
     }
 
     /// The `n` samples of one answer, with the policy version the server reports.
-    fn parse(&self, answer: &Value, config: &GenerationConfig) -> Result<(Vec<Sample>, Option<String>), String> {
+    fn parse(&self, answer: &str, config: &GenerationConfig) -> Result<(Vec<Sample>, Option<String>), String> {
         let n = config.n.max(1);
-        let samples = match self.settings.api {
+        match self.settings.api {
             ServerApi::Sglang => {
-                let outputs: Vec<&Value> = match answer {
-                    Value::Array(items) => items.iter().collect(),
-                    single => vec![single],
-                };
-                let version = (outputs.first())
-                    .and_then(|o| o["meta_info"]["weight_version"].as_str())
-                    .map(str::to_string);
-                let samples = outputs
-                    .iter()
-                    .map(|o| parse_sglang(o, config))
+                let outputs = parse::<GenerateResponse>(answer)
+                    .map_err(|e| format!("not an SGLang /generate answer ({e})"))?
+                    .outputs();
+                let version = outputs.first().and_then(|o| o.meta_info.weight_version.clone());
+                let samples = (outputs.into_iter())
+                    .map(|o| sglang_sample(o, config))
                     .collect::<Result<Vec<_>, _>>()?;
-                return check_count(samples, n).map(|s| (s, version));
+                check_count(samples, n).map(|s| (s, version))
             }
             ServerApi::Vllm => {
-                let choices = answer["choices"].as_array().ok_or("no `choices` in the answer")?;
-                let mut indexed: Vec<(u64, &Value)> =
-                    choices.iter().map(|c| (c["index"].as_u64().unwrap_or(0), c)).collect();
-                indexed.sort_by_key(|(i, _)| *i);
-                (indexed.into_iter())
-                    .map(|(_, c)| parse_vllm(c, config))
-                    .collect::<Result<Vec<_>, _>>()?
+                let mut answer = parse::<crate::protocol::CompletionResponse>(answer)
+                    .map_err(|e| format!("not an OpenAI completions answer ({e})"))?;
+                answer.choices.sort_by_key(|c| c.index);
+                let samples = (answer.choices.into_iter())
+                    .map(|c| vllm_sample(c, config))
+                    .collect::<Result<Vec<_>, _>>()?;
+                check_count(samples, n).map(|s| (s, None))
             }
-        };
-        check_count(samples, n).map(|s| (s, None))
+        }
     }
 
     fn mark_dead(&mut self, index: usize, why: &str) {
@@ -271,6 +274,41 @@ impl<B: Backend> HttpGenerator<B> {
         Ok(dir)
     }
 
+    /// SGLang's (and rein serve's) `/update_weights_from_disk` of `path` as `version`.
+    fn update_sglang(&self, url: &str, path: &str, version: u64) -> Result<(), Failure> {
+        let endpoint = "/update_weights_from_disk";
+        let request = UpdateWeightsRequest {
+            model_path: path.into(),
+            weight_version: Some(version.to_string()),
+        };
+        let answer = self.post_retrying(url, endpoint, &request)?;
+        let answer = parse::<UpdateWeightsResponse>(&answer)
+            .map_err(|e| Failure::Bad(format!("{endpoint}: not an update answer ({e})")))?;
+        match answer.success {
+            true => Ok(()),
+            false => Err(Failure::Bad(format!("{endpoint} refused {path}: {}", answer.message))),
+        }
+    }
+
+    /// vLLM: unloads the policy's LoRA adapter and loads the one in `path` under the same
+    /// name. Both endpoints answer in plain text; vLLM refuses to unload an adapter it does not
+    /// have yet, which is not an error here.
+    fn swap_vllm_adapter(&self, url: &str, path: &str) -> Result<(), Failure> {
+        let lora_name = self.settings.model.clone();
+        let unload = UnloadLoraRequest {
+            lora_name: lora_name.clone(),
+        };
+        match self.post_retrying(url, "/v1/unload_lora_adapter", &unload) {
+            Ok(_) | Err(Failure::Bad(_)) => {}
+            Err(unreachable) => return Err(unreachable),
+        }
+        let load = LoadLoraRequest {
+            lora_name,
+            lora_path: path.into(),
+        };
+        self.post_retrying(url, "/v1/load_lora_adapter", &load).map(drop)
+    }
+
     /// Asks every live server to sample from the policy in `dir` from now on.
     fn load_everywhere(&mut self, dir: &Path, version: u64) -> Result<(), GeneratorError> {
         let path = dir.display().to_string();
@@ -280,44 +318,46 @@ impl<B: Backend> HttpGenerator<B> {
                 continue;
             }
             let url = self.settings.urls[i].clone();
-            let calls: Vec<(&str, Value)> = match self.settings.api {
-                ServerApi::Sglang => vec![(
-                    "/update_weights_from_disk",
-                    json!({"model_path": path, "weight_version": version.to_string()}),
-                )],
-                ServerApi::Vllm => vec![
-                    ("/v1/unload_lora_adapter", json!({"lora_name": self.settings.model})),
-                    (
-                        "/v1/load_lora_adapter",
-                        json!({"lora_name": self.settings.model, "lora_path": path}),
-                    ),
-                ],
+            let loaded = match self.settings.api {
+                ServerApi::Sglang => self.update_sglang(&url, &path, version),
+                ServerApi::Vllm => self.swap_vllm_adapter(&url, &path),
             };
-            for (k, (endpoint, body)) in calls.iter().enumerate() {
-                match self.post_retrying(&url, endpoint, body) {
-                    Ok(answer) => {
-                        if answer.get("success").and_then(Value::as_bool) == Some(false) {
-                            let message = answer["message"].as_str().unwrap_or("no message");
-                            return Err(GeneratorError::BadResponse {
-                                url,
-                                message: format!("{endpoint} refused {path}: {message}"),
-                            });
-                        }
-                    }
-                    // vLLM refuses to unload an adapter it does not have yet.
-                    Err(Failure::Bad(_)) if self.settings.api == ServerApi::Vllm && k == 0 => {}
-                    Err(Failure::Bad(message)) => return Err(GeneratorError::BadResponse { url, message }),
-                    Err(Failure::Unreachable(why)) => {
-                        self.mark_dead(i, &why);
-                        last = why;
-                        break;
-                    }
+            match loaded {
+                Ok(()) => {}
+                Err(Failure::Bad(message)) => return Err(GeneratorError::BadResponse { url, message }),
+                Err(Failure::Unreachable(why)) => {
+                    self.mark_dead(i, &why);
+                    last = why;
                 }
             }
         }
         match self.alive.contains(&true) {
             true => Ok(()),
             false => Err(self.no_servers(last)),
+        }
+    }
+}
+
+/// A generation request, by API.
+enum Request {
+    Sglang(Box<GenerateRequest>),
+    Vllm(Box<CompletionRequest>),
+}
+
+impl Request {
+    fn path(&self) -> &'static str {
+        match self {
+            Self::Sglang(_) => "/generate",
+            Self::Vllm(_) => "/v1/completions",
+        }
+    }
+}
+
+impl Serialize for Request {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Sglang(request) => request.serialize(serializer),
+            Self::Vllm(request) => request.serialize(serializer),
         }
     }
 }
@@ -329,18 +369,6 @@ struct Sample {
     finish: FinishReason,
 }
 
-fn put_filters(params: &mut Value, config: &GenerationConfig) {
-    if let Some(k) = config.top_k {
-        params["top_k"] = json!(k);
-    }
-    if let Some(p) = config.top_p {
-        params["top_p"] = json!(p);
-    }
-    if let Some(p) = config.min_p {
-        params["min_p"] = json!(p);
-    }
-}
-
 fn check_count(samples: Vec<Sample>, n: usize) -> Result<Vec<Sample>, String> {
     match samples.len() == n {
         true => Ok(samples),
@@ -348,34 +376,24 @@ fn check_count(samples: Vec<Sample>, n: usize) -> Result<Vec<Sample>, String> {
     }
 }
 
-fn finish_reason(kind: &str, matched_token: bool, tokens: &[u32], config: &GenerationConfig) -> FinishReason {
-    match kind {
-        "length" => FinishReason::Length,
-        _ if matched_token || tokens.last().is_some_and(|t| config.stop_token_ids.contains(t)) => {
-            FinishReason::StopToken
-        }
-        _ => FinishReason::StopCondition,
+/// A sample that stopped before its length limit: on a stop token (the server says one
+/// matched, or the sample ends with one) or on a stop string.
+fn stop_finish(matched_token: bool, tokens: &[u32], config: &GenerationConfig) -> FinishReason {
+    match matched_token || tokens.last().is_some_and(|t| config.stop_token_ids.contains(t)) {
+        true => FinishReason::StopToken,
+        false => FinishReason::StopCondition,
     }
 }
 
-fn ids(value: &Value, what: &str) -> Result<Vec<u32>, String> {
-    let items = value.as_array().ok_or_else(|| format!("no `{what}` in the answer"))?;
-    (items.iter())
-        .map(|v| v.as_u64().and_then(|x| u32::try_from(x).ok()))
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| format!("`{what}` holds something other than token ids"))
-}
-
-fn parse_sglang(output: &Value, config: &GenerationConfig) -> Result<Sample, String> {
-    let tokens = ids(&output["output_ids"], "output_ids")?;
-    let meta = &output["meta_info"];
-    let entries = meta["output_token_logprobs"]
-        .as_array()
+fn sglang_sample(output: GenerateOutput, config: &GenerationConfig) -> Result<Sample, String> {
+    let tokens = output.output_ids;
+    let meta = output.meta_info;
+    let entries = (meta.output_token_logprobs)
         .ok_or("no `meta_info.output_token_logprobs` in the answer (was return_logprob ignored?)")?;
     let logprobs = (entries.iter())
-        .map(|e| e[0].as_f64().map(|x| x as f32))
+        .map(|e| e.0)
         .collect::<Option<Vec<_>>>()
-        .ok_or("`output_token_logprobs` entries are not [logprob, id, text]")?;
+        .ok_or("an `output_token_logprobs` entry has no log-probability")?;
     if logprobs.len() != tokens.len() {
         return Err(format!(
             "{} output ids but {} log-probabilities",
@@ -383,12 +401,16 @@ fn parse_sglang(output: &Value, config: &GenerationConfig) -> Result<Sample, Str
             logprobs.len()
         ));
     }
-    let reason = &meta["finish_reason"];
-    let kind = reason["type"].as_str().or(reason.as_str()).unwrap_or("stop");
-    if kind == "abort" {
-        return Err(format!("the request was aborted: {reason}"));
-    }
-    let finish = finish_reason(kind, reason["matched"].is_u64(), &tokens, config);
+    let finish = match meta.finish_reason {
+        Some(SglangFinish::Length { .. }) => FinishReason::Length,
+        Some(SglangFinish::Abort { message }) => {
+            return Err(format!("the request was aborted: {}", message.unwrap_or_default()));
+        }
+        Some(SglangFinish::Stop { matched }) => {
+            stop_finish(matches!(matched, Some(Matched::Token(_))), &tokens, config)
+        }
+        None => stop_finish(false, &tokens, config),
+    };
     Ok(Sample {
         tokens,
         logprobs,
@@ -396,15 +418,16 @@ fn parse_sglang(output: &Value, config: &GenerationConfig) -> Result<Sample, Str
     })
 }
 
-fn parse_vllm(choice: &Value, config: &GenerationConfig) -> Result<Sample, String> {
-    let tokens = ids(&choice["token_ids"], "choices[].token_ids (needs vLLM ≥ 0.10.2)")?;
-    let logprobs = choice["logprobs"]["token_logprobs"]
-        .as_array()
-        .ok_or("no `choices[].logprobs.token_logprobs` in the answer")?
-        .iter()
-        .map(|v| v.as_f64().map(|x| x as f32))
+fn vllm_sample(choice: CompletionChoice, config: &GenerationConfig) -> Result<Sample, String> {
+    let tokens = choice
+        .token_ids
+        .ok_or("no `choices[].token_ids` in the answer (needs vLLM ≥ 0.10.2)")?;
+    let logprobs = (choice.logprobs)
+        .ok_or("no `choices[].logprobs` in the answer")?
+        .token_logprobs
+        .into_iter()
         .collect::<Option<Vec<_>>>()
-        .ok_or("`token_logprobs` holds something other than numbers")?;
+        .ok_or("`token_logprobs` holds a null")?;
     if logprobs.len() != tokens.len() {
         return Err(format!(
             "{} token ids but {} log-probabilities",
@@ -412,8 +435,14 @@ fn parse_vllm(choice: &Value, config: &GenerationConfig) -> Result<Sample, Strin
             logprobs.len()
         ));
     }
-    let kind = choice["finish_reason"].as_str().unwrap_or("stop");
-    let finish = finish_reason(kind, choice["stop_reason"].is_u64(), &tokens, config);
+    let finish = match choice.finish_reason.as_deref() {
+        Some("length") => FinishReason::Length,
+        _ => stop_finish(
+            matches!(choice.stop_reason, Some(StopReason::Token(_))),
+            &tokens,
+            config,
+        ),
+    };
     Ok(Sample {
         tokens,
         logprobs,
@@ -456,14 +485,15 @@ impl<B: Backend> Generator<B> for HttpGenerator<B> {
                         }
                         let server = live[turn.fetch_add(1, Ordering::Relaxed) % live.len()];
                         let url = &this.settings.urls[server];
-                        let (path, body) = this.request(&prompts[p], prompt_seed(config.seed, p), config, stops);
+                        let request = this.request(&prompts[p], prompt_seed(config.seed, p), config, stops);
+                        let path = request.path();
                         let failed = |message: String| {
                             *bad.lock().unwrap() = Some(GeneratorError::BadResponse {
                                 url: url.clone(),
                                 message,
                             });
                         };
-                        match this.post_retrying(url, &path, &body) {
+                        match this.post_retrying(url, path, &request) {
                             Ok(answer) => match this.parse(&answer, config) {
                                 Ok((_, Some(v))) if this.settings.api == ServerApi::Sglang && v != expected => {
                                     failed(format!("sampled with policy version {v}, expected {expected}"));
@@ -608,12 +638,155 @@ mod tests {
     fn a_plain_text_answer_to_a_generation_request_is_a_bad_response() {
         let (url, _) = plain_text_server("hello");
         let generator = HttpGenerator::<B>::new(settings(url.clone(), ServerApi::Sglang));
-        let Ok(answer) = generator.post(&url, "/generate", &json!({})) else {
+        let Ok(answer) = generator.post(&url, "/generate", &GenerateRequest::default()) else {
             panic!("post failed")
         };
-        assert_eq!(answer, Value::String("hello".into()));
+        assert_eq!(answer, "hello");
         let config = GenerationConfig::default();
         let failure = generator.parse(&answer, &config).err().unwrap();
         assert!(failure.contains("answer"), "{failure}");
+    }
+
+    fn fixture(name: &str) -> String {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/protocol");
+        std::fs::read_to_string(dir.join(name)).unwrap()
+    }
+
+    fn config(n: usize, stop_token_ids: Vec<u32>) -> GenerationConfig {
+        GenerationConfig {
+            n,
+            stop_token_ids,
+            ..GenerationConfig::default()
+        }
+    }
+
+    #[test]
+    fn documented_sglang_answers_parse() {
+        let client = HttpGenerator::<B>::new(settings("http://unused".into(), ServerApi::Sglang));
+        let (samples, version) = (client.parse(
+            &fixture("sglang-generate-response-batch-logprobs.json"),
+            &config(2, vec![128009]),
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(version.as_deref(), Some("default"));
+        assert_eq!(samples[0].tokens, [12366, 13, 128009]);
+        assert_eq!(samples[0].logprobs, [-0.1053, -0.4471, -0.0021]);
+        assert_eq!(samples[0].finish, FinishReason::StopToken);
+        assert_eq!((samples[1].tokens.len(), samples[1].finish), (16, FinishReason::Length));
+        // Asked without `return_logprob`: the answers parse, and the client says what is missing.
+        for name in [
+            "sglang-generate-response-length.json",
+            "sglang-generate-response-stop.json",
+        ] {
+            let answer = fixture(name);
+            let outputs = parse::<GenerateResponse>(&answer).unwrap().outputs();
+            assert_eq!(
+                outputs[0].meta_info.weight_version.as_deref(),
+                Some("default"),
+                "{name}"
+            );
+            let error = client.parse(&answer, &config(1, vec![128009])).err().unwrap();
+            assert!(error.contains("was return_logprob ignored?"), "{name}: {error}");
+        }
+        let stop = parse::<GenerateResponse>(&fixture("sglang-generate-response-stop.json")).unwrap();
+        let finish = stop.outputs().remove(0).meta_info.finish_reason;
+        assert_eq!(
+            finish,
+            Some(SglangFinish::Stop {
+                matched: Some(Matched::Token(128009))
+            })
+        );
+        let updated = parse::<UpdateWeightsResponse>(&fixture("sglang-update-weights-response.json")).unwrap();
+        assert!(updated.success);
+        let failed = parse::<UpdateWeightsResponse>(&fixture("sglang-update-weights-response-failed.json")).unwrap();
+        assert!(!failed.success && failed.message.contains("repository not found"));
+    }
+
+    #[test]
+    fn documented_vllm_answers_parse() {
+        let client = HttpGenerator::<B>::new(settings("http://unused".into(), ServerApi::Vllm));
+        let answer = fixture("vllm-completions-response-batch-logprobs.json");
+        let (samples, _) = client
+            .parse(&answer, &config(2, vec![151645]))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(samples[0].tokens, [2585, 525, 498, 30, 151645], "sorted by index");
+        assert_eq!(samples[0].finish, FinishReason::StopToken);
+        assert_eq!(samples[1].logprobs.len(), 8);
+        assert_eq!(samples[1].finish, FinishReason::Length);
+        for name in [
+            "vllm-completions-response-without-token-ids.json",
+            "vllm-completions-response-usage.json",
+        ] {
+            let answer = fixture(name);
+            assert!(parse::<crate::protocol::CompletionResponse>(&answer).is_ok(), "{name}");
+            let error = client.parse(&answer, &config(1, vec![])).err().unwrap();
+            assert!(error.contains("needs vLLM ≥ 0.10.2"), "{name}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_client_sends_only_what_the_servers_document() {
+        // GenerateReqInput and SamplingParams (SGLang), CompletionRequest (vLLM): the fields rein uses.
+        const SGLANG: &[&str] = &[
+            "input_ids",
+            "text",
+            "sampling_params",
+            "return_logprob",
+            "logprob_start_len",
+            "stream",
+        ];
+        const SGLANG_SAMPLING: &[&str] = &[
+            "max_new_tokens",
+            "stop",
+            "stop_token_ids",
+            "temperature",
+            "top_p",
+            "top_k",
+            "min_p",
+            "n",
+            "skip_special_tokens",
+            "no_stop_trim",
+            "sampling_seed",
+        ];
+        const VLLM: &[&str] = &[
+            "model",
+            "prompt",
+            "max_tokens",
+            "n",
+            "seed",
+            "logprobs",
+            "stop",
+            "temperature",
+            "top_p",
+            "top_k",
+            "min_p",
+            "stop_token_ids",
+            "include_stop_str_in_output",
+            "skip_special_tokens",
+            "return_token_ids",
+        ];
+        let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        let full = GenerationConfig {
+            top_k: Some(5),
+            top_p: Some(0.9),
+            min_p: Some(0.05),
+            ..config(4, vec![2])
+        };
+        let sglang = HttpGenerator::<B>::new(settings("http://unused".into(), ServerApi::Sglang));
+        let request = serde_json::to_value(sglang.request(&[1, 2], 7, &full, &["\n".into()])).unwrap();
+        assert!(keys(&request).iter().all(|k| SGLANG.contains(&k.as_str())), "{request}");
+        let params = &request["sampling_params"];
+        assert!(
+            keys(params).iter().all(|k| SGLANG_SAMPLING.contains(&k.as_str())),
+            "{params}"
+        );
+        assert_eq!(params["sampling_seed"], 7);
+        let vllm = HttpGenerator::<B>::new(settings("http://unused".into(), ServerApi::Vllm));
+        let request = serde_json::to_value(vllm.request(&[1, 2], 7, &full, &[])).unwrap();
+        assert!(keys(&request).iter().all(|k| VLLM.contains(&k.as_str())), "{request}");
+        assert_eq!(
+            (request["top_k"].clone(), request["return_token_ids"].clone()),
+            (5.into(), true.into())
+        );
     }
 }

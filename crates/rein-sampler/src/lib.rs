@@ -16,18 +16,19 @@
 //! **Architecture invariant:** no knowledge of environments, plugins or training loops. The
 //! one lateral edge: it drives `rein-model`'s language model (rein-model never imports it).
 
+mod batch_decode;
 mod categorical;
 mod gaussian;
-mod generate;
 mod generator;
 mod http;
+pub mod protocol;
 mod session;
 mod stop;
 mod token_choice;
 
+pub use batch_decode::{Generation, generate, generate_seeded};
 pub use categorical::{categorical_entropy, categorical_log_prob, sample_categorical};
 pub use gaussian::{gaussian_entropy, gaussian_log_prob, sample_gaussian};
-pub use generate::{Generation, generate, generate_seeded};
 pub use generator::{Generator, GeneratorError, NativeGenerator};
 pub use http::{HttpGenerator, HttpSettings, ServerApi};
 pub use rein_core::SeededRng;

@@ -466,7 +466,7 @@ fn forward_feed<B: Backend>(
         rope,
         positions: Tensor::from_data(TensorData::new(feed.positions.clone(), [rows, feed.width]), device),
         padding,
-        packed: None,
+        sequence_lengths: None,
         fused: Some(fused),
     };
     let tokens = Tensor::from_data(TensorData::new(feed.tokens.clone(), [rows, feed.width]), device);

@@ -1,12 +1,16 @@
-//! The HTTP APIs `rein serve` speaks, as JSON in and out: OpenAI's completions and chat
-//! completions (with vLLM's token-id extensions), SGLang's `/generate` and
-//! `/update_weights_from_disk`.
+//! The HTTP APIs `rein serve` speaks: OpenAI's completions and chat completions (with vLLM's
+//! token-id extensions) and SGLang's `/generate`, from and to the typed requests and answers of
+//! [`rein_sampler::protocol`], which the client uses too.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rein_model::lm::{ChatMessage, LmTokenizer};
+use rein_sampler::protocol::{
+    ChatChoice, ChatLogprobs, ChatRequest, ChatResponse, ChatResponseMessage, CompletionChoice, CompletionLogprobs,
+    CompletionRequest, CompletionResponse, GenerateOutput, GenerateRequest, GenerateResponse, LogprobEntry, Matched,
+    MetaInfo, Prompt, Prompts, Sampling, SamplingParamsField, SglangFinish, StopReason, TokenLogprob, Usage,
+};
 use rein_sampler::{FinishReason, Generation, GenerationConfig, completion_text, prompt_seed};
-use serde_json::{Value, json};
 
 use super::engine::{Done, Work};
 
@@ -27,83 +31,34 @@ pub(crate) struct Api<'a> {
     pub fresh_seed: &'a dyn Fn() -> u64,
 }
 
-fn u64_field(body: &Value, key: &str) -> Result<Option<u64>, BadRequest> {
-    match &body[key] {
-        Value::Null => Ok(None),
-        v => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| bad(format!("`{key}` must be a non-negative integer"))),
-    }
-}
-
-fn f32_field(body: &Value, key: &str) -> Result<Option<f32>, BadRequest> {
-    match &body[key] {
-        Value::Null => Ok(None),
-        v => v
-            .as_f64()
-            .map(|x| Some(x as f32))
-            .ok_or_else(|| bad(format!("`{key}` must be a number"))),
-    }
-}
-
-/// `stop` as a string or a list of strings.
-fn stops(body: &Value) -> Result<Vec<String>, BadRequest> {
-    match &body["stop"] {
-        Value::Null => Ok(Vec::new()),
-        Value::String(s) => Ok(vec![s.clone()]),
-        Value::Array(items) => (items.iter())
-            .map(|v| v.as_str().map(str::to_string))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| bad("`stop` must be a string or a list of strings")),
-        _ => Err(bad("`stop` must be a string or a list of strings")),
-    }
-}
-
-fn token_ids(value: &Value) -> Option<Vec<u32>> {
-    (value.as_array()?.iter())
-        .map(|v| v.as_u64().and_then(|x| u32::try_from(x).ok()))
-        .collect()
-}
-
 impl Api<'_> {
-    /// Sampling settings from `params` (OpenAI's names, or SGLang's with `sglang`).
-    fn config(&self, params: &Value, sglang: bool) -> Result<(GenerationConfig, Vec<String>, u64), BadRequest> {
-        let max_key = if sglang { "max_new_tokens" } else { "max_tokens" };
-        let max_new_tokens = u64_field(params, max_key)?
-            .or(u64_field(params, "max_completion_tokens")?)
+    /// Sampling settings from a request (OpenAI's default of 16 new tokens, or SGLang's 128
+    /// with `sglang`).
+    fn config(&self, sampling: &Sampling, sglang: bool) -> Result<(GenerationConfig, Vec<String>, u64), BadRequest> {
+        let max_new_tokens = (sampling.max_new_tokens)
+            .or(sampling.max_completion_tokens)
             .unwrap_or(if sglang { 128 } else { 16 }) as usize;
-        let temperature = f32_field(params, "temperature")?.unwrap_or(1.0);
+        let temperature = sampling.temperature.unwrap_or(1.0);
         if !(temperature >= 0.0 && temperature.is_finite()) {
             return Err(bad(format!("temperature must be ≥ 0, got {temperature}")));
         }
         // vLLM and SGLang take top_k = -1 (and OpenAI clients 0) for "no top-k".
-        let top_k = match &params["top_k"] {
-            Value::Null => None,
-            v => match v.as_i64() {
-                Some(k) if k <= 0 => None,
-                Some(k) => Some(k as usize),
-                None => return Err(bad("`top_k` must be an integer")),
-            },
-        };
-        let top_p = f32_field(params, "top_p")?.filter(|&p| p < 1.0);
+        let top_k = sampling.top_k.filter(|&k| k > 0).map(|k| k as usize);
+        let top_p = sampling.top_p.filter(|&p| p < 1.0);
         if top_p.is_some_and(|p| p <= 0.0) {
             return Err(bad("top_p must be in (0, 1]"));
         }
-        let min_p = f32_field(params, "min_p")?.filter(|&p| p > 0.0);
+        let min_p = sampling.min_p.filter(|&p| p > 0.0);
         if min_p.is_some_and(|p| p >= 1.0) {
             return Err(bad("min_p must be in [0, 1)"));
         }
-        let n = u64_field(params, "n")?.unwrap_or(1) as usize;
+        let n = sampling.n.unwrap_or(1) as usize;
         if n == 0 || n > 256 {
             return Err(bad(format!("n must be in 1..=256, got {n}")));
         }
         let mut stop_token_ids = self.tokenizer.eos_ids().to_vec();
-        if let Some(extra) = params.get("stop_token_ids").filter(|v| !v.is_null()) {
-            stop_token_ids.extend(token_ids(extra).ok_or_else(|| bad("`stop_token_ids` must be token ids"))?);
-        }
-        let seed_key = if sglang { "sampling_seed" } else { "seed" };
-        let seed = u64_field(params, seed_key)?.unwrap_or_else(|| (self.fresh_seed)());
+        stop_token_ids.extend(sampling.stop_token_ids.iter().flatten());
+        let seed = sampling.seed.unwrap_or_else(|| (self.fresh_seed)());
         let config = GenerationConfig {
             max_new_tokens,
             temperature,
@@ -114,24 +69,22 @@ impl Api<'_> {
             stop_token_ids,
             seed,
         };
-        Ok((config, stops(params)?, seed))
+        let stops = sampling.stop.as_ref().map(|s| s.strings()).unwrap_or_default();
+        Ok((config, stops, seed))
     }
 
-    /// Prompts as token ids: ids, lists of ids, a string or a list of strings.
-    fn prompts(&self, value: &Value, what: &str) -> Result<Vec<Vec<u32>>, BadRequest> {
+    /// Prompts as token ids (text is encoded with the served model's tokenizer).
+    fn prompts(&self, prompts: &Prompts, what: &str) -> Result<Vec<Vec<u32>>, BadRequest> {
         let encode = |text: &str| self.tokenizer.encode(text).map_err(|e| bad(e.to_string()));
-        let prompts = match value {
-            Value::String(text) => vec![encode(text)?],
-            Value::Array(items) if items.first().is_some_and(Value::is_number) => {
-                vec![token_ids(value).ok_or_else(|| bad(format!("`{what}` holds something other than token ids")))?]
-            }
-            Value::Array(items) => (items.iter())
+        let prompts = match prompts {
+            Prompts::Text(text) => vec![encode(text)?],
+            Prompts::Ids(ids) => vec![ids.clone()],
+            Prompts::Batch(items) => (items.iter())
                 .map(|item| match item {
-                    Value::String(text) => encode(text),
-                    ids => token_ids(ids).ok_or_else(|| bad(format!("`{what}` must be text, ids, or lists of them"))),
+                    Prompt::Text(text) => encode(text),
+                    Prompt::Ids(ids) => Ok(ids.clone()),
                 })
                 .collect::<Result<Vec<_>, _>>()?,
-            _ => return Err(bad(format!("`{what}` must be text, token ids, or lists of them"))),
         };
         if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
             return Err(bad(format!("`{what}` holds an empty prompt")));
@@ -160,205 +113,209 @@ impl Api<'_> {
         self.tokenizer.decode(&[id], false).unwrap_or_default()
     }
 
-    /// SGLang's `/generate`.
-    pub(crate) fn sglang_request(&self, body: &Value) -> Result<(Work, bool), BadRequest> {
-        let (prompts, batched) = match (&body["input_ids"], &body["text"]) {
-            (ids @ Value::Array(items), _) => (
-                self.prompts(ids, "input_ids")?,
-                items.first().is_some_and(Value::is_array),
-            ),
-            (Value::Null, text @ (Value::String(_) | Value::Array(_))) => {
-                (self.prompts(text, "text")?, text.is_array())
-            }
-            _ => return Err(bad("give `input_ids` (token ids, or a list of them) or `text`")),
+    /// The stop string a sample that stopped on one ended with.
+    fn matched_stop(&self, g: &Generation, stops: &[String]) -> Option<String> {
+        let text = self.tokenizer.decode(&g.tokens, false).unwrap_or_default();
+        stops.iter().find(|s| text.contains(s.as_str())).cloned()
+    }
+
+    /// SGLang's `/generate`; also says whether the answer is a list (a batch of prompts).
+    pub(crate) fn sglang_request(&self, request: &GenerateRequest) -> Result<(Work, bool), BadRequest> {
+        let (prompts, batched) = match (&request.input_ids, &request.text) {
+            (Some(ids), _) => (self.prompts(ids, "input_ids")?, ids.is_batch()),
+            (None, Some(text)) => (self.prompts(text, "text")?, text.is_batch()),
+            (None, None) => return Err(bad("give `input_ids` (token ids, or a list of them) or `text`")),
         };
-        let params = match &body["sampling_params"] {
-            Value::Null => json!({}),
-            Value::Array(_) => {
+        let sampling = match &request.sampling_params {
+            None => Sampling::default(),
+            Some(SamplingParamsField::One(params)) => params.sampling(),
+            Some(SamplingParamsField::PerPrompt(_)) => {
                 return Err(bad(
                     "per-prompt `sampling_params` lists are not supported; send one request per prompt",
                 ));
             }
-            p => p.clone(),
         };
-        let (config, stops, seed) = self.config(&params, true)?;
+        let (config, stops, seed) = self.config(&sampling, true)?;
         Ok((Self::work(prompts, config, stops, seed), batched))
     }
 
     /// SGLang's answer: one object per sample (a list when there is more than one).
-    pub(crate) fn sglang_response(&self, work: &Work, done: &Done, batched: bool, logprobs: bool) -> Value {
-        let outputs: Vec<Value> = (done.generations.iter())
+    pub(crate) fn sglang_response(&self, work: &Work, done: &Done, batched: bool, logprobs: bool) -> GenerateResponse {
+        let mut outputs: Vec<GenerateOutput> = (done.generations.iter())
             .map(|g| {
-                let prompt_tokens = work.prompts[g.prompt].len();
                 let finish = match g.finish {
-                    FinishReason::Length => json!({"type": "length", "length": g.tokens.len()}),
-                    FinishReason::StopToken => json!({"type": "stop", "matched": g.tokens.last()}),
-                    FinishReason::StopCondition => {
-                        let text = self.tokenizer.decode(&g.tokens, false).unwrap_or_default();
-                        json!({"type": "stop", "matched": work.stops.iter().find(|s| text.contains(s.as_str()))})
-                    }
+                    FinishReason::Length => SglangFinish::Length { length: g.tokens.len() },
+                    FinishReason::StopToken => SglangFinish::Stop {
+                        matched: g.tokens.last().map(|&t| Matched::Token(t)),
+                    },
+                    FinishReason::StopCondition => SglangFinish::Stop {
+                        matched: self.matched_stop(g, &work.stops).map(Matched::Text),
+                    },
                 };
-                let mut meta = json!({
-                    "id": format!("{}-{}", g.prompt, g.sample),
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": g.tokens.len(),
-                    "finish_reason": finish,
-                    "weight_version": done.version,
+                let output_token_logprobs = logprobs.then(|| {
+                    (g.logprobs.iter().zip(&g.tokens))
+                        .map(|(&lp, &id)| LogprobEntry(Some(lp), id, None))
+                        .collect()
                 });
-                if logprobs {
-                    meta["output_token_logprobs"] = json!(
-                        (g.logprobs.iter().zip(&g.tokens))
-                            .map(|(lp, id)| json!([lp, id, null]))
-                            .collect::<Vec<_>>()
-                    );
+                GenerateOutput {
+                    text: Some(self.text(g, &work.stops)),
+                    output_ids: g.tokens.clone(),
+                    meta_info: MetaInfo {
+                        id: format!("{}-{}", g.prompt, g.sample),
+                        finish_reason: Some(finish),
+                        prompt_tokens: work.prompts[g.prompt].len(),
+                        completion_tokens: g.tokens.len(),
+                        weight_version: Some(done.version.clone()),
+                        output_token_logprobs,
+                    },
                 }
-                json!({"text": self.text(g, &work.stops), "output_ids": g.tokens, "meta_info": meta})
             })
             .collect();
         match outputs.len() == 1 && !batched {
-            true => outputs.into_iter().next().unwrap_or(Value::Null),
-            false => Value::Array(outputs),
+            true => GenerateResponse::One(outputs.remove(0)),
+            false => GenerateResponse::Many(outputs),
         }
     }
 
     /// OpenAI's `/v1/completions` (vLLM's `return_token_ids` too).
-    pub(crate) fn completion_request(&self, body: &Value) -> Result<Work, BadRequest> {
-        refuse_unsupported(body)?;
-        if body["echo"].as_bool() == Some(true) {
+    pub(crate) fn completion_request(&self, request: &CompletionRequest) -> Result<Work, BadRequest> {
+        refuse_unsupported(request.stream, request.logprobs.unwrap_or(0))?;
+        if request.echo == Some(true) {
             return Err(bad("`echo` is not supported"));
         }
-        let prompts = self.prompts(&body["prompt"], "prompt")?;
-        let (config, stops, seed) = self.config(body, false)?;
+        let prompts = self.prompts(&request.prompt, "prompt")?;
+        let (config, stops, seed) = self.config(&request.sampling(), false)?;
         Ok(Self::work(prompts, config, stops, seed))
     }
 
     /// OpenAI's completion object.
-    pub(crate) fn completion_response(&self, body: &Value, work: &Work, done: &Done) -> Value {
-        let want_logprobs = !body["logprobs"].is_null();
-        let token_ids = body["return_token_ids"].as_bool() == Some(true);
-        let choices: Vec<Value> = (done.generations.iter().enumerate())
-            .map(|(index, g)| {
-                let text = self.text(g, &work.stops);
-                let mut choice = json!({
-                    "index": index,
-                    "text": text,
-                    "finish_reason": finish_name(g.finish),
-                    "stop_reason": stop_reason(g, &work.stops, self.tokenizer),
-                    "logprobs": null,
-                });
-                if want_logprobs {
-                    let pieces: Vec<String> = g.tokens.iter().map(|&id| self.piece(id)).collect();
-                    let mut offset = 0;
-                    let offsets: Vec<usize> = (pieces.iter())
-                        .map(|p| {
-                            let at = offset;
-                            offset += p.len();
-                            at
-                        })
-                        .collect();
-                    choice["logprobs"] = json!({
-                        "tokens": pieces,
-                        "token_logprobs": g.logprobs,
-                        "top_logprobs": null,
-                        "text_offset": offsets,
-                    });
-                }
-                if token_ids {
-                    choice["token_ids"] = json!(g.tokens);
-                    choice["prompt_token_ids"] = json!(work.prompts[g.prompt]);
-                }
-                choice
+    pub(crate) fn completion_response(
+        &self,
+        request: &CompletionRequest,
+        work: &Work,
+        done: &Done,
+    ) -> CompletionResponse {
+        let token_ids = request.return_token_ids == Some(true);
+        let choices = (done.generations.iter().enumerate())
+            .map(|(index, g)| CompletionChoice {
+                index,
+                text: self.text(g, &work.stops),
+                logprobs: request.logprobs.map(|_| self.completion_logprobs(g)),
+                finish_reason: Some(finish_name(g.finish).into()),
+                stop_reason: self.stop_reason(g, &work.stops),
+                token_ids: token_ids.then(|| g.tokens.clone()),
+                prompt_token_ids: token_ids.then(|| work.prompts[g.prompt].clone()),
             })
             .collect();
-        json!({
-            "id": format!("cmpl-{}", work.config.seed),
-            "object": "text_completion",
-            "created": now(),
-            "model": self.model_name,
-            "system_fingerprint": format!("rein-weights-{}", done.version),
-            "choices": choices,
-            "usage": usage(work, done),
-        })
+        CompletionResponse {
+            id: format!("cmpl-{}", work.config.seed),
+            object: "text_completion".into(),
+            created: now(),
+            model: self.model_name.into(),
+            system_fingerprint: Some(format!("rein-weights-{}", done.version)),
+            choices,
+            usage: Some(usage(work, done)),
+        }
+    }
+
+    /// A sample's tokens, their log-probabilities and their offsets in its text.
+    fn completion_logprobs(&self, g: &Generation) -> CompletionLogprobs {
+        let tokens: Vec<String> = g.tokens.iter().map(|&id| self.piece(id)).collect();
+        let text_offset = (tokens.iter())
+            .scan(0, |offset, piece| {
+                let at = *offset;
+                *offset += piece.len();
+                Some(at)
+            })
+            .collect();
+        CompletionLogprobs {
+            tokens,
+            token_logprobs: g.logprobs.iter().map(|&lp| Some(lp)).collect(),
+            top_logprobs: None,
+            text_offset,
+        }
+    }
+
+    /// vLLM's `stop_reason`: the stop token id, the stop string, or none (end of sequence, or
+    /// the length limit).
+    fn stop_reason(&self, g: &Generation, stops: &[String]) -> Option<StopReason> {
+        match g.finish {
+            FinishReason::Length => None,
+            FinishReason::StopToken => {
+                let last = *g.tokens.last()?;
+                (!self.tokenizer.eos_ids().contains(&last)).then_some(StopReason::Token(last))
+            }
+            FinishReason::StopCondition => self.matched_stop(g, stops).map(StopReason::Text),
+        }
     }
 
     /// OpenAI's `/v1/chat/completions`: the messages through the model's chat template.
-    pub(crate) fn chat_request(&self, body: &Value) -> Result<Work, BadRequest> {
-        refuse_unsupported(body)?;
-        let messages = body["messages"]
-            .as_array()
-            .ok_or_else(|| bad("`messages` must be a list"))?;
-        let messages = (messages.iter())
-            .map(|m| {
-                let role = m["role"].as_str().ok_or_else(|| bad("each message needs a `role`"))?;
-                let content = match &m["content"] {
-                    Value::String(s) => s.clone(),
-                    Value::Null => String::new(),
-                    Value::Array(parts) => (parts.iter())
-                        .filter_map(|p| p["text"].as_str())
-                        .collect::<Vec<_>>()
-                        .join(""),
-                    _ => return Err(bad("message `content` must be text")),
-                };
-                Ok(ChatMessage {
-                    role: role.into(),
-                    content,
-                })
+    pub(crate) fn chat_request(&self, request: &ChatRequest) -> Result<Work, BadRequest> {
+        refuse_unsupported(request.stream, request.top_logprobs.unwrap_or(0))?;
+        let messages: Vec<ChatMessage> = (request.messages.iter())
+            .map(|m| ChatMessage {
+                role: m.role.clone(),
+                content: m.content.as_ref().map(|c| c.text()).unwrap_or_default(),
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        let tools: Vec<Value> = body["tools"].as_array().cloned().unwrap_or_default();
+            .collect();
+        let tools = request.tools.clone().unwrap_or_default();
         let text = (self.tokenizer.apply_chat_template_with_tools(&messages, &tools, true))
             .map_err(|e| bad(e.to_string()))?
             .ok_or_else(|| bad("the served model's tokenizer has no chat template"))?;
-        let prompts = self.prompts(&Value::String(text), "messages")?;
-        let (config, stops, seed) = self.config(body, false)?;
+        let prompts = self.prompts(&Prompts::Text(text), "messages")?;
+        let (config, stops, seed) = self.config(&request.sampling(), false)?;
         Ok(Self::work(prompts, config, stops, seed))
     }
 
     /// OpenAI's chat completion object.
-    pub(crate) fn chat_response(&self, body: &Value, work: &Work, done: &Done) -> Value {
-        let want_logprobs = body["logprobs"].as_bool() == Some(true);
-        let choices: Vec<Value> = (done.generations.iter().enumerate())
+    pub(crate) fn chat_response(&self, request: &ChatRequest, work: &Work, done: &Done) -> ChatResponse {
+        let want_logprobs = request.logprobs == Some(true);
+        let choices = (done.generations.iter().enumerate())
             .map(|(index, g)| {
-                let logprobs = want_logprobs.then(|| {
-                    let content: Vec<Value> = (g.tokens.iter().zip(&g.logprobs))
+                let logprobs = want_logprobs.then(|| ChatLogprobs {
+                    content: (g.tokens.iter().zip(&g.logprobs))
                         .filter(|(id, _)| !work.config.stop_token_ids.contains(id))
-                        .map(|(&id, lp)| {
-                            let piece = self.piece(id);
-                            json!({"token": piece, "logprob": lp, "bytes": piece.as_bytes(), "top_logprobs": []})
+                        .map(|(&id, &logprob)| {
+                            let token = self.piece(id);
+                            TokenLogprob {
+                                bytes: token.as_bytes().to_vec(),
+                                token,
+                                logprob,
+                                top_logprobs: Vec::new(),
+                            }
                         })
-                        .collect();
-                    json!({ "content": content })
+                        .collect(),
                 });
-                json!({
-                    "index": index,
-                    "message": {"role": "assistant", "content": self.text(g, &work.stops)},
-                    "logprobs": logprobs,
-                    "finish_reason": finish_name(g.finish),
-                })
+                ChatChoice {
+                    index,
+                    message: ChatResponseMessage {
+                        role: "assistant".into(),
+                        content: Some(self.text(g, &work.stops)),
+                    },
+                    logprobs,
+                    finish_reason: Some(finish_name(g.finish).into()),
+                }
             })
             .collect();
-        json!({
-            "id": format!("chatcmpl-{}", work.config.seed),
-            "object": "chat.completion",
-            "created": now(),
-            "model": self.model_name,
-            "system_fingerprint": format!("rein-weights-{}", done.version),
-            "choices": choices,
-            "usage": usage(work, done),
-        })
+        ChatResponse {
+            id: format!("chatcmpl-{}", work.config.seed),
+            object: "chat.completion".into(),
+            created: now(),
+            model: self.model_name.into(),
+            system_fingerprint: Some(format!("rein-weights-{}", done.version)),
+            choices,
+            usage: Some(usage(work, done)),
+        }
     }
 }
 
-/// Refuses options rein does not implement rather than ignoring them.
-fn refuse_unsupported(body: &Value) -> Result<(), BadRequest> {
-    if body["stream"].as_bool() == Some(true) {
+/// Refuses options rein does not implement rather than ignoring them: streaming, and top
+/// log-probabilities beyond the sampled token's.
+fn refuse_unsupported(stream: Option<bool>, top_logprobs: u32) -> Result<(), BadRequest> {
+    if stream == Some(true) {
         return Err(bad("streaming is not supported; send stream = false"));
     }
-    let top = body["top_logprobs"].as_u64().unwrap_or(0).max(match &body["logprobs"] {
-        Value::Number(n) => n.as_u64().unwrap_or(0),
-        _ => 0,
-    });
-    if top > 0 {
+    if top_logprobs > 0 {
         return Err(bad(
             "only the sampled token's log-probability is returned: ask logprobs = 0 (completions) or top_logprobs = 0",
         ));
@@ -373,25 +330,14 @@ fn finish_name(finish: FinishReason) -> &'static str {
     }
 }
 
-/// vLLM's `stop_reason`: the stop token id, the stop string, or null (end of sequence).
-fn stop_reason(g: &Generation, stops: &[String], tokenizer: &LmTokenizer) -> Value {
-    match g.finish {
-        FinishReason::Length => Value::Null,
-        FinishReason::StopToken => match tokenizer.eos_ids().contains(g.tokens.last().unwrap_or(&u32::MAX)) {
-            true => Value::Null,
-            false => json!(g.tokens.last()),
-        },
-        FinishReason::StopCondition => {
-            let text = tokenizer.decode(&g.tokens, false).unwrap_or_default();
-            json!(stops.iter().find(|s| text.contains(s.as_str())))
-        }
+fn usage(work: &Work, done: &Done) -> Usage {
+    let prompt_tokens: usize = work.prompts.iter().map(Vec::len).sum();
+    let completion_tokens: usize = done.generations.iter().map(|g| g.tokens.len()).sum();
+    Usage {
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: prompt_tokens + completion_tokens,
     }
-}
-
-fn usage(work: &Work, done: &Done) -> Value {
-    let prompt: usize = work.prompts.iter().map(Vec::len).sum();
-    let completion: usize = done.generations.iter().map(|g| g.tokens.len()).sum();
-    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
 }
 
 fn now() -> u64 {

@@ -17,11 +17,16 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use rein_model::lm::{LmTokenizer, load};
+use rein_sampler::protocol::{
+    ChatRequest, CompletionRequest, ErrorBody, ErrorResponse, GenerateRequest, UpdateWeightsRequest,
+    UpdateWeightsResponse, parse,
+};
+use serde::Serialize;
 use serde_json::{Value, json};
 use tiny_http::{Header, Method, Request, Response, Server};
 
 use api::{Api, BadRequest};
-use engine::Engine;
+use engine::{Done, Engine, Work};
 
 #[derive(Args, Debug)]
 pub(crate) struct ServeArgs {
@@ -100,11 +105,14 @@ struct State {
 type Answer = (u16, Value);
 
 fn error(status: u16, message: impl Into<String>) -> Answer {
-    let message = message.into();
-    (
-        status,
-        json!({"error": {"message": message, "type": "invalid_request_error", "code": status}}),
-    )
+    let error = ErrorResponse {
+        error: ErrorBody {
+            message: message.into(),
+            kind: Some("invalid_request_error".into()),
+            code: Some(json!(status)),
+        },
+    };
+    (status, json!(error))
 }
 
 impl State {
@@ -134,10 +142,7 @@ impl State {
                 json!({"model_path": self.model_path, "is_generation": true, "served_model_name": self.name}),
             ),
             (Method::Post, "/generate" | "/v1/completions" | "/v1/chat/completions" | "/update_weights_from_disk") => {
-                match serde_json::from_str::<Value>(body) {
-                    Ok(body) => self.post(path, &body),
-                    Err(e) => error(400, format!("the body is not JSON: {e}")),
-                }
+                self.post(path, body)
             }
             (_, "/generate" | "/v1/completions" | "/v1/chat/completions" | "/update_weights_from_disk") => {
                 error(405, format!("{path} takes POST"))
@@ -146,56 +151,74 @@ impl State {
         }
     }
 
-    fn post(&self, path: &str, body: &Value) -> Answer {
+    /// A POST to one of the generation endpoints or to `/update_weights_from_disk`.
+    fn post(&self, path: &str, body: &str) -> Answer {
         let fresh_seed = || self.seeds.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
         let api = Api {
             tokenizer: &self.tokenizer,
             model_name: &self.name,
             fresh_seed: &fresh_seed,
         };
-        let gone = || error(503, "the engine stopped");
+        let unreadable = |e: String| BadRequest(format!("the body of {path}: {e}"));
         let answer = match path {
-            "/generate" => api.sglang_request(body).map(|(work, batched)| {
-                let logprobs = body["return_logprob"].as_bool() == Some(true);
-                match self.engine.generate(work.clone()) {
-                    Some(done) => (200, api.sglang_response(&work, &done, batched, logprobs)),
-                    None => gone(),
-                }
+            "/generate" => parse::<GenerateRequest>(body).map_err(unreadable).and_then(|request| {
+                let (work, batched) = api.sglang_request(&request)?;
+                let logprobs = request.return_logprob == Some(true);
+                Ok(self.generate(work, |work, done| api.sglang_response(work, done, batched, logprobs)))
             }),
-            "/v1/completions" => api
-                .completion_request(body)
-                .map(|work| match self.engine.generate(work.clone()) {
-                    Some(done) => (200, api.completion_response(body, &work, &done)),
-                    None => gone(),
+            "/v1/completions" => parse::<CompletionRequest>(body)
+                .map_err(unreadable)
+                .and_then(|request| {
+                    let work = api.completion_request(&request)?;
+                    Ok(self.generate(work, |work, done| api.completion_response(&request, work, done)))
                 }),
-            "/v1/chat/completions" => api
-                .chat_request(body)
-                .map(|work| match self.engine.generate(work.clone()) {
-                    Some(done) => (200, api.chat_response(body, &work, &done)),
-                    None => gone(),
-                }),
+            "/v1/chat/completions" => parse::<ChatRequest>(body).map_err(unreadable).and_then(|request| {
+                let work = api.chat_request(&request)?;
+                Ok(self.generate(work, |work, done| api.chat_response(&request, work, done)))
+            }),
             _ => Ok(self.update_weights(body)),
         };
         answer.unwrap_or_else(|BadRequest(message)| error(400, message))
     }
 
+    /// Runs `work` on the engine and answers with `respond`'s body (503 once the engine stopped).
+    fn generate<T: Serialize>(&self, work: Work, respond: impl FnOnce(&Work, &Done) -> T) -> Answer {
+        match self.engine.generate(work.clone()) {
+            Some(done) => (200, json!(respond(&work, &done))),
+            None => error(503, "the engine stopped"),
+        }
+    }
+
     /// SGLang's `/update_weights_from_disk`: `model_path` (a checkpoint or a LoRA adapter
     /// directory), optional `weight_version`.
-    fn update_weights(&self, body: &Value) -> Answer {
-        let Some(path) = body["model_path"].as_str() else {
-            return (400, json!({"success": false, "message": "give `model_path`"}));
+    fn update_weights(&self, body: &str) -> Answer {
+        let refused = |message: String| UpdateWeightsResponse {
+            success: false,
+            message,
+            num_paused_requests: None,
+            weight_version: None,
         };
-        let version = match &body["weight_version"] {
-            Value::String(s) => Some(s.clone()),
-            Value::Number(n) => Some(n.to_string()),
-            _ => None,
+        let request = match parse::<UpdateWeightsRequest>(body) {
+            Ok(request) => request,
+            Err(e) => {
+                return (
+                    400,
+                    json!(refused(format!("the body of /update_weights_from_disk: {e}"))),
+                );
+            }
         };
-        match self.engine.reload(PathBuf::from(path), version) {
-            Ok(version) => (
-                200,
-                json!({"success": true, "message": format!("loaded {path}"), "weight_version": version, "num_paused_requests": 0}),
-            ),
-            Err(message) => (400, json!({"success": false, "message": message})),
+        let path = request.model_path;
+        match self.engine.reload(PathBuf::from(&path), request.weight_version) {
+            Ok(version) => {
+                let loaded = UpdateWeightsResponse {
+                    success: true,
+                    message: format!("loaded {path}"),
+                    num_paused_requests: Some(0),
+                    weight_version: Some(version),
+                };
+                (200, json!(loaded))
+            }
+            Err(message) => (400, json!(refused(message))),
         }
     }
 }
@@ -204,4 +227,76 @@ fn seed_from_clock() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use rein_sampler::protocol::{LoadLoraRequest, Prompts, SamplingParamsField, UnloadLoraRequest};
+
+    use super::*;
+
+    fn fixture(name: &str) -> String {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/protocol");
+        std::fs::read_to_string(dir.join(name)).unwrap()
+    }
+
+    #[test]
+    fn documented_sglang_requests_parse() {
+        let single = parse::<GenerateRequest>(&fixture("sglang-generate-request.json")).unwrap();
+        assert_eq!(
+            single.input_ids,
+            Some(Prompts::Ids(vec![128000, 791, 6864, 315, 9822, 374]))
+        );
+        assert_eq!(single.return_logprob, Some(true));
+        let Some(SamplingParamsField::One(params)) = single.sampling_params else {
+            panic!("one set of sampling parameters")
+        };
+        let sampling = params.sampling();
+        assert_eq!((sampling.temperature, sampling.max_new_tokens), (Some(0.0), Some(32)));
+        assert_eq!(sampling.stop_token_ids, Some(vec![119690]));
+
+        let batch = parse::<GenerateRequest>(&fixture("sglang-generate-request-batch.json")).unwrap();
+        assert!(batch.input_ids.as_ref().is_some_and(Prompts::is_batch));
+        let Some(SamplingParamsField::One(params)) = batch.sampling_params else {
+            panic!("one set of sampling parameters")
+        };
+        assert_eq!((params.top_k, params.sampling_seed), (Some(50), Some(42)));
+
+        let text = parse::<GenerateRequest>(&fixture("sglang-generate-request-text.json")).unwrap();
+        assert_eq!(text.text, Some(Prompts::Text("The capital of France is".into())));
+
+        let update = parse::<UpdateWeightsRequest>(&fixture("sglang-update-weights-request.json")).unwrap();
+        assert_eq!(
+            (update.model_path.as_str(), update.weight_version),
+            ("qwen/qwen2.5-0.5b-instruct", None)
+        );
+        let tagged = parse::<UpdateWeightsRequest>(&fixture("sglang-update-weights-request-version.json")).unwrap();
+        assert_eq!(tagged.weight_version.as_deref(), Some("step_42"));
+    }
+
+    #[test]
+    fn documented_vllm_requests_parse() {
+        let logprobs = parse::<CompletionRequest>(&fixture("vllm-completions-request-logprobs.json")).unwrap();
+        assert_eq!(
+            (logprobs.prompt, logprobs.logprobs),
+            (Prompts::Ids(vec![0; 5]), Some(5))
+        );
+        let ids = parse::<CompletionRequest>(&fixture("vllm-completions-request-token-ids.json")).unwrap();
+        assert_eq!(ids.return_token_ids, Some(true));
+        let seeded = parse::<CompletionRequest>(&fixture("vllm-completions-request-n-seed.json")).unwrap();
+        let sampling = seeded.sampling();
+        assert_eq!(
+            (sampling.n, sampling.seed, sampling.max_new_tokens),
+            (Some(3), Some(42), Some(50))
+        );
+        let batch = parse::<CompletionRequest>(&fixture("vllm-completions-request-batch.json")).unwrap();
+        assert!(batch.prompt.is_batch());
+        assert_eq!(batch.stop_token_ids, Some(vec![151645]));
+        for name in ["vllm-load-lora-request.json", "vllm-load-lora-request-inplace.json"] {
+            parse::<LoadLoraRequest>(&fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        parse::<UnloadLoraRequest>(&fixture("vllm-unload-lora-request.json")).unwrap();
+    }
 }
