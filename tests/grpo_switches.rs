@@ -14,7 +14,7 @@ use rein_core::{
 };
 use rein_model::lm::{CausalLm, LmTokenizer, load};
 use rein_recipe::{GrpoSection, OptimizerSection, SamplerSection};
-use rein_train::driver::{Algorithm, Record};
+use rein_train::driver::{Record, Trainer};
 use rein_train::lm::episodes::Agent;
 use rein_train::lm::{Grpo, GrpoContext, Prompt, WeightedReward};
 use rein_train::watchdog::Phases;

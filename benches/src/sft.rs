@@ -9,7 +9,7 @@ use anyhow::Context;
 use rein_model::CpuAutodiff;
 use rein_model::lm::{LmConfig, LmInit, LmTokenizer, save};
 use rein_recipe::{LoadedRecipe, SftSection};
-use rein_train::driver::Algorithm;
+use rein_train::driver::Trainer;
 use rein_train::lm::{Sft, generate_task, prepare};
 use rein_train::watchdog::Phases;
 

@@ -15,6 +15,7 @@
 mod compose;
 mod data;
 mod error;
+mod plan;
 mod schema;
 mod uses;
 
@@ -22,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 pub use data::{ArithmeticTask, Fields, Solution};
 pub use error::RecipeError;
+pub use plan::{GrpoRecipe, Plan, PpoRecipe, SftRecipe};
 pub use rein_core::AdvantageKind;
 pub use schema::{
     AgentSection, Algorithm, DataSection, Device, EnvSection, EvalSection, GrpoSection, LoraSection, ModelSection,
@@ -160,135 +162,24 @@ impl LoadedRecipe {
         }
     }
 
-    /// Checks what the schema alone cannot: sizes that must divide, values in range.
-    fn validate(&self) -> Result<(), RecipeError> {
-        let r = &self.recipe;
-        match &r.algorithm {
-            Algorithm::Ppo(ppo) => {
-                let env = r
-                    .env
-                    .as_ref()
-                    .ok_or_else(|| self.invalid("env", "PPO needs an [env] section with a plugin"))?;
+    /// The recipe's algorithm with the sections it requires ([`Plan`]). Loading checked them;
+    /// this fails only for a recipe changed after loading.
+    pub fn plan(&self) -> Result<Plan<'_>, RecipeError> {
+        Plan::of(&self.recipe).map_err(|b| self.invalid(&b.key, b.message))
+    }
 
-                if env.num_envs == 0 {
-                    return Err(self.invalid("env.num_envs", "must be at least 1"));
-                }
-                if ppo.num_steps == 0 {
-                    return Err(self.invalid("algorithm.num_steps", "must be at least 1"));
-                }
-                let batch = env.num_envs * ppo.num_steps;
-                if ppo.num_minibatches == 0 || batch % ppo.num_minibatches != 0 {
-                    return Err(self.invalid(
-                        "algorithm.num_minibatches",
-                        format!("must divide the batch of num_envs × num_steps = {batch}"),
-                    ));
-                }
-                if ppo.update_epochs == 0 {
-                    return Err(self.invalid("algorithm.update_epochs", "must be at least 1"));
-                }
-                for (key, value) in [("algorithm.gamma", ppo.gamma), ("algorithm.gae_lambda", ppo.gae_lambda)] {
-                    if !(0.0..=1.0).contains(&value) {
-                        return Err(self.invalid(key, format!("must be between 0 and 1, got {value}")));
-                    }
-                }
-                if ppo.clip_coef <= 0.0 {
-                    return Err(self.invalid("algorithm.clip_coef", "must be positive"));
-                }
-                for (key, value) in [("algorithm.ent_coef", ppo.ent_coef), ("algorithm.vf_coef", ppo.vf_coef)] {
-                    if !(value >= 0.0 && value.is_finite()) {
-                        return Err(self.invalid(key, format!("must be ≥ 0, got {value}")));
-                    }
-                }
-                env.limits
-                    .validate()
-                    .map_err(|e| self.invalid(&format!("env.limits.{}", e.key), e.reason))?;
-            }
-            Algorithm::Grpo(grpo) => {
-                if r.data.is_none() {
-                    return Err(self.invalid("data", "GRPO needs a [data] section"));
-                }
-                let env_rewards = r.agent.as_ref().is_some_and(|a| a.env.is_some());
-                if r.reward.is_empty() && !env_rewards {
-                    return Err(self.invalid(
-                        "reward",
-                        "GRPO needs at least one [[reward]] (or a text environment, agent.env, that rewards)",
-                    ));
-                }
-                if grpo.prompts_per_step == 0 || grpo.steps == 0 {
-                    return Err(self.invalid(
-                        "algorithm.prompts_per_step",
-                        "steps and prompts_per_step must be at least 1",
-                    ));
-                }
-                let single_allowed = grpo.advantage == AdvantageKind::ReinforcePp && !grpo.group_baseline;
-                if r.sampler.n < 2 && !single_allowed {
-                    return Err(self.invalid(
-                        "sampler.n",
-                        format!(
-                            "must be at least 2, got {}: the GRPO family compares the completions of a prompt \
-                             with each other, and with one per prompt every advantage is 0",
-                            r.sampler.n
-                        ),
-                    ));
-                }
-                if r.sampler.n == 0 {
-                    return Err(self.invalid("sampler.n", "must be at least 1"));
-                }
-                if grpo.kl_coef < 0.0 || !grpo.kl_coef.is_finite() {
-                    return Err(self.invalid("algorithm.kl_coef", format!("must be ≥ 0, got {}", grpo.kl_coef)));
-                }
-                if !grpo.entropy_coef.is_finite() {
-                    return Err(self.invalid("algorithm.entropy_coef", "must be a finite number"));
-                }
-                if grpo.updates_per_batch == 0 {
-                    return Err(self.invalid("algorithm.updates_per_batch", "must be at least 1"));
-                }
-                if grpo.clip_low <= 0.0 || grpo.clip_high <= 0.0 {
-                    return Err(self.invalid("algorithm.clip_low", "clip ranges must be positive"));
-                }
-                if let Some(agent) = &r.agent {
-                    if r.tool.is_empty() && agent.env.is_none() {
-                        return Err(self.invalid(
-                            "agent",
-                            "multi-turn episodes need tools ([[tool]]) or a text environment (agent.env)",
-                        ));
-                    }
-                    if agent.max_turns == 0 || agent.max_tokens == 0 {
-                        return Err(self.invalid("agent.max_turns", "max_turns and max_tokens must be at least 1"));
-                    }
-                }
-                if grpo.dual_clip.is_some_and(|c| c <= 1.0) {
-                    return Err(self.invalid("algorithm.dual_clip", "the dual-clip constant must be greater than 1"));
-                }
-                self.validate_generation(grpo)?;
-                if grpo.advantage == AdvantageKind::Gigpo {
-                    if r.agent.is_none() {
-                        return Err(self.invalid(
-                            "algorithm.advantage",
-                            "`gigpo` compares the turns of multi-turn episodes: it needs an [agent] section",
-                        ));
-                    }
-                    if grpo.std_scaling == rein_core::StdScaling::Batch {
-                        return Err(self.invalid(
-                            "algorithm.std_scaling",
-                            "`gigpo` normalises within groups: use `group` or `none`, not `batch`",
-                        ));
-                    }
-                    if !(0.0..=1.0).contains(&grpo.step_gamma) || !grpo.step_advantage_weight.is_finite() {
-                        return Err(self.invalid(
-                            "algorithm.step_gamma",
-                            "step_gamma must be in [0, 1] and step_advantage_weight finite",
-                        ));
-                    }
-                }
-            }
-            Algorithm::Sft(_) => {
-                if r.data.is_none() {
-                    return Err(self.invalid("data", "SFT needs a [data] section"));
-                }
-            }
-        }
+    /// Checks what the schema alone cannot: the algorithm's rules ([`Plan`]), then those every
+    /// recipe follows.
+    fn validate(&self) -> Result<(), RecipeError> {
+        let checked = Plan::of(&self.recipe).and_then(|plan| plan.check());
+        checked.map_err(|b| self.invalid(&b.key, b.message))?;
         self.validate_sampling()?;
+        self.validate_common()
+    }
+
+    /// Training, model and optimiser settings, and every plugin's limits.
+    fn validate_common(&self) -> Result<(), RecipeError> {
+        let r = &self.recipe;
         if r.train.stall_timeout_s <= 0.0 || r.train.stall_timeout_s.is_nan() {
             return Err(self.invalid(
                 "train.stall_timeout_s",
@@ -339,83 +230,6 @@ impl LoadedRecipe {
     }
 
     /// The sampler's and evaluation's values are in range.
-    /// Where GRPO's completions come from and how far generation may run ahead.
-    fn validate_generation(&self, grpo: &GrpoSection) -> Result<(), RecipeError> {
-        let r = &self.recipe;
-        let sampler = &r.sampler;
-        let http = sampler.backend == rein_core::SamplerBackend::Http;
-        if http && sampler.urls.is_empty() {
-            return Err(self.invalid("sampler.urls", "backend = \"http\" needs the servers' URLs"));
-        }
-        if !http && !sampler.urls.is_empty() {
-            return Err(self.invalid("sampler.urls", "urls are for backend = \"http\"; the sampler is native"));
-        }
-        if let Some(url) = sampler.urls.iter().find(|u| !u.starts_with("http://")) {
-            return Err(self.invalid(
-                "sampler.urls",
-                format!("{url:?} is not an http:// URL (plain HTTP to servers on the cluster's network)"),
-            ));
-        }
-        if http && r.agent.is_some() {
-            return Err(self.invalid(
-                "sampler.backend",
-                "multi-turn episodes keep each episode's KV cache in process: use backend = \"native\" with [agent]",
-            ));
-        }
-        if grpo.max_staleness > 0 && r.agent.is_some() {
-            return Err(self.invalid(
-                "algorithm.max_staleness",
-                "asynchronous GRPO is single-turn: remove [agent] or set 0",
-            ));
-        }
-        if grpo.max_staleness > 0 && grpo.dynamic_sampling {
-            return Err(self.invalid(
-                "algorithm.max_staleness",
-                "dynamic sampling resamples within a step, which asynchronous generation cannot: set one of them off",
-            ));
-        }
-        if sampler.sync_every == 0 || sampler.sync_every > grpo.max_staleness + 1 {
-            return Err(self.invalid(
-                "sampler.sync_every",
-                format!(
-                    "must be in 1..={} (max_staleness + 1), or generation would wait for a version never written",
-                    grpo.max_staleness + 1
-                ),
-            ));
-        }
-        if sampler.sync == rein_core::PolicySync::Adapter && r.lora.is_none() {
-            return Err(self.invalid(
-                "sampler.sync",
-                "`adapter` syncs the LoRA adapter: the recipe has no [lora]",
-            ));
-        }
-        if http && sampler.api == rein_core::ServerApi::Vllm && sampler.sync != rein_core::PolicySync::Adapter {
-            return Err(self.invalid(
-                "sampler.sync",
-                "vLLM loads a new policy over HTTP only as a LoRA adapter: set sync = \"adapter\" (with [lora])",
-            ));
-        }
-        for (key, value) in [
-            ("sampler.request_timeout_s", sampler.request_timeout_s),
-            ("sampler.backoff_s", sampler.backoff_s),
-        ] {
-            if !(value > 0.0 && value.is_finite()) {
-                return Err(self.invalid(key, format!("must be a positive number of seconds, got {value}")));
-            }
-        }
-        if !(grpo.tis_cap >= 1.0 && grpo.tis_cap.is_finite()) {
-            return Err(self.invalid("algorithm.tis_cap", format!("must be ≥ 1, got {}", grpo.tis_cap)));
-        }
-        let [low, high] = grpo.icepop_bounds;
-        if !(low > 0.0 && low < 1.0 && high > 1.0 && high.is_finite()) {
-            return Err(self.invalid(
-                "algorithm.icepop_bounds",
-                format!("must be [low, high] with 0 < low < 1 < high, got [{low}, {high}]"),
-            ));
-        }
-        Ok(())
-    }
-
     fn validate_sampling(&self) -> Result<(), RecipeError> {
         let (sampler, eval) = (&self.recipe.sampler, &self.recipe.eval);
         let temperatures = [

@@ -1,6 +1,6 @@
 //! The one loop every algorithm runs in.
 //!
-//! An algorithm ([`Algorithm`]) knows how to do one update and what its state is. The driver
+//! An algorithm ([`Trainer`]) knows how to do one update and what its state is. The driver
 //! owns everything around the update, the same for PPO, SFT and GRPO:
 //!
 //! - resuming: the algorithm restores its state from the checkpoint, the driver its own
@@ -15,7 +15,7 @@
 //!   run with an error naming it, after saving the last completed step.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rein_core::FailureCounts;
@@ -27,6 +27,24 @@ use crate::checkpoint::{Checkpoint, CheckpointDir, Checkpointing, stop_requested
 use crate::progress::Progress;
 use crate::run_dir::MetricsWriter;
 use crate::watchdog::{Phases, Stall};
+
+/// What the application does with a stalled run (set once, by [`on_stall`]).
+static STALL_HANDLER: OnceLock<fn(TrainError)> = OnceLock::new();
+
+/// Installs what happens after the watchdog stopped a run and saved its last step: `handler`
+/// gets the [`TrainError::Stalled`] on the watchdog's thread, while the stalled thread is
+/// still stuck, so it typically reports the error and ends the process. The first call wins.
+pub fn on_stall(handler: fn(TrainError)) {
+    let _ = STALL_HANDLER.set(handler);
+}
+
+/// Hands a stall to the application's handler, or prints it when there is none.
+pub(crate) fn report_stall(error: TrainError) {
+    match STALL_HANDLER.get() {
+        Some(handler) => handler(error),
+        None => eprintln!("\nerror: {error}"),
+    }
+}
 
 /// One metrics record: `metrics.jsonl` gets one per step.
 pub type Record = serde_json::Map<String, serde_json::Value>;
@@ -49,8 +67,8 @@ pub struct Step {
     pub progress: String,
 }
 
-/// A training algorithm as the driver runs it: one update at a time, its state a checkpoint.
-pub trait Algorithm {
+/// A training algorithm as the driver runs it (a [`Trainer`]): one update at a time, its state a checkpoint.
+pub trait Trainer {
     /// The number of the last step (steps count from 1).
     fn total_steps(&self) -> usize;
 
@@ -123,7 +141,7 @@ pub(crate) fn metrics_len(checkpoint: &Checkpoint) -> Result<u64, TrainError> {
 impl Driver<'_> {
     /// Runs `algorithm` from its first step (or the checkpoint's) to its last or until it is
     /// done.
-    pub fn run<A: Algorithm>(mut self, algorithm: &mut A) -> Result<Driven, TrainError> {
+    pub fn run<A: Trainer>(mut self, algorithm: &mut A) -> Result<Driven, TrainError> {
         let mut state = DriverState::default();
         if let Some(checkpoint) = &self.checkpointing.resume {
             state = checkpoint.section_json(DRIVER_SECTION)?;
@@ -288,7 +306,7 @@ impl Driver<'_> {
 
     /// What the watchdog does: save the last completed step (when it was not saved already)
     /// and hand the stall, as a [`TrainError::Stalled`], to the application's handler
-    /// ([`crate::watchdog::on_stall`]).
+    /// ([`on_stall`]).
     fn stall_handler(&self, latest: Arc<Mutex<Option<(usize, Snapshot)>>>) -> Box<dyn FnOnce(Stall) + Send> {
         let dir = self.checkpointing.dir.clone();
         let offset = self.checkpointing.step_offset;
@@ -310,7 +328,7 @@ impl Driver<'_> {
             let run = dir
                 .as_ref()
                 .map(|dir| dir.path().parent().unwrap_or(dir.path()).to_path_buf());
-            crate::watchdog::report_stall(TrainError::Stalled { stall, saved, run });
+            report_stall(TrainError::Stalled { stall, saved, run });
         })
     }
 }

@@ -20,7 +20,7 @@ use crate::driver::{self, Driver};
 use crate::lm::episodes::Agent;
 use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, WeightedReward};
 use crate::run_dir::{MetricsWriter, RunDir};
-use rein_recipe::{Algorithm, GrpoSection, LoadedRecipe, RecipeError};
+use rein_recipe::{Algorithm, GrpoRecipe, GrpoSection, LoadedRecipe, Plan, RecipeError, SftRecipe};
 
 /// Where GRPO's completions come from: the native sampler, or the inference servers of
 /// `sampler.urls` (waited for until they answer), with the policy written under
@@ -113,10 +113,10 @@ fn setup<B: Backend>(
     device: &B::Device,
 ) -> Result<LmSetup<B>, TrainError> {
     let recipe = &loaded.recipe;
-    let data = recipe
-        .data
-        .as_ref()
-        .ok_or_else(|| invalid(loaded, "data", "a language-model recipe needs a [data] section"))?;
+    let data = match loaded.plan()? {
+        Plan::Grpo(GrpoRecipe { data, .. }) | Plan::Sft(SftRecipe { data, .. }) => data,
+        Plan::Ppo(_) => return Err(TrainError::Unsupported("a PPO recipe trains no language model".into())),
+    };
 
     let lora = lora_spec(loaded)?;
     // Weights trained from scratch, then LoRA adapters, from the run's own generator.
@@ -310,7 +310,7 @@ fn model_and_tokenizer<B: Backend>(
             let value =
                 serde_json::to_value(table).map_err(|e| invalid(loaded, "model.architecture", e.to_string()))?;
             let config = LmConfig::from_json(value).map_err(|e| invalid(loaded, "model.architecture", e))?;
-            config.validate()?;
+            config.validate().map_err(rein_model::lm::LoadError::from)?;
             LmInit {
                 config,
                 std: model_section.init_std,

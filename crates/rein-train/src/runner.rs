@@ -11,7 +11,7 @@ use crate::checkpoint::{CheckpointDir, Checkpointing};
 use crate::lm_run::{LmOutcome, run_lm};
 use crate::ppo::{self, PpoOutcome};
 use crate::run_dir::RunDir;
-use rein_recipe::{Algorithm, Device, LoadedRecipe};
+use rein_recipe::{Algorithm, Device, LoadedRecipe, Plan, PpoRecipe};
 
 /// What a run reports.
 #[derive(Debug, Clone)]
@@ -157,7 +157,9 @@ fn ppo_in(
     checkpointing: &Checkpointing,
 ) -> Result<PpoOutcome, TrainError> {
     let recipe = &loaded.recipe;
-    let env = (recipe.env.as_ref()).ok_or_else(|| TrainError::Unsupported("PPO needs an [env] section".into()))?;
+    let Plan::Ppo(PpoRecipe { env, .. }) = loaded.plan()? else {
+        return Err(TrainError::Unsupported("not a PPO recipe".into()));
+    };
     let plugin_path = loaded.env_plugin_path(plugin_dir)?;
     let runtime = PluginRuntime::default();
     let plugin = runtime.load(&plugin_path, env.limits.clone())?;

@@ -6,36 +6,16 @@
 //! thread that wakes every second and, when one phase has run longer than
 //! `train.stall_timeout_s`, reports the stall — the phase, the step, what it was waiting on —
 //! to the driver's handler, which saves the last completed step and passes the stall, as a
-//! [`TrainError::Stalled`], to the handler the application installed with [`on_stall`] (the
-//! `rein` CLI prints it and exits with code 3). A stalled thread cannot be unwound from
+//! [`crate::TrainError::Stalled`], to the handler the application installed with
+//! [`crate::driver::on_stall`] (the `rein` CLI prints it and exits with code 3). A stalled thread cannot be unwound from
 //! outside, so this library never ends the process itself: without a handler the error is
 //! printed and the stalled thread keeps waiting. Plugin calls end at their own deadlines, so a
 //! stall means something else hung: a deadlock, a device, a runaway generation.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-use crate::TrainError;
-
-/// What the application does with a stalled run (set once, by [`on_stall`]).
-static STALL_HANDLER: OnceLock<fn(TrainError)> = OnceLock::new();
-
-/// Installs what happens after the watchdog stopped a run and saved its last step: `handler`
-/// gets the [`TrainError::Stalled`] on the watchdog's thread, while the stalled thread is
-/// still stuck, so it typically reports the error and ends the process. The first call wins.
-pub fn on_stall(handler: fn(TrainError)) {
-    let _ = STALL_HANDLER.set(handler);
-}
-
-/// Hands a stall to the application's handler, or prints it when there is none.
-pub(crate) fn report_stall(error: TrainError) {
-    match STALL_HANDLER.get() {
-        Some(handler) => handler(error),
-        None => eprintln!("\nerror: {error}"),
-    }
-}
 
 /// A phase that stopped making progress.
 #[derive(Debug, Clone, PartialEq)]

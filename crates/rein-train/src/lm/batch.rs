@@ -107,14 +107,14 @@ impl TokenBatch {
     }
 }
 
-/// A [`TokenBatch`]'s rows packed end to end without their padding, for one forward pass
+/// A [`TokenBatch`]'s rows concatenated end to end without their padding, for one forward pass
 /// over `[1, Σ lengths]` tokens ([`Context::packed`]): every row's tokens up to its last
 /// completion token (which predicts nothing, so it is left out), and for each completion token
 /// the packed index of the hidden state that predicts it. A padded batch spends its rows on the
 /// padding too: GRPO's completions, right-padded to the longest, are a quarter padding when they
 /// stop at end-of-sequence (SmolLM2 on the benchmark's arithmetic, 46.5 of 64 tokens).
 #[derive(Debug, Clone, PartialEq)]
-struct PackedRows {
+struct ConcatenatedRows {
     tokens: Vec<i64>,
     positions: Vec<i64>,
     /// Each sequence's token count: a row's (an empty prompt's padding slot is a sequence of
@@ -126,11 +126,11 @@ struct PackedRows {
     slots: Vec<i64>,
 }
 
-impl PackedRows {
+impl ConcatenatedRows {
     fn new(batch: &TokenBatch) -> Self {
         let (p, c) = (batch.prompt_width, batch.completion_width);
         let width = p + c;
-        let mut packed = PackedRows {
+        let mut packed = ConcatenatedRows {
             tokens: Vec::new(),
             positions: Vec::new(),
             lengths: Vec::new(),
@@ -168,7 +168,7 @@ impl PackedRows {
 
 /// Per-token log-probabilities of the completion tokens under `softmax(logits / temperature)`,
 /// and optionally the entropy of that distribution at each completion position. The model
-/// runs over the rows packed end to end ([`PackedRows`]): the same values as over the padded
+/// runs over the rows concatenated end to end ([`ConcatenatedRows`]): the same values as over the padded
 /// batch, without computing the padding.
 ///
 /// # Shapes
@@ -181,7 +181,7 @@ pub fn completion_log_probs<B: Backend>(
     device: &B::Device,
 ) -> (Tensor<B, 2>, Option<Tensor<B, 2>>) {
     let (rows, c) = (batch.rows, batch.completion_width);
-    let packed = PackedRows::new(batch);
+    let packed = ConcatenatedRows::new(batch);
     if packed.predictors.is_empty() {
         // No completion tokens at all: nothing to score.
         let zeros = || Tensor::zeros([rows, c], device);
@@ -193,7 +193,7 @@ pub fn completion_log_probs<B: Backend>(
         rope: &rope,
         positions: Tensor::from_data(TensorData::new(packed.positions, [1, total]), device),
         padding: None,
-        packed: Some(&packed.lengths),
+        sequence_lengths: Some(&packed.lengths),
         fused: None,
     };
     let tokens = Tensor::from_data(TensorData::new(packed.tokens, [1, total]), device);
@@ -240,7 +240,7 @@ mod tests {
     fn packing_drops_padding_and_last_tokens_and_finds_each_predictor() {
         // Rows: [5 6 7 | 8 _], [_ _ 9 | 10 11], and an empty prompt [_ _ _ | 12 _].
         let batch = TokenBatch::new(&[(&[5, 6, 7], &[8]), (&[9], &[10, 11]), (&[], &[12])], 0);
-        let packed = PackedRows::new(&batch);
+        let packed = ConcatenatedRows::new(&batch);
         // Row 0 keeps 5 6 7 (8 predicts nothing); row 1 keeps 9 10; row 2 keeps the padding
         // slot before its completion, which predicts 12, alone.
         assert_eq!(packed.tokens, vec![5, 6, 7, 9, 10, 0]);
@@ -250,7 +250,7 @@ mod tests {
         assert_eq!(packed.slots, vec![0, 2, 3, 4]);
         // An empty prompt before two completion tokens: the slot, then the first token alone.
         let batch = TokenBatch::new(&[(&[5], &[8]), (&[], &[12, 13, 14])], 0);
-        let packed = PackedRows::new(&batch);
+        let packed = ConcatenatedRows::new(&batch);
         assert_eq!(packed.tokens, vec![5, 0, 12, 13]);
         assert_eq!(packed.lengths, vec![1, 1, 2]);
         assert_eq!(packed.predictors, vec![0, 1, 2, 3]);

@@ -24,7 +24,7 @@ use super::batch::{TokenBatch, completion_log_probs};
 use super::grpo::{DROPOUT_SALT, generation_seed};
 use crate::TrainError;
 use crate::checkpoint::{Checkpoint, learner_sections};
-use crate::driver::{Algorithm, Snapshot, Step};
+use crate::driver::{Snapshot, Step, Trainer};
 use crate::watchdog::Phases;
 
 /// What an SFT checkpoint stores besides the model and optimiser.
@@ -88,7 +88,7 @@ impl<'a, B: AutodiffBackend> Sft<'a, B> {
     }
 }
 
-impl<B: AutodiffBackend> Algorithm for Sft<'_, B> {
+impl<B: AutodiffBackend> Trainer for Sft<'_, B> {
     fn total_steps(&self) -> usize {
         self.section.steps
     }

@@ -12,9 +12,9 @@
 //! reward scaling. One departure: truncated episodes bootstrap from the value of their final
 //! observation (CleanRL treats truncation as termination).
 
-mod episodes;
 mod policy;
 mod replay;
+mod returns;
 mod rollout;
 mod run;
 
@@ -25,17 +25,17 @@ use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use rein_core::{FailureCounts, PluginError, Space, VecEnv};
 use rein_model::{ActionHead, ActorCritic, ActorCriticConfig, AutodiffBackend};
 use rein_optim::{LinearSchedule, PpoLossConfig, RewardScaler, RunningMeanStd, clip_grad_norm, gae, ppo_loss};
-use rein_recipe::{PpoSection, Recipe};
+use rein_recipe::{PpoRecipe, PpoSection, Recipe};
 use rein_sampler::{SeededRng, categorical_entropy, categorical_log_prob, gaussian_entropy, gaussian_log_prob};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::TrainError;
 use crate::checkpoint::{Checkpoint, learner_sections};
-use crate::driver::{Algorithm, Snapshot, Step};
+use crate::driver::{Snapshot, Step, Trainer};
 use crate::watchdog::Phases;
-use episodes::Episodes;
 use policy::{act, forward, log_std};
+use returns::EpisodeReturns;
 use rollout::{LossStats, Rollout, explained_variance};
 pub use run::{PpoOutcome, Timings, train};
 
@@ -52,7 +52,7 @@ struct PpoState {
     shuffle_rng: SeededRng,
     obs_stats: Option<RunningMeanStd>,
     reward_scaler: Option<RewardScaler>,
-    episodes: Episodes,
+    episodes: EpisodeReturns,
     /// When the mean return reached the target: (env steps, seconds).
     solved_at: Option<(u64, f64)>,
 }
@@ -80,7 +80,7 @@ pub struct Ppo<'a, B: AutodiffBackend> {
     device: B::Device,
 }
 
-impl<B: AutodiffBackend> Algorithm for Ppo<'_, B> {
+impl<B: AutodiffBackend> Trainer for Ppo<'_, B> {
     fn total_steps(&self) -> usize {
         self.num_updates
     }
@@ -355,21 +355,19 @@ impl<B: AutodiffBackend> Ppo<'_, B> {
 }
 
 impl<'a, B: AutodiffBackend> Ppo<'a, B> {
-    /// Seeding → envs → agent → storage, for `recipe` (a PPO recipe) on envs from `make_env`.
-    /// With `log_actions`, every action sent is kept for checkpoints (see [`replay`]).
+    /// Seeding → envs → agent → storage, for a PPO recipe on envs from `make_env`. With
+    /// `log_actions`, every action sent is kept for checkpoints (see [`replay`]).
     pub fn new(
-        recipe: &'a Recipe,
+        plan: PpoRecipe<'a>,
         make_env: &EnvFactory<'_>,
         device: &B::Device,
         log_actions: bool,
     ) -> Result<Self, TrainError> {
-        let rein_recipe::Algorithm::Ppo(ppo) = &recipe.algorithm else {
-            return Err(TrainError::Unsupported("not a PPO recipe".into()));
-        };
-        let section = recipe
-            .env
-            .as_ref()
-            .ok_or_else(|| TrainError::Unsupported("PPO needs an [env] section".into()))?;
+        let PpoRecipe {
+            recipe,
+            ppo,
+            env: section,
+        } = plan;
         let plugin = section.plugin.clone();
         let unsupported = |message: &str| TrainError::Environment {
             plugin: plugin.clone(),
@@ -426,7 +424,7 @@ impl<'a, B: AutodiffBackend> Ppo<'a, B> {
             reward_scaler: ppo
                 .normalize_reward
                 .then(|| RewardScaler::new(num_envs, f64::from(ppo.gamma))),
-            episodes: Episodes::new(num_envs, recipe.train.return_window),
+            episodes: EpisodeReturns::new(num_envs, recipe.train.return_window),
             solved_at: None,
         };
         Ok(Self {

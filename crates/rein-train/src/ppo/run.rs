@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use burn::module::AutodiffModule;
 use rein_model::AutodiffBackend;
-use rein_recipe::{Algorithm as RecipeAlgorithm, LoadedRecipe};
+use rein_recipe::{LoadedRecipe, Plan};
 
 use super::policy::{evaluate, save_policy};
 use super::{EnvFactory, Ppo};
@@ -60,8 +60,11 @@ pub fn train<B: AutodiffBackend>(
     run: Option<&RunDir>,
     checkpointing: &Checkpointing,
 ) -> Result<PpoOutcome, TrainError> {
-    let recipe = &loaded.recipe;
-    let mut ppo = Ppo::<B>::new(recipe, make_env, device, checkpointing.dir.is_some())?;
+    let Plan::Ppo(plan) = loaded.plan()? else {
+        return Err(TrainError::Unsupported("not a PPO recipe".into()));
+    };
+    let (recipe, section) = (plan.recipe, plan.ppo);
+    let mut ppo = Ppo::<B>::new(plan, make_env, device, checkpointing.dir.is_some())?;
     let metrics_len = match &checkpointing.resume {
         Some(checkpoint) => driver::metrics_len(checkpoint)?,
         None => 0,
@@ -83,9 +86,6 @@ pub fn train<B: AutodiffBackend>(
         total: driven.elapsed,
     };
 
-    let RecipeAlgorithm::Ppo(section) = &recipe.algorithm else {
-        unreachable!("Ppo::new checked the algorithm")
-    };
     let policy = ppo.model.valid();
     let eval_return = match recipe.train.eval_episodes {
         0 => None,

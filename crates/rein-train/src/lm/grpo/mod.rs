@@ -25,7 +25,7 @@ use super::rewards::WeightedReward;
 use super::rollout_source::RolloutSource;
 use crate::TrainError;
 use crate::checkpoint::{Checkpoint, learner_sections};
-use crate::driver::{Algorithm, Record, Snapshot, Step};
+use crate::driver::{Record, Snapshot, Step, Trainer};
 use crate::watchdog::Phases;
 
 mod learn;
@@ -149,7 +149,7 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
         }
         if grpo.advantage == AdvantageKind::Gigpo && ctx.agent.is_none() {
             return Err(TrainError::Unsupported(
-                "algorithm.advantage = \"gigpo\" needs multi-turn episodes (an [agent] section)".into(),
+                "GiGPO's advantages compare the turns of multi-turn episodes: GrpoContext::agent is None".into(),
             ));
         }
         let optim = AdamWConfig::new()
@@ -244,7 +244,7 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
     }
 }
 
-impl<B: AutodiffBackend> Algorithm for Grpo<'_, B> {
+impl<B: AutodiffBackend> Trainer for Grpo<'_, B> {
     fn total_steps(&self) -> usize {
         self.ctx.grpo.steps
     }

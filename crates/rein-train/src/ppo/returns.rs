@@ -7,15 +7,15 @@ use serde::{Deserialize, Serialize};
 
 /// The running return of each env and the last `window` completed returns.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Episodes {
+pub(crate) struct EpisodeReturns {
     running: Vec<f64>,
     recent: VecDeque<f64>,
     window: usize,
-    /// Episodes completed so far.
+    /// EpisodeReturns completed so far.
     pub(crate) completed: usize,
 }
 
-impl Episodes {
+impl EpisodeReturns {
     pub(crate) fn new(num_envs: usize, window: usize) -> Self {
         Self {
             running: vec![0.0; num_envs],

@@ -1,0 +1,321 @@
+//! A loaded recipe as its algorithm reads it: each algorithm's view holds the sections that
+//! algorithm requires (PPO's `[env]`, GRPO's and SFT's `[data]`), not `Option`s, and each
+//! algorithm's rules live with its view. [`crate::LoadedRecipe::plan`] gives the view; loading
+//! a recipe checks every rule, so training code never checks a section again.
+
+use rein_core::AdvantageKind;
+
+use crate::schema::{Algorithm, DataSection, EnvSection, GrpoSection, PpoSection, Recipe, SftSection};
+
+/// A rule a recipe breaks: the dotted key and why.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Broken {
+    pub key: String,
+    pub message: String,
+}
+
+pub(crate) fn broken(key: &str, message: impl Into<String>) -> Broken {
+    Broken {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+/// A recipe's algorithm with the sections it requires.
+#[derive(Debug, Clone, Copy)]
+pub enum Plan<'a> {
+    /// PPO on vector environments.
+    Ppo(PpoRecipe<'a>),
+    /// The GRPO family on a language model.
+    Grpo(GrpoRecipe<'a>),
+    /// Supervised fine-tuning only.
+    Sft(SftRecipe<'a>),
+}
+
+/// A PPO recipe: its hyperparameters and its environment.
+#[derive(Debug, Clone, Copy)]
+pub struct PpoRecipe<'a> {
+    /// The whole recipe.
+    pub recipe: &'a Recipe,
+    /// `[algorithm]`.
+    pub ppo: &'a PpoSection,
+    /// `[env]`.
+    pub env: &'a EnvSection,
+}
+
+/// A GRPO recipe: its hyperparameters and its prompts.
+#[derive(Debug, Clone, Copy)]
+pub struct GrpoRecipe<'a> {
+    /// The whole recipe.
+    pub recipe: &'a Recipe,
+    /// `[algorithm]`.
+    pub grpo: &'a GrpoSection,
+    /// `[data]`.
+    pub data: &'a DataSection,
+}
+
+/// An SFT recipe: its settings and its data.
+#[derive(Debug, Clone, Copy)]
+pub struct SftRecipe<'a> {
+    /// The whole recipe.
+    pub recipe: &'a Recipe,
+    /// `[algorithm]`.
+    pub sft: &'a SftSection,
+    /// `[data]`.
+    pub data: &'a DataSection,
+}
+
+impl<'a> Plan<'a> {
+    /// The view of `recipe`'s algorithm; the error names the section it lacks.
+    pub(crate) fn of(recipe: &'a Recipe) -> Result<Self, Broken> {
+        let data = |algorithm: &str| {
+            (recipe.data.as_ref()).ok_or_else(|| broken("data", format!("{algorithm} needs a [data] section")))
+        };
+        Ok(match &recipe.algorithm {
+            Algorithm::Ppo(ppo) => Plan::Ppo(PpoRecipe {
+                recipe,
+                ppo,
+                env: (recipe.env.as_ref()).ok_or_else(|| broken("env", "PPO needs an [env] section with a plugin"))?,
+            }),
+            Algorithm::Grpo(grpo) => Plan::Grpo(GrpoRecipe {
+                recipe,
+                grpo,
+                data: data("GRPO")?,
+            }),
+            Algorithm::Sft(sft) => Plan::Sft(SftRecipe {
+                recipe,
+                sft,
+                data: data("SFT")?,
+            }),
+        })
+    }
+
+    /// The algorithm's own rules.
+    pub(crate) fn check(&self) -> Result<(), Broken> {
+        match self {
+            Plan::Ppo(ppo) => ppo.check(),
+            Plan::Grpo(grpo) => grpo.check(),
+            Plan::Sft(_) => Ok(()),
+        }
+    }
+}
+
+impl PpoRecipe<'_> {
+    /// Sizes that must divide, coefficients in range, the environment's plugin limits.
+    fn check(&self) -> Result<(), Broken> {
+        let (ppo, env) = (self.ppo, self.env);
+        if env.num_envs == 0 {
+            return Err(broken("env.num_envs", "must be at least 1"));
+        }
+        if ppo.num_steps == 0 {
+            return Err(broken("algorithm.num_steps", "must be at least 1"));
+        }
+        let batch = env.num_envs * ppo.num_steps;
+        if ppo.num_minibatches == 0 || batch % ppo.num_minibatches != 0 {
+            return Err(broken(
+                "algorithm.num_minibatches",
+                format!("must divide the batch of num_envs × num_steps = {batch}"),
+            ));
+        }
+        if ppo.update_epochs == 0 {
+            return Err(broken("algorithm.update_epochs", "must be at least 1"));
+        }
+        for (key, value) in [("algorithm.gamma", ppo.gamma), ("algorithm.gae_lambda", ppo.gae_lambda)] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(broken(key, format!("must be between 0 and 1, got {value}")));
+            }
+        }
+        if ppo.clip_coef <= 0.0 {
+            return Err(broken("algorithm.clip_coef", "must be positive"));
+        }
+        for (key, value) in [("algorithm.ent_coef", ppo.ent_coef), ("algorithm.vf_coef", ppo.vf_coef)] {
+            if !(value >= 0.0 && value.is_finite()) {
+                return Err(broken(key, format!("must be ≥ 0, got {value}")));
+            }
+        }
+        env.limits
+            .validate()
+            .map_err(|e| broken(&format!("env.limits.{}", e.key), e.reason))?;
+        Ok(())
+    }
+}
+
+impl GrpoRecipe<'_> {
+    /// Rewards, group sizes, coefficients, multi-turn settings, and where completions come from.
+    fn check(&self) -> Result<(), Broken> {
+        let (r, grpo) = (self.recipe, self.grpo);
+        let env_rewards = r.agent.as_ref().is_some_and(|a| a.env.is_some());
+        if r.reward.is_empty() && !env_rewards {
+            return Err(broken(
+                "reward",
+                "GRPO needs at least one [[reward]] (or a text environment, agent.env, that rewards)",
+            ));
+        }
+        if grpo.prompts_per_step == 0 || grpo.steps == 0 {
+            return Err(broken(
+                "algorithm.prompts_per_step",
+                "steps and prompts_per_step must be at least 1",
+            ));
+        }
+        let single_allowed = grpo.advantage == AdvantageKind::ReinforcePp && !grpo.group_baseline;
+        if r.sampler.n < 2 && !single_allowed {
+            return Err(broken(
+                "sampler.n",
+                format!(
+                    "must be at least 2, got {}: the GRPO family compares the completions of a prompt \
+                     with each other, and with one per prompt every advantage is 0",
+                    r.sampler.n
+                ),
+            ));
+        }
+        if r.sampler.n == 0 {
+            return Err(broken("sampler.n", "must be at least 1"));
+        }
+        if grpo.kl_coef < 0.0 || !grpo.kl_coef.is_finite() {
+            return Err(broken(
+                "algorithm.kl_coef",
+                format!("must be ≥ 0, got {}", grpo.kl_coef),
+            ));
+        }
+        if !grpo.entropy_coef.is_finite() {
+            return Err(broken("algorithm.entropy_coef", "must be a finite number"));
+        }
+        if grpo.updates_per_batch == 0 {
+            return Err(broken("algorithm.updates_per_batch", "must be at least 1"));
+        }
+        if grpo.clip_low <= 0.0 || grpo.clip_high <= 0.0 {
+            return Err(broken("algorithm.clip_low", "clip ranges must be positive"));
+        }
+        if let Some(agent) = &r.agent {
+            if r.tool.is_empty() && agent.env.is_none() {
+                return Err(broken(
+                    "agent",
+                    "multi-turn episodes need tools ([[tool]]) or a text environment (agent.env)",
+                ));
+            }
+            if agent.max_turns == 0 || agent.max_tokens == 0 {
+                return Err(broken("agent.max_turns", "max_turns and max_tokens must be at least 1"));
+            }
+        }
+        if grpo.dual_clip.is_some_and(|c| c <= 1.0) {
+            return Err(broken(
+                "algorithm.dual_clip",
+                "the dual-clip constant must be greater than 1",
+            ));
+        }
+        self.generation()?;
+        self.gigpo()
+    }
+
+    /// GiGPO compares the turns of multi-turn episodes.
+    fn gigpo(&self) -> Result<(), Broken> {
+        let (r, grpo) = (self.recipe, self.grpo);
+        if grpo.advantage == AdvantageKind::Gigpo {
+            if r.agent.is_none() {
+                return Err(broken(
+                    "algorithm.advantage",
+                    "`gigpo` compares the turns of multi-turn episodes: it needs an [agent] section",
+                ));
+            }
+            if grpo.std_scaling == rein_core::StdScaling::Batch {
+                return Err(broken(
+                    "algorithm.std_scaling",
+                    "`gigpo` normalises within groups: use `group` or `none`, not `batch`",
+                ));
+            }
+            if !(0.0..=1.0).contains(&grpo.step_gamma) || !grpo.step_advantage_weight.is_finite() {
+                return Err(broken(
+                    "algorithm.step_gamma",
+                    "step_gamma must be in [0, 1] and step_advantage_weight finite",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Where GRPO's completions come from and how far generation may run ahead.
+    fn generation(&self) -> Result<(), Broken> {
+        let (r, grpo) = (self.recipe, self.grpo);
+        let sampler = &r.sampler;
+        let http = sampler.backend == rein_core::SamplerBackend::Http;
+        if http && sampler.urls.is_empty() {
+            return Err(broken("sampler.urls", "backend = \"http\" needs the servers' URLs"));
+        }
+        if !http && !sampler.urls.is_empty() {
+            return Err(broken(
+                "sampler.urls",
+                "urls are for backend = \"http\"; the sampler is native",
+            ));
+        }
+        if let Some(url) = sampler.urls.iter().find(|u| !u.starts_with("http://")) {
+            return Err(broken(
+                "sampler.urls",
+                format!("{url:?} is not an http:// URL (plain HTTP to servers on the cluster's network)"),
+            ));
+        }
+        if http && r.agent.is_some() {
+            return Err(broken(
+                "sampler.backend",
+                "multi-turn episodes keep each episode's KV cache in process: use backend = \"native\" with [agent]",
+            ));
+        }
+        if grpo.max_staleness > 0 && r.agent.is_some() {
+            return Err(broken(
+                "algorithm.max_staleness",
+                "asynchronous GRPO is single-turn: remove [agent] or set 0",
+            ));
+        }
+        if grpo.max_staleness > 0 && grpo.dynamic_sampling {
+            return Err(broken(
+                "algorithm.max_staleness",
+                "dynamic sampling resamples within a step, which asynchronous generation cannot: set one of them off",
+            ));
+        }
+        if sampler.sync_every == 0 || sampler.sync_every > grpo.max_staleness + 1 {
+            return Err(broken(
+                "sampler.sync_every",
+                format!(
+                    "must be in 1..={} (max_staleness + 1), or generation would wait for a version never written",
+                    grpo.max_staleness + 1
+                ),
+            ));
+        }
+        if sampler.sync == rein_core::PolicySync::Adapter && r.lora.is_none() {
+            return Err(broken(
+                "sampler.sync",
+                "`adapter` syncs the LoRA adapter: the recipe has no [lora]",
+            ));
+        }
+        if http && sampler.api == rein_core::ServerApi::Vllm && sampler.sync != rein_core::PolicySync::Adapter {
+            return Err(broken(
+                "sampler.sync",
+                "vLLM loads a new policy over HTTP only as a LoRA adapter: set sync = \"adapter\" (with [lora])",
+            ));
+        }
+        for (key, value) in [
+            ("sampler.request_timeout_s", sampler.request_timeout_s),
+            ("sampler.backoff_s", sampler.backoff_s),
+        ] {
+            if !(value > 0.0 && value.is_finite()) {
+                return Err(broken(
+                    key,
+                    format!("must be a positive number of seconds, got {value}"),
+                ));
+            }
+        }
+        if !(grpo.tis_cap >= 1.0 && grpo.tis_cap.is_finite()) {
+            return Err(broken(
+                "algorithm.tis_cap",
+                format!("must be ≥ 1, got {}", grpo.tis_cap),
+            ));
+        }
+        let [low, high] = grpo.icepop_bounds;
+        if !(low > 0.0 && low < 1.0 && high > 1.0 && high.is_finite()) {
+            return Err(broken(
+                "algorithm.icepop_bounds",
+                format!("must be [low, high] with 0 < low < 1 < high, got [{low}, {high}]"),
+            ));
+        }
+        Ok(())
+    }
+}
