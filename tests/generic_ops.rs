@@ -62,7 +62,7 @@ fn observe(checkpoint: &str) -> Observed {
             rope: &rope,
             positions: positions.clone(),
             padding: None,
-            packed: None,
+            sequence_lengths: None,
             fused,
         };
         inference

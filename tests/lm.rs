@@ -104,7 +104,7 @@ fn left_padded_logits_match_transformers_on_real_tokens() {
             rope: &rope,
             positions: int_tensor(&positions, [batch, seq]),
             fused: None,
-            packed: None,
+            sequence_lengths: None,
             padding: Some(
                 Tensor::<B, 2, Int>::from_data(
                     TensorData::new(padding.iter().map(|&p| i64::from(p)).collect::<Vec<_>>(), [batch, seq]),
@@ -310,13 +310,13 @@ proptest! {
         let rope = m.rope(total, &dev);
         let mut cache = KvCache::new(m.config(), batch, total, &dev);
         let positions = |start: usize, n: usize| Tensor::<B, 1, Int>::arange(start as i64..(start + n) as i64, &dev).unsqueeze::<2>().expand([batch, n]);
-        let ctx = Context { rope: &rope, positions: positions(0, len), padding: None, packed: None, fused: None };
+        let ctx = Context { rope: &rope, positions: positions(0, len), padding: None, sequence_lengths: None, fused: None };
         let mut cached = m.forward(Tensor::from_data(TensorData::new(prefix.clone(), [batch, len]), &dev), &ctx, Some(&mut cache));
         let mut all = prefix.clone();
         let mut width = len;
         for &t in &extra {
             let next: Vec<i64> = vec![i64::from(t); batch];
-            let ctx = Context { rope: &rope, positions: positions(width, 1), padding: None, packed: None, fused: None };
+            let ctx = Context { rope: &rope, positions: positions(width, 1), padding: None, sequence_lengths: None, fused: None };
             cached = m.forward(Tensor::from_data(TensorData::new(next, [batch, 1]), &dev), &ctx, Some(&mut cache));
             let mut grown = Vec::with_capacity(batch * (width + 1));
             for b in 0..batch {

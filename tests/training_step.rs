@@ -171,7 +171,7 @@ fn packed_log_probs_equal_the_padded_batch() {
         rope: &rope,
         positions: Tensor::from_data(TensorData::new(batch.positions.clone(), [rows, width]), &device),
         padding: Some(Tensor::<B, 2, Int>::from_data(TensorData::new(padding, [rows, width]), &device).bool()),
-        packed: None,
+        sequence_lengths: None,
         fused: None,
     };
     let tokens = Tensor::from_data(TensorData::new(batch.tokens.clone(), [rows, width]), &device);

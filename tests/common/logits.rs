@@ -18,7 +18,7 @@ pub fn logits<B: Backend>(model: &CausalLm<B>, tokens: Tensor<B, 2, Int>, fused:
         rope: &rope,
         positions,
         padding: None,
-        packed: None,
+        sequence_lengths: None,
         fused: fused.then_some(&projections),
     };
     model.forward(tokens, &ctx, None).into_data().to_vec().unwrap()

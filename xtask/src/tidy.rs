@@ -1,7 +1,9 @@
 //! Architecture checks that run as tests (`cargo test -p xtask`, so `cargo xtask test` runs
 //! them): crate dependencies point one way, only the crates docs/architecture.md names link
-//! wasmtime or burn, plugins build against rein-pdk alone, rein-core does no I/O, and no crate
-//! has an import cycle between its modules. docs/architecture.md states each rule.
+//! wasmtime or burn, plugins build against rein-pdk alone, rein-core does no I/O, no crate has
+//! an import cycle between its modules, and no source file or function under `crates/` is
+//! longer than a reader takes in (800 and 100 lines, with an allow-list that gives each
+//! exception its reason). docs/architecture.md states each rule.
 
 #![cfg(test)]
 
@@ -15,9 +17,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("rein-core", &[]),
     ("rein-pdk", &[]),
     ("rein-kernels", &[]),
+    ("rein-gguf", &["rein-kernels"]),
     ("rein-recipe", &["rein-core"]),
     ("rein-plugin", &["rein-core"]),
-    ("rein-model", &["rein-core", "rein-kernels"]),
+    ("rein-model", &["rein-core", "rein-kernels", "rein-gguf"]),
     ("rein-optim", &["rein-core"]),
     ("rein-sampler", &["rein-core", "rein-model"]),
     ("rein-plot", &[]),
@@ -37,6 +40,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &[
             "rein-core",
             "rein-kernels",
+            "rein-gguf",
             "rein-recipe",
             "rein-plugin",
             "rein-model",
@@ -484,4 +488,178 @@ fn the_checker_sees_a_cycle_through_a_reexport() {
         "{cycle:?}"
     );
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The longest a source file under `crates/` may be, in lines (tests may live in their own file).
+const MAX_FILE_LINES: usize = 800;
+
+/// The longest a function under `crates/` may be, in lines (signature to closing brace).
+const MAX_FUNCTION_LINES: usize = 100;
+
+/// Files allowed to be longer than [`MAX_FILE_LINES`], each with its reason.
+const LONG_FILES: &[(&str, &str)] = &[];
+
+/// Functions allowed to be longer than [`MAX_FUNCTION_LINES`] (`file`, `function`, reason).
+const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[];
+
+fn crate_sources() -> Vec<PathBuf> {
+    let mut files = rust_files(&root().join("crates"));
+    files.sort();
+    files
+}
+
+fn relative(file: &Path) -> String {
+    file.strip_prefix(root()).unwrap().to_string_lossy().replace('\\', "/")
+}
+
+#[test]
+fn no_source_file_is_longer_than_800_lines() {
+    let mut long = Vec::new();
+    for file in crate_sources() {
+        let lines = std::fs::read_to_string(&file).unwrap().lines().count();
+        let name = relative(&file);
+        if lines > MAX_FILE_LINES && !LONG_FILES.iter().any(|(f, _)| *f == name) {
+            long.push(format!("{name}: {lines} lines"));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "files over {MAX_FILE_LINES} lines (split them, or move tests to their own file):\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn no_function_is_longer_than_100_lines() {
+    let mut long = Vec::new();
+    for file in crate_sources() {
+        let name = relative(&file);
+        for (function, lines) in function_lengths(&std::fs::read_to_string(&file).unwrap()) {
+            let allowed = LONG_FUNCTIONS.iter().any(|(f, n, _)| *f == name && *n == function);
+            if lines > MAX_FUNCTION_LINES && !allowed {
+                long.push(format!("{name}: fn {function}: {lines} lines"));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FUNCTION_LINES} lines (split them into named steps):\n{}",
+        long.join("\n")
+    );
+}
+
+/// Each function in `text` (nested ones too) with its length in lines, from the line of `fn`
+/// to the line of its closing brace. Braces in strings, characters and comments do not count.
+fn function_lengths(text: &str) -> Vec<(String, usize)> {
+    let code = without_literals(text);
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    for (start, line) in lines.iter().enumerate() {
+        let Some(name) = fn_name(line) else { continue };
+        let mut depth = 0i64;
+        let mut opened = false;
+        for (offset, line) in lines[start..].iter().enumerate() {
+            for c in line.chars() {
+                match c {
+                    '{' => {
+                        depth += 1;
+                        opened = true;
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            if !opened && line.trim_end().ends_with(';') {
+                break;
+            }
+            if opened && depth <= 0 {
+                out.push((name.clone(), offset + 1));
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// The name of the function a line declares (`pub(crate) async fn name<…>(`), if any.
+fn fn_name(line: &str) -> Option<String> {
+    let mut rest = line.trim_start();
+    if let Some(after) = rest.strip_prefix("pub") {
+        rest = match after.strip_prefix('(') {
+            Some(scoped) => scoped.split_once(')')?.1.trim_start(),
+            None => after.trim_start(),
+        };
+    }
+    for qualifier in ["const ", "async ", "unsafe ", "extern \"C\" "] {
+        rest = rest.strip_prefix(qualifier).unwrap_or(rest);
+    }
+    let name: String = rest
+        .strip_prefix("fn ")?
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then_some(name)
+}
+
+/// `text` with the contents of comments, strings (raw ones too) and character literals blanked
+/// out, lines kept.
+fn without_literals(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let keep_lines = |out: &mut String, from: &[char]| out.extend(from.iter().filter(|&&c| c == '\n'));
+    while i < chars.len() {
+        let rest = &chars[i..];
+        let starts = |s: &str| s.chars().enumerate().all(|(k, c)| rest.get(k) == Some(&c));
+        let end = if starts("//") {
+            rest.iter().position(|&c| c == '\n').unwrap_or(rest.len())
+        } else if starts("/*") {
+            (2..rest.len())
+                .find(|&k| rest[k - 1] == '*' && rest[k] == '/')
+                .map_or(rest.len(), |k| k + 1)
+        } else if rest[0] == 'r'
+            && (starts("r\"") || starts("r#"))
+            && !chars
+                .get(i.wrapping_sub(1))
+                .is_some_and(|c| c.is_alphanumeric() || *c == '_')
+        {
+            let hashes = rest[1..].iter().take_while(|&&c| c == '#').count();
+            if rest.get(1 + hashes) != Some(&'"') {
+                out.push(rest[0]);
+                i += 1;
+                continue;
+            }
+            let close: Vec<char> = std::iter::once('"').chain(std::iter::repeat_n('#', hashes)).collect();
+            (2 + hashes..rest.len())
+                .find(|&k| rest[k..].starts_with(&close))
+                .map_or(rest.len(), |k| k + close.len())
+        } else if rest[0] == '"' {
+            let mut k = 1;
+            while k < rest.len() && rest[k] != '"' {
+                k += if rest[k] == '\\' { 2 } else { 1 };
+            }
+            k + 1
+        } else if rest[0] == '\'' && rest.get(1) == Some(&'\\') {
+            // An escaped character: '\'', '\\', '\n', '\u{…}'.
+            (3..rest.len()).find(|&k| rest[k] == '\'').map_or(rest.len(), |k| k + 1)
+        } else if rest[0] == '\'' && rest.get(2) == Some(&'\'') {
+            3
+        } else {
+            out.push(rest[0]);
+            i += 1;
+            continue;
+        };
+        let end = end.min(rest.len());
+        keep_lines(&mut out, &rest[..end]);
+        i += end;
+    }
+    out
+}
+
+#[test]
+fn function_lengths_skip_braces_in_literals_and_count_nested_functions() {
+    let text = "fn a() {\n    let s = \"}}\";\n    let c = '}';\n    let e = '\\'';\n    // }\n    fn b() {\n    }\n}\nfn c();\n";
+    assert_eq!(function_lengths(text), [("a".to_string(), 8), ("b".to_string(), 2)]);
+    let raw = "pub(crate) fn r() {\n    let s = r#\"{\"a\": \"}\"}\"#;\n}\n";
+    assert_eq!(function_lengths(raw), [("r".to_string(), 3)]);
 }

@@ -1,4 +1,4 @@
-//! `rein generate`: sample continuations from a Hugging Face checkpoint.
+//! `rein generate`: sample continuations from a model directory in Hugging Face format.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;

@@ -11,7 +11,7 @@ mod generate;
 mod merge_lora;
 mod plot;
 mod plugin;
-mod plugin_test;
+mod plugin_conformance;
 mod serve;
 mod train;
 
@@ -38,12 +38,12 @@ enum Command {
     Run(train::RunArgs),
     /// Evaluate a language model on a recipe's held-out split: greedy pass@1, pass@k, maj@k.
     Eval(train::EvalArgs),
-    /// Convert a model file into a Hugging Face checkpoint directory.
+    /// Convert a model file into a model directory in Hugging Face format.
     #[command(subcommand)]
     Convert(convert::ConvertCommand),
     /// Merge a LoRA adapter (PEFT's format) into its base model, as one checkpoint.
     MergeLora(merge_lora::MergeLoraArgs),
-    /// Generate text with a Hugging Face checkpoint (or a `.gguf` file).
+    /// Generate text with a model directory in Hugging Face format (or a `.gguf` file).
     Generate(generate::GenerateArgs),
     /// Serve a model over HTTP: OpenAI-compatible completions and chat, SGLang's `/generate`
     /// and weight updates.
@@ -89,7 +89,7 @@ const STALLED_EXIT_CODE: i32 = 3;
 fn main() -> std::process::ExitCode {
     rein_train::memory::keep_freed_memory();
     // The watchdog has saved the last completed step; the stalled thread cannot be unwound.
-    rein_train::watchdog::on_stall(|error| {
+    rein_train::driver::on_stall(|error| {
         eprintln!("\nerror: {error}");
         std::process::exit(STALLED_EXIT_CODE);
     });

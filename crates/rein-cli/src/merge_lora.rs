@@ -1,6 +1,6 @@
 //! `rein merge-lora --base MODEL --adapter DIR --out DIR`: a LoRA adapter (PEFT's format, as
 //! rein's runs write it to `<run>/adapter/`) folded into its base model, `W + (α/r)·A·B`, as
-//! one Hugging Face checkpoint any tool loads.
+//! one model directory in Hugging Face format, which any tool loads.
 
 use std::path::PathBuf;
 

@@ -55,7 +55,7 @@ impl PluginCommand {
     pub(crate) fn run(self) -> anyhow::Result<()> {
         match self {
             PluginCommand::Inspect { file, json } => inspect(file, json),
-            PluginCommand::Test { file, cases, limits } => crate::plugin_test::test(&file, &cases, limits),
+            PluginCommand::Test { file, cases, limits } => crate::plugin_conformance::test(&file, &cases, limits),
             PluginCommand::Score {
                 file,
                 input,
