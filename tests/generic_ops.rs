@@ -1,5 +1,5 @@
 //! The path a GPU run takes, checked on the CPU. On backends without rein's fused kernels
-//! (CUDA), every kernel of `rein_model::Backend` is its default: burn's generic ops. No GPU is
+//! (CUDA), every kernel of `rein_model::ReinBackend` is its default: burn's generic ops. No GPU is
 //! available here, so Flex is switched to those defaults (`use_generic_ops`) and a generation
 //! and a GRPO step's gradients are compared with the fused CPU kernels' on the same model:
 //! logits within 1e-4, greedy tokens exact, gradients within 1e-4.

@@ -1,11 +1,11 @@
 //! The model of the `generate` and `grpo` benchmarks, as the issues describe it: a random
 //! ~3M-parameter Qwen2 (hidden 256, 4 layers, 4 heads, 2 KV heads, vocab 512), seed 0.
 
-use rein_model::Backend;
+use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, LmConfig, LmInit};
 
 /// The model on backend `B`, initialised from seed 0.
-pub fn qwen2_3m<B: Backend>(device: &B::Device) -> anyhow::Result<CausalLm<B>> {
+pub fn qwen2_3m<B: ReinBackend>(device: &B::Device) -> anyhow::Result<CausalLm<B>> {
     let config = LmConfig::from_json(serde_json::json!({
         "model_type": "qwen2", "vocab_size": 512, "hidden_size": 256, "intermediate_size": 704,
         "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,

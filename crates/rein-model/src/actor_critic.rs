@@ -4,7 +4,7 @@ use burn::module::{Module, Param};
 use burn::tensor::Tensor;
 use rein_core::SeededRng;
 
-use crate::backend::Backend;
+use crate::backend::ReinBackend;
 
 use crate::mlp::{Activation, Mlp, MlpConfig};
 
@@ -46,7 +46,7 @@ pub struct ActorCriticConfig {
 /// hidden layers orthogonal with gain √2, actor output gain 0.01, critic output gain 1, biases
 /// zero; the Gaussian head's log-std is a parameter independent of the state.
 #[derive(Module, Debug)]
-pub struct ActorCritic<B: Backend> {
+pub struct ActorCritic<B: ReinBackend> {
     actor: Mlp<B>,
     critic: Mlp<B>,
     log_std: Option<Param<Tensor<B, 1>>>,
@@ -57,7 +57,7 @@ pub struct ActorCritic<B: Backend> {
 impl ActorCriticConfig {
     /// Builds the agent on `device`, its weights drawn from `rng` (the actor's, then the
     /// critic's).
-    pub fn init<B: Backend>(&self, rng: &mut SeededRng, device: &B::Device) -> ActorCritic<B> {
+    pub fn init<B: ReinBackend>(&self, rng: &mut SeededRng, device: &B::Device) -> ActorCritic<B> {
         let mlp = |output, output_gain| MlpConfig {
             input: self.obs_dim,
             hidden: self.hidden.clone(),
@@ -79,7 +79,7 @@ impl ActorCriticConfig {
     }
 }
 
-impl<B: Backend> ActorCritic<B> {
+impl<B: ReinBackend> ActorCritic<B> {
     /// The actor's output: logits (categorical) or means (Gaussian).
     ///
     /// # Shapes

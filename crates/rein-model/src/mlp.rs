@@ -6,7 +6,7 @@ use burn::tensor::{Tensor, TensorPrimitive};
 
 use rein_core::SeededRng;
 
-use crate::backend::{Backend, linear};
+use crate::backend::{ReinBackend, linear};
 use crate::random::orthogonal;
 pub use rein_core::Activation;
 
@@ -32,7 +32,7 @@ pub struct MlpConfig {
 /// Weights are orthogonal with the configured gains and biases zero (Saxe et al. 2013; the
 /// "orthogonal initialization" detail of PPO implementations).
 #[derive(Module, Debug)]
-pub struct Mlp<B: Backend> {
+pub struct Mlp<B: ReinBackend> {
     layers: Vec<Linear<B>>,
     #[module(skip)]
     activation: Activation,
@@ -40,7 +40,7 @@ pub struct Mlp<B: Backend> {
 
 impl MlpConfig {
     /// Builds the MLP on `device`, its weights drawn from `rng`.
-    pub fn init<B: Backend>(&self, rng: &mut SeededRng, device: &B::Device) -> Mlp<B> {
+    pub fn init<B: ReinBackend>(&self, rng: &mut SeededRng, device: &B::Device) -> Mlp<B> {
         let widths: Vec<usize> = std::iter::once(self.input).chain(self.hidden.iter().copied()).collect();
         let mut layers: Vec<Linear<B>> = widths
             .windows(2)
@@ -60,7 +60,7 @@ impl MlpConfig {
     }
 }
 
-fn init_linear<B: Backend>(
+fn init_linear<B: ReinBackend>(
     rng: &mut SeededRng,
     input: usize,
     output: usize,
@@ -73,7 +73,7 @@ fn init_linear<B: Backend>(
     }
 }
 
-impl<B: Backend> Mlp<B> {
+impl<B: ReinBackend> Mlp<B> {
     /// # Shapes
     /// - `x`: `[batch, input]` → `[batch, output]`
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
@@ -94,8 +94,8 @@ impl<B: Backend> Mlp<B> {
     }
 }
 
-/// `tanh` through rein's fused kernel (see [`Backend::tanh`]).
-fn tanh<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+/// `tanh` through rein's fused kernel (see [`ReinBackend::tanh`]).
+fn tanh<B: ReinBackend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
     Tensor::from_primitive(TensorPrimitive::Float(B::tanh(x.into_primitive().tensor())))
 }
 

@@ -8,16 +8,21 @@
 use burn::tensor::{Tensor, TensorData};
 use rein_core::SeededRng;
 
-use crate::Backend;
+use crate::ReinBackend;
 
 /// A `[rows, cols]` tensor of `N(0, std²)` draws, row by row.
-pub fn normal<B: Backend>(rng: &mut SeededRng, [rows, cols]: [usize; 2], std: f64, device: &B::Device) -> Tensor<B, 2> {
+pub fn normal<B: ReinBackend>(
+    rng: &mut SeededRng,
+    [rows, cols]: [usize; 2],
+    std: f64,
+    device: &B::Device,
+) -> Tensor<B, 2> {
     let values = (0..rows * cols).map(|_| (rng.normal() * std) as f32).collect();
     Tensor::from_data(TensorData::new(values, [rows, cols]), device)
 }
 
 /// A `[rows, cols]` tensor of `U(−bound, bound)` draws, row by row.
-pub fn uniform<B: Backend>(
+pub fn uniform<B: ReinBackend>(
     rng: &mut SeededRng,
     [rows, cols]: [usize; 2],
     bound: f64,
@@ -35,7 +40,7 @@ pub fn uniform<B: Backend>(
 /// QR decomposition `G = QR`, flip the signs of `Q`'s columns so that `R`'s diagonal is
 /// positive (which makes `Q` uniformly distributed), and scale by `gain`. The rows or the
 /// columns of the result, whichever are fewer, are orthogonal with norm `gain`.
-pub fn orthogonal<B: Backend>(
+pub fn orthogonal<B: ReinBackend>(
     rng: &mut SeededRng,
     [input, output]: [usize; 2],
     gain: f64,

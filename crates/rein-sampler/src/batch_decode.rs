@@ -8,7 +8,7 @@
 //! [`crate::Session`], which multi-turn rollouts drive turn by turn; tokens are chosen as
 //! [`crate::choose`] says.
 
-use rein_model::Backend;
+use rein_model::ReinBackend;
 use rein_model::lm::CausalLm;
 
 use crate::session::{AfterTurn, Session, TurnOutput, prompt_seed};
@@ -33,7 +33,7 @@ pub struct Generation {
 /// leaving the cache as it finishes. `pad_id` fills left padding (any id works; padding is
 /// masked). `stop(seq_index, tokens)` may end a sequence early (stop strings); `seq_index` is
 /// `prompt * n + sample`.
-pub fn generate<B: Backend>(
+pub fn generate<B: ReinBackend>(
     model: &CausalLm<B>,
     prompts: &[Vec<u32>],
     config: &GenerationConfig,
@@ -47,7 +47,7 @@ pub fn generate<B: Backend>(
 
 /// [`generate`] with each prompt's own seed (see [`Session::start_seeded`]): what a server
 /// batching several requests together runs.
-pub fn generate_seeded<B: Backend>(
+pub fn generate_seeded<B: ReinBackend>(
     model: &CausalLm<B>,
     prompts: &[Vec<u32>],
     seeds: &[u64],

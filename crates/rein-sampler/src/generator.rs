@@ -7,7 +7,7 @@
 //! their sampling log-probabilities and the policy version that produced them, so nothing a
 //! model generated is ever decoded and re-tokenised.
 
-use rein_model::Backend;
+use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
 
 use crate::batch_decode::{Generation, generate};
@@ -47,7 +47,7 @@ pub enum GeneratorError {
 }
 
 /// A source of completions for a policy that changes as it trains.
-pub trait Generator<B: Backend>: Send {
+pub trait Generator<B: ReinBackend>: Send {
     /// `config.n` completions of each prompt, in the order `prompt * n + sample`; prompt `p`'s
     /// samples draw from the stream of [`crate::prompt_seed`]`(config.seed, p)`. A completion
     /// ends at a stop token (`config.stop_token_ids`), once its text contains one of `stops`,
@@ -71,7 +71,7 @@ pub trait Generator<B: Backend>: Send {
 }
 
 /// The in-process batched KV-cache sampler ([`generate`]) on the last policy it was given.
-pub struct NativeGenerator<B: Backend> {
+pub struct NativeGenerator<B: ReinBackend> {
     policy: Option<CausalLm<B>>,
     version: u64,
     tokenizer: LmTokenizer,
@@ -79,7 +79,7 @@ pub struct NativeGenerator<B: Backend> {
     device: B::Device,
 }
 
-impl<B: Backend> NativeGenerator<B> {
+impl<B: ReinBackend> NativeGenerator<B> {
     /// A generator with no policy yet (call [`Generator::update`] first).
     pub fn new(tokenizer: LmTokenizer, device: &B::Device) -> Self {
         Self {
@@ -92,7 +92,7 @@ impl<B: Backend> NativeGenerator<B> {
     }
 }
 
-impl<B: Backend> Generator<B> for NativeGenerator<B>
+impl<B: ReinBackend> Generator<B> for NativeGenerator<B>
 where
     CausalLm<B>: Send,
 {

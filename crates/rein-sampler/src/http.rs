@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rein_model::Backend;
+use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, save};
 use serde::Serialize;
 
@@ -59,7 +59,7 @@ pub struct HttpSettings {
 }
 
 /// Completions from inference servers; see the module docs.
-pub struct HttpGenerator<B: Backend> {
+pub struct HttpGenerator<B: ReinBackend> {
     settings: HttpSettings,
     alive: Vec<bool>,
     agent: ureq::Agent,
@@ -76,7 +76,7 @@ enum Failure {
     Bad(String),
 }
 
-impl<B: Backend> HttpGenerator<B> {
+impl<B: ReinBackend> HttpGenerator<B> {
     /// A client for `settings.urls`, which are assumed to hold version 0 of the policy.
     pub fn new(settings: HttpSettings) -> Self {
         let agent = ureq::AgentBuilder::new()
@@ -450,7 +450,7 @@ fn vllm_sample(choice: CompletionChoice, config: &GenerationConfig) -> Result<Sa
     })
 }
 
-impl<B: Backend> Generator<B> for HttpGenerator<B> {
+impl<B: ReinBackend> Generator<B> for HttpGenerator<B> {
     fn generate(
         &mut self,
         prompts: &[Vec<u32>],

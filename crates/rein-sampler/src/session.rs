@@ -19,7 +19,7 @@
 
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use rayon::prelude::*;
-use rein_model::Backend;
+use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, Context, FusedProjections, KvCache, Rope};
 
 use crate::token_choice::{FinishReason, GenerationConfig, choose};
@@ -59,7 +59,7 @@ struct Sequence {
 }
 
 /// A slice of the sequences with its own cache, decoded on its own thread.
-struct Shard<B: Backend> {
+struct Shard<B: ReinBackend> {
     /// The sequence of each cache row.
     rows: Vec<usize>,
     cache: KvCache<B>,
@@ -74,7 +74,7 @@ struct Feed {
 }
 
 /// A batch of conversations with their caches; see the module docs.
-pub struct Session<'m, B: Backend> {
+pub struct Session<'m, B: ReinBackend> {
     model: &'m CausalLm<B>,
     fused: FusedProjections<B>,
     rope: Rope<B>,
@@ -86,7 +86,7 @@ pub struct Session<'m, B: Backend> {
     device: B::Device,
 }
 
-impl<'m, B: Backend> Session<'m, B> {
+impl<'m, B: ReinBackend> Session<'m, B> {
     /// Prefills `prompts` (each non-empty) and makes `config.n` sequences of each: sequence
     /// `prompt * n + sample`, drawing from the stream of ([`prompt_seed`]`(config.seed, prompt)`,
     /// sample). `config.max_new_tokens` is the token limit of each turn.
@@ -442,7 +442,7 @@ impl Feed {
 }
 
 /// One forward pass of `feed` through `cache`; the logits of its last column.
-fn forward_feed<B: Backend>(
+fn forward_feed<B: ReinBackend>(
     model: &CausalLm<B>,
     rope: &Rope<B>,
     fused: &FusedProjections<B>,

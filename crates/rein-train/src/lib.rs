@@ -14,16 +14,15 @@
 pub mod checkpoint;
 pub mod driver;
 mod error;
+mod launch;
 pub mod lm;
-mod lm_run;
 pub mod memory;
 pub mod ppo;
 pub mod progress;
 mod run_dir;
-mod runner;
 pub mod watchdog;
 
 pub use error::TrainError;
-pub use lm_run::{LmOutcome, describe, evaluate_recipe};
+pub use launch::{RunOutcome, resume, run, run_ppo};
+pub use lm::run::{LmOutcome, describe, evaluate_recipe};
 pub use run_dir::{MetricsWriter, RunDir};
-pub use runner::{RunOutcome, resume, run, run_ppo};

@@ -1,4 +1,4 @@
-//! [`Backend`] on burn's autodiff backend: each kernel the inner backend's, with its backward
+//! [`ReinBackend`] on burn's autodiff backend: each kernel the inner backend's, with its backward
 //! registered (whole-sequence attention keeps no weights: its backward recomputes them).
 
 #![allow(clippy::wildcard_imports)]
@@ -7,14 +7,14 @@ use super::*;
 
 /// How the sequences of a whole-sequence attention lie in its inputs.
 #[derive(Debug, Clone)]
-enum Sequences<B: Backend> {
-    /// One per batch entry, with its padding ([`Backend::causal_attention`]).
+enum Sequences<B: ReinBackend> {
+    /// One per batch entry, with its padding ([`ReinBackend::causal_attention`]).
     Padded(Option<BoolTensor<B>>),
-    /// End to end in one entry, of these lengths ([`Backend::varlen_causal_attention`]).
+    /// End to end in one entry, of these lengths ([`ReinBackend::varlen_causal_attention`]).
     Packed(Vec<usize>),
 }
 
-impl<B: Backend> Sequences<B> {
+impl<B: ReinBackend> Sequences<B> {
     fn attention(&self, q: FloatTensor<B>, k: FloatTensor<B>, v: FloatTensor<B>) -> FloatTensor<B> {
         match self {
             Sequences::Padded(padding) => B::causal_attention(q, k, v, padding.clone()),
@@ -38,7 +38,7 @@ impl<B: Backend> Sequences<B> {
 
 /// Whole-sequence attention on the autodiff backend: the inner backend's, with the inner
 /// backend's own backward (which recomputes the attention weights instead of keeping them).
-fn tracked_attention<B: Backend, C: CheckpointStrategy>(
+fn tracked_attention<B: ReinBackend, C: CheckpointStrategy>(
     q: FloatTensor<Autodiff<B, C>>,
     k: FloatTensor<Autodiff<B, C>>,
     v: FloatTensor<Autodiff<B, C>>,
@@ -47,7 +47,7 @@ fn tracked_attention<B: Backend, C: CheckpointStrategy>(
     #[derive(Debug)]
     struct Attention;
 
-    impl<B: Backend> Backward<B, 3> for Attention {
+    impl<B: ReinBackend> Backward<B, 3> for Attention {
         /// `q`, `k`, `v` and where the sequences are.
         type State = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, Sequences<B>);
 
@@ -73,12 +73,12 @@ fn tracked_attention<B: Backend, C: CheckpointStrategy>(
     }
 }
 
-impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
+impl<B: ReinBackend, C: CheckpointStrategy> ReinBackend for Autodiff<B, C> {
     fn tanh(x: FloatTensor<Self>) -> FloatTensor<Self> {
         #[derive(Debug)]
         struct Tanh;
 
-        impl<B: Backend> Backward<B, 1> for Tanh {
+        impl<B: ReinBackend> Backward<B, 1> for Tanh {
             /// The forward output.
             type State = FloatTensor<B>;
 
@@ -97,12 +97,12 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
         }
     }
 
-    /// RMSNorm with its own backward ([`Backend::rms_norm_backward`], one pass on Flex).
+    /// RMSNorm with its own backward ([`ReinBackend::rms_norm_backward`], one pass on Flex).
     fn rms_norm(x: FloatTensor<Self>, weight: FloatTensor<Self>, eps: f64) -> FloatTensor<Self> {
         #[derive(Debug)]
         struct RmsNorm;
 
-        impl<B: Backend> Backward<B, 2> for RmsNorm {
+        impl<B: ReinBackend> Backward<B, 2> for RmsNorm {
             /// `x`, `w` and ε.
             type State = (FloatTensor<B>, FloatTensor<B>, f64);
 
@@ -128,12 +128,12 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
         }
     }
 
-    /// SwiGLU with its own backward ([`Backend::swiglu_backward`], one pass on Flex).
+    /// SwiGLU with its own backward ([`ReinBackend::swiglu_backward`], one pass on Flex).
     fn swiglu(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self> {
         #[derive(Debug)]
         struct Swiglu;
 
-        impl<B: Backend> Backward<B, 2> for Swiglu {
+        impl<B: ReinBackend> Backward<B, 2> for Swiglu {
             /// `gate` and `up`.
             type State = (FloatTensor<B>, FloatTensor<B>);
 
@@ -172,7 +172,7 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
         #[derive(Debug)]
         struct Rope;
 
-        impl<B: Backend> Backward<B, 1> for Rope {
+        impl<B: ReinBackend> Backward<B, 1> for Rope {
             /// Positions, cos and sin tables.
             type State = (IntTensor<B>, FloatTensor<B>, FloatTensor<B>);
 
@@ -194,7 +194,7 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
         }
     }
 
-    /// Whole-sequence attention with its own backward ([`Backend::causal_attention_backward`], which
+    /// Whole-sequence attention with its own backward ([`ReinBackend::causal_attention_backward`], which
     /// recomputes the attention weights instead of keeping them).
     fn causal_attention(
         q: FloatTensor<Self>,
@@ -205,7 +205,7 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
         tracked_attention::<B, C>(q, k, v, Sequences::Padded(padding))
     }
 
-    /// Packed attention with its own backward ([`Backend::varlen_causal_attention_backward`]).
+    /// Packed attention with its own backward ([`ReinBackend::varlen_causal_attention_backward`]).
     fn varlen_causal_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -216,7 +216,7 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
     }
 
     /// The head's log-probabilities and entropies with their own backward
-    /// ([`Backend::head_log_prob_entropy_backward`], which recomputes the logits chunk by chunk).
+    /// ([`ReinBackend::head_log_prob_entropy_backward`], which recomputes the logits chunk by chunk).
     fn head_log_prob_entropy(
         hidden: FloatTensor<Self>,
         weight: FloatTensor<Self>,
@@ -227,7 +227,7 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
         #[derive(Debug)]
         struct HeadLogProbEntropy;
 
-        impl<B: Backend> Backward<B, 2> for HeadLogProbEntropy {
+        impl<B: ReinBackend> Backward<B, 2> for HeadLogProbEntropy {
             /// The hidden states, head weight, targets, scale and chunk size.
             type State = (FloatTensor<B>, FloatTensor<B>, IntTensor<B>, f32, usize);
 
@@ -281,7 +281,7 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
         }
     }
 
-    /// [`Backend::lora_linear`] with its own backward ([`Backend::lora_linear_backward`]; `∂W`
+    /// [`ReinBackend::lora_linear`] with its own backward ([`ReinBackend::lora_linear_backward`]; `∂W`
     /// and `∂b` only when the base layer is trained too, which LoRA's is not).
     fn lora_linear(
         x: FloatTensor<Self>,
@@ -305,7 +305,7 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
         );
 
         /// Registers the gradients of `x`, `W`, `A` and `B` (parents 0, 1, 3 and 4).
-        fn backward_inputs<B: Backend>(
+        fn backward_inputs<B: ReinBackend>(
             [x_node, w_node, a_node, b_node]: [Option<NodeId>; 4],
             (x, weight, a, b, down, scale): State<B>,
             grad: &FloatTensor<B>,
@@ -318,7 +318,7 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
             register_inputs::<B, 3>([x_node, a_node, b_node], grads, [d_x, d_a, d_b]);
         }
 
-        impl<B: Backend> Backward<B, 4> for LoraLinear {
+        impl<B: ReinBackend> Backward<B, 4> for LoraLinear {
             type State = State<B>;
 
             fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -328,7 +328,7 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
             }
         }
 
-        impl<B: Backend> Backward<B, 5> for LoraLinear {
+        impl<B: ReinBackend> Backward<B, 5> for LoraLinear {
             type State = State<B>;
 
             fn backward(self, ops: Ops<Self::State, 5>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -391,7 +391,7 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
         struct Linear;
 
         /// Registers the gradients of `x` and `W` (parents 0 and 1).
-        fn backward_x_w<B: Backend>(
+        fn backward_x_w<B: ReinBackend>(
             [x_node, w_node]: [Option<NodeId>; 2],
             (x, weight): (FloatTensor<B>, FloatTensor<B>),
             grad: &FloatTensor<B>,
@@ -405,7 +405,7 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
             }
         }
 
-        impl<B: Backend> Backward<B, 2> for Linear {
+        impl<B: ReinBackend> Backward<B, 2> for Linear {
             /// `x` and `W`.
             type State = (FloatTensor<B>, FloatTensor<B>);
 
@@ -416,7 +416,7 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
             }
         }
 
-        impl<B: Backend> Backward<B, 3> for Linear {
+        impl<B: ReinBackend> Backward<B, 3> for Linear {
             /// `x` and `W`.
             type State = (FloatTensor<B>, FloatTensor<B>);
 

@@ -1,11 +1,11 @@
-//! The generic versions of [`Backend`]'s kernels: burn's own ops, which every backend runs
+//! The generic versions of [`ReinBackend`]'s kernels: burn's own ops, which every backend runs
 //! (they are the trait's defaults, CUDA's path, and what the fused kernels are tested against).
 
 #![allow(clippy::wildcard_imports)]
 
 use super::*;
 
-/// `grad · (1 − output²)` in burn ops: [`Backend::tanh_backward`]'s default.
+/// `grad · (1 − output²)` in burn ops: [`ReinBackend::tanh_backward`]'s default.
 pub(super) fn tanh_backward_ops<B: burn::tensor::backend::Backend>(
     output: FloatTensor<B>,
     grad: FloatTensor<B>,
@@ -14,14 +14,18 @@ pub(super) fn tanh_backward_ops<B: burn::tensor::backend::Backend>(
     B::float_mul(grad, one_minus_sq)
 }
 
-/// `layer` on `[rows, in]`, through [`Backend::fused_linear`].
-pub(crate) fn linear<B: Backend>(layer: &burn::nn::Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
+/// `layer` on `[rows, in]`, through [`ReinBackend::fused_linear`].
+pub(crate) fn linear<B: ReinBackend>(layer: &burn::nn::Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
     affine(x, layer.weight.val(), layer.bias.as_ref().map(|b| b.val()))
 }
 
 /// `x · W + b` on `[rows, in]` with `W` `[in, out]` (a transposed view is fine), through
-/// [`Backend::fused_linear`].
-pub(crate) fn affine<B: Backend>(x: Tensor<B, 2>, weight: Tensor<B, 2>, bias: Option<Tensor<B, 1>>) -> Tensor<B, 2> {
+/// [`ReinBackend::fused_linear`].
+pub(crate) fn affine<B: ReinBackend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+) -> Tensor<B, 2> {
     let y = B::fused_linear(
         x.into_primitive().tensor(),
         weight.into_primitive().tensor(),
@@ -30,8 +34,8 @@ pub(crate) fn affine<B: Backend>(x: Tensor<B, 2>, weight: Tensor<B, 2>, bias: Op
     Tensor::from_primitive(TensorPrimitive::Float(y))
 }
 
-/// [`Backend::packed_linear`] by unpacking the weight: [`Backend::fused_linear`] on its dense copy.
-pub(crate) fn packed_linear_ops<B: Backend>(
+/// [`ReinBackend::packed_linear`] by unpacking the weight: [`ReinBackend::fused_linear`] on its dense copy.
+pub(crate) fn packed_linear_ops<B: ReinBackend>(
     x: FloatTensor<B>,
     parts: &[&PackedMatrix],
     bias: Option<FloatTensor<B>>,
@@ -52,7 +56,7 @@ pub(crate) fn packed_linear_ops<B: Backend>(
     B::fused_linear(x, weight.into_primitive().tensor(), bias)
 }
 
-/// [`Backend::equals_packed`] through the weight's data.
+/// [`ReinBackend::equals_packed`] through the weight's data.
 pub(crate) fn equals_packed_ops<B: burn::tensor::backend::Backend>(
     weight: FloatTensor<B>,
     packed: &PackedMatrix,
@@ -70,7 +74,7 @@ pub(super) fn float<B: burn::tensor::backend::Backend, const D: usize>(x: FloatT
     Tensor::from_primitive(TensorPrimitive::Float(x))
 }
 
-/// [`Backend::fused_linear`] in burn ops.
+/// [`ReinBackend::fused_linear`] in burn ops.
 pub(crate) fn linear_ops<B: burn::tensor::backend::Backend>(
     x: FloatTensor<B>,
     weight: FloatTensor<B>,
@@ -81,8 +85,8 @@ pub(crate) fn linear_ops<B: burn::tensor::backend::Backend>(
         .tensor()
 }
 
-/// [`Backend::lora_linear`] in burn ops.
-pub(crate) fn lora_linear_ops<B: Backend>(
+/// [`ReinBackend::lora_linear`] in burn ops.
+pub(crate) fn lora_linear_ops<B: ReinBackend>(
     x: FloatTensor<B>,
     weight: FloatTensor<B>,
     bias: Option<FloatTensor<B>>,
@@ -95,8 +99,8 @@ pub(crate) fn lora_linear_ops<B: Backend>(
     (B::float_add(B::fused_linear(x, weight, bias), update), down)
 }
 
-/// [`Backend::lora_linear_backward`] in burn ops.
-pub(crate) fn lora_linear_backward_ops<B: Backend>(
+/// [`ReinBackend::lora_linear_backward`] in burn ops.
+pub(crate) fn lora_linear_backward_ops<B: ReinBackend>(
     x: FloatTensor<B>,
     weight: FloatTensor<B>,
     a: FloatTensor<B>,
@@ -115,7 +119,7 @@ pub(crate) fn lora_linear_backward_ops<B: Backend>(
     (d_x, d_a, d_b)
 }
 
-/// [`Backend::swiglu`] in burn ops.
+/// [`ReinBackend::swiglu`] in burn ops.
 pub(crate) fn swiglu_ops<B: burn::tensor::backend::Backend>(
     gate: FloatTensor<B>,
     up: FloatTensor<B>,
@@ -126,7 +130,7 @@ pub(crate) fn swiglu_ops<B: burn::tensor::backend::Backend>(
 }
 
 /// Registers the gradients of a two-input op's inputs, those that track gradients.
-pub(super) fn register_inputs<B: Backend, const N: usize>(
+pub(super) fn register_inputs<B: ReinBackend, const N: usize>(
     inputs: [Option<NodeId>; N],
     grads: &mut Gradients,
     values: [FloatTensor<B>; N],
@@ -138,7 +142,7 @@ pub(super) fn register_inputs<B: Backend, const N: usize>(
     }
 }
 
-/// [`Backend::swiglu_backward`] in burn ops.
+/// [`ReinBackend::swiglu_backward`] in burn ops.
 pub(crate) fn swiglu_backward_ops<B: burn::tensor::backend::Backend>(
     gate: FloatTensor<B>,
     up: FloatTensor<B>,
@@ -152,7 +156,7 @@ pub(crate) fn swiglu_backward_ops<B: burn::tensor::backend::Backend>(
     (d_gate.into_primitive().tensor(), d_up.into_primitive().tensor())
 }
 
-/// [`Backend::rms_norm`] in burn ops.
+/// [`ReinBackend::rms_norm`] in burn ops.
 pub(crate) fn rms_norm_ops<B: burn::tensor::backend::Backend>(
     x: FloatTensor<B>,
     weight: FloatTensor<B>,
@@ -165,7 +169,7 @@ pub(crate) fn rms_norm_ops<B: burn::tensor::backend::Backend>(
         .tensor()
 }
 
-/// [`Backend::rms_norm_backward`] in burn ops.
+/// [`ReinBackend::rms_norm_backward`] in burn ops.
 pub(crate) fn rms_norm_backward_ops<B: burn::tensor::backend::Backend>(
     x: FloatTensor<B>,
     weight: FloatTensor<B>,
@@ -182,7 +186,7 @@ pub(crate) fn rms_norm_backward_ops<B: burn::tensor::backend::Backend>(
     (d_x.into_primitive().tensor(), d_weight.into_primitive().tensor())
 }
 
-/// [`Backend::rope`] in burn ops.
+/// [`ReinBackend::rope`] in burn ops.
 pub(crate) fn rope_ops<B: burn::tensor::backend::Backend>(
     x: FloatTensor<B>,
     positions: IntTensor<B>,
@@ -201,7 +205,7 @@ pub(crate) fn rope_ops<B: burn::tensor::backend::Backend>(
     (x * cos + rotated * sin).into_primitive().tensor()
 }
 
-/// [`Backend::write_cache`] in burn ops.
+/// [`ReinBackend::write_cache`] in burn ops.
 pub(crate) fn write_cache_ops<B: burn::tensor::backend::Backend>(
     buffer: FloatTensor<B>,
     values: FloatTensor<B>,
@@ -215,7 +219,7 @@ pub(crate) fn write_cache_ops<B: burn::tensor::backend::Backend>(
         .tensor()
 }
 
-/// [`Backend::cached_attention`] in burn ops (and so with gradients, on an autodiff backend).
+/// [`ReinBackend::cached_attention`] in burn ops (and so with gradients, on an autodiff backend).
 pub(crate) fn cached_attention_ops<B: burn::tensor::backend::Backend>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
@@ -254,7 +258,7 @@ pub(crate) fn cached_attention_ops<B: burn::tensor::backend::Backend>(
     .tensor()
 }
 
-/// [`Backend::causal_attention_backward`] in burn ops.
+/// [`ReinBackend::causal_attention_backward`] in burn ops.
 pub(crate) fn causal_attention_backward_ops<B: burn::tensor::backend::Backend>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
@@ -301,8 +305,8 @@ pub(crate) fn sequence_spans(lengths: &[usize]) -> impl Iterator<Item = (usize, 
     })
 }
 
-/// [`Backend::varlen_causal_attention`] as one [`Backend::causal_attention`] per sequence.
-pub(crate) fn varlen_causal_attention_ops<B: Backend>(
+/// [`ReinBackend::varlen_causal_attention`] as one [`ReinBackend::causal_attention`] per sequence.
+pub(crate) fn varlen_causal_attention_ops<B: ReinBackend>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
     v: FloatTensor<B>,
@@ -319,9 +323,9 @@ pub(crate) fn varlen_causal_attention_ops<B: Backend>(
     raw(Tensor::cat(outputs, 1))
 }
 
-/// [`Backend::varlen_causal_attention_backward`] as one [`Backend::causal_attention_backward`]
+/// [`ReinBackend::varlen_causal_attention_backward`] as one [`ReinBackend::causal_attention_backward`]
 /// per sequence.
-pub(crate) fn varlen_causal_attention_backward_ops<B: Backend>(
+pub(crate) fn varlen_causal_attention_backward_ops<B: ReinBackend>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
     v: FloatTensor<B>,
@@ -351,7 +355,7 @@ pub(crate) fn varlen_causal_attention_backward_ops<B: Backend>(
     )
 }
 
-/// [`Backend::log_prob_entropy`] in burn ops.
+/// [`ReinBackend::log_prob_entropy`] in burn ops.
 pub(crate) fn log_prob_entropy_ops<B: burn::tensor::backend::Backend>(
     logits: FloatTensor<B>,
     targets: IntTensor<B>,
@@ -366,7 +370,7 @@ pub(crate) fn log_prob_entropy_ops<B: burn::tensor::backend::Backend>(
     Tensor::cat(vec![chosen, entropy], 1).into_primitive().tensor()
 }
 
-/// [`Backend::log_prob_entropy_backward`] in burn ops.
+/// [`ReinBackend::log_prob_entropy_backward`] in burn ops.
 pub(crate) fn log_prob_entropy_backward_ops<B: burn::tensor::backend::Backend>(
     logits: FloatTensor<B>,
     targets: IntTensor<B>,

@@ -1,7 +1,7 @@
 //! The backends rein's modules run on: any burn backend, plus rein's fused kernels where a
 //! backend has a faster path than its generic ops.
 //!
-//! Each kernel is a method of [`Backend`] whose default composes burn's own ops, so any backend
+//! Each kernel is a method of [`ReinBackend`] whose default composes burn's own ops, so any backend
 //! qualifies with an empty `impl` (the CUDA one does) and autodiff keeps working (the autodiff
 //! backend uses the defaults, except for `tanh`). Flex overrides them in [`flex`]:
 //!
@@ -51,7 +51,7 @@ use rein_kernels::PackedMatrix;
 
 /// A burn backend with rein's fused kernels. The defaults use burn's own ops, so any backend
 /// qualifies with an empty `impl`.
-pub trait Backend: burn::tensor::backend::Backend {
+pub trait ReinBackend: burn::tensor::backend::Backend {
     /// Element-wise `tanh`.
     fn tanh(x: FloatTensor<Self>) -> FloatTensor<Self> {
         Self::float_tanh(x)
@@ -101,12 +101,12 @@ pub trait Backend: burn::tensor::backend::Backend {
         lora_linear_ops::<Self>(x, weight, bias, a, b, scale)
     }
 
-    /// The gradients of [`Backend::lora_linear`] with respect to `x`, `A` and `B`, given the
+    /// The gradients of [`ReinBackend::lora_linear`] with respect to `x`, `A` and `B`, given the
     /// output's and the forward's `down = s·x·A`: with `e = s·∂y·Bᵀ`,
     /// `∂x = ∂y·Wᵀ + e·Aᵀ`, `∂A = xᵀ·e`, `∂B = downᵀ·∂y`.
     ///
     /// # Shapes
-    /// - as [`Backend::lora_linear`]'s, `down`: `[rows, r]`, `grad`: `[rows, out]` →
+    /// - as [`ReinBackend::lora_linear`]'s, `down`: `[rows, r]`, `grad`: `[rows, out]` →
     ///   (`[rows, in]`, `[in, r]`, `[r, out]`)
     #[allow(clippy::too_many_arguments)]
     fn lora_linear_backward(
@@ -121,14 +121,14 @@ pub trait Backend: burn::tensor::backend::Backend {
         lora_linear_backward_ops::<Self>(x, weight, a, b, down, grad, scale)
     }
 
-    /// Whether [`Backend::packed_linear`] reads packed weights directly (and so is worth using
+    /// Whether [`ReinBackend::packed_linear`] reads packed weights directly (and so is worth using
     /// for inference); the default unpacks them first.
     fn reads_packed_weights() -> bool {
         false
     }
 
     /// A linear layer whose weight is kept packed, `x · [W₁ W₂ …] + b`: the parts' columns side
-    /// by side. The same numbers as [`Backend::fused_linear`] on the unpacked weight.
+    /// by side. The same numbers as [`ReinBackend::fused_linear`] on the unpacked weight.
     ///
     /// # Shapes
     /// - `x`: `[rows, in]`, each part `[in, outᵢ]`, `bias`: `[Σ outᵢ]` → `[rows, Σ outᵢ]`
@@ -162,7 +162,7 @@ pub trait Backend: burn::tensor::backend::Backend {
         swiglu_ops::<Self>(gate, up)
     }
 
-    /// The gradients of [`Backend::swiglu`] given the output's, `(∂gate, ∂up)`:
+    /// The gradients of [`ReinBackend::swiglu`] given the output's, `(∂gate, ∂up)`:
     /// `∂up = ∂y ⊙ silu(gate)`, `∂gate = ∂y ⊙ up ⊙ σ(gate) ⊙ (1 + gate ⊙ (1 − σ(gate)))`.
     ///
     /// # Shapes
@@ -183,7 +183,7 @@ pub trait Backend: burn::tensor::backend::Backend {
         rms_norm_ops::<Self>(x, weight, eps)
     }
 
-    /// The gradients of [`Backend::rms_norm`] given the output's, `(∂x, ∂w)`: with
+    /// The gradients of [`ReinBackend::rms_norm`] given the output's, `(∂x, ∂w)`: with
     /// `r = 1/sqrt(mean(x²) + ε)` per row and `x̂ = x r`, `∂w = Σ_rows ∂y ⊙ x̂` and
     /// `∂x = r (g − x̂ mean(g ⊙ x̂))` where `g = ∂y ⊙ w`.
     ///
@@ -245,11 +245,11 @@ pub trait Backend: burn::tensor::backend::Backend {
 
     /// Causal attention of whole sequences (training and scoring, no cache): attention over
     /// keys and values of the same `seq` tokens. Its autodiff version has its own backward,
-    /// [`Backend::causal_attention_backward`].
+    /// [`ReinBackend::causal_attention_backward`].
     ///
     /// # Shapes
     /// - `q`: `[batch, heads, seq, head_dim]`, `k`, `v`: `[batch, kv_heads, seq, head_dim]`,
-    ///   `padding`: `[batch, seq]` (as for [`Backend::cached_attention`]) → `[batch, seq, heads, head_dim]`
+    ///   `padding`: `[batch, seq]` (as for [`ReinBackend::cached_attention`]) → `[batch, seq, heads, head_dim]`
     fn causal_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -259,14 +259,14 @@ pub trait Backend: burn::tensor::backend::Backend {
         Self::cached_attention(q, k, v, 0, padding)
     }
 
-    /// The gradients of [`Backend::causal_attention`] given the output's, `(∂q, ∂k, ∂v)`. With
+    /// The gradients of [`ReinBackend::causal_attention`] given the output's, `(∂q, ∂k, ∂v)`. With
     /// `P = softmax(q kᵀ/√d)` (masked) per query head and `∂P = ∂O vᵀ`:
     /// `∂v = Pᵀ ∂O`, `∂S = P ⊙ (∂P − rowsum(P ⊙ ∂P))`, `∂q = ∂S k/√d`, `∂k = ∂Sᵀ q/√d`, the key
     /// and value gradients summed over the query heads that share them. `P` is recomputed,
     /// not stored: one more `q kᵀ` costs less than keeping `[batch, heads, seq, seq]` per layer.
     ///
     /// # Shapes
-    /// - as [`Backend::causal_attention`]'s inputs, `grad` like its output → like `q`, `k`, `v`
+    /// - as [`ReinBackend::causal_attention`]'s inputs, `grad` like its output → like `q`, `k`, `v`
     fn causal_attention_backward(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -279,9 +279,9 @@ pub trait Backend: burn::tensor::backend::Backend {
 
     /// Causal attention of sequences concatenated end to end along the token axis, without padding:
     /// sequence `i` is the `lengths[i]` tokens after those of sequences `0..i`, and attends to
-    /// its own tokens only. What [`Backend::causal_attention`] computes for each sequence
+    /// its own tokens only. What [`ReinBackend::causal_attention`] computes for each sequence
     /// alone, without the rows a padded batch spends on padding. Its autodiff version has its
-    /// own backward, [`Backend::varlen_causal_attention_backward`].
+    /// own backward, [`ReinBackend::varlen_causal_attention_backward`].
     ///
     /// # Shapes
     /// - `q`: `[1, heads, total, head_dim]`, `k`, `v`: `[1, kv_heads, total, head_dim]` with
@@ -295,11 +295,11 @@ pub trait Backend: burn::tensor::backend::Backend {
         varlen_causal_attention_ops::<Self>(q, k, v, lengths)
     }
 
-    /// The gradients of [`Backend::varlen_causal_attention`] given the output's: each
-    /// sequence's as [`Backend::causal_attention_backward`] gives them.
+    /// The gradients of [`ReinBackend::varlen_causal_attention`] given the output's: each
+    /// sequence's as [`ReinBackend::causal_attention_backward`] gives them.
     ///
     /// # Shapes
-    /// - as [`Backend::varlen_causal_attention`]'s inputs, `grad` like its output → like `q`, `k`, `v`
+    /// - as [`ReinBackend::varlen_causal_attention`]'s inputs, `grad` like its output → like `q`, `k`, `v`
     fn varlen_causal_attention_backward(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -320,7 +320,7 @@ pub trait Backend: burn::tensor::backend::Backend {
         log_prob_entropy_ops::<Self>(logits, targets, scale)
     }
 
-    /// The gradient of [`Backend::log_prob_entropy`] given its output's, `[g_lp, g_H]` per row:
+    /// The gradient of [`ReinBackend::log_prob_entropy`] given its output's, `[g_lp, g_H]` per row:
     /// `∂zⱼ = scale · (g_lp · (1[j = t] − pⱼ) − g_H · pⱼ · (log pⱼ + H))`.
     ///
     /// # Shapes
@@ -334,11 +334,11 @@ pub trait Backend: burn::tensor::backend::Backend {
         log_prob_entropy_backward_ops::<Self>(logits, targets, scale, grad)
     }
 
-    /// [`Backend::log_prob_entropy`] of the logits `hidden · W`, computed `chunk` rows at a
+    /// [`ReinBackend::log_prob_entropy`] of the logits `hidden · W`, computed `chunk` rows at a
     /// time: at most `[chunk, vocab]` logits exist at once, never `[rows, vocab]` (6.4 GB for
     /// 64 sequences × 512 tokens × 49,152 tokens of vocabulary). The autodiff version keeps
     /// only `hidden` and `W` and recomputes each chunk's logits in its backward
-    /// ([`Backend::head_log_prob_entropy_backward`]).
+    /// ([`ReinBackend::head_log_prob_entropy_backward`]).
     ///
     /// # Shapes
     /// - `hidden`: `[rows, width]`, `weight`: `[width, vocab]`, `targets`: `[rows]` → `[rows, 2]`
@@ -367,13 +367,13 @@ pub trait Backend: burn::tensor::backend::Backend {
         }
     }
 
-    /// The gradients of [`Backend::head_log_prob_entropy`] given its output's, chunk by chunk
+    /// The gradients of [`ReinBackend::head_log_prob_entropy`] given its output's, chunk by chunk
     /// with each chunk's logits recomputed: `∂hidden = ∂Z · Wᵀ` and, when `weight_grad`,
-    /// `∂W = Σ_chunks hiddenᵀ · ∂Z` (`∂Z` from [`Backend::log_prob_entropy_backward`]). A frozen
+    /// `∂W = Σ_chunks hiddenᵀ · ∂Z` (`∂Z` from [`ReinBackend::log_prob_entropy_backward`]). A frozen
     /// head (LoRA) skips `∂W`, a product as large as the forward one.
     ///
     /// # Shapes
-    /// - as [`Backend::head_log_prob_entropy`]'s inputs, `grad`: `[rows, 2]` →
+    /// - as [`ReinBackend::head_log_prob_entropy`]'s inputs, `grad`: `[rows, 2]` →
     ///   `([rows, width], [width, vocab])`
     fn head_log_prob_entropy_backward(
         hidden: FloatTensor<Self>,
@@ -424,10 +424,10 @@ fn row_chunks(rows: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)>
         .map(move |start| (start, chunk.min(rows - start)))
 }
 
-/// Set: every kernel of [`Backend`] on Flex takes its default, burn's generic ops.
+/// Set: every kernel of [`ReinBackend`] on Flex takes its default, burn's generic ops.
 static GENERIC_OPS: AtomicBool = AtomicBool::new(false);
 
-/// Makes Flex compute every kernel of [`Backend`] with burn's generic ops, as the backends
+/// Makes Flex compute every kernel of [`ReinBackend`] with burn's generic ops, as the backends
 /// without rein's kernels do (CUDA), instead of rein's fused CPU kernels; process-wide. This
 /// is how the CPU tests check the path a GPU run takes: same model, same results within
 /// rounding. Not for speed: the generic ops are several times slower.
@@ -439,13 +439,13 @@ fn generic_ops() -> bool {
     GENERIC_OPS.load(Ordering::Relaxed)
 }
 
-/// A [`Backend`] that records gradients, whose inner backend is a [`Backend`] too.
-pub trait AutodiffBackend: Backend + burn::tensor::backend::AutodiffBackend<InnerBackend: Backend> {}
+/// A [`ReinBackend`] that records gradients, whose inner backend is a [`ReinBackend`] too.
+pub trait ReinAutodiffBackend: ReinBackend + burn::tensor::backend::AutodiffBackend<InnerBackend: ReinBackend> {}
 
-impl<B: burn::tensor::backend::AutodiffBackend<InnerBackend: Backend> + Backend> AutodiffBackend for B {}
+impl<B: burn::tensor::backend::AutodiffBackend<InnerBackend: ReinBackend> + ReinBackend> ReinAutodiffBackend for B {}
 
 #[cfg(feature = "cuda")]
-impl Backend for burn::backend::Cuda {}
+impl ReinBackend for burn::backend::Cuda {}
 
 #[cfg(test)]
 mod tests;

@@ -5,8 +5,8 @@ use burn::tensor::ops::{FloatTensor, FloatTensorOps};
 use burn::tensor::{Distribution, Int, Tensor, TensorData, TensorPrimitive};
 
 use super::{
-    Backend, cached_attention_ops, causal_attention_backward_ops, log_prob_entropy_backward_ops, log_prob_entropy_ops,
-    rope_ops, varlen_causal_attention_backward_ops, varlen_causal_attention_ops,
+    ReinBackend, cached_attention_ops, causal_attention_backward_ops, log_prob_entropy_backward_ops,
+    log_prob_entropy_ops, rope_ops, varlen_causal_attention_backward_ops, varlen_causal_attention_ops,
 };
 
 type A = Autodiff<Flex>;
@@ -77,7 +77,7 @@ fn swiglu_backward_equals_burns_autodiff_of_the_ops() {
 }
 
 /// `[y, ∂x, ∂W, ∂b, ∂A, ∂B]` of `Σ weights ⊙ (x·W + b + (s·x·A)·B)`, through
-/// [`Backend::lora_linear`] (`kernel`) or burn's autodiff of the ops. `W` and `b` get
+/// [`ReinBackend::lora_linear`] (`kernel`) or burn's autodiff of the ops. `W` and `b` get
 /// gradients only when `train_base` (they are frozen under LoRA); absent gradients are empty.
 fn lora_linear_case([rows, inputs, outputs, rank]: [usize; 4], bias: bool, train_base: bool, seed: u64) {
     let device = Default::default();

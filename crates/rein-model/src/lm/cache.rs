@@ -2,23 +2,23 @@
 //!
 //! Keys and values live in buffers allocated once for the whole generation
 //! (`[batch, kv_heads, capacity, head_dim]`) and are written in place; decoding attention
-//! ([`crate::Backend::cached_attention`]) reads the filled prefix in place. Rows can be dropped
+//! ([`crate::ReinBackend::cached_attention`]) reads the filled prefix in place. Rows can be dropped
 //! when their sequences finish, so finished sequences stop costing compute.
 
 use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive};
 
 use super::LmConfig;
-use crate::backend::Backend;
+use crate::backend::ReinBackend;
 
 /// One layer's keys and values.
 #[derive(Debug, Clone)]
-pub struct LayerCache<B: Backend> {
+pub struct LayerCache<B: ReinBackend> {
     k: Option<Tensor<B, 4>>,
     v: Option<Tensor<B, 4>>,
     len: usize,
 }
 
-impl<B: Backend> LayerCache<B> {
+impl<B: ReinBackend> LayerCache<B> {
     /// Positions already cached.
     pub fn len(&self) -> usize {
         self.len
@@ -56,7 +56,7 @@ impl<B: Backend> LayerCache<B> {
 
 /// The cache of every layer, plus which cached positions are padding.
 #[derive(Debug, Clone)]
-pub struct KvCache<B: Backend> {
+pub struct KvCache<B: ReinBackend> {
     layers: Vec<LayerCache<B>>,
     /// `[batch, capacity]`, `true` at padding positions; `None` while there is no padding.
     padding: Option<Tensor<B, 2, Bool>>,
@@ -65,7 +65,7 @@ pub struct KvCache<B: Backend> {
     len: usize,
 }
 
-impl<B: Backend> KvCache<B> {
+impl<B: ReinBackend> KvCache<B> {
     /// An empty cache for `batch` sequences of up to `capacity` positions.
     pub fn new(config: &LmConfig, batch: usize, capacity: usize, device: &B::Device) -> Self {
         let shape = [batch, config.kv_heads(), capacity, config.head_dim()];

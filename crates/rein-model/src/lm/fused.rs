@@ -9,7 +9,7 @@
 //! - **Packed**, when the model was loaded with the packed form of a quantised file
 //!   ([`PackedWeights`]), that form still equals the weight exactly (checked here, every time:
 //!   a fine-tuned weight no longer does) and the backend reads packed weights
-//!   ([`Backend::reads_packed_weights`]). The product reads 4–8 bits per weight instead of 32
+//!   ([`ReinBackend::reads_packed_weights`]). The product reads 4–8 bits per weight instead of 32
 //!   and gives the same bits; `W_o`, `W_down` and the head are packed too, and LoRA adapters
 //!   stay separate (`x·W + (α/r)·x·A·B`, as in training).
 //! - **Dense** otherwise: a copy, adapters merged in (`W + (α/r)·A·B`); `W_o` and `W_down`,
@@ -24,7 +24,7 @@ use burn::tensor::{Tensor, TensorPrimitive};
 use rein_kernels::PackedMatrix;
 
 use super::lora::{LayerLora, Lora};
-use crate::backend::{Backend, affine};
+use crate::backend::{ReinBackend, affine};
 
 /// Packed forms of a model's weight matrices (`[in, out]`) under their Hugging Face names (the
 /// head as `lm_head.weight`, tied or not): see [`rein_gguf::packed_file`].
@@ -33,14 +33,14 @@ pub type PackedWeights = BTreeMap<String, Arc<PackedMatrix>>;
 /// The projections of every layer of a model arranged for inference
 /// (`CausalLm::fused_projections`).
 #[derive(Debug, Clone)]
-pub struct FusedProjections<B: Backend> {
+pub struct FusedProjections<B: ReinBackend> {
     pub(crate) layers: Vec<FusedLayer<B>>,
     /// The LM head, `[hidden, vocab]`: packed, or a row-major copy when it is tied to the
     /// embeddings (whose transpose is a view the matrix kernel would repack for every token).
     pub(crate) head: Projection<B>,
 }
 
-impl<B: Backend> FusedProjections<B> {
+impl<B: ReinBackend> FusedProjections<B> {
     /// How many weight matrices are read packed.
     pub fn packed_matrices(&self) -> usize {
         let count = |p: &Projection<B>| match p {
@@ -58,7 +58,7 @@ impl<B: Backend> FusedProjections<B> {
 
 /// One layer's projections.
 #[derive(Debug, Clone)]
-pub(crate) struct FusedLayer<B: Backend> {
+pub(crate) struct FusedLayer<B: ReinBackend> {
     /// `[hidden, (heads + 2·kv_heads)·head_dim]`: queries, keys, values.
     qkv: Projection<B>,
     /// Their biases (zeros for a projection without one), when any has one.
@@ -73,14 +73,14 @@ pub(crate) struct FusedLayer<B: Backend> {
 
 /// A weight matrix as inference multiplies by it.
 #[derive(Debug, Clone)]
-pub(crate) enum Projection<B: Backend> {
+pub(crate) enum Projection<B: ReinBackend> {
     /// One dense matrix, adapters merged in.
     Dense(Tensor<B, 2>),
     /// Column blocks side by side, each packed, each with its adapter.
     Packed(Vec<(Arc<PackedMatrix>, Option<Lora<B>>)>),
 }
 
-impl<B: Backend> Projection<B> {
+impl<B: ReinBackend> Projection<B> {
     /// `layers` (with their adapters) side by side: packed when every one has a packed form
     /// equal to its weight (`packed(name, layer)`), else one dense matrix with the adapters
     /// merged in.
@@ -135,7 +135,7 @@ impl<B: Backend> Projection<B> {
     }
 }
 
-impl<B: Backend> FusedLayer<B> {
+impl<B: ReinBackend> FusedLayer<B> {
     /// One layer's projections: `[q k v]`, `[gate up]`, and `o`, `down` when packed.
     pub(crate) fn new(
         [q, k, v, o, gate, up, down]: [(&'static str, &Linear<B>); 7],
@@ -170,7 +170,7 @@ impl<B: Backend> FusedLayer<B> {
     }
 }
 
-fn bias_or_zeros<B: Backend>(layer: &Linear<B>) -> Tensor<B, 1> {
+fn bias_or_zeros<B: ReinBackend>(layer: &Linear<B>) -> Tensor<B, 1> {
     match &layer.bias {
         Some(bias) => bias.val(),
         None => {

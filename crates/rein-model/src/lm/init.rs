@@ -7,7 +7,7 @@ use rein_core::SeededRng;
 
 use super::LmConfig;
 use super::model::{Attention, CausalLm, DecoderLayer, FeedForward, RmsNorm};
-use crate::backend::Backend;
+use crate::backend::ReinBackend;
 use crate::random;
 
 /// How to initialise a model from scratch: transformers' scheme, `N(0, std²)` weights, zero
@@ -23,7 +23,7 @@ pub struct LmInit {
 impl LmInit {
     /// Builds the model on `device`, its weights drawn from `rng`: layer by layer (q, k, v, o,
     /// gate, up, down), then the embedding, then the output head when it is not tied.
-    pub fn init<B: Backend>(&self, rng: &mut SeededRng, device: &B::Device) -> CausalLm<B> {
+    pub fn init<B: ReinBackend>(&self, rng: &mut SeededRng, device: &B::Device) -> CausalLm<B> {
         let c = &self.config;
         let std = self.std;
         let linear = |rng: &mut SeededRng, input: usize, output: usize, bias: bool| Linear {

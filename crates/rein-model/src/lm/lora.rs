@@ -23,7 +23,7 @@ use burn::nn::Linear;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use rein_core::SeededRng;
 
-use crate::backend::{Backend, affine, linear};
+use crate::backend::{ReinBackend, affine, linear};
 use crate::random;
 
 /// The linear layers of a decoder layer that can carry an adapter, by their Hugging Face names.
@@ -102,7 +102,7 @@ impl LoraSpec {
 
 /// One layer's update `(α/r) · dropout(x)·A·B`.
 #[derive(Module, Debug)]
-pub struct Lora<B: Backend> {
+pub struct Lora<B: ReinBackend> {
     /// `A`, `[in, r]`.
     pub a: Param<Tensor<B, 2>>,
     /// `B`, `[r, out]`.
@@ -144,7 +144,7 @@ impl MaskStream {
     }
 }
 
-impl<B: Backend> Lora<B> {
+impl<B: ReinBackend> Lora<B> {
     /// A fresh adapter as PEFT initialises one: `A` Kaiming-uniform (`U(±1/√in)`), `B` zero, so
     /// the layer's output is unchanged.
     /// `A` is drawn from `rng`.
@@ -201,12 +201,12 @@ impl<B: Backend> Lora<B> {
     }
 }
 
-/// `x·W + b`, plus the adapter's update when there is one: one [`Backend::lora_linear`], or,
+/// `x·W + b`, plus the adapter's update when there is one: one [`ReinBackend::lora_linear`], or,
 /// while dropout changes the adapter's input, the base layer and [`Lora::forward`] apart.
 ///
 /// # Shapes
 /// - `x`: `[rows, in]` → `[rows, out]`
-pub(crate) fn adapted<B: Backend>(layer: &Linear<B>, adapter: Option<&Lora<B>>, x: Tensor<B, 2>) -> Tensor<B, 2> {
+pub(crate) fn adapted<B: ReinBackend>(layer: &Linear<B>, adapter: Option<&Lora<B>>, x: Tensor<B, 2>) -> Tensor<B, 2> {
     match adapter {
         Some(adapter) if adapter.dropout > 0.0 && B::ad_enabled(&x.device()) => {
             linear(layer, x.clone()) + adapter.forward(x)
@@ -228,7 +228,7 @@ pub(crate) fn adapted<B: Backend>(layer: &Linear<B>, adapter: Option<&Lora<B>>, 
 
 /// The adapters of one decoder layer, one per adapted linear layer.
 #[derive(Module, Debug)]
-pub struct LayerLora<B: Backend> {
+pub struct LayerLora<B: ReinBackend> {
     /// On `W_q`.
     pub q_proj: Option<Lora<B>>,
     /// On `W_k`.
@@ -245,7 +245,7 @@ pub struct LayerLora<B: Backend> {
     pub down_proj: Option<Lora<B>>,
 }
 
-impl<B: Backend> LayerLora<B> {
+impl<B: ReinBackend> LayerLora<B> {
     /// The adapter on the module named `name` (one of [`LINEAR_MODULES`]).
     pub fn get(&self, name: &str) -> Option<&Lora<B>> {
         self.slots().into_iter().find(|(n, _)| *n == name)?.1.as_ref()
@@ -280,14 +280,14 @@ impl<B: Backend> LayerLora<B> {
 
 /// Every layer's adapters and the spec they were made with.
 #[derive(Module, Debug)]
-pub struct LoraAdapters<B: Backend> {
+pub struct LoraAdapters<B: ReinBackend> {
     /// Per decoder layer.
     pub layers: Vec<LayerLora<B>>,
     #[module(skip)]
     spec: LoraSpec,
 }
 
-impl<B: Backend> LoraAdapters<B> {
+impl<B: ReinBackend> LoraAdapters<B> {
     /// Adapters over every decoder layer, made with `spec`.
     pub(crate) fn new(layers: Vec<LayerLora<B>>, spec: LoraSpec) -> Self {
         Self { layers, spec }

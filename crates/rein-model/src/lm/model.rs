@@ -18,7 +18,7 @@ use super::cache::{KvCache, LayerCache};
 use super::fused::{FusedLayer, FusedProjections, PackedWeights, Projection};
 use super::lora::{LayerLora, Lora, LoraAdapters, LoraSpec, adapted};
 use super::rope::Rope;
-use crate::backend::{Backend, affine};
+use crate::backend::{ReinBackend, affine};
 
 /// At most this many bytes of `f32` logits exist at once in [`CausalLm::log_prob_entropy`]
 /// (682 rows of a 49,152-token vocabulary). Each chunk's head product repacks the whole head
@@ -29,14 +29,14 @@ pub const HEAD_CHUNK_BYTES: usize = 128 << 20;
 
 /// RMSNorm as transformers computes it: `w ⊙ x / sqrt(mean(x²) + ε)`.
 #[derive(Module, Debug)]
-pub struct RmsNorm<B: Backend> {
+pub struct RmsNorm<B: ReinBackend> {
     /// `[hidden]`.
     pub weight: Param<Tensor<B, 1>>,
     #[module(skip)]
     eps: f64,
 }
 
-impl<B: Backend> RmsNorm<B> {
+impl<B: ReinBackend> RmsNorm<B> {
     /// A norm over `weight.len()` features.
     pub fn new(weight: Tensor<B, 1>, eps: f64) -> Self {
         Self {
@@ -62,7 +62,7 @@ impl<B: Backend> RmsNorm<B> {
 
 /// Grouped-query self-attention with rotary embeddings.
 #[derive(Module, Debug)]
-pub struct Attention<B: Backend> {
+pub struct Attention<B: ReinBackend> {
     /// `W_q`.
     pub q_proj: Linear<B>,
     /// `W_k`.
@@ -81,7 +81,7 @@ pub struct Attention<B: Backend> {
 
 /// The SwiGLU MLP.
 #[derive(Module, Debug)]
-pub struct FeedForward<B: Backend> {
+pub struct FeedForward<B: ReinBackend> {
     /// `W_gate`.
     pub gate_proj: Linear<B>,
     /// `W_up`.
@@ -92,7 +92,7 @@ pub struct FeedForward<B: Backend> {
 
 /// One pre-norm decoder layer.
 #[derive(Module, Debug)]
-pub struct DecoderLayer<B: Backend> {
+pub struct DecoderLayer<B: ReinBackend> {
     /// Norm before attention.
     pub input_layernorm: RmsNorm<B>,
     /// Self-attention.
@@ -105,7 +105,7 @@ pub struct DecoderLayer<B: Backend> {
 
 /// A causal language model (`LlamaForCausalLM`, `Qwen2ForCausalLM`, `MistralForCausalLM`).
 #[derive(Module, Debug)]
-pub struct CausalLm<B: Backend> {
+pub struct CausalLm<B: ReinBackend> {
     /// Token embeddings, `[vocab, hidden]`.
     pub embed_tokens: Embedding<B>,
     /// Decoder layers.
@@ -124,7 +124,7 @@ pub struct CausalLm<B: Backend> {
 }
 
 /// What one forward pass uses besides its tokens.
-pub struct Context<'a, B: Backend> {
+pub struct Context<'a, B: ReinBackend> {
     /// Rotary tables covering every position used.
     pub rope: &'a Rope<B>,
     /// Position of each token, `[batch, seq]` (left-padded rows start at 0 on their first real token).
@@ -133,7 +133,7 @@ pub struct Context<'a, B: Backend> {
     pub padding: Option<Tensor<B, 2, Bool>>,
     /// The lengths of the sequences when the batch is one row of sequences concatenated end to end
     /// (`[1, Σ lengths]` tokens, no padding, each attending to its own tokens only: see
-    /// [`Backend::varlen_causal_attention`]); `None` for a batch of one sequence per row.
+    /// [`ReinBackend::varlen_causal_attention`]); `None` for a batch of one sequence per row.
     /// Training only: a cache holds one sequence per row.
     pub sequence_lengths: Option<&'a [usize]>,
     /// The model's projections concatenated (for inference; same results, fewer matrix
@@ -141,7 +141,7 @@ pub struct Context<'a, B: Backend> {
     pub fused: Option<&'a FusedProjections<B>>,
 }
 
-impl<B: Backend> Attention<B> {
+impl<B: ReinBackend> Attention<B> {
     fn forward(
         &self,
         x: Tensor<B, 3>,
@@ -206,14 +206,14 @@ impl<B: Backend> Attention<B> {
 /// matrix product. burn's `Linear` on a 3-D input runs a batched product with one small matrix
 /// per sequence (a matrix-vector product per sequence when decoding), which wastes the weights'
 /// reuse.
-fn project<B: Backend>(layer: &Linear<B>, adapter: Option<&Lora<B>>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+fn project<B: ReinBackend>(layer: &Linear<B>, adapter: Option<&Lora<B>>, x: Tensor<B, 3>) -> Tensor<B, 3> {
     let [batch, seq, width] = x.dims();
     let y = adapted(layer, adapter, x.reshape([batch * seq, width]));
     let out = y.dims()[1];
     y.reshape([batch, seq, out])
 }
 
-impl<B: Backend> FeedForward<B> {
+impl<B: ReinBackend> FeedForward<B> {
     fn forward(&self, x: Tensor<B, 3>, fused: Option<&FusedLayer<B>>, lora: Option<&LayerLora<B>>) -> Tensor<B, 3> {
         let adapter = |name: &str| lora.and_then(|l| l.get(name));
         let [batch, seq, width] = x.dims();
@@ -239,7 +239,7 @@ impl<B: Backend> FeedForward<B> {
     }
 }
 
-impl<B: Backend> DecoderLayer<B> {
+impl<B: ReinBackend> DecoderLayer<B> {
     /// The linear layers with their Hugging Face names, in [`super::lora::LINEAR_MODULES`] order.
     pub fn linears(&self) -> [(&'static str, &Linear<B>); 7] {
         let (attn, mlp) = (&self.self_attn, &self.mlp);
@@ -282,7 +282,7 @@ impl<B: Backend> DecoderLayer<B> {
     }
 }
 
-impl<B: Backend> CausalLm<B> {
+impl<B: ReinBackend> CausalLm<B> {
     /// Assembles a model from its parts (see [`super::checkpoint`] for loading and
     /// [`super::init`] for random initialisation).
     pub(crate) fn from_parts(
@@ -490,7 +490,7 @@ impl<B: Backend> CausalLm<B> {
 
     /// Per row of `hidden`, the log-probability of its target token and the entropy of the
     /// next-token distribution `softmax(scale · logits)`, as `[log pₜ, H]`. The logits are
-    /// computed a few rows at a time and never kept ([`Backend::head_log_prob_entropy`]): at
+    /// computed a few rows at a time and never kept ([`ReinBackend::head_log_prob_entropy`]): at
     /// most [`HEAD_CHUNK_BYTES`] of them exist at once, in the forward and backward passes.
     ///
     /// # Shapes
@@ -518,7 +518,7 @@ impl<B: Backend> CausalLm<B> {
     }
 }
 
-impl<B: Backend> Attention<B> {
+impl<B: ReinBackend> Attention<B> {
     pub(crate) fn new(q: Linear<B>, k: Linear<B>, v: Linear<B>, o: Linear<B>, config: &LmConfig) -> Self {
         Self {
             q_proj: q,

@@ -12,7 +12,7 @@ use safetensors::{Dtype, SafeTensors};
 use super::LmConfig;
 use super::LoadError;
 use super::model::{Attention, CausalLm, DecoderLayer, FeedForward, RmsNorm};
-use crate::backend::Backend;
+use crate::backend::ReinBackend;
 
 /// The weights of a checkpoint: every safetensors file's bytes and which file holds each name.
 pub(super) struct Weights {
@@ -189,7 +189,7 @@ pub(crate) fn read_config(dir: &Path) -> Result<(LmConfig, serde_json::Value), L
 }
 
 /// Loads the model in `dir` (a checkpoint directory or a `.gguf` file) onto `device`.
-pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, LoadError> {
+pub fn load<B: ReinBackend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, LoadError> {
     let dir = &super::locate(dir)?;
     let (config, _) = read_config(dir)?;
     let weights = Weights::open(dir)?;
@@ -285,7 +285,7 @@ pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, L
 ///
 /// LoRA adapters are merged into the weights they adapt ([`CausalLm::merged`]); save them on
 /// their own with [`super::peft::save_adapter`].
-pub fn save<B: Backend>(model: &CausalLm<B>, dir: &Path) -> Result<(), LoadError> {
+pub fn save<B: ReinBackend>(model: &CausalLm<B>, dir: &Path) -> Result<(), LoadError> {
     let model = &model.merged();
     let io = |path: &Path, e: std::io::Error| LoadError::Io {
         path: path.to_path_buf(),

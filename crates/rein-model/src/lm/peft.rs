@@ -20,7 +20,7 @@ use super::LoadError;
 use super::lora::{Lora, LoraSpec};
 use super::model::CausalLm;
 use super::model_dir::{Weights, read};
-use crate::backend::Backend;
+use crate::backend::ReinBackend;
 
 /// The adapter's settings.
 pub const CONFIG_FILE: &str = "adapter_config.json";
@@ -58,7 +58,7 @@ fn adapter_error(path: &Path, reason: impl Into<String>) -> LoadError {
 
 /// Writes `model`'s adapters to `dir` in PEFT's format; `base_model` goes into the config's
 /// `base_model_name_or_path`.
-pub fn save_adapter<B: Backend>(model: &CausalLm<B>, dir: &Path, base_model: &str) -> Result<(), LoadError> {
+pub fn save_adapter<B: ReinBackend>(model: &CausalLm<B>, dir: &Path, base_model: &str) -> Result<(), LoadError> {
     let Some(lora) = &model.lora else {
         return Err(adapter_error(dir, "the model has no LoRA adapters to save"));
     };
@@ -175,7 +175,11 @@ fn read_spec(path: &Path) -> Result<(LoraSpec, Vec<String>), LoadError> {
 /// `model` with the adapter in `dir` (PEFT's format) attached, base weights frozen
 /// ([`CausalLm::with_lora`]). Every tensor of the file must belong to an adapted layer of
 /// this architecture, with the shape the config's rank implies.
-pub fn load_adapter<B: Backend>(model: CausalLm<B>, dir: &Path, device: &B::Device) -> Result<CausalLm<B>, LoadError> {
+pub fn load_adapter<B: ReinBackend>(
+    model: CausalLm<B>,
+    dir: &Path,
+    device: &B::Device,
+) -> Result<CausalLm<B>, LoadError> {
     let (spec, targets) = read_spec(&dir.join(CONFIG_FILE))?;
     let path = dir.join(WEIGHTS_FILE);
     if !path.is_file() {

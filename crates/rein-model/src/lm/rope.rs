@@ -8,7 +8,7 @@
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
 
 use super::LmConfig;
-use crate::backend::Backend;
+use crate::backend::ReinBackend;
 
 /// The inverse frequencies, computed in `f32` as transformers does, with scaling applied.
 pub fn inverse_frequencies(config: &LmConfig) -> Vec<f32> {
@@ -48,14 +48,14 @@ pub fn inverse_frequencies(config: &LmConfig) -> Vec<f32> {
 
 /// Precomputed `cos` and `sin` tables for positions `0..max_len`.
 #[derive(Debug, Clone)]
-pub struct Rope<B: Backend> {
+pub struct Rope<B: ReinBackend> {
     /// `[max_len, head_dim]`.
     cos: Tensor<B, 2>,
     /// `[max_len, head_dim]`.
     sin: Tensor<B, 2>,
 }
 
-impl<B: Backend> Rope<B> {
+impl<B: ReinBackend> Rope<B> {
     /// Tables for `max_len` positions.
     pub fn new(config: &LmConfig, max_len: usize, device: &B::Device) -> Self {
         let inv = inverse_frequencies(config);

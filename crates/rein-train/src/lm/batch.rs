@@ -6,7 +6,7 @@
 //! Positions count from each row's first real token, so padding changes nothing.
 
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
-use rein_model::Backend;
+use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, Context};
 
 /// Prompts and completions laid out for one forward pass.
@@ -90,7 +90,7 @@ impl TokenBatch {
     }
 
     /// The completion mask as a tensor, `[rows, C]`.
-    pub fn mask<B: Backend>(&self, device: &B::Device) -> Tensor<B, 2> {
+    pub fn mask<B: ReinBackend>(&self, device: &B::Device) -> Tensor<B, 2> {
         Tensor::from_data(
             TensorData::new(self.completion_mask.clone(), [self.rows, self.completion_width]),
             device,
@@ -173,7 +173,7 @@ impl ConcatenatedRows {
 ///
 /// # Shapes
 /// → `[rows, C]` each (0 at padding positions)
-pub fn completion_log_probs<B: Backend>(
+pub fn completion_log_probs<B: ReinBackend>(
     model: &CausalLm<B>,
     batch: &TokenBatch,
     temperature: f32,

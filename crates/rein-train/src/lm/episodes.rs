@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 
 use rein_core::{EpisodeStart, TextEnv, Tool, ToolError, Turn};
-use rein_model::Backend;
+use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, ChatMessage, LmTokenizer};
 use rein_sampler::{AfterTurn, FinishReason, GenerationConfig, Session};
 use serde_json::json;
@@ -98,7 +98,7 @@ pub struct TurnRecord {
 /// Plays `config.n` episodes of each prompt (episode `i * n + j` is sample `j` of prompt `i`),
 /// `config.max_new_tokens` tokens at most per turn. `first_id` numbers the episodes for the
 /// environment (ids must not repeat within a run).
-pub fn play<B: Backend>(
+pub fn play<B: ReinBackend>(
     model: &CausalLm<B>,
     tokenizer: &LmTokenizer,
     agent: &mut Agent,

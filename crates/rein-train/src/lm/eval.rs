@@ -2,7 +2,7 @@
 //! plugins the run trains with.
 
 use rein_core::{CompletionScore, Group, RewardFn};
-use rein_model::Backend;
+use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
 use rein_sampler::{GenerationConfig, generate};
 use serde::{Deserialize, Serialize};
@@ -88,7 +88,7 @@ pub struct EvalSettings<'a> {
 /// Evaluates `model` on `prompts` with `accuracy` as the judge and `majority` (a majority-vote
 /// reward reporting an `agreement` component) for maj@k.
 #[allow(clippy::too_many_arguments)]
-pub fn evaluate<B: Backend>(
+pub fn evaluate<B: ReinBackend>(
     model: &CausalLm<B>,
     tokenizer: &LmTokenizer,
     prompts: &[Prompt],
@@ -170,7 +170,7 @@ struct Judged {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn sample_and_score<B: Backend>(
+fn sample_and_score<B: ReinBackend>(
     model: &CausalLm<B>,
     tokenizer: &LmTokenizer,
     prompts: &[Prompt],

@@ -8,6 +8,7 @@ mod eval;
 mod grpo;
 mod rewards;
 mod rollout_source;
+pub(crate) mod run;
 mod sft;
 mod task;
 pub mod tool_calls;

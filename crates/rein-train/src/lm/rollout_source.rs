@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Condvar, Mutex};
 
-use rein_model::Backend;
+use rein_model::ReinBackend;
 use rein_model::lm::CausalLm;
 use rein_sampler::{Generation, GenerationConfig, Generator, GeneratorError};
 
@@ -45,7 +45,7 @@ pub struct Produced {
 type Outcome = Result<Produced, GeneratorError>;
 
 /// The newest policy the trainer published.
-struct Published<B: Backend> {
+struct Published<B: ReinBackend> {
     policy: Option<CausalLm<B>>,
     version: u64,
     closed: bool,
@@ -53,7 +53,7 @@ struct Published<B: Backend> {
 
 type Shared<B> = Arc<(Mutex<Published<B>>, Condvar)>;
 
-enum Mode<B: Backend> {
+enum Mode<B: ReinBackend> {
     /// Jobs run on the trainer's thread when taken.
     Inline {
         generator: Box<dyn Generator<B>>,
@@ -68,13 +68,13 @@ enum Mode<B: Backend> {
 }
 
 /// See the module docs.
-pub struct RolloutSource<B: Backend> {
+pub struct RolloutSource<B: ReinBackend> {
     mode: Mode<B>,
     max_staleness: usize,
     description: String,
 }
 
-impl<B: Backend> RolloutSource<B>
+impl<B: ReinBackend> RolloutSource<B>
 where
     CausalLm<B>: Send,
 {
@@ -183,7 +183,7 @@ where
     }
 }
 
-impl<B: Backend> Drop for RolloutSource<B> {
+impl<B: ReinBackend> Drop for RolloutSource<B> {
     fn drop(&mut self) {
         if let Mode::Ahead { shared, .. } = &self.mode {
             let (lock, ready) = &**shared;
@@ -194,7 +194,7 @@ impl<B: Backend> Drop for RolloutSource<B> {
 }
 
 /// The producer thread: each job once the policy is recent enough, on the newest policy.
-fn produce<B: Backend>(
+fn produce<B: ReinBackend>(
     mut generator: Box<dyn Generator<B>>,
     jobs: Receiver<(Job, u64)>,
     results: Sender<Outcome>,

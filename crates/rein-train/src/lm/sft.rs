@@ -11,7 +11,7 @@
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::ElementConversion;
-use rein_model::AutodiffBackend;
+use rein_model::ReinAutodiffBackend;
 use rein_model::lm::CausalLm;
 use rein_optim::clip_grad_norm;
 use rein_recipe::SftSection;
@@ -35,7 +35,7 @@ struct SftState {
 }
 
 /// Supervised fine-tuning of a language model on the examples' target completions.
-pub struct Sft<'a, B: AutodiffBackend> {
+pub struct Sft<'a, B: ReinAutodiffBackend> {
     /// The model being trained.
     pub model: CausalLm<B>,
     optim: OptimizerAdaptor<AdamW, CausalLm<B>, B>,
@@ -47,7 +47,7 @@ pub struct Sft<'a, B: AutodiffBackend> {
     device: B::Device,
 }
 
-impl<'a, B: AutodiffBackend> Sft<'a, B> {
+impl<'a, B: ReinAutodiffBackend> Sft<'a, B> {
     /// Fine-tunes `model` on the `prompts` that have a target, as `section` says.
     pub fn new(
         model: CausalLm<B>,
@@ -88,7 +88,7 @@ impl<'a, B: AutodiffBackend> Sft<'a, B> {
     }
 }
 
-impl<B: AutodiffBackend> Trainer for Sft<'_, B> {
+impl<B: ReinAutodiffBackend> Trainer for Sft<'_, B> {
     fn total_steps(&self) -> usize {
         self.section.steps
     }

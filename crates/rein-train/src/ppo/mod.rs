@@ -23,7 +23,7 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use rein_core::{FailureCounts, PluginError, Space, VecEnv};
-use rein_model::{ActionHead, ActorCritic, ActorCriticConfig, AutodiffBackend};
+use rein_model::{ActionHead, ActorCritic, ActorCriticConfig, ReinAutodiffBackend};
 use rein_optim::{LinearSchedule, PpoLossConfig, RewardScaler, RunningMeanStd, clip_grad_norm, gae, ppo_loss};
 use rein_recipe::{PpoRecipe, PpoSection, Recipe};
 use rein_sampler::{SeededRng, categorical_entropy, categorical_log_prob, gaussian_entropy, gaussian_log_prob};
@@ -58,7 +58,7 @@ struct PpoState {
 }
 
 /// PPO's agent, optimiser, environments and rollout storage.
-pub struct Ppo<'a, B: AutodiffBackend> {
+pub struct Ppo<'a, B: ReinAutodiffBackend> {
     recipe: &'a Recipe,
     ppo: &'a PpoSection,
     plugin: String,
@@ -80,7 +80,7 @@ pub struct Ppo<'a, B: AutodiffBackend> {
     device: B::Device,
 }
 
-impl<B: AutodiffBackend> Trainer for Ppo<'_, B> {
+impl<B: ReinAutodiffBackend> Trainer for Ppo<'_, B> {
     fn total_steps(&self) -> usize {
         self.num_updates
     }
@@ -134,7 +134,7 @@ impl<B: AutodiffBackend> Trainer for Ppo<'_, B> {
 }
 
 /// The four parts of an update.
-impl<B: AutodiffBackend> Ppo<'_, B> {
+impl<B: ReinAutodiffBackend> Ppo<'_, B> {
     /// The progress line after `update`.
     fn progress(&self, update: usize, sps: f64) -> String {
         let shown = self
@@ -354,7 +354,7 @@ impl<B: AutodiffBackend> Ppo<'_, B> {
     }
 }
 
-impl<'a, B: AutodiffBackend> Ppo<'a, B> {
+impl<'a, B: ReinAutodiffBackend> Ppo<'a, B> {
     /// Seeding → envs → agent → storage, for a PPO recipe on envs from `make_env`. With
     /// `log_actions`, every action sent is kept for checkpoints (see [`replay`]).
     pub fn new(
@@ -470,11 +470,11 @@ impl<'a, B: AutodiffBackend> Ppo<'a, B> {
     }
 }
 
-fn tensor1<B: AutodiffBackend>(values: Vec<f32>, device: &B::Device) -> Tensor<B, 1> {
+fn tensor1<B: ReinAutodiffBackend>(values: Vec<f32>, device: &B::Device) -> Tensor<B, 1> {
     let n = values.len();
     Tensor::from_data(TensorData::new(values, [n]), device)
 }
 
-fn tensor2<B: AutodiffBackend>(values: Vec<f32>, rows: usize, cols: usize, device: &B::Device) -> Tensor<B, 2> {
+fn tensor2<B: ReinAutodiffBackend>(values: Vec<f32>, rows: usize, cols: usize, device: &B::Device) -> Tensor<B, 2> {
     Tensor::from_data(TensorData::new(values, [rows, cols]), device)
 }

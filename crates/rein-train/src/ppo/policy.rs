@@ -5,7 +5,7 @@ use std::path::Path;
 
 use burn::tensor::{Tensor, TensorData};
 use rein_core::BatchActions;
-use rein_model::Backend;
+use rein_model::ReinBackend;
 use rein_model::{ActionHead, ActorCritic};
 use rein_optim::RunningMeanStd;
 use rein_recipe::{PpoSection, Recipe};
@@ -15,7 +15,7 @@ use super::EnvFactory;
 use crate::TrainError;
 
 /// Actor outputs (`[n, head]` flattened) and values (`[n]`) for `n` observations.
-pub(super) fn forward<B: Backend>(
+pub(super) fn forward<B: ReinBackend>(
     policy: &ActorCritic<B>,
     obs: &[f32],
     n: usize,
@@ -78,7 +78,7 @@ pub(super) fn act(
 }
 
 /// The policy's log-std as values (empty for a categorical head).
-pub(super) fn log_std<B: Backend>(policy: &ActorCritic<B>) -> Vec<f32> {
+pub(super) fn log_std<B: ReinBackend>(policy: &ActorCritic<B>) -> Vec<f32> {
     policy
         .log_std()
         .map(|t| t.into_data().to_vec::<f32>().unwrap_or_default())
@@ -87,7 +87,7 @@ pub(super) fn log_std<B: Backend>(policy: &ActorCritic<B>) -> Vec<f32> {
 
 /// Mean return of the deterministic policy (argmax / mean action) over `eval_episodes`
 /// episodes, on fresh environments seeded away from the training seeds.
-pub(super) fn evaluate<B: Backend>(
+pub(super) fn evaluate<B: ReinBackend>(
     policy: &ActorCritic<B>,
     make_env: &EnvFactory<'_>,
     recipe: &Recipe,
@@ -141,6 +141,6 @@ pub(super) fn evaluate<B: Backend>(
 }
 
 /// Writes the policy's parameters as `policy.safetensors`.
-pub(super) fn save_policy<B: Backend>(policy: &ActorCritic<B>, dir: &Path) -> Result<(), TrainError> {
+pub(super) fn save_policy<B: ReinBackend>(policy: &ActorCritic<B>, dir: &Path) -> Result<(), TrainError> {
     rein_model::safetensors_file::save_module(policy, &dir.join("policy.safetensors")).map_err(TrainError::Io)
 }

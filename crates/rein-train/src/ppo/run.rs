@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use burn::module::AutodiffModule;
-use rein_model::AutodiffBackend;
+use rein_model::ReinAutodiffBackend;
 use rein_recipe::{LoadedRecipe, Plan};
 
 use super::policy::{evaluate, save_policy};
@@ -53,7 +53,7 @@ pub struct PpoOutcome {
 
 /// Trains the recipe's PPO agent on `device`, writing the run into `run` when given, with
 /// checkpoints (and resuming) as `checkpointing` says.
-pub fn train<B: AutodiffBackend>(
+pub fn train<B: ReinAutodiffBackend>(
     loaded: &LoadedRecipe,
     make_env: &EnvFactory<'_>,
     device: &B::Device,

@@ -5,7 +5,7 @@
 
 use super::*;
 
-/// [`Backend::cached_attention`] of the sequences `spans` (a padded batch, or sequences packed
+/// [`ReinBackend::cached_attention`] of the sequences `spans` (a padded batch, or sequences packed
 /// end to end): `[batch, seq, heads, dim]`, like `q`'s `[batch, heads, seq, dim]`.
 pub(super) fn attention(
     q: FlexTensor,
@@ -23,7 +23,7 @@ pub(super) fn attention(
     tensor(out, &[batch, seq, heads, dim])
 }
 
-/// [`Backend::causal_attention_backward`] of the sequences `spans` (a padded batch, or
+/// [`ReinBackend::causal_attention_backward`] of the sequences `spans` (a padded batch, or
 /// sequences concatenated end to end), as tensors shaped like `q`, `k` and `v`.
 pub(super) fn attention_backward(
     q: FlexTensor,
@@ -108,8 +108,8 @@ pub(super) fn for_each_sequence<T: Send>(items: impl Iterator<Item = T>, work: u
     }
 }
 
-/// Attention's inputs (see [`Backend::cached_attention`] and
-/// [`Backend::varlen_causal_attention`]), read in place: queries `[batch, heads, seq, dim]`
+/// Attention's inputs (see [`ReinBackend::cached_attention`] and
+/// [`ReinBackend::varlen_causal_attention`]), read in place: queries `[batch, heads, seq, dim]`
 /// (at positions `offset..offset + seq` of their sequence), keys and values
 /// `[batch, kv_heads, capacity, dim]`, padding `[batch, offset + seq]`.
 pub(super) struct Attend<'a> {
@@ -273,7 +273,7 @@ pub(super) fn attention_weights<'k>(
     }
 }
 
-/// [`Backend::causal_attention_backward`]'s inputs: `q` `[batch, heads, seq, dim]`, `k` and `v`
+/// [`ReinBackend::causal_attention_backward`]'s inputs: `q` `[batch, heads, seq, dim]`, `k` and `v`
 /// `[batch, kv_heads, seq, dim]`, `grad` `[batch, seq, heads, dim]`, padding `[batch, seq]`.
 pub(super) struct AttendBackward<'a> {
     /// `q`, `k`, `v` and the padding, at offset 0.
@@ -290,7 +290,7 @@ impl AttendBackward<'_> {
     }
 }
 
-/// One sequence of [`Backend::causal_attention_backward`], query by query: the weights `p`
+/// One sequence of [`ReinBackend::causal_attention_backward`], query by query: the weights `p`
 /// recomputed as the forward pass computed them, then `∂sⱼ = pⱼ (∂O·vⱼ − Σᵢ pᵢ ∂O·vᵢ)`, and
 /// `∂q += ∂sⱼ kⱼ/√d`, `∂kⱼ += ∂sⱼ q/√d`, `∂vⱼ += pⱼ ∂O` over the keys it sees.
 #[inline(always)]

@@ -12,13 +12,13 @@ use rayon::prelude::*;
 use rein_kernels::{Init, Isa, MatRef, PackedMatrix, matmul, matmul_packed};
 
 use super::{
-    Backend, cached_attention_ops, causal_attention_backward_ops, equals_packed_ops, generic_ops, linear_ops,
+    ReinBackend, cached_attention_ops, causal_attention_backward_ops, equals_packed_ops, generic_ops, linear_ops,
     log_prob_entropy_backward_ops, log_prob_entropy_ops, lora_linear_backward_ops, lora_linear_ops, packed_linear_ops,
     rms_norm_backward_ops, rms_norm_ops, rope_ops, sequence_spans, swiglu_backward_ops, swiglu_ops, tanh_backward_ops,
     varlen_causal_attention_backward_ops, varlen_causal_attention_ops, write_cache_ops,
 };
 
-impl Backend for Flex {
+impl ReinBackend for Flex {
     fn tanh(x: FloatTensor<Self>) -> FloatTensor<Self> {
         if generic_ops() {
             return Self::float_tanh(x);
@@ -453,7 +453,7 @@ pub(super) const PARALLEL_ELEMENTS: usize = 1 << 15;
 /// depends on the thread count (and no result on the split: each element is computed alone).
 pub(super) const BLOCK: usize = 1 << 13;
 
-/// The weights [`Backend::equals_packed`] found equal to a packed matrix, with it: a generation
+/// The weights [`ReinBackend::equals_packed`] found equal to a packed matrix, with it: a generation
 /// asks about every weight of the model (~0.5 s for SmolLM2-135M), and a LoRA run's base
 /// weights never change. Each entry keeps a clone of the weight, so its storage can be neither
 /// freed and reused nor written in place (burn-flex copies shared storage before writing):

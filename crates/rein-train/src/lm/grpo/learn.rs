@@ -6,7 +6,7 @@
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use rein_core::{AdvantageKind, LagCorrection, StdScaling};
-use rein_model::AutodiffBackend;
+use rein_model::ReinAutodiffBackend;
 use rein_optim::{
     Correction, GigpoConfig, clip_grad_norm, group_normalized, kl_estimate_scalar, lag_correction, policy_loss,
     reinforce_pp, rloo,
@@ -22,7 +22,7 @@ use crate::lm::turn_advantages::{EpisodeTurns, token_advantages};
 use crate::watchdog::Phases;
 
 /// The policy loss's inputs for a batch, `[rows, width]` each, as values and as tensors.
-struct LossInputs<B: AutodiffBackend> {
+struct LossInputs<B: ReinAutodiffBackend> {
     /// The sampler's log-probabilities of the completion tokens.
     sampled_log_prob: Vec<f32>,
     /// One advantage per completion token.
@@ -39,7 +39,7 @@ struct LossInputs<B: AutodiffBackend> {
     shape: [usize; 2],
 }
 
-impl<B: AutodiffBackend> LossInputs<B> {
+impl<B: ReinAutodiffBackend> LossInputs<B> {
     fn tensor(values: &[f32], shape: [usize; 2], device: &B::Device) -> Tensor<B, 2> {
         Tensor::from_data(TensorData::new(values.to_vec(), shape), device)
     }
@@ -104,7 +104,7 @@ impl UpdateStats {
     }
 }
 
-impl<B: AutodiffBackend> Grpo<'_, B> {
+impl<B: ReinAutodiffBackend> Grpo<'_, B> {
     /// ADVANTAGES and LEARN: the outcome advantages of the batch (with −β·KL folded into the
     /// rewards when asked), then μ gradient steps. Returns the record's training entries.
     pub(super) fn learn(&mut self, step: usize, batch: &[Scored], phases: &Phases) -> Result<Record, TrainError> {

@@ -11,7 +11,7 @@ use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamW, AdamWConfig};
 use rein_core::{AdvantageKind, FailureCounts};
-use rein_model::AutodiffBackend;
+use rein_model::ReinAutodiffBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
 use rein_optim::{LinearSchedule, PolicyLossConfig};
 use rein_recipe::{GrpoSection, OptimizerSection, SamplerSection};
@@ -107,7 +107,7 @@ struct GrpoState {
 }
 
 /// The GRPO family on a language model.
-pub struct Grpo<'a, B: AutodiffBackend> {
+pub struct Grpo<'a, B: ReinAutodiffBackend> {
     /// The policy being trained.
     pub model: CausalLm<B>,
     optim: OptimizerAdaptor<AdamW, CausalLm<B>, B>,
@@ -128,7 +128,7 @@ pub struct Grpo<'a, B: AutodiffBackend> {
     device: B::Device,
 }
 
-impl<'a, B: AutodiffBackend> Grpo<'a, B> {
+impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
     /// GRPO from `model` (also the KL reference when β ≠ 0), sampling in process.
     pub fn new(model: CausalLm<B>, ctx: GrpoContext<'a>, device: &B::Device) -> Result<Self, TrainError> {
         let native = Box::new(NativeGenerator::<B::InnerBackend>::new(ctx.tokenizer.clone(), device));
@@ -244,7 +244,7 @@ impl<'a, B: AutodiffBackend> Grpo<'a, B> {
     }
 }
 
-impl<B: AutodiffBackend> Trainer for Grpo<'_, B> {
+impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
     fn total_steps(&self) -> usize {
         self.ctx.grpo.steps
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use burn::module::AutodiffModule;
 use rein_core::{Group, ToolErrorKind};
-use rein_model::AutodiffBackend;
+use rein_model::ReinAutodiffBackend;
 use rein_sampler::{FinishReason, GenerationConfig};
 use serde_json::json;
 
@@ -99,7 +99,7 @@ pub(super) struct Sampled {
     pub(super) episodes: Option<EpisodeStats>,
 }
 
-impl<B: AutodiffBackend> Grpo<'_, B> {
+impl<B: ReinAutodiffBackend> Grpo<'_, B> {
     /// SAMPLE and SCORE: `prompts_per_step` groups of `n` completions, scored; with dynamic
     /// sampling, groups without reward variance are replaced by new prompts (at most
     /// `max_resample` more rounds).

@@ -8,7 +8,7 @@ use rein_plugin::PluginRuntime;
 
 use crate::TrainError;
 use crate::checkpoint::{CheckpointDir, Checkpointing};
-use crate::lm_run::{LmOutcome, run_lm};
+use crate::lm::run::{LmOutcome, run_lm};
 use crate::ppo::{self, PpoOutcome};
 use crate::run_dir::RunDir;
 use rein_recipe::{Algorithm, Device, LoadedRecipe, Plan, PpoRecipe};

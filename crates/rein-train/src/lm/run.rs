@@ -9,7 +9,7 @@ use rein_core::SamplerBackend;
 use rein_core::{RewardFn, TextEnv, Tool};
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, load, save};
-use rein_model::{AutodiffBackend, Backend};
+use rein_model::{ReinAutodiffBackend, ReinBackend};
 use rein_plugin::{PluginRuntime, RewardPlugin};
 use rein_sampler::{Generator, HttpGenerator, HttpSettings, NativeGenerator, SeededRng};
 use serde_json::json;
@@ -25,7 +25,7 @@ use rein_recipe::{Algorithm, GrpoRecipe, GrpoSection, LoadedRecipe, Plan, Recipe
 /// Where GRPO's completions come from: the native sampler, or the inference servers of
 /// `sampler.urls` (waited for until they answer), with the policy written under
 /// `sampler.weights_dir` (default `<run>/weights`).
-fn generator<B: Backend>(
+fn generator<B: ReinBackend>(
     loaded: &LoadedRecipe,
     tokenizer: &LmTokenizer,
     run: Option<&RunDir>,
@@ -91,7 +91,7 @@ fn invalid(loaded: &LoadedRecipe, path: &str, message: impl Into<String>) -> Tra
 }
 
 /// Everything a language-model run or evaluation needs, built from a recipe.
-struct LmSetup<B: Backend> {
+struct LmSetup<B: ReinBackend> {
     model: CausalLm<B>,
     tokenizer: LmTokenizer,
     train: Vec<lm::Prompt>,
@@ -105,7 +105,7 @@ struct LmSetup<B: Backend> {
 
 /// Loads or initialises the model (or the model directory `model_dir`, when given), the
 /// tokenizer, the data (writing a generated task into `data_dir`), and the reward plugins.
-fn setup<B: Backend>(
+fn setup<B: ReinBackend>(
     loaded: &LoadedRecipe,
     plugin_dir: &Path,
     data_dir: Option<&Path>,
@@ -276,7 +276,7 @@ fn lora_spec(loaded: &LoadedRecipe) -> Result<Option<LoraSpec>, TrainError> {
 
 /// The recipe's model (or the model directory `model_dir`) and its tokenizer, checked against
 /// each other.
-fn model_and_tokenizer<B: Backend>(
+fn model_and_tokenizer<B: ReinBackend>(
     loaded: &LoadedRecipe,
     model_dir: Option<&Path>,
     rng: &mut SeededRng,
@@ -341,9 +341,9 @@ fn model_and_tokenizer<B: Backend>(
     Ok((model, tokenizer))
 }
 
-impl<B: Backend> LmSetup<B> {
+impl<B: ReinBackend> LmSetup<B> {
     /// Evaluates `model` on the held-out prompts; `None` without prompts or rewards.
-    fn evaluate<M: Backend>(
+    fn evaluate<M: ReinBackend>(
         &mut self,
         model: &CausalLm<M>,
         loaded: &LoadedRecipe,
@@ -420,7 +420,7 @@ impl LmStage {
 /// Runs an SFT or GRPO recipe on backend `B`, checkpointing (and resuming) as `checkpointing`
 /// says: a checkpoint taken during GRPO continues there, with the model GRPO started from read
 /// back from `<run>/sft` for the KL reference.
-pub fn run_lm<B: AutodiffBackend>(
+pub fn run_lm<B: ReinAutodiffBackend>(
     loaded: &LoadedRecipe,
     plugin_dir: &Path,
     run: Option<&RunDir>,
@@ -476,7 +476,7 @@ pub fn run_lm<B: AutodiffBackend>(
 }
 
 /// What the stages of a language-model run share.
-struct Stages<'a, B: AutodiffBackend> {
+struct Stages<'a, B: ReinAutodiffBackend> {
     loaded: &'a LoadedRecipe,
     run: Option<&'a RunDir>,
     checkpointing: &'a Checkpointing,
@@ -488,7 +488,7 @@ struct Stages<'a, B: AutodiffBackend> {
     device: B::Device,
 }
 
-impl<B: AutodiffBackend> Stages<'_, B> {
+impl<B: ReinAutodiffBackend> Stages<'_, B> {
     /// The SFT stage, when the recipe has one, and the evaluation before RL; or, resuming a
     /// checkpoint taken during GRPO, the model SFT produced (read back from `<run>/sft`).
     fn sft(&mut self) -> Result<(CausalLm<B>, LmStage), TrainError> {
@@ -591,7 +591,7 @@ impl<B: AutodiffBackend> Stages<'_, B> {
 }
 
 /// Writes `model` and its tokenizer as a Hugging Face model directory.
-fn save_model_dir<B: Backend>(model: &CausalLm<B>, tokenizer: &LmTokenizer, dir: &Path) -> Result<(), TrainError> {
+fn save_model_dir<B: ReinBackend>(model: &CausalLm<B>, tokenizer: &LmTokenizer, dir: &Path) -> Result<(), TrainError> {
     save(model, dir)?;
     tokenizer.save(dir)?;
     Ok(())
