@@ -28,9 +28,9 @@ pub use rein_core::ServerApi;
 use crate::batch_decode::Generation;
 use crate::generator::{Generator, GeneratorError};
 use crate::protocol::{
-    CompletionChoice, CompletionRequest, GenerateOutput, GenerateRequest, GenerateResponse, LoadLoraRequest, Matched,
-    SamplingParams, SamplingParamsField, SglangFinish, Stop, StopReason, UnloadLoraRequest, UpdateWeightsRequest,
-    UpdateWeightsResponse, parse,
+    CompletionChoice, CompletionRequest, CompletionResponse, GenerateOutput, GenerateRequest, GenerateResponse,
+    LoadLoraRequest, Matched, Prompts, SamplingParams, SamplingParamsField, SglangFinish, Stop, StopReason,
+    UnloadLoraRequest, UpdateWeightsRequest, UpdateWeightsResponse, parse,
 };
 use crate::session::prompt_seed;
 use crate::token_choice::{FinishReason, GenerationConfig};
@@ -168,7 +168,7 @@ impl<B: ReinBackend> HttpGenerator<B> {
         let stop_token_ids = Some(config.stop_token_ids.clone());
         match self.settings.api {
             ServerApi::Sglang => Request::Sglang(Box::new(GenerateRequest {
-                input_ids: Some(crate::protocol::Prompts::Ids(prompt.to_vec())),
+                input_ids: Some(Prompts::Ids(prompt.to_vec())),
                 sampling_params: Some(SamplingParamsField::One(SamplingParams {
                     max_new_tokens,
                     temperature: Some(config.temperature),
@@ -188,7 +188,7 @@ impl<B: ReinBackend> HttpGenerator<B> {
             })),
             ServerApi::Vllm => Request::Vllm(Box::new(CompletionRequest {
                 model: Some(self.settings.model.clone()),
-                prompt: crate::protocol::Prompts::Ids(prompt.to_vec()),
+                prompt: Prompts::Ids(prompt.to_vec()),
                 max_tokens: max_new_tokens,
                 max_completion_tokens: None,
                 temperature: Some(config.temperature),
@@ -224,7 +224,7 @@ impl<B: ReinBackend> HttpGenerator<B> {
                 check_count(samples, n).map(|s| (s, version))
             }
             ServerApi::Vllm => {
-                let mut answer = parse::<crate::protocol::CompletionResponse>(answer)
+                let mut answer = parse::<CompletionResponse>(answer)
                     .map_err(|e| format!("not an OpenAI completions answer ({e})"))?;
                 answer.choices.sort_by_key(|c| c.index);
                 let samples = (answer.choices.into_iter())
@@ -718,7 +718,7 @@ mod tests {
             "vllm-completions-response-usage.json",
         ] {
             let answer = fixture(name);
-            assert!(parse::<crate::protocol::CompletionResponse>(&answer).is_ok(), "{name}");
+            assert!(parse::<CompletionResponse>(&answer).is_ok(), "{name}");
             let error = client.parse(&answer, &config(1, vec![])).err().unwrap();
             assert!(error.contains("needs vLLM ≥ 0.10.2"), "{name}: {error}");
         }

@@ -214,6 +214,11 @@ impl CheckpointDir {
         &self.dir
     }
 
+    /// The run directory it belongs to (what `--resume` takes).
+    pub fn run(&self) -> &Path {
+        self.dir.parent().unwrap_or(&self.dir)
+    }
+
     /// Writes a checkpoint for `step` atomically, then deletes all but the newest [`KEEP`].
     pub fn save(&self, step: u64, sections: &[(&str, &[u8])]) -> Result<PathBuf, CheckpointError> {
         let path = self.dir.join(format!("step-{step:08}.ckpt"));

@@ -245,7 +245,7 @@ impl Driver<'_> {
             return Err(TrainError::Interrupted {
                 step,
                 checkpoint: path,
-                run: dir.path().parent().unwrap_or(dir.path()).to_path_buf(),
+                run: dir.run().to_path_buf(),
             });
         }
         Ok(())
@@ -299,9 +299,7 @@ impl Driver<'_> {
     }
 
     fn save(&self, dir: &CheckpointDir, step: usize, snapshot: Snapshot) -> Result<std::path::PathBuf, TrainError> {
-        let sections = snapshot();
-        let borrowed: Vec<(&str, &[u8])> = sections.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
-        Ok(dir.save((self.checkpointing.step_offset + step) as u64, &borrowed)?)
+        Ok(write_snapshot(dir, self.checkpointing.step_offset + step, snapshot)?)
     }
 
     /// What the watchdog does: save the last completed step (when it was not saved already)
@@ -313,24 +311,29 @@ impl Driver<'_> {
         Box::new(move |stall| {
             let saved = latest.lock().unwrap_or_else(|e| e.into_inner()).take();
             let saved = match (&dir, saved) {
-                (Some(dir), Some((step, snapshot))) => {
-                    let sections = snapshot();
-                    let borrowed: Vec<(&str, &[u8])> =
-                        sections.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
-                    match dir.save((offset + step) as u64, &borrowed) {
-                        Ok(path) => format!("; saved step {step} in {}", path.display()),
-                        Err(e) => format!("; could not save step {step}: {e}"),
-                    }
-                }
+                (Some(dir), Some((step, snapshot))) => match write_snapshot(dir, offset + step, snapshot) {
+                    Ok(path) => format!("; saved step {step} in {}", path.display()),
+                    Err(e) => format!("; could not save step {step}: {e}"),
+                },
                 (Some(_), None) => "; the newest checkpoint is the last completed step".into(),
                 (None, _) => String::new(),
             };
-            let run = dir
-                .as_ref()
-                .map(|dir| dir.path().parent().unwrap_or(dir.path()).to_path_buf());
+            let run = dir.as_ref().map(|dir| dir.run().to_path_buf());
             report_stall(TrainError::Stalled { stall, saved, run });
         })
     }
+}
+
+/// Serialises `snapshot` and writes it as the checkpoint of step `step` (counted over the
+/// whole run, earlier stages included).
+fn write_snapshot(
+    dir: &CheckpointDir,
+    step: usize,
+    snapshot: Snapshot,
+) -> Result<std::path::PathBuf, crate::checkpoint::CheckpointError> {
+    let sections = snapshot();
+    let borrowed: Vec<(&str, &[u8])> = sections.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
+    dir.save(step as u64, &borrowed)
 }
 
 fn add_failures(

@@ -383,14 +383,14 @@ pub(super) fn component_means(batch: &[Scored]) -> std::collections::BTreeMap<St
 /// empty or the compact JSON object the data loader wrote, so the key is spliced in without
 /// parsing it again; only a row that already has the key is parsed (its value is replaced).
 fn with_token_counts(metadata: &str, lengths: impl Iterator<Item = usize>) -> String {
-    let counts = json!(lengths.collect::<Vec<_>>()).to_string();
+    let counts = json!(lengths.collect::<Vec<_>>());
     match metadata.strip_suffix('}') {
         _ if metadata.contains("\"completion_tokens\"") => {
             let mut value = match serde_json::from_str::<serde_json::Value>(metadata) {
                 Ok(serde_json::Value::Object(map)) => serde_json::Value::Object(map),
                 _ => json!({}),
             };
-            value["completion_tokens"] = serde_json::from_str(&counts).expect("a list of counts");
+            value["completion_tokens"] = counts;
             value.to_string()
         }
         Some("{") | None => format!("{{\"completion_tokens\":{counts}}}"),
