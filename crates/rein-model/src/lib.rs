@@ -26,7 +26,10 @@ pub mod random;
 pub mod safetensors_file;
 
 pub use actor_critic::{ActionHead, ActorCritic, ActorCriticConfig};
-pub use backend::{ReinAutodiffBackend, ReinBackend, use_generic_ops};
+pub use backend::{
+    AttentionKernels, HeadKernels, LinearKernels, LoraKernels, NormKernels, ReinAutodiffBackend, ReinBackend,
+    RopeKernels, SwigluKernels, TanhKernels, use_generic_ops,
+};
 pub use mlp::{Activation, Mlp, MlpConfig};
 pub use one_graph::one_graph;
 

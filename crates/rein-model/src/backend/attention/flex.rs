@@ -3,9 +3,15 @@
 
 #![allow(clippy::wildcard_imports)]
 
-use super::*;
+use burn::backend::Flex;
+use burn::tensor::ops::FloatTensorOps;
+use burn_flex::FlexTensor;
+use rayon::prelude::*;
 
-/// [`ReinBackend::cached_attention`] of the sequences `spans` (a padded batch, or sequences packed
+use super::super::flex::*;
+use super::sequence_spans;
+
+/// [`AttentionKernels::cached_attention`] of the sequences `spans` (a padded batch, or sequences packed
 /// end to end): `[batch, seq, heads, dim]`, like `q`'s `[batch, heads, seq, dim]`.
 pub(super) fn attention(
     q: FlexTensor,
@@ -23,7 +29,7 @@ pub(super) fn attention(
     tensor(out, &[batch, seq, heads, dim])
 }
 
-/// [`ReinBackend::causal_attention_backward`] of the sequences `spans` (a padded batch, or
+/// [`AttentionKernels::causal_attention_backward`] of the sequences `spans` (a padded batch, or
 /// sequences concatenated end to end), as tensors shaped like `q`, `k` and `v`.
 pub(super) fn attention_backward(
     q: FlexTensor,
@@ -108,8 +114,8 @@ pub(super) fn for_each_sequence<T: Send>(items: impl Iterator<Item = T>, work: u
     }
 }
 
-/// Attention's inputs (see [`ReinBackend::cached_attention`] and
-/// [`ReinBackend::varlen_causal_attention`]), read in place: queries `[batch, heads, seq, dim]`
+/// Attention's inputs (see [`AttentionKernels::cached_attention`] and
+/// [`AttentionKernels::varlen_causal_attention`]), read in place: queries `[batch, heads, seq, dim]`
 /// (at positions `offset..offset + seq` of their sequence), keys and values
 /// `[batch, kv_heads, capacity, dim]`, padding `[batch, offset + seq]`.
 pub(super) struct Attend<'a> {
@@ -121,54 +127,6 @@ pub(super) struct Attend<'a> {
     pub(super) kv_heads: usize,
     pub(super) offset: usize,
     pub(super) dim: usize,
-}
-
-/// The rows along the last axis of a 4-D `f32` tensor, read in place through its strides
-/// (transposed views included): row `(i, j, t)` starts at `start + i·s₀ + j·s₁ + t·s₂`.
-#[derive(Clone, Copy)]
-pub(super) struct Rows<'a> {
-    pub(super) data: &'a [f32],
-    pub(super) start: usize,
-    pub(super) strides: [usize; 3],
-    pub(super) width: usize,
-}
-
-impl<'a> Rows<'a> {
-    /// `None` unless `x` is a 4-D `f32` tensor with contiguous rows and non-negative strides.
-    pub(super) fn try_of(x: &'a FlexTensor) -> Option<Self> {
-        let layout = x.layout();
-        let strides = layout.strides();
-        if x.dtype() != DType::F32 || layout.shape().num_dims() != 4 || strides[3] != 1 {
-            return None;
-        }
-        let stride = |i: usize| usize::try_from(strides[i]).ok();
-        Some(Self {
-            data: x.storage::<f32>(),
-            start: layout.start_offset(),
-            strides: [stride(0)?, stride(1)?, stride(2)?],
-            width: layout.shape()[3],
-        })
-    }
-
-    /// The rows of a tensor that [`readable`] returned.
-    pub(super) fn of(x: &'a FlexTensor) -> Self {
-        Self::try_of(x).expect("a readable 4-D f32 tensor")
-    }
-
-    #[inline(always)]
-    pub(super) fn row(&self, i: usize, j: usize, t: usize) -> &'a [f32] {
-        let [s0, s1, s2] = self.strides;
-        &self.data[self.start + i * s0 + j * s1 + t * s2..][..self.width]
-    }
-}
-
-/// `x` itself when [`Rows`] can read it in place, else a contiguous copy.
-pub(super) fn readable(x: FlexTensor) -> FlexTensor {
-    if Rows::try_of(&x).is_some() {
-        x
-    } else {
-        x.to_contiguous()
-    }
 }
 
 impl<'a> Attend<'a> {
@@ -273,7 +231,7 @@ pub(super) fn attention_weights<'k>(
     }
 }
 
-/// [`ReinBackend::causal_attention_backward`]'s inputs: `q` `[batch, heads, seq, dim]`, `k` and `v`
+/// [`AttentionKernels::causal_attention_backward`]'s inputs: `q` `[batch, heads, seq, dim]`, `k` and `v`
 /// `[batch, kv_heads, seq, dim]`, `grad` `[batch, seq, heads, dim]`, padding `[batch, seq]`.
 pub(super) struct AttendBackward<'a> {
     /// `q`, `k`, `v` and the padding, at offset 0.
@@ -290,7 +248,7 @@ impl AttendBackward<'_> {
     }
 }
 
-/// One sequence of [`ReinBackend::causal_attention_backward`], query by query: the weights `p`
+/// One sequence of [`AttentionKernels::causal_attention_backward`], query by query: the weights `p`
 /// recomputed as the forward pass computed them, then `∂sⱼ = pⱼ (∂O·vⱼ − Σᵢ pᵢ ∂O·vᵢ)`, and
 /// `∂q += ∂sⱼ kⱼ/√d`, `∂kⱼ += ∂sⱼ q/√d`, `∂vⱼ += pⱼ ∂O` over the keys it sees.
 #[inline(always)]
@@ -334,5 +292,38 @@ pub(super) fn attention_backward_sequence(
     }
 }
 
-with_avx2!(fn softmax_moments(row: &[f32], scale: f32) -> SoftmaxMoments => softmax_moments_kernel);
-with_avx2!(fn log_prob_entropy_gradient_row(out: &mut [f32], row: &[f32], scale: f32, g_lp: f32, g_h: f32) => log_prob_entropy_gradient_kernel);
+/// `y ← y + a·x`.
+#[inline(always)]
+pub(super) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y += a * x;
+    }
+}
+
+/// `out ← Σⱼ weights[j] · value(j)` over rows of `D` values, accumulated in registers.
+#[inline(always)]
+pub(super) fn weighted_sum<'v, const D: usize>(weights: &[f32], value: impl Fn(usize) -> &'v [f32], out: &mut [f32]) {
+    let mut acc = [0.0f32; D];
+    for (j, &w) in weights.iter().enumerate() {
+        // As an array, so the loop unrolls into `D / 8` vector registers.
+        let value: &[f32; D] = value(j).first_chunk().expect("rows of D values");
+        for (a, &x) in acc.iter_mut().zip(value) {
+            *a += w * x;
+        }
+    }
+    out.copy_from_slice(&acc);
+}
+
+/// `Σ xᵢ` with independent partial sums, so the loop vectorises.
+#[inline(always)]
+pub(super) fn sum(x: &[f32]) -> f32 {
+    const LANES: usize = 8;
+    let mut partial = [0.0f32; LANES];
+    let (body, tail) = x.split_at(x.len() / LANES * LANES);
+    for chunk in body.chunks_exact(LANES) {
+        for i in 0..LANES {
+            partial[i] += chunk[i];
+        }
+    }
+    partial.iter().sum::<f32>() + tail.iter().sum::<f32>()
+}

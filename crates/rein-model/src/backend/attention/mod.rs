@@ -1,0 +1,474 @@
+//! Causal attention: decoding against a key/value cache (and writing the cache in place), and
+//! whole sequences for training and scoring, padded or concatenated end to end, with a backward
+//! that recomputes each query's weights from `q` and `k` and writes `∂q`, `∂k`, `∂v` in one pass
+//! per sequence. burn's autodiff of its attention ops kept `[batch, heads, seq, seq]` weights and
+//! copied repeated keys, masks and transposed views several times per layer (over a third of a
+//! GRPO step). On Flex every input is read in place and the output written in the layout the
+//! next projection reads ([`flex`]); other backends, CUDA included, run one burn-op attention per
+//! sequence.
+
+mod flex;
+#[cfg(test)]
+mod tests;
+
+use burn::backend::Flex;
+use burn::tensor::ops::{AttentionModuleOptions, BoolTensor, FloatTensor};
+use burn::tensor::{Bool, DType, Int, Tensor};
+use burn_autodiff::Autodiff;
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind};
+
+use self::flex::{Span, attention, attention_backward};
+use super::flex::{dims, f32s};
+use super::{ReinBackend, float, generic_ops, register_inputs};
+
+/// Causal attention over a cache and over whole sequences, with its backward.
+pub trait AttentionKernels: burn::tensor::backend::Backend {
+    /// Writes `values` into `buffer` at positions `start..` of axis 2 and returns the buffer.
+    /// In place when the buffer is not shared (burn-flex's `slice_assign` copies the whole
+    /// buffer first, which made every decoding step copy the key/value cache).
+    ///
+    /// # Shapes
+    /// - `buffer`: `[batch, heads, capacity, head_dim]`, `values`: `[batch, heads, seq, head_dim]`
+    fn write_cache(buffer: FloatTensor<Self>, values: FloatTensor<Self>, start: usize) -> FloatTensor<Self> {
+        write_cache_ops::<Self>(buffer, values, start)
+    }
+
+    /// Causal scaled dot-product attention of `seq` new tokens per sequence over a key/value
+    /// cache whose first `offset + seq` positions are filled (the new tokens' own keys and
+    /// values last), the query heads of each key/value head sharing it.
+    ///
+    /// # Shapes
+    /// - `q`: `[batch, heads, seq, head_dim]`, `heads` a multiple of `kv_heads`
+    /// - `k`, `v`: `[batch, kv_heads, capacity, head_dim]`, positions `offset + seq..` unused
+    /// - `padding`: `[batch, offset + seq]`, `true` where a key is padding (a padding token still
+    ///   attends to itself, so no row is empty)
+    /// - → `[batch, seq, heads, head_dim]`
+    fn cached_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        offset: usize,
+        padding: Option<BoolTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        cached_attention_ops::<Self>(q, k, v, offset, padding)
+    }
+
+    /// Causal attention of whole sequences (training and scoring, no cache): attention over
+    /// keys and values of the same `seq` tokens. Its autodiff version has its own backward,
+    /// [`AttentionKernels::causal_attention_backward`].
+    ///
+    /// # Shapes
+    /// - `q`: `[batch, heads, seq, head_dim]`, `k`, `v`: `[batch, kv_heads, seq, head_dim]`,
+    ///   `padding`: `[batch, seq]` (as for [`AttentionKernels::cached_attention`]) → `[batch, seq, heads, head_dim]`
+    fn causal_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        padding: Option<BoolTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        Self::cached_attention(q, k, v, 0, padding)
+    }
+
+    /// The gradients of [`AttentionKernels::causal_attention`] given the output's, `(∂q, ∂k, ∂v)`. With
+    /// `P = softmax(q kᵀ/√d)` (masked) per query head and `∂P = ∂O vᵀ`:
+    /// `∂v = Pᵀ ∂O`, `∂S = P ⊙ (∂P − rowsum(P ⊙ ∂P))`, `∂q = ∂S k/√d`, `∂k = ∂Sᵀ q/√d`, the key
+    /// and value gradients summed over the query heads that share them. `P` is recomputed,
+    /// not stored: one more `q kᵀ` costs less than keeping `[batch, heads, seq, seq]` per layer.
+    ///
+    /// # Shapes
+    /// - as [`AttentionKernels::causal_attention`]'s inputs, `grad` like its output → like `q`, `k`, `v`
+    fn causal_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        padding: Option<BoolTensor<Self>>,
+        grad: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        causal_attention_backward_ops::<Self>(q, k, v, padding, grad)
+    }
+
+    /// Causal attention of sequences concatenated end to end along the token axis, without padding:
+    /// sequence `i` is the `lengths[i]` tokens after those of sequences `0..i`, and attends to
+    /// its own tokens only. What [`AttentionKernels::causal_attention`] computes for each sequence
+    /// alone, without the rows a padded batch spends on padding. Its autodiff version has its
+    /// own backward, [`AttentionKernels::varlen_causal_attention_backward`].
+    ///
+    /// # Shapes
+    /// - `q`: `[1, heads, total, head_dim]`, `k`, `v`: `[1, kv_heads, total, head_dim]` with
+    ///   `total = Σ lengths` → `[1, total, heads, head_dim]`
+    fn varlen_causal_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        lengths: &[usize],
+    ) -> FloatTensor<Self> {
+        varlen_causal_attention_ops::<Self>(q, k, v, lengths)
+    }
+
+    /// The gradients of [`AttentionKernels::varlen_causal_attention`] given the output's: each
+    /// sequence's as [`AttentionKernels::causal_attention_backward`] gives them.
+    ///
+    /// # Shapes
+    /// - as [`AttentionKernels::varlen_causal_attention`]'s inputs, `grad` like its output → like `q`, `k`, `v`
+    fn varlen_causal_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        lengths: &[usize],
+        grad: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        varlen_causal_attention_backward_ops::<Self>(q, k, v, lengths, grad)
+    }
+}
+
+/// [`AttentionKernels::write_cache`] in burn ops.
+pub(super) fn write_cache_ops<B: burn::tensor::backend::Backend>(
+    buffer: FloatTensor<B>,
+    values: FloatTensor<B>,
+    start: usize,
+) -> FloatTensor<B> {
+    let values = float::<B, 4>(values);
+    let [batch, heads, seq, dim] = values.dims();
+    float::<B, 4>(buffer)
+        .slice_assign([0..batch, 0..heads, start..start + seq, 0..dim], values)
+        .into_primitive()
+        .tensor()
+}
+
+/// [`AttentionKernels::cached_attention`] in burn ops (and so with gradients, on an autodiff backend).
+pub(super) fn cached_attention_ops<B: burn::tensor::backend::Backend>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    offset: usize,
+    padding: Option<BoolTensor<B>>,
+) -> FloatTensor<B> {
+    let q = float::<B, 4>(q);
+    let [batch, heads, seq, dim] = q.dims();
+    let kv_heads = float::<B, 4>(k.clone()).dims()[1];
+    let keys = offset + seq;
+    let rep = heads / kv_heads;
+    // Each key/value head repeated for the query heads that share it.
+    let repeat = |t: FloatTensor<B>| {
+        let t = float::<B, 4>(t).narrow(2, 0, keys);
+        if rep == 1 {
+            t
+        } else {
+            t.unsqueeze_dim::<5>(2)
+                .expand([batch, kv_heads, rep, keys, dim])
+                .reshape([batch, heads, keys, dim])
+        }
+    };
+    let padding = padding.map(Tensor::<B, 2, Bool>::from_primitive);
+    let mask = attention_mask::<B>(batch, seq, keys, offset, padding, &q.device());
+    burn::tensor::module::attention(
+        q,
+        repeat(k),
+        repeat(v),
+        Some(mask.expand([batch, heads, seq, keys])),
+        None,
+        AttentionModuleOptions::default(),
+    )
+    .swap_dims(1, 2)
+    .into_primitive()
+    .tensor()
+}
+
+/// [`AttentionKernels::causal_attention_backward`] in burn ops.
+pub(super) fn causal_attention_backward_ops<B: burn::tensor::backend::Backend>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    padding: Option<BoolTensor<B>>,
+    grad: FloatTensor<B>,
+) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+    let (q, k, v) = (float::<B, 4>(q), float::<B, 4>(k), float::<B, 4>(v));
+    let [batch, heads, seq, dim] = q.dims();
+    let kv_heads = k.dims()[1];
+    let rep = heads / kv_heads;
+    let scale = 1.0 / (dim as f64).sqrt();
+    let repeat = |t: Tensor<B, 4>| {
+        t.unsqueeze_dim::<5>(2)
+            .expand([batch, kv_heads, rep, seq, dim])
+            .reshape([batch, heads, seq, dim])
+    };
+    // The key/value heads' gradients: the sum over the query heads sharing each.
+    let fold = |t: Tensor<B, 4>| {
+        t.reshape([batch, kv_heads, rep, seq, dim])
+            .sum_dim(2)
+            .reshape([batch, kv_heads, seq, dim])
+    };
+    let (k, v) = (repeat(k), repeat(v));
+    let padding = padding.map(Tensor::<B, 2, Bool>::from_primitive);
+    let mask = attention_mask::<B>(batch, seq, seq, 0, padding, &q.device()).expand([batch, heads, seq, seq]);
+    let scores = q.clone().matmul(k.clone().swap_dims(2, 3)).mul_scalar(scale);
+    let p = burn::tensor::activation::softmax(scores.mask_fill(mask, f32::NEG_INFINITY), 3);
+    let d_out = float::<B, 4>(grad).swap_dims(1, 2);
+    let d_v = p.clone().swap_dims(2, 3).matmul(d_out.clone());
+    let d_p = d_out.matmul(v.swap_dims(2, 3));
+    let d_s = p.clone() * (d_p.clone() - (p * d_p).sum_dim(3));
+    let d_q = d_s.clone().matmul(k).mul_scalar(scale);
+    let d_k = d_s.swap_dims(2, 3).matmul(q).mul_scalar(scale);
+    let raw = |t: Tensor<B, 4>| t.into_primitive().tensor();
+    (raw(d_q), raw(fold(d_k)), raw(fold(d_v)))
+}
+
+/// Where each packed sequence starts, and its length.
+pub(super) fn sequence_spans(lengths: &[usize]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    lengths.iter().scan(0, |start, &len| {
+        *start += len;
+        Some((*start - len, len))
+    })
+}
+
+/// [`AttentionKernels::varlen_causal_attention`] as one [`AttentionKernels::causal_attention`] per sequence.
+pub(super) fn varlen_causal_attention_ops<B: AttentionKernels>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    lengths: &[usize],
+) -> FloatTensor<B> {
+    let (q, k, v) = (float::<B, 4>(q), float::<B, 4>(k), float::<B, 4>(v));
+    let raw = |t: Tensor<B, 4>| t.into_primitive().tensor();
+    let outputs = sequence_spans(lengths)
+        .map(|(start, len)| {
+            let part = |t: &Tensor<B, 4>| raw(t.clone().narrow(2, start, len));
+            float::<B, 4>(B::causal_attention(part(&q), part(&k), part(&v), None))
+        })
+        .collect();
+    raw(Tensor::cat(outputs, 1))
+}
+
+/// [`AttentionKernels::varlen_causal_attention_backward`] as one [`AttentionKernels::causal_attention_backward`]
+/// per sequence.
+pub(super) fn varlen_causal_attention_backward_ops<B: AttentionKernels>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    lengths: &[usize],
+    grad: FloatTensor<B>,
+) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+    let (q, k, v, grad) = (
+        float::<B, 4>(q),
+        float::<B, 4>(k),
+        float::<B, 4>(v),
+        float::<B, 4>(grad),
+    );
+    let raw = |t: Tensor<B, 4>| t.into_primitive().tensor();
+    let (mut d_q, mut d_k, mut d_v) = (Vec::new(), Vec::new(), Vec::new());
+    for (start, len) in sequence_spans(lengths) {
+        let part = |t: &Tensor<B, 4>| raw(t.clone().narrow(2, start, len));
+        let grad = raw(grad.clone().narrow(1, start, len));
+        let (q, k, v) = B::causal_attention_backward(part(&q), part(&k), part(&v), None, grad);
+        d_q.push(float::<B, 4>(q));
+        d_k.push(float::<B, 4>(k));
+        d_v.push(float::<B, 4>(v));
+    }
+    (
+        raw(Tensor::cat(d_q, 2)),
+        raw(Tensor::cat(d_k, 2)),
+        raw(Tensor::cat(d_v, 2)),
+    )
+}
+
+/// `true` where a query may not attend: future keys, and padding keys other than itself (a
+/// padding query keeps itself so no row is fully masked).
+///
+/// # Shapes
+/// → `[batch, 1, seq, keys]`; queries are the last `seq` of `keys` positions.
+pub(super) fn attention_mask<B: burn::tensor::backend::Backend>(
+    batch: usize,
+    seq: usize,
+    keys: usize,
+    offset: usize,
+    key_padding: Option<Tensor<B, 2, Bool>>,
+    device: &B::Device,
+) -> Tensor<B, 4, Bool> {
+    let query_pos = Tensor::<B, 1, Int>::arange(offset as i64..(offset + seq) as i64, device).reshape([1, 1, seq, 1]);
+    let key_pos = Tensor::<B, 1, Int>::arange(0..keys as i64, device).reshape([1, 1, 1, keys]);
+    let future = key_pos.clone().greater(query_pos.clone());
+    let Some(padding) = key_padding else {
+        return future.expand([batch, 1, seq, keys]);
+    };
+    let other = key_pos.not_equal(query_pos);
+    let padded = padding.reshape([batch, 1, 1, keys]);
+    future
+        .expand([batch, 1, seq, keys])
+        .bool_or(padded.bool_and(other.expand([batch, 1, seq, keys])))
+}
+
+impl AttentionKernels for Flex {
+    fn write_cache(mut buffer: FloatTensor<Self>, values: FloatTensor<Self>, start: usize) -> FloatTensor<Self> {
+        let full = buffer.layout().start_offset() == 0
+            && buffer.is_contiguous()
+            && buffer.bytes().len() == buffer.layout().num_elements() * 4;
+        if buffer.dtype() != DType::F32 || values.dtype() != DType::F32 || !full || !buffer.is_unique() || generic_ops()
+        {
+            return write_cache_ops::<Self>(buffer, values, start);
+        }
+        let [batch, heads, capacity, dim] = <[usize; 4]>::try_from(dims(&buffer)).expect("a 4-D cache buffer");
+        let seq = dims(&values)[2];
+        let values = values.to_contiguous();
+        let mut rows = f32s(&values).chunks_exact(seq * dim);
+        let buffer_rows = buffer.storage_mut::<f32>().chunks_exact_mut(capacity * dim);
+        for row in buffer_rows.take(batch * heads) {
+            let new = rows.next().expect("one row of values per (batch, head)");
+            row[start * dim..(start + seq) * dim].copy_from_slice(new);
+        }
+        buffer
+    }
+
+    fn cached_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        offset: usize,
+        padding: Option<BoolTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        if q.dtype() != DType::F32 || k.dtype() != DType::F32 || v.dtype() != DType::F32 || generic_ops() {
+            return cached_attention_ops::<Self>(q, k, v, offset, padding);
+        }
+        let [batch, _, seq, _] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
+        let padding = padding.map(|p| p.to_contiguous());
+        let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * (offset + seq)]);
+        attention(q, k, v, padding, offset, &Span::padded(batch, seq))
+    }
+
+    fn varlen_causal_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        lengths: &[usize],
+    ) -> FloatTensor<Self> {
+        if [&q, &k, &v].iter().any(|t| t.dtype() != DType::F32) || generic_ops() {
+            return varlen_causal_attention_ops::<Self>(q, k, v, lengths);
+        }
+        attention(q, k, v, None, 0, &Span::concatenated(lengths))
+    }
+
+    fn varlen_causal_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        lengths: &[usize],
+        grad: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        if [&q, &k, &v, &grad].iter().any(|t| t.dtype() != DType::F32) || generic_ops() {
+            return varlen_causal_attention_backward_ops::<Self>(q, k, v, lengths, grad);
+        }
+        attention_backward(q, k, v, None, grad, &Span::concatenated(lengths))
+    }
+
+    fn causal_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        padding: Option<BoolTensor<Self>>,
+        grad: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        if [&q, &k, &v, &grad].iter().any(|t| t.dtype() != DType::F32) || generic_ops() {
+            return causal_attention_backward_ops::<Self>(q, k, v, padding, grad);
+        }
+        let [batch, _, seq, _] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
+        let padding = padding.map(|p| p.to_contiguous());
+        let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * seq]);
+        attention_backward(q, k, v, padding, grad, &Span::padded(batch, seq))
+    }
+}
+
+/// How the sequences of a whole-sequence attention lie in its inputs.
+#[derive(Debug, Clone)]
+enum Sequences<B: ReinBackend> {
+    /// One per batch entry, with its padding ([`AttentionKernels::causal_attention`]).
+    Padded(Option<BoolTensor<B>>),
+    /// End to end in one entry, of these lengths ([`AttentionKernels::varlen_causal_attention`]).
+    Packed(Vec<usize>),
+}
+
+impl<B: ReinBackend> Sequences<B> {
+    fn attention(&self, q: FloatTensor<B>, k: FloatTensor<B>, v: FloatTensor<B>) -> FloatTensor<B> {
+        match self {
+            Sequences::Padded(padding) => B::causal_attention(q, k, v, padding.clone()),
+            Sequences::Packed(lengths) => B::varlen_causal_attention(q, k, v, lengths),
+        }
+    }
+
+    fn backward(
+        self,
+        q: FloatTensor<B>,
+        k: FloatTensor<B>,
+        v: FloatTensor<B>,
+        grad: FloatTensor<B>,
+    ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+        match self {
+            Sequences::Padded(padding) => B::causal_attention_backward(q, k, v, padding, grad),
+            Sequences::Packed(lengths) => B::varlen_causal_attention_backward(q, k, v, &lengths, grad),
+        }
+    }
+}
+
+/// Whole-sequence attention on the autodiff backend: the inner backend's, with the inner
+/// backend's own backward (which recomputes the attention weights instead of keeping them).
+fn tracked_attention<B: ReinBackend, C: CheckpointStrategy>(
+    q: FloatTensor<Autodiff<B, C>>,
+    k: FloatTensor<Autodiff<B, C>>,
+    v: FloatTensor<Autodiff<B, C>>,
+    sequences: Sequences<B>,
+) -> FloatTensor<Autodiff<B, C>> {
+    #[derive(Debug)]
+    struct Attention;
+
+    impl<B: ReinBackend> Backward<B, 3> for Attention {
+        /// `q`, `k`, `v` and where the sequences are.
+        type State = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, Sequences<B>);
+
+        fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+            let (q, k, v, sequences) = ops.state;
+            let grad = grads.consume::<B>(&ops.node);
+            let inputs = ops.parents.map(|node| node.map(|n| n.id));
+            let (d_q, d_k, d_v) = sequences.backward(q, k, v, grad);
+            register_inputs::<B, 3>(inputs, grads, [d_q, d_k, d_v]);
+        }
+    }
+
+    match Attention
+        .prepare::<C>([q.node.clone(), k.node.clone(), v.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let output = sequences.attention(q.primitive.clone(), k.primitive.clone(), v.primitive.clone());
+            prep.finish((q.primitive, k.primitive, v.primitive, sequences), output)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(sequences.attention(q.primitive, k.primitive, v.primitive)),
+    }
+}
+
+impl<B: ReinBackend, C: CheckpointStrategy> AttentionKernels for Autodiff<B, C> {
+    /// Whole-sequence attention with its own backward ([`AttentionKernels::causal_attention_backward`], which
+    /// recomputes the attention weights instead of keeping them).
+    fn causal_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        padding: Option<BoolTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        tracked_attention::<B, C>(q, k, v, Sequences::Padded(padding))
+    }
+
+    /// Packed attention with its own backward ([`AttentionKernels::varlen_causal_attention_backward`]).
+    fn varlen_causal_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        lengths: &[usize],
+    ) -> FloatTensor<Self> {
+        tracked_attention::<B, C>(q, k, v, Sequences::Packed(lengths.to_vec()))
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl AttentionKernels for burn::backend::Cuda {}

@@ -1,0 +1,380 @@
+//! Linear layers and matrix products: `x · W + b` as one `gemm` call with the bias folded in (on
+//! both cores from a smaller size than burn-flex's matmul uses them), products of weights kept as
+//! quantised codes read in place, and whether a dense weight equals such codes (answered from
+//! memory for weights already compared). The autodiff version of `fused_linear` has its own
+//! backward on the same kernels.
+
+use std::sync::{Arc, Mutex};
+
+use burn::backend::Flex;
+use burn::tensor::ops::{FloatTensor, FloatTensorOps};
+use burn::tensor::{DType, Tensor, TensorMetadata, TensorPrimitive};
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind};
+use burn_autodiff::{Autodiff, NodeId};
+use burn_flex::FlexTensor;
+use rein_kernels::{Init, PackedMatrix, matmul, matmul_packed};
+
+use super::flex::{matrix, output_from_bias, tensor};
+use super::{ReinBackend, float, generic_ops};
+
+/// Linear layers, dense or on quantised weights, and matrix products.
+pub trait LinearKernels: burn::tensor::backend::Backend {
+    /// A linear layer, `x · W + b`.
+    ///
+    /// # Shapes
+    /// - `x`: `[rows, in]`, `weight`: `[in, out]`, `bias`: `[out]` → `[rows, out]`
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        linear_ops::<Self>(x, weight, bias)
+    }
+
+    /// A matrix product `a · b` (views of transposes welcome).
+    ///
+    /// # Shapes
+    /// - `a`: `[rows, inner]`, `b`: `[inner, cols]` → `[rows, cols]`
+    fn matmul(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::float_matmul(a, b)
+    }
+
+    /// Whether [`LinearKernels::packed_linear`] reads packed weights directly (and so is worth using
+    /// for inference); the default unpacks them first.
+    fn reads_packed_weights() -> bool {
+        false
+    }
+
+    /// A linear layer whose weight is kept packed, `x · [W₁ W₂ …] + b`: the parts' columns side
+    /// by side. The same numbers as [`LinearKernels::fused_linear`] on the unpacked weight.
+    ///
+    /// # Shapes
+    /// - `x`: `[rows, in]`, each part `[in, outᵢ]`, `bias`: `[Σ outᵢ]` → `[rows, Σ outᵢ]`
+    fn packed_linear(
+        x: FloatTensor<Self>,
+        parts: &[&PackedMatrix],
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        packed_linear_ops::<Self>(x, parts, bias)
+    }
+
+    /// Whether `weight` (`[in, out]`) holds exactly the values of `packed`. Flex remembers the
+    /// weights it found equal and answers again without comparing while they are unchanged.
+    fn equals_packed(weight: FloatTensor<Self>, packed: &Arc<PackedMatrix>) -> bool {
+        equals_packed_ops::<Self>(weight, packed)
+    }
+}
+
+/// `layer` on `[rows, in]`, through [`LinearKernels::fused_linear`].
+pub(crate) fn linear<B: ReinBackend>(layer: &burn::nn::Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    affine(x, layer.weight.val(), layer.bias.as_ref().map(|b| b.val()))
+}
+
+/// `x · W + b` on `[rows, in]` with `W` `[in, out]` (a transposed view is fine), through
+/// [`LinearKernels::fused_linear`].
+pub(crate) fn affine<B: ReinBackend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+) -> Tensor<B, 2> {
+    let y = B::fused_linear(
+        x.into_primitive().tensor(),
+        weight.into_primitive().tensor(),
+        bias.map(|b| b.into_primitive().tensor()),
+    );
+    Tensor::from_primitive(TensorPrimitive::Float(y))
+}
+
+/// [`LinearKernels::fused_linear`] in burn ops.
+pub(crate) fn linear_ops<B: burn::tensor::backend::Backend>(
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    bias: Option<FloatTensor<B>>,
+) -> FloatTensor<B> {
+    burn::tensor::module::linear(float::<B, 2>(x), float::<B, 2>(weight), bias.map(float::<B, 1>))
+        .into_primitive()
+        .tensor()
+}
+
+/// [`LinearKernels::packed_linear`] by unpacking the weight: [`LinearKernels::fused_linear`] on its dense copy.
+pub(crate) fn packed_linear_ops<B: LinearKernels>(
+    x: FloatTensor<B>,
+    parts: &[&PackedMatrix],
+    bias: Option<FloatTensor<B>>,
+) -> FloatTensor<B> {
+    let device = B::float_device(&x);
+    let input = parts.first().map_or(0, |p| p.shape()[0]);
+    let columns: usize = parts.iter().map(|p| p.shape()[1]).sum();
+    let mut weight = vec![0.0f32; input * columns];
+    let mut at = 0;
+    for part in parts {
+        let (values, width) = (part.to_dense(), part.shape()[1]);
+        for (dst, src) in weight.chunks_exact_mut(columns).zip(values.chunks_exact(width)) {
+            dst[at..at + width].copy_from_slice(src);
+        }
+        at += width;
+    }
+    let weight = Tensor::<B, 2>::from_data(burn::tensor::TensorData::new(weight, [input, columns]), &device);
+    B::fused_linear(x, weight.into_primitive().tensor(), bias)
+}
+
+/// [`LinearKernels::equals_packed`] through the weight's data.
+pub(crate) fn equals_packed_ops<B: burn::tensor::backend::Backend>(
+    weight: FloatTensor<B>,
+    packed: &PackedMatrix,
+) -> bool {
+    let weight = float::<B, 2>(weight);
+    weight.dims() == packed.shape()
+        && weight
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .is_ok_and(|values| packed.equals(&values))
+}
+
+impl LinearKernels for Flex {
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        let bias_f32 = bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
+        let (Some(x_view), Some(w_view), true, false) = (matrix(&x), matrix(&weight), bias_f32, generic_ops()) else {
+            return linear_ops::<Self>(x, weight, bias);
+        };
+        let ([rows, _], outputs) = (x_view.shape(), w_view.shape()[1]);
+        let (mut out, init) = output_from_bias(bias.as_ref(), rows, outputs);
+        matmul(&mut out, outputs, x_view, w_view, init);
+        tensor(out, &[rows, outputs])
+    }
+
+    fn matmul(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        let (Some(a_view), Some(b_view), false) = (matrix(&a), matrix(&b), generic_ops()) else {
+            return Self::float_matmul(a, b);
+        };
+        let ([rows, _], cols) = (a_view.shape(), b_view.shape()[1]);
+        let mut out = vec![0.0f32; rows * cols];
+        matmul(&mut out, cols, a_view, b_view, Init::Zero);
+        tensor(out, &[rows, cols])
+    }
+
+    fn reads_packed_weights() -> bool {
+        !generic_ops()
+    }
+
+    fn packed_linear(
+        x: FloatTensor<Self>,
+        parts: &[&PackedMatrix],
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        let bias_f32 = bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
+        let (Some(x_view), true, false) = (matrix(&x), bias_f32, generic_ops()) else {
+            return packed_linear_ops::<Self>(x, parts, bias);
+        };
+        let rows = x_view.shape()[0];
+        let outputs: usize = parts.iter().map(|p| p.shape()[1]).sum();
+        let (mut out, init) = output_from_bias(bias.as_ref(), rows, outputs);
+        let mut at = 0;
+        for part in parts {
+            matmul_packed(&mut out[at..], outputs, x_view, part, init);
+            at += part.shape()[1];
+        }
+        tensor(out, &[rows, outputs])
+    }
+
+    fn equals_packed(weight: FloatTensor<Self>, packed: &Arc<PackedMatrix>) -> bool {
+        let Some(view) = matrix(&weight).filter(|_| !generic_ops()) else {
+            return equals_packed_ops::<Self>(weight, packed);
+        };
+        if VerifiedWeights::remembers(&weight, packed) {
+            return true;
+        }
+        let equal = packed.equals_view(view);
+        VerifiedWeights::record(weight, packed, equal);
+        equal
+    }
+}
+
+/// The weights [`LinearKernels::equals_packed`] found equal to a packed matrix, with it: a generation
+/// asks about every weight of the model (~0.5 s for SmolLM2-135M), and a LoRA run's base
+/// weights never change. Each entry keeps a clone of the weight, so its storage can be neither
+/// freed and reused nor written in place (burn-flex copies shared storage before writing):
+/// while a weight has the same storage and layout, it has the same values. Entries whose packed
+/// matrix only this list still holds (its model is gone) are dropped.
+pub(super) struct VerifiedWeights;
+
+static VERIFIED: Mutex<Vec<(Arc<PackedMatrix>, FlexTensor)>> = Mutex::new(Vec::new());
+
+impl VerifiedWeights {
+    fn same_storage(a: &FlexTensor, b: &FlexTensor) -> bool {
+        a.dtype() == b.dtype()
+            && a.layout() == b.layout()
+            && std::ptr::eq(a.storage::<f32>().as_ptr(), b.storage::<f32>().as_ptr())
+    }
+
+    fn remembers(weight: &FlexTensor, packed: &Arc<PackedMatrix>) -> bool {
+        let verified = VERIFIED.lock().unwrap_or_else(|e| e.into_inner());
+        verified
+            .iter()
+            .any(|(p, w)| Arc::ptr_eq(p, packed) && Self::same_storage(w, weight))
+    }
+
+    fn record(weight: FlexTensor, packed: &Arc<PackedMatrix>, equal: bool) {
+        let mut verified = VERIFIED.lock().unwrap_or_else(|e| e.into_inner());
+        verified.retain(|(p, _)| !Arc::ptr_eq(p, packed) && Arc::strong_count(p) > 1);
+        if equal {
+            verified.push((packed.clone(), weight));
+        }
+    }
+}
+
+impl<B: ReinBackend, C: CheckpointStrategy> LinearKernels for Autodiff<B, C> {
+    /// `y = x·W + b` with its own backward on the inner backend's kernels:
+    /// `∂x = ∂y·Wᵀ`, `∂W = xᵀ·∂y`, `∂b = Σ_rows ∂y`.
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct Linear;
+
+        /// Registers the gradients of `x` and `W` (parents 0 and 1).
+        fn backward_x_w<B: ReinBackend>(
+            [x_node, w_node]: [Option<NodeId>; 2],
+            (x, weight): (FloatTensor<B>, FloatTensor<B>),
+            grad: &FloatTensor<B>,
+            grads: &mut Gradients,
+        ) {
+            if let Some(id) = x_node {
+                grads.register::<B>(id, B::matmul(grad.clone(), B::float_transpose(weight)));
+            }
+            if let Some(id) = w_node {
+                grads.register::<B>(id, B::matmul(B::float_transpose(x), grad.clone()));
+            }
+        }
+
+        impl<B: ReinBackend> Backward<B, 2> for Linear {
+            /// `x` and `W`.
+            type State = (FloatTensor<B>, FloatTensor<B>);
+
+            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let grad = grads.consume::<B>(&ops.node);
+                let [x, w] = ops.parents.map(|node| node.map(|n| n.id));
+                backward_x_w::<B>([x, w], ops.state, &grad, grads);
+            }
+        }
+
+        impl<B: ReinBackend> Backward<B, 3> for Linear {
+            /// `x` and `W`.
+            type State = (FloatTensor<B>, FloatTensor<B>);
+
+            fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let grad = grads.consume::<B>(&ops.node);
+                let [x, w, bias] = ops.parents.map(|node| node.map(|n| n.id));
+                backward_x_w::<B>([x, w], ops.state, &grad, grads);
+                if let Some(id) = bias {
+                    let columns = grad.shape()[1];
+                    let sum = B::float_sum_dim(grad, 0);
+                    grads.register::<B>(id, B::float_reshape(sum, [columns].into()));
+                }
+            }
+        }
+
+        let forward =
+            |x: &Self::FloatTensorPrimitive, w: &Self::FloatTensorPrimitive, b: Option<&Self::FloatTensorPrimitive>| {
+                B::fused_linear(x.primitive.clone(), w.primitive.clone(), b.map(|b| b.primitive.clone()))
+            };
+        let state = (x.primitive.clone(), weight.primitive.clone());
+        match bias {
+            Some(bias) => match Linear
+                .prepare::<C>([x.node.clone(), weight.node.clone(), bias.node.clone()])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => prep.finish(state, forward(&x, &weight, Some(&bias))),
+                OpsKind::UnTracked(prep) => prep.finish(forward(&x, &weight, Some(&bias))),
+            },
+            None => match Linear
+                .prepare::<C>([x.node.clone(), weight.node.clone()])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => prep.finish(state, forward(&x, &weight, None)),
+                OpsKind::UnTracked(prep) => prep.finish(forward(&x, &weight, None)),
+            },
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl LinearKernels for burn::backend::Cuda {}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::ops::FloatTensorOps;
+
+    use super::*;
+    use crate::backend::testing::{assert_tensors_close, random, raw};
+
+    /// A weight found equal to a packed matrix is answered from memory while it is the same
+    /// storage; a changed weight (a new tensor, or a write to a shared one, which burn-flex
+    /// copies first) is compared again, and a different packed matrix is never taken for it.
+    #[test]
+    fn a_verified_weight_is_remembered_until_it_changes() {
+        let (rows, cols, block) = (64usize, 40usize, 32usize);
+        let codes: Vec<i8> = (0..rows * cols).map(|i| (i % 15) as i8 - 7).collect();
+        let scales: Vec<f32> = (0..rows.div_ceil(block) * cols)
+            .map(|i| 0.01 * (i % 7 + 1) as f32)
+            .collect();
+        let packed = Arc::new(PackedMatrix::new([rows, cols], block, &codes, scales.clone(), None).unwrap());
+        let dense = || tensor(packed.to_dense(), &[rows, cols]);
+        let weight = dense();
+        assert!(Flex::equals_packed(weight.clone(), &packed));
+        assert!(VerifiedWeights::remembers(&weight, &packed));
+        assert!(Flex::equals_packed(weight.clone(), &packed), "answered again");
+        // Equal values in other storage: compared, equal.
+        assert!(Flex::equals_packed(dense(), &packed));
+        // A write to the shared weight copies it: the result is another storage, compared.
+        let changed = Flex::float_add_scalar(weight.clone(), 1.0.into());
+        assert!(!VerifiedWeights::remembers(&changed, &packed));
+        assert!(!Flex::equals_packed(changed, &packed));
+        assert!(
+            Flex::equals_packed(weight.clone(), &packed),
+            "the original is unchanged"
+        );
+        // The same values under another packed matrix with other scales: not equal.
+        let other = Arc::new(
+            PackedMatrix::new(
+                [rows, cols],
+                block,
+                &codes,
+                scales.iter().map(|s| 2.0 * s).collect(),
+                None,
+            )
+            .unwrap(),
+        );
+        assert!(!Flex::equals_packed(weight, &other));
+    }
+
+    #[test]
+    fn linear_matches_burn_ops_on_strided_inputs() {
+        let x = random([7, 5], 11);
+        let weight = random([3, 5], 12).transpose(); // [5, 3], column-major
+        let bias = random([3], 13);
+        for bias in [None, Some(raw(&bias))] {
+            assert_tensors_close(
+                Flex::fused_linear(raw(&x), raw(&weight), bias.clone()),
+                linear_ops::<Flex>(raw(&x), raw(&weight), bias),
+            );
+        }
+        let big = (random([64, 256], 14), random([256, 300], 15));
+        assert_tensors_close(
+            Flex::fused_linear(raw(&big.0), raw(&big.1), None),
+            linear_ops::<Flex>(raw(&big.0), raw(&big.1), None),
+        );
+    }
+}
