@@ -353,3 +353,35 @@ fn a_multi_turn_recipe_refuses_a_template_that_rewrites_earlier_turns() {
         "refused before training"
     );
 }
+
+/// GRPO with a reward model beside a plugin: its scores are logged under its name and enter the
+/// sum with their weight.
+#[test]
+fn a_reward_model_scores_completions_beside_a_plugin() {
+    let runs = scratch("reward-model");
+    let rm = root().join("tests/fixtures/lm/llama-rm");
+    let rewards = format!(
+        "reward=[{{plugin = \"math-answer\", config = {{extract = \"answer\"}}}}, \
+         {{model = {:?}, name = \"rm\", weight = 0.5, batch_size = 3}}]",
+        rm.display().to_string()
+    );
+    let recipe = tiny_default(&runs, &["sft.steps=2", rewards.as_str()]);
+    let RunOutcome::Lm(outcome) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    let metrics = std::fs::read_to_string(outcome.run_dir.unwrap().join("metrics.jsonl")).unwrap();
+    let grpo: Vec<serde_json::Value> = (metrics.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &serde_json::Value| l["stage"] == "grpo")
+        .collect();
+    assert_eq!(grpo.len(), 2);
+    for line in &grpo {
+        let (total, answer, rm) = (
+            line["train/reward"].as_f64().unwrap(),
+            line["train/reward/math-answer"].as_f64().unwrap(),
+            line["train/reward/rm"].as_f64().unwrap(),
+        );
+        assert!(rm.is_finite() && rm != 0.0, "{line}");
+        assert!((total - (answer + 0.5 * rm)).abs() < 1e-6, "{line}");
+    }
+}

@@ -448,3 +448,54 @@ fn the_shipped_recipes_are_valid() {
         loaded.check_plugins(&plugin_dir).unwrap();
     }
 }
+
+#[test]
+fn a_reward_is_a_plugin_or_a_model_with_only_its_own_keys() {
+    let grpo = |reward: &str| GRPO.replace("[[reward]]\nplugin = \"math-answer\"\n", reward);
+    let cases = [
+        ("[[reward]]\nweight = 1.0\n", "reward[0]", "set `plugin`"),
+        (
+            "[[reward]]\nplugin = \"math-answer\"\nmodel = \"rm\"\n",
+            "reward[0].model",
+            "not both",
+        ),
+        (
+            "[[reward]]\nplugin = \"math-answer\"\nlabel = \"good\"\n",
+            "reward[0].label",
+            "this reward is a plugin",
+        ),
+        (
+            "[[reward]]\nmodel = \"rm\"\nconfig = { x = 1 }\n",
+            "reward[0].config",
+            "this reward is a model",
+        ),
+        (
+            "[[reward]]\nmodel = \"rm\"\nisolate = true\n",
+            "reward[0].isolate",
+            "this reward is a model",
+        ),
+        (
+            "[[reward]]\nmodel = \"rm\"\nbatch_size = 0\n",
+            "reward[0].batch_size",
+            "at least 1",
+        ),
+    ];
+    for (reward, key, says) in cases {
+        let dir = recipes(&[("grpo.toml", &grpo(reward))]);
+        let err = load(&dir, "grpo.toml", &[]).unwrap_err();
+        assert!(
+            matches!(&err, RecipeError::Invalid { path, message, .. } if path == key && message.contains(says)),
+            "{reward}: {err}"
+        );
+    }
+    let dir = recipes(&[("grpo.toml", &grpo("[[reward]]\nmodel = \"rm\"\nkind = \"oracle\"\n"))]);
+    let err = load(&dir, "grpo.toml", &[]).unwrap_err().to_string();
+    assert!(err.contains("kind") && err.contains("classifier"), "{err}");
+    let dir = recipes(&[(
+        "grpo.toml",
+        &grpo("[[reward]]\nmodel = \"rm\"\nlabel = \"good\"\nweight = 0.5\n"),
+    )]);
+    let loaded = load(&dir, "grpo.toml", &[]).unwrap();
+    assert_eq!(loaded.recipe.reward[0].model.as_deref(), Some("rm"));
+    assert_eq!(loaded.recipe.reward[0].batch_size, 16);
+}

@@ -27,7 +27,8 @@ pub use plan::{GrpoRecipe, Plan, PpoRecipe, SftRecipe};
 pub use rein_core::AdvantageKind;
 pub use schema::{
     AgentSection, Algorithm, DataSection, Device, EnvSection, EvalSection, GrpoSection, LoraSection, ModelSection,
-    OptimizerSection, PluginEntry, PpoSection, Recipe, RewardEntry, SamplerSection, SftSection, TrainSection,
+    OptimizerSection, PluginEntry, PpoSection, Recipe, RewardEntry, RewardModelKind, SamplerSection, SftSection,
+    TrainSection,
 };
 
 use compose::Composed;
@@ -114,7 +115,7 @@ impl LoadedRecipe {
     pub fn unreproducible_settings(&self) -> Vec<String> {
         let r = &self.recipe;
         let env = r.env.iter().map(|e| (&e.plugin, &e.limits));
-        let rewards = r.reward.iter().map(|r| (&r.plugin, &r.limits));
+        let rewards = r.reward.iter().filter_map(|r| Some((r.plugin.as_ref()?, &r.limits)));
         let agent = self.agent_plugins().map(|(_, entry)| (&entry.plugin, &entry.limits));
         let clocked: Vec<String> = env
             .chain(rewards)
@@ -208,10 +209,7 @@ impl LoadedRecipe {
             return Err(self.invalid("train.return_window", "must be at least 1"));
         }
         for (i, entry) in r.reward.iter().enumerate() {
-            entry
-                .limits
-                .validate()
-                .map_err(|e| self.invalid(&format!("reward[{i}].limits.{}", e.key), e.reason))?;
+            self.validate_reward(i, entry)?;
         }
         for (key, entry) in self.agent_plugins() {
             entry
@@ -300,13 +298,54 @@ impl LoadedRecipe {
         tools.chain(env)
     }
 
+    /// `reward[i]`: a plugin or a model, and only the keys that kind uses.
+    fn validate_reward(&self, i: usize, entry: &RewardEntry) -> Result<(), RecipeError> {
+        let key = |k: &str| format!("reward[{i}].{k}");
+        match (&entry.plugin, &entry.model) {
+            (Some(_), Some(_)) => {
+                return Err(self.invalid(&key("model"), "set either `plugin` or `model`, not both"));
+            }
+            (None, None) => {
+                return Err(self.invalid(
+                    &format!("reward[{i}]"),
+                    "set `plugin` (a sandboxed reward) or `model` (a reward model)",
+                ));
+            }
+            (Some(_), None) => {
+                if entry.label.is_some() {
+                    return Err(self.invalid(
+                        &key("label"),
+                        "`label` chooses a reward model's output; this reward is a plugin",
+                    ));
+                }
+            }
+            (None, Some(_)) => {
+                if !entry.config.is_empty() {
+                    return Err(self.invalid(&key("config"), "`config` is passed to plugins; this reward is a model"));
+                }
+                if entry.isolate {
+                    return Err(self.invalid(&key("isolate"), "`isolate` retries plugins; this reward is a model"));
+                }
+                if entry.batch_size == 0 {
+                    return Err(self.invalid(&key("batch_size"), "must be at least 1"));
+                }
+            }
+        }
+        entry
+            .limits
+            .validate()
+            .map_err(|e| self.invalid(&key(&format!("limits.{}", e.key)), e.reason))
+    }
+
     /// Checks that every plugin the recipe names exists in `plugin_dir`.
     pub fn check_plugins(&self, plugin_dir: &Path) -> Result<(), RecipeError> {
         if self.recipe.env.is_some() {
             self.env_plugin_path(plugin_dir)?;
         }
         for (i, entry) in self.recipe.reward.iter().enumerate() {
-            self.plugin_path(&entry.plugin, &format!("reward[{i}].plugin"), plugin_dir)?;
+            if let Some(plugin) = &entry.plugin {
+                self.plugin_path(plugin, &format!("reward[{i}].plugin"), plugin_dir)?;
+            }
         }
         for (key, entry) in self.agent_plugins() {
             self.plugin_path(&entry.plugin, &format!("{key}.plugin"), plugin_dir)?;

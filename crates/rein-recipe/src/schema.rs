@@ -384,12 +384,32 @@ impl Default for SamplerSection {
     }
 }
 
-/// One reward plugin in the sum.
+/// One reward in the sum: a sandboxed plugin, or a reward model (set exactly one of `plugin`
+/// and `model`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RewardEntry {
     /// Plugin name (`target/plugins/<name>.wasm`) or a path to a `.wasm` file.
-    pub plugin: String,
+    #[serde(default)]
+    pub plugin: Option<String>,
+    /// A reward model: a model directory in Hugging Face format (or a fetched model's name)
+    /// holding a `*ForSequenceClassification`.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// What the model is: `classifier` (a sequence classifier's score, the only kind so far).
+    #[serde(default)]
+    pub kind: RewardModelKind,
+    /// The classifier's output that is the score, by its name in `id2label` (default: the first,
+    /// as TRL reads `logits[:, 0]`).
+    #[serde(default)]
+    pub label: Option<String>,
+    /// Completions a reward model scores per forward pass.
+    #[serde(default = "defaults::reward_batch")]
+    pub batch_size: usize,
+    /// The reward's name in metrics and errors (default: the plugin's name, or the model
+    /// directory's).
+    #[serde(default)]
+    pub name: Option<String>,
     /// Weight in the sum.
     #[serde(default = "defaults::one")]
     pub weight: f64,
@@ -404,6 +424,15 @@ pub struct RewardEntry {
     /// completion then costs only its own score; `on_error` is not consulted).
     #[serde(default)]
     pub isolate: bool,
+}
+
+/// What a reward model computes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RewardModelKind {
+    /// A sequence classifier (a reward model): the score head's output at the last token.
+    #[default]
+    Classifier,
 }
 
 /// The GRPO family.
@@ -609,6 +638,9 @@ mod defaults {
     }
     pub fn one() -> f64 {
         1.0
+    }
+    pub fn reward_batch() -> usize {
+        16
     }
     pub fn seed() -> u64 {
         1

@@ -9,6 +9,7 @@
 //! adapters to a model, [`peft`] reads and writes them as PEFT does.
 
 mod cache;
+mod classifier;
 mod fused;
 mod init;
 mod locate;
@@ -23,6 +24,7 @@ mod tokenizer;
 use std::path::PathBuf;
 
 pub use cache::{KvCache, LayerCache};
+pub use classifier::SequenceClassifier;
 pub use fused::{FusedProjections, PackedWeights};
 pub use init::LmInit;
 pub use locate::{locate, model_dir};

@@ -22,7 +22,7 @@ pub(super) struct Weights {
 }
 
 impl Weights {
-    fn open(dir: &Path) -> Result<Self, LoadError> {
+    pub(super) fn open(dir: &Path) -> Result<Self, LoadError> {
         let single = dir.join("model.safetensors");
         let index_path = dir.join("model.safetensors.index.json");
         let names: Vec<PathBuf> = if single.is_file() {
@@ -149,12 +149,12 @@ impl Weights {
         Ok(values)
     }
 
-    fn has(&self, name: &str) -> bool {
+    pub(super) fn has(&self, name: &str) -> bool {
         self.index.contains_key(name)
     }
 
     /// Tensors never read, except ones known to be redundant.
-    fn unused(&self, tied: bool) -> Vec<String> {
+    pub(super) fn unused(&self, tied: bool) -> Vec<String> {
         let used = self.used.borrow();
         let mut names: Vec<String> = self
             .index
@@ -193,71 +193,16 @@ pub fn load<B: ReinBackend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B
     let dir = &super::locate(dir)?;
     let (config, _) = read_config(dir)?;
     let weights = Weights::open(dir)?;
-    let (hidden, inter) = (config.hidden_size, config.intermediate_size);
-    let (q_out, kv_out) = (
-        config.num_attention_heads * config.head_dim(),
-        config.kv_heads() * config.head_dim(),
-    );
-    let tensor1 = |name: &str, n: usize| -> Result<Tensor<B, 1>, LoadError> {
-        Ok(Tensor::from_data(
-            TensorData::new(weights.get(name, &[n])?, [n]),
-            device,
-        ))
-    };
-    // HF linear weights are [out, in]; burn's are [in, out], stored so: the matrix kernel reads
-    // a row-major weight in place when few rows multiply it (decoding), where a transposed
-    // view would be repacked by every product.
-    let linear = |prefix: &str, input: usize, output: usize, bias: bool| -> Result<Linear<B>, LoadError> {
-        let w = weights.get(&format!("{prefix}.weight"), &[output, input])?;
-        let w = rein_kernels::transposed(&w, output, input);
-        let weight = Tensor::<B, 2>::from_data(TensorData::new(w, [input, output]), device);
-        let bias = if bias {
-            Some(Param::from_tensor(tensor1(&format!("{prefix}.bias"), output)?))
-        } else {
-            None
-        };
-        Ok(Linear {
-            weight: Param::from_tensor(weight),
-            bias,
-        })
-    };
-    let norm =
-        |name: &str| -> Result<RmsNorm<B>, LoadError> { Ok(RmsNorm::new(tensor1(name, hidden)?, config.rms_norm_eps)) };
-
-    let embed = weights.get("model.embed_tokens.weight", &[config.vocab_size, hidden])?;
-    let embed_tokens = Embedding {
-        weight: Param::from_tensor(Tensor::from_data(
-            TensorData::new(embed, [config.vocab_size, hidden]),
-            device,
-        )),
-    };
-    let mut layers = Vec::with_capacity(config.num_hidden_layers);
-    for i in 0..config.num_hidden_layers {
-        let p = format!("model.layers.{i}");
-        let attn = Attention::new(
-            linear(&format!("{p}.self_attn.q_proj"), hidden, q_out, config.qkv_bias())?,
-            linear(&format!("{p}.self_attn.k_proj"), hidden, kv_out, config.qkv_bias())?,
-            linear(&format!("{p}.self_attn.v_proj"), hidden, kv_out, config.qkv_bias())?,
-            linear(&format!("{p}.self_attn.o_proj"), q_out, hidden, config.o_bias())?,
-            &config,
-        );
-        layers.push(DecoderLayer {
-            input_layernorm: norm(&format!("{p}.input_layernorm.weight"))?,
-            self_attn: attn,
-            post_attention_layernorm: norm(&format!("{p}.post_attention_layernorm.weight"))?,
-            mlp: FeedForward {
-                gate_proj: linear(&format!("{p}.mlp.gate_proj"), hidden, inter, config.mlp_bias)?,
-                up_proj: linear(&format!("{p}.mlp.up_proj"), hidden, inter, config.mlp_bias)?,
-                down_proj: linear(&format!("{p}.mlp.down_proj"), inter, hidden, config.mlp_bias)?,
-            },
-        });
-    }
-    let final_norm = norm("model.norm.weight")?;
+    let Decoder {
+        embed_tokens,
+        layers,
+        norm,
+    } = Decoder::read(&weights, &config, device)?;
     let tied = config.tie_word_embeddings || !weights.has("lm_head.weight");
     let lm_head = if tied {
         None
     } else {
-        Some(linear("lm_head", hidden, config.vocab_size, false)?)
+        Some(weights.linear("lm_head", config.hidden_size, config.vocab_size, false, device)?)
     };
     let unused = weights.unused(tied);
     if !unused.is_empty() {
@@ -265,7 +210,7 @@ pub fn load<B: ReinBackend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B
     }
     let mut config = config;
     config.tie_word_embeddings = tied;
-    let model = CausalLm::from_parts(config, embed_tokens, layers, final_norm, lm_head);
+    let model = CausalLm::from_parts(config, embed_tokens, layers, norm, lm_head);
     // A quantised file's weights as stored (a converted GGUF model): inference reads them.
     let packed = dir.join(rein_gguf::packed_file::FILE);
     if !packed.is_file() {
@@ -278,6 +223,105 @@ pub fn load<B: ReinBackend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B
             .map(|(name, m)| (name, std::sync::Arc::new(m)))
             .collect(),
     ))
+}
+
+/// The decoder every model of the family shares (`model.*`): embeddings, layers, final norm.
+pub(super) struct Decoder<B: ReinBackend> {
+    pub(super) embed_tokens: Embedding<B>,
+    pub(super) layers: Vec<DecoderLayer<B>>,
+    pub(super) norm: RmsNorm<B>,
+}
+
+impl<B: ReinBackend> Decoder<B> {
+    /// Reads the `model.*` tensors of `weights`, shaped by `config`.
+    pub(super) fn read(weights: &Weights, config: &LmConfig, device: &B::Device) -> Result<Self, LoadError> {
+        let (hidden, inter) = (config.hidden_size, config.intermediate_size);
+        let (q_out, kv_out) = (
+            config.num_attention_heads * config.head_dim(),
+            config.kv_heads() * config.head_dim(),
+        );
+        let linear = |prefix: &str, input: usize, output: usize, bias: bool| {
+            weights.linear::<B>(prefix, input, output, bias, device)
+        };
+        let norm = |name: &str| -> Result<RmsNorm<B>, LoadError> {
+            Ok(RmsNorm::new(weights.vector(name, hidden, device)?, config.rms_norm_eps))
+        };
+        let embed = weights.get("model.embed_tokens.weight", &[config.vocab_size, hidden])?;
+        let embed_tokens = Embedding {
+            weight: Param::from_tensor(Tensor::from_data(
+                TensorData::new(embed, [config.vocab_size, hidden]),
+                device,
+            )),
+        };
+        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        for i in 0..config.num_hidden_layers {
+            let p = format!("model.layers.{i}");
+            let attn = Attention::new(
+                linear(&format!("{p}.self_attn.q_proj"), hidden, q_out, config.qkv_bias())?,
+                linear(&format!("{p}.self_attn.k_proj"), hidden, kv_out, config.qkv_bias())?,
+                linear(&format!("{p}.self_attn.v_proj"), hidden, kv_out, config.qkv_bias())?,
+                linear(&format!("{p}.self_attn.o_proj"), q_out, hidden, config.o_bias())?,
+                config,
+            );
+            layers.push(DecoderLayer {
+                input_layernorm: norm(&format!("{p}.input_layernorm.weight"))?,
+                self_attn: attn,
+                post_attention_layernorm: norm(&format!("{p}.post_attention_layernorm.weight"))?,
+                mlp: FeedForward {
+                    gate_proj: linear(&format!("{p}.mlp.gate_proj"), hidden, inter, config.mlp_bias)?,
+                    up_proj: linear(&format!("{p}.mlp.up_proj"), hidden, inter, config.mlp_bias)?,
+                    down_proj: linear(&format!("{p}.mlp.down_proj"), inter, hidden, config.mlp_bias)?,
+                },
+            });
+        }
+        Ok(Self {
+            embed_tokens,
+            layers,
+            norm: norm("model.norm.weight")?,
+        })
+    }
+}
+
+impl Weights {
+    /// The `[n]` tensor `name`.
+    pub(super) fn vector<B: ReinBackend>(
+        &self,
+        name: &str,
+        n: usize,
+        device: &B::Device,
+    ) -> Result<Tensor<B, 1>, LoadError> {
+        Ok(Tensor::from_data(TensorData::new(self.get(name, &[n])?, [n]), device))
+    }
+
+    /// The linear layer `prefix` (`{prefix}.weight`, and `{prefix}.bias` when `bias`). HF linear
+    /// weights are `[out, in]`; burn's are `[in, out]`, stored so: the matrix kernel reads a
+    /// row-major weight in place when few rows multiply it (decoding), where a transposed view
+    /// would be repacked by every product.
+    pub(super) fn linear<B: ReinBackend>(
+        &self,
+        prefix: &str,
+        input: usize,
+        output: usize,
+        bias: bool,
+        device: &B::Device,
+    ) -> Result<Linear<B>, LoadError> {
+        let w = self.get(&format!("{prefix}.weight"), &[output, input])?;
+        let w = rein_kernels::transposed(&w, output, input);
+        let weight = Tensor::<B, 2>::from_data(TensorData::new(w, [input, output]), device);
+        let bias = if bias {
+            Some(Param::from_tensor(self.vector(
+                &format!("{prefix}.bias"),
+                output,
+                device,
+            )?))
+        } else {
+            None
+        };
+        Ok(Linear {
+            weight: Param::from_tensor(weight),
+            bias,
+        })
+    }
 }
 
 /// Writes `model` to `dir` as a model directory in Hugging Face format (`config.json`, `model.safetensors`,

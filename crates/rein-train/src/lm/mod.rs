@@ -6,6 +6,7 @@ mod data;
 pub mod episodes;
 mod eval;
 mod grpo;
+mod reward_model;
 mod rewards;
 mod rollout_source;
 pub(crate) mod run;
@@ -22,7 +23,8 @@ pub use data::{DataError, Example, Fields, read, write_jsonl};
 pub use eval::{EpisodeSummary, EvalExample, EvalReport, EvalSettings, SHOWN_EXAMPLES, evaluate, is_correct};
 pub use grpo::{Grpo, GrpoContext, GrpoOutcome};
 pub use rein_sampler::{completion_text, stop_check};
-pub use rewards::{GroupReward, OnError, RewardFailure, WeightedReward, score_groups};
+pub use reward_model::{ModelReward, RewardModelError};
+pub use rewards::{GroupReward, OnError, Renamed, RewardFailure, WeightedReward, score_groups};
 pub use sft::Sft;
 pub use task::{ArithmeticTask, generate_task};
 

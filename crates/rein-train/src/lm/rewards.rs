@@ -18,6 +18,24 @@ pub struct WeightedReward {
     pub isolate: bool,
 }
 
+/// A reward under the name the recipe gives it (`reward[i].name`), so that two uses of one
+/// plugin are told apart in metrics.
+pub struct Renamed<R>(pub String, pub R);
+
+impl<R: RewardFn> RewardFn for Renamed<R> {
+    fn name(&self) -> &str {
+        &self.0
+    }
+
+    fn score(&mut self, groups: &[Group]) -> Result<Vec<rein_core::GroupScores>, PluginError> {
+        self.1.score(groups)
+    }
+
+    fn failures(&self) -> rein_core::FailureCounts {
+        self.1.failures()
+    }
+}
+
 /// The combined scores of one group.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct GroupReward {

@@ -18,9 +18,9 @@ use crate::TrainError;
 use crate::checkpoint::{Checkpoint, Checkpointing};
 use crate::driver::{self, Driver};
 use crate::lm::episodes::Agent;
-use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, WeightedReward};
+use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, ModelReward, Renamed, WeightedReward};
 use crate::run_dir::{MetricsWriter, RunDir};
-use rein_recipe::{Algorithm, GrpoRecipe, GrpoSection, LoadedRecipe, Plan, RecipeError, SftRecipe};
+use rein_recipe::{Algorithm, GrpoRecipe, GrpoSection, LoadedRecipe, Plan, RecipeError, RewardEntry, SftRecipe};
 
 /// Where GRPO's completions come from: the native sampler, or the inference servers of
 /// `sampler.urls` (waited for until they answer), with the policy written under
@@ -168,11 +168,8 @@ fn setup<B: ReinBackend>(
     // Reward plugins.
     let mut rewards: Vec<WeightedReward> = Vec::new();
     for (i, entry) in recipe.reward.iter().enumerate() {
-        let path = loaded.plugin_path(&entry.plugin, &format!("reward[{i}].plugin"), plugin_dir)?;
-        let plugin = runtime.load(&path, entry.limits.clone())?;
-        let config = serde_json::to_string(&entry.config).unwrap_or_else(|_| "{}".into());
         rewards.push(WeightedReward {
-            reward: Box::new(plugin.reward(&config)?),
+            reward: reward::<B>(loaded, i, entry, &runtime, plugin_dir, device)?,
             weight: entry.weight,
             isolate: entry.isolate,
         });
@@ -203,6 +200,35 @@ fn setup<B: ReinBackend>(
         accuracy_index,
         majority,
         agent,
+    })
+}
+
+/// `reward[i]`: its plugin, loaded into the sandbox, or its reward model, loaded onto `device`.
+fn reward<B: ReinBackend>(
+    loaded: &LoadedRecipe,
+    i: usize,
+    entry: &RewardEntry,
+    runtime: &PluginRuntime,
+    plugin_dir: &Path,
+    device: &B::Device,
+) -> Result<Box<dyn RewardFn>, TrainError> {
+    if let Some(model) = &entry.model {
+        let dir = loaded.resolve(model);
+        let name = entry.name.clone().unwrap_or_else(|| {
+            let base = dir.file_name().unwrap_or(dir.as_os_str());
+            base.to_string_lossy().into_owned()
+        });
+        let reward = ModelReward::<B>::load(&name, &dir, entry.label.as_deref(), entry.batch_size, device)
+            .map_err(|e| invalid(loaded, &format!("reward[{i}].model"), e.to_string()))?;
+        return Ok(Box::new(reward));
+    }
+    let plugin = entry.plugin.as_deref().unwrap_or_default();
+    let path = loaded.plugin_path(plugin, &format!("reward[{i}].plugin"), plugin_dir)?;
+    let config = serde_json::to_string(&entry.config).unwrap_or_else(|_| "{}".into());
+    let reward = runtime.load(&path, entry.limits.clone())?.reward(&config)?;
+    Ok(match &entry.name {
+        Some(name) => Box::new(Renamed(name.clone(), reward)),
+        None => Box::new(reward),
     })
 }
 

@@ -1,0 +1,195 @@
+//! Reward models (sequence classifiers) against Hugging Face transformers, and as rewards.
+//!
+//! Fixtures: `tests/fixtures/lm/{llama,qwen2}-rm`, written by `gen_classifiers.py`
+//! (transformers 5.24): tiny random `LlamaForSequenceClassification` (one label) and
+//! `Qwen2ForSequenceClassification` (three named labels) with the scores
+//! `AutoModelForSequenceClassification` gives four prompt–completion pairs rendered through the
+//! chat template, right-padded in one batch as TRL batches reward-model inputs.
+
+use std::path::{Path, PathBuf};
+
+use burn::backend::Flex;
+use rein_core::{Group, RewardFn};
+use rein_model::lm::{LoadError, SequenceClassifier};
+use rein_train::lm::{ModelReward, RewardModelError};
+use safetensors::SafeTensors;
+
+type B = Flex;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm")
+}
+
+/// A tensor of `<name>.expected.safetensors` as (shape, values).
+fn expected(name: &str, tensor: &str) -> (Vec<usize>, Vec<f64>) {
+    let bytes = std::fs::read(fixtures().join(format!("{name}.expected.safetensors"))).unwrap();
+    let file = SafeTensors::deserialize(&bytes).unwrap();
+    let view = file.tensor(tensor).unwrap();
+    let values = match view.dtype() {
+        safetensors::Dtype::F32 => (view.data().chunks_exact(4))
+            .map(|b| f64::from(f32::from_le_bytes(b.try_into().unwrap())))
+            .collect(),
+        safetensors::Dtype::I64 => (view.data().chunks_exact(8))
+            .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as f64)
+            .collect(),
+        other => panic!("unexpected dtype {other:?}"),
+    };
+    (view.shape().to_vec(), values)
+}
+
+/// The fixture's sequences, padding removed (the attention mask's ones).
+fn sequences(name: &str) -> Vec<Vec<u32>> {
+    let (shape, ids) = expected(name, "input_ids");
+    let (_, mask) = expected(name, "attention_mask");
+    (ids.chunks_exact(shape[1]).zip(mask.chunks_exact(shape[1])))
+        .map(|(ids, mask)| {
+            (ids.iter().zip(mask))
+                .filter(|(_, m)| **m == 1.0)
+                .map(|(id, _)| *id as u32)
+                .collect()
+        })
+        .collect()
+}
+
+fn pairs(name: &str) -> (Vec<(String, String)>, Vec<String>) {
+    let text = std::fs::read_to_string(fixtures().join(format!("{name}.texts.json"))).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let pairs = (json["pairs"].as_array().unwrap().iter())
+        .map(|p| (p[0].as_str().unwrap().to_string(), p[1].as_str().unwrap().to_string()))
+        .collect();
+    let texts = (json["texts"].as_array().unwrap().iter())
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect();
+    (pairs, texts)
+}
+
+fn assert_close(what: &str, got: &[f64], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= 1e-5, "{what}[{i}]: rein {g} vs transformers {w}");
+    }
+}
+
+#[test]
+fn classifier_scores_equal_transformers() {
+    for name in ["llama-rm", "qwen2-rm"] {
+        let device = Default::default();
+        let classifier = SequenceClassifier::<B>::load(&fixtures().join(name), &device).unwrap();
+        let sequences = sequences(name);
+        let scores = classifier
+            .scores(&sequences, &device)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        let scores: Vec<f64> = scores.into_iter().map(f64::from).collect();
+        let (shape, want) = expected(name, "scores");
+        assert_eq!(shape, [sequences.len(), classifier.labels().len()], "{name}");
+        assert_close(name, &scores, &want);
+        // Each sequence alone gives the same bits as in the padded batch.
+        for (i, ids) in sequences.iter().enumerate() {
+            let alone = classifier
+                .scores(std::slice::from_ref(ids), &device)
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap();
+            let width = alone.len();
+            let batched: Vec<f32> = scores[i * width..(i + 1) * width].iter().map(|&v| v as f32).collect();
+            assert_eq!(alone, batched, "{name}: sequence {i} alone");
+        }
+    }
+    let qwen = SequenceClassifier::<B>::load(&fixtures().join("qwen2-rm"), &Default::default()).unwrap();
+    assert_eq!(qwen.labels(), ["harmful", "helpful", "honest"]);
+}
+
+/// transformers reads a sequence at its last token that is not the padding token: a trailing
+/// padding token (an end-of-sequence token that doubles as padding) is skipped.
+#[test]
+fn pooling_skips_trailing_padding_tokens_as_transformers_does() {
+    let classifier = SequenceClassifier::<B>::load(&fixtures().join("llama-rm"), &Default::default()).unwrap();
+    let config = std::fs::read_to_string(fixtures().join("llama-rm/config.json")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    let pad = config["pad_token_id"].as_u64().unwrap() as u32;
+    assert_eq!(classifier.pooled_position(&[5, 7, 9]), 2);
+    assert_eq!(classifier.pooled_position(&[5, 7, pad, pad]), 1);
+    assert_eq!(classifier.pooled_position(&[5, pad, 7]), 2);
+    assert_eq!(classifier.pooled_position(&[pad, pad]), 0);
+    let device = Default::default();
+    let trailing = classifier
+        .scores(&[vec![5, 7, pad]], &device)
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
+    let without = classifier
+        .scores(&[vec![5, 7]], &device)
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(trailing, without);
+}
+
+#[test]
+fn a_reward_model_scores_completions_through_its_chat_template() {
+    let device = Default::default();
+    for (name, label, column) in [("llama-rm", None, 0), ("qwen2-rm", Some("helpful"), 1)] {
+        let mut reward = ModelReward::<B>::load("rm", &fixtures().join(name), label, 3, &device).unwrap();
+        let (pairs, texts) = pairs(name);
+        for ((prompt, completion), text) in pairs.iter().zip(&texts) {
+            assert_eq!(&reward.text(prompt, completion).unwrap(), text, "{name}");
+        }
+        // Two groups, as GRPO hands them over; batches of 3 cut across them.
+        let group = |range: std::ops::Range<usize>| Group {
+            prompt: pairs[range.start].0.clone(),
+            completions: pairs[range.clone()].iter().map(|p| p.1.clone()).collect(),
+            ..Group::default()
+        };
+        // Each group's completions share its first prompt; score the fixture's pairs one per group.
+        let groups: Vec<Group> = (0..pairs.len()).map(|i| group(i..i + 1)).collect();
+        let scores = reward.score(&groups).unwrap();
+        let got: Vec<f64> = scores.iter().map(|g| g[0].score.unwrap()).collect();
+        let (shape, all) = expected(name, "scores");
+        let want: Vec<f64> = all.chunks_exact(shape[1]).map(|row| row[column]).collect();
+        assert_close(name, &got, &want);
+        assert_eq!(reward.name(), "rm");
+        // A group of several completions: one score each, in order.
+        let many = Group {
+            prompt: pairs[0].0.clone(),
+            completions: vec![pairs[0].1.clone(), String::new(), pairs[0].1.clone()],
+            ..Group::default()
+        };
+        let scores = reward.score(std::slice::from_ref(&many)).unwrap();
+        assert_eq!(scores[0].len(), 3);
+        assert_eq!(scores[0][0], scores[0][2]);
+        assert_close(name, &[scores[0][0].score.unwrap()], &want[..1]);
+    }
+}
+
+#[test]
+fn bad_reward_models_are_refused_naming_what_is_wrong() {
+    let device = Default::default();
+    // A causal language model is not a classifier.
+    let err = SequenceClassifier::<B>::load(&fixtures().join("llama"), &device).unwrap_err();
+    assert!(err.to_string().contains("not a sequence classifier"), "{err}");
+    // A label the classifier does not have.
+    let err = ModelReward::<B>::load("rm", &fixtures().join("qwen2-rm"), Some("funny"), 4, &device)
+        .err()
+        .unwrap();
+    assert!(matches!(err, RewardModelError::NoSuchLabel { .. }), "{err}");
+    assert!(err.to_string().contains("harmful, helpful, honest"), "{err}");
+    // A head that is not num_labels × hidden: the config claims two labels, the weight has one.
+    let dir = std::env::temp_dir().join(format!("rein-reward-model-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(fixtures().join("llama-rm").join(f), dir.join(f)).unwrap();
+    }
+    let config = std::fs::read_to_string(fixtures().join("llama-rm/config.json")).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    config["id2label"] = serde_json::json!({"0": "bad", "1": "good"});
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let err = SequenceClassifier::<B>::load(&dir, &device).unwrap_err();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(matches!(err, LoadError::Shape { .. }), "{err}");
+    assert!(err.to_string().contains("score.weight"), "{err}");
+    // A missing directory.
+    let err = SequenceClassifier::<B>::load(Path::new("/nonexistent/rm"), &device).unwrap_err();
+    assert!(err.to_string().contains("/nonexistent/rm"), "{err}");
+}
