@@ -14,6 +14,7 @@ mod plugins;
 mod ppo;
 mod qwen2_3m;
 mod report;
+mod rewards;
 mod serve;
 mod sft;
 
@@ -54,9 +55,10 @@ fn main() -> anyhow::Result<()> {
         "sft" => sft::run()?,
         "agent" => agent::run(&plugin_dir)?,
         "serve" => serve::run()?,
+        "rewards" => rewards::run()?,
         other => {
             anyhow::bail!(
-                "unknown benchmark suite `{other}` (available: plugins, ppo, generate, grpo, sft, agent, serve)"
+                "unknown benchmark suite `{other}` (available: plugins, ppo, generate, grpo, sft, agent, serve, rewards)"
             )
         }
     };
