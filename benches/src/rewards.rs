@@ -37,12 +37,21 @@ pub fn run() -> anyhow::Result<Report> {
         ],
     );
     if let Err(reason) = created {
-        report.not_measured(name, "transformers (hf_reward_model.py)", format!("no checkpoint: {reason}"));
+        report.not_measured(
+            name,
+            "transformers (hf_reward_model.py)",
+            format!("no checkpoint: {reason}"),
+        );
         return Ok(report);
     }
     let device = Default::default();
     let reward = ModelReward::<Cpu>::load("bench", dir, None, BATCH, &device)?;
-    let task = loaded.recipe.data.as_ref().and_then(|d| d.task.clone()).context("the default recipe generates its task")?;
+    let task = loaded
+        .recipe
+        .data
+        .as_ref()
+        .and_then(|d| d.task.clone())
+        .context("the default recipe generates its task")?;
     let (train, _) = generate_task(&task, 1);
     let texts = (train.iter().take(TEXTS))
         .map(|e| reward.text(&e.prompt, e.completion.as_deref().unwrap_or_default()))
@@ -74,7 +83,10 @@ pub fn run() -> anyhow::Result<Report> {
                 value: rate,
                 unit: "completions/s",
                 baseline: Some((label, theirs)),
-                target: Some((format!("≥ 2× transformers ({:.2}×)", rate / theirs), rate >= 2.0 * theirs)),
+                target: Some((
+                    format!("≥ 2× transformers ({:.2}×)", rate / theirs),
+                    rate >= 2.0 * theirs,
+                )),
             });
         }
         Err(reason) => report.not_measured(name, "transformers (hf_reward_model.py)", reason),
@@ -84,7 +96,9 @@ pub fn run() -> anyhow::Result<Report> {
 
 /// transformers' completions per second on the same checkpoint and texts, and its scores.
 fn peer(dir: &Path, texts: &Path) -> Result<(String, f64, Vec<f64>), String> {
-    println!("transformers AutoModelForSequenceClassification on the same checkpoint and texts (benches/peers/hf_reward_model.py)");
+    println!(
+        "transformers AutoModelForSequenceClassification on the same checkpoint and texts (benches/peers/hf_reward_model.py)"
+    );
     let args = [
         dir.display().to_string(),
         texts.display().to_string(),
@@ -99,5 +113,9 @@ fn peer(dir: &Path, texts: &Path) -> Result<(String, f64, Vec<f64>), String> {
         .map(|v| v.as_f64().ok_or("a score that is not a number"))
         .collect::<Result<Vec<_>, _>>()?;
     println!("  transformers: {rate:.0} completions/s (median of {STEPS} passes)");
-    Ok((format!("transformers ({})", crate::peers::versions(&value)), rate, scores))
+    Ok((
+        format!("transformers ({})", crate::peers::versions(&value)),
+        rate,
+        scores,
+    ))
 }
