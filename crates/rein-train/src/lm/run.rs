@@ -203,6 +203,16 @@ fn setup<B: ReinBackend>(
     })
 }
 
+/// A model named in the recipe: a path relative to the recipe, unless it is the name of a
+/// fetched model (`smollm2-135m`).
+fn model_path(loaded: &LoadedRecipe, path: &str) -> PathBuf {
+    let resolved = loaded.resolve(path);
+    match resolved.exists() || Path::new(path).components().count() > 1 {
+        true => resolved,
+        false => PathBuf::from(path),
+    }
+}
+
 /// `reward[i]`: its plugin, loaded into the sandbox, or its reward model, loaded onto `device`.
 fn reward<B: ReinBackend>(
     loaded: &LoadedRecipe,
@@ -213,7 +223,7 @@ fn reward<B: ReinBackend>(
     device: &B::Device,
 ) -> Result<Box<dyn RewardFn>, TrainError> {
     if let Some(model) = &entry.model {
-        let dir = loaded.resolve(model);
+        let dir = model_path(loaded, model);
         let name = entry.name.clone().unwrap_or_else(|| {
             let base = dir.file_name().unwrap_or(dir.as_os_str());
             base.to_string_lossy().into_owned()
@@ -310,14 +320,7 @@ fn model_and_tokenizer<B: ReinBackend>(
 ) -> Result<(CausalLm<B>, LmTokenizer), TrainError> {
     let recipe = &loaded.recipe;
     let model_section = &recipe.model;
-    // Relative to the recipe, unless it is the name of a fetched model (`smollm2-135m`).
-    let resolve = |path: &str| {
-        let resolved = loaded.resolve(path);
-        match resolved.exists() || Path::new(path).components().count() > 1 {
-            true => resolved,
-            false => PathBuf::from(path),
-        }
-    };
+    let resolve = |path: &str| model_path(loaded, path);
     let tokenizer_dir = match (model_dir, &model_section.tokenizer, &model_section.path) {
         (Some(dir), _, _) => dir.to_path_buf(),
         (None, Some(t), _) | (None, None, Some(t)) => resolve(t),
