@@ -561,3 +561,17 @@ fn f16_weights_are_upcast_exactly() {
         "f16 rounding moves logits a little: {worst}"
     );
 }
+
+/// Dropping every sequence from a cache leaves empty buffers of the same layout (no gather over
+/// an empty index, which fails to launch on burn-cuda), and the cache can still grow after.
+#[test]
+fn a_cache_emptied_of_every_sequence_keeps_its_layout() {
+    let m = tiny_model(1);
+    let mut cache = KvCache::<B>::new(m.config(), 3, 8, &Default::default());
+    cache.retain(&[2, 0]);
+    assert_eq!(cache.batch(), 2);
+    cache.retain(&[]);
+    assert_eq!((cache.batch(), cache.capacity()), (0, 8));
+    cache.reserve(16);
+    assert!(cache.capacity() >= 16);
+}

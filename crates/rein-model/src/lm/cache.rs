@@ -181,6 +181,24 @@ impl<B: ReinBackend> KvCache<B> {
         let Some(device) = self.layers.first().and_then(|l| l.k.as_ref()).map(|k| k.device()) else {
             return;
         };
+        if rows.is_empty() {
+            // No sequence left: empty buffers, without a gather over an empty index (on
+            // burn-cuda a kernel launched over nothing fails, and the error surfaces at the
+            // next read of any tensor).
+            let empty = |t: Option<Tensor<B, 4>>| {
+                t.map(|t| {
+                    let [_, heads, capacity, dim] = t.dims();
+                    Tensor::empty([0, heads, capacity, dim], &device)
+                })
+            };
+            for layer in &mut self.layers {
+                layer.k = empty(layer.k.take());
+                layer.v = empty(layer.v.take());
+            }
+            self.padding = self.padding.take().map(|p| Tensor::empty([0, p.dims()[1]], &device));
+            self.batch = 0;
+            return;
+        }
         let index = Tensor::<B, 1, Int>::from_data(
             TensorData::new(rows.iter().map(|&r| r as i64).collect::<Vec<_>>(), [rows.len()]),
             &device,

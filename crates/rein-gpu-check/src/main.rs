@@ -1,0 +1,158 @@
+//! `rein-gpu-check`: the one command that proves rein's CUDA path on a GPU machine that has no
+//! Rust toolchain. `cargo xtask gpu-bundle` builds it (with `--features cuda`) and packs it with
+//! the fixtures and `run.sh`; on the GPU machine it runs every parity row of the test suite on
+//! the device (logits and greedy tokens against transformers, a GRPO step against PyTorch) and
+//! times generation, a GRPO step and the matmul ceiling beside the PyTorch peer.
+//!
+//! It owns no model, sampler or loss of its own: everything it runs is rein's library code, so
+//! what passes here is what `rein train` runs. With `--device cpu` it runs the same rows on the
+//! CPU backend (how the test suite checks the CPU half of every row).
+
+mod parity;
+mod probe;
+mod report;
+mod speed;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use rein_model::ReinBackend;
+
+use crate::report::{Kind, Report};
+use crate::speed::SpeedSetup;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DeviceArg {
+    /// The CPU backend (Flex), as the test suite runs.
+    Cpu,
+    /// The first CUDA device (burn-cuda); needs a build with `--features cuda`.
+    Cuda,
+}
+
+/// Parity and speed of rein on one device.
+#[derive(Debug, Parser)]
+#[command(name = "rein-gpu-check")]
+struct Args {
+    /// The device to check.
+    #[arg(long, value_enum, default_value = "cuda")]
+    device: DeviceArg,
+    /// The fixtures folder (`tests/fixtures` of the repository, or the bundle's `fixtures`).
+    #[arg(long, default_value = "fixtures")]
+    fixtures: PathBuf,
+    /// A causal-LM checkpoint for the speed rows (the peer script writes one).
+    #[arg(long)]
+    speed_model: Option<PathBuf>,
+    /// The prompts of the speed rows (JSON list of token-id lists).
+    #[arg(long)]
+    prompts: Option<PathBuf>,
+    /// Generation batch sizes.
+    #[arg(long, value_delimiter = ',', default_value = "1,64,256")]
+    batches: Vec<usize>,
+    /// Tokens generated per sequence in the speed rows.
+    #[arg(long, default_value_t = 128)]
+    new_tokens: usize,
+    /// Rows of the timed GRPO step.
+    #[arg(long, default_value_t = 8)]
+    step_rows: usize,
+    /// Skip the parity rows (speed only).
+    #[arg(long)]
+    no_parity: bool,
+    /// Run the op probes: single ops against f64, each launch synced (diagnosis).
+    #[arg(long)]
+    probe: bool,
+    /// On the CPU, compute with burn's generic ops instead of rein's CPU kernels: the path a
+    /// CUDA run takes.
+    #[arg(long)]
+    generic_ops: bool,
+    /// Where the rows go, rewritten after each one.
+    #[arg(long, default_value = "results.json")]
+    out: PathBuf,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.generic_ops {
+        rein_model::use_generic_ops(true);
+    }
+    let report = match args.device {
+        DeviceArg::Cpu => checks::<rein_model::Cpu>("cpu (Flex)", &args, &Default::default(), |_, _| {}),
+        DeviceArg::Cuda => cuda(&args),
+    };
+    let Some(report) = report else {
+        return ExitCode::from(2);
+    };
+    println!("{}", report.table());
+    if report.all_hold() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda(args: &Args) -> Option<Report> {
+    use burn::backend::Cuda;
+    let device = burn::backend::cuda::CudaDevice::default();
+    checks::<Cuda>("cuda:0 (burn-cuda)", args, &device, |device, report| {
+        let mut bf16 = |n| {
+            parity::guarded::<Cuda<burn::tensor::bf16>>(report, device, "burn matmul bf16", Kind::Speed, |report| {
+                speed::matmul_rate::<Cuda<burn::tensor::bf16>>("bf16", n, device, report)
+            });
+        };
+        bf16(4096);
+        bf16(8192);
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda(_: &Args) -> Option<Report> {
+    eprintln!("error: this rein-gpu-check was built without CUDA; build it with `--features cuda`");
+    None
+}
+
+/// Every row on backend `B`; `extra` adds the rows only the device's own float types allow.
+fn checks<B: ReinBackend>(
+    name: &str,
+    args: &Args,
+    device: &B::Device,
+    extra: impl FnOnce(&B::Device, &mut Report),
+) -> Option<Report> {
+    let mut report = Report::new(name, Some(args.out.clone()));
+    report.info(
+        "build",
+        format!(
+            "rein-gpu-check {} ({})",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::ARCH
+        ),
+    );
+    if args.probe {
+        probe::run::<B>(&args.fixtures, device, &mut report);
+    }
+    if !args.no_parity {
+        parity::run::<B>(&args.fixtures, device, &mut report);
+    }
+    if let (Some(model), Some(prompts)) = (&args.speed_model, &args.prompts) {
+        let setup = SpeedSetup {
+            model,
+            prompts,
+            batches: &args.batches,
+            new_tokens: args.new_tokens,
+            step_rows: args.step_rows,
+        };
+        parity::guarded::<B>(&mut report, device, "generation speed", Kind::Speed, |report| {
+            speed::generation::<B>(&setup, device, report)
+        });
+        parity::guarded::<B>(&mut report, device, "grpo step speed", Kind::Speed, |report| {
+            speed::grpo_step::<B>(&setup, device, report)
+        });
+        for n in [4096, 8192] {
+            parity::guarded::<B>(&mut report, device, "burn matmul f32", Kind::Speed, |report| {
+                speed::matmul_rate::<B>("f32", n, device, report)
+            });
+        }
+        extra(device, &mut report);
+    }
+    Some(report)
+}

@@ -1,0 +1,49 @@
+//! The CPU half of every parity row: the rows `run.sh` checks on a GPU hold on the CPU backend,
+//! from the same fixtures, so a failure on the GPU is the GPU path's.
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn every_parity_row_holds_on_the_cpu() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gpu-check-cpu.json");
+    let _ = std::fs::remove_file(&out);
+    let run = Command::new(env!("CARGO_BIN_EXE_rein-gpu-check"))
+        .args(["--device", "cpu", "--fixtures"])
+        .arg(&fixtures)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let results: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let parity: Vec<&serde_json::Value> = results["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "parity")
+        .collect();
+    // Two logit rows and one greedy row per checkpoint, three rows for the GRPO step.
+    assert_eq!(parity.len(), 4 * 3 + 3, "{stdout}");
+    assert!(parity.iter().all(|r| r["ok"] == true), "{stdout}");
+    assert!(stdout.contains("0 failed"), "{stdout}");
+}
+
+#[test]
+fn without_cuda_compiled_in_the_cuda_device_is_refused_by_name() {
+    if cfg!(feature = "cuda") {
+        return;
+    }
+    let run = Command::new(env!("CARGO_BIN_EXE_rein-gpu-check"))
+        .args(["--device", "cuda"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("--features cuda"));
+}

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# rein's GPU check, one command on a machine with an NVIDIA GPU, its driver, CUDA's NVRTC and
+# headers, and Python with PyTorch and transformers (no Rust, no network needed). Written by
+# `cargo xtask gpu-bundle`.
+#
+#   bash run.sh            # ≈ 3 minutes on an H100; prints one table, writes results.json
+#
+# Exit status 0 only if every parity row holds; speed rows are figures, never gates.
+set -uo pipefail
+cd "$(dirname "$0")"
+PYTHON="${PYTHON:-python3}"
+
+if ! { nvidia-smi -L 2>/dev/null | grep -q '^GPU' || ls /dev/nvidia[0-9]* >/dev/null 2>&1; }; then
+  echo "no CUDA device found: nothing was checked"
+  exit 2
+fi
+
+# The binaries travel compressed (xz); unpack them, with Python's lzma where xz is missing.
+for packed in rein-gpu-check.xz rein.xz; do
+  [ -e "$packed" ] || continue
+  xz -d -k -f "$packed" 2>/dev/null ||
+    "$PYTHON" -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[1][:-3], "wb"))' "$packed"
+  chmod +x "${packed%.xz}"
+done
+
+# NVRTC and the CUDA headers the kernels are compiled against: a CUDA toolkit if there is one,
+# else the ones PyTorch's wheels bring (site-packages/nvidia/*/).
+site=$("$PYTHON" -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null || true)
+if [ -z "${CUDA_PATH:-}" ]; then
+  for candidate in /usr/local/cuda /opt/cuda "$site"/nvidia/cu13 "$site"/nvidia/cuda_runtime; do
+    if [ -e "$candidate/include/cuda_fp16.h" ]; then export CUDA_PATH="$candidate"; break; fi
+  done
+fi
+for lib in "${CUDA_PATH:-/usr/local/cuda}"/lib64 "${CUDA_PATH:-/usr/local/cuda}"/targets/x86_64-linux/lib "$site"/nvidia/*/lib; do
+  if ls "$lib"/libnvrtc.so* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+done
+
+echo "== device"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+nvidia-smi | grep -o 'CUDA Version: [0-9.]*' || true
+echo "CUDA_PATH=${CUDA_PATH:-(none)}"
+echo "NVRTC: $(for d in ${LD_LIBRARY_PATH//:/ }; do ls "$d"/libnvrtc.so.* 2>/dev/null; done | head -1)"
+"$PYTHON" -c 'import torch, transformers; print("torch", torch.__version__, "CUDA", torch.version.cuda, "| transformers", transformers.__version__)'
+
+echo "== the speed checkpoint (random SmolLM2-135M-shaped Llama, seed 0)"
+"$PYTHON" gpu_torch.py --create speed-model --prompts prompts.json || echo "could not write the speed checkpoint"
+
+echo "== rein on CUDA"
+speed=()
+if [ -e speed-model/config.json ]; then speed=(--speed-model speed-model --prompts prompts.json); fi
+RUST_BACKTRACE=1 timeout "${REIN_TIMEOUT:-200}" ./rein-gpu-check --device cuda --probe --fixtures fixtures \
+  "${speed[@]}" --out rein.json > rein.log 2>&1
+status=$?
+tail -n 60 rein.log
+if [ "$status" -eq 124 ]; then echo "rein-gpu-check ran past ${REIN_TIMEOUT:-200} s"; fi
+
+if [ -x ./rein ] && [ -e recipes/ppo-cartpole.toml ]; then
+  echo "== PPO on CartPole on CUDA (rein run)"
+  start=$SECONDS
+  timeout "${PPO_TIMEOUT:-90}" ./rein run recipes/ppo-cartpole.toml --plugin-dir plugins \
+    --set 'device="cuda"' --set 'train.runs_dir="runs"' > ppo.log 2>&1
+  ppo=$?
+  echo "{\"status\": $ppo, \"seconds\": $((SECONDS - start))}" > ppo.json
+  tail -n 5 ppo.log
+fi
+
+echo "== PyTorch peers"
+if [ -e speed-model/config.json ]; then
+  timeout "${PEER_TIMEOUT:-120}" "$PYTHON" gpu_torch.py --bench speed-model --prompts prompts.json --out peers.json \
+    > peers.log 2>&1 || echo "the peers did not finish (peers.log)"
+  tail -n 20 peers.log
+fi
+
+"$PYTHON" summary.py rein.json peers.json ppo.json results.json
+summary=$?
+if [ "$status" -ne 0 ] || [ "$summary" -ne 0 ]; then exit 1; fi
