@@ -247,6 +247,23 @@ fn f32s(view: &safetensors::tensor::TensorView<'_>) -> Vec<f32> {
         .collect()
 }
 
+/// GRPO's loss as the fixtures compute it: token-level clipped ratios at `±clip`, averaged per
+/// sequence then over the batch, no KL and no entropy term.
+pub fn token_clipped_loss(clip: f32, max_completion_len: usize) -> PolicyLossConfig {
+    PolicyLossConfig {
+        level: RatioLevel::Token,
+        clip_low: clip,
+        clip_high: clip,
+        dual_clip: None,
+        aggregation: Aggregation::SeqMeanTokenMean,
+        max_completion_len,
+        kl_coef: 0.0,
+        kl_estimator: KlEstimator::K3,
+        kl_importance_weighted: false,
+        entropy_coef: 0.0,
+    }
+}
+
 /// One GRPO step of the tiny Qwen2 — forward, the clipped policy loss, backward, gradient
 /// clipping and AdamW — against PyTorch's (the test suite's `one_grpo_step_matches_pytorch`).
 fn grpo_step_rows<B: ReinAutodiffBackend>(fixtures: &Path, device: &B::Device, report: &mut Report) -> Result<()> {
@@ -262,18 +279,7 @@ fn grpo_step_rows<B: ReinAutodiffBackend>(fixtures: &Path, device: &B::Device, r
     let (log_prob, _) = completion_log_probs(&model, &batch, step.temperature, false, device);
     let old: Vec<&[f32]> = step.old_log_prob.iter().map(Vec::as_slice).collect();
     let advantages = Tensor::<B, 2>::from_data(TensorData::new(step.advantages.clone(), [batch.rows, 1]), device);
-    let config = PolicyLossConfig {
-        level: RatioLevel::Token,
-        clip_low: step.clip,
-        clip_high: step.clip,
-        dual_clip: None,
-        aggregation: Aggregation::SeqMeanTokenMean,
-        max_completion_len: batch.completion_width,
-        kl_coef: 0.0,
-        kl_estimator: KlEstimator::K3,
-        kl_importance_weighted: false,
-        entropy_coef: 0.0,
-    };
+    let config = token_clipped_loss(step.clip, batch.completion_width);
     let old = Tensor::<B, 2>::from_data(
         TensorData::new(batch.per_token_values(&old), [batch.rows, batch.completion_width]),
         device,

@@ -10,10 +10,9 @@ use burn::backend::Autodiff;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor, TensorData};
-use rein_core::{Aggregation, KlEstimator, RatioLevel};
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, load};
-use rein_optim::{PolicyLossConfig, clip_grad_norm, policy_loss};
+use rein_optim::{clip_grad_norm, policy_loss};
 use rein_sampler::{GenerationConfig, generate};
 use rein_train::lm::{TokenBatch, completion_log_probs};
 
@@ -116,18 +115,7 @@ pub fn grpo_step<B: ReinBackend>(setup: &SpeedSetup<'_>, device: &B::Device, rep
         .map(|(p, c)| (p.as_slice(), c.as_slice()))
         .collect();
     let batch = TokenBatch::new(&pairs, 0);
-    let config = PolicyLossConfig {
-        level: RatioLevel::Token,
-        clip_low: 0.2,
-        clip_high: 0.2,
-        dual_clip: None,
-        aggregation: Aggregation::SeqMeanTokenMean,
-        max_completion_len: batch.completion_width,
-        kl_coef: 0.0,
-        kl_estimator: KlEstimator::K3,
-        kl_importance_weighted: false,
-        entropy_coef: 0.0,
-    };
+    let config = crate::parity::token_clipped_loss(0.2, batch.completion_width);
     let advantages: Vec<f32> = (0..batch.rows).map(|r| if r % 2 == 0 { 1.0 } else { -1.0 }).collect();
     let mut optimizer = AdamWConfig::new().init::<A<B>, CausalLm<A<B>>>();
     let mut times = Vec::new();
