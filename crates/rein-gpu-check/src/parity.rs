@@ -3,7 +3,7 @@
 //! `gen_checkpoints.py` and `gen_torch_step.py`). The same rows pass on the CPU in the test
 //! suite; here they run on whichever backend the binary was asked for.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context as _, Result, bail};
 use burn::backend::Autodiff;
@@ -91,12 +91,8 @@ fn summary(error: &str) -> String {
     }
 }
 
-fn lm_dir(fixtures: &Path, name: &str) -> PathBuf {
-    fixtures.join("lm").join(name)
-}
-
 fn model<B: ReinBackend>(fixtures: &Path, name: &str, device: &B::Device) -> Result<CausalLm<B>> {
-    let dir = lm_dir(fixtures, name);
+    let dir = fixtures.join("lm").join(name);
     load::<B>(&dir, device).with_context(|| format!("loading {}", dir.display()))
 }
 
@@ -146,11 +142,7 @@ fn logits<B: ReinBackend>(model: &CausalLm<B>, tokens: Tensor<B, 2, Int>, fused:
         sequence_lengths: None,
         fused: fused.then_some(&projections),
     };
-    model
-        .forward(tokens, &ctx, None)
-        .into_data()
-        .to_vec()
-        .map_err(|e| anyhow::anyhow!("reading the logits back: {e:?}"))
+    crate::probe::read(model.forward(tokens, &ctx, None)).context("reading the logits back")
 }
 
 fn logits_row<B: ReinBackend>(fixtures: &Path, name: &str, device: &B::Device, report: &mut Report) -> Result<()> {
