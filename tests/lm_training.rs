@@ -385,3 +385,36 @@ fn a_reward_model_scores_completions_beside_a_plugin() {
         assert!((total - (answer + 0.5 * rm)).abs() < 1e-6, "{line}");
     }
 }
+
+/// GRPO with a reward plugin granted a judge (the policy's own starting model): every
+/// completion is judged within the budget, and the judge's usage is logged under the reward's
+/// name.
+#[test]
+fn a_plugin_granted_a_judge_asks_it_for_every_completion() {
+    let runs = scratch("judge");
+    let rewards = "reward=[{plugin = \"math-answer\", config = {extract = \"answer\"}}, \
+                   {plugin = \"judge-match\", weight = 0.5, judge = {max_new_tokens = 4}, limits = {timeout_ms = 60000}}]";
+    let recipe = tiny_default(&runs, &["sft.steps=2", rewards]);
+    let RunOutcome::Lm(outcome) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    let metrics = std::fs::read_to_string(outcome.run_dir.unwrap().join("metrics.jsonl")).unwrap();
+    let grpo: Vec<serde_json::Value> = (metrics.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &serde_json::Value| l["stage"] == "grpo")
+        .collect();
+    assert_eq!(grpo.len(), 2);
+    for line in &grpo {
+        let usage = |key: &str| line[format!("train/reward/judge-match/{key}")].as_f64().unwrap();
+        let calls = usage("judge_calls");
+        // Two groups of four completions at least (dynamic sampling may score more).
+        assert!(calls >= 8.0 && calls % 4.0 == 0.0, "{line}");
+        assert!(
+            usage("judge_tokens") >= calls && usage("judge_tokens") <= 4.0 * calls,
+            "{line}"
+        );
+        assert!(usage("judge_ms") > 0.0, "{line}");
+        assert_eq!(usage("judge_failures"), 0.0, "{line}");
+        assert!(line["train/reward/judge-match"].as_f64().unwrap().is_finite(), "{line}");
+    }
+}

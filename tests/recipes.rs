@@ -499,3 +499,59 @@ fn a_reward_is_a_plugin_or_a_model_with_only_its_own_keys() {
     assert_eq!(loaded.recipe.reward[0].model.as_deref(), Some("rm"));
     assert_eq!(loaded.recipe.reward[0].batch_size, 16);
 }
+
+#[test]
+fn a_judge_is_granted_to_plugins_with_its_budget_checked() {
+    let grpo = |reward: &str| GRPO.replace("[[reward]]\nplugin = \"math-answer\"\n", reward);
+    let cases = [
+        (
+            "[[reward]]\nmodel = \"rm\"\njudge = {}\n",
+            "reward[0].judge",
+            "granted to plugins",
+        ),
+        (
+            "[[reward]]\nplugin = \"judge-match\"\njudge = { max_requests_per_group = 0 }\n",
+            "reward[0].judge.max_requests_per_group",
+            "at least 1",
+        ),
+        (
+            "[[reward]]\nplugin = \"judge-match\"\njudge = { deadline_share = 2.0 }\n",
+            "reward[0].judge.deadline_share",
+            "(0, 1]",
+        ),
+        (
+            "[[reward]]\nplugin = \"judge-match\"\njudge = { temperature = -1.0 }\n",
+            "reward[0].judge.temperature",
+            "0 or more",
+        ),
+    ];
+    for (reward, key, says) in cases {
+        let dir = recipes(&[("grpo.toml", &grpo(reward))]);
+        let err = load(&dir, "grpo.toml", &[]).unwrap_err();
+        assert!(
+            matches!(&err, RecipeError::Invalid { path, message, .. } if path == key && message.contains(says)),
+            "{reward}: {err}"
+        );
+    }
+    // A misspelt budget key is refused, not ignored.
+    let dir = recipes(&[(
+        "grpo.toml",
+        &grpo("[[reward]]\nplugin = \"judge-match\"\njudge = { max_tokens = 8 }\n"),
+    )]);
+    let err = load(&dir, "grpo.toml", &[]).unwrap_err().to_string();
+    assert!(err.contains("max_tokens"), "{err}");
+    let dir = recipes(&[(
+        "grpo.toml",
+        &grpo("[[reward]]\nplugin = \"judge-match\"\njudge = { model = \"judge\", max_new_tokens = 8 }\n"),
+    )]);
+    let judge = load(&dir, "grpo.toml", &[]).unwrap().recipe.reward[0]
+        .judge
+        .clone()
+        .unwrap();
+    assert_eq!(judge.model.as_deref(), Some("judge"));
+    assert_eq!(judge.limits.max_new_tokens, 8);
+    assert_eq!(
+        judge.limits.max_requests_per_group, 16,
+        "unset keys keep their defaults"
+    );
+}

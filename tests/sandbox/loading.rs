@@ -29,7 +29,7 @@ fn another_interface_version_is_named() {
     assert_eq!(
         error.kind,
         PluginErrorKind::InterfaceVersion {
-            expected: "0.2.0".into(),
+            expected: "0.3.0".into(),
             found: "rein:plugin/reward-api@0.1.0".into()
         }
     );

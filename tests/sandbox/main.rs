@@ -9,6 +9,7 @@ mod clocks;
 mod code_tests;
 mod environments;
 mod guests;
+mod judge;
 mod limits;
 mod loading;
 mod outputs;

@@ -114,6 +114,7 @@ fn print_imports(imports: &[Import]) {
         let access = match import.access {
             Access::Provided => "provided",
             Access::Refused => "refused",
+            Access::Granted => "granted",
             Access::Missing => "MISSING",
         };
         println!("  {:width$}  {access:8}  {}", import.name, import.what);

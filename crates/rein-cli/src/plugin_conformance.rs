@@ -1,7 +1,8 @@
 //! `rein plugin test`: runs a plugin's cases (JSON lines) and reports pass/fail per case. The
 //! case format depends on the plugin's kind:
-//! - reward: `{"group", "expected", "config"?, "name"?, "tolerance"?}`: the scores of the group's
-//!   completions (`null` = not applicable);
+//! - reward: `{"group", "expected", "config"?, "name"?, "tolerance"?, "judge"?}`: the scores of
+//!   the group's completions (`null` = not applicable); `judge` is the list of replies a scripted
+//!   judge gives, in order, to a plugin that asks one (`reward-with-judge`);
 //! - tool: `{"arguments", "output" | "error", "config"?, "name"?}`: the exact output, or a text
 //!   the error message (shown to the model) contains;
 //! - text-env: `{"start", "turns", "replies", "config"?, "name"?}`: one episode from `start`
@@ -10,10 +11,11 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
-use rein_core::{EpisodeStart, Group, RewardFn, TextEnv, Tool, Turn};
-use rein_plugin::{Plugin, PluginKind, PluginRuntime};
+use rein_core::{EpisodeStart, Group, JudgeLimits, RewardFn, ScriptedJudge, TextEnv, Tool, Turn};
+use rein_plugin::{JudgeGrant, Plugin, PluginKind, PluginRuntime};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
@@ -34,6 +36,9 @@ struct RewardCase {
     /// Allowed absolute difference (default 1e-9).
     #[serde(default)]
     tolerance: Option<f64>,
+    /// The replies of the scripted judge granted to a plugin that imports one, in order.
+    #[serde(default)]
+    judge: Option<Vec<String>>,
 }
 
 /// One case of a tool plugin.
@@ -102,7 +107,7 @@ struct TextEnvCase {
 /// The case format for plugins of `kind`; `None` for environments, which have no cases.
 fn case_format(kind: PluginKind) -> Option<&'static str> {
     match kind {
-        PluginKind::Reward => Some(r#"{"group", "expected", "config"?, "name"?, "tolerance"?}"#),
+        PluginKind::Reward => Some(r#"{"group", "expected", "config"?, "name"?, "tolerance"?, "judge"?}"#),
         PluginKind::Tool => Some(r#"{"arguments", "output" | "error", "config"?, "name"?}"#),
         PluginKind::TextEnv => Some(r#"{"start", "turns", "replies", "config"?, "name"?}"#),
         PluginKind::Environment => None,
@@ -164,8 +169,16 @@ fn config_text(config: &Option<serde_json::Value>) -> String {
 }
 
 fn reward_case(case: &RewardCase, plugin: &Plugin) -> Result<(), String> {
-    let scores = plugin
-        .reward(&config_text(&case.config))
+    let config = config_text(&case.config);
+    let reward = match (&case.judge, plugin.imports_judge()) {
+        (Some(replies), _) => {
+            let judge = Arc::new(Mutex::new(ScriptedJudge::new(replies.clone())));
+            plugin.reward_with_judge(&config, JudgeGrant::new(judge, JudgeLimits::default(), 0))
+        }
+        (None, true) => return Err("the plugin asks a judge: give the case its replies (`judge`)".into()),
+        (None, false) => plugin.reward(&config),
+    };
+    let scores = reward
         .and_then(|mut reward| reward.score(std::slice::from_ref(&case.group)))
         .map_err(|e| format!("error: {e}"))?;
     let got: Vec<Option<f64>> = scores[0].iter().map(|s| s.score).collect();

@@ -125,6 +125,22 @@ pub enum PluginErrorKind {
         /// The import's name.
         import: String,
     },
+    /// The component imports a capability the run does not grant it.
+    #[error("imports `{import}`, which this run does not grant it: {how}")]
+    NotGranted {
+        /// The import's name.
+        import: String,
+        /// How a recipe grants it.
+        how: &'static str,
+    },
+    /// The run grants a capability the component does not import.
+    #[error("is granted `{import}` but does not import it: {how}")]
+    UnusedGrant {
+        /// The capability's interface.
+        import: String,
+        /// How to build a plugin that uses it.
+        how: &'static str,
+    },
     /// The plugin is of the other kind (an environment loaded as a reward, or vice versa).
     #[error("is a {found} plugin, not a {expected} plugin")]
     WrongKind {

@@ -3,13 +3,14 @@
 //! **Architecture invariant:** `rein-core` knows nothing about burn or wasmtime. It holds plain
 //! data (groups of completions, scores, observations, actions, spaces, messages) and the small
 //! traits other crates implement ([`RewardFn`], [`Environment`], [`VecEnv`], [`Tool`],
-//! [`TextEnv`]), so that a training loop can be written against these traits without seeing
+//! [`TextEnv`], [`Judge`]), so that a training loop can be written against these traits without seeing
 //! how a reward, an environment or a tool runs.
 //! Errors are typed ([`PluginError`], [`OutputError`]) and name what failed.
 
 pub mod choices;
 mod env;
 mod error;
+mod judge;
 mod limits;
 mod reward;
 mod rng;
@@ -25,6 +26,9 @@ pub use env::{
     validate_batch_actions, validate_observation,
 };
 pub use error::{FailureCounts, OutputError, PluginError, PluginErrorKind};
+pub use judge::{
+    Judge, JudgeError, JudgeLimits, JudgeRequest, JudgeUsage, JudgedToken, Judgement, ScriptedJudge, request_seed,
+};
 pub use limits::{InvalidLimit, SandboxLimits};
 pub use reward::{CompletionScore, Group, GroupScores, RewardFn, validate_group_scores};
 pub use rng::SeededRng;

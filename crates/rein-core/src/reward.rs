@@ -51,6 +51,11 @@ pub trait RewardFn: Send {
     fn failures(&self) -> crate::FailureCounts {
         crate::FailureCounts::default()
     }
+
+    /// What its judge did since the last time this was asked (`None` for rewards without one).
+    fn take_judge_usage(&mut self) -> Option<crate::JudgeUsage> {
+        None
+    }
 }
 
 /// Checks that `scores` fits `groups`: one entry per group, one score per completion, every

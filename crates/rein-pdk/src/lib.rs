@@ -2,7 +2,8 @@
 //! environments as sandboxed WebAssembly components in a single short Rust file.
 //!
 //! A reward plugin implements [`Reward`] and exports it with [`export_reward!`]; an environment
-//! implements [`Environment`] and exports it with [`export_environment!`]; a tool for agents
+//! implements [`Environment`] and exports it with [`export_environment!`] (a reward may ask the
+//! judge model its recipe grants through [`judge::ask`]); a tool for agents
 //! implements [`Tool`] ([`export_tool!`]); a multi-turn text environment implements [`TextEnv`]
 //! ([`export_text_env!`]). Build with
 //! `cargo build --release --target wasm32-wasip2` (or `cargo xtask build-plugins`).
@@ -35,6 +36,8 @@ mod config;
 mod env;
 pub mod format;
 mod instance;
+pub mod judge;
+mod message;
 mod metadata;
 mod reward;
 mod rng;
@@ -43,12 +46,13 @@ mod tool;
 
 pub use config::Config;
 pub use env::{Action, EnvSpec, Environment, Observation, Space, Transition};
+pub use message::Message;
 pub use metadata::{ConfigKey, Metadata};
 pub use reward::{Group, Reward, Score};
 pub use rng::Rng;
 /// JSON, for plugins that read group metadata ([`Group::metadata_json`]).
 pub use serde_json as json;
-pub use text_env::{EpisodeStart, Message, Opening, Reply, TextEnv};
+pub use text_env::{EpisodeStart, Opening, Reply, TextEnv};
 pub use tool::{Tool, ToolSpec};
 
 #[doc(hidden)]
@@ -69,6 +73,16 @@ pub mod __private {
         });
     }
 
+    /// Bindings of the `judge-import` world: the `judge` import ([`crate::judge::ask`]) of
+    /// `reward-with-judge`. Only a component that calls it imports it.
+    pub mod judge_import {
+        wit_bindgen::generate!({
+            path: "../rein-plugin/wit",
+            world: "judge-import",
+            with: { "rein:plugin/types@0.3.0": crate::__private::reward::rein::plugin::types },
+        });
+    }
+
     /// Bindings of the `environment` world.
     pub mod environment {
         wit_bindgen::generate!({
@@ -77,7 +91,7 @@ pub mod __private {
             pub_export_macro: true,
             export_macro_name: "__export_environment_world",
             default_bindings_module: "rein_pdk::__private::environment",
-            with: { "rein:plugin/types@0.2.0": crate::__private::reward::rein::plugin::types },
+            with: { "rein:plugin/types@0.3.0": crate::__private::reward::rein::plugin::types },
         });
     }
 
@@ -89,7 +103,7 @@ pub mod __private {
             pub_export_macro: true,
             export_macro_name: "__export_tool_world",
             default_bindings_module: "rein_pdk::__private::tool",
-            with: { "rein:plugin/types@0.2.0": crate::__private::reward::rein::plugin::types },
+            with: { "rein:plugin/types@0.3.0": crate::__private::reward::rein::plugin::types },
         });
     }
 
@@ -101,7 +115,7 @@ pub mod __private {
             pub_export_macro: true,
             export_macro_name: "__export_text_env_world",
             default_bindings_module: "rein_pdk::__private::text_env",
-            with: { "rein:plugin/types@0.2.0": crate::__private::reward::rein::plugin::types },
+            with: { "rein:plugin/types@0.3.0": crate::__private::reward::rein::plugin::types },
         });
     }
 }

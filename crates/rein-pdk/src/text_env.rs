@@ -7,34 +7,8 @@ use std::marker::PhantomData;
 use crate::__private::reward::rein::plugin::types::{Component, PluginError, PluginMetadata as WitMetadata};
 use crate::__private::text_env::exports::rein::plugin::text_env_api as wit;
 use crate::config::Config;
+use crate::message::{Message, to_wit};
 use crate::metadata::Metadata;
-
-/// One message: `role` is `system`, `user` or `tool` for what an environment adds.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Message {
-    /// The role.
-    pub role: String,
-    /// The text.
-    pub content: String,
-}
-
-impl Message {
-    /// A user message.
-    pub fn user(content: impl Into<String>) -> Self {
-        Self {
-            role: "user".into(),
-            content: content.into(),
-        }
-    }
-
-    /// A system message.
-    pub fn system(content: impl Into<String>) -> Self {
-        Self {
-            role: "system".into(),
-            content: content.into(),
-        }
-    }
-}
 
 /// The dataset row an episode starts from.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -146,16 +120,6 @@ fn with_state<E: TextEnv, R>(
     f: impl FnOnce(&mut State<E>) -> Result<R, PluginError>,
 ) -> Result<R, PluginError> {
     crate::instance::with(call, f).map_err(error)?
-}
-
-fn to_wit(messages: Vec<Message>) -> Vec<wit::Message> {
-    messages
-        .into_iter()
-        .map(|m| wit::Message {
-            role: m.role,
-            content: m.content,
-        })
-        .collect()
 }
 
 /// Adapts a [`TextEnv`] to the generated `text-env-api` exports.

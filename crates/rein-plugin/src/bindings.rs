@@ -6,6 +6,19 @@ pub(crate) mod reward {
     pub(crate) use exports::rein::plugin::reward_api::{CompletionScore, Group};
 }
 
+/// The `reward-with-judge` world: a reward plugin importing `judge`. Its exports are the reward
+/// world's; only the import's host side is used from here.
+pub(crate) mod judge {
+    wasmtime::component::bindgen!({
+        path: "wit",
+        world: "reward-with-judge",
+        with: {
+            "rein:plugin/types": crate::bindings::reward::rein::plugin::types,
+            "rein:plugin/reward-api": crate::bindings::reward::exports::rein::plugin::reward_api,
+        },
+    });
+}
+
 /// The `environment` world (sharing the `types` interface with the reward world).
 pub(crate) mod environment {
     wasmtime::component::bindgen!({
@@ -32,7 +45,8 @@ pub(crate) mod text_env {
         world: "text-env",
         with: { "rein:plugin/types": crate::bindings::reward::rein::plugin::types },
     });
-    pub(crate) use exports::rein::plugin::text_env_api::{EpisodeStart, Message, Turn};
+    pub(crate) use exports::rein::plugin::text_env_api::{EpisodeStart, Turn};
+    pub(crate) use rein::plugin::types::Message;
 }
 
 pub(crate) use reward::rein::plugin::types::PluginMetadata as Metadata;

@@ -10,6 +10,8 @@ pub enum Access {
     Provided,
     /// Linked so the component loads, but every call that would reach outside fails.
     Refused,
+    /// Linked for the plugins a recipe grants it to (a judge model); others are refused.
+    Granted,
     /// Not linked: a component importing it cannot load.
     Missing,
 }
@@ -66,6 +68,10 @@ fn policy(interface: &str) -> (Access, &'static str) {
         "wasi:filesystem/preopens" => (Provided, "no directories"),
         "wasi:filesystem/types" => (Refused, "no file can be opened"),
         _ if interface.starts_with("wasi:sockets/") => (Refused, "every socket and name lookup is refused"),
+        crate::judge::JUDGE_IMPORT => (
+            Granted,
+            "the judge model the recipe grants (`judge = {…}`), within its budget; refused without the grant",
+        ),
         _ if interface.starts_with("rein:plugin/") => (Provided, "the plugin interface"),
         _ => (Missing, "not provided: a plugin importing it cannot load"),
     }
@@ -81,6 +87,7 @@ mod tests {
         assert_eq!(Import::of("wasi:sockets/tcp@0.2.0").access, Access::Refused);
         assert_eq!(Import::of("wasi:http/outgoing-handler@0.2.0").access, Access::Missing);
         assert_eq!(Import::of("test:spy/exfiltrate").access, Access::Missing);
-        assert_eq!(Import::of("rein:plugin/types@0.2.0").access, Access::Provided);
+        assert_eq!(Import::of("rein:plugin/types@0.3.0").access, Access::Provided);
+        assert_eq!(Import::of("rein:plugin/judge@0.3.0").access, Access::Granted);
     }
 }

@@ -39,6 +39,7 @@ pub mod clocks;
 mod env;
 mod epoch;
 mod imports;
+mod judge;
 mod plugin;
 mod reward;
 mod runtime;
@@ -50,6 +51,7 @@ mod tool;
 pub use cache::ArtifactCache;
 pub use env::{EnvPlugin, VecEnvPlugin};
 pub use imports::{Access, Import};
+pub use judge::{JUDGE_IMPORT, JudgeGrant, MAX_TOP_LOGPROBS};
 pub use plugin::{ConfigKey, Plugin, PluginInfo, PluginKind, PluginMetadata};
 pub use rein_core::{InvalidLimit, SandboxLimits};
 pub use reward::RewardPlugin;
@@ -58,4 +60,4 @@ pub use text_env::TextEnvPlugin;
 pub use tool::ToolPlugin;
 
 /// The version of the `rein:plugin` WIT package this host speaks.
-pub const INTERFACE_VERSION: &str = "0.2.0";
+pub const INTERFACE_VERSION: &str = "0.3.0";

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use rein_core::{PluginError, PluginErrorKind};
 use serde::Serialize;
 use wasmtime::Engine;
-use wasmtime::component::{Component, InstancePre, Linker};
+use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 
 use crate::INTERFACE_VERSION;
 use crate::bindings::{self, environment, reward, text_env, tool};
@@ -152,6 +152,9 @@ impl Plugin {
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .and_then(|()| crate::clocks::add_to_linker(&mut linker, clock_view))
+            .and_then(|()| {
+                bindings::judge::rein::plugin::judge::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            })
             .map_err(|e| {
                 fail(PluginErrorKind::Host {
                     reason: format!("linking WASI: {e:#}"),
@@ -260,6 +263,13 @@ impl Plugin {
     /// Metadata, interface version, imports and exports.
     pub fn info(&self) -> &PluginInfo {
         &self.inner.info
+    }
+
+    /// Whether it imports the judge (`rein:plugin/judge`), which a recipe must grant.
+    pub fn imports_judge(&self) -> bool {
+        let judge =
+            |i: &Import| i.name.split_once('@').map_or(i.name.as_str(), |(name, _)| name) == crate::JUDGE_IMPORT;
+        self.inner.info.imports.iter().any(judge)
     }
 
     /// The limits it runs under.
@@ -382,13 +392,13 @@ mod tests {
 
     #[test]
     fn the_interface_and_its_version_select_the_kind() {
-        let reward = names(&["rein:plugin/reward-api@0.2.0"]);
+        let reward = names(&["rein:plugin/reward-api@0.3.0"]);
         assert_eq!(interface_kind(&reward), Ok(PluginKind::Reward));
-        let env = names(&["wasi:cli/run@0.2.0", "rein:plugin/environment-api@0.2.0"]);
+        let env = names(&["wasi:cli/run@0.3.0", "rein:plugin/environment-api@0.3.0"]);
         assert_eq!(interface_kind(&env), Ok(PluginKind::Environment));
-        let tool = names(&["rein:plugin/tool-api@0.2.0"]);
+        let tool = names(&["rein:plugin/tool-api@0.3.0"]);
         assert_eq!(interface_kind(&tool), Ok(PluginKind::Tool));
-        let text_env = names(&["rein:plugin/text-env-api@0.2.0"]);
+        let text_env = names(&["rein:plugin/text-env-api@0.3.0"]);
         assert_eq!(interface_kind(&text_env), Ok(PluginKind::TextEnv));
     }
 
@@ -398,11 +408,11 @@ mod tests {
         assert_eq!(
             err,
             PluginErrorKind::InterfaceVersion {
-                expected: "0.2.0".into(),
+                expected: "0.3.0".into(),
                 found: "rein:plugin/reward-api@0.1.0".into()
             }
         );
-        let none = interface_kind(&names(&["wasi:cli/run@0.2.0"])).unwrap_err();
+        let none = interface_kind(&names(&["wasi:cli/run@0.3.0"])).unwrap_err();
         assert!(none.to_string().contains("found: none"), "{none}");
     }
 }

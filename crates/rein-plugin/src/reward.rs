@@ -1,22 +1,27 @@
 //! Reward plugins as [`RewardFn`]s.
 
 use rein_core::{
-    CompletionScore, FailureCounts, Group, GroupScores, OutputError, PluginError, RewardFn, validate_group_scores,
+    CompletionScore, FailureCounts, Group, GroupScores, JudgeUsage, OutputError, PluginError, PluginErrorKind,
+    RewardFn, validate_group_scores,
 };
 
 use crate::bindings::reward::{self as wit, Reward};
+use crate::judge::{JUDGE_IMPORT, JudgeGrant};
 use crate::plugin::{Plugin, PluginKind};
 use crate::sandbox::Instance;
 
 /// A reward plugin with its config, owning one sandboxed instance.
 ///
 /// The instance is created (and `init` called with the config) on construction, and again
-/// after a trap discarded it, so one failure never poisons later batches.
+/// after a trap discarded it, so one failure never poisons later batches. A plugin built for
+/// the `reward-with-judge` world runs with its [`JudgeGrant`] in every instance.
 pub struct RewardPlugin {
     plugin: Plugin,
     config: String,
+    judge: Option<JudgeGrant>,
     instance: Option<Instance<Reward>>,
     failures: FailureCounts,
+    judge_usage: JudgeUsage,
 }
 
 impl std::fmt::Debug for RewardPlugin {
@@ -30,16 +35,43 @@ impl std::fmt::Debug for RewardPlugin {
 
 impl Plugin {
     /// Instantiates this reward plugin with its config (a JSON object as text; `{}` for none).
-    /// The plugin's `init` may reject the config with its own error.
+    /// The plugin's `init` may reject the config with its own error. A plugin that imports the
+    /// judge is refused here, naming the import: it needs [`Plugin::reward_with_judge`].
     pub fn reward(&self, config: &str) -> Result<RewardPlugin, PluginError> {
+        if self.imports_judge() {
+            let kind = PluginErrorKind::NotGranted {
+                import: JUDGE_IMPORT.into(),
+                how: "give the reward a judge in the recipe (`judge = { model = \"…\" }`)",
+            };
+            return Err(PluginError::new(self.name(), None, kind));
+        }
+        self.new_reward(config, None)
+    }
+
+    /// Instantiates this reward plugin with its config and the judge it may ask. A plugin
+    /// that does not import the judge is refused: the grant would be silently unused.
+    pub fn reward_with_judge(&self, config: &str, judge: JudgeGrant) -> Result<RewardPlugin, PluginError> {
+        if self.kind() == PluginKind::Reward && !self.imports_judge() {
+            let kind = PluginErrorKind::UnusedGrant {
+                import: JUDGE_IMPORT.into(),
+                how: "build it for the `reward-with-judge` world (rein_pdk::judge::ask)",
+            };
+            return Err(PluginError::new(self.name(), None, kind));
+        }
+        self.new_reward(config, Some(judge))
+    }
+
+    fn new_reward(&self, config: &str, judge: Option<JudgeGrant>) -> Result<RewardPlugin, PluginError> {
         if self.kind() != PluginKind::Reward {
             return Err(self.wrong_kind(PluginKind::Reward));
         }
         let mut reward = RewardPlugin {
             plugin: self.clone(),
             config: config.to_string(),
+            judge,
             instance: None,
             failures: FailureCounts::default(),
+            judge_usage: JudgeUsage::default(),
         };
         reward.live()?;
         Ok(reward)
@@ -60,6 +92,7 @@ impl RewardPlugin {
     fn live(&mut self) -> Result<&mut Instance<Reward>, PluginError> {
         if self.instance.is_none() {
             let mut instance = self.plugin.instantiate_reward()?;
+            instance.store.data_mut().judge.grant(self.judge.clone());
             let limits = self.plugin.limits();
             instance.call(self.plugin.name(), "init", limits, |store, b| {
                 let result = b.rein_plugin_reward_api().call_init(store, &self.config)?;
@@ -84,6 +117,11 @@ impl RewardFn for RewardPlugin {
     fn failures(&self) -> FailureCounts {
         self.failures
     }
+
+    fn take_judge_usage(&mut self) -> Option<JudgeUsage> {
+        self.judge.as_ref()?;
+        Some(std::mem::take(&mut self.judge_usage))
+    }
 }
 
 impl RewardPlugin {
@@ -100,10 +138,17 @@ impl RewardPlugin {
         let plugin = self.plugin.clone();
         let limits = plugin.limits();
         let instance = self.live()?;
+        instance
+            .store
+            .data_mut()
+            .judge
+            .begin_call(groups.len(), limits.timeout());
         let result = instance.call(plugin.name(), "score", limits, |store, b| {
             let result = b.rein_plugin_reward_api().call_score(store, &wit_groups)?;
             Ok(result.map_err(|e| e.message))
         });
+        let usage = instance.store.data_mut().judge.take_usage();
+        self.judge_usage = self.judge_usage.plus(usage);
         let raw = match result {
             Ok(raw) => raw,
             Err(e) => {

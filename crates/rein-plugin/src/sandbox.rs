@@ -8,6 +8,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::clocks::{ClockView, Clocks};
 use crate::epoch::TICK;
+use crate::judge::JudgeSlot;
 use crate::stdio::CappedPipe;
 use rein_core::SandboxLimits;
 
@@ -19,6 +20,7 @@ pub(crate) struct HostState {
     clocks: Clocks,
     stdout: CappedPipe,
     stderr: CappedPipe,
+    pub(crate) judge: JudgeSlot,
 }
 
 /// The clocks and the resource table, for [`crate::clocks`]'s host functions.
@@ -106,6 +108,7 @@ pub(crate) fn new_store(engine: &Engine, limits: &SandboxLimits) -> Store<HostSt
         clocks: Clocks::new(limits.real_clock),
         stdout,
         stderr,
+        judge: JudgeSlot::default(),
     };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.memory);

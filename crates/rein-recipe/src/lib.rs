@@ -26,9 +26,9 @@ pub use error::RecipeError;
 pub use plan::{GrpoRecipe, Plan, PpoRecipe, SftRecipe};
 pub use rein_core::AdvantageKind;
 pub use schema::{
-    AgentSection, Algorithm, DataSection, Device, EnvSection, EvalSection, GrpoSection, LoraSection, ModelSection,
-    OptimizerSection, PluginEntry, PpoSection, Recipe, RewardEntry, RewardModelKind, SamplerSection, SftSection,
-    TrainSection,
+    AgentSection, Algorithm, DataSection, Device, EnvSection, EvalSection, GrpoSection, JudgeEntry, LoraSection,
+    ModelSection, OptimizerSection, PluginEntry, PpoSection, Recipe, RewardEntry, RewardModelKind, SamplerSection,
+    SftSection, TrainSection,
 };
 
 use compose::Composed;
@@ -312,6 +312,12 @@ impl LoadedRecipe {
                 ));
             }
             (Some(_), None) => {
+                if let Some(judge) = &entry.judge {
+                    judge
+                        .limits
+                        .validate()
+                        .map_err(|e| self.invalid(&key(&format!("judge.{}", e.key)), e.reason))?;
+                }
                 if entry.label.is_some() {
                     return Err(self.invalid(
                         &key("label"),
@@ -325,6 +331,9 @@ impl LoadedRecipe {
                 }
                 if entry.isolate {
                     return Err(self.invalid(&key("isolate"), "`isolate` retries plugins; this reward is a model"));
+                }
+                if entry.judge.is_some() {
+                    return Err(self.invalid(&key("judge"), "a judge is granted to plugins; this reward is a model"));
                 }
                 if entry.batch_size == 0 {
                     return Err(self.invalid(&key("batch_size"), "must be at least 1"));

@@ -419,11 +419,46 @@ pub struct RewardEntry {
     /// Sandbox limits.
     #[serde(default)]
     pub limits: SandboxLimits,
+    /// A judge model this reward plugin may ask (plugins built for the `reward-with-judge`
+    /// world), with its budget.
+    #[serde(default)]
+    pub judge: Option<JudgeEntry>,
     /// The reward judges each completion on its own: when a batch fails, retry the failing
     /// group one completion at a time and score 0 the completions that fail alone (a hostile
     /// completion then costs only its own score; `on_error` is not consulted).
     #[serde(default)]
     pub isolate: bool,
+}
+
+/// The judge model granted to a reward plugin (`judge = { model = "…", max_new_tokens = 64 }`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(try_from = "toml::Table")]
+pub struct JudgeEntry {
+    /// A model directory in Hugging Face format (or a fetched model's name); without it, the
+    /// policy's own model as the run starts (frozen).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The budget and sampling defaults: the table's other keys.
+    #[serde(flatten)]
+    pub limits: rein_core::JudgeLimits,
+}
+
+impl TryFrom<toml::Table> for JudgeEntry {
+    type Error = String;
+
+    /// `model`, and the rest as [`rein_core::JudgeLimits`], refusing unknown keys (serde's
+    /// `flatten` would let them through).
+    fn try_from(mut table: toml::Table) -> Result<Self, String> {
+        let model = match table.remove("model") {
+            None => None,
+            Some(toml::Value::String(model)) => Some(model),
+            Some(other) => return Err(format!("`model` must be a string, got {other}")),
+        };
+        let limits = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| e.message().to_string())?;
+        Ok(Self { model, limits })
+    }
 }
 
 /// What a reward model computes.

@@ -34,6 +34,10 @@ impl<R: RewardFn> RewardFn for Renamed<R> {
     fn failures(&self) -> rein_core::FailureCounts {
         self.1.failures()
     }
+
+    fn take_judge_usage(&mut self) -> Option<rein_core::JudgeUsage> {
+        self.1.take_judge_usage()
+    }
 }
 
 /// The combined scores of one group.

@@ -2,15 +2,16 @@
 //! GRPO, evaluations before and after, checkpoints and a report.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use burn::module::AutodiffModule;
 use rein_core::SamplerBackend;
-use rein_core::{RewardFn, TextEnv, Tool};
+use rein_core::{Judge, RewardFn, TextEnv, Tool};
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, load, save};
 use rein_model::{ReinAutodiffBackend, ReinBackend};
-use rein_plugin::{PluginRuntime, RewardPlugin};
+use rein_plugin::{JudgeGrant, PluginRuntime, RewardPlugin};
 use rein_sampler::{Generator, HttpGenerator, HttpSettings, NativeGenerator, SeededRng};
 use serde_json::json;
 
@@ -18,9 +19,11 @@ use crate::TrainError;
 use crate::checkpoint::{Checkpoint, Checkpointing};
 use crate::driver::{self, Driver};
 use crate::lm::episodes::Agent;
-use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, ModelReward, Renamed, WeightedReward};
+use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, ModelReward, NativeJudge, Renamed, WeightedReward};
 use crate::run_dir::{MetricsWriter, RunDir};
-use rein_recipe::{Algorithm, GrpoRecipe, GrpoSection, LoadedRecipe, Plan, RecipeError, RewardEntry, SftRecipe};
+use rein_recipe::{
+    Algorithm, GrpoRecipe, GrpoSection, JudgeEntry, LoadedRecipe, Plan, RecipeError, RewardEntry, SftRecipe,
+};
 
 /// Where GRPO's completions come from: the native sampler, or the inference servers of
 /// `sampler.urls` (waited for until they answer), with the policy written under
@@ -169,7 +172,7 @@ fn setup<B: ReinBackend>(
     let mut rewards: Vec<WeightedReward> = Vec::new();
     for (i, entry) in recipe.reward.iter().enumerate() {
         rewards.push(WeightedReward {
-            reward: reward::<B>(loaded, i, entry, &runtime, plugin_dir, device)?,
+            reward: reward::<B>(loaded, i, entry, &runtime, plugin_dir, (&model, &tokenizer), device)?,
             weight: entry.weight,
             isolate: entry.isolate,
         });
@@ -213,13 +216,15 @@ fn model_path(loaded: &LoadedRecipe, path: &str) -> PathBuf {
     }
 }
 
-/// `reward[i]`: its plugin, loaded into the sandbox, or its reward model, loaded onto `device`.
+/// `reward[i]`: its plugin, loaded into the sandbox (with the judge it is granted), or its
+/// reward model, loaded onto `device`. `policy` is the judge when the grant names no model.
 fn reward<B: ReinBackend>(
     loaded: &LoadedRecipe,
     i: usize,
     entry: &RewardEntry,
     runtime: &PluginRuntime,
     plugin_dir: &Path,
+    policy: (&CausalLm<B>, &LmTokenizer),
     device: &B::Device,
 ) -> Result<Box<dyn RewardFn>, TrainError> {
     if let Some(model) = &entry.model {
@@ -235,11 +240,47 @@ fn reward<B: ReinBackend>(
     let plugin = entry.plugin.as_deref().unwrap_or_default();
     let path = loaded.plugin_path(plugin, &format!("reward[{i}].plugin"), plugin_dir)?;
     let config = serde_json::to_string(&entry.config).unwrap_or_else(|_| "{}".into());
-    let reward = runtime.load(&path, entry.limits.clone())?.reward(&config)?;
+    let plugin = runtime.load(&path, entry.limits.clone())?;
+    let reward = match &entry.judge {
+        None => plugin.reward(&config)?,
+        Some(judge) => {
+            let grant = JudgeGrant::new(
+                judge_model::<B>(loaded, i, judge, policy, device)?,
+                judge.limits.clone(),
+                loaded.recipe.seed,
+            );
+            plugin.reward_with_judge(&config, grant)?
+        }
+    };
     Ok(match &entry.name {
         Some(name) => Box::new(Renamed(name.clone(), reward)),
         None => Box::new(reward),
     })
+}
+
+/// The judge model `reward[i].judge` names, loaded onto `device`, or the policy as it starts.
+fn judge_model<B: ReinBackend>(
+    loaded: &LoadedRecipe,
+    i: usize,
+    judge: &JudgeEntry,
+    (policy, tokenizer): (&CausalLm<B>, &LmTokenizer),
+    device: &B::Device,
+) -> Result<Arc<Mutex<dyn Judge>>, TrainError> {
+    let judge: NativeJudge<B> = match &judge.model {
+        None => NativeJudge::new(policy.clone(), tokenizer.clone(), "the policy's starting model", device),
+        Some(model) => {
+            let dir = model_path(loaded, model);
+            let load = || -> Result<_, rein_model::lm::LoadError> {
+                let model = rein_model::lm::load::<B>(&dir, device)?;
+                let tokenizer = LmTokenizer::load(&rein_model::lm::locate(&dir)?, &[])?;
+                Ok((model, tokenizer))
+            };
+            let (model, tokenizer) =
+                load().map_err(|e| invalid(loaded, &format!("reward[{i}].judge.model"), e.to_string()))?;
+            NativeJudge::new(model, tokenizer, &dir.display().to_string(), device)
+        }
+    };
+    Ok(Arc::new(Mutex::new(judge)))
 }
 
 /// The recipe's tools and text environment, loaded, when it plays multi-turn episodes (tools

@@ -12,7 +12,7 @@ wit_bindgen::generate!({
 
         world spying-reward {
             import exfiltrate;
-            export rein:plugin/reward-api@0.2.0;
+            export rein:plugin/reward-api@0.3.0;
         }
     ",
     world: "test:spy/spying-reward",

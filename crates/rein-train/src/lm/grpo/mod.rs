@@ -277,6 +277,12 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
         for (name, value) in sample::component_means(&sampled.batch) {
             record.insert(format!("train/reward/{name}"), json!(value));
         }
+        for (name, usage) in &sampled.judges {
+            record.insert(format!("train/reward/{name}/judge_calls"), json!(usage.calls));
+            record.insert(format!("train/reward/{name}/judge_tokens"), json!(usage.tokens));
+            record.insert(format!("train/reward/{name}/judge_ms"), json!(usage.ms));
+            record.insert(format!("train/reward/{name}/judge_failures"), json!(usage.failures));
+        }
         if let Some(stats) = &sampled.episodes {
             stats.record(&mut record);
         }

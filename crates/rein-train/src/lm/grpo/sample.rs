@@ -95,6 +95,8 @@ pub(super) struct Sampled {
     pub(super) tokens: usize,
     /// Reward failures absorbed by `on_error`.
     pub(super) failures: usize,
+    /// What each reward's judge did, by reward name.
+    pub(super) judges: std::collections::BTreeMap<String, rein_core::JudgeUsage>,
     /// Multi-turn episodes' figures.
     pub(super) episodes: Option<EpisodeStats>,
 }
@@ -117,6 +119,12 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             };
             out.tokens += rollouts.iter().map(Rollout::sampled).sum::<usize>();
             let scores = self.score(step, &picked, &rollouts, &mut out.failures, phases)?;
+            for weighted in self.ctx.rewards.iter_mut() {
+                if let Some(usage) = weighted.reward.take_judge_usage() {
+                    let total = out.judges.entry(weighted.reward.name().to_string()).or_default();
+                    *total = total.plus(usage);
+                }
+            }
             keep_groups(round, scores, rollouts, self.ctx.grpo, self.ctx.sampler.n, &mut out);
         }
         Ok(out)

@@ -1,0 +1,200 @@
+//! A judge model in process: the [`Judge`] a recipe grants a reward plugin
+//! (`[[reward]] judge = {…}`), running on the native sampler.
+//!
+//! Each request's conversation goes through the judge's chat template (with the generation
+//! prompt); requests with the same sampling settings are generated in one batch, each from the
+//! stream its own seed names ([`rein_sampler::generate_seeded`]), so an answer does not depend on
+//! what else was asked with it. The answer's tokens are then read back through one forward pass
+//! of the model to give each its log-probability and the most likely alternatives (temperature
+//! 1, as inference servers report them).
+
+use std::time::Instant;
+
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Int, Tensor, TensorData};
+use rein_core::{Judge, JudgeError, JudgeRequest, JudgedToken, Judgement};
+use rein_model::ReinBackend;
+use rein_model::lm::{CausalLm, ChatMessage, Context, LmTokenizer};
+use rein_sampler::{FinishReason, GenerationConfig, generate_seeded, stop_check};
+
+/// A causal language model answering judge requests (see the module docs).
+pub struct NativeJudge<B: ReinBackend> {
+    model: CausalLm<B>,
+    tokenizer: LmTokenizer,
+    name: String,
+    device: B::Device,
+}
+
+impl<B: ReinBackend> NativeJudge<B> {
+    /// A judge running `model` with `tokenizer`; `name` names it in logs.
+    pub fn new(model: CausalLm<B>, tokenizer: LmTokenizer, name: &str, device: &B::Device) -> Self {
+        Self {
+            model,
+            tokenizer,
+            name: name.into(),
+            device: device.clone(),
+        }
+    }
+
+    /// The request's conversation rendered for the model, as token ids.
+    fn prompt(&self, request: &JudgeRequest) -> Result<Vec<u32>, JudgeError> {
+        let messages: Vec<ChatMessage> = (request.messages.iter())
+            .map(|m| ChatMessage {
+                role: m.role.clone(),
+                content: m.content.clone(),
+            })
+            .collect();
+        let failed = |e: rein_model::lm::LoadError| JudgeError::Failed { reason: e.to_string() };
+        let text = match self.tokenizer.apply_chat_template(&messages, true).map_err(failed)? {
+            Some(text) => text,
+            // Without a template, the turns one after another.
+            None => request
+                .messages
+                .iter()
+                .map(|m| m.content.as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        };
+        let ids = self.tokenizer.encode(&text).map_err(failed)?;
+        if ids.is_empty() {
+            let reason = "the conversation renders to no tokens".into();
+            return Err(JudgeError::InvalidRequest { reason });
+        }
+        Ok(ids)
+    }
+
+    /// The log-probability of each of `answer`'s tokens after `prompt`, and the `top` most
+    /// likely tokens at each of its positions.
+    fn read_back(&self, prompt: &[u32], answer: &[u32], top: usize) -> Vec<JudgedToken> {
+        if answer.is_empty() {
+            return Vec::new();
+        }
+        let ids: Vec<i64> = prompt.iter().chain(answer).map(|&t| t as i64).collect();
+        let len = ids.len();
+        let rope = self.model.rope(len, &self.device);
+        let ctx = Context {
+            rope: &rope,
+            positions: Tensor::<B, 1, Int>::arange(0..len as i64, &self.device).reshape([1, len]),
+            padding: None,
+            sequence_lengths: None,
+            fused: None,
+        };
+        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, len]), &self.device);
+        let hidden = self.model.hidden(tokens, &ctx, None);
+        // Position p's logits predict token p + 1: the answer's tokens are predicted from the
+        // prompt's last position on.
+        let rows = hidden.narrow(1, prompt.len() - 1, answer.len());
+        let logprobs = log_softmax(self.model.logits(rows), 2);
+        let vocab = logprobs.dims()[2];
+        let values: Vec<f32> = logprobs.into_data().convert::<f32>().to_vec().unwrap_or_default();
+        let text = |id: usize| self.tokenizer.decode(&[id as u32], false).unwrap_or_default();
+        (answer.iter().enumerate())
+            .map(|(p, &token)| {
+                let row = &values[p * vocab..(p + 1) * vocab];
+                let mut order: Vec<usize> = (0..vocab).collect();
+                let top = top.min(vocab);
+                if top > 0 {
+                    order.select_nth_unstable_by(top - 1, |&a, &b| row[b].total_cmp(&row[a]));
+                    order.truncate(top);
+                    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+                } else {
+                    order.clear();
+                }
+                JudgedToken {
+                    text: text(token as usize),
+                    logprob: row[token as usize],
+                    top: order.into_iter().map(|id| (text(id), row[id])).collect(),
+                }
+            })
+            .collect()
+    }
+}
+
+impl<B: ReinBackend> Judge for NativeJudge<B>
+where
+    CausalLm<B>: Send,
+{
+    fn judge(
+        &mut self,
+        requests: &[JudgeRequest],
+        deadline: Instant,
+        limit_ms: u32,
+    ) -> Vec<Result<Judgement, JudgeError>> {
+        let mut answers: Vec<Option<Result<Judgement, JudgeError>>> = vec![None; requests.len()];
+        let prompts: Vec<Result<Vec<u32>, JudgeError>> = requests.iter().map(|r| self.prompt(r)).collect();
+        // Requests sampled alike go in one batch.
+        let mut pending: Vec<usize> = (0..requests.len()).collect();
+        while let Some(&first) = pending.first() {
+            let like = |i: &usize| {
+                let (a, b) = (&requests[first], &requests[*i]);
+                a.max_new_tokens == b.max_new_tokens
+                    && a.temperature.to_bits() == b.temperature.to_bits()
+                    && a.stop == b.stop
+            };
+            let (batch, rest): (Vec<usize>, Vec<usize>) = pending.into_iter().partition(like);
+            pending = rest;
+            let mut ready = Vec::new();
+            for &i in &batch {
+                match &prompts[i] {
+                    Ok(_) => ready.push(i),
+                    Err(error) => answers[i] = Some(Err(error.clone())),
+                }
+            }
+            if ready.is_empty() {
+                continue;
+            }
+            let request = &requests[first];
+            let config = GenerationConfig {
+                max_new_tokens: request.max_new_tokens,
+                temperature: request.temperature,
+                n: 1,
+                stop_token_ids: self.tokenizer.eos_ids().to_vec(),
+                ..GenerationConfig::default()
+            };
+            let batch_prompts: Vec<Vec<u32>> = ready.iter().map(|&i| prompts[i].clone().unwrap_or_default()).collect();
+            let seeds: Vec<u64> = ready.iter().map(|&i| requests[i].seed).collect();
+            let mut stops = stop_check(&self.tokenizer, &request.stop);
+            let mut cut = vec![false; ready.len()];
+            let mut stop = |seq: usize, tokens: &[u32]| {
+                if Instant::now() >= deadline {
+                    cut[seq] = true;
+                    return true;
+                }
+                stops(seq, tokens)
+            };
+            let pad = self.tokenizer.pad_id().unwrap_or(0);
+            let generations = generate_seeded(
+                &self.model,
+                &batch_prompts,
+                &seeds,
+                &config,
+                pad,
+                &mut stop,
+                &self.device,
+            );
+            for (k, generation) in generations.into_iter().enumerate() {
+                let i = ready[k];
+                if cut[k] {
+                    answers[i] = Some(Err(JudgeError::Deadline { limit_ms }));
+                    continue;
+                }
+                let finished = generation.finish != FinishReason::Length;
+                let tokens = self.read_back(&batch_prompts[k], &generation.tokens, requests[i].top_logprobs);
+                let text = rein_sampler::completion_text(&self.tokenizer, &generation.tokens, &requests[i].stop);
+                answers[i] = Some(Ok(Judgement { text, tokens, finished }));
+            }
+        }
+        answers
+            .into_iter()
+            .map(|a| a.expect("every request answered"))
+            .collect()
+    }
+
+    fn prompt_tokens(&self, request: &JudgeRequest) -> Result<usize, JudgeError> {
+        self.prompt(request).map(|ids| ids.len())
+    }
+
+    fn describe(&self) -> String {
+        format!("native: {}", self.name)
+    }
+}
