@@ -166,3 +166,29 @@ fn each_requests_seed_is_fixed_by_the_runs_seed_and_the_request() {
     assert_ne!(first[0], first[1]);
     assert_ne!(seeds(8, &["5", "6"]), first);
 }
+
+#[test]
+fn a_python_plugin_asks_the_judge_and_reads_its_refusals() {
+    let plugin = load("judge-rubric-py");
+    let judge = scripted(&["Grade: 7", "Grade: 3"]);
+    let limits = JudgeLimits {
+        max_requests_per_group: 1,
+        ..JudgeLimits::default()
+    };
+    let mut reward = plugin
+        .reward_with_judge("{}", JudgeGrant::new(judge.clone(), limits, 0))
+        .unwrap();
+    assert_eq!(scores(&mut reward, &["5"]), [Some(0.7)]);
+    let error = reward.score(&group(&["5", "6"])).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("completion 1: the judge refused: RequestsExhausted (1)"),
+        "{error}"
+    );
+    // The rubric and the stop string reach the judge as the plugin wrote them.
+    let asked = judge.lock().unwrap().asked.clone();
+    assert_eq!(asked[0].stop, ["\n"]);
+    assert_eq!(asked[0].max_new_tokens, 16);
+    assert!(asked[0].messages[0].content.starts_with("You grade"));
+}

@@ -141,7 +141,8 @@ impl std::error::Error for ToolUnavailable {}
 /// The WIT world a guest module implements, from the export it defines: Python's
 /// `class ToolApi(exports.ToolApi)`, JavaScript's `export const toolApi`, and so on for
 /// `TextEnvApi` / `textEnvApi` and `EnvironmentApi` / `environmentApi`; anything else is a
-/// reward (`RewardApi` / `rewardApi`).
+/// reward (`RewardApi` / `rewardApi`), for the `reward-with-judge` world when it imports the
+/// judge (Python's `from wit_world.imports import judge`, JavaScript's `rein:plugin/judge`).
 fn world(plugin: &GuestPlugin) -> anyhow::Result<&'static str> {
     let entry = plugin.dir.join(plugin.lang.entry_file());
     let source = std::fs::read_to_string(&entry).with_context(|| format!("cannot read {}", entry.display()))?;
@@ -155,6 +156,8 @@ fn world(plugin: &GuestPlugin) -> anyhow::Result<&'static str> {
         "text-env"
     } else if defines("EnvironmentApi", "environmentApi") {
         "environment"
+    } else if source.contains("from wit_world.imports import judge") || source.contains("\"rein:plugin/judge") {
+        "reward-with-judge"
     } else {
         "reward"
     })

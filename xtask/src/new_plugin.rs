@@ -1,5 +1,6 @@
-//! `cargo xtask new-plugin`: scaffold a reward, environment, tool or text-environment plugin
-//! (Rust), a reward or tool plugin in Python, or a reward plugin in JavaScript.
+//! `cargo xtask new-plugin`: scaffold a reward, judged reward, environment, tool or
+//! text-environment plugin (Rust), a reward, judged reward or tool plugin in Python, or a reward
+//! plugin in JavaScript.
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +14,8 @@ use crate::workspace::root;
 pub(crate) enum Kind {
     /// A reward function (world `reward`).
     Reward,
+    /// A reward that asks the judge model its recipe grants (world `reward-with-judge`).
+    JudgeReward,
     /// An environment (world `environment`).
     Env,
     /// A tool agents call (world `tool`).
@@ -28,7 +31,8 @@ pub(crate) struct NewPlugin {
     pub(crate) kind: Kind,
     /// The plugin's name, kebab-case (e.g. `contains-answer`).
     pub(crate) name: String,
-    /// The language: Rust (any kind), Python (rewards and tools) or JavaScript (rewards).
+    /// The language: Rust (any kind), Python (rewards, judged rewards and tools) or JavaScript
+    /// (rewards).
     #[arg(long, value_enum, default_value = "rust")]
     pub(crate) lang: Lang,
     /// The plugin workspace to add it to (default: plugins/).
@@ -79,6 +83,7 @@ impl NewPlugin {
         std::fs::write(dir.join("Cargo.toml"), cargo_toml(name))?;
         let source = match self.kind {
             Kind::Reward => REWARD_TEMPLATE,
+            Kind::JudgeReward => JUDGE_REWARD_TEMPLATE,
             Kind::Env => ENV_TEMPLATE,
             Kind::Tool => TOOL_TEMPLATE,
             Kind::TextEnv => TEXT_ENV_TEMPLATE,
@@ -86,6 +91,7 @@ impl NewPlugin {
         let cases = match self.kind {
             Kind::Tool => Some(TOOL_CASES),
             Kind::TextEnv => Some(TEXT_ENV_CASES),
+            Kind::JudgeReward => Some(JUDGE_CASES),
             Kind::Reward | Kind::Env => None,
         };
         if let Some(cases) = cases {
@@ -123,9 +129,10 @@ impl NewPlugin {
         let (template, cases) = match (self.kind, self.lang) {
             (Kind::Reward, Lang::Python) => (PYTHON_REWARD_TEMPLATE, GUEST_CASES),
             (Kind::Reward, _) => (JS_REWARD_TEMPLATE, GUEST_CASES),
+            (Kind::JudgeReward, Lang::Python) => (PYTHON_JUDGE_REWARD_TEMPLATE, JUDGE_CASES),
             (Kind::Tool, Lang::Python) => (PYTHON_TOOL_TEMPLATE, TOOL_CASES),
             _ => bail!(
-                "the scaffolds in Python are rewards and tools, in JavaScript rewards; write the others in Rust (--lang rust)"
+                "the scaffolds in Python are rewards, judged rewards and tools, in JavaScript rewards; write the others in Rust (--lang rust)"
             ),
         };
         let dir = workspace.join(name);
@@ -212,6 +219,148 @@ mod tests {
         assert_eq!(scores, vec![Some(1.0), Some(0.0)]);
     }
 }
+"##;
+
+const JUDGE_REWARD_TEMPLATE: &str = r##"//! `{{name}}`: asks the judge model the recipe grants whether each completion answers the
+//! question correctly; 1 for "Yes", 0 otherwise. Grant it a judge in the recipe:
+//!
+//! ```toml
+//! [[reward]]
+//! plugin = "{{name}}"
+//! judge = { max_new_tokens = 4 }   # the policy's starting model; or model = "<dir>"
+//! ```
+
+use rein_pdk::judge::{self, JudgeRequest};
+use rein_pdk::{Config, ConfigKey, Group, Message, Metadata, Reward, Score};
+
+/// The reward.
+pub struct {{Type}} {
+    rubric: String,
+}
+
+impl Reward for {{Type}} {
+    const METADATA: Metadata = Metadata::new("{{name}}", "1 when the judge says the completion is correct, else 0")
+        .config(&[ConfigKey::new("rubric", "the judge's system message").default("\"Reply Yes or No.\"")]);
+
+    fn new(config: &Config) -> Result<Self, String> {
+        Ok(Self { rubric: config.str_or("rubric", "Reply Yes or No.")?.to_string() })
+    }
+
+    fn score(&mut self, group: &Group) -> Result<Vec<Score>, String> {
+        let requests: Vec<JudgeRequest> = (group.completions.iter())
+            .map(|c| {
+                let question = format!("Question: {}\nAnswer: {c}\nIs the answer correct?", group.prompt);
+                JudgeRequest::new(vec![Message::system(self.rubric.clone()), Message::user(question)]).max_new_tokens(4)
+            })
+            .collect();
+        // Every request is answered or refused (a budget spent): the plugin decides what a
+        // refusal scores; here it fails the group, which the host counts.
+        (judge::ask(&requests).into_iter().enumerate())
+            .map(|(c, verdict)| {
+                let verdict = verdict.map_err(|e| format!("completion {c}: {e}"))?;
+                Ok(Score::from(verdict.text.trim_start().to_lowercase().starts_with("yes")))
+            })
+            .collect()
+    }
+}
+
+rein_pdk::export_reward!({{Type}});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_judges_yes_scores_one() {
+        // Native tests have no host: the judge answers from a script.
+        judge::script(["Yes.", "No"]);
+        let mut reward = {{Type}}::new(&Config::default()).unwrap();
+        let group = Group {
+            prompt: "What is 2 + 3?".into(),
+            completions: vec!["5".into(), "6".into()],
+            reference: None,
+            metadata: String::new(),
+        };
+        let scores: Vec<_> = reward.score(&group).unwrap().into_iter().map(|s| s.value).collect();
+        assert_eq!(scores, vec![Some(1.0), Some(0.0)]);
+    }
+}
+"##;
+
+/// Test cases of the scaffolded judged rewards: `judge` holds the scripted judge's replies.
+const JUDGE_CASES: &str = r#"{"name": "the judge's yes scores 1", "group": {"prompt": "What is 2 + 3?", "completions": ["5", "6"]}, "judge": ["Yes", "No"], "expected": [1.0, 0.0]}
+{"name": "case and spaces do not matter", "group": {"prompt": "What is 2 + 3?", "completions": ["five"]}, "judge": ["  yes, five is right"], "expected": [1.0]}
+{"name": "a custom rubric", "config": {"rubric": "Be strict. Reply Yes or No."}, "group": {"prompt": "What is 2 + 3?", "completions": ["about 5"]}, "judge": ["No"], "expected": [0.0]}
+"#;
+
+const PYTHON_JUDGE_REWARD_TEMPLATE: &str = r##""""`{{name}}`: asks the judge model the recipe grants whether each completion answers the
+question correctly; 1 for "Yes", 0 otherwise.
+
+A rein reward plugin in Python for the `reward-with-judge` world (it imports `judge`).
+`cargo xtask build-plugins` compiles it with componentize-py into target/plugins/{{name}}.wasm.
+Grant it a judge in the recipe: `judge = { max_new_tokens = 4 }` (the policy's starting
+model) or `judge = { model = "<dir>" }`. Its test cases, with the scripted judge's replies,
+are in cases.jsonl:
+
+    cargo rein plugin test target/plugins/{{name}}.wasm --cases plugins/{{name}}/cases.jsonl
+"""
+
+import json
+
+from componentize_py_types import Err
+from wit_world import exports
+from wit_world.exports.reward_api import CompletionScore
+from wit_world.imports import judge
+from wit_world.imports.types import ConfigKey, Message, PluginError, PluginMetadata
+
+NAME = "{{name}}"
+DESCRIPTION = "1 when the judge says the completion is correct, else 0"
+CONFIG_KEYS = [ConfigKey("rubric", "the judge's system message", '"Reply Yes or No."')]
+
+# componentize-py creates a new `RewardApi` for every call: what `init` sets lives here.
+RUBRIC = "Reply Yes or No."
+
+
+def score_group(group):
+    """Asks about every completion at once; a refused request fails the group."""
+    requests = [
+        judge.JudgeRequest(
+            [Message("system", RUBRIC), Message("user", f"Question: {group.prompt}\nAnswer: {c}\nIs the answer correct?")],
+            4,  # max_new_tokens
+            None,  # temperature: the grant's
+            [],  # stop strings
+            0,  # top_logprobs
+        )
+        for c in group.completions
+    ]
+    scores = []
+    for i, verdict in enumerate(judge.judge(requests)):
+        if isinstance(verdict, Err):
+            raise Err(PluginError(f"completion {i}: the judge refused: {verdict.value}"))
+        yes = verdict.value.text.strip().lower().startswith("yes")
+        scores.append(CompletionScore(1.0 if yes else 0.0, []))
+    return scores
+
+
+class RewardApi(exports.RewardApi):
+    def metadata(self):
+        return PluginMetadata(NAME, "0.1.0", DESCRIPTION, CONFIG_KEYS)
+
+    def init(self, config):
+        global RUBRIC
+        try:
+            values = json.loads(config) if config.strip() else {}
+            unknown = sorted(set(values) - {"rubric"})
+            if unknown:
+                raise ValueError(f"unknown config key `{unknown[0]}` for plugin `{NAME}` (accepted: rubric)")
+            RUBRIC = values.get("rubric", RUBRIC)
+            if not isinstance(RUBRIC, str):
+                raise ValueError("config key `rubric` must be a string")
+        except (ValueError, AttributeError) as e:
+            raise Err(PluginError(str(e)))
+
+    def score(self, groups):
+        return [score_group(group) for group in groups]
 "##;
 
 const ENV_TEMPLATE: &str = r##"//! `{{name}}`: a corridor of `length` cells; walk left (0) or right (1) and reach the right end.

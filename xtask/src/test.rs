@@ -130,6 +130,8 @@ fn scaffold_check() -> anyhow::Result<()> {
         (Kind::Tool, Lang::Rust, "scaffold-tool"),
         (Kind::TextEnv, Lang::Rust, "scaffold-text-env"),
         (Kind::Tool, Lang::Python, "scaffold-tool-py"),
+        (Kind::JudgeReward, Lang::Rust, "scaffold-judge"),
+        (Kind::JudgeReward, Lang::Python, "scaffold-judge-py"),
     ] {
         NewPlugin {
             kind,
@@ -191,8 +193,9 @@ fn scaffold_check() -> anyhow::Result<()> {
         "scaffolded env never reached its goal: {rollout}"
     );
     let guests = guest::build_all(&guest::find(&scratch)?, &scratch.join("out"), Missing::Fail)?;
-    ensure!(guests.len() == 3, "the Python and JavaScript scaffolds were not found");
-    let rust_with_cases = ["scaffold-tool", "scaffold-text-env"].map(|name| (name.to_string(), built(name)));
+    ensure!(guests.len() == 4, "the Python and JavaScript scaffolds were not found");
+    let rust_with_cases =
+        ["scaffold-tool", "scaffold-text-env", "scaffold-judge"].map(|name| (name.to_string(), built(name)));
     let guests = guests.iter().map(|wasm| {
         let name = wasm
             .file_stem()
@@ -207,7 +210,7 @@ fn scaffold_check() -> anyhow::Result<()> {
         ensure!(report.contains("3 passed, 0 failed"), "scaffolded {name}: {report}");
     }
     eprintln!(
-        "  scaffolded reward, env, tool and text-env plugins (Rust, Python, JavaScript) build, pass their tests and run"
+        "  scaffolded reward, judged reward, env, tool and text-env plugins (Rust, Python, JavaScript) build, pass their tests and run"
     );
     Ok(())
 }
