@@ -7,7 +7,9 @@
 //! - with no server left the run saves its last step and stops naming the servers;
 //! - asynchronous GRPO (`max_staleness = 1`) never trains on completions more than one
 //!   version old;
-//! - the `openai` Python client talks to `rein serve` (completions and chat, log-probabilities).
+//! - the `openai` Python client talks to `rein serve` (completions and chat, log-probabilities);
+//! - a judge on `rein serve` (`HttpJudge`) answers as the same model in process does, and a
+//!   judge server that is gone is a failure naming it.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -417,4 +419,56 @@ fn safetensors_f32(path: &Path) -> Vec<f32> {
 fn succeeded_stdout(out: Output) -> String {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// A judge behind `rein serve` gives, greedily, the answers the same model gives in process:
+/// the chat template, the stop token and the tokens' texts all agree. Once the server is gone,
+/// each request is a failure naming it (the plugin sees it; the run counts it).
+#[test]
+fn a_judge_on_rein_serve_answers_as_the_model_in_process() {
+    use rein_core::{Judge, JudgeError, JudgeRequest, Message, request_seed};
+    use rein_model::Cpu;
+    use rein_model::lm::{LmTokenizer, load};
+    use rein_sampler::HttpJudge;
+    use rein_train::lm::NativeJudge;
+
+    let model = root().join("tests/fixtures/lm/llama");
+    let mut server = Server::start(&model);
+    let requests: Vec<JudgeRequest> = ["Is 2 + 3 = 5?", "Is the sky green?", "Grade this: 7"]
+        .iter()
+        .map(|question| {
+            let messages = vec![
+                Message::new("system", "Answer Yes or No."),
+                Message::new("user", *question),
+            ];
+            JudgeRequest {
+                seed: request_seed(1, &messages, 8, 0.0, &[]),
+                messages,
+                max_new_tokens: 8,
+                temperature: 0.0,
+                stop: Vec::new(),
+                top_logprobs: 0,
+            }
+        })
+        .collect();
+    let later = Instant::now() + Duration::from_secs(120);
+    let mut http = HttpJudge::new(&server.url, "rein-policy", 2048);
+    let served = http.judge(&requests, later, 1);
+    let device = Default::default();
+    let tokenizer = LmTokenizer::load(&model, &[]).unwrap();
+    let mut native = NativeJudge::<Cpu>::new(load::<Cpu>(&model, &device).unwrap(), tokenizer, "llama", &device);
+    let local = native.judge(&requests, later, 1);
+    for (served, local) in served.iter().zip(&local) {
+        let (served, local) = (served.as_ref().unwrap(), local.as_ref().unwrap());
+        assert_eq!(served.text, local.text);
+        assert_eq!(served.finished, local.finished);
+        let texts = |j: &rein_core::Judgement| j.tokens.iter().map(|t| t.text.clone()).collect::<Vec<_>>();
+        assert_eq!(texts(served), texts(local));
+    }
+    server.kill();
+    let gone = http.judge(&requests[..1], later, 1);
+    match &gone[0] {
+        Err(JudgeError::Failed { reason }) => assert!(reason.contains(&server.url), "{reason}"),
+        other => panic!("expected a failure naming the server, got {other:?}"),
+    }
 }

@@ -313,6 +313,11 @@ impl LoadedRecipe {
             }
             (Some(_), None) => {
                 if let Some(judge) = &entry.judge {
+                    if let Some(url) = &judge.url
+                        && !(url.starts_with("http://") || url.starts_with("https://"))
+                    {
+                        return Err(self.invalid(&key("judge.url"), format!("`{url}` is not an http(s) URL")));
+                    }
                     judge
                         .limits
                         .validate()

@@ -434,10 +434,15 @@ pub struct RewardEntry {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(try_from = "toml::Table")]
 pub struct JudgeEntry {
-    /// A model directory in Hugging Face format (or a fetched model's name); without it, the
-    /// policy's own model as the run starts (frozen).
+    /// A model directory in Hugging Face format (or a fetched model's name), run in process;
+    /// without it, the policy's own model as the run starts (frozen). With `url`, the name the
+    /// server knows the model by.
     #[serde(default)]
     pub model: Option<String>,
+    /// An inference server (`http://host:port`: vLLM, SGLang, `rein serve`) asked through
+    /// OpenAI's chat completions, instead of a model in process.
+    #[serde(default)]
+    pub url: Option<String>,
     /// The budget and sampling defaults: the table's other keys.
     #[serde(flatten)]
     pub limits: rein_core::JudgeLimits,
@@ -449,15 +454,16 @@ impl TryFrom<toml::Table> for JudgeEntry {
     /// `model`, and the rest as [`rein_core::JudgeLimits`], refusing unknown keys (serde's
     /// `flatten` would let them through).
     fn try_from(mut table: toml::Table) -> Result<Self, String> {
-        let model = match table.remove("model") {
-            None => None,
-            Some(toml::Value::String(model)) => Some(model),
-            Some(other) => return Err(format!("`model` must be a string, got {other}")),
+        let mut string = |key: &str| match table.remove(key) {
+            None => Ok(None),
+            Some(toml::Value::String(value)) => Ok(Some(value)),
+            Some(other) => Err(format!("`{key}` must be a string, got {other}")),
         };
+        let (model, url) = (string("model")?, string("url")?);
         let limits = toml::Value::Table(table)
             .try_into()
             .map_err(|e: toml::de::Error| e.message().to_string())?;
-        Ok(Self { model, limits })
+        Ok(Self { model, url, limits })
     }
 }
 

@@ -11,7 +11,8 @@
 //!
 //! Trainers get completions through the [`Generator`] trait: [`NativeGenerator`] runs that
 //! sampler in process, [`HttpGenerator`] asks inference servers (SGLang, vLLM, `rein serve`)
-//! with token ids both ways and syncs the policy to them through files.
+//! with token ids both ways and syncs the policy to them through files. [`HttpJudge`] asks a
+//! judge model on such a server through OpenAI's chat completions.
 //!
 //! **Architecture invariant:** no knowledge of environments, plugins or training loops. The
 //! one lateral edge: it drives `rein-model`'s language model (rein-model never imports it).
@@ -21,6 +22,7 @@ mod categorical;
 mod gaussian;
 mod generator;
 mod http;
+mod http_judge;
 pub mod protocol;
 mod session;
 mod stop;
@@ -31,6 +33,7 @@ pub use categorical::{categorical_entropy, categorical_log_prob, sample_categori
 pub use gaussian::{gaussian_entropy, gaussian_log_prob, sample_gaussian};
 pub use generator::{Generator, GeneratorError, NativeGenerator};
 pub use http::{HttpGenerator, HttpSettings, ServerApi};
+pub use http_judge::HttpJudge;
 pub use rein_core::SeededRng;
 pub use session::{AfterTurn, Session, TurnOutput, prompt_seed};
 pub use stop::{completion_text, stop_check};

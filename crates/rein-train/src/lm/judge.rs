@@ -179,7 +179,11 @@ where
                     continue;
                 }
                 let finished = generation.finish != FinishReason::Length;
-                let tokens = self.read_back(&batch_prompts[k], &generation.tokens, requests[i].top_logprobs);
+                let mut tokens = self.read_back(&batch_prompts[k], &generation.tokens, requests[i].top_logprobs);
+                // As servers report them: without the stop token that ended the answer.
+                if generation.finish == FinishReason::StopToken {
+                    tokens.pop();
+                }
                 let text = rein_sampler::completion_text(&self.tokenizer, &generation.tokens, &requests[i].stop);
                 answers[i] = Some(Ok(Judgement { text, tokens, finished }));
             }

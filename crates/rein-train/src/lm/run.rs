@@ -12,7 +12,7 @@ use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, load, save};
 use rein_model::{ReinAutodiffBackend, ReinBackend};
 use rein_plugin::{JudgeGrant, PluginRuntime, RewardPlugin};
-use rein_sampler::{Generator, HttpGenerator, HttpSettings, NativeGenerator, SeededRng};
+use rein_sampler::{Generator, HttpGenerator, HttpJudge, HttpSettings, NativeGenerator, SeededRng};
 use serde_json::json;
 
 use crate::TrainError;
@@ -258,7 +258,8 @@ fn reward<B: ReinBackend>(
     })
 }
 
-/// The judge model `reward[i].judge` names, loaded onto `device`, or the policy as it starts.
+/// The judge `reward[i].judge` names: a server, a model loaded onto `device`, or the policy as
+/// it starts.
 fn judge_model<B: ReinBackend>(
     loaded: &LoadedRecipe,
     i: usize,
@@ -266,6 +267,11 @@ fn judge_model<B: ReinBackend>(
     (policy, tokenizer): (&CausalLm<B>, &LmTokenizer),
     device: &B::Device,
 ) -> Result<Arc<Mutex<dyn Judge>>, TrainError> {
+    if let Some(url) = &judge.url {
+        let model = judge.model.as_deref().unwrap_or("judge");
+        let max_prompt_tokens = judge.limits.max_prompt_tokens as usize;
+        return Ok(Arc::new(Mutex::new(HttpJudge::new(url, model, max_prompt_tokens))));
+    }
     let judge: NativeJudge<B> = match &judge.model {
         None => NativeJudge::new(policy.clone(), tokenizer.clone(), "the policy's starting model", device),
         Some(model) => {
