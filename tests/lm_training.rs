@@ -418,3 +418,82 @@ fn a_plugin_granted_a_judge_asks_it_for_every_completion() {
         assert!(line["train/reward/judge-match"].as_f64().unwrap().is_finite(), "{line}");
     }
 }
+
+/// The GRPO metrics of the run in `runs` (one record per step).
+fn grpo_records(runs: &Path) -> Vec<serde_json::Value> {
+    let run = std::fs::read_dir(runs).unwrap().next().unwrap().unwrap().path();
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    (metrics.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &serde_json::Value| l["stage"] == "grpo")
+        .collect()
+}
+
+/// On-policy distillation (`[teacher]`): a student that is its teacher has no reverse KL to
+/// close; a student from scratch, taught by a model that went through SFT, closes it with no
+/// reward at all (the verifier's weight is 0: it only measures held-out accuracy).
+#[test]
+fn a_student_distilled_on_policy_moves_toward_its_teacher() {
+    let teacher_runs = scratch("teacher");
+    let teacher = tiny_default(&teacher_runs, &["sft.steps=40", "algorithm.steps=1"]);
+    rein_train::run(&teacher, &plugin_dir(), true).unwrap();
+    let run = std::fs::read_dir(&teacher_runs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let teacher_dir = format!("teacher.model={:?}", run.join("sft").display().to_string());
+    let only_verifier = "reward=[{plugin = \"math-answer\", config = {extract = \"answer\"}, weight = 0.0}]";
+
+    let itself = scratch("self-distill");
+    let path = format!("model.path={:?}", run.join("sft").display().to_string());
+    let recipe = tiny_default(
+        &itself,
+        &["sft.steps=0", "algorithm.steps=1", &teacher_dir, &path, only_verifier],
+    );
+    rein_train::run(&recipe, &plugin_dir(), true).unwrap();
+    let kl = grpo_records(&itself)[0]["train/teacher_kl"].as_f64().unwrap();
+    assert!(kl.abs() < 1e-4, "a student that is its teacher: reverse KL {kl}");
+
+    let student = scratch("student");
+    let overrides = [
+        "sft.steps=0",
+        "algorithm.steps=30",
+        "optimizer.lr=3e-3",
+        "optimizer.max_grad_norm=10.0",
+        &teacher_dir,
+        only_verifier,
+    ];
+    rein_train::run(&tiny_default(&student, &overrides), &plugin_dir(), true).unwrap();
+    let kl: Vec<f64> = (grpo_records(&student).iter())
+        .map(|r| r["train/teacher_kl"].as_f64().unwrap())
+        .collect();
+    eprintln!("teacher_kl per step: {kl:?}");
+    let (first, last) = (
+        kl[..3].iter().sum::<f64>() / 3.0,
+        kl[kl.len() - 3..].iter().sum::<f64>() / 3.0,
+    );
+    assert!(last < 0.8 * first, "the reverse KL did not shrink: {kl:?}");
+
+    // A teacher with another vocabulary (two tokens' ids swapped) is refused before any
+    // training, naming the key and the token.
+    let other_dir = scratch("other-vocabulary").join("teacher");
+    std::fs::create_dir_all(&other_dir).unwrap();
+    for file in ["config.json", "model.safetensors", "tokenizer_config.json"] {
+        std::fs::copy(root().join("tests/fixtures/lm/llama").join(file), other_dir.join(file)).unwrap();
+    }
+    let tokenizer = std::fs::read_to_string(root().join("tests/fixtures/lm/llama/tokenizer.json")).unwrap();
+    let mut tokenizer: serde_json::Value = serde_json::from_str(&tokenizer).unwrap();
+    tokenizer["model"]["vocab"]["!"] = 4.into();
+    tokenizer["model"]["vocab"]["\""] = 3.into();
+    std::fs::write(other_dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    let other = format!("teacher.model={:?}", other_dir.display().to_string());
+    let recipe = tiny_default(&scratch("wrong-teacher"), &[&other]);
+    let error = rein_train::run(&recipe, &plugin_dir(), true).unwrap_err().to_string();
+    assert!(
+        error.contains("teacher.model") && error.contains("share the policy's tokenizer"),
+        "{error}"
+    );
+    assert!(error.contains(r#"token "!" is id 3 here and 4 there"#), "{error}");
+}

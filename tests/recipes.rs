@@ -555,3 +555,20 @@ fn a_judge_is_granted_to_plugins_with_its_budget_checked() {
         "unset keys keep their defaults"
     );
 }
+
+#[test]
+fn a_teacher_needs_a_model_and_a_positive_weight() {
+    let with = |teacher: &str| format!("{GRPO}\n[teacher]\n{teacher}\n");
+    let dir = recipes(&[("grpo.toml", &with("model = \"teacher\"\ncoef = 0.0"))]);
+    let err = load(&dir, "grpo.toml", &[]).unwrap_err();
+    assert!(
+        matches!(&err, RecipeError::Invalid { path, message, .. } if path == "teacher.coef" && message.contains("> 0")),
+        "{err}"
+    );
+    let dir = recipes(&[("grpo.toml", &with("coef = 1.0"))]);
+    let err = load(&dir, "grpo.toml", &[]).unwrap_err().to_string();
+    assert!(err.contains("model"), "{err}");
+    let dir = recipes(&[("grpo.toml", &with("model = \"teacher\""))]);
+    let teacher = load(&dir, "grpo.toml", &[]).unwrap().recipe.teacher.unwrap();
+    assert_eq!((teacher.model.as_str(), teacher.coef), ("teacher", 1.0));
+}

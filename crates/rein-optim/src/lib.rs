@@ -13,7 +13,8 @@
 //!   ([`gigpo_advantages`]), [`policy_loss`] (PPO-clip with clip-higher and dual-clip, GSPO
 //!   sequence ratios, KL and entropy terms), [`aggregate`] (token-mean, seq-mean-token-mean,
 //!   seq-mean-token-sum-norm) and the [`kl_estimate`] estimators k1, k2, k3;
-//!   [`lag_correction`] (TIS, IcePop) for completions another policy sampled.
+//!   [`lag_correction`] (TIS, IcePop) for completions another policy sampled;
+//!   [`add_teacher_advantages`], on-policy distillation's per-token reverse-KL advantage.
 //!
 //! Estimators work on plain `f32` slices (property-testable without tensors); losses are burn
 //! tensor functions generic over the backend.
@@ -22,6 +23,7 @@
 //! training loops.
 
 mod aggregation;
+mod distillation;
 mod finite;
 mod gae;
 mod gigpo;
@@ -36,6 +38,7 @@ mod running;
 mod schedule;
 
 pub use aggregation::aggregate;
+pub use distillation::add_teacher_advantages;
 pub use finite::{non_finite_gradient, non_finite_parameter};
 pub use gae::gae;
 pub use gigpo::{GigpoConfig, TurnOutcome, gigpo_advantages};

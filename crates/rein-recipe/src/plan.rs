@@ -171,6 +171,11 @@ impl GrpoRecipe<'_> {
         if r.sampler.n == 0 {
             return Err(broken("sampler.n", "must be at least 1"));
         }
+        if let Some(teacher) = &r.teacher
+            && !(teacher.coef > 0.0 && teacher.coef.is_finite())
+        {
+            return Err(broken("teacher.coef", format!("must be > 0, got {}", teacher.coef)));
+        }
         if grpo.kl_coef < 0.0 || !grpo.kl_coef.is_finite() {
             return Err(broken(
                 "algorithm.kl_coef",

@@ -55,6 +55,10 @@ pub struct Recipe {
     /// Multi-turn episodes: turn and token limits, and a text environment.
     #[serde(default)]
     pub agent: Option<AgentSection>,
+    /// On-policy distillation: a teacher whose per-token log-probabilities join GRPO's
+    /// advantages.
+    #[serde(default)]
+    pub teacher: Option<TeacherSection>,
 }
 
 /// A plugin with its config and sandbox limits (a tool, a text environment).
@@ -465,6 +469,19 @@ impl TryFrom<toml::Table> for JudgeEntry {
             .map_err(|e: toml::de::Error| e.message().to_string())?;
         Ok(Self { model, url, limits })
     }
+}
+
+/// On-policy distillation's teacher (`[teacher]`): each sampled token's advantage gains
+/// `coef · (log π_teacher − log π_student)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TeacherSection {
+    /// A model directory in Hugging Face format (or a fetched model's name) sharing the
+    /// policy's tokenizer.
+    pub model: String,
+    /// The term's weight against the rewards' advantage.
+    #[serde(default = "defaults::one")]
+    pub coef: f64,
 }
 
 /// What a reward model computes.

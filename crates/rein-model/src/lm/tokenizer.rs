@@ -124,6 +124,22 @@ impl LmTokenizer {
         self.inner.get_vocab_size(true)
     }
 
+    /// The first difference between this tokenizer's vocabulary and `other`'s (added tokens
+    /// included): a token one of them lacks or gives another id, or `None` when they agree.
+    pub fn vocabulary_difference(&self, other: &LmTokenizer) -> Option<String> {
+        let (mine, theirs) = (self.inner.get_vocab(true), other.inner.get_vocab(true));
+        let mut tokens: Vec<(&String, &u32)> = mine.iter().collect();
+        tokens.sort_by_key(|&(_, id)| *id);
+        for (token, id) in tokens {
+            match theirs.get(token) {
+                Some(other_id) if other_id == id => {}
+                Some(other_id) => return Some(format!("token {token:?} is id {id} here and {other_id} there")),
+                None => return Some(format!("token {token:?} (id {id}) is missing there")),
+            }
+        }
+        (theirs.len() != mine.len()).then(|| format!("{} tokens here, {} there", mine.len(), theirs.len()))
+    }
+
     /// Ids that end a sequence.
     pub fn eos_ids(&self) -> &[u32] {
         &self.eos_ids

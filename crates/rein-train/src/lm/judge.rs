@@ -10,6 +10,7 @@
 
 use std::time::Instant;
 
+use burn::module::Module;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, TensorData};
 use rein_core::{Judge, JudgeError, JudgeRequest, JudgedToken, Judgement};
@@ -29,7 +30,8 @@ impl<B: ReinBackend> NativeJudge<B> {
     /// A judge running `model` with `tokenizer`; `name` names it in logs.
     pub fn new(model: CausalLm<B>, tokenizer: LmTokenizer, name: &str, device: &B::Device) -> Self {
         Self {
-            model,
+            // A judge only reads the model: no autodiff graph, whatever the backend.
+            model: model.no_grad(),
             tokenizer,
             name: name.into(),
             device: device.clone(),

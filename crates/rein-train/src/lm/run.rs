@@ -130,6 +130,10 @@ fn setup<B: ReinBackend>(
         None => model,
     };
 
+    if let Some(teacher) = &recipe.teacher {
+        same_tokenizer(loaded, &tokenizer, &model_path(loaded, &teacher.model))?;
+    }
+
     // Data.
     let (train, test) = match (&data.task, &data.train) {
         (Some(task), _) => {
@@ -213,6 +217,21 @@ fn model_path(loaded: &LoadedRecipe, path: &str) -> PathBuf {
     match resolved.exists() || Path::new(path).components().count() > 1 {
         true => resolved,
         false => PathBuf::from(path),
+    }
+}
+
+/// Refuses a teacher whose tokenizer is not the policy's: its log-probabilities would score other
+/// tokens than the ones sampled.
+fn same_tokenizer(loaded: &LoadedRecipe, tokenizer: &LmTokenizer, teacher: &Path) -> Result<(), TrainError> {
+    let invalid_teacher = |message: String| invalid(loaded, "teacher.model", message);
+    let dir = rein_model::lm::locate(teacher).map_err(|e| invalid_teacher(e.to_string()))?;
+    let theirs = LmTokenizer::load(&dir, &[]).map_err(|e| invalid_teacher(e.to_string()))?;
+    match tokenizer.vocabulary_difference(&theirs) {
+        None => Ok(()),
+        Some(difference) => Err(invalid_teacher(format!(
+            "the teacher {} must share the policy's tokenizer: {difference}",
+            dir.display()
+        ))),
     }
 }
 
@@ -637,6 +656,12 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         };
         let generator = generator::<B::InnerBackend>(self.loaded, &self.setup.tokenizer, self.run, &self.device)?;
         let mut grpo = lm::Grpo::with_generator(model, ctx, generator, &self.device)?;
+        if let Some(teacher) = &recipe.teacher {
+            let dir = model_path(self.loaded, &teacher.model);
+            let model = load::<B::InnerBackend>(&dir, &self.device)
+                .map_err(|e| invalid(self.loaded, "teacher.model", e.to_string()))?;
+            grpo = grpo.with_teacher(model, teacher.coef as f32);
+        }
         let driven = Driver {
             metrics: self.metrics.as_mut(),
             checkpointing: &checkpointing,

@@ -8,8 +8,8 @@ use burn::tensor::{ElementConversion, Tensor, TensorData};
 use rein_core::{AdvantageKind, LagCorrection, StdScaling};
 use rein_model::ReinAutodiffBackend;
 use rein_optim::{
-    Correction, GigpoConfig, clip_grad_norm, group_normalized, kl_estimate_scalar, lag_correction, policy_loss,
-    reinforce_pp, rloo,
+    Correction, GigpoConfig, add_teacher_advantages, clip_grad_norm, group_normalized, kl_estimate_scalar,
+    lag_correction, policy_loss, reinforce_pp, rloo,
 };
 use serde_json::json;
 
@@ -128,7 +128,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             }
             _ => None,
         };
-        let advantages = self.advantages(&flat, &rewards, width);
+        let mut advantages = self.advantages(&flat, &rewards, width);
         let mut mask = tokens.completion_mask.clone();
         if grpo.mask_truncated {
             for (row, (rollout, _)) in flat.iter().enumerate() {
@@ -138,6 +138,12 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             }
         }
         let sampled_log_prob = tokens.per_token_values(&old);
+        let teacher_kl = self.teacher.as_ref().map(|(teacher, coef)| {
+            let _phase = phases.enter("teacher", "the teacher's log-probabilities");
+            let (lp, _) = completion_log_probs(teacher, &tokens, temperature, false, &self.device);
+            let lp: Vec<f32> = lp.into_data().convert::<f32>().to_vec().unwrap_or_default();
+            add_teacher_advantages(&mut advantages, &lp, &sampled_log_prob, &mask, *coef)
+        });
         let shape = [tokens.rows, width];
         let reference = reference_log_probs.filter(|_| !grpo.kl_in_reward);
         let mut inputs = LossInputs::<B> {
@@ -156,6 +162,9 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             .collect::<Result<Vec<_>, _>>()?;
         let mut record = UpdateStats::means(&updates);
         record.extend(mismatch);
+        if let Some(kl) = teacher_kl {
+            record.insert("train/teacher_kl".into(), json!(kl));
+        }
         self.log_batch(step, &flat, &rewards, kl_in_reward, &mut record);
         Ok(record)
     }

@@ -113,6 +113,8 @@ pub struct Grpo<'a, B: ReinAutodiffBackend> {
     optim: OptimizerAdaptor<AdamW, CausalLm<B>, B>,
     /// The frozen starting policy, for the KL term (none when β = 0).
     reference: Option<CausalLm<B::InnerBackend>>,
+    /// On-policy distillation's teacher and the weight of its term.
+    teacher: Option<(CausalLm<B::InnerBackend>, f32)>,
     ctx: GrpoContext<'a>,
     /// Single-turn completions: the native sampler or inference servers, possibly ahead of
     /// training (multi-turn episodes are played in process).
@@ -192,6 +194,7 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
             submitted: 0,
             in_flight: Default::default(),
             reference: (grpo.kl_coef != 0.0).then(|| model.valid()),
+            teacher: None,
             model,
             optim,
             pad: ctx.tokenizer.pad_id().unwrap_or(0),
@@ -209,6 +212,14 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
         })
     }
 
+    /// On-policy distillation: each sampled token's advantage gains
+    /// `coef · (log π_teacher − log π_student)` ([`rein_optim::add_teacher_advantages`]). The
+    /// teacher must share the policy's tokenizer (the caller checks).
+    pub fn with_teacher(mut self, teacher: CausalLm<B::InnerBackend>, coef: f32) -> Self {
+        self.teacher = Some((teacher, coef));
+        self
+    }
+
     /// The run's outcome once the driver is done, with its phase timings.
     pub fn outcome(&self, steps: usize, phases: &std::collections::BTreeMap<String, Duration>) -> GrpoOutcome {
         let phase = |name: &str| phases.get(name).copied().unwrap_or_default();
@@ -217,7 +228,7 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
             steps,
             generate: phase("generate"),
             reward: phase("reward"),
-            train: phase("reference") + phase("forward") + phase("backward") + phase("optimizer"),
+            train: phase("reference") + phase("teacher") + phase("forward") + phase("backward") + phase("optimizer"),
             final_reward: self.state.rewards.iter().rev().take(tail).sum::<f64>() / tail as f64,
         }
     }
