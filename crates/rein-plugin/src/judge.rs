@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use rein_core::{Judge, JudgeError, JudgeLimits, JudgeRequest, JudgeUsage, Judgement, Message, request_seed};
 
 use crate::bindings::judge::rein::plugin::judge as wit;
-use crate::sandbox::HostState;
 
 /// The interface a plugin imports to ask the judge (without its version).
 pub const JUDGE_IMPORT: &str = "rein:plugin/judge";
@@ -82,6 +81,16 @@ impl JudgeSlot {
     /// What the judge did since the last time this was asked.
     pub(crate) fn take_usage(&mut self) -> JudgeUsage {
         std::mem::take(&mut self.usage)
+    }
+
+    /// The `judge` import: each request checked against the grant, the admitted ones asked in
+    /// one batch, every answer in the WIT's types.
+    pub(crate) fn answer(&mut self, requests: Vec<wit::JudgeRequest>) -> Vec<Result<wit::Judgement, wit::JudgeError>> {
+        let answers = self.ask(requests);
+        answers
+            .into_iter()
+            .map(|a| a.map(to_wit).map_err(error_to_wit))
+            .collect()
     }
 
     fn ask(&mut self, requests: Vec<wit::JudgeRequest>) -> Vec<Result<Judgement, JudgeError>> {
@@ -209,16 +218,6 @@ impl JudgeSlot {
         }
         self.requests_left -= 1;
         Ok(request)
-    }
-}
-
-impl wit::Host for HostState {
-    fn judge(&mut self, requests: Vec<wit::JudgeRequest>) -> Vec<Result<wit::Judgement, wit::JudgeError>> {
-        let answers = self.judge.ask(requests);
-        answers
-            .into_iter()
-            .map(|a| a.map(to_wit).map_err(error_to_wit))
-            .collect()
     }
 }
 

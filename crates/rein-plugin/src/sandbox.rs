@@ -6,6 +6,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{Engine, ResourceLimiter, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use crate::bindings::judge::rein::plugin::judge as wit;
 use crate::clocks::{ClockView, Clocks};
 use crate::epoch::TICK;
 use crate::judge::JudgeSlot;
@@ -37,6 +38,12 @@ impl WasiView for HostState {
             ctx: &mut self.wasi,
             table: &mut self.table,
         }
+    }
+}
+
+impl crate::bindings::judge::rein::plugin::judge::Host for HostState {
+    fn judge(&mut self, requests: Vec<wit::JudgeRequest>) -> Vec<Result<wit::Judgement, wit::JudgeError>> {
+        self.judge.answer(requests)
     }
 }
 

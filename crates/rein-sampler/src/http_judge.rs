@@ -8,7 +8,7 @@
 //! at the deadline is abandoned ([`JudgeError::Deadline`]); a server that refuses or cannot be
 //! reached gives [`JudgeError::Failed`] naming it, which the plugin sees and the run counts.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rein_core::{Judge, JudgeError, JudgeRequest, JudgedToken, Judgement};
 use serde_json::Value;
@@ -157,6 +157,8 @@ impl Judge for HttpJudge {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
     use rein_core::Message;
 
     fn request() -> JudgeRequest {

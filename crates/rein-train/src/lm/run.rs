@@ -2,28 +2,27 @@
 //! GRPO, evaluations before and after, checkpoints and a report.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use burn::module::AutodiffModule;
 use rein_core::SamplerBackend;
-use rein_core::{Judge, RewardFn, TextEnv, Tool};
+use rein_core::{RewardFn, TextEnv, Tool};
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, load, save};
 use rein_model::{ReinAutodiffBackend, ReinBackend};
-use rein_plugin::{JudgeGrant, PluginRuntime, RewardPlugin};
-use rein_sampler::{Generator, HttpGenerator, HttpJudge, HttpSettings, NativeGenerator, SeededRng};
+use rein_plugin::{PluginRuntime, RewardPlugin};
+use rein_sampler::{Generator, HttpGenerator, HttpSettings, NativeGenerator, SeededRng};
 use serde_json::json;
 
 use crate::TrainError;
 use crate::checkpoint::{Checkpoint, Checkpointing};
 use crate::driver::{self, Driver};
 use crate::lm::episodes::Agent;
-use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, ModelReward, NativeJudge, Renamed, WeightedReward};
+use crate::lm::recipe_keys::{invalid, model_path};
+use crate::lm::reward_setup::rewards;
+use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, WeightedReward};
 use crate::run_dir::{MetricsWriter, RunDir};
-use rein_recipe::{
-    Algorithm, GrpoRecipe, GrpoSection, JudgeEntry, LoadedRecipe, Plan, RecipeError, RewardEntry, SftRecipe,
-};
+use rein_recipe::{Algorithm, GrpoRecipe, GrpoSection, LoadedRecipe, Plan, SftRecipe};
 
 /// Where GRPO's completions come from: the native sampler, or the inference servers of
 /// `sampler.urls` (waited for until they answer), with the policy written under
@@ -83,14 +82,6 @@ pub struct LmOutcome {
     pub total_seconds: f64,
     /// The run directory.
     pub run_dir: Option<PathBuf>,
-}
-
-fn invalid(loaded: &LoadedRecipe, path: &str, message: impl Into<String>) -> TrainError {
-    TrainError::Recipe(RecipeError::Invalid {
-        file: loaded.path.clone(),
-        path: path.into(),
-        message: message.into(),
-    })
 }
 
 /// Everything a language-model run or evaluation needs, built from a recipe.
@@ -172,15 +163,7 @@ fn setup<B: ReinBackend>(
         test.truncate(max);
     }
 
-    // Reward plugins.
-    let mut rewards: Vec<WeightedReward> = Vec::new();
-    for (i, entry) in recipe.reward.iter().enumerate() {
-        rewards.push(WeightedReward {
-            reward: reward::<B>(loaded, i, entry, &runtime, plugin_dir, (&model, &tokenizer), device)?,
-            weight: entry.weight,
-            isolate: entry.isolate,
-        });
-    }
+    let rewards = rewards::<B>(loaded, &runtime, plugin_dir, (&model, &tokenizer), device)?;
     let accuracy_index = match &recipe.eval.accuracy_reward {
         Some(name) => rewards.iter().position(|r| r.reward.name() == name).ok_or_else(|| {
             invalid(
@@ -210,16 +193,6 @@ fn setup<B: ReinBackend>(
     })
 }
 
-/// A model named in the recipe: a path relative to the recipe, unless it is the name of a
-/// fetched model (`smollm2-135m`).
-fn model_path(loaded: &LoadedRecipe, path: &str) -> PathBuf {
-    let resolved = loaded.resolve(path);
-    match resolved.exists() || Path::new(path).components().count() > 1 {
-        true => resolved,
-        false => PathBuf::from(path),
-    }
-}
-
 /// Refuses a teacher whose tokenizer is not the policy's: its log-probabilities would score other
 /// tokens than the ones sampled.
 fn same_tokenizer(loaded: &LoadedRecipe, tokenizer: &LmTokenizer, teacher: &Path) -> Result<(), TrainError> {
@@ -233,79 +206,6 @@ fn same_tokenizer(loaded: &LoadedRecipe, tokenizer: &LmTokenizer, teacher: &Path
             dir.display()
         ))),
     }
-}
-
-/// `reward[i]`: its plugin, loaded into the sandbox (with the judge it is granted), or its
-/// reward model, loaded onto `device`. `policy` is the judge when the grant names no model.
-fn reward<B: ReinBackend>(
-    loaded: &LoadedRecipe,
-    i: usize,
-    entry: &RewardEntry,
-    runtime: &PluginRuntime,
-    plugin_dir: &Path,
-    policy: (&CausalLm<B>, &LmTokenizer),
-    device: &B::Device,
-) -> Result<Box<dyn RewardFn>, TrainError> {
-    if let Some(model) = &entry.model {
-        let dir = model_path(loaded, model);
-        let name = entry.name.clone().unwrap_or_else(|| {
-            let base = dir.file_name().unwrap_or(dir.as_os_str());
-            base.to_string_lossy().into_owned()
-        });
-        let reward = ModelReward::<B>::load(&name, &dir, entry.label.as_deref(), entry.batch_size, device)
-            .map_err(|e| invalid(loaded, &format!("reward[{i}].model"), e.to_string()))?;
-        return Ok(Box::new(reward));
-    }
-    let plugin = entry.plugin.as_deref().unwrap_or_default();
-    let path = loaded.plugin_path(plugin, &format!("reward[{i}].plugin"), plugin_dir)?;
-    let config = serde_json::to_string(&entry.config).unwrap_or_else(|_| "{}".into());
-    let plugin = runtime.load(&path, entry.limits.clone())?;
-    let reward = match &entry.judge {
-        None => plugin.reward(&config)?,
-        Some(judge) => {
-            let grant = JudgeGrant::new(
-                judge_model::<B>(loaded, i, judge, policy, device)?,
-                judge.limits.clone(),
-                loaded.recipe.seed,
-            );
-            plugin.reward_with_judge(&config, grant)?
-        }
-    };
-    Ok(match &entry.name {
-        Some(name) => Box::new(Renamed(name.clone(), reward)),
-        None => Box::new(reward),
-    })
-}
-
-/// The judge `reward[i].judge` names: a server, a model loaded onto `device`, or the policy as
-/// it starts.
-fn judge_model<B: ReinBackend>(
-    loaded: &LoadedRecipe,
-    i: usize,
-    judge: &JudgeEntry,
-    (policy, tokenizer): (&CausalLm<B>, &LmTokenizer),
-    device: &B::Device,
-) -> Result<Arc<Mutex<dyn Judge>>, TrainError> {
-    if let Some(url) = &judge.url {
-        let model = judge.model.as_deref().unwrap_or("judge");
-        let max_prompt_tokens = judge.limits.max_prompt_tokens as usize;
-        return Ok(Arc::new(Mutex::new(HttpJudge::new(url, model, max_prompt_tokens))));
-    }
-    let judge: NativeJudge<B> = match &judge.model {
-        None => NativeJudge::new(policy.clone(), tokenizer.clone(), "the policy's starting model", device),
-        Some(model) => {
-            let dir = model_path(loaded, model);
-            let load = || -> Result<_, rein_model::lm::LoadError> {
-                let model = rein_model::lm::load::<B>(&dir, device)?;
-                let tokenizer = LmTokenizer::load(&rein_model::lm::locate(&dir)?, &[])?;
-                Ok((model, tokenizer))
-            };
-            let (model, tokenizer) =
-                load().map_err(|e| invalid(loaded, &format!("reward[{i}].judge.model"), e.to_string()))?;
-            NativeJudge::new(model, tokenizer, &dir.display().to_string(), device)
-        }
-    };
-    Ok(Arc::new(Mutex::new(judge)))
 }
 
 /// The recipe's tools and text environment, loaded, when it plays multi-turn episodes (tools
