@@ -81,6 +81,16 @@ fn greedy_tokens_are_the_most_likely_and_their_log_probabilities_are_the_models(
     }
     let text: String = answer.tokens.iter().map(|t| t.text.as_str()).collect();
     assert_eq!(text, answer.text);
+    // Without alternatives the sampler's own log-probabilities are returned: the same numbers.
+    let plain = judge
+        .judge(&[request("Is 2 + 3 = 5?", 0.0, 0)], later(), 1)
+        .remove(0)
+        .unwrap();
+    assert_eq!(plain.text, answer.text);
+    for (a, b) in plain.tokens.iter().zip(&answer.tokens) {
+        assert!(a.top.is_empty() && a.text == b.text);
+        assert!((a.logprob - b.logprob).abs() < 1e-4, "{} vs {}", a.logprob, b.logprob);
+    }
 }
 
 #[test]

@@ -3,13 +3,23 @@
 //! the chat template, on a random ~3M-parameter Qwen2 classifier (the `generate` bench's shape,
 //! one label), against transformers' `AutoModelForSequenceClassification` on the same checkpoint
 //! and texts (`benches/peers/hf_reward_model.py`, which also writes the checkpoint).
+//!
+//! Judges: 64 "does the student's answer equal the reference?" requests (half of the answers
+//! right, half off by one), 4 new tokens each, greedy, asked of SmolLM2-135M-Instruct (f32) in
+//! process (`NativeJudge`, one batch) and through `rein serve` (`HttpJudge`, 64 concurrent chat
+//! completions), in judge calls per second; and how often the judge's Yes/No is right.
 
 use std::path::Path;
 
+use std::time::Instant;
+
 use anyhow::Context;
+use rein_core::{Judge, JudgeRequest, Message, request_seed};
 use rein_model::Cpu;
+use rein_model::lm::{LmTokenizer, load, locate};
 use rein_recipe::LoadedRecipe;
-use rein_train::lm::{ModelReward, generate_task};
+use rein_sampler::HttpJudge;
+use rein_train::lm::{ModelReward, NativeJudge, generate_task};
 
 use crate::report::{Report, Row, median};
 
@@ -23,6 +33,7 @@ const RECIPE: &str = "recipes/grpo-arithmetic.toml";
 
 pub fn run() -> anyhow::Result<Report> {
     let mut report = Report::default();
+    judges(&mut report)?;
     let name = format!("reward-model scoring, 3M Qwen2 classifier, batch {BATCH} (completions/s)");
     let dir = Path::new("target/bench/reward-model-qwen2-3m");
     let loaded = LoadedRecipe::load(Path::new(RECIPE), &[])?;
@@ -118,4 +129,83 @@ fn peer(dir: &Path, texts: &Path) -> Result<(String, f64, Vec<f64>), String> {
         rate,
         scores,
     ))
+}
+
+/// Judge requests per second in process and over HTTP, and the judge's accuracy.
+fn judges(report: &mut Report) -> anyhow::Result<()> {
+    const REQUESTS: usize = 64;
+    let dir = locate(Path::new("smollm2-135m"))?;
+    let device = Default::default();
+    let model = load::<Cpu>(&dir, &device)?;
+    let tokenizer = LmTokenizer::load(&dir, &model.config().eos_ids())?;
+    let mut native = NativeJudge::<Cpu>::new(model, tokenizer, "smollm2-135m", &device);
+    let (requests, truth): (Vec<JudgeRequest>, Vec<bool>) = (0..REQUESTS)
+        .map(|i| {
+            let (a, b) = (17 * i + 3, 29 * i + 11);
+            let right = i % 2 == 0;
+            let answer = if right { a + b } else { a + b + 1 };
+            let messages = vec![
+                Message::new("system", "You grade answers. Reply with one word: Yes or No."),
+                Message::new(
+                    "user",
+                    format!("Question: What is {a} + {b}?\nReference answer: {}\nStudent's answer: {answer}\nDoes the student's answer equal the reference?", a + b),
+                ),
+            ];
+            let request = JudgeRequest {
+                seed: request_seed(1, &messages, 4, 0.0, &[]),
+                messages,
+                max_new_tokens: 4,
+                temperature: 0.0,
+                stop: Vec::new(),
+                top_logprobs: 0,
+            };
+            (request, right)
+        })
+        .unzip();
+    println!("{REQUESTS} judge requests (4 new tokens, greedy) to SmolLM2-135M-Instruct, f32");
+    let later = || Instant::now() + std::time::Duration::from_secs(600);
+    let timed = |judge: &mut dyn Judge| {
+        let start = Instant::now();
+        let answers = judge.judge(&requests, later(), 0);
+        (REQUESTS as f64 / start.elapsed().as_secs_f64(), answers)
+    };
+    timed(&mut native); // warm up
+    let (in_process, answers) = timed(&mut native);
+    let verdicts: Vec<bool> = (answers.iter())
+        .map(|a| {
+            a.as_ref()
+                .map(|j| j.text.trim_start().to_lowercase().starts_with("yes"))
+                .map_err(Clone::clone)
+        })
+        .collect::<Result<_, _>>()?;
+    let accuracy = verdicts.iter().zip(&truth).filter(|(v, t)| v == t).count() as f64 / REQUESTS as f64;
+    let says_yes = verdicts.iter().filter(|&&v| v).count();
+    println!(
+        "  in process: {in_process:.1} calls/s; the judge is right on {:.0}% ({says_yes} of {REQUESTS} verdicts Yes)",
+        100.0 * accuracy
+    );
+    let (server, url) = crate::serve::serve(&dir)?;
+    let mut http = HttpJudge::new(&url, "smollm2-135m", 4096);
+    timed(&mut http); // warm up
+    let (over_http, served) = timed(&mut http);
+    drop(server);
+    let same = (served.iter().zip(&answers))
+        .filter(|(s, a)| matches!((s, a), (Ok(s), Ok(a)) if s.text == a.text))
+        .count();
+    println!("  over HTTP (rein serve): {over_http:.1} calls/s; {same} of {REQUESTS} answers the same as in process");
+    report.push(Row {
+        name: format!("judge, {REQUESTS} requests of 4 tokens, SmolLM2-135M in process (calls/s)"),
+        value: in_process,
+        unit: "calls/s",
+        baseline: Some(("the same judge through rein serve (HttpJudge)".into(), over_http)),
+        target: None,
+    });
+    report.push(Row {
+        name: format!("judge accuracy, SmolLM2-135M-Instruct, {REQUESTS} Yes/No answer checks (%)"),
+        value: 100.0 * accuracy,
+        unit: "%",
+        baseline: None,
+        target: None,
+    });
+    Ok(())
 }

@@ -21,7 +21,7 @@ const NEW_TOKENS: usize = 64;
 const RUNS: usize = 2;
 
 /// A `rein serve` process, killed when dropped.
-struct Server(Child);
+pub(crate) struct Server(Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -30,7 +30,7 @@ impl Drop for Server {
     }
 }
 
-fn serve(model: &Path) -> anyhow::Result<(Server, String)> {
+pub(crate) fn serve(model: &Path) -> anyhow::Result<(Server, String)> {
     let rein = PathBuf::from(std::env::var("REIN_BIN").context("REIN_BIN: run through `cargo xtask bench serve`")?);
     let mut child = Command::new(rein)
         .args(["serve", "--port", "0", "--model"])

@@ -20,8 +20,9 @@ pub(crate) struct Bench {
 impl Bench {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
         BuildPlugins::for_running().run()?;
-        if matches!(self.suite.as_str(), "generate" | "grpo" | "serve") {
-            // Their second case (serve's only one) is the real SmolLM2-135M-Instruct.
+        if matches!(self.suite.as_str(), "generate" | "grpo" | "serve" | "rewards") {
+            // The real SmolLM2-135M-Instruct: the second case of generate and grpo, serve's only one,
+            // and the judge of rewards.
             crate::model::ensure("smollm2-135m")?;
         }
         // `serve` starts `rein serve` processes.

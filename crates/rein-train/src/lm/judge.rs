@@ -4,9 +4,10 @@
 //! Each request's conversation goes through the judge's chat template (with the generation
 //! prompt); requests with the same sampling settings are generated in one batch, each from the
 //! stream its own seed names ([`rein_sampler::generate_seeded`]), so an answer does not depend on
-//! what else was asked with it. The answer's tokens are then read back through one forward pass
-//! of the model to give each its log-probability and the most likely alternatives (temperature
-//! 1, as inference servers report them).
+//! what else was asked with it. Each answer token's log-probability is at temperature 1, as
+//! inference servers report them: the sampler's own when it sampled greedily or at temperature 1
+//! and no alternatives were asked for, else read back through one forward pass of the model,
+//! which also gives the most likely alternatives at each position.
 
 use std::time::Instant;
 
@@ -181,7 +182,17 @@ where
                     continue;
                 }
                 let finished = generation.finish != FinishReason::Length;
-                let mut tokens = self.read_back(&batch_prompts[k], &generation.tokens, requests[i].top_logprobs);
+                let mut tokens = match requests[i].top_logprobs == 0 && [0.0, 1.0].contains(&request.temperature) {
+                    // The sampler's log-probabilities are already at temperature 1.
+                    true => (generation.tokens.iter().zip(&generation.logprobs))
+                        .map(|(&token, &logprob)| JudgedToken {
+                            text: self.tokenizer.decode(&[token], false).unwrap_or_default(),
+                            logprob,
+                            top: Vec::new(),
+                        })
+                        .collect(),
+                    false => self.read_back(&batch_prompts[k], &generation.tokens, requests[i].top_logprobs),
+                };
                 // As servers report them: without the stop token that ended the answer.
                 if generation.finish == FinishReason::StopToken {
                     tokens.pop();
