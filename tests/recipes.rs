@@ -443,7 +443,13 @@ fn malformed_overrides_are_rejected() {
 fn the_shipped_recipes_are_valid() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let plugin_dir = common::plugin_path("cartpole").parent().unwrap().to_path_buf();
-    for name in ["ppo-cartpole.toml", "ppo-pendulum.toml", "grpo-arithmetic.toml", "grpo-judge.toml"] {
+    for name in [
+        "ppo-cartpole.toml",
+        "ppo-pendulum.toml",
+        "grpo-arithmetic.toml",
+        "grpo-judge.toml",
+        "distill-arithmetic.toml",
+    ] {
         let loaded = LoadedRecipe::load(&root.join("recipes").join(name), &[]).unwrap_or_else(|e| panic!("{e}"));
         loaded.check_plugins(&plugin_dir).unwrap();
     }
