@@ -69,11 +69,34 @@ pub struct HttpGenerator<B: ReinBackend> {
 }
 
 /// Why one request failed.
-enum Failure {
+pub(crate) enum Failure {
     /// The server may be gone: retry, then drop it.
     Unreachable(String),
     /// The server answered something unusable: stop.
     Bad(String),
+}
+
+/// Sends `request` (a POST to `path` on some server) with `body` as JSON; returns the answer's
+/// body. (vLLM's adapter endpoints answer in plain text, not JSON: what an answer must be is up
+/// to its reader.) Errors name `path`; a 5xx or a transport error means the server may be gone.
+pub(crate) fn post_json(request: ureq::Request, path: &str, body: &impl Serialize) -> Result<String, Failure> {
+    match request.send_json(body) {
+        Ok(response) => response
+            .into_string()
+            .map_err(|e| Failure::Unreachable(format!("{path}: reading the answer: {e}"))),
+        Err(ureq::Error::Status(code, response)) => {
+            let text = response.into_string().unwrap_or_default();
+            let message = format!(
+                "{path} answered HTTP {code}: {}",
+                text.chars().take(300).collect::<String>()
+            );
+            match code >= 500 {
+                true => Err(Failure::Unreachable(message)),
+                false => Err(Failure::Bad(message)),
+            }
+        }
+        Err(ureq::Error::Transport(t)) => Err(Failure::Unreachable(format!("{path}: {t}"))),
+    }
 }
 
 impl<B: ReinBackend> HttpGenerator<B> {
@@ -121,26 +144,8 @@ impl<B: ReinBackend> HttpGenerator<B> {
         Ok(())
     }
 
-    /// Posts `body` as JSON; returns the answer's body. (vLLM's adapter endpoints answer in
-    /// plain text, not JSON: what an answer must be is up to its reader.)
     fn post(&self, url: &str, path: &str, body: &impl Serialize) -> Result<String, Failure> {
-        match self.agent.post(&format!("{url}{path}")).send_json(body) {
-            Ok(response) => response
-                .into_string()
-                .map_err(|e| Failure::Unreachable(format!("{path}: reading the answer: {e}"))),
-            Err(ureq::Error::Status(code, response)) => {
-                let text = response.into_string().unwrap_or_default();
-                let message = format!(
-                    "{path} answered HTTP {code}: {}",
-                    text.chars().take(300).collect::<String>()
-                );
-                match code >= 500 {
-                    true => Err(Failure::Unreachable(message)),
-                    false => Err(Failure::Bad(message)),
-                }
-            }
-            Err(ureq::Error::Transport(t)) => Err(Failure::Unreachable(format!("{path}: {t}"))),
-        }
+        post_json(self.agent.post(&format!("{url}{path}")), path, body)
     }
 
     /// `post` retried with backoff while the server seems unreachable.

@@ -13,6 +13,7 @@ use std::time::Instant;
 use rein_core::{Judge, JudgeError, JudgeRequest, JudgedToken, Judgement};
 use serde_json::Value;
 
+use crate::http::{Failure, post_json};
 use crate::protocol::{ChatRequest, ChatRequestMessage, ChatResponse, MessageContent, Stop, parse};
 
 /// A judge model on an inference server (see the module docs).
@@ -67,25 +68,24 @@ impl HttpJudge {
         if left.is_zero() {
             return Err(JudgeError::Deadline { limit_ms });
         }
-        let url = format!("{}/v1/chat/completions", self.url);
+        let path = "/v1/chat/completions";
+        let url = format!("{}{path}", self.url);
         let failed = |reason: String| JudgeError::Failed {
             reason: format!("{url}: {reason}"),
         };
-        let answer = match self.agent.post(&url).timeout(left).send_json(self.body(request)) {
-            Ok(response) => response
-                .into_string()
-                .map_err(|e| failed(format!("reading the answer: {e}")))?,
-            Err(ureq::Error::Status(code, response)) => {
-                let text = response.into_string().unwrap_or_default();
-                return Err(failed(format!(
-                    "HTTP {code}: {}",
-                    text.chars().take(300).collect::<String>()
-                )));
-            }
-            Err(ureq::Error::Transport(_)) if Instant::now() >= deadline => {
+        let post = self.agent.post(&url).timeout(left);
+        let answer = match post_json(post, path, &self.body(request)) {
+            Ok(answer) => answer,
+            // Cut off by the deadline (the request's timeout is what was left of it).
+            Err(Failure::Unreachable(_)) if Instant::now() >= deadline => {
                 return Err(JudgeError::Deadline { limit_ms });
             }
-            Err(ureq::Error::Transport(t)) => return Err(failed(t.to_string())),
+            // The failure names the path; the reason names the server before it.
+            Err(Failure::Unreachable(reason) | Failure::Bad(reason)) => {
+                return Err(JudgeError::Failed {
+                    reason: format!("{}{reason}", self.url),
+                });
+            }
         };
         let response: ChatResponse = parse(&answer).map_err(|e| failed(format!("not a chat completion: {e}")))?;
         if let Some(usage) = &response.usage

@@ -109,10 +109,6 @@ impl Api<'_> {
         completion_text(self.tokenizer, &g.tokens, stops)
     }
 
-    fn piece(&self, id: u32) -> String {
-        self.tokenizer.decode(&[id], false).unwrap_or_default()
-    }
-
     /// The stop string a sample that stopped on one ended with.
     fn matched_stop(&self, g: &Generation, stops: &[String]) -> Option<String> {
         let text = self.tokenizer.decode(&g.tokens, false).unwrap_or_default();
@@ -220,7 +216,7 @@ impl Api<'_> {
 
     /// A sample's tokens, their log-probabilities and their offsets in its text.
     fn completion_logprobs(&self, g: &Generation) -> CompletionLogprobs {
-        let tokens: Vec<String> = g.tokens.iter().map(|&id| self.piece(id)).collect();
+        let tokens: Vec<String> = g.tokens.iter().map(|&id| self.tokenizer.piece(id)).collect();
         let text_offset = (tokens.iter())
             .scan(0, |offset, piece| {
                 let at = *offset;
@@ -276,7 +272,7 @@ impl Api<'_> {
                     content: (g.tokens.iter().zip(&g.logprobs))
                         .filter(|(id, _)| !work.config.stop_token_ids.contains(id))
                         .map(|(&id, &logprob)| {
-                            let token = self.piece(id);
+                            let token = self.tokenizer.piece(id);
                             TokenLogprob {
                                 bytes: token.as_bytes().to_vec(),
                                 token,

@@ -16,6 +16,15 @@ pub struct ChatMessage {
     pub content: String,
 }
 
+impl From<rein_core::Message> for ChatMessage {
+    fn from(message: rein_core::Message) -> Self {
+        Self {
+            role: message.role,
+            content: message.content,
+        }
+    }
+}
+
 /// A checkpoint's tokenizer.
 #[derive(Clone)]
 pub struct LmTokenizer {
@@ -117,6 +126,11 @@ impl LmTokenizer {
             path: self.path.clone(),
             reason: e.to_string(),
         })
+    }
+
+    /// The text of the one token `id`, special tokens included (empty for an unknown id).
+    pub fn piece(&self, id: u32) -> String {
+        self.decode(&[id], false).unwrap_or_default()
     }
 
     /// Vocabulary size, added tokens included.

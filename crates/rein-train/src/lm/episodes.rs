@@ -211,7 +211,7 @@ fn env_replies(
         }
         match reply.done {
             true => finished.push(e),
-            false => replies.push((e, reply.messages.into_iter().map(chat).collect())),
+            false => replies.push((e, reply.messages.into_iter().map(ChatMessage::from).collect())),
         }
     }
     Ok(replies)
@@ -273,7 +273,7 @@ fn open(
             let from_env = env.reset(&starts)?;
             from_env
                 .into_iter()
-                .map(|o| (o.messages.into_iter().map(chat).collect(), o.tools))
+                .map(|o| (o.messages.into_iter().map(ChatMessage::from).collect(), o.tools))
                 .collect()
         }
         None => (0..prompts.len() * n)
@@ -348,13 +348,6 @@ impl Episode {
                 }
             })
             .collect()
-    }
-}
-
-fn chat(message: rein_core::Message) -> ChatMessage {
-    ChatMessage {
-        role: message.role,
-        content: message.content,
     }
 }
 

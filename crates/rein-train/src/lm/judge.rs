@@ -41,12 +41,7 @@ impl<B: ReinBackend> NativeJudge<B> {
 
     /// The request's conversation rendered for the model, as token ids.
     fn prompt(&self, request: &JudgeRequest) -> Result<Vec<u32>, JudgeError> {
-        let messages: Vec<ChatMessage> = (request.messages.iter())
-            .map(|m| ChatMessage {
-                role: m.role.clone(),
-                content: m.content.clone(),
-            })
-            .collect();
+        let messages: Vec<ChatMessage> = request.messages.iter().cloned().map(ChatMessage::from).collect();
         let failed = |e: rein_model::lm::LoadError| JudgeError::Failed { reason: e.to_string() };
         let text = match self.tokenizer.apply_chat_template(&messages, true).map_err(failed)? {
             Some(text) => text,
@@ -90,7 +85,7 @@ impl<B: ReinBackend> NativeJudge<B> {
         let logprobs = log_softmax(self.model.logits(rows), 2);
         let vocab = logprobs.dims()[2];
         let values: Vec<f32> = logprobs.into_data().convert::<f32>().to_vec().unwrap_or_default();
-        let text = |id: usize| self.tokenizer.decode(&[id as u32], false).unwrap_or_default();
+        let text = |id: usize| self.tokenizer.piece(id as u32);
         (answer.iter().enumerate())
             .map(|(p, &token)| {
                 let row = &values[p * vocab..(p + 1) * vocab];
@@ -186,7 +181,7 @@ where
                     // The sampler's log-probabilities are already at temperature 1.
                     true => (generation.tokens.iter().zip(&generation.logprobs))
                         .map(|(&token, &logprob)| JudgedToken {
-                            text: self.tokenizer.decode(&[token], false).unwrap_or_default(),
+                            text: self.tokenizer.piece(token),
                             logprob,
                             top: Vec::new(),
                         })
