@@ -26,6 +26,8 @@ const FIXTURES: &[&str] = &[
     "lm/llama-bf16-sharded.expected.safetensors",
     "torch_grpo_step.json",
     "torch_grpo_step.safetensors",
+    "lora/base",
+    "lora/adapter-all",
 ];
 
 /// The plugins the bundle's `rein` runs.

@@ -95,6 +95,9 @@ fn cuda(args: &Args) -> Option<Report> {
     use burn::backend::Cuda;
     let device = burn::backend::cuda::CudaDevice::default();
     checks::<Cuda>("cuda:0 (burn-cuda)", args, &device, |device, report| {
+        if args.speed_model.is_none() {
+            return;
+        }
         let mut bf16 = |n| {
             parity::guarded::<Cuda<burn::tensor::bf16>>(report, device, "burn matmul bf16", Kind::Speed, |report| {
                 speed::matmul_rate::<Cuda<burn::tensor::bf16>>("bf16", n, device, report)
@@ -102,6 +105,13 @@ fn cuda(args: &Args) -> Option<Report> {
         };
         bf16(4096);
         bf16(8192);
+        // rein's products with TF32 chosen: their precision and rate.
+        rein_model::set_cuda_matmul(rein_model::CudaMatmul::Tf32);
+        probe::matmul_precision::<Cuda>(device, report);
+        parity::guarded::<Cuda>(report, device, "rein matmul f32", Kind::Speed, |report| {
+            speed::rein_matmul_rate::<Cuda>(4096, device, report)
+        });
+        rein_model::set_cuda_matmul(rein_model::CudaMatmul::default());
     })
 }
 
@@ -111,7 +121,8 @@ fn cuda(_: &Args) -> Option<Report> {
     None
 }
 
-/// Every row on backend `B`; `extra` adds the rows only the device's own float types allow.
+/// Every row on backend `B`; `extra` adds the rows only the device allows (its other float
+/// types, its other ways of multiplying).
 fn checks<B: ReinBackend>(
     name: &str,
     args: &Args,
@@ -151,8 +162,11 @@ fn checks<B: ReinBackend>(
             parity::guarded::<B>(&mut report, device, "burn matmul f32", Kind::Speed, |report| {
                 speed::matmul_rate::<B>("f32", n, device, report)
             });
+            parity::guarded::<B>(&mut report, device, "rein matmul f32", Kind::Speed, |report| {
+                speed::rein_matmul_rate::<B>(n, device, report)
+            });
         }
-        extra(device, &mut report);
     }
+    extra(device, &mut report);
     Some(report)
 }

@@ -27,6 +27,18 @@ pub const CHECKPOINTS: [&str; 4] = ["qwen2-gqa", "qwen2-tied", "llama", "llama-b
 /// Logits within this of transformers' (f32 weights; the bf16 checkpoint is upcast on load).
 pub const LOGIT_BOUND: f64 = 1e-4;
 
+/// The largest `|got − want|` (NaN counts as infinite).
+fn worst_abs(got: &[f32], want: &[f64]) -> Result<f64> {
+    if got.len() != want.len() {
+        bail!("{} logits, transformers wrote {}", got.len(), want.len());
+    }
+    Ok(got
+        .iter()
+        .zip(want)
+        .map(|(g, w)| (f64::from(*g) - w).abs())
+        .fold(0.0, |a: f64, d| if d.is_nan() { f64::INFINITY } else { a.max(d) }))
+}
+
 /// Runs every parity row on `device`, recording each in `report`; a row that errors or panics
 /// is recorded as failed and the others still run.
 pub fn run<B: ReinBackend>(fixtures: &Path, device: &B::Device, report: &mut Report) {
@@ -45,6 +57,130 @@ pub fn run<B: ReinBackend>(fixtures: &Path, device: &B::Device, report: &mut Rep
         Kind::Parity,
         |report| grpo_step_rows::<Autodiff<B>>(fixtures, device, report),
     );
+    guarded::<B>(
+        report,
+        device,
+        "grpo step with KL and LoRA vs the CPU",
+        Kind::Parity,
+        |report| lora_kl_step_rows::<B>(fixtures, device, report),
+    );
+    guarded::<B>(
+        report,
+        device,
+        "multi-turn session vs the CPU",
+        Kind::Parity,
+        |report| session_rows::<B>(fixtures, device, report),
+    );
+}
+
+/// Runs `f` on the CPU with rein's CPU kernels, whatever `--generic-ops` chose for the device side.
+fn on_cpu_kernels<T>(f: impl FnOnce() -> T) -> T {
+    let generic = rein_model::generic_ops();
+    rein_model::use_generic_ops(false);
+    let out = f();
+    rein_model::use_generic_ops(generic);
+    out
+}
+
+/// What a multi-turn [`rein_sampler::Session`] gave: each turn's tokens and log-probabilities per
+/// sequence, and the next-token logits after each append.
+#[derive(Default)]
+struct SessionTrace {
+    tokens: Vec<Vec<u32>>,
+    logprobs: Vec<f32>,
+    logits: Vec<f32>,
+}
+
+/// Three turns of 12 conversations (3 prompts × 4 samples, temperature 0.8, stop tokens) on the
+/// tiny Qwen2, environment tokens appended between turns, every third conversation ending
+/// after its first turn: the key/value cache kept, grown, trimmed and emptied as tool use does.
+fn session_trace<B: ReinBackend>(fixtures: &Path, device: &B::Device) -> Result<SessionTrace> {
+    use rein_sampler::{AfterTurn, Session};
+    let model = model::<B>(fixtures, "qwen2-gqa", device)?;
+    let vocab = model.config().vocab_size as u32;
+    let prompts: Vec<Vec<u32>> = (0..3u32)
+        .map(|i| (0..3 + 2 * i).map(|j| (i * 37 + j * 11) % vocab).collect())
+        .collect();
+    let config = GenerationConfig {
+        max_new_tokens: 6,
+        temperature: 0.8,
+        n: 4,
+        stop_token_ids: vec![7, 19],
+        seed: 5,
+        ..GenerationConfig::default()
+    };
+    let mut session = Session::start(&model, &prompts, &config, 0, device);
+    let mut live: Vec<usize> = (0..12).collect();
+    let mut trace = SessionTrace::default();
+    for turn in 0..3 {
+        for out in session.turn(&live, AfterTurn::Keep, &mut |_, _| false) {
+            trace.logprobs.extend(&out.logprobs);
+            trace.tokens.push(out.tokens);
+        }
+        let ending: Vec<usize> = live.iter().copied().filter(|&s| turn == 0 && s % 3 == 0).collect();
+        session.end(&ending);
+        live.retain(|s| !ending.contains(s));
+        let additions: Vec<(usize, Vec<u32>)> = live
+            .iter()
+            .map(|&s| {
+                (
+                    s,
+                    (0..1 + (s + turn) % 4).map(|j| ((s * 7 + j) as u32) % vocab).collect(),
+                )
+            })
+            .collect();
+        session.append(&additions);
+        for (seq, _) in &additions {
+            trace
+                .logits
+                .extend(session.next_logits(*seq).context("no logits after an append")?);
+        }
+    }
+    session.end(&live);
+    Ok(trace)
+}
+
+/// A multi-turn session on the device against the same session on the CPU: the same tokens,
+/// their log-probabilities and the logits after each append within 1e-4.
+fn session_rows<B: ReinBackend>(fixtures: &Path, device: &B::Device, report: &mut Report) -> Result<()> {
+    let ours = session_trace::<B>(fixtures, device)?;
+    let cpu = on_cpu_kernels(|| session_trace::<rein_model::Cpu>(fixtures, &Default::default()))?;
+    let total: usize = cpu.tokens.iter().map(Vec::len).sum();
+    let differing: usize = ours
+        .tokens
+        .iter()
+        .zip(&cpu.tokens)
+        .map(|(a, b)| a.iter().zip(b).filter(|(x, y)| x != y).count() + a.len().abs_diff(b.len()))
+        .sum::<usize>()
+        + ours.tokens.len().abs_diff(cpu.tokens.len());
+    report.parity(
+        "session tokens vs the CPU",
+        differing as f64,
+        0.0,
+        "tokens",
+        format!("differing, of {total} sampled over 3 turns of 12 conversations"),
+    );
+    let worst = |a: &[f32], b: &[f32]| {
+        if a.len() != b.len() {
+            return f64::INFINITY;
+        }
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| f64::from((x - y).abs()))
+            .fold(0.0, |m: f64, d| if d.is_nan() { f64::INFINITY } else { m.max(d) })
+    };
+    report.parity(
+        "session log-probs and logits vs the CPU",
+        worst(&ours.logprobs, &cpu.logprobs).max(worst(&ours.logits, &cpu.logits)),
+        1e-4,
+        "",
+        format!(
+            "max |Δ| over {} sampled log-probs and {} logits after appends",
+            cpu.logprobs.len(),
+            cpu.logits.len()
+        ),
+    );
+    Ok(())
 }
 
 /// Runs `check`, turning an error or a panic into a failed row named `name`; then waits for
@@ -151,14 +287,7 @@ fn logits_row<B: ReinBackend>(fixtures: &Path, name: &str, device: &B::Device, r
     let (_, want) = expected(fixtures, name, "logits")?;
     for fused in [false, true] {
         let got = logits(&m, ids::<B>(&input, [shape[0], shape[1]], device), fused)?;
-        if got.len() != want.len() {
-            bail!("{} logits, transformers wrote {}", got.len(), want.len());
-        }
-        let worst = got
-            .iter()
-            .zip(&want)
-            .map(|(g, w)| (f64::from(*g) - w).abs())
-            .fold(0.0, |a: f64, d| if d.is_nan() { f64::NAN } else { a.max(d) });
+        let worst = worst_abs(&got, &want)?;
         let label = if fused { "fused" } else { "unfused" };
         report.parity(
             format!("logits {name} ({label})"),
@@ -332,6 +461,163 @@ fn grpo_step_rows<B: ReinAutodiffBackend>(fixtures: &Path, device: &B::Device, r
         1e-4,
         "",
         format!("max |Δ| over {compared} parameters (worst in {worst_name})"),
+    );
+    Ok(())
+}
+
+/// What one GRPO step with a KL term on a LoRA model gives: the loss, the gradient norm, each
+/// adapter tensor's gradient (in the model's visiting order) and every tensor after AdamW.
+struct LoraKlStep {
+    loss: f64,
+    grad_norm: f64,
+    grads: Vec<Vec<f32>>,
+    after: rein_model::safetensors_file::Tensors,
+}
+
+/// The GRPO step of [`lora_kl_step_rows`] on backend `A`: PEFT's adapter (`lora/adapter-all`,
+/// every projection of both layers, rsLoRA) on its base, the KL reference the base without
+/// it, `β = 0.04` with the k3 estimator, advantages ±1, AdamW at 1e-4.
+fn lora_kl_step<A: ReinAutodiffBackend>(fixtures: &Path, device: &A::Device) -> Result<LoraKlStep> {
+    use burn::module::{ModuleVisitor, Param};
+    use burn::tensor::backend::AutodiffBackend;
+
+    let dir = fixtures.join("lora");
+    let base =
+        || load::<A>(&dir.join("base"), device).with_context(|| format!("loading {}", dir.join("base").display()));
+    let model = rein_model::lm::peft::load_adapter(base()?, &dir.join("adapter-all"), device)
+        .with_context(|| format!("loading {}", dir.join("adapter-all").display()))?;
+    let reference = base()?;
+    let pairs: [(&[u32], &[u32]); 3] = [
+        (&[1, 5, 9], &[3, 7, 2, 60, 11]),
+        (&[4, 4, 8, 15], &[16, 23, 42]),
+        (&[2, 30], &[9, 9, 41, 5, 17, 8]),
+    ];
+    let batch = TokenBatch::new(&pairs, 0);
+    let (log_prob, _) = completion_log_probs(&model, &batch, 1.0, false, device);
+    let (ref_log_prob, _) = completion_log_probs(&reference, &batch, 1.0, false, device);
+    // The policy sampled these completions a little before this step: old = current − 0.05·row.
+    let old = log_prob.clone().detach() - Tensor::<A, 1>::from_floats([0.0, 0.05, -0.05], device).unsqueeze_dim(1);
+    let advantages = Tensor::<A, 2>::from_data(TensorData::new(vec![1.0f32, -1.0, 0.5], [3, 1]), device);
+    let config = PolicyLossConfig {
+        kl_coef: 0.04,
+        ..token_clipped_loss(0.2, batch.completion_width)
+    };
+    let out = policy_loss(
+        log_prob,
+        old,
+        advantages,
+        batch.mask::<A>(device),
+        Some(ref_log_prob.detach()),
+        None,
+        &config,
+    );
+    let loss: f64 = out.loss.clone().into_scalar().elem();
+    let mut grads = GradientsParams::from_grads(out.loss.backward(), &model);
+    let grad_norm: f64 = clip_grad_norm(&model, &mut grads, 1.0).elem();
+
+    struct Collect<'a> {
+        grads: &'a GradientsParams,
+        values: Vec<Vec<f32>>,
+    }
+    impl<A: AutodiffBackend> ModuleVisitor<A> for Collect<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<A, D>>) {
+            if let Some(grad) = self.grads.get::<A::InnerBackend, D>(param.id) {
+                self.values
+                    .push(crate::probe::read(grad).unwrap_or_else(|_| vec![f32::NAN]));
+            }
+        }
+    }
+    let mut collect = Collect {
+        grads: &grads,
+        values: Vec::new(),
+    };
+    burn::module::Module::visit(&model, &mut collect);
+    let grads_seen = collect.values;
+    let mut optimizer = AdamWConfig::new().init::<A, CausalLm<A>>();
+    let model = optimizer.step(1e-4, model, grads);
+    Ok(LoraKlStep {
+        loss,
+        grad_norm,
+        grads: grads_seen,
+        after: rein_model::safetensors_file::module_tensors(&model),
+    })
+}
+
+/// The largest `‖x − y‖ / ‖y‖` over paired tensors.
+fn worst_relative<'a>(pairs: impl Iterator<Item = (&'a [f32], &'a [f32])>) -> f64 {
+    pairs
+        .map(|(x, y)| {
+            let (mut diff, mut norm) = (0.0f64, 0.0f64);
+            for (a, b) in x.iter().zip(y) {
+                diff += (f64::from(*a) - f64::from(*b)).powi(2);
+                norm += f64::from(*b).powi(2);
+            }
+            let relative = diff.sqrt() / norm.sqrt().max(1e-30);
+            if relative.is_nan() || x.len() != y.len() {
+                f64::INFINITY
+            } else {
+                relative
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
+/// A GRPO step with the KL term on a LoRA model (reference: the base without the adapter) on
+/// the device against the same step on the CPU, with rein's CPU kernels, in this process: the
+/// loss, every adapter gradient, and every tensor after AdamW. On the CPU with `--generic-ops`,
+/// this compares burn's generic ops (the path CUDA takes) with rein's kernels.
+fn lora_kl_step_rows<B: ReinBackend>(fixtures: &Path, device: &B::Device, report: &mut Report) -> Result<()> {
+    let ours = lora_kl_step::<Autodiff<B>>(fixtures, device)?;
+    let cpu = on_cpu_kernels(|| lora_kl_step::<Autodiff<rein_model::Cpu>>(fixtures, &Default::default()))?;
+    report.parity(
+        "grpo+kl+lora step: loss vs the CPU",
+        (ours.loss - cpu.loss).abs(),
+        1e-6,
+        "",
+        format!("{:.9} vs {:.9}", ours.loss, cpu.loss),
+    );
+    if ours.grads.len() != cpu.grads.len() {
+        bail!(
+            "{} adapter gradients on the device, {} on the CPU",
+            ours.grads.len(),
+            cpu.grads.len()
+        );
+    }
+    report.parity(
+        "grpo+kl+lora step: gradients vs the CPU",
+        worst_relative(
+            ours.grads
+                .iter()
+                .map(Vec::as_slice)
+                .zip(cpu.grads.iter().map(Vec::as_slice)),
+        ),
+        1e-4,
+        "",
+        format!(
+            "worst ‖Δ‖/‖g‖ over {} adapter tensors; norm {:.7} vs {:.7}",
+            cpu.grads.len(),
+            ours.grad_norm,
+            cpu.grad_norm
+        ),
+    );
+    let mut worst = 0.0f64;
+    for (name, (_, want)) in &cpu.after {
+        let got = &ours
+            .after
+            .get(name)
+            .with_context(|| format!("no `{name}` after the device's step"))?
+            .1;
+        for (g, w) in got.iter().zip(want) {
+            let d = f64::from((g - w).abs());
+            worst = if d.is_nan() { f64::INFINITY } else { worst.max(d) };
+        }
+    }
+    report.parity(
+        "grpo+kl+lora step: AdamW parameters vs the CPU",
+        worst,
+        1e-5,
+        "",
+        format!("max |Δ| over {} tensors (lr 1e-4)", cpu.after.len()),
     );
     Ok(())
 }

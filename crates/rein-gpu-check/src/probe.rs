@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Result;
 use burn::tensor::activation::{sigmoid, silu, softmax};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
 
 use rein_model::ReinBackend;
 use rein_model::lm::{Context, KvCache, load};
@@ -30,7 +30,9 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 /// A tensor's values, or the backend's error (a failed launch) instead of a panic.
 pub fn read<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>> {
     let data = t.try_into_data().map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    data.to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))
+    data.convert::<f32>()
+        .to_vec::<f32>()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))
 }
 
 fn worst(got: &[f32], want: &[f64]) -> f64 {
@@ -90,20 +92,12 @@ fn cached_forward<B: ReinBackend>(fixtures: &Path, device: &B::Device, report: &
     });
 }
 
-/// The probes; every row is information, none gates the run.
-pub fn run<B: ReinBackend>(fixtures: &Path, device: &B::Device, report: &mut Report) {
-    cached_forward::<B>(fixtures, device, report);
-    // Precision of the ops a transformer layer is made of, relative to f64 on the host.
+/// `[16,64]×[64,512]` against f64 on the host: burn's product and rein's
+/// ([`rein_model::LinearKernels::matmul`], as [`rein_model::cuda_matmul`] chooses on CUDA).
+pub fn matmul_precision<B: ReinBackend>(device: &B::Device, report: &mut Report) {
     let x = values(16 * 64, 1);
     let w = values(64 * 512, 2);
     let tensor = |v: &[f32], shape: [usize; 2]| Tensor::<B, 2>::from_data(TensorData::new(v.to_vec(), shape), device);
-    let mut precision = |name: &str, got: Result<Vec<f32>>, want: Vec<f64>| match got {
-        Ok(got) => report.info(
-            format!("probe {name}"),
-            format!("max relative |Δ| vs f64: {:.3e}", worst(&got, &want)),
-        ),
-        Err(e) => report.info(format!("probe {name}"), format!("FAILED: {e:#}")),
-    };
     let mut product = vec![0.0f64; 16 * 512];
     for i in 0..16 {
         for j in 0..512 {
@@ -112,11 +106,41 @@ pub fn run<B: ReinBackend>(fixtures: &Path, device: &B::Device, report: &mut Rep
                 .sum();
         }
     }
+    let mut precision = |name: String, got: Result<Vec<f32>>| match got {
+        Ok(got) => report.info(
+            format!("probe {name}"),
+            format!("max relative |Δ| vs f64: {:.3e}", worst(&got, &product)),
+        ),
+        Err(e) => report.info(format!("probe {name}"), format!("FAILED: {e:#}")),
+    };
     precision(
-        "matmul [16,64]×[64,512]",
+        "burn matmul [16,64]×[64,512]".into(),
         read(tensor(&x, [16, 64]).matmul(tensor(&w, [64, 512]))),
-        product,
     );
+    let raw = |t: Tensor<B, 2>| t.into_primitive().tensor();
+    precision(
+        format!("rein matmul [16,64]×[64,512] ({:?})", rein_model::cuda_matmul()),
+        read(Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(B::matmul(
+            raw(tensor(&x, [16, 64])),
+            raw(tensor(&w, [64, 512])),
+        )))),
+    );
+}
+
+/// The probes; every row is information, none gates the run.
+pub fn run<B: ReinBackend>(fixtures: &Path, device: &B::Device, report: &mut Report) {
+    cached_forward::<B>(fixtures, device, report);
+    // Precision of the ops a transformer layer is made of, relative to f64 on the host.
+    matmul_precision::<B>(device, report);
+    let x = values(16 * 64, 1);
+    let tensor = |v: &[f32], shape: [usize; 2]| Tensor::<B, 2>::from_data(TensorData::new(v.to_vec(), shape), device);
+    let mut precision = |name: &str, got: Result<Vec<f32>>, want: Vec<f64>| match got {
+        Ok(got) => report.info(
+            format!("probe {name}"),
+            format!("max relative |Δ| vs f64: {:.3e}", worst(&got, &want)),
+        ),
+        Err(e) => report.info(format!("probe {name}"), format!("FAILED: {e:#}")),
+    };
     let f64s = |v: &[f32]| v.iter().map(|&a| f64::from(a)).collect::<Vec<f64>>();
     precision(
         "exp",

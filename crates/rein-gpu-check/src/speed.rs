@@ -9,7 +9,7 @@ use anyhow::{Context as _, Result};
 use burn::backend::Autodiff;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Tensor, TensorData};
+use burn::tensor::{Distribution, Tensor, TensorData, TensorPrimitive};
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, load};
 use rein_optim::{clip_grad_norm, policy_loss};
@@ -151,21 +151,42 @@ pub fn grpo_step<B: ReinBackend>(setup: &SpeedSetup<'_>, device: &B::Device, rep
     Ok(())
 }
 
-/// The device's `n × n` matmul rate through burn, for backend `B` (its float type).
+/// The device's `n × n` matmul rate through burn's own product, for backend `B` (its float type).
 pub fn matmul_rate<B: Backend>(label: &str, n: usize, device: &B::Device, report: &mut Report) -> Result<()> {
+    product_rate::<B>(&format!("burn matmul {label}"), n, device, report, |a, b| a.matmul(b))
+}
+
+/// The `n × n` rate of rein's product ([`rein_model::LinearKernels::matmul`]: full f32 on CUDA).
+pub fn rein_matmul_rate<B: ReinBackend>(n: usize, device: &B::Device, report: &mut Report) -> Result<()> {
+    let label = format!("rein matmul f32 ({:?})", rein_model::cuda_matmul());
+    product_rate::<B>(&label, n, device, report, |a, b| {
+        Tensor::from_primitive(TensorPrimitive::Float(B::matmul(
+            a.into_primitive().tensor(),
+            b.into_primitive().tensor(),
+        )))
+    })
+}
+
+fn product_rate<B: Backend>(
+    label: &str,
+    n: usize,
+    device: &B::Device,
+    report: &mut Report,
+    product: impl Fn(Tensor<B, 2>, Tensor<B, 2>) -> Tensor<B, 2>,
+) -> Result<()> {
     let a = Tensor::<B, 2>::random([n, n], Distribution::Normal(0.0, 1.0), device);
     let b = Tensor::<B, 2>::random([n, n], Distribution::Normal(0.0, 1.0), device);
-    let _ = a.clone().matmul(b.clone());
+    let _ = product(a.clone(), b.clone());
     sync::<B>(device)?;
     let reps = 10;
     let start = Instant::now();
     for _ in 0..reps {
-        let _ = a.clone().matmul(b.clone());
+        let _ = product(a.clone(), b.clone());
     }
     sync::<B>(device)?;
     let seconds = start.elapsed().as_secs_f64() / f64::from(reps);
     report.speed(
-        format!("burn matmul {label} {n}³"),
+        format!("{label} {n}³"),
         2.0 * (n as f64).powi(3) / seconds / 1e12,
         "TFLOP/s",
         format!("{:.2} ms per product", seconds * 1e3),

@@ -4,12 +4,14 @@
 use std::path::Path;
 use std::process::Command;
 
-#[test]
-fn every_parity_row_holds_on_the_cpu() {
+/// Every parity row on the CPU, with rein's kernels or (`generic_ops`) with burn's generic ops,
+/// the path a CUDA run takes.
+fn every_parity_row_holds(generic_ops: bool) {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gpu-check-cpu.json");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gpu-check-cpu-{generic_ops}.json"));
     let _ = std::fs::remove_file(&out);
     let run = Command::new(env!("CARGO_BIN_EXE_rein-gpu-check"))
+        .args(generic_ops.then_some("--generic-ops"))
         .args(["--device", "cpu", "--fixtures"])
         .arg(&fixtures)
         .arg("--out")
@@ -29,10 +31,24 @@ fn every_parity_row_holds_on_the_cpu() {
         .iter()
         .filter(|r| r["kind"] == "parity")
         .collect();
-    // Two logit rows and one greedy row per checkpoint, three rows for the GRPO step.
-    assert_eq!(parity.len(), 4 * 3 + 3, "{stdout}");
+    // Two logit rows and one greedy row per checkpoint, three rows for the GRPO step against
+    // PyTorch, three for the step with KL and LoRA and two for a multi-turn session against
+    // the CPU kernels.
+    assert_eq!(parity.len(), 4 * 3 + 3 + 3 + 2, "{stdout}");
     assert!(parity.iter().all(|r| r["ok"] == true), "{stdout}");
     assert!(stdout.contains("0 failed"), "{stdout}");
+}
+
+#[test]
+fn every_parity_row_holds_on_the_cpu() {
+    every_parity_row_holds(false);
+}
+
+/// The CUDA path's ops on the CPU: and the step with KL and LoRA then compares them with rein's
+/// CPU kernels, not with themselves.
+#[test]
+fn every_parity_row_holds_on_the_cpu_with_the_generic_ops() {
+    every_parity_row_holds(true);
 }
 
 #[test]

@@ -42,15 +42,25 @@ echo "CUDA_PATH=${CUDA_PATH:-(none)}"
 echo "NVRTC: $(for d in ${LD_LIBRARY_PATH//:/ }; do ls "$d"/libnvrtc.so.* 2>/dev/null; done | head -1)"
 "$PYTHON" -c 'import torch, transformers; print("torch", torch.__version__, "CUDA", torch.version.cuda, "| transformers", transformers.__version__)'
 
+# The device memory a command used at its peak: nvidia-smi's reading every 100 ms while it runs
+# (both sides measured alike, CUDA context included), written to $1 for summary.py.
+sample_memory() {
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$1" 2>/dev/null &
+  sampler=$!
+}
+stop_sampling() { kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null; }
+
 echo "== the speed checkpoint (random SmolLM2-135M-shaped Llama, seed 0)"
 "$PYTHON" gpu_torch.py --create speed-model --prompts prompts.json || echo "could not write the speed checkpoint"
 
 echo "== rein on CUDA"
 speed=()
 if [ -e speed-model/config.json ]; then speed=(--speed-model speed-model --prompts prompts.json); fi
+sample_memory rein-memory.txt
 RUST_BACKTRACE=1 timeout "${REIN_TIMEOUT:-200}" ./rein-gpu-check --device cuda --probe --fixtures fixtures \
   "${speed[@]}" --out rein.json > rein.log 2>&1
 status=$?
+stop_sampling
 tail -n 60 rein.log
 if [ "$status" -eq 124 ]; then echo "rein-gpu-check ran past ${REIN_TIMEOUT:-200} s"; fi
 
@@ -66,8 +76,10 @@ fi
 
 echo "== PyTorch peers"
 if [ -e speed-model/config.json ]; then
+  sample_memory peers-memory.txt
   timeout "${PEER_TIMEOUT:-120}" "$PYTHON" gpu_torch.py --bench speed-model --prompts prompts.json --out peers.json \
     > peers.log 2>&1 || echo "the peers did not finish (peers.log)"
+  stop_sampling
   tail -n 20 peers.log
 fi
 

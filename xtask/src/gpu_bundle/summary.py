@@ -15,6 +15,15 @@ def load(path):
         return None
 
 
+def peak_memory(path):
+    """Peak device memory (MiB) above the first reading in an nvidia-smi sample file, or None."""
+    try:
+        readings = [int(line) for line in open(path) if line.strip().isdigit()]
+    except OSError:
+        return None
+    return max(readings) - readings[0] if readings else None
+
+
 def main(rein_path, peers_path, ppo_path, out_path):
     rein = load(rein_path)
     peers = load(peers_path)
@@ -33,6 +42,12 @@ def main(rein_path, peers_path, ppo_path, out_path):
                      "ok": ppo["status"] == 0 and reached is not None, "detail": detail})
     for row in (peers or {}).get("rows", []):
         rows.append(dict(row, ok=True, bound=None))
+    for side, path in (("rein-gpu-check (every row)", "rein-memory.txt"), ("PyTorch peers (every row)", "peers-memory.txt")):
+        peak = peak_memory(path)
+        if peak is not None:
+            rows.append({"check": f"peak device memory, {side}", "kind": "speed", "value": peak / 1024,
+                         "unit": "GiB", "bound": None, "ok": True,
+                         "detail": "nvidia-smi every 100 ms, above the reading at start (CUDA context included)"})
     versions = {"torch": (peers or {}).get("torch"), "cuda": (peers or {}).get("cuda")}
     with open(out_path, "w") as f:
         json.dump({"device": rein["device"] if rein else None, "versions": versions, "rows": rows}, f, indent=1)

@@ -88,15 +88,17 @@ pub(crate) fn affine<B: ReinBackend>(
     Tensor::from_primitive(TensorPrimitive::Float(y))
 }
 
-/// [`LinearKernels::fused_linear`] in burn ops.
-pub(crate) fn linear_ops<B: burn::tensor::backend::Backend>(
+/// [`LinearKernels::fused_linear`] in burn ops, the product through [`LinearKernels::matmul`].
+pub(crate) fn linear_ops<B: LinearKernels>(
     x: FloatTensor<B>,
     weight: FloatTensor<B>,
     bias: Option<FloatTensor<B>>,
 ) -> FloatTensor<B> {
-    burn::tensor::module::linear(float::<B, 2>(x), float::<B, 2>(weight), bias.map(float::<B, 1>))
-        .into_primitive()
-        .tensor()
+    let y = float::<B, 2>(B::matmul(x, weight));
+    match bias {
+        Some(bias) => (y + float::<B, 1>(bias).unsqueeze::<2>()).into_primitive().tensor(),
+        None => y.into_primitive().tensor(),
+    }
 }
 
 /// [`LinearKernels::packed_linear`] by unpacking the weight: [`LinearKernels::fused_linear`] on its dense copy.
@@ -311,7 +313,12 @@ impl<B: ReinBackend, C: CheckpointStrategy> LinearKernels for Autodiff<B, C> {
 }
 
 #[cfg(feature = "cuda")]
-impl LinearKernels for burn::backend::Cuda {}
+impl LinearKernels for burn::backend::Cuda {
+    /// In full f32: burn-cuda's own product stages f32 inputs as TF32 on tensor cores.
+    fn matmul(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        super::cuda::matmul(a, b)
+    }
+}
 
 #[cfg(test)]
 mod tests {

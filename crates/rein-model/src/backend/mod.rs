@@ -19,6 +19,7 @@
 //!   than burn-flex's matmul uses them, and products that read quantised weights in place.
 //! - `lora.rs`: a LoRA layer `x·W + b + (s·x·A)·B` as one op, its update accumulated into the
 //!   base product's output, forward and backward.
+//! - `cuda.rs` (CUDA only): matrix products in full f32, where burn-cuda's own use TF32.
 //! - `head.rs` (every backend): the chosen tokens' log-probabilities and the entropies from the
 //!   hidden states and the head, a few rows of logits at a time, recomputed in the backward
 //!   pass: never `[rows, vocab]` logits.
@@ -26,6 +27,8 @@
 //! These are what decoding a token and a training step spend their time on.
 
 mod attention;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod flex;
 mod head;
 mod linear;
@@ -83,6 +86,35 @@ impl<B: ReinBackend, C: CheckpointStrategy> ReinBackend for Autodiff<B, C> {}
 #[cfg(feature = "cuda")]
 impl ReinBackend for burn::backend::Cuda {}
 
+/// How CUDA multiplies f32 matrices ([`LinearKernels::matmul`], and so every product of a
+/// model). The CPU is unaffected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CudaMatmul {
+    /// Full f32, one output tile per unit (cubek-matmul's `SimpleUnit`): PyTorch's default
+    /// precision, the one rein's parity bounds hold for. (cubek's double-buffered `DoubleUnit`
+    /// measured half as fast on an H100.)
+    #[default]
+    FullF32,
+    /// burn-cuda's own product: tensor cores with f32 inputs staged as TF32 (10-bit mantissa),
+    /// as PyTorch with `allow_tf32 = True`. Products ~1e-3 off (relative).
+    Tf32,
+}
+
+static CUDA_MATMUL: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Sets how CUDA multiplies f32 matrices, process-wide.
+pub fn set_cuda_matmul(kind: CudaMatmul) {
+    CUDA_MATMUL.store(kind as u8, Ordering::Relaxed);
+}
+
+/// How CUDA multiplies f32 matrices now ([`set_cuda_matmul`]).
+pub fn cuda_matmul() -> CudaMatmul {
+    match CUDA_MATMUL.load(Ordering::Relaxed) {
+        1 => CudaMatmul::Tf32,
+        _ => CudaMatmul::FullF32,
+    }
+}
+
 /// Set: every kernel of [`ReinBackend`] on Flex takes its default, burn's generic ops.
 static GENERIC_OPS: AtomicBool = AtomicBool::new(false);
 
@@ -94,7 +126,8 @@ pub fn use_generic_ops(on: bool) {
     GENERIC_OPS.store(on, Ordering::Relaxed);
 }
 
-fn generic_ops() -> bool {
+/// Whether [`use_generic_ops`] is on.
+pub fn generic_ops() -> bool {
     GENERIC_OPS.load(Ordering::Relaxed)
 }
 

@@ -188,7 +188,7 @@ impl<B: ReinBackend> Lora<B> {
 
     /// The update as one matrix, `(α/r) · A·B` (`[in, out]`), to merge into `W`.
     pub fn delta(&self) -> Tensor<B, 2> {
-        self.a.val().matmul(self.b.val()).mul_scalar(self.scale)
+        affine(self.a.val(), self.b.val(), None).mul_scalar(self.scale)
     }
 
     /// `(α/r) · dropout(x)·A·B` (dropout only where gradients are recorded).

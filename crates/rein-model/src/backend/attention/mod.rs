@@ -12,7 +12,8 @@ mod flex;
 mod tests;
 
 use burn::backend::Flex;
-use burn::tensor::ops::{AttentionModuleOptions, BoolTensor, FloatTensor};
+use burn::tensor::activation::softmax;
+use burn::tensor::ops::{BoolTensor, FloatTensor};
 use burn::tensor::{Bool, DType, Int, Tensor};
 use burn_autodiff::Autodiff;
 use burn_autodiff::checkpoint::base::Checkpointer;
@@ -22,10 +23,10 @@ use burn_autodiff::ops::{Backward, Ops, OpsKind};
 
 use self::flex::{Span, attention, attention_backward};
 use super::flex::{dims, f32s};
-use super::{ReinBackend, float, generic_ops, register_inputs};
+use super::{LinearKernels, ReinBackend, float, generic_ops, register_inputs};
 
 /// Causal attention over a cache and over whole sequences, with its backward.
-pub trait AttentionKernels: burn::tensor::backend::Backend {
+pub trait AttentionKernels: LinearKernels {
     /// Writes `values` into `buffer` at positions `start..` of axis 2 and returns the buffer.
     /// In place when the buffer is not shared (burn-flex's `slice_assign` copies the whole
     /// buffer first, which made every decoding step copy the key/value cache).
@@ -138,8 +139,10 @@ pub(super) fn write_cache_ops<B: burn::tensor::backend::Backend>(
         .tensor()
 }
 
-/// [`AttentionKernels::cached_attention`] in burn ops (and so with gradients, on an autodiff backend).
-pub(super) fn cached_attention_ops<B: burn::tensor::backend::Backend>(
+/// [`AttentionKernels::cached_attention`] in burn ops (and so with gradients, on an autodiff
+/// backend), its two products through [`LinearKernels::matmul`]: `softmax(q kᵀ/√d) v` with the
+/// masked scores at `-∞` (no row is wholly masked: a padding query keeps itself).
+pub(super) fn cached_attention_ops<B: LinearKernels>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
     v: FloatTensor<B>,
@@ -164,21 +167,22 @@ pub(super) fn cached_attention_ops<B: burn::tensor::backend::Backend>(
     };
     let padding = padding.map(Tensor::<B, 2, Bool>::from_primitive);
     let mask = attention_mask::<B>(batch, seq, keys, offset, padding, &q.device());
-    burn::tensor::module::attention(
-        q,
-        repeat(k),
-        repeat(v),
-        Some(mask.expand([batch, heads, seq, keys])),
-        None,
-        AttentionModuleOptions::default(),
-    )
-    .swap_dims(1, 2)
-    .into_primitive()
-    .tensor()
+    let scale = 1.0 / (dim as f64).sqrt();
+    let scores = product(q, repeat(k).swap_dims(2, 3)).mul_scalar(scale);
+    let weights = softmax(
+        scores.mask_fill(mask.expand([batch, heads, seq, keys]), f32::NEG_INFINITY),
+        3,
+    );
+    product(weights, repeat(v)).swap_dims(1, 2).into_primitive().tensor()
+}
+
+/// `a · b` over the last two axes through [`LinearKernels::matmul`] (full f32 on CUDA).
+fn product<B: LinearKernels>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B, 4> {
+    float(B::matmul(a.into_primitive().tensor(), b.into_primitive().tensor()))
 }
 
 /// [`AttentionKernels::causal_attention_backward`] in burn ops.
-pub(super) fn causal_attention_backward_ops<B: burn::tensor::backend::Backend>(
+pub(super) fn causal_attention_backward_ops<B: LinearKernels>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
     v: FloatTensor<B>,
@@ -204,14 +208,14 @@ pub(super) fn causal_attention_backward_ops<B: burn::tensor::backend::Backend>(
     let (k, v) = (repeat(k), repeat(v));
     let padding = padding.map(Tensor::<B, 2, Bool>::from_primitive);
     let mask = attention_mask::<B>(batch, seq, seq, 0, padding, &q.device()).expand([batch, heads, seq, seq]);
-    let scores = q.clone().matmul(k.clone().swap_dims(2, 3)).mul_scalar(scale);
-    let p = burn::tensor::activation::softmax(scores.mask_fill(mask, f32::NEG_INFINITY), 3);
+    let scores = product(q.clone(), k.clone().swap_dims(2, 3)).mul_scalar(scale);
+    let p = softmax(scores.mask_fill(mask, f32::NEG_INFINITY), 3);
     let d_out = float::<B, 4>(grad).swap_dims(1, 2);
-    let d_v = p.clone().swap_dims(2, 3).matmul(d_out.clone());
-    let d_p = d_out.matmul(v.swap_dims(2, 3));
+    let d_v = product(p.clone().swap_dims(2, 3), d_out.clone());
+    let d_p = product(d_out, v.swap_dims(2, 3));
     let d_s = p.clone() * (d_p.clone() - (p * d_p).sum_dim(3));
-    let d_q = d_s.clone().matmul(k).mul_scalar(scale);
-    let d_k = d_s.swap_dims(2, 3).matmul(q).mul_scalar(scale);
+    let d_q = product(d_s.clone(), k).mul_scalar(scale);
+    let d_k = product(d_s.swap_dims(2, 3), q).mul_scalar(scale);
     let raw = |t: Tensor<B, 4>| t.into_primitive().tensor();
     (raw(d_q), raw(fold(d_k)), raw(fold(d_v)))
 }

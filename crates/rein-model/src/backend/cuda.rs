@@ -1,0 +1,55 @@
+//! CUDA's matrix products in full f32.
+//!
+//! burn-cuda 0.21 multiplies through cubek-matmul's `Auto` strategy, which tries a tensor-core
+//! kernel first and stages f32 inputs as TF32 (a 10-bit mantissa): products land ~1e-3 off
+//! (relative), and a model's logits ~1e-3 off transformers'. PyTorch's default is full f32
+//! (`allow_tf32 = False` for matmul), and rein's parity bounds are set for it. So rein's products
+//! on CUDA go through cubek-matmul's `SimpleUnit` strategy instead (the one `Auto` falls back to
+//! where no tensor core applies): each unit multiplies and accumulates in f32. Other dtypes
+//! (bf16, f16) keep burn's own product, tensor cores and all.
+
+use burn::tensor::DType;
+use burn_cubecl::CubeRuntime;
+use burn_cubecl::kernel::matmul::init_matmul_output;
+use burn_cubecl::tensor::CubeTensor;
+
+use super::CudaMatmul;
+use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
+use cubek::matmul::launch::Strategy;
+use cubek::std::InputBinding;
+
+/// `a · b`, batched over the leading dimensions as burn's matmul is: in full f32 when both are
+/// f32, unless [`super::set_cuda_matmul`] chose TF32.
+///
+/// # Panics
+/// If the kernel cannot be set up for these tensors, as burn's own matmul does.
+pub(super) fn matmul<R: CubeRuntime>(a: CubeTensor<R>, b: CubeTensor<R>) -> CubeTensor<R> {
+    let dtype = a.dtype;
+    let strategy = match super::cuda_matmul() {
+        CudaMatmul::FullF32 => Strategy::SimpleUnit(Default::default()),
+        CudaMatmul::Tf32 => Strategy::Auto,
+    };
+    if dtype != DType::F32 || b.dtype != DType::F32 || matches!(strategy, Strategy::Auto) {
+        return burn_cubecl::kernel::matmul::matmul(a, b, None, Default::default(), dtype)
+            .expect("burn's matmul launches for these tensors");
+    }
+    let out = init_matmul_output(&a, &b, dtype);
+    let client = out.client.clone();
+    let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
+        lhs: dtype.into(),
+        rhs: dtype.into(),
+        out: dtype.into(),
+    });
+    let launched = cubek::matmul::launch::launch_ref(
+        &strategy,
+        &client,
+        InputBinding::new(a.binding(), dtype.into()),
+        InputBinding::new(b.binding(), dtype.into()),
+        out.clone().binding(),
+        &mut dtypes,
+    );
+    if let Err(e) = launched {
+        panic!("full-f32 matmul ({strategy}) could not launch: {e:?}");
+    }
+    out
+}
