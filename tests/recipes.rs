@@ -240,6 +240,8 @@ fn values_out_of_range_name_the_key_and_the_range() {
         ("optimizer.beta2=1.0", "optimizer.beta2", "[0, 1)"),
         ("optimizer.max_grad_norm=0", "optimizer.max_grad_norm", "positive"),
         ("train.stall_timeout_s=0", "train.stall_timeout_s", "positive"),
+        ("train.devices=0", "train.devices", "at least 1"),
+        ("train.devices=2", "train.devices", "built for SFT"),
         (
             "algorithm.advantage=\"gigpo\"",
             "algorithm.advantage",

@@ -61,7 +61,7 @@ pub fn run() -> anyhow::Result<Report> {
         "{RECIPE}'s model ({params} parameters), {STEPS} SFT steps of {} examples",
         sft.batch_size
     );
-    let mut trainer = Sft::new(model, &examples, pad_id, &sft, 1, &device)?;
+    let mut trainer = Sft::new(model, &examples, pad_id, &sft, 1, vec![device])?;
     // One untimed step, then STEPS timed ones: the median of their rates, as the peer's.
     let phases = Phases::new(Default::default(), Default::default());
     let mut rates = Vec::with_capacity(STEPS);

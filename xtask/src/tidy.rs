@@ -51,7 +51,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     (
         "rein-gpu-check",
-        &["rein-core", "rein-model", "rein-optim", "rein-sampler", "rein-train"],
+        &[
+            "rein-core",
+            "rein-model",
+            "rein-optim",
+            "rein-recipe",
+            "rein-sampler",
+            "rein-train",
+        ],
     ),
 ];
 

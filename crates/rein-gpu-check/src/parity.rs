@@ -71,6 +71,73 @@ pub fn run<B: ReinBackend>(fixtures: &Path, device: &B::Device, report: &mut Rep
         Kind::Parity,
         |report| session_rows::<B>(fixtures, device, report),
     );
+    guarded::<B>(report, device, "sft split across two peers", Kind::Parity, |report| {
+        data_parallel_rows::<B>(fixtures, device, report)
+    });
+}
+
+/// Three SFT steps of the tiny Qwen2 with each batch on `devices` (split across them when
+/// several): each step's loss, and every parameter after.
+fn sft_steps<B: ReinBackend>(
+    fixtures: &Path,
+    devices: Vec<B::Device>,
+) -> Result<(Vec<f64>, rein_model::safetensors_file::Tensors)> {
+    use rein_train::driver::Trainer;
+    let model = model::<Autodiff<B>>(fixtures, "qwen2-gqa", &devices[0])?;
+    let examples: Vec<rein_train::lm::Prompt> = (0..6u32)
+        .map(|i| rein_train::lm::Prompt {
+            text: String::new(),
+            tokens: (0..2 + i % 3).map(|j| (i * 31 + j * 7 + 3) % 500).collect(),
+            answer: None,
+            target: Some((0..3 + i % 4).map(|j| (i * 13 + j * 17 + 5) % 500).collect()),
+            target_trained: None,
+            metadata: String::new(),
+        })
+        .collect();
+    let section = rein_recipe::SftSection {
+        steps: 3,
+        batch_size: 6,
+        lr: 1e-3,
+        warmup_steps: 0,
+        ..rein_recipe::SftSection::default()
+    };
+    let mut sft = rein_train::lm::Sft::new(model, &examples, 0, &section, 4, devices)?;
+    let phases = rein_train::watchdog::Phases::new(std::time::Duration::ZERO, Default::default());
+    let mut losses = Vec::new();
+    for step in 1..=3 {
+        let record = sft.step(step, &phases)?.record;
+        losses.push(record["sft/loss"].as_f64().unwrap_or(f64::NAN));
+    }
+    Ok((losses, rein_model::safetensors_file::module_tensors(&sft.model)))
+}
+
+/// SFT with each batch split across two peers of burn-collective's all-reduce, both on this
+/// device (`train.devices` on one GPU), against the same steps unsplit.
+fn data_parallel_rows<B: ReinBackend>(fixtures: &Path, device: &B::Device, report: &mut Report) -> Result<()> {
+    let (one, params) = sft_steps::<B>(fixtures, vec![device.clone()])?;
+    let (two, split_params) = sft_steps::<B>(fixtures, vec![device.clone(), device.clone()])?;
+    let loss = (one.iter().zip(&two))
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, |m: f64, d| if d.is_nan() { f64::INFINITY } else { m.max(d) });
+    let mut worst = 0.0f64;
+    for (name, (_, values)) in &params {
+        let other = &split_params
+            .get(name)
+            .with_context(|| format!("no `{name}` after the split steps"))?
+            .1;
+        for (a, b) in values.iter().zip(other) {
+            let d = f64::from((a - b).abs());
+            worst = if d.is_nan() { f64::INFINITY } else { worst.max(d) };
+        }
+    }
+    report.parity(
+        "sft split across 2 peers: loss and parameters vs unsplit",
+        loss.max(worst),
+        1e-6,
+        "",
+        format!("max |Δ| over 3 steps' losses and {} tensors after them", params.len()),
+    );
+    Ok(())
 }
 
 /// Runs `f` on the CPU with rein's CPU kernels, whatever `--generic-ops` chose for the device side.

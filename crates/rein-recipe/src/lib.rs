@@ -187,6 +187,19 @@ impl LoadedRecipe {
                 format!("must be positive, got {}", r.train.stall_timeout_s),
             ));
         }
+        if r.train.devices == 0 {
+            return Err(self.invalid("train.devices", "must be at least 1"));
+        }
+        if r.train.devices > 1 && !matches!(r.algorithm, Algorithm::Sft(_)) {
+            return Err(self.invalid(
+                "train.devices",
+                format!(
+                    "data parallelism ({} devices) is built for SFT (`algorithm.name = \"sft\"`) only; \
+                     this algorithm trains on one device",
+                    r.train.devices
+                ),
+            ));
+        }
         if r.model.hidden.contains(&0) {
             return Err(self.invalid("model.hidden", "layer widths must be at least 1"));
         }

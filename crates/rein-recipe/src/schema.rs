@@ -674,6 +674,9 @@ pub struct TrainSection {
     /// pass, writing a checkpoint) may run before the watchdog stops the run, naming the phase,
     /// after saving the last completed step.
     pub stall_timeout_s: f64,
+    /// Devices each batch is split across, gradients summed by an all-reduce (data
+    /// parallelism; SFT only): `cuda:0..N` on a GPU machine, the CPU `N` times on the CPU.
+    pub devices: usize,
 }
 
 impl Default for TrainSection {
@@ -686,6 +689,7 @@ impl Default for TrainSection {
             runs_dir: "runs".into(),
             checkpoint_every: 10,
             stall_timeout_s: 600.0,
+            devices: 1,
         }
     }
 }

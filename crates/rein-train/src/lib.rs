@@ -12,6 +12,7 @@
 //! models, samplers, losses); nothing here is imported by them.
 
 pub mod checkpoint;
+pub mod data_parallel;
 pub mod driver;
 mod error;
 mod launch;

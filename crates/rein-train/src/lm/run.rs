@@ -509,7 +509,8 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         if let Some(section) = section {
             eprintln!("SFT: {} steps of {} examples", section.steps, section.batch_size);
             let pad = self.setup.tokenizer.pad_id().unwrap_or(0);
-            let mut sft = lm::Sft::new(model, &self.setup.train, pad, section, recipe.seed, &self.device)?;
+            let devices = crate::data_parallel::devices(&self.device, recipe.train.devices);
+            let mut sft = lm::Sft::new(model, &self.setup.train, pad, section, recipe.seed, devices)?;
             let checkpointing = self.checkpointing(self.resumed.as_ref().map(|(c, _)| (*c).clone()), 0, LmStage::Sft);
             let driven = Driver {
                 metrics: self.metrics.as_mut(),

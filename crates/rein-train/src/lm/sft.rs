@@ -10,7 +10,7 @@
 
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
-use burn::tensor::ElementConversion;
+use burn::tensor::{ElementConversion, Tensor};
 use rein_model::ReinAutodiffBackend;
 use rein_model::lm::CausalLm;
 use rein_optim::clip_grad_norm;
@@ -24,6 +24,7 @@ use super::batch::{TokenBatch, completion_log_probs};
 use super::grpo::{DROPOUT_SALT, generation_seed};
 use crate::TrainError;
 use crate::checkpoint::{Checkpoint, learner_sections};
+use crate::data_parallel;
 use crate::driver::{Snapshot, Step, Trainer};
 use crate::watchdog::Phases;
 
@@ -44,19 +45,28 @@ pub struct Sft<'a, B: ReinAutodiffBackend> {
     section: &'a SftSection,
     state: SftState,
     seed: u64,
-    device: B::Device,
+    /// Where each shard of a batch runs (`train.devices`); the model lives on the first.
+    devices: Vec<B::Device>,
 }
 
 impl<'a, B: ReinAutodiffBackend> Sft<'a, B> {
-    /// Fine-tunes `model` on the `prompts` that have a target, as `section` says.
+    /// Fine-tunes `model` on the `prompts` that have a target, as `section` says, each batch
+    /// split across `devices` (one device: no split; the model lives on the first).
     pub fn new(
         model: CausalLm<B>,
         prompts: &'a [Prompt],
         pad_id: u32,
         section: &'a SftSection,
         seed: u64,
-        device: &B::Device,
+        devices: Vec<B::Device>,
     ) -> Result<Self, TrainError> {
+        if devices.is_empty() || devices.len() > section.batch_size {
+            return Err(TrainError::Unsupported(format!(
+                "train.devices = {} must be between 1 and the SFT batch size ({})",
+                devices.len(),
+                section.batch_size
+            )));
+        }
         let examples: Vec<&Prompt> = prompts.iter().filter(|p| p.target.is_some()).collect();
         if examples.is_empty() {
             return Err(TrainError::Unsupported(
@@ -78,7 +88,7 @@ impl<'a, B: ReinAutodiffBackend> Sft<'a, B> {
                 tokens_seen: 0,
             },
             seed,
-            device: device.clone(),
+            devices,
         })
     }
 
@@ -103,24 +113,33 @@ impl<B: ReinAutodiffBackend> Trainer for Sft<'_, B> {
             .iter()
             .map(|p| (p.tokens.as_slice(), p.target.as_deref().unwrap_or(&[])))
             .collect();
-        let mut batch = TokenBatch::new(&pairs, self.pad_id);
-        for (row, prompt) in picked.iter().enumerate() {
-            if let Some(trained) = &prompt.target_trained {
-                batch.keep_in_loss(row, trained);
-            }
-        }
-        let mask = batch.mask::<B>(&self.device);
+        let trained: Vec<Option<&[bool]>> = picked.iter().map(|p| p.target_trained.as_deref()).collect();
+        let batch = sft_batch(&pairs, &trained, self.pad_id);
         self.model
             .set_dropout_key(generation_seed(self.seed ^ DROPOUT_SALT, step, 0));
-        let graph = rein_model::one_graph();
-        let (log_prob, _) = completion_log_probs(&self.model, &batch, 1.0, false, &self.device);
         let count = batch.completion_mask.iter().sum::<f32>().max(1.0);
         self.state.tokens_seen += count as usize;
-        let loss = (log_prob * mask).sum().neg().div_scalar(count);
-        let loss_value: f32 = loss.clone().into_scalar().elem();
-        TrainError::check_loss(step, "SFT loss", loss_value)?;
-        let mut grads = GradientsParams::from_grads(loss.backward(), &self.model);
-        drop((backward, graph));
+        let (loss_value, mut grads) = if self.devices.len() == 1 {
+            let graph = rein_model::one_graph();
+            let loss = sft_loss(&self.model, &batch, count, &self.devices[0]);
+            let loss_value: f32 = loss.clone().into_scalar().elem();
+            TrainError::check_loss(step, "SFT loss", loss_value)?;
+            let grads = GradientsParams::from_grads(loss.backward(), &self.model);
+            drop(graph);
+            (loss_value, grads)
+        } else {
+            // Each device the loss of its share of the rows, over the whole batch's token count.
+            let shards: Vec<TokenBatch> = row_shards(pairs.len(), self.devices.len())
+                .map(|rows| sft_batch(&pairs[rows.clone()], &trained[rows], self.pad_id))
+                .collect();
+            let (grads, values) = data_parallel::gradients(&self.model, &self.devices, |s, model, device| {
+                sft_loss(model, &shards[s], count, device)
+            })?;
+            let loss_value = values.iter().sum::<f64>() as f32;
+            TrainError::check_loss(step, "SFT loss", loss_value)?;
+            (loss_value, grads)
+        };
+        drop(backward);
 
         let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
         let grad_norm = clip_grad_norm(&self.model, &mut grads, self.section.max_grad_norm);
@@ -152,7 +171,7 @@ impl<B: ReinAutodiffBackend> Trainer for Sft<'_, B> {
 
     fn restore(&mut self, checkpoint: &Checkpoint) -> Result<(), TrainError> {
         (self.state, self.model, self.optim) =
-            checkpoint.load_learner(self.model.clone(), self.optim.clone(), &self.device)?;
+            checkpoint.load_learner(self.model.clone(), self.optim.clone(), &self.devices[0])?;
         Ok(())
     }
 
@@ -162,6 +181,40 @@ impl<B: ReinAutodiffBackend> Trainer for Sft<'_, B> {
 }
 
 /// Linear warm-up to `lr`, then linear decay to 10% of it.
+/// The rows of `pairs` as a batch, each row's loss mask narrowed to `trained` where given.
+fn sft_batch(pairs: &[(&[u32], &[u32])], trained: &[Option<&[bool]>], pad_id: u32) -> TokenBatch {
+    let mut batch = TokenBatch::new(pairs, pad_id);
+    for (row, trained) in trained.iter().enumerate() {
+        if let Some(trained) = trained {
+            batch.keep_in_loss(row, trained);
+        }
+    }
+    batch
+}
+
+/// `− Σ_rows Σ_t m_t log π(y_t | …) / count`: the SFT loss of `batch`'s rows over `count` target
+/// tokens (the whole batch's, when `batch` is one device's share).
+fn sft_loss<B: ReinAutodiffBackend>(
+    model: &CausalLm<B>,
+    batch: &TokenBatch,
+    count: f32,
+    device: &B::Device,
+) -> Tensor<B, 1> {
+    let (log_prob, _) = completion_log_probs(model, batch, 1.0, false, device);
+    (log_prob * batch.mask::<B>(device)).sum().neg().div_scalar(count)
+}
+
+/// `rows` split into `shards` contiguous ranges, as even as they go (the first ones one longer).
+fn row_shards(rows: usize, shards: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let (base, extra) = (rows / shards, rows % shards);
+    (0..shards).scan(0, move |start, s| {
+        let len = base + usize::from(s < extra);
+        let range = *start..*start + len;
+        *start += len;
+        Some(range)
+    })
+}
+
 fn sft_lr(section: &SftSection, step: usize) -> f64 {
     let warmup = section.warmup_steps.max(1);
     if step <= warmup {
@@ -174,6 +227,22 @@ fn sft_lr(section: &SftSection, step: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn row_shards_cover_every_row_once_as_evenly_as_they_go() {
+        for rows in 1..12 {
+            for shards in 1..=rows {
+                let ranges: Vec<_> = row_shards(rows, shards).collect();
+                assert_eq!(ranges.len(), shards);
+                assert_eq!(
+                    ranges.iter().flat_map(Clone::clone).collect::<Vec<_>>(),
+                    (0..rows).collect::<Vec<_>>()
+                );
+                let lens: Vec<usize> = ranges.iter().map(ExactSizeIterator::len).collect();
+                assert!(lens.iter().max().unwrap() - lens.iter().min().unwrap() <= 1, "{lens:?}");
+            }
+        }
+    }
 
     #[test]
     fn learning_rate_warms_up_then_decays_to_a_tenth() {
