@@ -130,6 +130,13 @@ impl LoadedRecipe {
                     .to_string(),
             );
         }
+        if r.train.devices >= 3 {
+            causes.push(format!(
+                "its batches are split across {} devices (`train.devices`), whose gradients \
+                 burn-collective sums in an order that varies from run to run",
+                r.train.devices
+            ));
+        }
         if !clocked.is_empty() {
             causes.push(format!(
                 "{} read the real clock (`real_clock = true`), so rewards or observations may differ",
