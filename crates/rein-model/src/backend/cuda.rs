@@ -25,11 +25,7 @@ use cubek::std::InputBinding;
 /// If the kernel cannot be set up for these tensors, as burn's own matmul does.
 pub(super) fn matmul<R: CubeRuntime>(a: CubeTensor<R>, b: CubeTensor<R>) -> CubeTensor<R> {
     let dtype = a.dtype;
-    let strategy = match super::cuda_matmul() {
-        CudaMatmul::FullF32 => Strategy::SimpleUnit(Default::default()),
-        CudaMatmul::Tf32 => Strategy::Auto,
-    };
-    if dtype != DType::F32 || b.dtype != DType::F32 || matches!(strategy, Strategy::Auto) {
+    if dtype != DType::F32 || b.dtype != DType::F32 || super::cuda_matmul() == CudaMatmul::Tf32 {
         return burn_cubecl::kernel::matmul::matmul(a, b, None, Default::default(), dtype)
             .expect("burn's matmul launches for these tensors");
     }
@@ -40,6 +36,7 @@ pub(super) fn matmul<R: CubeRuntime>(a: CubeTensor<R>, b: CubeTensor<R>) -> Cube
         rhs: dtype.into(),
         out: dtype.into(),
     });
+    let strategy = Strategy::SimpleUnit(Default::default());
     let launched = cubek::matmul::launch::launch_ref(
         &strategy,
         &client,

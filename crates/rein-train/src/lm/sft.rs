@@ -114,14 +114,20 @@ impl<B: ReinAutodiffBackend> Trainer for Sft<'_, B> {
             .map(|p| (p.tokens.as_slice(), p.target.as_deref().unwrap_or(&[])))
             .collect();
         let trained: Vec<Option<&[bool]>> = picked.iter().map(|p| p.target_trained.as_deref()).collect();
-        let batch = sft_batch(&pairs, &trained, self.pad_id);
+        // One share of the rows per device (the whole batch on one device).
+        let shards: Vec<TokenBatch> = row_shards(pairs.len(), self.devices.len())
+            .map(|rows| sft_batch(&pairs[rows.clone()], &trained[rows], self.pad_id))
+            .collect();
         self.model
             .set_dropout_key(generation_seed(self.seed ^ DROPOUT_SALT, step, 0));
-        let count = batch.completion_mask.iter().sum::<f32>().max(1.0);
+        let count = (shards.iter())
+            .map(|shard| shard.completion_mask.iter().sum::<f32>())
+            .sum::<f32>()
+            .max(1.0);
         self.state.tokens_seen += count as usize;
-        let (loss_value, mut grads) = if self.devices.len() == 1 {
+        let (loss_value, mut grads) = if let [batch] = shards.as_slice() {
             let graph = rein_model::one_graph();
-            let loss = sft_loss(&self.model, &batch, count, &self.devices[0]);
+            let loss = sft_loss(&self.model, batch, count, &self.devices[0]);
             let loss_value: f32 = loss.clone().into_scalar().elem();
             TrainError::check_loss(step, "SFT loss", loss_value)?;
             let grads = GradientsParams::from_grads(loss.backward(), &self.model);
@@ -129,9 +135,6 @@ impl<B: ReinAutodiffBackend> Trainer for Sft<'_, B> {
             (loss_value, grads)
         } else {
             // Each device the loss of its share of the rows, over the whole batch's token count.
-            let shards: Vec<TokenBatch> = row_shards(pairs.len(), self.devices.len())
-                .map(|rows| sft_batch(&pairs[rows.clone()], &trained[rows], self.pad_id))
-                .collect();
             let (grads, values) = data_parallel::gradients(&self.model, &self.devices, |s, model, device| {
                 sft_loss(model, &shards[s], count, device)
             })?;
@@ -180,7 +183,6 @@ impl<B: ReinAutodiffBackend> Trainer for Sft<'_, B> {
     }
 }
 
-/// Linear warm-up to `lr`, then linear decay to 10% of it.
 /// The rows of `pairs` as a batch, each row's loss mask narrowed to `trained` where given.
 fn sft_batch(pairs: &[(&[u32], &[u32])], trained: &[Option<&[bool]>], pad_id: u32) -> TokenBatch {
     let mut batch = TokenBatch::new(pairs, pad_id);
@@ -215,6 +217,7 @@ fn row_shards(rows: usize, shards: usize) -> impl Iterator<Item = std::ops::Rang
     })
 }
 
+/// Linear warm-up to `lr`, then linear decay to 10% of it.
 fn sft_lr(section: &SftSection, step: usize) -> f64 {
     let warmup = section.warmup_steps.max(1);
     if step <= warmup {
