@@ -429,9 +429,10 @@ fn grpo_records(runs: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// On-policy distillation (`[teacher]`): a student that is its teacher has no reverse KL to
-/// close; a student from scratch, taught by a model that went through SFT, closes it with no
-/// reward at all (the verifier's weight is 0: it only measures held-out accuracy).
+/// On-policy distillation (`[teacher]`), with the sampled-token and the full-vocabulary reverse
+/// KL: a student that is its teacher has no reverse KL to close; a student from scratch, taught
+/// by a model that went through SFT, closes it with no reward at all (the verifier's weight is
+/// 0: it only measures held-out accuracy).
 #[test]
 fn a_student_distilled_on_policy_moves_toward_its_teacher() {
     let teacher_runs = scratch("teacher");
@@ -475,6 +476,34 @@ fn a_student_distilled_on_policy_moves_toward_its_teacher() {
         kl[kl.len() - 3..].iter().sum::<f64>() / 3.0,
     );
     assert!(last < 0.8 * first, "the reverse KL did not shrink: {kl:?}");
+
+    // The full reverse KL over the vocabulary (`teacher.kl = "full"`, TRL's loss): none for the
+    // teacher itself; the student from scratch closes it too.
+    let full = "teacher.kl=\"full\"";
+    let itself = scratch("self-distill-full");
+    let recipe = tiny_default(
+        &itself,
+        &[
+            "sft.steps=0",
+            "algorithm.steps=1",
+            &teacher_dir,
+            &path,
+            only_verifier,
+            full,
+        ],
+    );
+    rein_train::run(&recipe, &plugin_dir(), true).unwrap();
+    let kl = grpo_records(&itself)[0]["train/teacher_kl"].as_f64().unwrap();
+    assert!(kl.abs() < 1e-5, "a student that is its teacher: full reverse KL {kl}");
+    let student = scratch("student-full");
+    let overrides: Vec<&str> = overrides.iter().copied().chain([full, "algorithm.steps=15"]).collect();
+    rein_train::run(&tiny_default(&student, &overrides), &plugin_dir(), true).unwrap();
+    let kl: Vec<f64> = (grpo_records(&student).iter())
+        .map(|r| r["train/teacher_kl"].as_f64().unwrap())
+        .collect();
+    eprintln!("full teacher_kl per step: {kl:?}");
+    let (first, last) = (kl[0], kl[kl.len() - 1]);
+    assert!(last < 0.8 * first, "the full reverse KL did not shrink: {kl:?}");
 
     // A teacher with another vocabulary (two tokens' ids swapped) is refused before any
     // training, naming the key and the token.

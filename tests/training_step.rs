@@ -1,17 +1,19 @@
 //! One GRPO training step of the tiny Qwen2 — the model's forward and backward passes, the
 //! policy loss, gradient clipping and AdamW — against the same step in PyTorch (fixture written
 //! by `tests/fixtures/gen_torch_step.py`): every parameter after the step within 1e-5 (1e-4
-//! where its gradient is within a few ε of zero; see below).
+//! where its gradient is within a few ε of zero; see below). And on-policy distillation's full
+//! reverse KL against TRL's `DistillationTrainer` loss (`gen_trl_distill.py`).
 
 use std::path::Path;
 
 use burn::backend::{Autodiff, Flex};
+use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::{Tensor, TensorData};
 use rein_core::{Aggregation, KlEstimator, RatioLevel};
 use rein_model::lm::{CausalLm, load, save};
-use rein_optim::{PolicyLossConfig, clip_grad_norm, policy_loss};
-use rein_train::lm::{TokenBatch, completion_log_probs};
+use rein_optim::{PolicyLossConfig, clip_grad_norm, full_reverse_kl, policy_loss};
+use rein_train::lm::{TokenBatch, completion_log_probs, completion_logits};
 use safetensors::SafeTensors;
 use serde::Deserialize;
 
@@ -203,4 +205,94 @@ fn packed_log_probs_equal_the_padded_batch() {
         }
     }
     assert_eq!(compared, 12);
+}
+
+/// The batch of `trl_distill.json` with TRL's loss.
+#[derive(Deserialize)]
+struct Distill {
+    temperature: f32,
+    prompts: Vec<Vec<u32>>,
+    completions: Vec<Vec<u32>>,
+    loss: f64,
+    grad_norm: f64,
+}
+
+/// Each parameter's gradient in place of its value.
+struct GradientsAsValues<'a> {
+    grads: &'a GradientsParams,
+}
+
+impl ModuleMapper<Flex> for GradientsAsValues<'_> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<Flex, D>>) -> Param<Tensor<Flex, D>> {
+        let (id, value, mapper) = param.consume();
+        let grad = (self.grads.get::<Flex, D>(id)).unwrap_or_else(|| value.zeros_like());
+        Param::from_mapped_value(id, grad, mapper)
+    }
+}
+
+/// `teacher.kl = "full"`: the reverse KL over the vocabulary at each completion position,
+/// averaged over the batch's completion tokens, equals TRL's `DistillationTrainer` loss at β = 1
+/// (its `_chunked_divergence_loss`; fixture by `tests/fixtures/gen_trl_distill.py`), and so do
+/// the student's gradients, tensor by tensor.
+#[test]
+fn full_reverse_kl_matches_trl_distillation() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let step: Distill =
+        serde_json::from_str(&std::fs::read_to_string(fixtures.join("trl_distill.json")).unwrap()).unwrap();
+    let device = Default::default();
+    let student = load::<B>(&fixtures.join("lm/qwen2-gqa"), &device).unwrap();
+    let teacher = load::<Flex>(&fixtures.join("lm/llama"), &device).unwrap();
+    let pairs: Vec<(&[u32], &[u32])> = (step.prompts.iter().zip(&step.completions))
+        .map(|(p, c)| (p.as_slice(), c.as_slice()))
+        .collect();
+    let batch = TokenBatch::new(&pairs, 0);
+
+    let ours = completion_logits(&student, &batch, step.temperature, &device);
+    let theirs = completion_logits(&teacher, &batch, step.temperature, &device).logits;
+    let per_token = ours.per_token(full_reverse_kl(ours.logits.clone(), Tensor::from_inner(theirs)));
+    let mask = batch.mask::<B>(&device);
+    let loss = (per_token * mask.clone()).sum().div(mask.sum());
+    let value = f64::from(loss.clone().into_scalar());
+    assert!(
+        (value - step.loss).abs() < 1e-6,
+        "loss: rein {value} vs TRL {}",
+        step.loss
+    );
+
+    let grads = GradientsParams::from_grads(loss.backward(), &student);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("distill-grads");
+    let _ = std::fs::remove_dir_all(&dir);
+    save(&student.valid().map(&mut GradientsAsValues { grads: &grads }), &dir).unwrap();
+    let ours = std::fs::read(dir.join("model.safetensors")).unwrap();
+    let ours = SafeTensors::deserialize(&ours).unwrap();
+    let theirs = std::fs::read(fixtures.join("trl_distill_grads.safetensors")).unwrap();
+    let theirs = SafeTensors::deserialize(&theirs).unwrap();
+    let (mut norm, mut compared) = (0.0f64, 0);
+    for (name, view) in theirs.tensors() {
+        let expected = f32s(&view);
+        let got = f32s(
+            &ours
+                .tensor(&name)
+                .unwrap_or_else(|_| panic!("rein has no gradient `{name}`")),
+        );
+        let size = expected.iter().map(|&e| f64::from(e).powi(2)).sum::<f64>().sqrt();
+        let error = (got.iter().zip(&expected))
+            .map(|(&g, &e)| f64::from(g - e).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        assert!(
+            error <= 1e-6 * step.grad_norm.max(size),
+            "gradient of {name}: ‖rein − TRL‖ = {error:e} (‖TRL‖ = {size:e})"
+        );
+        norm += size * size;
+        compared += 1;
+    }
+    assert_eq!(
+        compared, 27,
+        "every parameter of the student has a gradient in the fixture"
+    );
+    assert!(
+        (norm.sqrt() - step.grad_norm).abs() < 1e-5 * step.grad_norm,
+        "gradient norm"
+    );
 }

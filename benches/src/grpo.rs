@@ -23,14 +23,14 @@ use rein_model::CpuAutodiff;
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmTokenizer, load, locate, save};
 use rein_plugin::PluginRuntime;
-use rein_recipe::{DataSection, GrpoSection, OptimizerSection, SamplerSection};
+use rein_recipe::{DataSection, GrpoSection, OptimizerSection, SamplerSection, TeacherKl};
 use rein_train::checkpoint::Checkpointing;
 use rein_train::driver::Driver;
 use rein_train::lm::{ArithmeticTask, Grpo, GrpoContext, Prompt, WeightedReward, generate_task, prepare};
 use rein_train::memory::reset_peak_rss;
 use rein_train::{MetricsWriter, RunDir};
 
-use crate::qwen2_3m::qwen2_3m;
+use crate::qwen2_3m::{qwen2_3m, qwen2_3m_from};
 use crate::report::{Report, Row, median, peak_rss_mib};
 
 /// One benchmark case: a model, its prompts and settings, and the same for the TRL peer.
@@ -49,6 +49,10 @@ struct Case {
     max_new_tokens: usize,
     lr: f64,
     lora: Option<LoraSpec>,
+    /// On-policy distillation toward this teacher (Hugging Face format, the full reverse KL as
+    /// the only signal) instead of GRPO on the `math-answer` reward; TRL's peer is then its
+    /// `DistillationTrainer`.
+    teacher: Option<PathBuf>,
 }
 
 /// Untimed steps before the timed ones, on both sides.
@@ -87,6 +91,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         max_new_tokens: 32,
         lr: 1e-5,
         lora: None,
+        teacher: None,
     };
     let steps = random.steps as f64;
     let (rein, driven, outcome) = measure(&random, model, plugin_dir)?;
@@ -153,6 +158,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         max_new_tokens: 64,
         lr: 2e-4,
         lora: Some(spec.clone()),
+        teacher: None,
     };
     let (rein, _, _) = measure(&smollm2, model, plugin_dir)?;
     let trl = trl_runs(&smollm2);
@@ -168,6 +174,38 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
     let (rein, _, _) = measure(&f32_case, model, plugin_dir)?;
     compare(&f32_case, &rein, &trl, &mut report);
     Ok(report)
+}
+
+/// On-policy distillation (`[teacher] kl = "full"`) of the random Qwen2 toward another random
+/// Qwen2 of its shape, against TRL's `DistillationTrainer` (β = 1, the same reverse KL over the
+/// vocabulary) on the same student, teacher and prompts: seconds per step and peak memory.
+pub fn distillation(plugin_dir: &Path, report: &mut Report) -> anyhow::Result<()> {
+    let device = Default::default();
+    reset_peak_rss();
+    let student = qwen2_3m::<CpuAutodiff>(&device)?;
+    let tokenizer = LmTokenizer::load(Path::new("recipes/assets/arithmetic-tokenizer"), &[])?;
+    let checkpoint = PathBuf::from("target/bench/distill-student");
+    save(&student, &checkpoint)?;
+    tokenizer.save(&checkpoint)?;
+    let teacher = PathBuf::from("target/bench/distill-teacher");
+    save(&qwen2_3m_from::<rein_model::Cpu>(2, &device)?, &teacher)?;
+    tokenizer.save(&teacher)?;
+    let case = Case {
+        name: "distillation step (full reverse KL), 3M Qwen2 from a 3M teacher, 8×8 completions, 32 tokens".into(),
+        prompts: arithmetic_prompts(&tokenizer, None)?,
+        tokenizer,
+        work_dir: checkpoint.clone(),
+        checkpoint,
+        steps: 3,
+        completions: 8,
+        max_new_tokens: 32,
+        lr: 1e-5,
+        lora: None,
+        teacher: Some(teacher),
+    };
+    let (rein, _, _) = measure(&case, student, plugin_dir)?;
+    compare(&case, &rein, &trl_runs(&case), report);
+    Ok(())
 }
 
 /// The arithmetic prompts both sides train on (two-digit sums, as in the default recipe), in
@@ -218,9 +256,10 @@ fn measure(
     std::fs::write(case.work_dir.join("prompts.jsonl"), lines)?;
     let runtime = PluginRuntime::default();
     let plugin = runtime.load(plugin_dir.join("math-answer.wasm"), Default::default())?;
+    // Distillation's only signal is the teacher: the verifier still runs, with weight 0.
     let mut rewards = vec![WeightedReward {
         reward: Box::new(plugin.reward(r#"{"extract": "answer"}"#)?),
-        weight: 1.0,
+        weight: if case.teacher.is_some() { 0.0 } else { 1.0 },
         isolate: false,
     }];
     let grpo = GrpoSection {
@@ -262,6 +301,10 @@ fn measure(
     // before it (loading) and its steps'.
     let loading_rss = peak_rss_mib();
     let mut trainer = Grpo::new(model, ctx, &device)?;
+    if let Some(teacher) = &case.teacher {
+        let teacher = load::<rein_model::Cpu>(teacher, &device)?;
+        trainer = trainer.with_teacher(teacher, 1.0, TeacherKl::Full);
+    }
     let driven = Driver {
         metrics: Some(&mut metrics),
         checkpointing: &Checkpointing::default(),
@@ -344,15 +387,21 @@ fn compare(case: &Case, rein: &Measured, trl_runs: &TrlRuns, report: &mut Report
     }
 }
 
-/// TRL's `GRPOTrainer` (with PEFT when the case has LoRA) on the case's checkpoint and prompts
-/// (benches/peers/trl_grpo.py): its label and figures, or why it could not run.
+/// TRL's `GRPOTrainer` (with PEFT when the case has LoRA; its `DistillationTrainer` when the
+/// case has a teacher) on the case's checkpoint and prompts (benches/peers/trl_grpo.py,
+/// trl_distill.py): its label and figures, or why it could not run.
 fn trl_peer(case: &Case, checkpointing: bool) -> Result<(String, Measured), String> {
+    let (script, trainer) = match case.teacher {
+        Some(_) => ("trl_distill.py", "DistillationTrainer"),
+        None => ("trl_grpo.py", "GRPOTrainer"),
+    };
     println!(
-        "  TRL GRPOTrainer on the same checkpoint and prompts (benches/peers/trl_grpo.py), gradient checkpointing {}",
+        "  TRL {trainer} on the same checkpoint and prompts (benches/peers/{script}), gradient checkpointing {}",
         if checkpointing { "on" } else { "off" }
     );
-    let mut args: Vec<String> = vec![
-        case.checkpoint.display().to_string(),
+    let mut args: Vec<String> = vec![case.checkpoint.display().to_string()];
+    args.extend(case.teacher.iter().map(|t| t.display().to_string()));
+    args.extend([
         case.work_dir.join("prompts.jsonl").display().to_string(),
         format!("--warmup={WARMUP}"),
         format!("--steps={}", case.steps),
@@ -360,7 +409,7 @@ fn trl_peer(case: &Case, checkpointing: bool) -> Result<(String, Measured), Stri
         format!("--max-tokens={}", case.max_new_tokens),
         format!("--lr={}", case.lr),
         format!("--output-dir={}", case.work_dir.join("trl").display()),
-    ];
+    ]);
     if let Some(lora) = &case.lora {
         args.push(format!("--lora-rank={}", lora.rank));
         args.push(format!("--lora-alpha={}", lora.alpha));
@@ -368,8 +417,8 @@ fn trl_peer(case: &Case, checkpointing: bool) -> Result<(String, Measured), Stri
     if checkpointing {
         args.push("--gradient-checkpointing".into());
     }
-    let value = crate::peers::run("trl_grpo.py", args)?;
-    crate::peers::describe("trl_grpo.py", &value);
+    let value = crate::peers::run(script, args)?;
+    crate::peers::describe(script, &value);
     if value["checkpointing_active"].as_bool() != Some(checkpointing) {
         return Err(format!(
             "asked for gradient checkpointing {checkpointing}, TRL reports {}",

@@ -55,7 +55,7 @@ fn main() -> anyhow::Result<()> {
         "sft" => sft::run()?,
         "agent" => agent::run(&plugin_dir)?,
         "serve" => serve::run()?,
-        "rewards" => rewards::run()?,
+        "rewards" => rewards::run(&plugin_dir)?,
         other => {
             anyhow::bail!(
                 "unknown benchmark suite `{other}` (available: plugins, ppo, generate, grpo, sft, agent, serve, rewards)"

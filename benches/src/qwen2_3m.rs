@@ -6,6 +6,12 @@ use rein_model::lm::{CausalLm, LmConfig, LmInit};
 
 /// The model on backend `B`, initialised from seed 0.
 pub fn qwen2_3m<B: ReinBackend>(device: &B::Device) -> anyhow::Result<CausalLm<B>> {
+    qwen2_3m_from::<B>(1, device)
+}
+
+/// The same shape initialised from `seed` (another model for the same tokenizer: the
+/// distillation benchmark's teacher).
+pub fn qwen2_3m_from<B: ReinBackend>(seed: u64, device: &B::Device) -> anyhow::Result<CausalLm<B>> {
     let config = LmConfig::from_json(serde_json::json!({
         "model_type": "qwen2", "vocab_size": 512, "hidden_size": 256, "intermediate_size": 704,
         "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -13,5 +19,5 @@ pub fn qwen2_3m<B: ReinBackend>(device: &B::Device) -> anyhow::Result<CausalLm<B
     }))
     .map_err(anyhow::Error::msg)?;
     B::seed(device, 0);
-    Ok(LmInit { config, std: 0.02 }.init::<B>(&mut rein_core::SeededRng::new(1), device))
+    Ok(LmInit { config, std: 0.02 }.init::<B>(&mut rein_core::SeededRng::new(seed), device))
 }

@@ -8,6 +8,9 @@
 //! right, half off by one), 4 new tokens each, greedy, asked of SmolLM2-135M-Instruct (f32) in
 //! process (`NativeJudge`, one batch) and through `rein serve` (`HttpJudge`, 64 concurrent chat
 //! completions), in judge calls per second; and how often the judge's Yes/No is right.
+//!
+//! Distillation: one on-policy distillation step (the full reverse KL to a teacher) against TRL's
+//! `DistillationTrainer` ([`crate::grpo::distillation`]).
 
 use std::path::Path;
 
@@ -31,8 +34,9 @@ const STEPS: usize = 5;
 const WARMUP: usize = 1;
 const RECIPE: &str = "recipes/grpo-arithmetic.toml";
 
-pub fn run() -> anyhow::Result<Report> {
+pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
     let mut report = Report::default();
+    crate::grpo::distillation(plugin_dir, &mut report)?;
     judges(&mut report)?;
     let name = format!("reward-model scoring, 3M Qwen2 classifier, batch {BATCH} (completions/s)");
     let dir = Path::new("target/bench/reward-model-qwen2-3m");
@@ -75,7 +79,7 @@ pub fn run() -> anyhow::Result<Report> {
     let mut scores = Vec::new();
     for step in 0..WARMUP + STEPS {
         let start = std::time::Instant::now();
-        scores = reward.score_texts(&texts)?;
+        scores = reward.score_texts(&texts).map_err(anyhow::Error::msg)?;
         if step >= WARMUP {
             times.push(start.elapsed().as_secs_f64());
         }

@@ -14,7 +14,8 @@
 //!   sequence ratios, KL and entropy terms), [`aggregate`] (token-mean, seq-mean-token-mean,
 //!   seq-mean-token-sum-norm) and the [`kl_estimate`] estimators k1, k2, k3;
 //!   [`lag_correction`] (TIS, IcePop) for completions another policy sampled;
-//!   [`add_teacher_advantages`], on-policy distillation's per-token reverse-KL advantage.
+//!   [`add_teacher_advantages`] and [`full_reverse_kl`], on-policy distillation's sampled and
+//!   full-vocabulary reverse KL.
 //!
 //! Estimators work on plain `f32` slices (property-testable without tensors); losses are burn
 //! tensor functions generic over the backend.
@@ -38,7 +39,7 @@ mod running;
 mod schedule;
 
 pub use aggregation::aggregate;
-pub use distillation::add_teacher_advantages;
+pub use distillation::{add_teacher_advantages, full_reverse_kl};
 pub use finite::{non_finite_gradient, non_finite_parameter};
 pub use gae::gae;
 pub use gigpo::{GigpoConfig, TurnOutcome, gigpo_advantages};

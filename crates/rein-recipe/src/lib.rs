@@ -28,7 +28,7 @@ pub use rein_core::AdvantageKind;
 pub use schema::{
     AgentSection, Algorithm, DataSection, Device, EnvSection, EvalSection, GrpoSection, JudgeEntry, LoraSection,
     ModelSection, OptimizerSection, PluginEntry, PpoSection, Recipe, RewardEntry, RewardModelKind, SamplerSection,
-    SftSection, TrainSection,
+    SftSection, TeacherKl, TeacherSection, TrainSection,
 };
 
 use compose::Composed;
@@ -321,6 +321,7 @@ impl LoadedRecipe {
     /// `reward[i]`: a plugin or a model, and only the keys that kind uses.
     fn validate_reward(&self, i: usize, entry: &RewardEntry) -> Result<(), RecipeError> {
         let key = |k: &str| format!("reward[{i}].{k}");
+        let not_http = |url: &str| !(url.starts_with("http://") || url.starts_with("https://"));
         match (&entry.plugin, &entry.model) {
             (Some(_), Some(_)) => {
                 return Err(self.invalid(&key("model"), "set either `plugin` or `model`, not both"));
@@ -334,7 +335,7 @@ impl LoadedRecipe {
             (Some(_), None) => {
                 if let Some(judge) = &entry.judge {
                     if let Some(url) = &judge.url
-                        && !(url.starts_with("http://") || url.starts_with("https://"))
+                        && not_http(url)
                     {
                         return Err(self.invalid(&key("judge.url"), format!("`{url}` is not an http(s) URL")));
                     }
@@ -347,6 +348,12 @@ impl LoadedRecipe {
                     return Err(self.invalid(
                         &key("label"),
                         "`label` chooses a reward model's output; this reward is a plugin",
+                    ));
+                }
+                if entry.url.is_some() || entry.served_model.is_some() {
+                    return Err(self.invalid(
+                        &key(if entry.url.is_some() { "url" } else { "served_model" }),
+                        "a server scores reward models; this reward is a plugin (a plugin's judge takes `judge.url`)",
                     ));
                 }
             }
@@ -362,6 +369,15 @@ impl LoadedRecipe {
                 }
                 if entry.batch_size == 0 {
                     return Err(self.invalid(&key("batch_size"), "must be at least 1"));
+                }
+                match &entry.url {
+                    Some(url) if not_http(url) => {
+                        return Err(self.invalid(&key("url"), format!("`{url}` is not an http(s) URL")));
+                    }
+                    None if entry.served_model.is_some() => {
+                        return Err(self.invalid(&key("served_model"), "names the model on a server: set `url` too"));
+                    }
+                    _ => {}
                 }
             }
         }

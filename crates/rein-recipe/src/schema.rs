@@ -407,9 +407,17 @@ pub struct RewardEntry {
     /// as TRL reads `logits[:, 0]`).
     #[serde(default)]
     pub label: Option<String>,
-    /// Completions a reward model scores per forward pass.
+    /// Completions a reward model scores per forward pass (per request, on a server).
     #[serde(default = "defaults::reward_batch")]
     pub batch_size: usize,
+    /// A server that runs the reward model (`http://host:port`: vLLM, SGLang, `rein serve`),
+    /// asked through the classification API (`/classify`) instead of running it in process;
+    /// `model` still names its directory, for the chat template, tokenizer and labels.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The reward model's name on the server `url` (default: none sent, the server's only model).
+    #[serde(default)]
+    pub served_model: Option<String>,
     /// The reward's name in metrics and errors (default: the plugin's name, or the model
     /// directory's).
     #[serde(default)]
@@ -479,9 +487,26 @@ pub struct TeacherSection {
     /// A model directory in Hugging Face format (or a fetched model's name) sharing the
     /// policy's tokenizer.
     pub model: String,
-    /// The term's weight against the rewards' advantage.
+    /// The term's weight against the rewards' advantage (`sampled`) or the policy loss (`full`).
     #[serde(default = "defaults::one")]
     pub coef: f64,
+    /// How the reverse KL to the teacher is estimated: `sampled` (the default) or `full`.
+    #[serde(default)]
+    pub kl: TeacherKl,
+}
+
+/// The reverse KL to the teacher, estimated on the sampled token or summed over the vocabulary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TeacherKl {
+    /// Each sampled token's advantage gains `coef · (log π_teacher − log π_student)` of that
+    /// token (Thinking Machines' on-policy distillation, as Tinker, verl and slime compute it).
+    #[default]
+    Sampled,
+    /// `coef ·` the reverse KL summed over the whole vocabulary at each completion position,
+    /// averaged over the batch's tokens, added to the loss (TRL's `DistillationTrainer` with
+    /// β = 1). Exact per position; holds both models' logits at every completion token.
+    Full,
 }
 
 /// What a reward model computes.

@@ -166,6 +166,50 @@ impl ConcatenatedRows {
     }
 }
 
+/// The final hidden state that predicts each completion token, `[predicted, hidden]`, computed
+/// over the rows concatenated end to end ([`ConcatenatedRows`]): the same values as over the
+/// padded batch, without computing the padding. `None` when the batch has no completion token.
+fn completion_hidden<B: ReinBackend>(
+    model: &CausalLm<B>,
+    batch: &TokenBatch,
+    device: &B::Device,
+) -> Option<(Tensor<B, 2>, ConcatenatedRows)> {
+    let packed = ConcatenatedRows::new(batch);
+    if packed.predictors.is_empty() {
+        return None;
+    }
+    let total = packed.tokens.len();
+    let rope = model.rope(batch.prompt_width + batch.completion_width, device);
+    let ctx = Context {
+        rope: &rope,
+        positions: Tensor::from_data(TensorData::new(packed.positions.clone(), [1, total]), device),
+        padding: None,
+        sequence_lengths: Some(&packed.lengths),
+        fused: None,
+    };
+    let tokens = Tensor::from_data(TensorData::new(packed.tokens.clone(), [1, total]), device);
+    let hidden = model.hidden(tokens, &ctx, None);
+    let width = hidden.dims()[2];
+    let hidden = hidden
+        .reshape([total, width])
+        .select(0, int_index(&packed.predictors, device));
+    Some((hidden, packed))
+}
+
+fn int_index<B: ReinBackend>(values: &[i64], device: &B::Device) -> Tensor<B, 1, Int> {
+    Tensor::from_data(TensorData::new(values.to_vec(), [values.len()]), device)
+}
+
+/// `1 / temperature`, the scale of the logits that sampling at `temperature` draws from (1 for
+/// greedy decoding).
+fn logit_scale(temperature: f32) -> f32 {
+    if temperature != 1.0 && temperature > 0.0 {
+        1.0 / temperature
+    } else {
+        1.0
+    }
+}
+
 /// Per-token log-probabilities of the completion tokens under `softmax(logits / temperature)`,
 /// and optionally the entropy of that distribution at each completion position. The model
 /// runs over the rows concatenated end to end ([`ConcatenatedRows`]): the same values as over the padded
@@ -181,41 +225,101 @@ pub fn completion_log_probs<B: ReinBackend>(
     device: &B::Device,
 ) -> (Tensor<B, 2>, Option<Tensor<B, 2>>) {
     let (rows, c) = (batch.rows, batch.completion_width);
-    let packed = ConcatenatedRows::new(batch);
-    if packed.predictors.is_empty() {
+    let Some((hidden, packed)) = completion_hidden(model, batch, device) else {
         // No completion tokens at all: nothing to score.
         let zeros = || Tensor::zeros([rows, c], device);
         return (zeros(), with_entropy.then(zeros));
-    }
-    let total = packed.tokens.len();
-    let rope = model.rope(batch.prompt_width + c, device);
-    let ctx = Context {
-        rope: &rope,
-        positions: Tensor::from_data(TensorData::new(packed.positions, [1, total]), device),
-        padding: None,
-        sequence_lengths: Some(&packed.lengths),
-        fused: None,
-    };
-    let tokens = Tensor::from_data(TensorData::new(packed.tokens, [1, total]), device);
-    let hidden = model.hidden(tokens, &ctx, None);
-    let width = hidden.dims()[2];
-    let predicted = packed.predictors.len();
-    let index = |values: Vec<i64>| Tensor::<B, 1, Int>::from_data(TensorData::new(values, [predicted]), device);
-    let hidden = hidden.reshape([total, width]).select(0, index(packed.predictors));
-    let scale = if temperature != 1.0 && temperature > 0.0 {
-        1.0 / temperature
-    } else {
-        1.0
     };
     let targets: Vec<i64> = (packed.slots.iter())
         .map(|&slot| batch.targets[slot as usize])
         .collect();
-    let out = model.log_prob_entropy(hidden, index(targets), scale);
-    let out =
-        Tensor::<B, 2>::zeros([rows * c, 2], device).select_assign(0, index(packed.slots), out, IndexingUpdateOp::Add);
+    let out = model.log_prob_entropy(hidden, int_index(&targets, device), logit_scale(temperature));
+    let out = Tensor::<B, 2>::zeros([rows * c, 2], device).select_assign(
+        0,
+        int_index(&packed.slots, device),
+        out,
+        IndexingUpdateOp::Add,
+    );
     let log_prob = out.clone().narrow(1, 0, 1).reshape([rows, c]);
     let entropy = with_entropy.then(|| out.narrow(1, 1, 1).reshape([rows, c]));
     (log_prob, entropy)
+}
+
+/// The logits over the whole vocabulary at each completion position, scaled by
+/// `1 / temperature`, one row per completion token in `[rows, C]` order (padding left out); see
+/// [`CompletionLogits::per_token`] to lay per-row values back out. Every row of vocabulary-wide
+/// logits is kept: `completion tokens × vocab` floats, and their gradients.
+pub fn completion_logits<B: ReinBackend>(
+    model: &CausalLm<B>,
+    batch: &TokenBatch,
+    temperature: f32,
+    device: &B::Device,
+) -> CompletionLogits<B> {
+    let [rows, width] = [batch.rows, batch.completion_width];
+    let vocab = model.config().vocab_size;
+    let Some((hidden, packed)) = completion_hidden(model, batch, device) else {
+        return CompletionLogits {
+            logits: Tensor::zeros([0, vocab], device),
+            slots: Vec::new(),
+            targets: Vec::new(),
+            shape: [rows, width],
+        };
+    };
+    let logits = model.logits(hidden.unsqueeze_dim(0)).squeeze_dim(0);
+    let targets = (packed.slots.iter())
+        .map(|&slot| batch.targets[slot as usize])
+        .collect();
+    CompletionLogits {
+        logits: logits.mul_scalar(logit_scale(temperature)),
+        slots: packed.slots,
+        targets,
+        shape: [rows, width],
+    }
+}
+
+/// [`completion_logits`]'s result.
+pub struct CompletionLogits<B: ReinBackend> {
+    /// `[completion tokens, vocab]`.
+    pub logits: Tensor<B, 2>,
+    /// Where each row goes in the batch's `[rows, C]` grid.
+    slots: Vec<i64>,
+    /// The completion token each row predicts.
+    targets: Vec<i64>,
+    shape: [usize; 2],
+}
+
+impl<B: ReinBackend> CompletionLogits<B> {
+    /// One value per completion token (`[completion tokens]`, in [`Self::logits`]' row order)
+    /// laid out as the batch's `[rows, C]` grid, 0 at padding.
+    pub fn per_token(&self, values: Tensor<B, 1>) -> Tensor<B, 2> {
+        let [rows, width] = self.shape;
+        let device = values.device();
+        if self.slots.is_empty() {
+            return Tensor::zeros([rows, width], &device);
+        }
+        Tensor::<B, 1>::zeros([rows * width], &device)
+            .select_assign(0, int_index(&self.slots, &device), values, IndexingUpdateOp::Add)
+            .reshape([rows, width])
+    }
+
+    /// [`completion_log_probs`] from these logits: each completion token's log-probability and,
+    /// when asked, the entropy at its position, `[rows, C]` each. The same numbers up to
+    /// rounding (these go through burn's `log_softmax`, not the chunked head kernel).
+    pub fn log_probs(&self, with_entropy: bool) -> (Tensor<B, 2>, Option<Tensor<B, 2>>) {
+        let device = self.logits.device();
+        let log_softmax = burn::tensor::activation::log_softmax(self.logits.clone(), 1);
+        let predicted = self.targets.len();
+        let targets = Tensor::<B, 2, Int>::from_data(TensorData::new(self.targets.clone(), [predicted, 1]), &device);
+        let log_prob = self.per_token(log_softmax.clone().gather(1, targets).reshape([predicted]));
+        let entropy = with_entropy.then(|| {
+            let h = (log_softmax.clone().exp() * log_softmax)
+                .sum_dim(1)
+                .neg()
+                .reshape([predicted]);
+            self.per_token(h)
+        });
+        (log_prob, entropy)
+    }
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ mod turn_advantages;
 
 use std::path::{Path, PathBuf};
 
-pub use batch::{TokenBatch, completion_log_probs};
+pub use batch::{CompletionLogits, TokenBatch, completion_log_probs, completion_logits};
 pub use data::{DataError, Example, Fields, read, write_jsonl};
 pub use eval::{EpisodeSummary, EvalExample, EvalReport, EvalSettings, SHOWN_EXAMPLES, evaluate, is_correct};
 pub use grpo::{Grpo, GrpoContext, GrpoOutcome};

@@ -561,7 +561,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             let dir = model_path(self.loaded, &teacher.model);
             let model = load::<B::InnerBackend>(&dir, &self.device)
                 .map_err(|e| invalid(self.loaded, "teacher.model", e.to_string()))?;
-            grpo = grpo.with_teacher(model, teacher.coef as f32);
+            grpo = grpo.with_teacher(model, teacher.coef as f32, teacher.kl);
         }
         let driven = Driver {
             metrics: self.metrics.as_mut(),

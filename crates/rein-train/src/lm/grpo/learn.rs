@@ -8,16 +8,17 @@ use burn::tensor::{ElementConversion, Tensor, TensorData};
 use rein_core::{AdvantageKind, LagCorrection, StdScaling};
 use rein_model::ReinAutodiffBackend;
 use rein_optim::{
-    Correction, GigpoConfig, add_teacher_advantages, clip_grad_norm, group_normalized, kl_estimate_scalar,
-    lag_correction, policy_loss, reinforce_pp, rloo,
+    Correction, GigpoConfig, add_teacher_advantages, clip_grad_norm, full_reverse_kl, group_normalized,
+    kl_estimate_scalar, lag_correction, policy_loss, reinforce_pp, rloo,
 };
+use rein_recipe::TeacherKl;
 use serde_json::json;
 
 use super::sample::{Rollout, Scored};
 use super::{DROPOUT_SALT, Grpo, generation_seed, mean};
 use crate::TrainError;
 use crate::driver::Record;
-use crate::lm::batch::{TokenBatch, completion_log_probs};
+use crate::lm::batch::{TokenBatch, completion_log_probs, completion_logits};
 use crate::lm::turn_advantages::{EpisodeTurns, token_advantages};
 use crate::watchdog::Phases;
 
@@ -36,6 +37,9 @@ struct LossInputs<B: ReinAutodiffBackend> {
     mask_tensor: Tensor<B, 2>,
     /// The reference policy's log-probabilities, for the KL term in the loss.
     reference: Option<Tensor<B, 2>>,
+    /// The teacher's scaled logits at every completion position and the weight of the full
+    /// reverse KL to them in the loss ([`TeacherKl::Full`]).
+    teacher_logits: Option<(Tensor<B::InnerBackend, 2>, f32)>,
     shape: [usize; 2],
 }
 
@@ -78,6 +82,8 @@ struct UpdateStats {
     grad_norm: f32,
     kl: Option<f64>,
     entropy: Option<f64>,
+    /// The full reverse KL to the teacher, per completion token.
+    teacher_kl: Option<f64>,
 }
 
 impl UpdateStats {
@@ -138,12 +144,27 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             }
         }
         let sampled_log_prob = tokens.per_token_values(&old);
-        let teacher_kl = self.teacher.as_ref().map(|(teacher, coef)| {
+        let (mut teacher_kl, mut teacher_logits) = (None, None);
+        if let Some((teacher, coef, kl)) = &self.teacher {
             let _phase = phases.enter("teacher", "the teacher's log-probabilities");
-            let (lp, _) = completion_log_probs(teacher, &tokens, temperature, false, &self.device);
-            let lp: Vec<f32> = lp.into_data().convert::<f32>().to_vec().unwrap_or_default();
-            add_teacher_advantages(&mut advantages, &lp, &sampled_log_prob, &mask, *coef)
-        });
+            match kl {
+                TeacherKl::Sampled => {
+                    let (lp, _) = completion_log_probs(teacher, &tokens, temperature, false, &self.device);
+                    let lp: Vec<f32> = lp.into_data().convert::<f32>().to_vec().unwrap_or_default();
+                    teacher_kl = Some(add_teacher_advantages(
+                        &mut advantages,
+                        &lp,
+                        &sampled_log_prob,
+                        &mask,
+                        *coef,
+                    ));
+                }
+                TeacherKl::Full => {
+                    let logits = completion_logits(teacher, &tokens, temperature, &self.device).logits;
+                    teacher_logits = Some((logits, *coef));
+                }
+            }
+        }
         let shape = [tokens.rows, width];
         let reference = reference_log_probs.filter(|_| !grpo.kl_in_reward);
         let mut inputs = LossInputs::<B> {
@@ -151,6 +172,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             advantage_tensor: LossInputs::tensor(&advantages, shape, &self.device),
             mask_tensor: LossInputs::tensor(&mask, shape, &self.device),
             reference: reference.map(|lp| Tensor::from_data(TensorData::new(lp, shape), &self.device)),
+            teacher_logits,
             sampled_log_prob,
             advantages,
             mask,
@@ -162,6 +184,10 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             .collect::<Result<Vec<_>, _>>()?;
         let mut record = UpdateStats::means(&updates);
         record.extend(mismatch);
+        let full_kl: Vec<f64> = updates.iter().filter_map(|u| u.teacher_kl).collect();
+        if !full_kl.is_empty() {
+            teacher_kl = Some(mean(&full_kl));
+        }
         if let Some(kl) = teacher_kl {
             record.insert("train/teacher_kl".into(), json!(kl));
         }
@@ -239,7 +265,21 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         let rows = inputs.shape[0];
         let forward = phases.enter("forward", format!("the policy loss of {rows} completions"));
         let entropy_wanted = grpo.entropy_coef != 0.0;
-        let (log_prob, entropy) = completion_log_probs(&self.model, tokens, temperature, entropy_wanted, &self.device);
+        // With the full reverse KL to a teacher, one forward pass gives the vocabulary-wide
+        // logits, and the sampled tokens' log-probabilities from them.
+        let (log_prob, entropy, teacher_term) = match &inputs.teacher_logits {
+            None => {
+                let (log_prob, entropy) =
+                    completion_log_probs(&self.model, tokens, temperature, entropy_wanted, &self.device);
+                (log_prob, entropy, None)
+            }
+            Some((teacher, coef)) => {
+                let student = completion_logits(&self.model, tokens, temperature, &self.device);
+                let (log_prob, entropy) = student.log_probs(entropy_wanted);
+                let kl = full_reverse_kl(student.logits.clone(), Tensor::from_inner(teacher.clone()));
+                (log_prob, entropy, Some((student.per_token(kl), *coef)))
+            }
+        };
         if update == 0 {
             let correction = Correction {
                 kind: grpo.correction,
@@ -265,11 +305,20 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             entropy,
             &self.loss_config,
         );
-        let loss: f32 = out.loss.clone().into_scalar().elem();
+        // The full reverse KL's mean over the batch's counted tokens, as TRL reduces it.
+        let teacher_kl = teacher_term.map(|(kl, coef)| {
+            let kl = (kl * mask.clone()).sum().div(mask.clone().sum().clamp_min(1.0));
+            (kl.clone().mul_scalar(coef), kl.detach().into_scalar().elem::<f64>())
+        });
+        let (total, teacher_kl) = match teacher_kl {
+            Some((term, kl)) => (out.loss.clone() + term, Some(kl)),
+            None => (out.loss.clone(), None),
+        };
+        let loss: f32 = total.clone().into_scalar().elem();
         TrainError::check_loss(step, "policy loss", loss)?;
         drop(forward);
         let backward = phases.enter("backward", "the policy loss's gradients");
-        let mut grads = GradientsParams::from_grads(out.loss.backward(), &self.model);
+        let mut grads = GradientsParams::from_grads(total.backward(), &self.model);
         drop((backward, graph));
         let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
         let grad_norm = clip_grad_norm(&self.model, &mut grads, self.ctx.optimizer.max_grad_norm);
@@ -281,6 +330,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             grad_norm,
             kl: out.kl.map(|k| k.into_scalar().elem::<f64>()),
             entropy: entropy_value,
+            teacher_kl,
         })
     }
 

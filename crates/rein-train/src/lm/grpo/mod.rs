@@ -14,7 +14,7 @@ use rein_core::{AdvantageKind, FailureCounts};
 use rein_model::ReinAutodiffBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
 use rein_optim::{LinearSchedule, PolicyLossConfig};
-use rein_recipe::{GrpoSection, OptimizerSection, SamplerSection};
+use rein_recipe::{GrpoSection, OptimizerSection, SamplerSection, TeacherKl};
 use rein_sampler::{Generator, NativeGenerator, SeededRng};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -113,8 +113,8 @@ pub struct Grpo<'a, B: ReinAutodiffBackend> {
     optim: OptimizerAdaptor<AdamW, CausalLm<B>, B>,
     /// The frozen starting policy, for the KL term (none when β = 0).
     reference: Option<CausalLm<B::InnerBackend>>,
-    /// On-policy distillation's teacher and the weight of its term.
-    teacher: Option<(CausalLm<B::InnerBackend>, f32)>,
+    /// On-policy distillation's teacher, the weight of its term and how its KL is estimated.
+    teacher: Option<(CausalLm<B::InnerBackend>, f32, TeacherKl)>,
     ctx: GrpoContext<'a>,
     /// Single-turn completions: the native sampler or inference servers, possibly ahead of
     /// training (multi-turn episodes are played in process).
@@ -213,10 +213,12 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
     }
 
     /// On-policy distillation: each sampled token's advantage gains
-    /// `coef · (log π_teacher − log π_student)` ([`rein_optim::add_teacher_advantages`]). The
-    /// teacher must share the policy's tokenizer (the caller checks).
-    pub fn with_teacher(mut self, teacher: CausalLm<B::InnerBackend>, coef: f32) -> Self {
-        self.teacher = Some((teacher, coef));
+    /// `coef · (log π_teacher − log π_student)` ([`rein_optim::add_teacher_advantages`]), or
+    /// with [`TeacherKl::Full`] the loss gains `coef ·` the reverse KL over the vocabulary
+    /// ([`rein_optim::full_reverse_kl`]). The teacher must share the policy's tokenizer (the
+    /// caller checks).
+    pub fn with_teacher(mut self, teacher: CausalLm<B::InnerBackend>, coef: f32, kl: TeacherKl) -> Self {
+        self.teacher = Some((teacher, coef, kl));
         self
     }
 
