@@ -472,3 +472,52 @@ fn a_judge_on_rein_serve_answers_as_the_model_in_process() {
         other => panic!("expected a failure naming the server, got {other:?}"),
     }
 }
+
+/// A reward model behind `rein serve` (the classification API that vLLM and SGLang speak) scores
+/// as the same model in process; a server holding another classifier (other labels) and a
+/// server that is gone are failures naming the server, counted by the reward.
+#[test]
+fn a_reward_model_on_rein_serve_scores_as_in_process() {
+    use rein_core::{Group, RewardFn};
+    use rein_model::Cpu;
+    use rein_train::lm::ModelReward;
+
+    let dir = root().join("tests/fixtures/lm/qwen2-rm");
+    let mut server = Server::start(&dir);
+    let fixture = std::fs::read_to_string(root().join("tests/fixtures/lm/qwen2-rm.texts.json")).unwrap();
+    let fixture: serde_json::Value = serde_json::from_str(&fixture).unwrap();
+    let texts: Vec<String> = (fixture["texts"].as_array().unwrap().iter())
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect();
+    let device = Default::default();
+    let local = ModelReward::<Cpu>::load("rm", &dir, Some("helpful"), 3, &device).unwrap();
+    let timeout = Duration::from_secs(60);
+    let mut served = ModelReward::<Cpu>::served("rm", &dir, Some("helpful"), 3, &server.url, None, timeout).unwrap();
+    let (want, got) = (local.score_texts(&texts).unwrap(), served.score_texts(&texts).unwrap());
+    assert_eq!(got.len(), texts.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert!(
+            (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+            "served {got:?} vs in process {want:?}"
+        );
+    }
+
+    // The served model must be the one whose labels the recipe's directory names.
+    let one_label = Server::start(&root().join("tests/fixtures/lm/llama-rm"));
+    let other = ModelReward::<Cpu>::served("rm", &dir, None, 3, &one_label.url, None, timeout).unwrap();
+    let err = other.score_texts(&texts).unwrap_err();
+    assert!(
+        err.contains(&one_label.url) && err.contains("1 outputs per text") && err.contains("3 labels"),
+        "{err}"
+    );
+
+    server.kill();
+    let group = Group {
+        prompt: "What is 12 + 7?".into(),
+        completions: vec!["<answer>19</answer>".into()],
+        ..Group::default()
+    };
+    let err = served.score(&[group]).unwrap_err().to_string();
+    assert!(err.contains(&server.url), "{err}");
+    assert_eq!(served.failures().errors, 1, "the failure is counted");
+}

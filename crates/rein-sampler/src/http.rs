@@ -705,6 +705,9 @@ mod tests {
         assert!(updated.success);
         let failed = parse::<UpdateWeightsResponse>(&fixture("sglang-update-weights-response-failed.json")).unwrap();
         assert!(!failed.success && failed.message.contains("repository not found"));
+        let classified = parse::<crate::protocol::ClassifyResponse>(&fixture("sglang-classify-response.json")).unwrap();
+        assert_eq!(classified.data[0].probs, [0.565970778465271, 0.4340292513370514]);
+        assert_eq!((classified.data[0].index, classified.data[0].num_classes), (0, Some(2)));
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod categorical;
 mod gaussian;
 mod generator;
 mod http;
+mod http_classifier;
 mod http_judge;
 pub mod protocol;
 mod session;
@@ -33,6 +34,7 @@ pub use categorical::{categorical_entropy, categorical_log_prob, sample_categori
 pub use gaussian::{gaussian_entropy, gaussian_log_prob, sample_gaussian};
 pub use generator::{Generator, GeneratorError, NativeGenerator};
 pub use http::{HttpGenerator, HttpSettings, ServerApi};
+pub use http_classifier::HttpClassifier;
 pub use http_judge::HttpJudge;
 pub use rein_core::SeededRng;
 pub use session::{AfterTurn, Session, TurnOutput, prompt_seed};

@@ -2,7 +2,7 @@
 //! use: the client ([`crate::HttpGenerator`]) and `rein serve`. It covers SGLang's native
 //! `/generate` and `/update_weights_from_disk`, OpenAI's `/v1/completions` and
 //! `/v1/chat/completions` with vLLM's token-id extensions (`return_token_ids`, `stop_reason`),
-//! and vLLM's LoRA adapter endpoints.
+//! vLLM's LoRA adapter endpoints, and the classification API of vLLM and SGLang (`/classify`).
 //!
 //! Field names are the servers' own. What a server may leave out is an `Option`. Keys rein does
 //! not use are ignored on input, since servers add keys between versions. Fixtures under
@@ -728,6 +728,54 @@ pub struct ErrorBody {
     /// The HTTP status.
     #[serde(default)]
     pub code: Option<Value>,
+}
+
+/// A classification request (vLLM's `POST /classify`, SGLang's `POST /v1/classify`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClassifyRequest {
+    /// The served model's name (servers with one model accept none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// A text, token ids, or a list of them.
+    pub input: Prompts,
+    /// Whether the server applies its activation (vLLM: sigmoid for one label, softmax for
+    /// more) before answering; `false` asks for the raw scores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation: Option<bool>,
+}
+
+/// A classification answer: one item per input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClassifyResponse {
+    /// The request's id (`classify-…`).
+    #[serde(default)]
+    pub id: Option<String>,
+    /// `list`.
+    #[serde(default)]
+    pub object: Option<String>,
+    /// The model that answered.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// One item per input.
+    pub data: Vec<ClassifyData>,
+    /// Token counts (`prompt_tokens`, `total_tokens`).
+    #[serde(default)]
+    pub usage: Option<Value>,
+}
+
+/// One input's outputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClassifyData {
+    /// The input's position in the request.
+    pub index: usize,
+    /// The label of the largest output.
+    #[serde(default)]
+    pub label: Option<String>,
+    /// One output per label, in label order.
+    pub probs: Vec<f64>,
+    /// How many labels.
+    #[serde(default)]
+    pub num_classes: Option<usize>,
 }
 
 #[cfg(test)]

@@ -5,8 +5,12 @@
 //! `input_ids` and `/update_weights_from_disk`, plus `/health`, `/v1/models` and
 //! `/get_model_info`. Concurrent requests are batched by the [`engine`]. It is the reference
 //! server for `backend = "http"` runs and serves any trained checkpoint to OpenAI clients.
+//!
+//! A sequence classifier (a reward model) is served through the classification API instead
+//! ([`classify`]).
 
 mod api;
+mod classify;
 mod engine;
 
 use std::path::PathBuf;
@@ -16,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use rein_model::lm::{LmTokenizer, load};
+use rein_model::lm::{LmTokenizer, SequenceClassifier, load};
 use rein_sampler::protocol::{
     ChatRequest, CompletionRequest, ErrorBody, ErrorResponse, GenerateRequest, UpdateWeightsRequest,
     UpdateWeightsResponse, parse,
@@ -55,33 +59,39 @@ pub(crate) struct ServeArgs {
 impl ServeArgs {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
         let device = Default::default();
-        let model = load::<rein_model::Cpu>(&self.model, &device)
-            .with_context(|| format!("loading {}", self.model.display()))?;
-        let tokenizer = LmTokenizer::load(&self.model, &model.config().eos_ids())?;
+        let loading = || format!("loading {}", self.model.display());
         let name = self.served_model_name.clone().unwrap_or_else(|| {
             let path = self.model.canonicalize().unwrap_or(self.model.clone());
             path.file_name()
                 .map_or("rein".into(), |n| n.to_string_lossy().into_owned())
         });
+        let handler: Arc<dyn Handler> = if SequenceClassifier::<rein_model::Cpu>::is_classifier(&self.model) {
+            let model = SequenceClassifier::load(&self.model, &device).with_context(loading)?;
+            let tokenizer = LmTokenizer::load(&rein_model::lm::locate(&self.model)?, &[])?;
+            Arc::new(classify::Classifier::new(model, tokenizer, name))
+        } else {
+            let model = load::<rein_model::Cpu>(&self.model, &device).with_context(loading)?;
+            let tokenizer = LmTokenizer::load(&self.model, &model.config().eos_ids())?;
+            let engine = Engine::start(model, tokenizer.clone(), Duration::from_millis(self.batch_window_ms));
+            Arc::new(State {
+                engine,
+                tokenizer,
+                name,
+                model_path: self.model.display().to_string(),
+                seeds: AtomicU64::new(seed_from_clock()),
+            })
+        };
         let server = Server::http((self.host.as_str(), self.port))
             .map_err(|e| anyhow::anyhow!("cannot listen on {}:{}: {e}", self.host, self.port))?;
         let address = server.server_addr().to_ip().map(|a| a.to_string()).unwrap_or_default();
-        let engine = Engine::start(model, tokenizer.clone(), Duration::from_millis(self.batch_window_ms));
-        let state = Arc::new(State {
-            engine,
-            tokenizer,
-            name,
-            model_path: self.model.display().to_string(),
-            seeds: AtomicU64::new(seed_from_clock()),
-        });
         let server = Arc::new(server);
-        eprintln!("rein serve: {} on http://{address}", state.model_path);
+        eprintln!("rein serve: {} on http://{address}", self.model.display());
         let workers: Vec<_> = (0..self.workers.max(1))
             .map(|_| {
-                let (server, state) = (server.clone(), state.clone());
+                let (server, handler) = (server.clone(), handler.clone());
                 std::thread::spawn(move || {
                     while let Ok(request) = server.recv() {
-                        state.handle(request);
+                        respond(handler.as_ref(), request);
                     }
                 })
             })
@@ -115,22 +125,31 @@ fn error(status: u16, message: impl Into<String>) -> Answer {
     (status, json!(error))
 }
 
-impl State {
-    fn handle(&self, mut request: Request) {
-        let mut body = String::new();
-        let (status, value) = match request.as_reader().read_to_string(&mut body) {
-            Err(e) => error(400, format!("cannot read the request body: {e}")),
-            Ok(_) => self.route(request.method(), request.url(), &body),
-        };
-        let content_type = Header::from_bytes("Content-Type", "application/json").expect("a valid header");
-        let response = Response::from_string(value.to_string())
-            .with_status_code(status)
-            .with_header(content_type);
-        let _ = request.respond(response);
-    }
+/// What a server answers: a status and a JSON body for each request's method, path (without
+/// its query) and body.
+trait Handler: Send + Sync {
+    fn route(&self, method: &Method, path: &str, body: &str) -> Answer;
+}
 
-    fn route(&self, method: &Method, url: &str, body: &str) -> Answer {
-        let path = url.split('?').next().unwrap_or(url);
+/// Reads `request`, asks `handler`, and sends its answer as JSON.
+fn respond(handler: &dyn Handler, mut request: Request) {
+    let mut body = String::new();
+    let (status, value) = match request.as_reader().read_to_string(&mut body) {
+        Err(e) => error(400, format!("cannot read the request body: {e}")),
+        Ok(_) => {
+            let url = request.url();
+            handler.route(request.method(), url.split('?').next().unwrap_or(url), &body)
+        }
+    };
+    let content_type = Header::from_bytes("Content-Type", "application/json").expect("a valid header");
+    let response = Response::from_string(value.to_string())
+        .with_status_code(status)
+        .with_header(content_type);
+    let _ = request.respond(response);
+}
+
+impl Handler for State {
+    fn route(&self, method: &Method, path: &str, body: &str) -> Answer {
         match (method, path) {
             (Method::Get, "/health" | "/health_generate") => (200, json!({})),
             (Method::Get, "/v1/models") => (
@@ -150,7 +169,9 @@ impl State {
             _ => error(404, format!("no endpoint {path}")),
         }
     }
+}
 
+impl State {
     /// A POST to one of the generation endpoints or to `/update_weights_from_disk`.
     fn post(&self, path: &str, body: &str) -> Answer {
         let fresh_seed = || self.seeds.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
@@ -233,7 +254,7 @@ fn seed_from_clock() -> u64 {
 mod tests {
     use std::path::Path;
 
-    use rein_sampler::protocol::{LoadLoraRequest, Prompts, SamplingParamsField, UnloadLoraRequest};
+    use rein_sampler::protocol::{ClassifyRequest, LoadLoraRequest, Prompts, SamplingParamsField, UnloadLoraRequest};
 
     use super::*;
 
@@ -298,5 +319,9 @@ mod tests {
             parse::<LoadLoraRequest>(&fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
         parse::<UnloadLoraRequest>(&fixture("vllm-unload-lora-request.json")).unwrap();
+        let classify = parse::<ClassifyRequest>(&fixture("vllm-classify-request.json")).unwrap();
+        assert!(classify.input.is_batch() && classify.activation.is_none());
+        let one = parse::<ClassifyRequest>(&fixture("sglang-classify-request.json")).unwrap();
+        assert_eq!(one.input, Prompts::Text("text to classify".into()));
     }
 }

@@ -28,6 +28,27 @@ pub struct SequenceClassifier<B: ReinBackend> {
 }
 
 impl<B: ReinBackend> SequenceClassifier<B> {
+    /// Whether the model in `dir` (or the fetched model of that name) is a sequence
+    /// classifier: its `config.json` names a `*ForSequenceClassification`. False when there is
+    /// no such model (loading it then says why).
+    pub fn is_classifier(dir: &Path) -> bool {
+        let config = super::locate(dir).ok().and_then(|dir| read_config(&dir).ok());
+        config.is_some_and(|(_, raw)| {
+            (raw["architectures"][0].as_str()).is_some_and(|a| a.ends_with("ForSequenceClassification"))
+        })
+    }
+
+    /// The labels of the classifier in `dir` (`id2label` in id order, as [`Self::labels`]),
+    /// read from its `config.json` without its weights.
+    pub fn labels_of(dir: &Path) -> Result<Vec<String>, LoadError> {
+        let dir = super::locate(dir)?;
+        let (_, raw) = read_config(&dir)?;
+        labels(&raw).map_err(|reason| LoadError::Json {
+            path: dir.join("config.json"),
+            reason,
+        })
+    }
+
     /// Loads the classifier in `dir` onto `device`, for inference (no gradients).
     pub fn load(dir: &Path, device: &B::Device) -> Result<Self, LoadError> {
         let dir = &super::locate(dir)?;

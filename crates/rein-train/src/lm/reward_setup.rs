@@ -52,8 +52,16 @@ fn reward<B: ReinBackend>(
             let base = dir.file_name().unwrap_or(dir.as_os_str());
             base.to_string_lossy().into_owned()
         });
-        let reward = ModelReward::<B>::load(&name, &dir, entry.label.as_deref(), entry.batch_size, device)
-            .map_err(|e| invalid(loaded, &format!("reward[{i}].model"), e.to_string()))?;
+        let label = entry.label.as_deref();
+        let reward = match &entry.url {
+            None => ModelReward::<B>::load(&name, &dir, label, entry.batch_size, device),
+            Some(url) => {
+                let timeout = std::time::Duration::from_secs_f64(loaded.recipe.sampler.request_timeout_s);
+                let served = entry.served_model.as_deref();
+                ModelReward::<B>::served(&name, &dir, label, entry.batch_size, url, served, timeout)
+            }
+        }
+        .map_err(|e| invalid(loaded, &format!("reward[{i}].model"), e.to_string()))?;
         return Ok(Box::new(reward));
     }
     let plugin = entry.plugin.as_deref().unwrap_or_default();

@@ -1,0 +1,81 @@
+//! [`HttpClassifier`]: a sequence classifier (a reward model) behind an inference server,
+//! through the classification API that vLLM serves at `POST /classify` and SGLang at
+//! `POST /v1/classify` (the same format; `rein serve` answers both).
+//!
+//! Texts go as `input` (a list), the raw scores come back as each item's `probs`, in input
+//! order. rein asks for them without the activation (`"activation": false`, vLLM's name): the
+//! score is the classifier's output as transformers computes it, as TRL reads a reward model.
+//! A server that applies its activation anyway (sigmoid for one label, softmax for more, as
+//! vLLM does by default and SGLang always) returns probabilities instead: an increasing function
+//! of the same score, a valid reward with another scale.
+
+use std::time::Duration;
+
+use crate::http::{Failure, post_json};
+use crate::protocol::{ClassifyRequest, ClassifyResponse, Prompt, Prompts, parse};
+
+/// A classifier on an inference server (see the module docs).
+pub struct HttpClassifier {
+    url: String,
+    model: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl HttpClassifier {
+    /// The classifier served at `url` (`http://host:port`), under the name `model` (none: the
+    /// server's only model); each request may take `timeout`.
+    pub fn new(url: &str, model: Option<&str>, timeout: Duration) -> Self {
+        Self {
+            url: url.trim_end_matches('/').to_string(),
+            model: model.map(str::to_string),
+            agent: ureq::AgentBuilder::new()
+                .timeout_connect(Duration::from_secs(5).min(timeout))
+                .timeout(timeout)
+                .build(),
+        }
+    }
+
+    /// The server's address.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Each text's outputs, one per label, in order. The error names the server and what went
+    /// wrong (unreachable, an HTTP error, an answer of the wrong shape).
+    pub fn scores(&self, texts: &[String]) -> Result<Vec<Vec<f64>>, String> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let body = ClassifyRequest {
+            model: self.model.clone(),
+            input: Prompts::Batch(texts.iter().cloned().map(Prompt::Text).collect()),
+            activation: Some(false),
+        };
+        // vLLM's path first, then SGLang's.
+        let mut answer = Err(String::new());
+        for path in ["/classify", "/v1/classify"] {
+            let url = format!("{}{path}", self.url);
+            answer = match post_json(self.agent.post(&url), path, &body) {
+                Ok(answer) => Ok(answer),
+                Err(Failure::Bad(message)) if message.contains("HTTP 404") => {
+                    answer = Err(format!("{}: {message}", self.url));
+                    continue;
+                }
+                Err(Failure::Bad(message) | Failure::Unreachable(message)) => Err(format!("{}: {message}", self.url)),
+            };
+            break;
+        }
+        let response: ClassifyResponse =
+            parse(&answer?).map_err(|e| format!("{}: the classification answer: {e}", self.url))?;
+        let mut out: Vec<Option<Vec<f64>>> = vec![None; texts.len()];
+        for item in response.data {
+            let slot = out
+                .get_mut(item.index)
+                .ok_or_else(|| format!("{}: answered for input {} of {}", self.url, item.index, texts.len()))?;
+            *slot = Some(item.probs);
+        }
+        (out.into_iter().enumerate())
+            .map(|(i, scores)| scores.ok_or_else(|| format!("{}: no answer for input {i}", self.url)))
+            .collect()
+    }
+}
