@@ -291,6 +291,35 @@ fn tokenizer_round_trips_and_applies_the_chat_template() {
     );
 }
 
+/// transformers 4.50 and later save the chat template as `chat_template.jinja` beside
+/// `tokenizer_config.json` (which then has none); that file is the template, and it wins over the
+/// config's when both exist, as in transformers.
+#[test]
+fn a_chat_template_saved_on_its_own_is_read() {
+    let dir = std::env::temp_dir().join(format!("rein-chat-template-jinja-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let from = fixtures().join("qwen2-gqa");
+    std::fs::copy(from.join("tokenizer.json"), dir.join("tokenizer.json")).unwrap();
+    let config = std::fs::read_to_string(from.join("tokenizer_config.json")).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    config["chat_template"] = "{{ 'from the config' }}".into();
+    std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
+    std::fs::write(
+        dir.join("chat_template.jinja"),
+        "{% for m in messages %}[{{ m['content'] }}]{% endfor %}",
+    )
+    .unwrap();
+    let tok = LmTokenizer::load(&dir, &[]).unwrap();
+    let hi = rein_model::lm::ChatMessage {
+        role: "user".into(),
+        content: "hi".into(),
+    };
+    let chat = tok.apply_chat_template(&[hi], false).unwrap();
+    assert_eq!(chat.as_deref(), Some("[hi]"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 

@@ -56,8 +56,9 @@ fn token_text(value: &serde_json::Value) -> Option<String> {
 }
 
 impl LmTokenizer {
-    /// Loads `tokenizer.json` and, when present, `tokenizer_config.json` from `dir` (or from
-    /// the conversion of a `.gguf` file). End-of-sequence ids come from the tokenizer config's
+    /// Loads `tokenizer.json` and, when present, `tokenizer_config.json` and
+    /// `chat_template.jinja` (the template as transformers 4.50 and later save it, preferred to
+    /// the config's) from `dir` (or from the conversion of a `.gguf` file). End-of-sequence ids come from the tokenizer config's
     /// `eos_token` plus `extra_eos_ids` (from the model config).
     pub fn load(dir: &Path, extra_eos_ids: &[u32]) -> Result<Self, LoadError> {
         let dir = &super::locate(dir)?;
@@ -94,9 +95,21 @@ impl LmTokenizer {
             .collect();
         eos_ids.sort_unstable();
         eos_ids.dedup();
-        let chat_template = match config.get("chat_template") {
-            Some(serde_json::Value::String(t)) => Some(t.clone()),
-            _ => None,
+        // transformers 4.50 and later save the template on its own, as `chat_template.jinja`,
+        // and prefer it to the config's.
+        let jinja = dir.join("chat_template.jinja");
+        let chat_template = match std::fs::read_to_string(&jinja) {
+            Ok(template) => Some(template),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match config.get("chat_template") {
+                Some(serde_json::Value::String(t)) => Some(t.clone()),
+                _ => None,
+            },
+            Err(e) => {
+                return Err(LoadError::Io {
+                    path: jinja,
+                    reason: e.to_string(),
+                });
+            }
         };
         Ok(Self {
             inner,
