@@ -315,8 +315,17 @@ fn a_chat_template_saved_on_its_own_is_read() {
         role: "user".into(),
         content: "hi".into(),
     };
-    let chat = tok.apply_chat_template(&[hi], false).unwrap();
+    let chat = tok.apply_chat_template(std::slice::from_ref(&hi), false).unwrap();
     assert_eq!(chat.as_deref(), Some("[hi]"));
+    // A saved copy keeps it.
+    let copy = dir.join("saved");
+    std::fs::create_dir_all(&copy).unwrap();
+    tok.save(&copy).unwrap();
+    let again = LmTokenizer::load(&copy, &[]).unwrap();
+    assert_eq!(
+        again.apply_chat_template(&[hi], false).unwrap().as_deref(),
+        Some("[hi]")
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

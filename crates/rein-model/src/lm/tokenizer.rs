@@ -238,9 +238,10 @@ impl LmTokenizer {
         Ok(Some(rendered))
     }
 
-    /// Copies `tokenizer.json` (and `tokenizer_config.json` when present) into `dir`.
+    /// Copies `tokenizer.json` (and `tokenizer_config.json` and `chat_template.jinja` when
+    /// present) into `dir`.
     pub fn save(&self, dir: &Path) -> Result<(), LoadError> {
-        for name in ["tokenizer.json", "tokenizer_config.json"] {
+        for name in ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja"] {
             let from = self.path.with_file_name(name);
             if from.is_file() {
                 let to = dir.join(name);
