@@ -451,6 +451,7 @@ fn the_shipped_recipes_are_valid() {
         "grpo-arithmetic.toml",
         "grpo-judge.toml",
         "distill-arithmetic.toml",
+        "grpo-reward-model.toml",
     ] {
         let loaded = LoadedRecipe::load(&root.join("recipes").join(name), &[]).unwrap_or_else(|e| panic!("{e}"));
         loaded.check_plugins(&plugin_dir).unwrap();
@@ -486,6 +487,21 @@ fn a_reward_is_a_plugin_or_a_model_with_only_its_own_keys() {
             "[[reward]]\nmodel = \"rm\"\nbatch_size = 0\n",
             "reward[0].batch_size",
             "at least 1",
+        ),
+        (
+            "[[reward]]\nplugin = \"math-answer\"\nurl = \"http://127.0.0.1:8000\"\n",
+            "reward[0].url",
+            "this reward is a plugin",
+        ),
+        (
+            "[[reward]]\nmodel = \"rm\"\nurl = \"127.0.0.1:8000\"\n",
+            "reward[0].url",
+            "not an http(s) URL",
+        ),
+        (
+            "[[reward]]\nmodel = \"rm\"\nserved_model = \"rm\"\n",
+            "reward[0].served_model",
+            "set `url` too",
         ),
     ];
     for (reward, key, says) in cases {
