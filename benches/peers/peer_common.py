@@ -208,3 +208,46 @@ def prompts_for(batch, prompt_len, vocab, path=None):
     rng = random.Random(batch)
     high = min(vocab, 512)
     return [[rng.randrange(3, high) for _ in range(prompt_len)] for _ in range(batch)]
+
+
+def trainer_step_timer():
+    """A transformers `TrainerCallback` that times each optimiser step, from `on_step_begin` to
+    `on_step_end`; the seconds are in its `times`. (transformers is imported here, not at the
+    top, so that peers without it can use this module.)"""
+    import time
+
+    from transformers import TrainerCallback
+
+    class StepTimes(TrainerCallback):
+        def __init__(self):
+            self.times, self.last = [], None
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.last = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.times.append(time.perf_counter() - self.last)
+
+    return StepTimes()
+
+
+def checkpointing_settings(config_class, on):
+    """The TRL config keys that turn gradient checkpointing `on` or off. transformers 5.x renamed
+    the argument (the old name is a deprecated alias) and TRL's default (True) is set on the old
+    one, so both are set where both exist."""
+    import dataclasses
+
+    settings = {"gradient_checkpointing": on}
+    if "activation_checkpointing" in {f.name for f in dataclasses.fields(config_class)}:
+        settings["activation_checkpointing"] = on
+    return settings
+
+
+def checkpointing_active(trainer):
+    """Whether the trained model checkpointed its activations: the flag's effect, not the flag
+    (Trainer enables it in train())."""
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    active = getattr(unwrapped, "is_activation_checkpointing", None)
+    if active is None:
+        active = getattr(unwrapped, "is_gradient_checkpointing", None)
+    return active

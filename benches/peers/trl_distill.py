@@ -30,10 +30,8 @@ if __name__ == "__main__":
     peer_common.limit_threads()
 
 import argparse  # noqa: E402
-import dataclasses  # noqa: E402
 import json  # noqa: E402
 import resource  # noqa: E402
-import time  # noqa: E402
 
 import accelerate  # noqa: E402
 import datasets  # noqa: E402
@@ -41,21 +39,10 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 import trl  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import DistillationConfig, DistillationTrainer  # noqa: E402
 
 PROMPTS_PER_STEP = 8
-
-
-class StepTimes(TrainerCallback):
-    def __init__(self):
-        self.times, self.last = [], None
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.last = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.times.append(time.perf_counter() - self.last)
 
 
 def main():
@@ -81,9 +68,7 @@ def main():
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32)
     teacher = AutoModelForCausalLM.from_pretrained(args.teacher, dtype=torch.float32)
-    checkpointing = {"gradient_checkpointing": args.gradient_checkpointing}
-    if "activation_checkpointing" in {f.name for f in dataclasses.fields(DistillationConfig)}:
-        checkpointing["activation_checkpointing"] = args.gradient_checkpointing
+    checkpointing = peer_common.checkpointing_settings(DistillationConfig, args.gradient_checkpointing)
     config = DistillationConfig(
         **checkpointing,
         output_dir=args.output_dir,
@@ -108,7 +93,7 @@ def main():
         shuffle_dataset=False,
         disable_tqdm=True,
     )
-    timer = StepTimes()
+    timer = peer_common.trainer_step_timer()
     trainer = DistillationTrainer(
         model=model,
         teacher_model=teacher,
@@ -118,10 +103,7 @@ def main():
         callbacks=[timer],
     )
     trainer.train()
-    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-    active = getattr(unwrapped, "is_activation_checkpointing", None)
-    if active is None:
-        active = getattr(unwrapped, "is_gradient_checkpointing", None)
+    active = peer_common.checkpointing_active(trainer)
     timed = timer.times[args.warmup :]
     out.emit({
         "seconds_per_step": peer_common.median(timed),

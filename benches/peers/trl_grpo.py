@@ -42,11 +42,9 @@ if __name__ == "__main__":
     peer_common.limit_threads()
 
 import argparse  # noqa: E402
-import dataclasses  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
 import resource  # noqa: E402
-import time  # noqa: E402
 
 import accelerate  # noqa: E402
 import datasets  # noqa: E402
@@ -54,7 +52,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 import trl  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
@@ -67,17 +65,6 @@ def correct(completions, answer, **_):
         found = ANSWER.search(text)
         scores.append(1.0 if found and found.group(1).strip() == reference.strip() else 0.0)
     return scores
-
-
-class StepTimes(TrainerCallback):
-    def __init__(self):
-        self.times, self.last = [], None
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.last = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.times.append(time.perf_counter() - self.last)
 
 
 def main():
@@ -121,11 +108,7 @@ def main():
             task_type="CAUSAL_LM",
         )
         used.append(peft)
-    # transformers 5.x renamed the argument (the old name is a deprecated alias); TRL's default
-    # (True) is set on the old one. Both are set, where both exist, to the same value.
-    checkpointing = {"gradient_checkpointing": args.gradient_checkpointing}
-    if "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}:
-        checkpointing["activation_checkpointing"] = args.gradient_checkpointing
+    checkpointing = peer_common.checkpointing_settings(GRPOConfig, args.gradient_checkpointing)
     config = GRPOConfig(
         **checkpointing,
         output_dir=args.output_dir,
@@ -159,7 +142,7 @@ def main():
         shuffle_dataset=False,
         disable_tqdm=True,
     )
-    timer = StepTimes()
+    timer = peer_common.trainer_step_timer()
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=correct,
@@ -170,11 +153,7 @@ def main():
         peft_config=peft_config,
     )
     trainer.train()
-    # What the model did (the flag's effect, not the flag): Trainer enables it in train().
-    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-    active = getattr(unwrapped, "is_activation_checkpointing", None)
-    if active is None:
-        active = getattr(unwrapped, "is_gradient_checkpointing", None)
+    active = peer_common.checkpointing_active(trainer)
     lengths = [
         entry["completions/mean_length"]
         for entry in trainer.state.log_history
