@@ -164,6 +164,11 @@ impl ConcatenatedRows {
         }
         packed
     }
+
+    /// The completion token each packed predictor predicts, in [`Self::slots`] order.
+    fn targets(&self, batch: &TokenBatch) -> Vec<i64> {
+        (self.slots.iter()).map(|&slot| batch.targets[slot as usize]).collect()
+    }
 }
 
 /// The final hidden state that predicts each completion token, `[predicted, hidden]`, computed
@@ -230,9 +235,7 @@ pub fn completion_log_probs<B: ReinBackend>(
         let zeros = || Tensor::zeros([rows, c], device);
         return (zeros(), with_entropy.then(zeros));
     };
-    let targets: Vec<i64> = (packed.slots.iter())
-        .map(|&slot| batch.targets[slot as usize])
-        .collect();
+    let targets = packed.targets(batch);
     let out = model.log_prob_entropy(hidden, int_index(&targets, device), logit_scale(temperature));
     let out = Tensor::<B, 2>::zeros([rows * c, 2], device).select_assign(
         0,
@@ -266,9 +269,7 @@ pub fn completion_logits<B: ReinBackend>(
         };
     };
     let logits = model.logits(hidden.unsqueeze_dim(0)).squeeze_dim(0);
-    let targets = (packed.slots.iter())
-        .map(|&slot| batch.targets[slot as usize])
-        .collect();
+    let targets = packed.targets(batch);
     CompletionLogits {
         logits: logits.mul_scalar(logit_scale(temperature)),
         slots: packed.slots,
