@@ -45,18 +45,30 @@ fn f32s(view: &safetensors::tensor::TensorView<'_>) -> Vec<f32> {
         .collect()
 }
 
+fn fixtures() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> T {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The fixture's prompt/completion pairs as one batch (padding id 0).
+fn token_batch(prompts: &[Vec<u32>], completions: &[Vec<u32>]) -> TokenBatch {
+    let pairs: Vec<(&[u32], &[u32])> = (prompts.iter().zip(completions))
+        .map(|(p, c)| (p.as_slice(), c.as_slice()))
+        .collect();
+    TokenBatch::new(&pairs, 0)
+}
+
 #[test]
 fn one_grpo_step_matches_pytorch() {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
-    let step: Step =
-        serde_json::from_str(&std::fs::read_to_string(fixtures.join("torch_grpo_step.json")).unwrap()).unwrap();
+    let fixtures = fixtures();
+    let step: Step = read_json(&fixtures.join("torch_grpo_step.json"));
     let device = Default::default();
     let model = load::<B>(&fixtures.join("lm/qwen2-gqa"), &device).unwrap();
 
-    let pairs: Vec<(&[u32], &[u32])> = (step.prompts.iter().zip(&step.completions))
-        .map(|(p, c)| (p.as_slice(), c.as_slice()))
-        .collect();
-    let batch = TokenBatch::new(&pairs, 0);
+    let batch = token_batch(&step.prompts, &step.completions);
     let (log_prob, _) = completion_log_probs(&model, &batch, step.temperature, false, &device);
     let old: Vec<&[f32]> = step.old_log_prob.iter().map(Vec::as_slice).collect();
     let advantages = Tensor::<B, 2>::from_data(TensorData::new(step.advantages.clone(), [batch.rows, 1]), &device);
@@ -151,7 +163,7 @@ fn packed_log_probs_equal_the_padded_batch() {
     use burn::tensor::Int;
     use rein_model::lm::Context;
 
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let fixtures = fixtures();
     let device = Default::default();
     let model = load::<B>(&fixtures.join("lm/qwen2-gqa"), &device).unwrap();
     let prompts: [&[u32]; 4] = [&[5, 6, 7, 8, 9], &[11], &[], &[3, 4]];
@@ -236,16 +248,12 @@ impl ModuleMapper<Flex> for GradientsAsValues<'_> {
 /// the student's gradients, tensor by tensor.
 #[test]
 fn full_reverse_kl_matches_trl_distillation() {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
-    let step: Distill =
-        serde_json::from_str(&std::fs::read_to_string(fixtures.join("trl_distill.json")).unwrap()).unwrap();
+    let fixtures = fixtures();
+    let step: Distill = read_json(&fixtures.join("trl_distill.json"));
     let device = Default::default();
     let student = load::<B>(&fixtures.join("lm/qwen2-gqa"), &device).unwrap();
     let teacher = load::<Flex>(&fixtures.join("lm/llama"), &device).unwrap();
-    let pairs: Vec<(&[u32], &[u32])> = (step.prompts.iter().zip(&step.completions))
-        .map(|(p, c)| (p.as_slice(), c.as_slice()))
-        .collect();
-    let batch = TokenBatch::new(&pairs, 0);
+    let batch = token_batch(&step.prompts, &step.completions);
 
     let ours = completion_logits(&student, &batch, step.temperature, &device);
     let theirs = completion_logits(&teacher, &batch, step.temperature, &device).logits;

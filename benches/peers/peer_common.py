@@ -251,3 +251,25 @@ def checkpointing_active(trainer):
     if active is None:
         active = getattr(unwrapped, "is_gradient_checkpointing", None)
     return active
+
+
+def trl_schedule(lr, steps):
+    """The TRL config keys both TRL peers share: rein's optimiser and schedule (AdamW at `lr`,
+    constant, eps 1e-8, no weight decay, gradient clipping at 1.0) for `steps` steps, float32 on
+    the CPU, seed 1, prompts in file order, logging every step, nothing saved or reported."""
+    return dict(
+        learning_rate=lr,
+        adam_epsilon=1e-8,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        lr_scheduler_type="constant",
+        max_steps=steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        seed=1,
+        shuffle_dataset=False,
+        disable_tqdm=True,
+    )

@@ -78,20 +78,7 @@ def main():
         top_k=0,
         top_p=1.0,
         beta=1.0,
-        learning_rate=args.lr,
-        adam_epsilon=1e-8,
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        lr_scheduler_type="constant",
-        max_steps=total_steps,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        bf16=False,
-        seed=1,
-        shuffle_dataset=False,
-        disable_tqdm=True,
+        **peer_common.trl_schedule(args.lr, total_steps),
     )
     timer = peer_common.trainer_step_timer()
     trainer = DistillationTrainer(

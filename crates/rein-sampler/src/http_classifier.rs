@@ -52,21 +52,14 @@ impl HttpClassifier {
             activation: Some(false),
         };
         // vLLM's path first, then SGLang's.
-        let mut answer = Err(String::new());
-        for path in ["/classify", "/v1/classify"] {
-            let url = format!("{}{path}", self.url);
-            answer = match post_json(self.agent.post(&url), path, &body) {
-                Ok(answer) => Ok(answer),
-                Err(Failure::Bad(message)) if message.contains("HTTP 404") => {
-                    answer = Err(format!("{}: {message}", self.url));
-                    continue;
-                }
-                Err(Failure::Bad(message) | Failure::Unreachable(message)) => Err(format!("{}: {message}", self.url)),
-            };
-            break;
+        let post = |path: &str| post_json(self.agent.post(&format!("{}{path}", self.url)), path, &body);
+        let answer = match post("/classify") {
+            Err(Failure::Bad(message)) if message.contains("HTTP 404") => post("/v1/classify"),
+            answer => answer,
         }
+        .map_err(|(Failure::Bad(message) | Failure::Unreachable(message))| format!("{}: {message}", self.url))?;
         let response: ClassifyResponse =
-            parse(&answer?).map_err(|e| format!("{}: the classification answer: {e}", self.url))?;
+            parse(&answer).map_err(|e| format!("{}: the classification answer: {e}", self.url))?;
         let mut out: Vec<Option<Vec<f64>>> = vec![None; texts.len()];
         for item in response.data {
             let slot = out
