@@ -2,7 +2,8 @@
 //! policy loss, gradient clipping and AdamW — against the same step in PyTorch (fixture written
 //! by `tests/fixtures/gen_torch_step.py`): every parameter after the step within 1e-5 (1e-4
 //! where its gradient is within a few ε of zero; see below). And on-policy distillation's full
-//! reverse KL against TRL's `DistillationTrainer` loss (`gen_trl_distill.py`).
+//! reverse KL against TRL's `DistillationTrainer` loss (`gen_trl_distill.py`), and every DPO loss
+//! type against TRL's `DPOTrainer` (`gen_trl_dpo.py`).
 
 use std::path::Path;
 
@@ -12,8 +13,11 @@ use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::{Tensor, TensorData};
 use rein_core::{Aggregation, KlEstimator, RatioLevel};
 use rein_model::lm::{CausalLm, load, save};
-use rein_optim::{PolicyLossConfig, clip_grad_norm, full_reverse_kl, policy_loss};
-use rein_train::lm::{TokenBatch, completion_log_probs, completion_logits};
+use rein_optim::{DpoConfig, DpoLossKind, PolicyLossConfig, clip_grad_norm, full_reverse_kl, policy_loss};
+use rein_train::lm::{
+    PreferencePair, TokenBatch, completion_log_probs, completion_logits, dpo_batch_loss, pair_batch,
+    reference_log_probs,
+};
 use safetensors::SafeTensors;
 use serde::Deserialize;
 
@@ -242,6 +246,55 @@ impl ModuleMapper<Flex> for GradientsAsValues<'_> {
     }
 }
 
+/// Each of `model`'s gradients in `grads` equals the fixture's tensor `<prefix><Hugging Face
+/// name>` within 1e-6 of the larger of its norm and the whole gradient's (`grad_norm`), every
+/// parameter has one, and together they have the fixture's norm.
+fn assert_gradients_match(
+    model: &CausalLm<B>,
+    grads: &GradientsParams,
+    theirs: &SafeTensors,
+    prefix: &str,
+    grad_norm: f64,
+) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("grads-{}", prefix.trim_end_matches('/')));
+    let _ = std::fs::remove_dir_all(&dir);
+    save(&model.valid().map(&mut GradientsAsValues { grads }), &dir).unwrap();
+    let ours = std::fs::read(dir.join("model.safetensors")).unwrap();
+    let ours = SafeTensors::deserialize(&ours).unwrap();
+    let (mut norm, mut compared) = (0.0f64, 0);
+    for (name, view) in theirs.tensors() {
+        let Some(name) = name.strip_prefix(prefix) else {
+            continue;
+        };
+        let expected = f32s(&view);
+        let got = f32s(
+            &ours
+                .tensor(name)
+                .unwrap_or_else(|_| panic!("rein has no gradient `{name}`")),
+        );
+        let size = expected.iter().map(|&e| f64::from(e).powi(2)).sum::<f64>().sqrt();
+        let error = (got.iter().zip(&expected))
+            .map(|(&g, &e)| f64::from(g - e).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        assert!(
+            error <= 1e-6 * grad_norm.max(size),
+            "gradient of {prefix}{name}: ‖rein − reference‖ = {error:e} (‖reference‖ = {size:e})"
+        );
+        norm += size * size;
+        compared += 1;
+    }
+    assert_eq!(
+        compared,
+        ours.tensors().len(),
+        "every parameter has a gradient in the fixture ({prefix})"
+    );
+    assert!(
+        (norm.sqrt() - grad_norm).abs() < 1e-5 * grad_norm,
+        "gradient norm ({prefix})"
+    );
+}
+
 /// `teacher.kl = "full"`: the reverse KL over the vocabulary at each completion position,
 /// averaged over the batch's completion tokens, equals TRL's `DistillationTrainer` loss at β = 1
 /// (its `_chunked_divergence_loss`; fixture by `tests/fixtures/gen_trl_distill.py`), and so do
@@ -268,39 +321,130 @@ fn full_reverse_kl_matches_trl_distillation() {
     );
 
     let grads = GradientsParams::from_grads(loss.backward(), &student);
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("distill-grads");
-    let _ = std::fs::remove_dir_all(&dir);
-    save(&student.valid().map(&mut GradientsAsValues { grads: &grads }), &dir).unwrap();
-    let ours = std::fs::read(dir.join("model.safetensors")).unwrap();
-    let ours = SafeTensors::deserialize(&ours).unwrap();
     let theirs = std::fs::read(fixtures.join("trl_distill_grads.safetensors")).unwrap();
+    assert_gradients_match(
+        &student,
+        &grads,
+        &SafeTensors::deserialize(&theirs).unwrap(),
+        "",
+        step.grad_norm,
+    );
+}
+
+/// The pairs of `trl_dpo.json` with TRL's loss for each loss type.
+#[derive(Deserialize)]
+struct DpoFixture {
+    beta: f32,
+    label_smoothing: f32,
+    optimizer: DpoOptimizer,
+    prompts: Vec<Vec<u32>>,
+    chosen: Vec<Vec<u32>>,
+    rejected: Vec<Vec<u32>>,
+    losses: std::collections::BTreeMap<String, f64>,
+    grad_norms: std::collections::BTreeMap<String, f64>,
+}
+
+#[derive(Deserialize)]
+struct DpoOptimizer {
+    lr: f64,
+    betas: (f32, f32),
+    eps: f32,
+    weight_decay: f32,
+    max_grad_norm: f32,
+}
+
+/// Every DPO loss type against TRL's `DPOTrainer._compute_loss` on the same pairs (fixture by
+/// `tests/fixtures/gen_trl_dpo.py`; the policy the tiny Qwen2, the reference the tiny Llama):
+/// the loss within 1e-6 (relative, above 1) and each gradient tensor within 1e-6 of the gradient's norm; then, for
+/// `sigmoid`, clipping and one AdamW step against PyTorch's, parameter by parameter.
+#[test]
+fn dpo_losses_match_trl() {
+    let fixtures = fixtures();
+    let fixture: DpoFixture = read_json(&fixtures.join("trl_dpo.json"));
+    let device = Default::default();
+    let reference = load::<Flex>(&fixtures.join("lm/llama"), &device).unwrap();
+    let pairs: Vec<PreferencePair> = (0..fixture.prompts.len())
+        .map(|i| PreferencePair {
+            prompt: fixture.prompts[i].clone(),
+            chosen: fixture.chosen[i].clone(),
+            rejected: fixture.rejected[i].clone(),
+            margin: 0.0,
+        })
+        .collect();
+    let batch = pair_batch(&pairs, &[0, 1, 2, 3], 0);
+    let reference = reference_log_probs(&reference, &batch, &device);
+    let theirs = std::fs::read(fixtures.join("trl_dpo_grads.safetensors")).unwrap();
     let theirs = SafeTensors::deserialize(&theirs).unwrap();
-    let (mut norm, mut compared) = (0.0f64, 0);
-    for (name, view) in theirs.tensors() {
-        let expected = f32s(&view);
-        let got = f32s(
-            &ours
-                .tensor(&name)
-                .unwrap_or_else(|_| panic!("rein has no gradient `{name}`")),
-        );
-        let size = expected.iter().map(|&e| f64::from(e).powi(2)).sum::<f64>().sqrt();
-        let error = (got.iter().zip(&expected))
-            .map(|(&g, &e)| f64::from(g - e).powi(2))
-            .sum::<f64>()
-            .sqrt();
+    for kind in [
+        DpoLossKind::Sigmoid,
+        DpoLossKind::Hinge,
+        DpoLossKind::Ipo,
+        DpoLossKind::Robust,
+    ] {
+        let name = serde_json::to_value(kind).unwrap().as_str().unwrap().to_string();
+        let policy = load::<B>(&fixtures.join("lm/qwen2-gqa"), &device).unwrap();
+        let config = DpoConfig {
+            kind,
+            beta: fixture.beta,
+            label_smoothing: if kind == DpoLossKind::Robust {
+                fixture.label_smoothing
+            } else {
+                0.0
+            },
+        };
+        let (out, _) = dpo_batch_loss(&policy, &batch, &reference, &config, &device);
+        let loss = f64::from(out.loss.clone().into_scalar());
+        let expected = fixture.losses[&name];
+        // 1e-6 relative: IPO's loss (~6 here) squares the margin, so f32 rounding of the
+        // log-probability sums shows at its magnitude.
         assert!(
-            error <= 1e-6 * step.grad_norm.max(size),
-            "gradient of {name}: ‖rein − TRL‖ = {error:e} (‖TRL‖ = {size:e})"
+            (loss - expected).abs() < 1e-6 * expected.abs().max(1.0),
+            "{name}: rein {loss} vs TRL {expected}"
         );
-        norm += size * size;
-        compared += 1;
+        let mut grads = GradientsParams::from_grads(out.loss.backward(), &policy);
+        let grad_norm = fixture.grad_norms[&name];
+        assert_gradients_match(&policy, &grads, &theirs, &format!("{name}/"), grad_norm);
+        if kind != DpoLossKind::Sigmoid {
+            continue;
+        }
+        let o = &fixture.optimizer;
+        assert!(grad_norm > f64::from(o.max_grad_norm), "the step exercises clipping");
+        clip_grad_norm(&policy, &mut grads, o.max_grad_norm);
+        let mut optimizer = AdamWConfig::new()
+            .with_beta_1(o.betas.0)
+            .with_beta_2(o.betas.1)
+            .with_epsilon(o.eps)
+            .with_weight_decay(o.weight_decay)
+            .init::<B, CausalLm<B>>();
+        let stepped = optimizer.step(o.lr, policy, grads);
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dpo-step");
+        let _ = std::fs::remove_dir_all(&dir);
+        save(&stepped, &dir).unwrap();
+        let ours = std::fs::read(dir.join("model.safetensors")).unwrap();
+        let ours = SafeTensors::deserialize(&ours).unwrap();
+        let mut compared = 0;
+        for (name, view) in theirs.tensors() {
+            let Some(name) = name.strip_prefix("step/") else {
+                continue;
+            };
+            let (got, expected) = (f32s(&ours.tensor(name).unwrap()), f32s(&view));
+            for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+                // As in the GRPO step: all within 1e-4 and nearly all within 1e-5; a gradient
+                // within a few ε of zero makes AdamW's first step depend on its last bits.
+                assert!((g - e).abs() < 1e-4, "{name}[{i}]: rein {g} vs PyTorch {e}");
+            }
+            let close = got
+                .iter()
+                .zip(&expected)
+                .filter(|(g, e)| (*g - *e).abs() < 1e-5)
+                .count();
+            assert!(
+                close * 100 >= got.len() * 99,
+                "{name}: {close} of {} within 1e-5",
+                got.len()
+            );
+            compared += 1;
+        }
+        assert_eq!(compared, ours.tensors().len(), "every parameter after the step");
     }
-    assert_eq!(
-        compared, 27,
-        "every parameter of the student has a gradient in the fixture"
-    );
-    assert!(
-        (norm.sqrt() - step.grad_norm).abs() < 1e-5 * step.grad_norm,
-        "gradient norm"
-    );
 }

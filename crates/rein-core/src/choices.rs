@@ -145,3 +145,18 @@ pub enum LagCorrection {
     /// out instead of weighted.
     Icepop,
 }
+
+/// The losses of the DPO family (TRL's `loss_type` names; equations in `rein_optim::dpo_loss`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DpoLossKind {
+    /// DPO's `−log σ(β h)`.
+    #[default]
+    Sigmoid,
+    /// SLiC's `max(0, 1 − β h)`.
+    Hinge,
+    /// IPO's squared distance of the per-token margin from `1/(2β)`.
+    Ipo,
+    /// Robust DPO, unbiased under a share `label_smoothing` of flipped labels.
+    Robust,
+}

@@ -18,7 +18,7 @@ mod text_env;
 mod tool;
 
 pub use choices::{
-    Activation, AdvantageKind, Aggregation, KlEstimator, LagCorrection, OnError, PolicySync, RatioLevel,
+    Activation, AdvantageKind, Aggregation, DpoLossKind, KlEstimator, LagCorrection, OnError, PolicySync, RatioLevel,
     SamplerBackend, ServerApi, StdScaling,
 };
 pub use env::{

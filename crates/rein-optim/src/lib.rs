@@ -16,6 +16,8 @@
 //!   [`lag_correction`] (TIS, IcePop) for completions another policy sampled;
 //!   [`add_teacher_advantages`] and [`full_reverse_kl`], on-policy distillation's sampled and
 //!   full-vocabulary reverse KL.
+//! - Preferences: [`dpo_loss`] (DPO, IPO, hinge, robust) and [`bradley_terry_loss`] for reward
+//!   models.
 //!
 //! Estimators work on plain `f32` slices (property-testable without tensors); losses are burn
 //! tensor functions generic over the backend.
@@ -35,6 +37,7 @@ mod lag_correction;
 mod normalize;
 mod policy_loss;
 mod ppo_loss;
+mod preference;
 mod running;
 mod schedule;
 
@@ -50,6 +53,7 @@ pub use lag_correction::{Corrected, Correction, lag_correction};
 pub use normalize::normalize;
 pub use policy_loss::{PolicyLoss, PolicyLossConfig, policy_loss};
 pub use ppo_loss::{PpoLoss, PpoLossConfig, ppo_loss};
+pub use preference::{DpoConfig, DpoLoss, DpoLossKind, bradley_terry_loss, dpo_loss};
 pub use rein_core::{Aggregation, KlEstimator, RatioLevel, StdScaling};
 pub use running::{RewardScaler, RunningMeanStd};
 pub use schedule::LinearSchedule;

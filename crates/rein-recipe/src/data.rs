@@ -13,6 +13,12 @@ pub struct Fields {
     pub answer: String,
     /// The target-completion column.
     pub completion: String,
+    /// The preferred completion's column (preference data).
+    pub chosen: String,
+    /// The other completion's column (preference data).
+    pub rejected: String,
+    /// An optional column of how much `chosen` is preferred (reward-model training).
+    pub margin: String,
 }
 
 impl Default for Fields {
@@ -21,6 +27,9 @@ impl Default for Fields {
             prompt: "prompt".into(),
             answer: "answer".into(),
             completion: "completion".into(),
+            chosen: "chosen".into(),
+            rejected: "rejected".into(),
+            margin: "margin".into(),
         }
     }
 }

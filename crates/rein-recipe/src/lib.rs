@@ -23,12 +23,12 @@ use std::path::{Path, PathBuf};
 
 pub use data::{ArithmeticTask, Fields, Solution};
 pub use error::RecipeError;
-pub use plan::{GrpoRecipe, Plan, PpoRecipe, SftRecipe};
+pub use plan::{DpoRecipe, GrpoRecipe, Plan, PpoRecipe, SftRecipe};
 pub use rein_core::AdvantageKind;
 pub use schema::{
-    AgentSection, Algorithm, DataSection, Device, EnvSection, EvalSection, GrpoSection, JudgeEntry, LoraSection,
-    ModelSection, OptimizerSection, PluginEntry, PpoSection, Recipe, RewardEntry, RewardModelKind, SamplerSection,
-    SftSection, TeacherKl, TeacherSection, TrainSection,
+    AgentSection, Algorithm, DataSection, Device, DpoSection, EnvSection, EvalSection, GrpoSection, JudgeEntry,
+    LoraSection, ModelSection, OptimizerSection, PluginEntry, PpoSection, Recipe, RewardEntry, RewardModelKind,
+    SamplerSection, SftSection, TeacherKl, TeacherSection, TrainSection,
 };
 
 use compose::Composed;

@@ -5,7 +5,7 @@
 
 use rein_core::AdvantageKind;
 
-use crate::schema::{Algorithm, DataSection, EnvSection, GrpoSection, PpoSection, Recipe, SftSection};
+use crate::schema::{Algorithm, DataSection, DpoSection, EnvSection, GrpoSection, PpoSection, Recipe, SftSection};
 
 /// A rule a recipe breaks: the dotted key and why.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +30,8 @@ pub enum Plan<'a> {
     Grpo(GrpoRecipe<'a>),
     /// Supervised fine-tuning only.
     Sft(SftRecipe<'a>),
+    /// The DPO family on preference pairs.
+    Dpo(DpoRecipe<'a>),
 }
 
 /// A PPO recipe: its hyperparameters and its environment.
@@ -65,6 +67,17 @@ pub struct SftRecipe<'a> {
     pub data: &'a DataSection,
 }
 
+/// A DPO recipe: its hyperparameters and its preference pairs.
+#[derive(Debug, Clone, Copy)]
+pub struct DpoRecipe<'a> {
+    /// The whole recipe.
+    pub recipe: &'a Recipe,
+    /// `[algorithm]`.
+    pub dpo: &'a DpoSection,
+    /// `[data]`.
+    pub data: &'a DataSection,
+}
+
 impl<'a> Plan<'a> {
     /// The view of `recipe`'s algorithm; the error names the section it lacks.
     pub(crate) fn of(recipe: &'a Recipe) -> Result<Self, Broken> {
@@ -87,6 +100,11 @@ impl<'a> Plan<'a> {
                 sft,
                 data: data("SFT")?,
             }),
+            Algorithm::Dpo(dpo) => Plan::Dpo(DpoRecipe {
+                recipe,
+                dpo,
+                data: data("DPO")?,
+            }),
         })
     }
 
@@ -96,7 +114,59 @@ impl<'a> Plan<'a> {
             Plan::Ppo(ppo) => ppo.check(),
             Plan::Grpo(grpo) => grpo.check(),
             Plan::Sft(_) => Ok(()),
+            Plan::Dpo(dpo) => dpo.check(),
         }
+    }
+
+    /// The `[data]` section (every language-model algorithm has one).
+    pub fn data(&self) -> Option<&'a DataSection> {
+        match self {
+            Plan::Ppo(_) => None,
+            Plan::Grpo(GrpoRecipe { data, .. })
+            | Plan::Sft(SftRecipe { data, .. })
+            | Plan::Dpo(DpoRecipe { data, .. }) => Some(data),
+        }
+    }
+}
+
+impl DpoRecipe<'_> {
+    /// Sizes, β and the smoothing in range.
+    fn check(&self) -> Result<(), Broken> {
+        let dpo = self.dpo;
+        if dpo.steps == 0 || dpo.batch_size == 0 {
+            return Err(broken(
+                "algorithm.batch_size",
+                "steps and batch_size must be at least 1",
+            ));
+        }
+        if !(dpo.lr > 0.0 && dpo.lr.is_finite()) {
+            return Err(broken("algorithm.lr", format!("must be positive, got {}", dpo.lr)));
+        }
+        if !(dpo.beta > 0.0 && dpo.beta.is_finite()) {
+            return Err(broken("algorithm.beta", format!("must be > 0, got {}", dpo.beta)));
+        }
+        if !(0.0..0.5).contains(&dpo.label_smoothing) {
+            return Err(broken(
+                "algorithm.label_smoothing",
+                format!("must be in [0, 0.5), got {}", dpo.label_smoothing),
+            ));
+        }
+        if dpo.label_smoothing > 0.0 && dpo.loss_type != rein_core::DpoLossKind::Robust {
+            return Err(broken(
+                "algorithm.label_smoothing",
+                format!(
+                    "only the `robust` loss reads it (TRL's definition); loss_type is `{:?}`",
+                    dpo.loss_type
+                ),
+            ));
+        }
+        if dpo.max_length < 2 {
+            return Err(broken("algorithm.max_length", "must be at least 2 tokens"));
+        }
+        if !(dpo.max_grad_norm > 0.0) {
+            return Err(broken("algorithm.max_grad_norm", "must be positive"));
+        }
+        Ok(())
     }
 }
 

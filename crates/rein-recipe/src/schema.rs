@@ -119,6 +119,8 @@ pub enum Algorithm {
     Grpo(GrpoSection),
     /// Supervised fine-tuning only.
     Sft(SftSection),
+    /// The DPO family on preference pairs (offline).
+    Dpo(DpoSection),
 }
 
 /// PPO hyperparameters (CleanRL's names and defaults).
@@ -319,6 +321,55 @@ impl Default for SftSection {
             warmup_steps: 50,
             weight_decay: 0.0,
             max_grad_norm: 1.0,
+        }
+    }
+}
+
+/// Direct preference optimisation and its variants on (prompt, chosen, rejected) pairs, with
+/// TRL's `DPOTrainer` names and defaults where they apply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DpoSection {
+    /// Optimiser steps.
+    pub steps: usize,
+    /// Pairs per step.
+    pub batch_size: usize,
+    /// Peak learning rate (AdamW).
+    pub lr: f64,
+    /// Linear warm-up steps, then linear decay to 10%.
+    pub warmup_steps: usize,
+    /// AdamW weight decay.
+    pub weight_decay: f32,
+    /// Global gradient clipping.
+    pub max_grad_norm: f32,
+    /// `β`: how strongly the policy is held to the reference (IPO's `τ`).
+    pub beta: f32,
+    /// `sigmoid` (DPO), `ipo`, `hinge` or `robust`.
+    pub loss_type: rein_core::DpoLossKind,
+    /// The robust loss's assumed share of flipped preferences, in `[0, 0.5)`.
+    pub label_smoothing: f32,
+    /// Keep each pair's reference log-probabilities once computed, instead of running the
+    /// reference model on every batch (the reference is frozen, so the values are the same).
+    pub precompute_ref: bool,
+    /// Most tokens of prompt and completion together: longer completions are cut (their
+    /// start kept), pairs whose prompt alone reaches it are skipped.
+    pub max_length: usize,
+}
+
+impl Default for DpoSection {
+    fn default() -> Self {
+        Self {
+            steps: 1000,
+            batch_size: 8,
+            lr: 1e-6,
+            warmup_steps: 0,
+            weight_decay: 0.0,
+            max_grad_norm: 1.0,
+            beta: 0.1,
+            loss_type: rein_core::DpoLossKind::Sigmoid,
+            label_smoothing: 0.0,
+            precompute_ref: true,
+            max_length: 1024,
         }
     }
 }

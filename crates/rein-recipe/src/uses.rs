@@ -57,6 +57,18 @@ fn sections(algorithm: &Algorithm) -> &'static [(&'static str, Keys)] {
             ("tool", Keys::All),
             ("agent", Keys::All),
         ],
+        // DPO has its own learning rate and clipping in `[algorithm]`, like SFT, and may start
+        // with an SFT stage; evaluation samples as SFT's does.
+        Algorithm::Dpo(_) => &[
+            ("data", Keys::All),
+            ("model", LM_MODEL),
+            ("train", LM_TRAIN),
+            ("sft", Keys::All),
+            ("sampler", Keys::Only(&["max_new_tokens", "stop", "temperature"])),
+            ("reward", Keys::All),
+            ("eval", Keys::All),
+            ("lora", Keys::All),
+        ],
     }
 }
 
@@ -66,6 +78,7 @@ pub(crate) fn algorithm_name(algorithm: &Algorithm) -> &'static str {
         Algorithm::Ppo(_) => "PPO",
         Algorithm::Grpo(_) => "GRPO",
         Algorithm::Sft(_) => "SFT",
+        Algorithm::Dpo(_) => "DPO",
     }
 }
 

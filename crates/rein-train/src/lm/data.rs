@@ -32,13 +32,16 @@ pub struct DataError {
     pub reason: String,
 }
 
-/// Reads `path` (`.jsonl`/`.json` lines or `.parquet`).
-pub fn read(path: &Path, fields: &Fields) -> Result<Vec<Example>, DataError> {
+/// One dataset row as a JSON object.
+pub(crate) type Row = serde_json::Map<String, serde_json::Value>;
+
+/// The rows of `path` (`.jsonl`/`.json` lines or `.parquet`), each a JSON object.
+pub(crate) fn read_rows(path: &Path) -> Result<Vec<Row>, DataError> {
     let fail = |reason: String| DataError {
         path: path.display().to_string(),
         reason,
     };
-    let rows: Vec<serde_json::Map<String, serde_json::Value>> = match path.extension().and_then(|e| e.to_str()) {
+    let rows: Vec<Row> = match path.extension().and_then(|e| e.to_str()) {
         Some("parquet") => read_parquet(path).map_err(fail)?,
         Some("jsonl" | "json") => {
             let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
@@ -62,6 +65,15 @@ pub fn read(path: &Path, fields: &Fields) -> Result<Vec<Example>, DataError> {
         }
         _ => return Err(fail("unknown format: expected .jsonl or .parquet".into())),
     };
+    if rows.is_empty() {
+        return Err(fail("holds no rows".into()));
+    }
+    Ok(rows)
+}
+
+/// Reads `path` (`.jsonl`/`.json` lines or `.parquet`).
+pub fn read(path: &Path, fields: &Fields) -> Result<Vec<Example>, DataError> {
+    let rows = read_rows(path)?;
     let mut examples = Vec::with_capacity(rows.len());
     for (i, mut row) in rows.into_iter().enumerate() {
         let row_name = || DataError {
@@ -93,9 +105,6 @@ pub fn read(path: &Path, fields: &Fields) -> Result<Vec<Example>, DataError> {
             metadata,
         });
     }
-    if examples.is_empty() {
-        return Err(fail("holds no rows".into()));
-    }
     Ok(examples)
 }
 
@@ -109,7 +118,7 @@ pub fn write_jsonl(path: &Path, examples: &[Example]) -> std::io::Result<()> {
     std::fs::write(path, text)
 }
 
-fn read_parquet(path: &Path) -> Result<Vec<serde_json::Map<String, serde_json::Value>>, String> {
+fn read_parquet(path: &Path) -> Result<Vec<Row>, String> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let reader = SerializedFileReader::new(file).map_err(|e| e.to_string())?;

@@ -1,12 +1,15 @@
-//! Language-model training: supervised fine-tuning and the GRPO family, with prompts from files
-//! or a generated task, rewards from sandboxed plugins, and held-out evaluation.
+//! Language-model training: supervised fine-tuning, the GRPO family and the DPO family, with
+//! prompts or preference pairs from files or a generated task, rewards from sandboxed plugins,
+//! and held-out evaluation.
 
 mod batch;
 mod data;
+mod dpo;
 pub mod episodes;
 mod eval;
 mod grpo;
 mod judge;
+mod preferences;
 mod recipe_keys;
 mod reward_model;
 mod reward_setup;
@@ -23,14 +26,19 @@ use std::path::{Path, PathBuf};
 
 pub use batch::{CompletionLogits, TokenBatch, completion_log_probs, completion_logits};
 pub use data::{DataError, Example, Fields, read, write_jsonl};
+pub use dpo::{Dpo, PairLogProbs, dpo_batch_loss, pair_batch, reference_log_probs};
 pub use eval::{EpisodeSummary, EvalExample, EvalReport, EvalSettings, SHOWN_EXAMPLES, evaluate, is_correct};
 pub use grpo::{Grpo, GrpoContext, GrpoOutcome};
 pub use judge::NativeJudge;
+pub use preferences::{
+    PreferenceExample, PreferencePair, Skipped, pairs_from_examples, prepare_preferences, read_preferences,
+    report_skipped,
+};
 pub use rein_sampler::{completion_text, stop_check};
 pub use reward_model::{ModelReward, RewardModelError};
 pub use rewards::{GroupReward, OnError, Renamed, RewardFailure, WeightedReward, score_groups};
 pub use sft::Sft;
-pub use task::{ArithmeticTask, generate_task};
+pub use task::{ArithmeticTask, generate_task, slipped_solution};
 
 use rein_model::lm::{ChatMessage, LmTokenizer};
 use transcript::{Transcript, TranscriptError};

@@ -22,7 +22,7 @@ use crate::lm::recipe_keys::{invalid, model_path};
 use crate::lm::reward_setup::rewards;
 use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, WeightedReward};
 use crate::run_dir::{MetricsWriter, RunDir};
-use rein_recipe::{Algorithm, GrpoRecipe, GrpoSection, LoadedRecipe, Plan, SftRecipe};
+use rein_recipe::{Algorithm, DpoSection, GrpoSection, LoadedRecipe, Plan};
 
 /// Where GRPO's completions come from: the native sampler, or the inference servers of
 /// `sampler.urls` (waited for until they answer), with the policy written under
@@ -76,12 +76,27 @@ pub struct LmOutcome {
     pub after: Option<EvalReport>,
     /// The GRPO stage's timings.
     pub grpo: Option<GrpoOutcome>,
+    /// The DPO stage, when the recipe's algorithm is DPO.
+    pub dpo: Option<DpoOutcome>,
     /// Seconds spent in SFT.
     pub sft_seconds: f64,
     /// Seconds for the whole run.
     pub total_seconds: f64,
     /// The run directory.
     pub run_dir: Option<PathBuf>,
+}
+
+/// What the DPO stage reports.
+#[derive(Debug, Clone, Default)]
+pub struct DpoOutcome {
+    /// Steps done.
+    pub steps: usize,
+    /// Seconds the stage took (resumed parts included).
+    pub seconds: f64,
+    /// Preference pairs trained on.
+    pub pairs: usize,
+    /// Rows skipped (each named on stderr when the run started).
+    pub skipped: usize,
 }
 
 /// Everything a language-model run or evaluation needs, built from a recipe.
@@ -95,6 +110,10 @@ struct LmSetup<B: ReinBackend> {
     majority: Option<RewardPlugin>,
     /// Tools and a text environment, for multi-turn episodes.
     agent: Option<Agent>,
+    /// Preference pairs (DPO).
+    pairs: Vec<lm::PreferencePair>,
+    /// Preference rows that could not train.
+    skipped_pairs: usize,
 }
 
 /// Loads or initialises the model (or the model directory `model_dir`, when given), the
@@ -107,9 +126,11 @@ fn setup<B: ReinBackend>(
     device: &B::Device,
 ) -> Result<LmSetup<B>, TrainError> {
     let recipe = &loaded.recipe;
-    let data = match loaded.plan()? {
-        Plan::Grpo(GrpoRecipe { data, .. }) | Plan::Sft(SftRecipe { data, .. }) => data,
-        Plan::Ppo(_) => return Err(TrainError::Unsupported("a PPO recipe trains no language model".into())),
+    let plan = loaded.plan()?;
+    let data = (plan.data()).ok_or_else(|| TrainError::Unsupported("a PPO recipe trains no language model".into()))?;
+    let dpo = match plan {
+        Plan::Dpo(dpo) => Some(dpo.dpo),
+        _ => None,
     };
 
     let lora = lora_spec(loaded)?;
@@ -126,7 +147,25 @@ fn setup<B: ReinBackend>(
     }
 
     // Data.
+    let mut preferences = Vec::new();
+    let mut skipped = Vec::new();
     let (train, test) = match (&data.task, &data.train) {
+        (Some(task), _) if dpo.is_some() => {
+            if task.ops.iter().any(|op| op == "*") || task.solution != rein_recipe::Solution::Scratchpad {
+                return Err(invalid(
+                    loaded,
+                    "data.task",
+                    "generated preference pairs slip one step of a worked + or − solution: \
+                     use ops from [\"+\", \"-\"] and solution = \"scratchpad\"",
+                ));
+            }
+            let (train, test) = lm::generate_task(task, recipe.seed);
+            let mut rng = SeededRng::new(recipe.seed ^ 0x5119);
+            preferences = lm::pairs_from_examples(&train, data.system_prompt.as_deref(), |e| {
+                lm::slipped_solution(&e.prompt, &mut rng)
+            });
+            (train, test)
+        }
         (Some(task), _) => {
             task.validate()
                 .map_err(|(key, message)| invalid(loaded, &format!("data.task.{key}"), message))?;
@@ -137,6 +176,14 @@ fn setup<B: ReinBackend>(
                 lm::write_jsonl(&dir.join("test.jsonl"), &test)?;
             }
             (train, test)
+        }
+        (None, Some(path)) if dpo.is_some() => {
+            (preferences, skipped) = lm::read_preferences(&loaded.resolve(path), &data.fields)?;
+            let test = match &data.test {
+                Some(path) => lm::read(&loaded.resolve(path), &data.fields)?,
+                None => Vec::new(),
+            };
+            (Vec::new(), test)
         }
         (None, Some(path)) => {
             let train = lm::read(&loaded.resolve(path), &data.fields)?;
@@ -157,7 +204,20 @@ fn setup<B: ReinBackend>(
     let runtime = PluginRuntime::default();
     let agent = agent(loaded, &runtime, plugin_dir, &tokenizer)?;
     let tools = agent.as_ref().map(|a| a.schemas(None)).unwrap_or_default();
-    let train = lm::prepare(&train, &tokenizer, data, &tools)?;
+    let mut train = lm::prepare(&train, &tokenizer, data, &tools)?;
+    let pairs = match dpo {
+        Some(dpo) => {
+            let (pairs, more) = lm::prepare_preferences(&preferences, &tokenizer, data, dpo.max_length)?;
+            skipped.extend(more);
+            lm::report_skipped(&skipped);
+            if train.is_empty() {
+                // Preference data: an SFT stage learns the chosen completions.
+                train = pairs.iter().map(lm::PreferencePair::chosen_prompt).collect();
+            }
+            pairs
+        }
+        None => Vec::new(),
+    };
     let mut test = lm::prepare(&test, &tokenizer, data, &tools)?;
     if let Some(max) = recipe.eval.max_examples {
         test.truncate(max);
@@ -190,6 +250,8 @@ fn setup<B: ReinBackend>(
         accuracy_index,
         majority,
         agent,
+        pairs,
+        skipped_pairs: skipped.len(),
     })
 }
 
@@ -397,8 +459,9 @@ pub fn evaluate_recipe(
 enum LmStage {
     /// SFT (before RL, or the whole algorithm).
     Sft,
-    /// GRPO, after SFT (if any) and the evaluation before RL.
-    Grpo {
+    /// The algorithm's own stage (GRPO, DPO), after SFT (if any) and the evaluation before it.
+    #[serde(alias = "grpo")]
+    AfterSft {
         /// The held-out evaluation before RL.
         before: Option<EvalReport>,
         /// Seconds the SFT stage took.
@@ -445,16 +508,24 @@ pub fn run_lm<B: ReinAutodiffBackend>(
         ..LmOutcome::default()
     };
     let (mut model, stage) = stages.sft()?;
-    if let LmStage::Grpo { before, sft_seconds } = &stage {
+    if let LmStage::AfterSft { before, sft_seconds } = &stage {
         (outcome.before, outcome.sft_seconds) = (before.clone(), *sft_seconds);
     }
     if let Some(report) = &outcome.before {
         eprintln!("held-out before RL: {}", describe(report));
     }
-    if let Algorithm::Grpo(section) = &loaded.recipe.algorithm {
-        let grpo;
-        (model, grpo, outcome.after) = stages.grpo(model, section, stage)?;
-        outcome.grpo = Some(grpo);
+    match &loaded.recipe.algorithm {
+        Algorithm::Grpo(section) => {
+            let grpo;
+            (model, grpo, outcome.after) = stages.grpo(model, section, stage)?;
+            outcome.grpo = Some(grpo);
+        }
+        Algorithm::Dpo(section) => {
+            let dpo;
+            (model, dpo, outcome.after) = stages.dpo(model, section, stage)?;
+            outcome.dpo = Some(dpo);
+        }
+        Algorithm::Sft(_) | Algorithm::Ppo(_) => {}
     }
     if let Some(run) = run {
         save_model_dir(&model, &stages.setup.tokenizer, &run.path().join("final"))?;
@@ -493,7 +564,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             _ => recipe.sft.as_ref(),
         };
         let mut model = self.setup.model.clone();
-        if let Some((_, stage @ LmStage::Grpo { .. })) = &self.resumed {
+        if let Some((_, stage @ LmStage::AfterSft { .. })) = &self.resumed {
             let stage = stage.clone();
             if let (Some(_), Some(run)) = (section, self.run) {
                 // Merged by SFT; the checkpoint's record has the base and the adapters apart.
@@ -529,7 +600,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         if let Some(report) = &before {
             log_eval(self.metrics.as_mut(), "before", 0, report)?;
         }
-        Ok((model, LmStage::Grpo { before, sft_seconds }))
+        Ok((model, LmStage::AfterSft { before, sft_seconds }))
     }
 
     /// GRPO from `model`, then the evaluation after RL.
@@ -541,7 +612,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
     ) -> Result<(CausalLm<B>, GrpoOutcome, Option<EvalReport>), TrainError> {
         let recipe = &self.loaded.recipe;
         let resume = (self.resumed.as_ref())
-            .filter(|(_, s)| matches!(s, LmStage::Grpo { .. }))
+            .filter(|(_, s)| matches!(s, LmStage::AfterSft { .. }))
             .map(|(c, _)| (*c).clone());
         let sft_steps = recipe.sft.as_ref().map_or(0, |s| s.steps);
         let checkpointing = self.checkpointing(resume, sft_steps, stage);
@@ -576,6 +647,52 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         if let Some(report) = &after {
             log_eval(self.metrics.as_mut(), "after", section.steps, report)?;
             eprintln!("held-out after RL:  {}", describe(report));
+        }
+        Ok((model, outcome, after))
+    }
+
+    /// DPO from `model` (also its reference), then the evaluation after it.
+    fn dpo(
+        &mut self,
+        model: CausalLm<B>,
+        section: &DpoSection,
+        stage: LmStage,
+    ) -> Result<(CausalLm<B>, DpoOutcome, Option<EvalReport>), TrainError> {
+        let recipe = &self.loaded.recipe;
+        let resume = (self.resumed.as_ref())
+            .filter(|(_, s)| matches!(s, LmStage::AfterSft { .. }))
+            .map(|(c, _)| (*c).clone());
+        let sft_steps = recipe.sft.as_ref().map_or(0, |s| s.steps);
+        let checkpointing = self.checkpointing(resume, sft_steps, stage);
+        let pad = self.setup.tokenizer.pad_id().unwrap_or(0);
+        eprintln!(
+            "DPO ({:?}, β = {}): {} steps of {} pairs, from {} pairs ({} skipped)",
+            section.loss_type,
+            section.beta,
+            section.steps,
+            section.batch_size,
+            self.setup.pairs.len(),
+            self.setup.skipped_pairs
+        );
+        let mut dpo = lm::Dpo::new(model, &self.setup.pairs, pad, section, recipe.seed, &self.device)?;
+        let driven = Driver {
+            metrics: self.metrics.as_mut(),
+            checkpointing: &checkpointing,
+            stall_timeout: self.stall_timeout,
+            stage: Some("dpo"),
+        }
+        .run(&mut dpo)?;
+        let outcome = DpoOutcome {
+            steps: driven.steps,
+            seconds: driven.elapsed.as_secs_f64(),
+            pairs: self.setup.pairs.len(),
+            skipped: self.setup.skipped_pairs,
+        };
+        let model = dpo.model;
+        let after = self.setup.evaluate(&model.valid(), self.loaded, &self.device)?;
+        if let Some(report) = &after {
+            log_eval(self.metrics.as_mut(), "after", section.steps, report)?;
+            eprintln!("held-out after DPO: {}", describe(report));
         }
         Ok((model, outcome, after))
     }
@@ -680,6 +797,12 @@ fn report_markdown(loaded: &LoadedRecipe, outcome: &LmOutcome) -> String {
                 ));
             }
         }
+    }
+    if let Some(d) = &outcome.dpo {
+        text.push_str(&format!(
+            "\nDPO: {} steps in {:.1} s on {} preference pairs ({} rows skipped)\n",
+            d.steps, d.seconds, d.pairs, d.skipped
+        ));
     }
     if let Some(g) = &outcome.grpo {
         text.push_str(&format!(

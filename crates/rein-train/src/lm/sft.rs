@@ -217,14 +217,19 @@ fn row_shards(rows: usize, shards: usize) -> impl Iterator<Item = std::ops::Rang
     })
 }
 
-/// Linear warm-up to `lr`, then linear decay to 10% of it.
+/// SFT's learning rate at `step` ([`warmup_then_decay`]).
 fn sft_lr(section: &SftSection, step: usize) -> f64 {
-    let warmup = section.warmup_steps.max(1);
+    warmup_then_decay(section.lr, section.warmup_steps, section.steps, step)
+}
+
+/// Linear warm-up to `lr` over `warmup` steps, then linear decay to 10% of it at `steps`.
+pub(super) fn warmup_then_decay(lr: f64, warmup: usize, steps: usize, step: usize) -> f64 {
+    let warmup = warmup.max(1);
     if step <= warmup {
-        return section.lr * step as f64 / warmup as f64;
+        return lr * step as f64 / warmup as f64;
     }
-    let progress = (step - warmup) as f64 / (section.steps.saturating_sub(warmup)).max(1) as f64;
-    section.lr * (1.0 - 0.9 * progress.min(1.0))
+    let progress = (step - warmup) as f64 / (steps.saturating_sub(warmup)).max(1) as f64;
+    lr * (1.0 - 0.9 * progress.min(1.0))
 }
 
 #[cfg(test)]

@@ -15,6 +15,14 @@ use super::data::Example;
 
 /// The digit-by-digit scratchpad for `a op b` (`a ≥ b` for subtraction, non-negative operands).
 pub fn scratchpad(a: i64, op: &str, b: i64) -> String {
+    let steps = scratchpad_steps(a, op, b);
+    let written: Vec<String> = steps.iter().map(|(work, value)| format!("{work}={value}")).collect();
+    written.join(", ")
+}
+
+/// The scratchpad's steps, least significant digit first: each step's work (`4+3+1`) and its
+/// value (`8`), which is the answer's digit at that place (the last step: its leading digits).
+fn scratchpad_steps(a: i64, op: &str, b: i64) -> Vec<(String, i64)> {
     let digits = |x: i64| -> Vec<i64> {
         let mut d: Vec<i64> = x.to_string().bytes().rev().map(|c| i64::from(c - b'0')).collect();
         d.resize(d.len().max(1), 0);
@@ -31,7 +39,7 @@ pub fn scratchpad(a: i64, op: &str, b: i64) -> String {
             "+" => {
                 let sum = x + y + carry;
                 let carried = if carry > 0 { "+1" } else { "" };
-                steps.push(format!("{x}+{y}{carried}={sum}"));
+                steps.push((format!("{x}+{y}{carried}"), sum));
                 carry = if last { 0 } else { sum / 10 };
             }
             _ => {
@@ -39,12 +47,47 @@ pub fn scratchpad(a: i64, op: &str, b: i64) -> String {
                 let borrow = i64::from(value < y && !last);
                 let top = if borrow > 0 { format!("1{x}") } else { x.to_string() };
                 let minus_borrow = if borrowed_in > 0 { "-1" } else { "" };
-                steps.push(format!("{top}-{y}{minus_borrow}={}", value + 10 * borrow - y));
+                steps.push((format!("{top}-{y}{minus_borrow}"), value + 10 * borrow - y));
                 carry = borrow;
             }
         }
     }
-    steps.join(", ")
+    steps
+}
+
+/// A worked solution of `What is a op b?` with one slip: one step's value off by one, and the
+/// answer off by as much at that step's place (`47 + 38`: `7+8=15, 4+3+1=9` → `95`). The
+/// dispreferred completion of a generated preference pair. `None` for a prompt the task did
+/// not write, or a product (its solution has no steps).
+pub fn slipped_solution(prompt: &str, rng: &mut SeededRng) -> Option<String> {
+    let problem = prompt.strip_prefix("What is ")?.strip_suffix('?')?;
+    let mut words = problem.split(' ');
+    let (a, op, b) = (
+        words.next()?.parse::<i64>().ok()?,
+        words.next()?,
+        words.next()?.parse::<i64>().ok()?,
+    );
+    if !matches!(op, "+" | "-") {
+        return None;
+    }
+    let result = if op == "+" { a + b } else { a - b };
+    let mut steps = scratchpad_steps(a, op, b);
+    let at = rng.below(steps.len() as u64) as usize;
+    let value = steps[at].1;
+    // Down one where that keeps the step and the answer non-negative, else up one.
+    let place = 10i64.pow(at as u32);
+    let delta = if value > 0 && result >= place && rng.uniform() < 0.5 {
+        -1
+    } else {
+        1
+    };
+    steps[at].1 = value + delta;
+    let written: Vec<String> = steps.iter().map(|(work, value)| format!("{work}={value}")).collect();
+    let answer = result + delta * place;
+    Some(format!(
+        "<think>{}</think><answer>{answer}</answer>",
+        written.join(", ")
+    ))
 }
 
 /// The multi-turn solution of `a op b` with the `calculator` tool, as a conversational
@@ -120,6 +163,34 @@ mod tests {
         assert_eq!(scratchpad(70, "-", 7), "10-7=3, 7-0-1=6");
         assert_eq!(scratchpad(9, "-", 4), "9-4=5");
         assert_eq!(scratchpad(40, "-", 40), "0-0=0, 4-4=0");
+    }
+
+    #[test]
+    fn slips_change_one_step_and_the_answer_at_its_place() {
+        let mut rng = SeededRng::new(3);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let slipped = slipped_solution("What is 47 + 38?", &mut rng).unwrap();
+            let right = "<think>7+8=15, 4+3+1=8</think><answer>85</answer>";
+            let diffs = slipped.chars().zip(right.chars()).filter(|(a, b)| a != b).count();
+            assert!(diffs >= 1 && slipped != right, "{slipped}");
+            seen.insert(slipped);
+        }
+        let expected = [
+            "<think>7+8=14, 4+3+1=8</think><answer>84</answer>",
+            "<think>7+8=16, 4+3+1=8</think><answer>86</answer>",
+            "<think>7+8=15, 4+3+1=7</think><answer>75</answer>",
+            "<think>7+8=15, 4+3+1=9</think><answer>95</answer>",
+        ];
+        assert_eq!(seen, expected.iter().map(|s| s.to_string()).collect());
+        // Never negative: 0 − 0 can only slip up.
+        for _ in 0..20 {
+            let slipped = slipped_solution("What is 40 - 40?", &mut rng).unwrap();
+            assert!(!slipped.contains('-') || !slipped.contains("=-"), "{slipped}");
+            assert!(!slipped.contains("<answer>-"), "{slipped}");
+        }
+        assert_eq!(slipped_solution("What is 4 * 5?", &mut rng), None);
+        assert_eq!(slipped_solution("Hello?", &mut rng), None);
     }
 
     #[test]
