@@ -526,3 +526,90 @@ fn a_student_distilled_on_policy_moves_toward_its_teacher() {
     );
     assert!(error.contains(r#"token "!" is id 3 here and 4 there"#), "{error}");
 }
+
+/// The stage's records of the run in `runs`.
+fn stage_records(runs: &Path, stage: &str) -> Vec<serde_json::Value> {
+    let run = std::fs::read_dir(runs).unwrap().next().unwrap().unwrap().path();
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    (metrics.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &serde_json::Value| l["stage"] == stage)
+        .collect()
+}
+
+/// DPO on the tiny Qwen2 fixture from a preference file in TRL's formats (plain, conversational,
+/// implicit prompt), its bad rows skipped and named: the first step's loss is ln 2 (the policy
+/// is its reference, with or without fresh LoRA adapters), and the implicit reward margin and
+/// accuracy grow as it learns to answer rather than decline.
+#[test]
+fn dpo_learns_the_preferred_answers_and_skips_bad_rows() {
+    let dir = scratch("dpo");
+    let mut rows = vec![
+        serde_json::json!({"prompt": "broken", "chosen": "x"}),
+        serde_json::json!({"prompt": "same", "chosen": "y", "rejected": "y"}),
+    ];
+    for a in 0..24 {
+        let (right, wrong) = (format!("<answer>{}</answer>", a + 1), format!("I do not know {a}."));
+        let prompt = format!("What is {a} + 1?");
+        rows.push(match a % 3 {
+            0 => serde_json::json!({"prompt": prompt, "chosen": right, "rejected": wrong}),
+            1 => serde_json::json!({
+                "prompt": [{"role": "user", "content": prompt}],
+                "chosen": [{"role": "assistant", "content": right}],
+                "rejected": [{"role": "assistant", "content": wrong}],
+            }),
+            _ => serde_json::json!({
+                "chosen": [{"role": "user", "content": prompt}, {"role": "assistant", "content": right}],
+                "rejected": [{"role": "user", "content": prompt}, {"role": "assistant", "content": wrong}],
+            }),
+        });
+    }
+    let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(dir.join("pairs.jsonl"), text).unwrap();
+    let recipe = |runs: &str, extra: &str| {
+        let text = format!(
+            r#"
+seed = 5
+[model]
+path = {model:?}
+[data]
+train = "pairs.jsonl"
+[algorithm]
+name = "dpo"
+steps = 25
+batch_size = 8
+lr = 3e-3
+beta = 0.5
+[train]
+runs_dir = {runs:?}
+{extra}
+"#,
+            model = root().join("tests/fixtures/lm/qwen2-gqa").display().to_string(),
+            runs = dir.join(runs).display().to_string(),
+        );
+        std::fs::write(dir.join(format!("{runs}.toml")), text).unwrap();
+        LoadedRecipe::load(&dir.join(format!("{runs}.toml")), &[]).unwrap()
+    };
+    for (runs, extra) in [("full", ""), ("lora", "[lora]\nrank = 4\nalpha = 8.0")] {
+        let RunOutcome::Lm(outcome) = rein_train::run(&recipe(runs, extra), &plugin_dir(), true).unwrap() else {
+            panic!("a language-model outcome")
+        };
+        let dpo = outcome.dpo.unwrap();
+        assert_eq!((dpo.pairs, dpo.skipped, dpo.steps), (24, 2, 25), "{runs}");
+        let report = std::fs::read_to_string(outcome.run_dir.unwrap().join("report.md")).unwrap();
+        assert!(report.contains("on 24 preference pairs (2 rows skipped)"), "{report}");
+        let records = stage_records(&dir.join(runs), "dpo");
+        let value = |r: &serde_json::Value, key: &str| r[key].as_f64().unwrap();
+        let first = value(&records[0], "dpo/loss");
+        assert!(
+            (first - std::f64::consts::LN_2).abs() < 1e-5,
+            "{runs}: first loss {first}"
+        );
+        let mean = |key: &str, range: std::ops::Range<usize>| {
+            records[range.clone()].iter().map(|r| value(r, key)).sum::<f64>() / range.len() as f64
+        };
+        let (early, late) = (mean("dpo/reward_margin", 0..5), mean("dpo/reward_margin", 20..25));
+        assert!(late > early + 0.5, "{runs}: margin {early} → {late}");
+        assert!(mean("dpo/reward_accuracy", 20..25) > 0.9, "{runs}: {records:?}");
+    }
+}

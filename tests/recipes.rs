@@ -596,3 +596,57 @@ fn a_teacher_needs_a_model_and_a_positive_weight() {
     let teacher = load(&dir, "grpo.toml", &[]).unwrap().recipe.teacher.unwrap();
     assert_eq!((teacher.model.as_str(), teacher.coef), ("teacher", 1.0));
 }
+
+const DPO: &str = r#"
+[algorithm]
+name = "dpo"
+[data]
+task = { max_operand = 9, train = 10, test = 5 }
+[model]
+tokenizer = "tok"
+"#;
+
+#[test]
+fn a_dpo_recipe_names_what_it_does_not_use_and_what_is_out_of_range() {
+    let dir = recipes(&[("dpo.toml", DPO)]);
+    let dpo = load(&dir, "dpo.toml", &[]).unwrap();
+    let Algorithm::Dpo(section) = &dpo.recipe.algorithm else {
+        panic!("a DPO recipe")
+    };
+    // TRL's defaults.
+    assert_eq!((section.beta, section.lr, section.max_length), (0.1, 1e-6, 1024));
+    assert!(section.precompute_ref);
+    for (set, key, message) in [
+        ("sampler.n=4", "sampler.n", "DPO does not use this key"),
+        ("optimizer.lr=0.1", "optimizer.lr", "DPO does not use [optimizer]"),
+        ("algorithm.kl_coef=0.1", "algorithm.kl_coef", "unknown"),
+        ("algorithm.beta=0", "algorithm.beta", "> 0"),
+        (
+            "algorithm.label_smoothing=0.1",
+            "algorithm.label_smoothing",
+            "only the `robust` loss",
+        ),
+        ("algorithm.max_length=1", "algorithm.max_length", "at least 2"),
+        ("algorithm.batch_size=0", "algorithm.batch_size", "at least 1"),
+        ("algorithm.loss_type=\"kto\"", "algorithm.loss_type", "sigmoid"),
+    ] {
+        let err = load(&dir, "dpo.toml", &[set]).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("`{key}`")) && text.contains(message),
+            "{set}: {err}"
+        );
+    }
+    let robust = ["algorithm.loss_type=\"robust\"", "algorithm.label_smoothing=0.1"];
+    load(&dir, "dpo.toml", &robust).unwrap();
+    let err = load(
+        &dir,
+        "dpo.toml",
+        &["algorithm.loss_type=\"robust\"", "algorithm.label_smoothing=0.5"],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("[0, 0.5)"), "{err}");
+    let dir = recipes(&[("dpo.toml", "[algorithm]\nname = \"dpo\"\n")]);
+    let err = load(&dir, "dpo.toml", &[]).unwrap_err();
+    assert!(err.to_string().contains("DPO needs a [data] section"), "{err}");
+}

@@ -283,6 +283,29 @@ fn sft_then_grpo_killed_at_random_steps_resumes_to_the_same_metrics() {
     killed_and_resumed_equals_uninterrupted(&job, 20, 3);
 }
 
+/// DPO keeps the reference's log-probabilities of the pairs it has drawn in its checkpoints: a
+/// resumed run reuses them and ends as the uninterrupted one.
+#[test]
+fn sft_then_dpo_killed_at_random_steps_resumes_to_the_same_metrics() {
+    let job = Job {
+        recipe: "recipes/dpo-arithmetic.toml",
+        overrides: [
+            "data.task.train=400",
+            "data.task.test=8",
+            "sft.steps=12",
+            "sft.batch_size=8",
+            "algorithm.steps=10",
+            "algorithm.batch_size=4",
+            "sampler.max_new_tokens=12",
+            "eval.k=2",
+        ]
+        .map(String::from)
+        .to_vec(),
+        every: 3,
+    };
+    killed_and_resumed_equals_uninterrupted(&job, 22, 3);
+}
+
 #[test]
 fn ctrl_c_saves_a_checkpoint_at_once_and_the_run_resumes_from_it() {
     let job = Job {

@@ -476,6 +476,7 @@ fn algorithm_error(composed: &Composed) -> Option<(String, String)> {
         "ppo" => serde_path_to_error::deserialize::<_, PpoSection>(value).err()?,
         "grpo" => serde_path_to_error::deserialize::<_, GrpoSection>(value).err()?,
         "sft" => serde_path_to_error::deserialize::<_, SftSection>(value).err()?,
+        "dpo" => serde_path_to_error::deserialize::<_, DpoSection>(value).err()?,
         _ => return None,
     };
     Some((format!("algorithm.{}", error.path()), error.inner().to_string()))

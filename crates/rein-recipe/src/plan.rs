@@ -163,7 +163,7 @@ impl DpoRecipe<'_> {
         if dpo.max_length < 2 {
             return Err(broken("algorithm.max_length", "must be at least 2 tokens"));
         }
-        if !(dpo.max_grad_norm > 0.0) {
+        if dpo.max_grad_norm <= 0.0 || dpo.max_grad_norm.is_nan() {
             return Err(broken("algorithm.max_grad_norm", "must be positive"));
         }
         Ok(())
