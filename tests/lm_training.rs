@@ -613,3 +613,104 @@ runs_dir = {runs:?}
         assert!(mean("dpo/reward_accuracy", 20..25) > 0.9, "{runs}: {records:?}");
     }
 }
+
+/// Reward-model training on the tiny Qwen2's decoder from preference files (train and held
+/// out): held-out pairwise accuracy rises from chance, and `final/` is a
+/// `Qwen2ForSequenceClassification` directory with transformers' own tensor names and shapes
+/// (those of the model `gen_trl_reward.py` made with transformers) that rein loads back to the
+/// same accuracy.
+#[test]
+fn a_reward_model_learns_the_preferences_and_saves_a_classifier() {
+    let dir = scratch("reward-model");
+    let pairs = |range: std::ops::Range<usize>| -> String {
+        range
+            .map(|a| {
+                let row = serde_json::json!({
+                    "prompt": format!("What is {a} + 1?"),
+                    "chosen": format!("<answer>{}</answer>", a + 1),
+                    "rejected": format!("I do not know {a}."),
+                    "margin": 0.25,
+                });
+                format!("{row}\n")
+            })
+            .collect()
+    };
+    std::fs::write(dir.join("train.jsonl"), pairs(0..40)).unwrap();
+    std::fs::write(
+        dir.join("test.jsonl"),
+        pairs(40..56) + "{\"prompt\": \"x\", \"chosen\": \"y\"}\n",
+    )
+    .unwrap();
+    let text = format!(
+        r#"
+seed = 2
+[model]
+path = {model:?}
+[data]
+train = "train.jsonl"
+test = "test.jsonl"
+[algorithm]
+name = "reward-model"
+steps = 30
+batch_size = 8
+lr = 1e-3
+center_rewards_coefficient = 0.01
+eval_every = 10
+[train]
+runs_dir = {runs:?}
+"#,
+        model = root().join("tests/fixtures/lm/qwen2-gqa").display().to_string(),
+        runs = dir.join("runs").display().to_string(),
+    );
+    std::fs::write(dir.join("rm.toml"), text).unwrap();
+    let recipe = LoadedRecipe::load(&dir.join("rm.toml"), &[]).unwrap();
+    let RunOutcome::Lm(outcome) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    let trained = outcome.reward_model.unwrap();
+    assert_eq!((trained.pairs, trained.test_pairs, trained.skipped), (40, 16, 1));
+    let (before, after) = (trained.accuracy_before.unwrap(), trained.accuracy_after.unwrap());
+    assert!(
+        after >= 0.9 && after > before,
+        "held-out pairwise accuracy {before} → {after}"
+    );
+    let run = outcome.run_dir.unwrap();
+    let records = stage_records(&dir.join("runs"), "reward-model");
+    assert_eq!(records.len(), 30);
+    assert!(records[9]["eval/pairwise_accuracy"].is_number(), "{:?}", records[9]);
+    let report = std::fs::read_to_string(run.join("report.md")).unwrap();
+    assert!(report.contains("| after training |"), "{report}");
+
+    // transformers' names and shapes.
+    let final_dir = run.join("final");
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(final_dir.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["architectures"][0], "Qwen2ForSequenceClassification");
+    assert_eq!(
+        (config["num_labels"].as_u64(), config["id2label"]["0"].as_str()),
+        (Some(1), Some("LABEL_0"))
+    );
+    let shapes = |path: &Path| -> std::collections::BTreeMap<String, Vec<usize>> {
+        let bytes = std::fs::read(path).unwrap();
+        let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        file.tensors()
+            .into_iter()
+            .map(|(name, view)| (name, view.shape().to_vec()))
+            .collect()
+    };
+    assert_eq!(
+        shapes(&final_dir.join("model.safetensors")),
+        shapes(&root().join("tests/fixtures/trl_reward_grads.safetensors"))
+    );
+    assert!(final_dir.join("tokenizer.json").is_file());
+
+    // rein reads it back: the same held-out accuracy.
+    let device = Default::default();
+    let model = rein_model::lm::SequenceClassifier::<rein_model::Cpu>::load(&final_dir, &device).unwrap();
+    let tokenizer = rein_model::lm::LmTokenizer::load(&final_dir, &[]).unwrap();
+    let data: rein_recipe::DataSection = serde_json::from_str("{}").unwrap();
+    let (test, _) = rein_train::lm::read_preferences(&dir.join("test.jsonl"), &Fields::default()).unwrap();
+    let (test, _) = rein_train::lm::prepare_preferences(&test, &tokenizer, &data, 1024).unwrap();
+    let reloaded = rein_train::lm::pairwise_accuracy(&model, &test, &device).unwrap();
+    assert_eq!(reloaded, after);
+}

@@ -2,8 +2,9 @@
 //! policy loss, gradient clipping and AdamW — against the same step in PyTorch (fixture written
 //! by `tests/fixtures/gen_torch_step.py`): every parameter after the step within 1e-5 (1e-4
 //! where its gradient is within a few ε of zero; see below). And on-policy distillation's full
-//! reverse KL against TRL's `DistillationTrainer` loss (`gen_trl_distill.py`), and every DPO loss
-//! type against TRL's `DPOTrainer` (`gen_trl_dpo.py`).
+//! reverse KL against TRL's `DistillationTrainer` loss (`gen_trl_distill.py`), every DPO loss
+//! type against TRL's `DPOTrainer` (`gen_trl_dpo.py`), and the reward-model loss against TRL's
+//! `RewardTrainer` (`gen_trl_reward.py`).
 
 use std::path::Path;
 
@@ -12,10 +13,12 @@ use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::{Tensor, TensorData};
 use rein_core::{Aggregation, KlEstimator, RatioLevel};
-use rein_model::lm::{CausalLm, load, save};
-use rein_optim::{DpoConfig, DpoLossKind, PolicyLossConfig, clip_grad_norm, full_reverse_kl, policy_loss};
+use rein_model::lm::{CausalLm, SequenceClassifier, load, save};
+use rein_optim::{
+    DpoConfig, DpoLossKind, PolicyLossConfig, bradley_terry_loss, clip_grad_norm, full_reverse_kl, policy_loss,
+};
 use rein_train::lm::{
-    PreferencePair, TokenBatch, completion_log_probs, completion_logits, dpo_batch_loss, pair_batch,
+    PreferencePair, TokenBatch, completion_log_probs, completion_logits, dpo_batch_loss, pair_batch, pair_scores,
     reference_log_probs,
 };
 use safetensors::SafeTensors;
@@ -259,6 +262,11 @@ fn assert_gradients_match(
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("grads-{}", prefix.trim_end_matches('/')));
     let _ = std::fs::remove_dir_all(&dir);
     save(&model.valid().map(&mut GradientsAsValues { grads }), &dir).unwrap();
+    assert_saved_gradients_match(&dir, theirs, prefix, grad_norm);
+}
+
+/// As [`assert_gradients_match`], for gradients saved as a model in `dir`.
+fn assert_saved_gradients_match(dir: &Path, theirs: &SafeTensors, prefix: &str, grad_norm: f64) {
     let ours = std::fs::read(dir.join("model.safetensors")).unwrap();
     let ours = SafeTensors::deserialize(&ours).unwrap();
     let (mut norm, mut compared) = (0.0f64, 0);
@@ -336,6 +344,7 @@ fn full_reverse_kl_matches_trl_distillation() {
 struct DpoFixture {
     beta: f32,
     label_smoothing: f32,
+    sft_weight: f32,
     optimizer: DpoOptimizer,
     prompts: Vec<Vec<u32>>,
     chosen: Vec<Vec<u32>>,
@@ -353,7 +362,7 @@ struct DpoOptimizer {
     max_grad_norm: f32,
 }
 
-/// Every DPO loss type against TRL's `DPOTrainer._compute_loss` on the same pairs (fixture by
+/// Every DPO loss type, and RPO's added likelihood term, against TRL's `DPOTrainer._compute_loss` on the same pairs (fixture by
 /// `tests/fixtures/gen_trl_dpo.py`; the policy the tiny Qwen2, the reference the tiny Llama):
 /// the loss within 1e-6 (relative, above 1) and each gradient tensor within 1e-6 of the gradient's norm; then, for
 /// `sigmoid`, clipping and one AdamW step against PyTorch's, parameter by parameter.
@@ -375,26 +384,29 @@ fn dpo_losses_match_trl() {
     let reference = reference_log_probs(&reference, &batch, &device);
     let theirs = std::fs::read(fixtures.join("trl_dpo_grads.safetensors")).unwrap();
     let theirs = SafeTensors::deserialize(&theirs).unwrap();
-    for kind in [
-        DpoLossKind::Sigmoid,
-        DpoLossKind::Hinge,
-        DpoLossKind::Ipo,
-        DpoLossKind::Robust,
-    ] {
-        let name = serde_json::to_value(kind).unwrap().as_str().unwrap().to_string();
+    let cases = [
+        ("sigmoid", DpoLossKind::Sigmoid, 0.0),
+        ("hinge", DpoLossKind::Hinge, 0.0),
+        ("ipo", DpoLossKind::Ipo, 0.0),
+        ("robust", DpoLossKind::Robust, 0.0),
+        ("rpo", DpoLossKind::Sigmoid, fixture.sft_weight),
+    ];
+    for (name, kind, sft_weight) in cases {
         let policy = load::<B>(&fixtures.join("lm/qwen2-gqa"), &device).unwrap();
+        let smoothing = if kind == DpoLossKind::Robust {
+            fixture.label_smoothing
+        } else {
+            0.0
+        };
         let config = DpoConfig {
             kind,
             beta: fixture.beta,
-            label_smoothing: if kind == DpoLossKind::Robust {
-                fixture.label_smoothing
-            } else {
-                0.0
-            },
+            label_smoothing: smoothing,
+            sft_weight,
         };
         let (out, _) = dpo_batch_loss(&policy, &batch, &reference, &config, &device);
         let loss = f64::from(out.loss.clone().into_scalar());
-        let expected = fixture.losses[&name];
+        let expected = fixture.losses[name];
         // 1e-6 relative: IPO's loss (~6 here) squares the margin, so f32 rounding of the
         // log-probability sums shows at its magnitude.
         assert!(
@@ -402,9 +414,9 @@ fn dpo_losses_match_trl() {
             "{name}: rein {loss} vs TRL {expected}"
         );
         let mut grads = GradientsParams::from_grads(out.loss.backward(), &policy);
-        let grad_norm = fixture.grad_norms[&name];
+        let grad_norm = fixture.grad_norms[name];
         assert_gradients_match(&policy, &grads, &theirs, &format!("{name}/"), grad_norm);
-        if kind != DpoLossKind::Sigmoid {
+        if name != "sigmoid" {
             continue;
         }
         let o = &fixture.optimizer;
@@ -447,4 +459,66 @@ fn dpo_losses_match_trl() {
         }
         assert_eq!(compared, ours.tensors().len(), "every parameter after the step");
     }
+}
+
+/// The pairs of `trl_reward.json` with TRL's loss.
+#[derive(Deserialize)]
+struct RewardFixture {
+    center_rewards_coefficient: f32,
+    score: Vec<f32>,
+    prompts: Vec<Vec<u32>>,
+    chosen: Vec<Vec<u32>>,
+    rejected: Vec<Vec<u32>>,
+    margins: Vec<f32>,
+    loss: f64,
+    grad_norm: f64,
+}
+
+/// Reward-model training's Bradley–Terry loss, with margins and TRL's centering term, against
+/// TRL's `RewardTrainer.compute_loss` on the same pairs (fixture by
+/// `tests/fixtures/gen_trl_reward.py`; the tiny Qwen2's decoder with a fresh one-score head):
+/// the loss within 1e-6 and each gradient tensor, the score head's included, within 1e-6 of the
+/// gradient's norm.
+#[test]
+fn the_reward_model_loss_matches_trl() {
+    let fixtures = fixtures();
+    let fixture: RewardFixture = read_json(&fixtures.join("trl_reward.json"));
+    let device = Default::default();
+    let decoder = load::<B>(&fixtures.join("lm/qwen2-gqa"), &device).unwrap();
+    let hidden = fixture.score.len();
+    let score = Tensor::<B, 2>::from_data(TensorData::new(fixture.score.clone(), [hidden, 1]), &device);
+    let model = SequenceClassifier::with_score(decoder, score, Some(0));
+    let pairs: Vec<PreferencePair> = (0..fixture.prompts.len())
+        .map(|i| PreferencePair {
+            prompt: fixture.prompts[i].clone(),
+            chosen: fixture.chosen[i].clone(),
+            rejected: fixture.rejected[i].clone(),
+            margin: fixture.margins[i],
+        })
+        .collect();
+    let picked: Vec<&PreferencePair> = pairs.iter().collect();
+    let scores = pair_scores(&model, &picked, &device);
+    let margin = Tensor::<B, 1>::from_data(TensorData::new(fixture.margins.clone(), [pairs.len()]), &device);
+    let loss = bradley_terry_loss(
+        scores.chosen,
+        scores.rejected,
+        margin,
+        fixture.center_rewards_coefficient,
+    );
+    let value = f64::from(loss.clone().into_scalar());
+    assert!(
+        (value - fixture.loss).abs() < 1e-6,
+        "loss: rein {value} vs TRL {}",
+        fixture.loss
+    );
+    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reward-grads");
+    let _ = std::fs::remove_dir_all(&dir);
+    model
+        .valid()
+        .map(&mut GradientsAsValues { grads: &grads })
+        .save(&dir)
+        .unwrap();
+    let theirs = std::fs::read(fixtures.join("trl_reward_grads.safetensors")).unwrap();
+    assert_saved_gradients_match(&dir, &SafeTensors::deserialize(&theirs).unwrap(), "", fixture.grad_norm);
 }

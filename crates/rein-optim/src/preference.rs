@@ -18,7 +18,14 @@
 //! ```
 //!
 //! `ε` is the label smoothing: the assumed share of pairs whose preference is flipped. Each
-//! loss is averaged over the pairs.
+//! loss is averaged over the pairs. With a weight `w > 0` the loss gains the chosen
+//! completions' negative log-likelihood per token (RPO, Pang et al. 2024, "Iterative Reasoning
+//! Preference Optimization", eq. 1; TRL's `loss_type = ["sigmoid", "sft"]` with weights `[1, w]`),
+//! which keeps DPO from lowering the likelihood of the preferred answers along with the others:
+//!
+//! ```text
+//! L += w · (−Σ_i log π_θ(y_w,i | x_i) / Σ_i |y_w,i|)
+//! ```
 //!
 //! **Bradley–Terry reward models** ([`bradley_terry_loss`]; Ouyang et al. 2022, eq. 1; TRL's
 //! `RewardTrainer`): a scalar score `r(x, y)` trained so that
@@ -44,6 +51,8 @@ pub struct DpoConfig {
     pub beta: f32,
     /// `ε`, the robust loss's assumed share of flipped labels (other losses ignore it).
     pub label_smoothing: f32,
+    /// `w`, the weight of the chosen completions' negative log-likelihood (RPO); 0 for none.
+    pub sft_weight: f32,
 }
 
 /// What [`dpo_loss`] computed besides the loss.
@@ -73,6 +82,7 @@ pub fn dpo_loss<B: Backend>(
     config: &DpoConfig,
 ) -> DpoLoss<B> {
     let beta = f64::from(config.beta);
+    let (chosen_sum, chosen_count) = (chosen.clone().sum(), chosen_tokens.clone().sum());
     let chosen_ratio = chosen - reference_chosen;
     let rejected_ratio = rejected - reference_rejected;
     let margin = chosen_ratio.clone() - rejected_ratio.clone();
@@ -91,8 +101,13 @@ pub fn dpo_loss<B: Backend>(
             (clean - flipped).div_scalar(1.0 - 2.0 * eps)
         }
     };
+    let mut loss = per_pair.mean();
+    if config.sft_weight != 0.0 {
+        let nll = chosen_sum.neg() / chosen_count;
+        loss = loss + nll.mul_scalar(f64::from(config.sft_weight));
+    }
     DpoLoss {
-        loss: per_pair.mean(),
+        loss,
         chosen_rewards: chosen_ratio.detach().mul_scalar(beta),
         rejected_rewards: rejected_ratio.detach().mul_scalar(beta),
     }
@@ -165,6 +180,7 @@ mod tests {
                 kind,
                 beta: beta as f32,
                 label_smoothing: eps as f32,
+                sft_weight: 0.0,
             };
             let out = dpo_loss(
                 t(&[c as f32]),
@@ -178,6 +194,29 @@ mod tests {
             assert!((scalar(out.chosen_rewards) - beta * (c - rc)).abs() < 1e-6);
             assert!((scalar(out.rejected_rewards) - beta * (r - rr)).abs() < 1e-6);
         }
+    }
+
+    /// RPO adds the chosen completions' negative log-likelihood per token.
+    #[test]
+    fn the_sft_weight_adds_the_chosen_tokens_mean_negative_log_likelihood() {
+        let config = |sft_weight| DpoConfig {
+            kind: DpoLossKind::Sigmoid,
+            beta: 0.5,
+            label_smoothing: 0.0,
+            sft_weight,
+        };
+        let loss = |w| {
+            let out = dpo_loss(
+                t(&[-6.0, -2.0]),
+                t(&[-5.0, -4.0]),
+                t(&[-5.0, -3.0]),
+                t(&[-5.0, -5.0]),
+                [t(&[3.0, 1.0]), t(&[2.0, 2.0])],
+                &config(w),
+            );
+            scalar(out.loss)
+        };
+        assert!((loss(0.5) - loss(0.0) - 0.5 * 8.0 / 4.0).abs() < 1e-6);
     }
 
     #[test]
@@ -200,7 +239,7 @@ mod tests {
             step in 0.01f32..5.0, beta in 0.01f32..2.0, eps in 0.0f32..0.45,
         ) {
             for kind in [DpoLossKind::Sigmoid, DpoLossKind::Hinge, DpoLossKind::Robust, DpoLossKind::Ipo] {
-                let config = DpoConfig { kind, beta, label_smoothing: eps };
+                let config = DpoConfig { kind, beta, label_smoothing: eps, sft_weight: 0.0 };
                 let loss = |chosen: f32| {
                     scalar(dpo_loss(t(&[chosen]), t(&[r]), t(&[rc]), t(&[rr]), [t(&[1.0]), t(&[1.0])], &config).loss)
                 };
@@ -216,7 +255,7 @@ mod tests {
                     _ => prop_assert!(after <= before + 1e-5, "{kind:?}: {before} → {after}"),
                 }
             }
-            let dpo = DpoConfig { kind: DpoLossKind::Sigmoid, beta, label_smoothing: 0.0 };
+            let dpo = DpoConfig { kind: DpoLossKind::Sigmoid, beta, label_smoothing: 0.0, sft_weight: 0.0 };
             let robust = DpoConfig { kind: DpoLossKind::Robust, ..dpo };
             let of = |config: &DpoConfig| {
                 scalar(dpo_loss(t(&[c]), t(&[r]), t(&[rc]), t(&[rr]), [t(&[1.0]), t(&[1.0])], config).loss)

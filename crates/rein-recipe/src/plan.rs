@@ -5,7 +5,9 @@
 
 use rein_core::AdvantageKind;
 
-use crate::schema::{Algorithm, DataSection, DpoSection, EnvSection, GrpoSection, PpoSection, Recipe, SftSection};
+use crate::schema::{
+    Algorithm, DataSection, DpoSection, EnvSection, GrpoSection, PpoSection, Recipe, RewardModelSection, SftSection,
+};
 
 /// A rule a recipe breaks: the dotted key and why.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +34,8 @@ pub enum Plan<'a> {
     Sft(SftRecipe<'a>),
     /// The DPO family on preference pairs.
     Dpo(DpoRecipe<'a>),
+    /// A reward model trained on preference pairs.
+    RewardModel(RewardModelRecipe<'a>),
 }
 
 /// A PPO recipe: its hyperparameters and its environment.
@@ -78,6 +82,17 @@ pub struct DpoRecipe<'a> {
     pub data: &'a DataSection,
 }
 
+/// A reward-model recipe: its hyperparameters and its preference pairs.
+#[derive(Debug, Clone, Copy)]
+pub struct RewardModelRecipe<'a> {
+    /// The whole recipe.
+    pub recipe: &'a Recipe,
+    /// `[algorithm]`.
+    pub reward_model: &'a RewardModelSection,
+    /// `[data]`.
+    pub data: &'a DataSection,
+}
+
 impl<'a> Plan<'a> {
     /// The view of `recipe`'s algorithm; the error names the section it lacks.
     pub(crate) fn of(recipe: &'a Recipe) -> Result<Self, Broken> {
@@ -105,6 +120,11 @@ impl<'a> Plan<'a> {
                 dpo,
                 data: data("DPO")?,
             }),
+            Algorithm::RewardModel(reward_model) => Plan::RewardModel(RewardModelRecipe {
+                recipe,
+                reward_model,
+                data: data("reward-model training")?,
+            }),
         })
     }
 
@@ -115,6 +135,7 @@ impl<'a> Plan<'a> {
             Plan::Grpo(grpo) => grpo.check(),
             Plan::Sft(_) => Ok(()),
             Plan::Dpo(dpo) => dpo.check(),
+            Plan::RewardModel(rm) => rm.check(),
         }
     }
 
@@ -124,8 +145,41 @@ impl<'a> Plan<'a> {
             Plan::Ppo(_) => None,
             Plan::Grpo(GrpoRecipe { data, .. })
             | Plan::Sft(SftRecipe { data, .. })
-            | Plan::Dpo(DpoRecipe { data, .. }) => Some(data),
+            | Plan::Dpo(DpoRecipe { data, .. })
+            | Plan::RewardModel(RewardModelRecipe { data, .. }) => Some(data),
         }
+    }
+}
+
+impl RewardModelRecipe<'_> {
+    /// Sizes and coefficients in range.
+    fn check(&self) -> Result<(), Broken> {
+        let rm = self.reward_model;
+        if rm.steps == 0 || rm.batch_size == 0 {
+            return Err(broken(
+                "algorithm.batch_size",
+                "steps and batch_size must be at least 1",
+            ));
+        }
+        if !(rm.lr > 0.0 && rm.lr.is_finite()) {
+            return Err(broken("algorithm.lr", format!("must be positive, got {}", rm.lr)));
+        }
+        if !(rm.center_rewards_coefficient >= 0.0 && rm.center_rewards_coefficient.is_finite()) {
+            return Err(broken(
+                "algorithm.center_rewards_coefficient",
+                format!("must be ≥ 0, got {}", rm.center_rewards_coefficient),
+            ));
+        }
+        if rm.max_length < 2 {
+            return Err(broken("algorithm.max_length", "must be at least 2 tokens"));
+        }
+        if rm.max_grad_norm <= 0.0 || rm.max_grad_norm.is_nan() {
+            return Err(broken("algorithm.max_grad_norm", "must be positive"));
+        }
+        if !(rm.init_std > 0.0 && rm.init_std.is_finite()) {
+            return Err(broken("algorithm.init_std", "must be positive"));
+        }
+        Ok(())
     }
 }
 
@@ -162,6 +216,12 @@ impl DpoRecipe<'_> {
         }
         if dpo.max_length < 2 {
             return Err(broken("algorithm.max_length", "must be at least 2 tokens"));
+        }
+        if !(dpo.sft_weight >= 0.0 && dpo.sft_weight.is_finite()) {
+            return Err(broken(
+                "algorithm.sft_weight",
+                format!("must be ≥ 0, got {}", dpo.sft_weight),
+            ));
         }
         if dpo.max_grad_norm <= 0.0 || dpo.max_grad_norm.is_nan() {
             return Err(broken("algorithm.max_grad_norm", "must be positive"));

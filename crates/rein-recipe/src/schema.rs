@@ -121,6 +121,9 @@ pub enum Algorithm {
     Sft(SftSection),
     /// The DPO family on preference pairs (offline).
     Dpo(DpoSection),
+    /// A Bradley–Terry reward model trained on preference pairs.
+    #[serde(rename = "reward-model")]
+    RewardModel(RewardModelSection),
 }
 
 /// PPO hyperparameters (CleanRL's names and defaults).
@@ -348,6 +351,9 @@ pub struct DpoSection {
     pub loss_type: rein_core::DpoLossKind,
     /// The robust loss's assumed share of flipped preferences, in `[0, 0.5)`.
     pub label_smoothing: f32,
+    /// The weight of the chosen completions' negative log-likelihood added to the loss (RPO;
+    /// TRL's `loss_type = ["sigmoid", "sft"]`, `loss_weights = [1, sft_weight]`); 0 for none.
+    pub sft_weight: f32,
     /// Keep each pair's reference log-probabilities once computed, instead of running the
     /// reference model on every batch (the reference is frozen, so the values are the same).
     pub precompute_ref: bool,
@@ -368,8 +374,55 @@ impl Default for DpoSection {
             beta: 0.1,
             loss_type: rein_core::DpoLossKind::Sigmoid,
             label_smoothing: 0.0,
+            sft_weight: 0.0,
             precompute_ref: true,
             max_length: 1024,
+        }
+    }
+}
+
+/// Training a reward model on (prompt, chosen, rejected) pairs, with TRL's `RewardTrainer`
+/// names and defaults where they apply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RewardModelSection {
+    /// Optimiser steps.
+    pub steps: usize,
+    /// Pairs per step.
+    pub batch_size: usize,
+    /// Peak learning rate (AdamW).
+    pub lr: f64,
+    /// Linear warm-up steps, then linear decay to 10%.
+    pub warmup_steps: usize,
+    /// AdamW weight decay.
+    pub weight_decay: f32,
+    /// Global gradient clipping.
+    pub max_grad_norm: f32,
+    /// The weight of `(r_chosen + r_rejected)²`, which keeps rewards centred on zero
+    /// (Eisenstein et al. 2023); 0 for none.
+    pub center_rewards_coefficient: f32,
+    /// Most tokens of prompt and completion together (as for DPO).
+    pub max_length: usize,
+    /// Standard deviation of the new score head's weights.
+    pub init_std: f64,
+    /// Held-out pairwise accuracy every this many steps (and after the last); 0 = only before
+    /// and after training.
+    pub eval_every: usize,
+}
+
+impl Default for RewardModelSection {
+    fn default() -> Self {
+        Self {
+            steps: 1000,
+            batch_size: 8,
+            lr: 1e-4,
+            warmup_steps: 0,
+            weight_decay: 0.0,
+            max_grad_norm: 1.0,
+            center_rewards_coefficient: 0.0,
+            max_length: 1024,
+            init_std: 0.02,
+            eval_every: 0,
         }
     }
 }

@@ -69,6 +69,14 @@ fn sections(algorithm: &Algorithm) -> &'static [(&'static str, Keys)] {
             ("eval", Keys::All),
             ("lora", Keys::All),
         ],
+        // A reward model trains every weight on pairs, after an optional SFT stage on the
+        // chosen completions: no sampling, rewards or adapters.
+        Algorithm::RewardModel(_) => &[
+            ("data", Keys::All),
+            ("model", LM_MODEL),
+            ("train", LM_TRAIN),
+            ("sft", Keys::All),
+        ],
     }
 }
 
@@ -79,6 +87,7 @@ pub(crate) fn algorithm_name(algorithm: &Algorithm) -> &'static str {
         Algorithm::Grpo(_) => "GRPO",
         Algorithm::Sft(_) => "SFT",
         Algorithm::Dpo(_) => "DPO",
+        Algorithm::RewardModel(_) => "reward-model training",
     }
 }
 

@@ -18,8 +18,8 @@ use rein_recipe::{Algorithm, Device, LoadedRecipe, Plan, PpoRecipe};
 pub enum RunOutcome {
     /// A PPO run on environments.
     Ppo(PpoOutcome),
-    /// A language-model run (SFT and/or GRPO).
-    Lm(LmOutcome),
+    /// A language-model run (SFT, GRPO, DPO, a reward model).
+    Lm(Box<LmOutcome>),
 }
 
 /// Trains `loaded` with plugins from `plugin_dir`. With `write_run`, the run directory goes
@@ -85,7 +85,7 @@ fn run_in(
         #[cfg(not(feature = "cuda"))]
         Device::Cuda => Err(no_cuda(loaded)),
     };
-    outcome.map(RunOutcome::Lm)
+    outcome.map(|o| RunOutcome::Lm(Box::new(o)))
 }
 
 /// The first key whose value differs between two resolved recipes, described.

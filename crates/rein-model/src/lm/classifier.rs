@@ -5,25 +5,28 @@
 
 use std::path::Path;
 
-use burn::module::Module;
+use burn::module::{Module, Param};
 use burn::nn::Linear;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
+use rein_core::SeededRng;
 
 use super::model::{CausalLm, Context};
-use super::model_dir::{Decoder, Weights, read_config};
+use super::model_dir::{Decoder, Weights, decoder_tensors, linear_weight, read_config, write_model_dir};
 use super::{LmConfig, LoadError};
 use crate::backend::{ReinBackend, affine};
 
 /// A decoder with a classification head (see the module docs).
-#[derive(Debug)]
+#[derive(Module, Debug)]
 pub struct SequenceClassifier<B: ReinBackend> {
     /// The decoder, its own head unused (a classifier has none).
     trunk: CausalLm<B>,
     /// `score`, `[hidden, num_labels]`.
     score: Linear<B>,
     /// The labels in order (`id2label`).
+    #[module(skip)]
     labels: Vec<String>,
     /// The token whose positions pooling skips (`pad_token_id`).
+    #[module(skip)]
     pad_token_id: Option<u32>,
 }
 
@@ -51,6 +54,69 @@ impl<B: ReinBackend> SequenceClassifier<B> {
 
     /// Loads the classifier in `dir` onto `device`, for inference (no gradients).
     pub fn load(dir: &Path, device: &B::Device) -> Result<Self, LoadError> {
+        Ok(Self::open(dir, device)?.no_grad())
+    }
+
+    /// A classifier on `decoder` (its LM head, if any, dropped) with a fresh `score` head of one
+    /// label (a reward model), its weights drawn from `N(0, std²)` as transformers initialises
+    /// it; pooling skips `pad_token_id`.
+    pub fn from_decoder(
+        decoder: CausalLm<B>,
+        pad_token_id: Option<u32>,
+        std: f64,
+        rng: &mut SeededRng,
+        device: &B::Device,
+    ) -> Self {
+        let hidden = decoder.config().hidden_size;
+        let weights: Vec<f32> = (0..hidden).map(|_| (rng.normal() * std) as f32).collect();
+        let score = Tensor::from_data(TensorData::new(weights, [hidden, 1]), device);
+        Self::with_score(decoder, score, pad_token_id)
+    }
+
+    /// A one-label classifier on `decoder` with the given `score` weights, `[hidden, 1]`.
+    pub fn with_score(mut decoder: CausalLm<B>, score: Tensor<B, 2>, pad_token_id: Option<u32>) -> Self {
+        decoder.lm_head = None;
+        Self {
+            trunk: decoder,
+            score: Linear {
+                weight: Param::from_tensor(score),
+                bias: None,
+            },
+            labels: vec!["LABEL_0".into()],
+            pad_token_id,
+        }
+    }
+
+    /// Writes the classifier to `dir` in Hugging Face format (`config.json` naming the
+    /// `*ForSequenceClassification` class, its labels and padding token; `model.safetensors`,
+    /// f32), loadable by transformers and by [`Self::load`]. Tokenizer files are the caller's.
+    pub fn save(&self, dir: &Path) -> Result<(), LoadError> {
+        let mut tensors = decoder_tensors(&self.trunk.merged());
+        tensors.insert("score.weight".into(), linear_weight(&self.score));
+        let mut config: serde_json::Value =
+            serde_json::from_str(&self.config().to_hf_json()).expect("the config serialises");
+        let class = config["architectures"][0]
+            .as_str()
+            .unwrap_or_default()
+            .replace("ForCausalLM", "ForSequenceClassification");
+        config["architectures"] = serde_json::json!([class]);
+        let labels = self.labels.iter().enumerate();
+        let id2label: serde_json::Map<String, serde_json::Value> = labels
+            .clone()
+            .map(|(i, l)| (i.to_string(), l.as_str().into()))
+            .collect();
+        let label2id: serde_json::Map<String, serde_json::Value> = labels.map(|(i, l)| (l.clone(), i.into())).collect();
+        config["id2label"] = id2label.into();
+        config["label2id"] = label2id.into();
+        config["num_labels"] = self.labels.len().into();
+        config["pad_token_id"] = self.pad_token_id.into();
+        config["tie_word_embeddings"] = false.into();
+        let text = serde_json::to_string_pretty(&config).expect("the config serialises") + "\n";
+        write_model_dir(dir, &tensors, &text)
+    }
+
+    /// Reads the classifier in `dir` onto `device`, trainable.
+    pub fn open(dir: &Path, device: &B::Device) -> Result<Self, LoadError> {
         let dir = &super::locate(dir)?;
         let (config, raw) = read_config(dir)?;
         let config_path = dir.join("config.json");
@@ -96,8 +162,8 @@ impl<B: ReinBackend> SequenceClassifier<B> {
             ..config
         };
         Ok(Self {
-            trunk: CausalLm::from_parts(config, embed_tokens, layers, norm, None).no_grad(),
-            score: score.no_grad(),
+            trunk: CausalLm::from_parts(config, embed_tokens, layers, norm, None),
+            score,
             labels,
             pad_token_id,
         })

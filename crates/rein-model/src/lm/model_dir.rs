@@ -1,7 +1,7 @@
 //! Reading and writing model directories in Hugging Face format (`config.json`, safetensors,
 //! tokenizer files): what transformers, PEFT, vLLM and SGLang load. Not a training checkpoint.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use burn::module::Param;
@@ -331,68 +331,84 @@ impl Weights {
 /// their own with [`super::peft::save_adapter`].
 pub fn save<B: ReinBackend>(model: &CausalLm<B>, dir: &Path) -> Result<(), LoadError> {
     let model = &model.merged();
+    let mut tensors = decoder_tensors(model);
+    if let Some(head) = &model.lm_head {
+        tensors.insert("lm_head.weight".into(), linear_weight(head));
+    }
+    write_model_dir(dir, &tensors, &model.config().to_hf_json())
+}
+
+/// The tensors of `model`'s decoder (`model.*`) by their Hugging Face names, `[out, in]`
+/// linear weights, with their real shapes. Its LoRA adapters, if any, are left out: merge first.
+pub(super) fn decoder_tensors<B: ReinBackend>(model: &CausalLm<B>) -> crate::safetensors_file::Tensors {
+    let mut tensors = crate::safetensors_file::Tensors::new();
+    let mut vector = |name: String, t: Tensor<B, 1>| {
+        tensors.insert(name, (t.dims().to_vec(), floats(t)));
+    };
+    vector("model.norm.weight".into(), model.norm.weight.val());
+    let mut linears = Vec::new();
+    for (i, layer) in model.layers.iter().enumerate() {
+        let p = format!("model.layers.{i}");
+        vector(
+            format!("{p}.input_layernorm.weight"),
+            layer.input_layernorm.weight.val(),
+        );
+        vector(
+            format!("{p}.post_attention_layernorm.weight"),
+            layer.post_attention_layernorm.weight.val(),
+        );
+        let (a, mlp) = (&layer.self_attn, &layer.mlp);
+        for (name, linear) in [
+            ("self_attn.q_proj", &a.q_proj),
+            ("self_attn.k_proj", &a.k_proj),
+            ("self_attn.v_proj", &a.v_proj),
+            ("self_attn.o_proj", &a.o_proj),
+            ("mlp.gate_proj", &mlp.gate_proj),
+            ("mlp.up_proj", &mlp.up_proj),
+            ("mlp.down_proj", &mlp.down_proj),
+        ] {
+            if let Some(b) = &linear.bias {
+                vector(format!("{p}.{name}.bias"), b.val());
+            }
+            linears.push((format!("{p}.{name}.weight"), linear_weight(linear)));
+        }
+    }
+    let embed = model.embed_tokens.weight.val();
+    tensors.insert(
+        "model.embed_tokens.weight".into(),
+        (embed.dims().to_vec(), floats(embed)),
+    );
+    tensors.extend(linears);
+    tensors
+}
+
+/// A linear layer's weight as Hugging Face stores it: `[out, in]`.
+pub(super) fn linear_weight<B: ReinBackend>(linear: &Linear<B>) -> (Vec<usize>, Vec<f32>) {
+    let t = linear.weight.val().transpose();
+    (t.dims().to_vec(), floats(t))
+}
+
+fn floats<B: ReinBackend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data().convert::<f32>().to_vec::<f32>().unwrap_or_default()
+}
+
+/// Writes `tensors` (`model.safetensors`, f32) and `config` (`config.json`) into `dir`.
+pub(super) fn write_model_dir(
+    dir: &Path,
+    tensors: &crate::safetensors_file::Tensors,
+    config: &str,
+) -> Result<(), LoadError> {
     let io = |path: &Path, e: std::io::Error| LoadError::Io {
         path: path.to_path_buf(),
         reason: e.to_string(),
     };
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
-    let config = model.config();
-    let mut tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)> = BTreeMap::new();
-    let mut put = |name: String, t: Tensor<B, 2>| {
-        let dims = t.dims().to_vec();
-        tensors.insert(
-            name,
-            (dims, t.into_data().convert::<f32>().to_vec::<f32>().unwrap_or_default()),
-        );
-    };
-    put("model.embed_tokens.weight".into(), model.embed_tokens.weight.val());
-    let linear = |prefix: String, l: &Linear<B>, put: &mut dyn FnMut(String, Tensor<B, 2>)| {
-        put(format!("{prefix}.weight"), l.weight.val().transpose());
-        if let Some(b) = &l.bias {
-            put(format!("{prefix}.bias"), b.val().unsqueeze::<2>());
-        }
-    };
-    for (i, layer) in model.layers.iter().enumerate() {
-        let p = format!("model.layers.{i}");
-        let a = &layer.self_attn;
-        linear(format!("{p}.self_attn.q_proj"), &a.q_proj, &mut put);
-        linear(format!("{p}.self_attn.k_proj"), &a.k_proj, &mut put);
-        linear(format!("{p}.self_attn.v_proj"), &a.v_proj, &mut put);
-        linear(format!("{p}.self_attn.o_proj"), &a.o_proj, &mut put);
-        linear(format!("{p}.mlp.gate_proj"), &layer.mlp.gate_proj, &mut put);
-        linear(format!("{p}.mlp.up_proj"), &layer.mlp.up_proj, &mut put);
-        linear(format!("{p}.mlp.down_proj"), &layer.mlp.down_proj, &mut put);
-        put(
-            format!("{p}.input_layernorm.weight"),
-            layer.input_layernorm.weight.val().unsqueeze::<2>(),
-        );
-        put(
-            format!("{p}.post_attention_layernorm.weight"),
-            layer.post_attention_layernorm.weight.val().unsqueeze::<2>(),
-        );
-    }
-    put("model.norm.weight".into(), model.norm.weight.val().unsqueeze::<2>());
-    if let Some(head) = &model.lm_head {
-        linear("lm_head".into(), head, &mut put);
-    }
-    // 1-D tensors went through [1, n]: store them with their real shape.
-    let tensors: crate::safetensors_file::Tensors = tensors
-        .into_iter()
-        .map(|(name, (dims, values))| {
-            let shape = if dims[0] == 1 && (name.ends_with("bias") || name.contains("norm")) {
-                vec![dims[1]]
-            } else {
-                dims
-            };
-            (name, (shape, values))
-        })
-        .collect();
     let path = dir.join("model.safetensors");
-    crate::safetensors_file::write(&path, &tensors, "pt").map_err(|e| LoadError::Safetensors {
+    crate::safetensors_file::write(&path, tensors, "pt").map_err(|e| LoadError::Safetensors {
         path: path.clone(),
         reason: e.to_string(),
     })?;
     let config_path = dir.join("config.json");
-    std::fs::write(&config_path, config.to_hf_json()).map_err(|e| io(&config_path, e))?;
+    std::fs::write(&config_path, config).map_err(|e| io(&config_path, e))?;
     Ok(())
 }

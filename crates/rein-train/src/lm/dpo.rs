@@ -5,7 +5,8 @@
 //! completions in one batch (chosen rows, then rejected rows), summing each completion's token
 //! log-probabilities. The reference is the policy as DPO started (with LoRA, the same frozen
 //! base weights: no second copy); its log-probabilities of a pair are computed the first time
-//! the pair is drawn and kept (`precompute_ref`, checkpointed), or on every batch. AdamW with
+//! the pair is drawn and kept (`precompute_ref`, checkpointed), or on every batch. `sft_weight`
+//! adds the chosen completions' negative log-likelihood (RPO). AdamW with
 //! linear warm-up then linear decay to 10% of the peak rate, global gradient clipping.
 
 use burn::module::AutodiffModule;
@@ -233,6 +234,7 @@ impl<B: ReinAutodiffBackend> Trainer for Dpo<'_, B> {
             kind: self.section.loss_type,
             beta: self.section.beta,
             label_smoothing: self.section.label_smoothing,
+            sft_weight: self.section.sft_weight,
         };
         let (out, policy) = dpo_batch_loss(&self.model, &batch, &reference, &config, &self.device);
         let (logps_chosen, logps_rejected) = (floats(policy.chosen.inner()), floats(policy.rejected.inner()));

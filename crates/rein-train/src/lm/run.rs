@@ -8,7 +8,7 @@ use burn::module::AutodiffModule;
 use rein_core::SamplerBackend;
 use rein_core::{RewardFn, TextEnv, Tool};
 use rein_model::lm::lora::LoraSpec;
-use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, load, save};
+use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, SequenceClassifier, load, save};
 use rein_model::{ReinAutodiffBackend, ReinBackend};
 use rein_plugin::{PluginRuntime, RewardPlugin};
 use rein_sampler::{Generator, HttpGenerator, HttpSettings, NativeGenerator, SeededRng};
@@ -22,7 +22,7 @@ use crate::lm::recipe_keys::{invalid, model_path};
 use crate::lm::reward_setup::rewards;
 use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, WeightedReward};
 use crate::run_dir::{MetricsWriter, RunDir};
-use rein_recipe::{Algorithm, DpoSection, GrpoSection, LoadedRecipe, Plan};
+use rein_recipe::{Algorithm, DpoSection, GrpoSection, LoadedRecipe, Plan, RewardModelSection};
 
 /// Where GRPO's completions come from: the native sampler, or the inference servers of
 /// `sampler.urls` (waited for until they answer), with the policy written under
@@ -78,6 +78,8 @@ pub struct LmOutcome {
     pub grpo: Option<GrpoOutcome>,
     /// The DPO stage, when the recipe's algorithm is DPO.
     pub dpo: Option<DpoOutcome>,
+    /// Reward-model training, when that is the recipe's algorithm.
+    pub reward_model: Option<RewardModelOutcome>,
     /// Seconds spent in SFT.
     pub sft_seconds: f64,
     /// Seconds for the whole run.
@@ -99,6 +101,25 @@ pub struct DpoOutcome {
     pub skipped: usize,
 }
 
+/// What reward-model training reports.
+#[derive(Debug, Clone, Default)]
+pub struct RewardModelOutcome {
+    /// Steps done.
+    pub steps: usize,
+    /// Seconds the training took (resumed parts included).
+    pub seconds: f64,
+    /// Preference pairs trained on.
+    pub pairs: usize,
+    /// Held-out pairs.
+    pub test_pairs: usize,
+    /// Rows skipped (each named on stderr when the run started).
+    pub skipped: usize,
+    /// Held-out pairwise accuracy of the fresh score head.
+    pub accuracy_before: Option<f64>,
+    /// And after training.
+    pub accuracy_after: Option<f64>,
+}
+
 /// Everything a language-model run or evaluation needs, built from a recipe.
 struct LmSetup<B: ReinBackend> {
     model: CausalLm<B>,
@@ -110,8 +131,10 @@ struct LmSetup<B: ReinBackend> {
     majority: Option<RewardPlugin>,
     /// Tools and a text environment, for multi-turn episodes.
     agent: Option<Agent>,
-    /// Preference pairs (DPO).
+    /// Preference pairs (DPO, reward models).
     pairs: Vec<lm::PreferencePair>,
+    /// Held-out preference pairs (reward models).
+    test_pairs: Vec<lm::PreferencePair>,
     /// Preference rows that could not train.
     skipped_pairs: usize,
 }
@@ -128,8 +151,11 @@ fn setup<B: ReinBackend>(
     let recipe = &loaded.recipe;
     let plan = loaded.plan()?;
     let data = (plan.data()).ok_or_else(|| TrainError::Unsupported("a PPO recipe trains no language model".into()))?;
-    let dpo = match plan {
-        Plan::Dpo(dpo) => Some(dpo.dpo),
+    // Algorithms that learn from preference pairs: their `max_length`, and whether the
+    // held-out split is pairs too (a reward model's is; DPO's is prompts to answer).
+    let preference = match plan {
+        Plan::Dpo(dpo) => Some((dpo.dpo.max_length, false)),
+        Plan::RewardModel(rm) => Some((rm.reward_model.max_length, true)),
         _ => None,
     };
 
@@ -147,10 +173,11 @@ fn setup<B: ReinBackend>(
     }
 
     // Data.
-    let mut preferences = Vec::new();
+    let (mut preferences, mut test_preferences) = (Vec::new(), Vec::new());
     let mut skipped = Vec::new();
+    let test_is_pairs = preference.is_some_and(|(_, pairs)| pairs);
     let (train, test) = match (&data.task, &data.train) {
-        (Some(task), _) if dpo.is_some() => {
+        (Some(task), _) if preference.is_some() => {
             if task.ops.iter().any(|op| op == "*") || task.solution != rein_recipe::Solution::Scratchpad {
                 return Err(invalid(
                     loaded,
@@ -161,10 +188,15 @@ fn setup<B: ReinBackend>(
             }
             let (train, test) = lm::generate_task(task, recipe.seed);
             let mut rng = SeededRng::new(recipe.seed ^ 0x5119);
-            preferences = lm::pairs_from_examples(&train, data.system_prompt.as_deref(), |e| {
-                lm::slipped_solution(&e.prompt, &mut rng)
-            });
-            (train, test)
+            let mut slip = |e: &lm::Example| lm::slipped_solution(&e.prompt, &mut rng);
+            preferences = lm::pairs_from_examples(&train, data.system_prompt.as_deref(), &mut slip);
+            match test_is_pairs {
+                true => {
+                    test_preferences = lm::pairs_from_examples(&test, data.system_prompt.as_deref(), &mut slip);
+                    (train, Vec::new())
+                }
+                false => (train, test),
+            }
         }
         (Some(task), _) => {
             task.validate()
@@ -177,9 +209,15 @@ fn setup<B: ReinBackend>(
             }
             (train, test)
         }
-        (None, Some(path)) if dpo.is_some() => {
+        (None, Some(path)) if preference.is_some() => {
             (preferences, skipped) = lm::read_preferences(&loaded.resolve(path), &data.fields)?;
             let test = match &data.test {
+                Some(path) if test_is_pairs => {
+                    let skipped_test;
+                    (test_preferences, skipped_test) = lm::read_preferences(&loaded.resolve(path), &data.fields)?;
+                    skipped.extend(skipped_test);
+                    Vec::new()
+                }
                 Some(path) => lm::read(&loaded.resolve(path), &data.fields)?,
                 None => Vec::new(),
             };
@@ -205,18 +243,20 @@ fn setup<B: ReinBackend>(
     let agent = agent(loaded, &runtime, plugin_dir, &tokenizer)?;
     let tools = agent.as_ref().map(|a| a.schemas(None)).unwrap_or_default();
     let mut train = lm::prepare(&train, &tokenizer, data, &tools)?;
-    let pairs = match dpo {
-        Some(dpo) => {
-            let (pairs, more) = lm::prepare_preferences(&preferences, &tokenizer, data, dpo.max_length)?;
+    let (pairs, test_pairs) = match preference {
+        Some((max_length, _)) => {
+            let (pairs, more) = lm::prepare_preferences(&preferences, &tokenizer, data, max_length)?;
+            skipped.extend(more);
+            let (test_pairs, more) = lm::prepare_preferences(&test_preferences, &tokenizer, data, max_length)?;
             skipped.extend(more);
             lm::report_skipped(&skipped);
             if train.is_empty() {
                 // Preference data: an SFT stage learns the chosen completions.
                 train = pairs.iter().map(lm::PreferencePair::chosen_prompt).collect();
             }
-            pairs
+            (pairs, test_pairs)
         }
-        None => Vec::new(),
+        None => (Vec::new(), Vec::new()),
     };
     let mut test = lm::prepare(&test, &tokenizer, data, &tools)?;
     if let Some(max) = recipe.eval.max_examples {
@@ -251,6 +291,7 @@ fn setup<B: ReinBackend>(
         majority,
         agent,
         pairs,
+        test_pairs,
         skipped_pairs: skipped.len(),
     })
 }
@@ -525,9 +566,19 @@ pub fn run_lm<B: ReinAutodiffBackend>(
             (model, dpo, outcome.after) = stages.dpo(model, section, stage)?;
             outcome.dpo = Some(dpo);
         }
+        Algorithm::RewardModel(section) => {
+            let (reward_model, trained) = stages.reward_model(model.clone(), section)?;
+            if let Some(run) = run {
+                let dir = run.path().join("final");
+                reward_model.save(&dir)?;
+                stages.setup.tokenizer.save(&dir)?;
+            }
+            outcome.reward_model = Some(trained);
+        }
         Algorithm::Sft(_) | Algorithm::Ppo(_) => {}
     }
-    if let Some(run) = run {
+    let causal = !matches!(loaded.recipe.algorithm, Algorithm::RewardModel(_));
+    if let Some(run) = run.filter(|_| causal) {
         save_model_dir(&model, &stages.setup.tokenizer, &run.path().join("final"))?;
         if model.lora.is_some() {
             let base = loaded.recipe.model.path.as_deref().unwrap_or_default();
@@ -697,6 +748,69 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         Ok((model, outcome, after))
     }
 
+    /// Reward-model training on `decoder` with a fresh score head, with held-out pairwise
+    /// accuracy before and after.
+    fn reward_model(
+        &mut self,
+        decoder: CausalLm<B>,
+        section: &RewardModelSection,
+    ) -> Result<(SequenceClassifier<B>, RewardModelOutcome), TrainError> {
+        let recipe = &self.loaded.recipe;
+        let resume = self.resumed.as_ref().map(|(c, _)| (*c).clone());
+        let stage = LmStage::AfterSft {
+            before: None,
+            sft_seconds: 0.0,
+        };
+        let checkpointing = self.checkpointing(resume.clone(), 0, stage);
+        let pad = self.setup.tokenizer.pad_id();
+        let mut rng = SeededRng::new(recipe.seed ^ 0x5C0E);
+        let model = SequenceClassifier::from_decoder(decoder, pad, section.init_std, &mut rng, &self.device);
+        eprintln!(
+            "reward model: {} steps of {} pairs, from {} pairs ({} held out, {} skipped)",
+            section.steps,
+            section.batch_size,
+            self.setup.pairs.len(),
+            self.setup.test_pairs.len(),
+            self.setup.skipped_pairs
+        );
+        let (pairs, test) = (&self.setup.pairs, &self.setup.test_pairs);
+        let mut trainer = lm::BradleyTerry::new(model, pairs, test, section, recipe.seed, &self.device)?;
+        let before = trainer.test_accuracy();
+        if let (Some(metrics), None, Some(accuracy)) = (self.metrics.as_mut(), &resume, before) {
+            metrics
+                .write(&json!({"stage": "eval", "when": "before", "step": 0, "eval/pairwise_accuracy": accuracy}))?;
+        }
+        let driven = Driver {
+            metrics: self.metrics.as_mut(),
+            checkpointing: &checkpointing,
+            stall_timeout: self.stall_timeout,
+            stage: Some("reward-model"),
+        }
+        .run(&mut trainer)?;
+        let after = trainer.test_accuracy();
+        if let (Some(metrics), Some(accuracy)) = (self.metrics.as_mut(), after) {
+            let step = section.steps;
+            metrics
+                .write(&json!({"stage": "eval", "when": "after", "step": step, "eval/pairwise_accuracy": accuracy}))?;
+        }
+        let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v));
+        eprintln!(
+            "held-out pairwise accuracy: {} before, {} after",
+            pct(before),
+            pct(after)
+        );
+        let outcome = RewardModelOutcome {
+            steps: driven.steps,
+            seconds: driven.elapsed.as_secs_f64(),
+            pairs: pairs.len(),
+            test_pairs: test.len(),
+            skipped: self.setup.skipped_pairs,
+            accuracy_before: before,
+            accuracy_after: after,
+        };
+        Ok((trainer.model, outcome))
+    }
+
     /// A stage's checkpointing: its checkpoints carry `stage` and are numbered after the
     /// `step_offset` steps of the stages before it.
     fn checkpointing(&self, resume: Option<Checkpoint>, step_offset: usize, stage: LmStage) -> Checkpointing {
@@ -797,6 +911,18 @@ fn report_markdown(loaded: &LoadedRecipe, outcome: &LmOutcome) -> String {
                 ));
             }
         }
+    }
+    if let Some(r) = &outcome.reward_model {
+        let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v));
+        text.push_str(&format!(
+            "\n| reward model | held-out pairwise accuracy |\n|---|---|\n| before training | {} |\n| after training | {} |\n",
+            pct(r.accuracy_before),
+            pct(r.accuracy_after)
+        ));
+        text.push_str(&format!(
+            "\nReward model: {} steps in {:.1} s on {} preference pairs, {} held out ({} rows skipped)\n",
+            r.steps, r.seconds, r.pairs, r.test_pairs, r.skipped
+        ));
     }
     if let Some(d) = &outcome.dpo {
         text.push_str(&format!(
