@@ -12,6 +12,7 @@ mod machine;
 mod peers;
 mod plugins;
 mod ppo;
+mod preference;
 mod qwen2_3m;
 mod report;
 mod rewards;
@@ -56,9 +57,10 @@ fn main() -> anyhow::Result<()> {
         "agent" => agent::run(&plugin_dir)?,
         "serve" => serve::run()?,
         "rewards" => rewards::run(&plugin_dir)?,
+        "preferences" => preference::run()?,
         other => {
             anyhow::bail!(
-                "unknown benchmark suite `{other}` (available: plugins, ppo, generate, grpo, sft, agent, serve, rewards)"
+                "unknown benchmark suite `{other}` (available: plugins, ppo, generate, grpo, sft, agent, serve, rewards, preferences)"
             )
         }
     };

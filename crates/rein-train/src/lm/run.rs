@@ -567,7 +567,7 @@ pub fn run_lm<B: ReinAutodiffBackend>(
             outcome.dpo = Some(dpo);
         }
         Algorithm::RewardModel(section) => {
-            let (reward_model, trained) = stages.reward_model(model.clone(), section)?;
+            let (reward_model, trained) = stages.reward_model(model.clone(), section, stage)?;
             if let Some(run) = run {
                 let dir = run.path().join("final");
                 reward_model.save(&dir)?;
@@ -662,11 +662,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         stage: LmStage,
     ) -> Result<(CausalLm<B>, GrpoOutcome, Option<EvalReport>), TrainError> {
         let recipe = &self.loaded.recipe;
-        let resume = (self.resumed.as_ref())
-            .filter(|(_, s)| matches!(s, LmStage::AfterSft { .. }))
-            .map(|(c, _)| (*c).clone());
-        let sft_steps = recipe.sft.as_ref().map_or(0, |s| s.steps);
-        let checkpointing = self.checkpointing(resume, sft_steps, stage);
+        let checkpointing = self.after_sft_checkpointing(stage);
         let ctx = lm::GrpoContext {
             tokenizer: &self.setup.tokenizer,
             prompts: &self.setup.train,
@@ -694,11 +690,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         .run(&mut grpo)?;
         let outcome = grpo.outcome(driven.steps, &driven.phases);
         let model = grpo.model;
-        let after = self.setup.evaluate(&model.valid(), self.loaded, &self.device)?;
-        if let Some(report) = &after {
-            log_eval(self.metrics.as_mut(), "after", section.steps, report)?;
-            eprintln!("held-out after RL:  {}", describe(report));
-        }
+        let after = self.evaluate_after(&model, section.steps, "held-out after RL: ")?;
         Ok((model, outcome, after))
     }
 
@@ -709,12 +701,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         section: &DpoSection,
         stage: LmStage,
     ) -> Result<(CausalLm<B>, DpoOutcome, Option<EvalReport>), TrainError> {
-        let recipe = &self.loaded.recipe;
-        let resume = (self.resumed.as_ref())
-            .filter(|(_, s)| matches!(s, LmStage::AfterSft { .. }))
-            .map(|(c, _)| (*c).clone());
-        let sft_steps = recipe.sft.as_ref().map_or(0, |s| s.steps);
-        let checkpointing = self.checkpointing(resume, sft_steps, stage);
+        let checkpointing = self.after_sft_checkpointing(stage);
         let pad = self.setup.tokenizer.pad_id().unwrap_or(0);
         eprintln!(
             "DPO ({:?}, β = {}): {} steps of {} pairs, from {} pairs ({} skipped)",
@@ -725,7 +712,8 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             self.setup.pairs.len(),
             self.setup.skipped_pairs
         );
-        let mut dpo = lm::Dpo::new(model, &self.setup.pairs, pad, section, recipe.seed, &self.device)?;
+        let seed = self.loaded.recipe.seed;
+        let mut dpo = lm::Dpo::new(model, &self.setup.pairs, pad, section, seed, &self.device)?;
         let driven = Driver {
             metrics: self.metrics.as_mut(),
             checkpointing: &checkpointing,
@@ -740,11 +728,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             skipped: self.setup.skipped_pairs,
         };
         let model = dpo.model;
-        let after = self.setup.evaluate(&model.valid(), self.loaded, &self.device)?;
-        if let Some(report) = &after {
-            log_eval(self.metrics.as_mut(), "after", section.steps, report)?;
-            eprintln!("held-out after DPO: {}", describe(report));
-        }
+        let after = self.evaluate_after(&model, section.steps, "held-out after DPO:")?;
         Ok((model, outcome, after))
     }
 
@@ -754,14 +738,11 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         &mut self,
         decoder: CausalLm<B>,
         section: &RewardModelSection,
+        stage: LmStage,
     ) -> Result<(SequenceClassifier<B>, RewardModelOutcome), TrainError> {
         let recipe = &self.loaded.recipe;
-        let resume = self.resumed.as_ref().map(|(c, _)| (*c).clone());
-        let stage = LmStage::AfterSft {
-            before: None,
-            sft_seconds: 0.0,
-        };
-        let checkpointing = self.checkpointing(resume.clone(), 0, stage);
+        let checkpointing = self.after_sft_checkpointing(stage);
+        let resumed = checkpointing.resume.is_some();
         let pad = self.setup.tokenizer.pad_id();
         let mut rng = SeededRng::new(recipe.seed ^ 0x5C0E);
         let model = SequenceClassifier::from_decoder(decoder, pad, section.init_std, &mut rng, &self.device);
@@ -776,7 +757,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         let (pairs, test) = (&self.setup.pairs, &self.setup.test_pairs);
         let mut trainer = lm::BradleyTerry::new(model, pairs, test, section, recipe.seed, &self.device)?;
         let before = trainer.test_accuracy();
-        if let (Some(metrics), None, Some(accuracy)) = (self.metrics.as_mut(), &resume, before) {
+        if let (Some(metrics), false, Some(accuracy)) = (self.metrics.as_mut(), resumed, before) {
             metrics
                 .write(&json!({"stage": "eval", "when": "before", "step": 0, "eval/pairwise_accuracy": accuracy}))?;
         }
@@ -809,6 +790,32 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             accuracy_after: after,
         };
         Ok((trainer.model, outcome))
+    }
+
+    /// The checkpointing of the stage after SFT: it resumes only a checkpoint taken in that
+    /// stage, and numbers its checkpoints after SFT's steps.
+    fn after_sft_checkpointing(&self, stage: LmStage) -> Checkpointing {
+        let resume = (self.resumed.as_ref())
+            .filter(|(_, s)| matches!(s, LmStage::AfterSft { .. }))
+            .map(|(c, _)| (*c).clone());
+        let sft_steps = self.loaded.recipe.sft.as_ref().map_or(0, |s| s.steps);
+        self.checkpointing(resume, sft_steps, stage)
+    }
+
+    /// The held-out evaluation of the trained `model`, logged after `steps` and printed after
+    /// `label`.
+    fn evaluate_after(
+        &mut self,
+        model: &CausalLm<B>,
+        steps: usize,
+        label: &str,
+    ) -> Result<Option<EvalReport>, TrainError> {
+        let after = self.setup.evaluate(&model.valid(), self.loaded, &self.device)?;
+        if let Some(report) = &after {
+            log_eval(self.metrics.as_mut(), "after", steps, report)?;
+            eprintln!("{label} {}", describe(report));
+        }
+        Ok(after)
     }
 
     /// A stage's checkpointing: its checkpoints carry `stage` and are numbered after the
