@@ -714,3 +714,55 @@ runs_dir = {runs:?}
     let reloaded = rein_train::lm::pairwise_accuracy(&model, &test, &device).unwrap();
     assert_eq!(reloaded, after);
 }
+
+/// Online DPO, shrunk: the policy's own groups, scored by a plugin (here the length), give one
+/// pair each (best against worst) or a tie; the first update's loss is ln 2, the policy being
+/// its reference.
+#[test]
+fn online_dpo_learns_from_the_best_and_worst_of_each_group() {
+    let runs = scratch("online-dpo");
+    let overrides: Vec<String> = [
+        "data.task.train=400",
+        "data.task.test=8",
+        "sft.steps=12",
+        "sft.batch_size=8",
+        "algorithm.steps=3",
+        "algorithm.prompts_per_step=4",
+        "algorithm.sft_weight=0.0",
+        "sampler.n=4",
+        "sampler.temperature=1.5",
+        "sampler.max_new_tokens=40",
+        "eval.k=2",
+        // Rewards that differ within a group from the start: the length (math-answer, at weight
+        // 0, still measures held-out accuracy).
+        "reward=[{plugin = \"math-answer\", config = {extract = \"answer\"}, weight = 0.0}, \
+         {plugin = \"length-penalty\", config = {max_length = 40.0, cache_length = 40.0}}]",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("train.runs_dir={:?}", runs.display().to_string())])
+    .collect();
+    let recipe = LoadedRecipe::load(&root().join("recipes/online-dpo-arithmetic.toml"), &overrides).unwrap();
+    let RunOutcome::Lm(outcome) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    assert!(outcome.after.is_some());
+    let records = stage_records(&runs, "online-dpo");
+    assert_eq!(records.len(), 3);
+    let mut learned = 0;
+    for r in &records {
+        let (pairs, ties) = (r["dpo/pairs"].as_u64().unwrap(), r["dpo/ties"].as_u64().unwrap());
+        assert!(pairs + ties <= 4, "{r}");
+        assert!(r["train/reward"].is_number(), "{r}");
+        if pairs > 0 {
+            learned += 1;
+            assert!(r["dpo/loss"].is_number(), "{r}");
+        }
+    }
+    assert!(learned > 0, "no step had a pair with different rewards: {records:?}");
+    assert!(records[0]["dpo/pairs"].as_u64() > Some(0), "{:?}", records[0]);
+    let first = records[0]["dpo/loss"].as_f64().unwrap();
+    assert!((first - std::f64::consts::LN_2).abs() < 1e-5, "first loss {first}");
+    let report = std::fs::read_to_string(outcome.run_dir.unwrap().join("report.md")).unwrap();
+    assert!(report.contains("Online DPO: 3 steps"), "{report}");
+}

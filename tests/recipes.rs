@@ -649,4 +649,27 @@ fn a_dpo_recipe_names_what_it_does_not_use_and_what_is_out_of_range() {
     let dir = recipes(&[("dpo.toml", "[algorithm]\nname = \"dpo\"\n")]);
     let err = load(&dir, "dpo.toml", &[]).unwrap_err();
     assert!(err.to_string().contains("DPO needs a [data] section"), "{err}");
+
+    // Online DPO ranks groups of samples by their rewards.
+    let online = GRPO.replace("name = \"grpo\"", "name = \"online-dpo\"");
+    let dir = recipes(&[("online.toml", &online)]);
+    load(&dir, "online.toml", &[]).unwrap();
+    for (set, key, message) in [
+        ("sampler.n=1", "sampler.n", "best completion with its worst"),
+        ("reward=[]", "reward", "add a [[reward]]"),
+        ("algorithm.beta=-1", "algorithm.beta", "> 0"),
+        ("algorithm.clip_low=0.1", "algorithm.clip_low", "unknown"),
+        (
+            "teacher.model=\"t\"",
+            "teacher.model",
+            "online DPO does not use [teacher]",
+        ),
+    ] {
+        let err = load(&dir, "online.toml", &[set]).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("`{key}`")) && text.contains(message),
+            "{set}: {err}"
+        );
+    }
 }

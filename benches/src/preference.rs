@@ -76,8 +76,12 @@ pub fn run() -> anyhow::Result<Report> {
     }
     let seconds = median(&times).unwrap_or(f64::NAN);
     let rss = [loading_rss, peak_rss_mib()].into_iter().flatten().reduce(f64::max);
+    let phase = |name: &str| 1e3 * phases.total(name).as_secs_f64() / (WARMUP + STEPS) as f64;
     println!(
-        "  rein: {seconds:.3} s per step, peak RSS {:.0} MiB",
+        "  rein: {seconds:.3} s per step (reference {:.0} ms, forward + backward {:.0} ms, optimizer {:.0} ms), peak RSS {:.0} MiB",
+        phase("reference"),
+        phase("backward"),
+        phase("optimizer"),
         rss.unwrap_or(f64::NAN)
     );
 

@@ -23,12 +23,12 @@ use std::path::{Path, PathBuf};
 
 pub use data::{ArithmeticTask, Fields, Solution};
 pub use error::RecipeError;
-pub use plan::{DpoRecipe, GrpoRecipe, Plan, PpoRecipe, RewardModelRecipe, SftRecipe};
+pub use plan::{DpoRecipe, GrpoRecipe, OnlineDpoRecipe, Plan, PpoRecipe, RewardModelRecipe, SftRecipe};
 pub use rein_core::AdvantageKind;
 pub use schema::{
     AgentSection, Algorithm, DataSection, Device, DpoSection, EnvSection, EvalSection, GrpoSection, JudgeEntry,
-    LoraSection, ModelSection, OptimizerSection, PluginEntry, PpoSection, Recipe, RewardEntry, RewardModelKind,
-    RewardModelSection, SamplerSection, SftSection, TeacherKl, TeacherSection, TrainSection,
+    LoraSection, ModelSection, OnlineDpoSection, OptimizerSection, PluginEntry, PpoSection, Recipe, RewardEntry,
+    RewardModelKind, RewardModelSection, SamplerSection, SftSection, TeacherKl, TeacherSection, TrainSection,
 };
 
 use compose::Composed;
@@ -478,6 +478,7 @@ fn algorithm_error(composed: &Composed) -> Option<(String, String)> {
         "sft" => serde_path_to_error::deserialize::<_, SftSection>(value).err()?,
         "dpo" => serde_path_to_error::deserialize::<_, DpoSection>(value).err()?,
         "reward-model" => serde_path_to_error::deserialize::<_, RewardModelSection>(value).err()?,
+        "online-dpo" => serde_path_to_error::deserialize::<_, OnlineDpoSection>(value).err()?,
         _ => return None,
     };
     Some((format!("algorithm.{}", error.path()), error.inner().to_string()))

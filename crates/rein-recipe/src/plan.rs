@@ -6,7 +6,8 @@
 use rein_core::AdvantageKind;
 
 use crate::schema::{
-    Algorithm, DataSection, DpoSection, EnvSection, GrpoSection, PpoSection, Recipe, RewardModelSection, SftSection,
+    Algorithm, DataSection, DpoSection, EnvSection, GrpoSection, OnlineDpoSection, PpoSection, Recipe,
+    RewardModelSection, SftSection,
 };
 
 /// A rule a recipe breaks: the dotted key and why.
@@ -36,6 +37,8 @@ pub enum Plan<'a> {
     Dpo(DpoRecipe<'a>),
     /// A reward model trained on preference pairs.
     RewardModel(RewardModelRecipe<'a>),
+    /// Online DPO on pairs the policy samples.
+    OnlineDpo(OnlineDpoRecipe<'a>),
 }
 
 /// A PPO recipe: its hyperparameters and its environment.
@@ -78,6 +81,17 @@ pub struct DpoRecipe<'a> {
     pub recipe: &'a Recipe,
     /// `[algorithm]`.
     pub dpo: &'a DpoSection,
+    /// `[data]`.
+    pub data: &'a DataSection,
+}
+
+/// An online-DPO recipe: its hyperparameters and its prompts.
+#[derive(Debug, Clone, Copy)]
+pub struct OnlineDpoRecipe<'a> {
+    /// The whole recipe.
+    pub recipe: &'a Recipe,
+    /// `[algorithm]`.
+    pub online_dpo: &'a OnlineDpoSection,
     /// `[data]`.
     pub data: &'a DataSection,
 }
@@ -125,6 +139,11 @@ impl<'a> Plan<'a> {
                 reward_model,
                 data: data("reward-model training")?,
             }),
+            Algorithm::OnlineDpo(online_dpo) => Plan::OnlineDpo(OnlineDpoRecipe {
+                recipe,
+                online_dpo,
+                data: data("online DPO")?,
+            }),
         })
     }
 
@@ -136,6 +155,7 @@ impl<'a> Plan<'a> {
             Plan::Sft(_) => Ok(()),
             Plan::Dpo(dpo) => dpo.check(),
             Plan::RewardModel(rm) => rm.check(),
+            Plan::OnlineDpo(online) => online.check(),
         }
     }
 
@@ -146,9 +166,73 @@ impl<'a> Plan<'a> {
             Plan::Grpo(GrpoRecipe { data, .. })
             | Plan::Sft(SftRecipe { data, .. })
             | Plan::Dpo(DpoRecipe { data, .. })
-            | Plan::RewardModel(RewardModelRecipe { data, .. }) => Some(data),
+            | Plan::RewardModel(RewardModelRecipe { data, .. })
+            | Plan::OnlineDpo(OnlineDpoRecipe { data, .. }) => Some(data),
         }
     }
+}
+
+impl OnlineDpoRecipe<'_> {
+    /// Rewards to rank with, groups to rank, and DPO's own rules.
+    fn check(&self) -> Result<(), Broken> {
+        let (r, online) = (self.recipe, self.online_dpo);
+        if r.reward.is_empty() {
+            return Err(broken(
+                "reward",
+                "online DPO ranks completions by their rewards: add a [[reward]]",
+            ));
+        }
+        if r.sampler.n < 2 {
+            return Err(broken(
+                "sampler.n",
+                format!(
+                    "must be at least 2, got {}: online DPO pairs a group's best completion with its worst",
+                    r.sampler.n
+                ),
+            ));
+        }
+        if online.steps == 0 || online.prompts_per_step == 0 {
+            return Err(broken(
+                "algorithm.prompts_per_step",
+                "steps and prompts_per_step must be at least 1",
+            ));
+        }
+        if r.sampler.backend == rein_core::SamplerBackend::Http {
+            return Err(broken(
+                "sampler.backend",
+                "online DPO samples in process for now: use backend = \"native\"",
+            ));
+        }
+        check_preference_loss(online.beta, online.loss_type, online.label_smoothing, online.sft_weight)
+    }
+}
+
+/// β, the label smoothing and the likelihood weight of a DPO-family loss.
+fn check_preference_loss(
+    beta: f32,
+    loss_type: rein_core::DpoLossKind,
+    label_smoothing: f32,
+    sft_weight: f32,
+) -> Result<(), Broken> {
+    if !(beta > 0.0 && beta.is_finite()) {
+        return Err(broken("algorithm.beta", format!("must be > 0, got {beta}")));
+    }
+    if !(0.0..0.5).contains(&label_smoothing) {
+        return Err(broken(
+            "algorithm.label_smoothing",
+            format!("must be in [0, 0.5), got {label_smoothing}"),
+        ));
+    }
+    if label_smoothing > 0.0 && loss_type != rein_core::DpoLossKind::Robust {
+        return Err(broken(
+            "algorithm.label_smoothing",
+            format!("only the `robust` loss reads it (TRL's definition); loss_type is `{loss_type:?}`"),
+        ));
+    }
+    if !(sft_weight >= 0.0 && sft_weight.is_finite()) {
+        return Err(broken("algorithm.sft_weight", format!("must be ≥ 0, got {sft_weight}")));
+    }
+    Ok(())
 }
 
 impl RewardModelRecipe<'_> {
@@ -196,32 +280,9 @@ impl DpoRecipe<'_> {
         if !(dpo.lr > 0.0 && dpo.lr.is_finite()) {
             return Err(broken("algorithm.lr", format!("must be positive, got {}", dpo.lr)));
         }
-        if !(dpo.beta > 0.0 && dpo.beta.is_finite()) {
-            return Err(broken("algorithm.beta", format!("must be > 0, got {}", dpo.beta)));
-        }
-        if !(0.0..0.5).contains(&dpo.label_smoothing) {
-            return Err(broken(
-                "algorithm.label_smoothing",
-                format!("must be in [0, 0.5), got {}", dpo.label_smoothing),
-            ));
-        }
-        if dpo.label_smoothing > 0.0 && dpo.loss_type != rein_core::DpoLossKind::Robust {
-            return Err(broken(
-                "algorithm.label_smoothing",
-                format!(
-                    "only the `robust` loss reads it (TRL's definition); loss_type is `{:?}`",
-                    dpo.loss_type
-                ),
-            ));
-        }
+        check_preference_loss(dpo.beta, dpo.loss_type, dpo.label_smoothing, dpo.sft_weight)?;
         if dpo.max_length < 2 {
             return Err(broken("algorithm.max_length", "must be at least 2 tokens"));
-        }
-        if !(dpo.sft_weight >= 0.0 && dpo.sft_weight.is_finite()) {
-            return Err(broken(
-                "algorithm.sft_weight",
-                format!("must be ≥ 0, got {}", dpo.sft_weight),
-            ));
         }
         if dpo.max_grad_norm <= 0.0 || dpo.max_grad_norm.is_nan() {
             return Err(broken("algorithm.max_grad_norm", "must be positive"));

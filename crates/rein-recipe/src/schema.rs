@@ -124,6 +124,9 @@ pub enum Algorithm {
     /// A Bradley–Terry reward model trained on preference pairs.
     #[serde(rename = "reward-model")]
     RewardModel(RewardModelSection),
+    /// Online (iterative) DPO: pairs sampled from the policy and ranked by the rewards.
+    #[serde(rename = "online-dpo")]
+    OnlineDpo(OnlineDpoSection),
 }
 
 /// PPO hyperparameters (CleanRL's names and defaults).
@@ -377,6 +380,43 @@ impl Default for DpoSection {
             sft_weight: 0.0,
             precompute_ref: true,
             max_length: 1024,
+        }
+    }
+}
+
+/// Online DPO: each step samples `sampler.n` completions for each of `prompts_per_step`
+/// prompts with the current policy, scores them with the recipe's rewards, and takes one DPO
+/// step on each group's best completion against its worst (ties skipped). The optimiser is
+/// `[optimizer]`'s, as for GRPO.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OnlineDpoSection {
+    /// Steps (each one sampled batch and one update).
+    pub steps: usize,
+    /// Prompts per step.
+    pub prompts_per_step: usize,
+    /// `β`.
+    pub beta: f32,
+    /// `sigmoid` (DPO), `ipo`, `hinge` or `robust`.
+    pub loss_type: rein_core::DpoLossKind,
+    /// The robust loss's assumed share of flipped preferences, in `[0, 0.5)`.
+    pub label_smoothing: f32,
+    /// The weight of the chosen completions' negative log-likelihood (RPO); 0 for none.
+    pub sft_weight: f32,
+    /// What to do when a reward plugin fails on a group: `fail`, `zero` or `skip`.
+    pub on_error: rein_core::OnError,
+}
+
+impl Default for OnlineDpoSection {
+    fn default() -> Self {
+        Self {
+            steps: 100,
+            prompts_per_step: 8,
+            beta: 0.1,
+            loss_type: rein_core::DpoLossKind::Sigmoid,
+            label_smoothing: 0.0,
+            sft_weight: 0.0,
+            on_error: rein_core::OnError::Fail,
         }
     }
 }

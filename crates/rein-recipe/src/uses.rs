@@ -69,6 +69,18 @@ fn sections(algorithm: &Algorithm) -> &'static [(&'static str, Keys)] {
             ("eval", Keys::All),
             ("lora", Keys::All),
         ],
+        // Online DPO samples and scores as GRPO does (single-turn), then learns from pairs.
+        Algorithm::OnlineDpo(_) => &[
+            ("data", Keys::All),
+            ("model", LM_MODEL),
+            ("optimizer", Keys::All),
+            ("train", LM_TRAIN),
+            ("sft", Keys::All),
+            ("sampler", Keys::All),
+            ("reward", Keys::All),
+            ("eval", Keys::All),
+            ("lora", Keys::All),
+        ],
         // A reward model trains every weight on pairs, after an optional SFT stage on the
         // chosen completions: no sampling, rewards or adapters.
         Algorithm::RewardModel(_) => &[
@@ -88,6 +100,7 @@ pub(crate) fn algorithm_name(algorithm: &Algorithm) -> &'static str {
         Algorithm::Sft(_) => "SFT",
         Algorithm::Dpo(_) => "DPO",
         Algorithm::RewardModel(_) => "reward-model training",
+        Algorithm::OnlineDpo(_) => "online DPO",
     }
 }
 

@@ -10,6 +10,7 @@ use rein_core::{RewardFn, TextEnv, Tool};
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, SequenceClassifier, load, save};
 use rein_model::{ReinAutodiffBackend, ReinBackend};
+use rein_optim::DpoConfig;
 use rein_plugin::{PluginRuntime, RewardPlugin};
 use rein_sampler::{Generator, HttpGenerator, HttpSettings, NativeGenerator, SeededRng};
 use serde_json::json;
@@ -558,7 +559,26 @@ pub fn run_lm<B: ReinAutodiffBackend>(
     match &loaded.recipe.algorithm {
         Algorithm::Grpo(section) => {
             let grpo;
-            (model, grpo, outcome.after) = stages.grpo(model, section, stage)?;
+            (model, grpo, outcome.after) = stages.grpo(model, section, None, stage)?;
+            outcome.grpo = Some(grpo);
+        }
+        Algorithm::OnlineDpo(online) => {
+            // GRPO's sampling and scoring, with a DPO update on each group's best and worst.
+            let section = GrpoSection {
+                steps: online.steps,
+                prompts_per_step: online.prompts_per_step,
+                on_error: online.on_error,
+                kl_coef: 0.0,
+                ..GrpoSection::default()
+            };
+            let config = DpoConfig {
+                kind: online.loss_type,
+                beta: online.beta,
+                label_smoothing: online.label_smoothing,
+                sft_weight: online.sft_weight,
+            };
+            let grpo;
+            (model, grpo, outcome.after) = stages.grpo(model, &section, Some(config), stage)?;
             outcome.grpo = Some(grpo);
         }
         Algorithm::Dpo(section) => {
@@ -654,11 +674,12 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         Ok((model, LmStage::AfterSft { before, sft_seconds }))
     }
 
-    /// GRPO from `model`, then the evaluation after RL.
+    /// GRPO from `model` (online DPO with `preferences`), then the evaluation after RL.
     fn grpo(
         &mut self,
         model: CausalLm<B>,
         section: &GrpoSection,
+        preferences: Option<DpoConfig>,
         stage: LmStage,
     ) -> Result<(CausalLm<B>, GrpoOutcome, Option<EvalReport>), TrainError> {
         let recipe = &self.loaded.recipe;
@@ -681,11 +702,14 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
                 .map_err(|e| invalid(self.loaded, "teacher.model", e.to_string()))?;
             grpo = grpo.with_teacher(model, teacher.coef as f32, teacher.kl);
         }
+        if let Some(config) = preferences {
+            grpo = grpo.with_preferences(config);
+        }
         let driven = Driver {
             metrics: self.metrics.as_mut(),
             checkpointing: &checkpointing,
             stall_timeout: self.stall_timeout,
-            stage: Some("grpo"),
+            stage: Some(if preferences.is_some() { "online-dpo" } else { "grpo" }),
         }
         .run(&mut grpo)?;
         let outcome = grpo.outcome(driven.steps, &driven.phases);
@@ -938,8 +962,12 @@ fn report_markdown(loaded: &LoadedRecipe, outcome: &LmOutcome) -> String {
         ));
     }
     if let Some(g) = &outcome.grpo {
+        let name = match loaded.recipe.algorithm {
+            Algorithm::OnlineDpo(_) => "Online DPO",
+            _ => "GRPO",
+        };
         text.push_str(&format!(
-            "\nGRPO: {} steps; generate {:.1} s, reward {:.1} s, train {:.1} s; final mean reward {:.3}\n",
+            "\n{name}: {} steps; generate {:.1} s, reward {:.1} s, train {:.1} s; final mean reward {:.3}\n",
             g.steps,
             g.generate.as_secs_f64(),
             g.reward.as_secs_f64(),

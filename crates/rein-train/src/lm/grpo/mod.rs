@@ -13,7 +13,7 @@ use burn::optim::{AdamW, AdamWConfig};
 use rein_core::{AdvantageKind, FailureCounts};
 use rein_model::ReinAutodiffBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
-use rein_optim::{LinearSchedule, PolicyLossConfig};
+use rein_optim::{DpoConfig, LinearSchedule, PolicyLossConfig};
 use rein_recipe::{GrpoSection, OptimizerSection, SamplerSection, TeacherKl};
 use rein_sampler::{Generator, NativeGenerator, SeededRng};
 use serde::{Deserialize, Serialize};
@@ -29,6 +29,7 @@ use crate::driver::{Record, Snapshot, Step, Trainer};
 use crate::watchdog::Phases;
 
 mod learn;
+mod online_dpo;
 mod sample;
 
 /// Where a GRPO run's time went and how it ended.
@@ -115,6 +116,9 @@ pub struct Grpo<'a, B: ReinAutodiffBackend> {
     reference: Option<CausalLm<B::InnerBackend>>,
     /// On-policy distillation's teacher, the weight of its term and how its KL is estimated.
     teacher: Option<(CausalLm<B::InnerBackend>, f32, TeacherKl)>,
+    /// Online DPO: learn from each group's best completion against its worst with this loss,
+    /// instead of the policy-gradient loss.
+    preferences: Option<DpoConfig>,
     ctx: GrpoContext<'a>,
     /// Single-turn completions: the native sampler or inference servers, possibly ahead of
     /// training (multi-turn episodes are played in process).
@@ -195,6 +199,7 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
             in_flight: Default::default(),
             reference: (grpo.kl_coef != 0.0).then(|| model.valid()),
             teacher: None,
+            preferences: None,
             model,
             optim,
             pad: ctx.tokenizer.pad_id().unwrap_or(0),
@@ -219,6 +224,15 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
     /// caller checks).
     pub fn with_teacher(mut self, teacher: CausalLm<B::InnerBackend>, coef: f32, kl: TeacherKl) -> Self {
         self.teacher = Some((teacher, coef, kl));
+        self
+    }
+
+    /// Online DPO: each step's groups are sampled and scored as GRPO's, then give one pair
+    /// each (best against worst reward, ties skipped) and one update on `config`'s DPO loss
+    /// against the policy as it started ([`online_dpo`]).
+    pub fn with_preferences(mut self, config: DpoConfig) -> Self {
+        self.reference.get_or_insert_with(|| self.model.valid());
+        self.preferences = Some(config);
         self
     }
 
@@ -270,7 +284,10 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
                 eprintln!("step {step}: every group was skipped; nothing to learn from");
                 Record::new()
             }
-            false => self.learn(step, &sampled.batch, phases)?,
+            false => match self.preferences {
+                Some(config) => self.learn_preferences(step, &sampled.batch, &config, phases)?,
+                None => self.learn(step, &sampled.batch, phases)?,
+            },
         };
         // The policy after step k is version k (a step without groups leaves it unchanged).
         self.state.version = step as u64;
