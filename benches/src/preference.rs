@@ -36,9 +36,7 @@ pub fn run() -> anyhow::Result<Report> {
     // plain text (no chat template), so that both sides tokenize the same strings.
     let task: rein_recipe::ArithmeticTask = serde_json::from_value(serde_json::json!({"train": 200, "test": 0}))?;
     let mut rng = rein_core::SeededRng::new(1);
-    let examples = pairs_from_examples(&generate_task(&task, 1).0, None, |e| {
-        slipped_solution(&e.prompt, &mut rng)
-    });
+    let examples = pairs_from_examples(&generate_task(&task, 1).0, |e| slipped_solution(&e.prompt, &mut rng));
     let data: DataSection = serde_json::from_value(serde_json::json!({"chat_template": false}))?;
     let (pairs, _) = prepare_preferences(&examples, &tokenizer, &data, 1024)?;
     let mut lines = String::new();

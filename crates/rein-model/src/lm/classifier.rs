@@ -1,7 +1,10 @@
 //! Sequence classifiers in Hugging Face format (`LlamaForSequenceClassification`,
 //! `Qwen2ForSequenceClassification`, `MistralForSequenceClassification`): the decoder of a causal
 //! model with a `score` head, `[hidden] → [num_labels]` without bias, read at each sequence's last
-//! token that is not the padding token, as transformers reads it. This is what reward models are.
+//! token that is not the padding token, as transformers reads it. This is what reward models are:
+//! [`SequenceClassifier::load`] reads one to score with, [`SequenceClassifier::from_decoder`]
+//! puts a fresh one-score head on a causal model's decoder to train, and
+//! [`SequenceClassifier::save`] writes one in the same format.
 
 use std::path::Path;
 

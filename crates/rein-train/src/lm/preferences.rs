@@ -188,13 +188,12 @@ fn completion(value: Value, column: &str) -> Result<String, String> {
 /// `rejected` what `reject` makes of the example (`None`: the example makes no pair).
 pub fn pairs_from_examples(
     examples: &[Example],
-    system: Option<&str>,
     mut reject: impl FnMut(&Example) -> Option<String>,
 ) -> Vec<PreferenceExample> {
     (examples.iter().enumerate())
         .filter_map(|(i, e)| {
             Some(PreferenceExample {
-                prompt: opening_messages(&e.prompt, system),
+                prompt: opening_messages(&e.prompt, None),
                 chosen: e.completion.clone()?,
                 rejected: reject(e)?,
                 margin: None,

@@ -177,28 +177,7 @@ fn setup<B: ReinBackend>(
     let (mut preferences, mut test_preferences) = (Vec::new(), Vec::new());
     let mut skipped = Vec::new();
     let test_is_pairs = preference.is_some_and(|(_, pairs)| pairs);
-    let (train, test) = match (&data.task, &data.train) {
-        (Some(task), _) if preference.is_some() => {
-            if task.ops.iter().any(|op| op == "*") || task.solution != rein_recipe::Solution::Scratchpad {
-                return Err(invalid(
-                    loaded,
-                    "data.task",
-                    "generated preference pairs slip one step of a worked + or − solution: \
-                     use ops from [\"+\", \"-\"] and solution = \"scratchpad\"",
-                ));
-            }
-            let (train, test) = lm::generate_task(task, recipe.seed);
-            let mut rng = SeededRng::new(recipe.seed ^ 0x5119);
-            let mut slip = |e: &lm::Example| lm::slipped_solution(&e.prompt, &mut rng);
-            preferences = lm::pairs_from_examples(&train, data.system_prompt.as_deref(), &mut slip);
-            match test_is_pairs {
-                true => {
-                    test_preferences = lm::pairs_from_examples(&test, data.system_prompt.as_deref(), &mut slip);
-                    (train, Vec::new())
-                }
-                false => (train, test),
-            }
-        }
+    let (train, mut test) = match (&data.task, &data.train) {
         (Some(task), _) => {
             task.validate()
                 .map_err(|(key, message)| invalid(loaded, &format!("data.task.{key}"), message))?;
@@ -240,6 +219,23 @@ fn setup<B: ReinBackend>(
             ));
         }
     };
+    if let (Some(task), Some(_)) = (&data.task, preference) {
+        // Generated pairs: each problem's worked solution against a slipped one.
+        if task.ops.iter().any(|op| op == "*") || task.solution != rein_recipe::Solution::Scratchpad {
+            return Err(invalid(
+                loaded,
+                "data.task",
+                "generated preference pairs slip one step of a worked + or − solution: \
+                 use ops from [\"+\", \"-\"] and solution = \"scratchpad\"",
+            ));
+        }
+        let mut rng = SeededRng::new(recipe.seed ^ 0x5119);
+        let mut slip = |e: &lm::Example| lm::slipped_solution(&e.prompt, &mut rng);
+        preferences = lm::pairs_from_examples(&train, &mut slip);
+        if test_is_pairs {
+            test_preferences = lm::pairs_from_examples(&std::mem::take(&mut test), &mut slip);
+        }
+    }
     let runtime = PluginRuntime::default();
     let agent = agent(loaded, &runtime, plugin_dir, &tokenizer)?;
     let tools = agent.as_ref().map(|a| a.schemas(None)).unwrap_or_default();
