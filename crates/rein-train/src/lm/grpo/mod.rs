@@ -320,8 +320,13 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
             true => f64::NAN,
             false => self.state.rewards.last().copied().unwrap_or(f64::NAN),
         };
+        let name = if self.preferences.is_some() {
+            "online-dpo"
+        } else {
+            "grpo"
+        };
         let progress = format!(
-            "grpo step {step}/{} | reward {reward:.3} | {seconds:.2} s/step",
+            "{name} step {step}/{} | reward {reward:.3} | {seconds:.2} s/step",
             self.ctx.grpo.steps
         );
         Ok(Step {
