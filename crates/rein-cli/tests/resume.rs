@@ -154,12 +154,14 @@ fn corrupt_newest_checkpoint(dir: &Path) -> Option<PathBuf> {
 /// each time (the newest checkpoint corrupted before one of the resumes); the metrics must be
 /// equal.
 fn killed_and_resumed_equals_uninterrupted(job: &Job, total_steps: usize, kills: usize) {
-    let reference_runs = scratch(&format!("{}-reference", job.every));
+    // Each job its own directories: the tests run in parallel.
+    let tag = Path::new(job.recipe).file_stem().unwrap().to_string_lossy().into_owned();
+    let reference_runs = scratch(&format!("{tag}-{}-reference", job.every));
     succeeded(job.command(&reference_runs, None).output().unwrap());
     let reference = common::metrics_without_timings(&run_dir(&reference_runs));
 
     let mut random = Random(seed());
-    let runs = scratch(&format!("{}-killed", job.every));
+    let runs = scratch(&format!("{tag}-{}-killed", job.every));
     // Kill points well before the end, so the last resume still has work to do.
     let mut kill_at: Vec<usize> = (0..kills)
         .map(|_| 1 + random.below(total_steps as u64 - 2) as usize)
