@@ -155,7 +155,11 @@ fn corrupt_newest_checkpoint(dir: &Path) -> Option<PathBuf> {
 /// equal.
 fn killed_and_resumed_equals_uninterrupted(job: &Job, total_steps: usize, kills: usize) {
     // Each job its own directories: the tests run in parallel.
-    let tag = Path::new(job.recipe).file_stem().unwrap().to_string_lossy().into_owned();
+    let tag = Path::new(job.recipe)
+        .file_stem()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     let reference_runs = scratch(&format!("{tag}-{}-reference", job.every));
     succeeded(job.command(&reference_runs, None).output().unwrap());
     let reference = common::metrics_without_timings(&run_dir(&reference_runs));
