@@ -16,6 +16,7 @@ mod compose;
 mod data;
 mod error;
 mod plan;
+mod preference;
 mod schema;
 mod uses;
 

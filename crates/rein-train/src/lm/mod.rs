@@ -11,7 +11,9 @@ mod eval;
 mod grpo;
 mod judge;
 mod preferences;
+mod recipe_data;
 mod recipe_keys;
+mod report;
 mod reward_model;
 mod reward_setup;
 mod rewards;
@@ -36,6 +38,7 @@ pub use preferences::{
     PreferenceExample, PreferencePair, Skipped, pairs_from_examples, prepare_preferences, read_preferences,
     report_skipped,
 };
+pub(crate) use recipe_data::{PreferenceUse, RecipeData, read_data};
 pub use rein_sampler::{completion_text, stop_check};
 pub use reward_model::{ModelReward, RewardModelError};
 pub use rewards::{GroupReward, OnError, Renamed, RewardFailure, WeightedReward, score_groups};

@@ -1,7 +1,7 @@
 //! Running a language-model recipe: model and tokenizer, data, reward plugins, the SFT stage,
 //! GRPO, evaluations before and after, checkpoints and a report.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use burn::module::AutodiffModule;
@@ -20,6 +20,8 @@ use crate::checkpoint::{Checkpoint, Checkpointing};
 use crate::driver::{self, Driver};
 use crate::lm::episodes::Agent;
 use crate::lm::recipe_keys::{invalid, model_path};
+pub use crate::lm::report::{DpoOutcome, LmOutcome, RewardModelOutcome, describe};
+use crate::lm::report::{log_eval, report_markdown};
 use crate::lm::reward_setup::rewards;
 use crate::lm::{self, EvalReport, EvalSettings, GrpoOutcome, WeightedReward};
 use crate::run_dir::{MetricsWriter, RunDir};
@@ -68,59 +70,6 @@ where
     Ok(Box::new(http))
 }
 
-/// What a language-model run reports.
-#[derive(Debug, Clone, Default)]
-pub struct LmOutcome {
-    /// Held-out evaluation before RL (after SFT, when there is an SFT stage).
-    pub before: Option<EvalReport>,
-    /// Held-out evaluation after training.
-    pub after: Option<EvalReport>,
-    /// The GRPO stage's timings.
-    pub grpo: Option<GrpoOutcome>,
-    /// The DPO stage, when the recipe's algorithm is DPO.
-    pub dpo: Option<DpoOutcome>,
-    /// Reward-model training, when that is the recipe's algorithm.
-    pub reward_model: Option<RewardModelOutcome>,
-    /// Seconds spent in SFT.
-    pub sft_seconds: f64,
-    /// Seconds for the whole run.
-    pub total_seconds: f64,
-    /// The run directory.
-    pub run_dir: Option<PathBuf>,
-}
-
-/// What the DPO stage reports.
-#[derive(Debug, Clone, Default)]
-pub struct DpoOutcome {
-    /// Steps done.
-    pub steps: usize,
-    /// Seconds the stage took (resumed parts included).
-    pub seconds: f64,
-    /// Preference pairs trained on.
-    pub pairs: usize,
-    /// Rows skipped (each named on stderr when the run started).
-    pub skipped: usize,
-}
-
-/// What reward-model training reports.
-#[derive(Debug, Clone, Default)]
-pub struct RewardModelOutcome {
-    /// Steps done.
-    pub steps: usize,
-    /// Seconds the training took (resumed parts included).
-    pub seconds: f64,
-    /// Preference pairs trained on.
-    pub pairs: usize,
-    /// Held-out pairs.
-    pub test_pairs: usize,
-    /// Rows skipped (each named on stderr when the run started).
-    pub skipped: usize,
-    /// Held-out pairwise accuracy of the fresh score head.
-    pub accuracy_before: Option<f64>,
-    /// And after training.
-    pub accuracy_after: Option<f64>,
-}
-
 /// Everything a language-model run or evaluation needs, built from a recipe.
 struct LmSetup<B: ReinBackend> {
     model: CausalLm<B>,
@@ -155,8 +104,14 @@ fn setup<B: ReinBackend>(
     // Algorithms that learn from preference pairs: their `max_length`, and whether the
     // held-out split is pairs too (a reward model's is; DPO's is prompts to answer).
     let preference = match plan {
-        Plan::Dpo(dpo) => Some((dpo.dpo.max_length, false)),
-        Plan::RewardModel(rm) => Some((rm.reward_model.max_length, true)),
+        Plan::Dpo(dpo) => Some(lm::PreferenceUse {
+            max_length: dpo.dpo.max_length,
+            test_is_pairs: false,
+        }),
+        Plan::RewardModel(rm) => Some(lm::PreferenceUse {
+            max_length: rm.reward_model.max_length,
+            test_is_pairs: true,
+        }),
         _ => None,
     };
 
@@ -173,75 +128,19 @@ fn setup<B: ReinBackend>(
         same_tokenizer(loaded, &tokenizer, &model_path(loaded, &teacher.model))?;
     }
 
-    // Data.
-    let (mut preferences, mut test_preferences) = (Vec::new(), Vec::new());
-    let mut skipped = Vec::new();
-    let test_is_pairs = preference.is_some_and(|(_, pairs)| pairs);
-    let (train, mut test) = match (&data.task, &data.train) {
-        (Some(task), _) => {
-            task.validate()
-                .map_err(|(key, message)| invalid(loaded, &format!("data.task.{key}"), message))?;
-            let (train, test) = lm::generate_task(task, recipe.seed);
-            if let Some(dir) = data_dir {
-                std::fs::create_dir_all(dir)?;
-                lm::write_jsonl(&dir.join("train.jsonl"), &train)?;
-                lm::write_jsonl(&dir.join("test.jsonl"), &test)?;
-            }
-            (train, test)
-        }
-        (None, Some(path)) if preference.is_some() => {
-            (preferences, skipped) = lm::read_preferences(&loaded.resolve(path), &data.fields)?;
-            let test = match &data.test {
-                Some(path) if test_is_pairs => {
-                    let skipped_test;
-                    (test_preferences, skipped_test) = lm::read_preferences(&loaded.resolve(path), &data.fields)?;
-                    skipped.extend(skipped_test);
-                    Vec::new()
-                }
-                Some(path) => lm::read(&loaded.resolve(path), &data.fields)?,
-                None => Vec::new(),
-            };
-            (Vec::new(), test)
-        }
-        (None, Some(path)) => {
-            let train = lm::read(&loaded.resolve(path), &data.fields)?;
-            let test = match &data.test {
-                Some(path) => lm::read(&loaded.resolve(path), &data.fields)?,
-                None => Vec::new(),
-            };
-            (train, test)
-        }
-        (None, None) => {
-            return Err(invalid(
-                loaded,
-                "data",
-                "set data.train (a .jsonl or .parquet file) or data.task",
-            ));
-        }
-    };
-    if let (Some(task), Some(_)) = (&data.task, preference) {
-        // Generated pairs: each problem's worked solution against a slipped one.
-        if task.ops.iter().any(|op| op == "*") || task.solution != rein_recipe::Solution::Scratchpad {
-            return Err(invalid(
-                loaded,
-                "data.task",
-                "generated preference pairs slip one step of a worked + or − solution: \
-                 use ops from [\"+\", \"-\"] and solution = \"scratchpad\"",
-            ));
-        }
-        let mut rng = SeededRng::new(recipe.seed ^ 0x5119);
-        let mut slip = |e: &lm::Example| lm::slipped_solution(&e.prompt, &mut rng);
-        preferences = lm::pairs_from_examples(&train, &mut slip);
-        if test_is_pairs {
-            test_preferences = lm::pairs_from_examples(&std::mem::take(&mut test), &mut slip);
-        }
-    }
+    let lm::RecipeData {
+        train,
+        test,
+        preferences,
+        test_preferences,
+        mut skipped,
+    } = lm::read_data(loaded, data, preference, data_dir)?;
     let runtime = PluginRuntime::default();
     let agent = agent(loaded, &runtime, plugin_dir, &tokenizer)?;
     let tools = agent.as_ref().map(|a| a.schemas(None)).unwrap_or_default();
     let mut train = lm::prepare(&train, &tokenizer, data, &tools)?;
     let (pairs, test_pairs) = match preference {
-        Some((max_length, _)) => {
+        Some(lm::PreferenceUse { max_length, .. }) => {
             let (pairs, more) = lm::prepare_preferences(&preferences, &tokenizer, data, max_length)?;
             skipped.extend(more);
             let (test_pairs, more) = lm::prepare_preferences(&test_preferences, &tokenizer, data, max_length)?;
@@ -855,154 +754,4 @@ fn save_model_dir<B: ReinBackend>(model: &CausalLm<B>, tokenizer: &LmTokenizer, 
     save(model, dir)?;
     tokenizer.save(dir)?;
     Ok(())
-}
-
-fn log_eval(
-    metrics: Option<&mut crate::MetricsWriter>,
-    when: &str,
-    step: usize,
-    report: &EvalReport,
-) -> Result<(), TrainError> {
-    if let Some(m) = metrics {
-        m.write(&json!({
-            "stage": "eval",
-            "when": when,
-            "step": step,
-            "eval/greedy_accuracy": report.greedy_accuracy,
-            "eval/pass_at_k": report.pass_at_k,
-            "eval/maj_at_k": report.maj_at_k,
-            "eval/k": report.k,
-            "eval/examples": report.examples,
-            "eval/turns": report.episodes.as_ref().map(|e| e.turns),
-            "eval/tool_call_rate": report.episodes.as_ref().map(|e| e.tool_call_rate),
-            "eval/tool_errors": report.episodes.as_ref().map(|e| e.tool_errors),
-            "eval/truncated_frac": report.episodes.as_ref().map(|e| e.truncated),
-        }))?;
-    }
-    Ok(())
-}
-
-/// One line for a report.
-pub fn describe(report: &EvalReport) -> String {
-    let pct = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
-    format!(
-        "greedy accuracy {:.1}%, pass@{k} {}, maj@{k} {} ({} prompts)",
-        100.0 * report.greedy_accuracy,
-        pct(report.pass_at_k),
-        pct(report.maj_at_k),
-        report.examples,
-        k = report.k
-    )
-}
-
-fn report_markdown(loaded: &LoadedRecipe, outcome: &LmOutcome) -> String {
-    let mut text = format!(
-        "# {}\n\nseed {}, {:.0} s in total",
-        loaded.name(),
-        loaded.recipe.seed,
-        outcome.total_seconds
-    );
-    if outcome.sft_seconds > 0.0 {
-        text.push_str(&format!(" (SFT {:.0} s)", outcome.sft_seconds));
-    }
-    text.push_str(&format!("\n\n{}", loaded.reproducibility()));
-    text.push_str("\n\n| held-out | greedy accuracy | pass@k | maj@k |\n|---|---|---|---|\n");
-    for (label, report) in [("before RL", &outcome.before), ("after RL", &outcome.after)] {
-        if let Some(r) = report {
-            let pct = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
-            text.push_str(&format!(
-                "| {label} | {:.1}% | {} | {} |\n",
-                100.0 * r.greedy_accuracy,
-                pct(r.pass_at_k),
-                pct(r.maj_at_k)
-            ));
-        }
-    }
-    if outcome
-        .before
-        .iter()
-        .chain(&outcome.after)
-        .any(|r| r.episodes.is_some())
-    {
-        text.push_str(
-            "\n| greedy episodes | turns | tool-call rate | tool errors | truncated |\n|---|---|---|---|---|\n",
-        );
-        for (label, report) in [("before RL", &outcome.before), ("after RL", &outcome.after)] {
-            if let Some(e) = report.as_ref().and_then(|r| r.episodes.as_ref()) {
-                text.push_str(&format!(
-                    "| {label} | {:.2} | {:.1}% | {} | {:.1}% |\n",
-                    e.turns,
-                    100.0 * e.tool_call_rate,
-                    e.tool_errors,
-                    100.0 * e.truncated
-                ));
-            }
-        }
-    }
-    if let Some(r) = &outcome.reward_model {
-        let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v));
-        text.push_str(&format!(
-            "\n| reward model | held-out pairwise accuracy |\n|---|---|\n| before training | {} |\n| after training | {} |\n",
-            pct(r.accuracy_before),
-            pct(r.accuracy_after)
-        ));
-        text.push_str(&format!(
-            "\nReward model: {} steps in {:.1} s on {} preference pairs, {} held out ({} rows skipped)\n",
-            r.steps, r.seconds, r.pairs, r.test_pairs, r.skipped
-        ));
-    }
-    if let Some(d) = &outcome.dpo {
-        text.push_str(&format!(
-            "\nDPO: {} steps in {:.1} s on {} preference pairs ({} rows skipped)\n",
-            d.steps, d.seconds, d.pairs, d.skipped
-        ));
-    }
-    if let Some(g) = &outcome.grpo {
-        let name = match loaded.recipe.algorithm {
-            Algorithm::OnlineDpo(_) => "Online DPO",
-            _ => "GRPO",
-        };
-        text.push_str(&format!(
-            "\n{name}: {} steps; generate {:.1} s, reward {:.1} s, train {:.1} s; final mean reward {:.3}\n",
-            g.steps,
-            g.generate.as_secs_f64(),
-            g.reward.as_secs_f64(),
-            g.train.as_secs_f64(),
-            g.final_reward
-        ));
-    }
-    text.push_str(&examples_markdown(outcome));
-    text
-}
-
-/// The first held-out prompts with the greedy completions before and after RL.
-fn examples_markdown(outcome: &LmOutcome) -> String {
-    let shown = |report: &Option<EvalReport>| report.as_ref().map(|r| r.shown.clone()).unwrap_or_default();
-    let (before, after) = (shown(&outcome.before), shown(&outcome.after));
-    let count = before.len().max(after.len());
-    if count == 0 {
-        return String::new();
-    }
-    let mut text = format!("\n## Examples: the first {count} held-out prompts, greedy\n");
-    let quote = |completion: &str| {
-        let lines: Vec<String> = completion.lines().map(|l| format!("> {l}")).collect();
-        match lines.is_empty() {
-            true => "> (empty)".to_string(),
-            false => lines.join("\n"),
-        }
-    };
-    for i in 0..count {
-        let example = before.get(i).or(after.get(i)).expect("i < count");
-        text.push_str(&format!("\n### {}\n\n{}\n", i + 1, quote(&example.prompt)));
-        if let Some(reference) = &example.reference {
-            text.push_str(&format!("\nreference: `{reference}`\n"));
-        }
-        for (label, list) in [("before RL", &before), ("after RL", &after)] {
-            if let Some(e) = list.get(i) {
-                let verdict = if e.correct { "correct" } else { "wrong" };
-                text.push_str(&format!("\n{label} ({verdict}):\n\n{}\n", quote(&e.completion)));
-            }
-        }
-    }
-    text
 }
