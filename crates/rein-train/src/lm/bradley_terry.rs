@@ -20,6 +20,7 @@ use rein_sampler::SeededRng;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::dpo::{floats, mean};
 use super::preferences::PreferencePair;
 use super::sft::warmup_then_decay;
 use crate::TrainError;
@@ -90,14 +91,6 @@ pub fn pairwise_accuracy<B: ReinBackend>(
         right += chosen.iter().zip(&rejected).filter(|(c, r)| c > r).count();
     }
     Some(right as f64 / pairs.len() as f64)
-}
-
-fn floats<B: burn::tensor::backend::Backend>(tensor: Tensor<B, 1>) -> Vec<f32> {
-    tensor.into_data().convert::<f32>().to_vec().expect("f32 values")
-}
-
-fn mean(values: &[f32]) -> f64 {
-    values.iter().map(|&v| f64::from(v)).sum::<f64>() / values.len().max(1) as f64
 }
 
 impl<'a, B: ReinAutodiffBackend> BradleyTerry<'a, B> {

@@ -27,7 +27,7 @@ use super::preferences::PreferencePair;
 use super::sft::warmup_then_decay;
 use crate::TrainError;
 use crate::checkpoint::{Checkpoint, learner_sections};
-use crate::driver::{Snapshot, Step, Trainer};
+use crate::driver::{Record, Snapshot, Step, Trainer};
 use crate::watchdog::Phases;
 
 /// What a DPO checkpoint stores besides the model and optimiser.
@@ -202,12 +202,34 @@ fn token_counts<B: ReinBackend>(batch: &TokenBatch, device: &B::Device) -> [Tens
     [tensor(&counts[..pairs]), tensor(&counts[pairs..])]
 }
 
-fn floats<B: burn::tensor::backend::Backend>(tensor: Tensor<B, 1>) -> Vec<f32> {
+/// A 1-D tensor's values.
+pub(super) fn floats<B: burn::tensor::backend::Backend>(tensor: Tensor<B, 1>) -> Vec<f32> {
     tensor.into_data().convert::<f32>().to_vec().expect("f32 values")
 }
 
-fn mean(values: &[f32]) -> f64 {
+/// The mean of `values` (0 when there are none).
+pub(super) fn mean(values: &[f32]) -> f64 {
     values.iter().map(|&v| f64::from(v)).sum::<f64>() / values.len().max(1) as f64
+}
+
+/// A DPO step's batch means, for its record: the implicit rewards of the chosen and rejected
+/// completions (`dpo/rewards_chosen`, `dpo/rewards_rejected`), the share of pairs whose chosen
+/// completion has the larger one (`dpo/reward_accuracy`), their margin (`dpo/reward_margin`),
+/// and the policy's log-probabilities (`dpo/logps_chosen`, `dpo/logps_rejected`).
+pub(crate) fn pair_metrics<B: ReinAutodiffBackend>(out: &DpoLoss<B>, policy: &PairLogProbs<B>) -> Record {
+    let values = |t: &Tensor<B, 1>| floats(t.clone().inner());
+    let (chosen, rejected) = (values(&out.chosen_rewards), values(&out.rejected_rewards));
+    let margins: Vec<f32> = chosen.iter().zip(&rejected).map(|(c, r)| c - r).collect();
+    let accuracy = margins.iter().filter(|&&m| m > 0.0).count() as f64 / margins.len().max(1) as f64;
+    let record = json!({
+        "dpo/rewards_chosen": mean(&chosen),
+        "dpo/rewards_rejected": mean(&rejected),
+        "dpo/reward_accuracy": accuracy,
+        "dpo/reward_margin": mean(&margins),
+        "dpo/logps_chosen": mean(&values(&policy.chosen)),
+        "dpo/logps_rejected": mean(&values(&policy.rejected)),
+    });
+    record.as_object().cloned().unwrap_or_default()
 }
 
 impl<B: ReinAutodiffBackend> Trainer for Dpo<'_, B> {
@@ -237,7 +259,7 @@ impl<B: ReinAutodiffBackend> Trainer for Dpo<'_, B> {
             sft_weight: self.section.sft_weight,
         };
         let (out, policy) = dpo_batch_loss(&self.model, &batch, &reference, &config, &self.device);
-        let (logps_chosen, logps_rejected) = (floats(policy.chosen.inner()), floats(policy.rejected.inner()));
+        let mut record = pair_metrics(&out, &policy);
         let loss_value: f32 = out.loss.clone().into_scalar().elem();
         TrainError::check_loss(step, "DPO loss", loss_value)?;
         let mut grads = GradientsParams::from_grads(out.loss.backward(), &self.model);
@@ -250,30 +272,26 @@ impl<B: ReinAutodiffBackend> Trainer for Dpo<'_, B> {
         let lr = warmup_then_decay(self.section.lr, self.section.warmup_steps, self.section.steps, step);
         self.model = self.optim.step(lr, self.model.clone(), grads);
 
-        let (chosen, rejected) = (floats(out.chosen_rewards.inner()), floats(out.rejected_rewards.inner()));
-        let margins: Vec<f32> = chosen.iter().zip(&rejected).map(|(c, r)| c - r).collect();
-        let accuracy = margins.iter().filter(|&&m| m > 0.0).count() as f64 / margins.len() as f64;
-        let record = json!({
+        let (margin, accuracy) = (
+            record["dpo/reward_margin"].as_f64(),
+            record["dpo/reward_accuracy"].as_f64(),
+        );
+        let extra = json!({
             "step": step,
             "dpo/loss": loss_value,
-            "dpo/rewards_chosen": mean(&chosen),
-            "dpo/rewards_rejected": mean(&rejected),
-            "dpo/reward_accuracy": accuracy,
-            "dpo/reward_margin": mean(&margins),
-            "dpo/logps_chosen": mean(&logps_chosen),
-            "dpo/logps_rejected": mean(&logps_rejected),
             "dpo/lr": lr,
             "dpo/grad_norm": grad_norm,
             "dpo/tokens_seen": self.state.tokens_seen,
         });
+        record.extend(extra.as_object().cloned().unwrap_or_default());
         Ok(Step {
-            record: record.as_object().cloned().unwrap_or_default(),
+            record,
             done: false,
             progress: format!(
                 "dpo step {step}/{} | loss {loss_value:.3} | margin {:.3} | accuracy {:.0}%",
                 self.section.steps,
-                mean(&margins),
-                100.0 * accuracy
+                margin.unwrap_or(f64::NAN),
+                100.0 * accuracy.unwrap_or(f64::NAN)
             ),
         })
     }

@@ -15,7 +15,7 @@ use super::sample::Scored;
 use super::{DROPOUT_SALT, Grpo, generation_seed};
 use crate::TrainError;
 use crate::driver::Record;
-use crate::lm::dpo::{dpo_batch_loss, pair_batch, reference_log_probs};
+use crate::lm::dpo::{dpo_batch_loss, pair_batch, pair_metrics, reference_log_probs};
 use crate::lm::preferences::PreferencePair;
 use crate::watchdog::Phases;
 
@@ -81,6 +81,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             .set_dropout_key(generation_seed(self.ctx.seed ^ DROPOUT_SALT, step, 0));
         let graph = rein_model::one_graph();
         let (out, policy) = dpo_batch_loss(&self.model, &tokens, &reference, config, &self.device);
+        record.extend(pair_metrics(&out, &policy));
         let loss: f32 = out.loss.clone().into_scalar().elem();
         TrainError::check_loss(step, "online DPO loss", loss)?;
         let mut grads = GradientsParams::from_grads(out.loss.backward(), &self.model);
@@ -92,20 +93,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         let lr = self.lr.at(step);
         self.model = self.optim.step(lr, self.model.clone(), grads);
 
-        let floats = |t: burn::tensor::Tensor<B::InnerBackend, 1>| -> Vec<f32> {
-            t.into_data().convert::<f32>().to_vec().unwrap_or_default()
-        };
-        let (chosen, rejected) = (floats(out.chosen_rewards.inner()), floats(out.rejected_rewards.inner()));
-        let margins: Vec<f64> = chosen.iter().zip(&rejected).map(|(c, r)| f64::from(c - r)).collect();
-        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-        let accuracy = margins.iter().filter(|&&m| m > 0.0).count() as f64 / margins.len() as f64;
-        let logps =
-            |t: burn::tensor::Tensor<B, 1>| mean(&floats(t.inner()).iter().map(|&x| f64::from(x)).collect::<Vec<_>>());
         record.insert("dpo/loss".into(), json!(loss));
-        record.insert("dpo/reward_margin".into(), json!(mean(&margins)));
-        record.insert("dpo/reward_accuracy".into(), json!(accuracy));
-        record.insert("dpo/logps_chosen".into(), json!(logps(policy.chosen)));
-        record.insert("dpo/logps_rejected".into(), json!(logps(policy.rejected)));
         record.insert("train/grad_norm".into(), json!(grad_norm));
         record.insert("train/learning_rate".into(), json!(lr));
         Ok(record)
