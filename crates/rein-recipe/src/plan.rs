@@ -239,26 +239,12 @@ impl RewardModelRecipe<'_> {
     /// Sizes and coefficients in range.
     fn check(&self) -> Result<(), Broken> {
         let rm = self.reward_model;
-        if rm.steps == 0 || rm.batch_size == 0 {
-            return Err(broken(
-                "algorithm.batch_size",
-                "steps and batch_size must be at least 1",
-            ));
-        }
-        if !(rm.lr > 0.0 && rm.lr.is_finite()) {
-            return Err(broken("algorithm.lr", format!("must be positive, got {}", rm.lr)));
-        }
+        check_pair_training(rm.steps, rm.batch_size, rm.lr, rm.max_length, rm.max_grad_norm)?;
         if !(rm.center_rewards_coefficient >= 0.0 && rm.center_rewards_coefficient.is_finite()) {
             return Err(broken(
                 "algorithm.center_rewards_coefficient",
                 format!("must be ≥ 0, got {}", rm.center_rewards_coefficient),
             ));
-        }
-        if rm.max_length < 2 {
-            return Err(broken("algorithm.max_length", "must be at least 2 tokens"));
-        }
-        if rm.max_grad_norm <= 0.0 || rm.max_grad_norm.is_nan() {
-            return Err(broken("algorithm.max_grad_norm", "must be positive"));
         }
         if !(rm.init_std > 0.0 && rm.init_std.is_finite()) {
             return Err(broken("algorithm.init_std", "must be positive"));
@@ -271,24 +257,35 @@ impl DpoRecipe<'_> {
     /// Sizes, β and the smoothing in range.
     fn check(&self) -> Result<(), Broken> {
         let dpo = self.dpo;
-        if dpo.steps == 0 || dpo.batch_size == 0 {
-            return Err(broken(
-                "algorithm.batch_size",
-                "steps and batch_size must be at least 1",
-            ));
-        }
-        if !(dpo.lr > 0.0 && dpo.lr.is_finite()) {
-            return Err(broken("algorithm.lr", format!("must be positive, got {}", dpo.lr)));
-        }
-        check_preference_loss(dpo.beta, dpo.loss_type, dpo.label_smoothing, dpo.sft_weight)?;
-        if dpo.max_length < 2 {
-            return Err(broken("algorithm.max_length", "must be at least 2 tokens"));
-        }
-        if dpo.max_grad_norm <= 0.0 || dpo.max_grad_norm.is_nan() {
-            return Err(broken("algorithm.max_grad_norm", "must be positive"));
-        }
-        Ok(())
+        check_pair_training(dpo.steps, dpo.batch_size, dpo.lr, dpo.max_length, dpo.max_grad_norm)?;
+        check_preference_loss(dpo.beta, dpo.loss_type, dpo.label_smoothing, dpo.sft_weight)
     }
+}
+
+/// The sizes, learning rate and clipping of training on preference pairs (DPO, reward models).
+fn check_pair_training(
+    steps: usize,
+    batch_size: usize,
+    lr: f64,
+    max_length: usize,
+    max_grad_norm: f32,
+) -> Result<(), Broken> {
+    if steps == 0 || batch_size == 0 {
+        return Err(broken(
+            "algorithm.batch_size",
+            "steps and batch_size must be at least 1",
+        ));
+    }
+    if !(lr > 0.0 && lr.is_finite()) {
+        return Err(broken("algorithm.lr", format!("must be positive, got {lr}")));
+    }
+    if max_length < 2 {
+        return Err(broken("algorithm.max_length", "must be at least 2 tokens"));
+    }
+    if max_grad_norm <= 0.0 || max_grad_norm.is_nan() {
+        return Err(broken("algorithm.max_grad_norm", "must be positive"));
+    }
+    Ok(())
 }
 
 impl PpoRecipe<'_> {
