@@ -231,6 +231,28 @@ def trainer_step_timer():
     return StepTimes()
 
 
+def trainer_step_result(trainer, timer, args, torch):
+    """What every TRL peer reports of its run, from its `trainer_step_timer`: the true median of
+    the steps after `args.warmup` untimed ones, each step's seconds, the process's peak resident
+    set (Linux reports KiB), whether gradient checkpointing was asked for and took effect, the
+    threads and the BLAS."""
+    import resource
+
+    timed = timer.times[args.warmup :]
+    return {
+        "seconds_per_step": median(timed),
+        "step_seconds": timed,
+        "warmup_seconds": timer.times[: args.warmup],
+        "steps": len(timed),
+        "warmup": args.warmup,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "checkpointing_active": checkpointing_active(trainer),
+        "threads": args.threads,
+        "blas": torch_blas(torch),
+    }
+
+
 def checkpointing_settings(config_class, on):
     """The TRL config keys that turn gradient checkpointing `on` or off. transformers 5.x renamed
     the argument (the old name is a deprecated alias) and TRL's default (True) is set on the old

@@ -31,7 +31,6 @@ if __name__ == "__main__":
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import resource  # noqa: E402
 
 import accelerate  # noqa: E402
 import datasets  # noqa: E402
@@ -90,20 +89,9 @@ def main():
         callbacks=[timer],
     )
     trainer.train()
-    active = peer_common.checkpointing_active(trainer)
-    timed = timer.times[args.warmup :]
     out.emit({
-        "seconds_per_step": peer_common.median(timed),
-        "step_seconds": timed,
-        "warmup_seconds": timer.times[: args.warmup],
-        "steps": len(timed),
-        "warmup": args.warmup,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "gradient_checkpointing": args.gradient_checkpointing,
-        "checkpointing_active": active,
+        **peer_common.trainer_step_result(trainer, timer, args, torch),
         "beta": config.beta,
-        "threads": args.threads,
-        "blas": peer_common.torch_blas(torch),
         "versions": peer_common.versions(torch, transformers, trl, datasets, accelerate),
     })
 

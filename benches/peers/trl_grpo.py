@@ -44,7 +44,6 @@ if __name__ == "__main__":
 import argparse  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
-import resource  # noqa: E402
 
 import accelerate  # noqa: E402
 import datasets  # noqa: E402
@@ -140,29 +139,18 @@ def main():
         peft_config=peft_config,
     )
     trainer.train()
-    active = peer_common.checkpointing_active(trainer)
     lengths = [
         entry["completions/mean_length"]
         for entry in trainer.state.log_history
         if "completions/mean_length" in entry
     ]
-    timed, timed_lengths = timer.times[args.warmup:], lengths[args.warmup:]
+    timed_lengths = lengths[args.warmup:]
     out.emit({
-        "seconds_per_step": peer_common.median(timed),
-        "step_seconds": timed,
-        "warmup_seconds": timer.times[: args.warmup],
-        "steps": len(timed),
-        "warmup": args.warmup,
+        **peer_common.trainer_step_result(trainer, timer, args, torch),
         "mean_completion_tokens": sum(timed_lengths) / len(timed_lengths) if timed_lengths else None,
         "completion_tokens": timed_lengths,
-        # The process's peak resident set (Linux reports KiB).
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "gradient_checkpointing": args.gradient_checkpointing,
-        "checkpointing_active": active,
         "loss_type": config.loss_type,
         "lora_rank": args.lora_rank,
-        "threads": args.threads,
-        "blas": peer_common.torch_blas(torch),
         "versions": peer_common.versions(*used),
     })
 
