@@ -146,6 +146,17 @@ pub enum LagCorrection {
     Icepop,
 }
 
+/// Where PPO on a language model gets its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValueModel {
+    /// A value model of its own: a decoder and a one-value head (TRL, OpenRLHF).
+    #[default]
+    Separate,
+    /// A one-value head on the policy's last hidden states: one forward pass for both.
+    Head,
+}
+
 /// The losses of the DPO family (TRL's `loss_type` names; equations in `rein_optim::dpo_loss`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -16,6 +16,9 @@
 //!   [`lag_correction`] (TIS, IcePop) for completions another policy sampled;
 //!   [`add_teacher_advantages`] and [`full_reverse_kl`], on-policy distillation's sampled and
 //!   full-vocabulary reverse KL.
+//! - PPO on language models: [`token_rewards`] (the score on the last token, −β·KL on every
+//!   token), [`token_gae`] (GAE over a completion's tokens) and [`masked_whiten`], as
+//!   InstructGPT and TRL's `PPOTrainer` compute them; the critic's loss is [`masked_value_loss`].
 //! - Preferences: [`dpo_loss`] (DPO, IPO, hinge, robust) and [`bradley_terry_loss`] for reward
 //!   models.
 //!
@@ -40,6 +43,7 @@ mod ppo_loss;
 mod preference;
 mod running;
 mod schedule;
+mod token_advantages;
 
 pub use aggregation::aggregate;
 pub use distillation::{add_teacher_advantages, full_reverse_kl};
@@ -52,8 +56,9 @@ pub use kl::{kl_estimate, kl_estimate_scalar};
 pub use lag_correction::{Corrected, Correction, lag_correction};
 pub use normalize::normalize;
 pub use policy_loss::{PolicyLoss, PolicyLossConfig, policy_loss};
-pub use ppo_loss::{PpoLoss, PpoLossConfig, ppo_loss};
+pub use ppo_loss::{PpoLoss, PpoLossConfig, masked_value_loss, ppo_loss, value_errors};
 pub use preference::{DpoConfig, DpoLoss, DpoLossKind, bradley_terry_loss, dpo_loss};
 pub use rein_core::{Aggregation, KlEstimator, RatioLevel, StdScaling};
 pub use running::{RewardScaler, RunningMeanStd};
 pub use schedule::LinearSchedule;
+pub use token_advantages::{TokenAdvantages, masked_whiten, token_gae, token_rewards};

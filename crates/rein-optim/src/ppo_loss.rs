@@ -4,7 +4,7 @@
 //! ```text
 //! r = exp(log π_θ(a|s) − log π_old(a|s))
 //! L_clip  = mean( max(−Â r, −Â clip(r, 1 − ε, 1 + ε)) )
-//! L_value = ½ mean( max((V − R)², (V_old + clip(V − V_old, −ε, ε) − R)²) )   (or unclipped)
+//! L_value = ½ mean( max((V − R)², (V_old + clip(V − V_old, −ε, ε) − R)²) )   (or unclipped; value_errors)
 //! L = L_clip − c_ent · mean(H) + c_v · L_value
 //! approx_kl = mean((r − 1) − log r)          (Schulman's k3 estimator, http://joschu.net/blog/kl-approx.html)
 //! clip_frac = mean(|r − 1| > ε)
@@ -67,14 +67,10 @@ pub fn ppo_loss<B: Backend>(
     let pg_loss2 = advantages.neg() * ratio.clone().clamp(1.0 - eps, 1.0 + eps);
     let policy = pg_loss1.max_pair(pg_loss2).mean();
 
-    let v_loss_unclipped = (new_values.clone() - returns.clone()).powi_scalar(2);
-    let value = if config.clip_vloss {
-        let v_clipped = old_values.clone() + (new_values - old_values).clamp(-eps, eps);
-        let v_loss_clipped = (v_clipped - returns).powi_scalar(2);
-        v_loss_unclipped.max_pair(v_loss_clipped).mean().mul_scalar(0.5)
-    } else {
-        v_loss_unclipped.mean().mul_scalar(0.5)
-    };
+    let clip = config.clip_vloss.then_some(eps);
+    let value = value_errors(new_values, old_values, returns, clip)
+        .mean()
+        .mul_scalar(0.5);
 
     let entropy = entropy.mean();
     let loss = policy.clone() - entropy.clone().mul_scalar(config.ent_coef) + value.clone().mul_scalar(config.vf_coef);
@@ -90,6 +86,46 @@ pub fn ppo_loss<B: Backend>(
         approx_kl,
         clip_frac,
     }
+}
+
+/// The critic's squared errors, before they are averaged: `(V − R)²`, or with a clip range `ε`
+/// the larger of that and `(V_old + clip(V − V_old, −ε, ε) − R)²`, so that a step cannot gain by
+/// moving a value further than `ε` from the value it had when the batch was collected. Any
+/// shape: `[batch]` on environments, `[rows, tokens]` on completions (where the caller takes the
+/// masked mean).
+pub fn value_errors<B: Backend, const D: usize>(
+    new_values: Tensor<B, D>,
+    old_values: Tensor<B, D>,
+    returns: Tensor<B, D>,
+    clip: Option<f32>,
+) -> Tensor<B, D> {
+    let unclipped = (new_values.clone() - returns.clone()).powi_scalar(2);
+    match clip {
+        Some(eps) => {
+            let v_clipped = old_values.clone() + (new_values - old_values).clamp(-eps, eps);
+            unclipped.max_pair((v_clipped - returns).powi_scalar(2))
+        }
+        None => unclipped,
+    }
+}
+
+/// PPO's value loss on completions, `½ Σ m · value_errors / Σ m` over the counted tokens (TRL's
+/// `0.5 * masked_mean(vf_loss_max, mask)`).
+///
+/// # Shapes
+/// All `[rows, tokens]` → `[1]`.
+pub fn masked_value_loss<B: Backend>(
+    new_values: Tensor<B, 2>,
+    old_values: Tensor<B, 2>,
+    returns: Tensor<B, 2>,
+    mask: Tensor<B, 2>,
+    clip: Option<f32>,
+) -> Tensor<B, 1> {
+    let errors = value_errors(new_values, old_values, returns, clip);
+    (errors * mask.clone())
+        .sum()
+        .div(mask.sum().clamp_min(1.0))
+        .mul_scalar(0.5)
 }
 
 #[cfg(test)]
