@@ -15,6 +15,7 @@
 mod compose;
 mod data;
 mod error;
+mod lm_ppo;
 mod plan;
 mod preference;
 mod schema;
@@ -24,6 +25,7 @@ use std::path::{Path, PathBuf};
 
 pub use data::{ArithmeticTask, Fields, Solution};
 pub use error::RecipeError;
+pub use lm_ppo::{LmPpoRecipe, LmPpoSection};
 pub use plan::{DpoRecipe, GrpoRecipe, OnlineDpoRecipe, Plan, PpoRecipe, RewardModelRecipe, SftRecipe};
 pub use rein_core::AdvantageKind;
 pub use schema::{
@@ -33,6 +35,7 @@ pub use schema::{
 };
 
 use compose::Composed;
+use schema::LM_PPO_TAG;
 
 /// A recipe loaded from a file, with overrides applied and validated.
 #[derive(Debug, Clone)]
@@ -144,7 +147,12 @@ impl LoadedRecipe {
                 clocked.join(", ")
             ));
         }
-        if let Algorithm::Grpo(grpo) = &r.algorithm {
+        let max_staleness = match &r.algorithm {
+            Algorithm::Grpo(grpo) => Some(grpo.max_staleness),
+            Algorithm::LmPpo(ppo) => Some(ppo.max_staleness),
+            _ => None,
+        };
+        if let Some(max_staleness) = max_staleness {
             if r.sampler.backend == rein_core::SamplerBackend::Http {
                 causes.push(
                     "completions come from inference servers (`sampler.backend = \"http\"`), \
@@ -152,11 +160,10 @@ impl LoadedRecipe {
                         .to_string(),
                 );
             }
-            if grpo.max_staleness > 0 {
+            if max_staleness > 0 {
                 causes.push(format!(
-                    "rollouts run ahead of training (`algorithm.max_staleness = {}`): which policy \
-                     version samples each step depends on timing",
-                    grpo.max_staleness
+                    "rollouts run ahead of training (`algorithm.max_staleness = {max_staleness}`): which policy \
+                     version samples each step depends on timing"
                 ));
             }
         }
@@ -427,7 +434,7 @@ fn available_plugins(dir: &Path) -> Vec<String> {
 }
 
 fn deserialize(composed: &Composed) -> Result<Recipe, RecipeError> {
-    let value = toml::Value::Table(composed.table.clone());
+    let value = toml::Value::Table(with_lm_ppo_tag(composed.table.clone()));
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let message = e.inner().to_string();
@@ -467,14 +474,30 @@ fn deserialize(composed: &Composed) -> Result<Recipe, RecipeError> {
     })
 }
 
+/// `algorithm.name = "ppo"` means PPO on a language model when the recipe has prompts
+/// (`[data]`) and no `[env]`: the table gets the internal tag of [`Algorithm::LmPpo`], which
+/// serialises back as `"ppo"`.
+fn with_lm_ppo_tag(mut table: toml::Table) -> toml::Table {
+    let on_prompts = table.contains_key("data") && !table.contains_key("env");
+    if let Some(algorithm) = table.get_mut("algorithm").and_then(toml::Value::as_table_mut)
+        && on_prompts
+        && algorithm.get("name").and_then(toml::Value::as_str) == Some("ppo")
+    {
+        algorithm.insert("name".into(), LM_PPO_TAG.into());
+    }
+    table
+}
+
 /// The key and message of a type error inside `[algorithm]`, found by deserialising the section
 /// as the type its `name` selects.
 fn algorithm_error(composed: &Composed) -> Option<(String, String)> {
-    let mut section = composed.table.get("algorithm")?.as_table()?.clone();
+    let table = with_lm_ppo_tag(composed.table.clone());
+    let mut section = table.get("algorithm")?.as_table()?.clone();
     let name = section.remove("name")?;
     let value = toml::Value::Table(section);
     let error = match name.as_str()? {
         "ppo" => serde_path_to_error::deserialize::<_, PpoSection>(value).err()?,
+        LM_PPO_TAG => serde_path_to_error::deserialize::<_, LmPpoSection>(value).err()?,
         "grpo" => serde_path_to_error::deserialize::<_, GrpoSection>(value).err()?,
         "sft" => serde_path_to_error::deserialize::<_, SftSection>(value).err()?,
         "dpo" => serde_path_to_error::deserialize::<_, DpoSection>(value).err()?,
@@ -491,7 +514,10 @@ fn algorithm_error(composed: &Composed) -> Option<(String, String)> {
 fn parse_unknown_field(message: &str) -> Option<(String, Vec<String>)> {
     let rest = message.strip_prefix("unknown field `")?;
     let (field, rest) = rest.split_once('`')?;
-    let expected = rest.split('`').skip(1).step_by(2).map(String::from).collect();
+    let expected = (rest.split('`').skip(1).step_by(2))
+        .filter(|name| *name != LM_PPO_TAG)
+        .map(String::from)
+        .collect();
     Some((field.to_string(), expected))
 }
 

@@ -5,6 +5,7 @@
 
 use rein_core::AdvantageKind;
 
+use crate::lm_ppo::LmPpoRecipe;
 use crate::schema::{
     Algorithm, DataSection, DpoSection, EnvSection, GrpoSection, OnlineDpoSection, PpoSection, Recipe,
     RewardModelSection, SftSection,
@@ -39,6 +40,8 @@ pub enum Plan<'a> {
     RewardModel(RewardModelRecipe<'a>),
     /// Online DPO on pairs the policy samples.
     OnlineDpo(OnlineDpoRecipe<'a>),
+    /// PPO with a critic on a language model.
+    LmPpo(LmPpoRecipe<'a>),
 }
 
 /// A PPO recipe: its hyperparameters and its environment.
@@ -144,6 +147,11 @@ impl<'a> Plan<'a> {
                 online_dpo,
                 data: data("online DPO")?,
             }),
+            Algorithm::LmPpo(ppo) => Plan::LmPpo(LmPpoRecipe {
+                recipe,
+                ppo,
+                data: data("PPO on a language model")?,
+            }),
         })
     }
 
@@ -156,6 +164,7 @@ impl<'a> Plan<'a> {
             Plan::Dpo(dpo) => dpo.check(),
             Plan::RewardModel(rm) => rm.check(),
             Plan::OnlineDpo(online) => online.check(),
+            Plan::LmPpo(ppo) => ppo.check(),
         }
     }
 
@@ -167,7 +176,8 @@ impl<'a> Plan<'a> {
             | Plan::Sft(SftRecipe { data, .. })
             | Plan::Dpo(DpoRecipe { data, .. })
             | Plan::RewardModel(RewardModelRecipe { data, .. })
-            | Plan::OnlineDpo(OnlineDpoRecipe { data, .. }) => Some(data),
+            | Plan::OnlineDpo(OnlineDpoRecipe { data, .. })
+            | Plan::LmPpo(LmPpoRecipe { data, .. }) => Some(data),
         }
     }
 }
@@ -427,7 +437,7 @@ impl GrpoRecipe<'_> {
     }
 
     /// Where GRPO's completions come from and how far generation may run ahead.
-    fn generation(&self) -> Result<(), Broken> {
+    pub(crate) fn generation(&self) -> Result<(), Broken> {
         let (r, grpo) = (self.recipe, self.grpo);
         let sampler = &r.sampler;
         let http = sampler.backend == rein_core::SamplerBackend::Http;

@@ -129,7 +129,14 @@ pub enum Algorithm {
     /// Online (iterative) DPO: pairs sampled from the policy and ranked by the rewards.
     #[serde(rename = "online-dpo")]
     OnlineDpo(OnlineDpoSection),
+    /// PPO with a critic on a language model: `name = "ppo"` in a recipe with `[data]`.
+    #[serde(rename(serialize = "ppo", deserialize = "lm-ppo"))]
+    LmPpo(crate::LmPpoSection),
 }
+
+/// The tag [`Algorithm::LmPpo`] is read under (recipes write `"ppo"`; see
+/// `with_lm_ppo_tag`).
+pub(crate) const LM_PPO_TAG: &str = "lm-ppo";
 
 /// PPO hyperparameters (CleanRL's names and defaults).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -81,6 +81,18 @@ fn sections(algorithm: &Algorithm) -> &'static [(&'static str, Keys)] {
             ("eval", Keys::All),
             ("lora", Keys::All),
         ],
+        // PPO on a language model samples and scores as single-turn GRPO does.
+        Algorithm::LmPpo(_) => &[
+            ("data", Keys::All),
+            ("model", LM_MODEL),
+            ("optimizer", Keys::All),
+            ("train", LM_TRAIN),
+            ("sft", Keys::All),
+            ("sampler", Keys::All),
+            ("reward", Keys::All),
+            ("eval", Keys::All),
+            ("lora", Keys::All),
+        ],
         // A reward model trains every weight on pairs, after an optional SFT stage on the
         // chosen completions: no sampling, rewards or adapters.
         Algorithm::RewardModel(_) => &[
@@ -101,6 +113,7 @@ pub(crate) fn algorithm_name(algorithm: &Algorithm) -> &'static str {
         Algorithm::Dpo(_) => "DPO",
         Algorithm::RewardModel(_) => "reward-model training",
         Algorithm::OnlineDpo(_) => "online DPO",
+        Algorithm::LmPpo(_) => "PPO on a language model",
     }
 }
 
