@@ -452,6 +452,8 @@ fn the_shipped_recipes_are_valid() {
         "grpo-judge.toml",
         "distill-arithmetic.toml",
         "grpo-reward-model.toml",
+        "ppo-arithmetic.toml",
+        "ppo-rm-arithmetic.toml",
     ] {
         let loaded = LoadedRecipe::load(&root.join("recipes").join(name), &[]).unwrap_or_else(|e| panic!("{e}"));
         loaded.check_plugins(&plugin_dir).unwrap();
@@ -672,4 +674,56 @@ fn a_dpo_recipe_names_what_it_does_not_use_and_what_is_out_of_range() {
             "{set}: {err}"
         );
     }
+}
+
+/// `algorithm.name = "ppo"` is PPO on environments with `[env]` and PPO with a critic on a
+/// language model with `[data]`; each reads only its own keys, and the language model's are
+/// checked.
+#[test]
+fn ppo_on_prompts_is_ppo_with_a_critic_on_a_language_model() {
+    let lm = GRPO.replace("name = \"grpo\"", "name = \"ppo\"");
+    let dir = recipes(&[("lm.toml", &lm), ("env.toml", BASE)]);
+    let loaded = load(&dir, "lm.toml", &[]).unwrap();
+    let Algorithm::LmPpo(section) = &loaded.recipe.algorithm else {
+        panic!("PPO on a language model, got {:?}", loaded.recipe.algorithm)
+    };
+    // TRL's defaults.
+    assert_eq!((section.gamma, section.gae_lambda, section.vf_coef), (1.0, 0.95, 0.1));
+    assert!(loaded.to_toml().contains("name = \"ppo\""), "{}", loaded.to_toml());
+    ppo(&load(&dir, "env.toml", &[]).unwrap());
+    let err = load(&dir, "env.toml", &["algorithm.value_model=\"head\""]).unwrap_err();
+    assert!(err.to_string().contains("algorithm.value_model"), "{err}");
+    for (set, key, message) in [
+        (
+            "algorithm.num_minibatches=100000",
+            "algorithm.num_minibatches",
+            "prompts_per_step × sampler.n",
+        ),
+        ("algorithm.update_epochs=0", "algorithm.update_epochs", "at least 1"),
+        ("algorithm.gae_lambda=1.5", "algorithm.gae_lambda", "[0, 1]"),
+        ("algorithm.value_clip=0", "algorithm.value_clip", "> 0"),
+        (
+            "algorithm.critic_warmup_steps=100",
+            "algorithm.critic_warmup_steps",
+            "never learn",
+        ),
+        ("algorithm.clip_high=0.3", "algorithm.clip_high", "unknown"),
+        ("algorithm.value_model=\"shared\"", "algorithm.value_model", "separate"),
+        ("reward=[]", "reward", "at least one [[reward]]"),
+        (
+            "teacher.model=\"t\"",
+            "teacher.model",
+            "PPO on a language model does not use [teacher]",
+        ),
+    ] {
+        let err = load(&dir, "lm.toml", &[set]).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("`{key}`")) && text.contains(message),
+            "{set}: {err}"
+        );
+    }
+    let head = ["algorithm.value_model=\"head\"", "algorithm.value_model_path=\"rm\""];
+    let err = load(&dir, "lm.toml", &head).unwrap_err();
+    assert!(err.to_string().contains("`algorithm.value_model_path`"), "{err}");
 }

@@ -118,7 +118,8 @@ fn report_lm(outcome: &rein_train::LmOutcome) {
     }
     if let Some(g) = &outcome.grpo {
         eprintln!(
-            "GRPO: {} steps | generate {:.1} s, reward {:.1} s, train {:.1} s",
+            "{}: {} steps | generate {:.1} s, reward {:.1} s, train {:.1} s",
+            g.algorithm,
             g.steps,
             g.generate.as_secs_f64(),
             g.reward.as_secs_f64(),

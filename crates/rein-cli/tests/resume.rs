@@ -289,6 +289,32 @@ fn sft_then_grpo_killed_at_random_steps_resumes_to_the_same_metrics() {
     killed_and_resumed_equals_uninterrupted(&job, 20, 3);
 }
 
+/// PPO with a critic checkpoints the value model and its optimiser beside the policy, and the
+/// minibatch shuffles' generator: a resumed run ends as the uninterrupted one.
+#[test]
+fn sft_then_ppo_with_a_critic_killed_at_random_steps_resumes_to_the_same_metrics() {
+    let job = Job {
+        recipe: "recipes/ppo-arithmetic.toml",
+        overrides: [
+            "data.task.train=400",
+            "data.task.test=8",
+            "sft.steps=4",
+            "sft.batch_size=8",
+            "algorithm.steps=12",
+            "algorithm.prompts_per_step=2",
+            "algorithm.num_minibatches=2",
+            "sampler.n=2",
+            "sampler.max_new_tokens=12",
+            "eval.k=2",
+        ]
+        .map(String::from)
+        .to_vec(),
+        every: 3,
+    };
+    // A short SFT stage: most kill points fall in PPO.
+    killed_and_resumed_equals_uninterrupted(&job, 16, 3);
+}
+
 /// DPO keeps the reference's log-probabilities of the pairs it has drawn in its checkpoints: a
 /// resumed run reuses them and ends as the uninterrupted one.
 #[test]

@@ -28,7 +28,8 @@ pub mod safetensors_file;
 pub use actor_critic::{ActionHead, ActorCritic, ActorCriticConfig};
 pub use backend::{
     AttentionKernels, CudaMatmul, HeadKernels, LinearKernels, LoraKernels, NormKernels, ReinAutodiffBackend,
-    ReinBackend, RopeKernels, SwigluKernels, TanhKernels, cuda_matmul, generic_ops, set_cuda_matmul, use_generic_ops,
+    ReinBackend, RopeKernels, SwigluKernels, TanhKernels, affine, cuda_matmul, generic_ops, set_cuda_matmul,
+    use_generic_ops,
 };
 pub use mlp::{Activation, Mlp, MlpConfig};
 pub use one_graph::one_graph;

@@ -192,6 +192,20 @@ where
     ]
 }
 
+/// A second module and its optimiser as the sections named `names` (a critic beside the
+/// policy), read back with [`Checkpoint::load_module`] and [`Checkpoint::load_optimizer`].
+pub fn module_sections<B, M, O>(names: [&str; 2], model: &M, optimizer: &O) -> Vec<(String, Vec<u8>)>
+where
+    B: AutodiffBackend,
+    M: burn::module::AutodiffModule<B>,
+    O: Optimizer<M, B>,
+{
+    vec![
+        (names[0].into(), module_bytes(model)),
+        (names[1].into(), optimizer_bytes::<B, M, O>(optimizer)),
+    ]
+}
+
 /// A run's checkpoint directory.
 #[derive(Debug, Clone)]
 pub struct CheckpointDir {

@@ -75,11 +75,7 @@ pub(crate) fn linear<B: ReinBackend>(layer: &burn::nn::Linear<B>, x: Tensor<B, 2
 
 /// `x · W + b` on `[rows, in]` with `W` `[in, out]` (a transposed view is fine), through
 /// [`LinearKernels::fused_linear`].
-pub(crate) fn affine<B: ReinBackend>(
-    x: Tensor<B, 2>,
-    weight: Tensor<B, 2>,
-    bias: Option<Tensor<B, 1>>,
-) -> Tensor<B, 2> {
+pub fn affine<B: ReinBackend>(x: Tensor<B, 2>, weight: Tensor<B, 2>, bias: Option<Tensor<B, 1>>) -> Tensor<B, 2> {
     let y = B::fused_linear(
         x.into_primitive().tensor(),
         weight.into_primitive().tensor(),

@@ -42,14 +42,14 @@ mod testing;
 
 pub use attention::AttentionKernels;
 pub use head::HeadKernels;
-pub use linear::LinearKernels;
+pub use linear::{LinearKernels, affine};
 pub use lora::LoraKernels;
 pub use norm::NormKernels;
 pub use rope::RopeKernels;
 pub use swiglu::SwigluKernels;
 pub use tanh::TanhKernels;
 
-pub(crate) use linear::{affine, linear};
+pub(crate) use linear::linear;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

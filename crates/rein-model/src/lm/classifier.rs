@@ -172,6 +172,12 @@ impl<B: ReinBackend> SequenceClassifier<B> {
         })
     }
 
+    /// The decoder and the `score` weights, `[hidden, num_labels]` (a critic made from a reward
+    /// model reads values with them).
+    pub fn into_parts(self) -> (CausalLm<B>, Tensor<B, 2>) {
+        (self.trunk, self.score.weight.val())
+    }
+
     /// The labels, in the order of the scores' columns.
     pub fn labels(&self) -> &[String] {
         &self.labels

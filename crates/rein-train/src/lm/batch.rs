@@ -97,6 +97,22 @@ impl TokenBatch {
         )
     }
 
+    /// The batch of `rows` (indices into this batch, in that order), laid out with this batch's
+    /// widths so that `[rows, C]` values select row by row ([`select_rows`]).
+    pub fn select_rows(&self, rows: &[usize]) -> TokenBatch {
+        let (c, width) = (self.completion_width, self.prompt_width + self.completion_width);
+        TokenBatch {
+            tokens: select_rows(&self.tokens, rows, width),
+            positions: select_rows(&self.positions, rows, width),
+            padding: select_rows(&self.padding, rows, width),
+            completion_mask: select_rows(&self.completion_mask, rows, c),
+            targets: select_rows(&self.targets, rows, c),
+            rows: rows.len(),
+            prompt_width: self.prompt_width,
+            completion_width: c,
+        }
+    }
+
     /// Per-row values of varying length laid out `[rows, C]` (padded with 0).
     pub fn per_token_values(&self, values: &[&[f32]]) -> Vec<f32> {
         let mut flat = Vec::with_capacity(self.rows * self.completion_width);
@@ -105,6 +121,13 @@ impl TokenBatch {
         }
         flat
     }
+}
+
+/// The rows `rows` of `values`, laid out `[_, width]`.
+pub fn select_rows<T: Copy>(values: &[T], rows: &[usize], width: usize) -> Vec<T> {
+    (rows.iter())
+        .flat_map(|&row| values[row * width..(row + 1) * width].iter().copied())
+        .collect()
 }
 
 /// A [`TokenBatch`]'s rows concatenated end to end without their padding, for one forward pass
@@ -229,12 +252,42 @@ pub fn completion_log_probs<B: ReinBackend>(
     with_entropy: bool,
     device: &B::Device,
 ) -> (Tensor<B, 2>, Option<Tensor<B, 2>>) {
+    let out = completion_outputs(model, batch, temperature, with_entropy, None, device);
+    (out.log_prob, out.entropy)
+}
+
+/// What one forward pass of the policy gives for each completion token, `[rows, C]` each (0 at
+/// padding positions).
+pub struct CompletionOutputs<B: ReinBackend> {
+    /// The token's log-probability under `softmax(logits / temperature)`.
+    pub log_prob: Tensor<B, 2>,
+    /// The entropy of that distribution, when asked for.
+    pub entropy: Option<Tensor<B, 2>>,
+    /// A value head's output on the same hidden state, when one was given.
+    pub values: Option<Tensor<B, 2>>,
+}
+
+/// [`completion_log_probs`], and a value head `[hidden, 1]` read on the same hidden states
+/// (the state before each completion token), from one forward pass.
+pub fn completion_outputs<B: ReinBackend>(
+    model: &CausalLm<B>,
+    batch: &TokenBatch,
+    temperature: f32,
+    with_entropy: bool,
+    value_head: Option<Tensor<B, 2>>,
+    device: &B::Device,
+) -> CompletionOutputs<B> {
     let (rows, c) = (batch.rows, batch.completion_width);
     let Some((hidden, packed)) = completion_hidden(model, batch, device) else {
         // No completion tokens at all: nothing to score.
         let zeros = || Tensor::zeros([rows, c], device);
-        return (zeros(), with_entropy.then(zeros));
+        return CompletionOutputs {
+            log_prob: zeros(),
+            entropy: with_entropy.then(zeros),
+            values: value_head.map(|_| zeros()),
+        };
     };
+    let values = value_head.map(|head| per_slot(rein_model::affine(hidden.clone(), head, None), &packed, [rows, c]));
     let targets = packed.targets(batch);
     let out = model.log_prob_entropy(hidden, int_index(&targets, device), logit_scale(temperature));
     let out = Tensor::<B, 2>::zeros([rows * c, 2], device).select_assign(
@@ -245,7 +298,34 @@ pub fn completion_log_probs<B: ReinBackend>(
     );
     let log_prob = out.clone().narrow(1, 0, 1).reshape([rows, c]);
     let entropy = with_entropy.then(|| out.narrow(1, 1, 1).reshape([rows, c]));
-    (log_prob, entropy)
+    CompletionOutputs {
+        log_prob,
+        entropy,
+        values,
+    }
+}
+
+/// A value head `[hidden, 1]` read on `trunk`'s final hidden state before each completion token
+/// (a separate value model's decoder), `[rows, C]`, 0 at padding.
+pub fn completion_values<B: ReinBackend>(
+    trunk: &CausalLm<B>,
+    head: Tensor<B, 2>,
+    batch: &TokenBatch,
+    device: &B::Device,
+) -> Tensor<B, 2> {
+    let shape = [batch.rows, batch.completion_width];
+    match completion_hidden(trunk, batch, device) {
+        Some((hidden, packed)) => per_slot(rein_model::affine(hidden, head, None), &packed, shape),
+        None => Tensor::zeros(shape, device),
+    }
+}
+
+/// One value per predicted completion token, `[predicted, 1]`, laid out `[rows, C]`.
+fn per_slot<B: ReinBackend>(values: Tensor<B, 2>, packed: &ConcatenatedRows, [rows, c]: [usize; 2]) -> Tensor<B, 2> {
+    let device = values.device();
+    Tensor::<B, 2>::zeros([rows * c, 1], &device)
+        .select_assign(0, int_index(&packed.slots, &device), values, IndexingUpdateOp::Add)
+        .reshape([rows, c])
 }
 
 /// The logits over the whole vocabulary at each completion position, scaled by

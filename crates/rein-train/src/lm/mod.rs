@@ -4,6 +4,7 @@
 
 mod batch;
 mod bradley_terry;
+pub(crate) mod critic;
 mod data;
 mod dpo;
 pub mod episodes;
@@ -29,6 +30,7 @@ use std::path::{Path, PathBuf};
 
 pub use batch::{CompletionLogits, TokenBatch, completion_log_probs, completion_logits};
 pub use bradley_terry::{BradleyTerry, PairScores, pair_scores, pairwise_accuracy};
+pub use critic::Critic;
 pub use data::{DataError, Example, Fields, read, write_jsonl};
 pub use dpo::{Dpo, PairLogProbs, dpo_batch_loss, pair_batch, reference_log_probs};
 pub use eval::{EpisodeSummary, EvalExample, EvalReport, EvalSettings, SHOWN_EXAMPLES, evaluate, is_correct};

@@ -1,7 +1,7 @@
 //! What a language-model run reports ([`LmOutcome`]) and writes about itself: evaluation
 //! records in `metrics.jsonl`, the one-line summary of an evaluation, and `report.md`.
 
-use rein_recipe::{Algorithm, LoadedRecipe};
+use rein_recipe::LoadedRecipe;
 use serde_json::json;
 
 use std::path::PathBuf;
@@ -164,12 +164,9 @@ pub(crate) fn report_markdown(loaded: &LoadedRecipe, outcome: &LmOutcome) -> Str
         ));
     }
     if let Some(g) = &outcome.grpo {
-        let name = match loaded.recipe.algorithm {
-            Algorithm::OnlineDpo(_) => "Online DPO",
-            _ => "GRPO",
-        };
         text.push_str(&format!(
-            "\n{name}: {} steps; generate {:.1} s, reward {:.1} s, train {:.1} s; final mean reward {:.3}\n",
+            "\n{}: {} steps; generate {:.1} s, reward {:.1} s, train {:.1} s; final mean reward {:.3}\n",
+            g.algorithm,
             g.steps,
             g.generate.as_secs_f64(),
             g.reward.as_secs_f64(),

@@ -19,7 +19,7 @@ use crate::TrainError;
 use crate::checkpoint::{Checkpoint, Checkpointing};
 use crate::driver::{self, Driver};
 use crate::lm::episodes::Agent;
-use crate::lm::recipe_keys::{invalid, model_path};
+use crate::lm::recipe_keys::{invalid, model_path, same_tokenizer};
 pub use crate::lm::report::{DpoOutcome, LmOutcome, RewardModelOutcome, describe};
 use crate::lm::report::{log_eval, report_markdown};
 use crate::lm::reward_setup::rewards;
@@ -125,7 +125,18 @@ fn setup<B: ReinBackend>(
     };
 
     if let Some(teacher) = &recipe.teacher {
-        same_tokenizer(loaded, &tokenizer, &model_path(loaded, &teacher.model))?;
+        same_tokenizer(loaded, &tokenizer, &teacher.model, "teacher.model", "the teacher")?;
+    }
+    if let Algorithm::LmPpo(ppo) = &recipe.algorithm
+        && let Some(path) = &ppo.value_model_path
+    {
+        same_tokenizer(
+            loaded,
+            &tokenizer,
+            path,
+            "algorithm.value_model_path",
+            "the value model",
+        )?;
     }
 
     let lm::RecipeData {
@@ -190,21 +201,6 @@ fn setup<B: ReinBackend>(
         test_pairs,
         skipped_pairs: skipped.len(),
     })
-}
-
-/// Refuses a teacher whose tokenizer is not the policy's: its log-probabilities would score other
-/// tokens than the ones sampled.
-fn same_tokenizer(loaded: &LoadedRecipe, tokenizer: &LmTokenizer, teacher: &Path) -> Result<(), TrainError> {
-    let invalid_teacher = |message: String| invalid(loaded, "teacher.model", message);
-    let dir = rein_model::lm::locate(teacher).map_err(|e| invalid_teacher(e.to_string()))?;
-    let theirs = LmTokenizer::load(&dir, &[]).map_err(|e| invalid_teacher(e.to_string()))?;
-    match tokenizer.vocabulary_difference(&theirs) {
-        None => Ok(()),
-        Some(difference) => Err(invalid_teacher(format!(
-            "the teacher {} must share the policy's tokenizer: {difference}",
-            dir.display()
-        ))),
-    }
 }
 
 /// The recipe's tools and text environment, loaded, when it plays multi-turn episodes (tools
@@ -454,7 +450,13 @@ pub fn run_lm<B: ReinAutodiffBackend>(
     match &loaded.recipe.algorithm {
         Algorithm::Grpo(section) => {
             let grpo;
-            (model, grpo, outcome.after) = stages.grpo(model, section, None, stage)?;
+            (model, grpo, outcome.after) = stages.grpo(model, section, Learner::Policy, stage)?;
+            outcome.grpo = Some(grpo);
+        }
+        Algorithm::LmPpo(ppo) => {
+            // GRPO's sampling and scoring, with PPO's critic, token advantages and minibatches.
+            let grpo;
+            (model, grpo, outcome.after) = stages.grpo(model, &ppo.grpo_section(), Learner::Critic(ppo), stage)?;
             outcome.grpo = Some(grpo);
         }
         Algorithm::OnlineDpo(online) => {
@@ -473,7 +475,7 @@ pub fn run_lm<B: ReinAutodiffBackend>(
                 sft_weight: online.sft_weight,
             };
             let grpo;
-            (model, grpo, outcome.after) = stages.grpo(model, &section, Some(config), stage)?;
+            (model, grpo, outcome.after) = stages.grpo(model, &section, Learner::Preferences(config), stage)?;
             outcome.grpo = Some(grpo);
         }
         Algorithm::Dpo(section) => {
@@ -505,6 +507,28 @@ pub fn run_lm<B: ReinAutodiffBackend>(
         std::fs::write(run.path().join("report.md"), report_markdown(loaded, &outcome))?;
     }
     Ok(outcome)
+}
+
+/// How the RL stage learns from its sampled and scored completions.
+#[derive(Clone, Copy)]
+enum Learner<'a> {
+    /// The GRPO family's policy gradient.
+    Policy,
+    /// Online DPO on each group's best and worst.
+    Preferences(DpoConfig),
+    /// PPO with a critic.
+    Critic(&'a rein_recipe::LmPpoSection),
+}
+
+impl Learner<'_> {
+    /// The stage's name in metrics and checkpoints.
+    fn stage(&self) -> &'static str {
+        match self {
+            Learner::Policy => "grpo",
+            Learner::Preferences(_) => "online-dpo",
+            Learner::Critic(_) => "ppo",
+        }
+    }
 }
 
 /// What the stages of a language-model run share.
@@ -574,10 +598,14 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         &mut self,
         model: CausalLm<B>,
         section: &GrpoSection,
-        preferences: Option<DpoConfig>,
+        learner: Learner<'_>,
         stage: LmStage,
     ) -> Result<(CausalLm<B>, GrpoOutcome, Option<EvalReport>), TrainError> {
         let recipe = &self.loaded.recipe;
+        let critic = match learner {
+            Learner::Critic(ppo) => Some(lm::critic::critic_for(self.loaded, ppo, &model, &self.device)?),
+            _ => None,
+        };
         let checkpointing = self.after_sft_checkpointing(stage);
         let ctx = lm::GrpoContext {
             tokenizer: &self.setup.tokenizer,
@@ -597,14 +625,16 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
                 .map_err(|e| invalid(self.loaded, "teacher.model", e.to_string()))?;
             grpo = grpo.with_teacher(model, teacher.coef as f32, teacher.kl);
         }
-        if let Some(config) = preferences {
-            grpo = grpo.with_preferences(config);
+        match (learner, critic) {
+            (Learner::Preferences(config), _) => grpo = grpo.with_preferences(config),
+            (Learner::Critic(ppo), Some(critic)) => grpo = grpo.with_critic(critic, ppo, &recipe.optimizer),
+            _ => {}
         }
         let driven = Driver {
             metrics: self.metrics.as_mut(),
             checkpointing: &checkpointing,
             stall_timeout: self.stall_timeout,
-            stage: Some(if preferences.is_some() { "online-dpo" } else { "grpo" }),
+            stage: Some(learner.stage()),
         }
         .run(&mut grpo)?;
         let outcome = grpo.outcome(driven.steps, &driven.phases);

@@ -197,7 +197,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
 
     /// The batch's prompts and completions as one token batch; multi-turn episodes train only
     /// on the tokens the model sampled.
-    fn token_batch(&self, flat: &[(&Rollout, f64)]) -> TokenBatch {
+    pub(super) fn token_batch(&self, flat: &[(&Rollout, f64)]) -> TokenBatch {
         let pairs: Vec<(&[u32], &[u32])> = (flat.iter())
             .map(|(r, _)| (r.opening.as_slice(), r.tokens.as_slice()))
             .collect();
@@ -336,7 +336,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
 
     /// The batch's policy-lag, KL-in-reward, reward, length and truncation entries of the
     /// step's record.
-    fn log_batch(
+    pub(super) fn log_batch(
         &mut self,
         step: usize,
         flat: &[(&Rollout, f64)],

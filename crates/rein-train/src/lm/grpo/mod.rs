@@ -24,17 +24,20 @@ use super::episodes::Agent;
 use super::rewards::WeightedReward;
 use super::rollout_source::RolloutSource;
 use crate::TrainError;
-use crate::checkpoint::{Checkpoint, learner_sections};
+use crate::checkpoint::{Checkpoint, learner_sections, module_sections};
 use crate::driver::{Record, Snapshot, Step, Trainer};
 use crate::watchdog::Phases;
 
 mod learn;
 mod online_dpo;
+mod ppo;
 mod sample;
 
 /// Where a GRPO run's time went and how it ended.
 #[derive(Debug, Clone, Default)]
 pub struct GrpoOutcome {
+    /// What learned from the samples: `GRPO`, `Online DPO` or `PPO`.
+    pub algorithm: &'static str,
     /// Steps performed.
     pub steps: usize,
     /// Sampling completions.
@@ -119,6 +122,9 @@ pub struct Grpo<'a, B: ReinAutodiffBackend> {
     /// Online DPO: learn from each group's best completion against its worst with this loss,
     /// instead of the policy-gradient loss.
     preferences: Option<DpoConfig>,
+    /// PPO with a critic: token-level advantages from the critic's values instead of the
+    /// group's outcomes, and minibatch updates of both.
+    critic: Option<ppo::PpoCritic<B>>,
     ctx: GrpoContext<'a>,
     /// Single-turn completions: the native sampler or inference servers, possibly ahead of
     /// training (multi-turn episodes are played in process).
@@ -200,6 +206,7 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
             reference: (grpo.kl_coef != 0.0).then(|| model.valid()),
             teacher: None,
             preferences: None,
+            critic: None,
             model,
             optim,
             pad: ctx.tokenizer.pad_id().unwrap_or(0),
@@ -236,15 +243,39 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
         self
     }
 
+    /// PPO with a critic ([`ppo`]): each step's completions are sampled and scored as GRPO's,
+    /// then learned from with token-level advantages from `critic`'s values, over
+    /// `settings.update_epochs` passes in minibatches. `optimizer` configures the critic's
+    /// AdamW (its learning rate is `settings.critic_lr` when set).
+    pub fn with_critic(
+        mut self,
+        critic: crate::lm::critic::Critic<B>,
+        settings: &rein_recipe::LmPpoSection,
+        optimizer: &OptimizerSection,
+    ) -> Self {
+        self.critic = Some(ppo::PpoCritic::new(critic, settings, optimizer));
+        self
+    }
+
     /// The run's outcome once the driver is done, with its phase timings.
     pub fn outcome(&self, steps: usize, phases: &std::collections::BTreeMap<String, Duration>) -> GrpoOutcome {
         let phase = |name: &str| phases.get(name).copied().unwrap_or_default();
         let tail = (self.state.rewards.len() / 10).max(1);
         GrpoOutcome {
+            algorithm: match (&self.preferences, &self.critic) {
+                (Some(_), _) => "Online DPO",
+                (None, Some(_)) => "PPO",
+                (None, None) => "GRPO",
+            },
             steps,
             generate: phase("generate"),
             reward: phase("reward"),
-            train: phase("reference") + phase("teacher") + phase("forward") + phase("backward") + phase("optimizer"),
+            train: phase("reference")
+                + phase("values")
+                + phase("teacher")
+                + phase("forward")
+                + phase("backward")
+                + phase("optimizer"),
             final_reward: self.state.rewards.iter().rev().take(tail).sum::<f64>() / tail as f64,
         }
     }
@@ -284,9 +315,10 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
                 eprintln!("step {step}: every group was skipped; nothing to learn from");
                 Record::new()
             }
-            false => match self.preferences {
-                Some(config) => self.learn_preferences(step, &sampled.batch, &config, phases)?,
-                None => self.learn(step, &sampled.batch, phases)?,
+            false => match (self.preferences, &self.critic) {
+                (Some(config), _) => self.learn_preferences(step, &sampled.batch, &config, phases)?,
+                (None, Some(_)) => self.learn_ppo(step, &sampled.batch, phases)?,
+                (None, None) => self.learn(step, &sampled.batch, phases)?,
             },
         };
         // The policy after step k is version k (a step without groups leaves it unchanged).
@@ -320,10 +352,10 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
             true => f64::NAN,
             false => self.state.rewards.last().copied().unwrap_or(f64::NAN),
         };
-        let name = if self.preferences.is_some() {
-            "online-dpo"
-        } else {
-            "grpo"
+        let name = match (&self.preferences, &self.critic) {
+            (Some(_), _) => "online-dpo",
+            (None, Some(_)) => "ppo",
+            (None, None) => "grpo",
         };
         let progress = format!(
             "{name} step {step}/{} | reward {reward:.3} | {seconds:.2} s/step",
@@ -338,13 +370,25 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
 
     fn snapshot(&self) -> Snapshot {
         let (model, optim, state) = (self.model.clone(), self.optim.clone(), self.state.clone());
-        Box::new(move || learner_sections::<B, CausalLm<B>, _, _>(&state, &model, &optim))
+        let critic = (self.critic.as_ref()).map(|c| (c.critic.clone(), c.optim.clone()));
+        Box::new(move || {
+            let mut sections = learner_sections::<B, CausalLm<B>, _, _>(&state, &model, &optim);
+            if let Some((critic, optim)) = &critic {
+                sections.extend(module_sections::<B, _, _>(CRITIC_SECTIONS, critic, optim));
+            }
+            sections
+        })
     }
 
     fn restore(&mut self, checkpoint: &Checkpoint) -> Result<(), TrainError> {
         // The KL reference stays the model GRPO started from, as in the first run.
         (self.state, self.model, self.optim) =
             checkpoint.load_learner(self.model.clone(), self.optim.clone(), &self.device)?;
+        if let Some(learner) = self.critic.as_mut() {
+            let [module, optimizer] = CRITIC_SECTIONS;
+            learner.critic = checkpoint.load_module(module, learner.critic.clone(), &self.device)?;
+            learner.optim = checkpoint.load_optimizer::<B, _, _>(optimizer, learner.optim.clone(), &self.device)?;
+        }
         // Older checkpoints have no version: one update per step.
         self.state.version = self.state.version.max(self.state.rewards.len() as u64);
         let version = self.state.version;
@@ -376,6 +420,9 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
 /// The sampler's seed for round `round` of step `step` (and LoRA dropout's key, from another
 /// `seed`, for update `round` of a step): distinct for every (step, round).
 /// Sets LoRA dropout's keys apart from the sampler's seeds.
+/// The checkpoint sections of PPO's critic and its optimiser.
+const CRITIC_SECTIONS: [&str; 2] = ["critic", "critic_optimizer"];
+
 pub(crate) const DROPOUT_SALT: u64 = 0xD80F_0A7C;
 
 pub(crate) fn generation_seed(seed: u64, step: usize, round: usize) -> u64 {
