@@ -210,7 +210,7 @@ pub fn distillation(plugin_dir: &Path, report: &mut Report) -> anyhow::Result<()
 
 /// The arithmetic prompts both sides train on (two-digit sums, as in the default recipe), in
 /// the tokenizer's chat template with `system` as the system prompt.
-fn arithmetic_prompts(tokenizer: &LmTokenizer, system: Option<&str>) -> anyhow::Result<Vec<Prompt>> {
+pub(crate) fn arithmetic_prompts(tokenizer: &LmTokenizer, system: Option<&str>) -> anyhow::Result<Vec<Prompt>> {
     let task = ArithmeticTask {
         min_operand: 0,
         max_operand: 99,

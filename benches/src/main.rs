@@ -8,6 +8,7 @@
 mod agent;
 mod generate;
 mod grpo;
+mod lm_ppo;
 mod machine;
 mod peers;
 mod plugins;
@@ -57,7 +58,11 @@ fn main() -> anyhow::Result<()> {
         "agent" => agent::run(&plugin_dir)?,
         "serve" => serve::run()?,
         "rewards" => rewards::run(&plugin_dir)?,
-        "preferences" => preference::run()?,
+        "preferences" => {
+            let mut report = preference::run()?;
+            lm_ppo::run(&mut report)?;
+            report
+        }
         other => {
             anyhow::bail!(
                 "unknown benchmark suite `{other}` (available: plugins, ppo, generate, grpo, sft, agent, serve, rewards, preferences)"
