@@ -5,25 +5,12 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use common::{plugin_dir, root, stage_records};
 
 use rein_recipe::{Algorithm, LoadedRecipe};
 use rein_train::RunOutcome;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn plugin_dir() -> PathBuf {
-    common::plugin_path("math-answer").parent().unwrap().to_path_buf()
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("lm-ppo-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// `recipe`, shrunk to seconds, run into `runs`.
 fn tiny(recipe: &str, runs: &Path, extra: &[&str]) -> LoadedRecipe {
@@ -46,22 +33,12 @@ fn tiny(recipe: &str, runs: &Path, extra: &[&str]) -> LoadedRecipe {
     LoadedRecipe::load(&root().join(recipe), &overrides).unwrap()
 }
 
-/// The run's metric records of `stage`.
-fn stage_records(runs: &Path, stage: &str) -> Vec<serde_json::Value> {
-    let run = std::fs::read_dir(runs).unwrap().next().unwrap().unwrap().path();
-    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
-    (metrics.lines())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|l: &serde_json::Value| l["stage"] == stage)
-        .collect()
-}
-
 /// `algorithm.name = "ppo"` with `[data]` is PPO on a language model; each kind of value model
 /// trains, logs the critic's losses and the KL penalty, and the report names PPO.
 #[test]
 fn ppo_with_either_value_model_trains_logs_and_reports() {
     for value_model in ["separate", "head"] {
-        let runs = scratch(value_model);
+        let runs = common::scratch(&format!("lm-ppo-{value_model}"));
         let recipe = tiny(
             "recipes/ppo-arithmetic.toml",
             &runs,
@@ -113,7 +90,7 @@ fn ppo_with_either_value_model_trains_logs_and_reports() {
 /// policy steps does it move.
 #[test]
 fn the_policy_waits_for_the_critic_during_its_warm_up() {
-    let runs = scratch("warmup");
+    let runs = common::scratch("lm-ppo-warmup");
     let recipe = tiny(
         "recipes/ppo-arithmetic.toml",
         &runs,
@@ -141,7 +118,7 @@ fn the_policy_waits_for_the_critic_during_its_warm_up() {
 fn a_value_model_starts_from_a_one_score_reward_model_with_the_policys_tokenizer() {
     let fixture = |name: &str| root().join("tests/fixtures/lm").join(name);
     let value_model = |dir: &Path| format!("algorithm.value_model_path={:?}", dir.display().to_string());
-    let runs = scratch("rm-critic");
+    let runs = common::scratch("lm-ppo-rm-critic");
     let recipe = tiny(
         "recipes/ppo-arithmetic.toml",
         &runs,
@@ -159,7 +136,7 @@ fn a_value_model_starts_from_a_one_score_reward_model_with_the_policys_tokenizer
     // Three labels.
     let recipe = tiny(
         "recipes/ppo-arithmetic.toml",
-        &scratch("rm3"),
+        &common::scratch("lm-ppo-rm3"),
         &[&value_model(&fixture("qwen2-rm"))],
     );
     let error = rein_train::run(&recipe, &plugin_dir(), true).unwrap_err().to_string();
@@ -169,7 +146,7 @@ fn a_value_model_starts_from_a_one_score_reward_model_with_the_policys_tokenizer
     );
 
     // Another vocabulary (two tokens' ids swapped).
-    let other = scratch("other-vocabulary").join("rm");
+    let other = common::scratch("lm-ppo-other-vocabulary").join("rm");
     std::fs::create_dir_all(&other).unwrap();
     for file in ["config.json", "model.safetensors", "tokenizer_config.json"] {
         std::fs::copy(fixture("llama-rm").join(file), other.join(file)).unwrap();
@@ -181,7 +158,7 @@ fn a_value_model_starts_from_a_one_score_reward_model_with_the_policys_tokenizer
     std::fs::write(other.join("tokenizer.json"), tokenizer.to_string()).unwrap();
     let recipe = tiny(
         "recipes/ppo-arithmetic.toml",
-        &scratch("rm-vocab"),
+        &common::scratch("lm-ppo-rm-vocab"),
         &[&value_model(&other)],
     );
     let error = rein_train::run(&recipe, &plugin_dir(), true).unwrap_err().to_string();
@@ -198,7 +175,7 @@ fn a_value_model_starts_from_a_one_score_reward_model_with_the_policys_tokenizer
 /// measured.
 #[test]
 fn asynchronous_ppo_trains_on_completions_at_most_one_version_old() {
-    let runs = scratch("async");
+    let runs = common::scratch("lm-ppo-async");
     let recipe = tiny(
         "recipes/ppo-arithmetic.toml",
         &runs,

@@ -4,26 +4,13 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use common::{plugin_dir, root, stage_records};
 
 use rein_recipe::LoadedRecipe;
 use rein_train::lm::{Fields, read};
 use rein_train::{RunOutcome, TrainError};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn plugin_dir() -> PathBuf {
-    common::plugin_path("math-answer").parent().unwrap().to_path_buf()
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("lm-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// The default recipe, shrunk to seconds.
 fn tiny_default(runs: &Path, extra: &[&str]) -> LoadedRecipe {
@@ -48,7 +35,7 @@ fn tiny_default(runs: &Path, extra: &[&str]) -> LoadedRecipe {
 
 #[test]
 fn sft_then_grpo_writes_checkpoints_metrics_and_a_report() {
-    let runs = scratch("e2e");
+    let runs = common::scratch("lm-e2e");
     let RunOutcome::Lm(outcome) = rein_train::run(&tiny_default(&runs, &[]), &plugin_dir(), true).unwrap() else {
         panic!("a language-model outcome")
     };
@@ -166,7 +153,7 @@ runs_dir = {runs:?}
 
 #[test]
 fn a_failing_reward_plugin_follows_on_error() {
-    let dir = scratch("onerror");
+    let dir = common::scratch("lm-onerror");
     let err = rein_train::run(&hostile_recipe(&dir, "fail"), &plugin_dir(), false).unwrap_err();
     let TrainError::Reward { prompt, error, .. } = &err else {
         panic!("{err}")
@@ -220,7 +207,7 @@ fn prompts_load_from_parquet_with_named_columns() {
 fn a_lora_run_trains_adapters_and_writes_them_beside_the_merged_model() {
     use rein_model::Cpu;
     use rein_model::lm::{CausalLm, LmConfig, LmInit, load, save};
-    let runs = scratch("lora");
+    let runs = common::scratch("lm-lora");
     let device = Default::default();
     let architecture = tiny_default(&runs, &[]).recipe.model.architecture.unwrap();
     let start = LmInit {
@@ -274,7 +261,7 @@ fn a_lora_run_trains_adapters_and_writes_them_beside_the_merged_model() {
 /// figures and report.md their table.
 #[test]
 fn a_multi_turn_recipe_logs_episodes_and_reports_tool_use() {
-    let runs = scratch("agent");
+    let runs = common::scratch("lm-agent");
     let overrides: Vec<String> = [
         "data.task.train=200",
         "data.task.test=4",
@@ -327,7 +314,7 @@ fn a_multi_turn_recipe_logs_episodes_and_reports_tool_use() {
 /// with an error naming the drift.
 #[test]
 fn a_multi_turn_recipe_refuses_a_template_that_rewrites_earlier_turns() {
-    let runs = scratch("drift");
+    let runs = common::scratch("lm-drift");
     let tokenizer = runs.join("drifting-tokenizer");
     std::fs::create_dir_all(&tokenizer).unwrap();
     let assets = root().join("recipes/assets/arithmetic-tokenizer");
@@ -358,7 +345,7 @@ fn a_multi_turn_recipe_refuses_a_template_that_rewrites_earlier_turns() {
 /// sum with their weight.
 #[test]
 fn a_reward_model_scores_completions_beside_a_plugin() {
-    let runs = scratch("reward-model");
+    let runs = common::scratch("lm-reward-model");
     let rm = root().join("tests/fixtures/lm/llama-rm");
     let rewards = format!(
         "reward=[{{plugin = \"math-answer\", config = {{extract = \"answer\"}}}}, \
@@ -391,7 +378,7 @@ fn a_reward_model_scores_completions_beside_a_plugin() {
 /// name.
 #[test]
 fn a_plugin_granted_a_judge_asks_it_for_every_completion() {
-    let runs = scratch("judge");
+    let runs = common::scratch("lm-judge");
     let rewards = "reward=[{plugin = \"math-answer\", config = {extract = \"answer\"}}, \
                    {plugin = \"judge-match\", weight = 0.5, judge = {max_new_tokens = 4}, limits = {timeout_ms = 60000}}]";
     let recipe = tiny_default(&runs, &["sft.steps=2", rewards]);
@@ -419,23 +406,13 @@ fn a_plugin_granted_a_judge_asks_it_for_every_completion() {
     }
 }
 
-/// The GRPO metrics of the run in `runs` (one record per step).
-fn grpo_records(runs: &Path) -> Vec<serde_json::Value> {
-    let run = std::fs::read_dir(runs).unwrap().next().unwrap().unwrap().path();
-    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
-    (metrics.lines())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|l: &serde_json::Value| l["stage"] == "grpo")
-        .collect()
-}
-
 /// On-policy distillation (`[teacher]`), with the sampled-token and the full-vocabulary reverse
 /// KL: a student that is its teacher has no reverse KL to close; a student from scratch, taught
 /// by a model that went through SFT, closes it with no reward at all (the verifier's weight is
 /// 0: it only measures held-out accuracy).
 #[test]
 fn a_student_distilled_on_policy_moves_toward_its_teacher() {
-    let teacher_runs = scratch("teacher");
+    let teacher_runs = common::scratch("lm-teacher");
     let teacher = tiny_default(&teacher_runs, &["sft.steps=40", "algorithm.steps=1"]);
     rein_train::run(&teacher, &plugin_dir(), true).unwrap();
     let run = std::fs::read_dir(&teacher_runs)
@@ -447,17 +424,17 @@ fn a_student_distilled_on_policy_moves_toward_its_teacher() {
     let teacher_dir = format!("teacher.model={:?}", run.join("sft").display().to_string());
     let only_verifier = "reward=[{plugin = \"math-answer\", config = {extract = \"answer\"}, weight = 0.0}]";
 
-    let itself = scratch("self-distill");
+    let itself = common::scratch("lm-self-distill");
     let path = format!("model.path={:?}", run.join("sft").display().to_string());
     let recipe = tiny_default(
         &itself,
         &["sft.steps=0", "algorithm.steps=1", &teacher_dir, &path, only_verifier],
     );
     rein_train::run(&recipe, &plugin_dir(), true).unwrap();
-    let kl = grpo_records(&itself)[0]["train/teacher_kl"].as_f64().unwrap();
+    let kl = stage_records(&itself, "grpo")[0]["train/teacher_kl"].as_f64().unwrap();
     assert!(kl.abs() < 1e-4, "a student that is its teacher: reverse KL {kl}");
 
-    let student = scratch("student");
+    let student = common::scratch("lm-student");
     let overrides = [
         "sft.steps=0",
         "algorithm.steps=30",
@@ -467,7 +444,7 @@ fn a_student_distilled_on_policy_moves_toward_its_teacher() {
         only_verifier,
     ];
     rein_train::run(&tiny_default(&student, &overrides), &plugin_dir(), true).unwrap();
-    let kl: Vec<f64> = (grpo_records(&student).iter())
+    let kl: Vec<f64> = (stage_records(&student, "grpo").iter())
         .map(|r| r["train/teacher_kl"].as_f64().unwrap())
         .collect();
     eprintln!("teacher_kl per step: {kl:?}");
@@ -480,7 +457,7 @@ fn a_student_distilled_on_policy_moves_toward_its_teacher() {
     // The full reverse KL over the vocabulary (`teacher.kl = "full"`, TRL's loss): none for the
     // teacher itself; the student from scratch closes it too.
     let full = "teacher.kl=\"full\"";
-    let itself = scratch("self-distill-full");
+    let itself = common::scratch("lm-self-distill-full");
     let recipe = tiny_default(
         &itself,
         &[
@@ -493,12 +470,12 @@ fn a_student_distilled_on_policy_moves_toward_its_teacher() {
         ],
     );
     rein_train::run(&recipe, &plugin_dir(), true).unwrap();
-    let kl = grpo_records(&itself)[0]["train/teacher_kl"].as_f64().unwrap();
+    let kl = stage_records(&itself, "grpo")[0]["train/teacher_kl"].as_f64().unwrap();
     assert!(kl.abs() < 1e-5, "a student that is its teacher: full reverse KL {kl}");
-    let student = scratch("student-full");
+    let student = common::scratch("lm-student-full");
     let overrides: Vec<&str> = overrides.iter().copied().chain([full, "algorithm.steps=15"]).collect();
     rein_train::run(&tiny_default(&student, &overrides), &plugin_dir(), true).unwrap();
-    let kl: Vec<f64> = (grpo_records(&student).iter())
+    let kl: Vec<f64> = (stage_records(&student, "grpo").iter())
         .map(|r| r["train/teacher_kl"].as_f64().unwrap())
         .collect();
     eprintln!("full teacher_kl per step: {kl:?}");
@@ -507,7 +484,7 @@ fn a_student_distilled_on_policy_moves_toward_its_teacher() {
 
     // A teacher with another vocabulary (two tokens' ids swapped) is refused before any
     // training, naming the key and the token.
-    let other_dir = scratch("other-vocabulary").join("teacher");
+    let other_dir = common::scratch("lm-other-vocabulary").join("teacher");
     std::fs::create_dir_all(&other_dir).unwrap();
     for file in ["config.json", "model.safetensors", "tokenizer_config.json"] {
         std::fs::copy(root().join("tests/fixtures/lm/llama").join(file), other_dir.join(file)).unwrap();
@@ -518,7 +495,7 @@ fn a_student_distilled_on_policy_moves_toward_its_teacher() {
     tokenizer["model"]["vocab"]["\""] = 3.into();
     std::fs::write(other_dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
     let other = format!("teacher.model={:?}", other_dir.display().to_string());
-    let recipe = tiny_default(&scratch("wrong-teacher"), &[&other]);
+    let recipe = tiny_default(&common::scratch("lm-wrong-teacher"), &[&other]);
     let error = rein_train::run(&recipe, &plugin_dir(), true).unwrap_err().to_string();
     assert!(
         error.contains("teacher.model") && error.contains("share the policy's tokenizer"),
@@ -527,23 +504,13 @@ fn a_student_distilled_on_policy_moves_toward_its_teacher() {
     assert!(error.contains(r#"token "!" is id 3 here and 4 there"#), "{error}");
 }
 
-/// The stage's records of the run in `runs`.
-fn stage_records(runs: &Path, stage: &str) -> Vec<serde_json::Value> {
-    let run = std::fs::read_dir(runs).unwrap().next().unwrap().unwrap().path();
-    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
-    (metrics.lines())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|l: &serde_json::Value| l["stage"] == stage)
-        .collect()
-}
-
 /// DPO on the tiny Qwen2 fixture from a preference file in TRL's formats (plain, conversational,
 /// implicit prompt), its bad rows skipped and named: the first step's loss is ln 2 (the policy
 /// is its reference, with or without fresh LoRA adapters), and the implicit reward margin and
 /// accuracy grow as it learns to answer rather than decline.
 #[test]
 fn dpo_learns_the_preferred_answers_and_skips_bad_rows() {
-    let dir = scratch("dpo");
+    let dir = common::scratch("lm-dpo");
     let mut rows = vec![
         serde_json::json!({"prompt": "broken", "chosen": "x"}),
         serde_json::json!({"prompt": "same", "chosen": "y", "rejected": "y"}),
@@ -621,7 +588,7 @@ runs_dir = {runs:?}
 /// same accuracy.
 #[test]
 fn a_reward_model_learns_the_preferences_and_saves_a_classifier() {
-    let dir = scratch("reward-model");
+    let dir = common::scratch("lm-reward-model-training");
     let pairs = |range: std::ops::Range<usize>| -> String {
         range
             .map(|a| {
@@ -720,7 +687,7 @@ runs_dir = {runs:?}
 /// its reference.
 #[test]
 fn online_dpo_learns_from_the_best_and_worst_of_each_group() {
-    let runs = scratch("online-dpo");
+    let runs = common::scratch("lm-online-dpo");
     let overrides: Vec<String> = [
         "data.task.train=400",
         "data.task.test=8",

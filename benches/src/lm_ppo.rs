@@ -174,19 +174,5 @@ fn trl_peer(work: &Path) -> Result<(String, f64, Option<f64>), String> {
         format!("--lr={LR}"),
         format!("--output-dir={}", work.join("trl").display()),
     ];
-    let value = crate::peers::run("trl_ppo.py", args)?;
-    crate::peers::describe("trl_ppo.py", &value);
-    if value["checkpointing_active"].as_bool() != Some(false) {
-        return Err(format!(
-            "TRL reports gradient checkpointing {}",
-            value["checkpointing_active"]
-        ));
-    }
-    let seconds = value["seconds_per_step"].as_f64().ok_or("no `seconds_per_step`")?;
-    let rss = value["peak_rss_mib"].as_f64();
-    println!(
-        "  TRL: {seconds:.3} s per step, peak RSS {:.0} MiB",
-        rss.unwrap_or(f64::NAN)
-    );
-    Ok((format!("TRL ({})", crate::peers::versions(&value)), seconds, rss))
+    crate::peers::trl_step("trl_ppo.py", args, "TRL", false)
 }

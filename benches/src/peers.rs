@@ -116,6 +116,32 @@ pub fn describe(script: &str, value: &serde_json::Value) {
     );
 }
 
+/// A TRL trainer peer's step figures: runs `script` with `args`, checks that gradient
+/// checkpointing was as asked, and returns its label (`what` and the versions), seconds per
+/// step and peak resident memory in MiB, or why it could not run.
+pub fn trl_step(
+    script: &str,
+    args: Vec<String>,
+    what: &str,
+    checkpointing: bool,
+) -> Result<(String, f64, Option<f64>), String> {
+    let value = run(script, args)?;
+    describe(script, &value);
+    if value["checkpointing_active"].as_bool() != Some(checkpointing) {
+        return Err(format!(
+            "asked for gradient checkpointing {checkpointing}, TRL reports {}",
+            value["checkpointing_active"]
+        ));
+    }
+    let seconds = value["seconds_per_step"].as_f64().ok_or("no `seconds_per_step`")?;
+    let rss = value["peak_rss_mib"].as_f64();
+    println!(
+        "  TRL: {seconds:.3} s per step, peak RSS {:.0} MiB",
+        rss.unwrap_or(f64::NAN)
+    );
+    Ok((format!("{what} ({})", versions(&value)), seconds, rss))
+}
+
 #[cfg(test)]
 mod tests {
     /// Every peer script imports and reads rein's files (plugins, recipes) as the bench runs

@@ -136,24 +136,10 @@ fn trl_peer(dir: &Path, checkpointing: bool) -> Result<(String, f64, Option<f64>
     if checkpointing {
         args.push("--gradient-checkpointing".into());
     }
-    let value = crate::peers::run("trl_dpo.py", args)?;
-    crate::peers::describe("trl_dpo.py", &value);
-    if value["checkpointing_active"].as_bool() != Some(checkpointing) {
-        return Err(format!(
-            "asked for gradient checkpointing {checkpointing}, TRL reports {}",
-            value["checkpointing_active"]
-        ));
-    }
-    let seconds = value["seconds_per_step"].as_f64().ok_or("no `seconds_per_step`")?;
-    let rss = value["peak_rss_mib"].as_f64();
-    println!(
-        "  TRL: {seconds:.3} s per step, peak RSS {:.0} MiB",
-        rss.unwrap_or(f64::NAN)
-    );
     let what = if checkpointing {
         "TRL, gradient checkpointing"
     } else {
         "TRL"
     };
-    Ok((format!("{what} ({})", crate::peers::versions(&value)), seconds, rss))
+    crate::peers::trl_step("trl_dpo.py", args, what, checkpointing)
 }

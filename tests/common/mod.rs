@@ -68,3 +68,34 @@ pub fn metrics_without_timings(dir: &std::path::Path) -> Vec<serde_json::Value> 
         })
         .collect()
 }
+
+/// The repository's root.
+pub fn root() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Where the built plugins are (`--plugin-dir`).
+pub fn plugin_dir() -> PathBuf {
+    plugin_path("math-answer").parent().unwrap().to_path_buf()
+}
+
+/// A fresh, empty directory for one test: `<target tmp>/<tag>-<pid>`.
+pub fn scratch(tag: &str) -> PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The metric records of `stage` in the one run directory under `runs`.
+pub fn stage_records(runs: &std::path::Path, stage: &str) -> Vec<serde_json::Value> {
+    let run = std::fs::read_dir(runs).unwrap().next().unwrap().unwrap().path();
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    (metrics.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &serde_json::Value| l["stage"] == stage)
+        .collect()
+}

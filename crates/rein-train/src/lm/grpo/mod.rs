@@ -164,12 +164,7 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
                 "GiGPO's advantages compare the turns of multi-turn episodes: GrpoContext::agent is None".into(),
             ));
         }
-        let optim = AdamWConfig::new()
-            .with_beta_1(optimizer.beta1)
-            .with_beta_2(optimizer.beta2)
-            .with_epsilon(optimizer.eps)
-            .with_weight_decay(optimizer.weight_decay)
-            .init::<B, CausalLm<B>>();
+        let optim = adamw(optimizer).init::<B, CausalLm<B>>();
         let loss_config = PolicyLossConfig {
             level: grpo.ratio_level,
             clip_low: grpo.clip_low,
@@ -182,14 +177,7 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
             kl_importance_weighted: grpo.kl_importance_weighted,
             entropy_coef: grpo.entropy_coef,
         };
-        let lr = match optimizer.anneal_lr {
-            Some(true) => LinearSchedule {
-                start: optimizer.lr,
-                end: 0.0,
-                updates: grpo.steps,
-            },
-            _ => LinearSchedule::constant(optimizer.lr),
-        };
+        let lr = lr_schedule(optimizer, optimizer.lr, grpo.steps);
         let mut rng = SeededRng::new(ctx.seed ^ 0x6A09_E667);
         let prompt_order = PromptOrder::new(ctx.prompts.len(), &mut rng);
         let source = match ctx.agent {
@@ -420,6 +408,28 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
 /// The sampler's seed for round `round` of step `step` (and LoRA dropout's key, from another
 /// `seed`, for update `round` of a step): distinct for every (step, round).
 /// Sets LoRA dropout's keys apart from the sampler's seeds.
+/// AdamW with `[optimizer]`'s settings (the policy's, and PPO's value model's).
+fn adamw(optimizer: &OptimizerSection) -> AdamWConfig {
+    AdamWConfig::new()
+        .with_beta_1(optimizer.beta1)
+        .with_beta_2(optimizer.beta2)
+        .with_epsilon(optimizer.eps)
+        .with_weight_decay(optimizer.weight_decay)
+}
+
+/// The learning rate over `steps` steps from `start`: annealed linearly to 0 with
+/// `optimizer.anneal_lr`, else constant.
+fn lr_schedule(optimizer: &OptimizerSection, start: f64, steps: usize) -> LinearSchedule {
+    match optimizer.anneal_lr {
+        Some(true) => LinearSchedule {
+            start,
+            end: 0.0,
+            updates: steps,
+        },
+        _ => LinearSchedule::constant(start),
+    }
+}
+
 /// The checkpoint sections of PPO's critic and its optimiser.
 const CRITIC_SECTIONS: [&str; 2] = ["critic", "critic_optimizer"];
 

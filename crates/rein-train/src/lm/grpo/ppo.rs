@@ -15,7 +15,7 @@
 
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::{AdamW, GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use rein_model::ReinAutodiffBackend;
 use rein_optim::{
@@ -26,7 +26,7 @@ use rein_recipe::{LmPpoSection, OptimizerSection};
 use serde_json::json;
 
 use super::sample::{Rollout, Scored};
-use super::{DROPOUT_SALT, Grpo, generation_seed, mean};
+use super::{DROPOUT_SALT, Grpo, adamw, generation_seed, lr_schedule, mean};
 use crate::TrainError;
 use crate::driver::Record;
 use crate::lm::batch::{TokenBatch, completion_log_probs, select_rows};
@@ -45,21 +45,8 @@ impl<B: ReinAutodiffBackend> PpoCritic<B> {
     /// `critic` trained with `[optimizer]`'s AdamW at `settings.critic_lr` (default the
     /// policy's learning rate, on the same schedule).
     pub(crate) fn new(critic: Critic<B>, settings: &LmPpoSection, optimizer: &OptimizerSection) -> Self {
-        let optim = AdamWConfig::new()
-            .with_beta_1(optimizer.beta1)
-            .with_beta_2(optimizer.beta2)
-            .with_epsilon(optimizer.eps)
-            .with_weight_decay(optimizer.weight_decay)
-            .init::<B, Critic<B>>();
-        let start = settings.critic_lr.unwrap_or(optimizer.lr);
-        let lr = match optimizer.anneal_lr {
-            Some(true) => LinearSchedule {
-                start,
-                end: 0.0,
-                updates: settings.steps,
-            },
-            _ => LinearSchedule::constant(start),
-        };
+        let optim = adamw(optimizer).init::<B, Critic<B>>();
+        let lr = lr_schedule(optimizer, settings.critic_lr.unwrap_or(optimizer.lr), settings.steps);
         Self {
             critic,
             optim,
