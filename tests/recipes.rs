@@ -727,3 +727,21 @@ fn ppo_on_prompts_is_ppo_with_a_critic_on_a_language_model() {
     let err = load(&dir, "lm.toml", &head).unwrap_err();
     assert!(err.to_string().contains("`algorithm.value_model_path`"), "{err}");
 }
+
+/// `train.log` chooses the metrics formats; `metrics.jsonl` cannot be left out.
+#[test]
+fn metrics_formats_are_chosen_and_jsonl_is_kept() {
+    let dir = recipes(&[("grpo.toml", GRPO), ("ppo.toml", BASE)]);
+    for file in ["grpo.toml", "ppo.toml"] {
+        assert!(load(&dir, file, &[]).unwrap().recipe.train.tensorboard());
+        let jsonl_only = load(&dir, file, &["train.log=[\"jsonl\"]"]).unwrap();
+        assert!(!jsonl_only.recipe.train.tensorboard());
+        let err = load(&dir, file, &["train.log=[\"tensorboard\"]"]).unwrap_err();
+        assert!(
+            err.to_string().contains("`train.log`") && err.to_string().contains("jsonl"),
+            "{err}"
+        );
+        let err = load(&dir, file, &["train.log=[\"wandb\"]"]).unwrap_err();
+        assert!(err.to_string().contains("train.log"), "{err}");
+    }
+}

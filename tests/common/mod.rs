@@ -69,10 +69,12 @@ pub fn metrics_without_timings(dir: &std::path::Path) -> Vec<serde_json::Value> 
         .collect()
 }
 
-/// The repository's root.
+/// The repository's root (the test crate's or rein-cli's ancestor that holds `recipes/`).
 pub fn root() -> PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .find(|dir| dir.join("recipes").is_dir())
         .unwrap()
         .to_path_buf()
 }

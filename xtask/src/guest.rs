@@ -24,6 +24,7 @@ use crate::workspace::{output, root, run, target_dir};
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 /// The OpenAI Python client the serving tests use.
 const OPENAI: &str = "openai==3.57.0";
+const TENSORBOARD: &str = "tensorboard==2.21.0";
 const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0";
 
 /// The modules every Python plugin can import, beside its own directory's.
@@ -302,6 +303,17 @@ pub(crate) fn openai_client() -> anyhow::Result<PathBuf> {
         OPENAI,
         "openai",
         "Python 3 (python3) is needed for the openai client test",
+    )
+}
+
+/// The `tensorboard` package (its event-file reader) under `<target>/tools/tensorboard`,
+/// installed when missing.
+pub(crate) fn tensorboard_reader() -> anyhow::Result<PathBuf> {
+    pip_tool(
+        "tensorboard",
+        TENSORBOARD,
+        "tensorboard",
+        "Python 3 (python3) is needed for the TensorBoard round-trip test",
     )
 }
 

@@ -41,6 +41,8 @@ impl Test {
         model::ensure("smollm2-135m")?;
         // crates/rein-cli/tests/serve.rs talks to `rein serve` with the openai Python client.
         let openai = guest::openai_client()?;
+        // crates/rein-cli/tests/tensorboard.rs reads runs' event files with TensorBoard's reader.
+        let tensorboard = guest::tensorboard_reader()?;
         // Building first, with cargo's progress shown: from a cold cache that is most of the
         // command's time (about 20 minutes on 2 cores), which `--quiet` would hide.
         eprintln!("building the workspace's tests");
@@ -50,6 +52,7 @@ impl Test {
             .args(["test", "--workspace", "--quiet"])
             .env("REIN_MODEL_DIR", model_dir())
             .env("REIN_OPENAI_PYTHONPATH", openai)
+            .env("REIN_TENSORBOARD_PYTHONPATH", tensorboard)
             .args(&self.args)
             .current_dir(root()))?;
         if self.args.is_empty() {

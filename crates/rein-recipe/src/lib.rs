@@ -30,8 +30,9 @@ pub use plan::{DpoRecipe, GrpoRecipe, OnlineDpoRecipe, Plan, PpoRecipe, RewardMo
 pub use rein_core::AdvantageKind;
 pub use schema::{
     AgentSection, Algorithm, DataSection, Device, DpoSection, EnvSection, EvalSection, GrpoSection, JudgeEntry,
-    LoraSection, ModelSection, OnlineDpoSection, OptimizerSection, PluginEntry, PpoSection, Recipe, RewardEntry,
-    RewardModelKind, RewardModelSection, SamplerSection, SftSection, TeacherKl, TeacherSection, TrainSection,
+    LogFormat, LoraSection, ModelSection, OnlineDpoSection, OptimizerSection, PluginEntry, PpoSection, Recipe,
+    RewardEntry, RewardModelKind, RewardModelSection, SamplerSection, SftSection, TeacherKl, TeacherSection,
+    TrainSection,
 };
 
 use compose::Composed;
@@ -213,6 +214,13 @@ impl LoadedRecipe {
                      this algorithm trains on one device",
                     r.train.devices
                 ),
+            ));
+        }
+        if !r.train.log.contains(&LogFormat::Jsonl) {
+            return Err(self.invalid(
+                "train.log",
+                "must include \"jsonl\": metrics.jsonl is how a run resumes and is drawn \
+                 (add \"tensorboard\" for TensorBoard's event files too)",
             ));
         }
         if r.model.hidden.contains(&0) {

@@ -719,6 +719,26 @@ pub struct TrainSection {
     /// Devices each batch is split across, gradients summed by an all-reduce (data
     /// parallelism; SFT only): `cuda:0..N` on a GPU machine, the CPU `N` times on the CPU.
     pub devices: usize,
+    /// Where metrics go: `jsonl` (`metrics.jsonl`, always: it is how a run resumes and is
+    /// drawn) and `tensorboard` (event files under `tb/`).
+    pub log: Vec<LogFormat>,
+}
+
+/// A metrics format a run writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// `metrics.jsonl`, one JSON object per step.
+    Jsonl,
+    /// TensorBoard event files under `tb/`.
+    Tensorboard,
+}
+
+impl TrainSection {
+    /// Whether the run writes TensorBoard event files.
+    pub fn tensorboard(&self) -> bool {
+        self.log.contains(&LogFormat::Tensorboard)
+    }
 }
 
 impl Default for TrainSection {
@@ -732,6 +752,7 @@ impl Default for TrainSection {
             checkpoint_every: 10,
             stall_timeout_s: 600.0,
             devices: 1,
+            log: vec![LogFormat::Jsonl, LogFormat::Tensorboard],
         }
     }
 }

@@ -2,10 +2,11 @@
 //! metrics and progress.
 //!
 //! - [`ppo`]: PPO on a vector of environment plugins (CleanRL's `ppo.py`, in algorithm order).
-//! - [`lm`]: language-model post-training — SFT and the GRPO family with reward plugins, data
-//!   from files or a generated task, held-out evaluation.
-//! - [`RunDir`]: `runs/<name>-<timestamp>/` with the resolved recipe, `metrics.jsonl` and the
-//!   final policy; [`checkpoint`]: crash-safe checkpoints in it, and [`resume`].
+//! - [`lm`]: language-model post-training — SFT, the GRPO family, PPO with a critic, the DPO
+//!   family and reward models, data from files or a generated task, held-out evaluation.
+//! - [`RunDir`]: `runs/<name>-<timestamp>/` with the resolved recipe, `metrics.jsonl` (and
+//!   TensorBoard's event files, [`tensorboard`]) and the final policy; [`checkpoint`]:
+//!   crash-safe checkpoints in it, and [`resume`].
 //! - [`memory`]: each step's peak resident memory, for the metrics.
 //!
 //! **Architecture invariant:** this is where the other crates meet (core traits, plugins,
@@ -21,9 +22,10 @@ pub mod memory;
 pub mod ppo;
 pub mod progress;
 mod run_dir;
+pub mod tensorboard;
 pub mod watchdog;
 
 pub use error::TrainError;
 pub use launch::{RunOutcome, resume, run, run_ppo};
 pub use lm::run::{LmOutcome, describe, evaluate_recipe};
-pub use run_dir::{MetricsWriter, RunDir};
+pub use run_dir::{MetricsWriter, RunDir, tensorboard_tag};

@@ -1,9 +1,12 @@
 //! Run directories: `runs/<name>-<UTC timestamp>/` holding the resolved recipe, the metrics
-//! and the trained model.
+//! (`metrics.jsonl`, and TensorBoard's event files under `tb/`) and the trained model.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+
+use crate::tensorboard::EventWriter;
 
 /// One run's directory.
 #[derive(Debug, Clone)]
@@ -54,14 +57,15 @@ impl RunDir {
         std::fs::read_to_string(self.path.join("recipe.toml"))
     }
 
-    /// A writer for `metrics.jsonl`, which starts empty.
+    /// A writer for `metrics.jsonl` alone, which starts empty.
     pub fn metrics(&self) -> std::io::Result<MetricsWriter> {
-        self.metrics_from(0)
+        self.metrics_from(0, false)
     }
 
     /// A writer for `metrics.jsonl` that keeps its first `len` bytes (what a checkpoint had
-    /// logged) and drops anything written after them.
-    pub fn metrics_from(&self, len: u64) -> std::io::Result<MetricsWriter> {
+    /// logged) and drops anything written after them; with `tensorboard`, also for event files
+    /// under `tb/` (see [`MetricsWriter`]).
+    pub fn metrics_from(&self, len: u64, tensorboard: bool) -> std::io::Result<MetricsWriter> {
         let path = self.path.join("metrics.jsonl");
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -78,14 +82,85 @@ impl RunDir {
         file.set_len(len)?;
         let mut out = BufWriter::new(file);
         std::io::Seek::seek(&mut out, std::io::SeekFrom::Start(len))?;
-        Ok(MetricsWriter { out, len })
+        let tensorboard = match tensorboard {
+            false => None,
+            true => {
+                let mut tb = Tensorboard {
+                    dir: self.path.join("tb"),
+                    resumed: len > 0,
+                    writers: BTreeMap::new(),
+                };
+                if len == 0 {
+                    tb.writer(None, 0)?
+                        .text(0, "recipe", &markdown_code(&self.recipe_toml()?))?;
+                }
+                Some(tb)
+            }
+        };
+        Ok(MetricsWriter { out, len, tensorboard })
     }
 }
 
-/// Appends one JSON object per line, flushed after each so a crash loses nothing written.
+/// Appends one JSON object per line to `metrics.jsonl`, flushed after each so a crash loses
+/// nothing written, and, when asked, its numbers as TensorBoard scalars: a record of stage `s`
+/// goes to `tb/s/` (a stageless run's to `tb/`) at its `global_step`, `step` or `update`, so
+/// each stage is a run of its own in TensorBoard, with its own steps. The recipe and the report
+/// are texts in `tb/`. After a resume each stage's first record opens a new event file that
+/// starts with a `SessionLog` START at that record's step, so TensorBoard drops what the
+/// interrupted run wrote from there on.
 pub struct MetricsWriter {
     out: BufWriter<File>,
     len: u64,
+    tensorboard: Option<Tensorboard>,
+}
+
+/// The event files of a run, one writer per stage.
+struct Tensorboard {
+    dir: PathBuf,
+    resumed: bool,
+    writers: BTreeMap<Option<String>, EventWriter>,
+}
+
+impl Tensorboard {
+    /// The writer of `stage`'s directory, created on first use (with a START at `step` when
+    /// the run resumed).
+    fn writer(&mut self, stage: Option<&str>, step: u64) -> std::io::Result<&mut EventWriter> {
+        let key = stage.map(str::to_string);
+        if !self.writers.contains_key(&key) {
+            let dir = match stage {
+                Some(stage) => self.dir.join(stage),
+                None => self.dir.clone(),
+            };
+            let mut writer = EventWriter::create(&dir)?;
+            if self.resumed {
+                writer.session_start(step)?;
+            }
+            self.writers.insert(key.clone(), writer);
+        }
+        Ok(self.writers.get_mut(&key).expect("inserted above"))
+    }
+}
+
+/// The keys that place a record, not plotted: its stage, when and the step axes.
+const POSITION_KEYS: [&str; 5] = ["stage", "when", "step", "update", "global_step"];
+
+/// TensorBoard tags under TRL's names where rein's metric means what TRL's does.
+const TRL_NAMES: [(&str, &str); 2] = [
+    ("train/clip_frac", "train/clip_ratio"),
+    ("train/completion_length", "train/completions/mean_length"),
+];
+
+/// The TensorBoard tag of metric `key`.
+pub fn tensorboard_tag(key: &str) -> &str {
+    TRL_NAMES
+        .iter()
+        .find(|(ours, _)| *ours == key)
+        .map_or(key, |(_, trl)| trl)
+}
+
+/// `text` as a markdown code block (how TensorBoard's text plugin shows a file verbatim).
+fn markdown_code(text: &str) -> String {
+    format!("```\n{text}\n```")
 }
 
 impl MetricsWriter {
@@ -96,7 +171,26 @@ impl MetricsWriter {
         self.out.write_all(&line)?;
         self.out.flush()?;
         self.len += line.len() as u64;
+        if let Some(tb) = self.tensorboard.as_mut() {
+            let step = ["global_step", "step", "update"]
+                .iter()
+                .find_map(|key| record[key].as_u64())
+                .unwrap_or(0);
+            let scalars: Vec<(&str, f32)> = (record.as_object().into_iter().flatten())
+                .filter(|(key, _)| !POSITION_KEYS.contains(&key.as_str()))
+                .filter_map(|(key, value)| Some((tensorboard_tag(key), value.as_f64()? as f32)))
+                .collect();
+            tb.writer(record["stage"].as_str(), step)?.scalars(step, scalars)?;
+        }
         Ok(())
+    }
+
+    /// A text (markdown) in `tb/` under `tag` (the run's report), when writing event files.
+    pub fn text(&mut self, tag: &str, text: &str) -> std::io::Result<()> {
+        match self.tensorboard.as_mut() {
+            Some(tb) => tb.writer(None, 0)?.text(0, tag, text),
+            None => Ok(()),
+        }
     }
 
     /// Bytes written so far (what a checkpoint records, to cut the file back on resume).

@@ -431,7 +431,7 @@ pub fn run_lm<B: ReinAutodiffBackend>(
         run,
         checkpointing,
         resumed,
-        metrics: run.map(|r| r.metrics_from(metrics_len)).transpose()?,
+        metrics: (run.map(|r| r.metrics_from(metrics_len, loaded.recipe.train.tensorboard()))).transpose()?,
         stall_timeout: Duration::from_secs_f64(loaded.recipe.train.stall_timeout_s),
         setup,
         device: device.clone(),
@@ -504,7 +504,11 @@ pub fn run_lm<B: ReinAutodiffBackend>(
     }
     outcome.total_seconds = start.elapsed().as_secs_f64();
     if let Some(run) = run {
-        std::fs::write(run.path().join("report.md"), report_markdown(loaded, &outcome))?;
+        let report = report_markdown(loaded, &outcome);
+        std::fs::write(run.path().join("report.md"), &report)?;
+        if let Some(metrics) = stages.metrics.as_mut() {
+            metrics.text("report", &report)?;
+        }
     }
     Ok(outcome)
 }

@@ -69,7 +69,7 @@ pub fn train<B: ReinAutodiffBackend>(
         Some(checkpoint) => driver::metrics_len(checkpoint)?,
         None => 0,
     };
-    let mut metrics = run.map(|r| r.metrics_from(metrics_len)).transpose()?;
+    let mut metrics = (run.map(|r| r.metrics_from(metrics_len, recipe.train.tensorboard()))).transpose()?;
     let driven = Driver {
         metrics: metrics.as_mut(),
         checkpointing,
@@ -120,7 +120,11 @@ pub fn train<B: ReinAutodiffBackend>(
         run_dir: run.map(|r| r.path().to_path_buf()),
     };
     if let Some(run) = run {
-        std::fs::write(run.path().join("report.md"), report_markdown(loaded, &outcome))?;
+        let report = report_markdown(loaded, &outcome);
+        std::fs::write(run.path().join("report.md"), &report)?;
+        if let Some(metrics) = metrics.as_mut() {
+            metrics.text("report", &report)?;
+        }
     }
     Ok(outcome)
 }
