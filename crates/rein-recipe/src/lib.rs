@@ -25,13 +25,12 @@ use std::path::{Path, PathBuf};
 
 pub use data::{ArithmeticTask, Fields, Solution};
 pub use error::RecipeError;
-pub use lm_ppo::{LmPpoRecipe, LmPpoSection};
-pub use plan::{DpoRecipe, GrpoRecipe, OnlineDpoRecipe, Plan, PpoRecipe, RewardModelRecipe, SftRecipe};
+pub use plan::{DpoRecipe, GrpoRecipe, LmPpoRecipe, OnlineDpoRecipe, Plan, PpoRecipe, RewardModelRecipe, SftRecipe};
 pub use rein_core::AdvantageKind;
 pub use schema::{
     AgentSection, Algorithm, DataSection, Device, DpoSection, EnvSection, EvalSection, GrpoSection, JudgeEntry,
-    LogFormat, LoraSection, ModelSection, OnlineDpoSection, OptimizerSection, PluginEntry, PpoSection, Recipe,
-    RewardEntry, RewardModelKind, RewardModelSection, SamplerSection, SftSection, TeacherKl, TeacherSection,
+    LmPpoSection, LogFormat, LoraSection, ModelSection, OnlineDpoSection, OptimizerSection, PluginEntry, PpoSection,
+    Recipe, RewardEntry, RewardModelKind, RewardModelSection, SamplerSection, SftSection, TeacherKl, TeacherSection,
     TrainSection,
 };
 

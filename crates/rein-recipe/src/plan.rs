@@ -5,9 +5,8 @@
 
 use rein_core::AdvantageKind;
 
-use crate::lm_ppo::LmPpoRecipe;
 use crate::schema::{
-    Algorithm, DataSection, DpoSection, EnvSection, GrpoSection, OnlineDpoSection, PpoSection, Recipe,
+    Algorithm, DataSection, DpoSection, EnvSection, GrpoSection, LmPpoSection, OnlineDpoSection, PpoSection, Recipe,
     RewardModelSection, SftSection,
 };
 
@@ -520,5 +519,161 @@ impl GrpoRecipe<'_> {
             ));
         }
         Ok(())
+    }
+}
+
+impl LmPpoSection {
+    /// The GRPO settings that sample, score and clip as this PPO does: rein's PPO on a language
+    /// model shares GRPO's rollouts and policy loss, and replaces its advantages.
+    pub fn grpo_section(&self) -> GrpoSection {
+        GrpoSection {
+            steps: self.steps,
+            prompts_per_step: self.prompts_per_step,
+            clip_low: self.clip_coef,
+            clip_high: self.clip_coef,
+            dual_clip: None,
+            aggregation: self.aggregation,
+            kl_coef: self.kl_coef,
+            kl_estimator: self.kl_estimator,
+            kl_in_reward: self.kl_in_reward,
+            kl_importance_weighted: false,
+            entropy_coef: self.ent_coef,
+            updates_per_batch: self.update_epochs,
+            dynamic_sampling: false,
+            mask_truncated: false,
+            on_error: self.on_error,
+            max_staleness: self.max_staleness,
+            correction: self.correction,
+            correction_level: self.correction_level,
+            tis_cap: self.tis_cap,
+            icepop_bounds: self.icepop_bounds,
+            ..GrpoSection::default()
+        }
+    }
+}
+
+/// A language-model PPO recipe: its hyperparameters and its prompts.
+#[derive(Debug, Clone, Copy)]
+pub struct LmPpoRecipe<'a> {
+    /// The whole recipe.
+    pub recipe: &'a Recipe,
+    /// `[algorithm]`.
+    pub ppo: &'a LmPpoSection,
+    /// `[data]`.
+    pub data: &'a DataSection,
+}
+
+impl LmPpoRecipe<'_> {
+    /// Rewards, sizes, coefficients in range, the value model, and where completions come from
+    /// (as GRPO's).
+    fn check(&self) -> Result<(), Broken> {
+        let (r, ppo) = (self.recipe, self.ppo);
+        if r.reward.is_empty() {
+            return Err(broken(
+                "reward",
+                "PPO on a language model needs at least one [[reward]] to score completions",
+            ));
+        }
+        if ppo.steps == 0 || ppo.prompts_per_step == 0 {
+            return Err(broken(
+                "algorithm.prompts_per_step",
+                "steps and prompts_per_step must be at least 1",
+            ));
+        }
+        if r.sampler.n == 0 {
+            return Err(broken("sampler.n", "must be at least 1"));
+        }
+        if ppo.update_epochs == 0 {
+            return Err(broken("algorithm.update_epochs", "must be at least 1"));
+        }
+        let completions = ppo.prompts_per_step * r.sampler.n;
+        if ppo.num_minibatches == 0 || ppo.num_minibatches > completions {
+            return Err(broken(
+                "algorithm.num_minibatches",
+                format!(
+                    "must be in 1..={completions} (prompts_per_step × sampler.n completions per step), got {}",
+                    ppo.num_minibatches
+                ),
+            ));
+        }
+        for (key, value) in [("algorithm.gamma", ppo.gamma), ("algorithm.gae_lambda", ppo.gae_lambda)] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(broken(key, format!("must be in [0, 1], got {value}")));
+            }
+        }
+        for (key, value) in [
+            ("algorithm.clip_coef", ppo.clip_coef),
+            ("algorithm.value_clip", ppo.value_clip),
+        ] {
+            if !(value > 0.0 && value.is_finite()) {
+                return Err(broken(key, format!("must be > 0, got {value}")));
+            }
+        }
+        for (key, value) in [("algorithm.vf_coef", ppo.vf_coef), ("algorithm.kl_coef", ppo.kl_coef)] {
+            if !(value >= 0.0 && value.is_finite()) {
+                return Err(broken(key, format!("must be ≥ 0, got {value}")));
+            }
+        }
+        if !ppo.ent_coef.is_finite() {
+            return Err(broken("algorithm.ent_coef", "must be a finite number"));
+        }
+        if let Some(lr) = ppo.critic_lr
+            && !(lr > 0.0 && lr.is_finite())
+        {
+            return Err(broken("algorithm.critic_lr", format!("must be > 0, got {lr}")));
+        }
+        if ppo.critic_warmup_steps >= ppo.steps {
+            return Err(broken(
+                "algorithm.critic_warmup_steps",
+                format!(
+                    "is {} of {} steps: the policy would never learn",
+                    ppo.critic_warmup_steps, ppo.steps
+                ),
+            ));
+        }
+        if ppo.value_model == rein_core::ValueModel::Head && ppo.value_model_path.is_some() {
+            return Err(broken(
+                "algorithm.value_model_path",
+                "a value head reads the policy's hidden states and has no model of its own: \
+                 set value_model = \"separate\" or remove value_model_path",
+            ));
+        }
+        let grpo = ppo.grpo_section();
+        GrpoRecipe {
+            recipe: r,
+            grpo: &grpo,
+            data: self.data,
+        }
+        .generation()
+    }
+}
+
+impl OnlineDpoSection {
+    /// The GRPO settings that sample and score as online DPO does (no KL reference: DPO's
+    /// reference is its own).
+    pub fn grpo_section(&self) -> GrpoSection {
+        GrpoSection {
+            steps: self.steps,
+            prompts_per_step: self.prompts_per_step,
+            on_error: self.on_error,
+            kl_coef: 0.0,
+            ..GrpoSection::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// PPO on a language model shares GRPO's asynchronous-rollout keys and their defaults.
+    #[test]
+    fn lm_ppo_defaults_its_correction_as_grpo_does() {
+        let (ppo, grpo) = (LmPpoSection::default().grpo_section(), GrpoSection::default());
+        assert_eq!(
+            (ppo.correction, ppo.correction_level, ppo.tis_cap, ppo.icepop_bounds),
+            (grpo.correction, grpo.correction_level, grpo.tis_cap, grpo.icepop_bounds)
+        );
+        assert_eq!((ppo.max_staleness, ppo.on_error), (grpo.max_staleness, grpo.on_error));
     }
 }

@@ -3,6 +3,7 @@
 
 use rein_core::{AdvantageKind, SandboxLimits};
 
+pub use crate::lm_ppo::LmPpoSection;
 pub use crate::preference::{DpoSection, OnlineDpoSection, RewardModelSection};
 use serde::{Deserialize, Serialize};
 
@@ -131,7 +132,7 @@ pub enum Algorithm {
     OnlineDpo(OnlineDpoSection),
     /// PPO with a critic on a language model: `name = "ppo"` in a recipe with `[data]`.
     #[serde(rename(serialize = "ppo", deserialize = "lm-ppo"))]
-    LmPpo(crate::LmPpoSection),
+    LmPpo(LmPpoSection),
 }
 
 /// The tag [`Algorithm::LmPpo`] is read under (recipes write `"ppo"`; see

@@ -124,20 +124,7 @@ fn setup<B: ReinBackend>(
         None => model,
     };
 
-    if let Some(teacher) = &recipe.teacher {
-        same_tokenizer(loaded, &tokenizer, &teacher.model, "teacher.model", "the teacher")?;
-    }
-    if let Algorithm::LmPpo(ppo) = &recipe.algorithm
-        && let Some(path) = &ppo.value_model_path
-    {
-        same_tokenizer(
-            loaded,
-            &tokenizer,
-            path,
-            "algorithm.value_model_path",
-            "the value model",
-        )?;
-    }
+    other_models_share_the_tokenizer(loaded, &tokenizer)?;
 
     let lm::RecipeData {
         train,
@@ -201,6 +188,19 @@ fn setup<B: ReinBackend>(
         test_pairs,
         skipped_pairs: skipped.len(),
     })
+}
+
+/// Refuses a teacher or a value model whose tokenizer is not the policy's.
+fn other_models_share_the_tokenizer(loaded: &LoadedRecipe, tokenizer: &LmTokenizer) -> Result<(), TrainError> {
+    if let Some(teacher) = &loaded.recipe.teacher {
+        same_tokenizer(loaded, tokenizer, &teacher.model, "teacher.model", "the teacher")?;
+    }
+    if let Algorithm::LmPpo(ppo) = &loaded.recipe.algorithm
+        && let Some(path) = &ppo.value_model_path
+    {
+        same_tokenizer(loaded, tokenizer, path, "algorithm.value_model_path", "the value model")?;
+    }
+    Ok(())
 }
 
 /// The recipe's tools and text environment, loaded, when it plays multi-turn episodes (tools
@@ -447,53 +447,7 @@ pub fn run_lm<B: ReinAutodiffBackend>(
     if let Some(report) = &outcome.before {
         eprintln!("held-out before RL: {}", describe(report));
     }
-    match &loaded.recipe.algorithm {
-        Algorithm::Grpo(section) => {
-            let grpo;
-            (model, grpo, outcome.after) = stages.grpo(model, section, Learner::Policy, stage)?;
-            outcome.grpo = Some(grpo);
-        }
-        Algorithm::LmPpo(ppo) => {
-            // GRPO's sampling and scoring, with PPO's critic, token advantages and minibatches.
-            let grpo;
-            (model, grpo, outcome.after) = stages.grpo(model, &ppo.grpo_section(), Learner::Critic(ppo), stage)?;
-            outcome.grpo = Some(grpo);
-        }
-        Algorithm::OnlineDpo(online) => {
-            // GRPO's sampling and scoring, with a DPO update on each group's best and worst.
-            let section = GrpoSection {
-                steps: online.steps,
-                prompts_per_step: online.prompts_per_step,
-                on_error: online.on_error,
-                kl_coef: 0.0,
-                ..GrpoSection::default()
-            };
-            let config = DpoConfig {
-                kind: online.loss_type,
-                beta: online.beta,
-                label_smoothing: online.label_smoothing,
-                sft_weight: online.sft_weight,
-            };
-            let grpo;
-            (model, grpo, outcome.after) = stages.grpo(model, &section, Learner::Preferences(config), stage)?;
-            outcome.grpo = Some(grpo);
-        }
-        Algorithm::Dpo(section) => {
-            let dpo;
-            (model, dpo, outcome.after) = stages.dpo(model, section, stage)?;
-            outcome.dpo = Some(dpo);
-        }
-        Algorithm::RewardModel(section) => {
-            let (reward_model, trained) = stages.reward_model(model.clone(), section, stage)?;
-            if let Some(run) = run {
-                let dir = run.path().join("final");
-                reward_model.save(&dir)?;
-                stages.setup.tokenizer.save(&dir)?;
-            }
-            outcome.reward_model = Some(trained);
-        }
-        Algorithm::Sft(_) | Algorithm::Ppo(_) => {}
-    }
+    model = stages.algorithm(model, stage, &mut outcome)?;
     let causal = !matches!(loaded.recipe.algorithm, Algorithm::RewardModel(_));
     if let Some(run) = run.filter(|_| causal) {
         save_model_dir(&model, &stages.setup.tokenizer, &run.path().join("final"))?;
@@ -549,6 +503,59 @@ struct Stages<'a, B: ReinAutodiffBackend> {
 }
 
 impl<B: ReinAutodiffBackend> Stages<'_, B> {
+    /// The recipe's own algorithm after the SFT stage (none for SFT alone), from `model`; fills
+    /// `outcome` with what it measured and returns the model it leaves.
+    fn algorithm(
+        &mut self,
+        mut model: CausalLm<B>,
+        stage: LmStage,
+        outcome: &mut LmOutcome,
+    ) -> Result<CausalLm<B>, TrainError> {
+        let (loaded, run) = (self.loaded, self.run);
+        match &loaded.recipe.algorithm {
+            Algorithm::Grpo(section) => {
+                let grpo;
+                (model, grpo, outcome.after) = self.grpo(model, section, Learner::Policy, stage)?;
+                outcome.grpo = Some(grpo);
+            }
+            Algorithm::LmPpo(ppo) => {
+                // GRPO's sampling and scoring, with PPO's critic, token advantages and minibatches.
+                let grpo;
+                (model, grpo, outcome.after) = self.grpo(model, &ppo.grpo_section(), Learner::Critic(ppo), stage)?;
+                outcome.grpo = Some(grpo);
+            }
+            Algorithm::OnlineDpo(online) => {
+                // GRPO's sampling and scoring, with a DPO update on each group's best and worst.
+                let section = online.grpo_section();
+                let config = DpoConfig {
+                    kind: online.loss_type,
+                    beta: online.beta,
+                    label_smoothing: online.label_smoothing,
+                    sft_weight: online.sft_weight,
+                };
+                let grpo;
+                (model, grpo, outcome.after) = self.grpo(model, &section, Learner::Preferences(config), stage)?;
+                outcome.grpo = Some(grpo);
+            }
+            Algorithm::Dpo(section) => {
+                let dpo;
+                (model, dpo, outcome.after) = self.dpo(model, section, stage)?;
+                outcome.dpo = Some(dpo);
+            }
+            Algorithm::RewardModel(section) => {
+                let (reward_model, trained) = self.reward_model(model.clone(), section, stage)?;
+                if let Some(run) = run {
+                    let dir = run.path().join("final");
+                    reward_model.save(&dir)?;
+                    self.setup.tokenizer.save(&dir)?;
+                }
+                outcome.reward_model = Some(trained);
+            }
+            Algorithm::Sft(_) | Algorithm::Ppo(_) => {}
+        }
+        Ok(model)
+    }
+
     /// The SFT stage, when the recipe has one, and the evaluation before RL; or, resuming a
     /// checkpoint taken during GRPO, the model SFT produced (read back from `<run>/sft`).
     fn sft(&mut self) -> Result<(CausalLm<B>, LmStage), TrainError> {
