@@ -67,6 +67,7 @@ fn panel<DB: DrawingBackend>(
         range(series.points.iter().map(|p| p.0)),
         range(series.points.iter().map(|p| p.1)),
     );
+    let (x_ticks, y_ticks) = (x.clone(), y.clone());
     let mut chart = ChartBuilder::on(area)
         .caption(&series.name, ("sans-serif", 15))
         .margin(8)
@@ -78,8 +79,8 @@ fn panel<DB: DrawingBackend>(
         .x_labels(5)
         .y_labels(5)
         .x_desc(series.x_label.as_str())
-        .x_label_formatter(&|x| number(*x))
-        .y_label_formatter(&|y| number(*y))
+        .x_label_formatter(&|v| tick_label(*v, &x_ticks))
+        .y_label_formatter(&|v| tick_label(*v, &y_ticks))
         .label_style(("sans-serif", 11))
         .draw()?;
     let points = series.points.iter().copied();
@@ -90,16 +91,73 @@ fn panel<DB: DrawingBackend>(
     Ok(())
 }
 
-/// The values' span, widened when it is a single value so the axis is not empty.
+/// The values' span with 5% either side; a single value (a constant series, say a learning
+/// rate of 3e-5) gets 10% of itself either side, so the axis reads around it, not around 0.
 fn range(values: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
     let (low, high) = span(values);
     if !low.is_finite() {
         return 0.0..1.0;
     }
-    let pad = if high > low {
-        (high - low) * 0.05
-    } else {
-        low.abs().max(1.0) * 0.1
+    let pad = match (high > low, low == 0.0) {
+        (true, _) => (high - low) * 0.05,
+        (false, true) => 1.0,
+        (false, false) => low.abs() * 0.1,
     };
     (low - pad)..(high + pad)
+}
+
+/// A tick's label on an axis spanning `axis`: [`number`]'s four significant digits, or more
+/// when the axis is narrow beside its values (100.000 to 100.010 needs five decimals to tell
+/// its five ticks apart).
+fn tick_label(value: f64, axis: &std::ops::Range<f64>) -> String {
+    let step = (axis.end - axis.start) / 5.0;
+    let magnitude = axis.start.abs().max(axis.end.abs());
+    // The significant digits that resolve one tick step at the axis's magnitude.
+    let digits = match step > 0.0 && magnitude > 0.0 {
+        true => (magnitude / step).log10().ceil() as i32 + 1,
+        false => 0,
+    };
+    if digits <= 4 {
+        return number(value);
+    }
+    let digits = digits.min(12);
+    if (1e-3..1e6).contains(&magnitude) {
+        let decimals = (digits - 1 - magnitude.log10().floor() as i32).max(0) as usize;
+        format!("{value:.decimals$}")
+    } else {
+        let mantissa = (digits - 1) as usize;
+        format!("{value:.mantissa$e}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_constant_series_gets_an_axis_around_its_value() {
+        let axis = range([3e-5; 4].into_iter());
+        assert!(axis.start > 0.0 && axis.contains(&3e-5), "{axis:?}");
+        let labels: Vec<String> = (0..=5)
+            .map(|i| tick_label(axis.start + i as f64 * 1.2e-6, &axis))
+            .collect();
+        assert!(
+            labels.iter().all(|l| l != "0" && !l.starts_with("0.0000")),
+            "{labels:?}"
+        );
+        assert_eq!(tick_label(3e-5, &axis), "3.000e-5");
+        assert_eq!(range([0.0; 3].into_iter()), -1.0..1.0);
+    }
+
+    #[test]
+    fn ticks_of_a_narrow_axis_are_told_apart() {
+        let axis = 100.0..100.01;
+        let labels: Vec<String> = (0..=5).map(|i| tick_label(100.0 + i as f64 * 0.002, &axis)).collect();
+        let mut distinct = labels.clone();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 6, "{labels:?}");
+        // A wide axis keeps the usual four significant digits.
+        assert_eq!(tick_label(0.123456, &(0.0..1.0)), "0.1235");
+        assert_eq!(tick_label(200.0, &(0.0..1000.0)), "200");
+    }
 }
