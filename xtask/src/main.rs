@@ -48,6 +48,8 @@ enum Command {
     GpuBundle(gpu_bundle::GpuBundle),
     /// Draw a run directory's metrics as PNG and SVG charts and write its summary.md.
     Plot(run::Plot),
+    /// Watch a run in the terminal (`rein watch`): state, step, ETA, metrics, last samples.
+    Watch(run::Watch),
 }
 
 fn main() -> std::process::ExitCode {
@@ -61,6 +63,7 @@ fn main() -> std::process::ExitCode {
         Command::Eval(cmd) => cmd.run(),
         Command::Model(cmd) => cmd.run(),
         Command::Plot(cmd) => cmd.run(),
+        Command::Watch(cmd) => cmd.run(),
         Command::GpuBundle(cmd) => cmd.run(),
     };
     match result {

@@ -49,6 +49,19 @@ impl Plot {
     }
 }
 
+#[derive(Args)]
+pub(crate) struct Watch {
+    /// The run directory, then `rein watch` options (`--once`, `--interval S`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    args: Vec<String>,
+}
+
+impl Watch {
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        run(cargo_run("rein-cli", "rein").arg("watch").args(&self.args))
+    }
+}
+
 #[derive(Subcommand)]
 pub(crate) enum Recipe {
     /// Print the resolved recipe.

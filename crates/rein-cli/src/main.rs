@@ -14,6 +14,7 @@ mod plugin;
 mod plugin_conformance;
 mod serve;
 mod train;
+mod watch;
 
 use clap::{Args, Parser, Subcommand};
 use rein_plugin::SandboxLimits;
@@ -53,6 +54,9 @@ enum Command {
     Recipe(train::RecipeCommand),
     /// Draw a run directory's metrics as PNG and SVG charts (`plots/`) and write `summary.md`.
     Plot(plot::PlotArgs),
+    /// Watch a run in the terminal: state, step, ETA, phase, metrics with sparklines, the last
+    /// samples; refreshed as it writes (also for finished or stopped runs).
+    Watch(watch::WatchArgs),
 }
 
 /// Sandbox limits settable on the command line (defaults: 256 MiB, 2000 ms, no fuel).
@@ -110,6 +114,7 @@ fn main() -> std::process::ExitCode {
         Command::Eval(args) => args.run(),
         Command::Recipe(command) => command.run(),
         Command::Plot(args) => args.run(),
+        Command::Watch(args) => args.run(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -158,7 +158,11 @@ impl Driver<'_> {
         let failures_before = state.failures.clone();
         // The last completed step's state, for the watchdog to save.
         let latest: Arc<Mutex<Option<(usize, Snapshot)>>> = Arc::new(Mutex::new(None));
-        phases.watch(self.stall_timeout, self.stall_handler(latest.clone()));
+        let status = (self.metrics.as_deref()).map(|m| crate::watchdog::StatusFile {
+            path: m.dir().join("status.json"),
+            stage: self.stage,
+        });
+        phases.watch(self.stall_timeout, self.stall_handler(latest.clone()), status);
         let total = algorithm.total_steps();
         let mut progress = Progress::new(Some(total as u64));
         let mut last = state.step;

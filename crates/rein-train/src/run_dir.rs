@@ -97,7 +97,12 @@ impl RunDir {
                 Some(tb)
             }
         };
-        Ok(MetricsWriter { out, len, tensorboard })
+        Ok(MetricsWriter {
+            out,
+            len,
+            tensorboard,
+            dir: self.path.clone(),
+        })
     }
 }
 
@@ -112,6 +117,8 @@ pub struct MetricsWriter {
     out: BufWriter<File>,
     len: u64,
     tensorboard: Option<Tensorboard>,
+    /// The run directory.
+    dir: PathBuf,
 }
 
 /// The event files of a run, one writer per stage.
@@ -164,6 +171,11 @@ fn markdown_code(text: &str) -> String {
 }
 
 impl MetricsWriter {
+    /// The run directory written to.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Writes one record.
     pub fn write(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(record)?;

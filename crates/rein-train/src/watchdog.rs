@@ -46,6 +46,39 @@ impl std::fmt::Display for Stall {
 /// What the watchdog does with a stall (called once, on its thread).
 pub type StallHandler = Box<dyn FnOnce(Stall) + Send>;
 
+/// Where the watchdog writes, at each of its wake-ups, what the run is doing (`status.json`
+/// in the run directory, which `rein watch` reads): the stage, step, phase, what the phase
+/// waits on and for how long, the process id and the time written.
+pub struct StatusFile {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// The stage the steps belong to (`sft`, `grpo`, …), if the run has several.
+    pub stage: Option<&'static str>,
+}
+
+impl StatusFile {
+    /// Writes `activity` (through a temporary file and a rename: a reader never sees half).
+    fn write(&self, activity: &Activity) {
+        let seconds = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let status = serde_json::json!({
+            "stage": self.stage,
+            "step": activity.step,
+            "phase": activity.phase,
+            "waiting_on": activity.waiting_on,
+            "phase_s": activity.since.elapsed().as_secs_f64(),
+            "pid": std::process::id(),
+            "written_unix_s": seconds,
+        });
+        let partial = self.path.with_extension("json.partial");
+        // The status is a convenience: a failed write must not disturb the run.
+        if std::fs::write(&partial, status.to_string()).is_ok() {
+            let _ = std::fs::rename(&partial, &self.path);
+        }
+    }
+}
+
 struct Activity {
     step: usize,
     phase: &'static str,
@@ -143,10 +176,14 @@ impl Phases {
     }
 
     /// Starts the watchdog thread: it calls `on_stall` once if a phase runs longer than
-    /// `timeout`, and ends with these phases.
-    pub(crate) fn watch(&self, timeout: Duration, on_stall: StallHandler) {
+    /// `timeout`, writes `status` at each wake-up (at least every second), and ends with these
+    /// phases.
+    pub(crate) fn watch(&self, timeout: Duration, on_stall: StallHandler, status: Option<StatusFile>) {
         let shared = Arc::downgrade(&self.shared);
         let poll = (timeout / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        if let Some(status) = &status {
+            status.write(&lock(&self.shared.activity));
+        }
         let spawned = std::thread::Builder::new().name("rein-watchdog".into()).spawn(move || {
             let mut on_stall = Some(on_stall);
             loop {
@@ -157,6 +194,9 @@ impl Phases {
                 }
                 let stall = {
                     let activity = lock(&shared.activity);
+                    if let Some(status) = &status {
+                        status.write(&activity);
+                    }
                     let after = activity.since.elapsed();
                     (after > timeout).then(|| Stall {
                         step: activity.step,
@@ -242,9 +282,15 @@ mod tests {
     fn a_phase_that_outlasts_the_timeout_is_reported_once() {
         let phases = Phases::new(Duration::ZERO, BTreeMap::new());
         let (send, receive) = std::sync::mpsc::channel();
+        let path = std::env::temp_dir().join(format!("rein-status-{}.json", std::process::id()));
+        let status = StatusFile {
+            path: path.clone(),
+            stage: Some("grpo"),
+        };
         phases.watch(
             Duration::from_millis(100),
             Box::new(move |stall| send.send(stall).unwrap()),
+            Some(status),
         );
         phases.begin_step(7);
         let _g = phases.enter("generate", "sampling 64 completions");
@@ -260,13 +306,26 @@ mod tests {
                 .starts_with("step 7: phase `generate` made no progress"),
             "{stall}"
         );
+        // What the run was doing, as `rein watch` reads it.
+        let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(
+            (status["stage"].as_str(), status["step"].as_u64()),
+            (Some("grpo"), Some(7))
+        );
+        assert_eq!(status["phase"], "generate");
+        assert_eq!(status["pid"].as_u64(), Some(u64::from(std::process::id())));
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
     fn phases_that_make_progress_are_not_reported() {
         let phases = Phases::new(Duration::ZERO, BTreeMap::new());
         let (send, receive) = std::sync::mpsc::channel();
-        phases.watch(Duration::from_secs(5), Box::new(move |stall| send.send(stall).unwrap()));
+        phases.watch(
+            Duration::from_secs(5),
+            Box::new(move |stall| send.send(stall).unwrap()),
+            None,
+        );
         for step in 1..=10 {
             phases.begin_step(step);
             let _g = phases.enter("env", "stepping");

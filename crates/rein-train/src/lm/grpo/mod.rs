@@ -268,6 +268,22 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
         }
     }
 
+    /// The first completion of each of the step's first [`SAMPLES_LOGGED`] groups, with its
+    /// prompt and reward (what `rein watch` shows of a step).
+    fn samples(&self, batch: &[sample::Scored]) -> serde_json::Value {
+        let samples: Vec<serde_json::Value> = (batch.iter().take(SAMPLES_LOGGED))
+            .filter_map(|group| {
+                let prompt = &self.ctx.prompts.get(group.prompt)?.text;
+                Some(json!({
+                    "prompt": prompt,
+                    "completion": group.rollouts.first()?.text,
+                    "reward": group.rewards.first()?,
+                }))
+            })
+            .collect();
+        json!(samples)
+    }
+
     /// The rollout source of single-turn GRPO.
     fn source(&mut self) -> &mut RolloutSource<B::InnerBackend> {
         (self.source.as_mut()).expect("single-turn GRPO has a rollout source")
@@ -336,6 +352,7 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
         if let Some(stats) = &sampled.episodes {
             stats.record(&mut record);
         }
+        record.insert("samples".into(), self.samples(&sampled.batch));
         let reward = match sampled.batch.is_empty() {
             true => f64::NAN,
             false => self.state.rewards.last().copied().unwrap_or(f64::NAN),
@@ -429,6 +446,9 @@ fn lr_schedule(optimizer: &OptimizerSection, start: f64, steps: usize) -> Linear
         _ => LinearSchedule::constant(start),
     }
 }
+
+/// Completions per step kept in the metrics record (`samples`).
+const SAMPLES_LOGGED: usize = 3;
 
 /// The checkpoint sections of PPO's critic and its optimiser.
 const CRITIC_SECTIONS: [&str; 2] = ["critic", "critic_optimizer"];

@@ -120,6 +120,7 @@ mod tests {
             version: 0,
         };
         Scored {
+            prompt: 0,
             rollouts: (0..rewards.len()).map(rollout).collect(),
             rewards: rewards.to_vec(),
             components: BTreeMap::new(),

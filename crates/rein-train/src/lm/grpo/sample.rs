@@ -39,6 +39,8 @@ pub(super) struct Rollout {
 
 /// One sampled, scored group.
 pub(super) struct Scored {
+    /// The prompt's index in the training prompts.
+    pub(super) prompt: usize,
     pub(super) rollouts: Vec<Rollout>,
     pub(super) rewards: Vec<f64>,
     pub(super) components: BTreeMap<String, Vec<f64>>,
@@ -125,7 +127,15 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
                     *total = total.plus(usage);
                 }
             }
-            keep_groups(round, scores, rollouts, self.ctx.grpo, self.ctx.sampler.n, &mut out);
+            keep_groups(
+                round,
+                &picked,
+                scores,
+                rollouts,
+                self.ctx.grpo,
+                self.ctx.sampler.n,
+                &mut out,
+            );
         }
         Ok(out)
     }
@@ -291,6 +301,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
 /// without reward variance while resampling rounds remain.
 fn keep_groups(
     round: usize,
+    prompts: &[usize],
     scores: Vec<GroupReward>,
     rollouts: Vec<Rollout>,
     grpo: &rein_recipe::GrpoSection,
@@ -298,7 +309,7 @@ fn keep_groups(
     out: &mut Sampled,
 ) {
     let mut rollouts = rollouts.into_iter();
-    for scored in scores {
+    for (&prompt, scored) in prompts.iter().zip(scores) {
         let group: Vec<Rollout> = rollouts.by_ref().take(g).collect();
         out.groups += 1;
         if scored.skipped {
@@ -312,6 +323,7 @@ fn keep_groups(
             continue;
         }
         out.batch.push(Scored {
+            prompt,
             rollouts: group,
             rewards: scored.total,
             components: scored.components,
