@@ -101,3 +101,39 @@ pub fn stage_records(runs: &std::path::Path, stage: &str) -> Vec<serde_json::Val
         .filter(|l: &serde_json::Value| l["stage"] == stage)
         .collect()
 }
+
+/// `rein run` of the main job's recipe shrunk to seconds (a tiny SFT stage, then GRPO on two
+/// prompts × two completions of up to 12 tokens, 8 held-out problems) into `runs`, with
+/// `overrides` after those; `rein` is the binary (`env!("CARGO_BIN_EXE_rein")` in rein-cli's
+/// tests). Its output goes nowhere; stderr is piped.
+pub fn tiny_grpo_run(rein: &str, runs: &std::path::Path, overrides: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new(rein);
+    command
+        .arg("run")
+        .arg(root().join("recipes/grpo-arithmetic.toml"))
+        .arg("--plugin-dir")
+        .arg(plugin_dir())
+        .env(
+            "REIN_CACHE_DIR",
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let base = [
+        "data.task.train=400",
+        "data.task.test=8",
+        "sft.steps=12",
+        "sft.batch_size=8",
+        "algorithm.prompts_per_step=2",
+        "sampler.n=2",
+        "sampler.max_new_tokens=12",
+        "eval.k=2",
+    ];
+    for o in base.iter().chain(overrides) {
+        command.arg("--set").arg(o);
+    }
+    command
+        .arg("--set")
+        .arg(format!("train.runs_dir={:?}", runs.display().to_string()));
+    command
+}

@@ -9,10 +9,10 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{plugin_dir, root, scratch};
+use common::{root, scratch};
 use serde_json::Value;
 
 /// `(event directory, tag)` → `[(step, value)]`, in the order written.
@@ -20,35 +20,11 @@ type Scalars = BTreeMap<(String, String), Vec<(u64, f32)>>;
 
 /// The tiny SFT-then-GRPO run: two stages, an evaluation before and after.
 fn rein_run(runs: &Path, resume: Option<&Path>) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_rein"));
-    command
-        .arg("run")
-        .arg(root().join("recipes/grpo-arithmetic.toml"))
-        .arg("--plugin-dir")
-        .arg(plugin_dir())
-        .env(
-            "REIN_CACHE_DIR",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    for o in [
-        "data.task.train=400",
-        "data.task.test=8",
-        "sft.steps=12",
-        "sft.batch_size=8",
-        "algorithm.steps=12",
-        "algorithm.prompts_per_step=2",
-        "sampler.n=2",
-        "sampler.max_new_tokens=12",
-        "eval.k=2",
-        "train.checkpoint_every=4",
-    ] {
-        command.arg("--set").arg(o);
-    }
-    command
-        .arg("--set")
-        .arg(format!("train.runs_dir={:?}", runs.display().to_string()));
+    let mut command = common::tiny_grpo_run(
+        env!("CARGO_BIN_EXE_rein"),
+        runs,
+        &["algorithm.steps=12", "train.checkpoint_every=4"],
+    );
     if let Some(dir) = resume {
         command.arg("--resume").arg(dir);
     }

@@ -9,39 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{plugin_dir, root, scratch};
+use common::scratch;
 
 /// The tiny SFT-then-GRPO run, `steps` GRPO steps.
 fn rein_run(runs: &Path, steps: usize) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_rein"));
-    command
-        .arg("run")
-        .arg(root().join("recipes/grpo-arithmetic.toml"))
-        .arg("--plugin-dir")
-        .arg(plugin_dir())
-        .env(
-            "REIN_CACHE_DIR",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
     let steps = format!("algorithm.steps={steps}");
-    for o in [
-        "data.task.train=400",
-        "data.task.test=8",
-        "sft.steps=12",
-        "sft.batch_size=8",
-        &steps,
-        "algorithm.prompts_per_step=2",
-        "sampler.n=2",
-        "sampler.max_new_tokens=12",
-        "eval.k=2",
-    ] {
-        command.arg("--set").arg(o);
-    }
-    command
-        .arg("--set")
-        .arg(format!("train.runs_dir={:?}", runs.display().to_string()));
+    let mut command = common::tiny_grpo_run(env!("CARGO_BIN_EXE_rein"), runs, &[&steps]);
+    command.stderr(Stdio::null());
     command
 }
 
