@@ -335,6 +335,10 @@ fn pip_tool(dir: &str, spec: &str, module: &str, why_python: &str) -> anyhow::Re
             "install",
             "--quiet",
             "--disable-pip-version-check",
+            // The packages go into their own directory, used through PYTHONPATH alone: pip's
+            // report of conflicts among the machine's own packages ("ERROR: pip's dependency
+            // resolver…") is about packages these tools never see.
+            "--no-warn-conflicts",
             "--target",
         ])
         .env("PIP_ROOT_USER_ACTION", "ignore")
