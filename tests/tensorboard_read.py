@@ -1,5 +1,5 @@
-"""Reads a run directory's TensorBoard event files back with TensorBoard's own reader
-(`EventAccumulator`, orphaned data purged as TensorBoard does) and prints, as one JSON object,
+"""Reads a run directory's TensorBoard event files back with the reader TensorBoard's server
+uses (`plugin_event_accumulator.EventAccumulator`, orphaned data purged) and prints, as one JSON object,
 each event directory's scalars and texts: {"<dir relative to tb/>": {"scalars": {tag: [[step,
 value], ...]}, "texts": {tag: [text, ...]}}}. Used by the TensorBoard round-trip tests.
 
@@ -10,19 +10,27 @@ import json
 import pathlib
 import sys
 
-from tensorboard.backend.event_processing import event_accumulator as ea
+from tensorboard.backend.event_processing import plugin_event_accumulator as pea
+from tensorboard.util import tensor_util
 
 
 def read(directory):
-    accumulator = ea.EventAccumulator(
-        str(directory), size_guidance={ea.SCALARS: 0, ea.TENSORS: 0}, purge_orphaned_data=True
-    )
+    accumulator = pea.EventAccumulator(str(directory), size_guidance={pea.TENSORS: 0}, purge_orphaned_data=True)
     accumulator.Reload()
-    tags = accumulator.Tags()
-    scalars = {tag: [[e.step, e.value] for e in accumulator.Scalars(tag)] for tag in tags["scalars"]}
+
+    def tags(plugin):
+        try:
+            return accumulator.PluginTagToContent(plugin)
+        except KeyError:  # no data of that plugin in this directory
+            return {}
+
+    scalars = {
+        tag: [[e.step, float(tensor_util.make_ndarray(e.tensor_proto))] for e in accumulator.Tensors(tag)]
+        for tag in tags("scalars")
+    }
     texts = {
         tag: [b"".join(e.tensor_proto.string_val).decode() for e in accumulator.Tensors(tag)]
-        for tag in tags["tensors"]
+        for tag in tags("text")
     }
     return {"scalars": scalars, "texts": texts}
 

@@ -178,8 +178,10 @@ fn a_resumed_run_shows_each_step_once() {
         files("sft") >= 2 && files("grpo") >= 2,
         "each resume appends a new file"
     );
-    assert_eq!(
-        tensorboard_scalars(&read_back(&run)),
-        expected_scalars(&run, usize::MAX)
-    );
+    let read = read_back(&run);
+    assert_eq!(tensorboard_scalars(&read), expected_scalars(&run, usize::MAX));
+    // The texts: the recipe the first process wrote, the report the last one did, once each.
+    let texts = &read["."]["texts"];
+    assert_eq!(texts["recipe"].as_array().map(Vec::len), Some(1), "{texts}");
+    assert_eq!(texts["report"].as_array().map(Vec::len), Some(1), "{texts}");
 }

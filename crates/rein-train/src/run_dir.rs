@@ -87,11 +87,10 @@ impl RunDir {
             true => {
                 let mut tb = Tensorboard {
                     dir: self.path.join("tb"),
-                    resumed: len > 0,
                     writers: BTreeMap::new(),
                 };
                 if len == 0 {
-                    tb.writer(None, 0)?
+                    tb.writer(None, None)?
                         .text(0, "recipe", &markdown_code(&self.recipe_toml()?))?;
                 }
                 Some(tb)
@@ -110,9 +109,9 @@ impl RunDir {
 /// nothing written, and, when asked, its numbers as TensorBoard scalars: a record of stage `s`
 /// goes to `tb/s/` (a stageless run's to `tb/`) at its `global_step`, `step` or `update`, so
 /// each stage is a run of its own in TensorBoard, with its own steps. The recipe and the report
-/// are texts in `tb/`. After a resume each stage's first record opens a new event file that
-/// starts with a `SessionLog` START at that record's step, so TensorBoard drops what the
-/// interrupted run wrote from there on.
+/// are texts in `tb/`. Each process opens a new event file per stage, starting with a
+/// `SessionLog` START at its first record's step, so that after a resume TensorBoard drops what
+/// the interrupted process wrote from there on.
 pub struct MetricsWriter {
     out: BufWriter<File>,
     len: u64,
@@ -124,14 +123,16 @@ pub struct MetricsWriter {
 /// The event files of a run, one writer per stage.
 struct Tensorboard {
     dir: PathBuf,
-    resumed: bool,
     writers: BTreeMap<Option<String>, EventWriter>,
 }
 
 impl Tensorboard {
-    /// The writer of `stage`'s directory, created on first use (with a START at `step` when
-    /// the run resumed).
-    fn writer(&mut self, stage: Option<&str>, step: u64) -> std::io::Result<&mut EventWriter> {
+    /// The writer of `stage`'s directory, created on first use; when that use writes the record
+    /// of step `first` (`None` for a text), its file starts with a `SessionLog` START there.
+    /// TensorBoard's server takes a run's first START as its start and each later one (a
+    /// resumed process's) as a restart that drops the events from its step on. A text never
+    /// starts a file with a START: the recipe the first process wrote stays.
+    fn writer(&mut self, stage: Option<&str>, first: Option<u64>) -> std::io::Result<&mut EventWriter> {
         let key = stage.map(str::to_string);
         if !self.writers.contains_key(&key) {
             let dir = match stage {
@@ -139,7 +140,7 @@ impl Tensorboard {
                 None => self.dir.clone(),
             };
             let mut writer = EventWriter::create(&dir)?;
-            if self.resumed {
+            if let Some(step) = first {
                 writer.session_start(step)?;
             }
             self.writers.insert(key.clone(), writer);
@@ -192,7 +193,8 @@ impl MetricsWriter {
                 .filter(|(key, _)| !POSITION_KEYS.contains(&key.as_str()))
                 .filter_map(|(key, value)| Some((tensorboard_tag(key), value.as_f64()? as f32)))
                 .collect();
-            tb.writer(record["stage"].as_str(), step)?.scalars(step, scalars)?;
+            tb.writer(record["stage"].as_str(), Some(step))?
+                .scalars(step, scalars)?;
         }
         Ok(())
     }
@@ -200,7 +202,7 @@ impl MetricsWriter {
     /// A text (markdown) in `tb/` under `tag` (the run's report), when writing event files.
     pub fn text(&mut self, tag: &str, text: &str) -> std::io::Result<()> {
         match self.tensorboard.as_mut() {
-            Some(tb) => tb.writer(None, 0)?.text(0, tag, text),
+            Some(tb) => tb.writer(None, None)?.text(0, tag, text),
             None => Ok(()),
         }
     }
