@@ -69,20 +69,9 @@ fn sections(algorithm: &Algorithm) -> &'static [(&'static str, Keys)] {
             ("eval", Keys::All),
             ("lora", Keys::All),
         ],
-        // Online DPO samples and scores as GRPO does (single-turn), then learns from pairs.
-        Algorithm::OnlineDpo(_) => &[
-            ("data", Keys::All),
-            ("model", LM_MODEL),
-            ("optimizer", Keys::All),
-            ("train", LM_TRAIN),
-            ("sft", Keys::All),
-            ("sampler", Keys::All),
-            ("reward", Keys::All),
-            ("eval", Keys::All),
-            ("lora", Keys::All),
-        ],
-        // PPO on a language model samples and scores as single-turn GRPO does.
-        Algorithm::LmPpo(_) => &[
+        // Online DPO and PPO on a language model sample and score as single-turn GRPO does,
+        // then learn from pairs or with a critic.
+        Algorithm::OnlineDpo(_) | Algorithm::LmPpo(_) => &[
             ("data", Keys::All),
             ("model", LM_MODEL),
             ("optimizer", Keys::All),

@@ -36,7 +36,8 @@ use crate::driver::{Snapshot, Step, Trainer};
 use crate::watchdog::Phases;
 use policy::{act, forward, log_std};
 use returns::EpisodeReturns;
-use rollout::{LossStats, Rollout, explained_variance};
+pub(crate) use rollout::explained_variance;
+use rollout::{LossStats, Rollout};
 pub use run::{PpoOutcome, Timings, train};
 
 /// Makes `n` environments (the recipe's plugin and config); called for training and again

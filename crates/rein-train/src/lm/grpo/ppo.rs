@@ -31,6 +31,7 @@ use crate::TrainError;
 use crate::driver::Record;
 use crate::lm::batch::{TokenBatch, completion_log_probs, select_rows};
 use crate::lm::critic::Critic;
+use crate::ppo::explained_variance;
 use crate::watchdog::Phases;
 
 /// The critic, its optimiser and PPO's own settings.
@@ -109,7 +110,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         let mut record = Record::new();
         let (targets, kl) = self.token_targets(learner, &flat, &tokens, &scores, &mut record, phases)?;
         let (epochs, minibatches) = (learner.settings.update_epochs, learner.settings.num_minibatches);
-        let (rows, width) = (tokens.rows, tokens.completion_width);
+        let rows = tokens.rows;
         let minibatch_rows = rows.div_ceil(minibatches.max(1));
         let mut stats = Vec::new();
         for epoch in 0..epochs {
@@ -146,21 +147,21 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
                 json!(mean_of(|s| s.entropy.unwrap_or_default())),
             );
         }
-        let counted = |values: &[f32]| -> Vec<f64> {
+        let counted = |values: &[f32]| -> Vec<f32> {
             (values.iter().zip(&targets.mask))
                 .filter(|(_, m)| **m > 0.0)
-                .map(|(&v, _)| f64::from(v))
+                .map(|(&v, _)| v)
                 .collect()
         };
         let (returns, values) = (counted(&targets.returns), counted(&targets.old_values));
-        record.insert("train/values_mean".into(), json!(mean(&values)));
-        record.insert("train/returns_mean".into(), json!(mean(&returns)));
+        let mean_f32 = |x: &[f32]| mean(&x.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
+        record.insert("train/values_mean".into(), json!(mean_f32(&values)));
+        record.insert("train/returns_mean".into(), json!(mean_f32(&returns)));
         record.insert(
             "train/explained_variance".into(),
             json!(explained_variance(&values, &returns)),
         );
         record.insert("train/critic_learning_rate".into(), json!(learner.lr.at(step)));
-        debug_assert_eq!(targets.mask.len(), rows * width);
         self.log_batch(step, &flat, &scores, kl, &mut record);
         Ok(record)
     }
@@ -350,33 +351,5 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             grad_norm,
             critic_grad_norm,
         })
-    }
-}
-
-/// `1 − Var(R − V) / Var(R)`: the share of the returns' variance the values explain (1 is
-/// perfect, 0 no better than a constant, negative worse); NaN when the returns do not vary.
-fn explained_variance(values: &[f64], returns: &[f64]) -> f64 {
-    let variance = |x: &[f64]| {
-        let m = mean(x);
-        x.iter().map(|v| (v - m).powi(2)).sum::<f64>() / x.len().max(1) as f64
-    };
-    let residuals: Vec<f64> = returns.iter().zip(values).map(|(r, v)| r - v).collect();
-    let spread = variance(returns);
-    if spread == 0.0 {
-        return f64::NAN;
-    }
-    1.0 - variance(&residuals) / spread
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn explained_variance_by_hand() {
-        assert_eq!(explained_variance(&[1.0, 2.0, 3.0], &[1.0, 2.0, 3.0]), 1.0);
-        assert_eq!(explained_variance(&[0.0; 3], &[1.0, 2.0, 3.0]), 0.0);
-        assert!(explained_variance(&[3.0, 2.0, 1.0], &[1.0, 2.0, 3.0]) < 0.0);
-        assert!(explained_variance(&[1.0], &[2.0, 2.0]).is_nan());
     }
 }
