@@ -25,7 +25,7 @@ use rein_model::lm::{CausalLm, LmTokenizer, load, locate, save};
 use rein_plugin::PluginRuntime;
 use rein_recipe::{DataSection, GrpoSection, OptimizerSection, SamplerSection, TeacherKl};
 use rein_train::checkpoint::Checkpointing;
-use rein_train::driver::Driver;
+use rein_train::driver::{Driven, Driver, Trainer};
 use rein_train::lm::{ArithmeticTask, Grpo, GrpoContext, Prompt, WeightedReward, generate_task, prepare};
 use rein_train::memory::reset_peak_rss;
 use rein_train::{MetricsWriter, RunDir};
@@ -56,7 +56,7 @@ struct Case {
 }
 
 /// Untimed steps before the timed ones, on both sides.
-const WARMUP: usize = 1;
+pub(crate) const WARMUP: usize = 1;
 
 /// What one side measured.
 struct Measured {
@@ -295,39 +295,20 @@ fn measure(
     };
     let runs = case.work_dir.join("runs");
     let _ = std::fs::remove_dir_all(&runs);
-    let run_dir = RunDir::create(&runs, "bench", "")?;
-    let mut metrics: MetricsWriter = run_dir.metrics()?;
-    // The driver resets the peak before each step: the run's peak is the larger of the one
-    // before it (loading) and its steps'.
     let loading_rss = peak_rss_mib();
     let mut trainer = Grpo::new(model, ctx, &device)?;
     if let Some(teacher) = &case.teacher {
         let teacher = load::<rein_model::Cpu>(teacher, &device)?;
         trainer = trainer.with_teacher(teacher, 1.0, TeacherKl::Full);
     }
-    let driven = Driver {
-        metrics: Some(&mut metrics),
-        checkpointing: &Checkpointing::default(),
-        stall_timeout: std::time::Duration::from_secs(1200),
-        stage: None,
-    }
-    .run(&mut trainer)?;
+    let (driven, peak_rss_mib, records) = drive(&mut trainer, &runs, loading_rss)?;
     let outcome = trainer.outcome(driven.steps, &driven.phases);
-    let records: Vec<serde_json::Value> = std::fs::read_to_string(run_dir.path().join("metrics.jsonl"))?
-        .lines()
-        .filter_map(|line| serde_json::from_str(line).ok())
-        .collect();
-    let timed = |key: &str| -> Vec<f64> { (records.iter().skip(WARMUP)).filter_map(|r| r[key].as_f64()).collect() };
-    let times = timed("time/step_s");
+    let times = column(&records, "time/step_s");
     anyhow::ensure!(times.len() == case.steps, "{} timed steps logged", times.len());
-    let lengths = timed("train/completion_length");
     let measured = Measured {
         seconds_per_step: median(&times).unwrap_or(f64::NAN),
-        peak_rss_mib: [loading_rss, driven.peak_rss_mib]
-            .into_iter()
-            .flatten()
-            .reduce(f64::max),
-        mean_completion_tokens: mean(&lengths),
+        peak_rss_mib,
+        mean_completion_tokens: mean(&column(&records, "train/completion_length")),
     };
     println!(
         "  rein: {:.2} s per step, mean completion {:.1} tokens, peak RSS {:.0} MiB",
@@ -336,6 +317,41 @@ fn measure(
         measured.peak_rss_mib.unwrap_or(f64::NAN)
     );
     Ok((measured, driven.phases, outcome))
+}
+
+/// Drives `trainer` with its steps logged to a new run directory under `runs`. Returns the
+/// driver's report, the run's peak resident memory (the driver resets the peak before each
+/// step, so it is the larger of `loading_rss`, measured before the trainer was built, and the
+/// steps') and the metric records of the steps after [`WARMUP`].
+pub(crate) fn drive(
+    trainer: &mut impl Trainer,
+    runs: &Path,
+    loading_rss: Option<f64>,
+) -> anyhow::Result<(Driven, Option<f64>, Vec<serde_json::Value>)> {
+    let run_dir = RunDir::create(runs, "bench", "")?;
+    let mut metrics: MetricsWriter = run_dir.metrics()?;
+    let driven = Driver {
+        metrics: Some(&mut metrics),
+        checkpointing: &Checkpointing::default(),
+        stall_timeout: std::time::Duration::from_secs(1200),
+        stage: None,
+    }
+    .run(trainer)?;
+    let records = std::fs::read_to_string(run_dir.path().join("metrics.jsonl"))?
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .skip(WARMUP)
+        .collect();
+    let peak = [loading_rss, driven.peak_rss_mib]
+        .into_iter()
+        .flatten()
+        .reduce(f64::max);
+    Ok((driven, peak, records))
+}
+
+/// `key`'s values in `records` (of the records that have it).
+pub(crate) fn column(records: &[serde_json::Value], key: &str) -> Vec<f64> {
+    records.iter().filter_map(|r| r[key].as_f64()).collect()
 }
 
 /// What TRL measured on a case, without gradient checkpointing and with it (its default).

@@ -12,17 +12,13 @@ use std::path::{Path, PathBuf};
 use rein_model::lm::{LmTokenizer, SequenceClassifier, save};
 use rein_model::{Cpu, CpuAutodiff};
 use rein_recipe::{LmPpoSection, OptimizerSection, SamplerSection};
-use rein_train::checkpoint::Checkpointing;
-use rein_train::driver::Driver;
 use rein_train::lm::{Critic, Grpo, GrpoContext, ModelReward, WeightedReward};
 use rein_train::memory::reset_peak_rss;
-use rein_train::{MetricsWriter, RunDir};
 
-use crate::grpo::arithmetic_prompts;
+use crate::grpo::{WARMUP, arithmetic_prompts, column, drive};
 use crate::qwen2_3m::{qwen2_3m, qwen2_3m_from};
 use crate::report::{Report, Row, median, peak_rss_mib};
 
-const WARMUP: usize = 1;
 const STEPS: usize = 3;
 const BATCH: usize = 8;
 const MAX_TOKENS: usize = 32;
@@ -91,32 +87,15 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
         seed: 1,
         agent: None,
     };
-    let run_dir = RunDir::create(&work.join("runs"), "bench", "")?;
-    let mut metrics: MetricsWriter = run_dir.metrics()?;
     let loading_rss = peak_rss_mib();
     let critic =
         Critic::from_reward_model(SequenceClassifier::open(&reward_dir, &device)?).map_err(anyhow::Error::msg)?;
     let mut trainer = Grpo::new(policy, ctx, &device)?.with_critic(critic, &ppo, &optimizer);
-    let driven = Driver {
-        metrics: Some(&mut metrics),
-        checkpointing: &Checkpointing::default(),
-        stall_timeout: std::time::Duration::from_secs(1200),
-        stage: None,
-    }
-    .run(&mut trainer)?;
-    let records: Vec<serde_json::Value> = std::fs::read_to_string(run_dir.path().join("metrics.jsonl"))?
-        .lines()
-        .filter_map(|line| serde_json::from_str(line).ok())
-        .collect();
-    let timed = |key: &str| -> Vec<f64> { (records.iter().skip(WARMUP)).filter_map(|r| r[key].as_f64()).collect() };
-    let times = timed("time/step_s");
+    let (driven, rss, records) = drive(&mut trainer, &work.join("runs"), loading_rss)?;
+    let times = column(&records, "time/step_s");
     anyhow::ensure!(times.len() == STEPS, "{} timed steps logged", times.len());
     let seconds = median(&times).unwrap_or(f64::NAN);
-    let lengths = timed("train/completion_length");
-    let rss = [loading_rss, driven.peak_rss_mib]
-        .into_iter()
-        .flatten()
-        .reduce(f64::max);
+    let lengths = column(&records, "train/completion_length");
     let phase = |name: &str| driven.phases.get(name).map_or(0.0, |d| d.as_secs_f64()) / (WARMUP + STEPS) as f64;
     println!(
         "  rein: {seconds:.3} s per step (generate {:.3}, reward {:.3}, reference {:.3}, values {:.3}, forward {:.3}, backward {:.3}, optimizer {:.3} s), mean completion {:.1} tokens, peak RSS {:.0} MiB",
