@@ -25,6 +25,8 @@ const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 /// The OpenAI Python client the serving tests use.
 const OPENAI: &str = "openai==3.57.0";
 const TENSORBOARD: &str = "tensorboard==2.21.0";
+const MATURIN: &str = "maturin==1.16.0";
+const MATH_VERIFY: &str = "math-verify[antlr4_13_2]==0.9.0";
 const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0";
 
 /// The modules every Python plugin can import, beside its own directory's.
@@ -303,6 +305,28 @@ pub(crate) fn openai_client() -> anyhow::Result<PathBuf> {
         OPENAI,
         "openai",
         "Python 3 (python3) is needed for the openai client test",
+    )
+}
+
+/// maturin (the Python wheel builder; its `bin/maturin`) under `<target>/tools/maturin`,
+/// installed when missing.
+pub(crate) fn maturin() -> anyhow::Result<PathBuf> {
+    pip_tool(
+        "maturin",
+        MATURIN,
+        "maturin",
+        "Python 3 (python3 with pip) is needed to build the rein-sandbox wheel",
+    )
+}
+
+/// math-verify (the answer checker of TRL's and open-r1's accuracy rewards) under
+/// `<target>/tools/math-verify`, installed when missing: a peer in `cargo xtask bench plugins`.
+pub(crate) fn math_verify() -> anyhow::Result<PathBuf> {
+    pip_tool(
+        "math-verify",
+        MATH_VERIFY,
+        "math_verify",
+        "Python 3 (python3 with pip) is needed for the math-verify peer",
     )
 }
 

@@ -11,6 +11,7 @@ mod new_plugin;
 mod run;
 mod test;
 mod tidy;
+mod wheel;
 mod workspace;
 
 use clap::{Parser, Subcommand};
@@ -50,6 +51,9 @@ enum Command {
     Plot(run::Plot),
     /// Watch a run in the terminal (`rein watch`): state, step, ETA, metrics, last samples.
     Watch(run::Watch),
+    /// Build the `rein-sandbox` Python wheel (the sandbox for TRL, verl and Gymnasium) into
+    /// target/wheels/.
+    Wheel(wheel::Wheel),
 }
 
 fn main() -> std::process::ExitCode {
@@ -64,6 +68,7 @@ fn main() -> std::process::ExitCode {
         Command::Model(cmd) => cmd.run(),
         Command::Plot(cmd) => cmd.run(),
         Command::Watch(cmd) => cmd.run(),
+        Command::Wheel(cmd) => cmd.run().map(|_| ()),
         Command::GpuBundle(cmd) => cmd.run(),
     };
     match result {

@@ -1,7 +1,8 @@
 //! `cargo xtask test`: plugins (their native tests, and the `cases.jsonl` of each plugin through
 //! `rein plugin test`), the whole suite (after fetching the pretrained model its parity tests
-//! read, `cargo xtask model smollm2-135m`), and a check that freshly scaffolded plugins in Rust,
-//! Python and JavaScript build, pass their own tests and run in the host.
+//! read, `cargo xtask model smollm2-135m`), the Python package's pytest suite against its wheel,
+//! and a check that freshly scaffolded plugins in Rust, Python and JavaScript build, pass their
+//! own tests and run in the host.
 
 use std::path::Path;
 
@@ -56,6 +57,8 @@ impl Test {
             .args(&self.args)
             .current_dir(root()))?;
         if self.args.is_empty() {
+            // The Python package: its wheel in a fresh venv, against `rein plugin score`.
+            crate::wheel::check()?;
             scaffold_check()?;
             // The GPU bundle: built with `--features cuda` (release), within its size limit,
             // linking only the C runtime, and honest on a machine without a GPU.

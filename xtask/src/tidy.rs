@@ -24,6 +24,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("rein-optim", &["rein-core"]),
     ("rein-sampler", &["rein-core", "rein-model"]),
     ("rein-plot", &[]),
+    ("rein-py", &["rein-core", "rein-plugin"]),
     (
         "rein-train",
         &[

@@ -1,0 +1,97 @@
+"""rein_sandbox.Reward: the same scores as `rein plugin score`, clear errors, pickling."""
+
+import json
+import pickle
+import subprocess
+
+import pytest
+
+import rein_sandbox
+from rein_sandbox import PluginError, Reward
+
+GROUPS = [
+    {"prompt": "What is 1/2 as a decimal?", "completions": ["\\boxed{0.5}", "<answer>2</answer>", "no idea"], "reference": "#### 1/2"},
+    {"prompt": "2 + 2?", "completions": ["<think>easy</think><answer>4</answer>", "<answer>5</answer>"], "reference": "4"},
+    {"prompt": "Pick a number", "completions": ["7", "7", "8", "<answer>7</answer>"], "reference": None, "metadata": {"source": "test"}},
+]
+
+
+def cli_scores(rein_bin, plugin_dir, tmp_path, plugin, config):
+    groups = tmp_path / "groups.jsonl"
+    with groups.open("w") as f:
+        for g in GROUPS:
+            g = dict(g, metadata=json.dumps(g["metadata"]) if "metadata" in g else "")
+            f.write(json.dumps(g) + "\n")
+    out = subprocess.run(
+        [str(rein_bin), "plugin", "score", str(plugin_dir / f"{plugin}.wasm"), "--input", str(groups), "--config", json.dumps(config)],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+@pytest.mark.parametrize(
+    "plugin, config",
+    [
+        ("math-answer", {}),
+        ("format-tags", {"strict": False}),
+        ("majority-vote", {}),
+        ("length-penalty", {"max_length": 30, "cache_length": 20}),
+    ],
+)
+def test_scores_equal_rein_plugin_score(rein_bin, plugin_dir, tmp_path, plugin, config):
+    expected = cli_scores(rein_bin, plugin_dir, tmp_path, plugin, config)
+    reward = Reward(plugin, config)
+    detailed = reward.score_detailed(GROUPS)
+    assert [[s["score"] for s in g] for g in detailed] == [line["scores"] for line in expected]
+    assert [[s["components"] for s in g] for g in detailed] == [line["components"] for line in expected]
+    # The built-in and the file built for the CLI are the same plugin.
+    assert Reward(plugin_dir / f"{plugin}.wasm", config).score(GROUPS) == reward.score(GROUPS)
+
+
+def test_builtins_are_listed():
+    names = rein_sandbox.builtin_plugins()
+    for name in ["math-answer", "format-tags", "majority-vote", "cartpole", "pendulum"]:
+        assert name in names
+    assert Reward("math-answer").name == "math-answer"
+
+
+def test_unknown_builtin_names_the_choices():
+    with pytest.raises(ValueError, match=r"no built-in plugin 'math-answr'.*math-answer"):
+        Reward("math-answr")
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.wasm"):
+        Reward(tmp_path / "nope.wasm")
+
+
+def test_not_a_plugin_is_a_plugin_error(tmp_path):
+    bogus = tmp_path / "bogus.wasm"
+    bogus.write_bytes(b"\0asm not really")
+    with pytest.raises(PluginError, match="bogus"):
+        Reward(bogus)
+
+
+def test_bad_config_is_refused_by_the_plugin():
+    with pytest.raises(PluginError, match="strict"):
+        Reward("format-tags", {"strict": "very"})
+
+
+def test_bad_limits_name_the_limit():
+    with pytest.raises(ValueError, match="memory"):
+        Reward("math-answer", memory_mib=0)
+
+
+def test_bad_groups_are_value_errors():
+    reward = Reward("math-answer")
+    with pytest.raises(ValueError, match="unknown keys"):
+        reward.score([{"prompt": "p", "completions": ["a"], "answer": "a"}])
+    with pytest.raises(KeyError):
+        reward.score([{"prompt": "p"}])
+
+
+def test_pickles_as_its_recipe():
+    reward = Reward("format-tags", {"strict": False}, timeout_ms=1500)
+    clone = pickle.loads(pickle.dumps(reward))
+    assert clone.limits.timeout_ms == 1500
+    assert clone.score(GROUPS) == reward.score(GROUPS)
