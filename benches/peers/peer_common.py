@@ -141,7 +141,12 @@ def torch_blas(torch):
 
 
 # Import name -> distribution name, where they differ.
-DISTRIBUTIONS = {"llama_cpp": "llama-cpp-python", "stable_baselines3": "stable-baselines3"}
+DISTRIBUTIONS = {
+    "llama_cpp": "llama-cpp-python",
+    "stable_baselines3": "stable-baselines3",
+    "rein_sandbox": "rein-sandbox",
+    "math_verify": "math-verify",
+}
 
 
 def versions(*modules):

@@ -16,7 +16,8 @@ rein does not checkpoint, so this peer runs TRL with `gradient_checkpointing=Fal
 `--gradient-checkpointing` reproduces TRL's default, for a second row.
 
 The reward is the same check as rein's `math-answer` plugin with `extract = "answer"` (the text
-in <answer> equals the reference), in plain Python, as TRL calls reward functions.
+in <answer> equals the reference), in plain Python, as TRL calls reward functions; with
+`--rein-reward DIR`, the plugin itself, sandboxed, through `rein_sandbox.trl.reward_fn`.
 
 Steps: `max_steps = warmup + steps`; a step is timed from `on_step_begin` to `on_step_end`
 (generation, reward, loss, backward, optimiser); the first `--warmup` steps are left out and
@@ -24,12 +25,13 @@ the figure is the true median of the other `--steps`.
 
 Usage: trl_grpo.py CHECKPOINT_DIR PROMPTS_JSONL [--steps 3] [--warmup 1] [--completions 8]
        [--max-tokens 32] [--lr 1e-5] [--lora-rank R --lora-alpha A]
-       [--gradient-checkpointing] [--threads 2]
+       [--gradient-checkpointing] [--rein-reward DIR] [--threads 2]
 PROMPTS_JSONL: one {"prompt": text, "answer": text} per line; at least 8 * (warmup + steps).
 Prints one JSON object: {"seconds_per_step", "step_seconds", "warmup_seconds", "steps",
 "warmup", "mean_completion_tokens", "completion_tokens", "peak_rss_mib",
 "gradient_checkpointing", "checkpointing_active" (the model's own flag after training),
-"loss_type", "lora_rank", "threads", "blas", "versions"}.
+"loss_type", "reward", "reward_means" (TRL's logged mean reward per step), "lora_rank",
+"threads", "blas", "versions"}.
 """
 
 import pathlib
@@ -82,6 +84,12 @@ def main():
         help="TRL's default (recomputes the forward in the backward); off unless given",
     )
     parser.add_argument("--output-dir", default="target/bench/trl-grpo", help="TRL's output_dir (nothing is saved)")
+    parser.add_argument(
+        "--rein-reward",
+        metavar="DIR",
+        help="score with rein's math-answer plugin through rein_sandbox.trl (installed in DIR) "
+        "instead of the plain Python function",
+    )
     peer_common.add_threads_argument(parser)
     args = parser.parse_args()
     out = peer_common.Stdout()
@@ -129,9 +137,17 @@ def main():
         **peer_common.trl_schedule(args.lr, total_steps),
     )
     timer = peer_common.trainer_step_timer()
+    reward = correct
+    if args.rein_reward:
+        sys.path.insert(0, args.rein_reward)
+        import rein_sandbox
+        from rein_sandbox.trl import reward_fn
+
+        reward = reward_fn("math-answer", {"extract": "answer"}, name="correct")
+        used.append(rein_sandbox)
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=correct,
+        reward_funcs=reward,
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,
@@ -150,6 +166,8 @@ def main():
         "mean_completion_tokens": sum(timed_lengths) / len(timed_lengths) if timed_lengths else None,
         "completion_tokens": timed_lengths,
         "loss_type": config.loss_type,
+        "reward": "rein_sandbox" if args.rein_reward else "python",
+        "reward_means": [e["rewards/correct/mean"] for e in trainer.state.log_history if "rewards/correct/mean" in e],
         "lora_rank": args.lora_rank,
         "versions": peer_common.versions(*used),
     })

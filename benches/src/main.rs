@@ -14,6 +14,7 @@ mod peers;
 mod plugins;
 mod ppo;
 mod preference;
+mod python_package;
 mod qwen2_3m;
 mod report;
 mod rewards;

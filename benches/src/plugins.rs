@@ -139,7 +139,16 @@ fn guest_math_answer(
     rust_rate: f64,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let python_peer = plain_python_reward(groups);
+    let file = std::env::temp_dir().join(format!("rein-bench-groups-{}.jsonl", std::process::id()));
+    let lines: Vec<String> = groups
+        .iter()
+        .map(|g| serde_json::json!({"completions": g.completions, "reference": g.reference}).to_string())
+        .collect();
+    std::fs::write(&file, lines.join("\n"))?;
+    let python_peer = plain_python_reward(&file);
+    crate::python_package::adapter_rows(&file, &python_peer, report);
+    let _ = std::fs::remove_file(&file);
+    crate::python_package::trl_grpo_rows(report)?;
     let completions: usize = groups.iter().map(|g| g.completions.len()).sum();
     for (name, language) in [("math-answer-py", "Python"), ("math-answer-js", "JavaScript")] {
         let path = plugin_dir.join(format!("{name}.wasm"));
@@ -187,18 +196,10 @@ fn guest_math_answer(
     Ok(())
 }
 
-/// completions/s of benches/peers/python_reward.py on `groups` (`python3`, standard library),
-/// with its label; why not, when it cannot run.
-fn plain_python_reward(groups: &[Group]) -> Result<(String, f64), String> {
-    let file = std::env::temp_dir().join(format!("rein-bench-groups-{}.jsonl", std::process::id()));
-    let lines: Vec<String> = groups
-        .iter()
-        .map(|g| serde_json::json!({"completions": g.completions, "reference": g.reference}).to_string())
-        .collect();
-    std::fs::write(&file, lines.join("\n")).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    let value = crate::peers::run_with(Python::System, "python_reward.py", [&file]);
-    let _ = std::fs::remove_file(&file);
-    let value = value?;
+/// completions/s of benches/peers/python_reward.py on the groups in `file` (`python3`,
+/// standard library), with its label; why not, when it cannot run.
+fn plain_python_reward(file: &Path) -> Result<(String, f64), String> {
+    let value = crate::peers::run_with(Python::System, "python_reward.py", [file])?;
     crate::peers::describe("python_reward.py", &value);
     let rate = value["completions_per_s"].as_f64().ok_or("no `completions_per_s`")?;
     Ok((

@@ -40,6 +40,13 @@ impl Bench {
             .arg(plugin_dir())
             .arg(format!("--threads={}", self.threads))
             .current_dir(root());
+        if self.suite == "plugins" {
+            // The Python package's rows: the wheel and math-verify, each in its own folder.
+            let (sandbox, math_verify) = crate::wheel::bench_packages()?;
+            bench
+                .env("REIN_SANDBOX_PYTHONPATH", sandbox)
+                .env("REIN_MATH_VERIFY_PYTHONPATH", math_verify);
+        }
         if self.allow_missing_peers {
             bench.arg("--allow-missing-peers");
         }
