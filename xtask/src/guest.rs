@@ -26,7 +26,7 @@ const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 const OPENAI: &str = "openai==3.57.0";
 const TENSORBOARD: &str = "tensorboard==2.21.0";
 const MATURIN: &str = "maturin==1.16.0";
-const MATH_VERIFY: &str = "math-verify[antlr4_13_2]==0.9.0";
+const MATH_VERIFY: &str = "math-verify==0.9.0";
 const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0";
 
 /// The modules every Python plugin can import, beside its own directory's.
