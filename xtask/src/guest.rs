@@ -352,6 +352,13 @@ fn pip_tool(dir: &str, spec: &str, module: &str, why_python: &str) -> anyhow::Re
     pip_available(why_python)?;
     eprintln!("  installing {spec} into {}", dir.display());
     let _ = std::fs::remove_dir_all(&dir);
+    pip_install_into(&dir, spec.as_ref())
+        .map_err(|e| ToolUnavailable(format!("cannot install {spec} from PyPI: {e:#}")))?;
+    Ok(dir)
+}
+
+/// `pip install --target dir what` (a requirement or a wheel file) with the machine's `python3`.
+pub(crate) fn pip_install_into(dir: &Path, what: &std::ffi::OsStr) -> anyhow::Result<()> {
     run(Command::new("python3")
         .args([
             "-m",
@@ -366,10 +373,8 @@ fn pip_tool(dir: &str, spec: &str, module: &str, why_python: &str) -> anyhow::Re
             "--target",
         ])
         .env("PIP_ROOT_USER_ACTION", "ignore")
-        .arg(&dir)
-        .arg(spec))
-    .map_err(|e| ToolUnavailable(format!("cannot install {spec} from PyPI: {e:#}")))?;
-    Ok(dir)
+        .arg(dir)
+        .arg(what))
 }
 
 /// componentize-js's command-line entry point under `<target>/tools/componentize-js`,

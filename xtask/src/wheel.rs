@@ -126,7 +126,7 @@ pub(crate) fn check() -> anyhow::Result<()> {
         .current_dir(venv))
 }
 
-/// For `cargo xtask bench plugins`: the wheel installed (without dependencies) under
+/// For `cargo xtask bench plugins`: the wheel installed (it requires nothing) under
 /// `<target>/tools/rein-sandbox-bench`, and math-verify under `<target>/tools/math-verify`.
 pub(crate) fn bench_packages() -> anyhow::Result<(PathBuf, PathBuf)> {
     let wheel = Wheel { release: false }.run()?;
@@ -134,18 +134,6 @@ pub(crate) fn bench_packages() -> anyhow::Result<(PathBuf, PathBuf)> {
     if dir.exists() {
         std::fs::remove_dir_all(&dir)?;
     }
-    run(Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "--target",
-        ])
-        .arg(&dir)
-        .arg(&wheel)
-        .env("PIP_ROOT_USER_ACTION", "ignore"))?;
+    guest::pip_install_into(&dir, wheel.as_os_str())?;
     Ok((dir, guest::math_verify()?))
 }
