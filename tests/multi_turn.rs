@@ -1,5 +1,6 @@
 //! Multi-turn decoding: a [`Session`] keeps each conversation's KV cache across turns, and what
-//! it computes must equal encoding each whole transcript from scratch.
+//! it computes must equal encoding each whole transcript from scratch; so must the teacher-forced
+//! scores of a transcript's tokens ([`prompt_logprobs`], `rein serve`'s `echo`).
 
 #[path = "common/logits.rs"]
 mod logits;
@@ -10,7 +11,7 @@ use burn::backend::Flex;
 use burn::tensor::{Tensor, TensorData};
 use logits::logits;
 use rein_model::lm::CausalLm;
-use rein_sampler::{AfterTurn, GenerationConfig, Session};
+use rein_sampler::{AfterTurn, GenerationConfig, Session, prompt_logprobs, top_logprobs};
 use tiny_lm::{VOCAB, tiny_model};
 
 type B = Flex;
@@ -128,6 +129,68 @@ fn one_turn_of_a_session_is_generation() {
             assert!((a - b).abs() < 1e-5);
         }
     }
+}
+
+/// Scoring a transcript (a prompt and its sampled continuation, as `echo` does) gives each
+/// token the log-probability of the whole transcript's encoding, the sampler's own for the
+/// sampled tokens, and the same top alternatives the sampler recorded (1e-4), at temperatures 0
+/// and 0.8.
+#[test]
+fn scoring_a_transcript_gives_what_the_sampler_gave() {
+    let model = tiny_model(5);
+    let device = Default::default();
+    let prompts = vec![vec![1u32, 9, 4, 22], vec![7u32]];
+    for temperature in [0.0f32, 0.8] {
+        let config = GenerationConfig {
+            max_new_tokens: 8,
+            temperature,
+            n: 2,
+            seed: 11,
+            top_logprobs: 5,
+            ..GenerationConfig::default()
+        };
+        let generated = rein_sampler::generate(&model, &prompts, &config, 0, &mut |_, _| false, &device);
+        for g in &generated {
+            let prompt = &prompts[g.prompt];
+            let transcript: Vec<u32> = prompt.iter().chain(&g.tokens).copied().collect();
+            let scored = prompt_logprobs(&model, &transcript, temperature, 5, &device);
+            assert_eq!(scored.len(), transcript.len() - 1);
+            let t = if temperature > 0.0 { temperature } else { 1.0 };
+            let encoding = encoded(&model, &transcript);
+            for (i, s) in scored.iter().enumerate() {
+                let row = &encoding[i * VOCAB..(i + 1) * VOCAB];
+                let expected = log_softmax(row, t)[transcript[i + 1] as usize];
+                assert!(
+                    (f64::from(s.logprob) - expected).abs() < 1e-4,
+                    "{i}: {} vs {expected}",
+                    s.logprob
+                );
+                assert_eq!(s.top.len(), 5);
+                assert_eq!(s.top.iter().map(|x| x.0).collect::<Vec<_>>(), top_ids(row, temperature));
+            }
+            assert_eq!(g.top_logprobs.len(), g.tokens.len());
+            for (j, (&logprob, top)) in g.logprobs.iter().zip(&g.top_logprobs).enumerate() {
+                let s = &scored[prompt.len() - 1 + j];
+                assert!((s.logprob - logprob).abs() < 1e-4);
+                for (a, b) in s.top.iter().zip(top) {
+                    assert_eq!(a.0, b.0);
+                    assert!((a.1 - b.1).abs() < 1e-4);
+                }
+                if temperature == 0.0 {
+                    assert_eq!(top[0], (g.tokens[j], logprob), "greedy takes the most likely token");
+                }
+            }
+        }
+    }
+    assert!(prompt_logprobs(&model, &[5], 1.0, 3, &device).is_empty());
+}
+
+/// The five most likely ids of a row.
+fn top_ids(row: &[f32], temperature: f32) -> Vec<u32> {
+    top_logprobs(row, temperature, 5)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect()
 }
 
 /// The loss of a multi-turn batch sends no gradient to the tokens the environment added: the

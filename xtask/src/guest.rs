@@ -27,6 +27,8 @@ const OPENAI: &str = "openai==3.57.0";
 const TENSORBOARD: &str = "tensorboard==2.21.0";
 const MATURIN: &str = "maturin==1.16.0";
 const MATH_VERIFY: &str = "math-verify==0.9.0";
+/// lm-evaluation-harness with its API models, and transformers for its tokenizer (no torch).
+const LM_EVAL: &[&str] = &["lm_eval[api]==0.4.13", "transformers==5.24.0"];
 const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0";
 
 /// The modules every Python plugin can import, beside its own directory's.
@@ -291,7 +293,7 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
 fn componentize_py() -> anyhow::Result<PathBuf> {
     pip_tool(
         "componentize-py",
-        COMPONENTIZE_PY,
+        &[COMPONENTIZE_PY],
         "componentize_py",
         "Python 3 (python3) is needed to build Python plugins",
     )
@@ -302,7 +304,7 @@ fn componentize_py() -> anyhow::Result<PathBuf> {
 pub(crate) fn openai_client() -> anyhow::Result<PathBuf> {
     pip_tool(
         "openai-client",
-        OPENAI,
+        &[OPENAI],
         "openai",
         "Python 3 (python3) is needed for the openai client test",
     )
@@ -313,7 +315,7 @@ pub(crate) fn openai_client() -> anyhow::Result<PathBuf> {
 pub(crate) fn maturin() -> anyhow::Result<PathBuf> {
     pip_tool(
         "maturin",
-        MATURIN,
+        &[MATURIN],
         "maturin",
         "Python 3 (python3 with pip) is needed to build the rein-sandbox wheel",
     )
@@ -324,9 +326,21 @@ pub(crate) fn maturin() -> anyhow::Result<PathBuf> {
 pub(crate) fn math_verify() -> anyhow::Result<PathBuf> {
     pip_tool(
         "math-verify",
-        MATH_VERIFY,
+        &[MATH_VERIFY],
         "math_verify",
         "Python 3 (python3 with pip) is needed for the math-verify peer",
+    )
+}
+
+/// lm-evaluation-harness (`lm_eval`, with transformers for its tokenizer) under
+/// `<target>/tools/lm-eval`, installed when missing: the tests run its `local-completions`
+/// model against `rein serve`.
+pub(crate) fn lm_eval() -> anyhow::Result<PathBuf> {
+    pip_tool(
+        "lm-eval",
+        LM_EVAL,
+        "lm_eval",
+        "Python 3 (python3) is needed for the lm-evaluation-harness test",
     )
 }
 
@@ -335,30 +349,30 @@ pub(crate) fn math_verify() -> anyhow::Result<PathBuf> {
 pub(crate) fn tensorboard_reader() -> anyhow::Result<PathBuf> {
     pip_tool(
         "tensorboard",
-        TENSORBOARD,
+        &[TENSORBOARD],
         "tensorboard",
         "Python 3 (python3) is needed for the TensorBoard round-trip test",
     )
 }
 
-/// `<target>/tools/<dir>` holding the pinned Python package `spec` (`name==version`, whose
-/// import name is `module`), installed with `pip --target` when missing.
-fn pip_tool(dir: &str, spec: &str, module: &str, why_python: &str) -> anyhow::Result<PathBuf> {
+/// `<target>/tools/<dir>` holding the pinned Python packages `specs` (`name==version`; the
+/// first's import name is `module`), installed with `pip --target` when missing.
+fn pip_tool(dir: &str, specs: &[&str], module: &str, why_python: &str) -> anyhow::Result<PathBuf> {
     let dir = target_dir().join("tools").join(dir);
-    let version = spec.split("==").nth(1).unwrap_or_default();
+    let spec = specs.join(" ");
+    let version = specs[0].split("==").nth(1).unwrap_or_default();
     if dir.join(format!("{module}-{version}.dist-info")).is_dir() {
         return Ok(dir);
     }
     pip_available(why_python)?;
     eprintln!("  installing {spec} into {}", dir.display());
     let _ = std::fs::remove_dir_all(&dir);
-    pip_install_into(&dir, spec.as_ref())
-        .map_err(|e| ToolUnavailable(format!("cannot install {spec} from PyPI: {e:#}")))?;
+    pip_install_into(&dir, specs).map_err(|e| ToolUnavailable(format!("cannot install {spec} from PyPI: {e:#}")))?;
     Ok(dir)
 }
 
-/// `pip install --target dir what` (a requirement or a wheel file) with the machine's `python3`.
-pub(crate) fn pip_install_into(dir: &Path, what: &std::ffi::OsStr) -> anyhow::Result<()> {
+/// `pip install --target dir what…` (requirements or wheel files) with the machine's `python3`.
+pub(crate) fn pip_install_into<S: AsRef<std::ffi::OsStr>>(dir: &Path, what: &[S]) -> anyhow::Result<()> {
     run(Command::new("python3")
         .args([
             "-m",
@@ -374,7 +388,7 @@ pub(crate) fn pip_install_into(dir: &Path, what: &std::ffi::OsStr) -> anyhow::Re
         ])
         .env("PIP_ROOT_USER_ACTION", "ignore")
         .arg(dir)
-        .arg(what))
+        .args(what))
 }
 
 /// componentize-js's command-line entry point under `<target>/tools/componentize-js`,

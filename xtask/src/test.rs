@@ -42,6 +42,8 @@ impl Test {
         model::ensure("smollm2-135m")?;
         // crates/rein-cli/tests/serve.rs talks to `rein serve` with the openai Python client.
         let openai = guest::openai_client()?;
+        // … and lm-evaluation-harness's `local-completions` model to it (loglikelihood tasks).
+        let lm_eval = guest::lm_eval()?;
         // crates/rein-cli/tests/tensorboard.rs reads runs' event files with TensorBoard's reader.
         let tensorboard = guest::tensorboard_reader()?;
         // Building first, with cargo's progress shown: from a cold cache that is most of the
@@ -53,6 +55,7 @@ impl Test {
             .args(["test", "--workspace", "--quiet"])
             .env("REIN_MODEL_DIR", model_dir())
             .env("REIN_OPENAI_PYTHONPATH", openai)
+            .env("REIN_LM_EVAL_PYTHONPATH", lm_eval)
             .env("REIN_TENSORBOARD_PYTHONPATH", tensorboard)
             .args(&self.args)
             .current_dir(root()))?;

@@ -134,6 +134,6 @@ pub(crate) fn bench_packages() -> anyhow::Result<(PathBuf, PathBuf)> {
     if dir.exists() {
         std::fs::remove_dir_all(&dir)?;
     }
-    guest::pip_install_into(&dir, wheel.as_os_str())?;
+    guest::pip_install_into(&dir, &[&wheel])?;
     Ok((dir, guest::math_verify()?))
 }

@@ -90,6 +90,7 @@ impl GenerateArgs {
             n: self.n.max(1),
             stop_token_ids: tokenizer.eos_ids().to_vec(),
             seed: self.seed,
+            top_logprobs: 0,
         };
         let mut stop_text = stop_check(&tokenizer, &self.stop);
         let sequences = prompts.len() * config.n;

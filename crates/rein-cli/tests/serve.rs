@@ -7,7 +7,10 @@
 //! - with no server left the run saves its last step and stops naming the servers;
 //! - asynchronous GRPO (`max_staleness = 1`) never trains on completions more than one
 //!   version old;
-//! - the `openai` Python client talks to `rein serve` (completions and chat, log-probabilities);
+//! - the `openai` Python client talks to `rein serve` (completions and chat, log-probabilities
+//!   with the most likely alternatives, `echo`);
+//! - lm-evaluation-harness's `local-completions` model scores a loglikelihood task on it as the
+//!   model in process does;
 //! - a judge on `rein serve` (`HttpJudge`) answers as the same model in process does, and a
 //!   judge server that is gone is a failure naming it.
 
@@ -320,11 +323,17 @@ fn asynchronous_grpo_trains_on_completions_at_most_one_version_old() {
 /// Python with the `openai` package `cargo xtask test` installs (`REIN_OPENAI_PYTHONPATH`, by
 /// default `<target>/tools/openai-client`).
 fn openai_client() -> Command {
-    let installed = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../tools/openai-client");
-    let path = std::env::var_os("REIN_OPENAI_PYTHONPATH")
+    python_with("REIN_OPENAI_PYTHONPATH", "openai-client", "the openai client")
+}
+
+/// Python with the packages `cargo xtask test` installs under `<target>/tools/<dir>` (or where
+/// the variable `env` says).
+fn python_with(env: &str, dir: &str, what: &str) -> Command {
+    let installed = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../tools").join(dir);
+    let path = std::env::var_os(env)
         .map(PathBuf::from)
         .or_else(|| installed.is_dir().then_some(installed))
-        .expect("the openai client is not installed: run the suite with `cargo xtask test`, which installs it");
+        .unwrap_or_else(|| panic!("{what} is not installed: run the suite with `cargo xtask test`, which installs it"));
     let mut python = Command::new("python3");
     python.env("PYTHONPATH", path);
     python
@@ -337,9 +346,23 @@ client = OpenAI(base_url=sys.argv[1] + "/v1", api_key="unused")
 model = client.models.list().data[0].id
 done = client.completions.create(model=model, prompt="What is 12 + 30?", max_tokens=12, n=2, seed=3, logprobs=0)
 chat = client.chat.completions.create(
-    model=model, messages=[{"role": "user", "content": "What is 12 + 30?"}], max_tokens=12, temperature=0, logprobs=True
+    model=model, messages=[{"role": "user", "content": "What is 12 + 30?"}], max_tokens=12, temperature=0, logprobs=True,
+    top_logprobs=3,
 )
+top = client.completions.create(model=model, prompt="What is 12 + 30?", max_tokens=6, seed=3, logprobs=5)
+echo = client.completions.create(model=model, prompt="What is 12 + 30?", max_tokens=0, echo=True, logprobs=1, temperature=0)
+try:
+    client.completions.create(model=model, prompt="What is 12 + 30?", max_tokens=1, logprobs=21)
+    too_many = None
+except Exception as e:
+    too_many = str(e)
 print(json.dumps({
+    "top": top.choices[0].logprobs.model_dump(),
+    "echo_text": echo.choices[0].text,
+    "echo": echo.choices[0].logprobs.model_dump(),
+    "echo_prompt_tokens": echo.usage.prompt_tokens,
+    "too_many": too_many,
+    "chat_top": [[(a.token, a.logprob) for a in t.top_logprobs] for t in chat.choices[0].logprobs.content],
     "texts": [c.text for c in done.choices],
     "finish": [c.finish_reason for c in done.choices],
     "tokens": [c.logprobs.tokens for c in done.choices],
@@ -404,6 +427,171 @@ fn the_openai_python_client_talks_to_rein_serve() {
         serde_json::from_str(succeeded_stdout(generated).lines().next().unwrap()).unwrap();
     assert_eq!(answer["chat"], generated["completion"]);
     assert!(!answer["chat_logprobs"].as_array().unwrap().is_empty());
+    // Greedy chat with top_logprobs = 3: each token is the first of its three alternatives.
+    for (logprob, top) in
+        (answer["chat_logprobs"].as_array().unwrap().iter()).zip(answer["chat_top"].as_array().unwrap())
+    {
+        let top = top.as_array().unwrap();
+        assert_eq!(top.len(), 3);
+        assert_eq!(&top[0][1], logprob);
+    }
+    // logprobs = 5: five alternatives and the sampled token at each position, its own entry
+    // equal to its log-probability, none more likely than the first five.
+    let top = &answer["top"];
+    for ((token, logprob), alternatives) in (top["tokens"].as_array().unwrap().iter())
+        .zip(top["token_logprobs"].as_array().unwrap())
+        .zip(top["top_logprobs"].as_array().unwrap())
+    {
+        let alternatives = alternatives.as_object().unwrap();
+        assert!((5..=6).contains(&alternatives.len()), "{alternatives:?}");
+        assert_eq!(&alternatives[token.as_str().unwrap()], logprob);
+        let total: f64 = alternatives.values().map(|v| v.as_f64().unwrap().exp()).sum();
+        assert!(total <= 1.0 + 1e-5);
+    }
+    // echo with max_tokens = 0: the prompt's own tokens, scored after the first.
+    assert_eq!(answer["echo_text"], "What is 12 + 30?");
+    let echo = &answer["echo"];
+    let scored = echo["token_logprobs"].as_array().unwrap();
+    assert_eq!(scored.len() as u64, answer["echo_prompt_tokens"].as_u64().unwrap());
+    assert!(scored[0].is_null() && echo["top_logprobs"][0].is_null());
+    assert!(scored[1..].iter().all(|l| l.as_f64().unwrap() <= 0.0));
+    let pieces: Vec<&str> = echo["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(pieces.concat(), "What is 12 + 30?");
+    let too_many = answer["too_many"].as_str().expect("logprobs = 21 is refused");
+    assert!(
+        too_many.contains("`logprobs` = 21") && too_many.contains("at most 20"),
+        "{too_many}"
+    );
+}
+
+/// lm-evaluation-harness's OpenAI-compatible model on a multiple-choice task written as a
+/// local JSON file; prints each document's (loglikelihood, is_greedy) per choice.
+const LM_EVAL_SCRIPT: &str = r#"
+import json, os, sys
+url, model_dir, task_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+import lm_eval
+from lm_eval.tasks import TaskManager
+results = lm_eval.simple_evaluate(
+    model="local-completions",
+    model_args=dict(
+        model="final", base_url=url + "/v1/completions", tokenizer=model_dir, tokenizer_backend="huggingface",
+        tokenized_requests=True, num_concurrent=1, max_retries=1,
+    ),
+    tasks=["rein_check"],
+    task_manager=TaskManager(include_path=task_dir),
+    log_samples=True,
+)
+samples = sorted(results["samples"]["rein_check"], key=lambda s: s["doc_id"])
+print(json.dumps({
+    "acc": results["results"]["rein_check"]["acc,none"],
+    "resps": [[r[0] for r in s["resps"]] for s in samples],
+}))
+"#;
+
+/// lm-evaluation-harness (`local-completions`, which asks `echo = true, max_tokens = 1,
+/// logprobs = 1` and reads the prompt's log-probabilities) scores each choice of a local
+/// multiple-choice task as the model in process does: the loglikelihood of the model's greedy
+/// continuation equals the sum of the log-probabilities its sampler gave (KV-cache decoding, not
+/// the server's teacher-forced pass) and is marked greedy; other choices are not.
+#[test]
+fn lm_evaluation_harness_scores_a_loglikelihood_task_on_rein_serve() {
+    use rein_model::Cpu;
+    use rein_model::lm::{LmTokenizer, load};
+    use rein_sampler::{GenerationConfig, generate, prompt_logprobs};
+
+    let model_dir = native("lm-eval", 1).join("final");
+    let server = Server::start(&model_dir);
+    let device = Default::default();
+    let model = load::<Cpu>(&model_dir, &device).unwrap();
+    let tokenizer = LmTokenizer::load(&model_dir, &[]).unwrap();
+    let encode = |text: &str| tokenizer.encode(text).unwrap();
+    // Contexts end in "<think>" (a chat prompt ending in a newline would have lm-eval move the
+    // newline into every continuation).
+    let contexts: Vec<String> = ["What is 1 + 3?", "What is 71 - 9?", "What is 58 + 29?"]
+        .iter()
+        .map(|q| format!("<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n<think>"))
+        .collect();
+    let config = GenerationConfig {
+        max_new_tokens: 6,
+        temperature: 0.0,
+        ..GenerationConfig::default()
+    };
+    let prompts: Vec<Vec<u32>> = contexts.iter().map(|c| encode(c)).collect();
+    let greedy = generate(&model, &prompts, &config, 0, &mut |_, _| false, &device);
+    let scratch = scratch("lm-eval-task");
+    let mut docs = String::new();
+    // Per document, per choice: the expected loglikelihood and whether it is the greedy one.
+    let mut expected: Vec<Vec<(f64, bool)>> = Vec::new();
+    for ((context, prompt), g) in contexts.iter().zip(&prompts).zip(&greedy) {
+        let choices = [
+            tokenizer.decode(&g.tokens, false).unwrap(),
+            "<answer>0</answer>".into(),
+            "hello".into(),
+        ];
+        let mut row = Vec::new();
+        for (i, choice) in choices.iter().enumerate() {
+            // As lm-eval tokenises a pair: the context alone, then what encoding both adds.
+            let whole = encode(&format!("{context}{choice}"));
+            let continuation = &whole[prompt.len()..];
+            let sent: Vec<u32> = prompt.iter().chain(continuation).copied().collect();
+            let scored = prompt_logprobs(&model, &sent, 0.0, 0, &device);
+            let sum: f64 = scored[prompt.len() - 1..].iter().map(|s| f64::from(s.logprob)).sum();
+            if i == 0 {
+                assert_eq!(
+                    continuation,
+                    g.tokens.as_slice(),
+                    "the greedy text re-tokenises to its tokens"
+                );
+                let sampled: f64 = g.logprobs.iter().map(|&l| f64::from(l)).sum();
+                assert!((sum - sampled).abs() < 1e-3, "{sum} vs {sampled}");
+            } else {
+                assert!(!g.tokens.starts_with(continuation), "{choice:?} is not a greedy prefix");
+            }
+            row.push((sum, i == 0));
+        }
+        expected.push(row);
+        docs += &serde_json::json!({"context": context, "choices": choices, "answer": 0}).to_string();
+        docs.push('\n');
+    }
+    std::fs::write(scratch.join("docs.jsonl"), docs).unwrap();
+    let task = format!(
+        "task: rein_check\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {:?}\ntest_split: test\n\
+         output_type: multiple_choice\ndoc_to_text: \"{{{{context}}}}\"\ndoc_to_choice: choices\ndoc_to_target: answer\n\
+         target_delimiter: \"\"\nmetric_list:\n  - metric: acc\n",
+        scratch.join("docs.jsonl").display().to_string()
+    );
+    std::fs::write(scratch.join("rein_check.yaml"), task).unwrap();
+    let out = python_with("REIN_LM_EVAL_PYTHONPATH", "lm-eval", "lm-evaluation-harness")
+        .arg("-c")
+        .arg(LM_EVAL_SCRIPT)
+        .arg(&server.url)
+        .arg(&model_dir)
+        .arg(&scratch)
+        .current_dir(&scratch)
+        .output()
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_str(&succeeded_stdout(out)).unwrap();
+    let resps = answer["resps"].as_array().unwrap();
+    assert_eq!(resps.len(), expected.len());
+    let mut right = 0;
+    for (doc, expected) in resps.iter().zip(&expected) {
+        let doc = doc.as_array().unwrap();
+        for (got, &(loglikelihood, greedy)) in doc.iter().zip(expected) {
+            let got_ll = got[0].as_f64().unwrap();
+            assert!((got_ll - loglikelihood).abs() < 1e-3, "{got_ll} vs {loglikelihood}");
+            assert_eq!(got[1].as_bool().unwrap(), greedy, "{got:?}");
+        }
+        let best = (0..doc.len()).max_by(|&a, &b| doc[a][0].as_f64().unwrap().total_cmp(&doc[b][0].as_f64().unwrap()));
+        right += usize::from(best == Some(0));
+    }
+    assert_eq!(answer["acc"].as_f64().unwrap(), right as f64 / expected.len() as f64);
 }
 
 /// The tensors of an f32 safetensors file, concatenated (the header must be equal to compare).
@@ -422,7 +610,8 @@ fn succeeded_stdout(out: Output) -> String {
 }
 
 /// A judge behind `rein serve` gives, greedily, the answers the same model gives in process:
-/// the chat template, the stop token and the tokens' texts all agree. Once the server is gone,
+/// the chat template, the stop token, the tokens' texts and the two most likely tokens at each
+/// position all agree. Once the server is gone,
 /// each request is a failure naming it (the plugin sees it; the run counts it).
 #[test]
 fn a_judge_on_rein_serve_answers_as_the_model_in_process() {
@@ -447,7 +636,7 @@ fn a_judge_on_rein_serve_answers_as_the_model_in_process() {
                 max_new_tokens: 8,
                 temperature: 0.0,
                 stop: Vec::new(),
-                top_logprobs: 0,
+                top_logprobs: 2,
             }
         })
         .collect();
@@ -464,6 +653,14 @@ fn a_judge_on_rein_serve_answers_as_the_model_in_process() {
         assert_eq!(served.finished, local.finished);
         let texts = |j: &rein_core::Judgement| j.tokens.iter().map(|t| t.text.clone()).collect::<Vec<_>>();
         assert_eq!(texts(served), texts(local));
+        // The two most likely tokens at each position, and their log-probabilities (1e-4).
+        for (s, l) in served.tokens.iter().zip(&local.tokens) {
+            assert_eq!(s.top.len(), 2);
+            for ((s_text, s_lp), (l_text, l_lp)) in s.top.iter().zip(&l.top) {
+                assert_eq!(s_text, l_text);
+                assert!((s_lp - l_lp).abs() < 1e-4, "{s_lp} vs {l_lp}");
+            }
+        }
     }
     server.kill();
     let gone = http.judge(&requests[..1], later, 1);

@@ -25,6 +25,9 @@ pub struct Generation {
     pub tokens: Vec<u32>,
     /// Log-probability of each generated token (see [`crate::choose`]).
     pub logprobs: Vec<f32>,
+    /// The most likely tokens at each generated position, when `top_logprobs` was asked for
+    /// (see [`crate::top_logprobs`]); empty otherwise.
+    pub top_logprobs: Vec<Vec<(u32, f32)>>,
     /// Why it ended.
     pub finish: FinishReason,
 }
@@ -71,6 +74,7 @@ pub fn generate_seeded<B: ReinBackend>(
             let turn = turns.next().unwrap_or(TurnOutput {
                 tokens: Vec::new(),
                 logprobs: Vec::new(),
+                top_logprobs: Vec::new(),
                 finish: FinishReason::Length,
             });
             Generation {
@@ -78,6 +82,7 @@ pub fn generate_seeded<B: ReinBackend>(
                 sample: i % n,
                 tokens: turn.tokens,
                 logprobs: turn.logprobs,
+                top_logprobs: turn.top_logprobs,
                 finish: turn.finish,
             }
         })

@@ -536,6 +536,7 @@ impl<B: ReinBackend> Generator<B> for HttpGenerator<B> {
                     sample: s,
                     tokens: x.tokens,
                     logprobs: x.logprobs,
+                    top_logprobs: Vec::new(),
                     finish: x.finish,
                 })
             })

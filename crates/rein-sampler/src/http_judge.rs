@@ -11,7 +11,6 @@
 use std::time::Instant;
 
 use rein_core::{Judge, JudgeError, JudgeRequest, JudgedToken, Judgement};
-use serde_json::Value;
 
 use crate::http::{Failure, post_json};
 use crate::protocol::{ChatRequest, ChatRequestMessage, ChatResponse, MessageContent, Stop, parse};
@@ -101,7 +100,7 @@ impl HttpJudge {
             .map(|t| JudgedToken {
                 text: t.token,
                 logprob: t.logprob,
-                top: t.top_logprobs.iter().filter_map(alternative).collect(),
+                top: t.top_logprobs.into_iter().map(|a| (a.token, a.logprob)).collect(),
             })
             .collect();
         Ok(Judgement {
@@ -110,14 +109,6 @@ impl HttpJudge {
             finished: choice.finish_reason.as_deref() == Some("stop"),
         })
     }
-}
-
-/// One of OpenAI's `top_logprobs` entries: `{"token", "logprob", "bytes"}`.
-fn alternative(entry: &Value) -> Option<(String, f32)> {
-    Some((
-        entry.get("token")?.as_str()?.to_string(),
-        entry.get("logprob")?.as_f64()? as f32,
-    ))
 }
 
 impl Judge for HttpJudge {
@@ -161,6 +152,8 @@ mod tests {
 
     use rein_core::Message;
 
+    use crate::protocol::TopLogprob;
+
     fn request() -> JudgeRequest {
         JudgeRequest {
             messages: vec![Message::new("user", "Is 2 + 3 = 5?")],
@@ -201,7 +194,11 @@ mod tests {
     #[test]
     fn openai_top_logprobs_entries_are_read() {
         let entry = serde_json::json!({"token": "Yes", "logprob": -0.25, "bytes": [89, 101, 115]});
-        assert_eq!(alternative(&entry), Some(("Yes".into(), -0.25)));
-        assert_eq!(alternative(&serde_json::json!({"token": "Yes"})), None);
+        let read: TopLogprob = serde_json::from_value(entry).unwrap();
+        assert_eq!((read.token.as_str(), read.logprob), ("Yes", -0.25));
+        let no_bytes: TopLogprob =
+            serde_json::from_value(serde_json::json!({"token": "Y", "logprob": -1.0, "bytes": null})).unwrap();
+        assert_eq!(no_bytes.bytes, None);
+        assert!(serde_json::from_value::<TopLogprob>(serde_json::json!({"token": "Yes"})).is_err());
     }
 }

@@ -22,7 +22,7 @@ use rayon::prelude::*;
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, Context, FusedProjections, KvCache, Rope};
 
-use crate::token_choice::{FinishReason, GenerationConfig, choose};
+use crate::token_choice::{FinishReason, GenerationConfig, choose, top_logprobs};
 use rein_core::SeededRng;
 
 /// The tokens one sequence sampled in one turn.
@@ -32,8 +32,18 @@ pub struct TurnOutput {
     pub tokens: Vec<u32>,
     /// Log-probability of each under `softmax(z / T)` (see [`crate::choose`]).
     pub logprobs: Vec<f32>,
+    /// At each position, the `config.top_logprobs` most likely tokens and their log-probabilities
+    /// under the same distribution (see [`crate::top_logprobs`]); empty when that is 0.
+    pub top_logprobs: Vec<Vec<(u32, f32)>>,
     /// Why the turn ended.
     pub finish: FinishReason,
+}
+
+/// One sequence's draw at one step: the token and its log-probability, and the most likely
+/// tokens when asked for.
+struct Choice {
+    sampled: (u32, f32),
+    top: Vec<(u32, f32)>,
 }
 
 /// What happens to a sequence when its turn ends.
@@ -219,6 +229,7 @@ impl<'m, B: ReinBackend> Session<'m, B> {
             .map(|_| TurnOutput {
                 tokens: Vec::new(),
                 logprobs: Vec::new(),
+                top_logprobs: Vec::new(),
                 finish: FinishReason::Length,
             })
             .collect();
@@ -235,15 +246,27 @@ impl<'m, B: ReinBackend> Session<'m, B> {
             // Each sequence draws from its own stream, so they can draw on every thread at once
             // (a softmax over the whole vocabulary each).
             let config = &self.config;
-            let choices: Vec<Option<(u32, f32)>> = self
+            let choices: Vec<Option<Choice>> = self
                 .sequences
                 .par_iter_mut()
                 .zip(&active)
-                .map(|(sequence, slot)| slot.map(|_| choose(&sequence.logits, config, &mut sequence.rng)))
+                .map(|(sequence, slot)| {
+                    slot.map(|_| Choice {
+                        sampled: choose(&sequence.logits, config, &mut sequence.rng),
+                        top: top_logprobs(&sequence.logits, config.temperature, config.top_logprobs),
+                    })
+                })
                 .collect();
             let mut ended = Vec::new();
-            for (seq, slot) in active.iter_mut().enumerate() {
-                let (Some(i), Some((token, logprob))) = (*slot, choices[seq]) else {
+            for (seq, (slot, choice)) in active.iter_mut().zip(choices).enumerate() {
+                let (
+                    Some(i),
+                    Some(Choice {
+                        sampled: (token, logprob),
+                        top,
+                    }),
+                ) = (*slot, choice)
+                else {
                     continue;
                 };
                 let sequence = &mut self.sequences[seq];
@@ -251,6 +274,9 @@ impl<'m, B: ReinBackend> Session<'m, B> {
                 let turn = &mut out[i];
                 turn.tokens.push(token);
                 turn.logprobs.push(logprob);
+                if config.top_logprobs > 0 {
+                    turn.top_logprobs.push(top);
+                }
                 let finish = if self.config.stop_token_ids.contains(&token) {
                     Some(FinishReason::StopToken)
                 } else if stop(seq, &turn.tokens) {

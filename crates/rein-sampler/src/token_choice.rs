@@ -25,6 +25,9 @@ pub struct GenerationConfig {
     pub stop_token_ids: Vec<u32>,
     /// Seed of every sequence's stream.
     pub seed: u64,
+    /// How many of the most likely tokens to record, with their log-probabilities, at each
+    /// generated position (0: none; see [`top_logprobs`]).
+    pub top_logprobs: usize,
 }
 
 impl Default for GenerationConfig {
@@ -38,6 +41,7 @@ impl Default for GenerationConfig {
             n: 1,
             stop_token_ids: Vec::new(),
             seed: 0,
+            top_logprobs: 0,
         }
     }
 }
@@ -57,11 +61,7 @@ pub enum FinishReason {
 /// `softmax(z / T)` (`T = 1` when greedy).
 pub fn choose(logits: &[f32], config: &GenerationConfig, rng: &mut SeededRng) -> (u32, f32) {
     let greedy = config.temperature <= 0.0;
-    let t = if greedy { 1.0 } else { config.temperature };
-    let scaled: Vec<f32> = logits.iter().map(|&z| z / t).collect();
-    let max = scaled.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let weights: Vec<f64> = scaled.iter().map(|&z| f64::from(z - max).exp()).collect();
-    let log_z = max as f64 + weights.iter().sum::<f64>().ln();
+    let Distribution { scaled, weights, log_z } = Distribution::new(logits, config.temperature);
     let token = if greedy {
         scaled
             .iter()
@@ -74,6 +74,53 @@ pub fn choose(logits: &[f32], config: &GenerationConfig, rng: &mut SeededRng) ->
         draw(0..scaled.len(), &weights, rng)
     };
     (token as u32, (f64::from(scaled[token]) - log_z) as f32)
+}
+
+/// The `k` most likely tokens of a row of logits, most likely first (ties: the lower id), with
+/// their log-probabilities under `softmax(z / T)` (`T = 1` when greedy) — the same numbers
+/// [`choose`] gives the token it samples, so the sampled token's entry equals its log-probability.
+pub fn top_logprobs(logits: &[f32], temperature: f32, k: usize) -> Vec<(u32, f32)> {
+    let k = k.min(logits.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    let Distribution { scaled, log_z, .. } = Distribution::new(logits, temperature);
+    let more_likely = |a: &usize, b: &usize| scaled[*b].total_cmp(&scaled[*a]).then(a.cmp(b));
+    let mut order: Vec<usize> = (0..scaled.len()).collect();
+    if k < order.len() {
+        order.select_nth_unstable_by(k - 1, more_likely);
+        order.truncate(k);
+    }
+    order.sort_unstable_by(more_likely);
+    (order.into_iter())
+        .map(|i| (i as u32, (f64::from(scaled[i]) - log_z) as f32))
+        .collect()
+}
+
+/// The log-probability of `token` under `softmax(z / T)` (`T = 1` when greedy), as [`choose`]
+/// computes it: what a teacher-forced pass reports for a token it did not sample.
+pub fn token_logprob(logits: &[f32], temperature: f32, token: u32) -> f32 {
+    let Distribution { scaled, log_z, .. } = Distribution::new(logits, temperature);
+    (f64::from(scaled[token as usize]) - log_z) as f32
+}
+
+/// A row of logits as the distribution tokens are drawn from: `z / T` (`T = 1` when greedy), the
+/// unnormalised weights `exp(z / T − max)` and the log-partition `log Σ exp(z / T)`, in f64.
+struct Distribution {
+    scaled: Vec<f32>,
+    weights: Vec<f64>,
+    log_z: f64,
+}
+
+impl Distribution {
+    fn new(logits: &[f32], temperature: f32) -> Self {
+        let t = if temperature <= 0.0 { 1.0 } else { temperature };
+        let scaled: Vec<f32> = logits.iter().map(|&z| z / t).collect();
+        let max = scaled.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let weights: Vec<f64> = scaled.iter().map(|&z| f64::from(z - max).exp()).collect();
+        let log_z = max as f64 + weights.iter().sum::<f64>().ln();
+        Self { scaled, weights, log_z }
+    }
 }
 
 /// Whether top-k, top-p or min-p can remove any of `vocab` tokens.
@@ -221,6 +268,39 @@ mod tests {
             let scaled: Vec<f64> = logits.iter().map(|&z| f64::from(z / temperature)).collect();
             let log_z = scaled.iter().map(|z| z.exp()).sum::<f64>().ln();
             prop_assert!((f64::from(logprob) - (scaled[token as usize] - log_z)).abs() < 1e-4);
+        }
+
+        #[test]
+        fn top_logprobs_are_the_k_largest_in_order_and_agree_with_choose(
+            logits in prop::collection::vec(-8.0f32..8.0, 1..64),
+            temperature in 0.0f32..2.0,
+            k in 0usize..24,
+            seed in 0u64..1000,
+        ) {
+            let top = top_logprobs(&logits, temperature, k);
+            prop_assert_eq!(top.len(), k.min(logits.len()));
+            // Sorted by log-probability (ties by id), and nothing left out beats the last kept.
+            for pair in top.windows(2) {
+                prop_assert!(pair[0].1 > pair[1].1 || (pair[0].1 == pair[1].1 && pair[0].0 < pair[1].0));
+            }
+            if let Some(&(_, last)) = top.last() {
+                for (id, &_z) in logits.iter().enumerate() {
+                    if !top.iter().any(|&(t, _)| t as usize == id) {
+                        prop_assert!(token_logprob(&logits, temperature, id as u32) <= last);
+                    }
+                }
+            }
+            let total: f64 = top.iter().map(|&(_, lp)| f64::from(lp).exp()).sum();
+            prop_assert!(total <= 1.0 + 1e-5);
+            // The sampled token's log-probability is the same number in either place.
+            let config = GenerationConfig { temperature, ..config() };
+            let (token, logprob) = choose(&logits, &config, &mut SeededRng::new(seed));
+            prop_assert_eq!(token_logprob(&logits, temperature, token), logprob);
+            let everything = top_logprobs(&logits, temperature, logits.len());
+            prop_assert!(everything.contains(&(token, logprob)));
+            if temperature == 0.0 {
+                prop_assert_eq!(everything[0].0, token, "greedy takes the most likely token");
+            }
         }
     }
 }

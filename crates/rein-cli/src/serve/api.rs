@@ -2,13 +2,15 @@
 //! token-id extensions) and SGLang's `/generate`, from and to the typed requests and answers of
 //! [`rein_sampler::protocol`], which the client uses too.
 
+use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rein_model::lm::{ChatMessage, LmTokenizer};
 use rein_sampler::protocol::{
     ChatChoice, ChatLogprobs, ChatRequest, ChatResponse, ChatResponseMessage, CompletionChoice, CompletionLogprobs,
     CompletionRequest, CompletionResponse, GenerateOutput, GenerateRequest, GenerateResponse, LogprobEntry, Matched,
-    MetaInfo, Prompt, Prompts, Sampling, SamplingParamsField, SglangFinish, StopReason, TokenLogprob, Usage,
+    MetaInfo, Prompt, Prompts, Sampling, SamplingParamsField, SglangFinish, StopReason, TokenLogprob, TopLogprob,
+    Usage,
 };
 use rein_sampler::{FinishReason, Generation, GenerationConfig, completion_text, prompt_seed};
 
@@ -34,7 +36,12 @@ pub(crate) struct Api<'a> {
 impl Api<'_> {
     /// Sampling settings from a request (OpenAI's default of 16 new tokens, or SGLang's 128
     /// with `sglang`).
-    fn config(&self, sampling: &Sampling, sglang: bool) -> Result<(GenerationConfig, Vec<String>, u64), BadRequest> {
+    fn config(
+        &self,
+        sampling: &Sampling,
+        sglang: bool,
+        top_logprobs: usize,
+    ) -> Result<(GenerationConfig, Vec<String>, u64), BadRequest> {
         let max_new_tokens = (sampling.max_new_tokens)
             .or(sampling.max_completion_tokens)
             .unwrap_or(if sglang { 128 } else { 16 }) as usize;
@@ -68,6 +75,7 @@ impl Api<'_> {
             n,
             stop_token_ids,
             seed,
+            top_logprobs,
         };
         let stops = sampling.stop.as_ref().map(|s| s.strings()).unwrap_or_default();
         Ok((config, stops, seed))
@@ -96,12 +104,13 @@ impl Api<'_> {
         Ok(prompts)
     }
 
-    fn work(prompts: Vec<Vec<u32>>, config: GenerationConfig, stops: Vec<String>, seed: u64) -> Work {
+    fn work(prompts: Vec<Vec<u32>>, config: GenerationConfig, stops: Vec<String>, seed: u64, echo: bool) -> Work {
         Work {
             seeds: (0..prompts.len()).map(|p| prompt_seed(seed, p)).collect(),
             prompts,
             config,
             stops,
+            echo,
         }
     }
 
@@ -131,8 +140,8 @@ impl Api<'_> {
                 ));
             }
         };
-        let (config, stops, seed) = self.config(&sampling, true)?;
-        Ok((Self::work(prompts, config, stops, seed), batched))
+        let (config, stops, seed) = self.config(&sampling, true, 0)?;
+        Ok((Self::work(prompts, config, stops, seed, false), batched))
     }
 
     /// SGLang's answer: one object per sample (a list when there is more than one).
@@ -175,13 +184,11 @@ impl Api<'_> {
 
     /// OpenAI's `/v1/completions` (vLLM's `return_token_ids` too).
     pub(crate) fn completion_request(&self, request: &CompletionRequest) -> Result<Work, BadRequest> {
-        refuse_unsupported(request.stream, request.logprobs.unwrap_or(0))?;
-        if request.echo == Some(true) {
-            return Err(bad("`echo` is not supported"));
-        }
+        refuse_streaming(request.stream)?;
+        let top = top_logprobs("logprobs", request.logprobs)?;
         let prompts = self.prompts(&request.prompt, "prompt")?;
-        let (config, stops, seed) = self.config(&request.sampling(), false)?;
-        Ok(Self::work(prompts, config, stops, seed))
+        let (config, stops, seed) = self.config(&request.sampling(), false, top)?;
+        Ok(Self::work(prompts, config, stops, seed, request.echo == Some(true)))
     }
 
     /// OpenAI's completion object.
@@ -192,11 +199,15 @@ impl Api<'_> {
         done: &Done,
     ) -> CompletionResponse {
         let token_ids = request.return_token_ids == Some(true);
+        let prompt_texts = work.echo.then(|| self.prompt_texts(&request.prompt, &work.prompts));
         let choices = (done.generations.iter().enumerate())
             .map(|(index, g)| CompletionChoice {
                 index,
-                text: self.text(g, &work.stops),
-                logprobs: request.logprobs.map(|_| self.completion_logprobs(g)),
+                text: match &prompt_texts {
+                    Some(texts) => texts[g.prompt].clone() + &self.text(g, &work.stops),
+                    None => self.text(g, &work.stops),
+                },
+                logprobs: request.logprobs.map(|_| self.completion_logprobs(work, done, g)),
                 finish_reason: Some(finish_name(g.finish).into()),
                 stop_reason: self.stop_reason(g, &work.stops),
                 token_ids: token_ids.then(|| g.tokens.clone()),
@@ -214,9 +225,46 @@ impl Api<'_> {
         }
     }
 
-    /// A sample's tokens, their log-probabilities and their offsets in its text.
-    fn completion_logprobs(&self, g: &Generation) -> CompletionLogprobs {
-        let tokens: Vec<String> = g.tokens.iter().map(|&id| self.tokenizer.piece(id)).collect();
+    /// The prompts as text, as `echo` returns them: a text prompt as sent, token ids decoded.
+    fn prompt_texts(&self, sent: &Prompts, ids: &[Vec<u32>]) -> Vec<String> {
+        let decoded = |ids: &[u32]| self.tokenizer.decode(ids, false).unwrap_or_default();
+        match sent {
+            Prompts::Text(text) => vec![text.clone()],
+            Prompts::Ids(ids) => vec![decoded(ids)],
+            Prompts::Batch(items) => (items.iter().zip(ids))
+                .map(|(item, ids)| match item {
+                    Prompt::Text(text) => text.clone(),
+                    Prompt::Ids(_) => decoded(ids),
+                })
+                .collect(),
+        }
+    }
+
+    /// A sample's tokens (after its prompt's, with `echo`), their log-probabilities, the most
+    /// likely alternatives at each (when `logprobs` ≥ 1: those and the token itself, as vLLM) and
+    /// their offsets in the text. The first prompt token has no log-probability (`null`).
+    fn completion_logprobs(&self, work: &Work, done: &Done, g: &Generation) -> CompletionLogprobs {
+        let with_top = work.config.top_logprobs > 0;
+        let mut ids = Vec::new();
+        let mut token_logprobs = Vec::new();
+        let mut top = Vec::new();
+        if work.echo {
+            let prompt = &work.prompts[g.prompt];
+            ids.extend(prompt);
+            token_logprobs.push(None);
+            top.push(None);
+            for (&id, scored) in prompt[1..].iter().zip(&done.prompt_logprobs[g.prompt]) {
+                token_logprobs.push(Some(scored.logprob));
+                top.push(Some(self.top_map(id, scored.logprob, &scored.top)));
+            }
+        }
+        ids.extend(&g.tokens);
+        token_logprobs.extend(g.logprobs.iter().map(|&lp| Some(lp)));
+        for (i, (&id, &logprob)) in g.tokens.iter().zip(&g.logprobs).enumerate() {
+            let alternatives = g.top_logprobs.get(i).map_or(&[][..], Vec::as_slice);
+            top.push(Some(self.top_map(id, logprob, alternatives)));
+        }
+        let tokens: Vec<String> = ids.iter().map(|&id| self.tokenizer.piece(id)).collect();
         let text_offset = (tokens.iter())
             .scan(0, |offset, piece| {
                 let at = *offset;
@@ -226,10 +274,19 @@ impl Api<'_> {
             .collect();
         CompletionLogprobs {
             tokens,
-            token_logprobs: g.logprobs.iter().map(|&lp| Some(lp)).collect(),
-            top_logprobs: None,
+            token_logprobs,
+            top_logprobs: with_top.then_some(top),
             text_offset,
         }
+    }
+
+    /// One position's alternatives by text, the token itself included.
+    fn top_map(&self, id: u32, logprob: f32, alternatives: &[(u32, f32)]) -> BTreeMap<String, f32> {
+        let mut map: BTreeMap<String, f32> = (alternatives.iter())
+            .map(|&(alt, lp)| (self.tokenizer.piece(alt), lp))
+            .collect();
+        map.entry(self.tokenizer.piece(id)).or_insert(logprob);
+        map
     }
 
     /// vLLM's `stop_reason`: the stop token id, the stop string, or none (end of sequence, or
@@ -247,7 +304,11 @@ impl Api<'_> {
 
     /// OpenAI's `/v1/chat/completions`: the messages through the model's chat template.
     pub(crate) fn chat_request(&self, request: &ChatRequest) -> Result<Work, BadRequest> {
-        refuse_unsupported(request.stream, request.top_logprobs.unwrap_or(0))?;
+        refuse_streaming(request.stream)?;
+        let top = top_logprobs("top_logprobs", request.top_logprobs)?;
+        if top > 0 && request.logprobs != Some(true) {
+            return Err(bad("`top_logprobs` needs `logprobs` = true"));
+        }
         let messages: Vec<ChatMessage> = (request.messages.iter())
             .map(|m| ChatMessage {
                 role: m.role.clone(),
@@ -259,8 +320,8 @@ impl Api<'_> {
             .map_err(|e| bad(e.to_string()))?
             .ok_or_else(|| bad("the served model's tokenizer has no chat template"))?;
         let prompts = self.prompts(&Prompts::Text(text), "messages")?;
-        let (config, stops, seed) = self.config(&request.sampling(), false)?;
-        Ok(Self::work(prompts, config, stops, seed))
+        let (config, stops, seed) = self.config(&request.sampling(), false, top)?;
+        Ok(Self::work(prompts, config, stops, seed, false))
     }
 
     /// OpenAI's chat completion object.
@@ -269,15 +330,25 @@ impl Api<'_> {
         let choices = (done.generations.iter().enumerate())
             .map(|(index, g)| {
                 let logprobs = want_logprobs.then(|| ChatLogprobs {
-                    content: (g.tokens.iter().zip(&g.logprobs))
-                        .filter(|(id, _)| !work.config.stop_token_ids.contains(id))
-                        .map(|(&id, &logprob)| {
+                    content: (g.tokens.iter().zip(&g.logprobs).enumerate())
+                        .filter(|(_, (id, _))| !work.config.stop_token_ids.contains(id))
+                        .map(|(i, (&id, &logprob))| {
                             let token = self.tokenizer.piece(id);
+                            let alternatives = g.top_logprobs.get(i).map_or(&[][..], Vec::as_slice);
                             TokenLogprob {
                                 bytes: token.as_bytes().to_vec(),
                                 token,
                                 logprob,
-                                top_logprobs: Vec::new(),
+                                top_logprobs: (alternatives.iter())
+                                    .map(|&(alt, logprob)| {
+                                        let token = self.tokenizer.piece(alt);
+                                        TopLogprob {
+                                            bytes: Some(token.as_bytes().to_vec()),
+                                            token,
+                                            logprob,
+                                        }
+                                    })
+                                    .collect(),
                             }
                         })
                         .collect(),
@@ -305,18 +376,25 @@ impl Api<'_> {
     }
 }
 
-/// Refuses options rein does not implement rather than ignoring them: streaming, and top
-/// log-probabilities beyond the sampled token's.
-fn refuse_unsupported(stream: Option<bool>, top_logprobs: u32) -> Result<(), BadRequest> {
-    if stream == Some(true) {
-        return Err(bad("streaming is not supported; send stream = false"));
+/// Refuses streaming, which rein does not implement, rather than ignoring it.
+fn refuse_streaming(stream: Option<bool>) -> Result<(), BadRequest> {
+    match stream == Some(true) {
+        true => Err(bad("streaming is not supported; send stream = false")),
+        false => Ok(()),
     }
-    if top_logprobs > 0 {
-        return Err(bad(
-            "only the sampled token's log-probability is returned: ask logprobs = 0 (completions) or top_logprobs = 0",
-        ));
+}
+
+/// Most alternatives returned per position (vLLM's default `max_logprobs`).
+const MAX_TOP_LOGPROBS: u32 = 20;
+
+/// How many of the most likely tokens `key` asks for at each position.
+fn top_logprobs(key: &str, asked: Option<u32>) -> Result<usize, BadRequest> {
+    match asked.unwrap_or(0) {
+        k if k <= MAX_TOP_LOGPROBS => Ok(k as usize),
+        k => Err(bad(format!(
+            "`{key}` = {k} asks for more alternatives than rein serve returns (at most {MAX_TOP_LOGPROBS})"
+        ))),
     }
-    Ok(())
 }
 
 fn finish_name(finish: FinishReason) -> &'static str {

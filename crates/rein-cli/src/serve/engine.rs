@@ -3,7 +3,8 @@
 //! A batch gathers requests until none came for `window` (at most ten windows); then every request with
 //! the same sampling settings is decoded in one [`generate_seeded`] call, each prompt with its
 //! own seed, so a prompt draws the same tokens whether it came alone or with 63 others (and as
-//! it would in a native trainer's batch with the same seed). A weight reload is a barrier:
+//! it would in a native trainer's batch with the same seed). Requests with `echo` also get one
+//! teacher-forced pass over each prompt ([`prompt_logprobs`]). A weight reload is a barrier:
 //! requests before it finish on the old weights, requests after it start on the new ones.
 
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use rein_model::Cpu;
 use rein_model::lm::{CausalLm, LmTokenizer, load};
-use rein_sampler::{Generation, GenerationConfig, generate_seeded, stop_check};
+use rein_sampler::{Generation, GenerationConfig, ScoredToken, generate_seeded, prompt_logprobs, stop_check};
 
 /// One request's generation work.
 #[derive(Clone)]
@@ -25,6 +26,8 @@ pub(crate) struct Work {
     pub config: GenerationConfig,
     /// Stop strings.
     pub stops: Vec<String>,
+    /// Score each prompt's own tokens too (`echo` with log-probabilities).
+    pub echo: bool,
 }
 
 /// A request's completions and the policy version that sampled them.
@@ -33,6 +36,9 @@ pub(crate) struct Done {
     pub generations: Vec<Generation>,
     /// The weight version.
     pub version: String,
+    /// Per prompt, its tokens after the first scored given those before them (with `echo`;
+    /// empty otherwise).
+    pub prompt_logprobs: Vec<Vec<ScoredToken>>,
 }
 
 enum Message {
@@ -156,15 +162,24 @@ impl EngineLoop {
             seeds.extend(&work.seeds);
             owner.extend(std::iter::repeat_n(i, work.prompts.len()));
         }
+        let device = Default::default();
         let generations = {
             let mut checks: Vec<_> = group
                 .iter()
                 .map(|(w, _)| stop_check(&self.tokenizer, &w.stops))
                 .collect();
             let mut stop = |seq: usize, tokens: &[u32]| checks[owner[seq / n]](seq, tokens);
-            let device = Default::default();
             generate_seeded(&self.model, &prompts, &seeds, &config, self.pad, &mut stop, &device)
         };
+        // `echo`: one teacher-forced pass over each prompt of the requests that asked.
+        let scored: Vec<Vec<Vec<ScoredToken>>> = (group.iter())
+            .map(|(work, _)| match work.echo {
+                true => (work.prompts.iter())
+                    .map(|p| prompt_logprobs(&self.model, p, config.temperature, config.top_logprobs, &device))
+                    .collect(),
+                false => Vec::new(),
+            })
+            .collect();
         let tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();
         let seconds = started.elapsed().as_secs_f64();
         eprintln!(
@@ -174,11 +189,12 @@ impl EngineLoop {
             tokens as f64 / seconds.max(1e-9)
         );
         let mut generations = generations.into_iter();
-        for (work, reply) in group {
+        for ((work, reply), prompt_logprobs) in group.into_iter().zip(scored) {
             let mine = renumber(generations.by_ref().take(work.prompts.len() * n).collect(), n);
             let _ = reply.send(Done {
                 generations: mine,
                 version: self.version.clone(),
+                prompt_logprobs,
             });
         }
     }
@@ -227,13 +243,14 @@ fn renumber(generations: Vec<Generation>, n: usize) -> Vec<Generation> {
 fn settings_key(work: &Work) -> String {
     let c = &work.config;
     format!(
-        "{} {} {:?} {:?} {:?} {} {:?}",
+        "{} {} {:?} {:?} {:?} {} {:?} {}",
         c.max_new_tokens,
         c.temperature.to_bits(),
         c.top_k,
         c.top_p.map(f32::to_bits),
         c.min_p.map(f32::to_bits),
         c.n,
-        c.stop_token_ids
+        c.stop_token_ids,
+        c.top_logprobs
     )
 }

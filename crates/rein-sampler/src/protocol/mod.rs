@@ -407,7 +407,8 @@ pub struct CompletionRequest {
     /// The seed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
-    /// Top log-probabilities per token (0: only the sampled token's).
+    /// Return log-probabilities, with this many of the most likely tokens at each position
+    /// (0: only the sampled token's; at most 20).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<u32>,
     /// Return `choices[].token_ids` and `prompt_token_ids` (vLLM ≥ 0.10.2).
@@ -419,7 +420,7 @@ pub struct CompletionRequest {
     /// Keep the matched stop string in `text` (vLLM).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub include_stop_str_in_output: Option<bool>,
-    /// Echo the prompt (rein serve refuses it).
+    /// Prepend the prompt to `text` (and its tokens, scored, to `logprobs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub echo: Option<bool>,
     /// Streaming (rein serve refuses it).
@@ -569,7 +570,7 @@ pub struct ChatRequest {
     /// Return the sampled tokens' log-probabilities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<bool>,
-    /// Top alternatives per token (rein serve: only 0).
+    /// How many of the most likely tokens to return at each position (0–20; needs `logprobs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_logprobs: Option<u32>,
     /// Streaming (rein serve refuses it).
@@ -692,9 +693,21 @@ pub struct TokenLogprob {
     pub logprob: f32,
     /// Its UTF-8 bytes.
     pub bytes: Vec<u8>,
-    /// Top alternatives (rein serve: none).
+    /// The most likely tokens at its position (as many as `top_logprobs` asked for).
     #[serde(default)]
-    pub top_logprobs: Vec<Value>,
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+/// One of the most likely tokens at a chat sample's position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopLogprob {
+    /// Its text.
+    pub token: String,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// Its UTF-8 bytes (`null` where a token is no whole character).
+    #[serde(default)]
+    pub bytes: Option<Vec<u8>>,
 }
 
 /// vLLM's `POST /v1/load_lora_adapter` request (its answer is plain text).

@@ -262,6 +262,7 @@ mod tests {
                     sample: 0,
                     tokens: vec![self.version as u32],
                     logprobs: vec![0.0],
+                    top_logprobs: Vec::new(),
                     finish: FinishReason::Length,
                 })
                 .collect())
