@@ -7,7 +7,8 @@
 //!
 //! Language-model generation ([`generate`]) drives a `rein_model::lm::CausalLm` with its KV
 //! cache: batched prompts, temperature / top-k / top-p / min-p, `n` samples per prompt, stop
-//! tokens and stop conditions, per-token log-probabilities.
+//! tokens and stop conditions, per-token log-probabilities (and the most likely alternatives,
+//! when asked). [`prompt_logprobs`] scores a prompt's own tokens in one teacher-forced pass.
 //!
 //! Trainers get completions through the [`Generator`] trait: [`NativeGenerator`] runs that
 //! sampler in process, [`HttpGenerator`] asks inference servers (SGLang, vLLM, `rein serve`)
