@@ -351,6 +351,7 @@ chat = client.chat.completions.create(
 )
 top = client.completions.create(model=model, prompt="What is 12 + 30?", max_tokens=6, seed=3, logprobs=5)
 echo = client.completions.create(model=model, prompt="What is 12 + 30?", max_tokens=0, echo=True, logprobs=1, temperature=0)
+plain_echo = client.completions.create(model=model, prompt="What is 12 + 30?", max_tokens=2, echo=True, temperature=0)
 try:
     client.completions.create(model=model, prompt="What is 12 + 30?", max_tokens=1, logprobs=21)
     too_many = None
@@ -361,6 +362,7 @@ print(json.dumps({
     "echo_text": echo.choices[0].text,
     "echo": echo.choices[0].logprobs.model_dump(),
     "echo_prompt_tokens": echo.usage.prompt_tokens,
+    "plain_echo": [plain_echo.choices[0].text, plain_echo.choices[0].logprobs is None],
     "too_many": too_many,
     "chat_top": [[(a.token, a.logprob) for a in t.top_logprobs] for t in chat.choices[0].logprobs.content],
     "texts": [c.text for c in done.choices],
@@ -462,6 +464,10 @@ fn the_openai_python_client_talks_to_rein_serve() {
         .map(|t| t.as_str().unwrap())
         .collect();
     assert_eq!(pieces.concat(), "What is 12 + 30?");
+    // echo without logprobs: the prompt in front of the completion's text.
+    let plain_echo = answer["plain_echo"].as_array().unwrap();
+    assert!(plain_echo[0].as_str().unwrap().starts_with("What is 12 + 30?"));
+    assert_eq!(plain_echo[1], true);
     let too_many = answer["too_many"].as_str().expect("logprobs = 21 is refused");
     assert!(
         too_many.contains("`logprobs` = 21") && too_many.contains("at most 20"),

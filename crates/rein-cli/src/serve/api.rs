@@ -104,13 +104,19 @@ impl Api<'_> {
         Ok(prompts)
     }
 
-    fn work(prompts: Vec<Vec<u32>>, config: GenerationConfig, stops: Vec<String>, seed: u64, echo: bool) -> Work {
+    fn work(
+        prompts: Vec<Vec<u32>>,
+        config: GenerationConfig,
+        stops: Vec<String>,
+        seed: u64,
+        score_prompts: bool,
+    ) -> Work {
         Work {
             seeds: (0..prompts.len()).map(|p| prompt_seed(seed, p)).collect(),
             prompts,
             config,
             stops,
-            echo,
+            score_prompts,
         }
     }
 
@@ -188,7 +194,9 @@ impl Api<'_> {
         let top = top_logprobs("logprobs", request.logprobs)?;
         let prompts = self.prompts(&request.prompt, "prompt")?;
         let (config, stops, seed) = self.config(&request.sampling(), false, top)?;
-        Ok(Self::work(prompts, config, stops, seed, request.echo == Some(true)))
+        // The prompts are scored only when log-probabilities are asked for; `echo` alone is text.
+        let score_prompts = request.echo == Some(true) && request.logprobs.is_some();
+        Ok(Self::work(prompts, config, stops, seed, score_prompts))
     }
 
     /// OpenAI's completion object.
@@ -199,7 +207,7 @@ impl Api<'_> {
         done: &Done,
     ) -> CompletionResponse {
         let token_ids = request.return_token_ids == Some(true);
-        let prompt_texts = work.echo.then(|| self.prompt_texts(&request.prompt, &work.prompts));
+        let prompt_texts = (request.echo == Some(true)).then(|| self.prompt_texts(&request.prompt, &work.prompts));
         let choices = (done.generations.iter().enumerate())
             .map(|(index, g)| CompletionChoice {
                 index,
@@ -248,7 +256,7 @@ impl Api<'_> {
         let mut ids = Vec::new();
         let mut token_logprobs = Vec::new();
         let mut top = Vec::new();
-        if work.echo {
+        if work.score_prompts {
             let prompt = &work.prompts[g.prompt];
             ids.extend(prompt);
             token_logprobs.push(None);

@@ -27,7 +27,7 @@ pub(crate) struct Work {
     /// Stop strings.
     pub stops: Vec<String>,
     /// Score each prompt's own tokens too (`echo` with log-probabilities).
-    pub echo: bool,
+    pub score_prompts: bool,
 }
 
 /// A request's completions and the policy version that sampled them.
@@ -173,7 +173,7 @@ impl EngineLoop {
         };
         // `echo`: one teacher-forced pass over each prompt of the requests that asked.
         let scored: Vec<Vec<Vec<ScoredToken>>> = (group.iter())
-            .map(|(work, _)| match work.echo {
+            .map(|(work, _)| match work.score_prompts {
                 true => (work.prompts.iter())
                     .map(|p| prompt_logprobs(&self.model, p, config.temperature, config.top_logprobs, &device))
                     .collect(),
