@@ -140,6 +140,7 @@ fn run_with(
         tokenizer: &tokenizer,
         prompts: &prompts,
         rewards: &mut rewards,
+        accuracy_reward: 0,
         grpo: &grpo,
         sampler: &sampler,
         optimizer: &optimizer,
@@ -360,6 +361,37 @@ fn dynamic_sampling_replaces_groups_without_signal() {
         "without dynamic sampling, groups without signal stay in the batch"
     );
     assert!((1..=3).all(|s| plain.value(s, "train/resampled_groups") == 0.0));
+}
+
+/// An easy prompt's group gets 3 of 4 completions right, a hard prompt's 1 of 4.
+fn easy_and_hard(prompt: &str, i: usize) -> f64 {
+    match prompt.starts_with("easy") {
+        true => f64::from(i != 0),
+        false => f64::from(i == 0),
+    }
+}
+
+/// `difficulty_weight` scales each group by its own accuracy (ρ = 0.75 and 0.25 here): with the
+/// defaults, by hand, a correct answer weighs w(0.75) = 0.95 in the easy group and
+/// w(0.25) = 0.4 + 1.1 / (1 + e^−5) = 1.4926379 in the hard one, a mean of 1.2213189; and since
+/// it weighs the groups unequally, the update differs from the unweighted one.
+#[test]
+fn difficulty_weight_scales_each_group_by_its_accuracy() {
+    let prompts = ["easy one", "hard two"];
+    let weighted = GrpoSection {
+        difficulty_weight: Some(rein_core::DifficultyWeight::default()),
+        ..grpo(1)
+    };
+    let trace = run(weighted, sampler(3), &prompts, easy_and_hard);
+    let mean_weight = trace.value(1, "train/difficulty_weight");
+    assert!(
+        (mean_weight - (0.95 + 1.492_637_86) / 2.0).abs() < 1e-6,
+        "{mean_weight}"
+    );
+    let plain = run(grpo(1), sampler(3), &prompts, easy_and_hard);
+    assert!(plain.records[0].get("train/difficulty_weight").is_none());
+    assert!(trace.moved() && plain.moved());
+    assert!(trace.after != plain.after, "the weights change the update");
 }
 
 #[test]

@@ -247,6 +247,16 @@ fn values_out_of_range_name_the_key_and_the_range() {
             "algorithm.advantage",
             "needs an [agent] section",
         ),
+        (
+            "algorithm.difficulty_weight={ low = 2.0, high = 1.0 }",
+            "algorithm.difficulty_weight",
+            "0 < low ≤ high",
+        ),
+        (
+            "algorithm.difficulty_weight={ center = 1.5 }",
+            "algorithm.difficulty_weight",
+            "center in [0, 1] and steepness > 0 (got low 0.4, high 1.5, center 1.5, steepness 10)",
+        ),
     ] {
         let err = load(&dir, "grpo.toml", &[set]).unwrap_err();
         assert!(
@@ -255,6 +265,12 @@ fn values_out_of_range_name_the_key_and_the_range() {
             "{set}: {err}"
         );
     }
+    let weighted = load(&dir, "grpo.toml", &["algorithm.difficulty_weight={ steepness = 5.0 }"]).unwrap();
+    let Algorithm::Grpo(grpo) = &weighted.recipe.algorithm else {
+        panic!("GRPO, got {:?}", weighted.recipe.algorithm)
+    };
+    let w = grpo.difficulty_weight.unwrap();
+    assert_eq!((w.low, w.high, w.center, w.steepness), (0.4, 1.5, 0.75, 5.0));
     // REINFORCE++ without a group baseline whitens over the batch: one completion per prompt is fine.
     load(
         &dir,

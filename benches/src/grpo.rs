@@ -287,6 +287,7 @@ fn measure(
         tokenizer: &case.tokenizer,
         prompts: &case.prompts,
         rewards: &mut rewards,
+        accuracy_reward: 0,
         grpo: &grpo,
         sampler: &sampler,
         optimizer: &optimizer,

@@ -171,3 +171,30 @@ pub enum DpoLossKind {
     /// Robust DPO, unbiased under a share `label_smoothing` of flipped labels.
     Robust,
 }
+
+/// Difficulty-aware advantage weights (GRPO-LEAD, Zhang & Zuo 2025): the logistic weight
+/// `w(ρ) = low + (high − low) / (1 + exp(steepness · (ρ − center)))` of a group's empirical
+/// accuracy ρ (equations and use in `rein_optim::difficulty_weight`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DifficultyWeight {
+    /// The weight as ρ → 1 (an easy prompt's correct answers).
+    pub low: f32,
+    /// The weight as ρ → 0 (a hard prompt's correct answers).
+    pub high: f32,
+    /// ρ₀, the accuracy at which the weight is halfway.
+    pub center: f32,
+    /// k, how sharply the weight falls around ρ₀.
+    pub steepness: f32,
+}
+
+impl Default for DifficultyWeight {
+    fn default() -> Self {
+        Self {
+            low: 0.4,
+            high: 1.5,
+            center: 0.75,
+            steepness: 10.0,
+        }
+    }
+}

@@ -18,8 +18,8 @@ mod text_env;
 mod tool;
 
 pub use choices::{
-    Activation, AdvantageKind, Aggregation, DpoLossKind, KlEstimator, LagCorrection, OnError, PolicySync, RatioLevel,
-    SamplerBackend, ServerApi, StdScaling, ValueModel,
+    Activation, AdvantageKind, Aggregation, DifficultyWeight, DpoLossKind, KlEstimator, LagCorrection, OnError,
+    PolicySync, RatioLevel, SamplerBackend, ServerApi, StdScaling, ValueModel,
 };
 pub use env::{
     Action, BatchActions, BoxSpace, EnvSpec, Environment, Observation, Space, Step, VecEnv, VecStep, validate_action,

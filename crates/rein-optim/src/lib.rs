@@ -9,7 +9,7 @@
 //! - [`clip_grad_norm`]: global gradient-norm clipping; [`LinearSchedule`] for learning rates;
 //!   [`non_finite_parameter`] and [`non_finite_gradient`] name the tensor a NaN appeared in.
 //! - LLM RL: outcome advantages ([`group_normalized`] for GRPO / Dr. GRPO, [`rloo`],
-//!   [`reinforce_pp`]), GiGPO's episode- and step-level advantages for multi-turn episodes
+//!   [`reinforce_pp`]) and their difficulty-aware weights ([`reweight_by_difficulty`]), GiGPO's episode- and step-level advantages for multi-turn episodes
 //!   ([`gigpo_advantages`]), [`policy_loss`] (PPO-clip with clip-higher and dual-clip, GSPO
 //!   sequence ratios, KL and entropy terms), [`aggregate`] (token-mean, seq-mean-token-mean,
 //!   seq-mean-token-sum-norm) and the [`kl_estimate`] estimators k1, k2, k3;
@@ -29,6 +29,7 @@
 //! training loops.
 
 mod aggregation;
+mod difficulty_weight;
 mod distillation;
 mod finite;
 mod gae;
@@ -46,6 +47,7 @@ mod schedule;
 mod token_advantages;
 
 pub use aggregation::aggregate;
+pub use difficulty_weight::{difficulty_weight, reweight_by_difficulty};
 pub use distillation::{add_teacher_advantages, full_reverse_kl};
 pub use finite::{non_finite_gradient, non_finite_parameter};
 pub use gae::gae;

@@ -467,6 +467,18 @@ impl GrpoRecipe<'_> {
                 "asynchronous GRPO is single-turn: remove [agent] or set 0",
             ));
         }
+        if let Some(w) = &grpo.difficulty_weight {
+            let valid = w.low > 0.0 && w.high >= w.low && (0.0..=1.0).contains(&w.center) && w.steepness > 0.0;
+            if !valid || ![w.low, w.high, w.center, w.steepness].iter().all(|x| x.is_finite()) {
+                return Err(broken(
+                    "algorithm.difficulty_weight",
+                    format!(
+                        "needs 0 < low ≤ high, center in [0, 1] and steepness > 0 (got low {}, high {}, center {}, steepness {})",
+                        w.low, w.high, w.center, w.steepness
+                    ),
+                ));
+            }
+        }
         if grpo.max_staleness > 0 && grpo.dynamic_sampling {
             return Err(broken(
                 "algorithm.max_staleness",

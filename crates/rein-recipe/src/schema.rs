@@ -580,6 +580,9 @@ pub struct GrpoSection {
     pub dynamic_sampling: bool,
     /// Most extra sampling rounds per step for dynamic sampling.
     pub max_resample: usize,
+    /// Scale each group's advantages by its prompt's difficulty (GRPO-LEAD's logistic weight of
+    /// the group's accuracy, as `eval.accuracy_reward` judges it); `None`: unweighted.
+    pub difficulty_weight: Option<rein_core::DifficultyWeight>,
     /// Leave truncated completions (no end-of-sequence token) out of the loss (DAPO).
     pub mask_truncated: bool,
     /// `fail`, `zero` or `skip` when a reward plugin fails.
@@ -620,6 +623,7 @@ impl Default for GrpoSection {
             updates_per_batch: 1,
             dynamic_sampling: false,
             max_resample: 3,
+            difficulty_weight: None,
             mask_truncated: false,
             on_error: rein_core::OnError::Fail,
             max_staleness: 0,

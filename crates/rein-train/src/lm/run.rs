@@ -622,6 +622,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             tokenizer: &self.setup.tokenizer,
             prompts: &self.setup.train,
             rewards: &mut self.setup.rewards,
+            accuracy_reward: self.setup.accuracy_index,
             grpo: section,
             sampler: &recipe.sampler,
             optimizer: &recipe.optimizer,

@@ -5,11 +5,11 @@
 
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
-use rein_core::{AdvantageKind, LagCorrection, StdScaling};
+use rein_core::{AdvantageKind, DifficultyWeight, LagCorrection, StdScaling};
 use rein_model::ReinAutodiffBackend;
 use rein_optim::{
     Correction, GigpoConfig, add_teacher_advantages, clip_grad_norm, full_reverse_kl, group_normalized,
-    kl_estimate_scalar, lag_correction, policy_loss, reinforce_pp, rloo,
+    kl_estimate_scalar, lag_correction, policy_loss, reinforce_pp, reweight_by_difficulty, rloo,
 };
 use rein_recipe::TeacherKl;
 use serde_json::json;
@@ -135,6 +135,9 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             _ => None,
         };
         let mut advantages = self.advantages(&flat, &rewards, width);
+        let difficulty = grpo
+            .difficulty_weight
+            .map(|w| self.reweight_by_difficulty(batch, &mut advantages, width, &w));
         let mut mask = tokens.completion_mask.clone();
         if grpo.mask_truncated {
             for (row, (rollout, _)) in flat.iter().enumerate() {
@@ -191,6 +194,9 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         if let Some(kl) = teacher_kl {
             record.insert("train/teacher_kl".into(), json!(kl));
         }
+        if let Some(weight) = difficulty {
+            record.insert("train/difficulty_weight".into(), json!(weight));
+        }
         self.log_batch(step, &flat, &rewards, kl_in_reward, &mut record);
         Ok(record)
     }
@@ -208,6 +214,32 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             }
         }
         tokens
+    }
+
+    /// Scales each completion's advantages by its group's difficulty
+    /// ([`rein_optim::reweight_by_difficulty`]), a group's accuracy being the share of its
+    /// completions the accuracy reward counts correct (as the held-out evaluation counts them);
+    /// returns the mean weight of a correct answer over the batch's groups.
+    fn reweight_by_difficulty(
+        &self,
+        batch: &[Scored],
+        advantages: &mut [f32],
+        width: usize,
+        w: &DifficultyWeight,
+    ) -> f64 {
+        let reward = self.ctx.rewards[self.ctx.accuracy_reward].reward.name();
+        let mut rows = advantages.chunks_mut(width);
+        let weights: Vec<f64> = (batch.iter())
+            .map(|scored| {
+                let accuracy = group_accuracy(scored, reward);
+                let mut weight = 0.0;
+                for row in rows.by_ref().take(scored.rollouts.len()) {
+                    weight = reweight_by_difficulty(row, accuracy, w);
+                }
+                weight
+            })
+            .collect();
+        mean(&weights)
     }
 
     /// ADVANTAGES: one per completion token, `[rows, width]`.
@@ -396,4 +428,19 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         }
         (kl_total / kl_tokens.max(1) as f64, penalty / rewards.len() as f64)
     }
+}
+
+/// The share of a group's completions that `reward` counts correct: its `correct` component is
+/// 1 where it gives one, or else its score is positive ([`crate::lm::is_correct`]'s rule).
+fn group_accuracy(scored: &Scored, reward: &str) -> f64 {
+    let correct = scored.components.get(&format!("{reward}/correct"));
+    let score = scored.components.get(reward);
+    let n = scored.rollouts.len();
+    let hits = (0..n)
+        .filter(|&c| match correct.map(|v| v[c]).filter(|v| v.is_finite()) {
+            Some(v) => v == 1.0,
+            None => score.is_some_and(|v| v[c] > 0.0),
+        })
+        .count();
+    hits as f64 / n.max(1) as f64
 }

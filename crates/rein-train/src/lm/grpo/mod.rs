@@ -58,6 +58,9 @@ pub struct GrpoContext<'a> {
     pub prompts: &'a [Prompt],
     /// Reward functions, weighted.
     pub rewards: &'a mut [WeightedReward],
+    /// The one of `rewards` that judges a completion correct (`eval.accuracy_reward`): a
+    /// group's accuracy for `algorithm.difficulty_weight`.
+    pub accuracy_reward: usize,
     /// Algorithm settings.
     pub grpo: &'a GrpoSection,
     /// Sampling settings.
