@@ -13,7 +13,7 @@ use rein_core::{
     PluginError, RatioLevel, Reply, RewardFn, StdScaling, TextEnv, Turn,
 };
 use rein_model::lm::{CausalLm, LmTokenizer, load};
-use rein_recipe::{GrpoSection, OptimizerSection, SamplerSection};
+use rein_recipe::{CurriculumSection, GrpoSection, OptimizerSection, SamplerSection};
 use rein_train::driver::{Record, Trainer};
 use rein_train::lm::episodes::Agent;
 use rein_train::lm::{Grpo, GrpoContext, Prompt, WeightedReward};
@@ -99,7 +99,7 @@ impl Trace {
 }
 
 fn run(grpo: GrpoSection, sampler: SamplerSection, prompts: &[&str], reward: fn(&str, usize) -> f64) -> Trace {
-    run_with(grpo, sampler, prompts, reward, None)
+    run_with(grpo, sampler, prompts, reward, None, None)
 }
 
 fn run_with(
@@ -108,6 +108,7 @@ fn run_with(
     prompts: &[&str],
     reward: fn(&str, usize) -> f64,
     agent: Option<&mut Agent>,
+    curriculum: Option<&CurriculumSection>,
 ) -> Trace {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm/qwen2-gqa");
     let device = Default::default();
@@ -141,6 +142,7 @@ fn run_with(
         prompts: &prompts,
         rewards: &mut rewards,
         accuracy_reward: 0,
+        curriculum,
         grpo: &grpo,
         sampler: &sampler,
         optimizer: &optimizer,
@@ -394,6 +396,77 @@ fn difficulty_weight_scales_each_group_by_its_accuracy() {
     assert!(trace.after != plain.after, "the weights change the update");
 }
 
+/// Every completion of an "easy" prompt is right, none of a "hard" one, half of a "mixed" one.
+fn by_difficulty(prompt: &str, i: usize) -> f64 {
+    match prompt.split(' ').next() {
+        Some("easy") => 1.0,
+        Some("hard") => 0.0,
+        _ => (i % 2) as f64,
+    }
+}
+
+/// Difficulty pools with no share for the easy and hard pools: a prompt's first group (pass rate
+/// 1 or 0, smoothing 0) moves an easy or hard prompt out of the normal pool for good, so each
+/// is drawn in one step at most, and once every prompt has been seen only the mixed ones are.
+#[test]
+fn difficulty_pools_stop_drawing_prompts_that_teach_nothing() {
+    let prompts = [
+        "easy one",
+        "easy two",
+        "hard three",
+        "hard four",
+        "mixed five",
+        "mixed six",
+    ];
+    let pools = CurriculumSection {
+        easy: 0.0,
+        hard: 0.0,
+        smoothing: 0.0,
+        ..CurriculumSection::default()
+    };
+    let trace = run_with(grpo(12), sampler(2), &prompts, by_difficulty, None, Some(&pools));
+    let mut steps_of: std::collections::BTreeMap<String, Vec<usize>> = Default::default();
+    for (step, record) in trace.records.iter().enumerate() {
+        for sample in record["samples"].as_array().unwrap() {
+            let prompt = sample["prompt"].as_str().unwrap().to_string();
+            steps_of.entry(prompt).or_default().push(step + 1);
+        }
+    }
+    for (prompt, steps) in &steps_of {
+        let first = steps[0];
+        if !prompt.starts_with("mixed") {
+            assert!(
+                steps.iter().all(|&s| s == first),
+                "{prompt} drawn again after its first group: {steps:?}"
+            );
+        }
+    }
+    let last = trace.records.last().unwrap();
+    let sizes =
+        ["easy", "normal", "hard"].map(|p| last[format!("train/curriculum/{p}_prompts").as_str()].as_u64().unwrap());
+    assert_eq!(sizes.iter().sum::<u64>(), 6);
+    assert_eq!(
+        sizes[1],
+        2 + (4 - sizes[0] - sizes[2]),
+        "only unseen easy/hard prompts stay normal"
+    );
+    assert!(
+        sizes[0] + sizes[2] >= 2,
+        "some easy or hard prompts were seen: {sizes:?}"
+    );
+    // Without the curriculum, some easy or hard prompt comes back.
+    let plain = run_with(grpo(12), sampler(2), &prompts, by_difficulty, None, None);
+    let repeats = (prompts.iter().filter(|p| !p.starts_with("mixed")))
+        .map(|p| {
+            (plain.records.iter())
+                .filter(|r| r["samples"].as_array().unwrap().iter().any(|s| s["prompt"] == *p))
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert!(repeats > 1, "the shuffled order draws every prompt again");
+}
+
 #[test]
 fn dual_clip_bounds_the_loss_once_ratios_move() {
     // The second update of a batch sees ratios away from 1; with c = 1.01 every
@@ -475,7 +548,7 @@ fn echo_agent() -> Agent {
 #[test]
 fn multi_turn_episodes_train_only_on_the_models_tokens() {
     let mut agent = echo_agent();
-    let trace = run_with(grpo(1), sampler(4), &PROMPTS, alternating, Some(&mut agent));
+    let trace = run_with(grpo(1), sampler(4), &PROMPTS, alternating, Some(&mut agent), None);
     assert_eq!(
         trace.value(1, "episode/turns"),
         3.0,
@@ -503,7 +576,7 @@ fn gigpo_step_advantages_reach_the_loss() {
             step_advantage_weight,
             ..grpo(1)
         };
-        run_with(grpo, sampler(4), &PROMPTS, alternating, Some(&mut agent))
+        run_with(grpo, sampler(4), &PROMPTS, alternating, Some(&mut agent), None)
     };
     let group = play(AdvantageKind::Group, 1.0);
     let episode_level = play(AdvantageKind::Gigpo, 0.0);

@@ -288,6 +288,7 @@ fn measure(
         prompts: &case.prompts,
         rewards: &mut rewards,
         accuracy_reward: 0,
+        curriculum: None,
         grpo: &grpo,
         sampler: &sampler,
         optimizer: &optimizer,

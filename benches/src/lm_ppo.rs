@@ -82,6 +82,7 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
         prompts: &prompts,
         rewards: &mut rewards,
         accuracy_reward: 0,
+        curriculum: None,
         grpo: &grpo,
         sampler: &sampler,
         optimizer: &optimizer,

@@ -266,6 +266,8 @@ fn ppo_killed_at_random_updates_resumes_to_the_same_metrics() {
     killed_and_resumed_equals_uninterrupted(&job, 64, 3);
 }
 
+/// GRPO with difficulty pools and difficulty weights: the pass rates are in the checkpoint, so a
+/// resumed run draws the same prompts.
 #[test]
 fn sft_then_grpo_killed_at_random_steps_resumes_to_the_same_metrics() {
     let job = Job {
@@ -278,6 +280,9 @@ fn sft_then_grpo_killed_at_random_steps_resumes_to_the_same_metrics() {
             "algorithm.steps=8",
             "algorithm.prompts_per_step=2",
             "algorithm.kl_coef=0.05",
+            "algorithm.difficulty_weight={}",
+            "curriculum.kind=\"pools\"",
+            "curriculum.hard=0.5",
             "sampler.n=4",
             "sampler.max_new_tokens=12",
             "eval.k=2",

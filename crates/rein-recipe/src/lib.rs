@@ -13,6 +13,7 @@
 //! turns files into a validated [`Recipe`] of plain data, and `rein-train` reads it.
 
 mod compose;
+mod curriculum;
 mod data;
 mod error;
 mod lm_ppo;
@@ -23,6 +24,7 @@ mod uses;
 
 use std::path::{Path, PathBuf};
 
+pub use curriculum::{CurriculumKind, CurriculumSection};
 pub use data::{ArithmeticTask, Fields, Solution};
 pub use error::RecipeError;
 pub use plan::{DpoRecipe, GrpoRecipe, LmPpoRecipe, OnlineDpoRecipe, Plan, PpoRecipe, RewardModelRecipe, SftRecipe};

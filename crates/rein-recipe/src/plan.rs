@@ -467,6 +467,9 @@ impl GrpoRecipe<'_> {
                 "asynchronous GRPO is single-turn: remove [agent] or set 0",
             ));
         }
+        if let Some((key, message)) = r.curriculum.as_ref().and_then(|c| c.invalid()) {
+            return Err(broken(key, message));
+        }
         if let Some(w) = &grpo.difficulty_weight {
             let valid = w.low > 0.0 && w.high >= w.low && (0.0..=1.0).contains(&w.center) && w.steepness > 0.0;
             if !valid || ![w.low, w.high, w.center, w.steepness].iter().all(|x| x.is_finite()) {

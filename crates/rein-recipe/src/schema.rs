@@ -62,6 +62,9 @@ pub struct Recipe {
     /// advantages.
     #[serde(default)]
     pub teacher: Option<TeacherSection>,
+    /// Which prompts GRPO batches draw: difficulty pools.
+    #[serde(default)]
+    pub curriculum: Option<crate::CurriculumSection>,
 }
 
 /// A plugin with its config and sandbox limits (a tool, a text environment).

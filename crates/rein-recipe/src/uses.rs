@@ -43,6 +43,7 @@ fn sections(algorithm: &Algorithm) -> &'static [(&'static str, Keys)] {
             ("tool", Keys::All),
             ("agent", Keys::All),
             ("teacher", Keys::All),
+            ("curriculum", Keys::All),
         ],
         // SFT has its own learning rate, warm-up and clipping in `[algorithm]`; the sampler's
         // length, stop strings and temperature are what held-out evaluation uses.

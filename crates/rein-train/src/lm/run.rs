@@ -623,6 +623,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             prompts: &self.setup.train,
             rewards: &mut self.setup.rewards,
             accuracy_reward: self.setup.accuracy_index,
+            curriculum: recipe.curriculum.as_ref(),
             grpo: section,
             sampler: &recipe.sampler,
             optimizer: &recipe.optimizer,

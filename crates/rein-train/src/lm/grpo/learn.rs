@@ -14,6 +14,7 @@ use rein_optim::{
 use rein_recipe::TeacherKl;
 use serde_json::json;
 
+use super::curriculum::group_accuracy;
 use super::sample::{Rollout, Scored};
 use super::{DROPOUT_SALT, Grpo, generation_seed, mean};
 use crate::TrainError;
@@ -231,7 +232,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         let mut rows = advantages.chunks_mut(width);
         let weights: Vec<f64> = (batch.iter())
             .map(|scored| {
-                let accuracy = group_accuracy(scored, reward);
+                let accuracy = group_accuracy(&scored.components, scored.rollouts.len(), reward);
                 let mut weight = 0.0;
                 for row in rows.by_ref().take(scored.rollouts.len()) {
                     weight = reweight_by_difficulty(row, accuracy, w);
@@ -428,19 +429,4 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         }
         (kl_total / kl_tokens.max(1) as f64, penalty / rewards.len() as f64)
     }
-}
-
-/// The share of a group's completions that `reward` counts correct: its `correct` component is
-/// 1 where it gives one, or else its score is positive ([`crate::lm::is_correct`]'s rule).
-fn group_accuracy(scored: &Scored, reward: &str) -> f64 {
-    let correct = scored.components.get(&format!("{reward}/correct"));
-    let score = scored.components.get(reward);
-    let n = scored.rollouts.len();
-    let hits = (0..n)
-        .filter(|&c| match correct.map(|v| v[c]).filter(|v| v.is_finite()) {
-            Some(v) => v == 1.0,
-            None => score.is_some_and(|v| v[c] > 0.0),
-        })
-        .count();
-    hits as f64 / n.max(1) as f64
 }

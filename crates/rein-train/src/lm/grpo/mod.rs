@@ -14,7 +14,7 @@ use rein_core::{AdvantageKind, FailureCounts};
 use rein_model::ReinAutodiffBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
 use rein_optim::{DpoConfig, LinearSchedule, PolicyLossConfig};
-use rein_recipe::{GrpoSection, OptimizerSection, SamplerSection, TeacherKl};
+use rein_recipe::{CurriculumSection, GrpoSection, OptimizerSection, SamplerSection, TeacherKl};
 use rein_sampler::{Generator, NativeGenerator, SeededRng};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -28,6 +28,7 @@ use crate::checkpoint::{Checkpoint, learner_sections, module_sections};
 use crate::driver::{Record, Snapshot, Step, Trainer};
 use crate::watchdog::Phases;
 
+mod curriculum;
 mod learn;
 mod online_dpo;
 mod ppo;
@@ -59,8 +60,10 @@ pub struct GrpoContext<'a> {
     /// Reward functions, weighted.
     pub rewards: &'a mut [WeightedReward],
     /// The one of `rewards` that judges a completion correct (`eval.accuracy_reward`): a
-    /// group's accuracy for `algorithm.difficulty_weight`.
+    /// group's accuracy for `algorithm.difficulty_weight` and the curriculum.
     pub accuracy_reward: usize,
+    /// Difficulty pools for drawing prompts (`[curriculum]`); `None`: every prompt in turn.
+    pub curriculum: Option<&'a CurriculumSection>,
     /// Algorithm settings.
     pub grpo: &'a GrpoSection,
     /// Sampling settings.
@@ -111,6 +114,20 @@ struct GrpoState {
     /// Updates so far: the version of the policy being trained.
     #[serde(default)]
     version: u64,
+    /// Each prompt's running pass rate, with `[curriculum]`.
+    #[serde(default)]
+    pools: Option<curriculum::DifficultyPools>,
+}
+
+impl GrpoState {
+    /// The next training prompt: from the difficulty pools with a curriculum, else the next
+    /// of the shuffled order.
+    fn next_prompt(&mut self, curriculum: Option<&CurriculumSection>) -> usize {
+        match (curriculum, &self.pools) {
+            (Some(c), Some(pools)) => pools.pick(c, &mut self.rng),
+            _ => self.prompt_order.next(&mut self.rng),
+        }
+    }
 }
 
 /// The GRPO family on a language model.
@@ -183,6 +200,7 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
         let lr = lr_schedule(optimizer, optimizer.lr, grpo.steps);
         let mut rng = SeededRng::new(ctx.seed ^ 0x6A09_E667);
         let prompt_order = PromptOrder::new(ctx.prompts.len(), &mut rng);
+        let pools = (ctx.curriculum).map(|_| curriculum::DifficultyPools::new(ctx.prompts.len()));
         let source = match ctx.agent {
             Some(_) => None,
             None => Some(
@@ -210,6 +228,7 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
                 rewards: Vec::new(),
                 episodes: 0,
                 version: 0,
+                pools,
             },
             device: device.clone(),
         })
@@ -338,6 +357,11 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
             json!(sampled.degenerate as f64 / sampled.groups.max(1) as f64),
         );
         record.insert("train/resampled_groups".into(), json!(sampled.resampled));
+        if let (Some(c), Some(pools)) = (self.ctx.curriculum, &self.state.pools) {
+            for (pool, size) in ["easy", "normal", "hard"].into_iter().zip(pools.sizes(c)) {
+                record.insert(format!("train/curriculum/{pool}_prompts"), json!(size));
+            }
+        }
         record.insert("train/reward_failures".into(), json!(sampled.failures));
         record.insert(
             "train/tokens_per_s".into(),
@@ -396,6 +420,12 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
             let [module, optimizer] = CRITIC_SECTIONS;
             learner.critic = checkpoint.load_module(module, learner.critic.clone(), &self.device)?;
             learner.optim = checkpoint.load_optimizer::<B, _, _>(optimizer, learner.optim.clone(), &self.device)?;
+        }
+        // A checkpoint without pass rates (taken before the recipe had a curriculum, or with
+        // other prompts) starts the pools afresh.
+        let prompts = self.ctx.prompts.len();
+        if self.ctx.curriculum.is_some() && self.state.pools.as_ref().is_none_or(|p| p.len() != prompts) {
+            self.state.pools = Some(curriculum::DifficultyPools::new(prompts));
         }
         // Older checkpoints have no version: one update per step.
         self.state.version = self.state.version.max(self.state.rewards.len() as u64);

@@ -10,7 +10,7 @@ use rein_model::ReinAutodiffBackend;
 use rein_sampler::{FinishReason, GenerationConfig};
 use serde_json::json;
 
-use super::{Grpo, generation_seed};
+use super::{Grpo, curriculum, generation_seed};
 use crate::TrainError;
 use crate::driver::Record;
 use crate::lm::episodes::{Episode, TurnRecord, play};
@@ -121,6 +121,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             };
             out.tokens += rollouts.iter().map(Rollout::sampled).sum::<usize>();
             let scores = self.score(step, &picked, &rollouts, &mut out.failures, phases)?;
+            self.observe_difficulty(&picked, &scores);
             for weighted in self.ctx.rewards.iter_mut() {
                 if let Some(usage) = weighted.reward.take_judge_usage() {
                     let total = out.judges.entry(weighted.reward.name().to_string()).or_default();
@@ -138,6 +139,22 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             );
         }
         Ok(out)
+    }
+
+    /// Curriculum: each scored group's accuracy joins its prompt's pass rate (groups dynamic
+    /// sampling drops too: they say the most about a prompt's difficulty).
+    fn observe_difficulty(&mut self, picked: &[usize], scores: &[GroupReward]) {
+        let (Some(c), Some(pools)) = (self.ctx.curriculum, self.state.pools.as_mut()) else {
+            return;
+        };
+        let reward = self.ctx.rewards[self.ctx.accuracy_reward].reward.name();
+        for (&prompt, scored) in picked.iter().zip(scores).filter(|(_, s)| !s.skipped) {
+            pools.observe(
+                prompt,
+                curriculum::group_accuracy(&scored.components, scored.total.len(), reward),
+                c,
+            );
+        }
     }
 
     /// The sampler's settings for round `round` of step `step`.
@@ -166,9 +183,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         phases: &Phases,
     ) -> Result<(Vec<usize>, Vec<Rollout>), TrainError> {
         let (prompts, tokenizer, g) = (self.ctx.prompts, self.ctx.tokenizer, self.ctx.sampler.n);
-        let picked: Vec<usize> = (0..want)
-            .map(|_| self.state.prompt_order.next(&mut self.state.rng))
-            .collect();
+        let picked: Vec<usize> = (0..want).map(|_| self.state.next_prompt(self.ctx.curriculum)).collect();
         let _generating = phases.enter("generate", format!("sampling {} episodes", want * g));
         let chosen: Vec<&Prompt> = picked.iter().map(|&i| &prompts[i]).collect();
         let first_id = self.state.episodes;
@@ -208,7 +223,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         for ahead in first..=last {
             let count = if round == 0 { grpo.prompts_per_step } else { want };
             let picked: Vec<usize> = (0..count)
-                .map(|_| self.state.prompt_order.next(&mut self.state.rng))
+                .map(|_| self.state.next_prompt(self.ctx.curriculum))
                 .collect();
             let job = Job {
                 step: ahead,
