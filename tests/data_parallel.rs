@@ -68,18 +68,25 @@ fn train(n: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// The first step (same parameters) agrees within 1e-6; later steps within 1e-5 relative:
+/// three shares are summed in the order of burn-collective's hash map of peers, which changes
+/// from run to run, and AdamW turns the last-bit differences of a gradient that is zero in exact
+/// arithmetic into steps of ±lr (a loss 1.2e-6 apart at step 2 was seen on a loaded machine).
 #[test]
 fn sft_split_across_devices_equals_one_device() {
     let one = train(1);
     for n in [2, 3] {
         for (step, ((loss, norm), (loss_n, norm_n))) in one.iter().zip(&train(n)).enumerate() {
+            let tolerance = if step == 0 { 1e-6 } else { 1e-5 };
             assert!(
-                (loss - loss_n).abs() < 1e-6,
-                "{n} devices, step {step}: loss {loss_n} vs {loss}"
+                (loss - loss_n).abs() < tolerance * loss.abs().max(1.0),
+                "{n} devices, step {}: loss {loss_n} vs {loss}",
+                step + 1
             );
             assert!(
-                (norm - norm_n).abs() < 1e-6 * norm.max(1.0),
-                "{n} devices, step {step}: gradient norm {norm_n} vs {norm}"
+                (norm - norm_n).abs() < tolerance * norm.max(1.0),
+                "{n} devices, step {}: gradient norm {norm_n} vs {norm}",
+                step + 1
             );
         }
     }
