@@ -7,7 +7,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, Context, HEAD_CHUNK_BYTES};
 
-use crate::token_choice::{token_logprob, top_logprobs};
+use crate::token_choice::token_logprob_with_top;
 
 /// One prompt token scored given the tokens before it.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,10 +52,8 @@ pub fn prompt_logprobs<B: ReinBackend>(
         let logits = logits.into_data().convert::<f32>().to_vec::<f32>().unwrap_or_default();
         for (r, row) in logits.chunks_exact(vocab).enumerate() {
             let target = prompt[start + r + 1];
-            scored.push(ScoredToken {
-                logprob: token_logprob(row, temperature, target),
-                top: top_logprobs(row, temperature, top),
-            });
+            let (logprob, top) = token_logprob_with_top(row, temperature, target, top);
+            scored.push(ScoredToken { logprob, top });
         }
     }
     scored

@@ -22,7 +22,7 @@ use rayon::prelude::*;
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, Context, FusedProjections, KvCache, Rope};
 
-use crate::token_choice::{FinishReason, GenerationConfig, choose, top_logprobs};
+use crate::token_choice::{FinishReason, GenerationConfig, choose_with_top};
 use rein_core::SeededRng;
 
 /// The tokens one sequence sampled in one turn.
@@ -251,9 +251,9 @@ impl<'m, B: ReinBackend> Session<'m, B> {
                 .par_iter_mut()
                 .zip(&active)
                 .map(|(sequence, slot)| {
-                    slot.map(|_| Choice {
-                        sampled: choose(&sequence.logits, config, &mut sequence.rng),
-                        top: top_logprobs(&sequence.logits, config.temperature, config.top_logprobs),
+                    slot.map(|_| {
+                        let (sampled, top) = choose_with_top(&sequence.logits, config, &mut sequence.rng);
+                        Choice { sampled, top }
                     })
                 })
                 .collect();

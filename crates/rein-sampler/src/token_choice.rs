@@ -60,53 +60,46 @@ pub enum FinishReason {
 /// Picks the next token from one row of logits, returning it and its log-probability under
 /// `softmax(z / T)` (`T = 1` when greedy).
 pub fn choose(logits: &[f32], config: &GenerationConfig, rng: &mut SeededRng) -> (u32, f32) {
-    let greedy = config.temperature <= 0.0;
-    let Distribution { scaled, weights, log_z } = Distribution::new(logits, config.temperature);
-    let token = if greedy {
-        scaled
-            .iter()
-            .enumerate()
-            .fold(0, |best, (i, &z)| if z > scaled[best] { i } else { best })
-    } else if filters(config, scaled.len()) {
-        draw(allowed_tokens(&scaled, config).into_iter(), &weights, rng)
-    } else {
-        // Nothing is filtered out: draw in vocabulary order, without sorting.
-        draw(0..scaled.len(), &weights, rng)
-    };
-    (token as u32, (f64::from(scaled[token]) - log_z) as f32)
+    Distribution::new(logits, config.temperature).choose(config, rng)
+}
+
+/// [`choose`] and the row's `config.top_logprobs` most likely tokens ([`top_logprobs`]), from
+/// one pass over the row.
+pub(crate) fn choose_with_top(
+    logits: &[f32],
+    config: &GenerationConfig,
+    rng: &mut SeededRng,
+) -> ((u32, f32), Vec<(u32, f32)>) {
+    let distribution = Distribution::new(logits, config.temperature);
+    (distribution.choose(config, rng), distribution.top(config.top_logprobs))
 }
 
 /// The `k` most likely tokens of a row of logits, most likely first (ties: the lower id), with
 /// their log-probabilities under `softmax(z / T)` (`T = 1` when greedy) — the same numbers
 /// [`choose`] gives the token it samples, so the sampled token's entry equals its log-probability.
 pub fn top_logprobs(logits: &[f32], temperature: f32, k: usize) -> Vec<(u32, f32)> {
-    let k = k.min(logits.len());
-    if k == 0 {
-        return Vec::new();
+    match k.min(logits.len()) {
+        0 => Vec::new(),
+        k => Distribution::new(logits, temperature).top(k),
     }
-    let Distribution { scaled, log_z, .. } = Distribution::new(logits, temperature);
-    let more_likely = |a: &usize, b: &usize| scaled[*b].total_cmp(&scaled[*a]).then(a.cmp(b));
-    let mut order: Vec<usize> = (0..scaled.len()).collect();
-    if k < order.len() {
-        order.select_nth_unstable_by(k - 1, more_likely);
-        order.truncate(k);
-    }
-    order.sort_unstable_by(more_likely);
-    (order.into_iter())
-        .map(|i| (i as u32, (f64::from(scaled[i]) - log_z) as f32))
-        .collect()
 }
 
 /// The log-probability of `token` under `softmax(z / T)` (`T = 1` when greedy), as [`choose`]
 /// computes it: what a teacher-forced pass reports for a token it did not sample.
 pub fn token_logprob(logits: &[f32], temperature: f32, token: u32) -> f32 {
-    let Distribution { scaled, log_z, .. } = Distribution::new(logits, temperature);
-    (f64::from(scaled[token as usize]) - log_z) as f32
+    Distribution::new(logits, temperature).logprob(token as usize)
+}
+
+/// [`token_logprob`] and [`top_logprobs`] of one row, from one pass over it.
+pub(crate) fn token_logprob_with_top(logits: &[f32], temperature: f32, token: u32, k: usize) -> (f32, Vec<(u32, f32)>) {
+    let distribution = Distribution::new(logits, temperature);
+    (distribution.logprob(token as usize), distribution.top(k))
 }
 
 /// A row of logits as the distribution tokens are drawn from: `z / T` (`T = 1` when greedy), the
 /// unnormalised weights `exp(z / T − max)` and the log-partition `log Σ exp(z / T)`, in f64.
 struct Distribution {
+    greedy: bool,
     scaled: Vec<f32>,
     weights: Vec<f64>,
     log_z: f64,
@@ -114,12 +107,55 @@ struct Distribution {
 
 impl Distribution {
     fn new(logits: &[f32], temperature: f32) -> Self {
-        let t = if temperature <= 0.0 { 1.0 } else { temperature };
+        let greedy = temperature <= 0.0;
+        let t = if greedy { 1.0 } else { temperature };
         let scaled: Vec<f32> = logits.iter().map(|&z| z / t).collect();
         let max = scaled.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let weights: Vec<f64> = scaled.iter().map(|&z| f64::from(z - max).exp()).collect();
         let log_z = max as f64 + weights.iter().sum::<f64>().ln();
-        Self { scaled, weights, log_z }
+        Self {
+            greedy,
+            scaled,
+            weights,
+            log_z,
+        }
+    }
+
+    /// `log softmax(z / T)` of token `i`.
+    fn logprob(&self, i: usize) -> f32 {
+        (f64::from(self.scaled[i]) - self.log_z) as f32
+    }
+
+    fn choose(&self, config: &GenerationConfig, rng: &mut SeededRng) -> (u32, f32) {
+        let scaled = &self.scaled;
+        let token = if self.greedy {
+            scaled
+                .iter()
+                .enumerate()
+                .fold(0, |best, (i, &z)| if z > scaled[best] { i } else { best })
+        } else if filters(config, scaled.len()) {
+            draw(allowed_tokens(scaled, config).into_iter(), &self.weights, rng)
+        } else {
+            // Nothing is filtered out: draw in vocabulary order, without sorting.
+            draw(0..scaled.len(), &self.weights, rng)
+        };
+        (token as u32, self.logprob(token))
+    }
+
+    fn top(&self, k: usize) -> Vec<(u32, f32)> {
+        let k = k.min(self.scaled.len());
+        if k == 0 {
+            return Vec::new();
+        }
+        let scaled = &self.scaled;
+        let more_likely = |a: &usize, b: &usize| scaled[*b].total_cmp(&scaled[*a]).then(a.cmp(b));
+        let mut order: Vec<usize> = (0..scaled.len()).collect();
+        if k < order.len() {
+            order.select_nth_unstable_by(k - 1, more_likely);
+            order.truncate(k);
+        }
+        order.sort_unstable_by(more_likely);
+        order.into_iter().map(|i| (i as u32, self.logprob(i))).collect()
     }
 }
 
