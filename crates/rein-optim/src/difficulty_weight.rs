@@ -19,15 +19,13 @@ pub fn difficulty_weight(accuracy: f64, w: &DifficultyWeight) -> f64 {
     low + (high - low) / (1.0 + (f64::from(w.steepness) * (accuracy - f64::from(w.center))).exp())
 }
 
-/// Scales one completion's advantages (its tokens') as its group's accuracy `accuracy` says;
-/// returns the weight a positive advantage got.
-pub fn reweight_by_difficulty(advantages: &mut [f32], accuracy: f64, w: &DifficultyWeight) -> f64 {
+/// Scales one completion's advantages (its tokens') as its group's accuracy `accuracy` says.
+pub fn reweight_by_difficulty(advantages: &mut [f32], accuracy: f64, w: &DifficultyWeight) {
     let (for_correct, for_wrong) = (difficulty_weight(accuracy, w), difficulty_weight(1.0 - accuracy, w));
     for a in advantages.iter_mut() {
         let scale = if *a > 0.0 { for_correct } else { for_wrong };
         *a = (f64::from(*a) * scale) as f32;
     }
-    for_correct
 }
 
 #[cfg(test)]

@@ -63,9 +63,16 @@ pub struct EpisodeSummary {
 
 /// Whether a completion counts as correct: a `correct` component of 1, or else a positive score.
 pub fn is_correct(score: &CompletionScore) -> bool {
-    match score.components.iter().find(|(name, _)| name == "correct") {
-        Some((_, v)) => *v >= 1.0,
-        None => score.score.is_some_and(|s| s > 0.0),
+    let correct = score.components.iter().find(|(name, _)| name == "correct");
+    counts_as_correct(correct.map(|(_, v)| *v), score.score)
+}
+
+/// [`is_correct`]'s rule on a completion's `correct` component and score (`None` where the
+/// reward gives none).
+pub fn counts_as_correct(correct: Option<f64>, score: Option<f64>) -> bool {
+    match correct {
+        Some(v) => v >= 1.0,
+        None => score.is_some_and(|s| s > 0.0),
     }
 }
 

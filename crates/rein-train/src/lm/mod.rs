@@ -33,7 +33,9 @@ pub use bradley_terry::{BradleyTerry, PairScores, pair_scores, pairwise_accuracy
 pub use critic::Critic;
 pub use data::{DataError, Example, Fields, read, write_jsonl};
 pub use dpo::{Dpo, PairLogProbs, dpo_batch_loss, pair_batch, reference_log_probs};
-pub use eval::{EpisodeSummary, EvalExample, EvalReport, EvalSettings, SHOWN_EXAMPLES, evaluate, is_correct};
+pub use eval::{
+    EpisodeSummary, EvalExample, EvalReport, EvalSettings, SHOWN_EXAMPLES, counts_as_correct, evaluate, is_correct,
+};
 pub use grpo::{Grpo, GrpoContext, GrpoOutcome};
 pub use judge::NativeJudge;
 pub use preferences::{

@@ -13,6 +13,8 @@ use rein_core::SeededRng;
 use rein_recipe::CurriculumSection;
 use serde::{Deserialize, Serialize};
 
+use crate::lm::counts_as_correct;
+
 /// Each training prompt's running pass rate (`None` until its first group).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(super) struct DifficultyPools {
@@ -94,17 +96,14 @@ impl DifficultyPools {
     }
 }
 
-/// The share of a group's `n` completions that `reward` counts correct: its `correct` component
-/// is 1 where it gives one, or else its score is positive (as [`crate::lm::is_correct`] counts
-/// for the held-out evaluation). `components` are the group's per-reward columns.
+/// The share of a group's `n` completions that `reward` counts correct, as the held-out
+/// evaluation counts ([`counts_as_correct`]). `components` are the group's per-reward columns
+/// (NaN where a reward gave no value).
 pub(super) fn group_accuracy(components: &BTreeMap<String, Vec<f64>>, n: usize, reward: &str) -> f64 {
-    let correct = components.get(&format!("{reward}/correct"));
-    let score = components.get(reward);
+    let value = |key: &str, c: usize| components.get(key).map(|v| v[c]).filter(|v| v.is_finite());
+    let correct_key = format!("{reward}/correct");
     let hits = (0..n)
-        .filter(|&c| match correct.map(|v| v[c]).filter(|v| v.is_finite()) {
-            Some(v) => v == 1.0,
-            None => score.is_some_and(|v| v[c] > 0.0),
-        })
+        .filter(|&c| counts_as_correct(value(&correct_key, c), value(reward, c)))
         .count();
     hits as f64 / n.max(1) as f64
 }

@@ -8,8 +8,8 @@ use burn::tensor::{ElementConversion, Tensor, TensorData};
 use rein_core::{AdvantageKind, DifficultyWeight, LagCorrection, StdScaling};
 use rein_model::ReinAutodiffBackend;
 use rein_optim::{
-    Correction, GigpoConfig, add_teacher_advantages, clip_grad_norm, full_reverse_kl, group_normalized,
-    kl_estimate_scalar, lag_correction, policy_loss, reinforce_pp, reweight_by_difficulty, rloo,
+    Correction, GigpoConfig, add_teacher_advantages, clip_grad_norm, difficulty_weight, full_reverse_kl,
+    group_normalized, kl_estimate_scalar, lag_correction, policy_loss, reinforce_pp, reweight_by_difficulty, rloo,
 };
 use rein_recipe::TeacherKl;
 use serde_json::json;
@@ -233,11 +233,10 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         let weights: Vec<f64> = (batch.iter())
             .map(|scored| {
                 let accuracy = group_accuracy(&scored.components, scored.rollouts.len(), reward);
-                let mut weight = 0.0;
                 for row in rows.by_ref().take(scored.rollouts.len()) {
-                    weight = reweight_by_difficulty(row, accuracy, w);
+                    reweight_by_difficulty(row, accuracy, w);
                 }
-                weight
+                difficulty_weight(accuracy, w)
             })
             .collect();
         mean(&weights)
