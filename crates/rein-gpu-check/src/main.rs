@@ -30,6 +30,16 @@ enum DeviceArg {
     Cuda,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SpeedRow {
+    /// Greedy generation at each `--batches` size.
+    Generation,
+    /// One GRPO step, and its phases.
+    Step,
+    /// The matmul ceilings (burn's and rein's products; bf16 and TF32 on CUDA).
+    Matmul,
+}
+
 /// Parity and speed of rein on one device.
 #[derive(Debug, Parser)]
 #[command(name = "rein-gpu-check")]
@@ -58,6 +68,9 @@ struct Args {
     /// Skip the parity rows (speed only).
     #[arg(long)]
     no_parity: bool,
+    /// Which speed rows to run (with `--speed-model`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "generation,step,matmul")]
+    speed_rows: Vec<SpeedRow>,
     /// Run the op probes: single ops against f64, each launch synced (diagnosis).
     #[arg(long)]
     probe: bool,
@@ -95,7 +108,7 @@ fn cuda(args: &Args) -> Option<Report> {
     use burn::backend::Cuda;
     let device = burn::backend::cuda::CudaDevice::default();
     checks::<Cuda>("cuda:0 (burn-cuda)", args, &device, |device, report| {
-        if args.speed_model.is_none() {
+        if args.speed_model.is_none() || !args.speed_rows.contains(&SpeedRow::Matmul) {
             return;
         }
         let mut bf16 = |n| {
@@ -152,13 +165,23 @@ fn checks<B: ReinBackend>(
             new_tokens: args.new_tokens,
             step_rows: args.step_rows,
         };
-        parity::guarded::<B>(&mut report, device, "generation speed", Kind::Speed, |report| {
-            speed::generation::<B>(&setup, device, report)
-        });
-        parity::guarded::<B>(&mut report, device, "grpo step speed", Kind::Speed, |report| {
-            speed::grpo_step::<B>(&setup, device, report)
-        });
-        for n in [4096, 8192] {
+        let rows = &args.speed_rows;
+        if rows.contains(&SpeedRow::Generation) {
+            parity::guarded::<B>(&mut report, device, "generation speed", Kind::Speed, |report| {
+                speed::generation::<B>(&setup, device, report)
+            });
+        }
+        if rows.contains(&SpeedRow::Step) {
+            parity::guarded::<B>(&mut report, device, "grpo step speed", Kind::Speed, |report| {
+                speed::grpo_step::<B>(&setup, device, report)
+            });
+        }
+        let ceilings: &[usize] = if rows.contains(&SpeedRow::Matmul) {
+            &[4096, 8192]
+        } else {
+            &[]
+        };
+        for &n in ceilings {
             parity::guarded::<B>(&mut report, device, "burn matmul f32", Kind::Speed, |report| {
                 speed::matmul_rate::<B>("f32", n, device, report)
             });

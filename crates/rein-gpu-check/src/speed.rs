@@ -118,37 +118,69 @@ pub fn grpo_step<B: ReinBackend>(setup: &SpeedSetup<'_>, device: &B::Device, rep
     let config = crate::parity::token_clipped_loss(0.2, batch.completion_width);
     let advantages: Vec<f32> = (0..batch.rows).map(|r| if r % 2 == 0 { 1.0 } else { -1.0 }).collect();
     let mut optimizer = AdamWConfig::new().init::<A<B>, CausalLm<A<B>>>();
-    let mut times = Vec::new();
-    for round in 0..4 {
+    // Each round's phases, timed to a device sync after each (the syncs cost a little, so the
+    // whole step is timed separately, without them).
+    let mut steps = Vec::new();
+    let mut phases = [Vec::new(), Vec::new(), Vec::new()];
+    for round in 0..7 {
+        let timed_phases = round >= 4;
         let start = Instant::now();
+        let mut mark = Instant::now();
+        let mut phase = |i: usize| -> Result<()> {
+            if timed_phases {
+                sync::<B>(device)?;
+                phases[i].push(mark.elapsed().as_secs_f64());
+                mark = Instant::now();
+            }
+            Ok(())
+        };
         let (log_prob, _) = completion_log_probs(&model, &batch, 1.0, false, device);
         let old = log_prob.clone().detach();
         let adv = Tensor::<A<B>, 2>::from_data(TensorData::new(advantages.clone(), [batch.rows, 1]), device);
         let out = policy_loss(log_prob, old, adv, batch.mask::<A<B>>(device), None, None, &config);
+        phase(0)?;
         let mut grads = GradientsParams::from_grads(out.loss.backward(), &model);
+        phase(1)?;
         clip_grad_norm(&model, &mut grads, 1.0);
         model = optimizer.step(1e-6, model, grads);
         sync::<B>(device)?;
+        phase(2)?;
         let seconds = start.elapsed().as_secs_f64();
         if round == 0 {
             report.info("grpo step warm-up", format!("{seconds:.1} s (kernel compilation)"));
-        } else {
-            times.push(seconds);
+        } else if !timed_phases {
+            steps.push(seconds);
         }
     }
-    times.sort_by(f64::total_cmp);
+    let title = format!(
+        "rein grpo step f32, {} rows × {}+{}",
+        batch.rows,
+        prompts[0].len(),
+        setup.new_tokens
+    );
     report.speed(
-        format!(
-            "rein grpo step f32, {} rows × {}+{}",
-            batch.rows,
-            prompts[0].len(),
-            setup.new_tokens
-        ),
-        times[times.len() / 2] * 1e3,
+        title.clone(),
+        median(&mut steps) * 1e3,
         "ms",
         "median of 3: log-probs, clipped loss, backward, clip, AdamW",
     );
+    for (name, times) in ["forward and loss", "backward", "clip and AdamW"]
+        .iter()
+        .zip(&mut phases)
+    {
+        report.speed(
+            format!("{title}: {name}"),
+            median(times) * 1e3,
+            "ms",
+            "median of 3, synced after each phase",
+        );
+    }
     Ok(())
+}
+
+fn median(times: &mut [f64]) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
 }
 
 /// The device's `n × n` matmul rate through burn's own product, for backend `B` (its float type).

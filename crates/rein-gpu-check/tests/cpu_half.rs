@@ -63,3 +63,46 @@ fn without_cuda_compiled_in_the_cuda_device_is_refused_by_name() {
     assert_eq!(run.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&run.stderr).contains("--features cuda"));
 }
+
+/// The speed rows run on the CPU too (their figures are not checked, only that each row chosen
+/// is there and no other): the GRPO step and its three phases, on a tiny checkpoint.
+#[test]
+fn the_chosen_speed_rows_run_and_no_others() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let (prompts, out) = (dir.join("gpu-check-prompts.json"), dir.join("gpu-check-speed.json"));
+    std::fs::write(&prompts, "[[5, 6, 7, 8], [9, 10, 11, 12]]").unwrap();
+    let _ = std::fs::remove_file(&out);
+    let run = Command::new(env!("CARGO_BIN_EXE_rein-gpu-check"))
+        .args([
+            "--device",
+            "cpu",
+            "--no-parity",
+            "--speed-rows",
+            "step",
+            "--step-rows",
+            "2",
+        ])
+        .args(["--new-tokens", "3", "--speed-model"])
+        .arg(fixtures.join("lm/qwen2-gqa"))
+        .arg("--prompts")
+        .arg(&prompts)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let results: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let speed: Vec<&str> = results["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "speed")
+        .map(|r| r["check"].as_str().unwrap())
+        .collect();
+    let step = "rein grpo step f32, 2 rows × 4+3";
+    let expected: Vec<String> = std::iter::once(step.to_string())
+        .chain(["forward and loss", "backward", "clip and AdamW"].map(|phase| format!("{step}: {phase}")))
+        .collect();
+    assert_eq!(speed, expected, "{stdout}");
+}
