@@ -4,8 +4,8 @@
 //! per sequence. burn's autodiff of its attention ops kept `[batch, heads, seq, seq]` weights and
 //! copied repeated keys, masks and transposed views several times per layer (over a third of a
 //! GRPO step). On Flex every input is read in place and the output written in the layout the
-//! next projection reads ([`flex`]); other backends, CUDA included, run one burn-op attention per
-//! sequence.
+//! next projection reads ([`flex`]); other backends, CUDA included, run burn ops: one masked
+//! attention per block of packed sequences.
 
 mod flex;
 #[cfg(test)]
@@ -140,8 +140,7 @@ pub(super) fn write_cache_ops<B: burn::tensor::backend::Backend>(
 }
 
 /// [`AttentionKernels::cached_attention`] in burn ops (and so with gradients, on an autodiff
-/// backend), its two products through [`LinearKernels::matmul`]: `softmax(q kᵀ/√d) v` with the
-/// masked scores at `-∞` (no row is wholly masked: a padding query keeps itself).
+/// backend): [`masked_attention_ops`] over the cache's filled positions.
 pub(super) fn cached_attention_ops<B: LinearKernels>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
@@ -150,30 +149,52 @@ pub(super) fn cached_attention_ops<B: LinearKernels>(
     padding: Option<BoolTensor<B>>,
 ) -> FloatTensor<B> {
     let q = float::<B, 4>(q);
-    let [batch, heads, seq, dim] = q.dims();
-    let kv_heads = float::<B, 4>(k.clone()).dims()[1];
+    let [batch, _, seq, _] = q.dims();
     let keys = offset + seq;
-    let rep = heads / kv_heads;
-    // Each key/value head repeated for the query heads that share it.
-    let repeat = |t: FloatTensor<B>| {
-        let t = float::<B, 4>(t).narrow(2, 0, keys);
-        if rep == 1 {
-            t
-        } else {
-            t.unsqueeze_dim::<5>(2)
-                .expand([batch, kv_heads, rep, keys, dim])
-                .reshape([batch, heads, keys, dim])
-        }
-    };
+    let filled = |t: FloatTensor<B>| float::<B, 4>(t).narrow(2, 0, keys);
     let padding = padding.map(Tensor::<B, 2, Bool>::from_primitive);
     let mask = attention_mask::<B>(batch, seq, keys, offset, padding, &q.device());
+    masked_attention_ops(q, filled(k), filled(v), mask)
+}
+
+/// `softmax(q kᵀ/√d) v` in burn ops, the scores where `mask` is `true` at `-∞` (no row may be
+/// wholly masked), its two products through [`LinearKernels::matmul`]; the query heads of each
+/// key/value head share it.
+///
+/// # Shapes
+/// - `q`: `[batch, heads, seq, dim]`, `k`, `v`: `[batch, kv_heads, keys, dim]`, `mask`:
+///   `[batch or 1, 1, seq, keys]` → `[batch, seq, heads, dim]`
+fn masked_attention_ops<B: LinearKernels>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    mask: Tensor<B, 4, Bool>,
+) -> FloatTensor<B> {
+    let [batch, heads, seq, dim] = q.dims();
+    let keys = k.dims()[2];
     let scale = 1.0 / (dim as f64).sqrt();
-    let scores = product(q, repeat(k).swap_dims(2, 3)).mul_scalar(scale);
+    let scores = product(q, repeat_kv(k, heads).swap_dims(2, 3)).mul_scalar(scale);
     let weights = softmax(
         scores.mask_fill(mask.expand([batch, heads, seq, keys]), f32::NEG_INFINITY),
         3,
     );
-    product(weights, repeat(v)).swap_dims(1, 2).into_primitive().tensor()
+    product(weights, repeat_kv(v, heads))
+        .swap_dims(1, 2)
+        .into_primitive()
+        .tensor()
+}
+
+/// Each key/value head repeated for the query heads that share it: `[batch, kv_heads, keys, dim]`
+/// → `[batch, heads, keys, dim]`.
+fn repeat_kv<B: burn::tensor::backend::Backend>(t: Tensor<B, 4>, heads: usize) -> Tensor<B, 4> {
+    let [batch, kv_heads, keys, dim] = t.dims();
+    let rep = heads / kv_heads;
+    if rep == 1 {
+        return t;
+    }
+    t.unsqueeze_dim::<5>(2)
+        .expand([batch, kv_heads, rep, keys, dim])
+        .reshape([batch, heads, keys, dim])
 }
 
 /// `a · b` over the last two axes through [`LinearKernels::matmul`] (full f32 on CUDA).
@@ -189,28 +210,38 @@ pub(super) fn causal_attention_backward_ops<B: LinearKernels>(
     padding: Option<BoolTensor<B>>,
     grad: FloatTensor<B>,
 ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
-    let (q, k, v) = (float::<B, 4>(q), float::<B, 4>(k), float::<B, 4>(v));
+    let q = float::<B, 4>(q);
+    let [batch, _, seq, _] = q.dims();
+    let padding = padding.map(Tensor::<B, 2, Bool>::from_primitive);
+    let mask = attention_mask::<B>(batch, seq, seq, 0, padding, &q.device());
+    masked_attention_backward_ops(q, float(k), float(v), mask, float(grad))
+}
+
+/// The gradients of [`masked_attention_ops`] given its output's `grad` (`[batch, seq, heads,
+/// dim]`), as [`AttentionKernels::causal_attention_backward`] states them, the weights
+/// recomputed.
+fn masked_attention_backward_ops<B: LinearKernels>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    mask: Tensor<B, 4, Bool>,
+    grad: Tensor<B, 4>,
+) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
     let [batch, heads, seq, dim] = q.dims();
-    let kv_heads = k.dims()[1];
+    let [_, kv_heads, keys, _] = k.dims();
     let rep = heads / kv_heads;
     let scale = 1.0 / (dim as f64).sqrt();
-    let repeat = |t: Tensor<B, 4>| {
-        t.unsqueeze_dim::<5>(2)
-            .expand([batch, kv_heads, rep, seq, dim])
-            .reshape([batch, heads, seq, dim])
-    };
     // The key/value heads' gradients: the sum over the query heads sharing each.
     let fold = |t: Tensor<B, 4>| {
-        t.reshape([batch, kv_heads, rep, seq, dim])
+        t.reshape([batch, kv_heads, rep, keys, dim])
             .sum_dim(2)
-            .reshape([batch, kv_heads, seq, dim])
+            .reshape([batch, kv_heads, keys, dim])
     };
-    let (k, v) = (repeat(k), repeat(v));
-    let padding = padding.map(Tensor::<B, 2, Bool>::from_primitive);
-    let mask = attention_mask::<B>(batch, seq, seq, 0, padding, &q.device()).expand([batch, heads, seq, seq]);
+    let (k, v) = (repeat_kv(k, heads), repeat_kv(v, heads));
+    let mask = mask.expand([batch, heads, seq, keys]);
     let scores = product(q.clone(), k.clone().swap_dims(2, 3)).mul_scalar(scale);
     let p = softmax(scores.mask_fill(mask, f32::NEG_INFINITY), 3);
-    let d_out = float::<B, 4>(grad).swap_dims(1, 2);
+    let d_out = grad.swap_dims(1, 2);
     let d_v = product(p.clone().swap_dims(2, 3), d_out.clone());
     let d_p = product(d_out, v.swap_dims(2, 3));
     let d_s = p.clone() * (d_p.clone() - (p * d_p).sum_dim(3));
@@ -228,32 +259,94 @@ pub(super) fn sequence_spans(lengths: &[usize]) -> impl Iterator<Item = (usize, 
     })
 }
 
-/// [`AttentionKernels::varlen_causal_attention`] as one [`AttentionKernels::causal_attention`] per sequence.
-pub(super) fn varlen_causal_attention_ops<B: AttentionKernels>(
+/// The most tokens one block of packed attention in burn ops spans (see [`packed_blocks`]).
+const BLOCK_TOKENS: usize = 1024;
+
+/// Consecutive packed sequences grouped into blocks of at most `limit` tokens (a longer
+/// sequence is a block of its own): `(first token, the block's lengths)`. One masked
+/// attention per block instead of one per sequence: on a GPU each burn op is a kernel launch,
+/// and per sequence a GRPO step's attention was most of its launches; a block's masked scores
+/// (`heads × limit²`) stay small.
+fn packed_blocks(lengths: &[usize], limit: usize) -> Vec<(usize, &[usize])> {
+    let mut blocks = Vec::new();
+    let (mut first, mut start, mut tokens) = (0, 0, 0);
+    for (i, &len) in lengths.iter().enumerate() {
+        if i > first && tokens + len > limit {
+            blocks.push((start, &lengths[first..i]));
+            (first, start, tokens) = (i, start + tokens, 0);
+        }
+        tokens += len;
+    }
+    if first < lengths.len() {
+        blocks.push((start, &lengths[first..]));
+    }
+    blocks
+}
+
+/// `true` where a query of a block of packed sequences may not attend: future keys and the
+/// other sequences' keys. → `[1, 1, total, total]`
+fn packed_mask<B: burn::tensor::backend::Backend>(lengths: &[usize], device: &B::Device) -> Tensor<B, 4, Bool> {
+    let total: usize = lengths.iter().sum();
+    let ids: Vec<i64> = (0..lengths.len() as i64)
+        .zip(lengths)
+        .flat_map(|(id, &len)| std::iter::repeat_n(id, len))
+        .collect();
+    let ids = Tensor::<B, 1, Int>::from_data(burn::tensor::TensorData::new(ids, [total]), device);
+    let other = ids.clone().reshape([total, 1]).not_equal(ids.reshape([1, total]));
+    let mask = attention_mask::<B>(1, total, total, 0, None, device).reshape([total, total]);
+    mask.bool_or(other).reshape([1, 1, total, total])
+}
+
+/// [`AttentionKernels::varlen_causal_attention`] in burn ops: one masked attention per block of
+/// sequences ([`packed_blocks`]).
+pub(super) fn varlen_causal_attention_ops<B: LinearKernels>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
     v: FloatTensor<B>,
     lengths: &[usize],
 ) -> FloatTensor<B> {
-    let (q, k, v) = (float::<B, 4>(q), float::<B, 4>(k), float::<B, 4>(v));
-    let raw = |t: Tensor<B, 4>| t.into_primitive().tensor();
-    let outputs = sequence_spans(lengths)
-        .map(|(start, len)| {
-            let part = |t: &Tensor<B, 4>| raw(t.clone().narrow(2, start, len));
-            float::<B, 4>(B::causal_attention(part(&q), part(&k), part(&v), None))
-        })
-        .collect();
-    raw(Tensor::cat(outputs, 1))
+    blocked_attention_ops::<B>(q, k, v, lengths, BLOCK_TOKENS)
 }
 
-/// [`AttentionKernels::varlen_causal_attention_backward`] as one [`AttentionKernels::causal_attention_backward`]
-/// per sequence.
-pub(super) fn varlen_causal_attention_backward_ops<B: AttentionKernels>(
+fn blocked_attention_ops<B: LinearKernels>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    lengths: &[usize],
+    limit: usize,
+) -> FloatTensor<B> {
+    let (q, k, v) = (float::<B, 4>(q), float::<B, 4>(k), float::<B, 4>(v));
+    let outputs = packed_blocks(lengths, limit)
+        .into_iter()
+        .map(|(start, block)| {
+            let len = block.iter().sum();
+            let part = |t: &Tensor<B, 4>| t.clone().narrow(2, start, len);
+            let mask = packed_mask::<B>(block, &q.device());
+            float::<B, 4>(masked_attention_ops(part(&q), part(&k), part(&v), mask))
+        })
+        .collect();
+    Tensor::cat(outputs, 1).into_primitive().tensor()
+}
+
+/// [`AttentionKernels::varlen_causal_attention_backward`] in burn ops, block by block as the
+/// forward ([`varlen_causal_attention_ops`]).
+pub(super) fn varlen_causal_attention_backward_ops<B: LinearKernels>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
     v: FloatTensor<B>,
     lengths: &[usize],
     grad: FloatTensor<B>,
+) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+    blocked_attention_backward_ops::<B>(q, k, v, lengths, grad, BLOCK_TOKENS)
+}
+
+fn blocked_attention_backward_ops<B: LinearKernels>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    lengths: &[usize],
+    grad: FloatTensor<B>,
+    limit: usize,
 ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
     let (q, k, v, grad) = (
         float::<B, 4>(q),
@@ -261,16 +354,18 @@ pub(super) fn varlen_causal_attention_backward_ops<B: AttentionKernels>(
         float::<B, 4>(v),
         float::<B, 4>(grad),
     );
-    let raw = |t: Tensor<B, 4>| t.into_primitive().tensor();
     let (mut d_q, mut d_k, mut d_v) = (Vec::new(), Vec::new(), Vec::new());
-    for (start, len) in sequence_spans(lengths) {
-        let part = |t: &Tensor<B, 4>| raw(t.clone().narrow(2, start, len));
-        let grad = raw(grad.clone().narrow(1, start, len));
-        let (q, k, v) = B::causal_attention_backward(part(&q), part(&k), part(&v), None, grad);
+    for (start, block) in packed_blocks(lengths, limit) {
+        let len = block.iter().sum();
+        let part = |t: &Tensor<B, 4>| t.clone().narrow(2, start, len);
+        let mask = packed_mask::<B>(block, &q.device());
+        let grad = grad.clone().narrow(1, start, len);
+        let (q, k, v) = masked_attention_backward_ops(part(&q), part(&k), part(&v), mask, grad);
         d_q.push(float::<B, 4>(q));
         d_k.push(float::<B, 4>(k));
         d_v.push(float::<B, 4>(v));
     }
+    let raw = |t: Tensor<B, 4>| t.into_primitive().tensor();
     (
         raw(Tensor::cat(d_q, 2)),
         raw(Tensor::cat(d_k, 2)),

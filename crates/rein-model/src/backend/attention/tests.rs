@@ -129,8 +129,11 @@ proptest::proptest! {
 enum Packing {
     /// The packed op, with its own backward.
     Kernel,
-    /// [`varlen_causal_attention_ops`]: one `causal_attention` per sequence (what CUDA runs).
+    /// [`varlen_causal_attention_ops`]: masked attention over blocks of sequences (what CUDA
+    /// runs; the sequences here fit one block).
     Wrapper,
+    /// The same with blocks of at most 5 tokens: several blocks, longer sequences alone.
+    SmallBlocks,
     /// Each sequence's slice of the inputs through `causal_attention`, by hand.
     Alone,
 }
@@ -168,6 +171,9 @@ fn packed_attention(lengths: &[usize], heads: usize, kv_heads: usize, dim: usize
     let y = match how {
         Packing::Kernel => A::varlen_causal_attention(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), lengths),
         Packing::Wrapper => varlen_causal_attention_ops::<A>(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), lengths),
+        Packing::SmallBlocks => {
+            blocked_attention_ops::<A>(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), lengths, 5)
+        }
         Packing::Alone => {
             let mut outputs = Vec::new();
             let mut start = 0;
@@ -184,8 +190,18 @@ fn packed_attention(lengths: &[usize], heads: usize, kv_heads: usize, dim: usize
     let grads = (y.clone() * weights.clone()).sum().backward();
     let values = |t: Tensor<Flex, 4>| t.into_data().to_vec::<f32>().unwrap();
     let inner = |t: Tensor<A, 4>| t.inner().into_primitive().tensor();
-    let (d_q, d_k, d_v) =
-        varlen_causal_attention_backward_ops::<Flex>(inner(qt), inner(k.clone()), inner(vt), lengths, inner(weights));
+    let (d_q, d_k, d_v) = match how {
+        Packing::SmallBlocks => {
+            blocked_attention_backward_ops::<Flex>(inner(qt), inner(k.clone()), inner(vt), lengths, inner(weights), 5)
+        }
+        _ => varlen_causal_attention_backward_ops::<Flex>(
+            inner(qt),
+            inner(k.clone()),
+            inner(vt),
+            lengths,
+            inner(weights),
+        ),
+    };
     let back = |t: FloatTensor<Flex>| values(Tensor::<Flex, 4>::from_primitive(TensorPrimitive::Float(t)));
     let swapped = |t: FloatTensor<Flex>| Flex::float_swap_dims(t, 1, 2);
     [
@@ -214,14 +230,41 @@ proptest::proptest! {
         let (heads, dim) = (kv_heads * group, 2 * half_dim);
         let run = |how| packed_attention(&lengths, heads, kv_heads, dim, how);
         let (kernel, wrapper, alone) = (run(Packing::Kernel), run(Packing::Wrapper), run(Packing::Alone));
+        let blocks = run(Packing::SmallBlocks);
         let names = ["values", "∂q", "∂k", "∂v", "backward ∂q", "backward ∂k", "backward ∂v"];
         for (i, what) in names.iter().enumerate() {
             assert_close(what, &kernel[i], &alone[i], 1e-6);
             assert_close(what, &wrapper[i], &alone[i], 1e-6);
+            assert_close(what, &blocks[i], &alone[i], 1e-6);
         }
         // The backward alone, against the gradients autodiff found.
         for i in 0..3 {
             assert_close(names[4 + i], &kernel[4 + i], &kernel[1 + i], 1e-6);
+        }
+    }
+}
+
+#[test]
+fn packed_blocks_group_consecutive_sequences_up_to_the_limit() {
+    let blocks = packed_blocks(&[3, 2, 7, 1, 1, 4], 5);
+    // 3 + 2 fit; 7 is over the limit alone; 1 + 1 fit and 4 would not.
+    let expected: Vec<(usize, &[usize])> = vec![(0, &[3, 2]), (5, &[7]), (12, &[1, 1]), (14, &[4])];
+    assert_eq!(blocks, expected);
+    assert_eq!(packed_blocks(&[2, 2], 1024), vec![(0, &[2usize, 2][..])]);
+    assert!(packed_blocks(&[], 8).is_empty());
+}
+
+#[test]
+fn a_packed_mask_keeps_each_query_to_its_own_sequence_and_past() {
+    let mask: Vec<bool> = packed_mask::<Flex>(&[2, 3], &Default::default())
+        .into_data()
+        .to_vec()
+        .unwrap();
+    let allowed = |q: usize, k: usize| !mask[q * 5 + k];
+    let same = |q: usize, k: usize| (q < 2) == (k < 2);
+    for q in 0..5 {
+        for k in 0..5 {
+            assert_eq!(allowed(q, k), same(q, k) && k <= q, "query {q}, key {k}");
         }
     }
 }
