@@ -6,7 +6,7 @@ use rein_core::SeededRng;
 
 use crate::backend::ReinBackend;
 
-use crate::mlp::{Activation, Mlp, MlpConfig};
+use crate::mlp::{Activation, Mlp, MlpConfig, MlpInit};
 
 /// What the actor outputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,8 +63,10 @@ impl ActorCriticConfig {
             hidden: self.hidden.clone(),
             output,
             activation: self.activation,
-            hidden_gain: std::f64::consts::SQRT_2,
-            output_gain,
+            init: MlpInit::Orthogonal {
+                hidden_gain: std::f64::consts::SQRT_2,
+                output_gain,
+            },
         };
         let log_std = match self.head {
             ActionHead::Gaussian(dim) => Some(Param::from_tensor(Tensor::full([dim], self.init_log_std, device))),

@@ -1,8 +1,10 @@
 //! rein's burn modules: the networks that are trained.
 //!
-//! - [`Mlp`]: a multilayer perceptron with orthogonal initialisation.
+//! - [`Mlp`]: a multilayer perceptron, orthogonal or PyTorch-default initialisation.
 //! - [`ActorCritic`]: separate actor and critic MLPs with a categorical or diagonal-Gaussian
 //!   action head (CleanRL's PPO agent).
+//! - [`QNetwork`], [`GaussianActor`], [`DeterministicActor`]: SAC's and TD3's networks
+//!   (CleanRL's).
 //! - [`lm::CausalLm`]: Llama / Qwen2 / Mistral / SmolLM causal language models, loaded from and
 //!   saved to model directories in Hugging Face format, with their tokenizers ([`lm::LmTokenizer`]).
 //! - GGUF files are read and converted by `rein-gguf`, which owns every plain checkpoint file
@@ -21,6 +23,7 @@ mod actor_critic;
 mod backend;
 pub mod lm;
 mod mlp;
+mod off_policy;
 mod one_graph;
 pub mod random;
 pub mod safetensors_file;
@@ -31,7 +34,8 @@ pub use backend::{
     ReinBackend, RopeKernels, SwigluKernels, TanhKernels, affine, cuda_matmul, generic_ops, set_cuda_matmul,
     use_generic_ops,
 };
-pub use mlp::{Activation, Mlp, MlpConfig};
+pub use mlp::{Activation, Mlp, MlpConfig, MlpInit};
+pub use off_policy::{DeterministicActor, GaussianActor, OffPolicyConfig, QNetwork};
 pub use one_graph::one_graph;
 
 /// The default CPU backend for inference.

@@ -7,7 +7,7 @@ use burn::tensor::{Tensor, TensorPrimitive};
 use rein_core::SeededRng;
 
 use crate::backend::{ReinBackend, linear};
-use crate::random::orthogonal;
+use crate::random::{orthogonal, uniform};
 pub use rein_core::Activation;
 
 /// Configuration of an [`Mlp`].
@@ -21,16 +21,27 @@ pub struct MlpConfig {
     pub output: usize,
     /// Nonlinearity after each hidden layer.
     pub activation: Activation,
-    /// Orthogonal-init gain of the hidden layers (√2 in CleanRL).
-    pub hidden_gain: f64,
-    /// Orthogonal-init gain of the output layer (0.01 for policy logits, 1 for values).
-    pub output_gain: f64,
+    /// How the weights start.
+    pub init: MlpInit,
+}
+
+/// How an [`Mlp`]'s weights start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MlpInit {
+    /// Orthogonal weights with these gains and zero biases (Saxe et al. 2013; the
+    /// "orthogonal initialization" detail of PPO implementations, as CleanRL's `ppo.py`).
+    Orthogonal {
+        /// Gain of the hidden layers (√2 in CleanRL).
+        hidden_gain: f64,
+        /// Gain of the output layer (0.01 for policy logits, 1 for values).
+        output_gain: f64,
+    },
+    /// PyTorch's own `nn.Linear` initialisation: weights and biases `U(−1/√fan_in, 1/√fan_in)`
+    /// (kaiming-uniform with `a = √5`), as CleanRL's SAC and TD3 networks start.
+    FanInUniform,
 }
 
 /// `x → Lₖ(σ(… σ(L₁ x)))`: linear layers with an activation between them, none after the last.
-///
-/// Weights are orthogonal with the configured gains and biases zero (Saxe et al. 2013; the
-/// "orthogonal initialization" detail of PPO implementations).
 #[derive(Module, Debug)]
 pub struct Mlp<B: ReinBackend> {
     layers: Vec<Linear<B>>,
@@ -42,15 +53,22 @@ impl MlpConfig {
     /// Builds the MLP on `device`, its weights drawn from `rng`.
     pub fn init<B: ReinBackend>(&self, rng: &mut SeededRng, device: &B::Device) -> Mlp<B> {
         let widths: Vec<usize> = std::iter::once(self.input).chain(self.hidden.iter().copied()).collect();
+        let (hidden_gain, output_gain) = match self.init {
+            MlpInit::Orthogonal {
+                hidden_gain,
+                output_gain,
+            } => (Some(hidden_gain), Some(output_gain)),
+            MlpInit::FanInUniform => (None, None),
+        };
         let mut layers: Vec<Linear<B>> = widths
             .windows(2)
-            .map(|w| init_linear(rng, w[0], w[1], self.hidden_gain, device))
+            .map(|w| init_linear(rng, w[0], w[1], hidden_gain, device))
             .collect();
         layers.push(init_linear(
             rng,
             *widths.last().unwrap_or(&self.input),
             self.output,
-            self.output_gain,
+            output_gain,
             device,
         ));
         Mlp {
@@ -60,16 +78,29 @@ impl MlpConfig {
     }
 }
 
+/// An orthogonal layer with `gain` and a zero bias, or with `None` PyTorch's fan-in uniform
+/// weights and bias.
 fn init_linear<B: ReinBackend>(
     rng: &mut SeededRng,
     input: usize,
     output: usize,
-    gain: f64,
+    gain: Option<f64>,
     device: &B::Device,
 ) -> Linear<B> {
+    let (weight, bias) = match gain {
+        Some(gain) => (
+            orthogonal(rng, [input, output], gain, device),
+            Tensor::zeros([output], device),
+        ),
+        None => {
+            let bound = 1.0 / (input as f64).sqrt();
+            let weight = uniform(rng, [input, output], bound, device);
+            (weight, uniform(rng, [1, output], bound, device).reshape([output]))
+        }
+    };
     Linear {
-        weight: Param::from_tensor(orthogonal(rng, [input, output], gain, device)),
-        bias: Some(Param::from_tensor(Tensor::zeros([output], device))),
+        weight: Param::from_tensor(weight),
+        bias: Some(Param::from_tensor(bias)),
     }
 }
 
@@ -110,8 +141,10 @@ mod tests {
             hidden,
             output: 2,
             activation: Activation::Tanh,
-            hidden_gain: 2f64.sqrt(),
-            output_gain: 1.0,
+            init: MlpInit::Orthogonal {
+                hidden_gain: 2f64.sqrt(),
+                output_gain: 1.0,
+            },
         }
     }
 

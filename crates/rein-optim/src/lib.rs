@@ -21,6 +21,10 @@
 //!   InstructGPT and TRL's `PPOTrainer` compute them; the critic's loss is [`masked_value_loss`].
 //! - Preferences: [`dpo_loss`] (DPO, IPO, hinge, robust) and [`bradley_terry_loss`] for reward
 //!   models.
+//! - Off-policy control: SAC's squashed-Gaussian policy ([`squashed_gaussian`]), soft target
+//!   ([`soft_q_target`]), [`twin_critic_loss`], [`sac_actor_loss`] and entropy
+//!   [`temperature_loss`]; TD3's [`smoothed_target_actions`], [`clipped_double_q_target`] and
+//!   [`deterministic_actor_loss`]; target networks by [`polyak_update`].
 //!
 //! Estimators work on plain `f32` slices (property-testable without tensors); losses are burn
 //! tensor functions generic over the backend.
@@ -40,10 +44,13 @@ mod kl;
 mod lag_correction;
 mod normalize;
 mod policy_loss;
+mod polyak;
 mod ppo_loss;
 mod preference;
 mod running;
 mod schedule;
+mod soft_actor_critic;
+mod td3;
 mod token_advantages;
 
 pub use aggregation::aggregate;
@@ -58,9 +65,15 @@ pub use kl::{kl_estimate, kl_estimate_scalar};
 pub use lag_correction::{Corrected, Correction, lag_correction};
 pub use normalize::normalize;
 pub use policy_loss::{PolicyLoss, PolicyLossConfig, policy_loss};
+pub use polyak::polyak_update;
 pub use ppo_loss::{PpoLoss, PpoLossConfig, masked_value_loss, ppo_loss, value_errors};
 pub use preference::{DpoConfig, DpoLoss, DpoLossKind, bradley_terry_loss, dpo_loss};
 pub use rein_core::{Aggregation, KlEstimator, RatioLevel, StdScaling};
 pub use running::{RewardScaler, RunningMeanStd};
 pub use schedule::LinearSchedule;
+pub use soft_actor_critic::{
+    LOG_STD_MAX, LOG_STD_MIN, SquashedSample, bounded_log_std, sac_actor_loss, soft_q_target, squashed_gaussian,
+    temperature_loss, twin_critic_loss,
+};
+pub use td3::{clipped_double_q_target, deterministic_actor_loss, smoothed_target_actions};
 pub use token_advantages::{TokenAdvantages, masked_whiten, token_gae, token_rewards};

@@ -19,6 +19,7 @@ mod error;
 mod launch;
 pub mod lm;
 pub mod memory;
+pub mod off_policy;
 pub mod ppo;
 pub mod progress;
 mod run_dir;

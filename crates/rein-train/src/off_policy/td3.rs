@@ -1,0 +1,161 @@
+//! One TD3 update in CleanRL's order (`td3_continuous_action.py`, the body of its training
+//! step): the twin critics' step toward the clipped double-Q target of the smoothed target
+//! action, then — every `policy_frequency` steps — one actor step and the Polyak averaging of
+//! the target actor and critics. The equations are in rein-optim's `td3.rs`.
+
+use burn::module::AutodiffModule;
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{Adam, GradientsParams, Optimizer};
+use burn::tensor::{ElementConversion, Tensor};
+use rein_model::{DeterministicActor, ReinAutodiffBackend};
+use rein_optim::{
+    clipped_double_q_target, deterministic_actor_loss, polyak_update, smoothed_target_actions, twin_critic_loss,
+};
+
+use super::sac::TwinCritics;
+use super::{ActionBox, Transitions, normals, torch_adam};
+
+/// TD3's settings (CleanRL's names and defaults in the recipe).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Td3Settings {
+    /// γ.
+    pub gamma: f32,
+    /// τ, the targets' Polyak coefficient.
+    pub tau: f64,
+    /// The actor's and critics' learning rate.
+    pub learning_rate: f64,
+    /// σ̃, the target smoothing noise's scale (in units of the action box's half-width).
+    pub policy_noise: f32,
+    /// c, where the smoothing noise is clipped.
+    pub noise_clip: f32,
+    /// Every this many steps, one actor step and the targets' averaging.
+    pub policy_frequency: u64,
+}
+
+/// What an update measured (CleanRL's logged losses).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Td3Losses {
+    /// `mean((Q₁ − y)²)`.
+    pub qf1_loss: f32,
+    /// `mean((Q₂ − y)²)`.
+    pub qf2_loss: f32,
+    /// `mean(Q₁(s, a))`.
+    pub qf1_values: f32,
+    /// The actor's loss, when it stepped.
+    pub actor_loss: Option<f32>,
+}
+
+/// TD3's networks, targets and optimisers.
+pub struct Td3<B: ReinAutodiffBackend> {
+    /// The policy `μ`.
+    pub actor: DeterministicActor<B>,
+    /// `μ̄` (no gradients).
+    pub target_actor: DeterministicActor<B::InnerBackend>,
+    /// `Q₁`, `Q₂`.
+    pub critics: TwinCritics<B>,
+    /// `Q̄₁`, `Q̄₂` (no gradients).
+    pub targets: TwinCritics<B::InnerBackend>,
+    actor_optim: OptimizerAdaptor<Adam, DeterministicActor<B>, B>,
+    critic_optim: OptimizerAdaptor<Adam, TwinCritics<B>, B>,
+    settings: Td3Settings,
+    bounds: ActionBox,
+}
+
+impl<B: ReinAutodiffBackend> Td3<B> {
+    /// An agent from its networks; the targets start as copies (CleanRL's `load_state_dict`)
+    /// unless given.
+    pub fn new(
+        actor: DeterministicActor<B>,
+        critics: TwinCritics<B>,
+        target_actor: Option<DeterministicActor<B::InnerBackend>>,
+        targets: Option<TwinCritics<B::InnerBackend>>,
+        bounds: ActionBox,
+        settings: Td3Settings,
+    ) -> Self {
+        let target_actor = target_actor.unwrap_or_else(|| actor.valid());
+        let targets = targets.unwrap_or_else(|| critics.valid());
+        Self {
+            actor,
+            target_actor,
+            critics,
+            targets,
+            actor_optim: torch_adam().init(),
+            critic_optim: torch_adam().init(),
+            settings,
+            bounds,
+        }
+    }
+
+    /// The critics' loss toward `y` with the target action smoothed by `noise` (standard
+    /// normals, `[batch × act_dim]`): `(L_Q, L_Q₁, L_Q₂, mean Q₁)`.
+    pub fn critic_loss(
+        &self,
+        batch: &Transitions<B>,
+        noise: Vec<f32>,
+    ) -> (Tensor<B, 1>, Tensor<B, 1>, Tensor<B, 1>, f32) {
+        let s = &self.settings;
+        let next_obs = batch.next_obs.clone().inner();
+        let device = next_obs.device();
+        let b = &self.bounds;
+        let target_actions = self
+            .target_actor
+            .forward(next_obs.clone(), b.scale(&device), b.bias(&device));
+        let noise = normals(noise, target_actions.dims(), &device);
+        let next_actions = smoothed_target_actions(
+            target_actions,
+            noise,
+            s.policy_noise,
+            s.noise_clip,
+            b.scale(&device),
+            b.low(&device),
+            b.high(&device),
+        );
+        let (target_q1, target_q2) = self.targets.forward(next_obs, next_actions);
+        let y = clipped_double_q_target(
+            batch.rewards.clone().inner(),
+            batch.dones.clone().inner(),
+            s.gamma,
+            target_q1,
+            target_q2,
+        );
+        let (q1, q2) = self.critics.forward(batch.obs.clone(), batch.actions.clone());
+        let qf1_values = q1.clone().mean().into_scalar().elem();
+        let (loss, l1, l2) = twin_critic_loss(q1, q2, Tensor::from_inner(y));
+        (loss, l1, l2, qf1_values)
+    }
+
+    /// The actor's loss `−mean(Q₁(s, μ(s)))`.
+    pub fn actor_loss(&self, obs: Tensor<B, 2>) -> Tensor<B, 1> {
+        let device = obs.device();
+        let actions = self
+            .actor
+            .forward(obs.clone(), self.bounds.scale(&device), self.bounds.bias(&device));
+        deterministic_actor_loss(self.critics.q1.forward(obs, actions))
+    }
+
+    /// The update of CleanRL's global step `step` on `batch`, the target smoothed by `noise`.
+    pub fn update(&mut self, batch: &Transitions<B>, noise: Vec<f32>, step: u64) -> Td3Losses {
+        let s = self.settings.clone();
+        let (loss, l1, l2, qf1_values) = self.critic_loss(batch, noise);
+        let grads = GradientsParams::from_grads(loss.backward(), &self.critics);
+        self.critics = self.critic_optim.step(s.learning_rate, self.critics.clone(), grads);
+        let mut losses = Td3Losses {
+            qf1_loss: l1.into_scalar().elem(),
+            qf2_loss: l2.into_scalar().elem(),
+            qf1_values,
+            actor_loss: None,
+        };
+        if step.is_multiple_of(s.policy_frequency) {
+            let loss = self.actor_loss(batch.obs.clone());
+            losses.actor_loss = Some(loss.clone().into_scalar().elem());
+            let grads = GradientsParams::from_grads(loss.backward(), &self.actor);
+            self.actor = self.actor_optim.step(s.learning_rate, self.actor.clone(), grads);
+            let (actor, critics) = (self.actor.valid(), self.critics.valid());
+            let target_actor = std::mem::replace(&mut self.target_actor, actor.clone());
+            self.target_actor = polyak_update(target_actor, &actor, s.tau);
+            let targets = std::mem::replace(&mut self.targets, critics.clone());
+            self.targets = polyak_update(targets, &critics, s.tau);
+        }
+        losses
+    }
+}

@@ -1,0 +1,401 @@
+//! SAC's and TD3's updates against CleanRL's: `fixtures/gen_cleanrl_offpolicy.py` transcribes
+//! the networks and the training step of `sac_continuous_action.py` and
+//! `td3_continuous_action.py` and computes one update of each in float64 on float32 inputs, with
+//! its random draws written out; rein (float32) is given the same draws. Each loss, each
+//! gradient and every parameter after the update (critics, actor, temperature, targets) is
+//! compared.
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Tensor, TensorData};
+use rein_core::SeededRng;
+use rein_model::safetensors_file::{Tensors, module_tensors, with_tensors};
+use rein_model::{CpuAutodiff, OffPolicyConfig, ReinBackend};
+use rein_train::off_policy::sac::{Sac, SacNoise, SacSettings, TwinCritics};
+use rein_train::off_policy::td3::{Td3, Td3Settings};
+use rein_train::off_policy::{ActionBox, Transitions};
+use safetensors::SafeTensors;
+
+type A = CpuAutodiff;
+type Inner = <A as AutodiffBackend>::InnerBackend;
+
+const HIDDEN: usize = 64;
+const BATCH: usize = 64;
+
+struct Fixture(Vec<u8>);
+
+impl Fixture {
+    fn load() -> Self {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/cleanrl_offpolicy.safetensors");
+        Self(std::fs::read(path).expect("the fixture (tests/fixtures/gen_cleanrl_offpolicy.py)"))
+    }
+
+    fn get(&self, name: &str) -> (Vec<usize>, Vec<f64>) {
+        let tensors = SafeTensors::deserialize(&self.0).unwrap();
+        let view = tensors.tensor(name).unwrap_or_else(|_| panic!("{name} in the fixture"));
+        assert_eq!(view.dtype(), safetensors::Dtype::F64, "{name}");
+        let values = view
+            .data()
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        (view.shape().to_vec(), values)
+    }
+
+    fn values(&self, name: &str) -> Vec<f64> {
+        self.get(name).1
+    }
+
+    fn f32s(&self, name: &str) -> Vec<f32> {
+        self.values(name).iter().map(|&x| x as f32).collect()
+    }
+
+    /// A PyTorch `nn.Linear` (`[out, in]` weight) as burn's (`[in, out]`), f64.
+    fn linear(&self, name: &str) -> (Vec<usize>, Vec<f64>, Vec<f64>) {
+        let (shape, w) = self.get(&format!("{name}.weight"));
+        let (out, input) = (shape[0], shape[1]);
+        let transposed = (0..input * out).map(|k| w[(k % out) * input + k / out]).collect();
+        (vec![input, out], transposed, self.values(&format!("{name}.bias")))
+    }
+
+    /// CleanRL's network `module` (`fc1`, `fc2`, then `last`, side by side) in rein's parameter
+    /// names under `prefix` (`mlp.layers.{i}`), f64.
+    fn network(&self, module: &str, last: &[&str], prefix: &str) -> Vec<(String, Vec<usize>, Vec<f64>)> {
+        let mut out = Vec::new();
+        for (i, layer) in ["fc1", "fc2"].iter().enumerate() {
+            let (shape, w, b) = self.linear(&format!("{module}.{layer}"));
+            out.push((format!("{prefix}mlp.layers.{i}.weight"), shape, w));
+            out.push((format!("{prefix}mlp.layers.{i}.bias"), vec![b.len()], b));
+        }
+        let heads: Vec<_> = last
+            .iter()
+            .map(|head| self.linear(&format!("{module}.{head}")))
+            .collect();
+        let rows = heads[0].0[0];
+        let cols: usize = heads.iter().map(|h| h.0[1]).sum();
+        let mut weight = Vec::with_capacity(rows * cols);
+        for r in 0..rows {
+            for (shape, w, _) in &heads {
+                weight.extend_from_slice(&w[r * shape[1]..(r + 1) * shape[1]]);
+            }
+        }
+        let bias: Vec<f64> = heads.iter().flat_map(|h| h.2.clone()).collect();
+        out.push((format!("{prefix}mlp.layers.2.weight"), vec![rows, cols], weight));
+        out.push((format!("{prefix}mlp.layers.2.bias"), vec![cols], bias));
+        out
+    }
+}
+
+fn as_tensors(named: &[(String, Vec<usize>, Vec<f64>)]) -> Tensors {
+    named
+        .iter()
+        .map(|(name, shape, v)| (name.clone(), (shape.clone(), v.iter().map(|&x| x as f32).collect())))
+        .collect()
+}
+
+fn config() -> OffPolicyConfig {
+    OffPolicyConfig {
+        obs_dim: 3,
+        act_dim: 1,
+        hidden: vec![HIDDEN, HIDDEN],
+    }
+}
+
+fn bounds() -> ActionBox {
+    ActionBox {
+        low: vec![-2.0],
+        high: vec![2.0],
+    }
+}
+
+fn critics<B: ReinBackend>(fx: &Fixture, algo: &str, which: &str) -> TwinCritics<B> {
+    let device = Default::default();
+    let mut rng = SeededRng::new(0);
+    let fresh = TwinCritics {
+        q1: config().q_network::<B>(&mut rng, &device),
+        q2: config().q_network::<B>(&mut rng, &device),
+    };
+    let mut named = fx.network(&format!("{algo}/init/qf1{which}"), &["fc3"], "q1.");
+    named.extend(fx.network(&format!("{algo}/init/qf2{which}"), &["fc3"], "q2."));
+    with_tensors(fresh, &as_tensors(&named)).unwrap()
+}
+
+fn batch(fx: &Fixture, algo: &str) -> Transitions<A> {
+    let device = Default::default();
+    let t2 = |name: &str, cols| {
+        Tensor::from_data(
+            TensorData::new(fx.f32s(&format!("{algo}/batch/{name}")), [BATCH, cols]),
+            &device,
+        )
+    };
+    let t1 = |name: &str| {
+        Tensor::from_data(
+            TensorData::new(fx.f32s(&format!("{algo}/batch/{name}")), [BATCH]),
+            &device,
+        )
+    };
+    Transitions {
+        obs: t2("obs", 3),
+        actions: t2("actions", 1),
+        rewards: t1("rewards"),
+        next_obs: t2("next_obs", 3),
+        dones: t1("dones"),
+    }
+}
+
+/// Every float parameter's gradient in `grads`, by rein's parameter name.
+fn gradients<M: Module<A>>(module: &M, grads: &<A as AutodiffBackend>::Gradients) -> Tensors {
+    struct Collect<'a> {
+        path: Vec<String>,
+        grads: &'a <A as AutodiffBackend>::Gradients,
+        out: Tensors,
+    }
+    impl ModuleVisitor<A> for Collect<'_> {
+        fn enter_module(&mut self, name: &str, _: &str) {
+            self.path.push(name.to_string());
+        }
+        fn exit_module(&mut self, _: &str, _: &str) {
+            self.path.pop();
+        }
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<A, D>>) {
+            let grad = param.val().grad(self.grads).expect("a gradient");
+            let shape = grad.dims().to_vec();
+            self.out
+                .insert(self.path.join("."), (shape, grad.into_data().to_vec().unwrap()));
+        }
+    }
+    let mut collect = Collect {
+        path: Vec::new(),
+        grads,
+        out: Tensors::new(),
+    };
+    module.visit(&mut collect);
+    collect.out
+}
+
+/// The largest `|rein − CleanRL|` over `named`, relative to the largest `|CleanRL|` (and at least
+/// 1 in the denominator, so values near zero compare absolutely).
+fn worst(rein: &Tensors, named: &[(String, Vec<usize>, Vec<f64>)], what: &str) -> f64 {
+    let mut worst = 0.0f64;
+    for (name, shape, expected) in named {
+        let (got_shape, got) = rein.get(name).unwrap_or_else(|| panic!("{what}: rein has no {name}"));
+        assert_eq!(got_shape, shape, "{what}: {name}");
+        let scale = expected.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+        for (g, e) in got.iter().zip(expected) {
+            worst = worst.max((f64::from(*g) - e).abs() / scale);
+        }
+    }
+    worst
+}
+
+fn close(what: &str, got: f32, expected: f64, bound: f64) {
+    let error = (f64::from(got) - expected).abs() / expected.abs().max(1.0);
+    assert!(
+        error <= bound,
+        "{what}: rein {got} vs CleanRL {expected} ({error:.2e} > {bound:.0e})"
+    );
+}
+
+fn sac_settings() -> SacSettings {
+    SacSettings {
+        gamma: 0.99,
+        tau: 0.005,
+        policy_lr: 3e-4,
+        q_lr: 1e-3,
+        policy_frequency: 2,
+        target_network_frequency: 1,
+        target_entropy: Some(-1.0),
+        alpha: 1.0,
+    }
+}
+
+fn sac_agent(fx: &Fixture) -> Sac<A> {
+    let device = Default::default();
+    let actor = config().gaussian_actor::<A>(&mut SeededRng::new(0), &device);
+    let actor = with_tensors(
+        actor,
+        &as_tensors(&fx.network("sac/init/actor", &["fc_mean", "fc_logstd"], "")),
+    )
+    .unwrap();
+    Sac::new(
+        actor,
+        critics(fx, "sac", ""),
+        Some(critics(fx, "sac", "_target")),
+        bounds(),
+        sac_settings(),
+        &device,
+    )
+}
+
+fn sac_noise(fx: &Fixture) -> SacNoise {
+    let draws = |name: &str| fx.f32s(name).chunks(BATCH).map(<[f32]>::to_vec).collect();
+    SacNoise {
+        next: fx.f32s("sac/noise/next"),
+        policy: draws("sac/noise/pi"),
+        temperature: draws("sac/noise/alpha"),
+    }
+}
+
+fn critic_names(fx: &Fixture, algo: &str, stage: &str) -> Vec<(String, Vec<usize>, Vec<f64>)> {
+    let mut named = fx.network(&format!("{algo}/{stage}/qf1"), &["fc3"], "q1.");
+    named.extend(fx.network(&format!("{algo}/{stage}/qf2"), &["fc3"], "q2."));
+    named
+}
+
+/// Bounds: float32 against the float64 reference, relative to each tensor's largest value.
+const LOSS: f64 = 1e-6;
+const GRADIENT: f64 = 1e-6;
+const PARAMETER: f64 = 1e-6;
+
+#[test]
+fn sac_update_matches_cleanrl() {
+    let fx = Fixture::load();
+    let noise = sac_noise(&fx);
+    let batch = batch(&fx, "sac");
+
+    // The critics' loss and gradients, from the initial networks.
+    let mut agent = sac_agent(&fx);
+    let (loss, l1, l2, _) = agent.critic_loss(&batch, noise.next.clone());
+    close("qf1 loss", l1.into_scalar(), fx.values("sac/qf1_loss")[0], LOSS);
+    close("qf2 loss", l2.into_scalar(), fx.values("sac/qf2_loss")[0], LOSS);
+    let grads = gradients(&agent.critics, &loss.backward());
+    let mut expected = fx.network("sac/grad/qf1", &["fc3"], "q1.");
+    expected.extend(fx.network("sac/grad/qf2", &["fc3"], "q2."));
+    let error = worst(&grads, &expected, "critic gradients");
+    assert!(error <= GRADIENT, "critic gradients {error:.2e}");
+
+    // The actor's and temperature's first losses and gradients, after the critics' step.
+    let critics_only = SacNoise {
+        policy: Vec::new(),
+        temperature: Vec::new(),
+        ..noise.clone()
+    };
+    agent.update(&batch, critics_only, 1);
+    let actor_loss = agent.actor_loss(batch.obs.clone(), noise.policy[0].clone());
+    close(
+        "actor loss",
+        actor_loss.clone().into_scalar(),
+        fx.values("sac/actor_loss")[0],
+        LOSS,
+    );
+    let grads = gradients(&agent.actor, &actor_loss.backward());
+    let expected = fx.network("sac/grad/actor", &["fc_mean", "fc_logstd"], "");
+    let error = worst(&grads, &expected, "actor gradients");
+    assert!(error <= GRADIENT, "actor gradients {error:.2e}");
+
+    // The whole update of a step that trains the actor: every parameter after it.
+    let mut agent = sac_agent(&fx);
+    let losses = agent.update(&batch, noise, 2);
+    close(
+        "actor loss, second step",
+        losses.actor_loss.unwrap(),
+        fx.values("sac/actor_loss")[1],
+        LOSS,
+    );
+    close(
+        "alpha loss, second step",
+        losses.alpha_loss.unwrap(),
+        fx.values("sac/alpha_loss")[1],
+        LOSS,
+    );
+    close("alpha", agent.alpha, fx.values("sac/alpha")[1], LOSS);
+    let expected = fx.network("sac/after/actor", &["fc_mean", "fc_logstd"], "");
+    let error = worst(&module_tensors(&agent.actor), &expected, "actor after");
+    assert!(error <= PARAMETER, "actor after the update {error:.2e}");
+    let error = worst(
+        &module_tensors(&agent.critics),
+        &critic_names(&fx, "sac", "after"),
+        "critics after",
+    );
+    assert!(error <= PARAMETER, "critics after the update {error:.2e}");
+    let mut targets = fx.network("sac/after/qf1_target", &["fc3"], "q1.");
+    targets.extend(fx.network("sac/after/qf2_target", &["fc3"], "q2."));
+    let error = worst(&module_tensors(&agent.targets), &targets, "targets after");
+    assert!(error <= PARAMETER, "targets after the update {error:.2e}");
+    let log_alpha: f32 = agent.temperature.log_alpha.val().into_scalar();
+    close("log alpha", log_alpha, fx.values("sac/after/log_alpha")[0], LOSS);
+}
+
+fn td3_agent(fx: &Fixture) -> Td3<A> {
+    let device = Default::default();
+    let actor = |name: &str| {
+        let actor = config().deterministic_actor::<A>(&mut SeededRng::new(0), &device);
+        with_tensors(actor, &as_tensors(&fx.network(name, &["fc_mu"], ""))).unwrap()
+    };
+    let target_actor = config().deterministic_actor::<Inner>(&mut SeededRng::new(0), &device);
+    let target_actor = with_tensors(
+        target_actor,
+        &as_tensors(&fx.network("td3/init/target_actor", &["fc_mu"], "")),
+    )
+    .unwrap();
+    let settings = Td3Settings {
+        gamma: 0.99,
+        tau: 0.005,
+        learning_rate: 3e-4,
+        policy_noise: 0.2,
+        noise_clip: 0.5,
+        policy_frequency: 2,
+    };
+    Td3::new(
+        actor("td3/init/actor"),
+        critics(fx, "td3", ""),
+        Some(target_actor),
+        Some(critics(fx, "td3", "_target")),
+        bounds(),
+        settings,
+    )
+}
+
+#[test]
+fn td3_update_matches_cleanrl() {
+    let fx = Fixture::load();
+    let noise = fx.f32s("td3/noise/target");
+    let batch = batch(&fx, "td3");
+
+    let mut agent = td3_agent(&fx);
+    let (loss, l1, l2, _) = agent.critic_loss(&batch, noise.clone());
+    close("qf1 loss", l1.into_scalar(), fx.values("td3/qf1_loss")[0], LOSS);
+    close("qf2 loss", l2.into_scalar(), fx.values("td3/qf2_loss")[0], LOSS);
+    let grads = gradients(&agent.critics, &loss.backward());
+    let mut expected = fx.network("td3/grad/qf1", &["fc3"], "q1.");
+    expected.extend(fx.network("td3/grad/qf2", &["fc3"], "q2."));
+    let error = worst(&grads, &expected, "critic gradients");
+    assert!(error <= GRADIENT, "critic gradients {error:.2e}");
+
+    // The actor's loss and gradients after the critics' step (a step that trains no actor).
+    agent.update(&batch, noise.clone(), 1);
+    let actor_loss = agent.actor_loss(batch.obs.clone());
+    close(
+        "actor loss",
+        actor_loss.clone().into_scalar(),
+        fx.values("td3/actor_loss")[0],
+        LOSS,
+    );
+    let grads = gradients(&agent.actor, &actor_loss.backward());
+    let error = worst(&grads, &fx.network("td3/grad/actor", &["fc_mu"], ""), "actor gradients");
+    assert!(error <= GRADIENT, "actor gradients {error:.2e}");
+
+    let mut agent = td3_agent(&fx);
+    agent.update(&batch, noise, 2);
+    for (module, tensors) in [
+        ("actor", module_tensors(&agent.actor)),
+        ("target_actor", module_tensors(&agent.target_actor)),
+    ] {
+        let error = worst(
+            &tensors,
+            &fx.network(&format!("td3/after/{module}"), &["fc_mu"], ""),
+            module,
+        );
+        assert!(error <= PARAMETER, "{module} after the update {error:.2e}");
+    }
+    let error = worst(
+        &module_tensors(&agent.critics),
+        &critic_names(&fx, "td3", "after"),
+        "critics after",
+    );
+    assert!(error <= PARAMETER, "critics after the update {error:.2e}");
+    let mut targets = fx.network("td3/after/qf1_target", &["fc3"], "q1.");
+    targets.extend(fx.network("td3/after/qf2_target", &["fc3"], "q2."));
+    let error = worst(&module_tensors(&agent.targets), &targets, "targets after");
+    assert!(error <= PARAMETER, "targets after the update {error:.2e}");
+}
