@@ -2,7 +2,8 @@
 //! (`VmHWM` in `/proc/self/status`), reset before each step (`5` written to
 //! `/proc/self/clear_refs`, Linux ≥ 4.0) so each step's figure is its own, not the run's.
 //! Elsewhere (no `/proc`) both are no-ops and nothing is reported. And how the C allocator
-//! treats what a step frees ([`keep_freed_memory`]).
+//! treats what a step frees ([`keep_freed_memory`]), and what can still be allocated
+//! ([`available_bytes`]).
 
 /// Asks glibc's allocator to keep freed blocks of up to 32 MiB for the next step instead of
 /// handing them back to the kernel. By default it maps blocks from 128 KiB on afresh and returns
@@ -33,6 +34,15 @@ pub fn peak_rss_mib() -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
+}
+
+/// The memory the kernel says can be allocated without swapping (`MemAvailable` in
+/// `/proc/meminfo`), in bytes; `None` where there is no `/proc/meminfo`.
+pub fn available_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! optimisers and target networks, and the random draws an update makes (taken as arguments,
 //! so a test can give CleanRL's).
 
+pub mod replay_buffer;
 pub mod sac;
 pub mod td3;
 

@@ -242,6 +242,21 @@ impl<B: ReinAutodiffBackend> Sac<B> {
         losses
     }
 
+    /// Actions for `obs` without gradients: drawn from the policy with the standard normals
+    /// `eps` (`[batch × act_dim]`), or with `None` the deterministic `s_a tanh(μ) + b_a`
+    /// (evaluation).
+    pub fn act(&self, obs: Tensor<B::InnerBackend, 2>, eps: Option<Vec<f32>>) -> Tensor<B::InnerBackend, 2> {
+        let actor = self.actor.valid();
+        match eps {
+            Some(eps) => self.sample(&actor, obs, eps).action,
+            None => {
+                let device = obs.device();
+                let (mean, _) = actor.forward(obs);
+                mean.tanh() * self.bounds.scale(&device).unsqueeze::<2>() + self.bounds.bias(&device).unsqueeze::<2>()
+            }
+        }
+    }
+
     /// The device the agent lives on.
     pub fn device(&self) -> &B::Device {
         &self.device

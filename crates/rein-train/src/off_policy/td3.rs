@@ -133,6 +133,23 @@ impl<B: ReinAutodiffBackend> Td3<B> {
         deterministic_actor_loss(self.critics.q1.forward(obs, actions))
     }
 
+    /// Actions for `obs` without gradients: `μ(s)`, with `noise` (standard normals,
+    /// `[batch × act_dim]`) the exploration `μ(s) + s_a σ_e ε` clipped to the box (CleanRL's
+    /// `exploration_noise` σ_e).
+    pub fn act(&self, obs: Tensor<B::InnerBackend, 2>, noise: Option<(Vec<f32>, f32)>) -> Tensor<B::InnerBackend, 2> {
+        let device = obs.device();
+        let b = &self.bounds;
+        let actions = self.actor.valid().forward(obs, b.scale(&device), b.bias(&device));
+        let Some((noise, sigma)) = noise else {
+            return actions;
+        };
+        let [rows, cols] = actions.dims();
+        let noise = normals(noise, [rows, cols], &device) * (b.scale(&device) * sigma).unsqueeze::<2>();
+        let low = b.low(&device).unsqueeze::<2>().expand([rows, cols]);
+        let high = b.high(&device).unsqueeze::<2>().expand([rows, cols]);
+        (actions + noise).max_pair(low).min_pair(high)
+    }
+
     /// The update of CleanRL's global step `step` on `batch`, the target smoothed by `noise`.
     pub fn update(&mut self, batch: &Transitions<B>, noise: Vec<f32>, step: u64) -> Td3Losses {
         let s = self.settings.clone();
