@@ -218,8 +218,9 @@ impl<B: ReinAutodiffBackend> Sac<B> {
             alpha_loss: None,
         };
         if step.is_multiple_of(s.policy_frequency) {
-            let mut temperature = noise.temperature.into_iter();
-            for eps in noise.policy {
+            let (mut policy, mut temperature) = (noise.policy.into_iter(), noise.temperature.into_iter());
+            for _ in 0..s.policy_frequency {
+                let eps = policy.next().expect("a policy draw per actor step");
                 let loss = self.actor_loss(batch.obs.clone(), eps);
                 losses.actor_loss = Some(loss.clone().into_scalar().elem());
                 let grads = GradientsParams::from_grads(loss.backward(), &self.actor);
