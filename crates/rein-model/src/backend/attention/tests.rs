@@ -218,8 +218,8 @@ fn packed_attention(lengths: &[usize], heads: usize, kv_heads: usize, dim: usize
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(16))]
 
-    /// Each packed sequence attends to its own tokens only, exactly as it would alone, in
-    /// the kernel and in the per-sequence versions other backends run.
+    /// Each packed sequence attends to its own tokens only, as it would alone, in the kernel
+    /// and in the blocks of burn ops other backends run.
     #[test]
     fn packed_attention_equals_each_sequence_alone(
         lengths in proptest::collection::vec(1usize..9, 1..5),
@@ -232,14 +232,19 @@ proptest::proptest! {
         let (kernel, wrapper, alone) = (run(Packing::Kernel), run(Packing::Wrapper), run(Packing::Alone));
         let blocks = run(Packing::SmallBlocks);
         let names = ["values", "∂q", "∂k", "∂v", "backward ∂q", "backward ∂k", "backward ∂v"];
+        // The kernel against itself on slices: the same arithmetic. The burn-op paths (what CUDA
+        // runs) against the kernel: this file's kernel-versus-ops tolerance, as rounding differs
+        // where ∂S's rowsum cancels (a wrong mask is off by tenths, not by 1e-4).
+        // The `backward` entries are the burn-op backward in every variant.
         for (i, what) in names.iter().enumerate() {
-            assert_close(what, &kernel[i], &alone[i], 1e-6);
-            assert_close(what, &wrapper[i], &alone[i], 1e-6);
-            assert_close(what, &blocks[i], &alone[i], 1e-6);
+            let kernel_tolerance = if i < 4 { 1e-6 } else { 1e-4 };
+            assert_close(what, &kernel[i], &alone[i], kernel_tolerance);
+            assert_close(what, &wrapper[i], &alone[i], 1e-4);
+            assert_close(what, &blocks[i], &alone[i], 1e-4);
         }
-        // The backward alone, against the gradients autodiff found.
+        // The backward alone, against the gradients autodiff found through the kernel.
         for i in 0..3 {
-            assert_close(names[4 + i], &kernel[4 + i], &kernel[1 + i], 1e-6);
+            assert_close(names[4 + i], &kernel[4 + i], &kernel[1 + i], 1e-4);
         }
     }
 }
