@@ -84,6 +84,7 @@ impl GpuBundle {
         copy_tree(&root().join("benches/peers/gpu_torch.py"), &dir.join("gpu_torch.py"))?;
         write(&dir.join("run.sh"), include_str!("gpu_bundle/run.sh"))?;
         write(&dir.join("summary.py"), include_str!("gpu_bundle/summary.py"))?;
+        write(&dir.join("profile.py"), include_str!("gpu_bundle/profile.py"))?;
         if !self.no_rein {
             copy_tree(&root().join("recipes"), &dir.join("recipes"))?;
             for plugin in PLUGINS {
@@ -160,10 +161,17 @@ const ALLOWED_LIBRARIES: &[&str] = &[
 /// there, the binaries link nothing beyond the C runtime, and without a GPU `run.sh` says that
 /// nothing was checked and fails.
 pub(crate) fn check(dir: &Path) -> anyhow::Result<()> {
-    let mut expected: Vec<String> = ["run.sh", "summary.py", "gpu_torch.py", "rein-gpu-check.xz", "rein.xz"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut expected: Vec<String> = [
+        "run.sh",
+        "summary.py",
+        "profile.py",
+        "gpu_torch.py",
+        "rein-gpu-check.xz",
+        "rein.xz",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     expected.extend(FIXTURES.iter().map(|f| format!("fixtures/{f}")));
     expected.extend(PLUGINS.iter().map(|p| format!("plugins/{p}.wasm")));
     expected.push("recipes/ppo-cartpole.toml".into());

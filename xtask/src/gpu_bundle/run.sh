@@ -4,6 +4,8 @@
 # `cargo xtask gpu-bundle`.
 #
 #   bash run.sh            # ≈ 3 minutes on an H100; prints one table, writes results.json
+#   bash run.sh --profile  # then counts and times every kernel launch of generation and of a
+#                          # GRPO step (cubecl's profiler), ≈ 1 minute more
 #
 # Exit status 0 only if every parity row holds; speed rows are figures, never gates.
 set -uo pipefail
@@ -85,4 +87,23 @@ fi
 
 "$PYTHON" summary.py rein.json peers.json ppo.json results.json
 summary=$?
+
+# Kernel profiles, one rein-gpu-check per part so each log is that part's alone: cubecl's
+# profiling logger (a `cubecl.toml` here) waits for and logs every launch.
+if [ "${1:-}" = "--profile" ] && [ -e speed-model/config.json ]; then
+  for part in "generation --batches 1,64 --new-tokens 32" "step --step-rows 8 --new-tokens 128"; do
+    name=${part%% *}
+    printf '[profiling.logger]\nlevel = "basic"\nfile = "profile-%s.log"\nappend = false\n' "$name" > cubecl.toml
+    # shellcheck disable=SC2086 # the part's words are arguments
+    timeout "${PROFILE_TIMEOUT:-150}" ./rein-gpu-check --device cuda --no-parity --fixtures fixtures \
+      --speed-model speed-model --prompts prompts.json --speed-rows $part --out "profile-$name.json" \
+      > "profile-$name.out" 2>&1
+    # Exit status 1 is expected: without parity rows nothing is claimed to hold.
+    if [ $? -eq 124 ]; then echo "the $name profile ran past ${PROFILE_TIMEOUT:-150} s"; fi
+    rm -f cubecl.toml
+    grep -E '^speed' "profile-$name.out"
+    sleep 2  # cubecl's logger writes from a task of its own
+    "$PYTHON" profile.py "profile-$name.log" "$name"
+  done
+fi
 if [ "$status" -ne 0 ] || [ "$summary" -ne 0 ]; then exit 1; fi
