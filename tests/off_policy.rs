@@ -8,13 +8,13 @@
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorData};
-use rein_core::SeededRng;
+use rein_core::{BoxSpace, SeededRng};
 use rein_model::safetensors_file::{Tensors, module_tensors, with_tensors};
 use rein_model::{CpuAutodiff, OffPolicyConfig, ReinBackend};
+use rein_train::off_policy::Transitions;
 use rein_train::off_policy::replay_buffer::ReplayBuffer;
 use rein_train::off_policy::sac::{Sac, SacNoise, SacSettings, TwinCritics};
 use rein_train::off_policy::td3::{Td3, Td3Settings};
-use rein_train::off_policy::{ActionBox, Transitions};
 use safetensors::SafeTensors;
 
 type A = CpuAutodiff;
@@ -102,8 +102,8 @@ fn config() -> OffPolicyConfig {
     }
 }
 
-fn bounds() -> ActionBox {
-    ActionBox {
+fn bounds() -> BoxSpace {
+    BoxSpace {
         low: vec![-2.0],
         high: vec![2.0],
     }
@@ -222,7 +222,7 @@ fn sac_agent(fx: &Fixture) -> Sac<A> {
         actor,
         critics(fx, "sac", ""),
         Some(critics(fx, "sac", "_target")),
-        bounds(),
+        &bounds(),
         sac_settings(),
         &device,
     )
@@ -342,8 +342,9 @@ fn td3_agent(fx: &Fixture) -> Td3<A> {
         critics(fx, "td3", ""),
         Some(target_actor),
         Some(critics(fx, "td3", "_target")),
-        bounds(),
+        &bounds(),
         settings,
+        &device,
     )
 }
 
@@ -460,7 +461,7 @@ fn sac_and_td3_learn_a_continuous_task() {
         act_dim: 1,
         hidden: vec![32, 32],
     };
-    let unit_box = ActionBox {
+    let unit_box = BoxSpace {
         low: vec![-1.0],
         high: vec![1.0],
     };
@@ -475,14 +476,7 @@ fn sac_and_td3_learn_a_continuous_task() {
             ..sac_settings()
         };
         let actor = net.gaussian_actor::<A>(&mut init, &device);
-        let sac = std::cell::RefCell::new(Sac::new(
-            actor,
-            twin(&mut init),
-            None,
-            unit_box.clone(),
-            settings,
-            &device,
-        ));
+        let sac = std::cell::RefCell::new(Sac::new(actor, twin(&mut init), None, &unit_box, settings, &device));
         let (before, after) = learn_steering(
             seed,
             2000,
@@ -513,7 +507,15 @@ fn sac_and_td3_learn_a_continuous_task() {
             noise_clip: 0.5,
             policy_frequency: 2,
         };
-        let td3 = std::cell::RefCell::new(Td3::new(actor, twin(&mut init), None, None, unit_box.clone(), settings));
+        let td3 = std::cell::RefCell::new(Td3::new(
+            actor,
+            twin(&mut init),
+            None,
+            None,
+            &unit_box,
+            settings,
+            &device,
+        ));
         let (before, after) = learn_steering(
             seed,
             2000,

@@ -9,8 +9,9 @@ pub mod sac;
 pub mod td3;
 
 use burn::optim::AdamConfig;
-use burn::tensor::backend::Backend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
+use rein_core::BoxSpace;
 
 /// A minibatch of transitions, on the device.
 #[derive(Debug, Clone)]
@@ -28,43 +29,45 @@ pub struct Transitions<B: Backend> {
     pub dones: Tensor<B, 1>,
 }
 
-/// A box of continuous actions: `[low, high]` per dimension.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ActionBox {
-    /// Lower bounds.
-    pub low: Vec<f32>,
-    /// Upper bounds.
-    pub high: Vec<f32>,
+/// An action box (the environment's [`BoxSpace`]) as the `[act_dim]` tensors an update reads:
+/// made once per agent, on the autodiff backend (constants: no gradient), and read on the inner
+/// one through [`BoxTensors::inner`].
+#[derive(Debug, Clone)]
+struct BoxTensors<B: Backend> {
+    /// Half the box's width, `s_a = (high − low)/2`.
+    scale: Tensor<B, 1>,
+    /// The box's centre, `b_a = (high + low)/2`.
+    bias: Tensor<B, 1>,
+    low: Tensor<B, 1>,
+    high: Tensor<B, 1>,
 }
 
-impl ActionBox {
-    /// Half the box's width, `s_a = (high − low)/2`, as a `[act_dim]` tensor.
-    pub fn scale<B: Backend>(&self, device: &B::Device) -> Tensor<B, 1> {
-        self.tensor(self.low.iter().zip(&self.high).map(|(l, h)| (h - l) / 2.0), device)
+impl<B: Backend> BoxTensors<B> {
+    fn new(bounds: &BoxSpace, device: &B::Device) -> Self {
+        let tensor = |values: Vec<f32>| Tensor::from_data(TensorData::new(values, [bounds.dim()]), device);
+        let sides = || bounds.low.iter().zip(&bounds.high);
+        Self {
+            scale: tensor(sides().map(|(l, h)| (h - l) / 2.0).collect()),
+            bias: tensor(sides().map(|(l, h)| (h + l) / 2.0).collect()),
+            low: tensor(bounds.low.clone()),
+            high: tensor(bounds.high.clone()),
+        }
     }
 
-    /// The box's centre, `b_a = (high + low)/2`.
-    pub fn bias<B: Backend>(&self, device: &B::Device) -> Tensor<B, 1> {
-        self.tensor(self.low.iter().zip(&self.high).map(|(l, h)| (h + l) / 2.0), device)
+    /// `s_a y + b_a` for `y` in `[−1, 1]` (a tanh's output), row by row.
+    fn squash(&self, y: Tensor<B, 2>) -> Tensor<B, 2> {
+        y * self.scale.clone().unsqueeze::<2>() + self.bias.clone().unsqueeze::<2>()
     }
+}
 
-    /// `low` as a tensor.
-    pub fn low<B: Backend>(&self, device: &B::Device) -> Tensor<B, 1> {
-        self.tensor(self.low.iter().copied(), device)
-    }
-
-    /// `high` as a tensor.
-    pub fn high<B: Backend>(&self, device: &B::Device) -> Tensor<B, 1> {
-        self.tensor(self.high.iter().copied(), device)
-    }
-
-    /// Action dimensions.
-    pub fn dim(&self) -> usize {
-        self.low.len()
-    }
-
-    fn tensor<B: Backend>(&self, values: impl Iterator<Item = f32>, device: &B::Device) -> Tensor<B, 1> {
-        Tensor::from_data(TensorData::new(values.collect::<Vec<_>>(), [self.dim()]), device)
+impl<B: AutodiffBackend> BoxTensors<B> {
+    fn inner(&self) -> BoxTensors<B::InnerBackend> {
+        BoxTensors {
+            scale: self.scale.clone().inner(),
+            bias: self.bias.clone().inner(),
+            low: self.low.clone().inner(),
+            high: self.high.clone().inner(),
+        }
     }
 }
 

@@ -15,7 +15,9 @@ use rein_optim::{
     twin_critic_loss,
 };
 
-use super::{ActionBox, Transitions, normals, torch_adam};
+use rein_core::BoxSpace;
+
+use super::{BoxTensors, Transitions, normals, torch_adam};
 
 /// The twin critics `Q₁`, `Q₂`, stepped by one optimiser (CleanRL's `q_optimizer` over both).
 #[derive(Module, Debug)]
@@ -107,8 +109,7 @@ pub struct Sac<B: ReinAutodiffBackend> {
     critic_optim: OptimizerAdaptor<Adam, TwinCritics<B>, B>,
     temperature_optim: OptimizerAdaptor<Adam, Temperature<B>, B>,
     settings: SacSettings,
-    bounds: ActionBox,
-    device: B::Device,
+    bounds: BoxTensors<B>,
 }
 
 impl<B: ReinAutodiffBackend> Sac<B> {
@@ -118,7 +119,7 @@ impl<B: ReinAutodiffBackend> Sac<B> {
         actor: GaussianActor<B>,
         critics: TwinCritics<B>,
         targets: Option<TwinCritics<B::InnerBackend>>,
-        bounds: ActionBox,
+        bounds: &BoxSpace,
         settings: SacSettings,
         device: &B::Device,
     ) -> Self {
@@ -135,28 +136,8 @@ impl<B: ReinAutodiffBackend> Sac<B> {
             critic_optim: torch_adam().init(),
             temperature_optim: torch_adam().init(),
             settings,
-            bounds,
-            device: device.clone(),
+            bounds: BoxTensors::new(bounds, device),
         }
-    }
-
-    /// `a ~ π(·|s)` with the given standard normals, and `log π(a|s)`.
-    pub fn sample<C: ReinBackend>(
-        &self,
-        actor: &GaussianActor<C>,
-        obs: Tensor<C, 2>,
-        eps: Vec<f32>,
-    ) -> SquashedSample<C> {
-        let device = obs.device();
-        let (mean, raw) = actor.forward(obs);
-        let eps = normals(eps, mean.dims(), &device);
-        squashed_gaussian(
-            mean,
-            bounded_log_std(raw),
-            eps,
-            self.bounds.scale(&device),
-            self.bounds.bias(&device),
-        )
     }
 
     /// The critics' loss toward the soft target (`y` with the next actions drawn from `next`):
@@ -167,7 +148,7 @@ impl<B: ReinAutodiffBackend> Sac<B> {
         next: Vec<f32>,
     ) -> (Tensor<B, 1>, Tensor<B, 1>, Tensor<B, 1>, f32) {
         let next_obs = batch.next_obs.clone().inner();
-        let next = self.sample(&self.actor.valid(), next_obs.clone(), next);
+        let next = sample(&self.actor.valid(), next_obs.clone(), next, &self.bounds.inner());
         let (target_q1, target_q2) = self.targets.forward(next_obs, next.action);
         let y = soft_q_target(
             batch.rewards.clone().inner(),
@@ -186,14 +167,14 @@ impl<B: ReinAutodiffBackend> Sac<B> {
 
     /// The actor's loss with `ã` drawn from `eps`.
     pub fn actor_loss(&self, obs: Tensor<B, 2>, eps: Vec<f32>) -> Tensor<B, 1> {
-        let pi = self.sample(&self.actor, obs.clone(), eps);
+        let pi = sample(&self.actor, obs.clone(), eps, &self.bounds);
         let (q1, q2) = self.critics.forward(obs, pi.action);
         sac_actor_loss(self.alpha, pi.log_prob, q1, q2)
     }
 
     /// The temperature's loss with `ã` drawn from `eps` (no gradient to the actor).
     pub fn temperature_loss(&self, obs: Tensor<B, 2>, eps: Vec<f32>, target_entropy: f32) -> Tensor<B, 1> {
-        let log_prob = self.sample(&self.actor.valid(), obs.inner(), eps).log_prob;
+        let log_prob = sample(&self.actor.valid(), obs.inner(), eps, &self.bounds.inner()).log_prob;
         temperature_loss(
             self.temperature.log_alpha.val(),
             Tensor::from_inner(log_prob),
@@ -247,19 +228,28 @@ impl<B: ReinAutodiffBackend> Sac<B> {
     /// `eps` (`[batch × act_dim]`), or with `None` the deterministic `s_a tanh(μ) + b_a`
     /// (evaluation).
     pub fn act(&self, obs: Tensor<B::InnerBackend, 2>, eps: Option<Vec<f32>>) -> Tensor<B::InnerBackend, 2> {
-        let actor = self.actor.valid();
+        let (actor, bounds) = (self.actor.valid(), self.bounds.inner());
         match eps {
-            Some(eps) => self.sample(&actor, obs, eps).action,
-            None => {
-                let device = obs.device();
-                let (mean, _) = actor.forward(obs);
-                mean.tanh() * self.bounds.scale(&device).unsqueeze::<2>() + self.bounds.bias(&device).unsqueeze::<2>()
-            }
+            Some(eps) => sample(&actor, obs, eps, &bounds).action,
+            None => bounds.squash(actor.forward(obs).0.tanh()),
         }
     }
+}
 
-    /// The device the agent lives on.
-    pub fn device(&self) -> &B::Device {
-        &self.device
-    }
+/// `a ~ π(·|s)` with the given standard normals, and `log π(a|s)`.
+fn sample<C: ReinBackend>(
+    actor: &GaussianActor<C>,
+    obs: Tensor<C, 2>,
+    eps: Vec<f32>,
+    bounds: &BoxTensors<C>,
+) -> SquashedSample<C> {
+    let (mean, raw) = actor.forward(obs);
+    let eps = normals(eps, mean.dims(), &mean.device());
+    squashed_gaussian(
+        mean,
+        bounded_log_std(raw),
+        eps,
+        bounds.scale.clone(),
+        bounds.bias.clone(),
+    )
 }

@@ -13,7 +13,9 @@ use rein_optim::{
 };
 
 use super::sac::TwinCritics;
-use super::{ActionBox, Transitions, normals, torch_adam};
+use rein_core::BoxSpace;
+
+use super::{BoxTensors, Transitions, normals, torch_adam};
 
 /// TD3's settings (CleanRL's names and defaults in the recipe).
 #[derive(Debug, Clone, PartialEq)]
@@ -58,7 +60,7 @@ pub struct Td3<B: ReinAutodiffBackend> {
     actor_optim: OptimizerAdaptor<Adam, DeterministicActor<B>, B>,
     critic_optim: OptimizerAdaptor<Adam, TwinCritics<B>, B>,
     settings: Td3Settings,
-    bounds: ActionBox,
+    bounds: BoxTensors<B>,
 }
 
 impl<B: ReinAutodiffBackend> Td3<B> {
@@ -69,8 +71,9 @@ impl<B: ReinAutodiffBackend> Td3<B> {
         critics: TwinCritics<B>,
         target_actor: Option<DeterministicActor<B::InnerBackend>>,
         targets: Option<TwinCritics<B::InnerBackend>>,
-        bounds: ActionBox,
+        bounds: &BoxSpace,
         settings: Td3Settings,
+        device: &B::Device,
     ) -> Self {
         let target_actor = target_actor.unwrap_or_else(|| actor.valid());
         let targets = targets.unwrap_or_else(|| critics.valid());
@@ -82,7 +85,7 @@ impl<B: ReinAutodiffBackend> Td3<B> {
             actor_optim: torch_adam().init(),
             critic_optim: torch_adam().init(),
             settings,
-            bounds,
+            bounds: BoxTensors::new(bounds, device),
         }
     }
 
@@ -95,20 +98,19 @@ impl<B: ReinAutodiffBackend> Td3<B> {
     ) -> (Tensor<B, 1>, Tensor<B, 1>, Tensor<B, 1>, f32) {
         let s = &self.settings;
         let next_obs = batch.next_obs.clone().inner();
-        let device = next_obs.device();
-        let b = &self.bounds;
+        let b = self.bounds.inner();
         let target_actions = self
             .target_actor
-            .forward(next_obs.clone(), b.scale(&device), b.bias(&device));
-        let noise = normals(noise, target_actions.dims(), &device);
+            .forward(next_obs.clone(), b.scale.clone(), b.bias.clone());
+        let noise = normals(noise, target_actions.dims(), &next_obs.device());
         let next_actions = smoothed_target_actions(
             target_actions,
             noise,
             s.policy_noise,
             s.noise_clip,
-            b.scale(&device),
-            b.low(&device),
-            b.high(&device),
+            b.scale,
+            b.low,
+            b.high,
         );
         let (target_q1, target_q2) = self.targets.forward(next_obs, next_actions);
         let y = clipped_double_q_target(
@@ -126,10 +128,8 @@ impl<B: ReinAutodiffBackend> Td3<B> {
 
     /// The actor's loss `−mean(Q₁(s, μ(s)))`.
     pub fn actor_loss(&self, obs: Tensor<B, 2>) -> Tensor<B, 1> {
-        let device = obs.device();
-        let actions = self
-            .actor
-            .forward(obs.clone(), self.bounds.scale(&device), self.bounds.bias(&device));
+        let b = &self.bounds;
+        let actions = self.actor.forward(obs.clone(), b.scale.clone(), b.bias.clone());
         deterministic_actor_loss(self.critics.q1.forward(obs, actions))
     }
 
@@ -138,15 +138,15 @@ impl<B: ReinAutodiffBackend> Td3<B> {
     /// `exploration_noise` σ_e).
     pub fn act(&self, obs: Tensor<B::InnerBackend, 2>, noise: Option<(Vec<f32>, f32)>) -> Tensor<B::InnerBackend, 2> {
         let device = obs.device();
-        let b = &self.bounds;
-        let actions = self.actor.valid().forward(obs, b.scale(&device), b.bias(&device));
+        let b = self.bounds.inner();
+        let actions = self.actor.valid().forward(obs, b.scale.clone(), b.bias.clone());
         let Some((noise, sigma)) = noise else {
             return actions;
         };
         let [rows, cols] = actions.dims();
-        let noise = normals(noise, [rows, cols], &device) * (b.scale(&device) * sigma).unsqueeze::<2>();
-        let low = b.low(&device).unsqueeze::<2>().expand([rows, cols]);
-        let high = b.high(&device).unsqueeze::<2>().expand([rows, cols]);
+        let noise = normals(noise, [rows, cols], &device) * (b.scale * sigma).unsqueeze::<2>();
+        let low = b.low.unsqueeze::<2>().expand([rows, cols]);
+        let high = b.high.unsqueeze::<2>().expand([rows, cols]);
         (actions + noise).max_pair(low).min_pair(high)
     }
 
