@@ -116,8 +116,7 @@ fn critics<B: ReinBackend>(fx: &Fixture, algo: &str, which: &str) -> TwinCritics
         q1: config().q_network::<B>(&mut rng, &device),
         q2: config().q_network::<B>(&mut rng, &device),
     };
-    let mut named = fx.network(&format!("{algo}/init/qf1{which}"), &["fc3"], "q1.");
-    named.extend(fx.network(&format!("{algo}/init/qf2{which}"), &["fc3"], "q2."));
+    let named = critic_names(fx, &format!("{algo}/init"), which);
     with_tensors(fresh, &as_tensors(&named)).unwrap()
 }
 
@@ -237,11 +236,54 @@ fn sac_noise(fx: &Fixture) -> SacNoise {
     }
 }
 
-fn critic_names(fx: &Fixture, algo: &str, stage: &str) -> Vec<(String, Vec<usize>, Vec<f64>)> {
-    let mut named = fx.network(&format!("{algo}/{stage}/qf1"), &["fc3"], "q1.");
-    named.extend(fx.network(&format!("{algo}/{stage}/qf2"), &["fc3"], "q2."));
+/// The twin critics `{stage}/qf1{which}` and `{stage}/qf2{which}` of the fixture (`which`:
+/// `""` for the critics, `"_target"` for their targets) in [`TwinCritics`]' parameter names.
+fn critic_names(fx: &Fixture, stage: &str, which: &str) -> Vec<(String, Vec<usize>, Vec<f64>)> {
+    let mut named = fx.network(&format!("{stage}/qf1{which}"), &["fc3"], "q1.");
+    named.extend(fx.network(&format!("{stage}/qf2{which}"), &["fc3"], "q2."));
     named
 }
+
+/// The critics' loss `(L_Q, L_Q₁, L_Q₂, _)` from the initial networks and its gradients, against
+/// the fixture's `{algo}/qf*_loss` and `{algo}/grad/qf*`.
+fn critic_step_matches(fx: &Fixture, algo: &str, critics: &TwinCritics<A>, losses: CriticLoss) {
+    let (loss, l1, l2, _) = losses;
+    close(
+        "qf1 loss",
+        l1.into_scalar(),
+        fx.values(&format!("{algo}/qf1_loss"))[0],
+        LOSS,
+    );
+    close(
+        "qf2 loss",
+        l2.into_scalar(),
+        fx.values(&format!("{algo}/qf2_loss"))[0],
+        LOSS,
+    );
+    let grads = gradients(critics, &loss.backward());
+    let error = worst(
+        &grads,
+        &critic_names(fx, &format!("{algo}/grad"), ""),
+        "critic gradients",
+    );
+    assert!(error <= GRADIENT, "critic gradients {error:.2e}");
+}
+
+/// The critics and their targets after the whole update, against the fixture's `{algo}/after`.
+fn critics_after_match(fx: &Fixture, algo: &str, critics: &TwinCritics<A>, targets: &TwinCritics<Inner>) {
+    let stage = format!("{algo}/after");
+    let error = worst(&module_tensors(critics), &critic_names(fx, &stage, ""), "critics after");
+    assert!(error <= PARAMETER, "critics after the update {error:.2e}");
+    let error = worst(
+        &module_tensors(targets),
+        &critic_names(fx, &stage, "_target"),
+        "targets after",
+    );
+    assert!(error <= PARAMETER, "targets after the update {error:.2e}");
+}
+
+/// What `critic_loss` returns: `(L_Q, L_Q₁, L_Q₂, mean Q₁)`.
+type CriticLoss = (Tensor<A, 1>, Tensor<A, 1>, Tensor<A, 1>, f32);
 
 /// Bounds: float32 against the float64 reference, relative to each tensor's largest value.
 const LOSS: f64 = 1e-6;
@@ -256,14 +298,12 @@ fn sac_update_matches_cleanrl() {
 
     // The critics' loss and gradients, from the initial networks.
     let mut agent = sac_agent(&fx);
-    let (loss, l1, l2, _) = agent.critic_loss(&batch, noise.next.clone());
-    close("qf1 loss", l1.into_scalar(), fx.values("sac/qf1_loss")[0], LOSS);
-    close("qf2 loss", l2.into_scalar(), fx.values("sac/qf2_loss")[0], LOSS);
-    let grads = gradients(&agent.critics, &loss.backward());
-    let mut expected = fx.network("sac/grad/qf1", &["fc3"], "q1.");
-    expected.extend(fx.network("sac/grad/qf2", &["fc3"], "q2."));
-    let error = worst(&grads, &expected, "critic gradients");
-    assert!(error <= GRADIENT, "critic gradients {error:.2e}");
+    critic_step_matches(
+        &fx,
+        "sac",
+        &agent.critics,
+        agent.critic_loss(&batch, noise.next.clone()),
+    );
 
     // The actor's and temperature's first losses and gradients, after the critics' step.
     let critics_only = SacNoise {
@@ -303,16 +343,7 @@ fn sac_update_matches_cleanrl() {
     let expected = fx.network("sac/after/actor", &["fc_mean", "fc_logstd"], "");
     let error = worst(&module_tensors(&agent.actor), &expected, "actor after");
     assert!(error <= PARAMETER, "actor after the update {error:.2e}");
-    let error = worst(
-        &module_tensors(&agent.critics),
-        &critic_names(&fx, "sac", "after"),
-        "critics after",
-    );
-    assert!(error <= PARAMETER, "critics after the update {error:.2e}");
-    let mut targets = fx.network("sac/after/qf1_target", &["fc3"], "q1.");
-    targets.extend(fx.network("sac/after/qf2_target", &["fc3"], "q2."));
-    let error = worst(&module_tensors(&agent.targets), &targets, "targets after");
-    assert!(error <= PARAMETER, "targets after the update {error:.2e}");
+    critics_after_match(&fx, "sac", &agent.critics, &agent.targets);
     let log_alpha: f32 = agent.temperature.log_alpha.val().into_scalar();
     close("log alpha", log_alpha, fx.values("sac/after/log_alpha")[0], LOSS);
 }
@@ -355,14 +386,7 @@ fn td3_update_matches_cleanrl() {
     let batch = batch(&fx, "td3");
 
     let mut agent = td3_agent(&fx);
-    let (loss, l1, l2, _) = agent.critic_loss(&batch, noise.clone());
-    close("qf1 loss", l1.into_scalar(), fx.values("td3/qf1_loss")[0], LOSS);
-    close("qf2 loss", l2.into_scalar(), fx.values("td3/qf2_loss")[0], LOSS);
-    let grads = gradients(&agent.critics, &loss.backward());
-    let mut expected = fx.network("td3/grad/qf1", &["fc3"], "q1.");
-    expected.extend(fx.network("td3/grad/qf2", &["fc3"], "q2."));
-    let error = worst(&grads, &expected, "critic gradients");
-    assert!(error <= GRADIENT, "critic gradients {error:.2e}");
+    critic_step_matches(&fx, "td3", &agent.critics, agent.critic_loss(&batch, noise.clone()));
 
     // The actor's loss and gradients after the critics' step (a step that trains no actor).
     agent.update(&batch, noise.clone(), 1);
@@ -390,16 +414,7 @@ fn td3_update_matches_cleanrl() {
         );
         assert!(error <= PARAMETER, "{module} after the update {error:.2e}");
     }
-    let error = worst(
-        &module_tensors(&agent.critics),
-        &critic_names(&fx, "td3", "after"),
-        "critics after",
-    );
-    assert!(error <= PARAMETER, "critics after the update {error:.2e}");
-    let mut targets = fx.network("td3/after/qf1_target", &["fc3"], "q1.");
-    targets.extend(fx.network("td3/after/qf2_target", &["fc3"], "q2."));
-    let error = worst(&module_tensors(&agent.targets), &targets, "targets after");
-    assert!(error <= PARAMETER, "targets after the update {error:.2e}");
+    critics_after_match(&fx, "td3", &agent.critics, &agent.targets);
 }
 
 /// An agent's action for each observation; exploring with the generator given, else its
