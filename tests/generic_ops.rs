@@ -6,16 +6,22 @@
 //!
 //! One test in its own binary: the switch is process-wide.
 
+#[path = "common/gradients.rs"]
+mod gradients;
+
 use std::path::Path;
 
 use burn::backend::{Autodiff, Flex};
-use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
+use burn::module::AutodiffModule;
 use burn::tensor::{Int, Tensor, TensorData};
 use rein_core::{Aggregation, KlEstimator, RatioLevel};
 use rein_model::lm::{Context, load};
+use rein_model::safetensors_file::Tensors;
 use rein_optim::{PolicyLossConfig, policy_loss};
 use rein_sampler::{GenerationConfig, generate};
 use rein_train::lm::{TokenBatch, completion_log_probs};
+
+use gradients::gradients;
 
 type B = Autodiff<Flex>;
 
@@ -27,7 +33,7 @@ struct Observed {
     /// across threads).
     greedy: Vec<Vec<u32>>,
     /// The GRPO loss's gradient for every parameter, by path.
-    gradients: Vec<(String, Vec<f32>)>,
+    gradients: Tensors,
 }
 
 fn prompts(vocab: u32) -> Vec<Vec<u32>> {
@@ -114,33 +120,10 @@ fn observe(checkpoint: &str) -> Observed {
         &config,
     );
     let grads = out.loss.backward();
-    struct Collect<'a> {
-        grads: &'a <B as burn::tensor::backend::AutodiffBackend>::Gradients,
-        path: Vec<String>,
-        out: Vec<(String, Vec<f32>)>,
-    }
-    impl ModuleVisitor<B> for Collect<'_> {
-        fn enter_module(&mut self, name: &str, _: &str) {
-            self.path.push(name.to_string());
-        }
-        fn exit_module(&mut self, _: &str, _: &str) {
-            self.path.pop();
-        }
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let grad = param.val().grad(self.grads).expect("every parameter has a gradient");
-            self.out.push((self.path.join("."), grad.into_data().to_vec().unwrap()));
-        }
-    }
-    let mut collect = Collect {
-        grads: &grads,
-        path: Vec::new(),
-        out: Vec::new(),
-    };
-    model.visit(&mut collect);
     Observed {
         logits,
         greedy,
-        gradients: collect.out,
+        gradients: gradients::<B, _>(&model, &grads),
     }
 }
 
@@ -170,7 +153,7 @@ fn the_generic_ops_path_computes_what_the_fused_kernels_compute() {
         );
         assert_eq!(generic.greedy, fused.greedy, "{checkpoint}: greedy tokens");
         assert_eq!(generic.gradients.len(), fused.gradients.len());
-        for ((name, g), (_, f)) in generic.gradients.iter().zip(&fused.gradients) {
+        for ((name, (_, g)), (_, (_, f))) in generic.gradients.iter().zip(&fused.gradients) {
             assert!(f.iter().any(|&x| x != 0.0), "{checkpoint}: {name} has a gradient");
             assert_close(&format!("{checkpoint}: ∂loss/∂{name}"), g, f);
         }

@@ -5,7 +5,9 @@
 //! the update (critics, actor, temperature, targets) is compared. Learning: both, through the
 //! replay buffer, learn a small continuous task from scratch.
 
-use burn::module::{Module, ModuleVisitor, Param};
+#[path = "common/gradients.rs"]
+mod gradients;
+
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorData};
 use rein_core::{BoxSpace, SeededRng};
@@ -16,6 +18,8 @@ use rein_train::off_policy::replay_buffer::ReplayBuffer;
 use rein_train::off_policy::sac::{Sac, SacNoise, SacSettings, TwinCritics};
 use rein_train::off_policy::td3::{Td3, Td3Settings};
 use safetensors::SafeTensors;
+
+use gradients::gradients;
 
 type A = CpuAutodiff;
 type Inner = <A as AutodiffBackend>::InnerBackend;
@@ -141,36 +145,6 @@ fn batch(fx: &Fixture, algo: &str) -> Transitions<A> {
         next_obs: t2("next_obs", 3),
         dones: t1("dones"),
     }
-}
-
-/// Every float parameter's gradient in `grads`, by rein's parameter name.
-fn gradients<M: Module<A>>(module: &M, grads: &<A as AutodiffBackend>::Gradients) -> Tensors {
-    struct Collect<'a> {
-        path: Vec<String>,
-        grads: &'a <A as AutodiffBackend>::Gradients,
-        out: Tensors,
-    }
-    impl ModuleVisitor<A> for Collect<'_> {
-        fn enter_module(&mut self, name: &str, _: &str) {
-            self.path.push(name.to_string());
-        }
-        fn exit_module(&mut self, _: &str, _: &str) {
-            self.path.pop();
-        }
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<A, D>>) {
-            let grad = param.val().grad(self.grads).expect("a gradient");
-            let shape = grad.dims().to_vec();
-            self.out
-                .insert(self.path.join("."), (shape, grad.into_data().to_vec().unwrap()));
-        }
-    }
-    let mut collect = Collect {
-        path: Vec::new(),
-        grads,
-        out: Tensors::new(),
-    };
-    module.visit(&mut collect);
-    collect.out
 }
 
 /// The largest `|rein − CleanRL|` over `named`, relative to the largest `|CleanRL|` (and at least
