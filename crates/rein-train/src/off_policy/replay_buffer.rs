@@ -175,14 +175,14 @@ impl ReplayBuffer {
         if [cap, o, a] != [capacity, obs_dim, act_dim] || len > cap || next >= cap.max(1) {
             return None;
         }
-        let mut buffer = Self::new(capacity, obs_dim, act_dim, None).ok()?;
-        let mut floats = bytes[40..]
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
         let widths = [o, a, 1, o, 1];
         if bytes.len() != 40 + 4 * len * widths.iter().sum::<usize>() {
             return None;
         }
+        let mut buffer = Self::new(capacity, obs_dim, act_dim, None).ok()?;
+        let mut floats = bytes[40..]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
         for (column, width) in [
             &mut buffer.obs,
             &mut buffer.actions,
