@@ -341,6 +341,7 @@ fn td3_agent(fx: &Fixture) -> Td3<A> {
         policy_noise: 0.2,
         noise_clip: 0.5,
         policy_frequency: 2,
+        exploration_noise: 0.1,
     };
     Td3::new(
         actor("td3/init/actor"),
@@ -495,6 +496,7 @@ fn sac_and_td3_learn_a_continuous_task() {
             policy_noise: 0.2,
             noise_clip: 0.5,
             policy_frequency: 2,
+            exploration_noise: 0.1,
         };
         let td3 = std::cell::RefCell::new(Td3::new(
             actor,
@@ -509,7 +511,7 @@ fn sac_and_td3_learn_a_continuous_task() {
             seed,
             2000,
             &mut |obs, rng| {
-                let noise = rng.map(|rng| (normal_draws(rng, obs.dims()[0]), 0.1));
+                let noise = rng.map(|rng| normal_draws(rng, obs.dims()[0]));
                 td3.borrow().act(obs, noise).into_data().to_vec().unwrap()
             },
             &mut |batch, rng, step| {

@@ -35,7 +35,7 @@ fn ppo_solves_cartpole_on_every_seed() {
             "ppo-cartpole.toml",
             &[runs_dir(&format!("cartpole-{seed}")), format!("seed={seed}")],
         );
-        let outcome = rein_train::run_ppo(&loaded, &plugin_dir(), true).unwrap();
+        let outcome = rein_train::run_env(&loaded, &plugin_dir(), true).unwrap();
         let mean = outcome.mean_return.unwrap();
         assert!(mean >= 475.0, "seed {seed}: last-20 mean return {mean}");
         assert!(outcome.solved_at.is_some(), "seed {seed}");
@@ -77,7 +77,7 @@ fn ppo_solves_pendulum_on_every_seed() {
             "ppo-pendulum.toml",
             &[runs_dir(&format!("pendulum-{seed}")), format!("seed={seed}")],
         );
-        let outcome = rein_train::run_ppo(&loaded, &plugin_dir(), false).unwrap();
+        let outcome = rein_train::run_env(&loaded, &plugin_dir(), false).unwrap();
         let mean = outcome.mean_return.unwrap();
         assert!(mean >= -200.0, "seed {seed}: last-20 mean return {mean}");
     }
@@ -101,7 +101,7 @@ fn same_seed_runs_in_one_process_are_identical_whatever_runs_beside_them() {
         ];
         let loaded = recipe("ppo-cartpole.toml", &overrides);
         start.wait();
-        let outcome = rein_train::run_ppo(&loaded, &plugin_dir(), true).unwrap();
+        let outcome = rein_train::run_env(&loaded, &plugin_dir(), true).unwrap();
         let dir = outcome.run_dir.unwrap();
         let policy = std::fs::read(dir.join("policy.safetensors")).unwrap();
         (common::metrics_without_timings(&dir), policy)
@@ -132,7 +132,7 @@ fn a_failing_env_plugin_stops_training_with_its_error() {
         "env.config.horizon=100".into(),
         "env.limits.timeout_ms=1000".into(),
     ];
-    let err = rein_train::run_ppo(&recipe("ppo-cartpole.toml", &overrides), &plugin_dir(), false).unwrap_err();
+    let err = rein_train::run_env(&recipe("ppo-cartpole.toml", &overrides), &plugin_dir(), false).unwrap_err();
     assert!(
         err.to_string()
             .contains("plugin `hostile-env` (step): exceeded its time limit of 1000 ms"),
@@ -159,7 +159,7 @@ fn a_non_finite_loss_stops_at_its_update_and_keeps_the_checkpoints_before_it() {
         "train.total_steps=640".into(),
         "train.checkpoint_every=1".into(),
     ];
-    let err = rein_train::run_ppo(&recipe("ppo-cartpole.toml", &overrides), &plugin_dir(), true).unwrap_err();
+    let err = rein_train::run_env(&recipe("ppo-cartpole.toml", &overrides), &plugin_dir(), true).unwrap_err();
     let rein_train::TrainError::NonFinite { step, ref what, .. } = err else {
         panic!("expected a non-finite error, got {err}")
     };
@@ -171,4 +171,88 @@ fn a_non_finite_loss_stops_at_its_update_and_keeps_the_checkpoints_before_it() {
     let (newest, skipped) = checkpoints.latest().unwrap();
     assert!(skipped.is_empty());
     assert_eq!(newest.expect("the updates before it were checkpointed").step, 2);
+}
+
+/// SAC and TD3 refuse an environment whose actions are discrete, naming the algorithm and the
+/// space, and a replay buffer larger than memory, naming the key and the size, before training.
+#[test]
+fn off_policy_recipes_refuse_discrete_actions_and_oversized_buffers() {
+    for (file, name) in [("sac-pendulum.toml", "SAC"), ("td3-pendulum.toml", "TD3")] {
+        let cartpole = recipe(file, &[runs_dir("discrete"), "env.plugin=\"cartpole\"".into()]);
+        let err = rein_train::run_env(&cartpole, &plugin_dir(), false).unwrap_err();
+        assert!(
+            err.to_string().contains(&format!(
+                "environment `cartpole`: {name} needs continuous (box) actions; this environment's action space is Discrete(2)"
+            )),
+            "{err}"
+        );
+        let huge = recipe(
+            file,
+            &[runs_dir("huge"), "algorithm.buffer_size=1_000_000_000_000".into()],
+        );
+        let err = rein_train::run_env(&huge, &plugin_dir(), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("`algorithm.buffer_size` = 1000000000000: a replay buffer of 1000000000000 transitions (9 floats each) needs 33527.6 GiB;"),
+            "{err}"
+        );
+    }
+}
+
+/// A short SAC and TD3 run writes what a PPO run writes: metrics with the losses, the policy,
+/// the report; two runs of one seed are identical.
+#[test]
+fn off_policy_runs_log_their_losses_and_reproduce() {
+    for (file, losses) in [
+        (
+            "sac-pendulum.toml",
+            &[
+                "losses/qf1_loss",
+                "losses/actor_loss",
+                "losses/alpha",
+                "losses/alpha_loss",
+            ][..],
+        ),
+        (
+            "td3-pendulum.toml",
+            &["losses/qf1_loss", "losses/qf2_loss", "losses/actor_loss"][..],
+        ),
+    ] {
+        let run = |tag: &str| {
+            let overrides = [
+                runs_dir(tag),
+                "train.total_steps=600".into(),
+                "algorithm.log_every=100".into(),
+                "algorithm.learning_starts=100".into(),
+                "algorithm.batch_size=32".into(),
+                "model.hidden=[16, 16]".into(),
+                "train.eval_episodes=1".into(),
+            ];
+            let outcome = rein_train::run_env(&recipe(file, &overrides), &plugin_dir(), true).unwrap();
+            assert_eq!(
+                (outcome.env_steps, outcome.updates, outcome.episodes),
+                (600, 499, 3),
+                "{file}"
+            );
+            assert!(outcome.eval_return.is_some_and(|r| r < 0.0), "{file}");
+            let dir = outcome.run_dir.unwrap();
+            assert!(dir.join("policy.safetensors").is_file() && dir.join("report.md").is_file());
+            common::metrics_without_timings(&dir)
+        };
+        let (a, b) = (run(&format!("{file}-a")), run(&format!("{file}-b")));
+        assert_eq!(a.len(), 6, "{file}: one record per 100 steps");
+        let last = &a[5];
+        for key in losses {
+            assert!(
+                last[*key].as_f64().is_some_and(f64::is_finite),
+                "{file}: {key} in {last}"
+            );
+        }
+        assert!(
+            a[0].get("losses/qf1_loss").is_none(),
+            "{file}: no update before learning_starts"
+        );
+        assert_eq!(a, b, "{file}: two runs of one seed differ");
+    }
 }

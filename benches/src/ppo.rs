@@ -23,7 +23,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         for seed in 1..=SEEDS {
             let overrides = vec![format!("seed={seed}"), "train.eval_episodes=0".to_string()];
             let loaded = LoadedRecipe::load(Path::new(recipe), &overrides)?;
-            let outcome = rein_train::run_ppo(&loaded, plugin_dir, false)?;
+            let outcome = rein_train::run_env(&loaded, plugin_dir, false)?;
             let t = outcome.timings;
             let total = t.total.as_secs_f64();
             let (steps, secs) = outcome.solved_at.unwrap_or((outcome.env_steps, f64::INFINITY));

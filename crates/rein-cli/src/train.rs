@@ -49,11 +49,11 @@ impl RunArgs {
         }
         .with_context(|| format!("training {}", self.recipe.recipe.display()))?;
         let run_dir = match &outcome {
-            RunOutcome::Ppo(outcome) => outcome.run_dir.clone(),
+            RunOutcome::Env(outcome) => outcome.run_dir.clone(),
             RunOutcome::Lm(outcome) => outcome.run_dir.clone(),
         };
         match outcome {
-            RunOutcome::Ppo(outcome) => report_ppo(&loaded, &outcome),
+            RunOutcome::Env(outcome) => report_env(&loaded, &outcome),
             RunOutcome::Lm(outcome) => report_lm(&outcome),
         }
         if let Some(dir) = run_dir {
@@ -79,7 +79,7 @@ fn stop_on_interrupt() {
     }
 }
 
-fn report_ppo(loaded: &LoadedRecipe, outcome: &rein_train::ppo::PpoOutcome) {
+fn report_env(loaded: &LoadedRecipe, outcome: &rein_train::EnvOutcome) {
     let t = &outcome.timings;
     if let Some(dir) = &outcome.run_dir {
         eprintln!("run directory: {}", dir.display());

@@ -266,6 +266,30 @@ fn ppo_killed_at_random_updates_resumes_to_the_same_metrics() {
     killed_and_resumed_equals_uninterrupted(&job, 64, 3);
 }
 
+/// SAC and TD3 checkpoint their networks, targets, optimisers, temperature and the replay
+/// buffer: a resumed run samples the same batches and ends as the uninterrupted one.
+#[test]
+fn sac_and_td3_killed_at_random_steps_resume_to_the_same_metrics() {
+    for recipe in ["recipes/sac-pendulum.toml", "recipes/td3-pendulum.toml"] {
+        let job = Job {
+            recipe,
+            overrides: [
+                "train.total_steps=1500", // 30 records of 50 steps, 1 300 updates
+                "algorithm.log_every=50",
+                "algorithm.learning_starts=200",
+                "algorithm.batch_size=32",
+                "model.hidden=[16, 16]",
+                "train.stop_at_return=1e9",
+                "train.eval_episodes=1",
+            ]
+            .map(String::from)
+            .to_vec(),
+            every: 4,
+        };
+        killed_and_resumed_equals_uninterrupted(&job, 30, 2);
+    }
+}
+
 /// GRPO with difficulty pools and difficulty weights: the pass rates are in the checkpoint, so a
 /// resumed run draws the same prompts.
 #[test]

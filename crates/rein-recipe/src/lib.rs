@@ -17,6 +17,7 @@ mod curriculum;
 mod data;
 mod error;
 mod lm_ppo;
+mod off_policy;
 mod plan;
 mod preference;
 mod schema;
@@ -27,6 +28,7 @@ use std::path::{Path, PathBuf};
 pub use curriculum::{CurriculumKind, CurriculumSection};
 pub use data::{ArithmeticTask, Fields, Solution};
 pub use error::RecipeError;
+pub use off_policy::{OffPolicyAlgorithm, OffPolicyRecipe, SacSection, Td3Section};
 pub use plan::{DpoRecipe, GrpoRecipe, LmPpoRecipe, OnlineDpoRecipe, Plan, PpoRecipe, RewardModelRecipe, SftRecipe};
 pub use rein_core::AdvantageKind;
 pub use schema::{

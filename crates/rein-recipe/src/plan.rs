@@ -5,6 +5,7 @@
 
 use rein_core::AdvantageKind;
 
+use crate::off_policy::{OffPolicyAlgorithm, OffPolicyRecipe};
 use crate::schema::{
     Algorithm, DataSection, DpoSection, EnvSection, GrpoSection, LmPpoSection, OnlineDpoSection, PpoSection, Recipe,
     RewardModelSection, SftSection,
@@ -41,6 +42,8 @@ pub enum Plan<'a> {
     OnlineDpo(OnlineDpoRecipe<'a>),
     /// PPO with a critic on a language model.
     LmPpo(LmPpoRecipe<'a>),
+    /// SAC or TD3 on vector environments.
+    OffPolicy(OffPolicyRecipe<'a>),
 }
 
 /// A PPO recipe: its hyperparameters and its environment.
@@ -112,6 +115,10 @@ pub struct RewardModelRecipe<'a> {
 impl<'a> Plan<'a> {
     /// The view of `recipe`'s algorithm; the error names the section it lacks.
     pub(crate) fn of(recipe: &'a Recipe) -> Result<Self, Broken> {
+        let env = |algorithm: &str| {
+            (recipe.env.as_ref())
+                .ok_or_else(|| broken("env", format!("{algorithm} needs an [env] section with a plugin")))
+        };
         let data = |algorithm: &str| {
             (recipe.data.as_ref()).ok_or_else(|| broken("data", format!("{algorithm} needs a [data] section")))
         };
@@ -119,7 +126,7 @@ impl<'a> Plan<'a> {
             Algorithm::Ppo(ppo) => Plan::Ppo(PpoRecipe {
                 recipe,
                 ppo,
-                env: (recipe.env.as_ref()).ok_or_else(|| broken("env", "PPO needs an [env] section with a plugin"))?,
+                env: env("PPO")?,
             }),
             Algorithm::Grpo(grpo) => Plan::Grpo(GrpoRecipe {
                 recipe,
@@ -151,6 +158,16 @@ impl<'a> Plan<'a> {
                 ppo,
                 data: data("PPO on a language model")?,
             }),
+            Algorithm::Sac(sac) => Plan::OffPolicy(OffPolicyRecipe {
+                recipe,
+                algorithm: OffPolicyAlgorithm::Sac(sac),
+                env: env("SAC")?,
+            }),
+            Algorithm::Td3(td3) => Plan::OffPolicy(OffPolicyRecipe {
+                recipe,
+                algorithm: OffPolicyAlgorithm::Td3(td3),
+                env: env("TD3")?,
+            }),
         })
     }
 
@@ -164,13 +181,14 @@ impl<'a> Plan<'a> {
             Plan::RewardModel(rm) => rm.check(),
             Plan::OnlineDpo(online) => online.check(),
             Plan::LmPpo(ppo) => ppo.check(),
+            Plan::OffPolicy(off_policy) => off_policy.check(),
         }
     }
 
     /// The `[data]` section (every language-model algorithm has one).
     pub fn data(&self) -> Option<&'a DataSection> {
         match self {
-            Plan::Ppo(_) => None,
+            Plan::Ppo(_) | Plan::OffPolicy(_) => None,
             Plan::Grpo(GrpoRecipe { data, .. })
             | Plan::Sft(SftRecipe { data, .. })
             | Plan::Dpo(DpoRecipe { data, .. })

@@ -4,6 +4,7 @@
 use rein_core::{AdvantageKind, SandboxLimits};
 
 pub use crate::lm_ppo::LmPpoSection;
+pub use crate::off_policy::{SacSection, Td3Section};
 pub use crate::preference::{DpoSection, OnlineDpoSection, RewardModelSection};
 use serde::{Deserialize, Serialize};
 
@@ -136,6 +137,10 @@ pub enum Algorithm {
     /// PPO with a critic on a language model: `name = "ppo"` in a recipe with `[data]`.
     #[serde(rename(serialize = "ppo", deserialize = "lm-ppo"))]
     LmPpo(LmPpoSection),
+    /// Soft actor-critic on vector environments with continuous actions.
+    Sac(SacSection),
+    /// TD3 on vector environments with continuous actions.
+    Td3(Td3Section),
 }
 
 /// The tag [`Algorithm::LmPpo`] is read under (recipes write `"ppo"`; see

@@ -30,6 +30,12 @@ fn sections(algorithm: &Algorithm) -> &'static [(&'static str, Keys)] {
             ),
             ("train", Keys::All),
         ],
+        // SAC and TD3 keep their learning rates in `[algorithm]`, as CleanRL does.
+        Algorithm::Sac(_) | Algorithm::Td3(_) => &[
+            ("env", Keys::All),
+            ("model", Keys::Only(&["hidden"])),
+            ("train", Keys::All),
+        ],
         Algorithm::Grpo(_) => &[
             ("data", Keys::All),
             ("model", LM_MODEL),
@@ -104,6 +110,8 @@ pub(crate) fn algorithm_name(algorithm: &Algorithm) -> &'static str {
         Algorithm::RewardModel(_) => "reward-model training",
         Algorithm::OnlineDpo(_) => "online DPO",
         Algorithm::LmPpo(_) => "PPO on a language model",
+        Algorithm::Sac(_) => "SAC",
+        Algorithm::Td3(_) => "TD3",
     }
 }
 

@@ -158,7 +158,7 @@ impl Checkpoint {
 }
 
 /// The parameters of `module` as a section.
-fn module_bytes<B: Backend, M: Module<B>>(module: &M) -> Vec<u8> {
+pub(crate) fn module_bytes<B: Backend, M: Module<B>>(module: &M) -> Vec<u8> {
     NamedMpkBytesRecorder::<FullPrecisionSettings>::new()
         .record(module.clone().into_record(), ())
         .expect("MessagePack encoding of a module record does not fail")

@@ -8,16 +8,17 @@ use rein_plugin::PluginRuntime;
 
 use crate::TrainError;
 use crate::checkpoint::{CheckpointDir, Checkpointing};
+use crate::environments::EnvOutcome;
 use crate::lm::run::{LmOutcome, run_lm};
-use crate::ppo::{self, PpoOutcome};
 use crate::run_dir::RunDir;
-use rein_recipe::{Algorithm, Device, LoadedRecipe, Plan, PpoRecipe};
+use crate::{off_policy, ppo};
+use rein_recipe::{Device, LoadedRecipe, OffPolicyRecipe, Plan, PpoRecipe};
 
 /// What a run reports.
 #[derive(Debug, Clone)]
 pub enum RunOutcome {
-    /// A PPO run on environments.
-    Ppo(PpoOutcome),
+    /// A run on environments (PPO, SAC, TD3).
+    Env(EnvOutcome),
     /// A language-model run (SFT, GRPO, DPO, a reward model).
     Lm(Box<LmOutcome>),
 }
@@ -67,8 +68,8 @@ fn run_in(
     resume: Option<crate::checkpoint::Checkpoint>,
 ) -> Result<RunOutcome, TrainError> {
     let checkpointing = checkpointing(loaded, run_dir, resume);
-    if matches!(loaded.recipe.algorithm, Algorithm::Ppo(_)) {
-        return ppo_in(loaded, plugin_dir, run_dir, &checkpointing).map(RunOutcome::Ppo);
+    if matches!(loaded.plan()?, Plan::Ppo(_) | Plan::OffPolicy(_)) {
+        return env_in(loaded, plugin_dir, run_dir, &checkpointing).map(RunOutcome::Env);
     }
     let outcome = match loaded.recipe.device {
         Device::Cpu => {
@@ -128,11 +129,11 @@ fn recipe_difference(saved: &str, now: &str) -> Option<String> {
     })
 }
 
-/// Trains a PPO recipe.
-pub fn run_ppo(loaded: &LoadedRecipe, plugin_dir: &Path, write_run: bool) -> Result<PpoOutcome, TrainError> {
+/// Trains a recipe on environments (PPO, SAC, TD3).
+pub fn run_env(loaded: &LoadedRecipe, plugin_dir: &Path, write_run: bool) -> Result<EnvOutcome, TrainError> {
     let run_dir = create_run_dir(loaded, write_run)?;
     let checkpointing = checkpointing(loaded, run_dir.as_ref(), None);
-    ppo_in(loaded, plugin_dir, run_dir.as_ref(), &checkpointing)
+    env_in(loaded, plugin_dir, run_dir.as_ref(), &checkpointing)
 }
 
 /// Checkpoints into `run_dir` (none without one) every `train.checkpoint_every` steps,
@@ -150,33 +151,40 @@ fn checkpointing(
     }
 }
 
-fn ppo_in(
+fn env_in(
     loaded: &LoadedRecipe,
     plugin_dir: &Path,
     run_dir: Option<&RunDir>,
     checkpointing: &Checkpointing,
-) -> Result<PpoOutcome, TrainError> {
-    let recipe = &loaded.recipe;
-    let Plan::Ppo(PpoRecipe { env, .. }) = loaded.plan()? else {
-        return Err(TrainError::Unsupported("not a PPO recipe".into()));
+) -> Result<EnvOutcome, TrainError> {
+    let plan = loaded.plan()?;
+    let (Plan::Ppo(PpoRecipe { env, .. }) | Plan::OffPolicy(OffPolicyRecipe { env, .. })) = plan else {
+        return Err(TrainError::Unsupported("not a recipe on environments".into()));
     };
     let plugin_path = loaded.env_plugin_path(plugin_dir)?;
     let runtime = PluginRuntime::default();
     let plugin = runtime.load(&plugin_path, env.limits.clone())?;
     let config = serde_json::to_string(&env.config).unwrap_or_else(|_| "{}".into());
     let make_env = |n: usize| plugin.vec_env(&config, n).map(|e| Box::new(e) as Box<dyn VecEnv>);
-    match recipe.device {
+    let off_policy = matches!(plan, Plan::OffPolicy(_));
+    match loaded.recipe.device {
         Device::Cpu => {
-            ppo::train::<rein_model::CpuAutodiff>(loaded, &make_env, &Default::default(), run_dir, checkpointing)
+            type Cpu = rein_model::CpuAutodiff;
+            let device = Default::default();
+            match off_policy {
+                true => off_policy::train::<Cpu>(loaded, &make_env, &device, run_dir, checkpointing),
+                false => ppo::train::<Cpu>(loaded, &make_env, &device, run_dir, checkpointing),
+            }
         }
         #[cfg(feature = "cuda")]
-        Device::Cuda => ppo::train::<burn::backend::Autodiff<burn::backend::Cuda>>(
-            loaded,
-            &make_env,
-            &Default::default(),
-            run_dir,
-            checkpointing,
-        ),
+        Device::Cuda => {
+            type Cuda = burn::backend::Autodiff<burn::backend::Cuda>;
+            let device = Default::default();
+            match off_policy {
+                true => off_policy::train::<Cuda>(loaded, &make_env, &device, run_dir, checkpointing),
+                false => ppo::train::<Cuda>(loaded, &make_env, &device, run_dir, checkpointing),
+            }
+        }
         #[cfg(not(feature = "cuda"))]
         Device::Cuda => Err(no_cuda(loaded)),
     }

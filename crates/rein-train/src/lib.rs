@@ -1,7 +1,8 @@
 //! rein's training loops and everything a run needs around them: recipes, run directories,
 //! metrics and progress.
 //!
-//! - [`ppo`]: PPO on a vector of environment plugins (CleanRL's `ppo.py`, in algorithm order).
+//! - [`ppo`]: PPO on a vector of environment plugins (CleanRL's `ppo.py`, in algorithm order);
+//!   [`off_policy`]: SAC and TD3 on them; [`environments`]: what those loops share.
 //! - [`lm`]: language-model post-training — SFT, the GRPO family, PPO with a critic, the DPO
 //!   family and reward models, data from files or a generated task, held-out evaluation.
 //! - [`RunDir`]: `runs/<name>-<timestamp>/` with the resolved recipe, `metrics.jsonl` (and
@@ -15,6 +16,7 @@
 pub mod checkpoint;
 pub mod data_parallel;
 pub mod driver;
+pub mod environments;
 mod error;
 mod launch;
 pub mod lm;
@@ -26,7 +28,8 @@ mod run_dir;
 pub mod tensorboard;
 pub mod watchdog;
 
+pub use environments::EnvOutcome;
 pub use error::TrainError;
-pub use launch::{RunOutcome, resume, run, run_ppo};
+pub use launch::{RunOutcome, resume, run, run_env};
 pub use lm::run::{LmOutcome, describe, evaluate_recipe};
 pub use run_dir::{MetricsWriter, RunDir, tensorboard_tag};

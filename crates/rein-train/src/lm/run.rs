@@ -551,7 +551,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
                 }
                 outcome.reward_model = Some(trained);
             }
-            Algorithm::Sft(_) | Algorithm::Ppo(_) => {}
+            Algorithm::Sft(_) | Algorithm::Ppo(_) | Algorithm::Sac(_) | Algorithm::Td3(_) => {}
         }
         Ok(model)
     }

@@ -1,12 +1,19 @@
 //! Off-policy actor-critics for continuous actions: SAC ([`sac`]) and TD3 ([`td3`]), one update
-//! each in CleanRL's order (`sac_continuous_action.py`, `td3_continuous_action.py`). The losses
-//! are rein-optim's, the networks rein-model's; this module owns the order of an update, its
-//! optimisers and target networks, and the random draws an update makes (taken as arguments,
-//! so a test can give CleanRL's).
+//! each in CleanRL's order (`sac_continuous_action.py`, `td3_continuous_action.py`), and the
+//! loop that runs them on environment plugins ([`OffPolicy`], [`train`]). The losses are
+//! rein-optim's, the networks rein-model's; this module owns the order of an update, its
+//! optimisers and target networks, the replay buffer, and the random draws an update makes
+//! (taken as arguments, so a test can give CleanRL's).
 
+mod agent;
 pub mod replay_buffer;
+mod run;
 pub mod sac;
 pub mod td3;
+mod trainer;
+
+pub use run::train;
+pub use trainer::OffPolicy;
 
 use burn::optim::AdamConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};

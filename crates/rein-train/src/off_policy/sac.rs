@@ -15,9 +15,11 @@ use rein_optim::{
     twin_critic_loss,
 };
 
-use rein_core::BoxSpace;
+use rein_core::{BoxSpace, SeededRng};
 
 use super::{BoxTensors, Transitions, normals, torch_adam};
+use crate::checkpoint::{Checkpoint, CheckpointError, module_bytes, module_sections};
+use crate::driver::Snapshot;
 
 /// The twin critics `Q₁`, `Q₂`, stepped by one optimiser (CleanRL's `q_optimizer` over both).
 #[derive(Module, Debug)]
@@ -76,6 +78,31 @@ pub struct SacNoise {
     pub policy: Vec<Vec<f32>>,
     /// One per actor step, for the temperature's `log π(ã|s)` (empty when α is fixed).
     pub temperature: Vec<Vec<f32>>,
+}
+
+impl SacNoise {
+    /// The draws of update `step` on a batch of `rows × act_dim` actions, from `rng` in the
+    /// order the update reads them; only the actor steps `step` takes are drawn for.
+    pub fn draw(rng: &mut SeededRng, settings: &SacSettings, values: usize, step: u64) -> Self {
+        let mut normals = |n: usize| (0..n).map(|_| rng.normal() as f32).collect::<Vec<f32>>();
+        let next = normals(values);
+        let actor_steps = match step.is_multiple_of(settings.policy_frequency) {
+            true => settings.policy_frequency as usize,
+            false => 0,
+        };
+        let (mut policy, mut temperature) = (Vec::new(), Vec::new());
+        for _ in 0..actor_steps {
+            policy.push(normals(values));
+            if settings.target_entropy.is_some() {
+                temperature.push(normals(values));
+            }
+        }
+        Self {
+            next,
+            policy,
+            temperature,
+        }
+    }
 }
 
 /// What an update measured (CleanRL's logged losses).
@@ -222,6 +249,64 @@ impl<B: ReinAutodiffBackend> Sac<B> {
             self.targets = polyak_update(targets, &critics, s.tau);
         }
         losses
+    }
+
+    /// The action's dimensions.
+    pub fn act_dim(&self) -> usize {
+        self.bounds.scale.dims()[0]
+    }
+
+    /// Its settings.
+    pub fn settings(&self) -> &SacSettings {
+        &self.settings
+    }
+
+    /// The networks, targets, temperature and optimisers as checkpoint sections (serialised
+    /// when called, possibly on another thread).
+    pub fn snapshot(&self) -> Snapshot {
+        let (actor, critics, temperature) = (self.actor.clone(), self.critics.clone(), self.temperature.clone());
+        let optims = (
+            self.actor_optim.clone(),
+            self.critic_optim.clone(),
+            self.temperature_optim.clone(),
+        );
+        let targets = self.targets.clone();
+        Box::new(move || {
+            let mut sections = module_sections::<B, _, _>(["actor", "actor_optimizer"], &actor, &optims.0);
+            sections.extend(module_sections::<B, _, _>(
+                ["critics", "critic_optimizer"],
+                &critics,
+                &optims.1,
+            ));
+            sections.extend(module_sections::<B, _, _>(
+                ["temperature", "temperature_optimizer"],
+                &temperature,
+                &optims.2,
+            ));
+            sections.push(("targets".into(), module_bytes(&targets)));
+            sections
+        })
+    }
+
+    /// What [`Sac::snapshot`] wrote.
+    pub fn restore(&mut self, checkpoint: &Checkpoint, device: &B::Device) -> Result<(), CheckpointError> {
+        self.actor = checkpoint.load_module("actor", self.actor.clone(), device)?;
+        self.actor_optim =
+            checkpoint.load_optimizer::<B, GaussianActor<B>, _>("actor_optimizer", self.actor_optim.clone(), device)?;
+        self.critics = checkpoint.load_module("critics", self.critics.clone(), device)?;
+        self.critic_optim =
+            checkpoint.load_optimizer::<B, TwinCritics<B>, _>("critic_optimizer", self.critic_optim.clone(), device)?;
+        self.temperature = checkpoint.load_module("temperature", self.temperature.clone(), device)?;
+        self.temperature_optim = checkpoint.load_optimizer::<B, Temperature<B>, _>(
+            "temperature_optimizer",
+            self.temperature_optim.clone(),
+            device,
+        )?;
+        self.targets = checkpoint.load_module("targets", self.targets.clone(), device)?;
+        if self.settings.target_entropy.is_some() {
+            self.alpha = self.temperature.log_alpha.val().exp().into_scalar().elem();
+        }
+        Ok(())
     }
 
     /// Actions for `obs` without gradients: drawn from the policy with the standard normals

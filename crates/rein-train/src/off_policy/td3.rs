@@ -16,6 +16,8 @@ use super::sac::TwinCritics;
 use rein_core::BoxSpace;
 
 use super::{BoxTensors, Transitions, normals, torch_adam};
+use crate::checkpoint::{Checkpoint, CheckpointError, module_bytes, module_sections};
+use crate::driver::Snapshot;
 
 /// TD3's settings (CleanRL's names and defaults in the recipe).
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +34,8 @@ pub struct Td3Settings {
     pub noise_clip: f32,
     /// Every this many steps, one actor step and the targets' averaging.
     pub policy_frequency: u64,
+    /// σ_e, the exploration noise [`Td3::act`] adds (in half-widths of the action box).
+    pub exploration_noise: f32,
 }
 
 /// What an update measured (CleanRL's logged losses).
@@ -133,14 +137,59 @@ impl<B: ReinAutodiffBackend> Td3<B> {
         deterministic_actor_loss(self.critics.q1.forward(obs, actions))
     }
 
+    /// The action's dimensions.
+    pub fn act_dim(&self) -> usize {
+        self.bounds.scale.dims()[0]
+    }
+
+    /// Its settings.
+    pub fn settings(&self) -> &Td3Settings {
+        &self.settings
+    }
+
+    /// The networks, targets and optimisers as checkpoint sections (serialised when called,
+    /// possibly on another thread).
+    pub fn snapshot(&self) -> Snapshot {
+        let (actor, critics) = (self.actor.clone(), self.critics.clone());
+        let (actor_optim, critic_optim) = (self.actor_optim.clone(), self.critic_optim.clone());
+        let (target_actor, targets) = (self.target_actor.clone(), self.targets.clone());
+        Box::new(move || {
+            let mut sections = module_sections::<B, _, _>(["actor", "actor_optimizer"], &actor, &actor_optim);
+            sections.extend(module_sections::<B, _, _>(
+                ["critics", "critic_optimizer"],
+                &critics,
+                &critic_optim,
+            ));
+            sections.push(("target_actor".into(), module_bytes(&target_actor)));
+            sections.push(("targets".into(), module_bytes(&targets)));
+            sections
+        })
+    }
+
+    /// What [`Td3::snapshot`] wrote.
+    pub fn restore(&mut self, checkpoint: &Checkpoint, device: &B::Device) -> Result<(), CheckpointError> {
+        self.actor = checkpoint.load_module("actor", self.actor.clone(), device)?;
+        self.actor_optim = checkpoint.load_optimizer::<B, DeterministicActor<B>, _>(
+            "actor_optimizer",
+            self.actor_optim.clone(),
+            device,
+        )?;
+        self.critics = checkpoint.load_module("critics", self.critics.clone(), device)?;
+        self.critic_optim =
+            checkpoint.load_optimizer::<B, TwinCritics<B>, _>("critic_optimizer", self.critic_optim.clone(), device)?;
+        self.target_actor = checkpoint.load_module("target_actor", self.target_actor.clone(), device)?;
+        self.targets = checkpoint.load_module("targets", self.targets.clone(), device)?;
+        Ok(())
+    }
+
     /// Actions for `obs` without gradients: `μ(s)`, with `noise` (standard normals,
     /// `[batch × act_dim]`) the exploration `μ(s) + s_a σ_e ε` clipped to the box (CleanRL's
     /// `exploration_noise` σ_e).
-    pub fn act(&self, obs: Tensor<B::InnerBackend, 2>, noise: Option<(Vec<f32>, f32)>) -> Tensor<B::InnerBackend, 2> {
+    pub fn act(&self, obs: Tensor<B::InnerBackend, 2>, noise: Option<Vec<f32>>) -> Tensor<B::InnerBackend, 2> {
         let device = obs.device();
         let b = self.bounds.inner();
         let actions = self.actor.valid().forward(obs, b.scale.clone(), b.bias.clone());
-        let Some((noise, sigma)) = noise else {
+        let (Some(noise), sigma) = (noise, self.settings.exploration_noise) else {
             return actions;
         };
         let [rows, cols] = actions.dims();

@@ -13,8 +13,6 @@
 //! observation (CleanRL treats truncation as termination).
 
 mod policy;
-mod replay;
-mod returns;
 mod rollout;
 mod run;
 
@@ -22,7 +20,7 @@ use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
-use rein_core::{FailureCounts, PluginError, Space, VecEnv};
+use rein_core::{FailureCounts, Space, VecEnv};
 use rein_model::{ActionHead, ActorCritic, ActorCriticConfig, ReinAutodiffBackend};
 use rein_optim::{LinearSchedule, PpoLossConfig, RewardScaler, RunningMeanStd, clip_grad_norm, gae, ppo_loss};
 use rein_recipe::{PpoRecipe, PpoSection, Recipe};
@@ -33,16 +31,13 @@ use serde_json::json;
 use crate::TrainError;
 use crate::checkpoint::{Checkpoint, learner_sections};
 use crate::driver::{Snapshot, Step, Trainer};
+use crate::environments::episodes::EpisodeReturns;
+use crate::environments::{EnvFactory, replay};
 use crate::watchdog::Phases;
 use policy::{act, forward, log_std};
-use returns::EpisodeReturns;
 pub(crate) use rollout::explained_variance;
 use rollout::{LossStats, Rollout};
-pub use run::{PpoOutcome, Timings, train};
-
-/// Makes `n` environments (the recipe's plugin and config); called for training and again
-/// for evaluation.
-pub type EnvFactory<'a> = dyn Fn(usize) -> Result<Box<dyn VecEnv>, PluginError> + 'a;
+pub use run::train;
 
 /// What a PPO update carries to the next besides the model and optimiser (a checkpoint's
 /// `state` section).

@@ -11,8 +11,8 @@ use rein_optim::RunningMeanStd;
 use rein_recipe::{PpoSection, Recipe};
 use rein_sampler::{SeededRng, sample_categorical, sample_gaussian};
 
-use super::EnvFactory;
 use crate::TrainError;
+use crate::environments::{EnvFactory, episodes};
 
 /// Actor outputs (`[n, head]` flattened) and values (`[n]`) for `n` observations.
 pub(super) fn forward<B: ReinBackend>(
@@ -96,13 +96,6 @@ pub(super) fn evaluate<B: ReinBackend>(
     bounds: Option<&(Vec<f32>, Vec<f32>)>,
     device: &B::Device,
 ) -> Result<f64, TrainError> {
-    let wanted = recipe.train.eval_episodes;
-    let n = wanted.min(16);
-    let mut envs = make_env(n)?;
-    let obs_dim = envs.spec().observation.flat_dim();
-    let mut obs = envs.reset(recipe.seed.wrapping_add(1_000_003))?;
-    let mut running = vec![0.0f64; n];
-    let mut returns = Vec::with_capacity(wanted);
     let mut rng = SeededRng::new(0);
     let head = policy.head();
     let log_std = log_std(policy);
@@ -110,13 +103,13 @@ pub(super) fn evaluate<B: ReinBackend>(
         ActionHead::Categorical(_) => 1,
         ActionHead::Gaussian(d) => d,
     };
-    let (mut actions, mut log_probs) = (vec![0.0; n * act_dim], vec![0.0; n]);
-    while returns.len() < wanted {
+    let mut deterministic = |mut obs: Vec<f32>, n: usize| {
         if let Some(stats) = obs_stats {
             stats.normalize(&mut obs, ppo.clip_obs);
         }
-        let (out, _) = forward(policy, &obs, n, obs_dim, device);
-        let env_actions = act(
+        let (out, _) = forward(policy, &obs, n, obs.len() / n, device);
+        let (mut actions, mut log_probs) = (vec![0.0; n * act_dim], vec![0.0; n]);
+        act(
             head,
             &out,
             &log_std,
@@ -125,19 +118,9 @@ pub(super) fn evaluate<B: ReinBackend>(
             true,
             &mut actions,
             &mut log_probs,
-        );
-        let step = envs.step(&env_actions)?;
-        for (i, total) in running.iter_mut().enumerate() {
-            *total += step.rewards[i];
-            if step.terminated[i] || step.truncated[i] {
-                returns.push(*total);
-                *total = 0.0;
-            }
-        }
-        obs = step.observations;
-    }
-    returns.truncate(wanted);
-    Ok(returns.iter().sum::<f64>() / wanted as f64)
+        )
+    };
+    episodes::evaluate(make_env, recipe.seed, recipe.train.eval_episodes, &mut deterministic)
 }
 
 /// Writes the policy's parameters as `policy.safetensors`.

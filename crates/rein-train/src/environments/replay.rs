@@ -1,4 +1,4 @@
-//! Resuming a PPO run: the environments' state lives in their plugins, which the host cannot
+//! Resuming a run on environments: the environments' state lives in their plugins, which the host cannot
 //! read, so a checkpoint holds every action sent to them, and resuming resets them with the
 //! run's seed and sends those actions again (plugins are deterministic: their clocks are
 //! virtual, their randomness fixed), then checks that the observations reached equal the
@@ -12,7 +12,7 @@ use crate::checkpoint::Checkpoint;
 /// Sends freshly reset environments `actions` (the log of a checkpoint) again, returning the
 /// observations reached; errors if they differ from the `saved` ones, since then the plugin is
 /// not deterministic and the run cannot continue exactly.
-pub(super) fn replay(
+pub(crate) fn replay(
     envs: &mut dyn VecEnv,
     reset_obs: Vec<f32>,
     actions: &[f32],
@@ -46,7 +46,7 @@ pub(super) fn replay(
 }
 
 /// Appends `actions` to the log, as values.
-pub(super) fn log_actions(log: &mut Vec<f32>, actions: &BatchActions) {
+pub(crate) fn log_actions(log: &mut Vec<f32>, actions: &BatchActions) {
     match actions {
         BatchActions::Discrete(a) => log.extend(a.iter().map(|&a| a as f32)),
         BatchActions::Continuous(a) => log.extend_from_slice(a),
@@ -54,11 +54,11 @@ pub(super) fn log_actions(log: &mut Vec<f32>, actions: &BatchActions) {
 }
 
 /// The bytes of `values` (native byte order, as checkpoints are read where they are written).
-pub(super) fn bytes_of(values: &[f32]) -> Vec<u8> {
+pub(crate) fn bytes_of(values: &[f32]) -> Vec<u8> {
     bytemuck::cast_slice(values).to_vec()
 }
 
 /// The values of [`bytes_of`].
-pub(super) fn f32s(bytes: &[u8]) -> Vec<f32> {
+pub(crate) fn f32s(bytes: &[u8]) -> Vec<f32> {
     bytemuck::pod_collect_to_vec(bytes)
 }

@@ -1,0 +1,100 @@
+//! What every trainer on a vector of environment plugins shares (PPO, SAC, TD3): the factory
+//! that makes the environments, the episodes' returns, resuming by replaying the actions sent
+//! ([`replay`]), the deterministic policy's evaluation, and what a finished run reports.
+
+pub(crate) mod episodes;
+pub(crate) mod replay;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rein_core::{PluginError, VecEnv};
+use rein_recipe::LoadedRecipe;
+
+use crate::driver::Driven;
+
+/// Makes `n` environments (the recipe's plugin and config); called for training and again
+/// for evaluation.
+pub type EnvFactory<'a> = dyn Fn(usize) -> Result<Box<dyn VecEnv>, PluginError> + 'a;
+
+/// Where the wall-clock time of a run went.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Timings {
+    /// Stepping environments (plugin calls).
+    pub env: Duration,
+    /// Forward passes that choose actions, action sampling, advantages.
+    pub inference: Duration,
+    /// Training forward passes, losses and backward passes.
+    pub backward: Duration,
+    /// Gradient clipping and optimiser steps.
+    pub optimizer: Duration,
+    /// Everything, from start to the last update.
+    pub total: Duration,
+}
+
+impl Timings {
+    /// The driver's phases, by name.
+    pub(crate) fn of(driven: &Driven) -> Self {
+        let phase = |name: &str| driven.phases.get(name).copied().unwrap_or_default();
+        Self {
+            env: phase("env"),
+            inference: phase("inference"),
+            backward: phase("backward"),
+            optimizer: phase("optimizer"),
+            total: driven.elapsed,
+        }
+    }
+}
+
+/// What a finished run on environments reports.
+#[derive(Debug, Clone)]
+pub struct EnvOutcome {
+    /// The algorithm (`PPO`, `SAC`, `TD3`).
+    pub algorithm: &'static str,
+    /// Updates performed.
+    pub updates: usize,
+    /// Environment steps taken (all envs).
+    pub env_steps: u64,
+    /// Episodes completed during training.
+    pub episodes: usize,
+    /// Mean return of the last `return_window` training episodes.
+    pub mean_return: Option<f64>,
+    /// When the mean return first reached `stop_at_return`: (env steps, seconds).
+    pub solved_at: Option<(u64, f64)>,
+    /// Mean return of the deterministic policy over `eval_episodes` episodes.
+    pub eval_return: Option<f64>,
+    /// Where the time went.
+    pub timings: Timings,
+    /// The run directory, when one was written.
+    pub run_dir: Option<PathBuf>,
+}
+
+impl EnvOutcome {
+    /// `report.md` of the run: what was reached, when, and whether it reproduces.
+    pub(crate) fn report_markdown(&self, loaded: &LoadedRecipe) -> String {
+        let number = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
+        let solved = match self.solved_at {
+            Some((steps, seconds)) => format!("after {steps} env steps ({seconds:.1} s)"),
+            None => "not reached".to_string(),
+        };
+        format!(
+            "# {}\n\n{}, seed {}, {} updates, {} env steps, {} episodes, {:.1} s\n\n{}\n\n\
+             | figure | value |\n|---|---|\n\
+             | mean return, last training episodes | {} |\n\
+             | `train.stop_at_return` reached | {} |\n\
+             | deterministic policy, {} evaluation episodes | {} |\n",
+            loaded.name(),
+            self.algorithm,
+            loaded.recipe.seed,
+            self.updates,
+            self.env_steps,
+            self.episodes,
+            self.timings.total.as_secs_f64(),
+            loaded.reproducibility(),
+            number(self.mean_return),
+            solved,
+            loaded.recipe.train.eval_episodes,
+            number(self.eval_return),
+        )
+    }
+}
