@@ -83,6 +83,30 @@ fn ppo_solves_pendulum_on_every_seed() {
     }
 }
 
+/// The shipped SAC and TD3 recipes reach their target (the last 10 episodes ≥ −200) on every
+/// seed, well inside their 20 000 steps.
+#[test]
+fn sac_and_td3_solve_pendulum_on_every_seed() {
+    for file in ["sac-pendulum.toml", "td3-pendulum.toml"] {
+        for seed in SEEDS {
+            let overrides = [runs_dir(&format!("{file}-{seed}")), format!("seed={seed}")];
+            let outcome = rein_train::run_env(&recipe(file, &overrides), &plugin_dir(), false).unwrap();
+            let (steps, _) = outcome
+                .solved_at
+                .unwrap_or_else(|| panic!("{file}, seed {seed}: last-10 mean return {:?}", outcome.mean_return));
+            assert!(
+                steps <= 12_000,
+                "{file}, seed {seed}: reached the target only after {steps} env steps"
+            );
+            let eval = outcome.eval_return.unwrap();
+            assert!(
+                eval >= -200.0,
+                "{file}, seed {seed}: deterministic policy's return {eval}"
+            );
+        }
+    }
+}
+
 /// Two runs with the same seed, training at the same time in two threads of one process while
 /// a third run with another seed trains beside them, write the same metrics and the same
 /// policy file: a run shares no random stream, and no state that changes its numbers, with

@@ -10,6 +10,7 @@ mod generate;
 mod grpo;
 mod lm_ppo;
 mod machine;
+mod off_policy;
 mod peers;
 mod plugins;
 mod ppo;
@@ -53,6 +54,7 @@ fn main() -> anyhow::Result<()> {
     let report = match suite.as_str() {
         "plugins" => plugins::run(&plugin_dir)?,
         "ppo" => ppo::run(&plugin_dir)?,
+        "sac" | "td3" => off_policy::run(&suite, &plugin_dir)?,
         "generate" => generate::run()?,
         "grpo" => grpo::run(&plugin_dir)?,
         "sft" => sft::run()?,
@@ -66,7 +68,7 @@ fn main() -> anyhow::Result<()> {
         }
         other => {
             anyhow::bail!(
-                "unknown benchmark suite `{other}` (available: plugins, ppo, generate, grpo, sft, agent, serve, rewards, preferences)"
+                "unknown benchmark suite `{other}` (available: plugins, ppo, sac, td3, generate, grpo, sft, agent, serve, rewards, preferences)"
             )
         }
     };

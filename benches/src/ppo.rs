@@ -18,31 +18,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
     let mut report = Report::default();
     // The targets: CartPole ≤ 1 s median and ≥ 10× SB3; Pendulum ≤ 2 s median.
     for (recipe, target_s) in [("recipes/ppo-cartpole.toml", 1.0), ("recipes/ppo-pendulum.toml", 2.0)] {
-        println!("{recipe}: {SEEDS} seeds");
-        let mut times = Vec::new();
-        for seed in 1..=SEEDS {
-            let overrides = vec![format!("seed={seed}"), "train.eval_episodes=0".to_string()];
-            let loaded = LoadedRecipe::load(Path::new(recipe), &overrides)?;
-            let outcome = rein_train::run_env(&loaded, plugin_dir, false)?;
-            let t = outcome.timings;
-            let total = t.total.as_secs_f64();
-            let (steps, secs) = outcome.solved_at.unwrap_or((outcome.env_steps, f64::INFINITY));
-            println!(
-                "  seed {seed}: {} in {secs:.2} s after {steps} env steps, {:.0} steps/s | env {:.2} s, inference {:.2} s, backward {:.2} s, optimizer {:.2} s, other {:.2} s",
-                if secs.is_finite() {
-                    "target reached"
-                } else {
-                    "NOT reached"
-                },
-                outcome.env_steps as f64 / total,
-                t.env.as_secs_f64(),
-                t.inference.as_secs_f64(),
-                t.backward.as_secs_f64(),
-                t.optimizer.as_secs_f64(),
-                total - (t.env + t.inference + t.backward + t.optimizer).as_secs_f64(),
-            );
-            times.push(secs);
-        }
+        let (times, _) = rein_seeds(recipe, SEEDS, plugin_dir)?;
         let median = median(&times).unwrap_or(f64::INFINITY);
         let worst = times.iter().copied().fold(0.0, f64::max);
         let name = format!("{recipe}: median time to target (s)");
@@ -57,8 +33,8 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
             });
         }
         for peer in PEERS.iter().filter(|_| recipe.contains("cartpole")) {
-            let peer_median = match peer_median(peer) {
-                Ok(peer_median) => peer_median,
+            let peer_median = match peer_median(peer.0, peer.1, &[], SEEDS) {
+                Ok(peer) => (peer.label, peer.seconds),
                 Err(reason) => {
                     report.not_measured(&name, peer.0, reason);
                     continue;
@@ -98,31 +74,83 @@ const PEERS: &[(&str, &str)] = &[
     ("CleanRL-style ppo.py, rein's hyperparameters", "cleanrl_ppo.py"),
 ];
 
-/// Runs a peer on seeds 1..=SEEDS, prints each seed, and returns its label (with the versions
-/// it reported) and its median seconds to the target; why not, when it cannot run.
-fn peer_median((label, script): &(&str, &str)) -> Result<(String, f64), String> {
-    println!("{label} (benches/peers/{script}): {SEEDS} seeds");
-    let value = crate::peers::run(script, (1..=SEEDS).map(|s| s.to_string()))?;
+/// Times rein on `recipe` for seeds 1..=`seeds`, printing each: seconds to the target
+/// (infinite where it was not reached) and env steps to it (all of them where not), per seed.
+pub fn rein_seeds(recipe: &str, seeds: u64, plugin_dir: &Path) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    println!("{recipe}: {seeds} seeds");
+    let (mut times, mut env_steps) = (Vec::new(), Vec::new());
+    for seed in 1..=seeds {
+        let overrides = vec![format!("seed={seed}"), "train.eval_episodes=0".to_string()];
+        let loaded = LoadedRecipe::load(Path::new(recipe), &overrides)?;
+        let outcome = rein_train::run_env(&loaded, plugin_dir, false)?;
+        let t = outcome.timings;
+        let total = t.total.as_secs_f64();
+        let (steps, secs) = outcome.solved_at.unwrap_or((outcome.env_steps, f64::INFINITY));
+        println!(
+            "  seed {seed}: {} in {secs:.2} s after {steps} env steps, {} updates, {:.0} steps/s | env {:.2} s, inference {:.2} s, backward {:.2} s, optimizer {:.2} s, other {:.2} s",
+            if secs.is_finite() {
+                "target reached"
+            } else {
+                "NOT reached"
+            },
+            outcome.updates,
+            outcome.env_steps as f64 / total,
+            t.env.as_secs_f64(),
+            t.inference.as_secs_f64(),
+            t.backward.as_secs_f64(),
+            t.optimizer.as_secs_f64(),
+            total - (t.env + t.inference + t.backward + t.optimizer).as_secs_f64(),
+        );
+        times.push(secs);
+        env_steps.push(steps as f64);
+    }
+    Ok((times, env_steps))
+}
+
+/// What a peer measured over its seeds.
+pub struct PeerMedians {
+    /// Its label, with the versions it reported.
+    pub label: String,
+    /// Median seconds to the target (infinite when most seeds missed it).
+    pub seconds: f64,
+    /// Median env steps to the target (all of them where it was missed).
+    pub env_steps: f64,
+}
+
+/// Runs peer `script` (with `args` before the seeds) on seeds 1..=`seeds`, prints each seed,
+/// and returns its medians; why not, when it cannot run.
+pub fn peer_median(label: &str, script: &str, args: &[&str], seeds: u64) -> Result<PeerMedians, String> {
+    println!("{label} (benches/peers/{script} {}): {seeds} seeds", args.join(" "));
+    let arguments = args
+        .iter()
+        .map(|a| a.to_string())
+        .chain((1..=seeds).map(|s| s.to_string()));
+    let value = crate::peers::run(script, arguments)?;
     crate::peers::describe(script, &value);
     let runs = value["runs"].as_array().ok_or("its output has no `runs`")?;
-    let mut times = Vec::new();
+    let (mut times, mut env_steps) = (Vec::new(), Vec::new());
     for run in runs {
         let seconds = run["seconds"].as_f64().unwrap_or(f64::INFINITY);
         let solved = run["solved"].as_bool().unwrap_or(false);
+        let updates = run.get("updates").map(|u| format!("{u} updates, ")).unwrap_or_default();
         println!(
-            "  seed {}: {} in {seconds:.2} s after {} updates, {} env steps",
+            "  seed {}: {} in {seconds:.2} s after {updates}{} env steps",
             run["seed"],
             if solved { "target reached" } else { "NOT reached" },
-            run["updates"],
             run["env_steps"]
         );
         times.push(if solved { seconds } else { f64::INFINITY });
+        env_steps.push(run["env_steps"].as_f64().unwrap_or(f64::INFINITY));
     }
-    if times.len() != SEEDS as usize {
-        return Err(format!("{} runs reported for {SEEDS} seeds", times.len()));
+    if times.len() != seeds as usize {
+        return Err(format!("{} runs reported for {seeds} seeds", times.len()));
     }
     let median = median(&times).unwrap_or(f64::INFINITY);
     let worst = times.iter().copied().fold(0.0, f64::max);
     println!("  median {median:.2} s, worst {worst:.2} s");
-    Ok((format!("{label} ({})", crate::peers::versions(&value)), median))
+    Ok(PeerMedians {
+        label: format!("{label} ({})", crate::peers::versions(&value)),
+        seconds: median,
+        env_steps: crate::report::median(&env_steps).unwrap_or(f64::INFINITY),
+    })
 }

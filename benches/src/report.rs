@@ -101,7 +101,7 @@ impl Report {
 
 /// How many times better rein is: for rates rein / baseline, for times baseline / rein.
 fn ratio(value: f64, baseline: f64, unit: &str) -> f64 {
-    if matches!(unit, "µs" | "s" | "MiB") {
+    if matches!(unit, "µs" | "s" | "MiB" | "env steps") {
         baseline / value
     } else {
         value / baseline

@@ -7,7 +7,7 @@ use crate::workspace::{cargo, cargo_run, model_dir, plugin_dir, root, run, targe
 
 #[derive(Args)]
 pub(crate) struct Bench {
-    /// Which benchmark: `plugins`, `ppo`, `generate`, `grpo`, `sft`, `agent`, `serve`, `rewards` or
+    /// Which benchmark: `plugins`, `ppo`, `sac`, `td3`, `generate`, `grpo`, `sft`, `agent`, `serve`, `rewards` or
     /// `preferences`.
     suite: String,
     /// Threads for rein and for every peer alike.
