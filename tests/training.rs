@@ -228,25 +228,24 @@ fn off_policy_recipes_refuse_discrete_actions_and_oversized_buffers() {
 /// the report; two runs of one seed are identical.
 #[test]
 fn off_policy_runs_log_their_losses_and_reproduce() {
-    for (file, losses) in [
-        (
-            "sac-pendulum.toml",
-            &[
-                "losses/qf1_loss",
-                "losses/actor_loss",
-                "losses/alpha",
-                "losses/alpha_loss",
-            ][..],
-        ),
-        (
-            "td3-pendulum.toml",
-            &["losses/qf1_loss", "losses/qf2_loss", "losses/actor_loss"][..],
-        ),
+    let sac_losses = [
+        "losses/qf1_loss",
+        "losses/actor_loss",
+        "losses/alpha",
+        "losses/alpha_loss",
+    ];
+    let td3_losses = ["losses/qf1_loss", "losses/qf2_loss", "losses/actor_loss"];
+    // (recipe, envs, env steps, its losses, (updates, episodes, records)): one update per
+    // vector step past the 100 warm-up env steps, a record every 100 vector steps.
+    for (file, envs, steps, losses, expected) in [
+        ("sac-pendulum.toml", 1, 600, &sac_losses[..], (499, 3, 6)),
+        ("td3-pendulum.toml", 4, 1600, &td3_losses[..], (374, 8, 4)),
     ] {
         let run = |tag: &str| {
             let overrides = [
                 runs_dir(tag),
-                "train.total_steps=600".into(),
+                format!("env.num_envs={envs}"),
+                format!("train.total_steps={steps}"),
                 "algorithm.log_every=100".into(),
                 "algorithm.learning_starts=100".into(),
                 "algorithm.batch_size=32".into(),
@@ -256,7 +255,7 @@ fn off_policy_runs_log_their_losses_and_reproduce() {
             let outcome = rein_train::run_env(&recipe(file, &overrides), &plugin_dir(), true).unwrap();
             assert_eq!(
                 (outcome.env_steps, outcome.updates, outcome.episodes),
-                (600, 499, 3),
+                (steps, expected.0, expected.1),
                 "{file}"
             );
             assert!(outcome.eval_return.is_some_and(|r| r < 0.0), "{file}");
@@ -265,18 +264,80 @@ fn off_policy_runs_log_their_losses_and_reproduce() {
             common::metrics_without_timings(&dir)
         };
         let (a, b) = (run(&format!("{file}-a")), run(&format!("{file}-b")));
-        assert_eq!(a.len(), 6, "{file}: one record per 100 steps");
-        let last = &a[5];
+        assert_eq!(a.len(), expected.2, "{file}: one record per 100 vector steps");
+        let last = &a[expected.2 - 1];
         for key in losses {
             assert!(
                 last[*key].as_f64().is_some_and(f64::is_finite),
                 "{file}: {key} in {last}"
             );
         }
-        assert!(
-            a[0].get("losses/qf1_loss").is_none(),
-            "{file}: no update before learning_starts"
-        );
+        // The first record's updates: one per vector step `g` of 0..100 with `g · envs > 100`.
+        let first_updates = 100usize.saturating_sub(100 / envs + 1);
+        assert_eq!(a[0]["charts/updates"], first_updates as u64, "{file}");
+        if first_updates == 0 {
+            assert!(
+                a[0].get("losses/qf1_loss").is_none(),
+                "{file}: no losses before an update"
+            );
+        }
         assert_eq!(a, b, "{file}: two runs of one seed differ");
     }
+}
+
+/// SAC stops at the first update whose loss overflows (rewards of 1e38, finite, from the 301st
+/// step), keeping the checkpoints before it; an action box without bounds is refused, since SAC
+/// squashes its actions into the box.
+#[test]
+fn sac_stops_at_a_non_finite_loss_and_refuses_an_unbounded_box() {
+    let runs = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("runs-sac-nan-{}", std::process::id()));
+    let hostile = format!(
+        "env.plugin={:?}",
+        common::test_plugin_path("hostile-env").display().to_string()
+    );
+    let overrides = |actions: &str| {
+        vec![
+            format!("train.runs_dir={:?}", runs.display().to_string()),
+            hostile.clone(),
+            format!("env.config.actions={actions:?}"),
+            "env.config.attack=\"huge-reward\"".into(),
+            "env.config.after=300".into(),
+            "env.config.horizon=10".into(),
+            "algorithm.learning_starts=100".into(),
+            "algorithm.batch_size=32".into(),
+            "algorithm.log_every=50".into(),
+            "model.hidden=[16, 16]".into(),
+            "train.total_steps=2000".into(),
+            "train.stop_at_return=1e9".into(),
+            "train.checkpoint_every=1".into(),
+        ]
+    };
+    let err = rein_train::run_env(&recipe("sac-pendulum.toml", &overrides("box")), &plugin_dir(), true).unwrap_err();
+    let rein_train::TrainError::NonFinite { step, .. } = err else {
+        panic!("expected a non-finite error, got {err}")
+    };
+    assert!(step >= 7, "the rewards are finite until the 301st step: {err}");
+    assert!(
+        err.to_string()
+            .starts_with(&format!("step {step}: losses/qf1_loss is not finite")),
+        "{err}"
+    );
+    let run = std::fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
+    let (newest, _) = rein_train::checkpoint::CheckpointDir::of_run(&run).latest().unwrap();
+    assert_eq!(
+        newest.expect("the steps before it were checkpointed").step,
+        step as u64 - 1
+    );
+
+    let err = rein_train::run_env(
+        &recipe("sac-pendulum.toml", &overrides("unbounded-box")),
+        &plugin_dir(),
+        false,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("hostile-env.wasm`: SAC squashes its actions into the action box, whose bounds must be finite"),
+        "{err}"
+    );
 }

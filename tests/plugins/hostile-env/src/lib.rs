@@ -1,7 +1,8 @@
 //! An environment plugin that misbehaves as its config's `attack` says: wrong observation
 //! shapes, NaN observations or rewards, an invalid space, an infinite loop or an hour's sleep on
 //! step, rewards so large (finite) that training overflows. With no attack it is a 2-D random walk that ends
-//! after `horizon` steps.
+//! after `horizon` steps: four discrete moves, or with `actions = "box"` any move in `[−1, 1]²`
+//! (`"unbounded-box"`: a box without bounds).
 
 use std::hint::black_box;
 
@@ -9,6 +10,8 @@ use rein_pdk::{Action, Config, ConfigKey, EnvSpec, Environment, Metadata, Observ
 
 struct HostileEnv {
     attack: String,
+    /// `discrete`, `box` or `unbounded-box`.
+    actions: String,
     horizon: u32,
     /// For `huge-reward`: steps (over all episodes) before the rewards become huge.
     after: u64,
@@ -24,6 +27,7 @@ impl Environment for HostileEnv {
             "attack",
             "short-obs, nan-obs, nan-reward, huge-reward, bad-space, loop-on-step, loop-after-3, sleep-on-step",
         ),
+        ConfigKey::new("actions", "discrete (default), box, or unbounded-box"),
         ConfigKey::new("horizon", "episode length"),
         ConfigKey::new("after", "huge-reward: steps before the rewards become 1e38"),
     ]);
@@ -31,6 +35,7 @@ impl Environment for HostileEnv {
     fn new(config: &Config) -> Result<Self, String> {
         Ok(Self {
             attack: config.str_or("attack", "")?.to_string(),
+            actions: config.str_or("actions", "discrete")?.to_string(),
             horizon: config.u64_or("horizon", 5)? as u32,
             after: config.u64_or("after", 0)?,
             steps: 0,
@@ -52,9 +57,22 @@ impl Environment for HostileEnv {
                 high: vec![100.0; 2],
             }
         };
+        let bound = match self.actions.as_str() {
+            "box" => 1.0,
+            "unbounded-box" => f32::INFINITY,
+            _ => {
+                return EnvSpec {
+                    observation,
+                    action: Space::Discrete(4),
+                };
+            }
+        };
         EnvSpec {
             observation,
-            action: Space::Discrete(4),
+            action: Space::Box {
+                low: vec![-bound; 2],
+                high: vec![bound; 2],
+            },
         }
     }
 
@@ -67,8 +85,10 @@ impl Environment for HostileEnv {
     }
 
     fn step(&mut self, action: Action<'_>) -> Result<Transition, String> {
-        let Action::Discrete(a) = action else {
-            return Err("discrete actions only".into());
+        let delta = match action {
+            Action::Discrete(a) if a < 4 => [(1.0, 0.0), (-1.0, 0.0), (0.0, 1.0), (0.0, -1.0)][a as usize],
+            Action::Continuous(&[x, y]) => (x.clamp(-1.0, 1.0), y.clamp(-1.0, 1.0)),
+            _ => return Err(format!("not an action of this environment: {action:?}")),
         };
         self.steps += 1;
         self.total_steps += 1;
@@ -81,7 +101,6 @@ impl Environment for HostileEnv {
         if self.attack == "sleep-on-step" {
             std::thread::sleep(std::time::Duration::from_secs(3600));
         }
-        let delta = [(1.0, 0.0), (-1.0, 0.0), (0.0, 1.0), (0.0, -1.0)][a as usize];
         self.position[0] += delta.0;
         self.position[1] += delta.1;
         let reward = if self.attack == "nan-reward" {
