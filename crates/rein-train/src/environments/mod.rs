@@ -9,9 +9,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use rein_core::{PluginError, VecEnv};
-use rein_recipe::LoadedRecipe;
+use rein_recipe::{LoadedRecipe, Recipe};
 
-use crate::driver::Driven;
+use crate::TrainError;
+use crate::checkpoint::Checkpointing;
+use crate::driver::{self, Driven, Driver, Trainer};
+use crate::run_dir::{MetricsWriter, RunDir};
 
 /// Makes `n` environments (the recipe's plugin and config); called for training and again
 /// for evaluation.
@@ -46,6 +49,30 @@ impl Timings {
     }
 }
 
+/// Drives `trainer` over its steps with the recipe's checkpoints and stall timeout, its metrics
+/// going to `run` (after those a resumed checkpoint had logged); what the driver reports, and
+/// the metrics' writer for the report.
+pub(crate) fn drive(
+    recipe: &Recipe,
+    trainer: &mut impl Trainer,
+    run: Option<&RunDir>,
+    checkpointing: &Checkpointing,
+) -> Result<(Driven, Option<MetricsWriter>), TrainError> {
+    let metrics_len = match &checkpointing.resume {
+        Some(checkpoint) => driver::metrics_len(checkpoint)?,
+        None => 0,
+    };
+    let mut metrics = (run.map(|r| r.metrics_from(metrics_len, recipe.train.tensorboard()))).transpose()?;
+    let driven = Driver {
+        metrics: metrics.as_mut(),
+        checkpointing,
+        stall_timeout: Duration::from_secs_f64(recipe.train.stall_timeout_s),
+        stage: None,
+    }
+    .run(trainer)?;
+    Ok((driven, metrics))
+}
+
 /// What a finished run on environments reports.
 #[derive(Debug, Clone)]
 pub struct EnvOutcome {
@@ -70,8 +97,26 @@ pub struct EnvOutcome {
 }
 
 impl EnvOutcome {
+    /// Writes `report.md` into `run` (and the report as TensorBoard text, with `metrics`).
+    pub(crate) fn write_report(
+        &self,
+        loaded: &LoadedRecipe,
+        run: Option<&RunDir>,
+        metrics: Option<&mut MetricsWriter>,
+    ) -> Result<(), TrainError> {
+        let Some(run) = run else {
+            return Ok(());
+        };
+        let report = self.report_markdown(loaded);
+        std::fs::write(run.path().join("report.md"), &report)?;
+        if let Some(metrics) = metrics {
+            metrics.text("report", &report)?;
+        }
+        Ok(())
+    }
+
     /// `report.md` of the run: what was reached, when, and whether it reproduces.
-    pub(crate) fn report_markdown(&self, loaded: &LoadedRecipe) -> String {
+    fn report_markdown(&self, loaded: &LoadedRecipe) -> String {
         let number = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
         let solved = match self.solved_at {
             Some((steps, seconds)) => format!("after {steps} env steps ({seconds:.1} s)"),

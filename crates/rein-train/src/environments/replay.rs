@@ -1,5 +1,5 @@
-//! Resuming a run on environments: the environments' state lives in their plugins, which the host cannot
-//! read, so a checkpoint holds every action sent to them, and resuming resets them with the
+//! Resuming a run on environments: the environments' state lives in their plugins, which the
+//! host cannot read, so a checkpoint holds every action sent to them, and resuming resets them with the
 //! run's seed and sends those actions again (plugins are deterministic: their clocks are
 //! virtual, their randomness fixed), then checks that the observations reached equal the
 //! saved ones.
@@ -12,7 +12,7 @@ use crate::checkpoint::Checkpoint;
 /// Sends freshly reset environments `actions` (the log of a checkpoint) again, returning the
 /// observations reached; errors if they differ from the `saved` ones, since then the plugin is
 /// not deterministic and the run cannot continue exactly.
-pub(crate) fn replay(
+fn replay(
     envs: &mut dyn VecEnv,
     reset_obs: Vec<f32>,
     actions: &[f32],
@@ -20,10 +20,7 @@ pub(crate) fn replay(
     plugin: &str,
     checkpoint: &Checkpoint,
 ) -> Result<Vec<f32>, TrainError> {
-    let width = match &envs.spec().action {
-        Space::Box(b) => b.dim(),
-        _ => 1,
-    };
+    let width = action_width(envs);
     let discrete = matches!(envs.spec().action, Space::Discrete(_));
     let mut obs = reset_obs;
     for step in actions.chunks(envs.num_envs() * width) {
@@ -45,6 +42,42 @@ pub(crate) fn replay(
     Ok(obs)
 }
 
+/// The checkpoint sections of the environments' state: every action sent (`actions`, empty
+/// when none were logged) and the observations they reached (`next_obs`).
+pub(crate) fn sections(actions: &[f32], next_obs: &[f32]) -> [(String, Vec<u8>); 2] {
+    [
+        ("actions".into(), bytes_of(actions)),
+        ("next_obs".into(), bytes_of(next_obs)),
+    ]
+}
+
+/// Brings freshly reset environments (at `next_obs`) to `checkpoint`'s state by replaying its
+/// actions ([`replay`]); the action log, when kept, continues from the checkpoint's.
+pub(crate) fn restore(
+    envs: &mut dyn VecEnv,
+    next_obs: &mut Vec<f32>,
+    action_log: &mut Option<Vec<f32>>,
+    plugin: &str,
+    checkpoint: &Checkpoint,
+) -> Result<(), TrainError> {
+    let actions = f32s(checkpoint.section("actions")?);
+    let saved = f32s(checkpoint.section("next_obs")?);
+    let reset = std::mem::take(next_obs);
+    *next_obs = replay(envs, reset, &actions, &saved, plugin, checkpoint)?;
+    let env_steps = actions.len() / action_width(envs).max(1);
+    eprintln!("replayed {env_steps} env steps into `{plugin}`");
+    *action_log = action_log.take().map(|_| actions);
+    Ok(())
+}
+
+/// Values per environment per action.
+fn action_width(envs: &dyn VecEnv) -> usize {
+    match &envs.spec().action {
+        Space::Box(b) => b.dim(),
+        _ => 1,
+    }
+}
+
 /// Appends `actions` to the log, as values.
 pub(crate) fn log_actions(log: &mut Vec<f32>, actions: &BatchActions) {
     match actions {
@@ -54,11 +87,11 @@ pub(crate) fn log_actions(log: &mut Vec<f32>, actions: &BatchActions) {
 }
 
 /// The bytes of `values` (native byte order, as checkpoints are read where they are written).
-pub(crate) fn bytes_of(values: &[f32]) -> Vec<u8> {
+fn bytes_of(values: &[f32]) -> Vec<u8> {
     bytemuck::cast_slice(values).to_vec()
 }
 
 /// The values of [`bytes_of`].
-pub(crate) fn f32s(bytes: &[u8]) -> Vec<f32> {
+fn f32s(bytes: &[u8]) -> Vec<f32> {
     bytemuck::pod_collect_to_vec(bytes)
 }

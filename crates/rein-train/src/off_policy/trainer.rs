@@ -285,8 +285,7 @@ impl<B: ReinAutodiffBackend> Trainer for OffPolicy<'_, B> {
             let mut sections = agent();
             sections.push(("state".into(), state));
             sections.push(("replay_buffer".into(), buffer));
-            sections.push(("actions".into(), replay::bytes_of(&actions)));
-            sections.push(("next_obs".into(), replay::bytes_of(&next_obs)));
+            sections.extend(replay::sections(&actions, &next_obs));
             sections
         })
     }
@@ -304,13 +303,13 @@ impl<B: ReinAutodiffBackend> Trainer for OffPolicy<'_, B> {
                      {act_dim} action values"
                 ),
             })?;
-        let actions = replay::f32s(checkpoint.section("actions")?);
-        let saved = replay::f32s(checkpoint.section("next_obs")?);
-        let reset = std::mem::take(&mut self.next_obs);
-        self.next_obs = replay::replay(self.envs.as_mut(), reset, &actions, &saved, &self.plugin, checkpoint)?;
-        eprintln!("replayed {} env steps into `{}`", self.state.env_steps, self.plugin);
-        self.action_log = self.action_log.take().map(|_| actions);
-        Ok(())
+        replay::restore(
+            self.envs.as_mut(),
+            &mut self.next_obs,
+            &mut self.action_log,
+            &self.plugin,
+            checkpoint,
+        )
     }
 
     fn non_finite_parameter(&self) -> Option<String> {

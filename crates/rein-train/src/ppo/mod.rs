@@ -102,8 +102,7 @@ impl<B: ReinAutodiffBackend> Trainer for Ppo<'_, B> {
         let (actions, next_obs) = (self.action_log.clone().unwrap_or_default(), self.next_obs.clone());
         Box::new(move || {
             let mut sections = learner_sections::<B, ActorCritic<B>, _, _>(&state, &model, &optim);
-            sections.push(("actions".into(), replay::bytes_of(&actions)));
-            sections.push(("next_obs".into(), replay::bytes_of(&next_obs)));
+            sections.extend(replay::sections(&actions, &next_obs));
             sections
         })
     }
@@ -111,13 +110,13 @@ impl<B: ReinAutodiffBackend> Trainer for Ppo<'_, B> {
     fn restore(&mut self, checkpoint: &Checkpoint) -> Result<(), TrainError> {
         (self.state, self.model, self.optim) =
             checkpoint.load_learner(self.model.clone(), self.optim.clone(), &self.device)?;
-        let actions = replay::f32s(checkpoint.section("actions")?);
-        let saved = replay::f32s(checkpoint.section("next_obs")?);
-        let reset = std::mem::take(&mut self.next_obs);
-        self.next_obs = replay::replay(self.envs.as_mut(), reset, &actions, &saved, &self.plugin, checkpoint)?;
-        eprintln!("replayed {} env steps into `{}`", self.state.env_steps, self.plugin);
-        self.action_log = self.action_log.take().map(|_| actions);
-        Ok(())
+        replay::restore(
+            self.envs.as_mut(),
+            &mut self.next_obs,
+            &mut self.action_log,
+            &self.plugin,
+            checkpoint,
+        )
     }
 
     fn non_finite_parameter(&self) -> Option<String> {

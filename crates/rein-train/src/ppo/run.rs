@@ -1,8 +1,6 @@
 //! A PPO run: the algorithm driven over the recipe's updates, then the deterministic policy
 //! evaluated and saved.
 
-use std::time::Duration;
-
 use burn::module::AutodiffModule;
 use rein_model::ReinAutodiffBackend;
 use rein_recipe::{LoadedRecipe, Plan};
@@ -11,8 +9,7 @@ use super::Ppo;
 use super::policy::{evaluate, save_policy};
 use crate::TrainError;
 use crate::checkpoint::Checkpointing;
-use crate::driver::{self, Driver};
-use crate::environments::{EnvFactory, EnvOutcome, Timings};
+use crate::environments::{EnvFactory, EnvOutcome, Timings, drive};
 use crate::run_dir::RunDir;
 
 /// Trains the recipe's PPO agent on `device`, writing the run into `run` when given, with
@@ -29,18 +26,7 @@ pub fn train<B: ReinAutodiffBackend>(
     };
     let (recipe, section) = (plan.recipe, plan.ppo);
     let mut ppo = Ppo::<B>::new(plan, make_env, device, checkpointing.dir.is_some())?;
-    let metrics_len = match &checkpointing.resume {
-        Some(checkpoint) => driver::metrics_len(checkpoint)?,
-        None => 0,
-    };
-    let mut metrics = (run.map(|r| r.metrics_from(metrics_len, recipe.train.tensorboard()))).transpose()?;
-    let driven = Driver {
-        metrics: metrics.as_mut(),
-        checkpointing,
-        stall_timeout: Duration::from_secs_f64(recipe.train.stall_timeout_s),
-        stage: None,
-    }
-    .run(&mut ppo)?;
+    let (driven, mut metrics) = drive(recipe, &mut ppo, run, checkpointing)?;
     let timings = Timings::of(&driven);
 
     let policy = ppo.model.valid();
@@ -77,12 +63,6 @@ pub fn train<B: ReinAutodiffBackend>(
         timings,
         run_dir: run.map(|r| r.path().to_path_buf()),
     };
-    if let Some(run) = run {
-        let report = outcome.report_markdown(loaded);
-        std::fs::write(run.path().join("report.md"), &report)?;
-        if let Some(metrics) = metrics.as_mut() {
-            metrics.text("report", &report)?;
-        }
-    }
+    outcome.write_report(loaded, run, metrics.as_mut())?;
     Ok(outcome)
 }
