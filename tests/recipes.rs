@@ -354,10 +354,10 @@ fn invalid_values_are_named() {
             "{set}: {err}"
         );
     }
-    let err = load(&dir, "run.toml", &["algorithm.name=sac"]).unwrap_err();
+    let err = load(&dir, "run.toml", &["algorithm.name=ddpg"]).unwrap_err();
     assert!(
         err.to_string()
-            .contains("unknown variant `sac`, expected one of `ppo`, `grpo`, `sft`"),
+            .contains("unknown variant `ddpg`, expected one of `ppo`, `grpo`, `sft`"),
         "{err}"
     );
 }

@@ -77,3 +77,17 @@ pub enum RecipeError {
         message: String,
     },
 }
+
+/// A rule a recipe breaks: the dotted key and why.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Broken {
+    pub key: String,
+    pub message: String,
+}
+
+pub(crate) fn broken(key: &str, message: impl Into<String>) -> Broken {
+    Broken {
+        key: key.into(),
+        message: message.into(),
+    }
+}

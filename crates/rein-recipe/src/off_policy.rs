@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{Broken, broken};
+use crate::error::{Broken, broken};
 use crate::schema::{EnvSection, Recipe};
 
 /// Soft actor-critic (Haarnoja et al. 2018), with the automatic entropy temperature.

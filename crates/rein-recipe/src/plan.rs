@@ -5,25 +5,12 @@
 
 use rein_core::AdvantageKind;
 
+use crate::error::{Broken, broken};
 use crate::off_policy::{OffPolicyAlgorithm, OffPolicyRecipe};
 use crate::schema::{
     Algorithm, DataSection, DpoSection, EnvSection, GrpoSection, LmPpoSection, OnlineDpoSection, PpoSection, Recipe,
     RewardModelSection, SftSection,
 };
-
-/// A rule a recipe breaks: the dotted key and why.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Broken {
-    pub key: String,
-    pub message: String,
-}
-
-pub(crate) fn broken(key: &str, message: impl Into<String>) -> Broken {
-    Broken {
-        key: key.into(),
-        message: message.into(),
-    }
-}
 
 /// A recipe's algorithm with the sections it requires.
 #[derive(Debug, Clone, Copy)]
