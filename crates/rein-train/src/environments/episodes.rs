@@ -15,7 +15,7 @@ pub(crate) struct EpisodeReturns {
     running: Vec<f64>,
     recent: VecDeque<f64>,
     window: usize,
-    /// EpisodeReturns completed so far.
+    /// Episodes completed so far.
     pub(crate) completed: usize,
 }
 

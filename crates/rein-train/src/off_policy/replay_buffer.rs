@@ -162,43 +162,44 @@ impl ReplayBuffer {
         bytes
     }
 
-    /// A buffer from [`ReplayBuffer::to_bytes`], allocated at its full capacity again; `None`
-    /// when the bytes are not such a section or its sizes are not `capacity`, `obs_dim`,
-    /// `act_dim` (another recipe's buffer).
-    pub fn from_bytes(bytes: &[u8], capacity: usize, obs_dim: usize, act_dim: usize) -> Option<Self> {
+    /// Takes the contents of a [`ReplayBuffer::to_bytes`] section, in place (no second buffer is
+    /// allocated); `false`, the buffer unchanged, when the bytes are not such a section or its
+    /// sizes are not this buffer's (another recipe's buffer).
+    pub fn read_bytes(&mut self, bytes: &[u8]) -> bool {
         let word = |i: usize| -> Option<usize> {
             let b = bytes.get(i * 8..(i + 1) * 8)?;
             usize::try_from(u64::from_le_bytes(b.try_into().ok()?)).ok()
         };
-        let header = [word(0)?, word(1)?, word(2)?, word(3)?, word(4)?];
-        let [cap, o, a, len, next] = header;
-        if [cap, o, a] != [capacity, obs_dim, act_dim] || len > cap || next >= cap.max(1) {
-            return None;
-        }
+        let (Some(cap), Some(o), Some(a), Some(len), Some(next)) = (word(0), word(1), word(2), word(3), word(4)) else {
+            return false;
+        };
         let widths = [o, a, 1, o, 1];
-        if bytes.len() != 40 + 4 * len * widths.iter().sum::<usize>() {
-            return None;
+        if [cap, o, a] != [self.capacity, self.obs_dim, self.act_dim]
+            || len > cap
+            || next >= cap.max(1)
+            || bytes.len() != 40 + 4 * len * widths.iter().sum::<usize>()
+        {
+            return false;
         }
-        let mut buffer = Self::new(capacity, obs_dim, act_dim, None).ok()?;
         let mut floats = bytes[40..]
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
         for (column, width) in [
-            &mut buffer.obs,
-            &mut buffer.actions,
-            &mut buffer.rewards,
-            &mut buffer.next_obs,
-            &mut buffer.dones,
+            &mut self.obs,
+            &mut self.actions,
+            &mut self.rewards,
+            &mut self.next_obs,
+            &mut self.dones,
         ]
         .into_iter()
         .zip(widths)
         {
-            for x in &mut column[..len * width] {
-                *x = floats.next()?;
+            for (x, value) in column[..len * width].iter_mut().zip(&mut floats) {
+                *x = value;
             }
         }
-        (buffer.len, buffer.next) = (len, next);
-        Some(buffer)
+        (self.len, self.next) = (len, next);
+        true
     }
 
     fn columns(&self) -> [(&[f32], usize); 5] {
@@ -270,7 +271,8 @@ mod tests {
         #[test]
         fn bytes_round_trip(capacity in 1usize..20, steps in 0usize..30, seed in 0u64..100) {
             let buffer = filled(capacity, steps);
-            let read = ReplayBuffer::from_bytes(&buffer.to_bytes(), capacity, 1, 1).unwrap();
+            let mut read = ReplayBuffer::new(capacity, 1, 1, None).unwrap();
+            proptest::prop_assert!(read.read_bytes(&buffer.to_bytes()));
             proptest::prop_assert_eq!(&read, &buffer);
             if !buffer.is_empty() {
                 let mut rng = SeededRng::new(seed);
@@ -279,9 +281,11 @@ mod tests {
                     buffer.sample_indices(&mut rng, 8)
                 );
             }
-            proptest::prop_assert!(ReplayBuffer::from_bytes(&buffer.to_bytes(), capacity + 1, 1, 1).is_none());
+            let mut other = ReplayBuffer::new(capacity + 1, 1, 1, None).unwrap();
+            proptest::prop_assert!(!other.read_bytes(&buffer.to_bytes()));
             let bytes = buffer.to_bytes();
-            proptest::prop_assert!(ReplayBuffer::from_bytes(&bytes[..bytes.len() - 1], capacity, 1, 1).is_none());
+            proptest::prop_assert!(!read.read_bytes(&bytes[..bytes.len() - 1]));
+            proptest::prop_assert_eq!(&read, &buffer, "a refused section leaves the buffer as it was");
         }
     }
 }

@@ -293,16 +293,16 @@ impl<B: ReinAutodiffBackend> Trainer for OffPolicy<'_, B> {
     fn restore(&mut self, checkpoint: &Checkpoint) -> Result<(), TrainError> {
         self.state = checkpoint.state()?;
         self.agent.restore(checkpoint, &self.device)?;
-        let act_dim = self.bounds.dim();
-        let (capacity, obs_dim) = (self.algorithm.buffer_size(), self.obs_dim);
-        self.buffer = ReplayBuffer::from_bytes(checkpoint.section("replay_buffer")?, capacity, obs_dim, act_dim)
-            .ok_or_else(|| TrainError::Resume {
+        if !self.buffer.read_bytes(checkpoint.section("replay_buffer")?) {
+            let (capacity, obs_dim, act_dim) = (self.algorithm.buffer_size(), self.obs_dim, self.bounds.dim());
+            return Err(TrainError::Resume {
                 run: checkpoint.path.clone(),
                 message: format!(
                     "its replay buffer is not one of {capacity} transitions of {obs_dim} observation and \
                      {act_dim} action values"
                 ),
-            })?;
+            });
+        }
         replay::restore(
             self.envs.as_mut(),
             &mut self.next_obs,
