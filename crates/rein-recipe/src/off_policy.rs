@@ -27,9 +27,10 @@ pub struct SacSection {
     pub policy_lr: f64,
     /// The critics' (and the temperature's) learning rate.
     pub q_lr: f64,
-    /// Every this many updates, this many actor (and temperature) steps.
+    /// Every this many vector steps (past `learning_starts`), this many actor (and temperature)
+    /// steps.
     pub policy_frequency: u64,
-    /// Every this many updates, the target critics move toward the critics.
+    /// Every this many vector steps, the target critics move toward the critics.
     pub target_network_frequency: u64,
     /// The entropy temperature α (its start when `autotune`).
     pub alpha: f32,
@@ -84,7 +85,7 @@ pub struct Td3Section {
     pub noise_clip: f32,
     /// σ_e, the exploration noise added to the actor's actions (in half-widths of the box).
     pub exploration_noise: f32,
-    /// Every this many updates, one actor step and the targets' averaging.
+    /// Every this many vector steps, one actor step and the targets' averaging.
     pub policy_frequency: u64,
     /// Vector steps of the environments per metrics record (and per driver step, the unit of
     /// `train.checkpoint_every`).
