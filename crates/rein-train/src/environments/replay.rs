@@ -4,7 +4,7 @@
 //! virtual, their randomness fixed), then checks that the observations reached equal the
 //! saved ones.
 
-use rein_core::{BatchActions, Space, VecEnv};
+use rein_core::{BatchActions, FailureCounts, Space, VecEnv};
 
 use crate::TrainError;
 use crate::checkpoint::Checkpoint;
@@ -42,32 +42,71 @@ fn replay(
     Ok(obs)
 }
 
-/// The checkpoint sections of the environments' state: every action sent (`actions`, empty
-/// when none were logged) and the observations they reached (`next_obs`).
-pub(crate) fn sections(actions: &[f32], next_obs: &[f32]) -> [(String, Vec<u8>); 2] {
-    [
-        ("actions".into(), bytes_of(actions)),
-        ("next_obs".into(), bytes_of(next_obs)),
-    ]
+/// A run's environments, the observations they are at, and — when checkpoints are written —
+/// every action sent to them, which is how a checkpoint restores them.
+pub(crate) struct RecordedEnvs {
+    /// The environment plugin, as the recipe names it.
+    pub(crate) plugin: String,
+    pub(crate) envs: Box<dyn VecEnv>,
+    /// The observations the environments are at (each step's, after same-step resets).
+    pub(crate) next_obs: Vec<f32>,
+    action_log: Option<Vec<f32>>,
 }
 
-/// Brings freshly reset environments (at `next_obs`) to `checkpoint`'s state by replaying its
-/// actions ([`replay`]); the action log, when kept, continues from the checkpoint's.
-pub(crate) fn restore(
-    envs: &mut dyn VecEnv,
-    next_obs: &mut Vec<f32>,
-    action_log: &mut Option<Vec<f32>>,
-    plugin: &str,
-    checkpoint: &Checkpoint,
-) -> Result<(), TrainError> {
-    let actions = f32s(checkpoint.section("actions")?);
-    let saved = f32s(checkpoint.section("next_obs")?);
-    let reset = std::mem::take(next_obs);
-    *next_obs = replay(envs, reset, &actions, &saved, plugin, checkpoint)?;
-    let env_steps = actions.len() / action_width(envs).max(1);
-    eprintln!("replayed {env_steps} env steps into `{plugin}`");
-    *action_log = action_log.take().map(|_| actions);
-    Ok(())
+impl RecordedEnvs {
+    /// `envs` reset with `seed`; with `log_actions`, every action sent will be kept.
+    pub(crate) fn new(
+        plugin: String,
+        mut envs: Box<dyn VecEnv>,
+        seed: u64,
+        log_actions: bool,
+    ) -> Result<Self, TrainError> {
+        Ok(Self {
+            plugin,
+            next_obs: envs.reset(seed)?,
+            envs,
+            action_log: log_actions.then(Vec::new),
+        })
+    }
+
+    /// Keeps `actions`, about to be sent, when actions are logged.
+    pub(crate) fn log(&mut self, actions: &BatchActions) {
+        match (&mut self.action_log, actions) {
+            (None, _) => {}
+            (Some(log), BatchActions::Discrete(a)) => log.extend(a.iter().map(|&a| a as f32)),
+            (Some(log), BatchActions::Continuous(a)) => log.extend_from_slice(a),
+        }
+    }
+
+    /// The checkpoint sections of the environments' state: every action sent (`actions`, empty
+    /// when none were logged) and the observations they reached (`next_obs`).
+    pub(crate) fn sections(&self) -> [(String, Vec<u8>); 2] {
+        [
+            (
+                "actions".into(),
+                bytes_of(self.action_log.as_deref().unwrap_or_default()),
+            ),
+            ("next_obs".into(), bytes_of(&self.next_obs)),
+        ]
+    }
+
+    /// Brings the freshly reset environments to `checkpoint`'s state by replaying its actions
+    /// ([`replay`]); the action log, when kept, continues from the checkpoint's.
+    pub(crate) fn restore(&mut self, checkpoint: &Checkpoint) -> Result<(), TrainError> {
+        let actions = f32s(checkpoint.section("actions")?);
+        let saved = f32s(checkpoint.section("next_obs")?);
+        let reset = std::mem::take(&mut self.next_obs);
+        self.next_obs = replay(self.envs.as_mut(), reset, &actions, &saved, &self.plugin, checkpoint)?;
+        let env_steps = actions.len() / action_width(self.envs.as_ref()).max(1);
+        eprintln!("replayed {env_steps} env steps into `{}`", self.plugin);
+        self.action_log = self.action_log.take().map(|_| actions);
+        Ok(())
+    }
+
+    /// The plugin's failed calls so far, for the driver.
+    pub(crate) fn failures(&self) -> Vec<(String, FailureCounts)> {
+        vec![(self.plugin.clone(), self.envs.failures())]
+    }
 }
 
 /// Values per environment per action.
@@ -75,14 +114,6 @@ fn action_width(envs: &dyn VecEnv) -> usize {
     match &envs.spec().action {
         Space::Box(b) => b.dim(),
         _ => 1,
-    }
-}
-
-/// Appends `actions` to the log, as values.
-pub(crate) fn log_actions(log: &mut Vec<f32>, actions: &BatchActions) {
-    match actions {
-        BatchActions::Discrete(a) => log.extend(a.iter().map(|&a| a as f32)),
-        BatchActions::Continuous(a) => log.extend_from_slice(a),
     }
 }
 

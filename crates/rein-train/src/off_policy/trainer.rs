@@ -10,7 +10,7 @@
 //! ([`crate::environments::replay`]) and continues exactly as the uninterrupted one.
 
 use burn::tensor::{Tensor, TensorData};
-use rein_core::{BatchActions, BoxSpace, FailureCounts, SeededRng, Space, VecEnv};
+use rein_core::{BatchActions, BoxSpace, FailureCounts, SeededRng, Space};
 use rein_model::{OffPolicyConfig, ReinAutodiffBackend};
 use rein_recipe::{OffPolicyAlgorithm, OffPolicyRecipe, Recipe};
 use serde::{Deserialize, Serialize};
@@ -21,8 +21,9 @@ use super::replay_buffer::ReplayBuffer;
 use crate::TrainError;
 use crate::checkpoint::Checkpoint;
 use crate::driver::{Snapshot, Step, Trainer};
+use crate::environments::EnvFactory;
 use crate::environments::episodes::EpisodeReturns;
-use crate::environments::{EnvFactory, replay};
+use crate::environments::replay::RecordedEnvs;
 use crate::watchdog::Phases;
 
 /// What the loop carries besides the agent and the buffer (a checkpoint's `state` section).
@@ -45,8 +46,8 @@ pub(super) struct LoopState {
 pub struct OffPolicy<'a, B: ReinAutodiffBackend> {
     recipe: &'a Recipe,
     algorithm: OffPolicyAlgorithm<'a>,
-    plugin: String,
-    envs: Box<dyn VecEnv>,
+    /// The environments, where they are, and the actions sent.
+    envs: RecordedEnvs,
     bounds: BoxSpace,
     obs_dim: usize,
     num_envs: usize,
@@ -54,10 +55,7 @@ pub struct OffPolicy<'a, B: ReinAutodiffBackend> {
     total_vector_steps: u64,
     pub(super) agent: Box<dyn Agent<B>>,
     buffer: ReplayBuffer,
-    next_obs: Vec<f32>,
     pub(super) state: LoopState,
-    /// Every action sent to the environments, when checkpoints are written.
-    action_log: Option<Vec<f32>>,
     device: B::Device,
 }
 
@@ -76,7 +74,7 @@ impl<'a, B: ReinAutodiffBackend> OffPolicy<'a, B> {
             plugin: env.plugin.clone(),
             message,
         };
-        let mut envs = make_env(env.num_envs)?;
+        let envs = make_env(env.num_envs)?;
         let spec = envs.spec().clone();
         let obs_dim = match &spec.observation {
             Space::Box(b) => b.dim(),
@@ -115,9 +113,7 @@ impl<'a, B: ReinAutodiffBackend> OffPolicy<'a, B> {
         Ok(Self {
             recipe,
             algorithm,
-            plugin: env.plugin.clone(),
-            next_obs: envs.reset(recipe.seed)?,
-            envs,
+            envs: RecordedEnvs::new(env.plugin.clone(), envs, recipe.seed, log_actions)?,
             bounds,
             obs_dim,
             num_envs,
@@ -132,7 +128,6 @@ impl<'a, B: ReinAutodiffBackend> OffPolicy<'a, B> {
                 episodes: EpisodeReturns::new(num_envs, recipe.train.return_window),
                 solved_at: None,
             },
-            action_log: log_actions.then(Vec::new),
             device: device.clone(),
         })
     }
@@ -142,18 +137,17 @@ impl<'a, B: ReinAutodiffBackend> OffPolicy<'a, B> {
         let global_step = self.state.vector_steps;
         let taken = global_step * self.num_envs as u64;
         let inference = phases.enter("inference", "choosing actions");
-        let obs = std::mem::take(&mut self.next_obs);
+        let obs = std::mem::take(&mut self.envs.next_obs);
         let actions = match taken < self.algorithm.learning_starts() {
             true => self.random_actions(),
             false => self.agent.explore(self.observations(&obs), &mut self.state.rng),
         };
-        if let Some(log) = &mut self.action_log {
-            log.extend_from_slice(&actions);
-        }
+        let batch = BatchActions::Continuous(actions.clone());
+        self.envs.log(&batch);
         drop(inference);
 
-        let env_phase = phases.enter("env", format!("`{}` stepping {} envs", self.plugin, self.num_envs));
-        let outcome = self.envs.step(&BatchActions::Continuous(actions.clone()))?;
+        let env_phase = phases.enter("env", format!("`{}` stepping {} envs", self.envs.plugin, self.num_envs));
+        let outcome = self.envs.envs.step(&batch)?;
         drop(env_phase);
 
         let inference = phases.enter("inference", "storing the transitions");
@@ -167,7 +161,7 @@ impl<'a, B: ReinAutodiffBackend> OffPolicy<'a, B> {
         let rewards: Vec<f32> = outcome.rewards.iter().map(|&r| r as f32).collect();
         self.buffer
             .push(&obs, &actions, &rewards, &real_next, &outcome.terminated);
-        self.next_obs = outcome.observations;
+        self.envs.next_obs = outcome.observations;
         s.vector_steps += 1;
         s.env_steps += self.num_envs as u64;
         if let (Some(target), Some(mean), None) =
@@ -280,12 +274,12 @@ impl<B: ReinAutodiffBackend> Trainer for OffPolicy<'_, B> {
         let agent = self.agent.snapshot();
         let state = serde_json::to_vec(&self.state).expect("the loop state serialises");
         let buffer = self.buffer.to_bytes();
-        let (actions, next_obs) = (self.action_log.clone().unwrap_or_default(), self.next_obs.clone());
+        let envs = self.envs.sections();
         Box::new(move || {
             let mut sections = agent();
             sections.push(("state".into(), state));
             sections.push(("replay_buffer".into(), buffer));
-            sections.extend(replay::sections(&actions, &next_obs));
+            sections.extend(envs);
             sections
         })
     }
@@ -303,13 +297,7 @@ impl<B: ReinAutodiffBackend> Trainer for OffPolicy<'_, B> {
                 ),
             });
         }
-        replay::restore(
-            self.envs.as_mut(),
-            &mut self.next_obs,
-            &mut self.action_log,
-            &self.plugin,
-            checkpoint,
-        )
+        self.envs.restore(checkpoint)
     }
 
     fn non_finite_parameter(&self) -> Option<String> {
@@ -317,6 +305,6 @@ impl<B: ReinAutodiffBackend> Trainer for OffPolicy<'_, B> {
     }
 
     fn plugin_failures(&self) -> Vec<(String, FailureCounts)> {
-        vec![(self.plugin.clone(), self.envs.failures())]
+        self.envs.failures()
     }
 }

@@ -20,7 +20,7 @@ use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
-use rein_core::{FailureCounts, Space, VecEnv};
+use rein_core::{FailureCounts, Space};
 use rein_model::{ActionHead, ActorCritic, ActorCriticConfig, ReinAutodiffBackend};
 use rein_optim::{LinearSchedule, PpoLossConfig, RewardScaler, RunningMeanStd, clip_grad_norm, gae, ppo_loss};
 use rein_recipe::{PpoRecipe, PpoSection, Recipe};
@@ -31,8 +31,9 @@ use serde_json::json;
 use crate::TrainError;
 use crate::checkpoint::{Checkpoint, learner_sections};
 use crate::driver::{Snapshot, Step, Trainer};
+use crate::environments::EnvFactory;
 use crate::environments::episodes::EpisodeReturns;
-use crate::environments::{EnvFactory, replay};
+use crate::environments::replay::RecordedEnvs;
 use crate::watchdog::Phases;
 use policy::{act, forward, log_std};
 pub(crate) use rollout::explained_variance;
@@ -57,8 +58,8 @@ struct PpoState {
 pub struct Ppo<'a, B: ReinAutodiffBackend> {
     recipe: &'a Recipe,
     ppo: &'a PpoSection,
-    plugin: String,
-    envs: Box<dyn VecEnv>,
+    /// The environments, where they are, and the actions sent.
+    envs: RecordedEnvs,
     head: ActionHead,
     bounds: Option<(Vec<f32>, Vec<f32>)>,
     obs_dim: usize,
@@ -69,10 +70,7 @@ pub struct Ppo<'a, B: ReinAutodiffBackend> {
     model: ActorCritic<B>,
     optim: OptimizerAdaptor<Adam, ActorCritic<B>, B>,
     buffer: Rollout,
-    next_obs: Vec<f32>,
     state: PpoState,
-    /// Every action sent to the environments, when checkpoints are written (see [`replay`]).
-    action_log: Option<Vec<f32>>,
     device: B::Device,
 }
 
@@ -99,10 +97,10 @@ impl<B: ReinAutodiffBackend> Trainer for Ppo<'_, B> {
 
     fn snapshot(&self) -> Snapshot {
         let (model, optim, state) = (self.model.clone(), self.optim.clone(), self.state.clone());
-        let (actions, next_obs) = (self.action_log.clone().unwrap_or_default(), self.next_obs.clone());
+        let envs = self.envs.sections();
         Box::new(move || {
             let mut sections = learner_sections::<B, ActorCritic<B>, _, _>(&state, &model, &optim);
-            sections.extend(replay::sections(&actions, &next_obs));
+            sections.extend(envs);
             sections
         })
     }
@@ -110,13 +108,7 @@ impl<B: ReinAutodiffBackend> Trainer for Ppo<'_, B> {
     fn restore(&mut self, checkpoint: &Checkpoint) -> Result<(), TrainError> {
         (self.state, self.model, self.optim) =
             checkpoint.load_learner(self.model.clone(), self.optim.clone(), &self.device)?;
-        replay::restore(
-            self.envs.as_mut(),
-            &mut self.next_obs,
-            &mut self.action_log,
-            &self.plugin,
-            checkpoint,
-        )
+        self.envs.restore(checkpoint)
     }
 
     fn non_finite_parameter(&self) -> Option<String> {
@@ -124,7 +116,7 @@ impl<B: ReinAutodiffBackend> Trainer for Ppo<'_, B> {
     }
 
     fn plugin_failures(&self) -> Vec<(String, FailureCounts)> {
-        vec![(self.plugin.clone(), self.envs.failures())]
+        self.envs.failures()
     }
 }
 
@@ -155,7 +147,7 @@ impl<B: ReinAutodiffBackend> Ppo<'_, B> {
         for t in 0..steps {
             let rows = t * num_envs..(t + 1) * num_envs;
             let inference = phases.enter("inference", "the policy's forward pass");
-            let mut obs = std::mem::take(&mut self.next_obs);
+            let mut obs = std::mem::take(&mut self.envs.next_obs);
             if let Some(stats) = &mut self.state.obs_stats {
                 stats.update(&obs);
                 stats.normalize(&mut obs, ppo.clip_obs);
@@ -175,13 +167,11 @@ impl<B: ReinAutodiffBackend> Ppo<'_, B> {
             );
             b.obs[rows.start * self.obs_dim..rows.end * self.obs_dim].copy_from_slice(&obs);
             b.values[rows.clone()].copy_from_slice(&values);
-            if let Some(log) = &mut self.action_log {
-                replay::log_actions(log, &env_actions);
-            }
+            self.envs.log(&env_actions);
             drop(inference);
 
-            let env_phase = phases.enter("env", format!("`{}` stepping {num_envs} envs", self.plugin));
-            let step = self.envs.step(&env_actions)?;
+            let env_phase = phases.enter("env", format!("`{}` stepping {num_envs} envs", self.envs.plugin));
+            let step = self.envs.envs.step(&env_actions)?;
             drop(env_phase);
 
             let _inference = phases.enter("inference", "recording the transition");
@@ -215,7 +205,7 @@ impl<B: ReinAutodiffBackend> Ppo<'_, B> {
                     b.next_values[rows.start + i] = v;
                 }
             }
-            self.next_obs = step.observations;
+            self.envs.next_obs = step.observations;
         }
         self.state.env_steps += (num_envs * steps) as u64;
 
@@ -227,7 +217,7 @@ impl<B: ReinAutodiffBackend> Ppo<'_, B> {
     fn advantages(&mut self, policy: &ActorCritic<B::InnerBackend>, phases: &Phases) -> (Vec<f32>, Vec<f32>) {
         let (ppo, num_envs, steps) = (self.ppo, self.num_envs, self.ppo.num_steps);
         let inference = phases.enter("inference", "advantages");
-        let mut last_obs = self.next_obs.clone();
+        let mut last_obs = self.envs.next_obs.clone();
         if let Some(stats) = &self.state.obs_stats {
             stats.normalize(&mut last_obs, ppo.clip_obs);
         }
@@ -351,7 +341,7 @@ impl<B: ReinAutodiffBackend> Ppo<'_, B> {
 
 impl<'a, B: ReinAutodiffBackend> Ppo<'a, B> {
     /// Seeding → envs → agent → storage, for a PPO recipe on envs from `make_env`. With
-    /// `log_actions`, every action sent is kept for checkpoints (see [`replay`]).
+    /// `log_actions`, every action sent is kept for checkpoints (see [`RecordedEnvs`]).
     pub fn new(
         plan: PpoRecipe<'a>,
         make_env: &EnvFactory<'_>,
@@ -369,7 +359,7 @@ impl<'a, B: ReinAutodiffBackend> Ppo<'a, B> {
             message: message.into(),
         };
         let num_envs = section.num_envs;
-        let mut envs = make_env(num_envs)?;
+        let envs = make_env(num_envs)?;
         let spec = envs.spec().clone();
         let obs_dim = match &spec.observation {
             Space::Box(b) => b.dim(),
@@ -425,9 +415,7 @@ impl<'a, B: ReinAutodiffBackend> Ppo<'a, B> {
         Ok(Self {
             recipe,
             ppo,
-            next_obs: envs.reset(recipe.seed)?,
-            plugin,
-            envs,
+            envs: RecordedEnvs::new(plugin, envs, recipe.seed, log_actions)?,
             head,
             bounds,
             obs_dim,
@@ -439,7 +427,6 @@ impl<'a, B: ReinAutodiffBackend> Ppo<'a, B> {
             optim,
             buffer: Rollout::new(ppo.num_steps, num_envs, obs_dim, act_dim),
             state,
-            action_log: log_actions.then(Vec::new),
             device: device.clone(),
         })
     }
