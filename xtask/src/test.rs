@@ -50,6 +50,7 @@ impl Test {
         // command's time (about 20 minutes on 2 cores), which `--quiet` would hide.
         eprintln!("building the workspace's tests");
         run(cargo().args(["test", "--workspace", "--no-run"]).current_dir(root()))?;
+        clear_test_scratch()?;
         eprintln!("testing the workspace");
         run(cargo()
             .args(["test", "--workspace", "--quiet"])
@@ -75,6 +76,47 @@ impl Test {
         }
         Ok(())
     }
+}
+
+/// What `<target>/tmp` keeps between runs: caches, each rebuilt only when its inputs change.
+const SCRATCH_CACHES: [&str; 4] = [
+    "component-cache",
+    "rein-sandbox-venv",
+    "gpu-bundle-binaries",
+    "scaffold-check",
+];
+
+/// Removes what earlier test runs left in `<target>/tmp` (cargo's `CARGO_TARGET_TMPDIR`): the
+/// integration tests name their run folders by process id so that runs never share one, and
+/// keep them for inspection, so without this each run adds a gigabyte or more until the disk
+/// is full. The folders of the last run stay until the next one starts.
+fn clear_test_scratch() -> anyhow::Result<()> {
+    let scratch = target_dir().join("tmp");
+    let Ok(entries) = std::fs::read_dir(&scratch) else {
+        return Ok(());
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry.with_context(|| format!("reading {}", scratch.display()))?;
+        if SCRATCH_CACHES.iter().any(|keep| entry.file_name() == *keep) {
+            continue;
+        }
+        let path = entry.path();
+        let result = if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        result.with_context(|| format!("removing an earlier test run's {}", path.display()))?;
+        removed += 1;
+    }
+    if removed > 0 {
+        eprintln!(
+            "removed {removed} folders and files earlier test runs left in {}",
+            scratch.display()
+        );
+    }
+    Ok(())
 }
 
 /// Runs `rein plugin test` on every plugin in plugins/ that has a `cases.jsonl`.
