@@ -13,10 +13,12 @@ use burn::tensor::{Tensor, TensorData};
 use rein_core::{BoxSpace, SeededRng};
 use rein_model::safetensors_file::{Tensors, module_tensors, with_tensors};
 use rein_model::{CpuAutodiff, OffPolicyConfig, ReinBackend};
-use rein_train::off_policy::Transitions;
+use rein_train::off_policy::flat::sac::FlatSac;
+use rein_train::off_policy::flat::td3::FlatTd3;
 use rein_train::off_policy::replay_buffer::ReplayBuffer;
 use rein_train::off_policy::sac::{Sac, SacNoise, SacSettings, TwinCritics};
 use rein_train::off_policy::td3::{Td3, Td3Settings};
+use rein_train::off_policy::{Batch, Transitions};
 use safetensors::SafeTensors;
 
 use gradients::gradients;
@@ -122,6 +124,26 @@ fn critics<B: ReinBackend>(fx: &Fixture, algo: &str, which: &str) -> TwinCritics
     };
     let named = critic_names(fx, &format!("{algo}/init"), which);
     with_tensors(fresh, &as_tensors(&named)).unwrap()
+}
+
+fn host_batch(fx: &Fixture, algo: &str) -> Batch {
+    let values = |name: &str| fx.f32s(&format!("{algo}/batch/{name}"));
+    Batch {
+        rows: BATCH,
+        obs: values("obs"),
+        actions: values("actions"),
+        rewards: values("rewards"),
+        next_obs: values("next_obs"),
+        dones: values("dones"),
+    }
+}
+
+/// `named` with each name under `prefix`.
+fn prefixed(prefix: &str, named: Vec<(String, Vec<usize>, Vec<f64>)>) -> Vec<(String, Vec<usize>, Vec<f64>)> {
+    named
+        .into_iter()
+        .map(|(name, shape, values)| (format!("{prefix}{name}"), shape, values))
+        .collect()
 }
 
 fn batch(fx: &Fixture, algo: &str) -> Transitions<A> {
@@ -322,6 +344,45 @@ fn sac_update_matches_cleanrl() {
     close("log alpha", log_alpha, fx.values("sac/after/log_alpha")[0], LOSS);
 }
 
+/// The flat-buffer SAC, from the same initial networks, takes the same whole update: losses,
+/// α and every parameter after it within the same bounds.
+#[test]
+fn flat_sac_update_matches_cleanrl() {
+    let fx = Fixture::load();
+    let burn = sac_agent(&fx);
+    let mut agent = FlatSac::new(
+        &burn.actor,
+        &burn.critics,
+        Some(&burn.targets),
+        &bounds(),
+        sac_settings(),
+    );
+    let losses = agent.update(&host_batch(&fx, "sac"), sac_noise(&fx), 2);
+    close("qf1 loss", losses.qf1_loss, fx.values("sac/qf1_loss")[0], LOSS);
+    close("qf2 loss", losses.qf2_loss, fx.values("sac/qf2_loss")[0], LOSS);
+    close(
+        "actor loss",
+        losses.actor_loss.unwrap(),
+        fx.values("sac/actor_loss")[1],
+        LOSS,
+    );
+    close(
+        "alpha loss",
+        losses.alpha_loss.unwrap(),
+        fx.values("sac/alpha_loss")[1],
+        LOSS,
+    );
+    close("alpha", agent.alpha(), fx.values("sac/alpha")[1], LOSS);
+    let tensors = agent.tensors();
+    let actor = fx.network("sac/after/actor", &["fc_mean", "fc_logstd"], "actor.");
+    let critics = prefixed("critics.", critic_names(&fx, "sac/after", ""));
+    let targets = prefixed("targets.", critic_names(&fx, "sac/after", "_target"));
+    for (what, named) in [("actor", actor), ("critics", critics), ("targets", targets)] {
+        let error = worst(&tensors, &named, what);
+        assert!(error <= PARAMETER, "{what} after the update {error:.2e}");
+    }
+}
+
 fn td3_agent(fx: &Fixture) -> Td3<A> {
     let device = Default::default();
     let actor = |name: &str| {
@@ -392,6 +453,38 @@ fn td3_update_matches_cleanrl() {
     critics_after_match(&fx, "td3", &agent.critics, &agent.targets);
 }
 
+/// The flat-buffer TD3, from the same initial networks, takes the same whole update.
+#[test]
+fn flat_td3_update_matches_cleanrl() {
+    let fx = Fixture::load();
+    let burn = td3_agent(&fx);
+    let mut agent = FlatTd3::new(
+        (&burn.actor, Some(&burn.target_actor)),
+        &burn.critics,
+        Some(&burn.targets),
+        &bounds(),
+        burn.settings().clone(),
+    );
+    let losses = agent.update(&host_batch(&fx, "td3"), &fx.f32s("td3/noise/target"), 2);
+    close("qf1 loss", losses.qf1_loss, fx.values("td3/qf1_loss")[0], LOSS);
+    close("qf2 loss", losses.qf2_loss, fx.values("td3/qf2_loss")[0], LOSS);
+    let tensors = agent.tensors();
+    let mut expected = Vec::new();
+    for module in ["actor", "target_actor"] {
+        let named = fx.network(&format!("td3/after/{module}"), &["fc_mu"], &format!("{module}."));
+        expected.push((module, named));
+    }
+    expected.push(("critics", prefixed("critics.", critic_names(&fx, "td3/after", ""))));
+    expected.push((
+        "targets",
+        prefixed("targets.", critic_names(&fx, "td3/after", "_target")),
+    ));
+    for (what, named) in expected {
+        let error = worst(&tensors, &named, what);
+        assert!(error <= PARAMETER, "{what} after the update {error:.2e}");
+    }
+}
+
 /// An agent's action for each observation; exploring with the generator given, else its
 /// deterministic action.
 type Act<'a> = dyn FnMut(Tensor<Inner, 2>, Option<&mut SeededRng>) -> Vec<f32> + 'a;
@@ -432,7 +525,7 @@ fn learn_steering(
         buffer.push(&obs, &actions, &rewards, &obs, &[true; 8]);
         if step > 32 {
             let indices = buffer.sample_indices(&mut rng, 64);
-            update(&buffer.gather(&indices, &device), &mut rng, step);
+            update(&buffer.gather(&indices).to_device(&device), &mut rng, step);
         }
     }
     (before, error(act))

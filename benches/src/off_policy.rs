@@ -4,7 +4,9 @@
 //! the same seeds in the same invocation, twice: at rl-zoo's Pendulum settings (what its users
 //! run) and at the recipe's settings (the same networks, buffer, batch, warm-up and learning
 //! rates). Every clock starts after the environments and the networks exist and stops at the
-//! first environment step after which the target holds (the same check on both sides).
+//! first environment step after which the target holds (the same check on both sides). rein's
+//! own reference path, its burn modules through autodiff (`model.autodiff = true`), runs the
+//! same seeds beside the default flat networks.
 
 use std::path::Path;
 
@@ -25,7 +27,8 @@ pub fn run(algorithm: &str, plugin_dir: &Path) -> anyhow::Result<Report> {
         .filter(|&n: &u64| n > 0)
         .unwrap_or(SEEDS);
     let recipe = format!("recipes/{algorithm}-pendulum.toml");
-    let (times, steps) = rein_seeds(&recipe, seeds, plugin_dir)?;
+    let (times, steps) = rein_seeds(&recipe, seeds, &[], plugin_dir)?;
+    let (autodiff_times, _) = rein_seeds(&recipe, seeds, &["model.autodiff=true"], plugin_dir)?;
     let (median_s, median_steps) = (
         median(&times).unwrap_or(f64::INFINITY),
         median(&steps).unwrap_or(f64::INFINITY),
@@ -69,6 +72,16 @@ pub fn run(algorithm: &str, plugin_dir: &Path) -> anyhow::Result<Report> {
             target: Some(("≤ 1.5× the peer's".to_string(), median_steps <= 1.5 * peer.env_steps)),
         });
     }
+    report.push(Row {
+        name: format!("{recipe}: median time to target, flat networks (s)"),
+        value: median_s,
+        unit: "s",
+        baseline: Some((
+            "rein, burn modules through autodiff (model.autodiff = true)".to_string(),
+            median(&autodiff_times).unwrap_or(f64::INFINITY),
+        )),
+        target: None,
+    });
     report.push(Row {
         name: format!("{recipe}: worst of {seeds} seeds (s)"),
         value: worst,

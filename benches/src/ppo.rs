@@ -18,7 +18,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
     let mut report = Report::default();
     // The targets: CartPole ≤ 1 s median and ≥ 10× SB3; Pendulum ≤ 2 s median.
     for (recipe, target_s) in [("recipes/ppo-cartpole.toml", 1.0), ("recipes/ppo-pendulum.toml", 2.0)] {
-        let (times, _) = rein_seeds(recipe, SEEDS, plugin_dir)?;
+        let (times, _) = rein_seeds(recipe, SEEDS, &[], plugin_dir)?;
         let median = median(&times).unwrap_or(f64::INFINITY);
         let worst = times.iter().copied().fold(0.0, f64::max);
         let name = format!("{recipe}: median time to target (s)");
@@ -76,11 +76,12 @@ const PEERS: &[(&str, &str)] = &[
 
 /// Times rein on `recipe` for seeds 1..=`seeds`, printing each: seconds to the target
 /// (infinite where it was not reached) and env steps to it (all of them where not), per seed.
-pub fn rein_seeds(recipe: &str, seeds: u64, plugin_dir: &Path) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
-    println!("{recipe}: {seeds} seeds");
+pub fn rein_seeds(recipe: &str, seeds: u64, extra: &[&str], plugin_dir: &Path) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    println!("{recipe} {}: {seeds} seeds", extra.join(" "));
     let (mut times, mut env_steps) = (Vec::new(), Vec::new());
     for seed in 1..=seeds {
-        let overrides = vec![format!("seed={seed}"), "train.eval_episodes=0".to_string()];
+        let mut overrides = vec![format!("seed={seed}"), "train.eval_episodes=0".to_string()];
+        overrides.extend(extra.iter().map(|o| o.to_string()));
         let loaded = LoadedRecipe::load(Path::new(recipe), &overrides)?;
         let outcome = rein_train::run_env(&loaded, plugin_dir, false)?;
         let t = outcome.timings;

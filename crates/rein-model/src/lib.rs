@@ -5,6 +5,9 @@
 //!   action head (CleanRL's PPO agent).
 //! - [`QNetwork`], [`GaussianActor`], [`DeterministicActor`]: SAC's and TD3's networks
 //!   (CleanRL's).
+//! - [`FlatMlp`]: the same MLP in one flat `f32` buffer, run forward and backward by hand on
+//!   rein-kernels' products (no autodiff, no tensors) with the module's values and gradients
+//!   bit for bit: the small networks of SAC and TD3 train through it.
 //! - [`lm::CausalLm`]: Llama / Qwen2 / Mistral / SmolLM causal language models, loaded from and
 //!   saved to model directories in Hugging Face format, with their tokenizers ([`lm::LmTokenizer`]).
 //! - GGUF files are read and converted by `rein-gguf`, which owns every plain checkpoint file
@@ -21,6 +24,7 @@
 
 mod actor_critic;
 mod backend;
+mod flat_mlp;
 pub mod lm;
 mod mlp;
 mod off_policy;
@@ -34,6 +38,7 @@ pub use backend::{
     ReinBackend, RopeKernels, SwigluKernels, TanhKernels, affine, cuda_matmul, generic_ops, set_cuda_matmul,
     use_generic_ops,
 };
+pub use flat_mlp::{FlatMlp, Trace};
 pub use mlp::{Activation, Mlp, MlpConfig, MlpInit};
 pub use off_policy::{DeterministicActor, GaussianActor, OffPolicyConfig, QNetwork};
 pub use one_graph::one_graph;

@@ -119,6 +119,11 @@ impl<B: ReinBackend> Mlp<B> {
         })
     }
 
+    /// Input features.
+    pub fn input_width(&self) -> usize {
+        self.layers[0].weight.dims()[0]
+    }
+
     /// Number of linear layers.
     pub fn depth(&self) -> usize {
         self.layers.len()

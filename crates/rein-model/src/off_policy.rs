@@ -89,6 +89,11 @@ pub struct GaussianActor<B: ReinBackend> {
 }
 
 impl<B: ReinBackend> GaussianActor<B> {
+    /// Observation features.
+    pub fn obs_dim(&self) -> usize {
+        self.mlp.input_width()
+    }
+
     /// # Shapes
     /// - `obs`: `[batch, obs_dim]` → (`mean`, `raw_log_std`), `[batch, act_dim]` each
     pub fn forward(&self, obs: Tensor<B, 2>) -> (Tensor<B, 2>, Tensor<B, 2>) {
@@ -107,6 +112,11 @@ pub struct DeterministicActor<B: ReinBackend> {
 }
 
 impl<B: ReinBackend> DeterministicActor<B> {
+    /// Observation features.
+    pub fn obs_dim(&self) -> usize {
+        self.mlp.input_width()
+    }
+
     /// # Shapes
     /// - `obs`: `[batch, obs_dim]`, `scale`, `bias`: `[act_dim]` (half the action box's width
     ///   and its centre) → `[batch, act_dim]`

@@ -24,7 +24,11 @@
 //! - Off-policy control: SAC's squashed-Gaussian policy ([`squashed_gaussian`]), soft target
 //!   ([`soft_q_target`]), [`twin_critic_loss`], [`sac_actor_loss`] and entropy
 //!   [`temperature_loss`]; TD3's [`smoothed_target_actions`], [`clipped_double_q_target`] and
-//!   [`deterministic_actor_loss`]; target networks by [`polyak_update`].
+//!   [`deterministic_actor_loss`]; target networks by [`polyak_update`]. The squashed
+//!   Gaussian also on plain rows with its gradient by hand ([`squashed_gaussian_row`],
+//!   [`squashed_gaussian_row_backward`]).
+//! - [`FlatAdam`]: Adam over one flat `f32` buffer, the same steps as burn's `Adam`, for
+//!   networks trained without autodiff.
 //!
 //! Estimators work on plain `f32` slices (property-testable without tensors); losses are burn
 //! tensor functions generic over the backend.
@@ -36,6 +40,7 @@ mod aggregation;
 mod difficulty_weight;
 mod distillation;
 mod finite;
+mod flat_adam;
 mod gae;
 mod gigpo;
 mod grad_clip;
@@ -50,6 +55,7 @@ mod preference;
 mod running;
 mod schedule;
 mod soft_actor_critic;
+mod squashed_rows;
 mod td3;
 mod token_advantages;
 
@@ -57,6 +63,7 @@ pub use aggregation::aggregate;
 pub use difficulty_weight::{difficulty_weight, reweight_by_difficulty};
 pub use distillation::{add_teacher_advantages, full_reverse_kl};
 pub use finite::{non_finite_gradient, non_finite_parameter};
+pub use flat_adam::{FlatAdam, StateSizeMismatch};
 pub use gae::gae;
 pub use gigpo::{GigpoConfig, TurnOutcome, gigpo_advantages};
 pub use grad_clip::clip_grad_norm;
@@ -75,5 +82,6 @@ pub use soft_actor_critic::{
     LOG_STD_MAX, LOG_STD_MIN, SquashedSample, bounded_log_std, sac_actor_loss, soft_q_target, squashed_gaussian,
     temperature_loss, twin_critic_loss,
 };
+pub use squashed_rows::{squashed_gaussian_row, squashed_gaussian_row_backward};
 pub use td3::{clipped_double_q_target, deterministic_actor_loss, smoothed_target_actions};
 pub use token_advantages::{TokenAdvantages, masked_whiten, token_gae, token_rewards};

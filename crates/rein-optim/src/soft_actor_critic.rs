@@ -26,7 +26,7 @@ pub const LOG_STD_MIN: f32 = -5.0;
 pub const LOG_STD_MAX: f32 = 2.0;
 
 /// `½ log 2π`.
-const HALF_LOG_TWO_PI: f32 = 0.918_938_5;
+pub(crate) const HALF_LOG_TWO_PI: f32 = 0.918_938_5;
 
 /// An action drawn from the tanh-squashed Gaussian policy, with its log-probability.
 #[derive(Debug, Clone)]

@@ -245,6 +245,10 @@ pub struct ModelSection {
     /// The tokenizer directory (`tokenizer.json`, `tokenizer_config.json`); defaults to the
     /// model directory.
     pub tokenizer: Option<String>,
+    /// SAC and TD3: train the networks as burn modules through burn's autodiff (the reference
+    /// path) instead of as flat buffers with hand-written gradients (the default, several
+    /// times faster; the same numbers up to rounding).
+    pub autodiff: bool,
 }
 
 impl Default for ModelSection {
@@ -257,6 +261,7 @@ impl Default for ModelSection {
             architecture: None,
             init_std: 0.02,
             tokenizer: None,
+            autodiff: false,
         }
     }
 }

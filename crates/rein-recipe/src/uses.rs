@@ -33,7 +33,7 @@ fn sections(algorithm: &Algorithm) -> &'static [(&'static str, Keys)] {
         // SAC and TD3 keep their learning rates in `[algorithm]`, as CleanRL does.
         Algorithm::Sac(_) | Algorithm::Td3(_) => &[
             ("env", Keys::All),
-            ("model", Keys::Only(&["hidden"])),
+            ("model", Keys::Only(&["hidden", "autodiff"])),
             ("train", Keys::All),
         ],
         Algorithm::Grpo(_) => &[

@@ -149,7 +149,7 @@ impl Checkpoint {
         ))
     }
 
-    fn mismatch(&self, why: String) -> CheckpointError {
+    pub(crate) fn mismatch(&self, why: String) -> CheckpointError {
         CheckpointError::Mismatch {
             path: self.path.clone(),
             why,

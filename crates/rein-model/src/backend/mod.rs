@@ -48,6 +48,7 @@ pub use norm::NormKernels;
 pub use rope::RopeKernels;
 pub use swiglu::SwigluKernels;
 pub use tanh::TanhKernels;
+pub(crate) use tanh::tanh_f32;
 
 pub(crate) use linear::linear;
 

@@ -54,7 +54,7 @@ impl TanhKernels for Flex {
 /// `tanh` for `f32` as a rational function of `x` (Eigen's `generic_fast_tanh_float`): only
 /// multiplications, additions and one division, so loops over it vectorise.
 #[inline(always)]
-pub(super) fn tanh_f32(x: f32) -> f32 {
+pub(crate) fn tanh_f32(x: f32) -> f32 {
     const CLAMP: f32 = 7.905_311;
     const A1: f32 = 4.893_524_6e-3;
     const A3: f32 = 6.372_619_3e-4;

@@ -1,31 +1,31 @@
 //! SAC and TD3 as the off-policy trainer drives them ([`Agent`]): actions to explore with and to
 //! evaluate with, one update on a sampled batch with its random draws taken from the run's
-//! generator, and their state as checkpoint sections. Built from a recipe by [`agent`].
+//! generator, and their state as checkpoint sections; implemented here for the burn-module
+//! agents, in `flat/` for the flat ones. Built from a recipe by `build.rs`.
 
 use std::path::Path;
 
 use burn::module::AutodiffModule;
 use burn::tensor::Tensor;
-use rein_core::{BoxSpace, SeededRng};
-use rein_model::{OffPolicyConfig, ReinAutodiffBackend};
-use rein_recipe::{OffPolicyAlgorithm, SacSection, Td3Section};
+use rein_core::SeededRng;
+use rein_model::ReinAutodiffBackend;
 
-use super::Transitions;
-use super::sac::{Sac, SacNoise, SacSettings, TwinCritics};
-use super::td3::{Td3, Td3Settings};
+use super::Batch;
+use super::sac::{Sac, SacNoise};
+use super::td3::Td3;
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::driver::Snapshot;
 
 /// An off-policy learner for continuous actions.
 pub(crate) trait Agent<B: ReinAutodiffBackend> {
     /// Exploration actions for `obs` (`[n, obs_dim]`), row-major, drawing noise from `rng`.
-    fn explore(&self, obs: Tensor<B::InnerBackend, 2>, rng: &mut SeededRng) -> Vec<f32>;
+    fn explore(&self, obs: &[f32], rng: &mut SeededRng) -> Vec<f32>;
 
     /// The deterministic policy's actions for `obs` (evaluation).
-    fn deterministic(&self, obs: Tensor<B::InnerBackend, 2>) -> Vec<f32>;
+    fn deterministic(&self, obs: &[f32]) -> Vec<f32>;
 
     /// The update of vector step `step` on `batch`; its logged losses by metric name.
-    fn learn(&mut self, batch: &Transitions<B>, rng: &mut SeededRng, step: u64) -> Vec<(&'static str, f32)>;
+    fn learn(&mut self, batch: &Batch, rng: &mut SeededRng, step: u64) -> Vec<(&'static str, f32)>;
 
     /// Networks, targets and optimisers as checkpoint sections.
     fn snapshot(&self) -> Snapshot;
@@ -40,66 +40,6 @@ pub(crate) trait Agent<B: ReinAutodiffBackend> {
     fn save_policy(&self, path: &Path) -> std::io::Result<()>;
 }
 
-/// The recipe's agent, its networks initialised from `rng`.
-pub(crate) fn agent<B: ReinAutodiffBackend>(
-    algorithm: OffPolicyAlgorithm<'_>,
-    config: &OffPolicyConfig,
-    bounds: &BoxSpace,
-    rng: &mut SeededRng,
-    device: &B::Device,
-) -> Box<dyn Agent<B>> {
-    let twin = |rng: &mut SeededRng| TwinCritics {
-        q1: config.q_network(rng, device),
-        q2: config.q_network(rng, device),
-    };
-    match algorithm {
-        OffPolicyAlgorithm::Sac(section) => {
-            let actor = config.gaussian_actor(rng, device);
-            let settings = sac_settings(section, config.act_dim);
-            Box::new(Sac::new(actor, twin(rng), None, bounds, settings, device))
-        }
-        OffPolicyAlgorithm::Td3(section) => {
-            let actor = config.deterministic_actor(rng, device);
-            Box::new(Td3::new(
-                actor,
-                twin(rng),
-                None,
-                None,
-                bounds,
-                td3_settings(section),
-                device,
-            ))
-        }
-    }
-}
-
-/// SAC's settings from its section: with `autotune`, α starts at 1 and learns toward
-/// `target_entropy` (default `−act_dim`), as CleanRL's `autotune` does.
-fn sac_settings(s: &SacSection, act_dim: usize) -> SacSettings {
-    SacSettings {
-        gamma: s.gamma,
-        tau: s.tau,
-        policy_lr: s.policy_lr,
-        q_lr: s.q_lr,
-        policy_frequency: s.policy_frequency,
-        target_network_frequency: s.target_network_frequency,
-        target_entropy: s.autotune.then(|| s.target_entropy.unwrap_or(-(act_dim as f32))),
-        alpha: if s.autotune { 1.0 } else { s.alpha },
-    }
-}
-
-fn td3_settings(t: &Td3Section) -> Td3Settings {
-    Td3Settings {
-        gamma: t.gamma,
-        tau: t.tau,
-        learning_rate: t.learning_rate,
-        policy_noise: t.policy_noise,
-        noise_clip: t.noise_clip,
-        policy_frequency: t.policy_frequency,
-        exploration_noise: t.exploration_noise,
-    }
-}
-
 fn normals(rng: &mut SeededRng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.normal() as f32).collect()
 }
@@ -109,19 +49,19 @@ fn values<C: burn::tensor::backend::Backend>(actions: Tensor<C, 2>) -> Vec<f32> 
 }
 
 impl<B: ReinAutodiffBackend> Agent<B> for Sac<B> {
-    fn explore(&self, obs: Tensor<B::InnerBackend, 2>, rng: &mut SeededRng) -> Vec<f32> {
+    fn explore(&self, obs: &[f32], rng: &mut SeededRng) -> Vec<f32> {
+        let obs = self.observations(obs);
         let eps = normals(rng, obs.dims()[0] * self.act_dim());
         values(self.act(obs, Some(eps)))
     }
 
-    fn deterministic(&self, obs: Tensor<B::InnerBackend, 2>) -> Vec<f32> {
-        values(self.act(obs, None))
+    fn deterministic(&self, obs: &[f32]) -> Vec<f32> {
+        values(self.act(self.observations(obs), None))
     }
 
-    fn learn(&mut self, batch: &Transitions<B>, rng: &mut SeededRng, step: u64) -> Vec<(&'static str, f32)> {
-        let values = batch.actions.dims().iter().product();
-        let noise = SacNoise::draw(rng, self.settings(), values, step);
-        let losses = self.update(batch, noise, step);
+    fn learn(&mut self, batch: &Batch, rng: &mut SeededRng, step: u64) -> Vec<(&'static str, f32)> {
+        let noise = SacNoise::draw(rng, self.settings(), batch.actions.len(), step);
+        let losses = self.update(&batch.to_device(&self.device()), noise, step);
         let mut logged = vec![
             ("losses/qf1_loss", losses.qf1_loss),
             ("losses/qf2_loss", losses.qf2_loss),
@@ -154,18 +94,19 @@ impl<B: ReinAutodiffBackend> Agent<B> for Sac<B> {
 }
 
 impl<B: ReinAutodiffBackend> Agent<B> for Td3<B> {
-    fn explore(&self, obs: Tensor<B::InnerBackend, 2>, rng: &mut SeededRng) -> Vec<f32> {
+    fn explore(&self, obs: &[f32], rng: &mut SeededRng) -> Vec<f32> {
+        let obs = self.observations(obs);
         let noise = normals(rng, obs.dims()[0] * self.act_dim());
         values(self.act(obs, Some(noise)))
     }
 
-    fn deterministic(&self, obs: Tensor<B::InnerBackend, 2>) -> Vec<f32> {
-        values(self.act(obs, None))
+    fn deterministic(&self, obs: &[f32]) -> Vec<f32> {
+        values(self.act(self.observations(obs), None))
     }
 
-    fn learn(&mut self, batch: &Transitions<B>, rng: &mut SeededRng, step: u64) -> Vec<(&'static str, f32)> {
-        let noise = normals(rng, batch.actions.dims().iter().product());
-        let losses = self.update(batch, noise, step);
+    fn learn(&mut self, batch: &Batch, rng: &mut SeededRng, step: u64) -> Vec<(&'static str, f32)> {
+        let noise = normals(rng, batch.actions.len());
+        let losses = self.update(&batch.to_device(&self.device()), noise, step);
         let mut logged = vec![
             ("losses/qf1_loss", losses.qf1_loss),
             ("losses/qf2_loss", losses.qf2_loss),

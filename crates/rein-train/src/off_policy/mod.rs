@@ -6,6 +6,8 @@
 //! (taken as arguments, so a test can give CleanRL's).
 
 mod agent;
+mod build;
+pub mod flat;
 pub mod replay_buffer;
 mod run;
 pub mod sac;
@@ -19,6 +21,40 @@ use burn::optim::AdamConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use rein_core::BoxSpace;
+
+/// A minibatch of transitions as the replay buffer gives it: row-major values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    /// Transitions.
+    pub rows: usize,
+    /// `s`, `[rows, obs_dim]`.
+    pub obs: Vec<f32>,
+    /// `a`, `[rows, act_dim]`.
+    pub actions: Vec<f32>,
+    /// `r`, `[rows]`.
+    pub rewards: Vec<f32>,
+    /// `s'`, `[rows, obs_dim]`.
+    pub next_obs: Vec<f32>,
+    /// 1 where the transition terminated, `[rows]`.
+    pub dones: Vec<f32>,
+}
+
+impl Batch {
+    /// The batch as tensors on `device`.
+    pub fn to_device<B: Backend>(&self, device: &B::Device) -> Transitions<B> {
+        let n = self.rows;
+        let t2 =
+            |values: &[f32]| Tensor::from_data(TensorData::new(values.to_vec(), [n, values.len() / n.max(1)]), device);
+        let t1 = |values: &[f32]| Tensor::from_data(TensorData::new(values.to_vec(), [n]), device);
+        Transitions {
+            obs: t2(&self.obs),
+            actions: t2(&self.actions),
+            rewards: t1(&self.rewards),
+            next_obs: t2(&self.next_obs),
+            dones: t1(&self.dones),
+        }
+    }
+}
 
 /// A minibatch of transitions, on the device.
 #[derive(Debug, Clone)]

@@ -3,11 +3,9 @@
 //! uniformly with replacement as Stable-Baselines3's `ReplayBuffer` (CleanRL's) samples, and
 //! written whole into checkpoints so a resumed run samples what the uninterrupted one would.
 
-use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorData};
 use rein_core::SeededRng;
 
-use super::Transitions;
+use super::Batch;
 
 /// Transitions of `obs_dim`-feature observations and `act_dim`-dimensional actions.
 #[derive(Debug, Clone, PartialEq)]
@@ -132,23 +130,21 @@ impl ReplayBuffer {
         (0..batch).map(|_| rng.below(self.len as u64) as usize).collect()
     }
 
-    /// The transitions at `indices`, as tensors on `device`.
-    pub fn gather<B: Backend>(&self, indices: &[usize], device: &B::Device) -> Transitions<B> {
-        let n = indices.len();
+    /// The transitions at `indices`, row-major.
+    pub fn gather(&self, indices: &[usize]) -> Batch {
         let rows = |values: &[f32], width: usize| -> Vec<f32> {
             indices
                 .iter()
                 .flat_map(|&i| values[i * width..(i + 1) * width].iter().copied())
                 .collect()
         };
-        let t2 = |values: Vec<f32>, width| Tensor::from_data(TensorData::new(values, [n, width]), device);
-        let t1 = |values: Vec<f32>| Tensor::from_data(TensorData::new(values, [n]), device);
-        Transitions {
-            obs: t2(rows(&self.obs, self.obs_dim), self.obs_dim),
-            actions: t2(rows(&self.actions, self.act_dim), self.act_dim),
-            rewards: t1(rows(&self.rewards, 1)),
-            next_obs: t2(rows(&self.next_obs, self.obs_dim), self.obs_dim),
-            dones: t1(rows(&self.dones, 1)),
+        Batch {
+            rows: indices.len(),
+            obs: rows(&self.obs, self.obs_dim),
+            actions: rows(&self.actions, self.act_dim),
+            rewards: rows(&self.rewards, 1),
+            next_obs: rows(&self.next_obs, self.obs_dim),
+            dones: rows(&self.dones, 1),
         }
     }
 
@@ -215,7 +211,6 @@ impl ReplayBuffer {
 
 #[cfg(test)]
 mod tests {
-    use burn::backend::Flex;
 
     use super::*;
 
@@ -239,8 +234,8 @@ mod tests {
         assert_eq!(buffer.next_obs, [5.5, 6.5, 7.5, 3.5, 4.5]);
         // Environment 0 terminated at the even steps: transitions 0, 4 (and 8, …).
         assert_eq!(buffer.dones, [0.0, 0.0, 0.0, 0.0, 1.0]);
-        let batch = buffer.gather::<Flex>(&[3, 0], &Default::default());
-        assert_eq!(batch.rewards.into_data().to_vec::<f32>().unwrap(), [3.0, 5.0]);
+        let batch = buffer.gather(&[3, 0]);
+        assert_eq!((batch.rows, batch.rewards), (2, vec![3.0, 5.0]));
     }
 
     #[test]

@@ -251,6 +251,22 @@ impl<B: ReinAutodiffBackend> Sac<B> {
         losses
     }
 
+    /// The device its networks are on.
+    pub fn device(&self) -> B::Device {
+        self.bounds.scale.device()
+    }
+
+    /// Row-major observations (`[n, obs_dim]`) as a tensor on its device.
+    pub fn observations(&self, obs: &[f32]) -> Tensor<B::InnerBackend, 2> {
+        let rows = obs.len() / self.obs_dim();
+        normals(obs.to_vec(), [rows, self.obs_dim()], &self.device())
+    }
+
+    /// The observation's features.
+    pub fn obs_dim(&self) -> usize {
+        self.actor.obs_dim()
+    }
+
     /// The action's dimensions.
     pub fn act_dim(&self) -> usize {
         self.bounds.scale.dims()[0]

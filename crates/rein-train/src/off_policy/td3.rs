@@ -137,6 +137,22 @@ impl<B: ReinAutodiffBackend> Td3<B> {
         deterministic_actor_loss(self.critics.q1.forward(obs, actions))
     }
 
+    /// The device its networks are on.
+    pub fn device(&self) -> B::Device {
+        self.bounds.scale.device()
+    }
+
+    /// Row-major observations (`[n, obs_dim]`) as a tensor on its device.
+    pub fn observations(&self, obs: &[f32]) -> Tensor<B::InnerBackend, 2> {
+        let rows = obs.len() / self.obs_dim();
+        normals(obs.to_vec(), [rows, self.obs_dim()], &self.device())
+    }
+
+    /// The observation's features.
+    pub fn obs_dim(&self) -> usize {
+        self.actor.obs_dim()
+    }
+
     /// The action's dimensions.
     pub fn act_dim(&self) -> usize {
         self.bounds.scale.dims()[0]

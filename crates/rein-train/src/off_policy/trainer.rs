@@ -9,14 +9,14 @@
 //! state and every action sent, so a resumed run replays the environments
 //! ([`crate::environments::replay`]) and continues exactly as the uninterrupted one.
 
-use burn::tensor::{Tensor, TensorData};
 use rein_core::{BatchActions, BoxSpace, FailureCounts, SeededRng, Space};
 use rein_model::{OffPolicyConfig, ReinAutodiffBackend};
 use rein_recipe::{OffPolicyAlgorithm, OffPolicyRecipe, Recipe};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::agent::{Agent, agent};
+use super::agent::Agent;
+use super::build::agent;
 use super::replay_buffer::ReplayBuffer;
 use crate::TrainError;
 use crate::checkpoint::Checkpoint;
@@ -108,7 +108,8 @@ impl<'a, B: ReinAutodiffBackend> OffPolicy<'a, B> {
             act_dim,
             hidden: recipe.model.hidden.clone(),
         };
-        let agent = agent::<B>(algorithm, &config, &bounds, &mut rng.fork(), device);
+        let autodiff = recipe.model.autodiff;
+        let agent = agent::<B>(algorithm, &config, &bounds, autodiff, &mut rng.fork(), device);
         let num_envs = env.num_envs;
         Ok(Self {
             recipe,
@@ -140,7 +141,7 @@ impl<'a, B: ReinAutodiffBackend> OffPolicy<'a, B> {
         let obs = std::mem::take(&mut self.envs.next_obs);
         let actions = match taken < self.algorithm.learning_starts() {
             true => self.random_actions(),
-            false => self.agent.explore(self.observations(&obs), &mut self.state.rng),
+            false => self.agent.explore(&obs, &mut self.state.rng),
         };
         let batch = BatchActions::Continuous(actions.clone());
         self.envs.log(&batch);
@@ -179,7 +180,7 @@ impl<'a, B: ReinAutodiffBackend> OffPolicy<'a, B> {
         let indices = self
             .buffer
             .sample_indices(&mut self.state.rng, self.algorithm.batch_size());
-        let batch = self.buffer.gather(&indices, &self.device);
+        let batch = self.buffer.gather(&indices);
         let losses = self.agent.learn(&batch, &mut self.state.rng, global_step);
         for &(name, value) in &losses {
             TrainError::check_loss(step, name, value)?;
@@ -202,14 +203,9 @@ impl<'a, B: ReinAutodiffBackend> OffPolicy<'a, B> {
             .collect()
     }
 
-    fn observations(&self, obs: &[f32]) -> Tensor<B::InnerBackend, 2> {
-        let rows = obs.len() / self.obs_dim;
-        Tensor::from_data(TensorData::new(obs.to_vec(), [rows, self.obs_dim]), &self.device)
-    }
-
     /// The deterministic policy's actions for `obs` (`n` envs).
     pub(super) fn deterministic(&self, obs: Vec<f32>) -> BatchActions {
-        BatchActions::Continuous(self.agent.deterministic(self.observations(&obs)))
+        BatchActions::Continuous(self.agent.deterministic(&obs))
     }
 
     /// The metrics record and progress line after driver step `step`.
