@@ -256,11 +256,11 @@ impl FlatMlp {
             if l > 0 {
                 // `x` is the previous layer's output, after its activation.
                 match self.activation {
-                    Activation::Relu => d_x.iter_mut().zip(x).for_each(|(d, y)| {
-                        if *y <= 0.0 {
-                            *d = 0.0;
-                        }
-                    }),
+                    // A select, not a branch, so that the loop is vectorised.
+                    Activation::Relu => d_x
+                        .iter_mut()
+                        .zip(x)
+                        .for_each(|(d, y)| *d = if *y > 0.0 { *d } else { 0.0 }),
                     Activation::Tanh => d_x.iter_mut().zip(x).for_each(|(d, y)| *d *= 1.0 - y * y),
                 }
             }

@@ -11,6 +11,13 @@
 //! the bias-corrected step `lr · m̂ / (√v̂ + ε)` rearranged as burn's `Adam` computes it, in the
 //! same operations on each element, so the two give the same parameters for the same gradients.
 //! PyTorch's `optim.Adam` defaults (β = (0.9, 0.999), ε = 1e-8), which CleanRL keeps.
+//!
+//! One departure: a moment that falls below `f32`'s smallest normal number (1.2·10⁻³⁸) is set to
+//! zero. A ReLU network's dead units get zero gradients, so their `m` decays by 0.9 a step into
+//! the subnormal range after ~800 steps, where every operation on it takes an x86 CPU a
+//! microcode assist about a hundred times slower: a tenth of the moments of a 64-unit SAC critic
+//! were subnormal, and Adam took 14% of an update. A step computed from such a moment is below
+//! 10⁻²⁹ and moves no parameter of magnitude above 10⁻²², so only those steps' bits change.
 
 /// Adam's moments and step count for one flat parameter buffer.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,6 +78,7 @@ impl FlatAdam {
                 true => (g * (1.0 - b1), (g * g) * (1.0 - b2)),
                 false => (*m * b1 + g * (1.0 - b1), *v * b2 + (g * g) * (1.0 - b2)),
             };
+            (*m, *v) = (normal_or_zero(*m), normal_or_zero(*v));
             let update = (*m * combined) / (v.sqrt() + epsilon);
             *p -= update * lr;
         }
@@ -118,6 +126,12 @@ impl FlatAdam {
     }
 }
 
+/// `x`, or zero where `x` is subnormal (a select, so the loop stays vectorised).
+#[inline(always)]
+fn normal_or_zero(x: f32) -> f32 {
+    if x.abs() < f32::MIN_POSITIVE { 0.0 } else { x }
+}
+
 #[cfg(test)]
 mod tests {
     use burn::backend::{Autodiff, Flex};
@@ -161,6 +175,22 @@ mod tests {
             assert_eq!(bits(&flat), bits(&burn), "lr {lr}");
         }
         assert_eq!(adam.time(), 3);
+    }
+
+    /// A unit whose gradient stays zero: its first moment decays toward zero and stops at
+    /// zero instead of passing through the subnormal range; the parameter does not move.
+    #[test]
+    fn moments_below_the_normal_range_become_zero() {
+        let mut adam = FlatAdam::new(1);
+        let mut param = [0.5f32];
+        adam.step(1e-3, &mut param, &[1.0]);
+        let after_first = param[0];
+        for _ in 0..2000 {
+            adam.step(1e-3, &mut param, &[0.0]);
+            assert!(!adam.moment_1[0].is_subnormal() && !adam.moment_2[0].is_subnormal());
+        }
+        assert_eq!(adam.moment_1[0], 0.0);
+        assert!(param[0] < after_first && param[0] > 0.45, "{}", param[0]);
     }
 
     #[test]
