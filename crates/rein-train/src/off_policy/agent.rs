@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use burn::module::AutodiffModule;
-use burn::tensor::Tensor;
+use burn::tensor::{Tensor, TensorData};
 use rein_core::SeededRng;
 use rein_model::ReinAutodiffBackend;
 
@@ -44,33 +44,30 @@ fn normals(rng: &mut SeededRng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.normal() as f32).collect()
 }
 
+/// Row-major observations (`[n, obs_dim]`) as a tensor on `device`.
+fn observations<C: burn::tensor::backend::Backend>(obs: &[f32], obs_dim: usize, device: &C::Device) -> Tensor<C, 2> {
+    Tensor::from_data(TensorData::new(obs.to_vec(), [obs.len() / obs_dim, obs_dim]), device)
+}
+
 fn values<C: burn::tensor::backend::Backend>(actions: Tensor<C, 2>) -> Vec<f32> {
     actions.into_data().to_vec().unwrap_or_default()
 }
 
 impl<B: ReinAutodiffBackend> Agent<B> for Sac<B> {
     fn explore(&self, obs: &[f32], rng: &mut SeededRng) -> Vec<f32> {
-        let obs = self.observations(obs);
+        let obs = observations(obs, self.obs_dim(), &self.device());
         let eps = normals(rng, obs.dims()[0] * self.act_dim());
         values(self.act(obs, Some(eps)))
     }
 
     fn deterministic(&self, obs: &[f32]) -> Vec<f32> {
-        values(self.act(self.observations(obs), None))
+        values(self.act(observations(obs, self.obs_dim(), &self.device()), None))
     }
 
     fn learn(&mut self, batch: &Batch, rng: &mut SeededRng, step: u64) -> Vec<(&'static str, f32)> {
         let noise = SacNoise::draw(rng, self.settings(), batch.actions.len(), step);
         let losses = self.update(&batch.to_device(&self.device()), noise, step);
-        let mut logged = vec![
-            ("losses/qf1_loss", losses.qf1_loss),
-            ("losses/qf2_loss", losses.qf2_loss),
-            ("losses/qf1_values", losses.qf1_values),
-            ("losses/alpha", self.alpha),
-        ];
-        logged.extend(losses.actor_loss.map(|l| ("losses/actor_loss", l)));
-        logged.extend(losses.alpha_loss.map(|l| ("losses/alpha_loss", l)));
-        logged
+        losses.logged(self.alpha)
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -95,25 +92,19 @@ impl<B: ReinAutodiffBackend> Agent<B> for Sac<B> {
 
 impl<B: ReinAutodiffBackend> Agent<B> for Td3<B> {
     fn explore(&self, obs: &[f32], rng: &mut SeededRng) -> Vec<f32> {
-        let obs = self.observations(obs);
+        let obs = observations(obs, self.obs_dim(), &self.device());
         let noise = normals(rng, obs.dims()[0] * self.act_dim());
         values(self.act(obs, Some(noise)))
     }
 
     fn deterministic(&self, obs: &[f32]) -> Vec<f32> {
-        values(self.act(self.observations(obs), None))
+        values(self.act(observations(obs, self.obs_dim(), &self.device()), None))
     }
 
     fn learn(&mut self, batch: &Batch, rng: &mut SeededRng, step: u64) -> Vec<(&'static str, f32)> {
         let noise = normals(rng, batch.actions.len());
         let losses = self.update(&batch.to_device(&self.device()), noise, step);
-        let mut logged = vec![
-            ("losses/qf1_loss", losses.qf1_loss),
-            ("losses/qf2_loss", losses.qf2_loss),
-            ("losses/qf1_values", losses.qf1_values),
-        ];
-        logged.extend(losses.actor_loss.map(|l| ("losses/actor_loss", l)));
-        logged
+        losses.logged()
     }
 
     fn snapshot(&self) -> Snapshot {

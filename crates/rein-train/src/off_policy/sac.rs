@@ -120,6 +120,21 @@ pub struct SacLosses {
     pub alpha_loss: Option<f32>,
 }
 
+impl SacLosses {
+    /// The losses by metric name (CleanRL's), with α after the update.
+    pub fn logged(&self, alpha: f32) -> Vec<(&'static str, f32)> {
+        let mut logged = vec![
+            ("losses/qf1_loss", self.qf1_loss),
+            ("losses/qf2_loss", self.qf2_loss),
+            ("losses/qf1_values", self.qf1_values),
+            ("losses/alpha", alpha),
+        ];
+        logged.extend(self.actor_loss.map(|l| ("losses/actor_loss", l)));
+        logged.extend(self.alpha_loss.map(|l| ("losses/alpha_loss", l)));
+        logged
+    }
+}
+
 /// SAC's networks, targets, temperature and optimisers.
 pub struct Sac<B: ReinAutodiffBackend> {
     /// The policy.
@@ -254,12 +269,6 @@ impl<B: ReinAutodiffBackend> Sac<B> {
     /// The device its networks are on.
     pub fn device(&self) -> B::Device {
         self.bounds.scale.device()
-    }
-
-    /// Row-major observations (`[n, obs_dim]`) as a tensor on its device.
-    pub fn observations(&self, obs: &[f32]) -> Tensor<B::InnerBackend, 2> {
-        let rows = obs.len() / self.obs_dim();
-        normals(obs.to_vec(), [rows, self.obs_dim()], &self.device())
     }
 
     /// The observation's features.

@@ -51,6 +51,19 @@ pub struct Td3Losses {
     pub actor_loss: Option<f32>,
 }
 
+impl Td3Losses {
+    /// The losses by metric name (CleanRL's).
+    pub fn logged(&self) -> Vec<(&'static str, f32)> {
+        let mut logged = vec![
+            ("losses/qf1_loss", self.qf1_loss),
+            ("losses/qf2_loss", self.qf2_loss),
+            ("losses/qf1_values", self.qf1_values),
+        ];
+        logged.extend(self.actor_loss.map(|l| ("losses/actor_loss", l)));
+        logged
+    }
+}
+
 /// TD3's networks, targets and optimisers.
 pub struct Td3<B: ReinAutodiffBackend> {
     /// The policy `μ`.
@@ -140,12 +153,6 @@ impl<B: ReinAutodiffBackend> Td3<B> {
     /// The device its networks are on.
     pub fn device(&self) -> B::Device {
         self.bounds.scale.device()
-    }
-
-    /// Row-major observations (`[n, obs_dim]`) as a tensor on its device.
-    pub fn observations(&self, obs: &[f32]) -> Tensor<B::InnerBackend, 2> {
-        let rows = obs.len() / self.obs_dim();
-        normals(obs.to_vec(), [rows, self.obs_dim()], &self.device())
     }
 
     /// The observation's features.

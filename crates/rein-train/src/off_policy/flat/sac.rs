@@ -224,15 +224,7 @@ impl<B: ReinAutodiffBackend> Agent<B> for FlatSac {
     fn learn(&mut self, batch: &Batch, rng: &mut SeededRng, step: u64) -> Vec<(&'static str, f32)> {
         let noise = SacNoise::draw(rng, &self.settings, batch.actions.len(), step);
         let losses = self.update(batch, noise, step);
-        let mut logged = vec![
-            ("losses/qf1_loss", losses.qf1_loss),
-            ("losses/qf2_loss", losses.qf2_loss),
-            ("losses/qf1_values", losses.qf1_values),
-            ("losses/alpha", self.alpha),
-        ];
-        logged.extend(losses.actor_loss.map(|l| ("losses/actor_loss", l)));
-        logged.extend(losses.alpha_loss.map(|l| ("losses/alpha_loss", l)));
-        logged
+        losses.logged(self.alpha)
     }
 
     fn snapshot(&self) -> Snapshot {

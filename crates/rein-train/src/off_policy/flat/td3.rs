@@ -158,13 +158,7 @@ impl<B: ReinAutodiffBackend> Agent<B> for FlatTd3 {
     fn learn(&mut self, batch: &Batch, rng: &mut SeededRng, step: u64) -> Vec<(&'static str, f32)> {
         let noise: Vec<f32> = (0..batch.actions.len()).map(|_| rng.normal() as f32).collect();
         let losses = self.update(batch, &noise, step);
-        let mut logged = vec![
-            ("losses/qf1_loss", losses.qf1_loss),
-            ("losses/qf2_loss", losses.qf2_loss),
-            ("losses/qf1_values", losses.qf1_values),
-        ];
-        logged.extend(losses.actor_loss.map(|l| ("losses/actor_loss", l)));
-        logged
+        losses.logged()
     }
 
     fn snapshot(&self) -> Snapshot {
