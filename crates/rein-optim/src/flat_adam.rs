@@ -45,10 +45,15 @@ pub struct StateSizeMismatch {
 impl FlatAdam {
     /// Adam with PyTorch's defaults for `len` parameters, before its first step.
     pub fn new(len: usize) -> Self {
+        Self::with(len, [0.9, 0.999], 1e-8)
+    }
+
+    /// Adam with decay rates `[β₁, β₂]` and `ε` for `len` parameters, before its first step.
+    pub fn with(len: usize, [beta_1, beta_2]: [f32; 2], epsilon: f32) -> Self {
         Self {
-            beta_1: 0.9,
-            beta_2: 0.999,
-            epsilon: 1e-8,
+            beta_1,
+            beta_2,
+            epsilon,
             moment_1: vec![0.0; len],
             moment_2: vec![0.0; len],
             time: 0,

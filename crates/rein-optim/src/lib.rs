@@ -5,7 +5,9 @@
 //! - [`normalize`]: advantage normalisation; [`RunningMeanStd`] and [`RewardScaler`] for
 //!   observation normalisation and reward scaling.
 //! - [`ppo_loss`]: PPO's clipped surrogate, clipped value loss and entropy bonus, with the
-//!   approximate KL and clip fraction.
+//!   approximate KL and clip fraction; the same on plain rows with the gradient by hand
+//!   ([`clipped_surrogate_rows`], [`value_loss_rows`], the heads' [`categorical_row`] and
+//!   [`gaussian_row`] and their backward passes).
 //! - [`clip_grad_norm`]: global gradient-norm clipping; [`LinearSchedule`] for learning rates;
 //!   [`non_finite_parameter`] and [`non_finite_gradient`] name the tensor a NaN appeared in.
 //! - LLM RL: outcome advantages ([`group_normalized`] for GRPO / Dr. GRPO, [`rloo`],
@@ -51,6 +53,7 @@ mod normalize;
 mod policy_loss;
 mod polyak;
 mod ppo_loss;
+mod ppo_rows;
 mod preference;
 mod running;
 mod schedule;
@@ -73,7 +76,11 @@ pub use lag_correction::{Corrected, Correction, lag_correction};
 pub use normalize::normalize;
 pub use policy_loss::{PolicyLoss, PolicyLossConfig, policy_loss};
 pub use polyak::polyak_update;
-pub use ppo_loss::{PpoLoss, PpoLossConfig, masked_value_loss, ppo_loss, value_errors};
+pub use ppo_loss::{PpoLoss, PpoLossConfig, PpoLossValues, masked_value_loss, ppo_loss, value_errors};
+pub use ppo_rows::{
+    Surrogate, categorical_row, categorical_row_backward, clipped_surrogate_rows, gaussian_entropy_row, gaussian_row,
+    gaussian_row_backward, value_loss_rows,
+};
 pub use preference::{DpoConfig, DpoLoss, DpoLossKind, bradley_terry_loss, dpo_loss};
 pub use rein_core::{Aggregation, KlEstimator, RatioLevel, StdScaling};
 pub use running::{RewardScaler, RunningMeanStd};

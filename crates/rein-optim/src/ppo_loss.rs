@@ -10,8 +10,8 @@
 //! clip_frac = mean(|r − 1| > ε)
 //! ```
 
-use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
+use burn::tensor::{ElementConversion, Tensor};
 
 /// Coefficients of the PPO loss.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -41,6 +41,38 @@ pub struct PpoLoss<B: Backend> {
     pub approx_kl: Tensor<B, 1>,
     /// Fraction of samples whose ratio was clipped (detached). `[1]`
     pub clip_frac: Tensor<B, 1>,
+}
+
+/// The parts of a minibatch's PPO loss as numbers, as [`PpoLoss`] holds them as tensors.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PpoLossValues {
+    /// `L`.
+    pub loss: f32,
+    /// `L_clip`.
+    pub policy: f32,
+    /// `L_value`.
+    pub value: f32,
+    /// `mean(H)`.
+    pub entropy: f32,
+    /// `mean((r − 1) − log r)`.
+    pub approx_kl: f32,
+    /// Fraction of rows whose ratio lies outside the clip range.
+    pub clip_frac: f32,
+}
+
+impl<B: Backend> PpoLoss<B> {
+    /// The parts as numbers.
+    pub fn values(&self) -> PpoLossValues {
+        let scalar = |t: &Tensor<B, 1>| -> f32 { t.clone().into_scalar().elem() };
+        PpoLossValues {
+            loss: scalar(&self.loss),
+            policy: scalar(&self.policy),
+            value: scalar(&self.value),
+            entropy: scalar(&self.entropy),
+            approx_kl: scalar(&self.approx_kl),
+            clip_frac: scalar(&self.clip_frac),
+        }
+    }
 }
 
 /// Computes the PPO loss for a minibatch.
