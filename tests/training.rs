@@ -144,6 +144,43 @@ fn same_seed_runs_in_one_process_are_identical_whatever_runs_beside_them() {
     assert_ne!(c.0, a.0, "another seed gives another run");
 }
 
+/// PPO's default flat networks and the burn module trained through autodiff
+/// (`model.autodiff = true`) take the same updates up to rounding: their first records' losses
+/// agree, for the categorical (CartPole) and the Gaussian (Pendulum) head.
+#[test]
+fn ppo_flat_and_autodiff_runs_log_the_same_losses() {
+    for (file, steps) in [("ppo-cartpole.toml", 768), ("ppo-pendulum.toml", 8192)] {
+        let run = |autodiff: bool| {
+            let overrides = [
+                runs_dir(&format!("{file}-{autodiff}")),
+                format!("model.autodiff={autodiff}"),
+                format!("train.total_steps={steps}"),
+                "train.eval_episodes=1".into(),
+            ];
+            let outcome = rein_train::run_env(&recipe(file, &overrides), &plugin_dir(), true).unwrap();
+            common::metrics_without_timings(&outcome.run_dir.unwrap())
+        };
+        let (flat, burn) = (run(false), run(true));
+        assert_eq!(flat.len(), burn.len(), "{file}");
+        for (record, (ours, theirs)) in flat.iter().zip(&burn).take(2).enumerate() {
+            for key in [
+                "losses/policy_loss",
+                "losses/value_loss",
+                "losses/entropy",
+                "losses/approx_kl",
+            ] {
+                let (a, b) = (ours[key].as_f64().unwrap(), theirs[key].as_f64().unwrap());
+                let error = (a - b).abs() / b.abs().max(1e-3);
+                assert!(
+                    error < 1e-3,
+                    "{file}, record {}: {key} flat {a} vs autodiff {b} ({error:.1e})",
+                    record + 1
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn a_failing_env_plugin_stops_training_with_its_error() {
     let overrides = vec![

@@ -245,10 +245,16 @@ pub struct ModelSection {
     /// The tokenizer directory (`tokenizer.json`, `tokenizer_config.json`); defaults to the
     /// model directory.
     pub tokenizer: Option<String>,
-    /// SAC and TD3: train the networks as burn modules through burn's autodiff (the reference
-    /// path) instead of as flat buffers with hand-written gradients (the default, several
-    /// times faster; the same numbers up to rounding).
+    /// PPO, SAC, TD3: burn modules through autodiff (the reference) instead of flat buffers with
+    /// gradients by hand (the CPU's default, several times faster; equal up to rounding).
     pub autodiff: bool,
+}
+
+impl Recipe {
+    /// Whether PPO, SAC and TD3 train flat networks: on the CPU, unless `model.autodiff`.
+    pub fn flat_networks(&self) -> bool {
+        self.device == Device::Cpu && !self.model.autodiff
+    }
 }
 
 impl Default for ModelSection {

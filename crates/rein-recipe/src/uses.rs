@@ -23,7 +23,10 @@ fn sections(algorithm: &Algorithm) -> &'static [(&'static str, Keys)] {
     match algorithm {
         Algorithm::Ppo(_) => &[
             ("env", Keys::All),
-            ("model", Keys::Only(&["hidden", "activation", "init_log_std"])),
+            (
+                "model",
+                Keys::Only(&["hidden", "activation", "init_log_std", "autodiff"]),
+            ),
             (
                 "optimizer",
                 Keys::Only(&["lr", "anneal_lr", "eps", "beta1", "beta2", "max_grad_norm"]),

@@ -138,11 +138,21 @@ impl TrainError {
         if norm.is_finite() {
             return Ok(());
         }
-        let which = rein_optim::non_finite_gradient(model, grads).unwrap_or_else(|| "the parameters".into());
-        Err(Self::NonFinite {
+        Err(Self::non_finite_gradient(
+            step,
+            norm,
+            rein_optim::non_finite_gradient(model, grads),
+        ))
+    }
+
+    /// The error of a non-finite gradient norm `norm` at step `step`, naming the first parameter
+    /// whose gradient is not finite (`which`) when known.
+    pub(crate) fn non_finite_gradient(step: usize, norm: f32, which: Option<String>) -> Self {
+        let which = which.unwrap_or_else(|| "the parameters".into());
+        Self::NonFinite {
             step,
             what: format!("gradient norm (first non-finite: the gradient of `{which}`)"),
             value: norm,
-        })
+        }
     }
 }

@@ -18,6 +18,7 @@ pub mod data_parallel;
 pub mod driver;
 pub mod environments;
 mod error;
+mod flat_sections;
 mod launch;
 pub mod lm;
 pub mod memory;

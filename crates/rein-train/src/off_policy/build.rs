@@ -1,5 +1,5 @@
 //! The agent a recipe asks for ([`agent`]): SAC or TD3, on flat networks or (with
-//! `model.autodiff`) as burn modules, from the same initial weights.
+//! `model.autodiff`, or on a GPU) as burn modules, from the same initial weights.
 
 use rein_core::{BoxSpace, SeededRng};
 use rein_model::{OffPolicyConfig, ReinAutodiffBackend};
@@ -11,14 +11,14 @@ use super::flat::td3::FlatTd3;
 use super::sac::{Sac, SacSettings, TwinCritics};
 use super::td3::{Td3, Td3Settings};
 
-/// The recipe's agent, its networks initialised from `rng`: on flat buffers
-/// ([`FlatSac`], [`FlatTd3`]), or with `autodiff` as burn modules; the same initial weights
+/// The recipe's agent, its networks initialised from `rng`: with `flat` on flat buffers
+/// ([`FlatSac`], [`FlatTd3`]), else as burn modules on `device`; the same initial weights
 /// either way.
 pub(crate) fn agent<B: ReinAutodiffBackend>(
     algorithm: OffPolicyAlgorithm<'_>,
     config: &OffPolicyConfig,
     bounds: &BoxSpace,
-    autodiff: bool,
+    flat: bool,
     rng: &mut SeededRng,
     device: &B::Device,
 ) -> Box<dyn Agent<B>> {
@@ -31,17 +31,17 @@ pub(crate) fn agent<B: ReinAutodiffBackend>(
             let actor = config.gaussian_actor(rng, device);
             let settings = sac_settings(section, config.act_dim);
             let critics = twin(rng);
-            match autodiff {
-                true => Box::new(Sac::new(actor, critics, None, bounds, settings, device)),
-                false => Box::new(FlatSac::new(&actor, &critics, None, bounds, settings)),
+            match flat {
+                true => Box::new(FlatSac::new(&actor, &critics, None, bounds, settings)),
+                false => Box::new(Sac::new(actor, critics, None, bounds, settings, device)),
             }
         }
         OffPolicyAlgorithm::Td3(section) => {
             let actor = config.deterministic_actor(rng, device);
             let (critics, settings) = (twin(rng), td3_settings(section));
-            match autodiff {
-                true => Box::new(Td3::new(actor, critics, None, None, bounds, settings, device)),
-                false => Box::new(FlatTd3::new((&actor, None), &critics, None, bounds, settings)),
+            match flat {
+                true => Box::new(FlatTd3::new((&actor, None), &critics, None, bounds, settings)),
+                false => Box::new(Td3::new(actor, critics, None, None, bounds, settings, device)),
             }
         }
     }

@@ -108,8 +108,8 @@ impl<'a, B: ReinAutodiffBackend> OffPolicy<'a, B> {
             act_dim,
             hidden: recipe.model.hidden.clone(),
         };
-        let autodiff = recipe.model.autodiff;
-        let agent = agent::<B>(algorithm, &config, &bounds, autodiff, &mut rng.fork(), device);
+        let flat = recipe.flat_networks();
+        let agent = agent::<B>(algorithm, &config, &bounds, flat, &mut rng.fork(), device);
         let num_envs = env.num_envs;
         Ok(Self {
             recipe,

@@ -11,31 +11,35 @@
 //! bounds (log-probabilities use the unclipped action), optional observation normalisation and
 //! reward scaling. One departure: truncated episodes bootstrap from the value of their final
 //! observation (CleanRL treats truncation as termination).
+//!
+//! The actor-critic is a [`Learner`]: on the CPU by default two flat MLPs with the loss's
+//! gradient by hand (`flat.rs`), with `model.autodiff = true` (and on a GPU) the burn module
+//! through burn's autodiff (`learner.rs`); the two take the same steps up to rounding.
 
+mod flat;
+mod learner;
 mod policy;
 mod rollout;
 mod run;
 
-use burn::module::AutodiffModule;
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
-use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use rein_core::{FailureCounts, Space};
 use rein_model::{ActionHead, ActorCritic, ActorCriticConfig, ReinAutodiffBackend};
-use rein_optim::{LinearSchedule, PpoLossConfig, RewardScaler, RunningMeanStd, clip_grad_norm, gae, ppo_loss};
+use rein_optim::{LinearSchedule, PpoLossConfig, RewardScaler, RunningMeanStd, gae};
 use rein_recipe::{PpoRecipe, PpoSection, Recipe};
-use rein_sampler::{SeededRng, categorical_entropy, categorical_log_prob, gaussian_entropy, gaussian_log_prob};
+use rein_sampler::SeededRng;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::TrainError;
-use crate::checkpoint::{Checkpoint, learner_sections};
+use crate::checkpoint::Checkpoint;
 use crate::driver::{Snapshot, Step, Trainer};
 use crate::environments::EnvFactory;
 use crate::environments::episodes::EpisodeReturns;
 use crate::environments::replay::RecordedEnvs;
 use crate::watchdog::Phases;
-use policy::{act, forward, log_std};
+use flat::FlatLearner;
+use learner::{BurnLearner, Learner};
+use policy::act;
 pub(crate) use rollout::explained_variance;
 use rollout::{LossStats, Rollout};
 pub use run::train;
@@ -55,7 +59,7 @@ struct PpoState {
 }
 
 /// PPO's agent, optimiser, environments and rollout storage.
-pub struct Ppo<'a, B: ReinAutodiffBackend> {
+pub struct Ppo<'a> {
     recipe: &'a Recipe,
     ppo: &'a PpoSection,
     /// The environments, where they are, and the actions sent.
@@ -67,14 +71,14 @@ pub struct Ppo<'a, B: ReinAutodiffBackend> {
     num_envs: usize,
     num_updates: usize,
     lr: LinearSchedule,
-    model: ActorCritic<B>,
-    optim: OptimizerAdaptor<Adam, ActorCritic<B>, B>,
+    /// The actor-critic and its optimiser: on flat buffers, or (with `model.autodiff`, or on a
+    /// GPU) a burn module.
+    learner: Box<dyn Learner>,
     buffer: Rollout,
     state: PpoState,
-    device: B::Device,
 }
 
-impl<B: ReinAutodiffBackend> Trainer for Ppo<'_, B> {
+impl Trainer for Ppo<'_> {
     fn total_steps(&self) -> usize {
         self.num_updates
     }
@@ -88,31 +92,33 @@ impl<B: ReinAutodiffBackend> Trainer for Ppo<'_, B> {
             true => ppo.clip_coef * (1.0 - (update - 1) as f32 / self.num_updates as f32),
             false => ppo.clip_coef,
         };
-        let policy = self.model.valid();
-        self.rollout(&policy, phases)?;
-        let (advantages, returns) = self.advantages(&policy, phases);
+        self.rollout(phases)?;
+        let (advantages, returns) = self.advantages(phases);
         let stats = self.learn(update, lr_now, clip_coef, &advantages, &returns, phases)?;
         Ok(self.log(update, lr_now, &stats, &returns, phases))
     }
 
     fn snapshot(&self) -> Snapshot {
-        let (model, optim, state) = (self.model.clone(), self.optim.clone(), self.state.clone());
+        let learner = self.learner.snapshot();
+        let state = serde_json::to_vec(&self.state).expect("the state serialises");
         let envs = self.envs.sections();
         Box::new(move || {
-            let mut sections = learner_sections::<B, ActorCritic<B>, _, _>(&state, &model, &optim);
+            let mut sections = vec![("state".into(), state)];
+            sections.extend(learner());
             sections.extend(envs);
             sections
         })
     }
 
     fn restore(&mut self, checkpoint: &Checkpoint) -> Result<(), TrainError> {
-        (self.state, self.model, self.optim) =
-            checkpoint.load_learner(self.model.clone(), self.optim.clone(), &self.device)?;
+        let state = checkpoint.state()?;
+        self.learner.restore(checkpoint)?;
+        self.state = state;
         self.envs.restore(checkpoint)
     }
 
     fn non_finite_parameter(&self) -> Option<String> {
-        rein_optim::non_finite_parameter(&self.model)
+        self.learner.non_finite_parameter()
     }
 
     fn plugin_failures(&self) -> Vec<(String, FailureCounts)> {
@@ -121,7 +127,7 @@ impl<B: ReinAutodiffBackend> Trainer for Ppo<'_, B> {
 }
 
 /// The four parts of an update.
-impl<B: ReinAutodiffBackend> Ppo<'_, B> {
+impl Ppo<'_> {
     /// The progress line after `update`.
     fn progress(&self, update: usize, sps: f64) -> String {
         let shown = self
@@ -141,9 +147,9 @@ impl<B: ReinAutodiffBackend> Ppo<'_, B> {
     }
 
     /// ROLLOUT: `num_steps` steps of every environment under `policy`, without gradients.
-    fn rollout(&mut self, policy: &ActorCritic<B::InnerBackend>, phases: &Phases) -> Result<(), TrainError> {
+    fn rollout(&mut self, phases: &Phases) -> Result<(), TrainError> {
         let (ppo, num_envs, steps) = (self.ppo, self.num_envs, self.ppo.num_steps);
-        let log_std = log_std(policy);
+        let log_std = self.learner.log_std();
         for t in 0..steps {
             let rows = t * num_envs..(t + 1) * num_envs;
             let inference = phases.enter("inference", "the policy's forward pass");
@@ -152,7 +158,7 @@ impl<B: ReinAutodiffBackend> Ppo<'_, B> {
                 stats.update(&obs);
                 stats.normalize(&mut obs, ppo.clip_obs);
             }
-            let (out, values) = forward::<B::InnerBackend>(policy, &obs, num_envs, self.obs_dim, &self.device);
+            let (out, values) = self.learner.forward(&obs, num_envs);
             let b = &mut self.buffer;
             let actions = &mut b.actions[rows.start * self.act_dim..rows.end * self.act_dim];
             let env_actions = act(
@@ -200,7 +206,7 @@ impl<B: ReinAutodiffBackend> Ppo<'_, B> {
                     stats.normalize(&mut finals, ppo.clip_obs);
                 }
                 let n = truncated.len();
-                let (_, final_values) = forward::<B::InnerBackend>(policy, &finals, n, self.obs_dim, &self.device);
+                let (_, final_values) = self.learner.forward(&finals, n);
                 for (&i, v) in truncated.iter().zip(final_values) {
                     b.next_values[rows.start + i] = v;
                 }
@@ -214,14 +220,14 @@ impl<B: ReinAutodiffBackend> Ppo<'_, B> {
 
     /// GAE over the rollout, bootstrapping its end from the value of the next observation:
     /// (advantages, returns).
-    fn advantages(&mut self, policy: &ActorCritic<B::InnerBackend>, phases: &Phases) -> (Vec<f32>, Vec<f32>) {
+    fn advantages(&mut self, phases: &Phases) -> (Vec<f32>, Vec<f32>) {
         let (ppo, num_envs, steps) = (self.ppo, self.num_envs, self.ppo.num_steps);
         let inference = phases.enter("inference", "advantages");
         let mut last_obs = self.envs.next_obs.clone();
         if let Some(stats) = &self.state.obs_stats {
             stats.normalize(&mut last_obs, ppo.clip_obs);
         }
-        let (_, last_values) = forward::<B::InnerBackend>(policy, &last_obs, num_envs, self.obs_dim, &self.device);
+        let (_, last_values) = self.learner.forward(&last_obs, num_envs);
         let b = &mut self.buffer;
         for k in 0..steps * num_envs {
             if !b.truncated[k] || b.terminated[k] {
@@ -271,29 +277,14 @@ impl<B: ReinAutodiffBackend> Ppo<'_, B> {
             self.state.shuffle_rng.shuffle(&mut b_inds);
             for mb_inds in b_inds.chunks(batch_size / ppo.num_minibatches) {
                 let backward = phases.enter("backward", "the loss and its gradients");
-                let graph = rein_model::one_graph();
                 let mb = self.buffer.gather(mb_inds, advantages, returns, ppo.norm_adv);
-                let obs = tensor2::<B>(mb.obs, mb_inds.len(), self.obs_dim, &self.device);
-                let (new_log_prob, entropy) = self.log_prob_and_entropy(obs.clone(), mb.actions, mb_inds.len());
-                let loss = ppo_loss(
-                    new_log_prob,
-                    tensor1::<B>(mb.log_probs, &self.device),
-                    tensor1::<B>(mb.advantages, &self.device),
-                    self.model.value(obs),
-                    tensor1::<B>(mb.values, &self.device),
-                    tensor1::<B>(mb.returns, &self.device),
-                    entropy,
-                    &loss_config,
-                );
-                let loss_value: f32 = loss.loss.clone().into_scalar().elem();
-                TrainError::check_loss(update, "PPO loss", loss_value)?;
-                let mut grads = GradientsParams::from_grads(loss.loss.backward(), &self.model);
-                drop((backward, graph));
+                let loss = self.learner.gradients(mb, &loss_config);
+                TrainError::check_loss(update, "PPO loss", loss.loss)?;
+                drop(backward);
 
                 let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
-                let grad_norm = clip_grad_norm(&self.model, &mut grads, self.recipe.optimizer.max_grad_norm);
-                TrainError::check_gradients(update, grad_norm, &self.model, &grads)?;
-                self.model = self.optim.step(lr_now, self.model.clone(), grads);
+                let max_norm = self.recipe.optimizer.max_grad_norm;
+                let grad_norm = self.learner.apply(update, lr_now, max_norm)?;
                 stats.add(&loss, grad_norm);
             }
             if ppo.target_kl.is_some_and(|target| stats.last_kl > target) {
@@ -339,10 +330,11 @@ impl<B: ReinAutodiffBackend> Ppo<'_, B> {
     }
 }
 
-impl<'a, B: ReinAutodiffBackend> Ppo<'a, B> {
-    /// Seeding → envs → agent → storage, for a PPO recipe on envs from `make_env`. With
-    /// `log_actions`, every action sent is kept for checkpoints (see [`RecordedEnvs`]).
-    pub fn new(
+impl<'a> Ppo<'a> {
+    /// Seeding → envs → agent → storage, for a PPO recipe on envs from `make_env`, the agent a
+    /// burn module on `device` unless [`Recipe::flat_networks`]. With `log_actions`, every action sent is
+    /// kept for checkpoints (see [`RecordedEnvs`]).
+    pub fn new<B: ReinAutodiffBackend>(
         plan: PpoRecipe<'a>,
         make_env: &EnvFactory<'_>,
         device: &B::Device,
@@ -382,11 +374,10 @@ impl<'a, B: ReinAutodiffBackend> Ppo<'a, B> {
         };
         let model: ActorCritic<B> = config.init(&mut rng.fork(), device);
         let opt = &recipe.optimizer;
-        let optim = AdamConfig::new()
-            .with_beta_1(opt.beta1)
-            .with_beta_2(opt.beta2)
-            .with_epsilon(opt.eps)
-            .init::<B, ActorCritic<B>>();
+        let learner: Box<dyn Learner> = match recipe.flat_networks() {
+            true => Box::new(FlatLearner::new(&model, recipe.model.activation, opt)),
+            false => Box::new(BurnLearner::new(model, opt, obs_dim, device)),
+        };
         let batch_size = num_envs * ppo.num_steps;
         let num_updates = recipe.train.total_steps.div_ceil(batch_size as u64).max(1) as usize;
         let lr = match opt.anneal_lr == Some(true) {
@@ -423,40 +414,9 @@ impl<'a, B: ReinAutodiffBackend> Ppo<'a, B> {
             num_envs,
             num_updates,
             lr,
-            model,
-            optim,
+            learner,
             buffer: Rollout::new(ppo.num_steps, num_envs, obs_dim, act_dim),
             state,
-            device: device.clone(),
         })
     }
-
-    /// `log π(a|s)` of the minibatch's actions and the policy's entropy, with gradients.
-    fn log_prob_and_entropy(&self, obs: Tensor<B, 2>, actions: Vec<f32>, n: usize) -> (Tensor<B, 1>, Tensor<B, 1>) {
-        let out = self.model.actor(obs);
-        match self.head {
-            ActionHead::Categorical(_) => {
-                let actions: Vec<i64> = actions.iter().map(|&a| a as i64).collect();
-                let actions = Tensor::<B, 1, Int>::from_data(TensorData::new(actions, [n]), &self.device);
-                (categorical_log_prob(out.clone(), actions), categorical_entropy(out))
-            }
-            ActionHead::Gaussian(d) => {
-                let log_std = self.model.log_std().expect("a Gaussian head has a log-std");
-                let actions = tensor2::<B>(actions, n, d, &self.device);
-                (
-                    gaussian_log_prob(out, log_std.clone(), actions),
-                    gaussian_entropy(log_std),
-                )
-            }
-        }
-    }
-}
-
-fn tensor1<B: ReinAutodiffBackend>(values: Vec<f32>, device: &B::Device) -> Tensor<B, 1> {
-    let n = values.len();
-    Tensor::from_data(TensorData::new(values, [n]), device)
-}
-
-fn tensor2<B: ReinAutodiffBackend>(values: Vec<f32>, rows: usize, cols: usize, device: &B::Device) -> Tensor<B, 2> {
-    Tensor::from_data(TensorData::new(values, [rows, cols]), device)
 }

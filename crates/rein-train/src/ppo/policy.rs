@@ -1,36 +1,15 @@
-//! The actor-critic on plain observation slices: forward passes without gradients, actions for
-//! a batch of envs, the deterministic policy's evaluation, and the saved policy file.
+//! Acting with the actor's outputs: actions for a batch of envs, and the deterministic
+//! policy's evaluation.
 
-use std::path::Path;
-
-use burn::tensor::{Tensor, TensorData};
 use rein_core::BatchActions;
-use rein_model::ReinBackend;
-use rein_model::{ActionHead, ActorCritic};
+use rein_model::ActionHead;
 use rein_optim::RunningMeanStd;
 use rein_recipe::{PpoSection, Recipe};
 use rein_sampler::{SeededRng, sample_categorical, sample_gaussian};
 
+use super::learner::Learner;
 use crate::TrainError;
 use crate::environments::{EnvFactory, episodes};
-
-/// Actor outputs (`[n, head]` flattened) and values (`[n]`) for `n` observations.
-pub(super) fn forward<B: ReinBackend>(
-    policy: &ActorCritic<B>,
-    obs: &[f32],
-    n: usize,
-    obs_dim: usize,
-    device: &B::Device,
-) -> (Vec<f32>, Vec<f32>) {
-    let obs = Tensor::<B, 2>::from_data(TensorData::new(obs.to_vec(), [n, obs_dim]), device);
-    let out = policy
-        .actor(obs.clone())
-        .into_data()
-        .to_vec::<f32>()
-        .unwrap_or_default();
-    let values = policy.value(obs).into_data().to_vec::<f32>().unwrap_or_default();
-    (out, values)
-}
 
 /// Samples one action per row of actor outputs `out` (the mode when `deterministic`): writes
 /// the actions (`act_dim` each) into `actions` and their log-probabilities into `log_probs`, and
@@ -77,28 +56,18 @@ pub(super) fn act(
     }
 }
 
-/// The policy's log-std as values (empty for a categorical head).
-pub(super) fn log_std<B: ReinBackend>(policy: &ActorCritic<B>) -> Vec<f32> {
-    policy
-        .log_std()
-        .map(|t| t.into_data().to_vec::<f32>().unwrap_or_default())
-        .unwrap_or_default()
-}
-
 /// Mean return of the deterministic policy (argmax / mean action) over `eval_episodes`
 /// episodes, on fresh environments seeded away from the training seeds.
-pub(super) fn evaluate<B: ReinBackend>(
-    policy: &ActorCritic<B>,
+pub(super) fn evaluate(
+    (learner, head): (&mut dyn Learner, ActionHead),
     make_env: &EnvFactory<'_>,
     recipe: &Recipe,
     obs_stats: Option<&RunningMeanStd>,
     ppo: &PpoSection,
     bounds: Option<&(Vec<f32>, Vec<f32>)>,
-    device: &B::Device,
 ) -> Result<f64, TrainError> {
     let mut rng = SeededRng::new(0);
-    let head = policy.head();
-    let log_std = log_std(policy);
+    let log_std = learner.log_std();
     let act_dim = match head {
         ActionHead::Categorical(_) => 1,
         ActionHead::Gaussian(d) => d,
@@ -107,7 +76,7 @@ pub(super) fn evaluate<B: ReinBackend>(
         if let Some(stats) = obs_stats {
             stats.normalize(&mut obs, ppo.clip_obs);
         }
-        let (out, _) = forward(policy, &obs, n, obs.len() / n, device);
+        let (out, _) = learner.forward(&obs, n);
         let (mut actions, mut log_probs) = (vec![0.0; n * act_dim], vec![0.0; n]);
         act(
             head,
@@ -121,9 +90,4 @@ pub(super) fn evaluate<B: ReinBackend>(
         )
     };
     episodes::evaluate(make_env, recipe.seed, recipe.train.eval_episodes, &mut deterministic)
-}
-
-/// Writes the policy's parameters as `policy.safetensors`.
-pub(super) fn save_policy<B: ReinBackend>(policy: &ActorCritic<B>, dir: &Path) -> Result<(), TrainError> {
-    rein_model::safetensors_file::save_module(policy, &dir.join("policy.safetensors")).map_err(TrainError::Io)
 }

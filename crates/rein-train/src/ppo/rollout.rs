@@ -1,8 +1,6 @@
 //! A rollout's storage, the minibatches drawn from it, and the statistics of an update.
 
-use burn::tensor::backend::Backend;
-use burn::tensor::{ElementConversion, Tensor};
-use rein_optim::normalize;
+use rein_optim::{PpoLossValues, normalize};
 
 /// One rollout of `steps × num_envs` transitions, laid out time-major: element
 /// `t · num_envs + i` is env `i` at step `t`.
@@ -87,15 +85,13 @@ pub(super) struct LossStats {
 }
 
 impl LossStats {
-    pub(super) fn add<B: Backend>(&mut self, loss: &rein_optim::PpoLoss<B>, grad_norm: f32) {
-        let scalar = |t: &Tensor<B, 1>| -> f64 { t.clone().into_scalar().elem::<f64>() };
-        self.policy += scalar(&loss.policy);
-        self.value += scalar(&loss.value);
-        self.entropy += scalar(&loss.entropy);
-        let kl = scalar(&loss.approx_kl);
-        self.last_kl = kl as f32;
-        self.approx_kl += kl;
-        self.clip_frac += scalar(&loss.clip_frac);
+    pub(super) fn add(&mut self, loss: &PpoLossValues, grad_norm: f32) {
+        self.policy += f64::from(loss.policy);
+        self.value += f64::from(loss.value);
+        self.entropy += f64::from(loss.entropy);
+        self.last_kl = loss.approx_kl;
+        self.approx_kl += f64::from(loss.approx_kl);
+        self.clip_frac += f64::from(loss.clip_frac);
         self.grad_norm += f64::from(grad_norm);
         self.count += 1;
     }

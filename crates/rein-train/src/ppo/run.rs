@@ -1,12 +1,11 @@
 //! A PPO run: the algorithm driven over the recipe's updates, then the deterministic policy
 //! evaluated and saved.
 
-use burn::module::AutodiffModule;
 use rein_model::ReinAutodiffBackend;
 use rein_recipe::{LoadedRecipe, Plan};
 
 use super::Ppo;
-use super::policy::{evaluate, save_policy};
+use super::policy::evaluate;
 use crate::TrainError;
 use crate::checkpoint::Checkpointing;
 use crate::environments::{EnvFactory, EnvOutcome, Timings, drive};
@@ -25,28 +24,27 @@ pub fn train<B: ReinAutodiffBackend>(
         return Err(TrainError::Unsupported("not a PPO recipe".into()));
     };
     let (recipe, section) = (plan.recipe, plan.ppo);
-    let mut ppo = Ppo::<B>::new(plan, make_env, device, checkpointing.dir.is_some())?;
+    let mut ppo = Ppo::new::<B>(plan, make_env, device, checkpointing.dir.is_some())?;
     let (driven, mut metrics) = drive(recipe, &mut ppo, run, checkpointing)?;
     let timings = Timings::of(&driven);
 
-    let policy = ppo.model.valid();
     let eval_return = match recipe.train.eval_episodes {
         0 => None,
         _ => {
             let stats = ppo.state.obs_stats.as_ref();
             Some(evaluate(
-                &policy,
+                (ppo.learner.as_mut(), ppo.head),
                 make_env,
                 recipe,
                 stats,
                 section,
                 ppo.bounds.as_ref(),
-                device,
             )?)
         }
     };
     if let Some(run) = run {
-        save_policy(&policy, run.path())?;
+        let policy = run.path().join("policy.safetensors");
+        rein_model::safetensors_file::write(&policy, &ppo.learner.tensors(), "pt")?;
         if let Some(stats) = &ppo.state.obs_stats {
             let json = serde_json::to_string_pretty(stats).unwrap_or_default();
             std::fs::write(run.path().join("obs_normalizer.json"), json)?;

@@ -7,7 +7,7 @@
 //! The losses' gradients are written out next to their equations: the squashed Gaussian's in
 //! rein-optim ([`rein_optim::squashed_gaussian_row_backward`]), the rest below.
 //!
-//! `model.backward = "autodiff"` in a recipe keeps the burn modules instead.
+//! `model.autodiff = true` in a recipe keeps the burn modules instead.
 
 pub mod sac;
 pub mod td3;
@@ -20,6 +20,7 @@ use rein_optim::FlatAdam;
 
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::driver::Section;
+use crate::flat_sections::{floats_bytes, non_finite, read_adam, read_params};
 use crate::off_policy::sac::TwinCritics;
 
 /// One critic `Q(s, a)`, its target `Q̄`, its optimiser and the buffers its passes reuse.
@@ -162,7 +163,7 @@ impl Twin {
     /// The first critic parameter holding a NaN or an infinity, named.
     fn non_finite_parameter(&self) -> Option<String> {
         let nets = self.0.iter().zip(["q1", "q2"]);
-        nets.filter_map(|(c, name)| non_finite(&c.net, &format!("critics.{name}")))
+        nets.filter_map(|(c, name)| non_finite(&c.net, &format!("critics.{name}.mlp.")))
             .next()
     }
 }
@@ -215,37 +216,4 @@ impl FlatBox {
             high: bounds.high.clone(),
         }
     }
-}
-
-fn floats_bytes(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-/// Reads the section `name` into `net`'s parameters, refusing another size.
-fn read_params(checkpoint: &Checkpoint, name: &str, net: &mut FlatMlp) -> Result<(), CheckpointError> {
-    let bytes = checkpoint.section(name)?;
-    let params = net.params_mut();
-    if bytes.len() != 4 * params.len() {
-        return Err(checkpoint.mismatch(format!(
-            "section `{name}` holds {} bytes; the network has {} parameters ({} bytes)",
-            bytes.len(),
-            params.len(),
-            4 * params.len()
-        )));
-    }
-    for (p, b) in params.iter_mut().zip(bytes.chunks_exact(4)) {
-        *p = f32::from_le_bytes(b.try_into().expect("4 bytes"));
-    }
-    Ok(())
-}
-
-fn read_adam(checkpoint: &Checkpoint, name: &str, adam: &mut FlatAdam) -> Result<(), CheckpointError> {
-    adam.read_bytes(checkpoint.section(name)?)
-        .map_err(|e| checkpoint.mismatch(format!("section `{name}`: {e}")))
-}
-
-/// The first of `net`'s parameters that is not finite, as `{what}.mlp.layers.{l}.{weight|bias}`.
-fn non_finite(net: &FlatMlp, what: &str) -> Option<String> {
-    let at = net.params().iter().position(|p| !p.is_finite())?;
-    Some(format!("{what}.mlp.{}", net.param_name(at)))
 }

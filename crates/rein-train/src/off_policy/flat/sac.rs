@@ -16,9 +16,10 @@ use rein_model::safetensors_file::{module_tensors, write};
 use rein_model::{FlatMlp, GaussianActor, ReinAutodiffBackend, Trace};
 use rein_optim::{FlatAdam, squashed_gaussian_row, squashed_gaussian_row_backward};
 
-use super::{FlatBox, Twin, flat, floats_bytes, non_finite, read_adam, read_params};
+use super::{FlatBox, Twin, flat};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::driver::Snapshot;
+use crate::flat_sections::{floats_bytes, non_finite, read_adam, read_params};
 use crate::off_policy::Batch;
 use crate::off_policy::agent::Agent;
 use crate::off_policy::sac::{SacLosses, SacNoise, SacSettings, TwinCritics};
@@ -260,7 +261,7 @@ impl<B: ReinAutodiffBackend> Agent<B> for FlatSac {
     }
 
     fn non_finite_parameter(&self) -> Option<String> {
-        non_finite(&self.actor, "actor")
+        non_finite(&self.actor, "actor.mlp.")
             .or_else(|| self.critics.non_finite_parameter())
             .or_else(|| (!self.log_alpha.is_finite()).then(|| "temperature.log_alpha".to_string()))
     }

@@ -15,9 +15,10 @@ use rein_model::safetensors_file::{module_tensors, write};
 use rein_model::{DeterministicActor, FlatMlp, ReinAutodiffBackend, Trace};
 use rein_optim::FlatAdam;
 
-use super::{FlatBox, Twin, flat, floats_bytes, non_finite, polyak, read_adam, read_params};
+use super::{FlatBox, Twin, flat, polyak};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::driver::Snapshot;
+use crate::flat_sections::{floats_bytes, non_finite, read_adam, read_params};
 use crate::off_policy::Batch;
 use crate::off_policy::agent::Agent;
 use crate::off_policy::sac::TwinCritics;
@@ -185,7 +186,7 @@ impl<B: ReinAutodiffBackend> Agent<B> for FlatTd3 {
     }
 
     fn non_finite_parameter(&self) -> Option<String> {
-        non_finite(&self.actor, "actor").or_else(|| self.critics.non_finite_parameter())
+        non_finite(&self.actor, "actor.mlp.").or_else(|| self.critics.non_finite_parameter())
     }
 
     fn save_policy(&self, path: &Path) -> std::io::Result<()> {
