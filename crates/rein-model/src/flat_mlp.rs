@@ -14,7 +14,7 @@
 //! after layer.
 
 use rein_core::Activation;
-use rein_kernels::{Init, MatRef, matmul};
+use rein_kernels::{Init, Isa, MatRef, matmul};
 
 use crate::safetensors_file::Tensors;
 
@@ -214,8 +214,8 @@ impl FlatMlp {
             );
             if l + 1 < self.depth() {
                 match self.activation {
-                    Activation::Relu => y.iter_mut().for_each(|v| *v = v.max(0.0)),
-                    Activation::Tanh => y.iter_mut().for_each(|v| *v = crate::backend::tanh_f32(*v)),
+                    Activation::Relu => wide(|| y.iter_mut().for_each(|v| *v = v.max(0.0))),
+                    Activation::Tanh => wide(|| y.iter_mut().for_each(|v| *v = crate::backend::tanh_f32(*v))),
                 }
             }
         }
@@ -257,16 +257,41 @@ impl FlatMlp {
                 // `x` is the previous layer's output, after its activation.
                 match self.activation {
                     // A select, not a branch, so that the loop is vectorised.
-                    Activation::Relu => d_x
-                        .iter_mut()
-                        .zip(x)
-                        .for_each(|(d, y)| *d = if *y > 0.0 { *d } else { 0.0 }),
-                    Activation::Tanh => d_x.iter_mut().zip(x).for_each(|(d, y)| *d *= 1.0 - y * y),
+                    Activation::Relu => wide(|| {
+                        let pairs = d_x.iter_mut().zip(x);
+                        pairs.for_each(|(d, y)| *d = if *y > 0.0 { *d } else { 0.0 })
+                    }),
+                    Activation::Tanh => wide(|| d_x.iter_mut().zip(x).for_each(|(d, y)| *d *= 1.0 - y * y)),
                 }
             }
             std::mem::swap(&mut trace.grad, &mut trace.scratch);
         }
     }
+}
+
+/// Runs the element-wise loop `f` compiled for the vector width the kernels use on this CPU
+/// ([`Isa::active`]). Its operations (IEEE `+ − × ÷`, `min`, `max`, selects, never fused) give
+/// the same bits at any width, so this changes the speed only.
+fn wide(f: impl FnOnce()) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f")]
+        fn avx512(f: impl FnOnce()) {
+            f()
+        }
+        #[target_feature(enable = "avx2")]
+        fn avx2(f: impl FnOnce()) {
+            f()
+        }
+        match Isa::active() {
+            // SAFETY: the active level is one this CPU has.
+            Isa::Avx512 => return unsafe { avx512(f) },
+            // SAFETY: as above.
+            Isa::Avx2 => return unsafe { avx2(f) },
+            Isa::Scalar => {}
+        }
+    }
+    f()
 }
 
 /// A row-major `rows × cols` view of `data`.
