@@ -1,7 +1,8 @@
 //! `cargo xtask bench ppo`: wall-clock time until the shipped PPO recipes reach their target
 //! return, over 10 seeds (the median and the worst, which must reach the target too), with
-//! where the time goes; for CartPole, Stable-Baselines3 and a CleanRL-style PyTorch PPO run on
-//! the same seeds in the same invocation. Every clock starts after the environments and the
+//! where the time goes; rein's burn module through autodiff (`model.autodiff = true`) and, for
+//! CartPole, Stable-Baselines3 and a CleanRL-style PyTorch PPO run on the same seeds in the same
+//! invocation. Every clock starts after the environments and the
 //! model exist and stops at the first update after which the last 20 finished episodes average
 //! the target (the same check, at the same granularity, on all three sides).
 
@@ -32,6 +33,18 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
                 target: Some(target.clone()),
             });
         }
+        let (autodiff_times, _) = rein_seeds(recipe, SEEDS, &["model.autodiff=true"], plugin_dir)?;
+        let autodiff_median = crate::report::median(&autodiff_times).unwrap_or(f64::INFINITY);
+        report.push(Row {
+            name: format!("{recipe}: median time to target, flat networks (s)"),
+            value: median,
+            unit: "s",
+            baseline: Some((
+                "rein, burn module through autodiff (model.autodiff = true)".to_string(),
+                autodiff_median,
+            )),
+            target: None,
+        });
         for peer in PEERS.iter().filter(|_| recipe.contains("cartpole")) {
             let peer_median = match peer_median(peer.0, peer.1, &[], SEEDS) {
                 Ok(peer) => (peer.label, peer.seconds),
