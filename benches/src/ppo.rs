@@ -19,7 +19,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
     let mut report = Report::default();
     // The targets: CartPole ≤ 1 s median and ≥ 10× SB3; Pendulum ≤ 2 s median.
     for (recipe, target_s) in [("recipes/ppo-cartpole.toml", 1.0), ("recipes/ppo-pendulum.toml", 2.0)] {
-        let (times, _) = rein_seeds(recipe, SEEDS, &[], plugin_dir)?;
+        let (times, env_steps) = rein_seeds(recipe, SEEDS, &[], plugin_dir)?;
         let median = median(&times).unwrap_or(f64::INFINITY);
         let worst = times.iter().copied().fold(0.0, f64::max);
         let name = format!("{recipe}: median time to target (s)");
@@ -46,17 +46,18 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
             target: None,
         });
         for peer in PEERS.iter().filter(|_| recipe.contains("cartpole")) {
-            let peer_median = match peer_median(peer.0, peer.1, &[], SEEDS) {
-                Ok(peer) => (peer.label, peer.seconds),
+            let peer = match peer_median(peer.0, peer.1, &[], SEEDS) {
+                Ok(peer) => peer,
                 Err(reason) => {
                     report.not_measured(&name, peer.0, reason);
                     continue;
                 }
             };
-            let target = match peer.1 == "sb3_ppo.py" {
+            let sb3 = peer.label.starts_with("Stable-Baselines3");
+            let target = match sb3 {
                 true => (
                     format!("≤ {target_s} s and ≥ 10× SB3"),
-                    median <= target_s && 10.0 * median <= peer_median.1,
+                    median <= target_s && 10.0 * median <= peer.seconds,
                 ),
                 false => target.clone(),
             };
@@ -64,8 +65,16 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
                 name: name.clone(),
                 value: median,
                 unit: "s",
-                baseline: Some(peer_median),
+                baseline: Some((peer.label.clone(), peer.seconds)),
                 target: Some(target),
+            });
+            let steps = crate::report::median(&env_steps).unwrap_or(f64::INFINITY);
+            report.push(Row {
+                name: format!("{recipe}: median env steps to target"),
+                value: steps,
+                unit: "env steps",
+                baseline: Some((peer.label, peer.env_steps)),
+                target: sb3.then(|| ("≤ 1.5× SB3's".to_string(), steps <= 1.5 * peer.env_steps)),
             });
         }
         report.push(Row {
