@@ -38,8 +38,16 @@ pub(crate) fn pack_a<const MR: usize>(
             for (p, column) in dst.chunks_exact_mut(MR).enumerate() {
                 // SAFETY: rows `first..first + rows` of column `p0 + p` lie inside A.
                 let src = unsafe { std::slice::from_raw_parts(base.add((p0 + p) * a.col_stride + first), rows) };
-                column[..rows].copy_from_slice(src);
-                column[rows..].fill(0.0);
+                match <&[f32; MR]>::try_from(src) {
+                    // A whole panel's column as one array, copied inline: a `memcpy` call per
+                    // column of 12 values was 10% of a TD3 update (`∂W = xᵀ·∂y` packs one per
+                    // row of the batch).
+                    Ok(src) => column.copy_from_slice(src),
+                    Err(_) => {
+                        column[..rows].copy_from_slice(src);
+                        column[rows..].fill(0.0);
+                    }
+                }
             }
         } else {
             for (p, column) in dst.chunks_exact_mut(MR).enumerate() {
