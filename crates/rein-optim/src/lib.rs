@@ -76,9 +76,9 @@ pub use lag_correction::{Corrected, Correction, lag_correction};
 pub use normalize::normalize;
 pub use policy_loss::{PolicyLoss, PolicyLossConfig, policy_loss};
 pub use polyak::polyak_update;
-pub use ppo_loss::{PpoLoss, PpoLossConfig, PpoLossValues, masked_value_loss, ppo_loss, value_errors};
+pub use ppo_loss::{PpoLoss, PpoLossConfig, PpoLossValues, Surrogate, masked_value_loss, ppo_loss, value_errors};
 pub use ppo_rows::{
-    Surrogate, categorical_row, categorical_row_backward, clipped_surrogate_rows, gaussian_entropy_row, gaussian_row,
+    categorical_row, categorical_row_backward, clipped_surrogate_rows, gaussian_entropy_row, gaussian_row,
     gaussian_row_backward, value_loss_rows,
 };
 pub use preference::{DpoConfig, DpoLoss, DpoLossKind, bradley_terry_loss, dpo_loss};

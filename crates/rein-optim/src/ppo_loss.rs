@@ -60,6 +60,34 @@ pub struct PpoLossValues {
     pub clip_frac: f32,
 }
 
+/// The clipped surrogate's statistics, computed on rows
+/// ([`clipped_surrogate_rows`](crate::clipped_surrogate_rows)).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Surrogate {
+    /// `L_clip`.
+    pub loss: f32,
+    /// `mean((r − 1) − log r)`.
+    pub approx_kl: f32,
+    /// Fraction of rows with `|r − 1| > ε`.
+    pub clip_frac: f32,
+}
+
+impl PpoLossValues {
+    /// `L = L_clip − c_ent · mean(H) + c_v · L_value` from its parts, computed on rows
+    /// ([`clipped_surrogate_rows`](crate::clipped_surrogate_rows),
+    /// [`value_loss_rows`](crate::value_loss_rows)).
+    pub fn from_parts(surrogate: Surrogate, value: f32, entropy: f32, config: &PpoLossConfig) -> Self {
+        Self {
+            loss: surrogate.loss - entropy * config.ent_coef + value * config.vf_coef,
+            policy: surrogate.loss,
+            value,
+            entropy,
+            approx_kl: surrogate.approx_kl,
+            clip_frac: surrogate.clip_frac,
+        }
+    }
+}
+
 impl<B: Backend> PpoLoss<B> {
     /// The parts as numbers.
     pub fn values(&self) -> PpoLossValues {

@@ -22,18 +22,8 @@
 //! `L = L_clip − c_ent · mean(H) + c_v · L_value`; the caller chains `∂L/∂ℓ` and `∂L/∂H` into its
 //! heads and `c_v · ∂L_value/∂V` into its critic.
 
+use crate::ppo_loss::Surrogate;
 use crate::soft_actor_critic::HALF_LOG_TWO_PI;
-
-/// The clipped surrogate's statistics.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Surrogate {
-    /// `L_clip`.
-    pub loss: f32,
-    /// `mean((r − 1) − log r)`.
-    pub approx_kl: f32,
-    /// Fraction of rows with `|r − 1| > ε`.
-    pub clip_frac: f32,
-}
 
 /// `L_clip` of the rows and its gradient `∂L_clip/∂ℓ` into `d_log_prob`.
 ///
@@ -262,15 +252,11 @@ mod tests {
         let clip = config.clip_vloss.then_some(config.clip_coef);
         let value = value_loss_rows(values, &old_values, &returns, clip, &mut d_values);
         d_values.iter_mut().for_each(|d| *d *= config.vf_coef);
-        let parts = PpoLossValues {
-            loss: surrogate.loss - entropy * config.ent_coef + value * config.vf_coef,
-            policy: surrogate.loss,
-            value,
-            entropy,
-            approx_kl: surrogate.approx_kl,
-            clip_frac: surrogate.clip_frac,
-        };
-        (parts, d_log_prob, d_values)
+        (
+            PpoLossValues::from_parts(surrogate, value, entropy, config),
+            d_log_prob,
+            d_values,
+        )
     }
 
     fn parts_close(ours: &PpoLossValues, burn: &PpoLossValues) -> Result<(), TestCaseError> {

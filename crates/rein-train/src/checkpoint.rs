@@ -176,7 +176,7 @@ where
         .expect("MessagePack encoding of an optimizer record does not fail")
 }
 
-/// The sections every algorithm's checkpoint has: its loop `state` (JSON), the `model` and the
+/// The sections of a trainer of one burn module: its loop `state` (JSON), the `model` and the
 /// `optimizer` (read back with [`Checkpoint::load_learner`]).
 pub fn learner_sections<B, M, O, S>(state: &S, model: &M, optimizer: &O) -> Vec<(String, Vec<u8>)>
 where

@@ -131,14 +131,7 @@ impl Learner for FlatLearner {
             || actor_gradients((actor, *head), (log_std, log_std_grads), &mb, config),
             || critic_gradients(critic, &mb, config),
         );
-        PpoLossValues {
-            loss: surrogate.loss - entropy * config.ent_coef + value * config.vf_coef,
-            policy: surrogate.loss,
-            value,
-            entropy,
-            approx_kl: surrogate.approx_kl,
-            clip_frac: surrogate.clip_frac,
-        }
+        PpoLossValues::from_parts(surrogate, value, entropy, config)
     }
 
     fn apply(&mut self, update: usize, lr: f64, max_norm: f32) -> Result<f32, TrainError> {

@@ -146,7 +146,8 @@ impl Ppo<'_> {
         line
     }
 
-    /// ROLLOUT: `num_steps` steps of every environment under `policy`, without gradients.
+    /// ROLLOUT: `num_steps` steps of every environment under the current policy, without
+    /// gradients.
     fn rollout(&mut self, phases: &Phases) -> Result<(), TrainError> {
         let (ppo, num_envs, steps) = (self.ppo, self.num_envs, self.ppo.num_steps);
         let log_std = self.learner.log_std();
