@@ -38,6 +38,7 @@ fn examples() -> Vec<Prompt> {
                 target: Some(target),
                 target_trained: trained,
                 metadata: String::new(),
+                source: String::new(),
             }
         })
         .collect()

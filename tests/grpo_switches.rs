@@ -123,6 +123,8 @@ fn run_with(
             target: None,
             target_trained: None,
             metadata: String::new(),
+            // The first word is the prompt's source (what a UCB curriculum draws between).
+            source: text.split(' ').next().unwrap_or_default().into(),
         })
         .collect();
     let mut rewards = [WeightedReward {
@@ -396,6 +398,16 @@ fn difficulty_weight_scales_each_group_by_its_accuracy() {
     assert!(trace.after != plain.after, "the weights change the update");
 }
 
+/// Two prompts of each difficulty (the first word, also their source).
+const BY_DIFFICULTY: [&str; 6] = [
+    "easy one",
+    "easy two",
+    "hard three",
+    "hard four",
+    "mixed five",
+    "mixed six",
+];
+
 /// Every completion of an "easy" prompt is right, none of a "hard" one, half of a "mixed" one.
 fn by_difficulty(prompt: &str, i: usize) -> f64 {
     match prompt.split(' ').next() {
@@ -410,14 +422,7 @@ fn by_difficulty(prompt: &str, i: usize) -> f64 {
 /// is drawn in one step at most, and once every prompt has been seen only the mixed ones are.
 #[test]
 fn difficulty_pools_stop_drawing_prompts_that_teach_nothing() {
-    let prompts = [
-        "easy one",
-        "easy two",
-        "hard three",
-        "hard four",
-        "mixed five",
-        "mixed six",
-    ];
+    let prompts = BY_DIFFICULTY;
     let pools = CurriculumSection {
         easy: 0.0,
         hard: 0.0,
@@ -598,4 +603,40 @@ fn gigpo_step_advantages_reach_the_loss() {
         distance(&group, &with_steps)
     );
     assert_eq!(with_steps.value(1, "train/clip_frac"), 0.0);
+}
+
+/// A UCB curriculum over the prompts' sources (their first word, DUMP's settings): the easy and
+/// hard sources' groups have no reward variance, so no advantage, and once each has been tried
+/// the mixed source takes most draws (the others' exploration bonus grows while they wait, so
+/// they are tried again now and then); without a curriculum it gets about a third.
+#[test]
+fn a_ucb_curriculum_draws_the_source_with_the_largest_advantages() {
+    let prompts = BY_DIFFICULTY;
+    let ucb = CurriculumSection {
+        kind: rein_recipe::CurriculumKind::Ucb,
+        ..CurriculumSection::default()
+    };
+    let mixed_share = |trace: &Trace, steps: std::ops::Range<usize>| {
+        let drawn: Vec<String> = (trace.records[steps].iter())
+            .flat_map(|r| r["samples"].as_array().unwrap().iter())
+            .map(|s| s["prompt"].as_str().unwrap().to_string())
+            .collect();
+        drawn.iter().filter(|p| p.starts_with("mixed")).count() as f64 / drawn.len() as f64
+    };
+    let trace = run_with(grpo(24), sampler(2), &prompts, by_difficulty, None, Some(&ucb));
+    assert!(mixed_share(&trace, 12..24) >= 0.85, "{}", mixed_share(&trace, 12..24));
+    let last = trace.records.last().unwrap();
+    let value = |key: &str| last[key].as_f64().unwrap_or_else(|| panic!("no {key} in {last:?}"));
+    assert_eq!(value("train/curriculum/easy/abs_advantage"), 0.0);
+    assert_eq!(value("train/curriculum/hard/abs_advantage"), 0.0);
+    // Rewards 0, 1, 0, 1: |A| = 0.5 / (s + 1e-4) with s = √(1/3), the group's sample deviation.
+    let expected = 0.5 / ((1.0f64 / 3.0).sqrt() + 1e-4);
+    assert!((value("train/curriculum/mixed/abs_advantage") - expected).abs() < 1e-6);
+    let weights = ["easy", "hard", "mixed"].map(|s| value(&format!("train/curriculum/{s}/weight")));
+    assert!(
+        (weights.iter().sum::<f64>() - 1.0).abs() < 1e-9 && weights[2] > 0.9,
+        "{weights:?}"
+    );
+    let plain = run_with(grpo(16), sampler(2), &prompts, by_difficulty, None, None);
+    assert!(mixed_share(&plain, 0..16) < 0.5, "{}", mixed_share(&plain, 0..16));
 }

@@ -733,3 +733,71 @@ fn online_dpo_learns_from_the_best_and_worst_of_each_group() {
     let report = std::fs::read_to_string(outcome.run_dir.unwrap().join("report.md")).unwrap();
     assert!(report.contains("Online DPO: 3 steps"), "{report}");
 }
+
+/// A UCB curriculum over files draws between the rows' `data.fields.source` values: the parquet
+/// fixture's `level` column gives two sources, whose draws and advantages each step logs; data
+/// without a source column, or a named source without rows, is refused before training,
+/// naming the key.
+#[test]
+fn a_ucb_curriculum_over_a_file_draws_between_its_sources() {
+    let dir = common::scratch("lm-ucb");
+    std::fs::copy(
+        root().join("tests/fixtures/prompts.parquet"),
+        dir.join("prompts.parquet"),
+    )
+    .unwrap();
+    let recipe = format!(
+        r#"
+[model]
+path = {model:?}
+[data]
+train = "prompts.parquet"
+fields = {{ prompt = "question", answer = "solution" }}
+[sampler]
+n = 4
+max_new_tokens = 4
+[algorithm]
+name = "grpo"
+steps = 3
+prompts_per_step = 2
+[[reward]]
+plugin = "math-answer"
+[eval]
+k = 0
+[curriculum]
+kind = "ucb"
+[train]
+runs_dir = {runs:?}
+"#,
+        model = root().join("tests/fixtures/lm/qwen2-gqa").display().to_string(),
+        runs = dir.join("runs").display().to_string(),
+    );
+    std::fs::write(dir.join("recipe.toml"), recipe).unwrap();
+    let run = |overrides: &[&str]| {
+        let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        let loaded = LoadedRecipe::load(&dir.join("recipe.toml"), &overrides).unwrap();
+        rein_train::run(&loaded, &plugin_dir(), true)
+    };
+    let err = run(&[]).unwrap_err().to_string();
+    assert!(
+        err.contains("curriculum.kind") && err.contains("has one (\"\")"),
+        "{err}"
+    );
+    let err = run(&["data.fields.source=\"level\"", "curriculum.sources=[\"1\", \"3\"]"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("curriculum.sources") && err.contains("\"3\" has no rows"),
+        "{err}"
+    );
+    let runs = format!("train.runs_dir={:?}", dir.join("ran").display().to_string());
+    let RunOutcome::Lm(_) = run(&["data.fields.source=\"level\"", &runs]).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    let records = stage_records(&dir.join("ran"), "grpo");
+    assert_eq!(records.len(), 3);
+    for record in &records {
+        let weight = |level: &str| record[format!("train/curriculum/{level}/weight")].as_f64().unwrap();
+        assert!((weight("1") + weight("2") - 1.0).abs() < 1e-9, "{record}");
+    }
+}

@@ -845,3 +845,66 @@ fn sac_and_td3_keys_are_checked_and_named() {
         "{err}"
     );
 }
+
+#[test]
+fn a_curriculum_reads_its_kinds_keys_and_ucb_needs_two_sources() {
+    let dir = recipes(&[("grpo.toml", GRPO)]);
+    let mixed = [
+        "data.task.max_operand=99",
+        "data.task.digits=[1, 2]",
+        "curriculum.kind=\"ucb\"",
+    ];
+    let ucb = load(&dir, "grpo.toml", &mixed).unwrap();
+    let section = ucb.recipe.curriculum.as_ref().unwrap();
+    // DUMP's settings.
+    assert_eq!(
+        (section.window, section.exploration, section.temperature),
+        (300, 1.0, 0.1)
+    );
+    // `recipe show` prints the keys of the kind in use only.
+    let shown = ucb.to_toml();
+    assert!(
+        shown.contains("window = 300") && !shown.contains("easy_above"),
+        "{shown}"
+    );
+    let pools = load(&dir, "grpo.toml", &["curriculum.kind=\"pools\""])
+        .unwrap()
+        .to_toml();
+    assert!(pools.contains("easy_above") && !pools.contains("window"), "{pools}");
+    let with = |extra: &[&'static str]| [&mixed[..], extra].concat();
+    for (set, key, message) in [
+        (
+            with(&["curriculum.easy=0.5"]),
+            "curriculum.easy",
+            "not a key of kind = \"ucb\"",
+        ),
+        (
+            vec!["curriculum.window=10"],
+            "curriculum.window",
+            "not a key of kind = \"pools\"",
+        ),
+        (
+            vec!["curriculum.kind=\"ucb\""],
+            "curriculum.kind",
+            "data.task makes one",
+        ),
+        (
+            with(&["curriculum.sources=[\"1-digit\", \"3-digit\"]"]),
+            "curriculum.sources",
+            "\"3-digit\" has no rows",
+        ),
+        (
+            with(&["curriculum.sources=[\"1-digit\"]"]),
+            "curriculum.sources",
+            "one source",
+        ),
+        (with(&["curriculum.temperature=0"]), "curriculum.temperature", "> 0"),
+        (with(&["curriculum.window=0"]), "curriculum.window", "at least 1"),
+    ] {
+        let err = load(&dir, "grpo.toml", &set).unwrap_err();
+        assert!(
+            matches!(&err, RecipeError::Invalid { path, message: m, .. } if path == key && m.contains(message)),
+            "{set:?}: {err}"
+        );
+    }
+}

@@ -318,6 +318,31 @@ fn sft_then_grpo_killed_at_random_steps_resumes_to_the_same_metrics() {
     killed_and_resumed_equals_uninterrupted(&job, 20, 3);
 }
 
+/// GRPO with a UCB curriculum over the task's digit lengths: the sources' windows and counts
+/// are in the checkpoint, so a resumed run draws the same sources and prompts.
+#[test]
+fn grpo_with_a_ucb_curriculum_killed_at_random_steps_resumes_to_the_same_metrics() {
+    let job = Job {
+        recipe: "recipes/grpo-arithmetic-mixed.toml",
+        overrides: [
+            "data.task.train=400",
+            "data.task.test=8",
+            "sft.steps=8",
+            "sft.batch_size=8",
+            "algorithm.steps=8",
+            "algorithm.prompts_per_step=3",
+            "curriculum.window=10",
+            "sampler.n=4",
+            "sampler.max_new_tokens=12",
+            "eval.k=2",
+        ]
+        .map(String::from)
+        .to_vec(),
+        every: 3,
+    };
+    killed_and_resumed_equals_uninterrupted(&job, 16, 2);
+}
+
 /// PPO with a critic checkpoints the value model and its optimiser beside the policy, and the
 /// minibatch shuffles' generator: a resumed run ends as the uninterrupted one.
 #[test]

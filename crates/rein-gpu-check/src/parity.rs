@@ -89,6 +89,7 @@ fn sft_steps<B: ReinBackend>(fixtures: &Path, devices: Vec<B::Device>) -> Result
             target: Some((0..3 + i % 4).map(|j| (i * 13 + j * 17 + 5) % 500).collect()),
             target_trained: None,
             metadata: String::new(),
+            source: String::new(),
         })
         .collect();
     let section = rein_recipe::SftSection {

@@ -19,6 +19,10 @@ pub struct Fields {
     pub rejected: String,
     /// An optional column of how much `chosen` is preferred (reward-model training).
     pub margin: String,
+    /// The column naming each row's data source (verl's `data_source`), which a
+    /// `[curriculum] kind = "ucb"` draws between; rows without it form one unnamed source. It
+    /// stays in the metadata reward plugins see.
+    pub source: String,
 }
 
 impl Default for Fields {
@@ -30,6 +34,7 @@ impl Default for Fields {
             chosen: "chosen".into(),
             rejected: "rejected".into(),
             margin: "margin".into(),
+            source: "data_source".into(),
         }
     }
 }
@@ -47,6 +52,12 @@ pub struct ArithmeticTask {
     /// Operators: any of `+`, `-`, `*`.
     #[serde(default = "defaults::ops")]
     pub ops: Vec<String>,
+    /// Operand lengths in digits, for a task of mixed difficulty: each problem draws one of
+    /// them uniformly, then both operands with that many digits (within
+    /// `min_operand..=max_operand`), and its row's `data_source` is `"<d>-digit"`. Empty: both
+    /// operands from the whole range, and no source.
+    #[serde(default)]
+    pub digits: Vec<u32>,
     /// Training examples.
     #[serde(default = "defaults::train")]
     pub train: usize,
@@ -94,16 +105,33 @@ impl ArithmeticTask {
                 format!("{} is above max_operand {}", self.min_operand, self.max_operand),
             ));
         }
-        let operands = u64::from(self.max_operand - self.min_operand) + 1;
-        let distinct: u64 = self
-            .ops
-            .iter()
-            .map(|op| {
-                if op == "-" {
-                    operands * (operands + 1) / 2
-                } else {
-                    operands * operands
-                }
+        if let Some(d) = self.digits.iter().find(|&&d| !(1..=9).contains(&d)) {
+            return Err(("digits".into(), format!("{d} digits: lengths go from 1 to 9")));
+        }
+        let mut lengths = std::collections::BTreeSet::new();
+        if let Some(d) = self.digits.iter().find(|&&d| !lengths.insert(d)) {
+            return Err(("digits".into(), format!("lists {d} twice")));
+        }
+        let ranges = self.operand_ranges();
+        if let Some(source) = ranges.iter().find(|r| r.low > r.high).and_then(|r| r.source.clone()) {
+            return Err((
+                "digits".into(),
+                format!(
+                    "no {source} operand lies in min_operand..=max_operand ({}..={})",
+                    self.min_operand, self.max_operand
+                ),
+            ));
+        }
+        let distinct: u64 = (ranges.iter())
+            .flat_map(|r| {
+                let operands = u64::from(r.high - r.low) + 1;
+                self.ops.iter().map(move |op| {
+                    if op == "-" {
+                        operands * (operands + 1) / 2
+                    } else {
+                        operands * operands
+                    }
+                })
             })
             .sum();
         if (self.train + self.test) as u64 > distinct {
@@ -116,6 +144,41 @@ impl ArithmeticTask {
             ));
         }
         Ok(())
+    }
+}
+
+/// The operands of one difficulty of an [`ArithmeticTask`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperandRange {
+    /// Smallest operand.
+    pub low: u32,
+    /// Largest operand.
+    pub high: u32,
+    /// The rows' `data_source` (`"2-digit"`); `None` without `digits`.
+    pub source: Option<String>,
+}
+
+impl ArithmeticTask {
+    /// The ranges problems draw their operands from: one per digit length, or the whole range.
+    pub fn operand_ranges(&self) -> Vec<OperandRange> {
+        if self.digits.is_empty() {
+            return vec![OperandRange {
+                low: self.min_operand,
+                high: self.max_operand,
+                source: None,
+            }];
+        }
+        (self.digits.iter())
+            .map(|&d| {
+                let power = |e: u32| 10u64.saturating_pow(e);
+                let first = if d <= 1 { 0 } else { power(d - 1) };
+                OperandRange {
+                    low: u32::try_from(first).unwrap_or(u32::MAX).max(self.min_operand),
+                    high: u32::try_from(power(d) - 1).unwrap_or(u32::MAX).min(self.max_operand),
+                    source: Some(format!("{d}-digit")),
+                }
+            })
+            .collect()
     }
 }
 

@@ -26,7 +26,7 @@ mod uses;
 use std::path::{Path, PathBuf};
 
 pub use curriculum::{CurriculumKind, CurriculumSection};
-pub use data::{ArithmeticTask, Fields, Solution};
+pub use data::{ArithmeticTask, Fields, OperandRange, Solution};
 pub use error::RecipeError;
 pub use off_policy::{OffPolicyAlgorithm, OffPolicyRecipe, SacSection, Td3Section};
 pub use plan::{DpoRecipe, GrpoRecipe, LmPpoRecipe, OnlineDpoRecipe, Plan, PpoRecipe, RewardModelRecipe, SftRecipe};

@@ -414,6 +414,35 @@ impl GrpoRecipe<'_> {
         self.gigpo()
     }
 
+    /// A UCB curriculum over a generated task draws among its digit lengths: at least two, and
+    /// every source it names among them (a data file's sources are checked when it is read).
+    fn curriculum_sources(&self) -> Result<(), Broken> {
+        let (Some(c), Some(task)) = (&self.recipe.curriculum, &self.data.task) else {
+            return Ok(());
+        };
+        if c.kind != crate::CurriculumKind::Ucb {
+            return Ok(());
+        }
+        let sources: Vec<String> = task.operand_ranges().into_iter().filter_map(|r| r.source).collect();
+        if sources.len() < 2 {
+            return Err(broken(
+                "curriculum.kind",
+                "`ucb` draws among the data's sources, and data.task makes one: \
+                 list two or more operand lengths in data.task.digits",
+            ));
+        }
+        if let Some(missing) = c.sources.iter().find(|s| !sources.contains(s)) {
+            return Err(broken(
+                "curriculum.sources",
+                format!(
+                    "{missing:?} has no rows: data.task's sources are {}",
+                    sources.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// GiGPO compares the turns of multi-turn episodes.
     fn gigpo(&self) -> Result<(), Broken> {
         let (r, grpo) = (self.recipe, self.grpo);
@@ -475,6 +504,7 @@ impl GrpoRecipe<'_> {
         if let Some((key, message)) = r.curriculum.as_ref().and_then(|c| c.invalid()) {
             return Err(broken(key, message));
         }
+        self.curriculum_sources()?;
         if let Some(w) = &grpo.difficulty_weight {
             let valid = w.low > 0.0 && w.high >= w.low && (0.0..=1.0).contains(&w.center) && w.steepness > 0.0;
             if !valid || ![w.low, w.high, w.center, w.steepness].iter().all(|x| x.is_finite()) {

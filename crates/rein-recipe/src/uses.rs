@@ -3,7 +3,7 @@
 
 use toml::Table;
 
-use crate::Algorithm;
+use crate::{Algorithm, CurriculumKind};
 
 /// The keys of a section an algorithm reads.
 #[derive(Clone, Copy)]
@@ -161,15 +161,35 @@ pub(crate) fn first_unused(table: &Table, algorithm: &Algorithm) -> Option<(Stri
                 ),
             ));
         }
+        if let Some((table, kind)) = inner.and_then(|t| curriculum(section, t))
+            && let Some(key) = table.keys().find(|key| !kind.keys().contains(&key.as_str()))
+        {
+            return Some((
+                format!("{section}.{key}"),
+                format!(
+                    "not a key of kind = \"{}\"; it reads {}",
+                    kind.name(),
+                    kind.keys()[1..].join(", ")
+                ),
+            ));
+        }
     }
     None
+}
+
+/// `[curriculum]`'s table and the kind it names: each kind reads its own keys.
+fn curriculum<'t>(section: &str, table: &'t Table) -> Option<(&'t Table, CurriculumKind)> {
+    (section == "curriculum").then(|| (table, CurriculumKind::of(table)))
 }
 
 /// Removes from `table` every key `algorithm` does not read.
 pub(crate) fn keep_used(table: &mut Table, algorithm: &Algorithm) {
     table.retain(|section, value| {
         if let Some(inner) = value.as_table_mut() {
-            inner.retain(|key, _| reads(algorithm, section, Some(key)));
+            let kind = curriculum(section, inner).map(|(_, kind)| kind);
+            inner.retain(|key, _| {
+                reads(algorithm, section, Some(key)) && kind.is_none_or(|kind| kind.keys().contains(&key))
+            });
         }
         reads(algorithm, section, None)
     });

@@ -1,6 +1,8 @@
 //! Held-out evaluation: greedy pass@1, sampled pass@k and maj@k, judged by the same reward
 //! plugins the run trains with.
 
+use std::collections::BTreeMap;
+
 use rein_core::{CompletionScore, Group, RewardFn};
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
@@ -46,6 +48,9 @@ pub struct EvalReport {
     /// What the greedy episodes did with their tools (multi-turn recipes).
     #[serde(default)]
     pub episodes: Option<EpisodeSummary>,
+    /// Greedy accuracy per data source, when the held-out prompts come from several.
+    #[serde(default)]
+    pub by_source: BTreeMap<String, f64>,
 }
 
 /// The greedy episodes' turns and tool use.
@@ -150,6 +155,7 @@ pub fn evaluate<B: ReinBackend>(
     } else {
         (None, None)
     };
+    let by_source = accuracy_by_source(prompts, &greedy);
     let shown = (prompts.iter().zip(greedy))
         .take(SHOWN_EXAMPLES)
         .map(|(prompt, mut judged)| EvalExample {
@@ -167,7 +173,29 @@ pub fn evaluate<B: ReinBackend>(
         maj_at_k,
         shown,
         episodes: summary,
+        by_source,
     })
+}
+
+/// The greedy accuracy of each source's prompts; empty when there are fewer than two sources.
+fn accuracy_by_source(prompts: &[Prompt], greedy: &[Judged]) -> BTreeMap<String, f64> {
+    let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for (prompt, judged) in prompts.iter().zip(greedy) {
+        let name = if prompt.source.is_empty() {
+            "unnamed"
+        } else {
+            &prompt.source
+        };
+        let (right, all) = counts.entry(name.to_string()).or_default();
+        *right += usize::from(judged.correct[0]);
+        *all += 1;
+    }
+    if counts.len() < 2 {
+        return BTreeMap::new();
+    }
+    (counts.into_iter())
+        .map(|(name, (right, all))| (name, right as f64 / all as f64))
+        .collect()
 }
 
 struct Judged {

@@ -70,6 +70,9 @@ pub struct Prompt {
     pub target_trained: Option<Vec<bool>>,
     /// Metadata JSON.
     pub metadata: String,
+    /// The data source it came from (the `data.fields.source` column, verl's `data_source`);
+    /// empty when the row names none.
+    pub source: String,
 }
 
 /// The opening messages of a prompt: a system prompt (if any), then the user turn.
@@ -137,6 +140,7 @@ pub fn prepare(
                     target: Some(transcript.tokens()[at..].to_vec()),
                     target_trained: Some(transcript.sampled()[at..].to_vec()),
                     metadata: e.metadata.clone(),
+                    source: source_of(&e.metadata, &data.fields.source),
                 });
             }
             let text = match templated {
@@ -160,9 +164,23 @@ pub fn prepare(
                 target,
                 target_trained: None,
                 metadata: e.metadata.clone(),
+                source: source_of(&e.metadata, &data.fields.source),
             })
         })
         .collect()
+}
+
+/// The `column` of a row's metadata JSON as a source name (a number or other value as written;
+/// empty when the row has no such column).
+pub(crate) fn source_of(metadata: &str, column: &str) -> String {
+    let Ok(serde_json::Value::Object(row)) = serde_json::from_str(metadata) else {
+        return String::new();
+    };
+    match row.get(column) {
+        None | Some(serde_json::Value::Null) => String::new(),
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    }
 }
 
 /// Where a run keeps the data it generated.

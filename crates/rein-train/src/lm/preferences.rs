@@ -69,6 +69,7 @@ impl PreferencePair {
             target: Some(self.chosen.clone()),
             target_trained: None,
             metadata: String::new(),
+            source: String::new(),
         }
     }
 }

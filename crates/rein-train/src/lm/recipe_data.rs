@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use rein_recipe::{DataSection, LoadedRecipe};
+use rein_recipe::{CurriculumKind, DataSection, LoadedRecipe};
 use rein_sampler::SeededRng;
 
 use super::recipe_keys::invalid;
@@ -83,6 +83,12 @@ pub(crate) fn read_data(
             ));
         }
     };
+    if let Some(c) = (loaded.recipe.curriculum.as_ref()).filter(|c| c.kind == CurriculumKind::Ucb) {
+        let sources = train.iter().map(|e| super::source_of(&e.metadata, &data.fields.source));
+        let sources: Vec<String> = sources.collect();
+        super::grpo::curriculum::sources_to_draw(sources.iter().map(String::as_str), &c.sources)
+            .map_err(|(key, message)| invalid(loaded, key, message))?;
+    }
     if let (Some(task), Some(_)) = (&data.task, &preference) {
         // Generated pairs: each problem's worked solution against a slipped one.
         if task.ops.iter().any(|op| op == "*") || task.solution != rein_recipe::Solution::Scratchpad {

@@ -70,7 +70,7 @@ pub(crate) fn log_eval(
     report: &EvalReport,
 ) -> Result<(), TrainError> {
     if let Some(m) = metrics {
-        m.write(&json!({
+        let mut record = json!({
             "stage": "eval",
             "when": when,
             "step": step,
@@ -83,7 +83,11 @@ pub(crate) fn log_eval(
             "eval/tool_call_rate": report.episodes.as_ref().map(|e| e.tool_call_rate),
             "eval/tool_errors": report.episodes.as_ref().map(|e| e.tool_errors),
             "eval/truncated_frac": report.episodes.as_ref().map(|e| e.truncated),
-        }))?;
+        });
+        for (source, accuracy) in &report.by_source {
+            record[format!("eval/greedy_accuracy/{source}")] = json!(accuracy);
+        }
+        m.write(&record)?;
     }
     Ok(())
 }
@@ -91,13 +95,21 @@ pub(crate) fn log_eval(
 /// One line for a report.
 pub fn describe(report: &EvalReport) -> String {
     let pct = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
+    let by_source: Vec<String> = (report.by_source.iter())
+        .map(|(source, accuracy)| format!("{source} {}", pct(Some(*accuracy))))
+        .collect();
+    let by_source = match by_source.is_empty() {
+        true => String::new(),
+        false => format!("; greedy by source: {}", by_source.join(", ")),
+    };
+    let sampled = match report.k {
+        0 => String::new(),
+        k => format!(", pass@{k} {}, maj@{k} {}", pct(report.pass_at_k), pct(report.maj_at_k)),
+    };
     format!(
-        "greedy accuracy {:.1}%, pass@{k} {}, maj@{k} {} ({} prompts)",
+        "greedy accuracy {:.1}%{sampled} ({} prompts{by_source})",
         100.0 * report.greedy_accuracy,
-        pct(report.pass_at_k),
-        pct(report.maj_at_k),
         report.examples,
-        k = report.k
     )
 }
 

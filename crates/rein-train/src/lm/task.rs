@@ -108,12 +108,18 @@ pub fn calculator_trace(a: i64, op: &str, b: i64, result: i64) -> String {
 pub fn generate_task(task: &ArithmeticTask, seed: u64) -> (Vec<Example>, Vec<Example>) {
     let mut rng = SeededRng::new(seed ^ 0xA817_4E7C);
     let mut seen = std::collections::HashSet::new();
+    let ranges = task.operand_ranges();
     let mut draw = |count: usize| {
         let mut out = Vec::with_capacity(count);
         while out.len() < count {
-            let span = u64::from(task.max_operand - task.min_operand) + 1;
-            let mut a = i64::from(task.min_operand) + rng.below(span) as i64;
-            let mut b = i64::from(task.min_operand) + rng.below(span) as i64;
+            // One range draws nothing from the generator, so tasks without `digits` stay the same.
+            let range = match ranges.len() {
+                1 => &ranges[0],
+                n => &ranges[rng.below(n as u64) as usize],
+            };
+            let span = u64::from(range.high - range.low) + 1;
+            let mut a = i64::from(range.low) + rng.below(span) as i64;
+            let mut b = i64::from(range.low) + rng.below(span) as i64;
             let op = &task.ops[rng.below(task.ops.len() as u64) as usize];
             if op == "-" && a < b {
                 (a, b) = (b, a);
@@ -139,7 +145,9 @@ pub fn generate_task(task: &ArithmeticTask, seed: u64) -> (Vec<Example>, Vec<Exa
                         format!("<think>{}</think><answer>{result}</answer>", scratchpad(a, op, b))
                     }
                 }),
-                metadata: String::new(),
+                metadata: (range.source.as_ref())
+                    .map(|source| json!({ "data_source": source }).to_string())
+                    .unwrap_or_default(),
             });
         }
         out
@@ -203,6 +211,7 @@ mod tests {
             test: 50,
             solution: Solution::Scratchpad,
             tool_share: 1.0,
+            digits: Vec::new(),
         };
         let (train, test) = generate_task(&task, 1);
         assert_eq!((train.len(), test.len()), (300, 50));
@@ -249,6 +258,56 @@ mod tests {
         );
     }
 
+    /// With `digits`, both operands of a problem have the length its source names, the lengths
+    /// share the rows evenly, and lengths the operand range cannot give are refused.
+    #[test]
+    fn digit_lengths_make_sources_of_their_own() {
+        let task = ArithmeticTask {
+            min_operand: 0,
+            max_operand: 999,
+            ops: vec!["+".into(), "-".into()],
+            train: 900,
+            test: 90,
+            solution: Solution::Scratchpad,
+            tool_share: 1.0,
+            digits: vec![2, 3],
+        };
+        let (train, test) = generate_task(&task, 4);
+        let mut per_source = std::collections::BTreeMap::new();
+        for e in train.iter().chain(&test) {
+            let row: serde_json::Value = serde_json::from_str(&e.metadata).unwrap();
+            let source = row["data_source"].as_str().unwrap().to_string();
+            let problem = e.prompt.trim_start_matches("What is ").trim_end_matches('?');
+            let words: Vec<&str> = problem.split(' ').collect();
+            for operand in [words[0], words[2]] {
+                assert_eq!(format!("{}-digit", operand.len()), source, "{}", e.prompt);
+            }
+            *per_source.entry(source).or_insert(0usize) += 1;
+        }
+        assert_eq!(per_source.len(), 2);
+        assert!(per_source.values().all(|&n| (430..560).contains(&n)), "{per_source:?}");
+        // Without digits, rows carry no source and the problems are those of before.
+        let plain = ArithmeticTask {
+            digits: Vec::new(),
+            ..task.clone()
+        };
+        assert!(generate_task(&plain, 4).0.iter().all(|e| e.metadata.is_empty()));
+        for (digits, max_operand, message) in [
+            (vec![3], 99, "no 3-digit operand"),
+            (vec![0], 999, "from 1 to 9"),
+            (vec![2, 2], 999, "twice"),
+        ] {
+            let (key, error) = ArithmeticTask {
+                digits,
+                max_operand,
+                ..task.clone()
+            }
+            .validate()
+            .unwrap_err();
+            assert!(key == "digits" && error.contains(message), "{key}: {error}");
+        }
+    }
+
     #[test]
     fn calculator_solutions_call_the_tool_in_the_share_asked() {
         let task = ArithmeticTask {
@@ -259,6 +318,7 @@ mod tests {
             test: 0,
             solution: Solution::Calculator,
             tool_share: 0.3,
+            digits: Vec::new(),
         };
         let (train, _) = generate_task(&task, 2);
         let mut traces = 0;

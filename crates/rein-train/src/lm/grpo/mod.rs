@@ -14,7 +14,7 @@ use rein_core::{AdvantageKind, FailureCounts};
 use rein_model::ReinAutodiffBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
 use rein_optim::{DpoConfig, LinearSchedule, PolicyLossConfig};
-use rein_recipe::{CurriculumSection, GrpoSection, OptimizerSection, SamplerSection, TeacherKl};
+use rein_recipe::{CurriculumKind, CurriculumSection, GrpoSection, OptimizerSection, SamplerSection, TeacherKl};
 use rein_sampler::{Generator, NativeGenerator, SeededRng};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -28,7 +28,7 @@ use crate::checkpoint::{Checkpoint, learner_sections, module_sections};
 use crate::driver::{Record, Snapshot, Step, Trainer};
 use crate::watchdog::Phases;
 
-mod curriculum;
+pub(crate) mod curriculum;
 mod learn;
 mod online_dpo;
 mod ppo;
@@ -114,17 +114,21 @@ struct GrpoState {
     /// Updates so far: the version of the policy being trained.
     #[serde(default)]
     version: u64,
-    /// Each prompt's running pass rate, with `[curriculum]`.
+    /// Each prompt's running pass rate, with `[curriculum] kind = "pools"`.
     #[serde(default)]
     pools: Option<curriculum::DifficultyPools>,
+    /// The sources' recent absolute advantages, with `[curriculum] kind = "ucb"`.
+    #[serde(default)]
+    sources: Option<curriculum::SourceBandit>,
 }
 
 impl GrpoState {
-    /// The next training prompt: from the difficulty pools with a curriculum, else the next
-    /// of the shuffled order.
+    /// The next training prompt: from the difficulty pools or the sources' bandit with a
+    /// curriculum, else the next of the shuffled order.
     fn next_prompt(&mut self, curriculum: Option<&CurriculumSection>) -> usize {
-        match (curriculum, &self.pools) {
-            (Some(c), Some(pools)) => pools.pick(c, &mut self.rng),
+        match (curriculum, &self.pools, &self.sources) {
+            (Some(c), Some(pools), _) => pools.pick(c, &mut self.rng),
+            (Some(c), _, Some(sources)) => sources.pick(c, &mut self.rng),
             _ => self.prompt_order.next(&mut self.rng),
         }
     }
@@ -200,7 +204,13 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
         let lr = lr_schedule(optimizer, optimizer.lr, grpo.steps);
         let mut rng = SeededRng::new(ctx.seed ^ 0x6A09_E667);
         let prompt_order = PromptOrder::new(ctx.prompts.len(), &mut rng);
-        let pools = (ctx.curriculum).map(|_| curriculum::DifficultyPools::new(ctx.prompts.len()));
+        let pools = (ctx.curriculum)
+            .filter(|c| c.kind == CurriculumKind::Pools)
+            .map(|_| curriculum::DifficultyPools::new(ctx.prompts.len()));
+        let sources = match ctx.curriculum.filter(|c| c.kind == CurriculumKind::Ucb) {
+            Some(c) => Some(curriculum::SourceBandit::new(ctx.prompts, c).map_err(curriculum_error)?),
+            None => None,
+        };
         let source = match ctx.agent {
             Some(_) => None,
             None => Some(
@@ -229,6 +239,7 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
                 episodes: 0,
                 version: 0,
                 pools,
+                sources,
             },
             device: device.clone(),
         })
@@ -362,6 +373,14 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
                 record.insert(format!("train/curriculum/{pool}_prompts"), json!(size));
             }
         }
+        if let (Some(c), Some(sources)) = (self.ctx.curriculum, &self.state.sources) {
+            let (weights, learnability) = (sources.weights(c), sources.learnability());
+            for (j, name) in sources.names().iter().enumerate() {
+                let name = if name.is_empty() { "unnamed" } else { name };
+                record.insert(format!("train/curriculum/{name}/weight"), json!(weights[j]));
+                record.insert(format!("train/curriculum/{name}/abs_advantage"), json!(learnability[j]));
+            }
+        }
         record.insert("train/reward_failures".into(), json!(sampled.failures));
         record.insert(
             "train/tokens_per_s".into(),
@@ -422,10 +441,18 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
             learner.optim = checkpoint.load_optimizer::<B, _, _>(optimizer, learner.optim.clone(), &self.device)?;
         }
         // A checkpoint without pass rates (taken before the recipe had a curriculum, or with
-        // other prompts) starts the pools afresh.
+        // other prompts) starts the pools afresh; the sources' bandit likewise.
         let prompts = self.ctx.prompts.len();
-        if self.ctx.curriculum.is_some() && self.state.pools.as_ref().is_none_or(|p| p.len() != prompts) {
-            self.state.pools = Some(curriculum::DifficultyPools::new(prompts));
+        match self.ctx.curriculum.map(|c| (c, c.kind)) {
+            Some((_, CurriculumKind::Pools)) if self.state.pools.as_ref().is_none_or(|p| p.len() != prompts) => {
+                self.state.pools = Some(curriculum::DifficultyPools::new(prompts));
+            }
+            Some((c, CurriculumKind::Ucb)) => {
+                let saved = self.state.sources.take();
+                let bandit = curriculum::SourceBandit::resumed(saved, self.ctx.prompts, c);
+                self.state.sources = Some(bandit.map_err(curriculum_error)?);
+            }
+            _ => {}
         }
         // Older checkpoints have no version: one update per step.
         self.state.version = self.state.version.max(self.state.rewards.len() as u64);
@@ -455,9 +482,11 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
     }
 }
 
-/// The sampler's seed for round `round` of step `step` (and LoRA dropout's key, from another
-/// `seed`, for update `round` of a step): distinct for every (step, round).
-/// Sets LoRA dropout's keys apart from the sampler's seeds.
+/// A curriculum the training prompts cannot feed, naming the recipe key.
+fn curriculum_error((key, message): (&'static str, String)) -> TrainError {
+    TrainError::Unsupported(format!("{key}: {message}"))
+}
+
 /// AdamW with `[optimizer]`'s settings (the policy's, and PPO's value model's).
 fn adamw(optimizer: &OptimizerSection) -> AdamWConfig {
     AdamWConfig::new()
@@ -486,8 +515,11 @@ const SAMPLES_LOGGED: usize = 3;
 /// The checkpoint sections of PPO's critic and its optimiser.
 const CRITIC_SECTIONS: [&str; 2] = ["critic", "critic_optimizer"];
 
+/// Sets LoRA dropout's keys apart from the sampler's seeds.
 pub(crate) const DROPOUT_SALT: u64 = 0xD80F_0A7C;
 
+/// The sampler's seed for round `round` of step `step` (and LoRA dropout's key, from another
+/// `seed`, for update `round` of a step): distinct for every (step, round).
 pub(crate) fn generation_seed(seed: u64, step: usize, round: usize) -> u64 {
     let mix = |mut z: u64| {
         // SplitMix64's finaliser.

@@ -141,19 +141,27 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         Ok(out)
     }
 
-    /// Curriculum: each scored group's accuracy joins its prompt's pass rate (groups dynamic
-    /// sampling drops too: they say the most about a prompt's difficulty).
+    /// Curriculum: with pools, each scored group's accuracy joins its prompt's pass rate
+    /// (groups dynamic sampling drops too: they say the most about a prompt's difficulty).
+    /// With sources, each group's absolute advantages join its source's window.
     fn observe_difficulty(&mut self, picked: &[usize], scores: &[GroupReward]) {
-        let (Some(c), Some(pools)) = (self.ctx.curriculum, self.state.pools.as_mut()) else {
+        let Some(c) = self.ctx.curriculum else {
             return;
         };
-        let reward = self.ctx.rewards[self.ctx.accuracy_reward].reward.name();
-        for (&prompt, scored) in picked.iter().zip(scores).filter(|(_, s)| !s.skipped) {
-            pools.observe(
-                prompt,
-                curriculum::group_accuracy(&scored.components, scored.total.len(), reward),
-                c,
-            );
+        let scored = picked.iter().zip(scores).filter(|(_, s)| !s.skipped);
+        if let Some(pools) = self.state.pools.as_mut() {
+            let reward = self.ctx.rewards[self.ctx.accuracy_reward].reward.name();
+            for (&prompt, scored) in scored.clone() {
+                let accuracy = curriculum::group_accuracy(&scored.components, scored.total.len(), reward);
+                pools.observe(prompt, accuracy, c);
+            }
+        }
+        if let Some(sources) = self.state.sources.as_mut() {
+            for (&prompt, scored) in scored {
+                let rewards: Vec<f32> = scored.total.iter().map(|&r| r as f32).collect();
+                let advantages = curriculum::group_advantages(&rewards, self.ctx.grpo);
+                sources.observe(prompt, &advantages, c);
+            }
         }
     }
 

@@ -7,17 +7,13 @@
 //! others), drawn uniformly within its pool. The pass rates are part of the run's state, so a
 //! resumed run draws as the uninterrupted one.
 
-use std::collections::BTreeMap;
-
 use rein_core::SeededRng;
 use rein_recipe::CurriculumSection;
 use serde::{Deserialize, Serialize};
 
-use crate::lm::counts_as_correct;
-
 /// Each training prompt's running pass rate (`None` until its first group).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(super) struct DifficultyPools {
+pub(crate) struct DifficultyPools {
     pass_rates: Vec<Option<f64>>,
 }
 
@@ -30,14 +26,14 @@ enum Pool {
 }
 
 impl DifficultyPools {
-    pub(super) fn new(prompts: usize) -> Self {
+    pub(crate) fn new(prompts: usize) -> Self {
         Self {
             pass_rates: vec![None; prompts],
         }
     }
 
     /// How many prompts it tracks.
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.pass_rates.len()
     }
 
@@ -50,7 +46,7 @@ impl DifficultyPools {
     }
 
     /// How many prompts each pool holds: easy, normal, hard.
-    pub(super) fn sizes(&self, c: &CurriculumSection) -> [usize; 3] {
+    pub(crate) fn sizes(&self, c: &CurriculumSection) -> [usize; 3] {
         let mut sizes = [0; 3];
         for prompt in 0..self.pass_rates.len() {
             sizes[self.pool(prompt, c) as usize] += 1;
@@ -59,7 +55,7 @@ impl DifficultyPools {
     }
 
     /// The next prompt: a pool by the recipe's shares, then a prompt of it uniformly.
-    pub(super) fn pick(&self, c: &CurriculumSection, rng: &mut SeededRng) -> usize {
+    pub(crate) fn pick(&self, c: &CurriculumSection, rng: &mut SeededRng) -> usize {
         let sizes = self.sizes(c);
         let shares = [c.easy, (1.0 - c.easy - c.hard).max(0.0), c.hard];
         let mut weights: Vec<f64> = (shares.iter().zip(sizes))
@@ -87,25 +83,13 @@ impl DifficultyPools {
     }
 
     /// Folds a new group's accuracy into its prompt's running pass rate.
-    pub(super) fn observe(&mut self, prompt: usize, accuracy: f64, c: &CurriculumSection) {
+    pub(crate) fn observe(&mut self, prompt: usize, accuracy: f64, c: &CurriculumSection) {
         let rate = &mut self.pass_rates[prompt];
         *rate = Some(match *rate {
             Some(p) => c.smoothing * p + (1.0 - c.smoothing) * accuracy,
             None => accuracy,
         });
     }
-}
-
-/// The share of a group's `n` completions that `reward` counts correct, as the held-out
-/// evaluation counts ([`counts_as_correct`]). `components` are the group's per-reward columns
-/// (NaN where a reward gave no value).
-pub(super) fn group_accuracy(components: &BTreeMap<String, Vec<f64>>, n: usize, reward: &str) -> f64 {
-    let value = |key: &str, c: usize| components.get(key).map(|v| v[c]).filter(|v| v.is_finite());
-    let correct_key = format!("{reward}/correct");
-    let hits = (0..n)
-        .filter(|&c| counts_as_correct(value(&correct_key, c), value(reward, c)))
-        .count();
-    hits as f64 / n.max(1) as f64
 }
 
 #[cfg(test)]
@@ -184,15 +168,5 @@ mod tests {
             pass_rates: vec![Some(0.0); 3],
         };
         assert!(all_hard.pick(&none_hard, &mut rng) < 3);
-    }
-
-    #[test]
-    fn accuracy_reads_the_correct_component_or_else_a_positive_score() {
-        let mut components = BTreeMap::new();
-        components.insert("math".to_string(), vec![1.0, 0.2, 0.0, f64::NAN]);
-        assert_eq!(group_accuracy(&components, 4, "math"), 0.5);
-        components.insert("math/correct".to_string(), vec![1.0, 0.0, 0.0, f64::NAN]);
-        assert_eq!(group_accuracy(&components, 4, "math"), 0.25);
-        assert_eq!(group_accuracy(&components, 4, "other"), 0.0);
     }
 }
