@@ -219,6 +219,7 @@ pub(crate) fn arithmetic_prompts(tokenizer: &LmTokenizer, system: Option<&str>) 
         test: 0,
         solution: Default::default(),
         tool_share: 1.0,
+        digits: Vec::new(),
     };
     let data = DataSection {
         task: None,

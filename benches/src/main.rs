@@ -6,6 +6,7 @@
 //! that says NOT MEASURED, and then the bench fails unless `--allow-missing-peers`.
 
 mod agent;
+mod curriculum;
 mod generate;
 mod grpo;
 mod lm_ppo;
@@ -57,6 +58,7 @@ fn main() -> anyhow::Result<()> {
         "sac" | "td3" => off_policy::run(&suite, &plugin_dir)?,
         "generate" => generate::run()?,
         "grpo" => grpo::run(&plugin_dir)?,
+        "curriculum" => curriculum::run(&plugin_dir)?,
         "sft" => sft::run()?,
         "agent" => agent::run(&plugin_dir)?,
         "serve" => serve::run()?,
@@ -68,7 +70,7 @@ fn main() -> anyhow::Result<()> {
         }
         other => {
             anyhow::bail!(
-                "unknown benchmark suite `{other}` (available: plugins, ppo, sac, td3, generate, grpo, sft, agent, serve, rewards, preferences)"
+                "unknown benchmark suite `{other}` (available: plugins, ppo, sac, td3, generate, grpo, curriculum, sft, agent, serve, rewards, preferences)"
             )
         }
     };

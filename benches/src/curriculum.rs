@@ -1,0 +1,277 @@
+//! `cargo xtask bench curriculum`: how soon GRPO reaches a held-out accuracy on arithmetic of
+//! mixed difficulty (`recipes/grpo-arithmetic-mixed.toml`: 1-, 2- and 3-digit operands, three
+//! data sources), from one SFT'd model, with each way of choosing a batch's prompts: plain
+//! GRPO (the shuffled order), dynamic sampling (DAPO: groups without reward variance replaced
+//! by new prompts, after paying for them), difficulty pools, and the UCB curriculum over the
+//! sources (DUMP). Each runs the recipe's steps on three seeds; the held-out greedy accuracy is
+//! measured every [`EVAL_EVERY`] steps, outside the timed training.
+//!
+//! The figure of each arm is the median, over seeds, of the training seconds until the held-out
+//! accuracy first reaches plain GRPO's final one (the median of its seeds' last evaluations);
+//! a seed that never reaches it counts as its whole run, so the median is never flattered.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use burn::module::AutodiffModule;
+use rein_model::CpuAutodiff;
+use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer};
+use rein_plugin::PluginRuntime;
+use rein_recipe::{Algorithm, CurriculumKind, CurriculumSection, GrpoSection, LoadedRecipe};
+use rein_train::driver::Trainer;
+use rein_train::lm::{EvalReport, EvalSettings, Grpo, GrpoContext, Prompt, Sft, WeightedReward, evaluate};
+use rein_train::lm::{generate_task, prepare};
+use rein_train::watchdog::Phases;
+
+use crate::report::{Report, Row, median};
+
+const RECIPE: &str = "recipes/grpo-arithmetic-mixed.toml";
+const SEEDS: [u64; 3] = [1, 2, 3];
+/// Steps between held-out evaluations.
+const EVAL_EVERY: usize = 10;
+
+/// One way of choosing prompts.
+struct Arm {
+    name: &'static str,
+    dynamic_sampling: bool,
+    curriculum: Option<CurriculumKind>,
+}
+
+const ARMS: [Arm; 4] = [
+    Arm {
+        name: "plain GRPO",
+        dynamic_sampling: false,
+        curriculum: None,
+    },
+    Arm {
+        name: "dynamic sampling",
+        dynamic_sampling: true,
+        curriculum: None,
+    },
+    Arm {
+        name: "difficulty pools",
+        dynamic_sampling: false,
+        curriculum: Some(CurriculumKind::Pools),
+    },
+    Arm {
+        name: "UCB over sources",
+        dynamic_sampling: false,
+        curriculum: Some(CurriculumKind::Ucb),
+    },
+];
+
+/// One run of an arm: (training seconds, held-out report) after every evaluation.
+struct Curve(Vec<(f64, EvalReport)>);
+
+impl Curve {
+    fn last(&self) -> &EvalReport {
+        &self.0.last().expect("a curve starts with the SFT model's evaluation").1
+    }
+
+    /// Training seconds until the accuracy first reaches `target`; the whole run if never.
+    fn seconds_to(&self, target: f64) -> (f64, bool) {
+        match self.0.iter().find(|(_, r)| r.greedy_accuracy >= target) {
+            Some((seconds, _)) => (*seconds, true),
+            None => (self.0.last().map_or(f64::NAN, |(s, _)| *s), false),
+        }
+    }
+}
+
+/// What every run shares: the recipe, its data and the SFT'd model.
+struct Setup {
+    loaded: LoadedRecipe,
+    tokenizer: LmTokenizer,
+    train: Vec<Prompt>,
+    test: Vec<Prompt>,
+    start: CausalLm<CpuAutodiff>,
+    runtime: PluginRuntime,
+}
+
+pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
+    let setup = Setup::new()?;
+    let recipe = &setup.loaded.recipe;
+    let Algorithm::Grpo(section) = &recipe.algorithm else {
+        anyhow::bail!("{RECIPE} is a GRPO recipe");
+    };
+    let before = setup.evaluate(&setup.start, plugin_dir)?;
+    println!("{RECIPE}: after SFT, {}", rein_train::describe(&before));
+    let mut curves: Vec<Vec<Curve>> = Vec::new();
+    for arm in &ARMS {
+        let mut runs = Vec::new();
+        for seed in SEEDS {
+            let curve = setup.grpo(arm, section, seed, &before, plugin_dir)?;
+            println!(
+                "  {} seed {seed}: {:.1} s of training, held-out {}",
+                arm.name,
+                curve.0.last().map_or(0.0, |(s, _)| *s),
+                rein_train::describe(curve.last())
+            );
+            runs.push(curve);
+        }
+        curves.push(runs);
+    }
+    let finals: Vec<f64> = curves[0].iter().map(|c| c.last().greedy_accuracy).collect();
+    let target = median(&finals).unwrap_or(f64::NAN);
+    println!(
+        "target: plain GRPO's final held-out greedy accuracy, {:.1}% (median of seeds {SEEDS:?})",
+        100.0 * target
+    );
+    let mut report = Report::default();
+    let times: Vec<Vec<(f64, bool)>> = (curves.iter())
+        .map(|runs| runs.iter().map(|c| c.seconds_to(target)).collect())
+        .collect();
+    let median_time = |arm: usize| median(&times[arm].iter().map(|t| t.0).collect::<Vec<_>>()).unwrap_or(f64::NAN);
+    for (a, arm) in ARMS.iter().enumerate() {
+        let reached = times[a].iter().filter(|t| t.1).count();
+        let finals: Vec<f64> = curves[a].iter().map(|c| c.last().greedy_accuracy).collect();
+        let seconds: Vec<String> = times[a].iter().map(|t| format!("{:.1}", t.0)).collect();
+        println!(
+            "  {}: reached it on {reached} of {} seeds (after {} s); final accuracy median {:.1}%",
+            arm.name,
+            SEEDS.len(),
+            seconds.join(", "),
+            100.0 * median(&finals).unwrap_or(f64::NAN)
+        );
+        report.push(Row {
+            name: format!("{}: s to plain's final accuracy", arm.name),
+            value: median_time(a),
+            unit: "s",
+            baseline: (a > 0).then(|| ("plain GRPO".to_string(), median_time(0))),
+            target: None,
+        });
+    }
+    Ok(report)
+}
+
+impl Setup {
+    /// The recipe's data, and its model after the recipe's SFT stage.
+    fn new() -> anyhow::Result<Self> {
+        let loaded = LoadedRecipe::load(Path::new(RECIPE), &[])?;
+        let recipe = &loaded.recipe;
+        let architecture = (recipe.model.architecture.clone()).context("the recipe names an architecture")?;
+        let config = LmConfig::from_json(serde_json::to_value(architecture)?).map_err(anyhow::Error::msg)?;
+        let data = recipe.data.clone().context("the recipe has data")?;
+        let task = data.task.clone().context("the recipe generates its task")?;
+        let device = Default::default();
+        let model = LmInit {
+            config,
+            std: recipe.model.init_std,
+        }
+        .init::<CpuAutodiff>(&mut rein_core::SeededRng::new(recipe.seed), &device);
+        let tokenizer_dir = loaded.resolve(recipe.model.tokenizer.as_deref().unwrap_or_default());
+        let tokenizer = LmTokenizer::load(&tokenizer_dir, &model.config().eos_ids())?;
+        let (train, test) = generate_task(&task, recipe.seed);
+        let (train, test) = (
+            prepare(&train, &tokenizer, &data, &[])?,
+            prepare(&test, &tokenizer, &data, &[])?,
+        );
+        let sft = recipe.sft.clone().context("the recipe has an SFT stage")?;
+        let pad = model.config().eos_ids().first().copied().unwrap_or(0);
+        println!("{RECIPE}: {} SFT steps…", sft.steps);
+        let mut trainer = Sft::new(model, &train, pad, &sft, recipe.seed, vec![device])?;
+        let phases = Phases::new(Default::default(), Default::default());
+        for step in 1..=sft.steps {
+            trainer.step(step, &phases)?;
+        }
+        Ok(Self {
+            start: trainer.model,
+            runtime: PluginRuntime::default(),
+            loaded,
+            tokenizer,
+            train,
+            test,
+        })
+    }
+
+    /// The recipe's rewards, loaded from `plugin_dir`.
+    fn rewards(&self, plugin_dir: &Path) -> anyhow::Result<Vec<WeightedReward>> {
+        (self.loaded.recipe.reward.iter())
+            .map(|entry| {
+                let name = entry.plugin.as_deref().context("the recipe's rewards are plugins")?;
+                let plugin = self
+                    .runtime
+                    .load(plugin_dir.join(format!("{name}.wasm")), Default::default())?;
+                Ok(WeightedReward {
+                    reward: Box::new(plugin.reward(&serde_json::to_string(&entry.config)?)?),
+                    weight: entry.weight,
+                    isolate: entry.isolate,
+                })
+            })
+            .collect()
+    }
+
+    /// Greedy held-out accuracy (by source too), judged by the recipe's first reward.
+    fn evaluate(&self, model: &CausalLm<CpuAutodiff>, plugin_dir: &Path) -> anyhow::Result<EvalReport> {
+        let recipe = &self.loaded.recipe;
+        let mut rewards = self.rewards(plugin_dir)?;
+        let settings = EvalSettings {
+            k: 0,
+            temperature: 0.0,
+            max_new_tokens: recipe.sampler.max_new_tokens,
+            batch: 64,
+            seed: recipe.seed,
+            stop: &recipe.sampler.stop,
+        };
+        let accuracy = rewards[0].reward.as_mut();
+        let device = Default::default();
+        Ok(evaluate(
+            &model.valid(),
+            &self.tokenizer,
+            &self.test,
+            accuracy,
+            None,
+            None,
+            &settings,
+            &device,
+        )?)
+    }
+
+    /// GRPO from the SFT'd model as `arm` chooses prompts, evaluated every [`EVAL_EVERY`] steps.
+    fn grpo(
+        &self,
+        arm: &Arm,
+        section: &GrpoSection,
+        seed: u64,
+        before: &EvalReport,
+        plugin_dir: &Path,
+    ) -> anyhow::Result<Curve> {
+        let recipe = &self.loaded.recipe;
+        let grpo = GrpoSection {
+            dynamic_sampling: arm.dynamic_sampling,
+            ..section.clone()
+        };
+        let curriculum = arm.curriculum.map(|kind| CurriculumSection {
+            kind,
+            ..recipe.curriculum.clone().unwrap_or_default()
+        });
+        let mut rewards = self.rewards(plugin_dir)?;
+        let ctx = GrpoContext {
+            tokenizer: &self.tokenizer,
+            prompts: &self.train,
+            rewards: &mut rewards,
+            accuracy_reward: 0,
+            curriculum: curriculum.as_ref(),
+            grpo: &grpo,
+            sampler: &recipe.sampler,
+            optimizer: &recipe.optimizer,
+            seed,
+            agent: None,
+        };
+        let device = Default::default();
+        let mut trainer = Grpo::new(self.start.clone(), ctx, &device)?;
+        let phases = Phases::new(Default::default(), Default::default());
+        let mut curve = Curve(vec![(0.0, before.clone())]);
+        let mut trained = Duration::ZERO;
+        for step in 1..=grpo.steps {
+            let started = Instant::now();
+            trainer.step(step, &phases)?;
+            trained += started.elapsed();
+            if step % EVAL_EVERY == 0 || step == grpo.steps {
+                let report = self.evaluate(&trainer.model, plugin_dir)?;
+                curve.0.push((trained.as_secs_f64(), report));
+            }
+        }
+        Ok(curve)
+    }
+}
