@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use burn::module::AutodiffModule;
+use rein_core::RewardFn;
 use rein_model::CpuAutodiff;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer};
 use rein_plugin::PluginRuntime;
@@ -94,7 +95,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
     let Algorithm::Grpo(section) = &recipe.algorithm else {
         anyhow::bail!("{RECIPE} is a GRPO recipe");
     };
-    let before = setup.evaluate(&setup.start, plugin_dir)?;
+    let before = setup.evaluate(&setup.start, setup.judge(plugin_dir)?.as_mut())?;
     println!("{RECIPE}: after SFT, {}", rein_train::describe(&before));
     let mut curves: Vec<Vec<Curve>> = Vec::new();
     for arm in &ARMS {
@@ -201,10 +202,14 @@ impl Setup {
             .collect()
     }
 
-    /// Greedy held-out accuracy (by source too), judged by the recipe's first reward.
-    fn evaluate(&self, model: &CausalLm<CpuAutodiff>, plugin_dir: &Path) -> anyhow::Result<EvalReport> {
+    /// The recipe's first reward, which judges held-out answers.
+    fn judge(&self, plugin_dir: &Path) -> anyhow::Result<Box<dyn RewardFn>> {
+        Ok(self.rewards(plugin_dir)?.swap_remove(0).reward)
+    }
+
+    /// Greedy held-out accuracy (by source too), judged by `judge`.
+    fn evaluate(&self, model: &CausalLm<CpuAutodiff>, judge: &mut dyn RewardFn) -> anyhow::Result<EvalReport> {
         let recipe = &self.loaded.recipe;
-        let mut rewards = self.rewards(plugin_dir)?;
         let settings = EvalSettings {
             k: 0,
             temperature: 0.0,
@@ -213,13 +218,12 @@ impl Setup {
             seed: recipe.seed,
             stop: &recipe.sampler.stop,
         };
-        let accuracy = rewards[0].reward.as_mut();
         let device = Default::default();
         Ok(evaluate(
             &model.valid(),
             &self.tokenizer,
             &self.test,
-            accuracy,
+            judge,
             None,
             None,
             &settings,
@@ -245,7 +249,7 @@ impl Setup {
             kind,
             ..recipe.curriculum.clone().unwrap_or_default()
         });
-        let mut rewards = self.rewards(plugin_dir)?;
+        let (mut rewards, mut judge) = (self.rewards(plugin_dir)?, self.judge(plugin_dir)?);
         let ctx = GrpoContext {
             tokenizer: &self.tokenizer,
             prompts: &self.train,
@@ -268,7 +272,7 @@ impl Setup {
             trainer.step(step, &phases)?;
             trained += started.elapsed();
             if step % EVAL_EVERY == 0 || step == grpo.steps {
-                let report = self.evaluate(&trainer.model, plugin_dir)?;
+                let report = self.evaluate(&trainer.model, judge.as_mut())?;
                 curve.0.push((trained.as_secs_f64(), report));
             }
         }

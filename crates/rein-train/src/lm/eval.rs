@@ -181,11 +181,7 @@ pub fn evaluate<B: ReinBackend>(
 fn accuracy_by_source(prompts: &[Prompt], greedy: &[Judged]) -> BTreeMap<String, f64> {
     let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for (prompt, judged) in prompts.iter().zip(greedy) {
-        let name = if prompt.source.is_empty() {
-            "unnamed"
-        } else {
-            &prompt.source
-        };
+        let name = super::source_label(&prompt.source);
         let (right, all) = counts.entry(name.to_string()).or_default();
         *right += usize::from(judged.correct[0]);
         *all += 1;

@@ -170,6 +170,11 @@ pub fn prepare(
         .collect()
 }
 
+/// How metrics name a data source: rows without one are `unnamed`.
+pub(crate) fn source_label(source: &str) -> &str {
+    if source.is_empty() { "unnamed" } else { source }
+}
+
 /// The `column` of a row's metadata JSON as a source name (a number or other value as written;
 /// empty when the row has no such column).
 pub(crate) fn source_of(metadata: &str, column: &str) -> String {

@@ -376,7 +376,7 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
         if let (Some(c), Some(sources)) = (self.ctx.curriculum, &self.state.sources) {
             let (weights, learnability) = (sources.weights(c), sources.learnability());
             for (j, name) in sources.names().iter().enumerate() {
-                let name = if name.is_empty() { "unnamed" } else { name };
+                let name = crate::lm::source_label(name);
                 record.insert(format!("train/curriculum/{name}/weight"), json!(weights[j]));
                 record.insert(format!("train/curriculum/{name}/abs_advantage"), json!(learnability[j]));
             }

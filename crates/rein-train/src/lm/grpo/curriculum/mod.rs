@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use rein_core::AdvantageKind;
+use rein_core::{AdvantageKind, SeededRng};
 use rein_optim::{group_normalized, rloo};
 use rein_recipe::GrpoSection;
 
@@ -25,6 +25,21 @@ pub(crate) fn group_accuracy(components: &BTreeMap<String, Vec<f64>>, n: usize, 
         .filter(|&c| counts_as_correct(value(&correct_key, c), value(reward, c)))
         .count();
     hits as f64 / n.max(1) as f64
+}
+
+/// Index `i` with probability `weights[i] / Σ weights` (weights ≥ 0, some positive): a pool of
+/// the difficulty pools, or a source of the bandit.
+fn draw_weighted(weights: &[f64], rng: &mut SeededRng) -> usize {
+    let mut u = rng.uniform() * weights.iter().sum::<f64>();
+    let mut chosen = 0;
+    for (i, &w) in weights.iter().enumerate().filter(|(_, w)| **w > 0.0) {
+        chosen = i;
+        if u < w {
+            break;
+        }
+        u -= w;
+    }
+    chosen
 }
 
 /// The advantages a group's own rewards give its completions, what the sources' bandit

@@ -65,17 +65,7 @@ impl DifficultyPools {
             // Only pools whose share is 0 have prompts: draw among those evenly.
             weights = sizes.iter().map(|&n| f64::from(u8::from(n > 0))).collect();
         }
-        let mut u = rng.uniform() * weights.iter().sum::<f64>();
-        let mut chosen = Pool::Normal;
-        for (pool, w) in [Pool::Easy, Pool::Normal, Pool::Hard].into_iter().zip(&weights) {
-            if *w > 0.0 {
-                chosen = pool;
-                if u < *w {
-                    break;
-                }
-                u -= w;
-            }
-        }
+        let chosen = [Pool::Easy, Pool::Normal, Pool::Hard][super::draw_weighted(&weights, rng)];
         let members: Vec<usize> = (0..self.pass_rates.len())
             .filter(|&p| self.pool(p, c) == chosen)
             .collect();

@@ -166,17 +166,7 @@ impl SourceBandit {
 
     /// The next prompt: a source by [`Self::weights`], then one of its prompts uniformly.
     pub(crate) fn pick(&self, c: &CurriculumSection, rng: &mut SeededRng) -> usize {
-        let weights = self.weights(c);
-        let mut u = rng.uniform();
-        let mut chosen = weights.len() - 1;
-        for (j, w) in weights.iter().enumerate() {
-            if u < *w {
-                chosen = j;
-                break;
-            }
-            u -= w;
-        }
-        let members = &self.members[chosen];
+        let members = &self.members[super::draw_weighted(&self.weights(c), rng)];
         members[rng.below(members.len() as u64) as usize]
     }
 
