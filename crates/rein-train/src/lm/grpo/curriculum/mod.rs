@@ -44,7 +44,8 @@ fn draw_weighted(weights: &[f64], rng: &mut SeededRng) -> usize {
 
 /// The advantages a group's own rewards give its completions, what the sources' bandit
 /// learns from: RLOO's leave-one-out with `advantage = "rloo"`, else GRPO's group
-/// normalisation (with the recipe's `std_scaling`).
+/// normalisation (with the recipe's `std_scaling`; `batch` divides by this group's own
+/// deviation, since each group is scored apart).
 pub(crate) fn group_advantages(rewards: &[f32], grpo: &GrpoSection) -> Vec<f32> {
     match grpo.advantage {
         AdvantageKind::Rloo if rewards.len() > 1 => rloo(rewards, rewards.len()),
