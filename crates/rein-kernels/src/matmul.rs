@@ -19,7 +19,8 @@
 //! compiled once per instruction set with that set's target features, and the vector levels'
 //! tiles in intrinsics). A packed `B` under a few rows never goes through memory unpacked: each run of
 //! its columns is unpacked into registers and multiplied into every row at once
-//! ([`crate::packed::RegisterRun`]).
+//! ([`crate::packed::RegisterRun`]). Products small enough for the closest caches skip the
+//! packing ([`crate::unpacked`]).
 
 use rayon::prelude::*;
 
@@ -30,6 +31,7 @@ use crate::packed::PackedMatrix;
 #[cfg(target_arch = "x86_64")]
 use crate::packed::RegisterRun;
 use crate::panels::{pack_a, pack_b, unpack_b};
+use crate::unpacked;
 
 /// What `C` starts from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +108,18 @@ fn product_on(isa: Isa, c: &mut [f32], ldc: usize, a: MatRef<'_>, b: Rhs<'_>, in
         }
         return;
     }
+    match b {
+        Rhs::Dense(b) if unpacked::suits(isa, &a, &b) => {
+            // SAFETY: `C` covers `m × n` at stride `ldc` (asserted above); the CPU has `isa`.
+            unsafe { unpacked::product(isa, c.as_mut_ptr(), ldc, a, b, init == Init::Accumulate) }
+        }
+        _ => packed_product_on(isa, c, ldc, a, b, init),
+    }
+}
+
+/// [`product_on`] through packed panels whatever the size (`C` checked by the caller, `k > 0`).
+fn packed_product_on(isa: Isa, c: &mut [f32], ldc: usize, a: MatRef<'_>, b: Rhs<'_>, init: Init) {
+    let ([m, k], [_, n]) = (a.shape(), b.shape());
     let (mr, nr) = shape_of(isa);
     // A product only a few columns wide wastes most of each `NR`-wide panel: compute its
     // transpose instead, `Cᵀ = Bᵀ·Aᵀ`, whose elements are the same chains (`a·b = b·a` exactly).

@@ -42,6 +42,12 @@ fn check(m: usize, k: usize, n: usize, transpose_a: bool, transpose_b: bool, ini
         let mut c = start.clone();
         matmul_on(isa, &mut c, ldc, a, b, init);
         assert_eq!(bits(&c), bits(&expected), "{isa}: {m}×{k}·{k}×{n}, {init:?}");
+        // Small products run unpacked: the packed panels must give the same bits for them too.
+        if k > 0 {
+            let mut c = start.clone();
+            packed_product_on(isa, &mut c, ldc, a, Rhs::Dense(b), init);
+            assert_eq!(bits(&c), bits(&expected), "{isa} packed: {m}×{k}·{k}×{n}, {init:?}");
+        }
     }
 }
 
@@ -62,6 +68,13 @@ fn every_instruction_set_gives_the_reference_bits() {
         (5, 576, 600),
         (16, 576, 600),
         (100, 30, 130),
+        // Small MLPs' products, unpacked: every tile height, masked last vectors.
+        (256, 64, 64),
+        (64, 256, 64),
+        (257, 4, 65),
+        (11, 9, 50),
+        (4, 33, 24),
+        (9, 5, 40),
     ] {
         for init in [Init::Zero, Init::Accumulate] {
             check(m, k, n, false, false, init, (m * k * n) as u64);
