@@ -17,7 +17,7 @@ use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::driver::Snapshot;
 
 /// An off-policy learner for continuous actions.
-pub(crate) trait Agent<B: ReinAutodiffBackend> {
+pub(crate) trait Agent<B: ReinAutodiffBackend>: Send {
     /// Exploration actions for `obs` (`[n, obs_dim]`), row-major, drawing noise from `rng`.
     fn explore(&self, obs: &[f32], rng: &mut SeededRng) -> Vec<f32>;
 

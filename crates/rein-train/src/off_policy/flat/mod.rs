@@ -177,13 +177,14 @@ fn flat(tensors: &rein_model::safetensors_file::Tensors) -> FlatMlp {
 /// `[s, a]` side by side, row by row, into `input`.
 fn fill_input(input: &mut [f32], obs: &[f32], actions: &[f32], rows: usize) {
     let (obs_dim, act_dim) = (obs.len() / rows.max(1), actions.len() / rows.max(1));
-    for ((row, s), a) in input
-        .chunks_exact_mut(obs_dim + act_dim)
-        .zip(obs.chunks_exact(obs_dim))
-        .zip(actions.chunks_exact(act_dim))
-    {
-        row[..obs_dim].copy_from_slice(s);
-        row[obs_dim..].copy_from_slice(a);
+    let width = obs_dim + act_dim;
+    // Column by column: a `copy_from_slice` per row of three values was a `memcpy` call each,
+    // ~5% of an SAC update.
+    for (offset, values, dim) in [(0, obs, obs_dim), (obs_dim, actions, act_dim)] {
+        for j in 0..dim {
+            let to = input[offset + j..].iter_mut().step_by(width);
+            to.zip(values[j..].iter().step_by(dim)).for_each(|(to, v)| *to = *v);
+        }
     }
 }
 

@@ -38,6 +38,8 @@ pub struct FlatSac {
     bounds: FlatBox,
     obs_dim: usize,
     act_dim: usize,
+    /// The actor's passes in an update, its buffers kept from one update to the next.
+    trace: Trace,
 }
 
 impl FlatSac {
@@ -65,6 +67,7 @@ impl FlatSac {
             bounds: FlatBox::new(bounds),
             obs_dim,
             act_dim: bounds.dim(),
+            trace: Trace::default(),
         }
     }
 
@@ -115,7 +118,7 @@ impl FlatSac {
         let s = self.settings.clone();
         let n = batch.rows as f32;
         // y = r + γ (1 − d) (min(Q̄₁, Q̄₂)(s', a') − α log π(a'|s')), a' ~ π(·|s').
-        let mut trace = Trace::default();
+        let mut trace = std::mem::take(&mut self.trace);
         self.actor_pass(&batch.next_obs, &mut trace);
         let (next_actions, next_log_probs) = self.sample(&trace, &noise.next);
         let target_min = self.critics.target_min(&batch.next_obs, &next_actions, batch.rows);
@@ -156,6 +159,7 @@ impl FlatSac {
         if step.is_multiple_of(s.target_network_frequency) {
             self.critics.polyak(s.tau);
         }
+        self.trace = trace;
         losses
     }
 

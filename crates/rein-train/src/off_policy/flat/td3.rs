@@ -15,7 +15,7 @@ use rein_model::safetensors_file::{module_tensors, write};
 use rein_model::{DeterministicActor, FlatMlp, ReinAutodiffBackend, Trace};
 use rein_optim::FlatAdam;
 
-use super::{FlatBox, Twin, flat, polyak};
+use super::{Critic, FlatBox, Twin, flat, polyak};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::driver::Snapshot;
 use crate::flat_sections::{floats_bytes, non_finite, read_adam, read_params};
@@ -34,8 +34,9 @@ pub struct FlatTd3 {
     critics: Twin,
     settings: Td3Settings,
     bounds: FlatBox,
-    obs_dim: usize,
     act_dim: usize,
+    /// The actors' passes in an update, their buffers kept from one update to the next.
+    trace: Trace,
 }
 
 impl FlatTd3 {
@@ -50,7 +51,6 @@ impl FlatTd3 {
     ) -> Self {
         let actor = flat(&module_tensors(&actor.valid()));
         Self {
-            obs_dim: actor.widths()[0],
             target_actor: target_actor.map_or_else(|| actor.clone(), |t| flat(&module_tensors(t))),
             actor_adam: FlatAdam::new(actor.params().len()),
             actor_grads: vec![0.0; actor.params().len()],
@@ -59,6 +59,7 @@ impl FlatTd3 {
             settings,
             bounds: FlatBox::new(bounds),
             act_dim: bounds.dim(),
+            trace: Trace::default(),
         }
     }
 
@@ -74,22 +75,12 @@ impl FlatTd3 {
         tensors
     }
 
-    /// `μ(s) = s_a tanh(o) + b_a` of `net` for each row of `obs`, with the trace of `o`.
-    fn policy(&self, net: &FlatMlp, obs: &[f32], trace: &mut Trace) -> Vec<f32> {
-        trace.input(net, obs.len() / self.obs_dim).copy_from_slice(obs);
-        net.forward(trace);
-        let (scale, bias) = (&self.bounds.scale, &self.bounds.bias);
-        let rows = trace.output().chunks_exact(self.act_dim);
-        rows.flat_map(|o| o.iter().zip(scale).zip(bias).map(|((o, s), b)| o.tanh() * s + b))
-            .collect()
-    }
-
     /// The update of CleanRL's global step `step` on `batch`, the target smoothed by `noise`.
     pub fn update(&mut self, batch: &Batch, noise: &[f32], step: u64) -> Td3Losses {
         let s = self.settings.clone();
-        let mut trace = Trace::default();
+        let mut trace = std::mem::take(&mut self.trace);
         // a' = clip(μ̄(s') + s_a · clip(σ̃ ε, −c, c), low, high);  y = r + γ (1 − d) min(Q̄₁, Q̄₂)(s', a').
-        let mut next_actions = self.policy(&self.target_actor, &batch.next_obs, &mut trace);
+        let mut next_actions = policy(&self.target_actor, &self.bounds, &batch.next_obs, &mut trace);
         let b = &self.bounds;
         for (i, a) in next_actions.iter_mut().enumerate() {
             let j = i % self.act_dim;
@@ -100,29 +91,69 @@ impl FlatTd3 {
         let y: Vec<f32> = (0..batch.rows)
             .map(|i| batch.rewards[i] + (-batch.dones[i] + 1.0) * target_min[i] * s.gamma)
             .collect();
-        let [(qf1_loss, qf1_values), (qf2_loss, _)] =
-            self.critics
-                .step_toward(&batch.obs, &batch.actions, &y, s.learning_rate);
-        let mut losses = Td3Losses {
+        // The actor step reads Q₁ only: it follows Q₁'s step on one thread while Q₂ steps on the
+        // other (the same operations in the same order as one after the other).
+        let update_actor = step.is_multiple_of(s.policy_frequency);
+        let [q1, q2] = &mut self.critics.0;
+        let actor = ActorStep {
+            net: &mut self.actor,
+            adam: &mut self.actor_adam,
+            grads: &mut self.actor_grads,
+            bounds: &self.bounds,
+            lr: s.learning_rate,
+        };
+        let step_toward = |q: &mut Critic| {
+            q.values(&batch.obs, &batch.actions, batch.rows);
+            q.step_toward(&y, s.learning_rate)
+        };
+        let (((qf1_loss, qf1_values), actor_loss), (qf2_loss, _)) = rayon::join(
+            || {
+                let first = step_toward(q1);
+                (first, update_actor.then(|| actor.run(q1, &batch.obs, &mut trace)))
+            },
+            || step_toward(q2),
+        );
+        let losses = Td3Losses {
             qf1_loss,
             qf2_loss,
             qf1_values,
-            actor_loss: None,
+            actor_loss,
         };
-        if step.is_multiple_of(s.policy_frequency) {
-            losses.actor_loss = Some(self.actor_step(&batch.obs, &mut trace));
+        if update_actor {
             polyak(&mut self.target_actor, &self.actor, s.tau);
             self.critics.polyak(s.tau);
         }
+        self.trace = trace;
         losses
     }
+}
 
-    /// One actor step on `−mean(Q₁(s, μ(s)))`; its loss.
-    fn actor_step(&mut self, obs: &[f32], trace: &mut Trace) -> f32 {
-        let (rows, act) = (obs.len() / self.obs_dim, self.act_dim);
+/// `μ(s) = s_a tanh(o) + b_a` of `net` for each row of `obs`, with the trace of `o`.
+fn policy(net: &FlatMlp, bounds: &FlatBox, obs: &[f32], trace: &mut Trace) -> Vec<f32> {
+    trace.input(net, obs.len() / net.widths()[0]).copy_from_slice(obs);
+    net.forward(trace);
+    let (scale, bias) = (&bounds.scale, &bounds.bias);
+    let rows = trace.output().chunks_exact(scale.len());
+    rows.flat_map(|o| o.iter().zip(scale).zip(bias).map(|((o, s), b)| o.tanh() * s + b))
+        .collect()
+}
+
+/// What an actor step changes, and how.
+struct ActorStep<'a> {
+    net: &'a mut FlatMlp,
+    adam: &'a mut FlatAdam,
+    grads: &'a mut Vec<f32>,
+    bounds: &'a FlatBox,
+    lr: f64,
+}
+
+impl ActorStep<'_> {
+    /// One actor step on `−mean(Q₁(s, μ(s)))` through `q1`; its loss.
+    fn run(self, q1: &mut Critic, obs: &[f32], trace: &mut Trace) -> f32 {
+        let act = self.bounds.scale.len();
+        let rows = obs.len() / self.net.widths()[0];
         let n = rows as f32;
-        let actions = self.policy(&self.actor, obs, trace);
-        let q1 = &mut self.critics.0[0];
+        let actions = policy(self.net, self.bounds, obs, trace);
         let loss = -(q1.values(obs, &actions, rows).iter().sum::<f32>() / n);
         let mut d_actions = vec![0.0; rows * act];
         q1.add_action_grad(&vec![-1.0 / n; rows], &mut d_actions);
@@ -132,9 +163,8 @@ impl FlatTd3 {
             let t = o.tanh();
             *d = d_a * scale[i % act] * (1.0 - t * t);
         }
-        self.actor.backward(trace, Some(&mut self.actor_grads), false);
-        self.actor_adam
-            .step(self.settings.learning_rate, self.actor.params_mut(), &self.actor_grads);
+        self.net.backward(trace, Some(self.grads), false);
+        self.adam.step(self.lr, self.net.params_mut(), self.grads);
         loss
     }
 }
@@ -142,7 +172,7 @@ impl FlatTd3 {
 impl<B: ReinAutodiffBackend> Agent<B> for FlatTd3 {
     /// `clip(μ(s) + s_a σ_e ε, low, high)`.
     fn explore(&self, obs: &[f32], rng: &mut SeededRng) -> Vec<f32> {
-        let mut actions = self.policy(&self.actor, obs, &mut Trace::default());
+        let mut actions = policy(&self.actor, &self.bounds, obs, &mut Trace::default());
         let (b, sigma) = (&self.bounds, self.settings.exploration_noise);
         for (i, a) in actions.iter_mut().enumerate() {
             let j = i % self.act_dim;
@@ -153,7 +183,7 @@ impl<B: ReinAutodiffBackend> Agent<B> for FlatTd3 {
     }
 
     fn deterministic(&self, obs: &[f32]) -> Vec<f32> {
-        self.policy(&self.actor, obs, &mut Trace::default())
+        policy(&self.actor, &self.bounds, obs, &mut Trace::default())
     }
 
     fn learn(&mut self, batch: &Batch, rng: &mut SeededRng, step: u64) -> Vec<(&'static str, f32)> {
