@@ -28,5 +28,5 @@ mod unpacked;
 
 pub use isa::Isa;
 pub use layout::transposed;
-pub use matmul::{Init, MatRef, matmul, matmul_packed};
+pub use matmul::{Init, MatRef, matmul, matmul_bias, matmul_packed};
 pub use packed::{PackError, PackedMatrix};

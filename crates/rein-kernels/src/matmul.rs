@@ -55,7 +55,24 @@ pub fn matmul(c: &mut [f32], ldc: usize, a: MatRef<'_>, b: MatRef<'_>, init: Ini
 
 /// [`matmul`] on a given instruction set (which must be available).
 pub fn matmul_on(isa: Isa, c: &mut [f32], ldc: usize, a: MatRef<'_>, b: MatRef<'_>, init: Init) {
-    product_on(isa, c, ldc, a, Rhs::Dense(b), init)
+    product_on(isa, c, ldc, a, Rhs::Dense(b), init.into())
+}
+
+/// `C ← A·B` with every row of `C` starting from `bias` instead of zero: a layer's `x·W + b`,
+/// each element one chain from its bias (the bits of writing `bias` into every row and then
+/// [`Init::Accumulate`], without that pass over `C` where the product runs
+/// [unpacked](crate::unpacked)).
+///
+/// # Panics
+/// As [`matmul`], and when `bias` is not one value per column of `C`.
+pub fn matmul_bias(c: &mut [f32], ldc: usize, a: MatRef<'_>, b: MatRef<'_>, bias: &[f32]) {
+    matmul_bias_on(Isa::active(), c, ldc, a, b, bias)
+}
+
+/// [`matmul_bias`] on a given instruction set (which must be available).
+pub fn matmul_bias_on(isa: Isa, c: &mut [f32], ldc: usize, a: MatRef<'_>, b: MatRef<'_>, bias: &[f32]) {
+    assert_eq!(bias.len(), b.shape()[1], "one bias per column of C");
+    product_on(isa, c, ldc, a, Rhs::Dense(b), Start::Rows(bias))
 }
 
 /// [`matmul`] with a packed right-hand side: the same bits as `B`'s dense copy gives, each panel
@@ -69,7 +86,24 @@ pub fn matmul_packed(c: &mut [f32], ldc: usize, a: MatRef<'_>, b: &PackedMatrix,
 
 /// [`matmul_packed`] on a given instruction set (which must be available).
 pub fn matmul_packed_on(isa: Isa, c: &mut [f32], ldc: usize, a: MatRef<'_>, b: &PackedMatrix, init: Init) {
-    product_on(isa, c, ldc, a, Rhs::Packed(b), init)
+    product_on(isa, c, ldc, a, Rhs::Packed(b), init.into())
+}
+
+/// What each row of `C` starts from, inside the crate: an [`Init`] or a row of biases.
+#[derive(Clone, Copy)]
+pub(crate) enum Start<'a> {
+    Zero,
+    Current,
+    Rows(&'a [f32]),
+}
+
+impl From<Init> for Start<'_> {
+    fn from(init: Init) -> Self {
+        match init {
+            Init::Zero => Start::Zero,
+            Init::Accumulate => Start::Current,
+        }
+    }
 }
 
 /// The right-hand side of a product.
@@ -88,7 +122,7 @@ impl Rhs<'_> {
     }
 }
 
-fn product_on(isa: Isa, c: &mut [f32], ldc: usize, a: MatRef<'_>, b: Rhs<'_>, init: Init) {
+fn product_on(isa: Isa, c: &mut [f32], ldc: usize, a: MatRef<'_>, b: Rhs<'_>, start: Start<'_>) {
     let ([m, k], [k2, n]) = (a.shape(), b.shape());
     assert_eq!(k, k2, "inner dimensions differ: {m}×{k} · {k2}×{n}");
     assert!(ldc >= n, "row stride {ldc} below the width {n}");
@@ -102,18 +136,21 @@ fn product_on(isa: Isa, c: &mut [f32], ldc: usize, a: MatRef<'_>, b: Rhs<'_>, in
         m
     );
     assert!(isa.is_available(), "{isa} is not available on this CPU");
-    if k == 0 {
-        if init == Init::Zero {
-            c.chunks_mut(ldc).take(m).for_each(|row| row[..n].fill(0.0));
-        }
-        return;
-    }
-    match b {
-        Rhs::Dense(b) if unpacked::suits(isa, &a, &b) => {
+    let fill = |c: &mut [f32], f: &dyn Fn(&mut [f32])| c.chunks_mut(ldc).take(m).for_each(|row| f(&mut row[..n]));
+    match (start, b) {
+        (Start::Zero, _) if k == 0 => fill(c, &|row| row.fill(0.0)),
+        (Start::Rows(bias), _) if k == 0 => fill(c, &|row| row.copy_from_slice(bias)),
+        (_, _) if k == 0 => {}
+        (_, Rhs::Dense(b)) if unpacked::suits(isa, &a, &b) => {
             // SAFETY: `C` covers `m × n` at stride `ldc` (asserted above); the CPU has `isa`.
-            unsafe { unpacked::product(isa, c.as_mut_ptr(), ldc, a, b, init == Init::Accumulate) }
+            unsafe { unpacked::product(isa, c.as_mut_ptr(), ldc, a, b, start) }
         }
-        _ => packed_product_on(isa, c, ldc, a, b, init),
+        (Start::Zero, _) => packed_product_on(isa, c, ldc, a, b, Init::Zero),
+        (Start::Current, _) => packed_product_on(isa, c, ldc, a, b, Init::Accumulate),
+        (Start::Rows(bias), _) => {
+            fill(c, &|row| row.copy_from_slice(bias));
+            packed_product_on(isa, c, ldc, a, b, Init::Accumulate)
+        }
     }
 }
 

@@ -16,6 +16,7 @@
 
 use crate::isa::Isa;
 use crate::mat_ref::MatRef;
+use crate::matmul::Start;
 
 /// Multiply-adds up to which a product runs unpacked (the products under it are not split
 /// across threads either: see `PARALLEL_WORK` in [`crate::matmul`]).
@@ -48,17 +49,17 @@ thread_local! {
     static B_ROWS: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// `C ← C₀ + A·B` (from zero when `accumulate` is false) for the product [`suits`] accepted.
+/// `C ← C₀ + A·B`, `C₀` as `start` says, for the product [`suits`] accepted.
 ///
 /// # Safety
 /// `c` addresses `m` rows of `n` writable values, `ldc` apart; `isa` is available on this CPU and
 /// [`suits`] accepted the shapes.
-pub(crate) unsafe fn product(isa: Isa, c: *mut f32, ldc: usize, a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
+pub(crate) unsafe fn product(isa: Isa, c: *mut f32, ldc: usize, a: MatRef<'_>, b: MatRef<'_>, start: Start<'_>) {
     let n = b.shape()[1];
     #[cfg(target_arch = "x86_64")]
     if n < 16 && isa == Isa::Avx512 {
         // SAFETY: the caller's contract; `suits` accepted `A`'s layout and `n`.
-        return unsafe { narrow_avx512(c, ldc, a, b, accumulate) };
+        return unsafe { narrow_avx512(c, ldc, a, b, start) };
     }
     let mut copy = B_ROWS.take();
     let (b_at, ldb) = if b.col_stride == 1 {
@@ -74,7 +75,7 @@ pub(crate) unsafe fn product(isa: Isa, c: *mut f32, ldc: usize, a: MatRef<'_>, b
         n,
         c,
         ldc,
-        accumulate,
+        start,
     };
     #[cfg(target_arch = "x86_64")]
     match isa {
@@ -113,7 +114,7 @@ struct Job<'a> {
     n: usize,
     c: *mut f32,
     ldc: usize,
-    accumulate: bool,
+    start: Start<'a>,
 }
 
 /// How many rows a tile of `nv` vectors has: as many as leave the `regs` registers room for
@@ -223,17 +224,21 @@ impl Job<'_> {
         // them); those of `A` in its rows (`a_rows`) and `k` columns; the loads and stores of `C`
         // in rows `i0..i0 + rows`, columns `j0..j0 + cols` (the caller's contract).
         unsafe {
+            let load = |row: *const f32| -> [__m512; NV] {
+                std::array::from_fn(|v| match EDGE {
+                    true => _mm512_maskz_loadu_ps(masks[v], row.add(16 * v)),
+                    false => _mm512_loadu_ps(row.add(16 * v)),
+                })
+            };
             let mut acc = [[_mm512_setzero_ps(); NV]; MR];
-            if self.accumulate {
-                for (r, acc) in acc.iter_mut().enumerate().take(rows) {
-                    let row = self.c.add((i0 + r) * self.ldc + j0);
-                    for (v, acc) in acc.iter_mut().enumerate() {
-                        *acc = match EDGE {
-                            true => _mm512_maskz_loadu_ps(masks[v], row.add(16 * v)),
-                            false => _mm512_loadu_ps(row.add(16 * v)),
-                        };
+            match self.start {
+                Start::Zero => {}
+                Start::Current => {
+                    for (r, acc) in acc.iter_mut().enumerate().take(rows) {
+                        *acc = load(self.c.add((i0 + r) * self.ldc + j0));
                     }
                 }
+                Start::Rows(bias) => acc = [load(bias[j0..].as_ptr()); MR],
             }
             for p in 0..self.a.cols {
                 let row = self.b.add(p * self.ldb + j0);
@@ -279,17 +284,21 @@ impl Job<'_> {
         let step = self.a.col_stride;
         // SAFETY: as in `tile_avx512`.
         unsafe {
+            let load = |row: *const f32| -> [__m256; NV] {
+                std::array::from_fn(|v| match EDGE {
+                    true => _mm256_maskload_ps(row.add(8 * v), masks[v]),
+                    false => _mm256_loadu_ps(row.add(8 * v)),
+                })
+            };
             let mut acc = [[_mm256_setzero_ps(); NV]; MR];
-            if self.accumulate {
-                for (r, acc) in acc.iter_mut().enumerate().take(rows) {
-                    let row = self.c.add((i0 + r) * self.ldc + j0);
-                    for (v, acc) in acc.iter_mut().enumerate() {
-                        *acc = match EDGE {
-                            true => _mm256_maskload_ps(row.add(8 * v), masks[v]),
-                            false => _mm256_loadu_ps(row.add(8 * v)),
-                        };
+            match self.start {
+                Start::Zero => {}
+                Start::Current => {
+                    for (r, acc) in acc.iter_mut().enumerate().take(rows) {
+                        *acc = load(self.c.add((i0 + r) * self.ldc + j0));
                     }
                 }
+                Start::Rows(bias) => acc = [load(bias[j0..].as_ptr()); MR],
             }
             for p in 0..self.a.cols {
                 let row = self.b.add(p * self.ldb + j0);
@@ -325,13 +334,13 @@ impl Job<'_> {
 /// As [`product`]; the CPU has AVX-512F; `A` has contiguous rows or columns.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn narrow_avx512(c: *mut f32, ldc: usize, a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
+unsafe fn narrow_avx512(c: *mut f32, ldc: usize, a: MatRef<'_>, b: MatRef<'_>, start: Start<'_>) {
     match b.shape()[1] {
         // SAFETY (each): the caller's.
-        1 => unsafe { narrow_columns::<1>(c, ldc, a, b, accumulate) },
-        2 => unsafe { narrow_columns::<2>(c, ldc, a, b, accumulate) },
-        3 => unsafe { narrow_columns::<3>(c, ldc, a, b, accumulate) },
-        4 => unsafe { narrow_columns::<4>(c, ldc, a, b, accumulate) },
+        1 => unsafe { narrow_columns::<1>(c, ldc, a, b, start) },
+        2 => unsafe { narrow_columns::<2>(c, ldc, a, b, start) },
+        3 => unsafe { narrow_columns::<3>(c, ldc, a, b, start) },
+        4 => unsafe { narrow_columns::<4>(c, ldc, a, b, start) },
         n => unreachable!("{n} columns are not narrow"),
     }
 }
@@ -343,7 +352,7 @@ unsafe fn narrow_avx512(c: *mut f32, ldc: usize, a: MatRef<'_>, b: MatRef<'_>, a
 /// As [`narrow_avx512`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn narrow_columns<const N: usize>(c: *mut f32, ldc: usize, a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
+unsafe fn narrow_columns<const N: usize>(c: *mut f32, ldc: usize, a: MatRef<'_>, b: MatRef<'_>, start: Start<'_>) {
     use std::arch::x86_64::*;
     let [m, k] = a.shape();
     let (a_at, b_at) = (a.ptr(), b.ptr());
@@ -356,9 +365,13 @@ unsafe fn narrow_columns<const N: usize>(c: *mut f32, ldc: usize, a: MatRef<'_>,
         let rows: [usize; 4] = std::array::from_fn(|g| (m - i0).saturating_sub(16 * g).min(16));
         let mut acc = [[_mm512_setzero_ps(); N]; 4];
         for (g, acc) in acc.iter_mut().enumerate() {
-            for (j, acc) in acc.iter_mut().enumerate().filter(|_| accumulate) {
-                // SAFETY: those rows of column `j` are `C`'s (the caller's contract).
-                *acc = unsafe { load_rows(c, ldc, i0 + 16 * g, rows[g], j) };
+            for (j, acc) in acc.iter_mut().enumerate() {
+                *acc = match start {
+                    Start::Zero => _mm512_setzero_ps(),
+                    // SAFETY: those rows of column `j` are `C`'s (the caller's contract).
+                    Start::Current => unsafe { load_rows(c, ldc, i0 + 16 * g, rows[g], j) },
+                    Start::Rows(bias) => _mm512_set1_ps(bias[j]),
+                };
             }
         }
         if a.row_stride == 1 {

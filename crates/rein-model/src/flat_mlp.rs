@@ -14,7 +14,7 @@
 //! after layer.
 
 use rein_core::Activation;
-use rein_kernels::{Init, Isa, MatRef, matmul};
+use rein_kernels::{Init, Isa, MatRef, matmul, matmul_bias};
 
 use crate::safetensors_file::Tensors;
 
@@ -202,14 +202,7 @@ impl FlatMlp {
             let [input, output] = [self.widths[l], self.widths[l + 1]];
             let (before, after) = trace.acts.split_at_mut(l + 1);
             let (x, y) = (&before[l], &mut after[0]);
-            broadcast_rows(y, bias);
-            matmul(
-                y,
-                output,
-                matrix(x, rows, input),
-                matrix(weight, input, output),
-                Init::Accumulate,
-            );
+            matmul_bias(y, output, matrix(x, rows, input), matrix(weight, input, output), bias);
             if l + 1 < self.depth() {
                 match self.activation {
                     Activation::Relu => wide(|| y.iter_mut().for_each(|v| *v = v.max(0.0))),
@@ -264,22 +257,6 @@ impl FlatMlp {
             }
             std::mem::swap(&mut trace.grad, &mut trace.scratch);
         }
-    }
-}
-
-/// `row` in every row of `y` (`rows × row.len()`), in about log₂(rows) copies rather than one
-/// per row: a copy call per row of a few hundred bytes cost more than its bytes (memmove was
-/// 11% of a TD3 update).
-fn broadcast_rows(y: &mut [f32], row: &[f32]) {
-    if y.is_empty() {
-        return;
-    }
-    y[..row.len()].copy_from_slice(row);
-    let mut filled = row.len();
-    while filled < y.len() {
-        let n = filled.min(y.len() - filled);
-        y.copy_within(..n, filled);
-        filled += n;
     }
 }
 

@@ -49,6 +49,16 @@ fn check(m: usize, k: usize, n: usize, transpose_a: bool, transpose_b: bool, ini
             assert_eq!(bits(&c), bits(&expected), "{isa} packed: {m}×{k}·{k}×{n}, {init:?}");
         }
     }
+    // Rows starting from a bias: the bits of the bias written into every row, then accumulated.
+    let bias = values(n, seed + 3);
+    let mut expected = start.clone();
+    expected.chunks_mut(ldc).for_each(|row| row[..n].copy_from_slice(&bias));
+    matmul_reference(&mut expected, ldc, a, b, Init::Accumulate);
+    for isa in Isa::available() {
+        let mut c = start.clone();
+        matmul_bias_on(isa, &mut c, ldc, a, b, &bias);
+        assert_eq!(bits(&c), bits(&expected), "{isa} with a bias: {m}×{k}·{k}×{n}");
+    }
 }
 
 #[test]
