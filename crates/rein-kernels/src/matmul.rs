@@ -31,7 +31,7 @@ use crate::packed::PackedMatrix;
 #[cfg(target_arch = "x86_64")]
 use crate::packed::RegisterRun;
 use crate::panels::{pack_a, pack_b, unpack_b};
-use crate::unpacked;
+use crate::unpacked::{self, Start};
 
 /// What `C` starts from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +55,7 @@ pub fn matmul(c: &mut [f32], ldc: usize, a: MatRef<'_>, b: MatRef<'_>, init: Ini
 
 /// [`matmul`] on a given instruction set (which must be available).
 pub fn matmul_on(isa: Isa, c: &mut [f32], ldc: usize, a: MatRef<'_>, b: MatRef<'_>, init: Init) {
-    product_on(isa, c, ldc, a, Rhs::Dense(b), init.into())
+    product_on(isa, c, ldc, a, Rhs::Dense(b), start_of(init))
 }
 
 /// `C ← A·B` with every row of `C` starting from `bias` instead of zero: a layer's `x·W + b`,
@@ -86,23 +86,14 @@ pub fn matmul_packed(c: &mut [f32], ldc: usize, a: MatRef<'_>, b: &PackedMatrix,
 
 /// [`matmul_packed`] on a given instruction set (which must be available).
 pub fn matmul_packed_on(isa: Isa, c: &mut [f32], ldc: usize, a: MatRef<'_>, b: &PackedMatrix, init: Init) {
-    product_on(isa, c, ldc, a, Rhs::Packed(b), init.into())
+    product_on(isa, c, ldc, a, Rhs::Packed(b), start_of(init))
 }
 
-/// What each row of `C` starts from, inside the crate: an [`Init`] or a row of biases.
-#[derive(Clone, Copy)]
-pub(crate) enum Start<'a> {
-    Zero,
-    Current,
-    Rows(&'a [f32]),
-}
-
-impl From<Init> for Start<'_> {
-    fn from(init: Init) -> Self {
-        match init {
-            Init::Zero => Start::Zero,
-            Init::Accumulate => Start::Current,
-        }
+/// The [`Start`] of an [`Init`].
+fn start_of(init: Init) -> Start<'static> {
+    match init {
+        Init::Zero => Start::Zero,
+        Init::Accumulate => Start::Current,
     }
 }
 

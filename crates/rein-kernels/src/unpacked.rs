@@ -16,7 +16,6 @@
 
 use crate::isa::Isa;
 use crate::mat_ref::MatRef;
-use crate::matmul::Start;
 
 /// Multiply-adds up to which a product runs unpacked (the products under it are not split
 /// across threads either: see `PARALLEL_WORK` in [`crate::matmul`]).
@@ -42,6 +41,14 @@ pub(crate) fn suits(isa: Isa, a: &MatRef<'_>, b: &MatRef<'_>) -> bool {
     };
     let narrow = isa == Isa::Avx512 && n <= MAX_NARROW && m >= lanes && (a.col_stride == 1 || a.row_stride == 1);
     cfg!(target_arch = "x86_64") && (n >= lanes || narrow) && k * n <= MAX_B && m * k * n <= MAX_WORK
+}
+
+/// What each row of `C` starts from: zero, its current values, or a row of biases.
+#[derive(Clone, Copy)]
+pub(crate) enum Start<'a> {
+    Zero,
+    Current,
+    Rows(&'a [f32]),
 }
 
 thread_local! {
