@@ -1,4 +1,5 @@
-//! Times a decoding product (one row by a 576 × 1536 matrix) with the matrix dense and packed.
+//! Times decoding's products (1 and 16 rows by a 576 × 1536 matrix: one token, and one token of
+//! each of a GRPO group's 16 sequences) with the matrix dense and packed.
 use std::time::Instant;
 
 use rein_kernels::{Init, MatRef, PackedMatrix, matmul, matmul_packed};
@@ -6,27 +7,33 @@ use rein_kernels::{Init, MatRef, PackedMatrix, matmul, matmul_packed};
 fn main() {
     let (k, n) = (576, 1536);
     let codes: Vec<i8> = (0..k * n).map(|i| (i * 7 % 16) as i8).collect();
-    let scales: Vec<f32> = (0..k / 32 * n).map(|i| 0.001 * (i % 13) as f32).collect();
+    // Scales with an f16's 11 significant bits, as a GGUF block's are.
+    let f16_precision = |x: f32| f32::from_bits(x.to_bits() & 0xFFFF_E000);
+    let scales: Vec<f32> = (0..k / 32 * n)
+        .map(|i| f16_precision(0.001 * (i % 13) as f32))
+        .collect();
     let packed = PackedMatrix::new([k, n], 32, &codes, scales.clone(), Some(scales)).unwrap();
     let dense = packed.to_dense();
-    let a: Vec<f32> = (0..k).map(|i| i as f32 * 0.01).collect();
-    let a = MatRef::row_major(&a, 1, k).unwrap();
     let b = MatRef::row_major(&dense, k, n).unwrap();
-    let mut c = vec![0.0; n];
-    for (name, packed_b) in [("dense", false), ("packed", true)] {
-        let reps = 2000;
-        let start = Instant::now();
-        for _ in 0..reps {
-            match packed_b {
-                false => matmul(&mut c, n, a, b, Init::Zero),
-                true => matmul_packed(&mut c, n, a, &packed, Init::Zero),
+    for m in [1, 16] {
+        let a: Vec<f32> = (0..m * k).map(|i| (i % 97) as f32 * 0.01).collect();
+        let a = MatRef::row_major(&a, m, k).unwrap();
+        let mut c = vec![0.0; m * n];
+        for (name, packed_b) in [("dense", false), ("packed", true)] {
+            let reps = 2000 / m;
+            let start = Instant::now();
+            for _ in 0..reps {
+                match packed_b {
+                    false => matmul(&mut c, n, a, b, Init::Zero),
+                    true => matmul_packed(&mut c, n, a, &packed, Init::Zero),
+                }
             }
+            let per = start.elapsed().as_secs_f64() / reps as f64;
+            println!(
+                "{m} row(s), {name}: {:.1} µs per product ({:.2} GB/s of dense weights)",
+                per * 1e6,
+                (k * n * 4) as f64 / per / 1e9
+            );
         }
-        let per = start.elapsed().as_secs_f64() / reps as f64;
-        println!(
-            "{name}: {:.1} µs per product ({:.2} GB/s of dense weights)",
-            per * 1e6,
-            (k * n * 4) as f64 / per / 1e9
-        );
     }
 }

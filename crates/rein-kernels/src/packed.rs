@@ -12,6 +12,11 @@
 //! micro-kernel over them: the same bits as the dense product, reading 4 to 8 bits per element
 //! from memory instead of 32.
 //!
+//! When every `scale · code` is an `f32` exactly (a GGUF block's scale is an `f16`: 11
+//! significant bits, and a 4- or 8-bit code adds at most 8), the first rounding is no rounding,
+//! and decoding's register path computes `scale · code + offset` in one fused multiply-add: the
+//! same bits, one instruction fewer per element ([`products_exact`]).
+//!
 //! Codes that all fit in 16 consecutive integers are kept as nibbles, others as bytes. Both, and
 //! the scales and offsets, are stored a group of 32 columns at a time, each group's rows one
 //! after another: a product walks down a few columns through every row, so what it reads next
@@ -39,6 +44,10 @@ pub struct PackedMatrix {
     scales: Vec<f32>,
     /// As `scales`, when elements have an offset.
     offsets: Option<Vec<f32>>,
+    /// Whether `scale · code` is an `f32` exactly for every scale and code (see
+    /// [`products_exact`]), so that `scale · code + offset` rounds once: one fused multiply-add
+    /// gives the element's bits.
+    exact_products: bool,
 }
 
 #[derive(Clone, PartialEq)]
@@ -111,6 +120,8 @@ impl PackedMatrix {
         let low = codes.iter().copied().min().unwrap_or(0);
         let high = codes.iter().copied().max().unwrap_or(0);
         let groups = cols.div_ceil(GROUP);
+        let widest = i16::from(low).unsigned_abs().max(i16::from(high).unsigned_abs());
+        let exact_products = products_exact(&scales, u32::from(widest));
         let mut m = Self {
             rows,
             cols,
@@ -120,6 +131,7 @@ impl PackedMatrix {
             offsets: offsets
                 .as_ref()
                 .map(|_| vec![0.0; groups * rows.div_ceil(block) * GROUP]),
+            exact_products,
         };
         m.codes = if i16::from(high) - i16::from(low) < 16 {
             let mut bytes = vec![0u8; groups * rows * GROUP / 2];
@@ -391,6 +403,30 @@ impl PackedMatrix {
     }
 }
 
+/// Whether `scale · code` is an `f32` exactly (no rounding) for every one of `scales` and every
+/// integer code of magnitude up to `widest`: each scale finite, its significand (trailing zeros
+/// dropped) and the code's bits together at most `f32`'s 24, and no product overflowing. A GGUF
+/// block's scale is an `f16` (11 significant bits), so Q4_0/Q4_1/Q8_0's products always are;
+/// Q6_K's `d · sc` times a 6-bit code may not be.
+fn products_exact(scales: &[f32], widest: u32) -> bool {
+    let code_bits = u32::BITS - widest.leading_zeros();
+    scales.iter().all(|&s| {
+        let bits = s.to_bits();
+        let fraction = bits & 0x7F_FFFF;
+        // Normal numbers have the implicit leading one; subnormals are `fraction · 2⁻¹⁴⁹`.
+        let significand = if (bits >> 23) & 0xFF == 0 {
+            fraction
+        } else {
+            fraction | 0x80_0000
+        };
+        let significant_bits = match significand {
+            0 => 0,
+            m => u32::BITS - m.leading_zeros() - m.trailing_zeros(),
+        };
+        s.is_finite() && significant_bits + code_bits <= 24 && (s.abs() * widest as f32).is_finite()
+    })
+}
+
 /// Sixteen elements from the nibbles of `run` (shifted right by `shift`), as
 /// [`PackedMatrix::unpack_run`]'s portable loop computes them: `scale · (nibble + low)`, then
 /// `+ offset`, each rounded once (a multiply and an add, never fused).
@@ -468,6 +504,52 @@ pub(crate) mod tests {
         let scales = (0..blocks).map(|_| float()).collect();
         let offsets = offsets.then(|| (0..blocks).map(|_| float()).collect());
         PackedMatrix::new([rows, cols], block, &codes, scales, offsets).unwrap()
+    }
+
+    /// `m` with each scale cut to an `f16`'s 11 significant bits (a GGUF block's precision).
+    pub(crate) fn with_f16_scales(m: &PackedMatrix) -> PackedMatrix {
+        let scales = m
+            .scales()
+            .iter()
+            .map(|s| f32::from_bits(s.to_bits() & 0xFFFF_E000))
+            .collect();
+        PackedMatrix::new(m.shape(), m.block, &m.codes(), scales, m.offsets()).unwrap()
+    }
+
+    /// Whether products with `m` unpack `scale · code + offset` in one fused multiply-add.
+    pub(crate) fn products_fuse(m: &PackedMatrix) -> bool {
+        m.exact_products
+    }
+
+    #[test]
+    fn products_are_exact_when_scale_and_code_bits_fit_a_significand() {
+        let f16_like = 1.0 + 1023.0 / 1024.0; // 11 significant bits
+        assert!(products_exact(&[f16_like, -f16_like * 0.25, 0.0], 127)); // 11 + 7 bits
+        assert!(products_exact(&[f16_like], 8191)); // 11 + 13 = 24
+        assert!(!products_exact(&[f16_like], 8192)); // 11 + 14
+        assert!(!products_exact(&[0.1], 15)); // 24 significant bits
+        // Counted in full bits, so conservatively: `0.1 · 1` is exact but not claimed.
+        assert!(!products_exact(&[0.1], 1));
+        assert!(products_exact(&[0.1], 0));
+        assert!(products_exact(&[0.375], 2)); // 2 + 2 bits
+        // Subnormal scales: a fixed point, exact while the integer product fits 24 bits.
+        assert!(products_exact(&[f32::from_bits(0x7FF)], 8191));
+        assert!(!products_exact(&[f32::from_bits(0x7FF)], 8192));
+        assert!(!products_exact(&[f32::MAX], 2)); // overflows
+        assert!(!products_exact(&[f32::INFINITY], 1));
+        assert!(!products_exact(&[f32::NAN], 1));
+        // Where it says so, a fused multiply-add gives the two-rounding bits.
+        let mut state = 9u64;
+        for _ in 0..10_000 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let scale = f32::from_bits((state >> 32) as u32 & 0xBFFF_E000); // |s| < 2, 11 bits
+            let offset = f32::from_bits((state >> 8) as u32 & 0xBFFF_FFFF);
+            let code = (state % 256) as f32 - 128.0;
+            assert!(products_exact(&[scale], 128));
+            assert_eq!(scale.mul_add(code, offset).to_bits(), (scale * code + offset).to_bits());
+        }
     }
 
     #[test]

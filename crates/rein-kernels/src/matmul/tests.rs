@@ -129,9 +129,19 @@ fn views_reading_out_of_bounds_are_refused() {
     assert!(MatRef::new(&data, 0, [usize::MAX, 2], [usize::MAX, 1]).is_err());
 }
 
-/// A packed `B` gives, on every instruction set, the bits its dense copy gives.
+/// A packed `B` gives, on every instruction set, the bits its dense copy gives: with scales of
+/// every bit pattern, and with scales of an `f16`'s precision (a GGUF's), whose products with
+/// the codes are exact, so that the register path fuses `scale · code + offset`.
 fn check_packed(m: usize, k: usize, n: usize, block: usize, range: (i8, i8), offsets: bool, init: Init) {
-    let b = crate::packed::tests::sample(k, n, block, range, offsets);
+    let any = crate::packed::tests::sample(k, n, block, range, offsets);
+    let f16_scales = crate::packed::tests::with_f16_scales(&any);
+    assert!(crate::packed::tests::products_fuse(&f16_scales) && !crate::packed::tests::products_fuse(&any));
+    for b in [any, f16_scales] {
+        check_packed_matrix(m, k, n, &b, init);
+    }
+}
+
+fn check_packed_matrix(m: usize, k: usize, n: usize, b: &PackedMatrix, init: Init) {
     let dense = b.to_dense();
     let a_data = values(m * k, (m + k) as u64);
     let a = MatRef::row_major(&a_data, m, k).unwrap();
@@ -141,7 +151,7 @@ fn check_packed(m: usize, k: usize, n: usize, block: usize, range: (i8, i8), off
     matmul_reference(&mut expected, ldc, a, MatRef::row_major(&dense, k, n).unwrap(), init);
     for isa in Isa::available() {
         let mut c = start.clone();
-        matmul_packed_on(isa, &mut c, ldc, a, &b, init);
+        matmul_packed_on(isa, &mut c, ldc, a, b, init);
         assert_eq!(bits(&c), bits(&expected), "{isa}: {m}×{k}·{k}×{n} packed, {init:?}");
     }
 }

@@ -37,8 +37,14 @@ impl RegisterRun<'_> {
         let (b, c0) = (self.b, self.c0);
         assert!(Self::fits::<NV>(b, c0), "columns {c0}.. of {b:?} in runs of {}", 8 * NV);
         let a = a.map(|row| &row[..b.rows]);
+        let a = |p: usize| a.map(|row| row[p]);
         // SAFETY: this function runs only where the CPU has AVX2 and FMA, all `__m256`'s lanes use.
-        unsafe { multiply_runs(b, c0, |p| a.map(|row| row[p]), acc) }
+        unsafe {
+            match b.exact_products {
+                true => multiply_runs::<_, MR, NV, true>(b, c0, a, acc),
+                false => multiply_runs::<_, MR, NV, false>(b, c0, a, acc),
+            }
+        }
     }
 
     /// Whether columns `c0..c0 + 16·NV` are whole runs [`RegisterRun::multiply_avx512`] reads:
@@ -68,7 +74,12 @@ impl RegisterRun<'_> {
         let a = &a[..b.rows * MR];
         let step = |p: usize| -> [f32; MR] { a[p * MR..][..MR].try_into().expect("MR values") };
         // SAFETY: this function runs only where the CPU has AVX-512F and FMA, all `__m512`'s lanes use.
-        unsafe { multiply_runs(b, c0, step, acc) }
+        unsafe {
+            match b.exact_products {
+                true => multiply_runs::<_, MR, NV, true>(b, c0, step, acc),
+                false => multiply_runs::<_, MR, NV, false>(b, c0, step, acc),
+            }
+        }
     }
 }
 
@@ -86,8 +97,9 @@ trait Lanes: Copy {
     /// Every lane `x`.
     unsafe fn splat(x: f32) -> Self;
 
-    /// `scale · code`, then `+ offset`: two roundings, never fused (as the dense copy was made).
-    unsafe fn value(code: Self, scale: Self, offset: Option<Self>) -> Self;
+    /// `scale · code`, then `+ offset`: two roundings (as the dense copy was made), or, with
+    /// `EXACT` (`scale · code` known to round to itself), one fused multiply-add: the same bits.
+    unsafe fn value<const EXACT: bool>(code: Self, scale: Self, offset: Option<Self>) -> Self;
 
     /// `a · w + acc`, one rounding.
     unsafe fn fma(a: Self, w: Self, acc: Self) -> Self;
@@ -120,9 +132,12 @@ impl Lanes for __m256 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn value(code: Self, scale: Self, offset: Option<Self>) -> Self {
-        let value = _mm256_mul_ps(scale, code);
-        offset.map_or(value, |offset| _mm256_add_ps(value, offset))
+    unsafe fn value<const EXACT: bool>(code: Self, scale: Self, offset: Option<Self>) -> Self {
+        match offset {
+            Some(offset) if EXACT => _mm256_fmadd_ps(scale, code, offset),
+            Some(offset) => _mm256_add_ps(_mm256_mul_ps(scale, code), offset),
+            None => _mm256_mul_ps(scale, code),
+        }
     }
 
     #[inline]
@@ -137,6 +152,7 @@ impl Lanes for __m256 {
         assert!(run.len() >= 16 && NV <= 4);
         // SAFETY: 16 bytes, checked above.
         let run = unsafe { _mm_loadu_si128(run.as_ptr().cast()) };
+        let zero_low = low == 0.0;
         let (mask, low) = (_mm_set1_epi8(0x0F), _mm256_set1_ps(low));
         let halves = [
             _mm_and_si128(_mm_srl_epi16(run, _mm_cvtsi32_si128(shift as i32)), mask),
@@ -148,7 +164,9 @@ impl Lanes for __m256 {
                 0 => halves[v / 2],
                 _ => _mm_srli_si128::<8>(halves[v / 2]),
             };
-            _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(eight)), low)
+            let nibbles = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(eight));
+            // Codes from 0 (Q4_1's) need no addition: `nibble + 0.0` is `nibble`, bit for bit.
+            if zero_low { nibbles } else { _mm256_add_ps(nibbles, low) }
         })
     }
 
@@ -183,9 +201,12 @@ impl Lanes for __m512 {
 
     #[inline]
     #[target_feature(enable = "avx512f,fma")]
-    unsafe fn value(code: Self, scale: Self, offset: Option<Self>) -> Self {
-        let value = _mm512_mul_ps(scale, code);
-        offset.map_or(value, |offset| _mm512_add_ps(value, offset))
+    unsafe fn value<const EXACT: bool>(code: Self, scale: Self, offset: Option<Self>) -> Self {
+        match offset {
+            Some(offset) if EXACT => _mm512_fmadd_ps(scale, code, offset),
+            Some(offset) => _mm512_add_ps(_mm512_mul_ps(scale, code), offset),
+            None => _mm512_mul_ps(scale, code),
+        }
     }
 
     #[inline]
@@ -200,14 +221,18 @@ impl Lanes for __m512 {
         assert!(run.len() >= 16 && NV <= 2);
         // SAFETY: 16 bytes, checked above.
         let run = _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(run.as_ptr().cast()) });
-        let (mask, low) = (_mm512_set1_epi32(0x0F), _mm512_set1_ps(low));
+        // Each code is a lookup: `vpermps` reads only the low four bits of each lane's index,
+        // so a byte's low nibble indexes the table `nibble + low` as it stands, and its high
+        // nibble after one shift (no masking, no conversion, no addition).
+        let table = _mm512_add_ps(
+            _mm512_setr_ps(0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15.),
+            _mm512_set1_ps(low),
+        );
+        let high = _mm512_srli_epi32::<4>(run);
         // Sixteen codes a register: the low nibbles, then the high (a whole group starts at
         // shift 0).
-        let halves = [
-            _mm512_and_si512(_mm512_srl_epi32(run, _mm_cvtsi32_si128(shift as i32)), mask),
-            _mm512_and_si512(_mm512_srli_epi32::<4>(run), mask),
-        ];
-        std::array::from_fn(|v| _mm512_add_ps(_mm512_cvtepi32_ps(halves[v]), low))
+        let halves = [if shift == 0 { run } else { high }, high];
+        std::array::from_fn(|v| _mm512_permutexvar_ps(halves[v], table))
     }
 
     #[inline]
@@ -223,13 +248,14 @@ impl Lanes for __m512 {
 }
 
 /// `acc[i][v] ← fma(a(p)[i], b[p][c0 + WIDTH·v + lane], acc[i][v])` for every row `p` of `B` in
-/// order, each run of codes unpacked once into `NV` registers (`scale · code`, then `+ offset`)
-/// and multiplied into all `MR` rows. The caller has checked that the columns are whole runs.
+/// order, each run of codes unpacked once into `NV` registers (`scale · code`, then `+ offset`;
+/// `EXACT`: `b`'s products are exact, [`Lanes::value`]) and multiplied into all `MR` rows. The
+/// caller has checked that the columns are whole runs.
 ///
 /// # Safety
 /// The CPU has the features `L`'s methods need.
 #[inline(always)]
-unsafe fn multiply_runs<L: Lanes, const MR: usize, const NV: usize>(
+unsafe fn multiply_runs<L: Lanes, const MR: usize, const NV: usize, const EXACT: bool>(
     b: &PackedMatrix,
     c0: usize,
     a: impl Fn(usize) -> [f32; MR],
@@ -249,15 +275,7 @@ unsafe fn multiply_runs<L: Lanes, const MR: usize, const NV: usize>(
         let load = |v: &[f32]| -> [L; NV] { std::array::from_fn(|j| unsafe { L::load(&v[at + L::WIDTH * j..]) }) };
         let scales = load(&b.scales);
         let offsets = b.offsets.as_deref().map(load);
-        let mut multiply_row = |p: usize, codes: [L; NV]| {
-            let w: [L; NV] = std::array::from_fn(|v| unsafe { L::value(codes[v], scales[v], offsets.map(|o| o[v])) });
-            for (acc, a) in acc.iter_mut().zip(a(p)) {
-                let a = unsafe { L::splat(a) };
-                for (acc, &w) in acc.iter_mut().zip(&w) {
-                    *acc = unsafe { L::fma(a, w, *acc) };
-                }
-            }
-        };
+        let offsets = offsets.as_ref();
         match &b.codes {
             Codes::Nibbles { bytes, low } => {
                 // A group's rows are 16 bytes apart.
@@ -265,7 +283,8 @@ unsafe fn multiply_runs<L: Lanes, const MR: usize, const NV: usize>(
                 let runs = bytes[start..start + 16 * rows.len()].chunks_exact(16);
                 for (p, run) in rows.zip(runs) {
                     prefetch_ahead(run);
-                    multiply_row(p, unsafe { L::nibble_codes::<NV>(run, shift, f32::from(*low)) });
+                    let codes = unsafe { L::nibble_codes::<NV>(run, shift, f32::from(*low)) };
+                    unsafe { multiply_row::<L, MR, NV, EXACT>(acc, a(p), codes, &scales, offsets) };
                 }
             }
             Codes::Bytes(codes) => {
@@ -275,9 +294,41 @@ unsafe fn multiply_runs<L: Lanes, const MR: usize, const NV: usize>(
                 let runs = codes[start..start + GROUP * rows.len()].chunks_exact(GROUP);
                 for (p, run) in rows.zip(runs) {
                     prefetch_ahead(run);
-                    multiply_row(p, unsafe { L::byte_codes::<NV>(&run[lane..lane + width]) });
+                    let codes = unsafe { L::byte_codes::<NV>(&run[lane..lane + width]) };
+                    unsafe { multiply_row::<L, MR, NV, EXACT>(acc, a(p), codes, &scales, offsets) };
                 }
             }
+        }
+    }
+}
+
+/// `acc[i][v] ← fma(a[i], w[v], acc[i][v])`, `w` one row's elements from its `codes` and its
+/// block's `scales` and `offsets` ([`Lanes::value`]).
+///
+/// A function that is always inlined, called directly, not from a closure: a closure's body is a
+/// function of its own, without the instruction set of the function it sits in, and when one of
+/// many rows was too big to inline, none of `L`'s methods could be inlined into it (decoding 16
+/// rows on AVX-512 ran each multiply-add as a call, 30× slower).
+///
+/// # Safety
+/// The CPU has the features `L`'s methods need.
+#[inline(always)]
+unsafe fn multiply_row<L: Lanes, const MR: usize, const NV: usize, const EXACT: bool>(
+    acc: &mut [[L; NV]; MR],
+    a: [f32; MR],
+    codes: [L; NV],
+    scales: &[L; NV],
+    offsets: Option<&[L; NV]>,
+) {
+    let mut w = codes;
+    for v in 0..NV {
+        // SAFETY (here and below): the caller's CPU has `L`'s features.
+        w[v] = unsafe { L::value::<EXACT>(codes[v], scales[v], offsets.map(|o| o[v])) };
+    }
+    for i in 0..MR {
+        let a = unsafe { L::splat(a[i]) };
+        for v in 0..NV {
+            acc[i][v] = unsafe { L::fma(a, w[v], acc[i][v]) };
         }
     }
 }
