@@ -29,4 +29,5 @@ mod unpacked;
 pub use isa::Isa;
 pub use layout::transposed;
 pub use matmul::{Init, MatRef, matmul, matmul_bias, matmul_packed};
+pub use packed::q8::matmul_packed_q8;
 pub use packed::{PackError, PackedMatrix};

@@ -113,20 +113,25 @@ impl Rhs<'_> {
     }
 }
 
-fn product_on(isa: Isa, c: &mut [f32], ldc: usize, a: MatRef<'_>, b: Rhs<'_>, start: Start<'_>) {
-    let ([m, k], [k2, n]) = (a.shape(), b.shape());
+/// Panics unless `a · b` is a product and `C` holds `m × n` at stride `ldc`, on an available `isa`.
+pub(crate) fn check_shapes(isa: Isa, c: &[f32], ldc: usize, a: MatRef<'_>, [k2, n]: [usize; 2]) {
+    let [m, k] = a.shape();
     assert_eq!(k, k2, "inner dimensions differ: {m}×{k} · {k2}×{n}");
     assert!(ldc >= n, "row stride {ldc} below the width {n}");
+    assert!(
+        m == 0 || n == 0 || c.len() >= (m - 1) * ldc + n,
+        "C has {} elements, needs {m}×{n} at stride {ldc}",
+        c.len(),
+    );
+    assert!(isa.is_available(), "{isa} is not available on this CPU");
+}
+
+fn product_on(isa: Isa, c: &mut [f32], ldc: usize, a: MatRef<'_>, b: Rhs<'_>, start: Start<'_>) {
+    let ([m, k], [_, n]) = (a.shape(), b.shape());
+    check_shapes(isa, c, ldc, a, b.shape());
     if m == 0 || n == 0 {
         return;
     }
-    assert!(
-        c.len() >= (m - 1) * ldc + n,
-        "C has {} elements, needs {}×{n} at stride {ldc}",
-        c.len(),
-        m
-    );
-    assert!(isa.is_available(), "{isa} is not available on this CPU");
     let fill = |c: &mut [f32], f: &dyn Fn(&mut [f32])| c.chunks_mut(ldc).take(m).for_each(|row| f(&mut row[..n]));
     match (start, b) {
         (Start::Zero, _) if k == 0 => fill(c, &|row| row.fill(0.0)),

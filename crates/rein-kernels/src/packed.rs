@@ -27,6 +27,7 @@ use rayon::prelude::*;
 
 use crate::mat_ref::MatRef;
 
+pub(crate) mod q8;
 #[cfg(target_arch = "x86_64")]
 mod register_run;
 
@@ -48,6 +49,8 @@ pub struct PackedMatrix {
     /// [`products_exact`]), so that `scale · code + offset` rounds once: one fused multiply-add
     /// gives the element's bits.
     exact_products: bool,
+    /// The codes in the order of integer dot products, once a q8 product has asked for them.
+    quad_codes: q8::QuadCodes,
 }
 
 #[derive(Clone, PartialEq)]
@@ -132,6 +135,7 @@ impl PackedMatrix {
                 .as_ref()
                 .map(|_| vec![0.0; groups * rows.div_ceil(block) * GROUP]),
             exact_products,
+            quad_codes: q8::QuadCodes::default(),
         };
         m.codes = if i16::from(high) - i16::from(low) < 16 {
             let mut bytes = vec![0u8; groups * rows * GROUP / 2];
