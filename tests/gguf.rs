@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use burn::backend::Flex;
 use burn::tensor::{Int, Tensor, TensorData};
 use proptest::prelude::*;
+use rein_core::SamplerPrecision;
 use rein_gguf::{Converted, GgmlType, GgufError, GgufFile};
 use rein_model::lm::{CausalLm, Context, FusedProjections, LmTokenizer, load, locate};
 use rein_sampler::{GenerationConfig, generate};
@@ -270,6 +271,27 @@ fn safetensors_values(path: &Path) -> Vec<(String, Vec<f32>)> {
             (name, values)
         })
         .collect()
+}
+
+/// Products with the activations quantised to 8 bits (a sampler's `precision = "q8"`) are not
+/// the exact ones but stay close to them, for every quantisation type the tiny model holds.
+#[test]
+fn q8_products_stay_close_to_the_exact_logits() {
+    let model = load::<B>(&fixtures().join("tiny-llama.gguf"), &Default::default()).unwrap();
+    let exact = model.fused_projections();
+    let q8 = exact.clone().with_precision(SamplerPrecision::Q8);
+    let ids = [1, 40, 41, 42, 2, 7];
+    let (want, got) = (
+        logits_through(&model, &ids, Some(&exact)),
+        logits_through(&model, &ids, Some(&q8)),
+    );
+    assert_ne!(want, got, "the q8 products are used");
+    let spread = want.iter().map(|v| v.abs()).fold(0.0f32, f32::max);
+    let worst = worst_difference(&got, &want);
+    assert!(
+        worst < 0.05 * spread,
+        "worst difference {worst} among logits up to {spread}"
+    );
 }
 
 #[test]

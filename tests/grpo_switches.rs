@@ -10,7 +10,7 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 use rein_core::{
     AdvantageKind, Aggregation, CompletionScore, EpisodeStart, Group, GroupScores, KlEstimator, Message, Opening,
-    PluginError, RatioLevel, Reply, RewardFn, StdScaling, TextEnv, Turn,
+    PluginError, RatioLevel, Reply, RewardFn, SamplerPrecision, StdScaling, TextEnv, Turn,
 };
 use rein_model::lm::{CausalLm, LmTokenizer, load};
 use rein_recipe::{CurriculumSection, GrpoSection, OptimizerSection, SamplerSection};
@@ -110,10 +110,23 @@ fn run_with(
     agent: Option<&mut Agent>,
     curriculum: Option<&CurriculumSection>,
 ) -> Trace {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm/qwen2-gqa");
+    let qwen2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm/qwen2-gqa");
+    run_model(&qwen2, grpo, sampler, prompts, reward, agent, curriculum)
+}
+
+/// [`run_with`] on the model at `dir` (a checkpoint directory or a `.gguf` file).
+fn run_model(
+    dir: &Path,
+    grpo: GrpoSection,
+    sampler: SamplerSection,
+    prompts: &[&str],
+    reward: fn(&str, usize) -> f64,
+    agent: Option<&mut Agent>,
+    curriculum: Option<&CurriculumSection>,
+) -> Trace {
     let device = Default::default();
-    let model = load::<B>(&dir, &device).unwrap();
-    let tokenizer = LmTokenizer::load(&dir, &model.config().eos_ids()).unwrap();
+    let model = load::<B>(dir, &device).unwrap();
+    let tokenizer = LmTokenizer::load(dir, &model.config().eos_ids()).unwrap();
     let prompts: Vec<Prompt> = prompts
         .iter()
         .map(|&text| Prompt {
@@ -639,4 +652,23 @@ fn a_ucb_curriculum_draws_the_source_with_the_largest_advantages() {
     );
     let plain = run_with(grpo(16), sampler(2), &prompts, by_difficulty, None, None);
     assert!(mixed_share(&plain, 0..16) < 0.5, "{}", mixed_share(&plain, 0..16));
+}
+
+/// `sampler.precision = "q8"` samples through products whose activations are quantised to 8
+/// bits (a GGUF model's packed weights): the trainer's exact log-probabilities then differ from
+/// the sampler's, and `train/mismatch_kl` measures it. Exact sampling gives the trainer's own.
+#[test]
+fn q8_sampling_shows_in_the_mismatch_and_exact_sampling_does_not() {
+    let gguf = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gguf/tiny-llama.gguf");
+    let mismatch = |precision| {
+        let sampler = SamplerSection {
+            precision,
+            ..sampler(6)
+        };
+        run_model(&gguf, grpo(1), sampler, &PROMPTS, alternating, None, None).value(1, "train/mismatch_kl")
+    };
+    let (exact, q8) = (mismatch(SamplerPrecision::Exact), mismatch(SamplerPrecision::Q8));
+    eprintln!("mismatch_kl: exact {exact:e}, q8 {q8:e}");
+    assert!(exact < 1e-9, "exact sampling: {exact}");
+    assert!(q8 > 1e-7 && q8 < 1e-2, "q8 sampling: {q8}");
 }

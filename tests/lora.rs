@@ -230,6 +230,7 @@ fn generation_with_adapters_equals_the_merged_model() {
         stop_token_ids: vec![],
         seed: 1,
         top_logprobs: 0,
+        ..GenerationConfig::default()
     };
     let prompts = vec![vec![1, 5, 9], vec![4, 4, 8, 15]];
     let run = |m: &CausalLm<B>| -> Vec<Vec<u32>> {

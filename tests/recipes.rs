@@ -312,6 +312,11 @@ fn inference_servers_and_asynchrony_are_checked() {
             "0 < low < 1 < high",
         ),
         (vec![http, urls, "sampler.backoff_s=0"], "sampler.backoff_s", "positive"),
+        (
+            vec![http, urls, "sampler.precision=\"q8\""],
+            "sampler.precision",
+            "backend = \"native\"",
+        ),
     ] {
         let err = load(&dir, "grpo.toml", &sets).unwrap_err();
         assert!(
@@ -326,6 +331,12 @@ fn inference_servers_and_asynchrony_are_checked() {
     )
     .unwrap();
     assert_eq!(loaded.recipe.sampler.urls, ["http://127.0.0.1:8000"]);
+    let q8 = load(&dir, "grpo.toml", &["sampler.precision=\"q8\""]).unwrap();
+    assert_eq!(q8.recipe.sampler.precision, rein_core::SamplerPrecision::Q8);
+    let unknown = load(&dir, "grpo.toml", &["sampler.precision=\"q4\""])
+        .unwrap_err()
+        .to_string();
+    assert!(unknown.contains("precision") && unknown.contains("q4"), "{unknown}");
 }
 
 #[test]

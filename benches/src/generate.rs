@@ -5,12 +5,14 @@
 //!   f32, at batch 1, 8 and 64, against HF transformers `generate` on the same checkpoint;
 //! - SmolLM2-135M-Instruct (fetched by `cargo xtask model smollm2-135m`) at batch 1 and 16,
 //!   like with like: rein reading the GGUF's Q4_1 codes against llama.cpp (llama-cpp-python)
-//!   decoding the same `.gguf` file, and rein on plain f32 weights (the same values, decoded)
-//!   against HF transformers reading them in f32.
+//!   decoding the same `.gguf` file — exactly, and with its activations quantised to 8 bits as
+//!   llama.cpp quantises them (`precision = "q8"`) — and rein on plain f32 weights (the same
+//!   values, decoded) against HF transformers reading them in f32.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use rein_core::SamplerPrecision;
 use rein_model::Cpu;
 use rein_model::lm::{CausalLm, load, locate, save};
 use rein_sampler::{GenerationConfig, SeededRng, generate};
@@ -34,6 +36,8 @@ struct Case<'a> {
     /// What rein reads (`random Qwen2, f32`, `SmolLM2-135M, Q4_1 codes`).
     label: &'a str,
     batches: &'a [usize],
+    /// rein's precisions, each measured against the same peer run.
+    precisions: &'a [SamplerPrecision],
     /// Timed runs per batch (the median counts), after one untimed run; the same for the peer.
     runs: usize,
     /// Where the prompts are written for the peer.
@@ -53,6 +57,7 @@ pub fn run() -> anyhow::Result<Report> {
     let random = Case {
         label: "random Qwen2 (f32)",
         batches: &[1, 8, 64],
+        precisions: &[SamplerPrecision::Exact],
         runs: 5,
         work_dir: dir.clone(),
         peer: Peer {
@@ -84,6 +89,7 @@ pub fn run() -> anyhow::Result<Report> {
     let codes = Case {
         label: "SmolLM2-135M (Q4_1 codes)",
         batches: &[1, 16],
+        precisions: &[SamplerPrecision::Exact, SamplerPrecision::Q8],
         runs: 3,
         work_dir: work_dir.clone(),
         peer: Peer {
@@ -97,6 +103,7 @@ pub fn run() -> anyhow::Result<Report> {
     let plain = Case {
         label: "SmolLM2-135M (f32)",
         batches: &[1, 16],
+        precisions: &[SamplerPrecision::Exact],
         runs: 3,
         work_dir,
         peer: Peer {
@@ -110,7 +117,6 @@ pub fn run() -> anyhow::Result<Report> {
 }
 
 fn measure(model: &CausalLm<Cpu>, case: &Case, report: &mut Report) -> anyhow::Result<()> {
-    let device = Default::default();
     let vocab = model.config().vocab_size.min(512) as u64;
     let prompts: Vec<(usize, Vec<Vec<u32>>)> = (case.batches.iter())
         .map(|&batch| {
@@ -129,53 +135,88 @@ fn measure(model: &CausalLm<Cpu>, case: &Case, report: &mut Report) -> anyhow::R
     std::fs::write(&prompts_file, serde_json::to_string(&table)?)?;
     let peer = run_peer(case, &prompts_file);
 
+    for &precision in case.precisions {
+        for (batch, prompts) in &prompts {
+            measure_batch(model, case, precision, (*batch, prompts), &peer, report)?;
+        }
+    }
+    Ok(())
+}
+
+/// rein at one precision and batch size, beside the peer's figure for that batch.
+fn measure_batch(
+    model: &CausalLm<Cpu>,
+    case: &Case,
+    precision: SamplerPrecision,
+    (batch, prompts): (usize, &[Vec<u32>]),
+    peer: &Result<(String, serde_json::Value), String>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let device = Default::default();
     let config = |new| GenerationConfig {
         max_new_tokens: new,
         temperature: 1.0,
         n: 1,
         seed: 1,
+        precision,
         ..GenerationConfig::default()
     };
-    for (batch, prompts) in &prompts {
+    let label = match precision {
+        SamplerPrecision::Exact => case.label.to_string(),
+        SamplerPrecision::Q8 => format!("{}, q8 activations", case.label),
+    };
+    let start = Instant::now();
+    generate(model, prompts, &config(1), 0, &mut |_, _| false, &device);
+    let prefill = start.elapsed().as_secs_f64();
+    generate(model, prompts, &config(NEW_TOKENS), 0, &mut |_, _| false, &device); // untimed
+    let mut rates = Vec::new();
+    for _ in 0..case.runs {
         let start = Instant::now();
-        generate(model, prompts, &config(1), 0, &mut |_, _| false, &device);
-        let prefill = start.elapsed().as_secs_f64();
-        generate(model, prompts, &config(NEW_TOKENS), 0, &mut |_, _| false, &device); // untimed
-        let mut rates = Vec::new();
-        for _ in 0..case.runs {
-            let start = Instant::now();
-            let out = generate(model, prompts, &config(NEW_TOKENS), 0, &mut |_, _| false, &device);
-            let tokens: usize = out.iter().map(|g| g.tokens.len()).sum();
-            anyhow::ensure!(tokens == batch * NEW_TOKENS, "{tokens} tokens generated");
-            rates.push(tokens as f64 / start.elapsed().as_secs_f64());
+        let out = generate(model, prompts, &config(NEW_TOKENS), 0, &mut |_, _| false, &device);
+        let tokens: usize = out.iter().map(|g| g.tokens.len()).sum();
+        anyhow::ensure!(tokens == batch * NEW_TOKENS, "{tokens} tokens generated");
+        rates.push(tokens as f64 / start.elapsed().as_secs_f64());
+    }
+    let rate = median(&rates).unwrap_or(f64::NAN);
+    println!(
+        "  {label}, batch {batch}: {rate:.1} tokens/s (median of {}; prefill ≈ {:.1} ms)",
+        case.runs,
+        prefill * 1e3
+    );
+    let name = format!("generate, {label}, batch {batch} (new tokens/s)");
+    match peer {
+        Ok((peer_label, theirs)) => {
+            let theirs = theirs["batches"][batch.to_string()]["tokens_per_s"].as_f64();
+            let target = theirs.and_then(|t| goal(case, precision, batch).map(|(text, x)| (text, rate >= x * t)));
+            report.push(Row {
+                name,
+                value: rate,
+                unit: "tok/s",
+                baseline: theirs.map(|t| (peer_label.clone(), t)),
+                target,
+            });
         }
-        let rate = median(&rates).unwrap_or(f64::NAN);
-        println!(
-            "  {}, batch {batch}: {rate:.1} tokens/s (median of {}; prefill ≈ {:.1} ms)",
-            case.label,
-            case.runs,
-            prefill * 1e3
-        );
-        let name = format!("generate, {}, batch {batch} (new tokens/s)", case.label);
-        match &peer {
-            Ok((label, theirs)) => {
-                let theirs = theirs["batches"][batch.to_string()]["tokens_per_s"].as_f64();
-                // The goal against transformers (batch 8 is a middle point, not a goal).
-                let target = theirs
-                    .filter(|_| case.peer.script == "hf_generate.py" && *batch != 8)
-                    .map(|hf| ("≥ 2× HF".to_string(), rate >= 2.0 * hf));
-                report.push(Row {
-                    name,
-                    value: rate,
-                    unit: "tok/s",
-                    baseline: theirs.map(|t| (label.clone(), t)),
-                    target,
-                });
-            }
-            Err(reason) => report.not_measured(name, case.peer.label, reason.clone()),
-        }
+        Err(reason) => report.not_measured(name, case.peer.label, reason.clone()),
     }
     Ok(())
+}
+
+/// The goal against the peer, as a multiple of its rate: 2× transformers (batch 8 is a middle
+/// point, not a goal); against llama.cpp 0.8× at batch 1 exactly, 1.2× with q8 activations, and
+/// 1× batched.
+fn goal(case: &Case, precision: SamplerPrecision, batch: usize) -> Option<(String, f64)> {
+    let times = match (case.peer.script, precision, batch) {
+        ("hf_generate.py", _, 8) => return None,
+        ("hf_generate.py", _, _) => 2.0,
+        (_, SamplerPrecision::Exact, 1) => 0.8,
+        (_, SamplerPrecision::Q8, 1) => 1.2,
+        _ => 1.0,
+    };
+    let peer = match case.peer.script {
+        "hf_generate.py" => "HF",
+        _ => "llama.cpp",
+    };
+    Some((format!("≥ {times}× {peer}"), times))
 }
 
 /// The case's peer on the same prompts, batches and run counts: its label with the versions it

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use rein_core::SamplerPrecision;
 use rein_model::lm::{ChatMessage, LmTokenizer, load};
 use rein_sampler::{FinishReason, GenerationConfig, generate};
 use rein_sampler::{completion_text, stop_check};
@@ -53,6 +54,10 @@ pub(crate) struct GenerateArgs {
     /// Include per-token log-probabilities.
     #[arg(long)]
     logprobs: bool,
+    /// `exact`, or `q8`: a quantised model's products with its activations quantised to 8 bits
+    /// per block, as llama.cpp does (faster, not exact).
+    #[arg(long, default_value = "exact", value_parser = ["exact", "q8"])]
+    precision: String,
 }
 
 impl GenerateArgs {
@@ -60,6 +65,12 @@ impl GenerateArgs {
         let device = Default::default();
         let model = load::<rein_model::Cpu>(&self.model, &device)
             .with_context(|| format!("loading {}", self.model.display()))?;
+        if self.precision == "q8" && model.packed_weights().is_none() {
+            bail!(
+                "--precision q8 quantises the activations of products with a quantised model's codes, and {} has none (a .gguf file has them)",
+                self.model.display()
+            );
+        }
         let tokenizer = LmTokenizer::load(&self.model, &model.config().eos_ids())?;
         let texts = self.prompts()?;
         let mut prompts = Vec::with_capacity(texts.len());
@@ -91,6 +102,10 @@ impl GenerateArgs {
             stop_token_ids: tokenizer.eos_ids().to_vec(),
             seed: self.seed,
             top_logprobs: 0,
+            precision: match self.precision.as_str() {
+                "q8" => SamplerPrecision::Q8,
+                _ => SamplerPrecision::Exact,
+            },
         };
         let mut stop_text = stop_check(&tokenizer, &self.stop);
         let sequences = prompts.len() * config.n;

@@ -336,6 +336,39 @@ fn generate_errors_name_the_model_and_the_input() {
     assert!(stderr.contains("prompts.jsonl:1: no string `prompt` field"), "{stderr}");
 }
 
+/// `q8` precision quantises the activations of products with a quantised model's codes: asked
+/// for with a model that has none, generation and training both say so instead of quietly
+/// computing exactly.
+#[test]
+fn q8_precision_without_quantised_weights_is_an_error() {
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lm/qwen2-gqa");
+    let out = rein(&[
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "hi",
+        "--precision",
+        "q8",
+    ]);
+    let stderr = stderr_of_failure(&out);
+    assert!(
+        stderr.contains("--precision q8") && stderr.contains("qwen2-gqa"),
+        "{stderr}"
+    );
+
+    let runs = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("q8-runs");
+    let rein = env!("CARGO_BIN_EXE_rein");
+    let out = common::tiny_grpo_run(rein, &runs, &["sampler.precision=\"q8\""])
+        .output()
+        .unwrap();
+    let stderr = stderr_of_failure(&out);
+    assert!(
+        stderr.contains("sampler.precision") && stderr.contains("load a .gguf"),
+        "{stderr}"
+    );
+}
+
 /// `rein` with `REIN_MODEL_DIR` set, as `cargo xtask` sets it for fetched models.
 fn rein_with_models(args: &[&str], models: &std::path::Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rein"))

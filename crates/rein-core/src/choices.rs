@@ -106,6 +106,19 @@ pub enum SamplerBackend {
     Http,
 }
 
+/// How the native sampler multiplies by weights kept as quantised codes (a GGUF's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SamplerPrecision {
+    /// As the trainer computes: the logits of the `f32` weights, bit for bit.
+    #[default]
+    Exact,
+    /// Activations quantised to 8 bits per block and integer dot products, as llama.cpp does:
+    /// faster and not exact. The trainer's log-probabilities stay exact; `train/mismatch_kl`
+    /// measures the difference and `algorithm.correction` can correct for it.
+    Q8,
+}
+
 /// The HTTP API inference servers speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -19,7 +19,7 @@ mod tool;
 
 pub use choices::{
     Activation, AdvantageKind, Aggregation, DifficultyWeight, DpoLossKind, KlEstimator, LagCorrection, OnError,
-    PolicySync, RatioLevel, SamplerBackend, ServerApi, StdScaling, ValueModel,
+    PolicySync, RatioLevel, SamplerBackend, SamplerPrecision, ServerApi, StdScaling, ValueModel,
 };
 pub use env::{
     Action, BatchActions, BoxSpace, EnvSpec, Environment, Observation, Space, Step, VecEnv, VecStep, validate_action,

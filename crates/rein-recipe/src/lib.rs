@@ -20,6 +20,7 @@ mod lm_ppo;
 mod off_policy;
 mod plan;
 mod preference;
+mod sampler;
 mod schema;
 mod uses;
 

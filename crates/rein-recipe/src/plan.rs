@@ -473,28 +473,7 @@ impl GrpoRecipe<'_> {
     pub(crate) fn generation(&self) -> Result<(), Broken> {
         let (r, grpo) = (self.recipe, self.grpo);
         let sampler = &r.sampler;
-        let http = sampler.backend == rein_core::SamplerBackend::Http;
-        if http && sampler.urls.is_empty() {
-            return Err(broken("sampler.urls", "backend = \"http\" needs the servers' URLs"));
-        }
-        if !http && !sampler.urls.is_empty() {
-            return Err(broken(
-                "sampler.urls",
-                "urls are for backend = \"http\"; the sampler is native",
-            ));
-        }
-        if let Some(url) = sampler.urls.iter().find(|u| !u.starts_with("http://")) {
-            return Err(broken(
-                "sampler.urls",
-                format!("{url:?} is not an http:// URL (plain HTTP to servers on the cluster's network)"),
-            ));
-        }
-        if http && r.agent.is_some() {
-            return Err(broken(
-                "sampler.backend",
-                "multi-turn episodes keep each episode's KV cache in process: use backend = \"native\" with [agent]",
-            ));
-        }
+        self.servers()?;
         if grpo.max_staleness > 0 && r.agent.is_some() {
             return Err(broken(
                 "algorithm.max_staleness",
@@ -538,6 +517,53 @@ impl GrpoRecipe<'_> {
                 "`adapter` syncs the LoRA adapter: the recipe has no [lora]",
             ));
         }
+        if !(grpo.tis_cap >= 1.0 && grpo.tis_cap.is_finite()) {
+            return Err(broken(
+                "algorithm.tis_cap",
+                format!("must be ≥ 1, got {}", grpo.tis_cap),
+            ));
+        }
+        let [low, high] = grpo.icepop_bounds;
+        if !(low > 0.0 && low < 1.0 && high > 1.0 && high.is_finite()) {
+            return Err(broken(
+                "algorithm.icepop_bounds",
+                format!("must be [low, high] with 0 < low < 1 < high, got [{low}, {high}]"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Where completions come from: in process, or inference servers reached over plain HTTP.
+    fn servers(&self) -> Result<(), Broken> {
+        let (r, sampler) = (self.recipe, &self.recipe.sampler);
+        let http = sampler.backend == rein_core::SamplerBackend::Http;
+        if http && sampler.urls.is_empty() {
+            return Err(broken("sampler.urls", "backend = \"http\" needs the servers' URLs"));
+        }
+        if http && sampler.precision != rein_core::SamplerPrecision::Exact {
+            return Err(broken(
+                "sampler.precision",
+                "is for backend = \"native\" (servers choose their own)",
+            ));
+        }
+        if !http && !sampler.urls.is_empty() {
+            return Err(broken(
+                "sampler.urls",
+                "urls are for backend = \"http\"; the sampler is native",
+            ));
+        }
+        if let Some(url) = sampler.urls.iter().find(|u| !u.starts_with("http://")) {
+            return Err(broken(
+                "sampler.urls",
+                format!("{url:?} is not an http:// URL (plain HTTP to servers on the cluster's network)"),
+            ));
+        }
+        if http && r.agent.is_some() {
+            return Err(broken(
+                "sampler.backend",
+                "multi-turn episodes keep each episode's KV cache in process: use backend = \"native\" with [agent]",
+            ));
+        }
         if http && sampler.api == rein_core::ServerApi::Vllm && sampler.sync != rein_core::PolicySync::Adapter {
             return Err(broken(
                 "sampler.sync",
@@ -554,19 +580,6 @@ impl GrpoRecipe<'_> {
                     format!("must be a positive number of seconds, got {value}"),
                 ));
             }
-        }
-        if !(grpo.tis_cap >= 1.0 && grpo.tis_cap.is_finite()) {
-            return Err(broken(
-                "algorithm.tis_cap",
-                format!("must be ≥ 1, got {}", grpo.tis_cap),
-            ));
-        }
-        let [low, high] = grpo.icepop_bounds;
-        if !(low > 0.0 && low < 1.0 && high > 1.0 && high.is_finite()) {
-            return Err(broken(
-                "algorithm.icepop_bounds",
-                format!("must be [low, high] with 0 < low < 1 < high, got [{low}, {high}]"),
-            ));
         }
         Ok(())
     }

@@ -127,7 +127,7 @@ impl<'m, B: ReinBackend> Session<'m, B> {
         let width = prompts.iter().map(Vec::len).max().unwrap_or(0).max(1);
         let mut session = Self {
             model,
-            fused: model.fused_projections(),
+            fused: model.fused_projections().with_precision(config.precision),
             rope: model.rope(width + 2 * config.max_new_tokens.max(1), device),
             config: config.clone(),
             pad_id,

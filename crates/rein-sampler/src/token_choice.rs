@@ -4,7 +4,7 @@
 //! of each sampled token is under the temperature-scaled distribution before filtering,
 //! `log softmax(z / T)`, which is what a policy-gradient loss recomputes.
 
-use rein_core::SeededRng;
+use rein_core::{SamplerPrecision, SeededRng};
 
 /// How to generate.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +28,8 @@ pub struct GenerationConfig {
     /// How many of the most likely tokens to record, with their log-probabilities, at each
     /// generated position (0: none; see [`top_logprobs`]).
     pub top_logprobs: usize,
+    /// How products with weights kept as quantised codes are computed (exact by default).
+    pub precision: SamplerPrecision,
 }
 
 impl Default for GenerationConfig {
@@ -42,6 +44,7 @@ impl Default for GenerationConfig {
             stop_token_ids: Vec::new(),
             seed: 0,
             top_logprobs: 0,
+            precision: SamplerPrecision::Exact,
         }
     }
 }

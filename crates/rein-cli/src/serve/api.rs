@@ -76,6 +76,7 @@ impl Api<'_> {
             stop_token_ids,
             seed,
             top_logprobs,
+            precision: rein_core::SamplerPrecision::Exact,
         };
         let stops = sampling.stop.as_ref().map(|s| s.strings()).unwrap_or_default();
         Ok((config, stops, seed))

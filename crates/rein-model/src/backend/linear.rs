@@ -15,7 +15,8 @@ use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
 use burn_autodiff::{Autodiff, NodeId};
 use burn_flex::FlexTensor;
-use rein_kernels::{Init, PackedMatrix, matmul, matmul_packed};
+use rein_core::SamplerPrecision;
+use rein_kernels::{Init, PackedMatrix, matmul, matmul_packed, matmul_packed_q8};
 
 use super::flex::{matrix, output_from_bias, tensor};
 use super::{ReinBackend, float, generic_ops};
@@ -49,7 +50,10 @@ pub trait LinearKernels: burn::tensor::backend::Backend {
     }
 
     /// A linear layer whose weight is kept packed, `x · [W₁ W₂ …] + b`: the parts' columns side
-    /// by side. The same numbers as [`LinearKernels::fused_linear`] on the unpacked weight.
+    /// by side. At [`SamplerPrecision::Exact`], the same numbers as
+    /// [`LinearKernels::fused_linear`] on the unpacked weight; at [`SamplerPrecision::Q8`], `x`
+    /// quantised as [`rein_kernels::matmul_packed_q8`] does where the backend reads packed
+    /// weights (the default unpacks them and is exact at either precision).
     ///
     /// # Shapes
     /// - `x`: `[rows, in]`, each part `[in, outᵢ]`, `bias`: `[Σ outᵢ]` → `[rows, Σ outᵢ]`
@@ -57,6 +61,7 @@ pub trait LinearKernels: burn::tensor::backend::Backend {
         x: FloatTensor<Self>,
         parts: &[&PackedMatrix],
         bias: Option<FloatTensor<Self>>,
+        _precision: SamplerPrecision,
     ) -> FloatTensor<Self> {
         packed_linear_ops::<Self>(x, parts, bias)
     }
@@ -167,6 +172,7 @@ impl LinearKernels for Flex {
         x: FloatTensor<Self>,
         parts: &[&PackedMatrix],
         bias: Option<FloatTensor<Self>>,
+        precision: SamplerPrecision,
     ) -> FloatTensor<Self> {
         let bias_f32 = bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
         let (Some(x_view), true, false) = (matrix(&x), bias_f32, generic_ops()) else {
@@ -176,8 +182,12 @@ impl LinearKernels for Flex {
         let outputs: usize = parts.iter().map(|p| p.shape()[1]).sum();
         let (mut out, init) = output_from_bias(bias.as_ref(), rows, outputs);
         let mut at = 0;
+        let product = match precision {
+            SamplerPrecision::Exact => matmul_packed,
+            SamplerPrecision::Q8 => matmul_packed_q8,
+        };
         for part in parts {
-            matmul_packed(&mut out[at..], outputs, x_view, part, init);
+            product(&mut out[at..], outputs, x_view, part, init);
             at += part.shape()[1];
         }
         tensor(out, &[rows, outputs])

@@ -11,7 +11,9 @@
 //!   a fine-tuned weight no longer does) and the backend reads packed weights
 //!   ([`ReinBackend::reads_packed_weights`]). The product reads 4–8 bits per weight instead of 32
 //!   and gives the same bits; `W_o`, `W_down` and the head are packed too, and LoRA adapters
-//!   stay separate (`x·W + (α/r)·x·A·B`, as in training).
+//!   stay separate (`x·W + (α/r)·x·A·B`, as in training). A sampler may ask for the products
+//!   with activations quantised to 8 bits instead ([`FusedProjections::with_precision`]):
+//!   faster, not exact.
 //! - **Dense** otherwise: a copy, adapters merged in (`W + (α/r)·A·B`); `W_o` and `W_down`,
 //!   not concatenated, are the layer's own. A tied LM head is copied out of the embeddings'
 //!   transpose into its own row-major matrix.
@@ -21,6 +23,7 @@ use std::sync::Arc;
 
 use burn::nn::Linear;
 use burn::tensor::{Tensor, TensorPrimitive};
+use rein_core::SamplerPrecision;
 use rein_kernels::PackedMatrix;
 
 use super::lora::{LayerLora, Lora};
@@ -45,7 +48,7 @@ impl<B: ReinBackend> FusedProjections<B> {
     pub fn packed_matrices(&self) -> usize {
         let count = |p: &Projection<B>| match p {
             Projection::Dense(_) => 0,
-            Projection::Packed(parts) => parts.len(),
+            Projection::Packed { parts, .. } => parts.len(),
         };
         let layers: usize = self
             .layers
@@ -53,6 +56,23 @@ impl<B: ReinBackend> FusedProjections<B> {
             .map(|l| count(&l.qkv) + count(&l.gate_up) + l.o.iter().chain(&l.down).map(count).sum::<usize>())
             .sum();
         layers + count(&self.head)
+    }
+
+    /// These projections with their packed products at `precision` (all exact when built):
+    /// [`SamplerPrecision::Q8`] quantises the activations of products with packed weights.
+    pub fn with_precision(mut self, precision: SamplerPrecision) -> Self {
+        let set = |p: &mut Projection<B>| {
+            if let Projection::Packed { precision: at, .. } = p {
+                *at = precision;
+            }
+        };
+        for layer in &mut self.layers {
+            set(&mut layer.qkv);
+            set(&mut layer.gate_up);
+            layer.o.iter_mut().chain(&mut layer.down).for_each(set);
+        }
+        set(&mut self.head);
+        self
     }
 }
 
@@ -76,8 +96,11 @@ pub(crate) struct FusedLayer<B: ReinBackend> {
 pub(crate) enum Projection<B: ReinBackend> {
     /// One dense matrix, adapters merged in.
     Dense(Tensor<B, 2>),
-    /// Column blocks side by side, each packed, each with its adapter.
-    Packed(Vec<(Arc<PackedMatrix>, Option<Lora<B>>)>),
+    /// Column blocks side by side, each packed, each with its adapter, multiplied at `precision`.
+    Packed {
+        parts: Vec<(Arc<PackedMatrix>, Option<Lora<B>>)>,
+        precision: SamplerPrecision,
+    },
 }
 
 impl<B: ReinBackend> Projection<B> {
@@ -95,7 +118,7 @@ impl<B: ReinBackend> Projection<B> {
             .map(|(name, layer)| packed(name, layer).map(|m| (m, adapter(name))))
             .collect();
         if let Some(parts) = parts {
-            return Projection::Packed(parts);
+            return Projection::packed(parts);
         }
         let weight = |(name, layer): &(&str, &Linear<B>)| match lora.and_then(|l| l.get(name)) {
             Some(adapter) => layer.weight.val() + adapter.delta(),
@@ -107,17 +130,26 @@ impl<B: ReinBackend> Projection<B> {
         }
     }
 
+    /// Packed `parts`, multiplied exactly.
+    pub(crate) fn packed(parts: Vec<(Arc<PackedMatrix>, Option<Lora<B>>)>) -> Self {
+        Projection::Packed {
+            parts,
+            precision: SamplerPrecision::Exact,
+        }
+    }
+
     /// `x · W + b` (plus the adapters' updates): `[rows, in]` → `[rows, out]`.
     pub(crate) fn forward(&self, x: Tensor<B, 2>, bias: Option<Tensor<B, 1>>) -> Tensor<B, 2> {
-        let parts = match self {
+        let (parts, precision) = match self {
             Projection::Dense(weight) => return affine(x, weight.clone(), bias),
-            Projection::Packed(parts) => parts,
+            Projection::Packed { parts, precision } => (parts, *precision),
         };
         let matrices: Vec<&PackedMatrix> = parts.iter().map(|(m, _)| m.as_ref()).collect();
         let y = B::packed_linear(
             x.clone().into_primitive().tensor(),
             &matrices,
             bias.map(|b| b.into_primitive().tensor()),
+            precision,
         );
         let y = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(y));
         if parts.iter().all(|(_, adapter)| adapter.is_none()) {
@@ -148,7 +180,7 @@ impl<B: ReinBackend> FusedLayer<B> {
             .any(|l| l.bias.is_some())
             .then(|| Tensor::cat(attention.iter().map(|l| bias_or_zeros(l)).collect(), 0));
         let alone = |layer: (&str, &Linear<B>)| {
-            packed(layer.0, layer.1).map(|m| Projection::Packed(vec![(m, lora.and_then(|l| l.get(layer.0)).cloned())]))
+            packed(layer.0, layer.1).map(|m| Projection::packed(vec![(m, lora.and_then(|l| l.get(layer.0)).cloned())]))
         };
         FusedLayer {
             qkv: Projection::new(&[q, k, v], lora, packed),

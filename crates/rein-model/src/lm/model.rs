@@ -410,7 +410,7 @@ impl<B: ReinBackend> CausalLm<B> {
             })
             .collect();
         let head = match packed_form("lm_head.weight", self.head_weight()) {
-            Some(packed) => Projection::Packed(vec![(packed, None)]),
+            Some(packed) => Projection::packed(vec![(packed, None)]),
             None => Projection::Dense(match &self.lm_head {
                 Some(head) => head.weight.val(),
                 None => {

@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use rein_model::lm::LmTokenizer;
+use rein_core::SamplerPrecision;
+use rein_model::ReinBackend;
+use rein_model::lm::{CausalLm, LmTokenizer};
 use rein_recipe::{LoadedRecipe, RecipeError};
 
 use crate::TrainError;
@@ -76,6 +78,30 @@ pub(super) fn same_tokenizer(
             dir.display()
         ))),
     }
+}
+
+/// `sampler.precision = "q8"` quantises the activations of products with a quantised model's
+/// codes: an error naming the key when the model has none (it would sample exactly, quietly).
+pub(super) fn sampler_precision_fits<B: ReinBackend>(
+    loaded: &LoadedRecipe,
+    model: &CausalLm<B>,
+) -> Result<(), TrainError> {
+    if loaded.recipe.sampler.precision != SamplerPrecision::Q8 || model.packed_weights().is_some() {
+        return Ok(());
+    }
+    let model = loaded
+        .recipe
+        .model
+        .path
+        .as_deref()
+        .unwrap_or("a model trained from scratch");
+    Err(invalid(
+        loaded,
+        "sampler.precision",
+        format!(
+            "\"q8\" reads a quantised model's codes and {model} has none (load a .gguf, or use precision = \"exact\")"
+        ),
+    ))
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use crate::TrainError;
 use crate::checkpoint::{Checkpoint, Checkpointing};
 use crate::driver::{self, Driver};
 use crate::lm::episodes::Agent;
-use crate::lm::recipe_keys::{invalid, model_path, same_tokenizer};
+use crate::lm::recipe_keys::{invalid, model_path, same_tokenizer, sampler_precision_fits};
 pub use crate::lm::report::{DpoOutcome, LmOutcome, RewardModelOutcome, describe};
 use crate::lm::report::{log_eval, report_markdown};
 use crate::lm::reward_setup::rewards;
@@ -123,7 +123,7 @@ fn setup<B: ReinBackend>(
         Some(spec) => model.with_lora(spec, &mut init_rng, device),
         None => model,
     };
-
+    sampler_precision_fits(loaded, &model)?;
     other_models_share_the_tokenizer(loaded, &tokenizer)?;
 
     let lm::RecipeData {

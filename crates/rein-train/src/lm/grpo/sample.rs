@@ -178,6 +178,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             stop_token_ids: self.ctx.tokenizer.eos_ids().to_vec(),
             seed: generation_seed(self.ctx.seed, step, round),
             top_logprobs: 0,
+            precision: sampler.precision,
         }
     }
 
