@@ -16,7 +16,7 @@ fn main() {
     let packed = PackedMatrix::new([k, n], 32, &codes, scales.clone(), Some(scales)).unwrap();
     let dense = packed.to_dense();
     let b = MatRef::row_major(&dense, k, n).unwrap();
-    for m in [1, 16] {
+    for m in [1, 16, 256] {
         let a: Vec<f32> = (0..m * k).map(|i| (i % 97) as f32 * 0.01).collect();
         let a = MatRef::row_major(&a, m, k).unwrap();
         let mut c = vec![0.0; m * n];
