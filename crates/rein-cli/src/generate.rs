@@ -56,8 +56,33 @@ pub(crate) struct GenerateArgs {
     logprobs: bool,
     /// `exact`, or `q8`: a quantised model's products with its activations quantised to 8 bits
     /// per block, as llama.cpp does (faster, not exact).
-    #[arg(long, default_value = "exact", value_parser = ["exact", "q8"])]
-    precision: String,
+    #[arg(long, default_value = "exact", value_parser = precision)]
+    precision: SamplerPrecision,
+}
+
+/// `--precision`'s value.
+pub(crate) fn precision(value: &str) -> Result<SamplerPrecision, String> {
+    match value {
+        "exact" => Ok(SamplerPrecision::Exact),
+        "q8" => Ok(SamplerPrecision::Q8),
+        other => Err(format!("{other:?} is not a precision: expected exact or q8")),
+    }
+}
+
+/// An error when `--precision q8` is asked of a model without quantised codes (it would compute
+/// exactly, quietly).
+pub(crate) fn q8_has_codes<B: rein_model::ReinBackend>(
+    precision: SamplerPrecision,
+    model: &rein_model::lm::CausalLm<B>,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    if precision == SamplerPrecision::Q8 && model.packed_weights().is_none() {
+        bail!(
+            "--precision q8 quantises the activations of products with a quantised model's codes, and {} has none (a .gguf file has them)",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 impl GenerateArgs {
@@ -65,12 +90,7 @@ impl GenerateArgs {
         let device = Default::default();
         let model = load::<rein_model::Cpu>(&self.model, &device)
             .with_context(|| format!("loading {}", self.model.display()))?;
-        if self.precision == "q8" && model.packed_weights().is_none() {
-            bail!(
-                "--precision q8 quantises the activations of products with a quantised model's codes, and {} has none (a .gguf file has them)",
-                self.model.display()
-            );
-        }
+        q8_has_codes(self.precision, &model, &self.model)?;
         let tokenizer = LmTokenizer::load(&self.model, &model.config().eos_ids())?;
         let texts = self.prompts()?;
         let mut prompts = Vec::with_capacity(texts.len());
@@ -102,10 +122,7 @@ impl GenerateArgs {
             stop_token_ids: tokenizer.eos_ids().to_vec(),
             seed: self.seed,
             top_logprobs: 0,
-            precision: match self.precision.as_str() {
-                "q8" => SamplerPrecision::Q8,
-                _ => SamplerPrecision::Exact,
-            },
+            precision: self.precision,
         };
         let mut stop_text = stop_check(&tokenizer, &self.stop);
         let sequences = prompts.len() * config.n;

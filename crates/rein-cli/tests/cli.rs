@@ -336,9 +336,35 @@ fn generate_errors_name_the_model_and_the_input() {
     assert!(stderr.contains("prompts.jsonl:1: no string `prompt` field"), "{stderr}");
 }
 
+/// `rein generate --precision q8` on a GGUF model samples through the q8 products: its
+/// log-probabilities are not the exact ones.
+#[test]
+fn generate_with_q8_precision_reads_the_codes_with_8_bit_activations() {
+    let gguf = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gguf/tiny-llama.gguf");
+    let run = |precision: &str| {
+        let args = [
+            "--prompt",
+            "hello",
+            "--temperature",
+            "0",
+            "--max-new-tokens",
+            "4",
+            "--logprobs",
+        ];
+        let model = ["generate", "--model", gguf.to_str().unwrap(), "--precision", precision];
+        let out: Vec<&str> = model.iter().chain(&args).copied().collect();
+        let line = stdout(&rein(&out));
+        let value: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+        value["logprobs"].clone()
+    };
+    let (exact, q8) = (run("exact"), run("q8"));
+    assert!(exact.is_array() && q8.is_array(), "{exact} {q8}");
+    assert_ne!(exact, q8);
+}
+
 /// `q8` precision quantises the activations of products with a quantised model's codes: asked
-/// for with a model that has none, generation and training both say so instead of quietly
-/// computing exactly.
+/// for with a model that has none, generation, serving and training all say so instead of
+/// quietly computing exactly.
 #[test]
 fn q8_precision_without_quantised_weights_is_an_error() {
     let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lm/qwen2-gqa");
@@ -356,6 +382,31 @@ fn q8_precision_without_quantised_weights_is_an_error() {
         stderr.contains("--precision q8") && stderr.contains("qwen2-gqa"),
         "{stderr}"
     );
+    let out = rein(&[
+        "serve",
+        "--model",
+        model.to_str().unwrap(),
+        "--port",
+        "0",
+        "--precision",
+        "q8",
+    ]);
+    let stderr = stderr_of_failure(&out);
+    assert!(
+        stderr.contains("--precision q8") && stderr.contains("qwen2-gqa"),
+        "{stderr}"
+    );
+    let out = rein(&[
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "hi",
+        "--precision",
+        "q4",
+    ]);
+    let stderr = stderr_of_failure(&out);
+    assert!(stderr.contains("\"q4\" is not a precision"), "{stderr}");
 
     let runs = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("q8-runs");
     let rein = env!("CARGO_BIN_EXE_rein");

@@ -31,6 +31,8 @@ pub(crate) struct Api<'a> {
     pub model_name: &'a str,
     /// A seed for requests that give none.
     pub fresh_seed: &'a dyn Fn() -> u64,
+    /// How products with the model's quantised codes are computed.
+    pub precision: rein_core::SamplerPrecision,
 }
 
 impl Api<'_> {
@@ -76,7 +78,7 @@ impl Api<'_> {
             stop_token_ids,
             seed,
             top_logprobs,
-            precision: rein_core::SamplerPrecision::Exact,
+            precision: self.precision,
         };
         let stops = sampling.stop.as_ref().map(|s| s.strings()).unwrap_or_default();
         Ok((config, stops, seed))

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use rein_core::SamplerPrecision;
 use rein_model::lm::{LmTokenizer, SequenceClassifier, load};
 use rein_sampler::protocol::{
     ChatRequest, CompletionRequest, ErrorBody, ErrorResponse, GenerateRequest, UpdateWeightsRequest,
@@ -54,6 +55,11 @@ pub(crate) struct ServeArgs {
     /// HTTP worker threads (requests handled at once; the engine batches them).
     #[arg(long, default_value_t = 128)]
     workers: usize,
+    /// `exact`, or `q8`: a quantised model's products with its activations quantised to 8 bits
+    /// per block, as llama.cpp does (faster, not exact; weights loaded later through
+    /// `/update_weights_from_disk` are read exactly unless they keep the quantised codes).
+    #[arg(long, default_value = "exact", value_parser = crate::generate::precision)]
+    precision: SamplerPrecision,
 }
 
 impl ServeArgs {
@@ -66,11 +72,17 @@ impl ServeArgs {
                 .map_or("rein".into(), |n| n.to_string_lossy().into_owned())
         });
         let handler: Arc<dyn Handler> = if SequenceClassifier::<rein_model::Cpu>::is_classifier(&self.model) {
+            anyhow::ensure!(
+                self.precision == SamplerPrecision::Exact,
+                "--precision q8 is for language models; {} is a sequence classifier",
+                self.model.display()
+            );
             let model = SequenceClassifier::load(&self.model, &device).with_context(loading)?;
             let tokenizer = LmTokenizer::load(&rein_model::lm::locate(&self.model)?, &[])?;
             Arc::new(classify::Classifier::new(model, tokenizer, name))
         } else {
             let model = load::<rein_model::Cpu>(&self.model, &device).with_context(loading)?;
+            crate::generate::q8_has_codes(self.precision, &model, &self.model)?;
             let tokenizer = LmTokenizer::load(&self.model, &model.config().eos_ids())?;
             let engine = Engine::start(model, tokenizer.clone(), Duration::from_millis(self.batch_window_ms));
             Arc::new(State {
@@ -79,6 +91,7 @@ impl ServeArgs {
                 name,
                 model_path: self.model.display().to_string(),
                 seeds: AtomicU64::new(seed_from_clock()),
+                precision: self.precision,
             })
         };
         let server = Server::http((self.host.as_str(), self.port))
@@ -109,6 +122,7 @@ struct State {
     name: String,
     model_path: String,
     seeds: AtomicU64,
+    precision: SamplerPrecision,
 }
 
 /// An answer: status and JSON body.
@@ -179,6 +193,7 @@ impl State {
             tokenizer: &self.tokenizer,
             model_name: &self.name,
             fresh_seed: &fresh_seed,
+            precision: self.precision,
         };
         let unreadable = |e: String| BadRequest(format!("the body of {path}: {e}"));
         let answer = match path {
