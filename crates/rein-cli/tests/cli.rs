@@ -368,45 +368,19 @@ fn generate_with_q8_precision_reads_the_codes_with_8_bit_activations() {
 #[test]
 fn q8_precision_without_quantised_weights_is_an_error() {
     let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lm/qwen2-gqa");
-    let out = rein(&[
-        "generate",
-        "--model",
-        model.to_str().unwrap(),
-        "--prompt",
-        "hi",
-        "--precision",
-        "q8",
-    ]);
-    let stderr = stderr_of_failure(&out);
-    assert!(
-        stderr.contains("--precision q8") && stderr.contains("qwen2-gqa"),
-        "{stderr}"
-    );
-    let out = rein(&[
-        "serve",
-        "--model",
-        model.to_str().unwrap(),
-        "--port",
-        "0",
-        "--precision",
-        "q8",
-    ]);
-    let stderr = stderr_of_failure(&out);
-    assert!(
-        stderr.contains("--precision q8") && stderr.contains("qwen2-gqa"),
-        "{stderr}"
-    );
-    let out = rein(&[
-        "generate",
-        "--model",
-        model.to_str().unwrap(),
-        "--prompt",
-        "hi",
-        "--precision",
-        "q4",
-    ]);
-    let stderr = stderr_of_failure(&out);
-    assert!(stderr.contains("\"q4\" is not a precision"), "{stderr}");
+    let model = model.to_str().unwrap();
+    let generate = ["generate", "--model", model, "--prompt", "hi", "--precision"];
+    let serve = ["serve", "--model", model, "--port", "0", "--precision"];
+    let names_the_model = ["--precision q8", "qwen2-gqa"];
+    for (args, value, says) in [
+        (&generate[..], "q8", &names_the_model[..]),
+        (&serve[..], "q8", &names_the_model[..]),
+        (&generate[..], "q4", &["\"q4\" is not a precision"][..]),
+    ] {
+        let args: Vec<&str> = args.iter().copied().chain([value]).collect();
+        let stderr = stderr_of_failure(&rein(&args));
+        assert!(says.iter().all(|s| stderr.contains(s)), "{args:?}: {stderr}");
+    }
 
     let runs = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("q8-runs");
     let rein = env!("CARGO_BIN_EXE_rein");

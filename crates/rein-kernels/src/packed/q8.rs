@@ -366,7 +366,8 @@ fn add_block(y: f32, dot: i32, row: &QuantRow, beta: usize, scale: f32, offset: 
 /// The tile in plain loops: the definition the vector kernels match bit for bit.
 fn portable(b: &PackedMatrix, g: usize, rows: &[QuantRow], tile: &mut [[f32; GROUP]; 4]) {
     let (per_block, base) = (b.quads_per_block(), g * b.quads_per_group());
-    let stored = |j: usize, c: usize, t: usize| match b.quads() {
+    let quads = b.quads();
+    let stored = |j: usize, c: usize, t: usize| match quads {
         Quads::Nibbles(q) => i32::from((q[(base + j) * 64 + 4 * (c % 16) + t] >> (c / 16 * 4)) & 0x0F),
         Quads::Bytes(q) => i32::from(q[(base + j) * 128 + 4 * c + t]),
     };
