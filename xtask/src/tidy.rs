@@ -22,13 +22,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("rein-plugin", &["rein-core"]),
     ("rein-model", &["rein-core", "rein-kernels", "rein-gguf"]),
     ("rein-optim", &["rein-core"]),
-    ("rein-sampler", &["rein-core", "rein-model"]),
+    ("rein-sampler", &["rein-core", "rein-kernels", "rein-model"]),
     ("rein-plot", &[]),
     ("rein-py", &["rein-core", "rein-plugin"]),
     (
         "rein-train",
         &[
             "rein-core",
+            "rein-kernels",
             "rein-recipe",
             "rein-plugin",
             "rein-model",

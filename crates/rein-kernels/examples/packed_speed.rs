@@ -1,12 +1,13 @@
 //! Times decoding's products (1 and 16 rows by a 576 × 1536 matrix: one token, and one token of
 //! each of a GRPO group's 16 sequences) with the matrix dense, packed, and packed with the
-//! activations quantised to 8 bits (not exact).
+//! activations quantised to 8 bits (not exact). `K=… N=…` in the environment choose another shape.
 use std::time::Instant;
 
 use rein_kernels::{Init, MatRef, PackedMatrix, matmul, matmul_packed, matmul_packed_q8};
 
 fn main() {
-    let (k, n) = (576, 1536);
+    let dims = |v: &str, d: usize| std::env::var(v).ok().and_then(|s| s.parse().ok()).unwrap_or(d);
+    let (k, n) = (dims("K", 576), dims("N", 1536));
     let codes: Vec<i8> = (0..k * n).map(|i| (i * 7 % 16) as i8).collect();
     // Scales with an f16's 11 significant bits, as a GGUF block's are.
     let f16_precision = |x: f32| f32::from_bits(x.to_bits() & 0xFFFF_E000);

@@ -24,6 +24,7 @@ pub mod matmul;
 mod micro_kernel;
 pub mod packed;
 mod panels;
+pub mod team;
 mod unpacked;
 
 pub use isa::Isa;

@@ -18,7 +18,7 @@
 //! stream, continued across turns.
 
 use burn::tensor::{Bool, Int, Tensor, TensorData};
-use rayon::prelude::*;
+use rein_kernels::team;
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, Context, FusedProjections, KvCache, Rope};
 
@@ -246,17 +246,13 @@ impl<'m, B: ReinBackend> Session<'m, B> {
             // Each sequence draws from its own stream, so they can draw on every thread at once
             // (a softmax over the whole vocabulary each).
             let config = &self.config;
-            let choices: Vec<Option<Choice>> = self
-                .sequences
-                .par_iter_mut()
-                .zip(&active)
-                .map(|(sequence, slot)| {
-                    slot.map(|_| {
-                        let (sampled, top) = choose_with_top(&sequence.logits, config, &mut sequence.rng);
-                        Choice { sampled, top }
-                    })
-                })
-                .collect();
+            let mut choices: Vec<Option<Choice>> = active.iter().map(|_| None).collect();
+            let draws = self.sequences.iter_mut().zip(&active).zip(&mut choices);
+            let draws: Vec<_> = draws.filter(|((_, slot), _)| slot.is_some()).collect();
+            team::for_each(draws, |((sequence, _), choice)| {
+                let (sampled, top) = choose_with_top(&sequence.logits, config, &mut sequence.rng);
+                *choice = Some(Choice { sampled, top });
+            });
             let mut ended = Vec::new();
             for (seq, (slot, choice)) in active.iter_mut().zip(choices).enumerate() {
                 let (
@@ -441,11 +437,11 @@ impl<'m, B: ReinBackend> Session<'m, B> {
             }
         }
         let run = |(cache, feed): &mut (&mut KvCache<B>, &Feed)| forward_feed(model, rope, fused, cache, feed, device);
-        if caches.len() > 1 {
-            caches.par_iter_mut().map(run).collect()
-        } else {
-            caches.iter_mut().map(run).collect()
-        }
+        let mut outs: Vec<Option<_>> = caches.iter().map(|_| None).collect();
+        team::for_each(caches.iter_mut().zip(&mut outs).collect(), |(shard, out)| {
+            *out = Some(run(shard))
+        });
+        outs.into_iter().map(|out| out.expect("each shard ran")).collect()
     }
 
     /// The prefill's forward pass (one cache, not yet sharded).

@@ -255,9 +255,8 @@ fn product(isa: Isa, c: &mut [f32], ldc: usize, a: MatRef<'_>, b: &PackedMatrix,
         true => m * n * k >= PARALLEL_Q8_WORK,
         false => n * k >= PARALLEL_Q8,
     };
-    let split = worth_splitting && rayon::current_thread_index().is_none();
-    let tasks = if split {
-        rayon::current_num_threads().min(groups)
+    let tasks = if worth_splitting {
+        crate::team::threads().min(groups)
     } else {
         1
     };
@@ -273,21 +272,18 @@ fn product(isa: Isa, c: &mut [f32], ldc: usize, a: MatRef<'_>, b: &PackedMatrix,
     };
     match tasks {
         1 => run(0),
-        _ => (0..tasks).into_par_iter().for_each(run),
+        _ => crate::team::run(tasks, &run),
     }
 }
 
-/// Elements of `B` from which a q8 product is split across threads: eight times the exact
-/// path's `PARALLEL_READ`, as a q8 product reads each element about twice as fast and waking a
-/// thread costs what reading 2²⁰ of them does. On a 2-vCPU Xeon, a 576 × 1536 product took
-/// 19 µs on one thread and 33 µs split in two, and decoding SmolLM2 at batch 1 was 25% slower
-/// with every product from 2¹⁸ elements split.
-const PARALLEL_Q8: usize = 1 << 21;
+/// Elements of `B` from which a q8 product of fewer than 16 rows is split across threads. On a
+/// 2-vCPU Xeon (VNNI) one-row products ran, alone and split: 576 × 576 8.3 and 10.6 µs,
+/// 576 × 960 12.2 and 9.4 µs, 576 × 1536 17.7 and 12.0 µs, 1536 × 576 20.8 and 15.7 µs.
+const PARALLEL_Q8: usize = 1 << 19;
 
-/// Multiply-adds from which a q8 product of 16 rows or more is split across threads (a
-/// prefill's). On the 2-vCPU Xeon a 576 × 1536 product ran as fast split as not at 16 rows
-/// (1.4·10⁷ multiply-adds, 130 µs) and 1.6× faster split at 256 rows.
-const PARALLEL_Q8_WORK: usize = 1 << 24;
+/// Multiply-adds from which a q8 product of 16 rows or more is split across threads. On the
+/// 2-vCPU Xeon a 576 × 1536 product took 157 µs alone and 98 µs split at 16 rows.
+const PARALLEL_Q8_WORK: usize = 1 << 21;
 
 /// `C`'s first element, shared by tasks that write disjoint columns.
 struct SharedOut(*mut f32);

@@ -7,7 +7,7 @@
 use burn::backend::Flex;
 use burn::tensor::{DType, TensorData};
 use burn_flex::FlexTensor;
-use rayon::prelude::*;
+use rein_kernels::team;
 use rein_kernels::{Init, Isa, MatRef};
 
 use super::{ReinBackend, generic_ops};
@@ -45,7 +45,7 @@ pub(super) fn rows_per_block(width: usize) -> usize {
 /// `out` is large enough and this thread is not already one of several parallel tasks.
 pub(super) fn for_blocks(out: &mut [f32], block: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
     if out.len() >= PARALLEL_ELEMENTS && !nested() {
-        out.par_chunks_mut(block).enumerate().for_each(|(i, out)| f(i, out));
+        team::for_each(out.chunks_mut(block).enumerate().collect(), |(i, out)| f(i, out));
     } else {
         out.chunks_mut(block).enumerate().for_each(|(i, out)| f(i, out));
     }
@@ -55,15 +55,18 @@ pub(super) fn for_blocks(out: &mut [f32], block: usize, f: impl Fn(usize, &mut [
 /// work (`work_per_row` elements each) is large enough and this thread is not already one of
 /// several parallel tasks. Each row is computed alone, so the split never changes a result.
 pub(super) fn for_rows(out: &mut [f32], out_width: usize, work_per_row: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
-    let rows = out.len() / out_width.max(1);
+    let width = out_width.max(1);
+    let rows = out.len() / width;
     if rows * work_per_row >= PARALLEL_ELEMENTS && !nested() {
-        out.par_chunks_mut(out_width.max(1))
-            .enumerate()
-            .for_each(|(r, out)| f(r, out));
+        // Tasks of whole rows, about `BLOCK` elements of work each.
+        let per_task = (BLOCK / work_per_row.max(1)).max(1);
+        team::for_each(out.chunks_mut(width * per_task).enumerate().collect(), |(t, out)| {
+            for (r, out) in out.chunks_mut(width).enumerate() {
+                f(t * per_task + r, out);
+            }
+        });
     } else {
-        out.chunks_mut(out_width.max(1))
-            .enumerate()
-            .for_each(|(r, out)| f(r, out));
+        out.chunks_mut(width).enumerate().for_each(|(r, out)| f(r, out));
     }
 }
 
@@ -104,7 +107,7 @@ pub(super) use with_avx2;
 /// Whether this thread already runs one of several parallel tasks (a decoding shard), so a
 /// kernel splitting its work further would only add synchronisation.
 pub(super) fn nested() -> bool {
-    rayon::current_thread_index().is_some()
+    team::threads() < 2
 }
 
 pub(super) fn dims(x: &FlexTensor) -> Vec<usize> {

@@ -9,7 +9,7 @@ use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
-use rayon::prelude::*;
+use rein_kernels::team;
 
 use super::flex::{
     BLOCK, PARALLEL_ELEMENTS, dims, exp_f32, f32s, for_blocks, nested, rows_of, shape_2d, tensor, with_avx2,
@@ -111,11 +111,8 @@ impl SwigluKernels for Flex {
             swiglu_backward_in_place(d_gate, d_up, &g[at.clone()], &u[at.clone()], &dy[at]);
         };
         if dy.len() >= PARALLEL_ELEMENTS && !nested() {
-            d_gate
-                .par_chunks_mut(BLOCK)
-                .zip(d_up.par_chunks_mut(BLOCK))
-                .enumerate()
-                .for_each(block);
+            let blocks = d_gate.chunks_mut(BLOCK).zip(d_up.chunks_mut(BLOCK)).enumerate();
+            team::for_each(blocks.collect(), block);
         } else {
             d_gate
                 .chunks_mut(BLOCK)

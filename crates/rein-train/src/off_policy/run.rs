@@ -24,11 +24,7 @@ pub fn train<B: ReinAutodiffBackend>(
     };
     let recipe = plan.recipe;
     let mut learner = OffPolicy::<B>::new(plan, make_env, device, checkpointing.dir.is_some())?;
-    // The twin critics run on rayon's threads at each update (`rayon::join`). Joined from one of
-    // those threads, a join hands one critic to the other thread; from this one, each join wakes
-    // the pool and puts this thread to sleep until both are done (~10% of an SAC update spent
-    // switching threads on two cores).
-    let (driven, mut metrics) = rayon::scope(|_| drive(recipe, &mut learner, run, checkpointing))?;
+    let (driven, mut metrics) = drive(recipe, &mut learner, run, checkpointing)?;
 
     let eval_return = match recipe.train.eval_episodes {
         0 => None,

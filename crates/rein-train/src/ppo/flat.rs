@@ -3,7 +3,7 @@
 //! the heads' `log π` and entropy), global-norm clipping and [`FlatAdam`] — the steps
 //! [`BurnLearner`](super::learner::BurnLearner) takes through burn's autodiff, from the same
 //! initial weights, without building a graph. The actor's and the critic's passes run side by
-//! side on rayon's threads: the loss couples them only through its sum.
+//! side on two threads (`rein_kernels::team::join`): the loss couples them only through its sum.
 
 use rein_core::Activation;
 use rein_model::safetensors_file::{Tensors, module_tensors};
@@ -127,7 +127,7 @@ impl Learner for FlatLearner {
             log_std_grads,
             ..
         } = self;
-        let ((surrogate, entropy), value) = rayon::join(
+        let ((surrogate, entropy), value) = rein_kernels::team::join(
             || actor_gradients((actor, *head), (log_std, log_std_grads), &mb, config),
             || critic_gradients(critic, &mb, config),
         );

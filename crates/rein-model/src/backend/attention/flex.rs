@@ -6,7 +6,7 @@
 use burn::backend::Flex;
 use burn::tensor::ops::FloatTensorOps;
 use burn_flex::FlexTensor;
-use rayon::prelude::*;
+use rein_kernels::team;
 
 use super::super::flex::*;
 use super::sequence_spans;
@@ -108,7 +108,7 @@ impl Span {
 /// large enough and this thread is not already one of several parallel tasks.
 pub(super) fn for_each_sequence<T: Send>(items: impl Iterator<Item = T>, work: usize, f: impl Fn(T) + Sync + Send) {
     if work >= PARALLEL_WORK && !nested() {
-        items.collect::<Vec<_>>().into_par_iter().for_each(f);
+        team::for_each(items.collect(), f);
     } else {
         items.for_each(f);
     }

@@ -2,7 +2,8 @@
 //! same order and from the same initial weights, computed by hand on flat buffers (forward and
 //! backward passes without autodiff, [`FlatAdam`], Polyak averaging in place) so that an update
 //! of two 64-unit critics and an actor costs its products and little else. The two critics run
-//! side by side on rayon's threads (each critic's numbers do not depend on the other's thread).
+//! side by side on two threads (`rein_kernels::team::join`; each critic's numbers do not depend on
+//! the other's thread).
 //!
 //! The losses' gradients are written out next to their equations: the squashed Gaussian's in
 //! rein-optim ([`rein_optim::squashed_gaussian_row_backward`]), the rest below.
@@ -110,7 +111,7 @@ impl Twin {
     /// `f(k, Qₖ)` on both critics at once.
     fn both<R: Send>(&mut self, f: impl Fn(usize, &mut Critic) -> R + Sync) -> [R; 2] {
         let [q1, q2] = &mut self.0;
-        let (r1, r2) = rayon::join(|| f(0, q1), || f(1, q2));
+        let (r1, r2) = rein_kernels::team::join(|| f(0, q1), || f(1, q2));
         [r1, r2]
     }
 

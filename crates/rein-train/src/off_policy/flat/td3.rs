@@ -106,7 +106,7 @@ impl FlatTd3 {
             q.values(&batch.obs, &batch.actions, batch.rows);
             q.step_toward(&y, s.learning_rate)
         };
-        let (((qf1_loss, qf1_values), actor_loss), (qf2_loss, _)) = rayon::join(
+        let (((qf1_loss, qf1_values), actor_loss), (qf2_loss, _)) = rein_kernels::team::join(
             || {
                 let first = step_toward(q1);
                 (first, update_actor.then(|| actor.run(q1, &batch.obs, &mut trace)))
