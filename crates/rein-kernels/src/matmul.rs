@@ -42,8 +42,8 @@ pub enum Init {
 }
 
 /// `C ← C₀ + A·B` on the active instruction set ([`Isa::active`]), split across as many threads
-/// as rayon has (the caller and the kernels' own helper threads) when the product is large
-/// enough and the caller is not already one of rayon's threads.
+/// as rayon has (the caller and the kernels' own helper threads, [`crate::team`]) when the
+/// product is large enough and the caller's work is not already split ([`crate::team::threads`]).
 ///
 /// `c` is row-major `m × n` with row stride `ldc ≥ n`.
 ///

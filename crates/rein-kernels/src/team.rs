@@ -11,7 +11,7 @@
 //! the rest; a helper still asleep costs nothing, since the caller then runs its tasks too.
 //!
 //! A split only decides which thread computes which elements, never an element's order, so
-//! results are the same whoever runs a task (the contract in [`crate::matmul`]).
+//! results are the same whoever runs a task (the contract in [`mod@crate::matmul`]).
 
 use std::any::Any;
 use std::cell::UnsafeCell;
