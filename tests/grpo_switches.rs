@@ -4,45 +4,17 @@
 
 use std::path::Path;
 
-use burn::backend::{Autodiff, Flex};
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::Tensor;
-use burn::tensor::backend::Backend;
 use rein_core::{
-    AdvantageKind, Aggregation, CompletionScore, EpisodeStart, Group, GroupScores, KlEstimator, Message, Opening,
-    PluginError, RatioLevel, Reply, RewardFn, SamplerPrecision, StdScaling, TextEnv, Turn,
+    AdvantageKind, Aggregation, EpisodeStart, KlEstimator, Message, Opening, PluginError, RatioLevel, Reply,
+    SamplerPrecision, StdScaling, TextEnv, Turn,
 };
-use rein_model::lm::{CausalLm, LmTokenizer, load};
-use rein_recipe::{CurriculumSection, GrpoSection, OptimizerSection, SamplerSection};
-use rein_train::driver::{Record, Trainer};
+use rein_recipe::{CurriculumSection, GrpoSection, SamplerSection};
 use rein_train::lm::episodes::Agent;
-use rein_train::lm::{Grpo, GrpoContext, Prompt, WeightedReward};
-use rein_train::watchdog::Phases;
 
-type B = Autodiff<Flex>;
+#[path = "common/grpo_trace.rs"]
+mod grpo_trace;
 
-/// A reward computed in Rust from the prompt and the completion's index in its group.
-struct Scripted(fn(&str, usize) -> f64);
-
-impl RewardFn for Scripted {
-    fn name(&self) -> &str {
-        "scripted"
-    }
-
-    fn score(&mut self, groups: &[Group]) -> Result<Vec<GroupScores>, PluginError> {
-        Ok(groups
-            .iter()
-            .map(|g| {
-                (0..g.completions.len())
-                    .map(|i| CompletionScore {
-                        score: Some((self.0)(&g.prompt, i)),
-                        components: Vec::new(),
-                    })
-                    .collect()
-            })
-            .collect())
-    }
-}
+use grpo_trace::{Run, Trace};
 
 /// Alternating 0, 1, 0, 1 within every group: each group has signal.
 fn alternating(_: &str, i: usize) -> f64 {
@@ -60,41 +32,6 @@ fn mixed_only(prompt: &str, i: usize) -> f64 {
         (i % 2) as f64
     } else {
         1.0
-    }
-}
-
-/// Every parameter's values, in visiting order.
-fn parameters(model: &CausalLm<B>) -> Vec<f32> {
-    struct Collect(Vec<f32>);
-    impl<Bk: Backend> ModuleVisitor<Bk> for Collect {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Bk, D>>) {
-            self.0
-                .extend(param.val().into_data().convert::<f32>().to_vec::<f32>().unwrap());
-        }
-    }
-    let mut collect = Collect(Vec::new());
-    model.visit(&mut collect);
-    collect.0
-}
-
-/// What `steps` GRPO steps did: each step's record and the parameters before and after.
-struct Trace {
-    records: Vec<Record>,
-    before: Vec<f32>,
-    after: Vec<f32>,
-}
-
-impl Trace {
-    fn value(&self, step: usize, key: &str) -> f64 {
-        let record = &self.records[step - 1];
-        record
-            .get(key)
-            .and_then(|v| v.as_f64())
-            .unwrap_or_else(|| panic!("step {step}: no number `{key}` in {record:?}"))
-    }
-
-    fn moved(&self) -> bool {
-        self.before != self.after
     }
 }
 
@@ -124,53 +61,17 @@ fn run_model(
     agent: Option<&mut Agent>,
     curriculum: Option<&CurriculumSection>,
 ) -> Trace {
-    let device = Default::default();
-    let model = load::<B>(dir, &device).unwrap();
-    let tokenizer = LmTokenizer::load(dir, &model.config().eos_ids()).unwrap();
-    let prompts: Vec<Prompt> = prompts
-        .iter()
-        .map(|&text| Prompt {
-            text: text.into(),
-            tokens: tokenizer.encode(text).unwrap(),
-            answer: None,
-            target: None,
-            target_trained: None,
-            metadata: String::new(),
-            // The first word is the prompt's source (what a UCB curriculum draws between).
-            source: text.split(' ').next().unwrap_or_default().into(),
-        })
-        .collect();
-    let mut rewards = [WeightedReward {
-        reward: Box::new(Scripted(reward)),
-        weight: 1.0,
-        isolate: false,
-    }];
-    // No weight decay: a step whose gradients are all zero leaves every parameter as it was.
-    let optimizer = OptimizerSection {
-        lr: 2e-2,
-        weight_decay: 0.0,
-        ..OptimizerSection::default()
-    };
-    let before = parameters(&model);
-    let ctx = GrpoContext {
-        tokenizer: &tokenizer,
-        prompts: &prompts,
-        rewards: &mut rewards,
-        accuracy_reward: 0,
-        curriculum,
-        grpo: &grpo,
-        sampler: &sampler,
-        optimizer: &optimizer,
-        seed: 7,
+    let devices = 1;
+    Run {
+        grpo,
+        sampler,
+        prompts,
+        reward,
         agent,
-    };
-    let mut algorithm = Grpo::new(model, ctx, &device).unwrap();
-    let phases = Phases::new(Default::default(), Default::default());
-    let records = (1..=grpo.steps)
-        .map(|step| algorithm.step(step, &phases).unwrap().record)
-        .collect();
-    let after = parameters(&algorithm.model);
-    Trace { records, before, after }
+        curriculum,
+        devices,
+    }
+    .trace(dir)
 }
 
 fn grpo(steps: usize) -> GrpoSection {

@@ -241,7 +241,6 @@ fn values_out_of_range_name_the_key_and_the_range() {
         ("optimizer.max_grad_norm=0", "optimizer.max_grad_norm", "positive"),
         ("train.stall_timeout_s=0", "train.stall_timeout_s", "positive"),
         ("train.devices=0", "train.devices", "at least 1"),
-        ("train.devices=2", "train.devices", "built for SFT"),
         (
             "algorithm.advantage=\"gigpo\"",
             "algorithm.advantage",
@@ -624,6 +623,14 @@ fn a_teacher_needs_a_model_and_a_positive_weight() {
     let dir = recipes(&[("grpo.toml", &with("model = \"teacher\""))]);
     let teacher = load(&dir, "grpo.toml", &[]).unwrap().recipe.teacher.unwrap();
     assert_eq!((teacher.model.as_str(), teacher.coef), ("teacher", 1.0));
+    // Data parallelism splits GRPO's batches, but not the full KL's teacher logits.
+    load(&dir, "grpo.toml", &["train.devices=2"]).unwrap();
+    let err = load(&dir, "grpo.toml", &["train.devices=2", "teacher.kl=\"full\""]).unwrap_err();
+    assert!(
+        matches!(&err, RecipeError::Invalid { path, message, .. }
+            if path == "train.devices" && message.contains("`teacher.kl = \"full\"`) trains on one device")),
+        "{err}"
+    );
 }
 
 const DPO: &str = r#"
@@ -658,6 +665,11 @@ fn a_dpo_recipe_names_what_it_does_not_use_and_what_is_out_of_range() {
         ("algorithm.max_length=1", "algorithm.max_length", "at least 2"),
         ("algorithm.batch_size=0", "algorithm.batch_size", "at least 1"),
         ("algorithm.loss_type=\"kto\"", "algorithm.loss_type", "sigmoid"),
+        (
+            "train.devices=2",
+            "train.devices",
+            "this algorithm trains on one device",
+        ),
     ] {
         let err = load(&dir, "dpo.toml", &[set]).unwrap_err();
         let text = err.to_string();
@@ -693,6 +705,7 @@ fn a_dpo_recipe_names_what_it_does_not_use_and_what_is_out_of_range() {
             "teacher.model",
             "online DPO does not use [teacher]",
         ),
+        ("train.devices=2", "train.devices", "SFT and the GRPO family"),
     ] {
         let err = load(&dir, "online.toml", &[set]).unwrap_err();
         let text = err.to_string();

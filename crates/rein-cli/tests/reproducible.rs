@@ -60,7 +60,15 @@ fn same_on_every_instruction_set(recipe: &str, overrides: &[&str], files: &[&str
         )
         .collect();
     assert!(isas.len() >= 2 && isas.contains(&"scalar"), "{isas:?}");
-    let tag = recipe.trim_start_matches("recipes/").trim_end_matches(".toml");
+    // Tests run at once in one process: each recipe and set of overrides its own run directories.
+    let overrides_hash = {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::hash::DefaultHasher::new();
+        overrides.hash(&mut hasher);
+        hasher.finish()
+    };
+    let name = recipe.trim_start_matches("recipes/").trim_end_matches(".toml");
+    let tag = &format!("{name}-{overrides_hash:016x}");
     let first = run(recipe, overrides, isas[0], tag);
     let metrics = common::metrics_without_timings(&first);
     assert!(!metrics.is_empty());
@@ -99,26 +107,35 @@ fn ppo_is_the_same_on_every_instruction_set() {
     );
 }
 
+/// A small run of the main job: SFT then GRPO.
+const SFT_AND_GRPO: [&str; 9] = [
+    "sft.steps=3",
+    "sft.batch_size=8",
+    "algorithm.steps=2",
+    "algorithm.prompts_per_step=2",
+    "sampler.n=4",
+    "sampler.max_new_tokens=16",
+    "data.task.train=200",
+    "data.task.test=4",
+    "eval.k=2",
+];
+
+const SFT_AND_GRPO_FILES: [&str; 4] = [
+    "data/train.jsonl",
+    "sft/model.safetensors",
+    "final/model.safetensors",
+    "final/config.json",
+];
+
 #[test]
 fn sft_and_grpo_are_the_same_on_every_instruction_set() {
-    same_on_every_instruction_set(
-        "recipes/grpo-arithmetic.toml",
-        &[
-            "sft.steps=3",
-            "sft.batch_size=8",
-            "algorithm.steps=2",
-            "algorithm.prompts_per_step=2",
-            "sampler.n=4",
-            "sampler.max_new_tokens=16",
-            "data.task.train=200",
-            "data.task.test=4",
-            "eval.k=2",
-        ],
-        &[
-            "data/train.jsonl",
-            "sft/model.safetensors",
-            "final/model.safetensors",
-            "final/config.json",
-        ],
-    );
+    same_on_every_instruction_set("recipes/grpo-arithmetic.toml", &SFT_AND_GRPO, &SFT_AND_GRPO_FILES);
+}
+
+/// With each batch split across two devices (burn-collective's all-reduce of two shares is
+/// `a + b = b + a`), as `train.devices` promises.
+#[test]
+fn sft_and_grpo_on_two_devices_are_the_same_on_every_instruction_set() {
+    let overrides: Vec<&str> = SFT_AND_GRPO.into_iter().chain(["train.devices=2"]).collect();
+    same_on_every_instruction_set("recipes/grpo-arithmetic.toml", &overrides, &SFT_AND_GRPO_FILES);
 }

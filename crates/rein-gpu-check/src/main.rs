@@ -8,6 +8,7 @@
 //! what passes here is what `rein train` runs. With `--device cpu` it runs the same rows on the
 //! CPU backend (how the test suite checks the CPU half of every row).
 
+mod data_parallel;
 mod parity;
 mod probe;
 mod report;
@@ -156,6 +157,7 @@ fn checks<B: ReinBackend>(
     }
     if !args.no_parity {
         parity::run::<B>(&args.fixtures, device, &mut report);
+        data_parallel::run::<B>(&args.fixtures, device, &mut report);
     }
     if let (Some(model), Some(prompts)) = (&args.speed_model, &args.prompts) {
         let setup = SpeedSetup {

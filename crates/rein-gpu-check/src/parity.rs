@@ -71,63 +71,6 @@ pub fn run<B: ReinBackend>(fixtures: &Path, device: &B::Device, report: &mut Rep
         Kind::Parity,
         |report| session_rows::<B>(fixtures, device, report),
     );
-    guarded::<B>(report, device, "sft split across two peers", Kind::Parity, |report| {
-        data_parallel_rows::<B>(fixtures, device, report)
-    });
-}
-
-/// Three SFT steps of the tiny Qwen2 with each batch on `devices` (split across them when
-/// several): each step's loss and gradient norm.
-fn sft_steps<B: ReinBackend>(fixtures: &Path, devices: Vec<B::Device>) -> Result<Vec<(f64, f64)>> {
-    use rein_train::driver::Trainer;
-    let model = model::<Autodiff<B>>(fixtures, "qwen2-gqa", &devices[0])?;
-    let examples: Vec<rein_train::lm::Prompt> = (0..6u32)
-        .map(|i| rein_train::lm::Prompt {
-            text: String::new(),
-            tokens: (0..2 + i % 3).map(|j| (i * 31 + j * 7 + 3) % 500).collect(),
-            answer: None,
-            target: Some((0..3 + i % 4).map(|j| (i * 13 + j * 17 + 5) % 500).collect()),
-            target_trained: None,
-            metadata: String::new(),
-            source: String::new(),
-        })
-        .collect();
-    let section = rein_recipe::SftSection {
-        steps: 3,
-        batch_size: 6,
-        lr: 1e-3,
-        warmup_steps: 0,
-        ..rein_recipe::SftSection::default()
-    };
-    let mut sft = rein_train::lm::Sft::new(model, &examples, 0, &section, 4, devices)?;
-    let phases = rein_train::watchdog::Phases::new(std::time::Duration::ZERO, Default::default());
-    let mut steps = Vec::new();
-    for step in 1..=3 {
-        let record = sft.step(step, &phases)?.record;
-        let value = |key: &str| record[key].as_f64().unwrap_or(f64::NAN);
-        steps.push((value("sft/loss"), value("sft/grad_norm")));
-    }
-    Ok(steps)
-}
-
-/// SFT with each batch split across two peers of burn-collective's all-reduce, both on this
-/// device (`train.devices` on one GPU), against the same steps unsplit: each step's loss and
-/// gradient norm. (Not the parameters: AdamW turns the rounding noise of a gradient that is
-/// zero in exact arithmetic, such as a key projection's bias, into steps of ±lr.)
-fn data_parallel_rows<B: ReinBackend>(fixtures: &Path, device: &B::Device, report: &mut Report) -> Result<()> {
-    let one = sft_steps::<B>(fixtures, vec![device.clone()])?;
-    let two = sft_steps::<B>(fixtures, vec![device.clone(), device.clone()])?;
-    let worst = (one.iter().zip(&two))
-        .flat_map(|((loss, norm), (loss_2, norm_2))| [(loss - loss_2).abs(), (norm - norm_2).abs() / norm.max(1.0)])
-        .fold(0.0, |m: f64, d| if d.is_nan() { f64::INFINITY } else { m.max(d) });
-    report.parity(
-        "sft split across 2 peers: losses and gradient norms vs unsplit",
-        worst,
-        1e-6,
-        "",
-        "max |Δ| over 3 steps (gradient norms relative)",
-    );
-    Ok(())
 }
 
 /// Runs `f` on the CPU with rein's CPU kernels, whatever `--generic-ops` chose for the device side.
@@ -284,7 +227,7 @@ fn summary(error: &str) -> String {
     }
 }
 
-fn model<B: ReinBackend>(fixtures: &Path, name: &str, device: &B::Device) -> Result<CausalLm<B>> {
+pub(crate) fn model<B: ReinBackend>(fixtures: &Path, name: &str, device: &B::Device) -> Result<CausalLm<B>> {
     let dir = fixtures.join("lm").join(name);
     load::<B>(&dir, device).with_context(|| format!("loading {}", dir.display()))
 }

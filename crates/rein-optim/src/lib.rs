@@ -14,7 +14,8 @@
 //!   [`reinforce_pp`]) and their difficulty-aware weights ([`reweight_by_difficulty`]), GiGPO's episode- and step-level advantages for multi-turn episodes
 //!   ([`gigpo_advantages`]), [`policy_loss`] (PPO-clip with clip-higher and dual-clip, GSPO
 //!   sequence ratios, KL and entropy terms), [`aggregate`] (token-mean, seq-mean-token-mean,
-//!   seq-mean-token-sum-norm) and the [`kl_estimate`] estimators k1, k2, k3;
+//!   seq-mean-token-sum-norm; [`share_weight`] for a batch split across devices) and the
+//!   [`kl_estimate`] estimators k1, k2, k3;
 //!   [`lag_correction`] (TIS, IcePop) for completions another policy sampled;
 //!   [`add_teacher_advantages`] and [`full_reverse_kl`], on-policy distillation's sampled and
 //!   full-vocabulary reverse KL.
@@ -62,7 +63,7 @@ mod squashed_rows;
 mod td3;
 mod token_advantages;
 
-pub use aggregation::aggregate;
+pub use aggregation::{Counted, aggregate, share_weight};
 pub use difficulty_weight::{difficulty_weight, reweight_by_difficulty};
 pub use distillation::{add_teacher_advantages, full_reverse_kl};
 pub use finite::{non_finite_gradient, non_finite_parameter};

@@ -210,15 +210,25 @@ impl LoadedRecipe {
         if r.train.devices == 0 {
             return Err(self.invalid("train.devices", "must be at least 1"));
         }
-        if r.train.devices > 1 && !matches!(r.algorithm, Algorithm::Sft(_)) {
-            return Err(self.invalid(
-                "train.devices",
-                format!(
-                    "data parallelism ({} devices) is built for SFT (`algorithm.name = \"sft\"`) only; \
-                     this algorithm trains on one device",
-                    r.train.devices
-                ),
-            ));
+        if r.train.devices > 1 {
+            let refused = match &r.algorithm {
+                Algorithm::Sft(_) => None,
+                Algorithm::Grpo(_) if r.teacher.as_ref().is_some_and(|t| t.kl == TeacherKl::Full) => {
+                    Some("the full reverse KL to a teacher (`teacher.kl = \"full\"`) trains on one device")
+                }
+                Algorithm::Grpo(_) => None,
+                _ => Some("this algorithm trains on one device"),
+            };
+            if let Some(why) = refused {
+                return Err(self.invalid(
+                    "train.devices",
+                    format!(
+                        "data parallelism ({} devices) splits the batches of SFT and the GRPO family \
+                         (`algorithm.name = \"sft\"` or `\"grpo\"`); {why}",
+                        r.train.devices
+                    ),
+                ));
+            }
         }
         if !r.train.log.contains(&LogFormat::Jsonl) {
             return Err(self.invalid(

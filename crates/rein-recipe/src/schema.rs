@@ -677,7 +677,8 @@ pub struct TrainSection {
     /// after saving the last completed step.
     pub stall_timeout_s: f64,
     /// Devices each batch is split across, gradients summed by an all-reduce (data
-    /// parallelism; SFT only): `cuda:0..N` on a GPU machine, the CPU `N` times on the CPU.
+    /// parallelism; SFT and the GRPO family): `cuda:0..N` on a GPU machine, the CPU `N` times
+    /// on the CPU.
     pub devices: usize,
     /// Where metrics go: `jsonl` (`metrics.jsonl`, always: it is how a run resumes and is
     /// drawn) and `tensorboard` (event files under `tb/`).

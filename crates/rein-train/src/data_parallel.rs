@@ -33,6 +33,17 @@ pub fn devices<D: DeviceOps>(first: &D, n: usize) -> Vec<D> {
         .collect()
 }
 
+/// `rows` split into `shares` contiguous ranges, as even as they go (the first ones one longer).
+pub fn row_shares(rows: usize, shares: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let (base, extra) = (rows / shares.max(1), rows % shares.max(1));
+    (0..shares).scan(0, move |start, s| {
+        let len = base + usize::from(s < extra);
+        let range = *start..*start + len;
+        *start += len;
+        Some(range)
+    })
+}
+
 /// The gradient of `Σ_s loss(s, model_s, device_s)` over the shards `s = 0..devices.len()`:
 /// shard `s` on `devices[s]` with its own copy of `model`, the gradients summed by an all-reduce
 /// (the same sum on every device, as each would apply it). Returns the gradients on
@@ -92,4 +103,25 @@ where
     }
     let grads = first.ok_or_else(|| TrainError::Unsupported("data parallelism over no device".into()))?;
     Ok((grads.to_device(&devices[0], model), values))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_shares_cover_every_row_once_as_evenly_as_they_go() {
+        for rows in 1..12 {
+            for shares in 1..=rows {
+                let ranges: Vec<_> = row_shares(rows, shares).collect();
+                assert_eq!(ranges.len(), shares);
+                assert_eq!(
+                    ranges.iter().flat_map(Clone::clone).collect::<Vec<_>>(),
+                    (0..rows).collect::<Vec<_>>()
+                );
+                let lens: Vec<usize> = ranges.iter().map(ExactSizeIterator::len).collect();
+                assert!(lens.iter().max().unwrap() - lens.iter().min().unwrap() <= 1, "{lens:?}");
+            }
+        }
+    }
 }

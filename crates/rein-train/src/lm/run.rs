@@ -5,8 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use burn::module::AutodiffModule;
-use rein_core::SamplerBackend;
-use rein_core::{RewardFn, TextEnv, Tool};
+use rein_core::{RewardFn, SamplerBackend, TextEnv, Tool};
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, SequenceClassifier, load, save};
 use rein_model::{ReinAutodiffBackend, ReinBackend};
@@ -631,7 +630,8 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             agent: self.setup.agent.as_mut(),
         };
         let generator = generator::<B::InnerBackend>(self.loaded, &self.setup.tokenizer, self.run, &self.device)?;
-        let mut grpo = lm::Grpo::with_generator(model, ctx, generator, &self.device)?;
+        let devices = crate::data_parallel::devices(&self.device, recipe.train.devices);
+        let mut grpo = lm::Grpo::with_generator(model, ctx, generator, &self.device)?.with_devices(devices);
         if let Some(teacher) = &recipe.teacher {
             let dir = model_path(self.loaded, &teacher.model);
             let model = load::<B::InnerBackend>(&dir, &self.device)

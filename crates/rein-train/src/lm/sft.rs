@@ -115,7 +115,7 @@ impl<B: ReinAutodiffBackend> Trainer for Sft<'_, B> {
             .collect();
         let trained: Vec<Option<&[bool]>> = picked.iter().map(|p| p.target_trained.as_deref()).collect();
         // One share of the rows per device (the whole batch on one device).
-        let shards: Vec<TokenBatch> = row_shards(pairs.len(), self.devices.len())
+        let shards: Vec<TokenBatch> = data_parallel::row_shares(pairs.len(), self.devices.len())
             .map(|rows| sft_batch(&pairs[rows.clone()], &trained[rows], self.pad_id))
             .collect();
         self.model
@@ -206,17 +206,6 @@ fn sft_loss<B: ReinAutodiffBackend>(
     (log_prob * batch.mask::<B>(device)).sum().neg().div_scalar(count)
 }
 
-/// `rows` split into `shards` contiguous ranges, as even as they go (the first ones one longer).
-fn row_shards(rows: usize, shards: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
-    let (base, extra) = (rows / shards, rows % shards);
-    (0..shards).scan(0, move |start, s| {
-        let len = base + usize::from(s < extra);
-        let range = *start..*start + len;
-        *start += len;
-        Some(range)
-    })
-}
-
 /// SFT's learning rate at `step` ([`warmup_then_decay`]).
 fn sft_lr(section: &SftSection, step: usize) -> f64 {
     warmup_then_decay(section.lr, section.warmup_steps, section.steps, step)
@@ -235,22 +224,6 @@ pub(super) fn warmup_then_decay(lr: f64, warmup: usize, steps: usize, step: usiz
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn row_shards_cover_every_row_once_as_evenly_as_they_go() {
-        for rows in 1..12 {
-            for shards in 1..=rows {
-                let ranges: Vec<_> = row_shards(rows, shards).collect();
-                assert_eq!(ranges.len(), shards);
-                assert_eq!(
-                    ranges.iter().flat_map(Clone::clone).collect::<Vec<_>>(),
-                    (0..rows).collect::<Vec<_>>()
-                );
-                let lens: Vec<usize> = ranges.iter().map(ExactSizeIterator::len).collect();
-                assert!(lens.iter().max().unwrap() - lens.iter().min().unwrap() <= 1, "{lens:?}");
-            }
-        }
-    }
 
     #[test]
     fn learning_rate_warms_up_then_decays_to_a_tenth() {

@@ -24,28 +24,28 @@ use crate::lm::turn_advantages::{EpisodeTurns, token_advantages};
 use crate::watchdog::Phases;
 
 /// The policy loss's inputs for a batch, `[rows, width]` each, as values and as tensors.
-struct LossInputs<B: ReinAutodiffBackend> {
+pub(super) struct LossInputs<B: ReinAutodiffBackend> {
     /// The sampler's log-probabilities of the completion tokens.
-    sampled_log_prob: Vec<f32>,
+    pub(super) sampled_log_prob: Vec<f32>,
     /// One advantage per completion token.
-    advantages: Vec<f32>,
+    pub(super) advantages: Vec<f32>,
     /// Which tokens count in the loss.
-    mask: Vec<f32>,
+    pub(super) mask: Vec<f32>,
     /// The PPO ratio's denominator: the sampler's log-probabilities, or with a lag correction
     /// the trainer's own before the batch's first update.
-    old_log_prob: Tensor<B, 2>,
-    advantage_tensor: Tensor<B, 2>,
-    mask_tensor: Tensor<B, 2>,
+    pub(super) old_log_prob: Tensor<B, 2>,
+    pub(super) advantage_tensor: Tensor<B, 2>,
+    pub(super) mask_tensor: Tensor<B, 2>,
     /// The reference policy's log-probabilities, for the KL term in the loss.
-    reference: Option<Tensor<B, 2>>,
+    pub(super) reference: Option<Tensor<B, 2>>,
     /// The teacher's scaled logits at every completion position and the weight of the full
     /// reverse KL to them in the loss ([`TeacherKl::Full`]).
-    teacher_logits: Option<(Tensor<B::InnerBackend, 2>, f32)>,
-    shape: [usize; 2],
+    pub(super) teacher_logits: Option<(Tensor<B::InnerBackend, 2>, f32)>,
+    pub(super) shape: [usize; 2],
 }
 
 impl<B: ReinAutodiffBackend> LossInputs<B> {
-    fn tensor(values: &[f32], shape: [usize; 2], device: &B::Device) -> Tensor<B, 2> {
+    pub(super) fn tensor(values: &[f32], shape: [usize; 2], device: &B::Device) -> Tensor<B, 2> {
         Tensor::from_data(TensorData::new(values.to_vec(), shape), device)
     }
 
@@ -53,7 +53,7 @@ impl<B: ReinAutodiffBackend> LossInputs<B> {
     /// (the `train/mismatch_kl` and correction metrics); with a correction, reweights the
     /// advantages, masks tokens and makes the trainer's log-probabilities the ratio's
     /// denominator.
-    fn correct(&mut self, trainer: Tensor<B, 2>, correction: &Correction, device: &B::Device) -> Record {
+    pub(super) fn correct(&mut self, trainer: Tensor<B, 2>, correction: &Correction, device: &B::Device) -> Record {
         let values: Vec<f32> = (trainer.clone().detach().into_data().convert::<f32>().to_vec()).unwrap_or_default();
         let corrected = lag_correction(&values, &self.sampled_log_prob, &self.mask, self.shape[1], correction);
         let mut record = Record::new();
@@ -77,14 +77,14 @@ impl<B: ReinAutodiffBackend> LossInputs<B> {
 }
 
 /// What one update measured.
-struct UpdateStats {
-    loss: f32,
-    clip_frac: f64,
-    grad_norm: f32,
-    kl: Option<f64>,
-    entropy: Option<f64>,
+pub(super) struct UpdateStats {
+    pub(super) loss: f32,
+    pub(super) clip_frac: f64,
+    pub(super) grad_norm: f32,
+    pub(super) kl: Option<f64>,
+    pub(super) entropy: Option<f64>,
     /// The full reverse KL to the teacher, per completion token.
-    teacher_kl: Option<f64>,
+    pub(super) teacher_kl: Option<f64>,
 }
 
 impl UpdateStats {
@@ -279,7 +279,8 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
     }
 
     /// LEARN: update `update` of step `step`, one gradient step on the policy loss. The first
-    /// update also measures (and, when asked, corrects) the sampler–trainer mismatch.
+    /// update also measures (and, when asked, corrects) the sampler–trainer mismatch. With
+    /// `train.devices > 1` the batch's rows are split across the devices ([`Self::split_gradients`]).
     fn update(
         &mut self,
         step: usize,
@@ -289,10 +290,33 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         mismatch: &mut Record,
         phases: &Phases,
     ) -> Result<UpdateStats, TrainError> {
-        let grpo = self.ctx.grpo;
-        let temperature = self.ctx.sampler.temperature.max(1e-6);
         self.model
             .set_dropout_key(generation_seed(self.ctx.seed ^ DROPOUT_SALT, step, update));
+        let shares = self.devices.len().min(tokens.rows);
+        let (mut grads, mut stats) = match shares {
+            0 | 1 => self.gradients(step, update, tokens, inputs, mismatch, phases)?,
+            _ => self.split_gradients(step, update, shares, tokens, inputs, mismatch, phases)?,
+        };
+        let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
+        stats.grad_norm = clip_grad_norm(&self.model, &mut grads, self.ctx.optimizer.max_grad_norm);
+        TrainError::check_gradients(step, stats.grad_norm, &self.model, &grads)?;
+        self.model = self.optim.step(self.lr.at(step), self.model.clone(), grads);
+        Ok(stats)
+    }
+
+    /// The policy loss's gradients on one device, and what the update measured (its gradient
+    /// norm is filled in after clipping).
+    fn gradients(
+        &self,
+        step: usize,
+        update: usize,
+        tokens: &TokenBatch,
+        inputs: &mut LossInputs<B>,
+        mismatch: &mut Record,
+        phases: &Phases,
+    ) -> Result<(GradientsParams, UpdateStats), TrainError> {
+        let grpo = self.ctx.grpo;
+        let temperature = self.ctx.sampler.temperature.max(1e-6);
         let graph = rein_model::one_graph();
         let rows = inputs.shape[0];
         let forward = phases.enter("forward", format!("the policy loss of {rows} completions"));
@@ -313,13 +337,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             }
         };
         if update == 0 {
-            let correction = Correction {
-                kind: grpo.correction,
-                level: grpo.correction_level,
-                tis_cap: grpo.tis_cap,
-                icepop_bounds: grpo.icepop_bounds,
-            };
-            *mismatch = inputs.correct(log_prob.clone(), &correction, &self.device);
+            *mismatch = inputs.correct(log_prob.clone(), &self.correction(), &self.device);
         }
         let (mask, advantages) = (&inputs.mask_tensor, &inputs.advantage_tensor);
         let entropy_value = entropy.as_ref().map(|h| {
@@ -350,20 +368,28 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         TrainError::check_loss(step, "policy loss", loss)?;
         drop(forward);
         let backward = phases.enter("backward", "the policy loss's gradients");
-        let mut grads = GradientsParams::from_grads(total.backward(), &self.model);
+        let grads = GradientsParams::from_grads(total.backward(), &self.model);
         drop((backward, graph));
-        let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
-        let grad_norm = clip_grad_norm(&self.model, &mut grads, self.ctx.optimizer.max_grad_norm);
-        TrainError::check_gradients(step, grad_norm, &self.model, &grads)?;
-        self.model = self.optim.step(self.lr.at(step), self.model.clone(), grads);
-        Ok(UpdateStats {
+        let stats = UpdateStats {
             loss,
             clip_frac: out.clip_frac.into_scalar().elem::<f64>(),
-            grad_norm,
+            grad_norm: 0.0,
             kl: out.kl.map(|k| k.into_scalar().elem::<f64>()),
             entropy: entropy_value,
             teacher_kl,
-        })
+        };
+        Ok((grads, stats))
+    }
+
+    /// The sampler–trainer mismatch correction the recipe asks for.
+    pub(super) fn correction(&self) -> Correction {
+        let grpo = self.ctx.grpo;
+        Correction {
+            kind: grpo.correction,
+            level: grpo.correction_level,
+            tis_cap: grpo.tis_cap,
+            icepop_bounds: grpo.icepop_bounds,
+        }
     }
 
     /// The batch's policy-lag, KL-in-reward, reward, length and truncation entries of the

@@ -33,6 +33,7 @@ mod learn;
 mod online_dpo;
 mod ppo;
 mod sample;
+mod split;
 
 /// Where a GRPO run's time went and how it ended.
 #[derive(Debug, Clone, Default)]
@@ -162,6 +163,8 @@ pub struct Grpo<'a, B: ReinAutodiffBackend> {
     pad: u32,
     state: GrpoState,
     device: B::Device,
+    /// The devices each policy update splits the batch's rows across; the first is `device`.
+    devices: Vec<B::Device>,
 }
 
 impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
@@ -242,7 +245,20 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
                 sources,
             },
             device: device.clone(),
+            devices: vec![device.clone()],
         })
+    }
+
+    /// Data parallelism (`train.devices`): each policy update splits the batch's rows across
+    /// `devices`, the first being the policy's own ([`crate::data_parallel::devices`] numbers
+    /// them); a batch with fewer rows than devices uses as many devices as it has rows. Online
+    /// DPO, PPO with a critic and the full teacher KL train on one device: their steps fail
+    /// with more than one.
+    pub fn with_devices(mut self, devices: Vec<B::Device>) -> Self {
+        if !devices.is_empty() {
+            self.devices = devices;
+        }
+        self
     }
 
     /// On-policy distillation: each sampled token's advantage gains
@@ -353,6 +369,13 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
                 Record::new()
             }
             false => match (self.preferences, &self.critic) {
+                (Some(_), _) | (None, Some(_)) if self.devices.len() > 1 => {
+                    return Err(TrainError::Unsupported(format!(
+                        "data parallelism ({} devices) splits the policy-gradient updates of the GRPO \
+                         family; online DPO and PPO with a critic train on one device",
+                        self.devices.len()
+                    )));
+                }
                 (Some(config), _) => self.learn_preferences(step, &sampled.batch, &config, phases)?,
                 (None, Some(_)) => self.learn_ppo(step, &sampled.batch, phases)?,
                 (None, None) => self.learn(step, &sampled.batch, phases)?,

@@ -1,0 +1,144 @@
+//! GRPO steps on a checkpoint with a reward scripted in Rust, for tests that watch what a step
+//! does: each step's record and the parameters before and after.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+
+use burn::backend::{Autodiff, Flex};
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
+use rein_core::{CompletionScore, Group, GroupScores, PluginError, RewardFn};
+use rein_model::lm::{CausalLm, LmTokenizer, load};
+use rein_recipe::{CurriculumSection, GrpoSection, OptimizerSection, SamplerSection};
+use rein_train::driver::{Record, Trainer};
+use rein_train::lm::episodes::Agent;
+use rein_train::lm::{Grpo, GrpoContext, Prompt, WeightedReward};
+use rein_train::watchdog::Phases;
+
+pub type B = Autodiff<Flex>;
+
+/// A reward computed in Rust from the prompt and the completion's index in its group.
+pub struct Scripted(pub fn(&str, usize) -> f64);
+
+impl RewardFn for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    fn score(&mut self, groups: &[Group]) -> Result<Vec<GroupScores>, PluginError> {
+        Ok(groups
+            .iter()
+            .map(|g| {
+                (0..g.completions.len())
+                    .map(|i| CompletionScore {
+                        score: Some((self.0)(&g.prompt, i)),
+                        components: Vec::new(),
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+}
+
+/// Every parameter's values, in visiting order.
+pub fn parameters(model: &CausalLm<B>) -> Vec<f32> {
+    struct Collect(Vec<f32>);
+    impl<Bk: Backend> ModuleVisitor<Bk> for Collect {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Bk, D>>) {
+            self.0
+                .extend(param.val().into_data().convert::<f32>().to_vec::<f32>().unwrap());
+        }
+    }
+    let mut collect = Collect(Vec::new());
+    model.visit(&mut collect);
+    collect.0
+}
+
+/// What `steps` GRPO steps did: each step's record and the parameters before and after.
+pub struct Trace {
+    pub records: Vec<Record>,
+    pub before: Vec<f32>,
+    pub after: Vec<f32>,
+}
+
+impl Trace {
+    pub fn value(&self, step: usize, key: &str) -> f64 {
+        let record = &self.records[step - 1];
+        record
+            .get(key)
+            .and_then(|v| v.as_f64())
+            .unwrap_or_else(|| panic!("step {step}: no number `{key}` in {record:?}"))
+    }
+
+    pub fn moved(&self) -> bool {
+        self.before != self.after
+    }
+}
+
+/// A GRPO run to trace: `grpo.steps` steps on the prompts, each completion scored by `reward`
+/// from its prompt and its index in its group.
+pub struct Run<'a> {
+    pub grpo: GrpoSection,
+    pub sampler: SamplerSection,
+    pub prompts: &'a [&'a str],
+    pub reward: fn(&str, usize) -> f64,
+    pub agent: Option<&'a mut Agent>,
+    pub curriculum: Option<&'a CurriculumSection>,
+    /// Devices each update splits the batch across (the CPU this many times).
+    pub devices: usize,
+}
+
+impl Run<'_> {
+    /// The run on the model at `dir` (a checkpoint directory or a `.gguf` file).
+    pub fn trace(self, dir: &Path) -> Trace {
+        let device = Default::default();
+        let model = load::<B>(dir, &device).unwrap();
+        let tokenizer = LmTokenizer::load(dir, &model.config().eos_ids()).unwrap();
+        let prompts: Vec<Prompt> = (self.prompts.iter())
+            .map(|&text| Prompt {
+                text: text.into(),
+                tokens: tokenizer.encode(text).unwrap(),
+                answer: None,
+                target: None,
+                target_trained: None,
+                metadata: String::new(),
+                // The first word is the prompt's source (what a UCB curriculum draws between).
+                source: text.split(' ').next().unwrap_or_default().into(),
+            })
+            .collect();
+        let mut rewards = [WeightedReward {
+            reward: Box::new(Scripted(self.reward)),
+            weight: 1.0,
+            isolate: false,
+        }];
+        // No weight decay: a step whose gradients are all zero leaves every parameter as it was.
+        let optimizer = OptimizerSection {
+            lr: 2e-2,
+            weight_decay: 0.0,
+            ..OptimizerSection::default()
+        };
+        let before = parameters(&model);
+        let ctx = GrpoContext {
+            tokenizer: &tokenizer,
+            prompts: &prompts,
+            rewards: &mut rewards,
+            accuracy_reward: 0,
+            curriculum: self.curriculum,
+            grpo: &self.grpo,
+            sampler: &self.sampler,
+            optimizer: &optimizer,
+            seed: 7,
+            agent: self.agent,
+        };
+        let devices = rein_train::data_parallel::devices(&device, self.devices);
+        let mut algorithm = Grpo::new(model, ctx, &device).unwrap().with_devices(devices);
+        let phases = Phases::new(Default::default(), Default::default());
+        let records = (1..=self.grpo.steps)
+            .map(|step| algorithm.step(step, &phases).unwrap().record)
+            .collect();
+        let after = parameters(&algorithm.model);
+        Trace { records, before, after }
+    }
+}
