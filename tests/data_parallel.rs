@@ -8,6 +8,7 @@ use std::time::Duration;
 use burn::tensor::backend::Backend as _;
 use rein_core::{Aggregation, LagCorrection};
 use rein_model::CpuAutodiff;
+use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit};
 use rein_recipe::{GrpoSection, SamplerSection, SftSection};
 use rein_train::data_parallel::devices;
@@ -99,9 +100,10 @@ fn sft_split_across_devices_equals_one_device() {
 
 /// One GRPO step of two updates on 2 prompts × 4 completions (rows of different lengths),
 /// split across 1, 2 and 3 devices: each logged mean within 1e-6 of the unsplit step's, for each
-/// aggregation (their shares weigh by tokens or by rows), with the KL to the reference and the
-/// entropy bonus in the loss, the second update's ratios away from 1 (clipping), and a TIS
-/// correction (the trainer's log-probabilities of the whole batch before the first update).
+/// aggregation (their shares weigh by tokens or by rows) and for a LoRA adapter, with the KL to
+/// the reference and the entropy bonus in the loss, the second update's ratios away from 1
+/// (clipping), and a TIS correction (the trainer's log-probabilities of the whole batch before
+/// the first update).
 #[test]
 fn grpo_split_across_devices_equals_one_device() {
     let qwen2 = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm/qwen2-gqa");
@@ -113,10 +115,18 @@ fn grpo_split_across_devices_equals_one_device() {
         "train/entropy",
         "train/mismatch_kl",
     ];
-    for aggregation in [
-        Aggregation::TokenMean,
-        Aggregation::SeqMeanTokenMean,
-        Aggregation::SeqMeanTokenSumNorm,
+    let adapter = LoraSpec {
+        rank: 4,
+        alpha: 8.0,
+        dropout: 0.0,
+        targets: vec!["all-linear".into()],
+        rslora: false,
+    };
+    for (aggregation, lora) in [
+        (Aggregation::TokenMean, None),
+        (Aggregation::SeqMeanTokenMean, None),
+        (Aggregation::SeqMeanTokenSumNorm, None),
+        (Aggregation::TokenMean, Some(adapter)),
     ] {
         let trace = |devices: usize| {
             let grpo = GrpoSection {
@@ -145,21 +155,20 @@ fn grpo_split_across_devices_equals_one_device() {
                 agent: None,
                 curriculum: None,
                 devices,
+                lora: lora.clone(),
             };
             run.trace(&qwen2)
         };
         let one = trace(1);
-        assert!(
-            one.value(1, "train/clip_frac") > 0.0,
-            "{aggregation:?}: the second update clips"
-        );
+        let case = format!("{aggregation:?}{}", if lora.is_some() { " with LoRA" } else { "" });
+        assert!(one.value(1, "train/clip_frac") > 0.0, "{case}: the second update clips");
         for devices in [2, 3] {
             let split = trace(devices);
             for key in keys {
                 let (a, b) = (one.value(1, key), split.value(1, key));
                 assert!(
                     (a - b).abs() <= 1e-6 * a.abs().max(1.0),
-                    "{aggregation:?}, {devices} devices: `{key}` {b} vs {a}"
+                    "{case}, {devices} devices: `{key}` {b} vs {a}"
                 );
             }
         }

@@ -61,7 +61,6 @@ fn run_model(
     agent: Option<&mut Agent>,
     curriculum: Option<&CurriculumSection>,
 ) -> Trace {
-    let devices = 1;
     Run {
         grpo,
         sampler,
@@ -69,7 +68,8 @@ fn run_model(
         reward,
         agent,
         curriculum,
-        devices,
+        devices: 1,
+        lora: None,
     }
     .trace(dir)
 }

@@ -10,6 +10,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 use rein_core::{CompletionScore, Group, GroupScores, PluginError, RewardFn};
+use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmTokenizer, load};
 use rein_recipe::{CurriculumSection, GrpoSection, OptimizerSection, SamplerSection};
 use rein_train::driver::{Record, Trainer};
@@ -88,13 +89,18 @@ pub struct Run<'a> {
     pub curriculum: Option<&'a CurriculumSection>,
     /// Devices each update splits the batch across (the CPU this many times).
     pub devices: usize,
+    /// Train a LoRA adapter on the frozen model instead of the model.
+    pub lora: Option<LoraSpec>,
 }
 
 impl Run<'_> {
     /// The run on the model at `dir` (a checkpoint directory or a `.gguf` file).
     pub fn trace(self, dir: &Path) -> Trace {
         let device = Default::default();
-        let model = load::<B>(dir, &device).unwrap();
+        let mut model = load::<B>(dir, &device).unwrap();
+        if let Some(spec) = &self.lora {
+            model = model.with_lora(spec, &mut rein_sampler::SeededRng::new(0), &device);
+        }
         let tokenizer = LmTokenizer::load(dir, &model.config().eos_ids()).unwrap();
         let prompts: Vec<Prompt> = (self.prompts.iter())
             .map(|&text| Prompt {
