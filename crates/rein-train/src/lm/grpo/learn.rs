@@ -5,10 +5,10 @@
 
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
-use rein_core::{AdvantageKind, DifficultyWeight, LagCorrection, StdScaling};
+use rein_core::{AdvantageKind, Aggregation, DifficultyWeight, LagCorrection, StdScaling};
 use rein_model::ReinAutodiffBackend;
 use rein_optim::{
-    Correction, GigpoConfig, add_teacher_advantages, clip_grad_norm, difficulty_weight, full_reverse_kl,
+    Correction, GigpoConfig, add_teacher_advantages, aggregate, clip_grad_norm, difficulty_weight, full_reverse_kl,
     group_normalized, kl_estimate_scalar, lag_correction, policy_loss, reinforce_pp, reweight_by_difficulty, rloo,
 };
 use rein_recipe::TeacherKl;
@@ -340,12 +340,8 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             *mismatch = inputs.correct(log_prob.clone(), &self.correction(), &self.device);
         }
         let (mask, advantages) = (&inputs.mask_tensor, &inputs.advantage_tensor);
-        let entropy_value = entropy.as_ref().map(|h| {
-            let mean = (h.clone().detach() * mask.clone())
-                .sum()
-                .div(mask.clone().sum().clamp_min(1.0));
-            mean.into_scalar().elem::<f64>()
-        });
+        let entropy_value =
+            (entropy.as_ref()).map(|h| token_mean(h.clone().detach(), mask.clone()).into_scalar().elem());
         let out = policy_loss(
             log_prob,
             inputs.old_log_prob.clone(),
@@ -357,7 +353,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         );
         // The full reverse KL's mean over the batch's counted tokens, as TRL reduces it.
         let teacher_kl = teacher_term.map(|(kl, coef)| {
-            let kl = (kl * mask.clone()).sum().div(mask.clone().sum().clamp_min(1.0));
+            let kl = token_mean(kl, mask.clone());
             (kl.clone().mul_scalar(coef), kl.detach().into_scalar().elem::<f64>())
         });
         let (total, teacher_kl) = match teacher_kl {
@@ -454,4 +450,10 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         }
         (kl_total / kl_tokens.max(1) as f64, penalty / rewards.len() as f64)
     }
+}
+
+/// The mean of `values` over the tokens where `mask` is 1 (`[rows, width]` → `[1]`): the
+/// token-mean [`aggregate`], as the logged entropy and the teacher KL are reduced.
+pub(super) fn token_mean<B: burn::tensor::backend::Backend>(values: Tensor<B, 2>, mask: Tensor<B, 2>) -> Tensor<B, 1> {
+    aggregate(values, mask, Aggregation::TokenMean, 0)
 }

@@ -261,6 +261,26 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
         self
     }
 
+    /// Whether what this run learns with can be split across its devices: the policy-gradient
+    /// updates can; online DPO, PPO with a critic and the full teacher KL (its vocabulary-wide
+    /// logits) train on one device.
+    fn fits_the_devices(&self) -> Result<(), TrainError> {
+        if self.devices.len() < 2 {
+            return Ok(());
+        }
+        let single = match (&self.preferences, &self.critic, &self.teacher) {
+            (Some(_), _, _) => "online DPO",
+            (_, Some(_), _) => "PPO with a critic",
+            (_, _, Some((_, _, TeacherKl::Full))) => "the full reverse KL to a teacher (`teacher.kl = \"full\"`)",
+            _ => return Ok(()),
+        };
+        Err(TrainError::Unsupported(format!(
+            "data parallelism ({} devices, `train.devices`) splits the policy-gradient updates of the \
+             GRPO family; {single} trains on one device",
+            self.devices.len()
+        )))
+    }
+
     /// On-policy distillation: each sampled token's advantage gains
     /// `coef · (log π_teacher − log π_student)` ([`rein_optim::add_teacher_advantages`]), or
     /// with [`TeacherKl::Full`] the loss gains `coef ·` the reverse KL over the vocabulary
@@ -361,6 +381,7 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
     }
 
     fn step(&mut self, step: usize, phases: &Phases) -> Result<Step, TrainError> {
+        self.fits_the_devices()?;
         let started = phases.elapsed();
         let sampled = self.sample(step, phases)?;
         let mut record = match sampled.batch.is_empty() {
@@ -369,13 +390,6 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
                 Record::new()
             }
             false => match (self.preferences, &self.critic) {
-                (Some(_), _) | (None, Some(_)) if self.devices.len() > 1 => {
-                    return Err(TrainError::Unsupported(format!(
-                        "data parallelism ({} devices) splits the policy-gradient updates of the GRPO \
-                         family; online DPO and PPO with a critic train on one device",
-                        self.devices.len()
-                    )));
-                }
                 (Some(config), _) => self.learn_preferences(step, &sampled.batch, &config, phases)?,
                 (None, Some(_)) => self.learn_ppo(step, &sampled.batch, phases)?,
                 (None, None) => self.learn(step, &sampled.batch, phases)?,

@@ -17,11 +17,12 @@ use std::sync::Mutex;
 use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::tensor::{ElementConversion, Tensor};
+use rein_core::Aggregation;
 use rein_model::ReinAutodiffBackend;
 use rein_optim::{Counted, policy_loss, share_weight};
 
 use super::Grpo;
-use super::learn::{LossInputs, UpdateStats};
+use super::learn::{LossInputs, UpdateStats, token_mean};
 use crate::TrainError;
 use crate::data_parallel;
 use crate::driver::Record;
@@ -29,7 +30,8 @@ use crate::lm::batch::{TokenBatch, completion_log_probs};
 use crate::watchdog::Phases;
 
 /// What one share measured, each a mean over its counted tokens already weighted by its share
-/// of the batch's counted tokens (so the shares' values add up to the batch's mean).
+/// of the batch's counted tokens (the token-mean [`share_weight`]), so that the shares' values
+/// add up to the batch's mean.
 #[derive(Clone, Copy)]
 struct Measured {
     clip_frac: f64,
@@ -51,13 +53,6 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         mismatch: &mut Record,
         phases: &Phases,
     ) -> Result<(GradientsParams, UpdateStats), TrainError> {
-        if inputs.teacher_logits.is_some() {
-            return Err(TrainError::Unsupported(
-                "the full reverse KL to a teacher (`teacher.kl = \"full\"`) trains on one device: \
-                 set `train.devices = 1`"
-                    .into(),
-            ));
-        }
         let temperature = self.ctx.sampler.temperature.max(1e-6);
         if update == 0 {
             let _forward = phases.enter("forward", "the trainer's log-probabilities before the batch's updates");
@@ -90,12 +85,13 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             let tensor = |v: &[f32]| LossInputs::<B>::tensor(&v[cells.clone()], [rows.len(), width], device);
             let share_mask = tensor(mask);
             let (log_prob, entropy) = completion_log_probs(model, &batches[s], temperature, entropy_wanted, device);
-            let token_share = f64::from(counted(rows).tokens) / f64::from(whole.tokens.max(1.0));
-            let entropy_mean = entropy.as_ref().map(|h| {
-                let mean = (h.clone().detach() * share_mask.clone())
-                    .sum()
-                    .div(share_mask.clone().sum().clamp_min(1.0));
-                mean.into_scalar().elem::<f64>() * token_share
+            let share = counted(rows);
+            let token_share = f64::from(share_weight(Aggregation::TokenMean, share, whole));
+            let entropy_mean = (entropy.as_ref()).map(|h| {
+                token_mean(h.clone().detach(), share_mask.clone())
+                    .into_scalar()
+                    .elem::<f64>()
+                    * token_share
             });
             let out = policy_loss(
                 log_prob,
@@ -106,14 +102,12 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
                 entropy,
                 config,
             );
-            let share = Measured {
+            measured.lock().unwrap_or_else(|e| e.into_inner())[s] = Some(Measured {
                 clip_frac: out.clip_frac.into_scalar().elem::<f64>() * token_share,
                 kl: out.kl.map(|k| k.into_scalar().elem::<f64>() * token_share),
                 entropy: entropy_mean,
-            };
-            measured.lock().unwrap_or_else(|e| e.into_inner())[s] = Some(share);
-            out.loss
-                .mul_scalar(share_weight(config.aggregation, counted(rows), whole))
+            });
+            out.loss.mul_scalar(share_weight(config.aggregation, share, whole))
         })?;
         let loss = losses.iter().sum::<f64>() as f32;
         TrainError::check_loss(step, "policy loss", loss)?;
