@@ -192,6 +192,7 @@ fn a_key_the_algorithm_does_not_read_is_an_error() {
     for (file, set, key) in [
         ("ppo.toml", "sampler.temperature=0.5", "sampler.temperature"),
         ("ppo.toml", "optimizer.weight_decay=0.1", "optimizer.weight_decay"),
+        ("ppo.toml", "model.dtype=\"bf16\"", "model.dtype"),
         ("ppo.toml", "model.tokenizer=\"tok\"", "model.tokenizer"),
         ("grpo.toml", "env.plugin=\"cartpole\"", "env.plugin"),
         ("grpo.toml", "train.total_steps=10", "train.total_steps"),
@@ -631,6 +632,51 @@ fn a_teacher_needs_a_model_and_a_positive_weight() {
             if path == "train.devices" && message.contains("`teacher.kl = \"full\"`) trains on one device")),
         "{err}"
     );
+}
+
+#[test]
+fn mixed_precision_is_one_choice_named_by_either_key() {
+    use rein_core::ModelDtype;
+    let dir = recipes(&[("grpo.toml", GRPO)]);
+    let dtype = |sets: &[&str]| load(&dir, "grpo.toml", sets).unwrap().recipe.model_dtype();
+    assert_eq!(dtype(&[]), ModelDtype::F32);
+    assert_eq!(dtype(&["model.dtype=\"bf16\""]), ModelDtype::Bf16);
+    assert_eq!(dtype(&["train.precision=\"mixed\""]), ModelDtype::Bf16);
+    assert_eq!(
+        dtype(&["model.dtype=\"bf16\"", "train.precision=\"mixed\""]),
+        ModelDtype::Bf16
+    );
+    assert_eq!(
+        dtype(&["model.dtype=\"f32\"", "train.precision=\"f32\""]),
+        ModelDtype::F32
+    );
+    for (sets, key, says) in [
+        (
+            vec!["model.dtype=\"bf16\"", "train.precision=\"f32\""],
+            "train.precision",
+            "does not update weights held in bf16",
+        ),
+        (
+            vec!["model.dtype=\"f32\"", "train.precision=\"mixed\""],
+            "train.precision",
+            "set `model.dtype = \"bf16\"`",
+        ),
+        (
+            vec!["model.dtype=\"bf16\"", "sampler.precision=\"q8\""],
+            "sampler.precision",
+            "quantised codes",
+        ),
+    ] {
+        let text = load(&dir, "grpo.toml", &sets).unwrap_err().to_string();
+        assert!(
+            text.contains(&format!("`{key}`")) && text.contains(says),
+            "{sets:?}: {text}"
+        );
+    }
+    let text = load(&dir, "grpo.toml", &["model.dtype=\"f16\""])
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("model.dtype") && text.contains("bf16"), "{text}");
 }
 
 const DPO: &str = r#"

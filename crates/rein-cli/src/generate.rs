@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use rein_core::SamplerPrecision;
+use rein_core::{ModelDtype, SamplerPrecision};
 use rein_model::lm::{ChatMessage, LmTokenizer, load};
 use rein_sampler::{FinishReason, GenerationConfig, generate};
 use rein_sampler::{completion_text, stop_check};
@@ -58,6 +58,19 @@ pub(crate) struct GenerateArgs {
     /// per block, as llama.cpp does (faster, not exact).
     #[arg(long, default_value = "exact", value_parser = precision)]
     precision: SamplerPrecision,
+    /// `f32`, or `bf16`: the decoder's linear layers multiply in bf16, as a model trained with
+    /// `model.dtype = "bf16"` did (mixed precision).
+    #[arg(long, default_value = "f32", value_parser = dtype)]
+    dtype: ModelDtype,
+}
+
+/// `--dtype`'s value.
+fn dtype(value: &str) -> Result<ModelDtype, String> {
+    match value {
+        "f32" => Ok(ModelDtype::F32),
+        "bf16" => Ok(ModelDtype::Bf16),
+        other => Err(format!("{other:?} is not a dtype: expected f32 or bf16")),
+    }
 }
 
 /// `--precision`'s value.
@@ -89,8 +102,12 @@ impl GenerateArgs {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
         let device = Default::default();
         let model = load::<rein_model::Cpu>(&self.model, &device)
-            .with_context(|| format!("loading {}", self.model.display()))?;
+            .with_context(|| format!("loading {}", self.model.display()))?
+            .with_dtype(self.dtype);
         q8_has_codes(self.precision, &model, &self.model)?;
+        if self.dtype == ModelDtype::Bf16 && self.precision == SamplerPrecision::Q8 {
+            bail!("--precision q8 reads a quantised model's codes, which --dtype bf16 does not: choose one");
+        }
         let tokenizer = LmTokenizer::load(&self.model, &model.config().eos_ids())?;
         let texts = self.prompts()?;
         let mut prompts = Vec::with_capacity(texts.len());

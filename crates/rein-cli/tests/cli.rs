@@ -362,6 +362,44 @@ fn generate_with_q8_precision_reads_the_codes_with_8_bit_activations() {
     assert_ne!(exact, q8);
 }
 
+/// `rein generate --dtype bf16` samples with the linear layers' products in bf16: its
+/// log-probabilities are not the f32 ones, and q8 (the codes of a GGUF file) is refused with it.
+#[test]
+fn generate_with_bf16_products_moves_the_log_probabilities() {
+    let run = |dtype: &str| {
+        let args = [
+            "--prompt",
+            "What is 1 + 1?",
+            "--temperature",
+            "0",
+            "--max-new-tokens",
+            "4",
+            "--logprobs",
+        ];
+        let lines = generate(&[&args[..], &["--dtype", dtype]].concat());
+        lines[0]["logprobs"].clone()
+    };
+    let (f32_logprobs, bf16_logprobs) = (run("f32"), run("bf16"));
+    assert!(bf16_logprobs.is_array(), "{bf16_logprobs}");
+    assert_ne!(f32_logprobs, bf16_logprobs);
+    let gguf = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gguf/tiny-llama.gguf");
+    let gguf = gguf.to_str().unwrap();
+    let out = rein(&[
+        "generate",
+        "--model",
+        gguf,
+        "--prompt",
+        "hi",
+        "--dtype",
+        "bf16",
+        "--precision",
+        "q8",
+    ]);
+    assert!(stderr_of_failure(&out).contains("--dtype bf16"));
+    let out = rein(&["generate", "--model", gguf, "--prompt", "hi", "--dtype", "f16"]);
+    assert!(stderr_of_failure(&out).contains("expected f32 or bf16"));
+}
+
 /// `q8` precision quantises the activations of products with a quantised model's codes: asked
 /// for with a model that has none, generation, serving and training all say so instead of
 /// quietly computing exactly.

@@ -106,6 +106,32 @@ pub enum SamplerBackend {
     Http,
 }
 
+/// The dtype a language model's linear layers multiply in (`model.dtype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelDtype {
+    /// Full `f32` products: the weights and activations as they are.
+    #[default]
+    F32,
+    /// bf16 products: at each linear layer of the decoder, its weight, bias and input rounded
+    /// to bf16 (8-bit mantissa), the product accumulated in `f32` and rounded to bf16, then
+    /// carried on in `f32`. Norms, attention, the head's log-probabilities and the loss stay
+    /// `f32`; so do the weights themselves, which are what a trainer updates.
+    Bf16,
+}
+
+/// How a language model trains (`train.precision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrainPrecision {
+    /// `f32` throughout.
+    #[default]
+    F32,
+    /// Mixed precision: `f32` master weights, gradients as applied and optimiser state, with
+    /// the forward and backward passes' products in bf16 ([`ModelDtype::Bf16`]).
+    Mixed,
+}
+
 /// How the native sampler multiplies by weights kept as quantised codes (a GGUF's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

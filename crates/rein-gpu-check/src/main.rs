@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
+use rein_core::ModelDtype;
 use rein_model::ReinBackend;
 
 use crate::report::{Kind, Report};
@@ -174,9 +175,14 @@ fn checks<B: ReinBackend>(
             });
         }
         if rows.contains(&SpeedRow::Step) {
-            parity::guarded::<B>(&mut report, device, "grpo step speed", Kind::Speed, |report| {
-                speed::grpo_step::<B>(&setup, device, report)
-            });
+            for (what, dtype) in [
+                ("grpo step speed", ModelDtype::F32),
+                ("grpo step speed bf16", ModelDtype::Bf16),
+            ] {
+                parity::guarded::<B>(&mut report, device, what, Kind::Speed, |report| {
+                    speed::grpo_step::<B>(&setup, dtype, device, report)
+                });
+            }
         }
         let ceilings: &[usize] = if rows.contains(&SpeedRow::Matmul) {
             &[4096, 8192]

@@ -10,6 +10,7 @@ use burn::backend::Autodiff;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor, TensorData, TensorPrimitive};
+use rein_core::ModelDtype;
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, load};
 use rein_optim::{clip_grad_norm, policy_loss};
@@ -96,10 +97,18 @@ pub fn generation<B: ReinBackend>(setup: &SpeedSetup<'_>, device: &B::Device, re
 }
 
 /// One GRPO step (log-probabilities, clipped loss, backward, clipping, AdamW) on `step_rows`
-/// prompt + completion rows of the speed checkpoint: the median of three after one untimed.
-pub fn grpo_step<B: ReinBackend>(setup: &SpeedSetup<'_>, device: &B::Device, report: &mut Report) -> Result<()> {
+/// prompt + completion rows of the speed checkpoint, its products in `dtype` (bf16: mixed
+/// precision, the weights and AdamW's state `f32`): the median of three after one untimed.
+pub fn grpo_step<B: ReinBackend>(
+    setup: &SpeedSetup<'_>,
+    dtype: ModelDtype,
+    device: &B::Device,
+    report: &mut Report,
+) -> Result<()> {
     type A<B> = Autodiff<B>;
-    let mut model = load::<A<B>>(setup.model, device).with_context(|| format!("loading {}", setup.model.display()))?;
+    let mut model = load::<A<B>>(setup.model, device)
+        .with_context(|| format!("loading {}", setup.model.display()))?
+        .with_dtype(dtype);
     let prompts: Vec<Vec<u32>> = serde_json::from_str(&std::fs::read_to_string(setup.prompts)?)?;
     let vocab = model.config().vocab_size as u32;
     let completions: Vec<Vec<u32>> = (0..setup.step_rows)
@@ -153,7 +162,11 @@ pub fn grpo_step<B: ReinBackend>(setup: &SpeedSetup<'_>, device: &B::Device, rep
         }
     }
     let title = format!(
-        "rein grpo step f32, {} rows × {}+{}",
+        "rein grpo step {}, {} rows × {}+{}",
+        match dtype {
+            ModelDtype::F32 => "f32",
+            ModelDtype::Bf16 => "bf16 mixed",
+        },
         batch.rows,
         prompts[0].len(),
         setup.new_tokens

@@ -31,10 +31,10 @@ fn every_parity_row_holds(generic_ops: bool) {
         .iter()
         .filter(|r| r["kind"] == "parity")
         .collect();
-    // Two logit rows and one greedy row per checkpoint, three rows for the GRPO step against
+    // Four logit rows (f32 and bf16, unfused and fused) and one greedy row per checkpoint, three rows for the GRPO step against
     // PyTorch, three for the step with KL and LoRA and two for a multi-turn session against
     // the CPU kernels, one each for SFT and GRPO split across two peers against unsplit.
-    assert_eq!(parity.len(), 4 * 3 + 3 + 3 + 2 + 2, "{stdout}");
+    assert_eq!(parity.len(), 4 * 5 + 3 + 3 + 2 + 2, "{stdout}");
     assert!(parity.iter().all(|r| r["ok"] == true), "{stdout}");
     assert!(stdout.contains("0 failed"), "{stdout}");
 }
@@ -65,7 +65,8 @@ fn without_cuda_compiled_in_the_cuda_device_is_refused_by_name() {
 }
 
 /// The speed rows run on the CPU too (their figures are not checked, only that each row chosen
-/// is there and no other): the GRPO step and its three phases, on a tiny checkpoint.
+/// is there and no other): the GRPO step and its three phases, in f32 and in mixed precision,
+/// on a tiny checkpoint.
 #[test]
 fn the_chosen_speed_rows_run_and_no_others() {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
@@ -100,9 +101,13 @@ fn the_chosen_speed_rows_run_and_no_others() {
         .filter(|r| r["kind"] == "speed")
         .map(|r| r["check"].as_str().unwrap())
         .collect();
-    let step = "rein grpo step f32, 2 rows × 4+3";
-    let expected: Vec<String> = std::iter::once(step.to_string())
-        .chain(["forward and loss", "backward", "clip and AdamW"].map(|phase| format!("{step}: {phase}")))
+    let expected: Vec<String> = ["f32", "bf16 mixed"]
+        .iter()
+        .flat_map(|dtype| {
+            let step = format!("rein grpo step {dtype}, 2 rows × 4+3");
+            std::iter::once(step.clone())
+                .chain(["forward and loss", "backward", "clip and AdamW"].map(|phase| format!("{step}: {phase}")))
+        })
         .collect();
     assert_eq!(speed, expected, "{stdout}");
 }

@@ -35,7 +35,7 @@ pub mod safetensors_file;
 pub use actor_critic::{ActionHead, ActorCritic, ActorCriticConfig};
 pub use backend::{
     AttentionKernels, CudaMatmul, HeadKernels, LinearKernels, LoraKernels, NormKernels, ReinAutodiffBackend,
-    ReinBackend, RopeKernels, SwigluKernels, TanhKernels, affine, cuda_matmul, generic_ops, set_cuda_matmul,
+    ReinBackend, RopeKernels, SwigluKernels, TanhKernels, affine, cuda_matmul, generic_ops, held_in, set_cuda_matmul,
     use_generic_ops,
 };
 pub use flat_mlp::{FlatMlp, Trace};

@@ -198,6 +198,40 @@ impl LoadedRecipe {
         self.validate_common()
     }
 
+    /// `model.dtype` and `train.precision` agree, and a bf16 model is not asked to read the
+    /// quantised codes of a GGUF file (whose exact products are `f32`).
+    fn validate_precision(&self) -> Result<(), RecipeError> {
+        use rein_core::{ModelDtype, SamplerPrecision, TrainPrecision};
+        let r = &self.recipe;
+        match (r.model.dtype, r.train.precision) {
+            (Some(ModelDtype::Bf16), Some(TrainPrecision::F32)) => {
+                return Err(self.invalid(
+                    "train.precision",
+                    "a bf16 model (`model.dtype = \"bf16\"`) trains in mixed precision, \
+                     `f32` master weights and optimiser state with bf16 products \
+                     (`train.precision = \"mixed\"`); rein does not update weights held in bf16",
+                ));
+            }
+            (Some(ModelDtype::F32), Some(TrainPrecision::Mixed)) => {
+                return Err(self.invalid(
+                    "train.precision",
+                    "mixed precision multiplies in bf16, and `model.dtype = \"f32\"` asks for \
+                     f32 products: set `model.dtype = \"bf16\"` or leave it out",
+                ));
+            }
+            _ => {}
+        }
+        if r.model_dtype() == ModelDtype::Bf16 && r.sampler.precision == SamplerPrecision::Q8 {
+            return Err(self.invalid(
+                "sampler.precision",
+                "q8 multiplies by a GGUF file's quantised codes, which a bf16 model \
+                 (`model.dtype`, `train.precision`) does not read: its products are its \
+                 weights rounded to bf16",
+            ));
+        }
+        Ok(())
+    }
+
     /// Training, model and optimiser settings, and every plugin's limits.
     fn validate_common(&self) -> Result<(), RecipeError> {
         let r = &self.recipe;
@@ -230,6 +264,7 @@ impl LoadedRecipe {
                 ));
             }
         }
+        self.validate_precision()?;
         if !r.train.log.contains(&LogFormat::Jsonl) {
             return Err(self.invalid(
                 "train.log",

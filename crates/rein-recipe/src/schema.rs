@@ -249,12 +249,27 @@ pub struct ModelSection {
     /// PPO, SAC, TD3: burn modules through autodiff (the reference) instead of flat buffers with
     /// gradients by hand (the CPU's default, several times faster; equal up to rounding).
     pub autodiff: bool,
+    /// The dtype the language model's decoder layers multiply in: `f32`, or `bf16` (mixed
+    /// precision when it trains: see [`TrainSection::precision`]). Absent: `bf16` when
+    /// `train.precision = "mixed"`, else `f32`.
+    pub dtype: Option<rein_core::ModelDtype>,
 }
 
 impl Recipe {
     /// Whether PPO, SAC and TD3 train flat networks: on the CPU, unless `model.autodiff`.
     pub fn flat_networks(&self) -> bool {
         self.device == Device::Cpu && !self.model.autodiff
+    }
+
+    /// The dtype the language model multiplies in: `model.dtype`, else bf16 when
+    /// `train.precision = "mixed"`, else `f32` (validation refuses the two disagreeing).
+    pub fn model_dtype(&self) -> rein_core::ModelDtype {
+        use rein_core::{ModelDtype, TrainPrecision};
+        match (self.model.dtype, self.train.precision) {
+            (Some(dtype), _) => dtype,
+            (None, Some(TrainPrecision::Mixed)) => ModelDtype::Bf16,
+            (None, _) => ModelDtype::F32,
+        }
     }
 }
 
@@ -269,6 +284,7 @@ impl Default for ModelSection {
             init_std: 0.02,
             tokenizer: None,
             autodiff: false,
+            dtype: None,
         }
     }
 }
@@ -683,6 +699,10 @@ pub struct TrainSection {
     /// Where metrics go: `jsonl` (`metrics.jsonl`, always: it is how a run resumes and is
     /// drawn) and `tensorboard` (event files under `tb/`).
     pub log: Vec<LogFormat>,
+    /// A language model's training precision: `f32`, or `mixed` (`f32` master weights,
+    /// gradients and optimiser state; products in bf16, as `model.dtype = "bf16"`). Absent:
+    /// `mixed` when `model.dtype = "bf16"`, else `f32`.
+    pub precision: Option<rein_core::TrainPrecision>,
 }
 
 /// A metrics format a run writes.
@@ -714,6 +734,7 @@ impl Default for TrainSection {
             stall_timeout_s: 600.0,
             devices: 1,
             log: vec![LogFormat::Jsonl, LogFormat::Tensorboard],
+            precision: None,
         }
     }
 }

@@ -15,8 +15,15 @@ enum Keys {
 /// Top-level keys every algorithm reads.
 const ALWAYS: &[&str] = &["name", "seed", "device", "algorithm"];
 
-const LM_MODEL: Keys = Keys::Only(&["path", "architecture", "init_std", "tokenizer"]);
-const LM_TRAIN: Keys = Keys::Only(&["runs_dir", "checkpoint_every", "stall_timeout_s", "devices", "log"]);
+const LM_MODEL: Keys = Keys::Only(&["path", "architecture", "init_std", "tokenizer", "dtype"]);
+const LM_TRAIN: Keys = Keys::Only(&[
+    "runs_dir",
+    "checkpoint_every",
+    "stall_timeout_s",
+    "devices",
+    "log",
+    "precision",
+]);
 
 /// The sections `algorithm` reads besides [`ALWAYS`], and which of their keys.
 fn sections(algorithm: &Algorithm) -> &'static [(&'static str, Keys)] {

@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex};
 
 use burn::backend::Flex;
 use burn::tensor::ops::{FloatTensor, FloatTensorOps};
-use burn::tensor::{DType, Tensor, TensorMetadata, TensorPrimitive};
+use burn::tensor::{DType, FloatDType, Tensor, TensorMetadata, TensorPrimitive};
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
 use burn_autodiff::{Autodiff, NodeId};
 use burn_flex::FlexTensor;
-use rein_core::SamplerPrecision;
+use rein_core::{ModelDtype, SamplerPrecision};
 use rein_kernels::{Init, PackedMatrix, matmul, matmul_packed, matmul_packed_q8};
 
 use super::flex::{matrix, output_from_bias, tensor};
@@ -75,12 +75,44 @@ pub trait LinearKernels: burn::tensor::backend::Backend {
 
 /// `layer` on `[rows, in]`, through [`LinearKernels::fused_linear`].
 pub(crate) fn linear<B: ReinBackend>(layer: &burn::nn::Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
-    affine(x, layer.weight.val(), layer.bias.as_ref().map(|b| b.val()))
+    linear_in(layer, x, ModelDtype::F32)
+}
+
+/// A linear layer whose product is in `dtype`: its weight and bias rounded to `dtype` for this
+/// product ([`held_in`]; an `f32` weight still gets `f32` gradients, through the cast), then
+/// [`affine`].
+pub(crate) fn linear_in<B: ReinBackend>(
+    layer: &burn::nn::Linear<B>,
+    x: Tensor<B, 2>,
+    dtype: ModelDtype,
+) -> Tensor<B, 2> {
+    let bias = layer.bias.as_ref().map(|b| held_in(b.val(), dtype));
+    affine(x, held_in(layer.weight.val(), dtype), bias)
+}
+
+/// `tensor` as a `dtype` model holds it for a product: itself for [`ModelDtype::F32`] (no op is
+/// added), rounded to bf16 for [`ModelDtype::Bf16`].
+pub fn held_in<B: burn::tensor::backend::Backend, const D: usize>(
+    tensor: Tensor<B, D>,
+    dtype: ModelDtype,
+) -> Tensor<B, D> {
+    match dtype {
+        ModelDtype::F32 => tensor,
+        ModelDtype::Bf16 => tensor.cast(FloatDType::BF16),
+    }
 }
 
 /// `x · W + b` on `[rows, in]` with `W` `[in, out]` (a transposed view is fine), through
-/// [`LinearKernels::fused_linear`].
+/// [`LinearKernels::fused_linear`], in the weight's dtype: a weight held in bf16 multiplies an
+/// input (and bias) rounded to bf16, and the product comes back in the input's dtype. Gradients
+/// flow through the casts, each in its tensor's dtype.
 pub fn affine<B: ReinBackend>(x: Tensor<B, 2>, weight: Tensor<B, 2>, bias: Option<Tensor<B, 1>>) -> Tensor<B, 2> {
+    let (dtype, input) = (weight.dtype(), x.dtype());
+    if input != dtype {
+        let to = FloatDType::from(dtype);
+        let y = affine(x.cast(to), weight, bias.map(|b| b.cast(to)));
+        return y.cast(FloatDType::from(input));
+    }
     let y = B::fused_linear(
         x.into_primitive().tensor(),
         weight.into_primitive().tensor(),
@@ -371,6 +403,56 @@ mod tests {
             .unwrap(),
         );
         assert!(!Flex::equals_packed(weight, &other));
+    }
+
+    /// A weight held in bf16 multiplies in bf16: `x`, `W` and `b` rounded to bf16, the product
+    /// rounded to bf16, the bias added in bf16, the result back in f32; and an f32 weight held
+    /// in bf16 gets f32 gradients, `∂W = xᵀ·∂y` of the rounded input.
+    #[test]
+    fn bf16_products_round_inputs_weights_and_outputs() {
+        use burn::backend::Autodiff;
+        use burn::tensor::TensorData;
+        type A = Autodiff<Flex>;
+        let round = |v: f32| half::bf16::from_f32(v).to_f32();
+        let (x, w, b) = (random([5, 7], 21), random([7, 3], 22), random([3], 23));
+        let values = |t: TensorData| t.to_vec::<f32>().unwrap();
+        let (xs, ws, bs) = (values(x.to_data()), values(w.to_data()), values(b.to_data()));
+        let want: Vec<f32> = (0..5 * 3)
+            .map(|at| {
+                let (i, j) = (at / 3, at % 3);
+                let product: f32 = (0..7).map(|k| round(xs[i * 7 + k]) * round(ws[k * 3 + j])).sum();
+                round(round(product) + round(bs[j]))
+            })
+            .collect();
+        let device = Default::default();
+        let weight = Tensor::<A, 2>::from_data(w.to_data(), &device).require_grad();
+        let bias = Tensor::<A, 1>::from_data(b.to_data(), &device);
+        let input = Tensor::<A, 2>::from_data(x.to_data(), &device);
+        let y = affine(
+            input,
+            held_in(weight.clone(), ModelDtype::Bf16),
+            Some(held_in(bias, ModelDtype::Bf16)),
+        );
+        assert_eq!(y.dtype(), DType::F32);
+        let got: Vec<f32> = y.to_data().to_vec().unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= w.abs() / 128.0, "{g} vs {w}");
+        }
+        let exact: Vec<f32> = affine(x.clone(), w.clone(), Some(b)).to_data().to_vec().unwrap();
+        assert!(
+            got.iter().zip(&exact).any(|(g, e)| g != e),
+            "the product was not rounded"
+        );
+        let grads = y.sum().backward();
+        let grad = weight.grad(&grads).expect("the f32 weight has a gradient");
+        assert_eq!(grad.dtype(), DType::F32);
+        let grad: Vec<f32> = grad.to_data().to_vec().unwrap();
+        for k in 0..7 {
+            let column: f32 = (0..5).map(|i| round(xs[i * 7 + k])).sum();
+            for g in &grad[k * 3..k * 3 + 3] {
+                assert!((g - column).abs() <= column.abs() / 128.0 + 1e-6, "{g} vs {column}");
+            }
+        }
     }
 
     #[test]

@@ -42,7 +42,7 @@ mod testing;
 
 pub use attention::AttentionKernels;
 pub use head::HeadKernels;
-pub use linear::{LinearKernels, affine};
+pub use linear::{LinearKernels, affine, held_in};
 pub use lora::LoraKernels;
 pub use norm::NormKernels;
 pub use rope::RopeKernels;
@@ -50,7 +50,7 @@ pub use swiglu::SwigluKernels;
 pub use tanh::TanhKernels;
 pub(crate) use tanh::tanh_f32;
 
-pub(crate) use linear::linear;
+pub(crate) use linear::{linear, linear_in};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -23,11 +23,11 @@ use std::sync::Arc;
 
 use burn::nn::Linear;
 use burn::tensor::{Tensor, TensorPrimitive};
-use rein_core::SamplerPrecision;
+use rein_core::{ModelDtype, SamplerPrecision};
 use rein_kernels::PackedMatrix;
 
 use super::lora::{LayerLora, Lora};
-use crate::backend::{ReinBackend, affine};
+use crate::backend::{ReinBackend, affine, held_in};
 
 /// Packed forms of a model's weight matrices (`[in, out]`) under their Hugging Face names (the
 /// head as `lm_head.weight`, tied or not): see [`rein_gguf::packed_file`].
@@ -106,11 +106,12 @@ pub(crate) enum Projection<B: ReinBackend> {
 impl<B: ReinBackend> Projection<B> {
     /// `layers` (with their adapters) side by side: packed when every one has a packed form
     /// equal to its weight (`packed(name, layer)`), else one dense matrix with the adapters
-    /// merged in.
+    /// merged in, held in `dtype` (its products are in the weight's dtype: [`affine`]).
     pub(crate) fn new(
         layers: &[(&str, &Linear<B>)],
         lora: Option<&LayerLora<B>>,
         packed: &impl Fn(&str, &Linear<B>) -> Option<Arc<PackedMatrix>>,
+        dtype: ModelDtype,
     ) -> Self {
         let adapter = |name: &str| lora.and_then(|l| l.get(name)).cloned();
         let parts: Option<Vec<_>> = layers
@@ -124,10 +125,11 @@ impl<B: ReinBackend> Projection<B> {
             Some(adapter) => layer.weight.val() + adapter.delta(),
             None => layer.weight.val(),
         };
-        match layers {
-            [one] => Projection::Dense(weight(one)),
-            _ => Projection::Dense(Tensor::cat(layers.iter().map(weight).collect(), 1)),
-        }
+        let dense = match layers {
+            [one] => weight(one),
+            _ => Tensor::cat(layers.iter().map(weight).collect(), 1),
+        };
+        Projection::Dense(held_in(dense, dtype))
     }
 
     /// Packed `parts`, multiplied exactly.
@@ -168,11 +170,13 @@ impl<B: ReinBackend> Projection<B> {
 }
 
 impl<B: ReinBackend> FusedLayer<B> {
-    /// One layer's projections: `[q k v]`, `[gate up]`, and `o`, `down` when packed.
+    /// One layer's projections: `[q k v]`, `[gate up]` (held in `dtype` when dense), and `o`,
+    /// `down` when packed.
     pub(crate) fn new(
         [q, k, v, o, gate, up, down]: [(&'static str, &Linear<B>); 7],
         lora: Option<&LayerLora<B>>,
         packed: &impl Fn(&str, &Linear<B>) -> Option<Arc<PackedMatrix>>,
+        dtype: ModelDtype,
     ) -> Self {
         let attention = [q.1, k.1, v.1];
         let qkv_bias = attention
@@ -183,9 +187,9 @@ impl<B: ReinBackend> FusedLayer<B> {
             packed(layer.0, layer.1).map(|m| Projection::packed(vec![(m, lora.and_then(|l| l.get(layer.0)).cloned())]))
         };
         FusedLayer {
-            qkv: Projection::new(&[q, k, v], lora, packed),
+            qkv: Projection::new(&[q, k, v], lora, packed, dtype),
             qkv_bias,
-            gate_up: Projection::new(&[gate, up], lora, packed),
+            gate_up: Projection::new(&[gate, up], lora, packed, dtype),
             o: alone(o),
             down: alone(down),
         }

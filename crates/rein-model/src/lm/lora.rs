@@ -21,9 +21,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use burn::module::{Module, Param};
 use burn::nn::Linear;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
-use rein_core::SeededRng;
+use rein_core::{ModelDtype, SeededRng};
 
-use crate::backend::{ReinBackend, affine, linear};
+use crate::backend::{ReinBackend, affine, linear, linear_in};
 use crate::random;
 
 /// The linear layers of a decoder layer that can carry an adapter, by their Hugging Face names.
@@ -202,11 +202,25 @@ impl<B: ReinBackend> Lora<B> {
 }
 
 /// `x·W + b`, plus the adapter's update when there is one: one [`ReinBackend::lora_linear`], or,
-/// while dropout changes the adapter's input, the base layer and [`Lora::forward`] apart.
+/// while dropout changes the adapter's input or the base product is not `f32` (`dtype`), the
+/// base layer and [`Lora::forward`] apart.
 ///
 /// # Shapes
 /// - `x`: `[rows, in]` → `[rows, out]`
-pub(crate) fn adapted<B: ReinBackend>(layer: &Linear<B>, adapter: Option<&Lora<B>>, x: Tensor<B, 2>) -> Tensor<B, 2> {
+pub(crate) fn adapted<B: ReinBackend>(
+    layer: &Linear<B>,
+    adapter: Option<&Lora<B>>,
+    x: Tensor<B, 2>,
+    dtype: ModelDtype,
+) -> Tensor<B, 2> {
+    if dtype != ModelDtype::F32 {
+        // The base product in `dtype`; the adapter's (small) products stay `f32`.
+        let base = linear_in(layer, x.clone(), dtype);
+        return match adapter {
+            Some(adapter) => base + adapter.forward(x),
+            None => base,
+        };
+    }
     match adapter {
         Some(adapter) if adapter.dropout > 0.0 && B::ad_enabled(&x.device()) => {
             linear(layer, x.clone()) + adapter.forward(x)

@@ -11,7 +11,7 @@ use burn::module::{Module, Param};
 use burn::nn::{Embedding, Linear};
 use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive};
 
-use rein_core::SeededRng;
+use rein_core::{ModelDtype, SeededRng};
 
 use super::LmConfig;
 use super::cache::{KvCache, LayerCache};
@@ -121,6 +121,9 @@ pub struct CausalLm<B: ReinBackend> {
     /// The packed forms its weights were loaded from, if any ([`CausalLm::with_packed`]).
     #[module(skip)]
     packed: Option<std::sync::Arc<PackedWeights>>,
+    /// The dtype the decoder layers' linear layers multiply in ([`CausalLm::with_dtype`]).
+    #[module(skip)]
+    dtype: ModelDtype,
 }
 
 /// What one forward pass uses besides its tokens.
@@ -141,16 +144,33 @@ pub struct Context<'a, B: ReinBackend> {
     pub fused: Option<&'a FusedProjections<B>>,
 }
 
+/// How one decoder layer multiplies: by its projections arranged for inference or by its own
+/// weights, with its LoRA adapters, in the model's dtype.
+struct Products<'a, B: ReinBackend> {
+    fused: Option<&'a FusedLayer<B>>,
+    lora: Option<&'a LayerLora<B>>,
+    dtype: ModelDtype,
+}
+
+// By hand: derived, they would ask `B: Copy`.
+impl<B: ReinBackend> Clone for Products<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: ReinBackend> Copy for Products<'_, B> {}
+
 impl<B: ReinBackend> Attention<B> {
     fn forward(
         &self,
         x: Tensor<B, 3>,
         ctx: &Context<'_, B>,
-        fused: Option<&FusedLayer<B>>,
-        lora: Option<&LayerLora<B>>,
+        products: Products<'_, B>,
         cache: Option<&mut LayerCache<B>>,
         key_padding: Option<Tensor<B, 2, Bool>>,
     ) -> Tensor<B, 3> {
+        let Products { fused, lora, dtype } = products;
         let [batch, seq, width] = x.dims();
         let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
         // Queries, keys and values as `[batch, heads, seq, head_dim]` (views, not copies).
@@ -166,9 +186,9 @@ impl<B: ReinBackend> Attention<B> {
                 let split = |t: Tensor<B, 3>, heads: usize| t.reshape([batch, seq, heads, d]).swap_dims(1, 2);
                 let adapter = |name: &str| lora.and_then(|l| l.get(name));
                 (
-                    split(project(&self.q_proj, adapter("q_proj"), x.clone()), h),
-                    split(project(&self.k_proj, adapter("k_proj"), x.clone()), kvh),
-                    split(project(&self.v_proj, adapter("v_proj"), x), kvh),
+                    split(project(&self.q_proj, adapter("q_proj"), x.clone(), dtype), h),
+                    split(project(&self.k_proj, adapter("k_proj"), x.clone(), dtype), kvh),
+                    split(project(&self.v_proj, adapter("v_proj"), x, dtype), kvh),
                 )
             }
         };
@@ -197,7 +217,7 @@ impl<B: ReinBackend> Attention<B> {
                 o.forward(out.reshape([batch * seq, h * d]), bias)
                     .reshape([batch, seq, width])
             }
-            None => project(&self.o_proj, lora.and_then(|l| l.o_proj.as_ref()), out),
+            None => project(&self.o_proj, lora.and_then(|l| l.o_proj.as_ref()), out, dtype),
         }
     }
 }
@@ -206,15 +226,21 @@ impl<B: ReinBackend> Attention<B> {
 /// matrix product. burn's `Linear` on a 3-D input runs a batched product with one small matrix
 /// per sequence (a matrix-vector product per sequence when decoding), which wastes the weights'
 /// reuse.
-fn project<B: ReinBackend>(layer: &Linear<B>, adapter: Option<&Lora<B>>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+fn project<B: ReinBackend>(
+    layer: &Linear<B>,
+    adapter: Option<&Lora<B>>,
+    x: Tensor<B, 3>,
+    dtype: ModelDtype,
+) -> Tensor<B, 3> {
     let [batch, seq, width] = x.dims();
-    let y = adapted(layer, adapter, x.reshape([batch * seq, width]));
+    let y = adapted(layer, adapter, x.reshape([batch * seq, width]), dtype);
     let out = y.dims()[1];
     y.reshape([batch, seq, out])
 }
 
 impl<B: ReinBackend> FeedForward<B> {
-    fn forward(&self, x: Tensor<B, 3>, fused: Option<&FusedLayer<B>>, lora: Option<&LayerLora<B>>) -> Tensor<B, 3> {
+    fn forward(&self, x: Tensor<B, 3>, products: Products<'_, B>) -> Tensor<B, 3> {
+        let Products { fused, lora, dtype } = products;
         let adapter = |name: &str| lora.and_then(|l| l.get(name));
         let [batch, seq, width] = x.dims();
         let x = x.reshape([batch * seq, width]);
@@ -225,15 +251,15 @@ impl<B: ReinBackend> FeedForward<B> {
                 (gate_up.clone().narrow(1, 0, half), gate_up.narrow(1, half, half))
             }
             None => (
-                adapted(&self.gate_proj, adapter("gate_proj"), x.clone()),
-                adapted(&self.up_proj, adapter("up_proj"), x),
+                adapted(&self.gate_proj, adapter("gate_proj"), x.clone(), dtype),
+                adapted(&self.up_proj, adapter("up_proj"), x, dtype),
             ),
         };
         let (gate, up) = (gate.into_primitive().tensor(), up.into_primitive().tensor());
         let hidden = Tensor::from_primitive(TensorPrimitive::Float(B::swiglu(gate, up)));
         let out = match fused.and_then(|f| f.down.as_ref()) {
             Some(down) => down.forward(hidden, self.down_proj.bias.as_ref().map(|b| b.val())),
-            None => adapted(&self.down_proj, adapter("down_proj"), hidden),
+            None => adapted(&self.down_proj, adapter("down_proj"), hidden, dtype),
         };
         out.reshape([batch, seq, width])
     }
@@ -271,14 +297,13 @@ impl<B: ReinBackend> DecoderLayer<B> {
         &self,
         x: Tensor<B, 3>,
         ctx: &Context<'_, B>,
-        fused: Option<&FusedLayer<B>>,
-        lora: Option<&LayerLora<B>>,
+        products: Products<'_, B>,
         cache: Option<&mut LayerCache<B>>,
         key_padding: Option<Tensor<B, 2, Bool>>,
     ) -> Tensor<B, 3> {
         let normed = self.input_layernorm.forward(x.clone());
-        let x = x + self.self_attn.forward(normed, ctx, fused, lora, cache, key_padding);
-        x.clone() + self.mlp.forward(self.post_attention_layernorm.forward(x), fused, lora)
+        let x = x + self.self_attn.forward(normed, ctx, products, cache, key_padding);
+        x.clone() + self.mlp.forward(self.post_attention_layernorm.forward(x), products)
     }
 }
 
@@ -300,6 +325,7 @@ impl<B: ReinBackend> CausalLm<B> {
             lora: None,
             config,
             packed: None,
+            dtype: ModelDtype::F32,
         }
     }
 
@@ -316,6 +342,22 @@ impl<B: ReinBackend> CausalLm<B> {
     pub fn without_packed(mut self) -> Self {
         self.packed = None;
         self
+    }
+
+    /// This model multiplying in `dtype` at its decoder layers' linear layers, in training and
+    /// inference ([`ModelDtype`]). Its weights stay as they are (`f32`): with
+    /// [`ModelDtype::Bf16`] each product rounds its weight and input to bf16, so a trainer's
+    /// gradients and updates are of the `f32` weights (mixed precision's master weights). The
+    /// packed forms of a quantised file are not read in bf16: inference multiplies by the
+    /// weights, rounded.
+    pub fn with_dtype(mut self, dtype: ModelDtype) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    /// The dtype its decoder layers' linear layers multiply in ([`CausalLm::with_dtype`]).
+    pub fn dtype(&self) -> ModelDtype {
+        self.dtype
     }
 
     /// The packed forms of its weights, if it has any.
@@ -391,7 +433,8 @@ impl<B: ReinBackend> CausalLm<B> {
     /// The layers' projections arranged for inference, for [`Context::fused`].
     pub fn fused_projections(&self) -> FusedProjections<B> {
         let packed_form = |name: &str, weight: Tensor<B, 2>| {
-            let packed = self.packed.as_ref().filter(|_| B::reads_packed_weights())?.get(name)?;
+            let exact = B::reads_packed_weights() && self.dtype == ModelDtype::F32;
+            let packed = self.packed.as_ref().filter(|_| exact)?.get(name)?;
             B::equals_packed(weight.into_primitive().tensor(), packed).then(|| packed.clone())
         };
         let layers = self
@@ -406,7 +449,12 @@ impl<B: ReinBackend> CausalLm<B> {
                     };
                     packed_form(&format!("model.layers.{i}.{block}.{name}.weight"), linear.weight.val())
                 };
-                FusedLayer::new(layer.linears(), self.lora.as_ref().map(|l| &l.layers[i]), &packed)
+                FusedLayer::new(
+                    layer.linears(),
+                    self.lora.as_ref().map(|l| &l.layers[i]),
+                    &packed,
+                    self.dtype,
+                )
             })
             .collect();
         let head = match packed_form("lm_head.weight", self.head_weight()) {
@@ -452,9 +500,12 @@ impl<B: ReinBackend> CausalLm<B> {
         let mut x = self.embed_tokens.forward(tokens);
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| c.layer(i));
-            let fused = ctx.fused.map(|f| &f.layers[i]);
-            let lora = self.lora.as_ref().map(|l| &l.layers[i]);
-            x = layer.forward(x, ctx, fused, lora, layer_cache, key_padding.clone());
+            let products = Products {
+                fused: ctx.fused.map(|f| &f.layers[i]),
+                lora: self.lora.as_ref().map(|l| &l.layers[i]),
+                dtype: self.dtype,
+            };
+            x = layer.forward(x, ctx, products, layer_cache, key_padding.clone());
         }
         if let Some(cache) = cache {
             cache.commit();

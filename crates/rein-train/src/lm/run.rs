@@ -326,8 +326,7 @@ fn model_and_tokenizer<B: ReinBackend>(
             ),
         ));
     }
-
-    Ok((model, tokenizer))
+    Ok((model.with_dtype(recipe.model_dtype()), tokenizer))
 }
 
 impl<B: ReinBackend> LmSetup<B> {
@@ -568,7 +567,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             let stage = stage.clone();
             if let (Some(_), Some(run)) = (section, self.run) {
                 // Merged by SFT; the checkpoint's record has the base and the adapters apart.
-                model = load(&run.path().join("sft"), &self.device)?;
+                model = load(&run.path().join("sft"), &self.device)?.with_dtype(recipe.model_dtype());
                 if let Some(spec) = lora_spec(self.loaded)? {
                     // The checkpoint's adapters replace these.
                     model = model.with_lora(&spec, &mut SeededRng::new(0), &self.device);
