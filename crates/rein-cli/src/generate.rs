@@ -65,7 +65,7 @@ pub(crate) struct GenerateArgs {
 }
 
 /// `--dtype`'s value.
-fn dtype(value: &str) -> Result<ModelDtype, String> {
+pub(crate) fn dtype(value: &str) -> Result<ModelDtype, String> {
     match value {
         "f32" => Ok(ModelDtype::F32),
         "bf16" => Ok(ModelDtype::Bf16),
@@ -98,6 +98,15 @@ pub(crate) fn q8_has_codes<B: rein_model::ReinBackend>(
     Ok(())
 }
 
+/// An error when `--precision q8` is asked with `--dtype bf16`: q8 reads a quantised model's
+/// codes, bf16 the weights rounded.
+pub(crate) fn q8_fits_dtype(precision: SamplerPrecision, dtype: ModelDtype) -> anyhow::Result<()> {
+    if precision == SamplerPrecision::Q8 && dtype == ModelDtype::Bf16 {
+        bail!("--precision q8 reads a quantised model's codes, which --dtype bf16 does not: choose one");
+    }
+    Ok(())
+}
+
 impl GenerateArgs {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
         let device = Default::default();
@@ -105,9 +114,7 @@ impl GenerateArgs {
             .with_context(|| format!("loading {}", self.model.display()))?
             .with_dtype(self.dtype);
         q8_has_codes(self.precision, &model, &self.model)?;
-        if self.dtype == ModelDtype::Bf16 && self.precision == SamplerPrecision::Q8 {
-            bail!("--precision q8 reads a quantised model's codes, which --dtype bf16 does not: choose one");
-        }
+        q8_fits_dtype(self.precision, self.dtype)?;
         let tokenizer = LmTokenizer::load(&self.model, &model.config().eos_ids())?;
         let texts = self.prompts()?;
         let mut prompts = Vec::with_capacity(texts.len());

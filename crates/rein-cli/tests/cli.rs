@@ -363,7 +363,8 @@ fn generate_with_q8_precision_reads_the_codes_with_8_bit_activations() {
 }
 
 /// `rein generate --dtype bf16` samples with the linear layers' products in bf16: its
-/// log-probabilities are not the f32 ones, and q8 (the codes of a GGUF file) is refused with it.
+/// log-probabilities are not the f32 ones. q8 (the codes of a GGUF file) is refused with it, by
+/// `generate` and `serve`, and so is a sequence classifier served in bf16.
 #[test]
 fn generate_with_bf16_products_moves_the_log_probabilities() {
     let run = |dtype: &str| {
@@ -384,18 +385,27 @@ fn generate_with_bf16_products_moves_the_log_probabilities() {
     assert_ne!(f32_logprobs, bf16_logprobs);
     let gguf = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gguf/tiny-llama.gguf");
     let gguf = gguf.to_str().unwrap();
+    let both = ["--dtype", "bf16", "--precision", "q8"];
+    for command in [&["generate", "--prompt", "hi"][..], &["serve", "--port", "0"]] {
+        let args: Vec<&str> = command.iter().chain(&["--model", gguf]).chain(&both).copied().collect();
+        let stderr = stderr_of_failure(&rein(&args));
+        assert!(stderr.contains("--dtype bf16"), "{command:?}: {stderr}");
+    }
+    let classifier = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lm/qwen2-rm");
     let out = rein(&[
-        "generate",
-        "--model",
-        gguf,
-        "--prompt",
-        "hi",
+        "serve",
+        "--port",
+        "0",
         "--dtype",
         "bf16",
-        "--precision",
-        "q8",
+        "--model",
+        classifier.to_str().unwrap(),
     ]);
-    assert!(stderr_of_failure(&out).contains("--dtype bf16"));
+    let stderr = stderr_of_failure(&out);
+    assert!(
+        stderr.contains("--dtype bf16") && stderr.contains("sequence classifier"),
+        "{stderr}"
+    );
     let out = rein(&["generate", "--model", gguf, "--prompt", "hi", "--dtype", "f16"]);
     assert!(stderr_of_failure(&out).contains("expected f32 or bf16"));
 }

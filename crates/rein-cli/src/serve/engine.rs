@@ -221,7 +221,7 @@ impl EngineLoop {
                 old.num_hidden_layers
             ));
         }
-        self.model = model;
+        self.model = model.with_dtype(self.model.dtype());
         self.reloads += 1;
         self.version = version.unwrap_or_else(|| self.reloads.to_string());
         Ok(self.version.clone())

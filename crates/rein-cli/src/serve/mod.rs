@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use rein_core::SamplerPrecision;
+use rein_core::{ModelDtype, SamplerPrecision};
 use rein_model::lm::{LmTokenizer, SequenceClassifier, load};
 use rein_sampler::protocol::{
     ChatRequest, CompletionRequest, ErrorBody, ErrorResponse, GenerateRequest, UpdateWeightsRequest,
@@ -60,6 +60,11 @@ pub(crate) struct ServeArgs {
     /// `/update_weights_from_disk` are read exactly unless they keep the quantised codes).
     #[arg(long, default_value = "exact", value_parser = crate::generate::precision)]
     precision: SamplerPrecision,
+    /// `f32`, or `bf16`: the decoder's linear layers multiply in bf16, as a model trained with
+    /// `model.dtype = "bf16"` did (mixed precision); weights loaded later through
+    /// `/update_weights_from_disk` too.
+    #[arg(long, default_value = "f32", value_parser = crate::generate::dtype)]
+    dtype: ModelDtype,
 }
 
 impl ServeArgs {
@@ -73,16 +78,19 @@ impl ServeArgs {
         });
         let handler: Arc<dyn Handler> = if SequenceClassifier::<rein_model::Cpu>::is_classifier(&self.model) {
             anyhow::ensure!(
-                self.precision == SamplerPrecision::Exact,
-                "--precision q8 is for language models; {} is a sequence classifier",
+                self.precision == SamplerPrecision::Exact && self.dtype == ModelDtype::F32,
+                "--precision q8 and --dtype bf16 are for language models; {} is a sequence classifier",
                 self.model.display()
             );
             let model = SequenceClassifier::load(&self.model, &device).with_context(loading)?;
             let tokenizer = LmTokenizer::load(&rein_model::lm::locate(&self.model)?, &[])?;
             Arc::new(classify::Classifier::new(model, tokenizer, name))
         } else {
-            let model = load::<rein_model::Cpu>(&self.model, &device).with_context(loading)?;
+            let model = load::<rein_model::Cpu>(&self.model, &device)
+                .with_context(loading)?
+                .with_dtype(self.dtype);
             crate::generate::q8_has_codes(self.precision, &model, &self.model)?;
+            crate::generate::q8_fits_dtype(self.precision, self.dtype)?;
             let tokenizer = LmTokenizer::load(&self.model, &model.config().eos_ids())?;
             let engine = Engine::start(model, tokenizer.clone(), Duration::from_millis(self.batch_window_ms));
             Arc::new(State {
