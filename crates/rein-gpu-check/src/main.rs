@@ -40,6 +40,8 @@ enum SpeedRow {
     Step,
     /// The matmul ceilings (burn's and rein's products; bf16 and TF32 on CUDA).
     Matmul,
+    /// The GRPO step in mixed precision (bf16 products), and its phases: last, as the newest.
+    StepBf16,
 }
 
 /// Parity and speed of rein on one device.
@@ -71,7 +73,12 @@ struct Args {
     #[arg(long)]
     no_parity: bool,
     /// Which speed rows to run (with `--speed-model`).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "generation,step,matmul")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "generation,step,matmul,step-bf16"
+    )]
     speed_rows: Vec<SpeedRow>,
     /// Run the op probes: single ops against f64, each launch synced (diagnosis).
     #[arg(long)]
@@ -175,14 +182,9 @@ fn checks<B: ReinBackend>(
             });
         }
         if rows.contains(&SpeedRow::Step) {
-            for (what, dtype) in [
-                ("grpo step speed", ModelDtype::F32),
-                ("grpo step speed bf16", ModelDtype::Bf16),
-            ] {
-                parity::guarded::<B>(&mut report, device, what, Kind::Speed, |report| {
-                    speed::grpo_step::<B>(&setup, dtype, device, report)
-                });
-            }
+            parity::guarded::<B>(&mut report, device, "grpo step speed", Kind::Speed, |report| {
+                speed::grpo_step::<B>(&setup, ModelDtype::F32, device, report)
+            });
         }
         let ceilings: &[usize] = if rows.contains(&SpeedRow::Matmul) {
             &[4096, 8192]
@@ -195,6 +197,11 @@ fn checks<B: ReinBackend>(
             });
             parity::guarded::<B>(&mut report, device, "rein matmul f32", Kind::Speed, |report| {
                 speed::rein_matmul_rate::<B>(n, device, report)
+            });
+        }
+        if rows.contains(&SpeedRow::StepBf16) {
+            parity::guarded::<B>(&mut report, device, "grpo step speed bf16", Kind::Speed, |report| {
+                speed::grpo_step::<B>(&setup, ModelDtype::Bf16, device, report)
             });
         }
     }

@@ -80,7 +80,7 @@ fn the_chosen_speed_rows_run_and_no_others() {
             "cpu",
             "--no-parity",
             "--speed-rows",
-            "step",
+            "step,step-bf16",
             "--step-rows",
             "2",
         ])

@@ -186,10 +186,13 @@ mod tests {
         t.into_data().to_vec().unwrap()
     }
 
+    /// Within 1e-5 absolute and relative: a log-std gradient is an f32 mean over up to 39 rows
+    /// of terms `(z² − 1)·∂ℓ` of order 1–10 that largely cancel, and its rounding in burn's order
+    /// and ours reaches a few 1e-6 (3.2e-6 on a 20-row case proptest found).
     fn close(what: &str, ours: &[f32], burn: &[f32]) -> Result<(), TestCaseError> {
         prop_assert_eq!(ours.len(), burn.len());
         for (i, (a, b)) in ours.iter().zip(burn).enumerate() {
-            prop_assert!((a - b).abs() <= 2e-6 + 1e-5 * b.abs(), "{what}[{i}]: {a} vs burn's {b}");
+            prop_assert!((a - b).abs() <= 1e-5 + 1e-5 * b.abs(), "{what}[{i}]: {a} vs burn's {b}");
         }
         Ok(())
     }
