@@ -294,6 +294,7 @@ fn logits<B: ReinBackend>(model: &CausalLm<B>, tokens: Tensor<B, 2, Int>, fused:
 fn logits_row<B: ReinBackend>(fixtures: &Path, name: &str, device: &B::Device, report: &mut Report) -> Result<()> {
     use rein_core::ModelDtype;
     let (shape, input) = expected(fixtures, name, "input_ids")?;
+    let loaded = model::<B>(fixtures, name, device)?;
     for (dtype, file, bound, against) in [
         (ModelDtype::F32, "expected", LOGIT_BOUND, "transformers"),
         (
@@ -303,7 +304,7 @@ fn logits_row<B: ReinBackend>(fixtures: &Path, name: &str, device: &B::Device, r
             "transformers' bf16 linear layers",
         ),
     ] {
-        let m = model::<B>(fixtures, name, device)?.with_dtype(dtype);
+        let m = loaded.clone().with_dtype(dtype);
         let (_, want) = fixture_tensor(fixtures, &format!("{name}.{file}"), "logits")?;
         for fused in [false, true] {
             let got = logits(&m, ids::<B>(&input, [shape[0], shape[1]], device), fused)?;

@@ -78,15 +78,15 @@ pub(crate) fn linear<B: ReinBackend>(layer: &burn::nn::Linear<B>, x: Tensor<B, 2
     linear_in(layer, x, ModelDtype::F32)
 }
 
-/// A linear layer whose product is in `dtype`: its weight and bias rounded to `dtype` for this
-/// product ([`held_in`]; an `f32` weight still gets `f32` gradients, through the cast), then
-/// [`affine`].
+/// A linear layer whose product is in `dtype`: its weight rounded to `dtype` for this product
+/// ([`held_in`]; an `f32` weight still gets `f32` gradients, through the cast), then [`affine`],
+/// which rounds the input and bias to the weight's dtype.
 pub(crate) fn linear_in<B: ReinBackend>(
     layer: &burn::nn::Linear<B>,
     x: Tensor<B, 2>,
     dtype: ModelDtype,
 ) -> Tensor<B, 2> {
-    let bias = layer.bias.as_ref().map(|b| held_in(b.val(), dtype));
+    let bias = layer.bias.as_ref().map(|b| b.val());
     affine(x, held_in(layer.weight.val(), dtype), bias)
 }
 
