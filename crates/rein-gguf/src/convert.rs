@@ -1,5 +1,6 @@
 //! A GGUF model as a model directory in Hugging Face format: `config.json` from the metadata, weights renamed
-//! and dequantised (Q/K rows put back in Hugging Face's order), `tokenizer.json` and
+//! and dequantised (Q/K rows put back in Hugging Face's order, Gemma's norms back to offsets from
+//! one, a mixture of experts' stacked expert tensors split per expert), `tokenizer.json` and
 //! `tokenizer_config.json` rebuilt from the vocabulary, merges and chat template.
 
 use std::collections::BTreeMap;
@@ -12,10 +13,23 @@ use super::GgufError;
 use super::file::{GgufFile, TensorInfo};
 use super::tokenizer;
 use crate::tensors_file::Tensors;
-use crate::{LmConfig, RopeScaling, TokenIds};
+use crate::{Family, LmConfig, RopeScaling, TokenIds};
 
-/// Architectures whose GGUF layout rein maps (`general.architecture`).
-const ARCHITECTURES: [&str; 3] = ["llama", "mistral", "qwen2"];
+/// Architectures whose GGUF layout rein maps (`general.architecture`), with their families.
+const ARCHITECTURES: [(&str, Family); 7] = [
+    ("llama", Family::Llama),
+    ("mistral", Family::Mistral),
+    ("qwen2", Family::Qwen2),
+    ("qwen3", Family::Qwen3),
+    ("qwen3moe", Family::Qwen3Moe),
+    ("gemma2", Family::Gemma2),
+    ("gemma3", Family::Gemma3),
+];
+
+/// llama.cpp stores Llama's and Mistral's query and key rows interleaved for its RoPE.
+fn permuted(family: Family) -> bool {
+    matches!(family, Family::Llama | Family::Mistral)
+}
 
 /// A converted model, ready to be written as a checkpoint directory.
 #[derive(Debug)]
@@ -37,6 +51,7 @@ impl Converted {
     /// Reads everything from `file`.
     pub fn from_gguf(file: &GgufFile) -> Result<Self, GgufError> {
         let config = config(file)?;
+        check_tensor_set(file, &config)?;
         let tensors = tensors(file, &config)?;
         let packed = packed(file, &config)?;
         let (tokenizer, tokenizer_config) = tokenizer::build(file, config.max_position_embeddings)?;
@@ -89,12 +104,13 @@ pub fn convert_file(gguf: &Path, out: &Path) -> Result<LmConfig, GgufError> {
 /// The architecture from `{arch}.*` metadata, as transformers' GGUF loader derives it.
 fn config(file: &GgufFile) -> Result<LmConfig, GgufError> {
     let arch = file.get_str("general.architecture")?;
-    if !ARCHITECTURES.contains(&arch) {
+    let Some(&(_, family)) = ARCHITECTURES.iter().find(|(name, _)| *name == arch) else {
+        let known: Vec<&str> = ARCHITECTURES.iter().map(|(name, _)| *name).collect();
         return Err(file.metadata_error(
             "general.architecture",
-            format!("`{arch}` is not supported (supported: {})", ARCHITECTURES.join(", ")),
+            format!("`{arch}` is not supported (supported: {})", known.join(", ")),
         ));
-    }
+    };
     let key = |k: &str| format!("{arch}.{k}");
     let usize_or =
         |k: &str, default: usize| -> Result<usize, GgufError> { Ok(file.optional_usize(&key(k))?.unwrap_or(default)) };
@@ -151,12 +167,16 @@ fn config(file: &GgufFile) -> Result<LmConfig, GgufError> {
         ));
     }
     let token_id = |k: &str| -> Result<Option<u32>, GgufError> { Ok(file.optional_usize(k)?.map(|id| id as u32)) };
-    let config = LmConfig {
-        model_type: arch.into(),
+    let optional_float = |k: &str| -> Result<Option<f64>, GgufError> {
+        file.metadata.get(&key(k)).map(|_| float_or(k, 0.0)).transpose()
+    };
+    let layers = file.get_usize(&key("block_count"))?;
+    let mut config = LmConfig {
+        model_type: family.model_type().into(),
         vocab_size,
         hidden_size: hidden,
-        intermediate_size: file.get_usize(&key("feed_forward_length"))?,
-        num_hidden_layers: file.get_usize(&key("block_count"))?,
+        intermediate_size: usize_or("feed_forward_length", 0)?,
+        num_hidden_layers: layers,
         num_attention_heads: heads,
         num_key_value_heads: Some(kv_heads),
         head_dim: Some(head_dim),
@@ -165,24 +185,112 @@ fn config(file: &GgufFile) -> Result<LmConfig, GgufError> {
         rope_scaling,
         max_position_embeddings: usize_or("context_length", 2048)?,
         tie_word_embeddings: file.tensor("output.weight").is_none(),
-        attention_bias: arch != "qwen2" && file.tensor("blk.0.attn_q.bias").is_some(),
-        mlp_bias: false,
-        hidden_act: "silu".into(),
-        sliding_window: None,
-        use_sliding_window: false,
+        attention_bias: family != Family::Qwen2 && file.tensor("blk.0.attn_q.bias").is_some(),
         bos_token_id: token_id("tokenizer.ggml.bos_token_id")?,
         eos_token_id: token_id("tokenizer.ggml.eos_token_id")?.map(TokenIds::One),
         torch_dtype: Some("float32".into()),
-        rope_parameters: None,
+        ..LmConfig::default()
     };
+    let window = file.optional_usize(&key("attention.sliding_window"))?;
+    match family {
+        Family::Gemma2 | Family::Gemma3 => {
+            config.hidden_activation = Some("gelu_pytorch_tanh".into());
+            config.tie_word_embeddings = file.tensor("output.weight").is_none();
+            config.sliding_window = window;
+            // llama.cpp scales scores by 1/√head_dim, or 1/√(hidden/heads) for Gemma 3 27B (62 layers).
+            let scalar = match family == Family::Gemma3 && layers == 62 {
+                true => hidden / heads,
+                false => head_dim,
+            };
+            config.query_pre_attn_scalar = Some(scalar as f64);
+            config.attn_logit_softcapping = optional_float("attn_logit_softcapping")?;
+            config.final_logit_softcapping = optional_float("final_logit_softcapping")?;
+            if family == Family::Gemma3 {
+                // Not in the metadata of most files: llama.cpp's fixed values for Gemma 3.
+                config.sliding_window_pattern = Some(usize_or("attention.sliding_window_pattern", 6)?);
+                config.rope_local_base_freq = Some(10_000.0);
+            }
+        }
+        Family::Qwen3Moe => {
+            config.num_experts = Some(file.get_usize(&key("expert_count"))?);
+            config.num_experts_per_tok = Some(file.get_usize(&key("expert_used_count"))?);
+            config.moe_intermediate_size = Some(file.get_usize(&key("expert_feed_forward_length"))?);
+            // llama.cpp renormalises the chosen experts' weights for Qwen3-MoE (transformers'
+            // GGUF loader sets the same).
+            config.norm_topk_prob = true;
+            config.router_aux_loss_coef = Some(0.001);
+        }
+        Family::Mistral => config.sliding_window = window,
+        _ => {}
+    }
     config
         .validate()
         .map_err(|e| file.metadata_error(&key("*"), e.to_string()))?;
     Ok(config)
 }
 
-/// The Hugging Face name of GGUF tensor `name` (llama.cpp's `tensor_mapping.py`, reversed).
-fn hf_name(name: &str) -> Option<String> {
+/// The tensors a `config` model's GGUF file holds, by llama.cpp's names (biases aside).
+fn expected_tensors(config: &LmConfig) -> Vec<String> {
+    let family = config.family();
+    let mut names = vec!["token_embd.weight".to_string(), "output_norm.weight".to_string()];
+    if !config.tie_word_embeddings {
+        names.push("output.weight".into());
+    }
+    for i in 0..config.num_hidden_layers {
+        let mut parts = vec!["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm"];
+        if config.qk_norm() {
+            parts.extend(["attn_q_norm", "attn_k_norm"]);
+        }
+        if family.norm_adds_one() {
+            parts.extend(["post_attention_norm", "post_ffw_norm"]);
+        }
+        match config.is_moe_layer(i) {
+            true => parts.extend(["ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"]),
+            false => parts.extend(["ffn_gate", "ffn_up", "ffn_down"]),
+        }
+        names.extend(parts.iter().map(|part| format!("blk.{i}.{part}.weight")));
+    }
+    names
+}
+
+/// Refuses a file whose tensors are not those its architecture has: the first one missing, or
+/// the first one no layer of it has (a bias is accepted on any projection).
+fn check_tensor_set(file: &GgufFile, config: &LmConfig) -> Result<(), GgufError> {
+    let expected = expected_tensors(config);
+    let arch = file.get_str("general.architecture")?;
+    if let Some(missing) = expected.iter().find(|name| file.tensor(name).is_none()) {
+        return Err(file.tensor_error(
+            missing,
+            format!(
+                "missing: a `{arch}` model of {} layers has it",
+                config.num_hidden_layers
+            ),
+        ));
+    }
+    let known: std::collections::HashSet<&str> = expected.iter().map(String::as_str).collect();
+    let bias = |name: &str| {
+        name.strip_suffix(".bias")
+            .is_some_and(|base| known.contains(format!("{base}.weight").as_str()))
+    };
+    if let Some(extra) = file
+        .tensors
+        .iter()
+        .find(|t| !known.contains(t.name.as_str()) && !bias(&t.name))
+    {
+        return Err(file.tensor_error(
+            &extra.name,
+            format!(
+                "unexpected: a `{arch}` model of {} layers has no such tensor",
+                config.num_hidden_layers
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The Hugging Face name of GGUF tensor `name` (llama.cpp's `tensor_mapping.py`, reversed) in a
+/// `family` model; a stacked expert tensor (`ffn_gate_exps`) names its expert `{expert}`.
+fn hf_name(name: &str, family: Family) -> Option<String> {
     let fixed = match name {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
         "output_norm.weight" => Some("model.norm.weight"),
@@ -196,9 +304,16 @@ fn hf_name(name: &str) -> Option<String> {
     let (layer, rest) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
     let (part, suffix) = rest.rsplit_once('.')?;
+    // Gemma's four norms: llama.cpp's `ffn_norm` is the one before the MLP.
+    let sandwich = family.norm_adds_one();
     let module = match part {
         "attn_norm" => "input_layernorm",
+        "ffn_norm" if sandwich => "pre_feedforward_layernorm",
         "ffn_norm" => "post_attention_layernorm",
+        "post_attention_norm" if sandwich => "post_attention_layernorm",
+        "post_ffw_norm" if sandwich => "post_feedforward_layernorm",
+        "attn_q_norm" => "self_attn.q_norm",
+        "attn_k_norm" => "self_attn.k_norm",
         "attn_q" => "self_attn.q_proj",
         "attn_k" => "self_attn.k_proj",
         "attn_v" => "self_attn.v_proj",
@@ -206,29 +321,71 @@ fn hf_name(name: &str) -> Option<String> {
         "ffn_gate" => "mlp.gate_proj",
         "ffn_up" => "mlp.up_proj",
         "ffn_down" => "mlp.down_proj",
+        "ffn_gate_inp" if family == Family::Qwen3Moe => "mlp.gate",
+        "ffn_gate_exps" if family == Family::Qwen3Moe => "mlp.experts.{expert}.gate_proj",
+        "ffn_up_exps" if family == Family::Qwen3Moe => "mlp.experts.{expert}.up_proj",
+        "ffn_down_exps" if family == Family::Qwen3Moe => "mlp.experts.{expert}.down_proj",
         _ => return None,
     };
     matches!(suffix, "weight" | "bias").then(|| format!("model.layers.{layer}.{module}.{suffix}"))
 }
 
+/// The matrices of GGUF tensor `info` under their Hugging Face names: itself, or (a stacked
+/// expert tensor, `[experts, out, in]`) one per expert, each a view of its slice of the bytes.
+fn matrices(file: &GgufFile, info: &TensorInfo, family: Family) -> Result<Vec<(String, TensorInfo)>, GgufError> {
+    let name = hf_name(&info.name, family).ok_or_else(|| {
+        file.tensor_error(
+            &info.name,
+            format!("has no Hugging Face counterpart in a `{}` model", family.model_type()),
+        )
+    })?;
+    if !name.contains("{expert}") {
+        return Ok(vec![(name, info.clone())]);
+    }
+    let [experts, rows, cols] = <[usize; 3]>::try_from(info.shape())
+        .map_err(|_| file.tensor_error(&info.name, "a stacked expert tensor must have three dimensions"))?;
+    let per_expert = rows * cols;
+    if !per_expert.is_multiple_of(info.kind.block_size()) {
+        return Err(file.tensor_error(&info.name, "an expert's slice does not split into whole blocks"));
+    }
+    let bytes = per_expert / info.kind.block_size() * info.kind.block_bytes();
+    Ok((0..experts)
+        .map(|e| {
+            let start = info.bytes.start + e * bytes;
+            let slice = TensorInfo {
+                name: format!("{}[{e}]", info.name),
+                dims: vec![cols, rows],
+                kind: info.kind,
+                bytes: start..start + bytes,
+            };
+            (name.replace("{expert}", &e.to_string()), slice)
+        })
+        .collect())
+}
+
 /// Every tensor dequantised under its Hugging Face name; llama.cpp's Q/K row interleaving
-/// undone for the architectures it applies it to.
+/// undone for the architectures it applies it to, and the `+ 1` it folds into Gemma's norms.
 fn tensors(file: &GgufFile, config: &LmConfig) -> Result<Tensors, GgufError> {
-    let permuted = config.model_type != "qwen2";
+    let family = config.family();
     let mut out = Tensors::new();
-    for info in &file.tensors {
-        let name = hf_name(&info.name).ok_or_else(|| {
-            file.tensor_error(
-                &info.name,
-                format!("has no Hugging Face counterpart in a `{}` model", config.model_type),
-            )
-        })?;
+    for (name, info) in file
+        .tensors
+        .iter()
+        .map(|info| matrices(file, info, family))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+    {
+        let info = &info;
         let shape = info.shape();
         let mut values = file.dequantize(info);
         if let Some(bad) = values.iter().position(|v| !v.is_finite()) {
             return Err(file.tensor_error(&info.name, format!("element {bad} is {}", values[bad])));
         }
-        if permuted && (info.name.contains(".attn_q.") || info.name.contains(".attn_k.")) {
+        if family.norm_adds_one() && name.ends_with("norm.weight") {
+            values.iter_mut().for_each(|v| *v -= 1.0);
+        }
+        if permuted(family) && (info.name.contains(".attn_q.") || info.name.contains(".attn_k.")) {
             let heads = match info.name.contains(".attn_q.") {
                 true => config.num_attention_heads,
                 false => config.kv_heads(),
@@ -250,20 +407,25 @@ fn tensors(file: &GgufFile, config: &LmConfig) -> Result<Tensors, GgufError> {
 /// The quantised weight matrices, as codes and block scales transposed to `[in, out]` (Q/K
 /// rows unpermuted as in [`tensors`]): exactly the values [`tensors`] dequantises.
 fn packed(file: &GgufFile, config: &LmConfig) -> Result<BTreeMap<String, PackedMatrix>, GgufError> {
+    let family = config.family();
     let mut out = BTreeMap::new();
     for info in &file.tensors {
-        let name = match info.name.as_str() {
-            "token_embd.weight" if config.tie_word_embeddings => "lm_head.weight".to_string(),
+        let matrices = match info.name.as_str() {
+            "token_embd.weight" if config.tie_word_embeddings => vec![("lm_head.weight".to_string(), info.clone())],
+            // The router multiplies by its own (dequantised) weights: no packed form.
+            name if name.contains("ffn_gate_inp") => continue,
             name if name.ends_with(".weight") && !name.contains("norm") && name != "token_embd.weight" => {
-                match hf_name(name) {
-                    Some(hf) => hf,
+                match hf_name(name, family) {
+                    Some(_) => matrices(file, info, family)?,
                     None => continue,
                 }
             }
             _ => continue,
         };
-        if let Some(packed) = packed_matrix(file, info, config)? {
-            out.insert(name, packed);
+        for (name, info) in matrices {
+            if let Some(packed) = packed_matrix(file, &info, config)? {
+                out.insert(name, packed);
+            }
         }
     }
     Ok(out)
@@ -297,7 +459,7 @@ fn packed_matrix(file: &GgufFile, info: &TensorInfo, config: &LmConfig) -> Resul
             &mut offsets[s..][..per_block],
         );
     }
-    if config.model_type != "qwen2" && (info.name.contains(".attn_q.") || info.name.contains(".attn_k.")) {
+    if permuted(config.family()) && (info.name.contains(".attn_q.") || info.name.contains(".attn_k.")) {
         let heads = match info.name.contains(".attn_q.") {
             true => config.num_attention_heads,
             false => config.kv_heads(),
@@ -351,21 +513,47 @@ mod tests {
 
     #[test]
     fn names_map_to_hugging_face() {
+        let llama = |name| hf_name(name, Family::Llama);
         assert_eq!(
-            hf_name("blk.12.attn_q.weight").as_deref(),
+            llama("blk.12.attn_q.weight").as_deref(),
             Some("model.layers.12.self_attn.q_proj.weight")
         );
         assert_eq!(
-            hf_name("blk.0.ffn_norm.weight").as_deref(),
+            llama("blk.0.ffn_norm.weight").as_deref(),
             Some("model.layers.0.post_attention_layernorm.weight")
         );
         assert_eq!(
-            hf_name("blk.3.attn_v.bias").as_deref(),
+            llama("blk.3.attn_v.bias").as_deref(),
             Some("model.layers.3.self_attn.v_proj.bias")
         );
-        assert_eq!(hf_name("output.weight").as_deref(), Some("lm_head.weight"));
-        assert_eq!(hf_name("blk.x.attn_q.weight"), None);
-        assert_eq!(hf_name("rope_freqs.weight"), None);
+        assert_eq!(llama("output.weight").as_deref(), Some("lm_head.weight"));
+        assert_eq!(llama("blk.x.attn_q.weight"), None);
+        assert_eq!(llama("rope_freqs.weight"), None);
+        assert_eq!(llama("blk.0.post_ffw_norm.weight"), None, "Gemma's norm in a Llama");
+        // Gemma's four norms.
+        let gemma = |name| hf_name(name, Family::Gemma3);
+        assert_eq!(
+            gemma("blk.1.ffn_norm.weight").as_deref(),
+            Some("model.layers.1.pre_feedforward_layernorm.weight")
+        );
+        assert_eq!(
+            gemma("blk.1.post_attention_norm.weight").as_deref(),
+            Some("model.layers.1.post_attention_layernorm.weight")
+        );
+        assert_eq!(
+            gemma("blk.1.attn_k_norm.weight").as_deref(),
+            Some("model.layers.1.self_attn.k_norm.weight")
+        );
+        let moe = |name| hf_name(name, Family::Qwen3Moe);
+        assert_eq!(
+            moe("blk.2.ffn_gate_inp.weight").as_deref(),
+            Some("model.layers.2.mlp.gate.weight")
+        );
+        assert_eq!(
+            moe("blk.2.ffn_down_exps.weight").as_deref(),
+            Some("model.layers.2.mlp.experts.{expert}.down_proj.weight")
+        );
+        assert_eq!(hf_name("blk.2.ffn_down_exps.weight", Family::Qwen3), None);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 
 mod config;
 mod convert;
+mod family;
 mod file;
 pub mod packed_file;
 mod quant;
@@ -22,6 +23,7 @@ use std::path::PathBuf;
 
 pub use config::{LmConfig, RopeScaling, TokenIds, UnsupportedConfig};
 pub use convert::{Converted, convert_file};
+pub use family::{Family, GateActivation, LayerAttention, MoeConfig};
 pub use file::{GgufFile, TensorInfo, Value};
 pub use quant::GgmlType;
 

@@ -1,6 +1,10 @@
 //! `tokenizer.json` and `tokenizer_config.json` rebuilt from a GGUF file's `tokenizer.*`
 //! metadata: a byte-level BPE (`tokenizer.ggml.model = "gpt2"`) with its vocabulary, merges,
-//! special tokens, the pre-tokenizer that `tokenizer.ggml.pre` names, and the chat template.
+//! special tokens, the pre-tokenizer that `tokenizer.ggml.pre` names, and the chat template; or
+//! a SentencePiece vocabulary (`"llama"`: Gemma's, Llama 2's, Mistral's) as the BPE with byte
+//! fallback that transformers makes of it, its merges recovered from the vocabulary as
+//! transformers' GGUF loader recovers them (`generate_merges`: every split of a token into two
+//! tokens, best first — Gemma's best is its earliest token, the others' their highest score).
 //!
 //! The pre-tokenizer follows llama.cpp's table for each `pre` name (the engine GGUF files are
 //! made for, and the original `tokenizer.json` they were converted from): `smollm`, for one,
@@ -38,13 +42,18 @@ const QWEN2_SPLIT: &str =
 
 /// `(tokenizer.json, tokenizer_config.json)` for `file`; `max_length` is the model's context.
 pub fn build(file: &GgufFile, max_length: usize) -> Result<(Json, Json), GgufError> {
-    let model = file.get_str("tokenizer.ggml.model")?;
-    if model != "gpt2" {
-        return Err(file.metadata_error(
+    match file.get_str("tokenizer.ggml.model")? {
+        "gpt2" => byte_level(file, max_length),
+        "llama" => sentencepiece(file, max_length),
+        model => Err(file.metadata_error(
             "tokenizer.ggml.model",
-            format!("`{model}` is not supported (only byte-level BPE, `gpt2`)"),
-        ));
+            format!("`{model}` is not supported (supported: gpt2 — byte-level BPE — and llama — SentencePiece)"),
+        )),
     }
+}
+
+/// A byte-level BPE: GPT-2's byte alphabet, the file's merges, the pre-tokenizer `pre` names.
+fn byte_level(file: &GgufFile, max_length: usize) -> Result<(Json, Json), GgufError> {
     let tokens = strings(file, "tokenizer.ggml.tokens")?;
     let (vocab, added) = vocabulary(&tokens, &token_types(file, tokens.len())?);
     let merges: Vec<Json> = strings(file, "tokenizer.ggml.merges")?
@@ -77,6 +86,155 @@ pub fn build(file: &GgufFile, max_length: usize) -> Result<(Json, Json), GgufErr
         },
     });
     Ok((tokenizer, tokenizer_config(file, &tokens, max_length)?))
+}
+
+/// A SentencePiece vocabulary as transformers' GGUF loader builds it: `GemmaTokenizer` for the
+/// Gemma architectures (spaces normalised to `▁`, no prefix space, merges by token order, a run
+/// of spaces spelled as `▁`s), `LlamaTokenizer` otherwise (a `▁` prefix, merges by score); both
+/// BPE with byte fallback, control tokens special, user-defined ones added.
+fn sentencepiece(file: &GgufFile, max_length: usize) -> Result<(Json, Json), GgufError> {
+    let tokens = strings(file, "tokenizer.ggml.tokens")?;
+    let types = token_types(file, tokens.len())?;
+    let gemma = file.get_str("general.architecture")?.starts_with("gemma");
+    let spelled: Vec<String> = match gemma {
+        true => tokens
+            .iter()
+            .map(|t| match t.contains(' ') && t.trim().is_empty() {
+                true => "\u{2581}".repeat(t.chars().count()),
+                false => t.clone(),
+            })
+            .collect(),
+        false => tokens.clone(),
+    };
+    let merges = match gemma {
+        true => merges_from_vocabulary(&spelled, |i| -(i as f64)),
+        false => {
+            let scores = floats(file, "tokenizer.ggml.scores", tokens.len())?;
+            merges_from_vocabulary(&spelled, |i| scores[i])
+        }
+    };
+    let mut vocab = serde_json::Map::new();
+    for (id, token) in spelled.iter().enumerate() {
+        vocab.insert(token.clone(), json!(id));
+    }
+    let mut added = Vec::new();
+    for (id, (token, kind)) in tokens.iter().zip(&types).enumerate() {
+        // transformers adds a user-defined token only under the spelling it looks up.
+        let user_defined = *kind == USER_DEFINED && vocab.contains_key(token);
+        if *kind == CONTROL || user_defined {
+            added.push(json!({
+                "id": id, "content": token, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": *kind == CONTROL,
+            }));
+        }
+    }
+    let unk = file
+        .optional_usize("tokenizer.ggml.unknown_token_id")?
+        .and_then(|id| tokens.get(id).cloned());
+    let spm_decoder = |strip: bool| {
+        let mut steps = vec![
+            json!({"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "}),
+            json!({"type": "ByteFallback"}),
+            json!({"type": "Fuse"}),
+        ];
+        if strip {
+            steps.push(json!({"type": "Strip", "content": " ", "start": 1, "stop": 0}));
+        }
+        json!({"type": "Sequence", "decoders": steps})
+    };
+    let (normalizer, pre_tokenizer, decoder) = match gemma {
+        true => (
+            json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"}),
+            json!({"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": false}),
+            spm_decoder(false),
+        ),
+        false => {
+            let prefix = !matches!(
+                file.metadata.get("tokenizer.ggml.add_space_prefix"),
+                Some(Value::Bool(false))
+            );
+            let scheme = if prefix { "first" } else { "never" };
+            (
+                Json::Null,
+                json!({"type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": scheme, "split": false}),
+                spm_decoder(prefix),
+            )
+        }
+    };
+    let merges: Vec<Json> = merges.into_iter().map(|(a, b)| json!([a, b])).collect();
+    let tokenizer = json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": normalizer,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": null,
+        "decoder": decoder,
+        "model": {
+            "type": "BPE", "dropout": null, "unk_token": unk, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": true,
+            "ignore_merges": false, "vocab": vocab, "merges": merges,
+        },
+    });
+    Ok((tokenizer, tokenizer_config(file, &tokens, max_length)?))
+}
+
+/// The merges a vocabulary implies, as transformers' `generate_merges` orders them: for each
+/// token (first spelling wins its place, the last its id), every split into two tokens of the
+/// vocabulary, sorted by the pieces' ids; then all by `(score of the merged token, length of the
+/// left piece, length of the right)`, highest first, ties kept in that order.
+fn merges_from_vocabulary(tokens: &[String], score: impl Fn(usize) -> f64) -> Vec<(String, String)> {
+    let mut ids: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut order: Vec<&str> = Vec::new();
+    for (id, token) in tokens.iter().enumerate() {
+        if ids.insert(token.as_str(), id).is_none() {
+            order.push(token);
+        }
+    }
+    let mut merges: Vec<(f64, usize, usize, &str, &str)> = Vec::new();
+    for merged in order {
+        let merged_score = score(ids[merged]);
+        let mut local: Vec<(usize, usize, &str, &str)> = Vec::new();
+        for (at, _) in merged.char_indices().skip(1) {
+            let (left, right) = merged.split_at(at);
+            if let (Some(&l), Some(&r)) = (ids.get(left), ids.get(right)) {
+                local.push((l, r, left, right));
+            }
+        }
+        local.sort_by_key(|&(l, r, _, _)| (l, r));
+        for (_, _, left, right) in local {
+            merges.push((merged_score, left.chars().count(), right.chars().count(), left, right));
+        }
+    }
+    merges.sort_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then_with(|| b.1.cmp(&a.1))
+            .then_with(|| b.2.cmp(&a.2))
+    });
+    merges
+        .into_iter()
+        .map(|(_, _, _, l, r)| (l.to_string(), r.to_string()))
+        .collect()
+}
+
+/// The numbers of the array at `key`, `len` of them.
+fn floats(file: &GgufFile, key: &str, len: usize) -> Result<Vec<f64>, GgufError> {
+    let items = file
+        .get(key)?
+        .as_array()
+        .ok_or_else(|| file.metadata_error(key, "expected an array of numbers"))?;
+    if items.len() != len {
+        return Err(file.metadata_error(key, format!("{} entries for {len} tokens", items.len())));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.as_f64()
+                .ok_or_else(|| file.metadata_error(key, format!("entry {i} is not a number")))
+        })
+        .collect()
 }
 
 /// Each token's type (`tokenizer.ggml.token_type`; all normal when absent).
