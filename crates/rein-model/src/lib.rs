@@ -34,9 +34,9 @@ pub mod safetensors_file;
 
 pub use actor_critic::{ActionHead, ActorCritic, ActorCriticConfig};
 pub use backend::{
-    AttentionKernels, CudaMatmul, HeadKernels, LinearKernels, LoraKernels, NormKernels, ReinAutodiffBackend,
-    ReinBackend, RopeKernels, SwigluKernels, TanhKernels, affine, cuda_matmul, generic_ops, held_in, set_cuda_matmul,
-    use_generic_ops,
+    AttentionKernels, CudaMatmul, GluKernels, HeadKernels, LinearKernels, LoraKernels, NormKernels,
+    ReinAutodiffBackend, ReinBackend, RopeKernels, Scoring, TanhKernels, affine, cuda_matmul, generic_ops, held_in,
+    set_cuda_matmul, use_generic_ops,
 };
 pub use flat_mlp::{FlatMlp, Trace};
 pub use mlp::{Activation, Mlp, MlpConfig, MlpInit};

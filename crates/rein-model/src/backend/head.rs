@@ -15,6 +15,42 @@ use burn_autodiff::ops::{Backward, Ops, OpsKind};
 use super::flex::{exp_f32, f32s, for_rows, indices, shape_2d, tensor, with_avx2};
 use super::{LinearKernels, ReinBackend, float, generic_ops};
 
+/// How the head's logits `z = hidden · W` become the distribution: `softmax(scale · cap(z))`,
+/// `cap(z) = c·tanh(z/c)` where the model soft-caps its logits (Gemma 2), `z` otherwise.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Logits {
+    /// The factor on the (capped) logits: `1 / temperature`.
+    pub scale: f32,
+    /// The cap `c`, if any.
+    pub softcap: Option<f32>,
+}
+
+impl Logits {
+    /// `z` capped: `c·tanh(z/c)`, or `z` itself.
+    fn capped<B: burn::tensor::backend::Backend>(&self, z: FloatTensor<B>) -> FloatTensor<B> {
+        match self.softcap {
+            Some(cap) => B::float_mul_scalar(B::float_tanh(B::float_div_scalar(z, cap.into())), cap.into()),
+            None => z,
+        }
+    }
+
+    /// `∂z` from the gradient of the capped logits `∂cap(z)`: times `1 − tanh²(z/c)`.
+    fn through_cap<B: burn::tensor::backend::Backend>(
+        &self,
+        z: FloatTensor<B>,
+        grad: FloatTensor<B>,
+    ) -> FloatTensor<B> {
+        match self.softcap {
+            Some(cap) => {
+                let t = B::float_tanh(B::float_div_scalar(z, cap.into()));
+                let slope = B::float_add_scalar(B::float_neg(B::float_powi_scalar(t, 2.into())), 1f32.into());
+                B::float_mul(grad, slope)
+            }
+            None => grad,
+        }
+    }
+}
+
 /// Log-probabilities and entropies of chosen tokens, from logits or through the head.
 pub trait HeadKernels: LinearKernels {
     /// Per row of `logits`, the chosen token's log-probability and the entropy of the
@@ -41,7 +77,8 @@ pub trait HeadKernels: LinearKernels {
         log_prob_entropy_backward_ops::<Self>(logits, targets, scale, grad)
     }
 
-    /// [`HeadKernels::log_prob_entropy`] of the logits `hidden · W`, computed `chunk` rows at a
+    /// [`HeadKernels::log_prob_entropy`] of the logits `hidden · W` (capped as `logits` says,
+    /// scaled by its scale), computed `chunk` rows at a
     /// time: at most `[chunk, vocab]` logits exist at once, never `[rows, vocab]` (6.4 GB for
     /// 64 sequences × 512 tokens × 49,152 tokens of vocabulary). The autodiff version keeps
     /// only `hidden` and `W` and recomputes each chunk's logits in its backward
@@ -53,7 +90,7 @@ pub trait HeadKernels: LinearKernels {
         hidden: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         targets: IntTensor<Self>,
-        scale: f32,
+        logits: Logits,
         chunk: usize,
     ) -> FloatTensor<Self> {
         let hidden = float::<Self, 2>(hidden);
@@ -61,9 +98,9 @@ pub trait HeadKernels: LinearKernels {
         let parts: Vec<Tensor<Self, 2>> = row_chunks(hidden.dims()[0], chunk)
             .map(|(start, rows)| {
                 let h = hidden.clone().narrow(0, start, rows).into_primitive().tensor();
-                let logits = Self::fused_linear(h, weight.clone(), None);
+                let z = logits.capped::<Self>(Self::fused_linear(h, weight.clone(), None));
                 let t = targets.clone().narrow(0, start, rows).into_primitive();
-                float(Self::log_prob_entropy(logits, t, scale))
+                float(Self::log_prob_entropy(z, t, logits.scale))
             })
             .collect();
         match parts.is_empty() {
@@ -86,7 +123,7 @@ pub trait HeadKernels: LinearKernels {
         hidden: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         targets: IntTensor<Self>,
-        scale: f32,
+        logits: Logits,
         chunk: usize,
         grad: FloatTensor<Self>,
         weight_grad: bool,
@@ -98,10 +135,11 @@ pub trait HeadKernels: LinearKernels {
         let mut d_weight: Option<FloatTensor<Self>> = None;
         for (start, rows) in row_chunks(hidden.dims()[0], chunk) {
             let h = hidden.clone().narrow(0, start, rows).into_primitive().tensor();
-            let logits = Self::fused_linear(h.clone(), weight.clone(), None);
+            let z = Self::fused_linear(h.clone(), weight.clone(), None);
             let t = targets.clone().narrow(0, start, rows).into_primitive();
             let g = grad.clone().narrow(0, start, rows).into_primitive().tensor();
-            let d_logits = Self::log_prob_entropy_backward(logits, t, scale, g);
+            let d_capped = Self::log_prob_entropy_backward(logits.capped::<Self>(z.clone()), t, logits.scale, g);
+            let d_logits = logits.through_cap::<Self>(z, d_capped);
             d_hidden.push(float::<Self, 2>(Self::matmul(d_logits.clone(), weight_t.clone())));
             if weight_grad {
                 let d_w = Self::matmul(Self::float_transpose(h), d_logits);
@@ -289,25 +327,25 @@ impl<B: ReinBackend, C: CheckpointStrategy> HeadKernels for Autodiff<B, C> {
         hidden: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         targets: IntTensor<Self>,
-        scale: f32,
+        logits: Logits,
         chunk: usize,
     ) -> FloatTensor<Self> {
         #[derive(Debug)]
         struct HeadLogProbEntropy;
 
         impl<B: ReinBackend> Backward<B, 2> for HeadLogProbEntropy {
-            /// The hidden states, head weight, targets, scale and chunk size.
-            type State = (FloatTensor<B>, FloatTensor<B>, IntTensor<B>, f32, usize);
+            /// The hidden states, head weight, targets, how logits are formed and the chunk size.
+            type State = (FloatTensor<B>, FloatTensor<B>, IntTensor<B>, Logits, usize);
 
             fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let grad = grads.consume::<B>(&ops.node);
                 let [hidden_node, weight_node] = ops.parents.map(|node| node.map(|n| n.id));
-                let (hidden, weight, targets, scale, chunk) = ops.state;
+                let (hidden, weight, targets, logits, chunk) = ops.state;
                 let (d_hidden, d_weight) = B::head_log_prob_entropy_backward(
                     hidden,
                     weight,
                     targets,
-                    scale,
+                    logits,
                     chunk,
                     grad,
                     weight_node.is_some(),
@@ -331,19 +369,19 @@ impl<B: ReinBackend, C: CheckpointStrategy> HeadKernels for Autodiff<B, C> {
                     hidden.primitive.clone(),
                     weight.primitive.clone(),
                     targets.clone(),
-                    scale,
+                    logits,
                     chunk,
                 );
                 prep.finish(
                     state,
-                    B::head_log_prob_entropy(hidden.primitive, weight.primitive, targets, scale, chunk),
+                    B::head_log_prob_entropy(hidden.primitive, weight.primitive, targets, logits, chunk),
                 )
             }
             OpsKind::UnTracked(prep) => prep.finish(B::head_log_prob_entropy(
                 hidden.primitive,
                 weight.primitive,
                 targets,
-                scale,
+                logits,
                 chunk,
             )),
         }
@@ -391,7 +429,8 @@ mod tests {
         let y = if kernel {
             // Logits through an identity head: `hidden · I`.
             let identity = Tensor::<A, 2>::eye(vocab, &device).into_primitive().tensor();
-            A::head_log_prob_entropy(logits.clone().into_primitive().tensor(), identity, t, scale, rows)
+            let how = Logits { scale, softcap: None };
+            A::head_log_prob_entropy(logits.clone().into_primitive().tensor(), identity, t, how, rows)
         } else {
             log_prob_entropy_ops::<A>(logits.clone().into_primitive().tensor(), t, scale)
         };
@@ -414,7 +453,7 @@ mod tests {
         tied: bool,
         targets: Vec<i64>,
         weights: Vec<f32>,
-        scale: f32,
+        logits: Logits,
     }
 
     impl HeadCase {
@@ -440,12 +479,16 @@ mod tests {
                     hidden.clone().into_primitive().tensor(),
                     weight.into_primitive().tensor(),
                     t,
-                    self.scale,
+                    self.logits,
                     chunk,
                 ),
                 None => {
                     let logits = hidden.clone().matmul(weight);
-                    log_prob_entropy_ops::<A>(logits.into_primitive().tensor(), t, self.scale)
+                    let logits = match self.logits.softcap {
+                        Some(cap) => logits.div_scalar(cap).tanh().mul_scalar(cap),
+                        None => logits,
+                    };
+                    log_prob_entropy_ops::<A>(logits.into_primitive().tensor(), t, self.logits.scale)
                 }
             };
             let y = Tensor::<A, 2>::from_primitive(TensorPrimitive::Float(y));
@@ -488,7 +531,7 @@ mod tests {
         }
 
         /// The chunked head (values and both gradients) equals the logits computed whole, for
-        /// any chunk size.
+        /// any chunk size, soft-capped or not.
         #[test]
         fn chunked_head_equals_the_whole_logits(
             rows in 1usize..20,
@@ -497,6 +540,7 @@ mod tests {
             chunk in 1usize..25,
             tied: bool,
             scale in 0.5f32..2.0,
+            capped: bool,
             seed in 0u64..1000,
         ) {
             let normal = |n: usize, salt: u64| -> Vec<f32> {
@@ -510,7 +554,7 @@ mod tests {
                 tied,
                 targets: targets_for(rows, vocab, seed),
                 weights: loss_weights(rows, seed),
-                scale,
+                logits: Logits { scale, softcap: capped.then_some(1.3) },
             };
             let (chunked, whole) = (case.run(Some(chunk)), case.run(None));
             for (what, i) in [("values", 0), ("∂hidden", 1), ("∂W", 2)] {

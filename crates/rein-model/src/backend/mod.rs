@@ -9,7 +9,8 @@
 //! - `tanh.rs`: burn-flex computes `tanh` with libm's scalar `tanhf` and burn's autodiff
 //!   recomputes it in the backward pass; with 64-wide PPO networks that was over half of each
 //!   update. Here it is one vectorised pass, and its autodiff version keeps the output.
-//! - `norm.rs` (RMSNorm), `rope.rs`, `swiglu.rs`: one pass each instead of two to ten burn ops.
+//! - `norm.rs` (RMSNorm), `rope.rs`, `glu.rs` (SwiGLU and GeGLU gates): one pass each instead of
+//!   two to ten burn ops.
 //! - `attention/`: decoding and prefill read the key/value cache in place instead of copying its
 //!   filled prefix and repeating it per query head, write their output in the layout the next
 //!   projection reads, and write the cache in place; whole-sequence attention (training and
@@ -30,23 +31,23 @@ mod attention;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod flex;
+mod glu;
 mod head;
 mod linear;
 mod lora;
 mod norm;
 mod rope;
-mod swiglu;
 mod tanh;
 #[cfg(test)]
 mod testing;
 
-pub use attention::AttentionKernels;
-pub use head::HeadKernels;
+pub use attention::{AttentionKernels, Scoring};
+pub use glu::GluKernels;
+pub use head::{HeadKernels, Logits};
 pub use linear::{LinearKernels, affine, held_in};
 pub use lora::LoraKernels;
 pub use norm::NormKernels;
 pub use rope::RopeKernels;
-pub use swiglu::SwigluKernels;
 pub use tanh::TanhKernels;
 pub(crate) use tanh::tanh_f32;
 
@@ -69,7 +70,7 @@ pub trait ReinBackend:
     + LoraKernels
     + NormKernels
     + RopeKernels
-    + SwigluKernels
+    + GluKernels
     + AttentionKernels
     + HeadKernels
 {

@@ -4,6 +4,12 @@
 //! (`[batch, kv_heads, capacity, head_dim]`) and are written in place; decoding attention
 //! ([`crate::ReinBackend::cached_attention`]) reads the filled prefix in place. Rows can be dropped
 //! when their sequences finish, so finished sequences stop costing compute.
+//!
+//! A sliding-window layer keeps no more keys than its window needs: its buffer holds about two
+//! windows (or one prefill), and when it is full the keys no query can see any more are
+//! dropped from its front (the last `window − 1` kept, moved to the start), so a long
+//! generation costs each such layer `O(window)` memory, and the move happens once per window of
+//! new tokens.
 
 use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive};
 
@@ -16,6 +22,11 @@ pub struct LayerCache<B: ReinBackend> {
     k: Option<Tensor<B, 4>>,
     v: Option<Tensor<B, 4>>,
     len: usize,
+    /// The layer's sliding window, if it has one.
+    window: Option<usize>,
+    /// Positions dropped from the buffers' front: buffer position `j` holds position
+    /// `dropped + j`.
+    dropped: usize,
 }
 
 impl<B: ReinBackend> LayerCache<B> {
@@ -29,13 +40,25 @@ impl<B: ReinBackend> LayerCache<B> {
         self.len == 0
     }
 
+    /// Positions the buffers hold (a window layer's stay near two windows).
+    pub fn buffer_positions(&self) -> usize {
+        self.k.as_ref().map_or(0, |k| k.dims()[2])
+    }
+
+    /// The first position the buffers still hold.
+    pub fn dropped(&self) -> usize {
+        self.dropped
+    }
+
     /// Writes `k` and `v` (`[batch, kv_heads, seq, head_dim]`) after the cached positions and
     /// returns the whole buffers (`[batch, kv_heads, capacity, head_dim]`), of which the first
-    /// `len()` positions (new ones included) are filled. Drop them before the next append, so
-    /// that it writes in place.
+    /// `len() − dropped()` positions (new ones included) are filled: position `dropped() + j` at
+    /// `j`. Drop them before the next append, so that it writes in place. A window layer first
+    /// drops the keys the new tokens cannot see, when its buffers are full.
     pub(crate) fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> (Tensor<B, 4>, Tensor<B, 4>) {
         let seq = k.dims()[2];
-        let (start, end) = (self.len, self.len + seq);
+        self.make_room(seq);
+        let (start, end) = (self.len - self.dropped, self.len + seq);
         let write = |buffer: &mut Option<Tensor<B, 4>>, values: Tensor<B, 4>| {
             // Taking the buffer out keeps it uniquely owned, so the write happens in place.
             let written = B::write_cache(
@@ -52,6 +75,32 @@ impl<B: ReinBackend> LayerCache<B> {
         self.len = end;
         (k, v)
     }
+
+    /// Room in the buffers for `seq` more positions: a window layer whose buffers are full
+    /// keeps the last `window − 1` positions (all the new tokens can still see), moved to the
+    /// front, in buffers of two windows (or the `seq` needed, if more); a layer without a window
+    /// grows its buffers only through [`KvCache::reserve`].
+    fn make_room(&mut self, seq: usize) {
+        let Some(window) = self.window else { return };
+        let held = self.len - self.dropped;
+        let capacity = self.buffer_positions();
+        if held + seq <= capacity {
+            return;
+        }
+        let keep = held.min(window.saturating_sub(1));
+        let capacity = (keep + seq).max(2 * window);
+        let from = held - keep;
+        for buffer in [&mut self.k, &mut self.v] {
+            let old = buffer.take().expect("cache buffer present");
+            let [b, heads, _, dim] = old.dims();
+            let fresh = Tensor::<B, 4>::zeros([b, heads, capacity, dim], &old.device());
+            *buffer = Some(match keep {
+                0 => fresh,
+                _ => fresh.slice_assign([0..b, 0..heads, 0..keep, 0..dim], old.narrow(2, from, keep)),
+            });
+        }
+        self.dropped = self.len - keep;
+    }
 }
 
 /// The cache of every layer, plus which cached positions are padding.
@@ -66,14 +115,23 @@ pub struct KvCache<B: ReinBackend> {
 }
 
 impl<B: ReinBackend> KvCache<B> {
-    /// An empty cache for `batch` sequences of up to `capacity` positions.
+    /// An empty cache for `batch` sequences of up to `capacity` positions (a sliding-window
+    /// layer's buffers: two windows, when that is less).
     pub fn new(config: &LmConfig, batch: usize, capacity: usize, device: &B::Device) -> Self {
-        let shape = [batch, config.kv_heads(), capacity, config.head_dim()];
-        let layers = (0..config.num_hidden_layers)
-            .map(|_| LayerCache {
-                k: Some(Tensor::zeros(shape, device)),
-                v: Some(Tensor::zeros(shape, device)),
-                len: 0,
+        let layers = config
+            .layer_attention()
+            .into_iter()
+            .map(|attention| {
+                let window = attention.window();
+                let positions = window.map_or(capacity, |w| capacity.min(2 * w));
+                let shape = [batch, config.kv_heads(), positions, config.head_dim()];
+                LayerCache {
+                    k: Some(Tensor::zeros(shape, device)),
+                    v: Some(Tensor::zeros(shape, device)),
+                    len: 0,
+                    window,
+                    dropped: 0,
+                }
             })
             .collect();
         Self {
@@ -103,6 +161,11 @@ impl<B: ReinBackend> KvCache<B> {
     /// Positions the cache can hold.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Each layer's cache.
+    pub fn layers(&self) -> &[LayerCache<B>] {
+        &self.layers
     }
 
     pub(crate) fn layer(&mut self, i: usize) -> &mut LayerCache<B> {
@@ -155,7 +218,8 @@ impl<B: ReinBackend> KvCache<B> {
         }
         let capacity = needed.max(2 * self.capacity);
         let (len, batch) = (self.len, self.batch);
-        for layer in &mut self.layers {
+        // Window layers make their own room as they append.
+        for layer in self.layers.iter_mut().filter(|l| l.window.is_none()) {
             for buffer in [&mut layer.k, &mut layer.v] {
                 let old = buffer.take().expect("cache buffer present");
                 let [b, heads, _, dim] = old.dims();

@@ -229,6 +229,7 @@ impl<B: ReinBackend> SequenceClassifier<B> {
             padding,
             sequence_lengths: None,
             fused: None,
+            routing: None,
         };
         let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(tokens, [batch, seq]), device);
         let hidden = self.trunk.hidden(tokens, &ctx, None);

@@ -26,6 +26,7 @@ use burn::tensor::{Tensor, TensorPrimitive};
 use rein_core::{ModelDtype, SamplerPrecision};
 use rein_kernels::PackedMatrix;
 
+use super::DecoderLayer;
 use super::lora::{LayerLora, Lora};
 use crate::backend::{ReinBackend, affine, held_in};
 
@@ -53,7 +54,14 @@ impl<B: ReinBackend> FusedProjections<B> {
         let layers: usize = self
             .layers
             .iter()
-            .map(|l| count(&l.qkv) + count(&l.gate_up) + l.o.iter().chain(&l.down).map(count).sum::<usize>())
+            .map(|l| {
+                let mlp: usize = l
+                    .mlp
+                    .iter()
+                    .map(|m| count(&m.gate_up) + m.down.iter().map(count).sum::<usize>())
+                    .sum();
+                count(&l.qkv) + l.o.iter().map(count).sum::<usize>() + mlp
+            })
             .sum();
         layers + count(&self.head)
     }
@@ -68,8 +76,11 @@ impl<B: ReinBackend> FusedProjections<B> {
         };
         for layer in &mut self.layers {
             set(&mut layer.qkv);
-            set(&mut layer.gate_up);
-            layer.o.iter_mut().chain(&mut layer.down).for_each(set);
+            layer.o.iter_mut().for_each(set);
+            for mlp in &mut layer.mlp {
+                set(&mut mlp.gate_up);
+                mlp.down.iter_mut().for_each(set);
+            }
         }
         set(&mut self.head);
         self
@@ -83,11 +94,18 @@ pub(crate) struct FusedLayer<B: ReinBackend> {
     qkv: Projection<B>,
     /// Their biases (zeros for a projection without one), when any has one.
     qkv_bias: Option<Tensor<B, 1>>,
-    /// `[hidden, 2·intermediate]`: gate, then up.
-    gate_up: Projection<B>,
     /// `W_o`, when packed (otherwise the layer's own).
     pub(crate) o: Option<Projection<B>>,
-    /// `W_down`, when packed (otherwise the layer's own).
+    /// The gated MLPs: the dense one, or each expert's.
+    pub(crate) mlp: Vec<FusedMlp<B>>,
+}
+
+/// One gated MLP's projections.
+#[derive(Debug, Clone)]
+pub(crate) struct FusedMlp<B: ReinBackend> {
+    /// `[hidden, 2·intermediate]`: gate, then up.
+    gate_up: Projection<B>,
+    /// `W_down`, when packed (otherwise the MLP's own).
     pub(crate) down: Option<Projection<B>>,
 }
 
@@ -108,20 +126,18 @@ impl<B: ReinBackend> Projection<B> {
     /// equal to its weight (`packed(name, layer)`), else one dense matrix with the adapters
     /// merged in, held in `dtype` (its products are in the weight's dtype: [`affine`]).
     pub(crate) fn new(
-        layers: &[(&str, &Linear<B>)],
-        lora: Option<&LayerLora<B>>,
+        layers: &[(&str, &Linear<B>, Option<&Lora<B>>)],
         packed: &impl Fn(&str, &Linear<B>) -> Option<Arc<PackedMatrix>>,
         dtype: ModelDtype,
     ) -> Self {
-        let adapter = |name: &str| lora.and_then(|l| l.get(name)).cloned();
         let parts: Option<Vec<_>> = layers
             .iter()
-            .map(|(name, layer)| packed(name, layer).map(|m| (m, adapter(name))))
+            .map(|(path, layer, adapter)| packed(path, layer).map(|m| (m, adapter.cloned())))
             .collect();
         if let Some(parts) = parts {
             return Projection::packed(parts);
         }
-        let weight = |(name, layer): &(&str, &Linear<B>)| match lora.and_then(|l| l.get(name)) {
+        let weight = |(_, layer, adapter): &(&str, &Linear<B>, Option<&Lora<B>>)| match adapter {
             Some(adapter) => layer.weight.val() + adapter.delta(),
             None => layer.weight.val(),
         };
@@ -170,28 +186,45 @@ impl<B: ReinBackend> Projection<B> {
 }
 
 impl<B: ReinBackend> FusedLayer<B> {
-    /// One layer's projections: `[q k v]`, `[gate up]` (held in `dtype` when dense), and `o`,
-    /// `down` when packed.
+    /// One layer's projections: `[q k v]`, each MLP's `[gate up]` (held in `dtype` when dense),
+    /// and `o`, each `down` when packed. `packed(path, layer)` is the packed form of the linear
+    /// layer at `path` in the layer (`self_attn.q_proj`), if it has one.
     pub(crate) fn new(
-        [q, k, v, o, gate, up, down]: [(&'static str, &Linear<B>); 7],
+        layer: &DecoderLayer<B>,
         lora: Option<&LayerLora<B>>,
         packed: &impl Fn(&str, &Linear<B>) -> Option<Arc<PackedMatrix>>,
         dtype: ModelDtype,
     ) -> Self {
-        let attention = [q.1, k.1, v.1];
+        let linears = layer.linears();
+        let adapters = lora.map(|l| l.adapters());
+        let parts: Vec<(&str, &Linear<B>, Option<&Lora<B>>)> = linears
+            .iter()
+            .enumerate()
+            .map(|(i, (path, linear))| {
+                let adapter = adapters.as_ref().and_then(|a| a[i].1.as_ref());
+                (path.as_str(), *linear, adapter)
+            })
+            .collect();
+        let attention = [parts[0].1, parts[1].1, parts[2].1];
         let qkv_bias = attention
             .iter()
             .any(|l| l.bias.is_some())
             .then(|| Tensor::cat(attention.iter().map(|l| bias_or_zeros(l)).collect(), 0));
-        let alone = |layer: (&str, &Linear<B>)| {
-            packed(layer.0, layer.1).map(|m| Projection::packed(vec![(m, lora.and_then(|l| l.get(layer.0)).cloned())]))
+        let alone = |part: &(&str, &Linear<B>, Option<&Lora<B>>)| {
+            packed(part.0, part.1).map(|m| Projection::packed(vec![(m, part.2.cloned())]))
         };
+        let mlp = parts[4..]
+            .chunks_exact(3)
+            .map(|gate_up_down| FusedMlp {
+                gate_up: Projection::new(&gate_up_down[..2], packed, dtype),
+                down: alone(&gate_up_down[2]),
+            })
+            .collect();
         FusedLayer {
-            qkv: Projection::new(&[q, k, v], lora, packed, dtype),
+            qkv: Projection::new(&parts[..3], packed, dtype),
             qkv_bias,
-            gate_up: Projection::new(&[gate, up], lora, packed, dtype),
-            o: alone(o),
-            down: alone(down),
+            o: alone(&parts[3]),
+            mlp,
         }
     }
 
@@ -199,7 +232,9 @@ impl<B: ReinBackend> FusedLayer<B> {
     pub(crate) fn qkv(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         self.qkv.forward(x, self.qkv_bias.clone())
     }
+}
 
+impl<B: ReinBackend> FusedMlp<B> {
     /// `x · [W_gate W_up]`: `[rows, hidden]` → `[rows, 2·intermediate]`.
     pub(crate) fn gate_up(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         self.gate_up.forward(x, None)

@@ -6,12 +6,13 @@ use burn::tensor::Tensor;
 use rein_core::SeededRng;
 
 use super::LmConfig;
-use super::model::{Attention, CausalLm, DecoderLayer, FeedForward, RmsNorm};
+use super::model::{Attention, CausalLm, DecoderLayer, FeedForward, MlpBlock, RmsNorm};
+use super::moe::MixtureOfExperts;
 use crate::backend::ReinBackend;
 use crate::random;
 
 /// How to initialise a model from scratch: transformers' scheme, `N(0, std²)` weights, zero
-/// biases, unit norms.
+/// biases, norms that multiply by one (weights of one, or of zero where the norm adds one).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LmInit {
     /// The architecture.
@@ -22,7 +23,8 @@ pub struct LmInit {
 
 impl LmInit {
     /// Builds the model on `device`, its weights drawn from `rng`: layer by layer (q, k, v, o,
-    /// gate, up, down), then the embedding, then the output head when it is not tied.
+    /// then gate, up, down — or the router, then each expert's gate, up, down), then the
+    /// embedding, then the output head when it is not tied.
     pub fn init<B: ReinBackend>(&self, rng: &mut SeededRng, device: &B::Device) -> CausalLm<B> {
         let c = &self.config;
         let std = self.std;
@@ -30,24 +32,47 @@ impl LmInit {
             weight: Param::from_tensor(random::normal::<B>(rng, [input, output], std, device)),
             bias: bias.then(|| Param::from_tensor(Tensor::zeros([output], device))),
         };
-        let norm = || RmsNorm::new(Tensor::ones([c.hidden_size], device), c.rms_norm_eps);
+        let adds_one = c.family().norm_adds_one();
+        let norm_of = |width: usize| {
+            let weight = match adds_one {
+                true => Tensor::zeros([width], device),
+                false => Tensor::ones([width], device),
+            };
+            RmsNorm::new(weight, c.rms_norm_eps, adds_one)
+        };
+        let norm = || norm_of(c.hidden_size);
         let (hidden, inter) = (c.hidden_size, c.intermediate_size);
         let (q_out, kv_out) = (c.num_attention_heads * c.head_dim(), c.kv_heads() * c.head_dim());
+        let feed_forward = |rng: &mut SeededRng, width: usize| {
+            let gate = linear(rng, hidden, width, c.mlp_bias);
+            let up = linear(rng, hidden, width, c.mlp_bias);
+            let down = linear(rng, width, hidden, c.mlp_bias);
+            FeedForward::new(gate, up, down, c.gate_activation())
+        };
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
-        for _ in 0..c.num_hidden_layers {
+        for i in 0..c.num_hidden_layers {
             let q = linear(rng, hidden, q_out, c.qkv_bias());
             let k = linear(rng, hidden, kv_out, c.qkv_bias());
             let v = linear(rng, hidden, kv_out, c.qkv_bias());
             let o = linear(rng, q_out, hidden, c.o_bias());
-            let mlp = FeedForward {
-                gate_proj: linear(rng, hidden, inter, c.mlp_bias),
-                up_proj: linear(rng, hidden, inter, c.mlp_bias),
-                down_proj: linear(rng, inter, hidden, c.mlp_bias),
+            let mlp = match c.moe().filter(|_| c.is_moe_layer(i)) {
+                Some(moe) => {
+                    let router = linear(rng, hidden, moe.experts, false);
+                    let experts = (0..moe.experts)
+                        .map(|_| feed_forward(rng, moe.intermediate_size))
+                        .collect();
+                    MlpBlock::Experts(MixtureOfExperts::new(router, experts, moe.top_k, moe.norm_topk_prob))
+                }
+                None => MlpBlock::Dense(feed_forward(rng, inter)),
             };
+            let norms = c.qk_norm().then(|| (norm_of(c.head_dim()), norm_of(c.head_dim())));
+            let sandwich = || c.sandwich_norms().then(norm);
             layers.push(DecoderLayer {
                 input_layernorm: norm(),
-                self_attn: Attention::new(q, k, v, o, c),
+                self_attn: Attention::new([q, k, v, o], norms, c, i),
                 post_attention_layernorm: norm(),
+                pre_feedforward_layernorm: sandwich(),
+                post_feedforward_layernorm: sandwich(),
                 mlp,
             });
         }

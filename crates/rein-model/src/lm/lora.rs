@@ -118,7 +118,9 @@ pub struct Lora<B: ReinBackend> {
 /// Where an adapter's dropout masks come from (see the module's doc).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct MaskStream {
-    /// The adapter's place in the model (layer · 7 + module), fixed.
+    /// The adapter's place in the model, fixed: layer · 7 + module (in [`LINEAR_MODULES`]
+    /// order) for attention and dense MLPs, `2³²` + (layer · experts + expert) · 3 + module
+    /// for experts.
     place: u64,
     /// The key the trainer set for this step.
     key: Arc<AtomicU64>,
@@ -162,6 +164,20 @@ impl<B: ReinBackend> Lora<B> {
             dropout: spec.dropout,
             masks: MaskStream::default(),
             scale: spec.scale(),
+        }
+    }
+
+    /// This adapter with other factors (`A` `[in, r]`, `B` `[r, out]`), at the same place.
+    pub(crate) fn with_factors(&self, a: Tensor<B, 2>, b: Tensor<B, 2>) -> Self {
+        Self {
+            a: Param::from_tensor(a),
+            b: Param::from_tensor(b),
+            dropout: self.dropout,
+            masks: MaskStream {
+                place: self.masks.place,
+                ..MaskStream::default()
+            },
+            scale: self.scale,
         }
     }
 
@@ -240,7 +256,9 @@ pub(crate) fn adapted<B: ReinBackend>(
     }
 }
 
-/// The adapters of one decoder layer, one per adapted linear layer.
+/// The adapters of one decoder layer, one per adapted linear layer: attention's, and the MLP's
+/// (a dense layer's in `gate_proj`, `up_proj`, `down_proj`; a mixture of experts' per expert
+/// in `experts`).
 #[derive(Module, Debug)]
 pub struct LayerLora<B: ReinBackend> {
     /// On `W_q`.
@@ -257,16 +275,78 @@ pub struct LayerLora<B: ReinBackend> {
     pub up_proj: Option<Lora<B>>,
     /// On `W_down`.
     pub down_proj: Option<Lora<B>>,
+    /// On each expert's `W_gate`, `W_up`, `W_down` (a mixture-of-experts layer; empty otherwise).
+    pub experts: Vec<ExpertLora<B>>,
+}
+
+/// The adapters of one expert's gated MLP.
+#[derive(Module, Debug)]
+pub struct ExpertLora<B: ReinBackend> {
+    /// On `W_gate`.
+    pub gate_proj: Option<Lora<B>>,
+    /// On `W_up`.
+    pub up_proj: Option<Lora<B>>,
+    /// On `W_down`.
+    pub down_proj: Option<Lora<B>>,
 }
 
 impl<B: ReinBackend> LayerLora<B> {
-    /// The adapter on the module named `name` (one of [`LINEAR_MODULES`]).
+    /// The adapters of a layer whose linear layers are at `paths` (as
+    /// [`super::DecoderLayer::linears`] names them), in that order.
+    pub(crate) fn from_slots(slots: Vec<(String, Option<Lora<B>>)>) -> Self {
+        let mut layer = LayerLora {
+            q_proj: None,
+            k_proj: None,
+            v_proj: None,
+            o_proj: None,
+            gate_proj: None,
+            up_proj: None,
+            down_proj: None,
+            experts: Vec::new(),
+        };
+        for (path, adapter) in slots {
+            let (module, name) = path.rsplit_once('.').unwrap_or(("", &path));
+            if let Some(expert) = module
+                .strip_prefix("mlp.experts.")
+                .and_then(|e| e.parse::<usize>().ok())
+            {
+                while layer.experts.len() <= expert {
+                    layer.experts.push(ExpertLora {
+                        gate_proj: None,
+                        up_proj: None,
+                        down_proj: None,
+                    });
+                }
+                let e = &mut layer.experts[expert];
+                match name {
+                    "gate_proj" => e.gate_proj = adapter,
+                    "up_proj" => e.up_proj = adapter,
+                    _ => e.down_proj = adapter,
+                }
+                continue;
+            }
+            if let Some((_, slot)) = layer.slots_mut().into_iter().find(|(n, _)| *n == name) {
+                *slot = adapter;
+            }
+        }
+        layer
+    }
+
+    /// The adapter on the attention or dense-MLP module named `name` (one of [`LINEAR_MODULES`]).
     pub fn get(&self, name: &str) -> Option<&Lora<B>> {
         self.slots().into_iter().find(|(n, _)| *n == name)?.1.as_ref()
     }
 
-    /// Each module name with its slot, mutable, in [`LINEAR_MODULES`] order.
-    pub fn slots_mut(&mut self) -> [(&'static str, &mut Option<Lora<B>>); 7] {
+    /// The adapters of the `i`-th gated MLP: the dense one (`i = 0`), or expert `i`.
+    pub fn mlp_adapters(&self, i: usize) -> [Option<&Lora<B>>; 3] {
+        match self.experts.get(i) {
+            Some(e) => [e.gate_proj.as_ref(), e.up_proj.as_ref(), e.down_proj.as_ref()],
+            None => [self.gate_proj.as_ref(), self.up_proj.as_ref(), self.down_proj.as_ref()],
+        }
+    }
+
+    /// Each attention and dense-MLP module name with its slot, mutable, in [`LINEAR_MODULES`] order.
+    fn slots_mut(&mut self) -> [(&'static str, &mut Option<Lora<B>>); 7] {
         [
             ("q_proj", &mut self.q_proj),
             ("k_proj", &mut self.k_proj),
@@ -278,8 +358,8 @@ impl<B: ReinBackend> LayerLora<B> {
         ]
     }
 
-    /// Each module name with its slot, in [`LINEAR_MODULES`] order.
-    pub fn slots(&self) -> [(&'static str, &Option<Lora<B>>); 7] {
+    /// Each attention and dense-MLP module name with its slot, in [`LINEAR_MODULES`] order.
+    fn slots(&self) -> [(&'static str, &Option<Lora<B>>); 7] {
         [
             ("q_proj", &self.q_proj),
             ("k_proj", &self.k_proj),
@@ -289,6 +369,68 @@ impl<B: ReinBackend> LayerLora<B> {
             ("up_proj", &self.up_proj),
             ("down_proj", &self.down_proj),
         ]
+    }
+
+    /// Every slot with the path of its linear layer, in [`super::DecoderLayer::linears`]'s
+    /// order: attention's four, then the dense MLP's three or each expert's.
+    pub fn adapters(&self) -> Vec<(String, &Option<Lora<B>>)> {
+        let [q, k, v, o, gate, up, down] = self.slots();
+        let mut slots: Vec<(String, &Option<Lora<B>>)> = [q, k, v, o]
+            .into_iter()
+            .map(|(n, a)| (format!("self_attn.{n}"), a))
+            .collect();
+        if self.experts.is_empty() {
+            slots.extend([gate, up, down].into_iter().map(|(n, a)| (format!("mlp.{n}"), a)));
+        }
+        for (e, expert) in self.experts.iter().enumerate() {
+            for (n, a) in [
+                ("gate_proj", &expert.gate_proj),
+                ("up_proj", &expert.up_proj),
+                ("down_proj", &expert.down_proj),
+            ] {
+                slots.push((format!("mlp.experts.{e}.{n}"), a));
+            }
+        }
+        slots
+    }
+
+    /// [`LayerLora::adapters`], mutable.
+    pub fn adapters_mut(&mut self) -> Vec<(String, &mut Option<Lora<B>>)> {
+        let dense = self.experts.is_empty();
+        let LayerLora {
+            q_proj,
+            k_proj,
+            v_proj,
+            o_proj,
+            gate_proj,
+            up_proj,
+            down_proj,
+            experts,
+        } = self;
+        let mut slots: Vec<(String, &mut Option<Lora<B>>)> = [
+            ("q_proj", q_proj),
+            ("k_proj", k_proj),
+            ("v_proj", v_proj),
+            ("o_proj", o_proj),
+        ]
+        .into_iter()
+        .map(|(n, a)| (format!("self_attn.{n}"), a))
+        .collect();
+        if dense {
+            for (n, a) in [("gate_proj", gate_proj), ("up_proj", up_proj), ("down_proj", down_proj)] {
+                slots.push((format!("mlp.{n}"), a));
+            }
+        }
+        for (e, expert) in experts.iter_mut().enumerate() {
+            for (n, a) in [
+                ("gate_proj", &mut expert.gate_proj),
+                ("up_proj", &mut expert.up_proj),
+                ("down_proj", &mut expert.down_proj),
+            ] {
+                slots.push((format!("mlp.experts.{e}.{n}"), a));
+            }
+        }
+        slots
     }
 }
 
@@ -317,7 +459,7 @@ impl<B: ReinBackend> LoraAdapters<B> {
     /// passes with a key from the run's own generator.
     pub fn set_dropout_key(&self, key: u64) {
         for layer in &self.layers {
-            for (_, adapter) in layer.slots() {
+            for (_, adapter) in layer.adapters() {
                 if let Some(adapter) = adapter {
                     adapter.set_dropout_key(key);
                 }

@@ -1,5 +1,5 @@
-//! Causal language models of the Llama / Qwen2 / Mistral / SmolLM family, loaded from and saved
-//! to model directories in Hugging Face format.
+//! Causal language models — Llama (SmolLM), Mistral, Qwen2, Qwen3, Qwen3-MoE, Gemma 2 and
+//! Gemma 3 — loaded from and saved to model directories in Hugging Face format.
 //!
 //! A checkpoint directory holds `config.json`, `model.safetensors` (or shards listed in
 //! `model.safetensors.index.json`), `tokenizer.json` and optionally `tokenizer_config.json`
@@ -16,6 +16,7 @@ mod locate;
 pub mod lora;
 mod model;
 mod model_dir;
+mod moe;
 pub mod peft;
 mod rope;
 mod tojson;
@@ -28,9 +29,10 @@ pub use classifier::SequenceClassifier;
 pub use fused::{FusedProjections, PackedWeights};
 pub use init::LmInit;
 pub use locate::{locate, model_dir};
-pub use model::{Attention, CausalLm, Context, DecoderLayer, FeedForward, HEAD_CHUNK_BYTES, RmsNorm};
+pub use model::{Attention, CausalLm, Context, DecoderLayer, FeedForward, HEAD_CHUNK_BYTES, MlpBlock, RmsNorm};
 pub use model_dir::{load, save};
-pub use rein_gguf::{LmConfig, RopeScaling, TokenIds};
+pub use moe::{MixtureOfExperts, Routing, UNROUTED, top_k};
+pub use rein_gguf::{Family, GateActivation, LayerAttention, LmConfig, MoeConfig, RopeScaling, TokenIds};
 pub use rope::{Rope, inverse_frequencies};
 pub use tokenizer::{ChatMessage, LmTokenizer};
 

@@ -1,10 +1,15 @@
-//! The decoder-only transformer of the Llama / Qwen2 / Mistral family.
+//! The decoder-only transformer of the Llama / Mistral / Qwen2 / Qwen3 / Qwen3-MoE / Gemma 2 /
+//! Gemma 3 families (their differences: [`rein_gguf::LmConfig`]'s table).
 //!
 //! ```text
-//! h₀ = E[x]
-//! hₗ' = hₗ + W_o · Attn(RoPE(W_q RMSNorm(hₗ)), RoPE(W_k RMSNorm(hₗ)), W_v RMSNorm(hₗ))   (grouped-query, causal)
-//! hₗ₊₁ = hₗ' + W_down (SiLU(W_gate RMSNorm(hₗ')) ⊙ W_up RMSNorm(hₗ'))
-//! logits = W_head RMSNorm(h_L)          (W_head = E when embeddings are tied)
+//! h₀ = E[x] (· √hidden: Gemma)
+//! a  = W_o · Attn(RoPE(N_q(W_q RMSNorm(hₗ))), RoPE(N_k(W_k RMSNorm(hₗ))), W_v RMSNorm(hₗ))
+//!        (grouped-query, causal, within a window on sliding layers; N_q, N_k per-head RMSNorms: Qwen3, Gemma 3)
+//! hₗ' = hₗ + a                          (Gemma: hₗ + RMSNorm(a))
+//! m  = W_down (act(W_gate RMSNorm(hₗ')) ⊙ W_up RMSNorm(hₗ'))   (act: SiLU, or GELU-tanh for Gemma;
+//!        MoE layers: Σ over the token's top-k experts of its router weight times the expert's m)
+//! hₗ₊₁ = hₗ' + m                        (Gemma: hₗ' + RMSNorm(m))
+//! logits = W_head RMSNorm(h_L)          (W_head = E when embeddings are tied; Gemma 2: c·tanh(z/c))
 //! ```
 
 use burn::module::{Module, Param};
@@ -12,13 +17,15 @@ use burn::nn::{Embedding, Linear};
 use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive};
 
 use rein_core::{ModelDtype, SeededRng};
+use rein_gguf::GateActivation;
 
 use super::LmConfig;
 use super::cache::{KvCache, LayerCache};
-use super::fused::{FusedLayer, FusedProjections, PackedWeights, Projection};
+use super::fused::{FusedLayer, FusedMlp, FusedProjections, PackedWeights, Projection};
 use super::lora::{LayerLora, Lora, LoraAdapters, LoraSpec, adapted};
+use super::moe::{MixtureOfExperts, Routing};
 use super::rope::Rope;
-use crate::backend::{ReinBackend, affine};
+use crate::backend::{Logits, ReinBackend, Scoring, affine};
 
 /// At most this many bytes of `f32` logits exist at once in [`CausalLm::log_prob_entropy`]
 /// (682 rows of a 49,152-token vocabulary). Each chunk's head product repacks the whole head
@@ -27,21 +34,33 @@ use crate::backend::{ReinBackend, affine};
 /// by about as much), for 0.1 GiB more peak memory.
 pub const HEAD_CHUNK_BYTES: usize = 128 << 20;
 
-/// RMSNorm as transformers computes it: `w ⊙ x / sqrt(mean(x²) + ε)`.
+/// RMSNorm as transformers computes it: `w ⊙ x / sqrt(mean(x²) + ε)`, or Gemma's
+/// `(1 + w) ⊙ x / sqrt(mean(x²) + ε)` (its weights are stored as offsets from one).
 #[derive(Module, Debug)]
 pub struct RmsNorm<B: ReinBackend> {
     /// `[hidden]`.
     pub weight: Param<Tensor<B, 1>>,
     #[module(skip)]
     eps: f64,
+    #[module(skip)]
+    adds_one: bool,
 }
 
 impl<B: ReinBackend> RmsNorm<B> {
-    /// A norm over `weight.len()` features.
-    pub fn new(weight: Tensor<B, 1>, eps: f64) -> Self {
+    /// A norm over `weight.len()` features, multiplying by `1 + weight` when `adds_one` (Gemma).
+    pub fn new(weight: Tensor<B, 1>, eps: f64, adds_one: bool) -> Self {
         Self {
             weight: Param::from_tensor(weight),
             eps,
+            adds_one,
+        }
+    }
+
+    /// The factor the normalised rows are multiplied by: `w`, or `1 + w`.
+    fn scale(&self) -> Tensor<B, 1> {
+        match self.adds_one {
+            true => self.weight.val().add_scalar(1.0),
+            false => self.weight.val(),
         }
     }
 
@@ -53,7 +72,7 @@ impl<B: ReinBackend> RmsNorm<B> {
         let rows = x.reshape([shape.iter().product::<usize>() / hidden.max(1), hidden]);
         let normed = B::rms_norm(
             rows.into_primitive().tensor(),
-            self.weight.val().into_primitive().tensor(),
+            self.scale().into_primitive().tensor(),
             self.eps,
         );
         Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(normed)).reshape(shape)
@@ -71,15 +90,25 @@ pub struct Attention<B: ReinBackend> {
     pub v_proj: Linear<B>,
     /// `W_o`.
     pub o_proj: Linear<B>,
+    /// Qwen3, Gemma 3: an RMSNorm over each query head (`[head_dim]`), before RoPE.
+    pub q_norm: Option<RmsNorm<B>>,
+    /// Qwen3, Gemma 3: an RMSNorm over each key head, before RoPE.
+    pub k_norm: Option<RmsNorm<B>>,
     #[module(skip)]
     heads: usize,
     #[module(skip)]
     kv_heads: usize,
     #[module(skip)]
     head_dim: usize,
+    /// The scale, window and cap of the scores.
+    #[module(skip)]
+    scoring: Scoring,
+    /// Rotated by the local RoPE tables (Gemma 3's sliding layers).
+    #[module(skip)]
+    local_rope: bool,
 }
 
-/// The SwiGLU MLP.
+/// The gated MLP, `W_down (act(W_gate x) ⊙ W_up x)`: SwiGLU, or GeGLU (Gemma).
 #[derive(Module, Debug)]
 pub struct FeedForward<B: ReinBackend> {
     /// `W_gate`.
@@ -88,6 +117,17 @@ pub struct FeedForward<B: ReinBackend> {
     pub up_proj: Linear<B>,
     /// `W_down`.
     pub down_proj: Linear<B>,
+    #[module(skip)]
+    activation: GateActivation,
+}
+
+/// A decoder layer's MLP: one for every token, or a mixture of experts.
+#[derive(Module, Debug)]
+pub enum MlpBlock<B: ReinBackend> {
+    /// One gated MLP.
+    Dense(FeedForward<B>),
+    /// Each token through its top-k experts (Qwen3-MoE).
+    Experts(MixtureOfExperts<B>),
 }
 
 /// One pre-norm decoder layer.
@@ -97,13 +137,18 @@ pub struct DecoderLayer<B: ReinBackend> {
     pub input_layernorm: RmsNorm<B>,
     /// Self-attention.
     pub self_attn: Attention<B>,
-    /// Norm before the MLP.
+    /// Norm before the MLP; with four norms (Gemma), the norm of the attention's output.
     pub post_attention_layernorm: RmsNorm<B>,
+    /// Gemma: the norm before the MLP.
+    pub pre_feedforward_layernorm: Option<RmsNorm<B>>,
+    /// Gemma: the norm of the MLP's output.
+    pub post_feedforward_layernorm: Option<RmsNorm<B>>,
     /// The MLP.
-    pub mlp: FeedForward<B>,
+    pub mlp: MlpBlock<B>,
 }
 
-/// A causal language model (`LlamaForCausalLM`, `Qwen2ForCausalLM`, `MistralForCausalLM`).
+/// A causal language model (`LlamaForCausalLM`, `MistralForCausalLM`, `Qwen2ForCausalLM`,
+/// `Qwen3ForCausalLM`, `Qwen3MoeForCausalLM`, `Gemma2ForCausalLM`, `Gemma3ForCausalLM`).
 #[derive(Module, Debug)]
 pub struct CausalLm<B: ReinBackend> {
     /// Token embeddings, `[vocab, hidden]`.
@@ -142,6 +187,10 @@ pub struct Context<'a, B: ReinBackend> {
     /// The model's projections concatenated (for inference; same results, fewer matrix
     /// products), or `None` to use its own weights (always, when training).
     pub fused: Option<&'a FusedProjections<B>>,
+    /// Where a mixture-of-experts model records the experts it chooses and its router
+    /// probabilities, or takes the experts from ([`Routing`]); `None` to route freely and
+    /// record nothing (dense models ignore it).
+    pub routing: Option<&'a Routing<B>>,
 }
 
 /// How one decoder layer multiplies: by its projections arranged for inference or by its own
@@ -173,17 +222,17 @@ impl<B: ReinBackend> Attention<B> {
         let Products { fused, lora, dtype } = products;
         let [batch, seq, width] = x.dims();
         let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
-        // Queries, keys and values as `[batch, heads, seq, head_dim]` (views, not copies).
+        // Queries, keys and values as `[batch, seq, heads, head_dim]` (views, not copies).
         let (q, k, v) = match fused {
             Some(fused) => {
                 let qkv = fused
                     .qkv(x.reshape([batch * seq, width]))
                     .reshape([batch, seq, h + 2 * kvh, d]);
-                let heads = |start: usize, count: usize| qkv.clone().narrow(2, start, count).swap_dims(1, 2);
+                let heads = |start: usize, count: usize| qkv.clone().narrow(2, start, count);
                 (heads(0, h), heads(h, kvh), heads(h + kvh, kvh))
             }
             None => {
-                let split = |t: Tensor<B, 3>, heads: usize| t.reshape([batch, seq, heads, d]).swap_dims(1, 2);
+                let split = |t: Tensor<B, 3>, heads: usize| t.reshape([batch, seq, heads, d]);
                 let adapter = |name: &str| lora.and_then(|l| l.get(name));
                 (
                     split(project(&self.q_proj, adapter("q_proj"), x.clone(), dtype), h),
@@ -192,21 +241,30 @@ impl<B: ReinBackend> Attention<B> {
                 )
             }
         };
-        let q = ctx.rope.apply(q, &ctx.positions);
-        let k = ctx.rope.apply(k, &ctx.positions);
-        let padding = key_padding.map(Tensor::into_primitive);
+        let (q, k) = match (&self.q_norm, &self.k_norm) {
+            (Some(q_norm), Some(k_norm)) => (q_norm.forward(q), k_norm.forward(k)),
+            _ => (q, k),
+        };
+        // `[batch, heads, seq, head_dim]`, as the kernels read them.
+        let (q, k, v) = (q.swap_dims(1, 2), k.swap_dims(1, 2), v.swap_dims(1, 2));
+        let q = ctx.rope.apply(q, &ctx.positions, self.local_rope);
+        let k = ctx.rope.apply(k, &ctx.positions, self.local_rope);
         let raw = |t: Tensor<B, 4>| t.into_primitive().tensor();
+        let scoring = self.scoring;
         let out = match cache {
-            // Generation: the backend's kernel reads the cache in place.
+            // Generation: the backend's kernel reads the cache in place. A window layer's
+            // buffers start at the first position they still hold.
             Some(cache) => {
                 let offset = cache.len();
                 let (k, v) = cache.append(k, v);
-                B::cached_attention(raw(q), raw(k), raw(v), offset, padding)
+                let first = cache.dropped();
+                let padding = key_padding.map(|p| p.narrow(1, first, offset + seq - first).into_primitive());
+                B::cached_attention(raw(q), raw(k), raw(v), offset - first, padding, scoring)
             }
             // Training and scoring: whole sequences, with gradients on autodiff backends.
             None => match ctx.sequence_lengths {
-                Some(lengths) => B::varlen_causal_attention(raw(q), raw(k), raw(v), lengths),
-                None => B::causal_attention(raw(q), raw(k), raw(v), padding),
+                Some(lengths) => B::varlen_causal_attention(raw(q), raw(k), raw(v), lengths, scoring),
+                None => B::causal_attention(raw(q), raw(k), raw(v), key_padding.map(Tensor::into_primitive), scoring),
             },
         };
         let out = Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(out));
@@ -238,12 +296,42 @@ fn project<B: ReinBackend>(
     y.reshape([batch, seq, out])
 }
 
+/// How one gated MLP multiplies: by its projections arranged for inference or by its own
+/// weights, with its adapters (`gate_proj`, `up_proj`, `down_proj`), in the model's dtype.
+pub(crate) struct MlpProducts<'a, B: ReinBackend> {
+    pub(crate) fused: Option<&'a FusedMlp<B>>,
+    pub(crate) adapters: [Option<&'a Lora<B>>; 3],
+    pub(crate) dtype: ModelDtype,
+}
+
+// By hand: derived, they would ask `B: Copy`.
+impl<B: ReinBackend> Clone for MlpProducts<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: ReinBackend> Copy for MlpProducts<'_, B> {}
+
 impl<B: ReinBackend> FeedForward<B> {
-    fn forward(&self, x: Tensor<B, 3>, products: Products<'_, B>) -> Tensor<B, 3> {
-        let Products { fused, lora, dtype } = products;
-        let adapter = |name: &str| lora.and_then(|l| l.get(name));
-        let [batch, seq, width] = x.dims();
-        let x = x.reshape([batch * seq, width]);
+    /// A gated MLP of these projections.
+    pub fn new(gate_proj: Linear<B>, up_proj: Linear<B>, down_proj: Linear<B>, activation: GateActivation) -> Self {
+        Self {
+            gate_proj,
+            up_proj,
+            down_proj,
+            activation,
+        }
+    }
+
+    /// # Shapes
+    /// - `x`: `[rows, hidden]` → `[rows, hidden]`
+    pub(crate) fn forward(&self, x: Tensor<B, 2>, products: MlpProducts<'_, B>) -> Tensor<B, 2> {
+        let MlpProducts {
+            fused,
+            adapters: [gate_adapter, up_adapter, down_adapter],
+            dtype,
+        } = products;
         let (gate, up) = match fused {
             Some(fused) => {
                 let gate_up = fused.gate_up(x);
@@ -251,48 +339,112 @@ impl<B: ReinBackend> FeedForward<B> {
                 (gate_up.clone().narrow(1, 0, half), gate_up.narrow(1, half, half))
             }
             None => (
-                adapted(&self.gate_proj, adapter("gate_proj"), x.clone(), dtype),
-                adapted(&self.up_proj, adapter("up_proj"), x, dtype),
+                adapted(&self.gate_proj, gate_adapter, x.clone(), dtype),
+                adapted(&self.up_proj, up_adapter, x, dtype),
             ),
         };
         let (gate, up) = (gate.into_primitive().tensor(), up.into_primitive().tensor());
-        let hidden = Tensor::from_primitive(TensorPrimitive::Float(B::swiglu(gate, up)));
-        let out = match fused.and_then(|f| f.down.as_ref()) {
+        let hidden = Tensor::from_primitive(TensorPrimitive::Float(B::glu(gate, up, self.activation)));
+        match fused.and_then(|f| f.down.as_ref()) {
             Some(down) => down.forward(hidden, self.down_proj.bias.as_ref().map(|b| b.val())),
-            None => adapted(&self.down_proj, adapter("down_proj"), hidden, dtype),
+            None => adapted(&self.down_proj, down_adapter, hidden, dtype),
+        }
+    }
+
+    /// `[gate_proj, up_proj, down_proj]` with their names.
+    pub fn linears(&self) -> [(&'static str, &Linear<B>); 3] {
+        [
+            ("gate_proj", &self.gate_proj),
+            ("up_proj", &self.up_proj),
+            ("down_proj", &self.down_proj),
+        ]
+    }
+
+    fn linears_mut(&mut self) -> [&mut Linear<B>; 3] {
+        [&mut self.gate_proj, &mut self.up_proj, &mut self.down_proj]
+    }
+}
+
+impl<B: ReinBackend> MlpBlock<B> {
+    /// The gated MLPs: the one of a dense layer, or every expert.
+    pub fn feed_forwards(&self) -> Vec<&FeedForward<B>> {
+        match self {
+            MlpBlock::Dense(mlp) => vec![mlp],
+            MlpBlock::Experts(moe) => moe.experts.iter().collect(),
+        }
+    }
+
+    fn feed_forwards_mut(&mut self) -> Vec<&mut FeedForward<B>> {
+        match self {
+            MlpBlock::Dense(mlp) => vec![mlp],
+            MlpBlock::Experts(moe) => moe.experts.iter_mut().collect(),
+        }
+    }
+
+    fn forward(
+        &self,
+        x: Tensor<B, 3>,
+        products: Products<'_, B>,
+        layer: usize,
+        routing: Option<&Routing<B>>,
+    ) -> Tensor<B, 3> {
+        let Products { fused, lora, dtype } = products;
+        let [batch, seq, width] = x.dims();
+        let x = x.reshape([batch * seq, width]);
+        // The `i`-th gated MLP (the dense one, or expert `i`) as it multiplies.
+        let expert = |i: usize| MlpProducts {
+            fused: fused.map(|f| &f.mlp[i]),
+            adapters: lora.map_or([None; 3], |l| l.mlp_adapters(i)),
+            dtype,
+        };
+        let out = match self {
+            MlpBlock::Dense(mlp) => mlp.forward(x, expert(0)),
+            MlpBlock::Experts(moe) => moe.forward(x, expert, layer, routing),
         };
         out.reshape([batch, seq, width])
     }
 }
 
 impl<B: ReinBackend> DecoderLayer<B> {
-    /// The linear layers with their Hugging Face names, in [`super::lora::LINEAR_MODULES`] order.
-    pub fn linears(&self) -> [(&'static str, &Linear<B>); 7] {
-        let (attn, mlp) = (&self.self_attn, &self.mlp);
-        [
+    /// Every linear layer with its Hugging Face path within the layer (`self_attn.q_proj`,
+    /// `mlp.down_proj`, `mlp.experts.3.up_proj`): attention's four, then the MLP's, expert by
+    /// expert. The router of a mixture of experts is not among them.
+    pub fn linears(&self) -> Vec<(String, &Linear<B>)> {
+        let attn = &self.self_attn;
+        let mut linears: Vec<(String, &Linear<B>)> = [
             ("q_proj", &attn.q_proj),
             ("k_proj", &attn.k_proj),
             ("v_proj", &attn.v_proj),
             ("o_proj", &attn.o_proj),
-            ("gate_proj", &mlp.gate_proj),
-            ("up_proj", &mlp.up_proj),
-            ("down_proj", &mlp.down_proj),
         ]
+        .into_iter()
+        .map(|(name, linear)| (format!("self_attn.{name}"), linear))
+        .collect();
+        let experts = matches!(self.mlp, MlpBlock::Experts(_));
+        for (e, mlp) in self.mlp.feed_forwards().into_iter().enumerate() {
+            for (name, linear) in mlp.linears() {
+                let path = match experts {
+                    true => format!("mlp.experts.{e}.{name}"),
+                    false => format!("mlp.{name}"),
+                };
+                linears.push((path, linear));
+            }
+        }
+        linears
     }
 
-    fn linears_mut(&mut self) -> [&mut Linear<B>; 7] {
-        let (attn, mlp) = (&mut self.self_attn, &mut self.mlp);
-        [
-            &mut attn.q_proj,
-            &mut attn.k_proj,
-            &mut attn.v_proj,
-            &mut attn.o_proj,
-            &mut mlp.gate_proj,
-            &mut mlp.up_proj,
-            &mut mlp.down_proj,
-        ]
+    /// The linear layers of [`DecoderLayer::linears`], in its order, mutable.
+    fn linears_mut(&mut self) -> Vec<&mut Linear<B>> {
+        let attn = &mut self.self_attn;
+        let mut linears: Vec<&mut Linear<B>> =
+            vec![&mut attn.q_proj, &mut attn.k_proj, &mut attn.v_proj, &mut attn.o_proj];
+        for mlp in self.mlp.feed_forwards_mut() {
+            linears.extend(mlp.linears_mut());
+        }
+        linears
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
         x: Tensor<B, 3>,
@@ -300,10 +452,22 @@ impl<B: ReinBackend> DecoderLayer<B> {
         products: Products<'_, B>,
         cache: Option<&mut LayerCache<B>>,
         key_padding: Option<Tensor<B, 2, Bool>>,
+        layer: usize,
     ) -> Tensor<B, 3> {
         let normed = self.input_layernorm.forward(x.clone());
-        let x = x + self.self_attn.forward(normed, ctx, products, cache, key_padding);
-        x.clone() + self.mlp.forward(self.post_attention_layernorm.forward(x), products)
+        let attended = self.self_attn.forward(normed, ctx, products, cache, key_padding);
+        let mlp = |x: Tensor<B, 3>| self.mlp.forward(x, products, layer, ctx.routing);
+        match (&self.pre_feedforward_layernorm, &self.post_feedforward_layernorm) {
+            // Gemma: each block's output normed before the residual sum.
+            (Some(pre), Some(post)) => {
+                let x = x + self.post_attention_layernorm.forward(attended);
+                x.clone() + post.forward(mlp(pre.forward(x)))
+            }
+            _ => {
+                let x = x + attended;
+                x.clone() + mlp(self.post_attention_layernorm.forward(x))
+            }
+        }
     }
 }
 
@@ -389,23 +553,27 @@ impl<B: ReinBackend> CausalLm<B> {
             .iter()
             .enumerate()
             .map(|(i, layer)| {
-                let mut slot = 0;
-                let [q, k, v, o, gate, up, down] = layer.linears().map(|(name, linear)| {
-                    let [input, output] = linear.weight.dims();
-                    let place = (i * 7 + slot) as u64;
-                    slot += 1;
-                    spec.targets(name)
-                        .then(|| Lora::new(input, output, spec, rng, device).at(place))
-                });
-                LayerLora {
-                    q_proj: q,
-                    k_proj: k,
-                    v_proj: v,
-                    o_proj: o,
-                    gate_proj: gate,
-                    up_proj: up,
-                    down_proj: down,
-                }
+                let experts = layer.mlp.feed_forwards().len();
+                let slots = layer
+                    .linears()
+                    .into_iter()
+                    .enumerate()
+                    .map(|(slot, (path, linear))| {
+                        let [input, output] = linear.weight.dims();
+                        // Attention's and a dense MLP's places are layer · 7 + slot, as
+                        // before experts existed (so seeded runs keep their masks).
+                        let place = match matches!(layer.mlp, MlpBlock::Experts(_)) && slot >= 4 {
+                            false => (i * 7 + slot) as u64,
+                            true => (1 << 32) + ((i * experts) * 3 + slot - 4) as u64,
+                        };
+                        let name = path.rsplit('.').next().unwrap_or_default();
+                        let adapter = spec
+                            .targets(name)
+                            .then(|| Lora::new(input, output, spec, rng, device).at(place));
+                        (path, adapter)
+                    })
+                    .collect();
+                LayerLora::from_slots(slots)
             })
             .collect();
         model.lora = Some(LoraAdapters::new(layers, spec.clone()));
@@ -420,7 +588,7 @@ impl<B: ReinBackend> CausalLm<B> {
             return model;
         };
         for (layer, adapters) in model.layers.iter_mut().zip(&lora.layers) {
-            for (linear, (_, adapter)) in layer.linears_mut().into_iter().zip(adapters.slots()) {
+            for (linear, (_, adapter)) in layer.linears_mut().into_iter().zip(adapters.adapters()) {
                 if let Some(adapter) = adapter {
                     let weight = (linear.weight.val() + adapter.delta()).detach();
                     linear.weight = Param::from_tensor(weight).set_require_grad(false);
@@ -442,19 +610,10 @@ impl<B: ReinBackend> CausalLm<B> {
             .iter()
             .enumerate()
             .map(|(i, layer)| {
-                let packed = |name: &str, linear: &Linear<B>| {
-                    let block = match name {
-                        "q_proj" | "k_proj" | "v_proj" | "o_proj" => "self_attn",
-                        _ => "mlp",
-                    };
-                    packed_form(&format!("model.layers.{i}.{block}.{name}.weight"), linear.weight.val())
+                let packed = |path: &str, linear: &Linear<B>| {
+                    packed_form(&format!("model.layers.{i}.{path}.weight"), linear.weight.val())
                 };
-                FusedLayer::new(
-                    layer.linears(),
-                    self.lora.as_ref().map(|l| &l.layers[i]),
-                    &packed,
-                    self.dtype,
-                )
+                FusedLayer::new(layer, self.lora.as_ref().map(|l| &l.layers[i]), &packed, self.dtype)
             })
             .collect();
         let head = match packed_form("lm_head.weight", self.head_weight()) {
@@ -475,7 +634,7 @@ impl<B: ReinBackend> CausalLm<B> {
         FusedProjections { layers, head }
     }
 
-    /// Rotary tables for positions `0..max_len`.
+    /// Rotary tables for positions `0..max_len` (both bases, for Gemma 3).
     pub fn rope(&self, max_len: usize, device: &B::Device) -> Rope<B> {
         Rope::new(&self.config, max_len, device)
     }
@@ -498,6 +657,9 @@ impl<B: ReinBackend> CausalLm<B> {
             None => ctx.padding.clone(),
         };
         let mut x = self.embed_tokens.forward(tokens);
+        if let Some(scale) = self.config.embedding_scale() {
+            x = x.mul_scalar(scale);
+        }
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| c.layer(i));
             let products = Products {
@@ -505,7 +667,7 @@ impl<B: ReinBackend> CausalLm<B> {
                 lora: self.lora.as_ref().map(|l| &l.layers[i]),
                 dtype: self.dtype,
             };
-            x = layer.forward(x, ctx, products, layer_cache, key_padding.clone());
+            x = layer.forward(x, ctx, products, layer_cache, key_padding.clone(), i);
         }
         if let Some(cache) = cache {
             cache.commit();
@@ -520,14 +682,27 @@ impl<B: ReinBackend> CausalLm<B> {
     pub fn logits(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
         let [batch, seq, width] = hidden.dims();
         let logits = affine(hidden.reshape([batch * seq, width]), self.head_weight(), None);
-        logits.reshape([batch, seq, self.config.vocab_size])
+        self.capped(logits).reshape([batch, seq, self.config.vocab_size])
     }
 
     /// [`CausalLm::logits`] through the head kept in `fused` (the same numbers, read faster).
     pub fn fused_logits(&self, hidden: Tensor<B, 3>, fused: &FusedProjections<B>) -> Tensor<B, 3> {
         let [batch, seq, width] = hidden.dims();
         let logits = fused.head.forward(hidden.reshape([batch * seq, width]), None);
-        logits.reshape([batch, seq, self.config.vocab_size])
+        self.capped(logits).reshape([batch, seq, self.config.vocab_size])
+    }
+
+    /// The logits soft-capped, `c·tanh(z/c)`, where the config caps them (Gemma 2).
+    fn capped(&self, logits: Tensor<B, 2>) -> Tensor<B, 2> {
+        match self.logit_softcap() {
+            Some(cap) => logits.div_scalar(cap).tanh().mul_scalar(cap),
+            None => logits,
+        }
+    }
+
+    /// The cap of the logits (`final_logit_softcapping`), if any.
+    pub fn logit_softcap(&self) -> Option<f32> {
+        self.config.final_logit_softcapping.map(|c| c as f32)
     }
 
     /// The head as a `[hidden, vocab]` matrix: `W_head`, or the embeddings' transpose (a view)
@@ -552,7 +727,10 @@ impl<B: ReinBackend> CausalLm<B> {
             hidden.into_primitive().tensor(),
             self.head_weight().into_primitive().tensor(),
             targets.into_primitive(),
-            scale,
+            Logits {
+                scale,
+                softcap: self.logit_softcap(),
+            },
             chunk,
         );
         Tensor::from_primitive(TensorPrimitive::Float(out))
@@ -570,15 +748,37 @@ impl<B: ReinBackend> CausalLm<B> {
 }
 
 impl<B: ReinBackend> Attention<B> {
-    pub(crate) fn new(q: Linear<B>, k: Linear<B>, v: Linear<B>, o: Linear<B>, config: &LmConfig) -> Self {
+    /// Layer `layer`'s attention of a `config` model: these projections, and the per-head norms
+    /// of queries and keys where the family has them.
+    pub(crate) fn new(
+        [q, k, v, o]: [Linear<B>; 4],
+        norms: Option<(RmsNorm<B>, RmsNorm<B>)>,
+        config: &LmConfig,
+        layer: usize,
+    ) -> Self {
+        let (q_norm, k_norm) = norms.unzip();
+        let window = config.layer_attention().get(layer).and_then(|a| a.window());
         Self {
             q_proj: q,
             k_proj: k,
             v_proj: v,
             o_proj: o,
+            q_norm,
+            k_norm,
             heads: config.num_attention_heads,
             kv_heads: config.kv_heads(),
             head_dim: config.head_dim(),
+            scoring: Scoring {
+                scale: config.attention_scale(),
+                window,
+                softcap: config.attn_logit_softcapping.map(|c| c as f32),
+            },
+            local_rope: config.layer_uses_local_rope(layer),
         }
+    }
+
+    /// Which keys each query sees, and how its scores are formed.
+    pub fn scoring(&self) -> Scoring {
+        self.scoring
     }
 }

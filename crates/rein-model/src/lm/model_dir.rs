@@ -11,7 +11,8 @@ use safetensors::{Dtype, SafeTensors};
 
 use super::LmConfig;
 use super::LoadError;
-use super::model::{Attention, CausalLm, DecoderLayer, FeedForward, RmsNorm};
+use super::model::{Attention, CausalLm, DecoderLayer, FeedForward, MlpBlock, RmsNorm};
+use super::moe::MixtureOfExperts;
 use crate::backend::ReinBackend;
 
 /// The weights of a checkpoint: every safetensors file's bytes and which file holds each name.
@@ -236,15 +237,28 @@ impl<B: ReinBackend> Decoder<B> {
     /// Reads the `model.*` tensors of `weights`, shaped by `config`.
     pub(super) fn read(weights: &Weights, config: &LmConfig, device: &B::Device) -> Result<Self, LoadError> {
         let (hidden, inter) = (config.hidden_size, config.intermediate_size);
-        let (q_out, kv_out) = (
-            config.num_attention_heads * config.head_dim(),
-            config.kv_heads() * config.head_dim(),
-        );
+        let head_dim = config.head_dim();
+        let (q_out, kv_out) = (config.num_attention_heads * head_dim, config.kv_heads() * head_dim);
         let linear = |prefix: &str, input: usize, output: usize, bias: bool| {
             weights.linear::<B>(prefix, input, output, bias, device)
         };
-        let norm = |name: &str| -> Result<RmsNorm<B>, LoadError> {
-            Ok(RmsNorm::new(weights.vector(name, hidden, device)?, config.rms_norm_eps))
+        let adds_one = config.family().norm_adds_one();
+        let norm_of = |name: &str, width: usize| -> Result<RmsNorm<B>, LoadError> {
+            Ok(RmsNorm::new(
+                weights.vector(name, width, device)?,
+                config.rms_norm_eps,
+                adds_one,
+            ))
+        };
+        let norm = |name: &str| norm_of(name, hidden);
+        let activation = config.gate_activation();
+        let feed_forward = |prefix: &str, width: usize| -> Result<FeedForward<B>, LoadError> {
+            Ok(FeedForward::new(
+                linear(&format!("{prefix}.gate_proj"), hidden, width, config.mlp_bias)?,
+                linear(&format!("{prefix}.up_proj"), hidden, width, config.mlp_bias)?,
+                linear(&format!("{prefix}.down_proj"), width, hidden, config.mlp_bias)?,
+                activation,
+            ))
         };
         let embed = weights.get("model.embed_tokens.weight", &[config.vocab_size, hidden])?;
         let embed_tokens = Embedding {
@@ -256,22 +270,47 @@ impl<B: ReinBackend> Decoder<B> {
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
             let p = format!("model.layers.{i}");
+            let norms = match config.qk_norm() {
+                true => Some((
+                    norm_of(&format!("{p}.self_attn.q_norm.weight"), head_dim)?,
+                    norm_of(&format!("{p}.self_attn.k_norm.weight"), head_dim)?,
+                )),
+                false => None,
+            };
             let attn = Attention::new(
-                linear(&format!("{p}.self_attn.q_proj"), hidden, q_out, config.qkv_bias())?,
-                linear(&format!("{p}.self_attn.k_proj"), hidden, kv_out, config.qkv_bias())?,
-                linear(&format!("{p}.self_attn.v_proj"), hidden, kv_out, config.qkv_bias())?,
-                linear(&format!("{p}.self_attn.o_proj"), q_out, hidden, config.o_bias())?,
+                [
+                    linear(&format!("{p}.self_attn.q_proj"), hidden, q_out, config.qkv_bias())?,
+                    linear(&format!("{p}.self_attn.k_proj"), hidden, kv_out, config.qkv_bias())?,
+                    linear(&format!("{p}.self_attn.v_proj"), hidden, kv_out, config.qkv_bias())?,
+                    linear(&format!("{p}.self_attn.o_proj"), q_out, hidden, config.o_bias())?,
+                ],
+                norms,
                 config,
+                i,
             );
+            let mlp = match config.moe().filter(|_| config.is_moe_layer(i)) {
+                Some(moe) => {
+                    let experts = (0..moe.experts)
+                        .map(|e| feed_forward(&format!("{p}.mlp.experts.{e}"), moe.intermediate_size))
+                        .collect::<Result<_, _>>()?;
+                    let router = linear(&format!("{p}.mlp.gate"), hidden, moe.experts, false)?;
+                    MlpBlock::Experts(MixtureOfExperts::new(router, experts, moe.top_k, moe.norm_topk_prob))
+                }
+                None => MlpBlock::Dense(feed_forward(&format!("{p}.mlp"), inter)?),
+            };
+            let sandwich = |name: &str| {
+                config
+                    .sandwich_norms()
+                    .then(|| norm(&format!("{p}.{name}.weight")))
+                    .transpose()
+            };
             layers.push(DecoderLayer {
                 input_layernorm: norm(&format!("{p}.input_layernorm.weight"))?,
                 self_attn: attn,
                 post_attention_layernorm: norm(&format!("{p}.post_attention_layernorm.weight"))?,
-                mlp: FeedForward {
-                    gate_proj: linear(&format!("{p}.mlp.gate_proj"), hidden, inter, config.mlp_bias)?,
-                    up_proj: linear(&format!("{p}.mlp.up_proj"), hidden, inter, config.mlp_bias)?,
-                    down_proj: linear(&format!("{p}.mlp.down_proj"), inter, hidden, config.mlp_bias)?,
-                },
+                pre_feedforward_layernorm: sandwich("pre_feedforward_layernorm")?,
+                post_feedforward_layernorm: sandwich("post_feedforward_layernorm")?,
+                mlp,
             });
         }
         Ok(Self {
@@ -349,24 +388,24 @@ pub(super) fn decoder_tensors<B: ReinBackend>(model: &CausalLm<B>) -> crate::saf
     let mut linears = Vec::new();
     for (i, layer) in model.layers.iter().enumerate() {
         let p = format!("model.layers.{i}");
-        vector(
-            format!("{p}.input_layernorm.weight"),
-            layer.input_layernorm.weight.val(),
-        );
-        vector(
-            format!("{p}.post_attention_layernorm.weight"),
-            layer.post_attention_layernorm.weight.val(),
-        );
-        let (a, mlp) = (&layer.self_attn, &layer.mlp);
-        for (name, linear) in [
-            ("self_attn.q_proj", &a.q_proj),
-            ("self_attn.k_proj", &a.k_proj),
-            ("self_attn.v_proj", &a.v_proj),
-            ("self_attn.o_proj", &a.o_proj),
-            ("mlp.gate_proj", &mlp.gate_proj),
-            ("mlp.up_proj", &mlp.up_proj),
-            ("mlp.down_proj", &mlp.down_proj),
-        ] {
+        let attn = &layer.self_attn;
+        let norms = [
+            ("input_layernorm", Some(&layer.input_layernorm)),
+            ("post_attention_layernorm", Some(&layer.post_attention_layernorm)),
+            ("pre_feedforward_layernorm", layer.pre_feedforward_layernorm.as_ref()),
+            ("post_feedforward_layernorm", layer.post_feedforward_layernorm.as_ref()),
+            ("self_attn.q_norm", attn.q_norm.as_ref()),
+            ("self_attn.k_norm", attn.k_norm.as_ref()),
+        ];
+        for (name, norm) in norms {
+            if let Some(norm) = norm {
+                vector(format!("{p}.{name}.weight"), norm.weight.val());
+            }
+        }
+        if let MlpBlock::Experts(moe) = &layer.mlp {
+            linears.push((format!("{p}.mlp.gate.weight"), linear_weight(&moe.gate)));
+        }
+        for (name, linear) in layer.linears() {
             if let Some(b) = &linear.bias {
                 vector(format!("{p}.{name}.bias"), b.val());
             }

@@ -17,7 +17,7 @@ use burn::tensor::{Tensor, TensorData};
 use serde_json::{Value, json};
 
 use super::LoadError;
-use super::lora::{Lora, LoraSpec};
+use super::lora::LoraSpec;
 use super::model::CausalLm;
 use super::model_dir::{Weights, read};
 use crate::backend::ReinBackend;
@@ -27,18 +27,15 @@ pub const CONFIG_FILE: &str = "adapter_config.json";
 /// The adapter's weights.
 pub const WEIGHTS_FILE: &str = "adapter_model.safetensors";
 
-/// The transformers path of `module` in decoder layer `layer`: `model.layers.0.self_attn.q_proj`.
-fn module_path(layer: usize, module: &str) -> String {
-    let block = match module {
-        "q_proj" | "k_proj" | "v_proj" | "o_proj" => "self_attn",
-        _ => "mlp",
-    };
-    format!("model.layers.{layer}.{block}.{module}")
+/// The transformers path of the module at `path` in decoder layer `layer` (`self_attn.q_proj`,
+/// `mlp.experts.3.up_proj`): `model.layers.0.self_attn.q_proj`.
+fn module_path(layer: usize, path: &str) -> String {
+    format!("model.layers.{layer}.{path}")
 }
 
-/// PEFT's name for factor `A` or `B` of the adapter on `module` of decoder layer `layer`.
-fn tensor_name(layer: usize, module: &str, factor: char) -> String {
-    format!("base_model.model.{}.lora_{factor}.weight", module_path(layer, module))
+/// PEFT's name for factor `A` or `B` of the adapter on the module at `path` of decoder layer `layer`.
+fn tensor_name(layer: usize, path: &str, factor: char) -> String {
+    format!("base_model.model.{}.lora_{factor}.weight", module_path(layer, path))
 }
 
 /// Whether PEFT's list of `target_modules` selects the module at `path`: a target is a whole
@@ -70,10 +67,10 @@ pub fn save_adapter<B: ReinBackend>(model: &CausalLm<B>, dir: &Path, base_model:
         tensors.insert(name, (dims, values));
     };
     for (i, layer) in lora.layers.iter().enumerate() {
-        for (module, adapter) in layer.slots() {
+        for (module, adapter) in layer.adapters() {
             if let Some(adapter) = adapter {
-                put(tensor_name(i, module, 'A'), adapter.a.val().transpose());
-                put(tensor_name(i, module, 'B'), adapter.b.val().transpose());
+                put(tensor_name(i, &module, 'A'), adapter.a.val().transpose());
+                put(tensor_name(i, &module, 'B'), adapter.b.val().transpose());
             }
         }
     }
@@ -193,7 +190,8 @@ pub fn load_adapter<B: ReinBackend>(
         return Err(adapter_error(dir, "no adapters were made"));
     };
     for (i, layer) in lora.layers.iter_mut().enumerate() {
-        for (module, slot) in layer.slots_mut() {
+        for (module, slot) in layer.adapters_mut() {
+            let module = module.as_str();
             if !selects(&targets, &module_path(i, module)) {
                 *slot = None;
             }
@@ -215,7 +213,7 @@ pub fn load_adapter<B: ReinBackend>(
             };
             let (a, b) = (factor('A', [rank, input])?, factor('B', [output, rank])?);
             used.extend([tensor_name(i, module, 'A'), tensor_name(i, module, 'B')]);
-            *slot = Some(Lora::from_factors(a, b, &spec));
+            *slot = Some(fresh.with_factors(a, b));
         }
     }
     let unused: Vec<&str> = weights.names().into_iter().filter(|n| !used.contains(*n)).collect();

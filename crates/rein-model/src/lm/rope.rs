@@ -12,12 +12,17 @@ use crate::backend::ReinBackend;
 
 /// The inverse frequencies, computed in `f32` as transformers does, with scaling applied.
 pub fn inverse_frequencies(config: &LmConfig) -> Vec<f32> {
+    frequencies_of(config, config.rope_theta, config.rope_scaling.as_ref())
+}
+
+/// The inverse frequencies of base `theta`, scaled by `scaling`.
+fn frequencies_of(config: &LmConfig, theta: f64, scaling: Option<&super::RopeScaling>) -> Vec<f32> {
     let dim = config.head_dim();
-    let base = config.rope_theta as f32;
+    let base = theta as f32;
     let inv: Vec<f32> = (0..dim / 2)
         .map(|i| 1.0 / base.powf((2 * i) as f32 / dim as f32))
         .collect();
-    let Some(scaling) = &config.rope_scaling else {
+    let Some(scaling) = scaling else {
         return inv;
     };
     let factor = scaling.factor as f32;
@@ -46,25 +51,65 @@ pub fn inverse_frequencies(config: &LmConfig) -> Vec<f32> {
     }
 }
 
-/// Precomputed `cos` and `sin` tables for positions `0..max_len`.
+/// Precomputed `cos` and `sin` tables for positions `0..max_len`: the model's, and for Gemma 3
+/// those of its sliding layers' own base.
 #[derive(Debug, Clone)]
 pub struct Rope<B: ReinBackend> {
-    /// `[max_len, head_dim]`.
+    global: Tables<B>,
+    local: Option<Tables<B>>,
+}
+
+/// `cos` and `sin`, each `[max_len, head_dim]`.
+#[derive(Debug, Clone)]
+struct Tables<B: ReinBackend> {
     cos: Tensor<B, 2>,
-    /// `[max_len, head_dim]`.
     sin: Tensor<B, 2>,
 }
 
 impl<B: ReinBackend> Rope<B> {
     /// Tables for `max_len` positions.
     pub fn new(config: &LmConfig, max_len: usize, device: &B::Device) -> Self {
-        let inv = inverse_frequencies(config);
+        Self {
+            global: Tables::new(&inverse_frequencies(config), max_len, device),
+            local: config
+                .rope_local_base_freq
+                .map(|theta| Tables::new(&frequencies_of(config, theta, None), max_len, device)),
+        }
+    }
+
+    /// Positions the tables cover.
+    pub fn max_len(&self) -> usize {
+        self.global.cos.dims()[0]
+    }
+
+    /// Rotates `x` by per-token positions, with the local tables when `local` (and the model
+    /// has them).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, heads, seq, head_dim]`, `positions`: `[batch, seq]` → like `x`
+    pub fn apply(&self, x: Tensor<B, 4>, positions: &Tensor<B, 2, Int>, local: bool) -> Tensor<B, 4> {
+        let tables = match (local, &self.local) {
+            (true, Some(local)) => local,
+            _ => &self.global,
+        };
+        let rotated = B::rope(
+            x.into_primitive().tensor(),
+            positions.clone().into_primitive(),
+            tables.cos.clone().into_primitive().tensor(),
+            tables.sin.clone().into_primitive().tensor(),
+        );
+        Tensor::from_primitive(TensorPrimitive::Float(rotated))
+    }
+}
+
+impl<B: ReinBackend> Tables<B> {
+    fn new(inv: &[f32], max_len: usize, device: &B::Device) -> Self {
         let half = inv.len();
         let mut cos = Vec::with_capacity(max_len * half * 2);
         let mut sin = Vec::with_capacity(max_len * half * 2);
         for p in 0..max_len {
             for _ in 0..2 {
-                for &f in &inv {
+                for &f in inv {
                     let angle = p as f32 * f;
                     cos.push(angle.cos());
                     sin.push(angle.sin());
@@ -76,25 +121,6 @@ impl<B: ReinBackend> Rope<B> {
             cos: table(cos),
             sin: table(sin),
         }
-    }
-
-    /// Positions the tables cover.
-    pub fn max_len(&self) -> usize {
-        self.cos.dims()[0]
-    }
-
-    /// Rotates `x` by per-token positions.
-    ///
-    /// # Shapes
-    /// - `x`: `[batch, heads, seq, head_dim]`, `positions`: `[batch, seq]` → like `x`
-    pub fn apply(&self, x: Tensor<B, 4>, positions: &Tensor<B, 2, Int>) -> Tensor<B, 4> {
-        let rotated = B::rope(
-            x.into_primitive().tensor(),
-            positions.clone().into_primitive(),
-            self.cos.clone().into_primitive().tensor(),
-            self.sin.clone().into_primitive().tensor(),
-        );
-        Tensor::from_primitive(TensorPrimitive::Float(rotated))
     }
 }
 

@@ -35,6 +35,11 @@ pub struct LmTokenizer {
     chat_template: Option<String>,
     bos_token: Option<String>,
     eos_token: Option<String>,
+    /// The beginning-of-sequence id, when `tokenizer_config.json`'s `add_bos_token` asks for it
+    /// before a plain prompt (Gemma).
+    prompt_bos: Option<u32>,
+    /// Variables the chat template sees besides the messages (`enable_thinking`).
+    template_kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
 impl std::fmt::Debug for LmTokenizer {
@@ -111,14 +116,37 @@ impl LmTokenizer {
                 });
             }
         };
+        let add_bos = matches!(config.get("add_bos_token"), Some(serde_json::Value::Bool(true)));
         Ok(Self {
             inner,
             path,
             eos_ids,
             pad_id: pad.map(|(_, id)| id).or(eos.as_ref().map(|(_, id)| *id)),
             chat_template,
+            prompt_bos: bos.as_ref().filter(|_| add_bos).map(|(_, id)| *id),
             bos_token: bos.map(|(t, _)| t),
             eos_token: eos.map(|(t, _)| t),
+            template_kwargs: serde_json::Map::new(),
+        })
+    }
+
+    /// This tokenizer with `kwargs` passed to its chat template as variables besides the
+    /// messages, as transformers' `apply_chat_template(..., **kwargs)` passes them (Qwen3's
+    /// `enable_thinking = false` opens an empty `<think>` block for the model).
+    pub fn with_template_kwargs(mut self, kwargs: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.template_kwargs = kwargs;
+        self
+    }
+
+    /// Token ids of a plain prompt (no chat template): [`LmTokenizer::encode`], after the
+    /// beginning-of-sequence token when `tokenizer_config.json` sets `add_bos_token` (as
+    /// transformers' tokenizer adds it; Gemma's base models need it) and the text does not
+    /// start with it already.
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>, LoadError> {
+        let ids = self.encode(text)?;
+        Ok(match self.prompt_bos {
+            Some(bos) if ids.first() != Some(&bos) => std::iter::once(bos).chain(ids).collect(),
+            _ => ids,
         })
     }
 
@@ -233,6 +261,7 @@ impl LmTokenizer {
                 add_generation_prompt => add_generation_prompt,
                 bos_token => self.bos_token.clone().unwrap_or_default(),
                 eos_token => self.eos_token.clone().unwrap_or_default(),
+                ..minijinja::Value::from_serialize(&self.template_kwargs)
             })
             .map_err(fail)?;
         Ok(Some(rendered))

@@ -9,7 +9,8 @@ use burn_flex::FlexTensor;
 use rein_kernels::team;
 
 use super::super::flex::*;
-use super::sequence_spans;
+use super::super::tanh_f32;
+use super::{Scoring, sequence_spans};
 
 /// [`AttentionKernels::cached_attention`] of the sequences `spans` (a padded batch, or sequences packed
 /// end to end): `[batch, seq, heads, dim]`, like `q`'s `[batch, heads, seq, dim]`.
@@ -19,11 +20,12 @@ pub(super) fn attention(
     v: FlexTensor,
     padding: Option<&[u8]>,
     offset: usize,
+    scoring: Scoring,
     spans: &[Span],
 ) -> FlexTensor {
     let [batch, heads, seq, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
     let (q, k, v) = (readable(q), readable(k), readable(v));
-    let attend = Attend::of(&q, &k, &v, padding, offset);
+    let attend = Attend::of(&q, &k, &v, padding, offset, scoring);
     let mut out = vec![0.0f32; batch * seq * heads * dim];
     attend.all(spans, &mut out);
     tensor(out, &[batch, seq, heads, dim])
@@ -36,6 +38,7 @@ pub(super) fn attention_backward(
     k: FlexTensor,
     v: FlexTensor,
     padding: Option<&[u8]>,
+    scoring: Scoring,
     grad: FlexTensor,
     spans: &[Span],
 ) -> (FlexTensor, FlexTensor, FlexTensor) {
@@ -43,7 +46,7 @@ pub(super) fn attention_backward(
     let kv_heads = dims(&k)[1];
     let (q, k, v, grad) = (readable(q), readable(k), readable(v), readable(grad));
     let attend = AttendBackward {
-        inputs: Attend::of(&q, &k, &v, padding, 0),
+        inputs: Attend::of(&q, &k, &v, padding, 0, scoring),
         grad: Rows::of(&grad),
     };
     let mut d_q = vec![0.0f32; batch * seq * heads * dim];
@@ -117,7 +120,8 @@ pub(super) fn for_each_sequence<T: Send>(items: impl Iterator<Item = T>, work: u
 /// Attention's inputs (see [`AttentionKernels::cached_attention`] and
 /// [`AttentionKernels::varlen_causal_attention`]), read in place: queries `[batch, heads, seq, dim]`
 /// (at positions `offset..offset + seq` of their sequence), keys and values
-/// `[batch, kv_heads, capacity, dim]`, padding `[batch, offset + seq]`.
+/// `[batch, kv_heads, capacity, dim]`, padding `[batch, offset + seq]`, the scores formed as
+/// `scoring` says.
 pub(super) struct Attend<'a> {
     pub(super) q: Rows<'a>,
     pub(super) k: Rows<'a>,
@@ -127,6 +131,7 @@ pub(super) struct Attend<'a> {
     pub(super) kv_heads: usize,
     pub(super) offset: usize,
     pub(super) dim: usize,
+    pub(super) scoring: Scoring,
 }
 
 impl<'a> Attend<'a> {
@@ -137,6 +142,7 @@ impl<'a> Attend<'a> {
         v: &'a FlexTensor,
         padding: Option<&'a [u8]>,
         offset: usize,
+        scoring: Scoring,
     ) -> Self {
         let [_, heads, _, dim] = <[usize; 4]>::try_from(dims(q)).expect("4-D queries");
         Attend {
@@ -148,6 +154,7 @@ impl<'a> Attend<'a> {
             kv_heads: dims(k)[1],
             offset,
             dim,
+            scoring,
         }
     }
 
@@ -173,17 +180,22 @@ pub(super) fn attend_sequence(a: &Attend<'_>, span: Span, out: &mut [f32]) {
     let Span { b, start, len } = span;
     let filled = a.offset + len;
     let group = heads / a.kv_heads;
-    let scale = 1.0 / (dim as f32).sqrt();
     let mut weights = vec![0.0f32; filled];
     let padding = a.padding.map(|p| &p[b * filled..(b + 1) * filled]);
     for h in 0..heads {
         let kv = h / group;
         for t in 0..len {
-            // Position `at` sees keys `0..=at`: itself, and no padding but itself.
+            // Position `at` sees keys `first..=at` (all from 0 without a window): itself, and no
+            // padding but itself.
             let at = a.offset + t;
-            let weights = &mut weights[..=at];
-            let (key, value) = (|j| a.k.row(b, kv, start + j), |j| a.v.row(b, kv, start + j));
-            attention_weights(a.q.row(b, h, start + t), key, padding, scale, weights);
+            let first = a.scoring.first_key(at);
+            let weights = &mut weights[..=at - first];
+            let (key, value) = (
+                |j| a.k.row(b, kv, start + first + j),
+                |j| a.v.row(b, kv, start + first + j),
+            );
+            let padding = padding.map(|p| &p[first..]);
+            attention_weights(a.q.row(b, h, start + t), key, padding, a.scoring, weights);
             let out = &mut out[(t * heads + h) * dim..][..dim];
             match dim {
                 64 => weighted_sum::<64>(weights, value, out),
@@ -199,19 +211,25 @@ pub(super) fn attend_sequence(a: &Attend<'_>, span: Span, out: &mut [f32]) {
     }
 }
 
-/// `weights ← softmax(scale · keys · query)` over the first `weights.len()` keys, the last
-/// being the query's own position: padding keys before it get no weight.
+/// `weights ← softmax(s)` over the first `weights.len()` keys, the last being the query's own
+/// position, with `s` the scores `scoring` forms from `keys · query`: padding keys before it get
+/// no weight.
 #[inline(always)]
 pub(super) fn attention_weights<'k>(
     query: &[f32],
     key: impl Fn(usize) -> &'k [f32],
     padding: Option<&[u8]>,
-    scale: f32,
+    scoring: Scoring,
     weights: &mut [f32],
 ) {
     let at = weights.len() - 1;
     for (j, w) in weights.iter_mut().enumerate() {
-        *w = dot(query, key(j)) * scale;
+        *w = dot(query, key(j)) * scoring.scale;
+    }
+    if let Some(cap) = scoring.softcap {
+        for w in weights.iter_mut() {
+            *w = cap * tanh_f32(*w / cap);
+        }
     }
     if let Some(padding) = padding {
         for (w, &padded) in weights[..at].iter_mut().zip(padding) {
@@ -249,8 +267,9 @@ impl AttendBackward<'_> {
 }
 
 /// One sequence of [`AttentionKernels::causal_attention_backward`], query by query: the weights `p`
-/// recomputed as the forward pass computed them, then `∂sⱼ = pⱼ (∂O·vⱼ − Σᵢ pᵢ ∂O·vᵢ)`, and
-/// `∂q += ∂sⱼ kⱼ/√d`, `∂kⱼ += ∂sⱼ q/√d`, `∂vⱼ += pⱼ ∂O` over the keys it sees.
+/// recomputed as the forward pass computed them, then `∂sⱼ = pⱼ (∂O·vⱼ − Σᵢ pᵢ ∂O·vᵢ)` (times
+/// `1 − (sⱼ/c)²` through a soft cap), and `∂q += ∂sⱼ kⱼ·scale`, `∂kⱼ += ∂sⱼ q·scale`,
+/// `∂vⱼ += pⱼ ∂O` over the keys it sees.
 #[inline(always)]
 pub(super) fn attention_backward_sequence(
     backward: &AttendBackward<'_>,
@@ -263,30 +282,41 @@ pub(super) fn attention_backward_sequence(
     let (dim, heads, kv_heads) = (a.dim, a.heads, a.kv_heads);
     let Span { b, start, len: seq } = span;
     let group = heads / kv_heads;
-    let scale = 1.0 / (dim as f32).sqrt();
+    let scoring = a.scoring;
     let padding = a.padding.map(|p| &p[b * seq..(b + 1) * seq]);
     let (mut weights, mut d_scores) = (vec![0.0f32; seq], vec![0.0f32; seq]);
     for h in 0..heads {
         let kv = h / group;
-        let (key, value) = (|j| a.k.row(b, kv, start + j), |j| a.v.row(b, kv, start + j));
         for t in 0..seq {
-            let (weights, d_scores) = (&mut weights[..=t], &mut d_scores[..=t]);
+            let first = scoring.first_key(t);
+            let (key, value) = (
+                |j| a.k.row(b, kv, start + first + j),
+                |j| a.v.row(b, kv, start + first + j),
+            );
+            let (weights, d_scores) = (&mut weights[..=t - first], &mut d_scores[..=t - first]);
             let query = a.q.row(b, h, start + t);
             let d_out = grad.row(b, start + t, h);
-            attention_weights(query, key, padding, scale, weights);
+            attention_weights(query, key, padding.map(|p| &p[first..]), scoring, weights);
             for (j, ds) in d_scores.iter_mut().enumerate() {
                 *ds = dot(d_out, value(j));
             }
             let mean = dot(weights, d_scores);
             for (ds, &p) in d_scores.iter_mut().zip(weights.iter()) {
-                *ds = p * (*ds - mean) * scale;
+                *ds = p * (*ds - mean) * scoring.scale;
+            }
+            if let Some(cap) = scoring.softcap {
+                // The capped scores again (the weights overwrote them), for `1 − tanh²`.
+                for (j, ds) in d_scores.iter_mut().enumerate() {
+                    let capped = tanh_f32(dot(query, key(j)) * scoring.scale / cap);
+                    *ds *= 1.0 - capped * capped;
+                }
             }
             let d_query = &mut d_q[(t * heads + h) * dim..][..dim];
-            for j in 0..=t {
-                let at = (j * kv_heads + kv) * dim..(j * kv_heads + kv + 1) * dim;
-                axpy(d_query, d_scores[j], key(j));
-                axpy(&mut d_k[at.clone()], d_scores[j], query);
-                axpy(&mut d_v[at], weights[j], d_out);
+            for (j, (&ds, &p)) in d_scores.iter().zip(weights.iter()).enumerate() {
+                let at = ((first + j) * kv_heads + kv) * dim..((first + j) * kv_heads + kv + 1) * dim;
+                axpy(d_query, ds, key(j));
+                axpy(&mut d_k[at.clone()], ds, query);
+                axpy(&mut d_v[at], p, d_out);
             }
         }
     }

@@ -25,6 +25,40 @@ use self::flex::{Span, attention, attention_backward};
 use super::flex::{dims, f32s};
 use super::{LinearKernels, ReinBackend, float, generic_ops, register_inputs};
 
+/// How a query's attention scores over its keys are formed, and which keys it sees:
+///
+/// ```text
+/// sⱼ = q·kⱼ · scale                     (scale = 1/√head_dim unless the model says otherwise)
+/// sⱼ ← c · tanh(sⱼ / c)                 (soft-capping, Gemma 2)
+/// keys j ≤ i − window are masked         (sliding window: query i sees its last `window` keys)
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scoring {
+    /// The factor on `q·k`.
+    pub scale: f32,
+    /// Sliding-window attention: a query sees only the `window` keys ending at its own.
+    pub window: Option<usize>,
+    /// Soft-capping: scores become `c·tanh(s/c)`.
+    pub softcap: Option<f32>,
+}
+
+impl Scoring {
+    /// `1/√head_dim`, every earlier key, no cap: the attention of Llama and Qwen2.
+    pub fn standard(head_dim: usize) -> Self {
+        Self {
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window: None,
+            softcap: None,
+        }
+    }
+
+    /// The first of keys `0..=at` the query at index `at` sees.
+    #[inline(always)]
+    pub fn first_key(&self, at: usize) -> usize {
+        self.window.map_or(0, |window| (at + 1).saturating_sub(window))
+    }
+}
+
 /// Causal attention over a cache and over whole sequences, with its backward.
 pub trait AttentionKernels: LinearKernels {
     /// Writes `values` into `buffer` at positions `start..` of axis 2 and returns the buffer.
@@ -39,7 +73,8 @@ pub trait AttentionKernels: LinearKernels {
 
     /// Causal scaled dot-product attention of `seq` new tokens per sequence over a key/value
     /// cache whose first `offset + seq` positions are filled (the new tokens' own keys and
-    /// values last), the query heads of each key/value head sharing it.
+    /// values last), the query heads of each key/value head sharing it, its scores as
+    /// `scoring` forms and masks them (a window counts positions of the cache).
     ///
     /// # Shapes
     /// - `q`: `[batch, heads, seq, head_dim]`, `heads` a multiple of `kv_heads`
@@ -53,8 +88,9 @@ pub trait AttentionKernels: LinearKernels {
         v: FloatTensor<Self>,
         offset: usize,
         padding: Option<BoolTensor<Self>>,
+        scoring: Scoring,
     ) -> FloatTensor<Self> {
-        cached_attention_ops::<Self>(q, k, v, offset, padding)
+        cached_attention_ops::<Self>(q, k, v, offset, padding, scoring)
     }
 
     /// Causal attention of whole sequences (training and scoring, no cache): attention over
@@ -69,14 +105,16 @@ pub trait AttentionKernels: LinearKernels {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         padding: Option<BoolTensor<Self>>,
+        scoring: Scoring,
     ) -> FloatTensor<Self> {
-        Self::cached_attention(q, k, v, 0, padding)
+        Self::cached_attention(q, k, v, 0, padding, scoring)
     }
 
     /// The gradients of [`AttentionKernels::causal_attention`] given the output's, `(∂q, ∂k, ∂v)`. With
-    /// `P = softmax(q kᵀ/√d)` (masked) per query head and `∂P = ∂O vᵀ`:
-    /// `∂v = Pᵀ ∂O`, `∂S = P ⊙ (∂P − rowsum(P ⊙ ∂P))`, `∂q = ∂S k/√d`, `∂k = ∂Sᵀ q/√d`, the key
-    /// and value gradients summed over the query heads that share them. `P` is recomputed,
+    /// `P = softmax(S)`, `S = q kᵀ·scale` (masked) per query head and `∂P = ∂O vᵀ`:
+    /// `∂v = Pᵀ ∂O`, `∂S = P ⊙ (∂P − rowsum(P ⊙ ∂P))`, `∂q = ∂S k·scale`, `∂k = ∂Sᵀ q·scale`, the key
+    /// and value gradients summed over the query heads that share them; with soft-capping
+    /// `∂S` is first multiplied by `1 − (S_capped/c)²`. `P` is recomputed,
     /// not stored: one more `q kᵀ` costs less than keeping `[batch, heads, seq, seq]` per layer.
     ///
     /// # Shapes
@@ -86,9 +124,10 @@ pub trait AttentionKernels: LinearKernels {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         padding: Option<BoolTensor<Self>>,
+        scoring: Scoring,
         grad: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        causal_attention_backward_ops::<Self>(q, k, v, padding, grad)
+        causal_attention_backward_ops::<Self>(q, k, v, padding, scoring, grad)
     }
 
     /// Causal attention of sequences concatenated end to end along the token axis, without padding:
@@ -105,8 +144,9 @@ pub trait AttentionKernels: LinearKernels {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         lengths: &[usize],
+        scoring: Scoring,
     ) -> FloatTensor<Self> {
-        varlen_causal_attention_ops::<Self>(q, k, v, lengths)
+        varlen_causal_attention_ops::<Self>(q, k, v, lengths, scoring)
     }
 
     /// The gradients of [`AttentionKernels::varlen_causal_attention`] given the output's: each
@@ -119,9 +159,10 @@ pub trait AttentionKernels: LinearKernels {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         lengths: &[usize],
+        scoring: Scoring,
         grad: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        varlen_causal_attention_backward_ops::<Self>(q, k, v, lengths, grad)
+        varlen_causal_attention_backward_ops::<Self>(q, k, v, lengths, scoring, grad)
     }
 }
 
@@ -147,17 +188,27 @@ pub(super) fn cached_attention_ops<B: LinearKernels>(
     v: FloatTensor<B>,
     offset: usize,
     padding: Option<BoolTensor<B>>,
+    scoring: Scoring,
 ) -> FloatTensor<B> {
     let q = float::<B, 4>(q);
     let [batch, _, seq, _] = q.dims();
     let keys = offset + seq;
     let filled = |t: FloatTensor<B>| float::<B, 4>(t).narrow(2, 0, keys);
     let padding = padding.map(Tensor::<B, 2, Bool>::from_primitive);
-    let mask = attention_mask::<B>(batch, seq, keys, offset, padding, &q.device());
-    masked_attention_ops(q, filled(k), filled(v), mask)
+    let mask = attention_mask::<B>(batch, seq, keys, offset, padding, scoring.window, &q.device());
+    masked_attention_ops(q, filled(k), filled(v), mask, scoring)
 }
 
-/// `softmax(q kᵀ/√d) v` in burn ops, the scores where `mask` is `true` at `-∞` (no row may be
+/// The scores `q kᵀ·scale` (soft-capped where `scoring` caps them).
+fn scores<B: LinearKernels>(q: Tensor<B, 4>, k: Tensor<B, 4>, scoring: Scoring) -> Tensor<B, 4> {
+    let scores = product(q, k.swap_dims(2, 3)).mul_scalar(scoring.scale);
+    match scoring.softcap {
+        Some(cap) => scores.div_scalar(cap).tanh().mul_scalar(cap),
+        None => scores,
+    }
+}
+
+/// `softmax(S) v` in burn ops, `S` the [`scores`], where `mask` is `true` at `-∞` (no row may be
 /// wholly masked), its two products through [`LinearKernels::matmul`]; the query heads of each
 /// key/value head share it.
 ///
@@ -169,11 +220,11 @@ fn masked_attention_ops<B: LinearKernels>(
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
     mask: Tensor<B, 4, Bool>,
+    scoring: Scoring,
 ) -> FloatTensor<B> {
-    let [batch, heads, seq, dim] = q.dims();
+    let [batch, heads, seq, _] = q.dims();
     let keys = k.dims()[2];
-    let scale = 1.0 / (dim as f64).sqrt();
-    let scores = product(q, repeat_kv(k, heads).swap_dims(2, 3)).mul_scalar(scale);
+    let scores = scores(q, repeat_kv(k, heads), scoring);
     let weights = softmax(
         scores.mask_fill(mask.expand([batch, heads, seq, keys]), f32::NEG_INFINITY),
         3,
@@ -208,13 +259,14 @@ pub(super) fn causal_attention_backward_ops<B: LinearKernels>(
     k: FloatTensor<B>,
     v: FloatTensor<B>,
     padding: Option<BoolTensor<B>>,
+    scoring: Scoring,
     grad: FloatTensor<B>,
 ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
     let q = float::<B, 4>(q);
     let [batch, _, seq, _] = q.dims();
     let padding = padding.map(Tensor::<B, 2, Bool>::from_primitive);
-    let mask = attention_mask::<B>(batch, seq, seq, 0, padding, &q.device());
-    masked_attention_backward_ops(q, float(k), float(v), mask, float(grad))
+    let mask = attention_mask::<B>(batch, seq, seq, 0, padding, scoring.window, &q.device());
+    masked_attention_backward_ops(q, float(k), float(v), mask, scoring, float(grad))
 }
 
 /// The gradients of [`masked_attention_ops`] given its output's `grad` (`[batch, seq, heads,
@@ -225,12 +277,12 @@ fn masked_attention_backward_ops<B: LinearKernels>(
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
     mask: Tensor<B, 4, Bool>,
+    scoring: Scoring,
     grad: Tensor<B, 4>,
 ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
     let [batch, heads, seq, dim] = q.dims();
     let [_, kv_heads, keys, _] = k.dims();
     let rep = heads / kv_heads;
-    let scale = 1.0 / (dim as f64).sqrt();
     // The key/value heads' gradients: the sum over the query heads sharing each.
     let fold = |t: Tensor<B, 4>| {
         t.reshape([batch, kv_heads, rep, keys, dim])
@@ -239,12 +291,18 @@ fn masked_attention_backward_ops<B: LinearKernels>(
     };
     let (k, v) = (repeat_kv(k, heads), repeat_kv(v, heads));
     let mask = mask.expand([batch, heads, seq, keys]);
-    let scores = product(q.clone(), k.clone().swap_dims(2, 3)).mul_scalar(scale);
-    let p = softmax(scores.mask_fill(mask, f32::NEG_INFINITY), 3);
+    let scores = scores(q.clone(), k.clone(), scoring);
+    let p = softmax(scores.clone().mask_fill(mask, f32::NEG_INFINITY), 3);
     let d_out = grad.swap_dims(1, 2);
     let d_v = product(p.clone().swap_dims(2, 3), d_out.clone());
     let d_p = product(d_out, v.swap_dims(2, 3));
     let d_s = p.clone() * (d_p.clone() - (p * d_p).sum_dim(3));
+    // Through the cap: ∂s/∂(q·k·scale) = 1 − tanh² = 1 − (s/c)².
+    let d_s = match scoring.softcap {
+        Some(cap) => d_s * scores.div_scalar(cap).powi_scalar(2).neg().add_scalar(1.0),
+        None => d_s,
+    };
+    let scale = f64::from(scoring.scale);
     let d_q = product(d_s.clone(), k).mul_scalar(scale);
     let d_k = product(d_s.swap_dims(2, 3), q).mul_scalar(scale);
     let raw = |t: Tensor<B, 4>| t.into_primitive().tensor();
@@ -283,9 +341,13 @@ fn packed_blocks(lengths: &[usize], limit: usize) -> Vec<(usize, &[usize])> {
     blocks
 }
 
-/// `true` where a query of a block of packed sequences may not attend: future keys and the
-/// other sequences' keys. → `[1, 1, total, total]`
-fn packed_mask<B: burn::tensor::backend::Backend>(lengths: &[usize], device: &B::Device) -> Tensor<B, 4, Bool> {
+/// `true` where a query of a block of packed sequences may not attend: future keys, keys before
+/// its window, and the other sequences' keys. → `[1, 1, total, total]`
+fn packed_mask<B: burn::tensor::backend::Backend>(
+    lengths: &[usize],
+    window: Option<usize>,
+    device: &B::Device,
+) -> Tensor<B, 4, Bool> {
     let total: usize = lengths.iter().sum();
     let ids: Vec<i64> = (0..lengths.len() as i64)
         .zip(lengths)
@@ -293,7 +355,7 @@ fn packed_mask<B: burn::tensor::backend::Backend>(lengths: &[usize], device: &B:
         .collect();
     let ids = Tensor::<B, 1, Int>::from_data(burn::tensor::TensorData::new(ids, [total]), device);
     let other = ids.clone().reshape([total, 1]).not_equal(ids.reshape([1, total]));
-    let mask = attention_mask::<B>(1, total, total, 0, None, device).reshape([total, total]);
+    let mask = attention_mask::<B>(1, total, total, 0, None, window, device).reshape([total, total]);
     mask.bool_or(other).reshape([1, 1, total, total])
 }
 
@@ -304,8 +366,9 @@ pub(super) fn varlen_causal_attention_ops<B: LinearKernels>(
     k: FloatTensor<B>,
     v: FloatTensor<B>,
     lengths: &[usize],
+    scoring: Scoring,
 ) -> FloatTensor<B> {
-    blocked_attention_ops::<B>(q, k, v, lengths, BLOCK_TOKENS)
+    blocked_attention_ops::<B>(q, k, v, lengths, scoring, BLOCK_TOKENS)
 }
 
 fn blocked_attention_ops<B: LinearKernels>(
@@ -313,6 +376,7 @@ fn blocked_attention_ops<B: LinearKernels>(
     k: FloatTensor<B>,
     v: FloatTensor<B>,
     lengths: &[usize],
+    scoring: Scoring,
     limit: usize,
 ) -> FloatTensor<B> {
     let (q, k, v) = (float::<B, 4>(q), float::<B, 4>(k), float::<B, 4>(v));
@@ -321,8 +385,8 @@ fn blocked_attention_ops<B: LinearKernels>(
         .map(|(start, block)| {
             let len = block.iter().sum();
             let part = |t: &Tensor<B, 4>| t.clone().narrow(2, start, len);
-            let mask = packed_mask::<B>(block, &q.device());
-            float::<B, 4>(masked_attention_ops(part(&q), part(&k), part(&v), mask))
+            let mask = packed_mask::<B>(block, scoring.window, &q.device());
+            float::<B, 4>(masked_attention_ops(part(&q), part(&k), part(&v), mask, scoring))
         })
         .collect();
     Tensor::cat(outputs, 1).into_primitive().tensor()
@@ -335,9 +399,10 @@ pub(super) fn varlen_causal_attention_backward_ops<B: LinearKernels>(
     k: FloatTensor<B>,
     v: FloatTensor<B>,
     lengths: &[usize],
+    scoring: Scoring,
     grad: FloatTensor<B>,
 ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
-    blocked_attention_backward_ops::<B>(q, k, v, lengths, grad, BLOCK_TOKENS)
+    blocked_attention_backward_ops::<B>(q, k, v, lengths, scoring, grad, BLOCK_TOKENS)
 }
 
 fn blocked_attention_backward_ops<B: LinearKernels>(
@@ -345,6 +410,7 @@ fn blocked_attention_backward_ops<B: LinearKernels>(
     k: FloatTensor<B>,
     v: FloatTensor<B>,
     lengths: &[usize],
+    scoring: Scoring,
     grad: FloatTensor<B>,
     limit: usize,
 ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
@@ -358,9 +424,9 @@ fn blocked_attention_backward_ops<B: LinearKernels>(
     for (start, block) in packed_blocks(lengths, limit) {
         let len = block.iter().sum();
         let part = |t: &Tensor<B, 4>| t.clone().narrow(2, start, len);
-        let mask = packed_mask::<B>(block, &q.device());
+        let mask = packed_mask::<B>(block, scoring.window, &q.device());
         let grad = grad.clone().narrow(1, start, len);
-        let (q, k, v) = masked_attention_backward_ops(part(&q), part(&k), part(&v), mask, grad);
+        let (q, k, v) = masked_attention_backward_ops(part(&q), part(&k), part(&v), mask, scoring, grad);
         d_q.push(float::<B, 4>(q));
         d_k.push(float::<B, 4>(k));
         d_v.push(float::<B, 4>(v));
@@ -373,8 +439,9 @@ fn blocked_attention_backward_ops<B: LinearKernels>(
     )
 }
 
-/// `true` where a query may not attend: future keys, and padding keys other than itself (a
-/// padding query keeps itself so no row is fully masked).
+/// `true` where a query may not attend: future keys, keys `window` or more positions before
+/// it, and padding keys other than itself (a padding query keeps itself so no row is fully
+/// masked).
 ///
 /// # Shapes
 /// → `[batch, 1, seq, keys]`; queries are the last `seq` of `keys` positions.
@@ -384,11 +451,16 @@ pub(super) fn attention_mask<B: burn::tensor::backend::Backend>(
     keys: usize,
     offset: usize,
     key_padding: Option<Tensor<B, 2, Bool>>,
+    window: Option<usize>,
     device: &B::Device,
 ) -> Tensor<B, 4, Bool> {
     let query_pos = Tensor::<B, 1, Int>::arange(offset as i64..(offset + seq) as i64, device).reshape([1, 1, seq, 1]);
     let key_pos = Tensor::<B, 1, Int>::arange(0..keys as i64, device).reshape([1, 1, 1, keys]);
-    let future = key_pos.clone().greater(query_pos.clone());
+    let mut future = key_pos.clone().greater(query_pos.clone());
+    if let Some(window) = window {
+        let before = key_pos.clone().lower_equal(query_pos.clone().sub_scalar(window as i64));
+        future = future.bool_or(before);
+    }
     let Some(padding) = key_padding else {
         return future.expand([batch, 1, seq, keys]);
     };
@@ -426,14 +498,15 @@ impl AttentionKernels for Flex {
         v: FloatTensor<Self>,
         offset: usize,
         padding: Option<BoolTensor<Self>>,
+        scoring: Scoring,
     ) -> FloatTensor<Self> {
         if q.dtype() != DType::F32 || k.dtype() != DType::F32 || v.dtype() != DType::F32 || generic_ops() {
-            return cached_attention_ops::<Self>(q, k, v, offset, padding);
+            return cached_attention_ops::<Self>(q, k, v, offset, padding, scoring);
         }
         let [batch, _, seq, _] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
         let padding = padding.map(|p| p.to_contiguous());
         let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * (offset + seq)]);
-        attention(q, k, v, padding, offset, &Span::padded(batch, seq))
+        attention(q, k, v, padding, offset, scoring, &Span::padded(batch, seq))
     }
 
     fn varlen_causal_attention(
@@ -441,11 +514,12 @@ impl AttentionKernels for Flex {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         lengths: &[usize],
+        scoring: Scoring,
     ) -> FloatTensor<Self> {
         if [&q, &k, &v].iter().any(|t| t.dtype() != DType::F32) || generic_ops() {
-            return varlen_causal_attention_ops::<Self>(q, k, v, lengths);
+            return varlen_causal_attention_ops::<Self>(q, k, v, lengths, scoring);
         }
-        attention(q, k, v, None, 0, &Span::concatenated(lengths))
+        attention(q, k, v, None, 0, scoring, &Span::concatenated(lengths))
     }
 
     fn varlen_causal_attention_backward(
@@ -453,12 +527,13 @@ impl AttentionKernels for Flex {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         lengths: &[usize],
+        scoring: Scoring,
         grad: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
         if [&q, &k, &v, &grad].iter().any(|t| t.dtype() != DType::F32) || generic_ops() {
-            return varlen_causal_attention_backward_ops::<Self>(q, k, v, lengths, grad);
+            return varlen_causal_attention_backward_ops::<Self>(q, k, v, lengths, scoring, grad);
         }
-        attention_backward(q, k, v, None, grad, &Span::concatenated(lengths))
+        attention_backward(q, k, v, None, scoring, grad, &Span::concatenated(lengths))
     }
 
     fn causal_attention_backward(
@@ -466,15 +541,16 @@ impl AttentionKernels for Flex {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         padding: Option<BoolTensor<Self>>,
+        scoring: Scoring,
         grad: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
         if [&q, &k, &v, &grad].iter().any(|t| t.dtype() != DType::F32) || generic_ops() {
-            return causal_attention_backward_ops::<Self>(q, k, v, padding, grad);
+            return causal_attention_backward_ops::<Self>(q, k, v, padding, scoring, grad);
         }
         let [batch, _, seq, _] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
         let padding = padding.map(|p| p.to_contiguous());
         let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * seq]);
-        attention_backward(q, k, v, padding, grad, &Span::padded(batch, seq))
+        attention_backward(q, k, v, padding, scoring, grad, &Span::padded(batch, seq))
     }
 }
 
@@ -488,10 +564,10 @@ enum Sequences<B: ReinBackend> {
 }
 
 impl<B: ReinBackend> Sequences<B> {
-    fn attention(&self, q: FloatTensor<B>, k: FloatTensor<B>, v: FloatTensor<B>) -> FloatTensor<B> {
+    fn attention(&self, q: FloatTensor<B>, k: FloatTensor<B>, v: FloatTensor<B>, scoring: Scoring) -> FloatTensor<B> {
         match self {
-            Sequences::Padded(padding) => B::causal_attention(q, k, v, padding.clone()),
-            Sequences::Packed(lengths) => B::varlen_causal_attention(q, k, v, lengths),
+            Sequences::Padded(padding) => B::causal_attention(q, k, v, padding.clone(), scoring),
+            Sequences::Packed(lengths) => B::varlen_causal_attention(q, k, v, lengths, scoring),
         }
     }
 
@@ -500,11 +576,12 @@ impl<B: ReinBackend> Sequences<B> {
         q: FloatTensor<B>,
         k: FloatTensor<B>,
         v: FloatTensor<B>,
+        scoring: Scoring,
         grad: FloatTensor<B>,
     ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
         match self {
-            Sequences::Padded(padding) => B::causal_attention_backward(q, k, v, padding, grad),
-            Sequences::Packed(lengths) => B::varlen_causal_attention_backward(q, k, v, &lengths, grad),
+            Sequences::Padded(padding) => B::causal_attention_backward(q, k, v, padding, scoring, grad),
+            Sequences::Packed(lengths) => B::varlen_causal_attention_backward(q, k, v, &lengths, scoring, grad),
         }
     }
 }
@@ -516,19 +593,20 @@ fn tracked_attention<B: ReinBackend, C: CheckpointStrategy>(
     k: FloatTensor<Autodiff<B, C>>,
     v: FloatTensor<Autodiff<B, C>>,
     sequences: Sequences<B>,
+    scoring: Scoring,
 ) -> FloatTensor<Autodiff<B, C>> {
     #[derive(Debug)]
     struct Attention;
 
     impl<B: ReinBackend> Backward<B, 3> for Attention {
-        /// `q`, `k`, `v` and where the sequences are.
-        type State = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, Sequences<B>);
+        /// `q`, `k`, `v`, where the sequences are and how their scores are formed.
+        type State = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, Sequences<B>, Scoring);
 
         fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-            let (q, k, v, sequences) = ops.state;
+            let (q, k, v, sequences, scoring) = ops.state;
             let grad = grads.consume::<B>(&ops.node);
             let inputs = ops.parents.map(|node| node.map(|n| n.id));
-            let (d_q, d_k, d_v) = sequences.backward(q, k, v, grad);
+            let (d_q, d_k, d_v) = sequences.backward(q, k, v, scoring, grad);
             register_inputs::<B, 3>(inputs, grads, [d_q, d_k, d_v]);
         }
     }
@@ -539,10 +617,10 @@ fn tracked_attention<B: ReinBackend, C: CheckpointStrategy>(
         .stateful()
     {
         OpsKind::Tracked(prep) => {
-            let output = sequences.attention(q.primitive.clone(), k.primitive.clone(), v.primitive.clone());
-            prep.finish((q.primitive, k.primitive, v.primitive, sequences), output)
+            let output = sequences.attention(q.primitive.clone(), k.primitive.clone(), v.primitive.clone(), scoring);
+            prep.finish((q.primitive, k.primitive, v.primitive, sequences, scoring), output)
         }
-        OpsKind::UnTracked(prep) => prep.finish(sequences.attention(q.primitive, k.primitive, v.primitive)),
+        OpsKind::UnTracked(prep) => prep.finish(sequences.attention(q.primitive, k.primitive, v.primitive, scoring)),
     }
 }
 
@@ -554,8 +632,9 @@ impl<B: ReinBackend, C: CheckpointStrategy> AttentionKernels for Autodiff<B, C> 
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         padding: Option<BoolTensor<Self>>,
+        scoring: Scoring,
     ) -> FloatTensor<Self> {
-        tracked_attention::<B, C>(q, k, v, Sequences::Padded(padding))
+        tracked_attention::<B, C>(q, k, v, Sequences::Padded(padding), scoring)
     }
 
     /// Packed attention with its own backward ([`AttentionKernels::varlen_causal_attention_backward`]).
@@ -564,8 +643,9 @@ impl<B: ReinBackend, C: CheckpointStrategy> AttentionKernels for Autodiff<B, C> 
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         lengths: &[usize],
+        scoring: Scoring,
     ) -> FloatTensor<Self> {
-        tracked_attention::<B, C>(q, k, v, Sequences::Packed(lengths.to_vec()))
+        tracked_attention::<B, C>(q, k, v, Sequences::Packed(lengths.to_vec()), scoring)
     }
 }
 

@@ -19,6 +19,17 @@ struct AttentionCase {
     padding: Option<Tensor<A, 2, burn::tensor::Bool>>,
     /// Weights of the scalar loss `Σ y ⊙ weights`.
     weights: Tensor<A, 4>,
+    scoring: Scoring,
+}
+
+/// `1/√dim`, or Gemma's choices: another scale, a window of `window` keys (none for 0), a cap.
+fn scoring(dim: usize, window: usize, softcap: bool) -> Scoring {
+    let standard = Scoring::standard(dim);
+    Scoring {
+        scale: if softcap { 0.3 } else { standard.scale },
+        window: (window > 0).then_some(window),
+        softcap: softcap.then_some(1.5),
+    }
 }
 
 impl AttentionCase {
@@ -45,7 +56,13 @@ impl AttentionCase {
             v: random([batch, seq, kv_heads, dim], 3).require_grad(),
             padding,
             weights: random([batch, seq, heads, dim], 4),
+            scoring: Scoring::standard(dim),
         }
+    }
+
+    fn with_scoring(mut self, scoring: Scoring) -> Self {
+        self.scoring = scoring;
+        self
     }
 
     /// The output and the loss's gradients `[y, ∂q, ∂k, ∂v]`, through rein's op with its
@@ -60,9 +77,9 @@ impl AttentionCase {
         );
         let padding = self.padding.clone().map(Tensor::into_primitive);
         let y = if kernel {
-            A::causal_attention(q, k, v, padding)
+            A::causal_attention(q, k, v, padding, self.scoring)
         } else {
-            cached_attention_ops::<A>(q, k, v, 0, padding)
+            cached_attention_ops::<A>(q, k, v, 0, padding, self.scoring)
         };
         let y = Tensor::<A, 4>::from_primitive(TensorPrimitive::Float(y));
         let grads = (y.clone() * self.weights.clone()).sum().backward();
@@ -84,6 +101,7 @@ impl AttentionCase {
             raw(self.k.clone()),
             raw(self.v.clone().swap_dims(1, 2)),
             padding,
+            self.scoring,
             raw(self.weights.clone()),
         );
         let values = |t| {
@@ -111,9 +129,12 @@ proptest::proptest! {
         half_dim in 1usize..9,
         left in 0usize..4,
         right in 0usize..4,
+        window in 0usize..6,
+        softcap in proptest::bool::ANY,
     ) {
         let pad = (left.min(seq - 1), right.min(seq - 1));
-        let case = AttentionCase::new(batch, kv_heads * group, kv_heads, seq, 2 * half_dim, pad);
+        let case = AttentionCase::new(batch, kv_heads * group, kv_heads, seq, 2 * half_dim, pad)
+            .with_scoring(scoring(2 * half_dim, window, softcap));
         let (kernel, ops) = (case.run(true), case.run(false));
         for (what, (a, b)) in ["values", "∂q", "∂k", "∂v"].iter().zip(kernel.iter().zip(&ops)) {
             assert_close(what, a, b, 1e-4);
@@ -141,7 +162,14 @@ enum Packing {
 /// Packed attention's output and gradients `[y, ∂q, ∂k, ∂v]` for sequences of `lengths`
 /// concatenated end to end, and the gradients of [`varlen_causal_attention_backward_ops`] given the
 /// same output gradient.
-fn packed_attention(lengths: &[usize], heads: usize, kv_heads: usize, dim: usize, how: Packing) -> [Vec<f32>; 7] {
+fn packed_attention(
+    lengths: &[usize],
+    heads: usize,
+    kv_heads: usize,
+    dim: usize,
+    scoring: Scoring,
+    how: Packing,
+) -> [Vec<f32>; 7] {
     let _graph = crate::one_graph();
     let device = Default::default();
     let total: usize = lengths.iter().sum();
@@ -169,17 +197,21 @@ fn packed_attention(lengths: &[usize], heads: usize, kv_heads: usize, dim: usize
     let raw = |t: Tensor<A, 4>| t.into_primitive().tensor();
     let (qt, vt) = (q.clone().swap_dims(1, 2), v.clone().swap_dims(1, 2));
     let y = match how {
-        Packing::Kernel => A::varlen_causal_attention(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), lengths),
-        Packing::Wrapper => varlen_causal_attention_ops::<A>(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), lengths),
+        Packing::Kernel => {
+            A::varlen_causal_attention(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), lengths, scoring)
+        }
+        Packing::Wrapper => {
+            varlen_causal_attention_ops::<A>(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), lengths, scoring)
+        }
         Packing::SmallBlocks => {
-            blocked_attention_ops::<A>(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), lengths, 5)
+            blocked_attention_ops::<A>(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), lengths, scoring, 5)
         }
         Packing::Alone => {
             let mut outputs = Vec::new();
             let mut start = 0;
             for &len in lengths {
                 let part = |t: &Tensor<A, 4>| raw(t.clone().narrow(2, start, len));
-                let y = A::causal_attention(part(&qt), part(&k), part(&vt), None);
+                let y = A::causal_attention(part(&qt), part(&k), part(&vt), None, scoring);
                 outputs.push(Tensor::<A, 4>::from_primitive(TensorPrimitive::Float(y)));
                 start += len;
             }
@@ -191,14 +223,21 @@ fn packed_attention(lengths: &[usize], heads: usize, kv_heads: usize, dim: usize
     let values = |t: Tensor<Flex, 4>| t.into_data().to_vec::<f32>().unwrap();
     let inner = |t: Tensor<A, 4>| t.inner().into_primitive().tensor();
     let (d_q, d_k, d_v) = match how {
-        Packing::SmallBlocks => {
-            blocked_attention_backward_ops::<Flex>(inner(qt), inner(k.clone()), inner(vt), lengths, inner(weights), 5)
-        }
+        Packing::SmallBlocks => blocked_attention_backward_ops::<Flex>(
+            inner(qt),
+            inner(k.clone()),
+            inner(vt),
+            lengths,
+            scoring,
+            inner(weights),
+            5,
+        ),
         _ => varlen_causal_attention_backward_ops::<Flex>(
             inner(qt),
             inner(k.clone()),
             inner(vt),
             lengths,
+            scoring,
             inner(weights),
         ),
     };
@@ -226,9 +265,12 @@ proptest::proptest! {
         kv_heads in 1usize..3,
         group in 1usize..4,
         half_dim in 1usize..9,
+        window in 0usize..6,
+        softcap in proptest::bool::ANY,
     ) {
         let (heads, dim) = (kv_heads * group, 2 * half_dim);
-        let run = |how| packed_attention(&lengths, heads, kv_heads, dim, how);
+        let scoring = scoring(dim, window, softcap);
+        let run = |how| packed_attention(&lengths, heads, kv_heads, dim, scoring, how);
         let (kernel, wrapper, alone) = (run(Packing::Kernel), run(Packing::Wrapper), run(Packing::Alone));
         let blocks = run(Packing::SmallBlocks);
         let names = ["values", "∂q", "∂k", "∂v", "backward ∂q", "backward ∂k", "backward ∂v"];
@@ -261,15 +303,19 @@ fn packed_blocks_group_consecutive_sequences_up_to_the_limit() {
 
 #[test]
 fn a_packed_mask_keeps_each_query_to_its_own_sequence_and_past() {
-    let mask: Vec<bool> = packed_mask::<Flex>(&[2, 3], &Default::default())
-        .into_data()
-        .to_vec()
-        .unwrap();
-    let allowed = |q: usize, k: usize| !mask[q * 5 + k];
-    let same = |q: usize, k: usize| (q < 2) == (k < 2);
-    for q in 0..5 {
-        for k in 0..5 {
-            assert_eq!(allowed(q, k), same(q, k) && k <= q, "query {q}, key {k}");
+    for window in [None, Some(2)] {
+        let mask: Vec<bool> = packed_mask::<Flex>(&[2, 4], window, &Default::default())
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let allowed = |q: usize, k: usize| !mask[q * 6 + k];
+        let same = |q: usize, k: usize| (q < 2) == (k < 2);
+        let within = |q: usize, k: usize| window.is_none_or(|w| q - k < w);
+        for q in 0..6 {
+            for k in 0..6 {
+                let expected = same(q, k) && k <= q && within(q, k);
+                assert_eq!(allowed(q, k), expected, "window {window:?}, query {q}, key {k}");
+            }
         }
     }
 }
@@ -278,7 +324,13 @@ fn a_packed_mask_keeps_each_query_to_its_own_sequence_and_past() {
 /// (f32: step 1e-2, tolerance 2 %).
 #[test]
 fn causal_attention_gradients_match_finite_differences() {
-    let case = AttentionCase::new(2, 4, 2, 5, 6, (2, 1));
+    for scoring in [Scoring::standard(6), scoring(6, 3, true)] {
+        attention_gradients_match_finite_differences(scoring);
+    }
+}
+
+fn attention_gradients_match_finite_differences(scoring: Scoring) {
+    let case = AttentionCase::new(2, 4, 2, 5, 6, (2, 1)).with_scoring(scoring);
     let [_, d_q, d_k, d_v] = case.run(true);
     let loss = |q: &Tensor<A, 4>, k: &Tensor<A, 4>, v: &Tensor<A, 4>| {
         let raw = |t: Tensor<A, 4>| t.inner().into_primitive().tensor();
@@ -288,6 +340,7 @@ fn causal_attention_gradients_match_finite_differences() {
             raw(k.clone()),
             raw(v.clone().swap_dims(1, 2)),
             padding,
+            case.scoring,
         );
         let y = Tensor::<Flex, 4>::from_primitive(TensorPrimitive::Float(y));
         f64::from((y * case.weights.clone().inner()).sum().into_scalar())
@@ -303,7 +356,7 @@ fn causal_attention_gradients_match_finite_differences() {
             });
             assert!(
                 (numeric - grad[i]).abs() <= 2e-2 * (1.0 + grad[i].abs()),
-                "input {which} element {i}: kernel {} vs finite difference {numeric}",
+                "{scoring:?}: input {which} element {i}: kernel {} vs finite difference {numeric}",
                 grad[i]
             );
         }
@@ -323,11 +376,13 @@ fn cached_attention_matches_burn_ops_with_padding() {
         let flags: Vec<bool> = (0..3 * keys).map(|i| i % keys < i / keys).collect();
         let padding = Tensor::<Flex, 1, Bool>::from_data(flags.as_slice(), &device).reshape([3, keys]);
         for padding in [None, Some(padding)] {
-            let padding = padding.map(Tensor::into_primitive);
-            assert_tensors_close(
-                Flex::cached_attention(raw(&q), raw(&k), raw(&v), offset, padding.clone()),
-                cached_attention_ops::<Flex>(raw(&q), raw(&k), raw(&v), offset, padding),
-            );
+            for scoring in [Scoring::standard(8), scoring(8, 2, true), scoring(8, 3, false)] {
+                let padding = padding.clone().map(Tensor::into_primitive);
+                assert_tensors_close(
+                    Flex::cached_attention(raw(&q), raw(&k), raw(&v), offset, padding.clone(), scoring),
+                    cached_attention_ops::<Flex>(raw(&q), raw(&k), raw(&v), offset, padding, scoring),
+                );
+            }
         }
     }
 }
