@@ -7,7 +7,10 @@
 //!   like with like: rein reading the GGUF's Q4_1 codes against llama.cpp (llama-cpp-python)
 //!   decoding the same `.gguf` file — exactly, and with its activations quantised to 8 bits as
 //!   llama.cpp quantises them (`precision = "q8"`) — and rein on plain f32 weights (the same
-//!   values, decoded) against HF transformers reading them in f32.
+//!   values, decoded) against HF transformers reading them in f32;
+//! - Gemma 3 270M (fetched by `cargo xtask model gemma3-270m`) at batch 1 and 16, rein reading
+//!   the file's Q4_K_M codes (Q4_K, Q6_K, Q5_0 and Q8_0 blocks) against llama.cpp on the same
+//!   `.gguf`, exactly and with q8 activations, when the model has been fetched.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -31,6 +34,28 @@ struct Peer {
     label: &'static str,
 }
 
+/// What rein must reach against llama.cpp, as multiples of its rate: exactly at batch 1, with
+/// q8 activations at batch 1, and batched.
+struct LlamaCppBar {
+    exact: f64,
+    q8: f64,
+    batched: f64,
+}
+
+/// SmolLM2's bar.
+const SMOLLM2_BAR: LlamaCppBar = LlamaCppBar {
+    exact: 0.8,
+    q8: 1.2,
+    batched: 1.0,
+};
+
+/// Gemma 3's: the ratios rein reaches on SmolLM2's Q4_1 (docs/benchmarks.md).
+const GEMMA3_BAR: LlamaCppBar = LlamaCppBar {
+    exact: 1.0,
+    q8: 1.5,
+    batched: 1.0,
+};
+
 /// One model at several batch sizes, against its peer.
 struct Case<'a> {
     /// What rein reads (`random Qwen2, f32`, `SmolLM2-135M, Q4_1 codes`).
@@ -43,6 +68,8 @@ struct Case<'a> {
     /// Where the prompts are written for the peer.
     work_dir: PathBuf,
     peer: Peer,
+    /// The goals against llama.cpp (none against transformers).
+    bar: &'a LlamaCppBar,
 }
 
 pub fn run() -> anyhow::Result<Report> {
@@ -65,15 +92,13 @@ pub fn run() -> anyhow::Result<Report> {
             model: dir.clone(),
             label: "HF transformers (f32)",
         },
+        bar: &SMOLLM2_BAR,
     };
     measure(&model, &random, &mut report)?;
 
     // The real pretrained model: its packed Q4_1 codes, then the same values as f32.
     let smollm2 = locate(Path::new("smollm2-135m"))?;
-    let gguf = std::env::var_os("REIN_DOWNLOADS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target/downloads"))
-        .join("smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let gguf = downloads().join("smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf");
     let quantised = load::<Cpu>(&smollm2, &device)?;
     anyhow::ensure!(
         quantised.packed_weights().is_some(),
@@ -97,6 +122,7 @@ pub fn run() -> anyhow::Result<Report> {
             model: gguf,
             label: "llama.cpp on the same .gguf (Q4_1)",
         },
+        bar: &SMOLLM2_BAR,
     };
     measure(&quantised, &codes, &mut report)?;
     let f32_weights = quantised.without_packed();
@@ -111,9 +137,45 @@ pub fn run() -> anyhow::Result<Report> {
             model: smollm2.clone(),
             label: "HF transformers (f32)",
         },
+        bar: &SMOLLM2_BAR,
     };
     measure(&f32_weights, &plain, &mut report)?;
+
+    // Gemma 3 270M, when fetched: its Q4_K_M codes against llama.cpp on the same file.
+    match locate(Path::new("gemma3-270m")) {
+        Ok(gemma) => {
+            let gguf = downloads().join("gemma3-270m/gemma-3-270m-q4_k_m.gguf");
+            let model = load::<Cpu>(&gemma, &device)?;
+            println!("Gemma 3 270M in {} (from {})", gemma.display(), gguf.display());
+            let case = Case {
+                label: "Gemma 3 270M (Q4_K_M codes)",
+                batches: &[1, 16],
+                precisions: &[SamplerPrecision::Exact, SamplerPrecision::Q8],
+                runs: 3,
+                work_dir: PathBuf::from("target/bench/gemma3-270m"),
+                peer: Peer {
+                    script: "llama_cpp_generate.py",
+                    model: gguf,
+                    label: "llama.cpp on the same .gguf (Q4_K_M)",
+                },
+                bar: &GEMMA3_BAR,
+            };
+            measure(&model, &case, &mut report)?;
+        }
+        Err(e) => report.not_measured(
+            "generate, Gemma 3 270M (Q4_K_M codes)",
+            "llama.cpp on the same .gguf (Q4_K_M)",
+            format!("{e} (cargo xtask model gemma3-270m)"),
+        ),
+    }
     Ok(report)
+}
+
+/// Where `cargo xtask model` keeps the files it fetched.
+fn downloads() -> PathBuf {
+    std::env::var_os("REIN_DOWNLOADS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target/downloads"))
 }
 
 fn measure(model: &CausalLm<Cpu>, case: &Case, report: &mut Report) -> anyhow::Result<()> {
@@ -202,15 +264,14 @@ fn measure_batch(
 }
 
 /// The goal against the peer, as a multiple of its rate: 2× transformers (batch 8 is a middle
-/// point, not a goal); against llama.cpp 0.8× at batch 1 exactly, 1.2× with q8 activations, and
-/// 1× batched.
+/// point, not a goal); against llama.cpp the case's bar.
 fn goal(case: &Case, precision: SamplerPrecision, batch: usize) -> Option<(String, f64)> {
     let times = match (case.peer.script, precision, batch) {
         ("hf_generate.py", _, 8) => return None,
         ("hf_generate.py", _, _) => 2.0,
-        (_, SamplerPrecision::Exact, 1) => 0.8,
-        (_, SamplerPrecision::Q8, 1) => 1.2,
-        _ => 1.0,
+        (_, SamplerPrecision::Exact, 1) => case.bar.exact,
+        (_, SamplerPrecision::Q8, 1) => case.bar.q8,
+        _ => case.bar.batched,
     };
     let peer = match case.peer.script {
         "hf_generate.py" => "HF",

@@ -228,6 +228,7 @@ pub(crate) fn arithmetic_prompts(tokenizer: &LmTokenizer, system: Option<&str>) 
         fields: Default::default(),
         chat_template: true,
         system_prompt: system.map(str::to_string),
+        chat_template_kwargs: Default::default(),
     };
     Ok(prepare(&generate_task(&task, 1).0, tokenizer, &data, &[])?)
 }

@@ -130,7 +130,7 @@ impl GenerateArgs {
             } else {
                 text.clone()
             };
-            let ids = tokenizer.encode(&text)?;
+            let ids = tokenizer.encode_prompt(&text)?;
             if ids.is_empty() {
                 bail!("prompt {:?} encodes to no tokens", text);
             }

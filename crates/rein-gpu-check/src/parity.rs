@@ -287,6 +287,7 @@ fn logits<B: ReinBackend>(model: &CausalLm<B>, tokens: Tensor<B, 2, Int>, fused:
         padding: None,
         sequence_lengths: None,
         fused: fused.then_some(&projections),
+        routing: None,
     };
     crate::probe::read(model.forward(tokens, &ctx, None)).context("reading the logits back")
 }

@@ -76,6 +76,7 @@ fn cached_forward<B: ReinBackend>(fixtures: &Path, device: &B::Device, report: &
             padding: None,
             sequence_lengths: None,
             fused: None,
+            routing: None,
         };
         let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(tokens, [batch, seq]), device);
         read(model.forward(tokens, &ctx, Some(cache)).sum()).map(drop)

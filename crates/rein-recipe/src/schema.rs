@@ -311,6 +311,10 @@ pub struct DataSection {
     /// A system message before each prompt (with the chat template).
     #[serde(default)]
     pub system_prompt: Option<String>,
+    /// Variables the chat template sees besides the messages, as TRL's `chat_template_kwargs`
+    /// (`{ enable_thinking = false }` for Qwen3's template).
+    #[serde(default, skip_serializing_if = "toml::Table::is_empty")]
+    pub chat_template_kwargs: toml::Table,
 }
 
 /// LoRA adapters: the base weights stay frozen, `(α/r)·A·B` learns per adapted linear layer.
@@ -429,6 +433,10 @@ pub struct RewardEntry {
     /// completion then costs only its own score; `on_error` is not consulted).
     #[serde(default)]
     pub isolate: bool,
+    /// The reward sees each completion without its `<think>…</think>` block (the text after
+    /// `</think>`), as a reasoning parser would hand the answer on.
+    #[serde(default)]
+    pub strip_thinking: bool,
 }
 
 /// The judge model granted to a reward plugin (`judge = { model = "…", max_new_tokens = 64 }`).
@@ -569,6 +577,13 @@ pub struct GrpoSection {
     pub tis_cap: f32,
     /// IcePop's `[low, high]`: tokens whose ratio leaves it are masked.
     pub icepop_bounds: [f32; 2],
+    /// A mixture of experts: the trainer routes each token to the experts the sampler chose
+    /// (router replay, verl's and slime's R3); off, it routes freely and only measures how often
+    /// it would differ (`moe/router_mismatch`).
+    pub router_replay: bool,
+    /// A mixture of experts: the load-balancing loss's coefficient (default: the model config's
+    /// `router_aux_loss_coef`; 0 turns it off).
+    pub router_aux_loss_coef: Option<f64>,
 }
 
 impl Default for GrpoSection {
@@ -602,6 +617,8 @@ impl Default for GrpoSection {
             correction_level: rein_core::RatioLevel::Token,
             tis_cap: 2.0,
             icepop_bounds: [0.5, 2.0],
+            router_replay: true,
+            router_aux_loss_coef: None,
         }
     }
 }

@@ -30,6 +30,10 @@ pub struct Generation {
     pub top_logprobs: Vec<Vec<(u32, f32)>>,
     /// Why it ended.
     pub finish: FinishReason,
+    /// A mixture of experts' routing of the tokens the sampler fed through the model — the
+    /// prompt, then every generated token but the last — per decoder layer (`tokens × k`, empty
+    /// for dense layers); `None` for a dense model or a sampler that does not report it (a server).
+    pub routes: Option<Vec<Vec<u32>>>,
 }
 
 /// Generates `config.n` continuations of each prompt: one turn of a [`Session`], each sequence
@@ -60,15 +64,23 @@ pub fn generate_seeded<B: ReinBackend>(
     device: &B::Device,
 ) -> Vec<Generation> {
     let n = config.n.max(1);
+    let mut routes: Vec<Option<Vec<Vec<u32>>>> = Vec::new();
     let mut turns = match prompts.is_empty() || config.max_new_tokens == 0 {
         true => Vec::new(),
         false => {
             let mut session = Session::start_seeded(model, prompts, seeds, config, pad_id, device);
             let all: Vec<usize> = (0..session.len()).collect();
-            session.turn(&all, AfterTurn::End, stop)
+            let turns = session.turn(&all, AfterTurn::End, stop);
+            let moe = model.config().moe().is_some();
+            routes = all
+                .iter()
+                .map(|&seq| moe.then(|| session.routes(seq).to_vec()))
+                .collect();
+            turns
         }
     }
     .into_iter();
+    let mut routes = routes.into_iter();
     (0..prompts.len() * n)
         .map(|i| {
             let turn = turns.next().unwrap_or(TurnOutput {
@@ -84,6 +96,7 @@ pub fn generate_seeded<B: ReinBackend>(
                 logprobs: turn.logprobs,
                 top_logprobs: turn.top_logprobs,
                 finish: turn.finish,
+                routes: routes.next().flatten(),
             }
         })
         .collect()

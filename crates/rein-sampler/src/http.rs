@@ -538,6 +538,7 @@ impl<B: ReinBackend> Generator<B> for HttpGenerator<B> {
                     logprobs: x.logprobs,
                     top_logprobs: Vec::new(),
                     finish: x.finish,
+                    routes: None,
                 })
             })
             .take(prompts.len() * n)

@@ -39,6 +39,7 @@ pub fn prompt_logprobs<B: ReinBackend>(
         padding: None,
         sequence_lengths: None,
         fused: None,
+        routing: None,
     };
     let ids: Vec<i64> = prompt.iter().map(|&t| i64::from(t)).collect();
     let hidden = model.hidden(Tensor::from_data(TensorData::new(ids, [1, len]), device), &ctx, None);

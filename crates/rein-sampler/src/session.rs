@@ -16,11 +16,14 @@
 //! checks 1e-4). Large batches are split into shards decoded on their own threads, as in
 //! [`crate::generate`]. Token choice is [`crate::choose`], from each sequence's own seeded
 //! stream, continued across turns.
+//!
+//! A mixture-of-experts model's routing is recorded per sequence ([`Session::routes`]): the
+//! experts every token it fed through the model went to, for the trainer to replay.
 
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use rein_kernels::team;
 use rein_model::ReinBackend;
-use rein_model::lm::{CausalLm, Context, FusedProjections, KvCache, Rope};
+use rein_model::lm::{CausalLm, Context, FusedProjections, KvCache, Rope, Routing};
 
 use crate::token_choice::{FinishReason, GenerationConfig, choose_with_top};
 use rein_core::SeededRng;
@@ -66,6 +69,9 @@ struct Sequence {
     /// A sampled token not yet in the cache (the last token of an ended turn).
     pending: Option<u32>,
     rng: SeededRng,
+    /// Per decoder layer, the experts each token fed so far went to (`tokens × k`; empty for
+    /// dense layers and dense models).
+    routes: Vec<Vec<u32>>,
 }
 
 /// A slice of the sequences with its own cache, decoded on its own thread.
@@ -73,6 +79,13 @@ struct Shard<B: ReinBackend> {
     /// The sequence of each cache row.
     rows: Vec<usize>,
     cache: KvCache<B>,
+}
+
+/// What one forward pass of a shard gives: the last column's logits, `[rows, vocab]`, and for a
+/// mixture of experts the experts of every token (per layer, `rows × width × k`).
+struct Fed {
+    logits: Vec<f32>,
+    routes: Option<Vec<Vec<u32>>>,
 }
 
 /// One forward pass of a shard: `[rows, width]` tokens, positions and padding flags.
@@ -139,6 +152,7 @@ impl<'m, B: ReinBackend> Session<'m, B> {
                     logits: Vec::new(),
                     pending: None,
                     rng: sample_rng(seeds[i / n], i % n),
+                    routes: Vec::new(),
                 })
                 .collect(),
             shards: Vec::new(),
@@ -158,13 +172,16 @@ impl<'m, B: ReinBackend> Session<'m, B> {
         for prompt in prompts {
             feed.push_row(prompt, 0, width, pad_id);
         }
-        let last = session.forward(&mut cache, &feed);
+        let fed = session.forward(&mut cache, &feed);
         if n > 1 {
             cache.retain(&(0..p * n).map(|i| i / n).collect::<Vec<_>>());
         }
         for (i, sequence) in session.sequences.iter_mut().enumerate() {
             let row = i / n;
-            sequence.logits = last[row * session.vocab..(row + 1) * session.vocab].to_vec();
+            sequence.logits = fed.logits[row * session.vocab..(row + 1) * session.vocab].to_vec();
+            if let Some(routes) = &fed.routes {
+                feed.record_row(routes, row, &mut sequence.routes);
+            }
         }
         // Shards of contiguous rows.
         let rows = p * n;
@@ -206,6 +223,13 @@ impl<'m, B: ReinBackend> Session<'m, B> {
     /// Whether `seq` is still in the cache.
     pub fn is_live(&self, seq: usize) -> bool {
         self.sequences[seq].shard.is_some()
+    }
+
+    /// Per decoder layer, the experts each token of `seq` fed through the model so far went to
+    /// (`tokens × k`, token-major: the prompt, then every token decoded or appended but the
+    /// pending one); empty entries for dense layers, nothing for a dense model.
+    pub fn routes(&self, seq: usize) -> &[Vec<u32>] {
+        &self.sequences[seq].routes
     }
 
     /// The logits of `seq`'s next token, if it has not sampled since they were computed.
@@ -326,8 +350,8 @@ impl<'m, B: ReinBackend> Session<'m, B> {
                 feed
             })
             .collect();
-        let logits = self.run_shards(&busy, &feeds);
-        for (&s, logits) in busy.iter().zip(logits) {
+        let outs = self.run_shards(&busy, &feeds);
+        for ((&s, fed), feed) in busy.iter().zip(outs).zip(&feeds) {
             for (row, &seq) in self.shards[s].rows.iter().enumerate() {
                 if feeding[seq] {
                     let sequence = &mut self.sequences[seq];
@@ -336,7 +360,10 @@ impl<'m, B: ReinBackend> Session<'m, B> {
                     sequence.logits.clear();
                     sequence
                         .logits
-                        .extend_from_slice(&logits[row * self.vocab..(row + 1) * self.vocab]);
+                        .extend_from_slice(&fed.logits[row * self.vocab..(row + 1) * self.vocab]);
+                    if let Some(routes) = &fed.routes {
+                        feed.record_row(routes, row, &mut sequence.routes);
+                    }
                 }
             }
         }
@@ -379,8 +406,8 @@ impl<'m, B: ReinBackend> Session<'m, B> {
                 feed
             })
             .collect();
-        let logits = self.run_shards(&busy, &feeds);
-        for (&s, logits) in busy.iter().zip(logits) {
+        let outs = self.run_shards(&busy, &feeds);
+        for ((&s, fed), feed) in busy.iter().zip(outs).zip(&feeds) {
             for (row, &seq) in self.shards[s].rows.iter().enumerate() {
                 if let Some(tokens) = &added[seq] {
                     let sequence = &mut self.sequences[seq];
@@ -389,7 +416,10 @@ impl<'m, B: ReinBackend> Session<'m, B> {
                     sequence.logits.clear();
                     sequence
                         .logits
-                        .extend_from_slice(&logits[row * self.vocab..(row + 1) * self.vocab]);
+                        .extend_from_slice(&fed.logits[row * self.vocab..(row + 1) * self.vocab]);
+                    if let Some(routes) = &fed.routes {
+                        feed.record_row(routes, row, &mut sequence.routes);
+                    }
                 }
             }
         }
@@ -414,8 +444,8 @@ impl<'m, B: ReinBackend> Session<'m, B> {
     }
 
     /// Runs `feeds[i]` through shard `busy[i]` (in parallel when there are several) and returns
-    /// each shard's last-column logits, `[rows, vocab]` row-major.
-    fn run_shards(&mut self, busy: &[usize], feeds: &[Feed]) -> Vec<Vec<f32>> {
+    /// what each gives.
+    fn run_shards(&mut self, busy: &[usize], feeds: &[Feed]) -> Vec<Fed> {
         let longest = busy
             .iter()
             .zip(feeds)
@@ -445,12 +475,28 @@ impl<'m, B: ReinBackend> Session<'m, B> {
     }
 
     /// The prefill's forward pass (one cache, not yet sharded).
-    fn forward(&self, cache: &mut KvCache<B>, feed: &Feed) -> Vec<f32> {
+    fn forward(&self, cache: &mut KvCache<B>, feed: &Feed) -> Fed {
         forward_feed(self.model, &self.rope, &self.fused, cache, feed, &self.device)
     }
 }
 
 impl Feed {
+    /// Appends the experts of row `row`'s real tokens (per layer, from `routes`: `rows × width
+    /// × k`) to a sequence's `record`.
+    fn record_row(&self, routes: &[Vec<u32>], row: usize, record: &mut Vec<Vec<u32>>) {
+        record.resize(routes.len(), Vec::new());
+        let cells = self.padding.len();
+        for (layer, chosen) in routes.iter().enumerate() {
+            let k = chosen.len() / cells.max(1);
+            for j in 0..self.width {
+                let cell = row * self.width + j;
+                if !self.padding[cell] {
+                    record[layer].extend_from_slice(&chosen[cell * k..(cell + 1) * k]);
+                }
+            }
+        }
+    }
+
     /// Appends one row: `tokens` left-padded to `width`, positions from `start`.
     fn push_row(&mut self, tokens: &[u32], start: i64, width: usize, pad_id: u32) {
         let pad = width - tokens.len();
@@ -463,7 +509,8 @@ impl Feed {
     }
 }
 
-/// One forward pass of `feed` through `cache`; the logits of its last column.
+/// One forward pass of `feed` through `cache`: the logits of its last column, and the routing
+/// of a mixture of experts.
 fn forward_feed<B: ReinBackend>(
     model: &CausalLm<B>,
     rope: &Rope<B>,
@@ -471,9 +518,10 @@ fn forward_feed<B: ReinBackend>(
     cache: &mut KvCache<B>,
     feed: &Feed,
     device: &B::Device,
-) -> Vec<f32> {
+) -> Fed {
     let rows = feed.positions.len() / feed.width;
     cache.reserve(feed.width);
+    let routing = model.config().moe().map(|_| Routing::<B>::record());
     let padding: Option<Tensor<B, 2, Bool>> = feed.padding.iter().any(|&p| p).then(|| {
         Tensor::<B, 2, Int>::from_data(
             TensorData::new(
@@ -490,11 +538,15 @@ fn forward_feed<B: ReinBackend>(
         padding,
         sequence_lengths: None,
         fused: Some(fused),
+        routing: routing.as_ref(),
     };
     let tokens = Tensor::from_data(TensorData::new(feed.tokens.clone(), [rows, feed.width]), device);
     let hidden = model.hidden(tokens, &ctx, Some(cache));
     let last = model.fused_logits(hidden.narrow(1, feed.width - 1, 1), fused);
-    last.into_data().convert::<f32>().to_vec().unwrap_or_default()
+    Fed {
+        logits: last.into_data().convert::<f32>().to_vec().unwrap_or_default(),
+        routes: routing.map(|r| r.chosen(model.config().num_hidden_layers)),
+    }
 }
 
 /// The stream of sample `sample` of prompt `prompt`: independent of batch composition.

@@ -86,7 +86,8 @@ impl Api<'_> {
 
     /// Prompts as token ids (text is encoded with the served model's tokenizer).
     fn prompts(&self, prompts: &Prompts, what: &str) -> Result<Vec<Vec<u32>>, BadRequest> {
-        let encode = |text: &str| self.tokenizer.encode(text).map_err(|e| bad(e.to_string()));
+        // As vLLM tokenizes a text prompt: with the tokenizer's beginning-of-sequence token.
+        let encode = |text: &str| self.tokenizer.encode_prompt(text).map_err(|e| bad(e.to_string()));
         let prompts = match prompts {
             Prompts::Text(text) => vec![encode(text)?],
             Prompts::Ids(ids) => vec![ids.clone()],

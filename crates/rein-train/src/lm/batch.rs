@@ -7,7 +7,7 @@
 
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 use rein_model::ReinBackend;
-use rein_model::lm::{CausalLm, Context};
+use rein_model::lm::{CausalLm, Context, Routing, UNROUTED};
 
 /// Prompts and completions laid out for one forward pass.
 #[derive(Debug, Clone)]
@@ -28,6 +28,13 @@ pub struct TokenBatch {
     pub prompt_width: usize,
     /// Longest completion.
     pub completion_width: usize,
+    /// Per row, a mixture of experts' routing while sampling (per decoder layer, `tokens × k`
+    /// over the row's prompt and completion but its last token: see
+    /// [`rein_sampler::Generation::routes`]); empty when no row has one.
+    pub routes: Vec<Option<Vec<Vec<u32>>>>,
+    /// Route the forward passes by [`TokenBatch::routes`] (router replay), not only count where
+    /// they differ.
+    pub replay_routes: bool,
 }
 
 impl TokenBatch {
@@ -51,6 +58,8 @@ impl TokenBatch {
             rows,
             prompt_width: p,
             completion_width: c,
+            routes: Vec::new(),
+            replay_routes: false,
         };
         for (prompt, completion) in pairs {
             let pad = p - prompt.len();
@@ -110,6 +119,11 @@ impl TokenBatch {
             rows: rows.len(),
             prompt_width: self.prompt_width,
             completion_width: c,
+            routes: match self.routes.is_empty() {
+                true => Vec::new(),
+                false => rows.iter().map(|&r| self.routes[r].clone()).collect(),
+            },
+            replay_routes: self.replay_routes,
         }
     }
 
@@ -147,6 +161,8 @@ struct ConcatenatedRows {
     predictors: Vec<i64>,
     /// Where each of those goes in `[rows, C]`.
     slots: Vec<i64>,
+    /// Per batch row: its packed tokens, and whether the first is an empty prompt's padding slot.
+    rows: Vec<(usize, bool)>,
 }
 
 impl ConcatenatedRows {
@@ -159,6 +175,7 @@ impl ConcatenatedRows {
             lengths: Vec::new(),
             predictors: Vec::new(),
             slots: Vec::new(),
+            rows: Vec::new(),
         };
         for row in 0..batch.rows {
             let padding = &batch.padding[row * width..(row + 1) * width];
@@ -180,6 +197,9 @@ impl ConcatenatedRows {
             if end > real {
                 packed.lengths.push(end - real.max(first));
             }
+            packed
+                .rows
+                .push((end.saturating_sub(first), first < real && end > first));
             for j in 0..completion {
                 packed.predictors.push((start + p + j - 1 - first) as i64);
                 packed.slots.push((row * c + j) as i64);
@@ -192,28 +212,62 @@ impl ConcatenatedRows {
     fn targets(&self, batch: &TokenBatch) -> Vec<i64> {
         (self.slots.iter()).map(|&slot| batch.targets[slot as usize]).collect()
     }
+
+    /// The routing of a forward pass over these tokens by a mixture of experts with `layers`
+    /// layers and `k` experts per token: the sampler's choices, packed (a token it did not
+    /// route — an empty prompt's padding slot, a row without a record or with a record of
+    /// another length — [`UNROUTED`]), replayed or compared as the batch asks; free routing
+    /// when no row has a record.
+    fn routing<B: ReinBackend>(&self, batch: &TokenBatch, layers: usize, k: usize) -> Routing<B> {
+        if batch.routes.iter().all(Option::is_none) {
+            return Routing::record();
+        }
+        let mut by_layer: Vec<Vec<u32>> = vec![Vec::with_capacity(self.tokens.len() * k); layers];
+        for (row, &(tokens, padded_slot)) in self.rows.iter().enumerate() {
+            let recorded = batch.routes.get(row).and_then(Option::as_ref);
+            let real = tokens - usize::from(padded_slot);
+            for (layer, out) in by_layer.iter_mut().enumerate() {
+                if padded_slot {
+                    out.extend(std::iter::repeat_n(UNROUTED, k));
+                }
+                match recorded.and_then(|r| r.get(layer)).filter(|r| r.len() == real * k) {
+                    Some(r) => out.extend_from_slice(r),
+                    None => out.extend(std::iter::repeat_n(UNROUTED, real * k)),
+                }
+            }
+        }
+        match batch.replay_routes {
+            true => Routing::replay(by_layer),
+            false => Routing::compare(by_layer),
+        }
+    }
 }
 
 /// The final hidden state that predicts each completion token, `[predicted, hidden]`, computed
 /// over the rows concatenated end to end ([`ConcatenatedRows`]): the same values as over the
-/// padded batch, without computing the padding. `None` when the batch has no completion token.
+/// padded batch, without computing the padding; for a mixture of experts, with its routing
+/// (what it chose, its router probabilities, how often it differed from the sampler's).
+/// `None` when the batch has no completion token.
 fn completion_hidden<B: ReinBackend>(
     model: &CausalLm<B>,
     batch: &TokenBatch,
     device: &B::Device,
-) -> Option<(Tensor<B, 2>, ConcatenatedRows)> {
+) -> Option<(Tensor<B, 2>, ConcatenatedRows, Option<Routing<B>>)> {
     let packed = ConcatenatedRows::new(batch);
     if packed.predictors.is_empty() {
         return None;
     }
     let total = packed.tokens.len();
     let rope = model.rope(batch.prompt_width + batch.completion_width, device);
+    let config = model.config();
+    let routing = (config.moe()).map(|moe| packed.routing(batch, config.num_hidden_layers, moe.top_k));
     let ctx = Context {
         rope: &rope,
         positions: Tensor::from_data(TensorData::new(packed.positions.clone(), [1, total]), device),
         padding: None,
         sequence_lengths: Some(&packed.lengths),
         fused: None,
+        routing: routing.as_ref(),
     };
     let tokens = Tensor::from_data(TensorData::new(packed.tokens.clone(), [1, total]), device);
     let hidden = model.hidden(tokens, &ctx, None);
@@ -221,7 +275,7 @@ fn completion_hidden<B: ReinBackend>(
     let hidden = hidden
         .reshape([total, width])
         .select(0, int_index(&packed.predictors, device));
-    Some((hidden, packed))
+    Some((hidden, packed, routing))
 }
 
 fn int_index<B: ReinBackend>(values: &[i64], device: &B::Device) -> Tensor<B, 1, Int> {
@@ -265,6 +319,9 @@ pub struct CompletionOutputs<B: ReinBackend> {
     pub entropy: Option<Tensor<B, 2>>,
     /// A value head's output on the same hidden state, when one was given.
     pub values: Option<Tensor<B, 2>>,
+    /// A mixture of experts' routing in this pass (its load-balancing loss, how often it
+    /// differed from the sampler's); `None` for a dense model.
+    pub routing: Option<Routing<B>>,
 }
 
 /// [`completion_log_probs`], and a value head `[hidden, 1]` read on the same hidden states
@@ -278,13 +335,14 @@ pub fn completion_outputs<B: ReinBackend>(
     device: &B::Device,
 ) -> CompletionOutputs<B> {
     let (rows, c) = (batch.rows, batch.completion_width);
-    let Some((hidden, packed)) = completion_hidden(model, batch, device) else {
+    let Some((hidden, packed, routing)) = completion_hidden(model, batch, device) else {
         // No completion tokens at all: nothing to score.
         let zeros = || Tensor::zeros([rows, c], device);
         return CompletionOutputs {
             log_prob: zeros(),
             entropy: with_entropy.then(zeros),
             values: value_head.map(|_| zeros()),
+            routing: None,
         };
     };
     let values = value_head.map(|head| per_slot(rein_model::affine(hidden.clone(), head, None), &packed, [rows, c]));
@@ -302,6 +360,7 @@ pub fn completion_outputs<B: ReinBackend>(
         log_prob,
         entropy,
         values,
+        routing,
     }
 }
 
@@ -315,7 +374,7 @@ pub fn completion_values<B: ReinBackend>(
 ) -> Tensor<B, 2> {
     let shape = [batch.rows, batch.completion_width];
     match completion_hidden(trunk, batch, device) {
-        Some((hidden, packed)) => per_slot(rein_model::affine(hidden, head, None), &packed, shape),
+        Some((hidden, packed, _)) => per_slot(rein_model::affine(hidden, head, None), &packed, shape),
         None => Tensor::zeros(shape, device),
     }
 }
@@ -340,7 +399,7 @@ pub fn completion_logits<B: ReinBackend>(
 ) -> CompletionLogits<B> {
     let [rows, width] = [batch.rows, batch.completion_width];
     let vocab = model.config().vocab_size;
-    let Some((hidden, packed)) = completion_hidden(model, batch, device) else {
+    let Some((hidden, packed, _)) = completion_hidden(model, batch, device) else {
         return CompletionLogits {
             logits: Tensor::zeros([0, vocab], device),
             slots: Vec::new(),

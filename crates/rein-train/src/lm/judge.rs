@@ -76,6 +76,7 @@ impl<B: ReinBackend> NativeJudge<B> {
             padding: None,
             sequence_lengths: None,
             fused: None,
+            routing: None,
         };
         let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, len]), &self.device);
         let hidden = self.model.hidden(tokens, &ctx, None);

@@ -28,7 +28,9 @@ mod turn_advantages;
 
 use std::path::{Path, PathBuf};
 
-pub use batch::{CompletionLogits, TokenBatch, completion_log_probs, completion_logits};
+pub use batch::{
+    CompletionLogits, CompletionOutputs, TokenBatch, completion_log_probs, completion_logits, completion_outputs,
+};
 pub use bradley_terry::{BradleyTerry, PairScores, pair_scores, pairwise_accuracy};
 pub use critic::Critic;
 pub use data::{DataError, Example, Fields, read, write_jsonl};
@@ -45,7 +47,9 @@ pub use preferences::{
 pub(crate) use recipe_data::{PreferenceUse, RecipeData, read_data};
 pub use rein_sampler::{completion_text, stop_check};
 pub use reward_model::{ModelReward, RewardModelError};
-pub use rewards::{GroupReward, OnError, Renamed, RewardFailure, WeightedReward, score_groups};
+pub use rewards::{
+    GroupReward, OnError, Renamed, RewardFailure, ThinkingStripped, WeightedReward, score_groups, without_thinking,
+};
 pub use sft::Sft;
 pub use task::{ArithmeticTask, generate_task, slipped_solution};
 
@@ -159,7 +163,10 @@ pub fn prepare(
             };
             Ok(Prompt {
                 text: e.prompt.clone(),
-                tokens: tokenizer.encode(&text)?,
+                tokens: match templated {
+                    true => tokenizer.encode(&text)?,
+                    false => tokenizer.encode_prompt(&text)?,
+                },
                 answer: e.answer.clone(),
                 target,
                 target_trained: None,

@@ -235,7 +235,7 @@ pub fn prepare_preferences(
                 .collect::<Vec<_>>()
                 .join("\n")
         });
-        let prompt = tokenizer.encode(&text)?;
+        let prompt = tokenizer.encode_prompt(&text)?;
         if prompt.len() >= max_length {
             skipped.push(Skipped {
                 row: e.row.clone(),

@@ -13,7 +13,7 @@ use rein_sampler::HttpJudge;
 
 use super::recipe_keys::{invalid, model_path};
 use crate::TrainError;
-use crate::lm::{ModelReward, NativeJudge, Renamed, WeightedReward};
+use crate::lm::{ModelReward, NativeJudge, Renamed, ThinkingStripped, WeightedReward};
 
 /// Every `[[reward]]` of the recipe with its weight; `policy` is the judge of grants that name
 /// no model.
@@ -26,8 +26,12 @@ pub(super) fn rewards<B: ReinBackend>(
 ) -> Result<Vec<WeightedReward>, TrainError> {
     (loaded.recipe.reward.iter().enumerate())
         .map(|(i, entry)| {
+            let reward = reward::<B>(loaded, i, entry, runtime, plugin_dir, policy, device)?;
             Ok(WeightedReward {
-                reward: reward::<B>(loaded, i, entry, runtime, plugin_dir, policy, device)?,
+                reward: match entry.strip_thinking {
+                    true => Box::new(ThinkingStripped(reward)),
+                    false => reward,
+                },
                 weight: entry.weight,
                 isolate: entry.isolate,
             })

@@ -40,6 +40,46 @@ impl<R: RewardFn> RewardFn for Renamed<R> {
     }
 }
 
+/// A reward that sees each completion without its reasoning (`reward[i].strip_thinking`): the
+/// text after the first `</think>`, its leading whitespace trimmed, as vLLM's reasoning parsers
+/// split a Qwen3 completion into reasoning and content; a completion that opened `<think>` and
+/// never closed it shows only what came before it (the answer never came).
+pub struct ThinkingStripped(pub Box<dyn RewardFn>);
+
+/// `text` without its `<think>…</think>` block ([`ThinkingStripped`]).
+pub fn without_thinking(text: &str) -> &str {
+    match (text.find("</think>"), text.find("<think>")) {
+        (Some(end), _) => text[end + "</think>".len()..].trim_start(),
+        (None, Some(start)) => &text[..start],
+        (None, None) => text,
+    }
+}
+
+impl RewardFn for ThinkingStripped {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn score(&mut self, groups: &[Group]) -> Result<Vec<rein_core::GroupScores>, PluginError> {
+        let stripped: Vec<Group> = groups
+            .iter()
+            .map(|g| Group {
+                completions: g.completions.iter().map(|c| without_thinking(c).to_string()).collect(),
+                ..g.clone()
+            })
+            .collect();
+        self.0.score(&stripped)
+    }
+
+    fn failures(&self) -> rein_core::FailureCounts {
+        self.0.failures()
+    }
+
+    fn take_judge_usage(&mut self) -> Option<rein_core::JudgeUsage> {
+        self.0.take_judge_usage()
+    }
+}
+
 /// The combined scores of one group.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct GroupReward {
@@ -248,6 +288,25 @@ mod tests {
                 isolate: false,
             },
         ]
+    }
+
+    #[test]
+    fn thinking_is_kept_from_the_reward() {
+        assert_eq!(
+            without_thinking("<think>\n7 + 5 = 12\n</think>\n\n<answer>12</answer>"),
+            "<answer>12</answer>"
+        );
+        assert_eq!(without_thinking("<answer>12</answer>"), "<answer>12</answer>");
+        assert_eq!(
+            without_thinking("so <think> it goes on"),
+            "so ",
+            "a block that never closed"
+        );
+        assert_eq!(
+            without_thinking("a</think>b</think>c"),
+            "b</think>c",
+            "the first block ends it"
+        );
     }
 
     #[test]

@@ -264,6 +264,7 @@ mod tests {
                     logprobs: vec![0.0],
                     top_logprobs: Vec::new(),
                     finish: FinishReason::Length,
+                    routes: None,
                 })
                 .collect())
         }

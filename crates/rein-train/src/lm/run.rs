@@ -314,7 +314,15 @@ fn model_and_tokenizer<B: ReinBackend>(
             ));
         }
     };
-    let tokenizer = LmTokenizer::load(&tokenizer_dir, &model.config().eos_ids())?;
+    let kwargs = recipe
+        .data
+        .as_ref()
+        .map(|d| d.chat_template_kwargs.clone())
+        .unwrap_or_default();
+    let kwargs =
+        serde_json::to_value(kwargs).map_err(|e| invalid(loaded, "data.chat_template_kwargs", e.to_string()))?;
+    let tokenizer = LmTokenizer::load(&tokenizer_dir, &model.config().eos_ids())?
+        .with_template_kwargs(kwargs.as_object().cloned().unwrap_or_default());
     if tokenizer.vocab_size() > model.config().vocab_size {
         return Err(invalid(
             loaded,

@@ -7,6 +7,7 @@ use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use rein_core::{AdvantageKind, Aggregation, DifficultyWeight, LagCorrection, StdScaling};
 use rein_model::ReinAutodiffBackend;
+use rein_model::lm::Routing;
 use rein_optim::{
     Correction, GigpoConfig, add_teacher_advantages, aggregate, clip_grad_norm, difficulty_weight, full_reverse_kl,
     group_normalized, kl_estimate_scalar, lag_correction, policy_loss, reinforce_pp, reweight_by_difficulty, rloo,
@@ -19,7 +20,7 @@ use super::sample::{Rollout, Scored};
 use super::{DROPOUT_SALT, Grpo, generation_seed, mean};
 use crate::TrainError;
 use crate::driver::Record;
-use crate::lm::batch::{TokenBatch, completion_log_probs, completion_logits};
+use crate::lm::batch::{TokenBatch, completion_log_probs, completion_logits, completion_outputs};
 use crate::lm::turn_advantages::{EpisodeTurns, token_advantages};
 use crate::watchdog::Phases;
 
@@ -85,6 +86,21 @@ pub(super) struct UpdateStats {
     pub(super) entropy: Option<f64>,
     /// The full reverse KL to the teacher, per completion token.
     pub(super) teacher_kl: Option<f64>,
+    /// A mixture of experts: the share of tokens the trainer's router chose other experts for
+    /// than the sampler's.
+    pub(super) router_mismatch: Option<f64>,
+    /// A mixture of experts: the load-balancing loss (before its coefficient).
+    pub(super) aux_loss: Option<f64>,
+}
+
+/// A mixture of experts' part of an update ([`Grpo::experts_term`]).
+pub(super) struct ExpertsTerm<B: ReinAutodiffBackend> {
+    /// The load-balancing loss times its coefficient, when that is not 0.
+    pub(super) loss: Option<Tensor<B, 1>>,
+    /// The load-balancing loss.
+    pub(super) aux_loss: f64,
+    /// Tokens routed otherwise than the sampler routed them, as a share of those it routed.
+    pub(super) mismatch: Option<f64>,
 }
 
 impl UpdateStats {
@@ -104,6 +120,8 @@ impl UpdateStats {
             "train/grad_norm": mean_f32(|u| u.grad_norm),
             "train/kl": mean_f64(|u| u.kl),
             "train/entropy": mean_f64(|u| u.entropy),
+            "moe/router_mismatch": mean_f64(|u| u.router_mismatch),
+            "moe/aux_loss": mean_f64(|u| u.aux_loss),
         })
         .as_object()
         .cloned()
@@ -214,6 +232,10 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
                 tokens.keep_in_loss(row, trained);
             }
         }
+        if flat.iter().any(|(r, _)| r.routes.is_some()) {
+            tokens.routes = flat.iter().map(|(r, _)| r.routes.clone()).collect();
+            tokens.replay_routes = self.ctx.grpo.router_replay;
+        }
         tokens
     }
 
@@ -323,19 +345,19 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
         let entropy_wanted = grpo.entropy_coef != 0.0;
         // With the full reverse KL to a teacher, one forward pass gives the vocabulary-wide
         // logits, and the sampled tokens' log-probabilities from them.
-        let (log_prob, entropy, teacher_term) = match &inputs.teacher_logits {
+        let (log_prob, entropy, teacher_term, routing) = match &inputs.teacher_logits {
             None => {
-                let (log_prob, entropy) =
-                    completion_log_probs(&self.model, tokens, temperature, entropy_wanted, &self.device);
-                (log_prob, entropy, None)
+                let out = completion_outputs(&self.model, tokens, temperature, entropy_wanted, None, &self.device);
+                (out.log_prob, out.entropy, None, out.routing)
             }
             Some((teacher, coef)) => {
                 let student = completion_logits(&self.model, tokens, temperature, &self.device);
                 let (log_prob, entropy) = student.log_probs(entropy_wanted);
                 let kl = full_reverse_kl(student.logits.clone(), Tensor::from_inner(teacher.clone()));
-                (log_prob, entropy, Some((student.per_token(kl), *coef)))
+                (log_prob, entropy, Some((student.per_token(kl), *coef)), None)
             }
         };
+        let experts = routing.as_ref().map(|r| self.experts_term(step, r)).transpose()?;
         if update == 0 {
             *mismatch = inputs.correct(log_prob.clone(), &self.correction(), &self.device);
         }
@@ -360,6 +382,10 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             Some((term, kl)) => (out.loss.clone() + term, Some(kl)),
             None => (out.loss.clone(), None),
         };
+        let total = match experts.as_ref().and_then(|e| e.loss.clone()) {
+            Some(aux) => total + aux,
+            None => total,
+        };
         let loss: f32 = total.clone().into_scalar().elem();
         TrainError::check_loss(step, "policy loss", loss)?;
         drop(forward);
@@ -373,8 +399,37 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             kl: out.kl.map(|k| k.into_scalar().elem::<f64>()),
             entropy: entropy_value,
             teacher_kl,
+            router_mismatch: experts.as_ref().and_then(|e| e.mismatch),
+            aux_loss: experts.as_ref().map(|e| e.aux_loss),
         };
         Ok((grads, stats))
+    }
+
+    /// A mixture of experts' part of the update: the load-balancing loss (times its
+    /// coefficient, when it is not 0), its value, and the share of tokens routed otherwise than
+    /// the sampler routed them; a router that gave a non-finite probability stops the run,
+    /// naming its layer.
+    pub(super) fn experts_term(&self, step: usize, routing: &Routing<B>) -> Result<ExpertsTerm<B>, TrainError> {
+        if let Some(layer) = routing.non_finite_layer() {
+            return Err(TrainError::NonFinite {
+                step,
+                what: format!("the router probabilities of layer {layer} (model.layers.{layer}.mlp.gate)"),
+                value: f32::NAN,
+            });
+        }
+        let coef = (self.ctx.grpo.router_aux_loss_coef)
+            .or(self.model.config().router_aux_loss_coef)
+            .unwrap_or(0.0);
+        let aux = routing.load_balancing_loss();
+        let aux_loss = aux
+            .as_ref()
+            .map_or(0.0, |a| a.clone().detach().into_scalar().elem::<f64>());
+        let (differing, compared) = routing.disagreement();
+        Ok(ExpertsTerm {
+            loss: aux.filter(|_| coef != 0.0).map(|a| a.mul_scalar(coef)),
+            aux_loss,
+            mismatch: (compared > 0).then(|| differing as f64 / compared as f64),
+        })
     }
 
     /// The sampler–trainer mismatch correction the recipe asks for.

@@ -272,6 +272,9 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
             (Some(_), _, _) => "online DPO",
             (_, Some(_), _) => "PPO with a critic",
             (_, _, Some((_, _, TeacherKl::Full))) => "the full reverse KL to a teacher (`teacher.kl = \"full\"`)",
+            // The load-balancing loss is a product of means over the whole batch: no share of
+            // it is a share of the batch's.
+            _ if self.model.config().moe().is_some() => "a mixture of experts (its load-balancing loss)",
             _ => return Ok(()),
         };
         Err(TrainError::Unsupported(format!(

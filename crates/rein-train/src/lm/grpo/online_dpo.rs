@@ -118,6 +118,7 @@ mod tests {
             env_reward: None,
             turns: Vec::new(),
             version: 0,
+            routes: None,
         };
         Scored {
             prompt: 0,

@@ -35,6 +35,9 @@ pub(super) struct Rollout {
     pub(super) turns: Vec<TurnRecord>,
     /// The version of the policy that sampled it.
     pub(super) version: u64,
+    /// A mixture of experts' routing while sampling (see [`rein_sampler::Generation::routes`]),
+    /// for the trainer to replay.
+    pub(super) routes: Option<Vec<Vec<u32>>>,
 }
 
 /// One sampled, scored group.
@@ -269,6 +272,7 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
                 env_reward: None,
                 turns: Vec::new(),
                 version: produced.version,
+                routes: x.routes,
             })
             .collect();
         Ok((picked, rollouts))
@@ -382,6 +386,7 @@ impl From<Episode> for Rollout {
                 .map(|t| TurnRecord { end: t.end - at, ..t })
                 .collect(),
             version: 0,
+            routes: None,
         }
     }
 }

@@ -122,6 +122,8 @@ impl<B: ReinAutodiffBackend> Grpo<'_, B> {
             kl: measured.iter().map(|m| m.kl).sum(),
             entropy: measured.iter().map(|m| m.entropy).sum(),
             teacher_kl: None,
+            router_mismatch: None,
+            aux_loss: None,
         };
         Ok((grads, stats))
     }
