@@ -70,6 +70,7 @@ fn observe(checkpoint: &str) -> Observed {
             padding: None,
             sequence_lengths: None,
             fused,
+            routing: None,
         };
         inference
             .forward(tokens.clone(), &ctx, None)

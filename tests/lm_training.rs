@@ -112,6 +112,77 @@ fn sft_then_grpo_writes_checkpoints_metrics_and_a_report() {
     assert_eq!(report.examples, 8);
 }
 
+/// The main job on the newer families' shapes, initialised from scratch: a Gemma 3 (four norms,
+/// GeGLU, q/k norms, a window of 8 on its sliding layers, two RoPE bases) and a Qwen3-MoE (four
+/// experts, two per token) take SFT and GRPO steps and write a final model rein loads again; the
+/// MoE's records carry its load-balancing loss and how often the trainer would have routed
+/// otherwise than the sampler, with router replay on and off.
+#[test]
+fn gemma3_and_a_mixture_of_experts_run_the_main_job() {
+    let families: [(&str, &[&str]); 3] = [
+        (
+            "gemma3",
+            &[
+                "model.architecture.model_type=\"gemma3_text\"",
+                "model.architecture.head_dim=32",
+                "model.architecture.sliding_window=8",
+                "model.architecture.layer_types=[\"sliding_attention\", \"full_attention\", \"sliding_attention\", \"full_attention\"]",
+                "model.architecture.query_pre_attn_scalar=32",
+            ],
+        ),
+        (
+            "qwen3-moe",
+            &[
+                "model.architecture.model_type=\"qwen3_moe\"",
+                "model.architecture.num_experts=4",
+                "model.architecture.num_experts_per_tok=2",
+                "model.architecture.moe_intermediate_size=96",
+                "model.architecture.norm_topk_prob=true",
+            ],
+        ),
+        (
+            "qwen3-moe-no-replay",
+            &[
+                "model.architecture.model_type=\"qwen3_moe\"",
+                "model.architecture.num_experts=4",
+                "model.architecture.num_experts_per_tok=2",
+                "model.architecture.moe_intermediate_size=96",
+                "algorithm.router_replay=false",
+                "algorithm.router_aux_loss_coef=0.01",
+            ],
+        ),
+    ];
+    for (name, extra) in families {
+        let runs = common::scratch(&format!("lm-family-{name}"));
+        let recipe = tiny_default(&runs, extra);
+        let RunOutcome::Lm(outcome) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
+            panic!("a language-model outcome")
+        };
+        let dir = outcome.run_dir.unwrap();
+        let model = rein_model::lm::load::<rein_model::Cpu>(&dir.join("final"), &Default::default()).unwrap();
+        let config = model.config();
+        let grpo = stage_records(&runs, "grpo");
+        assert_eq!(grpo.len(), 2, "{name}");
+        match config.moe() {
+            Some(moe) => {
+                assert_eq!(moe.experts, 4, "{name}");
+                for record in &grpo {
+                    let mismatch = record["moe/router_mismatch"].as_f64().unwrap();
+                    assert!((0.0..=1.0).contains(&mismatch), "{name}: {record}");
+                    assert!(record["moe/aux_loss"].as_f64().unwrap() > 0.0, "{name}: {record}");
+                }
+            }
+            None => {
+                assert_eq!(config.model_type, "gemma3_text");
+                assert!(
+                    grpo[0].get("moe/aux_loss").is_none_or(serde_json::Value::is_null),
+                    "{name}"
+                );
+            }
+        }
+    }
+}
+
 /// A recipe on the tiny Qwen2 fixture with the hostile reward plugin, prompts from a file
 /// where one row asks the plugin to panic.
 fn hostile_recipe(dir: &Path, on_error: &str) -> LoadedRecipe {

@@ -5,7 +5,10 @@
 //! reverse KL against TRL's `DistillationTrainer` loss (`gen_trl_distill.py`), every DPO loss
 //! type against TRL's `DPOTrainer` (`gen_trl_dpo.py`), and the reward-model loss against TRL's
 //! `RewardTrainer` (`gen_trl_reward.py`), and PPO's token advantages, losses and value model
-//! against TRL's `PPOTrainer` formulas (`gen_trl_ppo.py`).
+//! against TRL's `PPOTrainer` formulas (`gen_trl_ppo.py`). The newer families (Qwen3, Gemma 3,
+//! Gemma 2, Qwen3-MoE with its load-balancing loss) take the same GRPO loss's backward pass
+//! against PyTorch's (`lm/gen_family_steps.py`), fully and with LoRA adapters (on every expert
+//! of the MoE).
 
 use std::path::Path;
 
@@ -14,14 +17,14 @@ use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::{Tensor, TensorData};
 use rein_core::{Aggregation, KlEstimator, RatioLevel};
-use rein_model::lm::{CausalLm, SequenceClassifier, load, save};
+use rein_model::lm::{CausalLm, SequenceClassifier, load, peft, save};
 use rein_optim::{
     DpoConfig, DpoLossKind, PolicyLossConfig, bradley_terry_loss, clip_grad_norm, full_reverse_kl, kl_estimate_scalar,
     masked_value_loss, masked_whiten, policy_loss, token_gae, token_rewards,
 };
 use rein_train::lm::{
-    Critic, PreferencePair, TokenBatch, completion_log_probs, completion_logits, dpo_batch_loss, pair_batch,
-    pair_scores, reference_log_probs,
+    Critic, PreferencePair, TokenBatch, completion_log_probs, completion_logits, completion_outputs, dpo_batch_loss,
+    pair_batch, pair_scores, reference_log_probs,
 };
 use safetensors::SafeTensors;
 use serde::Deserialize;
@@ -164,6 +167,175 @@ fn one_grpo_step_matches_pytorch() {
     );
 }
 
+/// A `gen_family_steps.py` step: the batch, PyTorch's loss and gradient norm (and the MoE's
+/// load-balancing loss).
+#[derive(Deserialize)]
+struct FamilyStep {
+    temperature: f32,
+    clip: f32,
+    prompts: Vec<Vec<u32>>,
+    completions: Vec<Vec<u32>>,
+    old_log_prob: Vec<Vec<f32>>,
+    advantages: Vec<f32>,
+    loss: f64,
+    grad_norm: f64,
+    aux_loss: Option<f64>,
+}
+
+/// Qwen3, Gemma 3, Gemma 2 and Qwen3-MoE: the GRPO loss (with the MoE's load-balancing loss at
+/// the config's coefficient) within 1e-6 of PyTorch's and every gradient within 1e-6 of the
+/// larger of its norm and the whole gradient's, training every parameter and training LoRA
+/// adapters (loaded from the fixture in PEFT's format: attention, dense MLPs, every expert).
+#[test]
+fn a_grpo_step_of_the_newer_families_matches_pytorch() {
+    for name in ["qwen3", "gemma3", "gemma2", "qwen3-moe"] {
+        for lora in [false, true] {
+            family_step(name, lora);
+        }
+    }
+}
+
+fn family_step(name: &str, lora: bool) {
+    let fixtures = fixtures().join("lm");
+    let tag = if lora { format!("{name}-lora") } else { name.to_string() };
+    let step: FamilyStep = read_json(&fixtures.join(format!("{tag}.step.json")));
+    let device = Default::default();
+    let mut model = load::<B>(&fixtures.join(name), &device).unwrap();
+    if lora {
+        model = peft::load_adapter(model, &fixtures.join(&tag), &device).unwrap();
+    }
+    let batch = token_batch(&step.prompts, &step.completions);
+    let out = completion_outputs(&model, &batch, step.temperature, false, None, &device);
+    let old: Vec<&[f32]> = step.old_log_prob.iter().map(Vec::as_slice).collect();
+    let config = PolicyLossConfig {
+        level: RatioLevel::Token,
+        clip_low: step.clip,
+        clip_high: step.clip,
+        dual_clip: None,
+        aggregation: Aggregation::SeqMeanTokenMean,
+        max_completion_len: batch.completion_width,
+        kl_coef: 0.0,
+        kl_estimator: KlEstimator::K3,
+        kl_importance_weighted: false,
+        entropy_coef: 0.0,
+    };
+    let advantages = Tensor::<B, 2>::from_data(TensorData::new(step.advantages.clone(), [batch.rows, 1]), &device);
+    let old = Tensor::from_data(
+        TensorData::new(batch.per_token_values(&old), [batch.rows, batch.completion_width]),
+        &device,
+    );
+    let policy = policy_loss(
+        out.log_prob,
+        old,
+        advantages,
+        batch.mask::<B>(&device),
+        None,
+        None,
+        &config,
+    );
+    let loss = match (&out.routing, step.aux_loss) {
+        (Some(routing), Some(theirs)) => {
+            let aux = routing.load_balancing_loss().unwrap();
+            let ours = f64::from(aux.clone().into_scalar());
+            assert!(
+                (ours - theirs).abs() < 1e-6,
+                "{tag}: load-balancing loss {ours} vs {theirs}"
+            );
+            let coef = model.config().router_aux_loss_coef.unwrap() as f32;
+            policy.loss + aux.mul_scalar(coef)
+        }
+        (None, None) => policy.loss,
+        _ => panic!("{tag}: a load-balancing loss on one side only"),
+    };
+    let value = f64::from(loss.clone().into_scalar());
+    assert!(
+        (value - step.loss).abs() < 1e-6,
+        "{tag}: loss {value} vs PyTorch {}",
+        step.loss
+    );
+    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    let theirs = std::fs::read(fixtures.join(format!("{tag}.step.safetensors"))).unwrap();
+    let theirs = SafeTensors::deserialize(&theirs).unwrap();
+    if !lora {
+        assert_gradients_match(&model, &grads, &theirs, "", step.grad_norm);
+        return;
+    }
+    // The adapters' gradients, saved as adapters are (PEFT's names and layout).
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("grads-{tag}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    peft::save_adapter(&model.valid().map(&mut GradientsAsValues { grads: &grads }), &dir, name).unwrap();
+    assert_gradients_file_matches(&dir.join(peft::WEIGHTS_FILE), &theirs, "", step.grad_norm);
+}
+
+/// Router replay: what the sampler records of a mixture of experts' routing is what the trainer's
+/// forward pass on the same tokens would choose itself (no token differs), and its log-
+/// probabilities are the sampler's; given other experts, the trainer routes by them when
+/// `replay_routes` is set (the record comes back from its routing, the log-probabilities move)
+/// and only counts every token as differing when it is not (the log-probabilities stay).
+#[test]
+fn router_replay_routes_the_trainer_as_the_sampler_routed() {
+    let device = Default::default();
+    let model = load::<Flex>(&fixtures().join("lm/qwen3-moe"), &device).unwrap();
+    let layers = model.config().num_hidden_layers;
+    let k = model.config().moe().unwrap().top_k;
+    let prompts: Vec<Vec<u32>> = vec![vec![5, 17, 300, 42, 7], vec![64, 3, 3]];
+    let config = rein_sampler::GenerationConfig {
+        max_new_tokens: 6,
+        temperature: 1.0,
+        n: 2,
+        seed: 3,
+        ..Default::default()
+    };
+    let generations = rein_sampler::generate(&model, &prompts, &config, 0, &mut |_, _| false, &device);
+    let pairs: Vec<(&[u32], &[u32])> = (generations.iter())
+        .map(|g| (prompts[g.prompt].as_slice(), g.tokens.as_slice()))
+        .collect();
+    let routed: usize = pairs.iter().map(|(p, c)| p.len() + c.len() - 1).sum();
+    for g in &generations {
+        let routes = g.routes.as_ref().expect("the sampler records a MoE's routing");
+        let tokens = prompts[g.prompt].len() + g.tokens.len() - 1;
+        assert_eq!(routes[0].len(), tokens * k, "prompt and completion but its last token");
+        assert!(routes[1].is_empty(), "layer 1 is dense");
+    }
+    let mut batch = TokenBatch::new(&pairs, 0);
+    batch.routes = generations.iter().map(|g| g.routes.clone()).collect();
+    let run = |batch: &TokenBatch| {
+        let out = completion_outputs(&model, batch, 1.0, false, None, &device);
+        let routing = out.routing.expect("a MoE's routing");
+        let log_prob: Vec<f32> = out.log_prob.into_data().to_vec().unwrap();
+        (log_prob, routing.disagreement(), routing.chosen(layers))
+    };
+    // As sampled: the trainer's own choice is the sampler's, token for token.
+    let (free, (differing, compared), _) = run(&batch);
+    assert_eq!((differing, compared), (0, 2 * routed), "two sparse layers");
+    let sampled = batch.per_token_values(&generations.iter().map(|g| g.logprobs.as_slice()).collect::<Vec<_>>());
+    for (i, (t, s)) in free.iter().zip(&sampled).enumerate() {
+        assert!((t - s).abs() < 1e-4, "token {i}: trainer {t} vs sampler {s}");
+    }
+    // Other experts recorded: followed with replay, only compared without.
+    let shifted: Vec<Option<Vec<Vec<u32>>>> = (batch.routes.iter())
+        .map(|r| {
+            r.as_ref().map(|layers| {
+                layers
+                    .iter()
+                    .map(|l| l.iter().map(|&e| (e + 1) % 8).collect())
+                    .collect()
+            })
+        })
+        .collect();
+    batch.routes = shifted.clone();
+    batch.replay_routes = true;
+    let (replayed, (differing, compared), chosen) = run(&batch);
+    assert_eq!(differing, compared, "every token's record differs from its own choice");
+    assert_ne!(replayed, free, "the recorded experts were used");
+    let packed: Vec<u32> = shifted.iter().flat_map(|r| r.as_ref().unwrap()[0].clone()).collect();
+    assert_eq!(chosen[0], packed, "layer 0 routed as recorded");
+    batch.replay_routes = false;
+    let (compared_only, (differing, _), _) = run(&batch);
+    assert_eq!(compared_only, free, "without replay the record changes nothing");
+    assert_eq!(differing, 2 * routed);
+}
+
 /// `completion_log_probs` runs the model over the rows packed end to end; the same numbers
 /// come from the padded batch (prompts left-padded, completions right-padded) through the
 /// model's logits, for prompts and completions of every length, an empty prompt included.
@@ -196,6 +368,7 @@ fn packed_log_probs_equal_the_padded_batch() {
         padding: Some(Tensor::<B, 2, Int>::from_data(TensorData::new(padding, [rows, width]), &device).bool()),
         sequence_lengths: None,
         fused: None,
+        routing: None,
     };
     let tokens = Tensor::from_data(TensorData::new(batch.tokens.clone(), [rows, width]), &device);
     let logits = model.forward(tokens, &ctx, None).div_scalar(temperature);
@@ -269,7 +442,12 @@ fn assert_gradients_match(
 
 /// As [`assert_gradients_match`], for gradients saved as a model in `dir`.
 fn assert_saved_gradients_match(dir: &Path, theirs: &SafeTensors, prefix: &str, grad_norm: f64) {
-    let ours = std::fs::read(dir.join("model.safetensors")).unwrap();
+    assert_gradients_file_matches(&dir.join("model.safetensors"), theirs, prefix, grad_norm);
+}
+
+/// As [`assert_gradients_match`], for gradients saved in the safetensors file `file`.
+fn assert_gradients_file_matches(file: &Path, theirs: &SafeTensors, prefix: &str, grad_norm: f64) {
+    let ours = std::fs::read(file).unwrap();
     let ours = SafeTensors::deserialize(&ours).unwrap();
     let (mut norm, mut compared) = (0.0f64, 0);
     for (name, view) in theirs.tensors() {

@@ -20,6 +20,7 @@ pub fn logits<B: ReinBackend>(model: &CausalLm<B>, tokens: Tensor<B, 2, Int>, fu
         padding: None,
         sequence_lengths: None,
         fused: fused.then_some(&projections),
+        routing: None,
     };
     model.forward(tokens, &ctx, None).into_data().to_vec().unwrap()
 }
