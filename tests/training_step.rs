@@ -84,18 +84,7 @@ fn one_grpo_step_matches_pytorch() {
     let (log_prob, _) = completion_log_probs(&model, &batch, step.temperature, false, &device);
     let old: Vec<&[f32]> = step.old_log_prob.iter().map(Vec::as_slice).collect();
     let advantages = Tensor::<B, 2>::from_data(TensorData::new(step.advantages.clone(), [batch.rows, 1]), &device);
-    let config = PolicyLossConfig {
-        level: RatioLevel::Token,
-        clip_low: step.clip,
-        clip_high: step.clip,
-        dual_clip: None,
-        aggregation: Aggregation::SeqMeanTokenMean,
-        max_completion_len: batch.completion_width,
-        kl_coef: 0.0,
-        kl_estimator: KlEstimator::K3,
-        kl_importance_weighted: false,
-        entropy_coef: 0.0,
-    };
+    let config = token_level_loss(step.clip, batch.completion_width);
     let out = policy_loss(
         log_prob,
         Tensor::<B, 2>::from_data(
@@ -207,18 +196,7 @@ fn family_step(name: &str, lora: bool) {
     let batch = token_batch(&step.prompts, &step.completions);
     let out = completion_outputs(&model, &batch, step.temperature, false, None, &device);
     let old: Vec<&[f32]> = step.old_log_prob.iter().map(Vec::as_slice).collect();
-    let config = PolicyLossConfig {
-        level: RatioLevel::Token,
-        clip_low: step.clip,
-        clip_high: step.clip,
-        dual_clip: None,
-        aggregation: Aggregation::SeqMeanTokenMean,
-        max_completion_len: batch.completion_width,
-        kl_coef: 0.0,
-        kl_estimator: KlEstimator::K3,
-        kl_importance_weighted: false,
-        entropy_coef: 0.0,
-    };
+    let config = token_level_loss(step.clip, batch.completion_width);
     let advantages = Tensor::<B, 2>::from_data(TensorData::new(step.advantages.clone(), [batch.rows, 1]), &device);
     let old = Tensor::from_data(
         TensorData::new(batch.per_token_values(&old), [batch.rows, batch.completion_width]),
@@ -873,5 +851,22 @@ fn ppo_advantages_and_losses_match_trl() {
     for (i, row) in f.critic_rows.iter().enumerate() {
         let ours = &values[i * batch.completion_width..][..row.values.len()];
         assert_close(&format!("critic row {i}"), ours, &row.values, 1e-5);
+    }
+}
+
+/// The fixtures' policy loss: token-level ratios clipped at `clip` on both sides, sequence-mean
+/// of token means, no KL or entropy term (TRL's GRPO loss as the step scripts compute it).
+fn token_level_loss(clip: f32, max_completion_len: usize) -> PolicyLossConfig {
+    PolicyLossConfig {
+        level: RatioLevel::Token,
+        clip_low: clip,
+        clip_high: clip,
+        dual_clip: None,
+        aggregation: Aggregation::SeqMeanTokenMean,
+        max_completion_len,
+        kl_coef: 0.0,
+        kl_estimator: KlEstimator::K3,
+        kl_importance_weighted: false,
+        entropy_coef: 0.0,
     }
 }
