@@ -417,12 +417,6 @@ impl LmConfig {
 
     /// Refuses what rein cannot run faithfully, naming the field.
     pub fn validate(&self) -> Result<(), UnsupportedConfig> {
-        let unsupported = |field: &str, reason: String| {
-            Err(UnsupportedConfig {
-                field: field.into(),
-                reason,
-            })
-        };
         let Some(family) = Family::of(&self.model_type) else {
             return unsupported(
                 "model_type",
@@ -433,6 +427,14 @@ impl LmConfig {
                 ),
             );
         };
+        self.validate_shape()?;
+        self.validate_attention()?;
+        self.validate_experts(family)?;
+        self.validate_rope_scaling()
+    }
+
+    /// The activation, the head counts and the head dimension.
+    fn validate_shape(&self) -> Result<(), UnsupportedConfig> {
         let activation_key = match self.hidden_activation {
             Some(_) => "hidden_activation",
             None => "hidden_act",
@@ -460,6 +462,11 @@ impl LmConfig {
                 format!("RoPE needs an even, positive head dimension, got {}", self.head_dim()),
             );
         }
+        Ok(())
+    }
+
+    /// Layer types, sliding windows, the attention's scale and soft-caps.
+    fn validate_attention(&self) -> Result<(), UnsupportedConfig> {
         if let Some(types) = &self.layer_types {
             if types.len() != self.num_hidden_layers {
                 return unsupported(
@@ -504,6 +511,11 @@ impl LmConfig {
                 return unsupported(key, format!("must be positive, not {cap}"));
             }
         }
+        Ok(())
+    }
+
+    /// A mixture-of-experts model's expert counts; experts in a family without them.
+    fn validate_experts(&self, family: Family) -> Result<(), UnsupportedConfig> {
         if let Some(moe) = self.moe() {
             if moe.experts == 0 {
                 return unsupported("num_experts", "a MoE model needs at least one expert".into());
@@ -526,6 +538,11 @@ impl LmConfig {
                 format!("experts are not supported in a `{}` model", family.model_type()),
             );
         }
+        Ok(())
+    }
+
+    /// The RoPE scaling types rein implements, with the keys each needs.
+    fn validate_rope_scaling(&self) -> Result<(), UnsupportedConfig> {
         if let Some(scaling) = &self.rope_scaling {
             match scaling.rope_type.as_str() {
                 "default" | "linear" => {}
@@ -618,6 +635,14 @@ mod defaults {
     pub fn rope_type() -> String {
         "default".into()
     }
+}
+
+/// An [`UnsupportedConfig`] naming `field`.
+fn unsupported(field: &str, reason: String) -> Result<(), UnsupportedConfig> {
+    Err(UnsupportedConfig {
+        field: field.into(),
+        reason,
+    })
 }
 
 #[cfg(test)]

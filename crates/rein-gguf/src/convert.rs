@@ -111,50 +111,103 @@ fn config(file: &GgufFile) -> Result<LmConfig, GgufError> {
             format!("`{arch}` is not supported (supported: {})", known.join(", ")),
         ));
     };
-    let key = |k: &str| format!("{arch}.{k}");
-    let usize_or =
-        |k: &str, default: usize| -> Result<usize, GgufError> { Ok(file.optional_usize(&key(k))?.unwrap_or(default)) };
-    let float_or = |k: &str, default: f64| -> Result<f64, GgufError> {
-        match file.metadata.get(&key(k)) {
-            None => Ok(default),
-            Some(v) => v
-                .as_f64()
-                .ok_or_else(|| file.metadata_error(&key(k), format!("expected a number, found {v:?}"))),
-        }
-    };
-    let hidden = file.get_usize(&key("embedding_length"))?;
-    let heads = file.get_usize(&key("attention.head_count"))?;
+    let meta = ArchMetadata { file, arch };
+    let hidden = file.get_usize(&meta.key("embedding_length"))?;
+    let heads = file.get_usize(&meta.key("attention.head_count"))?;
     if heads == 0 {
-        return Err(file.metadata_error(&key("attention.head_count"), "is 0"));
+        return Err(file.metadata_error(&meta.key("attention.head_count"), "is 0"));
     }
-    let kv_heads = usize_or("attention.head_count_kv", heads)?;
-    let head_dim = usize_or("attention.key_length", hidden / heads)?;
-    let rotary = usize_or("rope.dimension_count", head_dim)?;
+    let kv_heads = meta.usize_or("attention.head_count_kv", heads)?;
+    let head_dim = meta.usize_or("attention.key_length", hidden / heads)?;
+    let rotary = meta.usize_or("rope.dimension_count", head_dim)?;
     if rotary != head_dim {
         return Err(file.metadata_error(
-            &key("rope.dimension_count"),
+            &meta.key("rope.dimension_count"),
             format!("partial rotary embeddings ({rotary} of {head_dim} dimensions) are not supported"),
         ));
     }
     let embedding = file
         .tensor("token_embd.weight")
         .ok_or_else(|| file.tensor_error("token_embd.weight", "missing"))?;
-    let vocab_size = usize_or("vocab_size", embedding.shape()[0])?;
-    let rope_scaling = match file.metadata.get(&key("rope.scaling.type")) {
+    let vocab_size = meta.usize_or("vocab_size", embedding.shape()[0])?;
+    let token_id = |k: &str| -> Result<Option<u32>, GgufError> { Ok(file.optional_usize(k)?.map(|id| id as u32)) };
+    let mut config = LmConfig {
+        model_type: family.model_type().into(),
+        vocab_size,
+        hidden_size: hidden,
+        intermediate_size: meta.usize_or("feed_forward_length", 0)?,
+        num_hidden_layers: file.get_usize(&meta.key("block_count"))?,
+        num_attention_heads: heads,
+        num_key_value_heads: Some(kv_heads),
+        head_dim: Some(head_dim),
+        rms_norm_eps: meta.float_or("attention.layer_norm_rms_epsilon", 1e-6)?,
+        rope_theta: meta.float_or("rope.freq_base", 10_000.0)?,
+        rope_scaling: rope_scaling(&meta)?,
+        max_position_embeddings: meta.usize_or("context_length", 2048)?,
+        tie_word_embeddings: file.tensor("output.weight").is_none(),
+        attention_bias: family != Family::Qwen2 && file.tensor("blk.0.attn_q.bias").is_some(),
+        bos_token_id: token_id("tokenizer.ggml.bos_token_id")?,
+        eos_token_id: token_id("tokenizer.ggml.eos_token_id")?.map(TokenIds::One),
+        torch_dtype: Some("float32".into()),
+        ..LmConfig::default()
+    };
+    family_settings(&meta, family, &mut config)?;
+    config
+        .validate()
+        .map_err(|e| file.metadata_error(&meta.key("*"), e.to_string()))?;
+    Ok(config)
+}
+
+/// A GGUF file's `{arch}.*` metadata keys.
+struct ArchMetadata<'a> {
+    file: &'a GgufFile,
+    arch: &'a str,
+}
+
+impl ArchMetadata<'_> {
+    /// The full name of the architecture's key `k`: `{arch}.{k}`.
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
+    }
+
+    fn usize_or(&self, k: &str, default: usize) -> Result<usize, GgufError> {
+        Ok(self.file.optional_usize(&self.key(k))?.unwrap_or(default))
+    }
+
+    fn float_or(&self, k: &str, default: f64) -> Result<f64, GgufError> {
+        self.optional_float(k).map(|v| v.unwrap_or(default))
+    }
+
+    fn optional_float(&self, k: &str) -> Result<Option<f64>, GgufError> {
+        let key = self.key(k);
+        match self.file.metadata.get(&key) {
+            None => Ok(None),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| {
+                self.file
+                    .metadata_error(&key, format!("expected a number, found {v:?}"))
+            }),
+        }
+    }
+}
+
+/// `rope.scaling.*`: none or linear (per-frequency factors are refused).
+fn rope_scaling(meta: &ArchMetadata) -> Result<Option<RopeScaling>, GgufError> {
+    let file = meta.file;
+    let scaling = match file.metadata.get(&meta.key("rope.scaling.type")) {
         None => None,
         Some(kind) => match kind.as_str() {
             Some("none") => None,
             Some("linear") => Some(RopeScaling {
                 rope_theta: None,
                 rope_type: "linear".into(),
-                factor: float_or("rope.scaling.factor", 1.0)?,
+                factor: meta.float_or("rope.scaling.factor", 1.0)?,
                 low_freq_factor: None,
                 high_freq_factor: None,
                 original_max_position_embeddings: None,
             }),
             _ => {
                 return Err(file.metadata_error(
-                    &key("rope.scaling.type"),
+                    &meta.key("rope.scaling.type"),
                     format!("{kind:?} is not supported (none, linear)"),
                 ));
             }
@@ -166,55 +219,37 @@ fn config(file: &GgufFile) -> Result<LmConfig, GgufError> {
             "per-frequency RoPE factors (Llama 3.1 scaling) are not supported",
         ));
     }
-    let token_id = |k: &str| -> Result<Option<u32>, GgufError> { Ok(file.optional_usize(k)?.map(|id| id as u32)) };
-    let optional_float = |k: &str| -> Result<Option<f64>, GgufError> {
-        file.metadata.get(&key(k)).map(|_| float_or(k, 0.0)).transpose()
-    };
-    let layers = file.get_usize(&key("block_count"))?;
-    let mut config = LmConfig {
-        model_type: family.model_type().into(),
-        vocab_size,
-        hidden_size: hidden,
-        intermediate_size: usize_or("feed_forward_length", 0)?,
-        num_hidden_layers: layers,
-        num_attention_heads: heads,
-        num_key_value_heads: Some(kv_heads),
-        head_dim: Some(head_dim),
-        rms_norm_eps: float_or("attention.layer_norm_rms_epsilon", 1e-6)?,
-        rope_theta: float_or("rope.freq_base", 10_000.0)?,
-        rope_scaling,
-        max_position_embeddings: usize_or("context_length", 2048)?,
-        tie_word_embeddings: file.tensor("output.weight").is_none(),
-        attention_bias: family != Family::Qwen2 && file.tensor("blk.0.attn_q.bias").is_some(),
-        bos_token_id: token_id("tokenizer.ggml.bos_token_id")?,
-        eos_token_id: token_id("tokenizer.ggml.eos_token_id")?.map(TokenIds::One),
-        torch_dtype: Some("float32".into()),
-        ..LmConfig::default()
-    };
-    let window = file.optional_usize(&key("attention.sliding_window"))?;
+    Ok(scaling)
+}
+
+/// What one family adds to the common settings: Gemma's activation, scale, soft-caps and
+/// windows, Qwen3-MoE's experts, Mistral's window.
+fn family_settings(meta: &ArchMetadata, family: Family, config: &mut LmConfig) -> Result<(), GgufError> {
+    let file = meta.file;
+    let window = file.optional_usize(&meta.key("attention.sliding_window"))?;
     match family {
         Family::Gemma2 | Family::Gemma3 => {
             config.hidden_activation = Some("gelu_pytorch_tanh".into());
-            config.tie_word_embeddings = file.tensor("output.weight").is_none();
             config.sliding_window = window;
             // llama.cpp scales scores by 1/√head_dim, or 1/√(hidden/heads) for Gemma 3 27B (62 layers).
-            let scalar = match family == Family::Gemma3 && layers == 62 {
-                true => hidden / heads,
+            let head_dim = config.head_dim();
+            let scalar = match family == Family::Gemma3 && config.num_hidden_layers == 62 {
+                true => config.hidden_size / config.num_attention_heads,
                 false => head_dim,
             };
             config.query_pre_attn_scalar = Some(scalar as f64);
-            config.attn_logit_softcapping = optional_float("attn_logit_softcapping")?;
-            config.final_logit_softcapping = optional_float("final_logit_softcapping")?;
+            config.attn_logit_softcapping = meta.optional_float("attn_logit_softcapping")?;
+            config.final_logit_softcapping = meta.optional_float("final_logit_softcapping")?;
             if family == Family::Gemma3 {
                 // Not in the metadata of most files: llama.cpp's fixed values for Gemma 3.
-                config.sliding_window_pattern = Some(usize_or("attention.sliding_window_pattern", 6)?);
+                config.sliding_window_pattern = Some(meta.usize_or("attention.sliding_window_pattern", 6)?);
                 config.rope_local_base_freq = Some(10_000.0);
             }
         }
         Family::Qwen3Moe => {
-            config.num_experts = Some(file.get_usize(&key("expert_count"))?);
-            config.num_experts_per_tok = Some(file.get_usize(&key("expert_used_count"))?);
-            config.moe_intermediate_size = Some(file.get_usize(&key("expert_feed_forward_length"))?);
+            config.num_experts = Some(file.get_usize(&meta.key("expert_count"))?);
+            config.num_experts_per_tok = Some(file.get_usize(&meta.key("expert_used_count"))?);
+            config.moe_intermediate_size = Some(file.get_usize(&meta.key("expert_feed_forward_length"))?);
             // llama.cpp renormalises the chosen experts' weights for Qwen3-MoE (transformers'
             // GGUF loader sets the same).
             config.norm_topk_prob = true;
@@ -223,10 +258,7 @@ fn config(file: &GgufFile) -> Result<LmConfig, GgufError> {
         Family::Mistral => config.sliding_window = window,
         _ => {}
     }
-    config
-        .validate()
-        .map_err(|e| file.metadata_error(&key("*"), e.to_string()))?;
-    Ok(config)
+    Ok(())
 }
 
 /// The tensors a `config` model's GGUF file holds, by llama.cpp's names (biases aside).

@@ -32,5 +32,6 @@ pub mod watchdog;
 pub use environments::EnvOutcome;
 pub use error::TrainError;
 pub use launch::{RunOutcome, resume, run, run_env};
-pub use lm::run::{LmOutcome, describe, evaluate_recipe};
+pub use lm::run::{LmOutcome, describe};
+pub use lm::setup::evaluate_recipe;
 pub use run_dir::{MetricsWriter, RunDir, tensorboard_tag};

@@ -26,7 +26,6 @@ use burn::tensor::{Tensor, TensorPrimitive};
 use rein_core::{ModelDtype, SamplerPrecision};
 use rein_kernels::PackedMatrix;
 
-use super::DecoderLayer;
 use super::lora::{LayerLora, Lora};
 use crate::backend::{ReinBackend, affine, held_in};
 
@@ -121,12 +120,16 @@ pub(crate) enum Projection<B: ReinBackend> {
     },
 }
 
+/// A linear layer of a decoder layer: its path in the layer (`self_attn.q_proj`), its weights
+/// and its adapter.
+type LinearPart<'a, B> = (&'a str, &'a Linear<B>, Option<&'a Lora<B>>);
+
 impl<B: ReinBackend> Projection<B> {
     /// `layers` (with their adapters) side by side: packed when every one has a packed form
     /// equal to its weight (`packed(name, layer)`), else one dense matrix with the adapters
     /// merged in, held in `dtype` (its products are in the weight's dtype: [`affine`]).
     pub(crate) fn new(
-        layers: &[(&str, &Linear<B>, Option<&Lora<B>>)],
+        layers: &[LinearPart<'_, B>],
         packed: &impl Fn(&str, &Linear<B>) -> Option<Arc<PackedMatrix>>,
         dtype: ModelDtype,
     ) -> Self {
@@ -187,17 +190,17 @@ impl<B: ReinBackend> Projection<B> {
 
 impl<B: ReinBackend> FusedLayer<B> {
     /// One layer's projections: `[q k v]`, each MLP's `[gate up]` (held in `dtype` when dense),
-    /// and `o`, each `down` when packed. `packed(path, layer)` is the packed form of the linear
-    /// layer at `path` in the layer (`self_attn.q_proj`), if it has one.
+    /// and `o`, each `down` when packed. `linears` are the layer's linear layers with their
+    /// paths, in `DecoderLayer::linears`' order; `packed(path, layer)` is the packed form of the
+    /// linear layer at `path` in the layer (`self_attn.q_proj`), if it has one.
     pub(crate) fn new(
-        layer: &DecoderLayer<B>,
+        linears: &[(String, &Linear<B>)],
         lora: Option<&LayerLora<B>>,
         packed: &impl Fn(&str, &Linear<B>) -> Option<Arc<PackedMatrix>>,
         dtype: ModelDtype,
     ) -> Self {
-        let linears = layer.linears();
         let adapters = lora.map(|l| l.adapters());
-        let parts: Vec<(&str, &Linear<B>, Option<&Lora<B>>)> = linears
+        let parts: Vec<LinearPart<'_, B>> = linears
             .iter()
             .enumerate()
             .map(|(i, (path, linear))| {
@@ -210,9 +213,8 @@ impl<B: ReinBackend> FusedLayer<B> {
             .iter()
             .any(|l| l.bias.is_some())
             .then(|| Tensor::cat(attention.iter().map(|l| bias_or_zeros(l)).collect(), 0));
-        let alone = |part: &(&str, &Linear<B>, Option<&Lora<B>>)| {
-            packed(part.0, part.1).map(|m| Projection::packed(vec![(m, part.2.cloned())]))
-        };
+        let alone =
+            |part: &LinearPart<'_, B>| packed(part.0, part.1).map(|m| Projection::packed(vec![(m, part.2.cloned())]));
         let mlp = parts[4..]
             .chunks_exact(3)
             .map(|gate_up_down| FusedMlp {

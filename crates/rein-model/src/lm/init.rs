@@ -6,7 +6,8 @@ use burn::tensor::Tensor;
 use rein_core::SeededRng;
 
 use super::LmConfig;
-use super::model::{Attention, CausalLm, DecoderLayer, FeedForward, MlpBlock, RmsNorm};
+use super::feed_forward::FeedForward;
+use super::model::{Attention, CausalLm, DecoderLayer, MlpBlock, RmsNorm};
 use super::moe::MixtureOfExperts;
 use crate::backend::ReinBackend;
 use crate::random;

@@ -10,6 +10,7 @@
 
 mod cache;
 mod classifier;
+mod feed_forward;
 mod fused;
 mod init;
 mod locate;
@@ -26,10 +27,11 @@ use std::path::PathBuf;
 
 pub use cache::{KvCache, LayerCache};
 pub use classifier::SequenceClassifier;
+pub use feed_forward::FeedForward;
 pub use fused::{FusedProjections, PackedWeights};
 pub use init::LmInit;
 pub use locate::{locate, model_dir};
-pub use model::{Attention, CausalLm, Context, DecoderLayer, FeedForward, HEAD_CHUNK_BYTES, MlpBlock, RmsNorm};
+pub use model::{Attention, CausalLm, Context, DecoderLayer, HEAD_CHUNK_BYTES, MlpBlock, RmsNorm};
 pub use model_dir::{load, save};
 pub use moe::{MixtureOfExperts, Routing, UNROUTED, top_k};
 pub use rein_gguf::{Family, GateActivation, LayerAttention, LmConfig, MoeConfig, RopeScaling, TokenIds};

@@ -11,7 +11,8 @@ use safetensors::{Dtype, SafeTensors};
 
 use super::LmConfig;
 use super::LoadError;
-use super::model::{Attention, CausalLm, DecoderLayer, FeedForward, MlpBlock, RmsNorm};
+use super::feed_forward::FeedForward;
+use super::model::{Attention, CausalLm, DecoderLayer, MlpBlock, RmsNorm};
 use super::moe::MixtureOfExperts;
 use crate::backend::ReinBackend;
 

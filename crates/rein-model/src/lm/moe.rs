@@ -26,7 +26,7 @@ use burn::nn::Linear;
 use burn::tensor::activation::softmax;
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 
-use super::model::{FeedForward, MlpProducts};
+use super::feed_forward::{FeedForward, MlpProducts};
 use crate::backend::{ReinBackend, linear};
 
 /// A mixture-of-experts MLP: a router and the experts it chooses among.

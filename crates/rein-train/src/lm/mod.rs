@@ -20,6 +20,7 @@ mod reward_setup;
 mod rewards;
 mod rollout_source;
 pub(crate) mod run;
+pub(crate) mod setup;
 mod sft;
 mod task;
 pub mod tool_calls;
