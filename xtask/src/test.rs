@@ -1,8 +1,8 @@
 //! `cargo xtask test`: plugins (their native tests, and the `cases.jsonl` of each plugin through
-//! `rein plugin test`), the whole suite (after fetching the pretrained model its parity tests
-//! read, `cargo xtask model smollm2-135m`), the Python package's pytest suite against its wheel,
-//! and a check that freshly scaffolded plugins in Rust, Python and JavaScript build, pass their
-//! own tests and run in the host.
+//! `rein plugin test`), the whole suite (after fetching the pretrained models its parity tests
+//! read, `cargo xtask model smollm2-135m` and `gemma3-270m`), the Python package's pytest suite
+//! against its wheel, and a check that freshly scaffolded plugins in Rust, Python and JavaScript
+//! build, pass their own tests and run in the host.
 
 use std::path::Path;
 
@@ -38,8 +38,10 @@ impl Test {
         eprintln!("building the rein binary");
         run(cargo().args(["build", "-p", "rein-cli"]).current_dir(root()))?;
         plugin_cases()?;
-        // tests/gguf.rs checks the conversion of a real model against transformers' figures.
+        // tests/gguf.rs checks the conversion of two real models against transformers' and
+        // llama.cpp's figures.
         model::ensure("smollm2-135m")?;
+        model::ensure("gemma3-270m")?;
         // crates/rein-cli/tests/serve.rs talks to `rein serve` with the openai Python client.
         let openai = guest::openai_client()?;
         // … and lm-evaluation-harness's `local-completions` model to it (loglikelihood tasks).
