@@ -183,6 +183,49 @@ fn gemma3_and_a_mixture_of_experts_run_the_main_job() {
     }
 }
 
+/// `model.chat_template` replaces the tokenizer's template: the prompts are rendered in it (a
+/// template that raises stops the run with its message) and the models the run writes carry
+/// it; a missing file is an error naming the key.
+#[test]
+fn a_recipe_chat_template_replaces_the_tokenizers() {
+    let runs = common::scratch("lm-chat-template");
+    let run_with = |name: &str, template: Option<&str>| {
+        let path = runs.join(name);
+        if let Some(template) = template {
+            std::fs::write(&path, template).unwrap();
+        }
+        let key = format!("model.chat_template={:?}", path.display().to_string());
+        let recipe = tiny_default(&runs, &[&key, "sft.steps=2", "algorithm.steps=1"]);
+        rein_train::run(&recipe, &plugin_dir(), true)
+    };
+    let refusing = "{{ raise_exception('the recipe template was rendered') }}";
+    let error = run_with("refusing.jinja", Some(refusing)).unwrap_err().to_string();
+    assert!(error.contains("the recipe template was rendered"), "{error}");
+    let error = run_with("missing.jinja", None).unwrap_err().to_string();
+    assert!(
+        error.contains("model.chat_template") && error.contains("missing.jinja"),
+        "{error}"
+    );
+
+    let plain = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}\
+                 {% if add_generation_prompt %}answer: {% endif %}";
+    let Ok(RunOutcome::Lm(outcome)) = run_with("plain.jinja", Some(plain)) else {
+        panic!("a language-model outcome")
+    };
+    let dir = outcome.run_dir.unwrap();
+    for model in ["sft", "final"] {
+        let saved = std::fs::read_to_string(dir.join(model).join("chat_template.jinja")).unwrap();
+        assert_eq!(saved, plain, "{model}");
+    }
+    let tokenizer = rein_model::lm::LmTokenizer::load(&dir.join("final"), &[]).unwrap();
+    let user = rein_model::lm::ChatMessage {
+        role: "user".into(),
+        content: "What is 1 + 2?".into(),
+    };
+    let rendered = tokenizer.apply_chat_template(&[user], true).unwrap();
+    assert_eq!(rendered.as_deref(), Some("user: What is 1 + 2?\nanswer: "));
+}
+
 /// A recipe on the tiny Qwen2 fixture with the hostile reward plugin, prompts from a file
 /// where one row asks the plugin to panic.
 fn hostile_recipe(dir: &Path, on_error: &str) -> LoadedRecipe {

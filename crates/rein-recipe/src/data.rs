@@ -82,6 +82,8 @@ pub enum Solution {
     Scratchpad,
     /// A call to the `calculator` tool, its result, then `<answer>`: a multi-turn trace.
     Calculator,
+    /// The answer alone, `<answer>…</answer>`: what a pretrained model computes in its head.
+    Answer,
 }
 
 impl ArithmeticTask {

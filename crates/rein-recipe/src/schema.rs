@@ -246,6 +246,10 @@ pub struct ModelSection {
     /// The tokenizer directory (`tokenizer.json`, `tokenizer_config.json`); defaults to the
     /// model directory.
     pub tokenizer: Option<String>,
+    /// A Jinja chat template file (relative to the recipe) that replaces the tokenizer's: a
+    /// format for a base model that has none, or the recipe's own (TRL's
+    /// `chat_template_path`). Saved with every model the run writes.
+    pub chat_template: Option<String>,
     /// PPO, SAC, TD3: burn modules through autodiff (the reference) instead of flat buffers with
     /// gradients by hand (the CPU's default, several times faster; equal up to rounding).
     pub autodiff: bool,
@@ -283,6 +287,7 @@ impl Default for ModelSection {
             architecture: None,
             init_std: 0.02,
             tokenizer: None,
+            chat_template: None,
             autodiff: false,
             dtype: None,
         }

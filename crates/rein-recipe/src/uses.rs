@@ -15,7 +15,14 @@ enum Keys {
 /// Top-level keys every algorithm reads.
 const ALWAYS: &[&str] = &["name", "seed", "device", "algorithm"];
 
-const LM_MODEL: Keys = Keys::Only(&["path", "architecture", "init_std", "tokenizer", "dtype"]);
+const LM_MODEL: Keys = Keys::Only(&[
+    "path",
+    "architecture",
+    "init_std",
+    "tokenizer",
+    "chat_template",
+    "dtype",
+]);
 const LM_TRAIN: Keys = Keys::Only(&[
     "runs_dir",
     "checkpoint_every",

@@ -40,6 +40,9 @@ pub struct LmTokenizer {
     prompt_bos: Option<u32>,
     /// Variables the chat template sees besides the messages (`enable_thinking`).
     template_kwargs: serde_json::Map<String, serde_json::Value>,
+    /// Whether the chat template is not the one `path`'s directory holds
+    /// ([`LmTokenizer::with_chat_template`]), so saving writes it out.
+    template_replaced: bool,
 }
 
 impl std::fmt::Debug for LmTokenizer {
@@ -127,7 +130,17 @@ impl LmTokenizer {
             bos_token: bos.map(|(t, _)| t),
             eos_token: eos.map(|(t, _)| t),
             template_kwargs: serde_json::Map::new(),
+            template_replaced: false,
         })
+    }
+
+    /// This tokenizer with `template` (Jinja) as its chat template in place of its own, as
+    /// transformers' `tokenizer.chat_template = ...` sets it; [`LmTokenizer::save`] writes it as
+    /// `chat_template.jinja`.
+    pub fn with_chat_template(mut self, template: String) -> Self {
+        self.chat_template = Some(template);
+        self.template_replaced = true;
+        self
     }
 
     /// This tokenizer with `kwargs` passed to its chat template as variables besides the
@@ -268,11 +281,13 @@ impl LmTokenizer {
     }
 
     /// Copies `tokenizer.json` (and `tokenizer_config.json` and `chat_template.jinja` when
-    /// present) into `dir`.
+    /// present) into `dir`; a chat template that replaced the directory's is written as
+    /// `chat_template.jinja`, which transformers prefers to the config's.
     pub fn save(&self, dir: &Path) -> Result<(), LoadError> {
         for name in ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja"] {
             let from = self.path.with_file_name(name);
-            if from.is_file() {
+            let replaced = name == "chat_template.jinja" && self.template_replaced;
+            if from.is_file() && !replaced {
                 let to = dir.join(name);
                 if from != to {
                     std::fs::copy(&from, &to).map_err(|e| LoadError::Io {
@@ -281,6 +296,13 @@ impl LmTokenizer {
                     })?;
                 }
             }
+        }
+        if let Some(template) = self.chat_template.as_ref().filter(|_| self.template_replaced) {
+            let to = dir.join("chat_template.jinja");
+            std::fs::write(&to, template).map_err(|e| LoadError::Io {
+                path: to.clone(),
+                reason: e.to_string(),
+            })?;
         }
         Ok(())
     }

@@ -270,8 +270,14 @@ fn model_and_tokenizer<B: ReinBackend>(
         .unwrap_or_default();
     let kwargs =
         serde_json::to_value(kwargs).map_err(|e| invalid(loaded, "data.chat_template_kwargs", e.to_string()))?;
-    let tokenizer = LmTokenizer::load(&tokenizer_dir, &model.config().eos_ids())?
+    let mut tokenizer = LmTokenizer::load(&tokenizer_dir, &model.config().eos_ids())?
         .with_template_kwargs(kwargs.as_object().cloned().unwrap_or_default());
+    if let Some(file) = &model_section.chat_template {
+        let path = loaded.resolve(file);
+        let template = std::fs::read_to_string(&path)
+            .map_err(|e| invalid(loaded, "model.chat_template", format!("{}: {e}", path.display())))?;
+        tokenizer = tokenizer.with_chat_template(template);
+    }
     if tokenizer.vocab_size() > model.config().vocab_size {
         return Err(invalid(
             loaded,

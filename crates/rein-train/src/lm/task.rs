@@ -137,7 +137,7 @@ pub fn generate_task(task: &ArithmeticTask, seed: u64) -> (Vec<Example>, Vec<Exa
                 answer: Some(result.to_string()),
                 completion: Some(match (task.solution, op.as_str()) {
                     (Solution::Calculator, _) if rng.uniform() < task.tool_share => calculator_trace(a, op, b, result),
-                    (Solution::Calculator, _) => format!("<answer>{result}</answer>"),
+                    (Solution::Calculator | Solution::Answer, _) => format!("<answer>{result}</answer>"),
                     (Solution::Scratchpad, "*") => {
                         format!("<think>{a} * {b} = {result}</think><answer>{result}</answer>")
                     }
@@ -199,6 +199,25 @@ mod tests {
         }
         assert_eq!(slipped_solution("What is 4 * 5?", &mut rng), None);
         assert_eq!(slipped_solution("Hello?", &mut rng), None);
+    }
+
+    #[test]
+    fn answer_solutions_are_the_answer_alone() {
+        let task = ArithmeticTask {
+            min_operand: 0,
+            max_operand: 99,
+            ops: vec!["+".into(), "-".into()],
+            train: 20,
+            test: 5,
+            solution: Solution::Answer,
+            tool_share: 1.0,
+            digits: Vec::new(),
+        };
+        let (train, _) = generate_task(&task, 3);
+        for e in &train {
+            let answer = e.answer.as_deref().unwrap();
+            assert_eq!(e.completion.as_deref(), Some(format!("<answer>{answer}</answer>").as_str()));
+        }
     }
 
     #[test]
