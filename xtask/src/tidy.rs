@@ -273,7 +273,21 @@ fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             .flat_map(|s| s.paths)
             .map(|p| absolute(module, &p))
             .collect();
-        paths.extend(inline_paths(&code).into_iter().map(|p| absolute(module, &p)));
+        // Paths in code: from the crate root, the parent, or a child module without `self::`
+        // (`q8::QuadCodes` written in `packed`).
+        let prefix = if module.is_empty() {
+            String::new()
+        } else {
+            format!("{module}::")
+        };
+        let mut starts = vec!["crate::".to_string(), "super::".to_string()];
+        starts.extend(
+            (modules.keys())
+                .filter_map(|m| m.strip_prefix(&prefix))
+                .filter(|child| !child.is_empty() && !child.contains("::"))
+                .map(|child| format!("{child}::")),
+        );
+        paths.extend(code_paths(&code, &starts).into_iter().map(|p| absolute(module, &p)));
         for path in paths {
             if let Some(target) = resolve(&path)
                 && target != *module
@@ -421,12 +435,13 @@ fn split_top_level(text: &str) -> Vec<&str> {
     out
 }
 
-/// Paths written in code outside `use` statements: `crate::a::B`, `super::c::d`.
-fn inline_paths(text: &str) -> Vec<Vec<String>> {
+/// Paths written in code outside `use` statements that start with one of `starts`
+/// (`crate::`, `super::`, or a child module's `q8::`): `crate::a::B`, `super::c::d`.
+fn code_paths(text: &str, starts: &[String]) -> Vec<Vec<String>> {
     let mut out = Vec::new();
-    for start in ["crate::", "super::"] {
+    for start in starts {
         let mut rest = text;
-        while let Some(at) = rest.find(start) {
+        while let Some(at) = rest.find(start.as_str()) {
             let before = rest[..at].chars().last();
             let path: String = rest[at..]
                 .chars()

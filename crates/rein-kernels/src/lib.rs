@@ -16,6 +16,7 @@
 //! A weight matrix may also be kept the way a quantised model file stores it ([`packed`]):
 //! products with it give the bits of its dense copy while reading a fraction of the bytes.
 
+mod init;
 mod interleave;
 pub mod isa;
 mod layout;
@@ -24,11 +25,12 @@ pub mod matmul;
 mod micro_kernel;
 pub mod packed;
 mod panels;
+mod q8;
 pub mod team;
 mod unpacked;
 
 pub use isa::Isa;
 pub use layout::transposed;
 pub use matmul::{Init, MatRef, matmul, matmul_bias, matmul_packed};
-pub use packed::q8::matmul_packed_q8;
 pub use packed::{PackError, PackedMatrix};
+pub use q8::matmul_packed_q8;

@@ -22,6 +22,7 @@
 //! ([`crate::packed::RegisterRun`]). Products small enough for the closest caches skip the
 //! packing ([`crate::unpacked`]).
 
+pub use crate::init::Init;
 use crate::isa::Isa;
 pub use crate::mat_ref::{MatRef, OutOfBounds};
 use crate::micro_kernel::{NextTile, Panel, TileAt, micro_kernel};
@@ -31,15 +32,6 @@ use crate::packed::RegisterRun;
 use crate::panels::{pack_a, pack_b, unpack_b};
 use crate::team;
 use crate::unpacked::{self, Start};
-
-/// What `C` starts from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Init {
-    /// Zeros: `C ← A·B`.
-    Zero,
-    /// Its current values: `C ← C + A·B` (a bias, or a sum over several products).
-    Accumulate,
-}
 
 /// `C ← C₀ + A·B` on the active instruction set ([`Isa::active`]), split across as many threads
 /// as rayon has (the caller and the kernels' own helper threads, [`crate::team`]) when the

@@ -27,7 +27,7 @@ use rayon::prelude::*;
 
 use crate::mat_ref::MatRef;
 
-pub(crate) mod q8;
+pub(crate) mod quads;
 #[cfg(target_arch = "x86_64")]
 mod register_run;
 
@@ -37,20 +37,20 @@ pub(crate) use register_run::RegisterRun;
 /// A row-major `rows × cols` matrix of block-scaled integer codes (see the module docs).
 #[derive(Clone, PartialEq)]
 pub struct PackedMatrix {
-    rows: usize,
-    cols: usize,
-    block: usize,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) block: usize,
     codes: Codes,
     /// `[groups][rows.div_ceil(block)][GROUP]` (see [`PackedMatrix::scale_at`]).
-    scales: Vec<f32>,
+    pub(crate) scales: Vec<f32>,
     /// As `scales`, when elements have an offset.
-    offsets: Option<Vec<f32>>,
+    pub(crate) offsets: Option<Vec<f32>>,
     /// Whether `scale · code` is an `f32` exactly for every scale and code (see
     /// [`products_exact`]), so that `scale · code + offset` rounds once: one fused multiply-add
     /// gives the element's bits.
     exact_products: bool,
     /// The codes in the order of integer dot products, once a q8 product has asked for them.
-    quad_codes: q8::QuadCodes,
+    quad_codes: quads::QuadCodes,
 }
 
 #[derive(Clone, PartialEq)]
@@ -65,7 +65,7 @@ enum Codes {
 }
 
 /// Columns stored together (see the module docs).
-const GROUP: usize = 32;
+pub(crate) const GROUP: usize = 32;
 
 /// Why [`PackedMatrix::new`] refused its parts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -135,7 +135,7 @@ impl PackedMatrix {
                 .as_ref()
                 .map(|_| vec![0.0; groups * rows.div_ceil(block) * GROUP]),
             exact_products,
-            quad_codes: q8::QuadCodes::default(),
+            quad_codes: quads::QuadCodes::default(),
         };
         m.codes = if i16::from(high) - i16::from(low) < 16 {
             let mut bytes = vec![0u8; groups * rows * GROUP / 2];
