@@ -216,7 +216,10 @@ mod tests {
         let (train, _) = generate_task(&task, 3);
         for e in &train {
             let answer = e.answer.as_deref().unwrap();
-            assert_eq!(e.completion.as_deref(), Some(format!("<answer>{answer}</answer>").as_str()));
+            assert_eq!(
+                e.completion.as_deref(),
+                Some(format!("<answer>{answer}</answer>").as_str())
+            );
         }
     }
 
