@@ -74,7 +74,7 @@ pub fn root() -> PathBuf {
     let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest
         .ancestors()
-        .find(|dir| dir.join("recipes").is_dir())
+        .find(|dir| dir.join("recipes/grpo-arithmetic.toml").is_file())
         .unwrap()
         .to_path_buf()
 }

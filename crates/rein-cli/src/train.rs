@@ -1,11 +1,11 @@
 //! `rein run` and `rein recipe`: train from a recipe, or show / check one.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use rein_recipe::LoadedRecipe;
-use rein_train::RunOutcome;
+use rein_train::{RunOutcome, TrainError};
 
 /// Where a recipe is and how to change it.
 #[derive(Args, Debug, Clone)]
@@ -46,8 +46,8 @@ impl RunArgs {
                 rein_train::run(&loaded, &self.recipe.plugin_dir, true)
             }
             Some(dir) => rein_train::resume(&loaded, &self.recipe.plugin_dir, dir),
-        }
-        .with_context(|| format!("training {}", self.recipe.recipe.display()))?;
+        };
+        let outcome = naming_the_recipe(outcome, "training", &self.recipe.recipe)?;
         let run_dir = match &outcome {
             RunOutcome::Env(outcome) => outcome.run_dir.clone(),
             RunOutcome::Lm(outcome) => outcome.run_dir.clone(),
@@ -145,8 +145,8 @@ pub(crate) struct EvalArgs {
 impl EvalArgs {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
         let loaded = self.recipe.load()?;
-        let report = rein_train::evaluate_recipe(&loaded, &self.recipe.plugin_dir, self.model.as_deref())
-            .with_context(|| format!("evaluating {}", self.recipe.recipe.display()))?;
+        let report = rein_train::evaluate_recipe(&loaded, &self.recipe.plugin_dir, self.model.as_deref());
+        let report = naming_the_recipe(report, "evaluating", &self.recipe.recipe)?;
         eprintln!("{}", rein_train::describe(&report));
         println!("{}", serde_json::to_string(&report)?);
         Ok(())
@@ -157,7 +157,8 @@ impl EvalArgs {
 pub(crate) enum RecipeCommand {
     /// Print the resolved recipe (extends merged, overrides applied, defaults filled in).
     Show(RecipeArgs),
-    /// Validate a recipe, including that its plugins exist.
+    /// Validate a recipe: every check `run` makes before its first step without opening a
+    /// model (its plugins exist, a language model's weights and tokenizer are named).
     Check(RecipeArgs),
 }
 
@@ -170,10 +171,19 @@ impl RecipeCommand {
             }
             RecipeCommand::Check(args) => {
                 let loaded = args.load()?;
-                loaded.check_plugins(&args.plugin_dir)?;
+                loaded.check(&args.plugin_dir)?;
                 println!("{}: ok", args.recipe.display());
                 Ok(())
             }
         }
+    }
+}
+
+/// `result`, its error prefixed with `what RECIPE` unless it is the recipe's own, which names
+/// the file and key already.
+fn naming_the_recipe<T>(result: Result<T, TrainError>, what: &str, recipe: &Path) -> anyhow::Result<T> {
+    match result {
+        Err(TrainError::Recipe(error)) => Err(error.into()),
+        other => other.with_context(|| format!("{what} {}", recipe.display())),
     }
 }

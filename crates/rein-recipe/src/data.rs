@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Broken, broken};
+
 /// Which columns hold what.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -200,4 +202,33 @@ mod defaults {
     pub fn test() -> usize {
         500
     }
+}
+/// Where a language-model recipe's prompts come from (`[data]`'s `task` and `train`), checked
+/// before any file is read: a generated task's settings, a training split named, and for the
+/// algorithms that learn from preference pairs (`learns_from_pairs`), a task that can make them.
+pub(crate) fn check_data(
+    task: Option<&ArithmeticTask>,
+    train: Option<&str>,
+    learns_from_pairs: bool,
+) -> Result<(), Broken> {
+    let Some(task) = task else {
+        return match train {
+            Some(_) => Ok(()),
+            None => Err(broken(
+                "data",
+                "set data.train (a .jsonl or .parquet file) or data.task",
+            )),
+        };
+    };
+    task.validate()
+        .map_err(|(key, message)| broken(&format!("data.task.{key}"), message))?;
+    // Generated pairs: each problem's worked solution against a slipped one.
+    if learns_from_pairs && (task.ops.iter().any(|op| op == "*") || task.solution != Solution::Scratchpad) {
+        return Err(broken(
+            "data.task",
+            "generated preference pairs slip one step of a worked + or − solution: \
+             use ops from [\"+\", \"-\"] and solution = \"scratchpad\"",
+        ));
+    }
+    Ok(())
 }

@@ -17,6 +17,7 @@ mod curriculum;
 mod data;
 mod error;
 mod lm_ppo;
+mod model_source;
 mod off_policy;
 mod plan;
 mod preference;
@@ -29,6 +30,7 @@ use std::path::{Path, PathBuf};
 pub use curriculum::{CurriculumKind, CurriculumSection};
 pub use data::{ArithmeticTask, Fields, OperandRange, Solution};
 pub use error::RecipeError;
+pub use model_source::{ModelSource, Weights};
 pub use off_policy::{OffPolicyAlgorithm, OffPolicyRecipe, SacSection, Td3Section};
 pub use plan::{DpoRecipe, GrpoRecipe, LmPpoRecipe, OnlineDpoRecipe, Plan, PpoRecipe, RewardModelRecipe, SftRecipe};
 pub use rein_core::AdvantageKind;
@@ -450,6 +452,24 @@ impl LoadedRecipe {
             .limits
             .validate()
             .map_err(|e| self.invalid(&key(&format!("limits.{}", e.key)), e.reason))
+    }
+
+    /// Where a language-model recipe's weights and tokenizer come from (see [`ModelSource`]):
+    /// what `rein run` opens first, and `rein recipe check` checks.
+    pub fn model_source(&self) -> Result<ModelSource<'_>, RecipeError> {
+        model_source::model_source(&self.recipe.model).map_err(|b| self.invalid(&b.key, b.message))
+    }
+
+    /// Every check `rein run` makes before its first step without opening a file other than
+    /// the recipe's: the schema and the algorithm's rules (which loading ran), the plugins'
+    /// files in `plugin_dir`, and for a language model where its weights and tokenizer come
+    /// from. `rein recipe check` runs it.
+    pub fn check(&self, plugin_dir: &Path) -> Result<(), RecipeError> {
+        self.check_plugins(plugin_dir)?;
+        if self.plan()?.data().is_some() {
+            self.model_source()?;
+        }
+        Ok(())
     }
 
     /// Checks that every plugin the recipe names exists in `plugin_dir`.

@@ -5,6 +5,7 @@
 
 use rein_core::AdvantageKind;
 
+use crate::data::check_data;
 use crate::error::{Broken, broken};
 use crate::off_policy::{OffPolicyAlgorithm, OffPolicyRecipe};
 use crate::schema::{
@@ -169,6 +170,14 @@ impl<'a> Plan<'a> {
             Plan::OnlineDpo(online) => online.check(),
             Plan::LmPpo(ppo) => ppo.check(),
             Plan::OffPolicy(off_policy) => off_policy.check(),
+        }?;
+        match self.data() {
+            Some(data) => check_data(
+                data.task.as_ref(),
+                data.train.as_deref(),
+                matches!(self, Plan::Dpo(_) | Plan::RewardModel(_)),
+            ),
+            None => Ok(()),
         }
     }
 

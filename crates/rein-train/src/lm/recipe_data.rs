@@ -43,8 +43,6 @@ pub(crate) fn read_data(
     let test_is_pairs = preference.as_ref().is_some_and(|p| p.test_is_pairs);
     let (train, mut test) = match (&data.task, &data.train) {
         (Some(task), _) => {
-            task.validate()
-                .map_err(|(key, message)| invalid(loaded, &format!("data.task.{key}"), message))?;
             let (train, test) = super::generate_task(task, loaded.recipe.seed);
             if let Some(dir) = data_dir {
                 std::fs::create_dir_all(dir)?;
@@ -75,13 +73,8 @@ pub(crate) fn read_data(
             };
             (train, test)
         }
-        (None, None) => {
-            return Err(invalid(
-                loaded,
-                "data",
-                "set data.train (a .jsonl or .parquet file) or data.task",
-            ));
-        }
+        // Loading refuses such a recipe (the plan's data check); one changed since is refused here.
+        (None, None) => return Err(invalid(loaded, "data", "names neither `train` nor `task`")),
     };
     if let Some(c) = (loaded.recipe.curriculum.as_ref()).filter(|c| c.kind == CurriculumKind::Ucb) {
         let sources = train.iter().map(|e| super::source_of(&e.metadata, &data.fields.source));
@@ -89,16 +82,9 @@ pub(crate) fn read_data(
         super::grpo::curriculum::sources_to_draw(sources.iter().map(String::as_str), &c.sources)
             .map_err(|(key, message)| invalid(loaded, key, message))?;
     }
-    if let (Some(task), Some(_)) = (&data.task, &preference) {
-        // Generated pairs: each problem's worked solution against a slipped one.
-        if task.ops.iter().any(|op| op == "*") || task.solution != rein_recipe::Solution::Scratchpad {
-            return Err(invalid(
-                loaded,
-                "data.task",
-                "generated preference pairs slip one step of a worked + or − solution: \
-                 use ops from [\"+\", \"-\"] and solution = \"scratchpad\"",
-            ));
-        }
+    if let (Some(_), Some(_)) = (&data.task, &preference) {
+        // Generated pairs: each problem's worked solution against a slipped one (loading the
+        // recipe checked that the task's solutions can slip).
         let mut rng = SeededRng::new(loaded.recipe.seed ^ 0x5119);
         let mut slip = |e: &super::Example| super::slipped_solution(&e.prompt, &mut rng);
         preferences = super::pairs_from_examples(&train, &mut slip);

@@ -9,7 +9,7 @@ use rein_model::ReinBackend;
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, load};
 use rein_plugin::{PluginRuntime, RewardPlugin};
-use rein_recipe::{Algorithm, LoadedRecipe, Plan};
+use rein_recipe::{Algorithm, LoadedRecipe, Plan, Weights};
 use rein_sampler::SeededRng;
 
 use crate::TrainError;
@@ -230,37 +230,25 @@ fn model_and_tokenizer<B: ReinBackend>(
     let recipe = &loaded.recipe;
     let model_section = &recipe.model;
     let resolve = |path: &str| model_path(loaded, path);
-    let tokenizer_dir = match (model_dir, &model_section.tokenizer, &model_section.path) {
-        (Some(dir), _, _) => dir.to_path_buf(),
-        (None, Some(t), _) | (None, None, Some(t)) => resolve(t),
-        (None, None, None) => {
-            return Err(invalid(
-                loaded,
-                "model.tokenizer",
-                "name a tokenizer directory (or a model directory that has one)",
-            ));
-        }
-    };
-    let model: CausalLm<B> = match (model_dir, &model_section.path, &model_section.architecture) {
-        (Some(dir), _, _) => load(dir, device)?,
-        (None, Some(dir), _) => load(&resolve(dir), device)?,
-        (None, None, Some(table)) => {
-            let value =
-                serde_json::to_value(table).map_err(|e| invalid(loaded, "model.architecture", e.to_string()))?;
-            let config = LmConfig::from_json(value).map_err(|e| invalid(loaded, "model.architecture", e))?;
-            config.validate().map_err(rein_model::lm::LoadError::from)?;
-            LmInit {
-                config,
-                std: model_section.init_std,
-            }
-            .init(rng, device)
-        }
-        (None, None, None) => {
-            return Err(invalid(
-                loaded,
-                "model",
-                "set model.path (a Hugging Face model directory, a .gguf file or a fetched model's name) or model.architecture",
-            ));
+    let (tokenizer_dir, model): (_, CausalLm<B>) = match model_dir {
+        Some(dir) => (dir.to_path_buf(), load(dir, device)?),
+        None => {
+            let source = loaded.model_source()?;
+            let model = match source.weights {
+                Weights::Path(path) => load(&resolve(path), device)?,
+                Weights::Architecture(table) => {
+                    let value = serde_json::to_value(table)
+                        .map_err(|e| invalid(loaded, "model.architecture", e.to_string()))?;
+                    let config = LmConfig::from_json(value).map_err(|e| invalid(loaded, "model.architecture", e))?;
+                    config.validate().map_err(rein_model::lm::LoadError::from)?;
+                    LmInit {
+                        config,
+                        std: model_section.init_std,
+                    }
+                    .init(rng, device)
+                }
+            };
+            (resolve(source.tokenizer), model)
         }
     };
     let kwargs = recipe

@@ -1,0 +1,80 @@
+//! Recipes: composition and every recipe error, each naming the file, the key path, and what
+//! would fix it.
+//!
+//! - `composition`: fragments, overrides, unknown keys and types, files, plugins, the shipped
+//!   recipes;
+//! - `classic_control`: PPO, SAC and TD3 keys;
+//! - `language_models`: the GRPO family's, DPO's, PPO-with-a-critic's, rewards', judges',
+//!   teachers' and curricula's keys;
+//! - `check`: what `rein recipe check` refuses, which is every error `rein run` raises before
+//!   its first step without opening a model.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod check;
+mod classic_control;
+mod composition;
+mod language_models;
+
+use std::path::{Path, PathBuf};
+
+use rein_recipe::{Algorithm, LoadedRecipe, RecipeError};
+
+/// A fresh directory of recipe files.
+fn recipes(files: &[(&str, &str)]) -> PathBuf {
+    static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("recipes-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (name, text) in files {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    dir
+}
+
+const BASE: &str = r#"
+[algorithm]
+name = "ppo"
+gamma = 0.9
+num_steps = 64
+[env]
+plugin = "cartpole"
+num_envs = 4
+[model]
+hidden = [32, 32]
+"#;
+
+fn load(dir: &Path, file: &str, overrides: &[&str]) -> Result<LoadedRecipe, RecipeError> {
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    LoadedRecipe::load(&dir.join(file), &overrides)
+}
+
+fn ppo(loaded: &LoadedRecipe) -> &rein_recipe::PpoSection {
+    let Algorithm::Ppo(ppo) = &loaded.recipe.algorithm else {
+        panic!("a PPO recipe")
+    };
+    ppo
+}
+
+const GRPO: &str = r#"
+[algorithm]
+name = "grpo"
+[data]
+task = { max_operand = 9, train = 10, test = 5 }
+[model]
+tokenizer = "tok"
+[[reward]]
+plugin = "math-answer"
+"#;
+
+const DPO: &str = r#"
+[algorithm]
+name = "dpo"
+[data]
+task = { max_operand = 9, train = 10, test = 5 }
+[model]
+tokenizer = "tok"
+"#;
