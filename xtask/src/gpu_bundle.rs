@@ -44,6 +44,11 @@ pub(crate) struct GpuBundle {
     /// Leave `rein` out (only `rein-gpu-check` and what it reads).
     #[arg(long)]
     pub(crate) no_rein: bool,
+    /// Build the binaries in the dev profile, as `cargo xtask test` does to check the bundle's
+    /// files, libraries and refusal without a release build (minutes instead of about 40 from a
+    /// cold cache); a GPU machine should run the release build, the default.
+    #[arg(long)]
+    pub(crate) dev: bool,
 }
 
 impl GpuBundle {
@@ -54,16 +59,14 @@ impl GpuBundle {
             binaries.push("rein");
             BuildPlugins::for_running().run()?;
         }
-        eprintln!("building {} with --features cuda (release)", binaries.join(" and "));
+        let profile = if self.dev { "debug" } else { "release" };
+        eprintln!("building {} with --features cuda ({profile})", binaries.join(" and "));
         let mut build = cargo();
-        build.args([
-            "build",
-            "--release",
-            "-p",
-            "rein-gpu-check",
-            "--features",
-            "rein-gpu-check/cuda",
-        ]);
+        build.arg("build");
+        if !self.dev {
+            build.arg("--release");
+        }
+        build.args(["-p", "rein-gpu-check", "--features", "rein-gpu-check/cuda"]);
         if !self.no_rein {
             build.args(["-p", "rein-cli", "--features", "rein-cli/cuda"]);
         }
@@ -74,7 +77,7 @@ impl GpuBundle {
         }
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         for binary in &binaries {
-            let built = target_dir().join("release").join(binary);
+            let built = target_dir().join(profile).join(binary);
             let copy = dir.join(binary);
             std::fs::copy(&built, &copy).with_context(|| format!("copying {}", built.display()))?;
             run(std::process::Command::new("strip").arg(&copy))?;
