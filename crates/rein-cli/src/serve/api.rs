@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rein_model::lm::{ChatMessage, LmTokenizer};
+use rein_model::lm::{ChatMessage, LmConfig, LmTokenizer, kv_cache_bytes};
 use rein_sampler::protocol::{
     ChatChoice, ChatLogprobs, ChatRequest, ChatResponse, ChatResponseMessage, CompletionChoice, CompletionLogprobs,
     CompletionRequest, CompletionResponse, GenerateOutput, GenerateRequest, GenerateResponse, LogprobEntry, Matched,
@@ -23,6 +23,32 @@ fn bad(message: impl Into<String>) -> BadRequest {
     BadRequest(message.into())
 }
 
+/// What one generation request may ask for, each limit named by its flag in the refusal.
+#[derive(Clone, Debug)]
+pub(crate) struct RequestLimits {
+    /// Most tokens of a prompt and its completion together (`--max-model-len`).
+    pub max_model_len: usize,
+    /// Most sequences (prompts × `n`) in one request (`--max-num-seqs`).
+    pub max_num_seqs: usize,
+    /// Most stop strings, and most stop token ids, in one request (`--max-stop-strings`).
+    pub max_stop_strings: usize,
+    /// Most bytes of one request's stop strings together (`--max-stop-bytes`).
+    pub max_stop_bytes: usize,
+    /// Most bytes of keys and values one batch may hold (`--max-kv-cache-bytes`).
+    pub max_kv_cache_bytes: u64,
+    /// The served model's shapes, which size its cache.
+    pub model: LmConfig,
+}
+
+impl RequestLimits {
+    /// The keys and values `sequences` sequences of `prompts` prompts, the longest `longest`
+    /// tokens, take with `max_new_tokens` new tokens each (the prompts' own prefill rows too).
+    pub(crate) fn kv_bytes(&self, prompts: usize, sequences: usize, longest: usize, max_new_tokens: usize) -> u64 {
+        let capacity = longest.max(1).saturating_add(max_new_tokens.max(1));
+        kv_cache_bytes(&self.model, prompts.saturating_add(sequences), capacity)
+    }
+}
+
 /// What the APIs need besides the engine.
 pub(crate) struct Api<'a> {
     /// The served model's tokenizer.
@@ -33,40 +59,97 @@ pub(crate) struct Api<'a> {
     pub fresh_seed: &'a dyn Fn() -> u64,
     /// How products with the model's quantised codes are computed.
     pub precision: rein_core::SamplerPrecision,
+    /// What a request may ask for.
+    pub limits: &'a RequestLimits,
 }
 
 impl Api<'_> {
-    /// Sampling settings from a request (OpenAI's default of 16 new tokens, or SGLang's 128
-    /// with `sglang`).
+    /// Sampling settings from a request for `prompts` (OpenAI's default of 16 new tokens, or
+    /// SGLang's 128 with `sglang`, fewer where the context ends sooner), every value and size
+    /// checked against the server's limits.
     fn config(
         &self,
         sampling: &Sampling,
         sglang: bool,
         top_logprobs: usize,
+        prompts: &[Vec<u32>],
     ) -> Result<(GenerationConfig, Vec<String>, u64), BadRequest> {
-        let max_new_tokens = (sampling.max_new_tokens)
-            .or(sampling.max_completion_tokens)
-            .unwrap_or(if sglang { 128 } else { 16 }) as usize;
+        let limits = self.limits;
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let room = limits.max_model_len.saturating_sub(longest);
+        let asked = sampling.max_new_tokens.or(sampling.max_completion_tokens);
+        if longest >= limits.max_model_len || asked.is_some_and(|m| m > room as u64) {
+            let completion = asked.unwrap_or(0);
+            return Err(bad(format!(
+                "This model's maximum context length is {} tokens. However, you requested {} tokens \
+                 ({longest} in the messages, {completion} in the completion). Please reduce the length \
+                 of the messages or completion. (--max-model-len)",
+                limits.max_model_len,
+                (longest as u64).saturating_add(completion),
+            )));
+        }
+        let max_new_tokens = match asked {
+            Some(asked) => asked as usize,
+            None => room.min(if sglang { 128 } else { 16 }),
+        };
         let temperature = sampling.temperature.unwrap_or(1.0);
         if !(temperature >= 0.0 && temperature.is_finite()) {
             return Err(bad(format!("temperature must be ≥ 0, got {temperature}")));
         }
         // vLLM and SGLang take top_k = -1 (and OpenAI clients 0) for "no top-k".
+        if let Some(k) = sampling.top_k.filter(|&k| k < -1) {
+            return Err(bad(format!("top_k must be -1 or 0 (no limit) or at least 1, got {k}")));
+        }
         let top_k = sampling.top_k.filter(|&k| k > 0).map(|k| k as usize);
+        if let Some(p) = sampling.top_p.filter(|p| !(*p > 0.0 && *p <= 1.0)) {
+            return Err(bad(format!("top_p must be in (0, 1], got {p}")));
+        }
         let top_p = sampling.top_p.filter(|&p| p < 1.0);
-        if top_p.is_some_and(|p| p <= 0.0) {
-            return Err(bad("top_p must be in (0, 1]"));
+        if let Some(p) = sampling.min_p.filter(|p| !(0.0..=1.0).contains(p)) {
+            return Err(bad(format!("min_p must be in [0, 1], got {p}")));
         }
         let min_p = sampling.min_p.filter(|&p| p > 0.0);
-        if min_p.is_some_and(|p| p >= 1.0) {
-            return Err(bad("min_p must be in [0, 1)"));
+        let n = sampling.n.unwrap_or(1);
+        let sequences = n.saturating_mul(prompts.len() as u64);
+        if n == 0 {
+            return Err(bad("n must be at least 1"));
         }
-        let n = sampling.n.unwrap_or(1) as usize;
-        if n == 0 || n > 256 {
-            return Err(bad(format!("n must be in 1..=256, got {n}")));
+        if sequences > limits.max_num_seqs as u64 {
+            return Err(bad(format!(
+                "this request asks for {sequences} sequences ({} prompts × n = {n}); this server decodes at most \
+                 {} for one request (--max-num-seqs)",
+                prompts.len(),
+                limits.max_num_seqs
+            )));
+        }
+        let stops = sampling.stop.as_ref().map(|s| s.strings()).unwrap_or_default();
+        let stop_ids = sampling.stop_token_ids.as_deref().unwrap_or_default();
+        let stop_bytes: usize = stops.iter().map(String::len).sum();
+        if stops.len() > limits.max_stop_strings || stop_ids.len() > limits.max_stop_strings {
+            return Err(bad(format!(
+                "this request has {} stop strings and {} stop token ids; at most {} of each (--max-stop-strings)",
+                stops.len(),
+                stop_ids.len(),
+                limits.max_stop_strings
+            )));
+        }
+        if stop_bytes > limits.max_stop_bytes {
+            return Err(bad(format!(
+                "this request's stop strings hold {stop_bytes} bytes; at most {} (--max-stop-bytes)",
+                limits.max_stop_bytes
+            )));
+        }
+        let cache = limits.kv_bytes(prompts.len(), sequences as usize, longest, max_new_tokens);
+        if cache > limits.max_kv_cache_bytes {
+            return Err(bad(format!(
+                "this request's keys and values would take {cache} bytes ({sequences} sequences of up to {} \
+                 tokens); this server allows {} (--max-kv-cache-bytes)",
+                longest + max_new_tokens,
+                limits.max_kv_cache_bytes
+            )));
         }
         let mut stop_token_ids = self.tokenizer.eos_ids().to_vec();
-        stop_token_ids.extend(sampling.stop_token_ids.iter().flatten());
+        stop_token_ids.extend(stop_ids);
         let seed = sampling.seed.unwrap_or_else(|| (self.fresh_seed)());
         let config = GenerationConfig {
             max_new_tokens,
@@ -74,13 +157,12 @@ impl Api<'_> {
             top_k,
             top_p,
             min_p,
-            n,
+            n: n as usize,
             stop_token_ids,
             seed,
             top_logprobs,
             precision: self.precision,
         };
-        let stops = sampling.stop.as_ref().map(|s| s.strings()).unwrap_or_default();
         Ok((config, stops, seed))
     }
 
@@ -150,7 +232,7 @@ impl Api<'_> {
                 ));
             }
         };
-        let (config, stops, seed) = self.config(&sampling, true, 0)?;
+        let (config, stops, seed) = self.config(&sampling, true, 0, &prompts)?;
         Ok((Self::work(prompts, config, stops, seed, false), batched))
     }
 
@@ -197,7 +279,7 @@ impl Api<'_> {
         refuse_streaming(request.stream)?;
         let top = top_logprobs("logprobs", request.logprobs)?;
         let prompts = self.prompts(&request.prompt, "prompt")?;
-        let (config, stops, seed) = self.config(&request.sampling(), false, top)?;
+        let (config, stops, seed) = self.config(&request.sampling(), false, top, &prompts)?;
         // The prompts are scored only when log-probabilities are asked for; `echo` alone is text.
         let score_prompts = request.echo == Some(true) && request.logprobs.is_some();
         Ok(Self::work(prompts, config, stops, seed, score_prompts))
@@ -321,6 +403,9 @@ impl Api<'_> {
         if top > 0 && request.logprobs != Some(true) {
             return Err(bad("`top_logprobs` needs `logprobs` = true"));
         }
+        if request.messages.is_empty() {
+            return Err(bad("`messages` is empty: give at least one message"));
+        }
         let messages: Vec<ChatMessage> = (request.messages.iter())
             .map(|m| ChatMessage {
                 role: m.role.clone(),
@@ -332,7 +417,7 @@ impl Api<'_> {
             .map_err(|e| bad(e.to_string()))?
             .ok_or_else(|| bad("the served model's tokenizer has no chat template"))?;
         let prompts = self.prompts(&Prompts::Text(text), "messages")?;
-        let (config, stops, seed) = self.config(&request.sampling(), false, top)?;
+        let (config, stops, seed) = self.config(&request.sampling(), false, top, &prompts)?;
         Ok(Self::work(prompts, config, stops, seed, false))
     }
 

@@ -10,11 +10,11 @@
 
 use std::sync::Mutex;
 
+use hyper::Method;
 use rein_model::Cpu;
 use rein_model::lm::{LmTokenizer, SequenceClassifier};
 use rein_sampler::protocol::{ClassifyData, ClassifyRequest, ClassifyResponse, Prompt, Prompts, parse};
 use serde_json::json;
-use tiny_http::Method;
 
 use super::{Answer, Handler, error};
 
@@ -112,12 +112,12 @@ fn activation(raw: &[f64]) -> Vec<f64> {
 impl Handler for Classifier {
     fn route(&self, method: &Method, path: &str, body: &str) -> Answer {
         match (method, path) {
-            (Method::Get, "/health") => (200, json!({})),
-            (Method::Get, "/v1/models") => (
+            (&Method::GET, "/health") => (200, json!({})),
+            (&Method::GET, "/v1/models") => (
                 200,
                 json!({"object": "list", "data": [{"id": self.name, "object": "model", "owned_by": "rein"}]}),
             ),
-            (Method::Post, "/classify" | "/v1/classify") => match self.classify(body) {
+            (&Method::POST, "/classify" | "/v1/classify") => match self.classify(body) {
                 Ok(response) => (200, json!(response)),
                 Err(message) => error(400, message),
             },

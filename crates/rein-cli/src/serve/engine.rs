@@ -15,6 +15,8 @@ use rein_model::Cpu;
 use rein_model::lm::{CausalLm, LmTokenizer, load};
 use rein_sampler::{Generation, GenerationConfig, ScoredToken, generate_seeded, prompt_logprobs, stop_check};
 
+use super::api::RequestLimits;
+
 /// One request's generation work.
 #[derive(Clone)]
 pub(crate) struct Work {
@@ -41,8 +43,11 @@ pub(crate) struct Done {
     pub prompt_logprobs: Vec<Vec<ScoredToken>>,
 }
 
+/// A request's completions, or why the engine failed on it.
+pub(crate) type Outcome = Result<Done, String>;
+
 enum Message {
-    Generate(Work, Sender<Done>),
+    Generate(Work, Sender<Outcome>),
     Reload(PathBuf, Option<String>, Sender<Result<String, String>>),
 }
 
@@ -52,22 +57,19 @@ pub(crate) struct Engine {
     tx: Sender<Message>,
 }
 
-/// Most sequences decoded in one batch.
-const MAX_BATCH_SEQUENCES: usize = 256;
-
 impl Engine {
-    /// Starts the engine thread on `model`.
-    pub(crate) fn start(model: CausalLm<Cpu>, tokenizer: LmTokenizer, window: Duration) -> Self {
+    /// Starts the engine thread on `model`; its batches stay within `limits`.
+    pub(crate) fn start(model: CausalLm<Cpu>, tokenizer: LmTokenizer, window: Duration, limits: RequestLimits) -> Self {
         let (tx, rx) = channel();
         std::thread::Builder::new()
             .name("rein-serve-engine".into())
-            .spawn(move || EngineLoop::new(model, tokenizer).run(rx, window))
+            .spawn(move || EngineLoop::new(model, tokenizer, limits).run(rx, window))
             .expect("the engine thread starts");
         Self { tx }
     }
 
     /// The completions of `work` (`None` if the engine is gone).
-    pub(crate) fn generate(&self, work: Work) -> Option<Done> {
+    pub(crate) fn generate(&self, work: Work) -> Option<Outcome> {
         let (reply, done) = channel();
         self.tx.send(Message::Generate(work, reply)).ok()?;
         done.recv().ok()
@@ -89,11 +91,13 @@ struct EngineLoop {
     pad: u32,
     version: String,
     reloads: u64,
+    limits: RequestLimits,
 }
 
 impl EngineLoop {
-    fn new(model: CausalLm<Cpu>, tokenizer: LmTokenizer) -> Self {
+    fn new(model: CausalLm<Cpu>, tokenizer: LmTokenizer, limits: RequestLimits) -> Self {
         Self {
+            limits,
             base: model.clone(),
             model,
             pad: tokenizer.pad_id().unwrap_or(0),
@@ -115,7 +119,7 @@ impl EngineLoop {
                     Err(_) => break,
                 }
             }
-            let mut pending: Vec<(Work, Sender<Done>)> = Vec::new();
+            let mut pending: Vec<(Work, Sender<Outcome>)> = Vec::new();
             for message in batch {
                 match message {
                     Message::Generate(work, reply) => pending.push((work, reply)),
@@ -129,17 +133,26 @@ impl EngineLoop {
         }
     }
 
-    /// Decodes the requests, those with equal settings together.
-    fn decode(&self, mut pending: Vec<(Work, Sender<Done>)>) {
+    /// Decodes the requests, those with equal settings together as long as the batch stays
+    /// within `--max-num-seqs` sequences and `--max-kv-cache-bytes` (each request alone does:
+    /// the API checked it).
+    fn decode(&self, mut pending: Vec<(Work, Sender<Outcome>)>) {
         while !pending.is_empty() {
             let key = settings_key(&pending[0].0);
             let mut group = Vec::new();
             let mut rest = Vec::new();
-            let mut sequences = 0;
+            let (mut prompts, mut sequences, mut longest) = (0, 0, 0);
             for item in pending {
-                let size = item.0.prompts.len() * item.0.config.n.max(1);
-                if settings_key(&item.0) == key && (group.is_empty() || sequences + size <= MAX_BATCH_SEQUENCES) {
-                    sequences += size;
+                let work = &item.0;
+                let (p, s) = (work.prompts.len(), work.prompts.len() * work.config.n.max(1));
+                let l = longest.max(work.prompts.iter().map(Vec::len).max().unwrap_or(0));
+                let fits = sequences + s <= self.limits.max_num_seqs
+                    && self
+                        .limits
+                        .kv_bytes(prompts + p, sequences + s, l, work.config.max_new_tokens)
+                        <= self.limits.max_kv_cache_bytes;
+                if settings_key(work) == key && (group.is_empty() || fits) {
+                    (prompts, sequences, longest) = (prompts + p, sequences + s, l);
                     group.push(item);
                 } else {
                     rest.push(item);
@@ -150,30 +163,50 @@ impl EngineLoop {
         }
     }
 
-    fn decode_group(&self, group: Vec<(Work, Sender<Done>)>) {
+    /// Decodes one batch; a panic while decoding fails the batch's requests with its message and
+    /// leaves the engine serving.
+    fn decode_group(&self, group: Vec<(Work, Sender<Outcome>)>) {
+        let works: Vec<&Work> = group.iter().map(|(work, _)| work).collect();
+        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode_works(&works)));
+        match decoded {
+            Ok(done) => {
+                for ((_, reply), done) in group.into_iter().zip(done) {
+                    let _ = reply.send(Ok(done));
+                }
+            }
+            Err(panic) => {
+                let message = (panic.downcast_ref::<String>().map(String::as_str))
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("a panic");
+                eprintln!("rein serve: a batch of {} requests failed: {message}", group.len());
+                for (_, reply) in group {
+                    let _ = reply.send(Err(format!("generation failed inside the server: {message}")));
+                }
+            }
+        }
+    }
+
+    fn decode_works(&self, group: &[&Work]) -> Vec<Done> {
         let started = Instant::now();
-        let config = group[0].0.config.clone();
+        let config = group[0].config.clone();
         let n = config.n.max(1);
         let mut prompts = Vec::new();
         let mut seeds = Vec::new();
         let mut owner = Vec::new();
-        for (i, (work, _)) in group.iter().enumerate() {
+        for (i, work) in group.iter().enumerate() {
             prompts.extend(work.prompts.iter().cloned());
             seeds.extend(&work.seeds);
             owner.extend(std::iter::repeat_n(i, work.prompts.len()));
         }
         let device = Default::default();
         let generations = {
-            let mut checks: Vec<_> = group
-                .iter()
-                .map(|(w, _)| stop_check(&self.tokenizer, &w.stops))
-                .collect();
+            let mut checks: Vec<_> = group.iter().map(|w| stop_check(&self.tokenizer, &w.stops)).collect();
             let mut stop = |seq: usize, tokens: &[u32]| checks[owner[seq / n]](seq, tokens);
             generate_seeded(&self.model, &prompts, &seeds, &config, self.pad, &mut stop, &device)
         };
         // `echo`: one teacher-forced pass over each prompt of the requests that asked.
         let scored: Vec<Vec<Vec<ScoredToken>>> = (group.iter())
-            .map(|(work, _)| match work.score_prompts {
+            .map(|work| match work.score_prompts {
                 true => (work.prompts.iter())
                     .map(|p| prompt_logprobs(&self.model, p, config.temperature, config.top_logprobs, &device))
                     .collect(),
@@ -189,14 +222,13 @@ impl EngineLoop {
             tokens as f64 / seconds.max(1e-9)
         );
         let mut generations = generations.into_iter();
-        for ((work, reply), prompt_logprobs) in group.into_iter().zip(scored) {
-            let mine = renumber(generations.by_ref().take(work.prompts.len() * n).collect(), n);
-            let _ = reply.send(Done {
-                generations: mine,
+        (group.iter().zip(scored))
+            .map(|(work, prompt_logprobs)| Done {
+                generations: renumber(generations.by_ref().take(work.prompts.len() * n).collect(), n),
                 version: self.version.clone(),
                 prompt_logprobs,
-            });
-        }
+            })
+            .collect()
     }
 
     fn reload(&mut self, path: &Path, version: Option<String>) -> Result<String, String> {

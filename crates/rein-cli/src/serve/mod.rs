@@ -8,18 +8,26 @@
 //!
 //! A sequence classifier (a reward model) is served through the classification API instead
 //! ([`classify`]).
+//!
+//! Every size a client controls is bounded before it is used: the body (`--max-body-bytes`, read
+//! by the [`http`] front within `--read-timeout`), a request's context (prompt and new tokens
+//! within `--max-model-len`), its sequences (`--max-num-seqs`) and its stop strings; a request
+//! past one is answered 4xx naming the limit, and one that still fails in the engine is answered
+//! 500 while the server goes on.
 
 mod api;
 mod classify;
 mod engine;
+mod http;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use hyper::Method;
 use rein_core::{ModelDtype, SamplerPrecision};
 use rein_model::lm::{LmTokenizer, SequenceClassifier, load};
 use rein_sampler::protocol::{
@@ -28,10 +36,10 @@ use rein_sampler::protocol::{
 };
 use serde::Serialize;
 use serde_json::{Value, json};
-use tiny_http::{Header, Method, Request, Response, Server};
 
-use api::{Api, BadRequest};
+use api::{Api, BadRequest, RequestLimits};
 use engine::{Done, Engine, Work};
+use http::HttpLimits;
 
 #[derive(Args, Debug)]
 pub(crate) struct ServeArgs {
@@ -52,9 +60,45 @@ pub(crate) struct ServeArgs {
     /// times as long).
     #[arg(long, default_value_t = 50)]
     batch_window_ms: u64,
-    /// HTTP worker threads (requests handled at once; the engine batches them).
+    /// Requests answered at once (threads that parse, tokenize and wait on the engine, which
+    /// batches them).
     #[arg(long, default_value_t = 128)]
     workers: usize,
+    /// Most tokens of a request's prompt and completion together (vLLM's `--max-model-len`;
+    /// default: the model's `max_position_embeddings`, which is also the most it may be).
+    #[arg(long)]
+    max_model_len: Option<usize>,
+    /// Most sequences one request may ask for: prompts × `n` (vLLM's `--max-num-seqs`).
+    #[arg(long, default_value_t = 256)]
+    max_num_seqs: usize,
+    /// Largest request body in bytes (413 past it).
+    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    max_body_bytes: usize,
+    /// Seconds a client may take to send a request's head, and then its body; also how long an
+    /// idle kept-alive connection stays open.
+    #[arg(long, default_value_t = 30.0)]
+    read_timeout: f64,
+    /// Connections open at once (more wait in the listen queue).
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+    /// Most stop strings in one request.
+    #[arg(long, default_value_t = 64)]
+    max_stop_strings: usize,
+    /// Most bytes of a request's stop strings together.
+    #[arg(long, default_value_t = 16 * 1024)]
+    max_stop_bytes: usize,
+    /// Most bytes of keys and values one batch of sequences may hold (a request that needs more
+    /// is refused; requests batched together stay within it). Default: a quarter of the
+    /// machine's memory.
+    #[arg(long)]
+    max_kv_cache_bytes: Option<u64>,
+    /// Require `Authorization: Bearer KEY` on every endpoint but `/health` (default: the
+    /// `REIN_API_KEY` variable, if set).
+    #[arg(long)]
+    api_key: Option<String>,
+    /// `/update_weights_from_disk` loads only checkpoints and adapters inside this directory.
+    #[arg(long)]
+    weights_dir: Option<PathBuf>,
     /// `exact`, or `q8`: a quantised model's products with its activations quantised to 8 bits
     /// per block, as llama.cpp does (faster, not exact; weights loaded later through
     /// `/update_weights_from_disk` are read exactly unless they keep the quantised codes).
@@ -76,6 +120,12 @@ impl ServeArgs {
             path.file_name()
                 .map_or("rein".into(), |n| n.to_string_lossy().into_owned())
         });
+        let weights_dir = (self.weights_dir.as_ref())
+            .map(|dir| {
+                dir.canonicalize()
+                    .with_context(|| format!("--weights-dir {}", dir.display()))
+            })
+            .transpose()?;
         let handler: Arc<dyn Handler> = if SequenceClassifier::<rein_model::Cpu>::is_classifier(&self.model) {
             anyhow::ensure!(
                 self.precision == SamplerPrecision::Exact && self.dtype == ModelDtype::F32,
@@ -91,8 +141,14 @@ impl ServeArgs {
                 .with_dtype(self.dtype);
             crate::generate::q8_has_codes(self.precision, &model, &self.model)?;
             crate::generate::q8_fits_dtype(self.precision, self.dtype)?;
+            let limits = self.request_limits(model.config())?;
             let tokenizer = LmTokenizer::load(&self.model, &model.config().eos_ids())?;
-            let engine = Engine::start(model, tokenizer.clone(), Duration::from_millis(self.batch_window_ms));
+            let engine = Engine::start(
+                model,
+                tokenizer.clone(),
+                Duration::from_millis(self.batch_window_ms),
+                limits.clone(),
+            );
             Arc::new(State {
                 engine,
                 tokenizer,
@@ -100,27 +156,57 @@ impl ServeArgs {
                 model_path: self.model.display().to_string(),
                 seeds: AtomicU64::new(seed_from_clock()),
                 precision: self.precision,
+                limits,
+                weights_dir,
             })
         };
-        let server = Server::http((self.host.as_str(), self.port))
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}:{}: {e}", self.host, self.port))?;
-        let address = server.server_addr().to_ip().map(|a| a.to_string()).unwrap_or_default();
-        let server = Arc::new(server);
-        eprintln!("rein serve: {} on http://{address}", self.model.display());
-        let workers: Vec<_> = (0..self.workers.max(1))
-            .map(|_| {
-                let (server, handler) = (server.clone(), handler.clone());
-                std::thread::spawn(move || {
-                    while let Ok(request) = server.recv() {
-                        respond(handler.as_ref(), request);
-                    }
-                })
-            })
-            .collect();
-        for worker in workers {
-            let _ = worker.join();
+        let listener = std::net::TcpListener::bind((self.host.as_str(), self.port))
+            .with_context(|| format!("cannot listen on {}:{}", self.host, self.port))?;
+        let address = listener.local_addr()?;
+        let api_key = (self.api_key.clone())
+            .or_else(|| std::env::var("REIN_API_KEY").ok())
+            .filter(|key| !key.is_empty());
+        if api_key.is_none() && !address.ip().is_loopback() {
+            eprintln!(
+                "rein serve: warning: listening on {address} without an API key: anyone who can reach it can \
+                 generate and replace the weights (set --api-key or REIN_API_KEY)"
+            );
         }
-        Ok(())
+        anyhow::ensure!(
+            self.read_timeout.is_finite() && self.read_timeout > 0.0,
+            "--read-timeout must be a positive number of seconds, got {}",
+            self.read_timeout
+        );
+        let limits = HttpLimits {
+            max_body_bytes: self.max_body_bytes,
+            read_timeout: Duration::from_secs_f64(self.read_timeout),
+            max_connections: self.max_connections,
+            workers: self.workers,
+            api_key,
+        };
+        eprintln!("rein serve: {} on http://{address}", self.model.display());
+        http::serve(listener, handler, limits)
+    }
+
+    /// The limits on each generation request, `--max-model-len` checked against the model's.
+    fn request_limits(&self, model: &rein_model::lm::LmConfig) -> anyhow::Result<RequestLimits> {
+        let max_position_embeddings = model.max_position_embeddings;
+        let max_model_len = self.max_model_len.unwrap_or(max_position_embeddings);
+        anyhow::ensure!(
+            (1..=max_position_embeddings).contains(&max_model_len),
+            "--max-model-len {max_model_len} is outside the model's context: 1..={max_position_embeddings} \
+             (max_position_embeddings in {})",
+            self.model.display()
+        );
+        anyhow::ensure!(self.max_num_seqs >= 1, "--max-num-seqs must be at least 1");
+        Ok(RequestLimits {
+            max_model_len,
+            max_num_seqs: self.max_num_seqs,
+            max_stop_strings: self.max_stop_strings,
+            max_stop_bytes: self.max_stop_bytes,
+            max_kv_cache_bytes: self.max_kv_cache_bytes.unwrap_or_else(|| memory_bytes() / 4),
+            model: model.clone(),
+        })
     }
 }
 
@@ -131,6 +217,9 @@ struct State {
     model_path: String,
     seeds: AtomicU64,
     precision: SamplerPrecision,
+    limits: RequestLimits,
+    /// Where `/update_weights_from_disk` may load from (canonical), if restricted.
+    weights_dir: Option<PathBuf>,
 }
 
 /// An answer: status and JSON body.
@@ -153,36 +242,19 @@ trait Handler: Send + Sync {
     fn route(&self, method: &Method, path: &str, body: &str) -> Answer;
 }
 
-/// Reads `request`, asks `handler`, and sends its answer as JSON.
-fn respond(handler: &dyn Handler, mut request: Request) {
-    let mut body = String::new();
-    let (status, value) = match request.as_reader().read_to_string(&mut body) {
-        Err(e) => error(400, format!("cannot read the request body: {e}")),
-        Ok(_) => {
-            let url = request.url();
-            handler.route(request.method(), url.split('?').next().unwrap_or(url), &body)
-        }
-    };
-    let content_type = Header::from_bytes("Content-Type", "application/json").expect("a valid header");
-    let response = Response::from_string(value.to_string())
-        .with_status_code(status)
-        .with_header(content_type);
-    let _ = request.respond(response);
-}
-
 impl Handler for State {
     fn route(&self, method: &Method, path: &str, body: &str) -> Answer {
         match (method, path) {
-            (Method::Get, "/health" | "/health_generate") => (200, json!({})),
-            (Method::Get, "/v1/models") => (
+            (&Method::GET, "/health" | "/health_generate") => (200, json!({})),
+            (&Method::GET, "/v1/models") => (
                 200,
                 json!({"object": "list", "data": [{"id": self.name, "object": "model", "owned_by": "rein"}]}),
             ),
-            (Method::Get, "/get_model_info" | "/model_info") => (
+            (&Method::GET, "/get_model_info" | "/model_info") => (
                 200,
                 json!({"model_path": self.model_path, "is_generation": true, "served_model_name": self.name}),
             ),
-            (Method::Post, "/generate" | "/v1/completions" | "/v1/chat/completions" | "/update_weights_from_disk") => {
+            (&Method::POST, "/generate" | "/v1/completions" | "/v1/chat/completions" | "/update_weights_from_disk") => {
                 self.post(path, body)
             }
             (_, "/generate" | "/v1/completions" | "/v1/chat/completions" | "/update_weights_from_disk") => {
@@ -202,6 +274,7 @@ impl State {
             model_name: &self.name,
             fresh_seed: &fresh_seed,
             precision: self.precision,
+            limits: &self.limits,
         };
         let unreadable = |e: String| BadRequest(format!("the body of {path}: {e}"));
         let answer = match path {
@@ -225,11 +298,29 @@ impl State {
         answer.unwrap_or_else(|BadRequest(message)| error(400, message))
     }
 
-    /// Runs `work` on the engine and answers with `respond`'s body (503 once the engine stopped).
+    /// Runs `work` on the engine and answers with `respond`'s body (500 if the engine failed on
+    /// it, 503 once the engine stopped).
     fn generate<T: Serialize>(&self, work: Work, respond: impl FnOnce(&Work, &Done) -> T) -> Answer {
         match self.engine.generate(work.clone()) {
-            Some(done) => (200, json!(respond(&work, &done))),
+            Some(Ok(done)) => (200, json!(respond(&work, &done))),
+            Some(Err(failure)) => error(500, failure),
             None => error(503, "the engine stopped"),
+        }
+    }
+
+    /// Whether `--weights-dir` lets `/update_weights_from_disk` load `path`.
+    fn may_load(&self, path: &Path) -> Result<(), String> {
+        let Some(dir) = &self.weights_dir else {
+            return Ok(());
+        };
+        let inside = path.canonicalize().is_ok_and(|path| path.starts_with(dir));
+        match inside {
+            true => Ok(()),
+            false => Err(format!(
+                "{} is not inside {}, the only directory this server loads weights from (--weights-dir)",
+                path.display(),
+                dir.display()
+            )),
         }
     }
 
@@ -252,6 +343,9 @@ impl State {
             }
         };
         let path = request.model_path;
+        if let Err(message) = self.may_load(Path::new(&path)) {
+            return (403, json!(refused(message)));
+        }
         match self.engine.reload(PathBuf::from(&path), request.weight_version) {
             Ok(version) => {
                 let loaded = UpdateWeightsResponse {
@@ -265,6 +359,16 @@ impl State {
             Err(message) => (400, json!(refused(message))),
         }
     }
+}
+
+/// The machine's memory (`MemTotal` in /proc/meminfo; 16 GiB where that cannot be read).
+fn memory_bytes() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    (meminfo.lines())
+        .find_map(|line| line.strip_prefix("MemTotal:"))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<u64>().ok())
+        .map_or(16 << 30, |kb| kb * 1024)
 }
 
 fn seed_from_clock() -> u64 {

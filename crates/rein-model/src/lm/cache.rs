@@ -114,9 +114,22 @@ pub struct KvCache<B: ReinBackend> {
     len: usize,
 }
 
+/// The bytes of the keys and values [`KvCache::new`] allocates for `batch` sequences of up to
+/// `capacity` positions (f32; saturating, so that a caller can compare any request with a
+/// budget before allocating).
+pub fn kv_cache_bytes(config: &LmConfig, batch: usize, capacity: usize) -> u64 {
+    let per_position = 2 * config.kv_heads() as u64 * config.head_dim() as u64 * size_of::<f32>() as u64;
+    (config.layer_attention().into_iter())
+        .map(|attention| {
+            let positions = attention.window().map_or(capacity, |w| capacity.min(2 * w)) as u64;
+            (batch as u64).saturating_mul(positions).saturating_mul(per_position)
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
 impl<B: ReinBackend> KvCache<B> {
     /// An empty cache for `batch` sequences of up to `capacity` positions (a sliding-window
-    /// layer's buffers: two windows, when that is less).
+    /// layer's buffers: two windows, when that is less): [`kv_cache_bytes`] of them.
     pub fn new(config: &LmConfig, batch: usize, capacity: usize, device: &B::Device) -> Self {
         let layers = config
             .layer_attention()
@@ -273,5 +286,42 @@ impl<B: ReinBackend> KvCache<B> {
         }
         self.padding = self.padding.take().map(|p| p.select(0, index));
         self.batch = rows.len();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `kv_cache_bytes` says is what `KvCache::new` allocates, sliding-window layers too.
+    #[test]
+    fn kv_cache_bytes_counts_what_new_allocates() {
+        for window in ["null", "6"] {
+            let config = LmConfig::from_json(
+                serde_json::from_str(&format!(
+                    r#"{{"model_type": "mistral", "vocab_size": 8, "hidden_size": 16, "intermediate_size": 8,
+                    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+                    "sliding_window": {window}}}"#
+                ))
+                .unwrap(),
+            )
+            .unwrap();
+            for (batch, capacity) in [(1, 5), (3, 40)] {
+                let cache = KvCache::<crate::Cpu>::new(&config, batch, capacity, &Default::default());
+                let allocated: usize = (cache.layers.iter())
+                    .flat_map(|layer| [&layer.k, &layer.v])
+                    .map(|t| t.as_ref().unwrap().shape().num_elements() * size_of::<f32>())
+                    .sum();
+                assert_eq!(
+                    kv_cache_bytes(&config, batch, capacity),
+                    allocated as u64,
+                    "window {window}"
+                );
+            }
+        }
+        let config = LmConfig::from_json(serde_json::json!({"model_type": "llama", "vocab_size": 8,
+            "hidden_size": 16, "intermediate_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2}))
+        .unwrap();
+        assert_eq!(kv_cache_bytes(&config, usize::MAX, usize::MAX), u64::MAX);
     }
 }

@@ -25,7 +25,7 @@ mod tokenizer;
 
 use std::path::PathBuf;
 
-pub use cache::{KvCache, LayerCache};
+pub use cache::{KvCache, LayerCache, kv_cache_bytes};
 pub use classifier::SequenceClassifier;
 pub use feed_forward::FeedForward;
 pub use fused::{FusedProjections, PackedWeights};
