@@ -3,10 +3,18 @@
 //! `/generate` with token ids and log-probabilities) against the same 64 prompts generated in
 //! process as one batch (`rein generate`'s path), same model, seeds and tokens: SmolLM2-135M-
 //! Instruct (f32), 64 new tokens each. Each figure is the best of 2 runs.
+//!
+//! Then what one long request costs the others: the latency (median and worst of 20) of short
+//! greedy requests (a one-line prompt, 8 new tokens) sent one after another to an idle server,
+//! and again while another client keeps the server busy with long requests (a 2,048-token prompt,
+//! 8 samples of 256 tokens each), one after another.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -104,9 +112,91 @@ pub fn run() -> anyhow::Result<Report> {
         best_http = best_http.max(served_tokens as f64 / start.elapsed().as_secs_f64());
         differing = local.iter().zip(&served).filter(|(a, b)| a.tokens != b.tokens).count();
     }
-    drop(server);
     println!("{differing} of {REQUESTS} completions differ from the in-process ones");
-    report_rows(best_http, best_local)
+    let address = url.trim_start_matches("http://").to_string();
+    let alone = short_latencies(&address)?;
+    let beside = beside_long_requests(&address, &tokenizer)?;
+    drop(server);
+    let mut report = report_rows(best_http, best_local)?;
+    for (what, pick) in [("median", 0.5), ("worst", 1.0)] {
+        report.push(Row {
+            name: format!("a short request's latency beside long ones, {what} of {SHORT} (ms)"),
+            value: percentile(&beside, pick) * 1e3,
+            unit: "ms",
+            baseline: Some(("on an idle server".into(), percentile(&alone, pick) * 1e3)),
+            target: None,
+        });
+    }
+    Ok(report)
+}
+
+/// Short requests timed per latency figure.
+const SHORT: usize = 20;
+
+/// POSTs `body` to `path` and returns the answer's body (`Connection: close`).
+fn post(address: &str, path: &str, body: &serde_json::Value) -> anyhow::Result<String> {
+    let body = body.to_string();
+    let mut stream = TcpStream::connect(address)?;
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    anyhow::ensure!(answer.starts_with("HTTP/1.1 200"), "{path} answered {answer}");
+    Ok(answer)
+}
+
+/// Seconds each of `SHORT` short greedy requests took, sent one after another.
+fn short_latencies(address: &str) -> anyhow::Result<Vec<f64>> {
+    let body = serde_json::json!({"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0});
+    (0..SHORT)
+        .map(|_| {
+            let start = Instant::now();
+            post(address, "/v1/completions", &body)?;
+            Ok(start.elapsed().as_secs_f64())
+        })
+        .collect()
+}
+
+/// [`short_latencies`] while another client sends long requests one after another.
+fn beside_long_requests(address: &str, tokenizer: &LmTokenizer) -> anyhow::Result<Vec<f64>> {
+    let long_prompt: Vec<u32> = tokenizer
+        .encode(&"The quick brown fox jumps over the lazy dog. ".repeat(400))?
+        .into_iter()
+        .take(2048)
+        .collect();
+    let body = serde_json::json!({"prompt": long_prompt, "max_tokens": 256, "n": 8, "temperature": 1.0});
+    let done = Arc::new(AtomicBool::new(false));
+    let long = {
+        let (address, done) = (address.to_string(), done.clone());
+        std::thread::spawn(move || -> anyhow::Result<usize> {
+            let mut sent = 0;
+            while !done.load(Ordering::Relaxed) {
+                post(&address, "/v1/completions", &body)?;
+                sent += 1;
+            }
+            Ok(sent)
+        })
+    };
+    // Let the first long request reach the engine.
+    std::thread::sleep(Duration::from_millis(500));
+    let latencies = short_latencies(address);
+    done.store(true, Ordering::Relaxed);
+    let sent = long
+        .join()
+        .map_err(|_| anyhow::anyhow!("the long-request client panicked"))??;
+    println!("{sent} long requests ran beside {SHORT} short ones");
+    latencies
+}
+
+/// The `q` quantile (0.5: median, 1: worst) of `seconds`.
+fn percentile(seconds: &[f64], q: f64) -> f64 {
+    let mut sorted = seconds.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
 fn report_rows(http: f64, local: f64) -> anyhow::Result<Report> {

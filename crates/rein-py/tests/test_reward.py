@@ -86,8 +86,48 @@ def test_bad_groups_are_value_errors():
     reward = Reward("math-answer")
     with pytest.raises(ValueError, match="unknown keys"):
         reward.score([{"prompt": "p", "completions": ["a"], "answer": "a"}])
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError, match=r"groups\[0\] has no 'completions'"):
         reward.score([{"prompt": "p"}])
+
+
+@pytest.mark.parametrize(
+    "groups, message",
+    [
+        ("abc", r"groups must be a list of dicts.*got str"),
+        ({"completions": ["a"]}, r"groups must be a list of dicts.*got dict"),
+        (3, r"groups must be a list of dicts.*got int"),
+        (["abc"], r"groups\[0\] must be a dict.*got str"),
+        ([{"completions": "abc"}], r"groups\[0\]\['completions'\] must be a list of strings, got str"),
+        ([{"completions": ["a"]}, {"completions": [3]}], r"groups\[1\]\['completions'\]\[0\] must be a string, got int"),
+        ([{"completions": [None]}], r"\['completions'\]\[0\] must be a string, got NoneType"),
+        ([{"completions": ["a"], "prompt": 7}], r"groups\[0\]\['prompt'\] must be a string, got int"),
+        ([{"completions": ["a"], "reference": ["4"]}], r"\['reference'\] must be a string, a number or None, got list"),
+        ([{"completions": ["a"], "metadata": {1, 2}}], r"\['metadata'\] must be a string or JSON-serialisable"),
+    ],
+)
+def test_wrong_types_are_type_errors_naming_the_argument(groups, message):
+    reward = Reward("math-answer")
+    with pytest.raises(TypeError, match=message):
+        reward.score(groups)
+    # The reward still scores after each.
+    assert reward.score([{"completions": ["\\boxed{4}"], "reference": 4}]) == [[1.0]]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"plugin": 3}, TypeError, r"plugin must be a built-in plugin's name or the path of a .wasm file, got int"),
+        ({"plugin": "math-answer", "config": ["strict"]}, TypeError, r"config must be a dict.*got list"),
+        ({"plugin": "math-answer", "config": {"x": {1}}}, ValueError, r"config cannot be written as JSON"),
+        ({"plugin": "math-answer", "timeout_ms": "100"}, TypeError, r"timeout_ms must be a whole number or None, got str"),
+        ({"plugin": "math-answer", "fuel": 1.5}, TypeError, r"fuel must be a whole number or None, got float"),
+        ({"plugin": "math-answer", "stack_kib": True}, TypeError, r"stack_kib must be a whole number or None, got bool"),
+        ({"plugin": "math-answer", "memory_mib": -1}, ValueError, r"memory_mib must be in 0..2\*\*64, got -1"),
+    ],
+)
+def test_wrong_arguments_are_named(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        Reward(**kwargs)
 
 
 def test_pickles_as_its_recipe():

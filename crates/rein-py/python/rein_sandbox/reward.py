@@ -25,7 +25,11 @@ def builtin_plugins() -> list[str]:
 def plugin_path(plugin: PluginRef) -> str:
     """The ``.wasm`` file of ``plugin``: a path (anything ending in ``.wasm`` or holding a path
     separator) or the name of a built-in plugin."""
+    if not isinstance(plugin, (str, os.PathLike)):
+        raise TypeError(f"plugin must be a built-in plugin's name or the path of a .wasm file, got {_kind(plugin)}")
     text = os.fspath(plugin)
+    if not isinstance(text, str):
+        raise TypeError(f"plugin must be a text path, got {_kind(text)}")
     if text.endswith(".wasm") or os.sep in text or (os.altsep and os.altsep in text):
         if not os.path.isfile(text):
             raise FileNotFoundError(f"no plugin file {text!r}")
@@ -43,7 +47,17 @@ def config_json(config: Union[None, str, Mapping[str, Any]]) -> str:
         return "{}"
     if isinstance(config, str):
         return config
-    return json.dumps(dict(config))
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict, the text of a JSON object, or None; got {_kind(config)}")
+    try:
+        return json.dumps(dict(config))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"config cannot be written as JSON: {error}") from None
+
+
+def _kind(value: Any) -> str:
+    """A value's type, for error messages."""
+    return type(value).__name__
 
 
 class Limits:
@@ -58,6 +72,13 @@ class Limits:
         fuel: Optional[int] = None,
         stack_kib: Optional[int] = None,
     ) -> None:
+        for name, value in (("timeout_ms", timeout_ms), ("memory_mib", memory_mib), ("fuel", fuel), ("stack_kib", stack_kib)):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be a whole number or None, got {_kind(value)}")
+            if not 0 <= value < 2**64:
+                raise ValueError(f"{name} must be in 0..2**64, got {value}")
         self.timeout_ms = timeout_ms
         self.memory_mib = memory_mib
         self.fuel = fuel
@@ -74,19 +95,48 @@ class Limits:
             setattr(self, key, value)
 
 
-def _group(group: Mapping[str, Any]) -> dict[str, Any]:
+def _groups(groups: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Groups as the sandbox takes them, every value's type checked."""
+    if isinstance(groups, (str, bytes, Mapping)) or not isinstance(groups, Sequence):
+        raise TypeError(
+            f"groups must be a list of dicts like {{'prompt': str, 'completions': [str, ...]}}, got {_kind(groups)}"
+        )
+    return [_group(group, i) for i, group in enumerate(groups)]
+
+
+def _group(group: Mapping[str, Any], i: int) -> dict[str, Any]:
+    where = f"groups[{i}]"
+    if not isinstance(group, Mapping):
+        raise TypeError(f"{where} must be a dict with 'completions' (and 'prompt', 'reference', 'metadata'), got {_kind(group)}")
+    unknown = set(group) - {"prompt", "completions", "reference", "metadata"}
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {sorted(unknown)}: expected prompt, completions, reference, metadata")
+    if "completions" not in group:
+        raise ValueError(f"{where} has no 'completions'")
+    completions = group["completions"]
+    if isinstance(completions, (str, bytes, Mapping)) or not isinstance(completions, Sequence):
+        raise TypeError(f"{where}['completions'] must be a list of strings, got {_kind(completions)}")
+    for j, completion in enumerate(completions):
+        if not isinstance(completion, str):
+            raise TypeError(f"{where}['completions'][{j}] must be a string, got {_kind(completion)}")
+    prompt = group.get("prompt", "")
+    if not isinstance(prompt, str):
+        raise TypeError(f"{where}['prompt'] must be a string, got {_kind(prompt)}")
+    reference = group.get("reference")
+    # A number is a fine reference (a dataset's answer column); it is passed as its text.
+    if reference is not None and (isinstance(reference, bool) or not isinstance(reference, (str, int, float))):
+        raise TypeError(f"{where}['reference'] must be a string, a number or None, got {_kind(reference)}")
     metadata = group.get("metadata", "")
     if metadata is None:
         metadata = ""
     elif not isinstance(metadata, str):
-        metadata = json.dumps(metadata)
-    reference = group.get("reference")
-    unknown = set(group) - {"prompt", "completions", "reference", "metadata"}
-    if unknown:
-        raise ValueError(f"a group has unknown keys {sorted(unknown)}: expected prompt, completions, reference, metadata")
+        try:
+            metadata = json.dumps(metadata)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"{where}['metadata'] must be a string or JSON-serialisable: {error}") from None
     return {
-        "prompt": str(group.get("prompt", "")),
-        "completions": [str(c) for c in group["completions"]],
+        "prompt": prompt,
+        "completions": list(completions),
         "reference": None if reference is None else str(reference),
         "metadata": metadata,
     }
@@ -125,7 +175,7 @@ class Reward:
     def score_detailed(self, groups: Sequence[Mapping[str, Any]]) -> list[list[dict[str, Any]]]:
         """Scores groups (``{"prompt", "completions", "reference"?, "metadata"?}``): per group,
         per completion, ``{"score": float | None, "components": {name: value}}``."""
-        payload = json.dumps([_group(g) for g in groups])
+        payload = json.dumps(_groups(groups))
         scored = json.loads(self._native.score_json(payload))
         return [
             [{"score": s["score"], "components": dict(s.get("components", []))} for s in group]
