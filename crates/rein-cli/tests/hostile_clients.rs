@@ -39,9 +39,13 @@ const LIMITS: &[&str] = &[
 
 impl Server {
     fn start(extra: &[&str]) -> Self {
+        Self::start_model(&model(), extra)
+    }
+
+    fn start_model(model: &Path, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_rein"))
             .args(["serve", "--port", "0", "--model"])
-            .arg(model())
+            .arg(model)
             .args(LIMITS)
             .args(extra)
             .stderr(Stdio::piped())
@@ -225,7 +229,17 @@ fn requests_past_the_limits_are_refused_naming_them_and_the_server_goes_on() {
         "16 prompts × n = 8",
         &expected,
     );
-    // Values outside their ranges, as OpenAI and vLLM refuse them.
+}
+
+#[test]
+fn values_outside_their_ranges_are_refused_as_openai_and_vllm_refuse_them() {
+    let server = Server::start(&[]);
+    let expected = server.ordinary();
+    let completion = |extra: Value| {
+        let mut body = ordinary_body();
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    };
     for (key, value) in [
         ("top_p", json!(7)),
         ("top_p", json!(0)),
@@ -355,6 +369,34 @@ fn pipelined_requests_and_clients_that_leave_mid_generation() {
             .unwrap();
     }
     assert_eq!(server.ordinary(), expected);
+}
+
+#[test]
+fn a_classifier_refuses_inputs_past_its_context_or_outside_its_vocabulary() {
+    let rm = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lm/qwen2-rm");
+    let server = Server::start_model(&rm, &[]);
+    let scores = || {
+        let (status, answer) = server.post("/classify", &json!({"input": ["1 + 1 = 2", "2 + 2 = 5"]}));
+        assert_eq!(status, 200, "{answer}");
+        serde_json::from_str::<Value>(&answer).unwrap()["data"].clone()
+    };
+    let expected = scores();
+    let cases = [
+        (
+            json!(vec![5u32; 300]),
+            "input 0 has 300 tokens; this model's maximum context length is 256",
+        ),
+        (
+            json!([[1, 2], [1, 2, 100_000]]),
+            "token id 100000 is outside the vocabulary",
+        ),
+    ];
+    for (input, message) in cases {
+        let (status, answer) = server.post("/classify", &json!({"input": input}));
+        assert_eq!(status, 400, "{answer}");
+        assert!(answer.contains(message), "{answer}");
+        assert_eq!(scores(), expected);
+    }
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rein_model::lm::{ChatMessage, LmConfig, LmTokenizer, kv_cache_bytes};
+use rein_model::lm::{ChatMessage, LmTokenizer};
 use rein_sampler::protocol::{
     ChatChoice, ChatLogprobs, ChatRequest, ChatResponse, ChatResponseMessage, CompletionChoice, CompletionLogprobs,
     CompletionRequest, CompletionResponse, GenerateOutput, GenerateRequest, GenerateResponse, LogprobEntry, Matched,
@@ -15,38 +15,13 @@ use rein_sampler::protocol::{
 use rein_sampler::{FinishReason, Generation, GenerationConfig, completion_text, prompt_seed};
 
 use super::engine::{Done, Work};
+use super::limits::RequestLimits;
 
 /// A request rein cannot serve: HTTP 400 with this message.
 pub(crate) struct BadRequest(pub String);
 
 fn bad(message: impl Into<String>) -> BadRequest {
     BadRequest(message.into())
-}
-
-/// What one generation request may ask for, each limit named by its flag in the refusal.
-#[derive(Clone, Debug)]
-pub(crate) struct RequestLimits {
-    /// Most tokens of a prompt and its completion together (`--max-model-len`).
-    pub max_model_len: usize,
-    /// Most sequences (prompts × `n`) in one request (`--max-num-seqs`).
-    pub max_num_seqs: usize,
-    /// Most stop strings, and most stop token ids, in one request (`--max-stop-strings`).
-    pub max_stop_strings: usize,
-    /// Most bytes of one request's stop strings together (`--max-stop-bytes`).
-    pub max_stop_bytes: usize,
-    /// Most bytes of keys and values one batch may hold (`--max-kv-cache-bytes`).
-    pub max_kv_cache_bytes: u64,
-    /// The served model's shapes, which size its cache.
-    pub model: LmConfig,
-}
-
-impl RequestLimits {
-    /// The keys and values `sequences` sequences of `prompts` prompts, the longest `longest`
-    /// tokens, take with `max_new_tokens` new tokens each (the prompts' own prefill rows too).
-    pub(crate) fn kv_bytes(&self, prompts: usize, sequences: usize, longest: usize, max_new_tokens: usize) -> u64 {
-        let capacity = longest.max(1).saturating_add(max_new_tokens.max(1));
-        kv_cache_bytes(&self.model, prompts.saturating_add(sequences), capacity)
-    }
 }
 
 /// What the APIs need besides the engine.

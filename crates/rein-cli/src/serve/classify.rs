@@ -8,7 +8,7 @@
 //! models read). Texts are tokenised as given (render chat templates before sending). Requests
 //! run one at a time; the texts of one are scored in batches of similar lengths.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use hyper::Method;
 use rein_model::Cpu;
@@ -26,11 +26,16 @@ pub(super) struct Classifier {
     model: Mutex<SequenceClassifier<Cpu>>,
     tokenizer: LmTokenizer,
     name: String,
+    /// The longest input it scores (`--max-model-len`).
+    max_len: usize,
+    vocab: usize,
 }
 
 impl Classifier {
-    pub(super) fn new(model: SequenceClassifier<Cpu>, tokenizer: LmTokenizer, name: String) -> Self {
+    pub(super) fn new(model: SequenceClassifier<Cpu>, tokenizer: LmTokenizer, name: String, max_len: usize) -> Self {
         Self {
+            max_len,
+            vocab: model.config().vocab_size,
             model: Mutex::new(model),
             tokenizer,
             name,
@@ -53,10 +58,21 @@ impl Classifier {
         if let Some(i) = ids.iter().position(Vec::is_empty) {
             return Err(format!("input {i} is empty: there is no last token to classify"));
         }
-        let model = self
-            .model
-            .lock()
-            .map_err(|_| "the classifier failed earlier".to_string())?;
+        if let Some(i) = ids.iter().position(|ids| ids.len() > self.max_len) {
+            return Err(format!(
+                "input {i} has {} tokens; this model's maximum context length is {} tokens (--max-model-len)",
+                ids[i].len(),
+                self.max_len
+            ));
+        }
+        if let Some(&id) = ids.iter().flatten().find(|&&id| id as usize >= self.vocab) {
+            return Err(format!(
+                "token id {id} is outside the vocabulary ({} tokens)",
+                self.vocab
+            ));
+        }
+        // Scoring does not change the model, so a request that panicked left it whole.
+        let model = self.model.lock().unwrap_or_else(PoisonError::into_inner);
         let labels = model.labels().to_vec();
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by_key(|&i| ids[i].len());

@@ -15,7 +15,7 @@ use rein_model::Cpu;
 use rein_model::lm::{CausalLm, LmTokenizer, load};
 use rein_sampler::{Generation, GenerationConfig, ScoredToken, generate_seeded, prompt_logprobs, stop_check};
 
-use super::api::RequestLimits;
+use super::limits::RequestLimits;
 
 /// One request's generation work.
 #[derive(Clone)]

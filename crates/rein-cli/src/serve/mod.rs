@@ -19,6 +19,7 @@ mod api;
 mod classify;
 mod engine;
 mod http;
+mod limits;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,9 +38,10 @@ use rein_sampler::protocol::{
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use api::{Api, BadRequest, RequestLimits};
+use api::{Api, BadRequest};
 use engine::{Done, Engine, Work};
 use http::HttpLimits;
+use limits::RequestLimits;
 
 #[derive(Args, Debug)]
 pub(crate) struct ServeArgs {
@@ -134,7 +136,8 @@ impl ServeArgs {
             );
             let model = SequenceClassifier::load(&self.model, &device).with_context(loading)?;
             let tokenizer = LmTokenizer::load(&rein_model::lm::locate(&self.model)?, &[])?;
-            Arc::new(classify::Classifier::new(model, tokenizer, name))
+            let max_len = self.context_length(model.config().max_position_embeddings)?;
+            Arc::new(classify::Classifier::new(model, tokenizer, name, max_len))
         } else {
             let model = load::<rein_model::Cpu>(&self.model, &device)
                 .with_context(loading)?
@@ -188,9 +191,8 @@ impl ServeArgs {
         http::serve(listener, handler, limits)
     }
 
-    /// The limits on each generation request, `--max-model-len` checked against the model's.
-    fn request_limits(&self, model: &rein_model::lm::LmConfig) -> anyhow::Result<RequestLimits> {
-        let max_position_embeddings = model.max_position_embeddings;
+    /// `--max-model-len`, checked against the model's context.
+    fn context_length(&self, max_position_embeddings: usize) -> anyhow::Result<usize> {
         let max_model_len = self.max_model_len.unwrap_or(max_position_embeddings);
         anyhow::ensure!(
             (1..=max_position_embeddings).contains(&max_model_len),
@@ -198,6 +200,12 @@ impl ServeArgs {
              (max_position_embeddings in {})",
             self.model.display()
         );
+        Ok(max_model_len)
+    }
+
+    /// The limits on each generation request.
+    fn request_limits(&self, model: &rein_model::lm::LmConfig) -> anyhow::Result<RequestLimits> {
+        let max_model_len = self.context_length(model.max_position_embeddings)?;
         anyhow::ensure!(self.max_num_seqs >= 1, "--max-num-seqs must be at least 1");
         Ok(RequestLimits {
             max_model_len,
