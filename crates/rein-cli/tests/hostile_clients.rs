@@ -120,6 +120,13 @@ fn ordinary_body() -> Value {
     json!({"prompt": "The answer is", "max_tokens": 8, "temperature": 0})
 }
 
+/// The ordinary request with `extra`'s keys added or replaced.
+fn completion(extra: Value) -> Value {
+    let mut body = ordinary_body();
+    body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    body
+}
+
 fn request(path: &str, body: &str, headers: &[&str]) -> Vec<u8> {
     let mut head = format!(
         "POST {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\n\
@@ -153,11 +160,6 @@ fn requests_past_the_limits_are_refused_naming_them_and_the_server_goes_on() {
     let server = Server::start(&[]);
     let expected = server.ordinary();
     let huge = 1_099_511_627_776u64;
-    let completion = |extra: Value| {
-        let mut body = ordinary_body();
-        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        body
-    };
     // Sizes past the context: one that would have sized the RoPE tables at 2^40 positions, and
     // one merely longer than the model was trained for.
     for tokens in [huge, 100_000] {
@@ -235,11 +237,6 @@ fn requests_past_the_limits_are_refused_naming_them_and_the_server_goes_on() {
 fn values_outside_their_ranges_are_refused_as_openai_and_vllm_refuse_them() {
     let server = Server::start(&[]);
     let expected = server.ordinary();
-    let completion = |extra: Value| {
-        let mut body = ordinary_body();
-        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        body
-    };
     for (key, value) in [
         ("top_p", json!(7)),
         ("top_p", json!(0)),
