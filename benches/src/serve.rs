@@ -4,10 +4,10 @@
 //! process as one batch (`rein generate`'s path), same model, seeds and tokens: SmolLM2-135M-
 //! Instruct (f32), 64 new tokens each. Each figure is the best of 2 runs.
 //!
-//! Then what one long request costs the others: the latency (median and worst of 20) of short
+//! Then what one long request costs the others: the latency (median and worst of 10) of short
 //! greedy requests (a one-line prompt, 8 new tokens) sent one after another to an idle server,
-//! and again while another client keeps the server busy with long requests (a 2,048-token prompt,
-//! 8 samples of 256 tokens each), one after another.
+//! and again while another client keeps the server busy with long requests (a 1,024-token prompt,
+//! 4 samples of 128 tokens each), one after another.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -131,7 +131,7 @@ pub fn run() -> anyhow::Result<Report> {
 }
 
 /// Short requests timed per latency figure.
-const SHORT: usize = 20;
+const SHORT: usize = 10;
 
 /// POSTs `body` to `path` and returns the answer's body (`Connection: close`).
 fn post(address: &str, path: &str, body: &serde_json::Value) -> anyhow::Result<String> {
@@ -166,9 +166,9 @@ fn beside_long_requests(address: &str, tokenizer: &LmTokenizer) -> anyhow::Resul
     let long_prompt: Vec<u32> = tokenizer
         .encode(&"The quick brown fox jumps over the lazy dog. ".repeat(400))?
         .into_iter()
-        .take(2048)
+        .take(1024)
         .collect();
-    let body = serde_json::json!({"prompt": long_prompt, "max_tokens": 256, "n": 8, "temperature": 1.0});
+    let body = serde_json::json!({"prompt": long_prompt, "max_tokens": 128, "n": 4, "temperature": 1.0});
     let done = Arc::new(AtomicBool::new(false));
     let long = {
         let (address, done) = (address.to_string(), done.clone());
