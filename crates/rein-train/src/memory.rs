@@ -39,8 +39,18 @@ pub fn peak_rss_mib() -> Option<f64> {
 /// The memory the kernel says can be allocated without swapping (`MemAvailable` in
 /// `/proc/meminfo`), in bytes; `None` where there is no `/proc/meminfo`.
 pub fn available_bytes() -> Option<u64> {
+    meminfo_bytes("MemAvailable:")
+}
+
+/// The machine's memory (`MemTotal` in `/proc/meminfo`), in bytes; `None` where there is no
+/// `/proc/meminfo`.
+pub fn total_bytes() -> Option<u64> {
+    meminfo_bytes("MemTotal:")
+}
+
+fn meminfo_bytes(key: &str) -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let line = info.lines().find(|l| l.starts_with(key))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }

@@ -212,7 +212,9 @@ impl ServeArgs {
             max_num_seqs: self.max_num_seqs,
             max_stop_strings: self.max_stop_strings,
             max_stop_bytes: self.max_stop_bytes,
-            max_kv_cache_bytes: self.max_kv_cache_bytes.unwrap_or_else(|| memory_bytes() / 4),
+            // A quarter of the machine's memory (of 16 GiB where /proc/meminfo cannot be read).
+            max_kv_cache_bytes: (self.max_kv_cache_bytes)
+                .unwrap_or_else(|| rein_train::memory::total_bytes().unwrap_or(16 << 30) / 4),
             model: model.clone(),
         })
     }
@@ -367,16 +369,6 @@ impl State {
             Err(message) => (400, json!(refused(message))),
         }
     }
-}
-
-/// The machine's memory (`MemTotal` in /proc/meminfo; 16 GiB where that cannot be read).
-fn memory_bytes() -> u64 {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    (meminfo.lines())
-        .find_map(|line| line.strip_prefix("MemTotal:"))
-        .and_then(|rest| rest.trim().strip_suffix("kB"))
-        .and_then(|kb| kb.trim().parse::<u64>().ok())
-        .map_or(16 << 30, |kb| kb * 1024)
 }
 
 fn seed_from_clock() -> u64 {
