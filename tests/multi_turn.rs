@@ -11,8 +11,10 @@ use burn::backend::Flex;
 use burn::tensor::{Tensor, TensorData};
 use logits::logits;
 use rein_model::lm::CausalLm;
-use rein_sampler::{AfterTurn, GenerationConfig, Session, prompt_logprobs, top_logprobs};
-use tiny_lm::{VOCAB, tiny_model};
+use rein_sampler::{
+    AfterTurn, Decoding, GenerationConfig, Prefill, Session, generate_seeded, prompt_logprobs, top_logprobs,
+};
+use tiny_lm::{FAMILIES, VOCAB, tiny_family, tiny_model};
 
 type B = Flex;
 
@@ -127,6 +129,91 @@ fn one_turn_of_a_session_is_generation() {
         assert_eq!(g.finish, t.finish);
         for (a, b) in g.logprobs.iter().zip(&t.logprobs) {
             assert!((a - b).abs() < 1e-5);
+        }
+    }
+}
+
+/// Generation decoded a few steps at a time ([`Decoding`], what `rein serve` runs to share
+/// itself between requests) draws exactly what one call draws: tokens, log-probabilities, top
+/// alternatives and finish reasons, bit for bit, for slices of 1, 2 and 5 steps, with a stop
+/// condition that ends some sequences early.
+#[test]
+fn generation_in_slices_is_generation_in_one_call() {
+    let model = tiny_model(6);
+    let prompts = vec![vec![1, 2, 3], vec![4], vec![7, 8, 9, 10]];
+    let seeds = [11, 12, 13];
+    let config = GenerationConfig {
+        max_new_tokens: 12,
+        temperature: 0.9,
+        top_logprobs: 2,
+        n: 2,
+        stop_token_ids: vec![3],
+        ..GenerationConfig::default()
+    };
+    let device = Default::default();
+    let mut stop = |seq: usize, tokens: &[u32]| seq % 3 == 1 && tokens.len() == 4;
+    let whole = generate_seeded(&model, &prompts, &seeds, &config, 0, &mut stop, &device);
+    let longest = whole.iter().map(|g| g.tokens.len()).max().unwrap_or(0);
+    for slice in [1, 2, 5] {
+        let mut decoding = Decoding::start(&model, &prompts, &seeds, &config, 0, &device);
+        let mut slices = 1;
+        while !decoding.advance(slice, &mut stop) {
+            slices += 1;
+        }
+        assert!(slices >= longest.div_ceil(slice), "{slices} slices of {slice} steps");
+        assert_eq!(decoding.into_generations(), whole, "slices of {slice} steps");
+    }
+    let lengths: Vec<_> = whole.iter().map(|g| g.tokens.len()).collect();
+    assert!(
+        lengths.contains(&4) && lengths.contains(&12),
+        "no sequence ended early, or none ran to the limit: {lengths:?}"
+    );
+}
+
+/// A prefill in chunks of columns ([`Prefill`], `rein serve`'s for long prompts) gives every
+/// sequence the next-token logits of the one-pass prefill (1e-4) and the same routing, for
+/// each family's shapes (Gemma 3's sliding window of 2 keys across chunk boundaries, a
+/// mixture of experts' routes), prompts of different lengths (the short ones' first chunks all
+/// padding) and chunks of 1, 2 and 4 columns; then the same greedy tokens.
+#[test]
+fn a_prefill_in_chunks_is_the_prefill_in_one_pass() {
+    let prompts = vec![vec![1, 2, 3, 4, 5, 6, 7, 8, 9], vec![4, 5], vec![7, 8, 9, 10, 11, 12]];
+    let seeds = [1, 2, 3];
+    let config = GenerationConfig {
+        max_new_tokens: 6,
+        temperature: 0.0,
+        n: 2,
+        ..GenerationConfig::default()
+    };
+    let device = Default::default();
+    for family in FAMILIES {
+        let model = tiny_family(family, 3);
+        let whole = Session::start_seeded(&model, &prompts, &seeds, &config, 0, &device);
+        let greedy = generate_seeded(&model, &prompts, &seeds, &config, 0, &mut |_, _| false, &device);
+        assert!(greedy.iter().all(|g| g.tokens.len() == 6));
+        for chunk in [1, 2, 4] {
+            let chunked = Prefill::new(&model, &prompts, &seeds, &config, 0, chunk, &device).into_session();
+            for seq in 0..whole.len() {
+                let (a, b) = (whole.next_logits(seq).unwrap(), chunked.next_logits(seq).unwrap());
+                let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+                assert!(worst < 1e-4, "{family}, chunks of {chunk}, sequence {seq}: {worst}");
+                assert_eq!(whole.routes(seq), chunked.routes(seq), "{family}, chunks of {chunk}");
+            }
+            let mut decoding = Decoding::in_chunks(&model, &prompts, &seeds, &config, 0, chunk, &device);
+            let mut steps = 0;
+            while !decoding.advance(1, &mut |_, _| false) {
+                steps += 1;
+            }
+            assert!(
+                steps >= 9usize.div_ceil(chunk),
+                "{family}: the prefill took {steps} steps"
+            );
+            let tokens = |g: &[rein_sampler::Generation]| g.iter().map(|g| g.tokens.clone()).collect::<Vec<_>>();
+            assert_eq!(
+                tokens(&decoding.into_generations()),
+                tokens(&greedy),
+                "{family}, chunks of {chunk}"
+            );
         }
     }
 }

@@ -6,12 +6,12 @@
 //! feeds one token per live sequence; sequences that finish are dropped from the batch and the
 //! cache, so they stop costing compute. Single-turn generation is one turn of a
 //! [`crate::Session`], which multi-turn rollouts drive turn by turn; tokens are chosen as
-//! [`crate::choose`] says.
+//! [`crate::choose`] says. [`Decoding`] is the same generation taken a few steps at a time.
 
 use rein_model::ReinBackend;
 use rein_model::lm::CausalLm;
 
-use crate::session::{AfterTurn, Session, TurnOutput, prompt_seed};
+use crate::session::{AfterTurn, Prefill, Session, Turn, TurnOutput, prompt_seed};
 use crate::token_choice::{FinishReason, GenerationConfig};
 
 /// One generated sequence.
@@ -63,41 +63,131 @@ pub fn generate_seeded<B: ReinBackend>(
     stop: &mut dyn FnMut(usize, &[u32]) -> bool,
     device: &B::Device,
 ) -> Vec<Generation> {
-    let n = config.n.max(1);
-    let mut routes: Vec<Option<Vec<Vec<u32>>>> = Vec::new();
-    let mut turns = match prompts.is_empty() || config.max_new_tokens == 0 {
-        true => Vec::new(),
-        false => {
-            let mut session = Session::start_seeded(model, prompts, seeds, config, pad_id, device);
-            let all: Vec<usize> = (0..session.len()).collect();
-            let turns = session.turn(&all, AfterTurn::End, stop);
-            let moe = model.config().moe().is_some();
-            routes = all
-                .iter()
-                .map(|&seq| moe.then(|| session.routes(seq).to_vec()))
-                .collect();
-            turns
+    let mut decoding = Decoding::start(model, prompts, seeds, config, pad_id, device);
+    decoding.advance(usize::MAX, stop);
+    decoding.into_generations()
+}
+
+/// [`generate_seeded`] a few steps at a time: a server decoding several batches in turn, so a
+/// long one does not hold up the others. The slices draw the same tokens as one call; a
+/// prefill in chunks ([`Decoding::in_chunks`]) computes the same logits within float rounding.
+pub struct Decoding<'m, B: ReinBackend> {
+    stage: Stage<'m, B>,
+    prompts: usize,
+    n: usize,
+    /// Whether the model is a mixture of experts (its routing is reported).
+    moe: bool,
+}
+
+enum Stage<'m, B: ReinBackend> {
+    Prefill(Prefill<'m, B>),
+    /// With the turn under way.
+    Turn(Session<'m, B>, Turn),
+    /// Nothing to decode (no prompts, or no new tokens).
+    Empty,
+}
+
+impl<'m, B: ReinBackend> Decoding<'m, B> {
+    /// Prefills `prompts` in one pass (as [`Session::start_seeded`]) and begins their one turn.
+    pub fn start(
+        model: &'m CausalLm<B>,
+        prompts: &[Vec<u32>],
+        seeds: &[u64],
+        config: &GenerationConfig,
+        pad_id: u32,
+        device: &B::Device,
+    ) -> Self {
+        let mut decoding = Self::in_chunks(model, prompts, seeds, config, pad_id, usize::MAX, device);
+        decoding.advance(1, &mut |_, _| false);
+        decoding
+    }
+
+    /// A generation whose prompts (left-padded into one batch) [`Decoding::advance`] prefills
+    /// `chunk` columns per step before it decodes: prompts up to `chunk` tokens in one pass, as
+    /// [`Decoding::start`] does.
+    pub fn in_chunks(
+        model: &'m CausalLm<B>,
+        prompts: &[Vec<u32>],
+        seeds: &[u64],
+        config: &GenerationConfig,
+        pad_id: u32,
+        chunk: usize,
+        device: &B::Device,
+    ) -> Self {
+        let stage = match prompts.is_empty() || config.max_new_tokens == 0 {
+            true => Stage::Empty,
+            false => Stage::Prefill(Prefill::new(model, prompts, seeds, config, pad_id, chunk, device)),
+        };
+        Self {
+            stage,
+            prompts: prompts.len(),
+            n: config.n.max(1),
+            moe: model.config().moe().is_some(),
         }
     }
-    .into_iter();
-    let mut routes = routes.into_iter();
-    (0..prompts.len() * n)
-        .map(|i| {
-            let turn = turns.next().unwrap_or(TurnOutput {
-                tokens: Vec::new(),
-                logprobs: Vec::new(),
-                top_logprobs: Vec::new(),
-                finish: FinishReason::Length,
-            });
-            Generation {
-                prompt: i / n,
-                sample: i % n,
-                tokens: turn.tokens,
-                logprobs: turn.logprobs,
-                top_logprobs: turn.top_logprobs,
-                finish: turn.finish,
-                routes: routes.next().flatten(),
+
+    /// Runs at most `steps` more steps — a chunk of the prefill, or one new token of every
+    /// sequence not yet finished — and says whether all have finished. `stop` as in [`generate`].
+    pub fn advance(&mut self, steps: usize, stop: &mut dyn FnMut(usize, &[u32]) -> bool) -> bool {
+        let mut left = steps;
+        while left > 0 {
+            match &mut self.stage {
+                Stage::Prefill(prefill) => {
+                    left -= 1;
+                    if prefill.advance() {
+                        self.begin_turn();
+                    }
+                }
+                Stage::Turn(session, turn) => return session.continue_turn(turn, left, AfterTurn::End, stop),
+                Stage::Empty => return true,
             }
-        })
-        .collect()
+        }
+        false
+    }
+
+    /// From the prefill (fed whole, if it is not yet) to the turn; nothing at a later stage.
+    fn begin_turn(&mut self) {
+        if !matches!(self.stage, Stage::Prefill(_)) {
+            return;
+        }
+        if let Stage::Prefill(prefill) = std::mem::replace(&mut self.stage, Stage::Empty) {
+            let session = prefill.into_session();
+            let turn = session.begin_turn(&(0..session.len()).collect::<Vec<_>>());
+            self.stage = Stage::Turn(session, turn);
+        }
+    }
+
+    /// The generations, in the order `prompt * n + sample` (cut short where not finished).
+    pub fn into_generations(mut self) -> Vec<Generation> {
+        self.begin_turn();
+        let (turns, routes) = match self.stage {
+            Stage::Turn(session, turn) => {
+                let routes: Vec<_> = (0..session.len())
+                    .map(|seq| self.moe.then(|| session.routes(seq).to_vec()))
+                    .collect();
+                (turn.into_outputs(), routes)
+            }
+            _ => (Vec::new(), Vec::new()),
+        };
+        let (mut turns, mut routes) = (turns.into_iter(), routes.into_iter());
+        (0..self.prompts * self.n)
+            .map(|i| {
+                let turn = turns.next().unwrap_or(TurnOutput {
+                    tokens: Vec::new(),
+                    logprobs: Vec::new(),
+                    top_logprobs: Vec::new(),
+                    finish: FinishReason::Length,
+                });
+                Generation {
+                    prompt: i / self.n,
+                    sample: i % self.n,
+                    tokens: turn.tokens,
+                    logprobs: turn.logprobs,
+                    top_logprobs: turn.top_logprobs,
+                    finish: turn.finish,
+                    routes: routes.next().flatten(),
+                }
+            })
+            .collect()
+    }
 }

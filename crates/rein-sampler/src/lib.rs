@@ -31,7 +31,7 @@ mod session;
 mod stop;
 mod token_choice;
 
-pub use batch_decode::{Generation, generate, generate_seeded};
+pub use batch_decode::{Decoding, Generation, generate, generate_seeded};
 pub use categorical::{categorical_entropy, categorical_log_prob, sample_categorical};
 pub use gaussian::{gaussian_entropy, gaussian_log_prob, sample_gaussian};
 pub use generator::{Generator, GeneratorError, NativeGenerator};
@@ -40,6 +40,6 @@ pub use http_classifier::HttpClassifier;
 pub use http_judge::HttpJudge;
 pub use prompt_logprobs::{ScoredToken, prompt_logprobs};
 pub use rein_core::SeededRng;
-pub use session::{AfterTurn, Session, TurnOutput, prompt_seed};
+pub use session::{AfterTurn, Prefill, Session, Turn, TurnOutput, prompt_seed};
 pub use stop::{completion_text, stop_check};
 pub use token_choice::{FinishReason, GenerationConfig, allowed_tokens, choose, token_logprob, top_logprobs};

@@ -1,7 +1,8 @@
 //! Conversations decoded turn by turn, each keeping its key/value cache between turns.
 //!
 //! A [`Session`] prefills a batch of prompts once (left-padded; each prompt's `n` samples copy
-//! its cache rows), then alternates:
+//! its cache rows; in one pass, or a chunk of positions at a time through [`Prefill`]), then
+//! alternates:
 //! - [`Session::turn`]: every live sequence asked for samples tokens until a stop token, the
 //!   caller's stop check or the turn's token limit. All of them decode together, one token per
 //!   step; a sequence whose turn has ended is fed a masked padding slot until the others end
@@ -9,6 +10,8 @@
 //! - [`Session::append`]: the tokens the environment adds after a turn (a tool result, the next
 //!   turn's header) are prefilled after each sequence's cached tokens, batched; the prefix is
 //!   never encoded again.
+//! - [`Session::begin_turn`] and [`Session::continue_turn`]: a turn decoded a few steps at a
+//!   time (a server sharing itself between sessions); the same tokens as one `turn` call.
 //! - [`Session::end`]: a finished conversation leaves the cache and stops costing compute.
 //!
 //! Positions count each sequence's real tokens only, so padding slots change nothing: a
@@ -28,6 +31,10 @@ use rein_model::lm::{CausalLm, Context, FusedProjections, KvCache, Rope, Routing
 use crate::token_choice::{FinishReason, GenerationConfig, choose_with_top};
 use rein_core::SeededRng;
 
+mod prefill;
+
+pub use prefill::Prefill;
+
 /// The tokens one sequence sampled in one turn.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnOutput {
@@ -40,6 +47,28 @@ pub struct TurnOutput {
     pub top_logprobs: Vec<Vec<(u32, f32)>>,
     /// Why the turn ended.
     pub finish: FinishReason,
+}
+
+/// A turn under way ([`Session::begin_turn`]): what each sequence has sampled so far.
+pub struct Turn {
+    /// In the order of the turn's sequences.
+    outputs: Vec<TurnOutput>,
+    /// Per sequence of the session, its index in `outputs` while its turn goes on.
+    active: Vec<Option<usize>>,
+    /// Steps decoded so far.
+    step: usize,
+}
+
+impl Turn {
+    /// Whether every sequence's turn has ended (`limit`: the session's `max_new_tokens`).
+    fn is_over(&self, limit: usize) -> bool {
+        self.step >= limit || self.active.iter().all(Option::is_none)
+    }
+
+    /// The tokens each sequence sampled, in the order the turn was begun with.
+    pub fn into_outputs(self) -> Vec<TurnOutput> {
+        self.outputs
+    }
 }
 
 /// One sequence's draw at one step: the token and its log-probability, and the most likely
@@ -135,79 +164,7 @@ impl<'m, B: ReinBackend> Session<'m, B> {
         pad_id: u32,
         device: &B::Device,
     ) -> Self {
-        assert_eq!(seeds.len(), prompts.len(), "one seed per prompt");
-        let n = config.n.max(1);
-        let width = prompts.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        let mut session = Self {
-            model,
-            fused: model.fused_projections().with_precision(config.precision),
-            rope: model.rope(width + 2 * config.max_new_tokens.max(1), device),
-            config: config.clone(),
-            pad_id,
-            vocab: model.config().vocab_size,
-            sequences: (0..prompts.len() * n)
-                .map(|i| Sequence {
-                    shard: None,
-                    position: prompts[i / n].len() as i64,
-                    logits: Vec::new(),
-                    pending: None,
-                    rng: sample_rng(seeds[i / n], i % n),
-                    routes: Vec::new(),
-                })
-                .collect(),
-            shards: Vec::new(),
-            device: device.clone(),
-        };
-        if prompts.is_empty() {
-            return session;
-        }
-        let p = prompts.len();
-        let mut cache = KvCache::new(model.config(), p, width + config.max_new_tokens.max(1), device);
-        let mut feed = Feed {
-            tokens: Vec::with_capacity(p * width),
-            positions: Vec::with_capacity(p * width),
-            padding: Vec::with_capacity(p * width),
-            width,
-        };
-        for prompt in prompts {
-            feed.push_row(prompt, 0, width, pad_id);
-        }
-        let fed = session.forward(&mut cache, &feed);
-        if n > 1 {
-            cache.retain(&(0..p * n).map(|i| i / n).collect::<Vec<_>>());
-        }
-        for (i, sequence) in session.sequences.iter_mut().enumerate() {
-            let row = i / n;
-            sequence.logits = fed.logits[row * session.vocab..(row + 1) * session.vocab].to_vec();
-            if let Some(routes) = &fed.routes {
-                feed.record_row(routes, row, &mut sequence.routes);
-            }
-        }
-        // Shards of contiguous rows.
-        let rows = p * n;
-        let count = B::decode_shards(rows).clamp(1, rows);
-        let size = rows.div_ceil(count);
-        let starts: Vec<usize> = (0..rows).step_by(size).collect();
-        let mut whole = Some(cache);
-        for (s, &start) in starts.iter().enumerate() {
-            let range: Vec<usize> = (start..(start + size).min(rows)).collect();
-            let shard_cache = match starts.len() {
-                1 => whole.take().expect("one shard takes the whole cache"),
-                _ => {
-                    let mut c = whole.clone().expect("the prefilled cache");
-                    c.retain(&range);
-                    c
-                }
-            };
-            for &seq in &range {
-                session.sequences[seq].shard = Some(s);
-            }
-            session.shards.push(Shard {
-                rows: range,
-                cache: shard_cache,
-            });
-        }
-        session
+        Prefill::new(model, prompts, seeds, config, pad_id, usize::MAX, device).into_session()
     }
 
     /// Sequences in the session (ended ones included).
@@ -248,15 +205,15 @@ impl<'m, B: ReinBackend> Session<'m, B> {
         after: AfterTurn,
         stop: &mut dyn FnMut(usize, &[u32]) -> bool,
     ) -> Vec<TurnOutput> {
-        let mut out: Vec<TurnOutput> = seqs
-            .iter()
-            .map(|_| TurnOutput {
-                tokens: Vec::new(),
-                logprobs: Vec::new(),
-                top_logprobs: Vec::new(),
-                finish: FinishReason::Length,
-            })
-            .collect();
+        let mut turn = self.begin_turn(seqs);
+        self.continue_turn(&mut turn, usize::MAX, after, stop);
+        turn.into_outputs()
+    }
+
+    /// A turn of each of `seqs` (live, with their next-token logits current) that
+    /// [`Session::continue_turn`] decodes a few steps at a time: [`Session::turn`] in slices,
+    /// so a server can share itself out between sessions. The slices draw what one call draws.
+    pub fn begin_turn(&self, seqs: &[usize]) -> Turn {
         let mut active: Vec<Option<usize>> = vec![None; self.sequences.len()];
         for (i, &seq) in seqs.iter().enumerate() {
             assert!(
@@ -265,13 +222,41 @@ impl<'m, B: ReinBackend> Session<'m, B> {
             );
             active[seq] = Some(i);
         }
+        Turn {
+            outputs: seqs
+                .iter()
+                .map(|_| TurnOutput {
+                    tokens: Vec::new(),
+                    logprobs: Vec::new(),
+                    top_logprobs: Vec::new(),
+                    finish: FinishReason::Length,
+                })
+                .collect(),
+            active,
+            step: 0,
+        }
+    }
+
+    /// Decodes at most `steps` more steps of `turn` (one token per sequence still in it) and
+    /// says whether the turn is over. `after` and `stop` as in [`Session::turn`].
+    pub fn continue_turn(
+        &mut self,
+        turn: &mut Turn,
+        steps: usize,
+        after: AfterTurn,
+        stop: &mut dyn FnMut(usize, &[u32]) -> bool,
+    ) -> bool {
         let limit = self.config.max_new_tokens;
-        for step in 0..limit {
+        let last = turn.step.saturating_add(steps).min(limit);
+        let active = &mut turn.active;
+        while turn.step < last && active.iter().any(Option::is_some) {
+            let step = turn.step;
+            turn.step += 1;
             // Each sequence draws from its own stream, so they can draw on every thread at once
             // (a softmax over the whole vocabulary each).
             let config = &self.config;
             let mut choices: Vec<Option<Choice>> = active.iter().map(|_| None).collect();
-            let draws = self.sequences.iter_mut().zip(&active).zip(&mut choices);
+            let draws = self.sequences.iter_mut().zip(active.iter()).zip(&mut choices);
             let draws: Vec<_> = draws.filter(|((_, slot), _)| slot.is_some()).collect();
             team::for_each(draws, |((sequence, _), choice)| {
                 let (sampled, top) = choose_with_top(&sequence.logits, config, &mut sequence.rng);
@@ -291,15 +276,15 @@ impl<'m, B: ReinBackend> Session<'m, B> {
                 };
                 let sequence = &mut self.sequences[seq];
                 sequence.pending = Some(token);
-                let turn = &mut out[i];
-                turn.tokens.push(token);
-                turn.logprobs.push(logprob);
+                let out = &mut turn.outputs[i];
+                out.tokens.push(token);
+                out.logprobs.push(logprob);
                 if config.top_logprobs > 0 {
-                    turn.top_logprobs.push(top);
+                    out.top_logprobs.push(top);
                 }
                 let finish = if self.config.stop_token_ids.contains(&token) {
                     Some(FinishReason::StopToken)
-                } else if stop(seq, &turn.tokens) {
+                } else if stop(seq, &out.tokens) {
                     Some(FinishReason::StopCondition)
                 } else if step + 1 == limit {
                     Some(FinishReason::Length)
@@ -307,7 +292,7 @@ impl<'m, B: ReinBackend> Session<'m, B> {
                     None
                 };
                 if let Some(reason) = finish {
-                    turn.finish = reason;
+                    out.finish = reason;
                     *slot = None;
                     ended.push(seq);
                 }
@@ -321,7 +306,7 @@ impl<'m, B: ReinBackend> Session<'m, B> {
             }
             self.decode(&feeding);
         }
-        out
+        turn.is_over(limit)
     }
 
     /// Feeds each live sequence's pending token where `feeding`, a padding slot elsewhere, in
@@ -472,11 +457,6 @@ impl<'m, B: ReinBackend> Session<'m, B> {
             *out = Some(run(shard))
         });
         outs.into_iter().map(|out| out.expect("each shard ran")).collect()
-    }
-
-    /// The prefill's forward pass (one cache, not yet sharded).
-    fn forward(&self, cache: &mut KvCache<B>, feed: &Feed) -> Fed {
-        forward_feed(self.model, &self.rope, &self.fused, cache, feed, &self.device)
     }
 }
 

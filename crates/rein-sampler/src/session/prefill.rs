@@ -1,0 +1,192 @@
+//! A batch's prompts prefilled a chunk of columns at a time ([`Prefill`]), so a server can put
+//! other batches' decoding between the chunks of a long prompt (vLLM's chunked prefill).
+//!
+//! The prompts are left-padded into one `[prompts, width]` feed, as [`Session::start_seeded`]
+//! feeds them; each pass runs the next `chunk` columns of it through the cache, whose keys and
+//! values the later columns attend to as a turn's appended tokens do. One chunk as wide as the
+//! feed is `start_seeded`'s one pass, bit for bit; narrower chunks compute the same function in
+//! another order (equal within float rounding, tests/multi_turn.rs).
+
+use rein_model::ReinBackend;
+use rein_model::lm::{CausalLm, KvCache};
+
+use super::{Feed, Sequence, Session, Shard, forward_feed, sample_rng};
+use crate::token_choice::GenerationConfig;
+
+/// Prompts being prefilled; [`Prefill::into_session`] once [`Prefill::advance`] has fed them all.
+pub struct Prefill<'m, B: ReinBackend> {
+    /// The session to be, its sequences without logits and shards yet.
+    session: Session<'m, B>,
+    /// The prompts' cache, one row per prompt (`None` without prompts).
+    cache: Option<KvCache<B>>,
+    /// The left-padded prompts, `[prompts, width]`.
+    feed: Feed,
+    /// Columns fed so far, and per pass.
+    done: usize,
+    chunk: usize,
+    /// The last column's logits once every column is fed, `[prompts, vocab]`.
+    logits: Vec<f32>,
+    /// Per prompt, a mixture of experts' routing of its tokens fed so far.
+    routes: Vec<Vec<Vec<u32>>>,
+}
+
+impl<'m, B: ReinBackend> Prefill<'m, B> {
+    /// Sets up the session of [`Session::start_seeded`]'s arguments, whose prompts will be fed
+    /// `chunk` columns a pass (at least one).
+    pub fn new(
+        model: &'m CausalLm<B>,
+        prompts: &[Vec<u32>],
+        seeds: &[u64],
+        config: &GenerationConfig,
+        pad_id: u32,
+        chunk: usize,
+        device: &B::Device,
+    ) -> Self {
+        assert_eq!(seeds.len(), prompts.len(), "one seed per prompt");
+        let n = config.n.max(1);
+        let width = prompts.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let session = Session {
+            model,
+            fused: model.fused_projections().with_precision(config.precision),
+            rope: model.rope(width + 2 * config.max_new_tokens.max(1), device),
+            config: config.clone(),
+            pad_id,
+            vocab: model.config().vocab_size,
+            sequences: (0..prompts.len() * n)
+                .map(|i| Sequence {
+                    shard: None,
+                    position: prompts[i / n].len() as i64,
+                    logits: Vec::new(),
+                    pending: None,
+                    rng: sample_rng(seeds[i / n], i % n),
+                    routes: Vec::new(),
+                })
+                .collect(),
+            shards: Vec::new(),
+            device: device.clone(),
+        };
+        let p = prompts.len();
+        let cache = (p > 0).then(|| KvCache::new(model.config(), p, width + config.max_new_tokens.max(1), device));
+        let mut feed = Feed {
+            tokens: Vec::with_capacity(p * width),
+            positions: Vec::with_capacity(p * width),
+            padding: Vec::with_capacity(p * width),
+            width,
+        };
+        for prompt in prompts {
+            feed.push_row(prompt, 0, width, pad_id);
+        }
+        Self {
+            session,
+            cache,
+            feed,
+            done: 0,
+            chunk: chunk.max(1),
+            logits: Vec::new(),
+            routes: vec![Vec::new(); p],
+        }
+    }
+
+    /// Feeds the next chunk of columns; says whether every column has been fed.
+    pub fn advance(&mut self) -> bool {
+        let Some(cache) = &mut self.cache else {
+            return true;
+        };
+        if self.done == self.feed.width {
+            return true;
+        }
+        let end = self.feed.width.min(self.done + self.chunk);
+        let columns = match (self.done, end) {
+            (0, end) if end == self.feed.width => None, // the whole feed: no copy
+            (start, end) => Some(self.feed.columns(start, end)),
+        };
+        let feed = columns.as_ref().unwrap_or(&self.feed);
+        let session = &self.session;
+        let fed = forward_feed(
+            session.model,
+            &session.rope,
+            &session.fused,
+            cache,
+            feed,
+            &session.device,
+        );
+        if let Some(routes) = &fed.routes {
+            for (row, record) in self.routes.iter_mut().enumerate() {
+                feed.record_row(routes, row, record);
+            }
+        }
+        self.done = end;
+        if end == self.feed.width {
+            self.logits = fed.logits;
+        }
+        end == self.feed.width
+    }
+
+    /// The prefilled session: each prompt's `n` sequences with its cache rows, logits and
+    /// routing, in shards of contiguous rows. Feeds what [`Prefill::advance`] has not yet.
+    pub fn into_session(mut self) -> Session<'m, B> {
+        while !self.advance() {}
+        let mut session = self.session;
+        let Some(mut cache) = self.cache else {
+            return session;
+        };
+        let (p, n, vocab) = (self.routes.len(), session.config.n.max(1), session.vocab);
+        if n > 1 {
+            cache.retain(&(0..p * n).map(|i| i / n).collect::<Vec<_>>());
+        }
+        for (i, sequence) in session.sequences.iter_mut().enumerate() {
+            let row = i / n;
+            sequence.logits = self.logits[row * vocab..(row + 1) * vocab].to_vec();
+            sequence.routes = self.routes[row].clone();
+        }
+        // Shards of contiguous rows.
+        let rows = p * n;
+        let count = B::decode_shards(rows).clamp(1, rows);
+        let size = rows.div_ceil(count);
+        let starts: Vec<usize> = (0..rows).step_by(size).collect();
+        let mut whole = Some(cache);
+        for (s, &start) in starts.iter().enumerate() {
+            let range: Vec<usize> = (start..(start + size).min(rows)).collect();
+            let shard_cache = match starts.len() {
+                1 => whole.take().expect("one shard takes the whole cache"),
+                _ => {
+                    let mut c = whole.clone().expect("the prefilled cache");
+                    c.retain(&range);
+                    c
+                }
+            };
+            for &seq in &range {
+                session.sequences[seq].shard = Some(s);
+            }
+            session.shards.push(Shard {
+                rows: range,
+                cache: shard_cache,
+            });
+        }
+        session
+    }
+}
+
+impl Feed {
+    /// Columns `start..end` of every row.
+    fn columns(&self, start: usize, end: usize) -> Feed {
+        let rows = self.positions.len() / self.width;
+        let pick = |values: &[i64]| -> Vec<i64> {
+            (0..rows)
+                .flat_map(|r| values[r * self.width + start..r * self.width + end].iter().copied())
+                .collect()
+        };
+        Feed {
+            tokens: pick(&self.tokens),
+            positions: pick(&self.positions),
+            padding: (0..rows)
+                .flat_map(|r| {
+                    self.padding[r * self.width + start..r * self.width + end]
+                        .iter()
+                        .copied()
+                })
+                .collect(),
+            width: end - start,
+        }
+    }
+}
