@@ -1,21 +1,48 @@
-//! The serving engine: one thread owns the model and batches whatever requests arrive together.
+//! The serving engine: one thread owns the model and shares itself out between the requests in
+//! flight.
 //!
-//! A batch gathers requests until none came for `window` (at most ten windows); then every request with
-//! the same sampling settings is decoded in one [`generate_seeded`] call, each prompt with its
-//! own seed, so a prompt draws the same tokens whether it came alone or with 63 others (and as
-//! it would in a native trainer's batch with the same seed). Requests with `echo` also get one
-//! teacher-forced pass over each prompt ([`prompt_logprobs`]). A weight reload is a barrier:
-//! requests before it finish on the old weights, requests after it start on the new ones.
+//! Requests that arrive together are grouped: when the engine is idle, until none came for
+//! `window` (at most ten windows); when it is busy, whatever queued during the last round. Those
+//! with the same sampling settings decode as one batch ([`Decoding`]), each prompt with its own
+//! seed, so a prompt draws the same tokens whether it came alone or with 63 others (and as it
+//! would in a native trainer's batch with the same seed). The batches in flight share the engine
+//! by time: each slice of [`SLICE`] (at least one step) goes to the batch that has had the least
+//! of it, and a new batch starts as soon as the slice it arrived during ends, so a short request
+//! waits for a step of a long one, not for all of it. Slicing changes nothing a batch draws. A
+//! batch with a prompt longer than [`ONE_PASS_PREFILL`] tokens is prefilled [`PREFILL_CHUNK`]
+//! positions a step, so a long prompt's prefill is shared out too.
+//!
+//! A batch starts once the sequences and the keys and values of every batch in flight stay
+//! within `--max-num-seqs` and `--max-kv-cache-bytes` (first come, first started). Requests with
+//! `echo` also get one teacher-forced pass over each prompt ([`prompt_logprobs`]). A weight
+//! reload is a barrier: requests before it finish on the old weights, requests after it start
+//! on the new ones.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::time::{Duration, Instant};
 
 use rein_model::Cpu;
 use rein_model::lm::{CausalLm, LmTokenizer, load};
-use rein_sampler::{Generation, GenerationConfig, ScoredToken, generate_seeded, prompt_logprobs, stop_check};
+use rein_sampler::{Decoding, Generation, GenerationConfig, ScoredToken, prompt_logprobs, stop_check};
 
 use super::limits::RequestLimits;
+
+/// How long a batch runs before the engine picks the next (see [`EngineLoop::serve`]).
+const SLICE: Duration = Duration::from_millis(20);
+
+/// Batches whose prompts are all this many tokens or fewer are prefilled in one pass, as the
+/// native sampler prefills them (the same bits).
+const ONE_PASS_PREFILL: usize = 256;
+
+/// Positions of a longer batch's left-padded prompts prefilled per step (the same logits within
+/// float rounding).
+const PREFILL_CHUNK: usize = 64;
+
+/// How much of the engine's time a new batch may have before those already in flight get theirs
+/// back: enough for a short request to finish in one go.
+const NEW_BATCH_CREDIT: Duration = Duration::from_millis(500);
 
 /// One request's generation work.
 #[derive(Clone)]
@@ -46,9 +73,15 @@ pub(crate) struct Done {
 /// A request's completions, or why the engine failed on it.
 pub(crate) type Outcome = Result<Done, String>;
 
+/// A request and where its answer goes.
+type Request = (Work, Sender<Outcome>);
+
+/// A weight reload: the checkpoint or adapter, its version name, where the answer goes.
+type Reload = (PathBuf, Option<String>, Sender<Result<String, String>>);
+
 enum Message {
     Generate(Work, Sender<Outcome>),
-    Reload(PathBuf, Option<String>, Sender<Result<String, String>>),
+    Reload(Reload),
 }
 
 /// A handle to the engine thread (cheap to clone, one per HTTP worker).
@@ -60,10 +93,21 @@ pub(crate) struct Engine {
 impl Engine {
     /// Starts the engine thread on `model`; its batches stay within `limits`.
     pub(crate) fn start(model: CausalLm<Cpu>, tokenizer: LmTokenizer, window: Duration, limits: RequestLimits) -> Self {
+        Self::with_slice(model, tokenizer, window, limits, SLICE)
+    }
+
+    /// [`Engine::start`] with each batch's turn `slice` long (at least one token).
+    fn with_slice(
+        model: CausalLm<Cpu>,
+        tokenizer: LmTokenizer,
+        window: Duration,
+        limits: RequestLimits,
+        slice: Duration,
+    ) -> Self {
         let (tx, rx) = channel();
         std::thread::Builder::new()
             .name("rein-serve-engine".into())
-            .spawn(move || EngineLoop::new(model, tokenizer, limits).run(rx, window))
+            .spawn(move || EngineLoop::new(model, tokenizer, limits, slice).run(rx, window))
             .expect("the engine thread starts");
         Self { tx }
     }
@@ -78,7 +122,7 @@ impl Engine {
     /// Loads the checkpoint or LoRA adapter in `path`; returns the new weight version.
     pub(crate) fn reload(&self, path: PathBuf, version: Option<String>) -> Result<String, String> {
         let (reply, done) = channel();
-        (self.tx.send(Message::Reload(path, version, reply))).map_err(|_| "the engine stopped".to_string())?;
+        (self.tx.send(Message::Reload((path, version, reply)))).map_err(|_| "the engine stopped".to_string())?;
         done.recv().map_err(|_| "the engine stopped".to_string())?
     }
 }
@@ -92,12 +136,15 @@ struct EngineLoop {
     version: String,
     reloads: u64,
     limits: RequestLimits,
+    /// How long a batch decodes before the next takes its turn.
+    slice: Duration,
 }
 
 impl EngineLoop {
-    fn new(model: CausalLm<Cpu>, tokenizer: LmTokenizer, limits: RequestLimits) -> Self {
+    fn new(model: CausalLm<Cpu>, tokenizer: LmTokenizer, limits: RequestLimits, slice: Duration) -> Self {
         Self {
             limits,
+            slice,
             base: model.clone(),
             model,
             pad: tokenizer.pad_id().unwrap_or(0),
@@ -108,125 +155,191 @@ impl EngineLoop {
     }
 
     fn run(mut self, rx: Receiver<Message>, window: Duration) {
-        while let Ok(first) = rx.recv() {
-            // Gather until no request came for `window` (clients sending a burst of requests
-            // connect one after another), for at most ten windows.
-            let mut batch = vec![first];
-            let deadline = Instant::now() + window * 10;
-            while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-                match rx.recv_timeout(left.min(window)) {
-                    Ok(message) => batch.push(message),
-                    Err(_) => break,
+        while let Some((path, version, reply)) = self.serve(&rx, window) {
+            let _ = reply.send(self.reload(&path, version));
+        }
+    }
+
+    /// Serves generation requests until one asks for a reload, which it returns once every
+    /// request before it has been answered, or until every handle is gone (`None`).
+    ///
+    /// Between slices it takes what has arrived; each slice goes to the batch in flight that has
+    /// had the least of the engine's time, as Linux's fair scheduler picks the task with the
+    /// least run time. A step that took long (a chunk of a long prompt's prefill) is paid back
+    /// by its batch waiting while the others catch up.
+    fn serve(&self, rx: &Receiver<Message>, window: Duration) -> Option<Reload> {
+        let mut queue: VecDeque<Request> = VecDeque::new();
+        let mut flight: Vec<Batch<'_>> = Vec::new();
+        let mut reload: Option<Reload> = None;
+        loop {
+            if reload.is_none() {
+                let idle = flight.is_empty() && queue.is_empty();
+                match receive(rx, idle, window, &mut queue) {
+                    Received::Requests => {}
+                    Received::Reload(r) => reload = Some(r),
+                    Received::Closed if idle => return None,
+                    Received::Closed => {}
                 }
             }
-            let mut pending: Vec<(Work, Sender<Outcome>)> = Vec::new();
-            for message in batch {
-                match message {
-                    Message::Generate(work, reply) => pending.push((work, reply)),
-                    Message::Reload(path, version, reply) => {
-                        self.decode(std::mem::take(&mut pending));
-                        let _ = reply.send(self.reload(&path, version));
+            self.start_batches(&mut queue, &mut flight);
+            if flight.is_empty()
+                && let Some(r) = reload.take()
+            {
+                return Some(r);
+            }
+            // The batch that has had the least of the engine's time runs for a slice.
+            let Some(next) = (0..flight.len()).min_by_key(|&i| flight[i].used) else {
+                continue;
+            };
+            let mut batch = flight.remove(next);
+            let started = Instant::now();
+            let sliced = self.decode_slice(&mut batch);
+            batch.used += started.elapsed();
+            match sliced {
+                Ok(false) => flight.push(batch),
+                Ok(true) => {
+                    for (outcome, reply) in self.answers(batch) {
+                        let _ = reply.send(outcome);
                     }
                 }
+                Err(message) => fail(batch.requests, &message),
             }
-            self.decode(pending);
         }
     }
 
-    /// Decodes the requests, those with equal settings together as long as the batch stays
-    /// within `--max-num-seqs` sequences and `--max-kv-cache-bytes` (each request alone does:
+    /// Starts the queued requests as batches while everything in flight stays within
+    /// `--max-num-seqs` and `--max-kv-cache-bytes`, the first in the queue first, and with it
+    /// the later ones that have its settings and fit (each request alone fits an idle engine:
     /// the API checked it).
-    fn decode(&self, mut pending: Vec<(Work, Sender<Outcome>)>) {
-        while !pending.is_empty() {
-            let key = settings_key(&pending[0].0);
-            let mut group = Vec::new();
-            let mut rest = Vec::new();
-            let (mut prompts, mut sequences, mut longest) = (0, 0, 0);
-            for item in pending {
-                let work = &item.0;
-                let (p, s) = (work.prompts.len(), work.prompts.len() * work.config.n.max(1));
-                let l = longest.max(work.prompts.iter().map(Vec::len).max().unwrap_or(0));
-                let fits = sequences + s <= self.limits.max_num_seqs
-                    && self
-                        .limits
-                        .kv_bytes(prompts + p, sequences + s, l, work.config.max_new_tokens)
-                        <= self.limits.max_kv_cache_bytes;
-                if settings_key(work) == key && (group.is_empty() || fits) {
-                    (prompts, sequences, longest) = (prompts + p, sequences + s, l);
-                    group.push(item);
+    fn start_batches<'m>(&'m self, queue: &mut VecDeque<Request>, flight: &mut Vec<Batch<'m>>) {
+        // A new batch counts as having had a little less time than the least served one in
+        // flight: it runs next, but cannot claim the time the others had before it came.
+        let used = (flight.iter().map(|b| b.used).min())
+            .map_or(Duration::ZERO, |least| least.saturating_sub(NEW_BATCH_CREDIT));
+        while let Some(first) = queue.pop_front() {
+            let in_flight = (flight.iter()).fold((0, 0), |(s, b), batch| (s + batch.sequences, b + batch.kv_bytes));
+            let mut group = Group::default();
+            if !(flight.is_empty() || group.fits(&first.0, in_flight, &self.limits)) {
+                queue.push_front(first); // it waits for room, and those behind it
+                return;
+            }
+            let key = settings_key(&first.0);
+            group.push(first, &self.limits);
+            let mut rest = VecDeque::new();
+            for item in queue.drain(..) {
+                if settings_key(&item.0) == key && group.fits(&item.0, in_flight, &self.limits) {
+                    group.push(item, &self.limits);
                 } else {
-                    rest.push(item);
+                    rest.push_back(item);
                 }
             }
-            self.decode_group(group);
-            pending = rest;
-        }
-    }
-
-    /// Decodes one batch; a panic while decoding fails the batch's requests with its message and
-    /// leaves the engine serving.
-    fn decode_group(&self, group: Vec<(Work, Sender<Outcome>)>) {
-        let works: Vec<&Work> = group.iter().map(|(work, _)| work).collect();
-        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode_works(&works)));
-        match decoded {
-            Ok(done) => {
-                for ((_, reply), done) in group.into_iter().zip(done) {
-                    let _ = reply.send(Ok(done));
-                }
-            }
-            Err(panic) => {
-                let message = (panic.downcast_ref::<String>().map(String::as_str))
-                    .or_else(|| panic.downcast_ref::<&str>().copied())
-                    .unwrap_or("a panic");
-                eprintln!("rein serve: a batch of {} requests failed: {message}", group.len());
-                for (_, reply) in group {
-                    let _ = reply.send(Err(format!("generation failed inside the server: {message}")));
-                }
+            *queue = rest;
+            if let Some(mut batch) = self.start(group) {
+                batch.used = used;
+                flight.push(batch);
             }
         }
     }
 
-    fn decode_works(&self, group: &[&Work]) -> Vec<Done> {
-        let started = Instant::now();
-        let config = group[0].config.clone();
-        let n = config.n.max(1);
+    /// A batch ready to be prefilled (`None` when setting it up failed: its requests have been
+    /// answered 500).
+    fn start(&self, group: Group) -> Option<Batch<'_>> {
+        let Group {
+            requests,
+            sequences,
+            kv_bytes,
+            ..
+        } = group;
+        let config = requests[0].0.config.clone();
         let mut prompts = Vec::new();
         let mut seeds = Vec::new();
         let mut owner = Vec::new();
-        for (i, work) in group.iter().enumerate() {
+        for (i, (work, _)) in requests.iter().enumerate() {
             prompts.extend(work.prompts.iter().cloned());
             seeds.extend(&work.seeds);
             owner.extend(std::iter::repeat_n(i, work.prompts.len()));
         }
+        let started = Instant::now();
         let device = Default::default();
-        let generations = {
-            let mut checks: Vec<_> = group.iter().map(|w| stop_check(&self.tokenizer, &w.stops)).collect();
-            let mut stop = |seq: usize, tokens: &[u32]| checks[owner[seq / n]](seq, tokens);
-            generate_seeded(&self.model, &prompts, &seeds, &config, self.pad, &mut stop, &device)
+        let chunk = match prompts.iter().map(Vec::len).max().unwrap_or(0) <= ONE_PASS_PREFILL {
+            true => usize::MAX,
+            false => PREFILL_CHUNK,
         };
-        // `echo`: one teacher-forced pass over each prompt of the requests that asked.
-        let scored: Vec<Vec<Vec<ScoredToken>>> = (group.iter())
-            .map(|work| match work.score_prompts {
-                true => (work.prompts.iter())
-                    .map(|p| prompt_logprobs(&self.model, p, config.temperature, config.top_logprobs, &device))
-                    .collect(),
-                false => Vec::new(),
-            })
+        let set_up = || Decoding::in_chunks(&self.model, &prompts, &seeds, &config, self.pad, chunk, &device);
+        match catching(set_up) {
+            Ok(decoding) => Some(Batch {
+                requests,
+                decoding,
+                owner,
+                n: config.n.max(1),
+                sequences,
+                kv_bytes,
+                started,
+                used: Duration::ZERO,
+            }),
+            Err(message) => {
+                fail(requests, &message);
+                None
+            }
+        }
+    }
+
+    /// Prefills and decodes `batch` for a slice; says whether it has finished.
+    fn decode_slice(&self, batch: &mut Batch<'_>) -> Result<bool, String> {
+        let until = Instant::now() + self.slice;
+        let mut checks: Vec<_> = (batch.requests.iter())
+            .map(|(work, _)| stop_check(&self.tokenizer, &work.stops))
             .collect();
+        let (owner, n) = (&batch.owner, batch.n);
+        let mut stop = |seq: usize, tokens: &[u32]| checks[owner[seq / n]](seq, tokens);
+        let decoding = &mut batch.decoding;
+        catching(|| {
+            loop {
+                if decoding.advance(1, &mut stop) {
+                    break true;
+                }
+                if Instant::now() >= until {
+                    break false;
+                }
+            }
+        })
+    }
+
+    /// A finished batch's answers: each request's generations, and with `echo` one
+    /// teacher-forced pass over each of its prompts.
+    fn answers(&self, batch: Batch<'_>) -> Vec<(Outcome, Sender<Outcome>)> {
+        let generations = batch.decoding.into_generations();
         let tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();
-        let seconds = started.elapsed().as_secs_f64();
+        let seconds = batch.started.elapsed().as_secs_f64();
         eprintln!(
             "batch of {} requests ({} sequences): {tokens} tokens in {seconds:.2} s ({:.0} tokens/s)",
-            group.len(),
+            batch.requests.len(),
             generations.len(),
             tokens as f64 / seconds.max(1e-9)
         );
+        let device = Default::default();
         let mut generations = generations.into_iter();
-        (group.iter().zip(scored))
-            .map(|(work, prompt_logprobs)| Done {
-                generations: renumber(generations.by_ref().take(work.prompts.len() * n).collect(), n),
-                version: self.version.clone(),
-                prompt_logprobs,
+        (batch.requests.into_iter())
+            .map(|(work, reply)| {
+                let own = renumber(
+                    generations.by_ref().take(work.prompts.len() * batch.n).collect(),
+                    batch.n,
+                );
+                let scored = catching(|| match work.score_prompts {
+                    true => (work.prompts.iter())
+                        .map(|p| {
+                            let c = &work.config;
+                            prompt_logprobs(&self.model, p, c.temperature, c.top_logprobs, &device)
+                        })
+                        .collect(),
+                    false => Vec::new(),
+                });
+                let outcome = scored.map(|prompt_logprobs| Done {
+                    generations: own,
+                    version: self.version.clone(),
+                    prompt_logprobs,
+                });
+                (outcome, reply)
             })
             .collect()
     }
@@ -260,6 +373,132 @@ impl EngineLoop {
     }
 }
 
+/// A batch in flight: its requests and their generation under way.
+struct Batch<'m> {
+    requests: Vec<Request>,
+    decoding: Decoding<'m, Cpu>,
+    /// The request of each prompt.
+    owner: Vec<usize>,
+    /// Samples per prompt.
+    n: usize,
+    /// Its sequences and the bytes of its keys and values, counted against the limits.
+    sequences: usize,
+    kv_bytes: u64,
+    started: Instant,
+    /// The engine's time it has had (see [`EngineLoop::serve`]).
+    used: Duration,
+}
+
+/// Requests gathered into one batch, and what it will hold.
+#[derive(Default)]
+struct Group {
+    requests: Vec<Request>,
+    prompts: usize,
+    sequences: usize,
+    /// The longest prompt.
+    longest: usize,
+    kv_bytes: u64,
+}
+
+impl Group {
+    /// What the group holds with `work` added: prompts, sequences, longest prompt, KV bytes.
+    fn with(&self, work: &Work, limits: &RequestLimits) -> (usize, usize, usize, u64) {
+        let (prompts, sequences) = (
+            self.prompts + work.prompts.len(),
+            self.sequences + work.prompts.len() * work.config.n.max(1),
+        );
+        let longest = self.longest.max(work.prompts.iter().map(Vec::len).max().unwrap_or(0));
+        (
+            prompts,
+            sequences,
+            longest,
+            limits.kv_bytes(prompts, sequences, longest, work.config.max_new_tokens),
+        )
+    }
+
+    /// Whether `work` joins within the limits beside `in_flight` (sequences, KV bytes).
+    fn fits(&self, work: &Work, in_flight: (usize, u64), limits: &RequestLimits) -> bool {
+        let (_, sequences, _, kv_bytes) = self.with(work, limits);
+        in_flight.0 + sequences <= limits.max_num_seqs && in_flight.1 + kv_bytes <= limits.max_kv_cache_bytes
+    }
+
+    fn push(&mut self, request: Request, limits: &RequestLimits) {
+        (self.prompts, self.sequences, self.longest, self.kv_bytes) = self.with(&request.0, limits);
+        self.requests.push(request);
+    }
+}
+
+/// What [`receive`] took from the channel.
+enum Received {
+    /// Requests (or none), now in the queue.
+    Requests,
+    /// A reload; requests after it stay in the channel.
+    Reload(Reload),
+    /// Every handle is gone.
+    Closed,
+}
+
+/// Moves arrived requests into `queue`, up to a reload. An `idle` engine waits for the first
+/// and then gathers until none came for `window`, for at most ten windows (clients sending a
+/// burst of requests connect one after another); a busy one takes what has arrived.
+fn receive(rx: &Receiver<Message>, idle: bool, window: Duration, queue: &mut VecDeque<Request>) -> Received {
+    let mut take = |message| match message {
+        Message::Generate(work, reply) => {
+            queue.push_back((work, reply));
+            None
+        }
+        Message::Reload(reload) => Some(Received::Reload(reload)),
+    };
+    if idle {
+        let Ok(first) = rx.recv() else {
+            return Received::Closed;
+        };
+        if let Some(reload) = take(first) {
+            return reload;
+        }
+        let deadline = Instant::now() + window * 10;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match rx.recv_timeout(left.min(window)) {
+                Ok(message) => {
+                    if let Some(reload) = take(message) {
+                        return reload;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        return Received::Requests;
+    }
+    loop {
+        match rx.try_recv() {
+            Ok(message) => {
+                if let Some(reload) = take(message) {
+                    return reload;
+                }
+            }
+            Err(TryRecvError::Empty) => return Received::Requests,
+            Err(TryRecvError::Disconnected) => return Received::Closed,
+        }
+    }
+}
+
+/// `work()`, or the message of its panic.
+fn catching<T>(work: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(|panic| {
+        (panic.downcast_ref::<String>().cloned())
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic".into())
+    })
+}
+
+/// Answers each of `requests` that the engine failed on them (500), and says so on stderr.
+fn fail(requests: Vec<Request>, message: &str) {
+    eprintln!("rein serve: a batch of {} requests failed: {message}", requests.len());
+    for (_, reply) in requests {
+        let _ = reply.send(Err(format!("generation failed inside the server: {message}")));
+    }
+}
+
 /// Generations renumbered within their own request: prompt `i / n`, sample `i % n`.
 fn renumber(generations: Vec<Generation>, n: usize) -> Vec<Generation> {
     (generations.into_iter().enumerate())
@@ -285,4 +524,94 @@ fn settings_key(work: &Work) -> String {
         c.stop_token_ids,
         c.top_logprobs
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::TryRecvError;
+
+    use super::*;
+
+    fn engine(slice: Duration) -> (Engine, LmTokenizer) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lm/llama");
+        let model = load::<Cpu>(&dir, &Default::default()).unwrap();
+        let tokenizer = LmTokenizer::load(&dir, &model.config().eos_ids()).unwrap();
+        let limits = RequestLimits {
+            max_model_len: 512,
+            max_num_seqs: 64,
+            max_stop_strings: 4,
+            max_stop_bytes: 64,
+            max_kv_cache_bytes: u64::MAX,
+            model: model.config().clone(),
+        };
+        let window = Duration::from_millis(200);
+        (
+            Engine::with_slice(model, tokenizer.clone(), window, limits, slice),
+            tokenizer,
+        )
+    }
+
+    fn work(tokenizer: &LmTokenizer, max_new_tokens: usize, n: usize, temperature: f32) -> Work {
+        Work {
+            prompts: vec![tokenizer.encode("The answer is").unwrap()],
+            seeds: vec![5],
+            config: GenerationConfig {
+                max_new_tokens,
+                temperature,
+                n,
+                ..GenerationConfig::default()
+            },
+            stops: Vec::new(),
+            score_prompts: false,
+        }
+    }
+
+    /// A long request and a short one sent together: the batches in flight take turns, one
+    /// token each here, so the short one is answered while the long one still decodes, with
+    /// the tokens it gets alone. Decoding one batch to its end before the next would answer the
+    /// short one last.
+    #[test]
+    fn a_short_request_is_answered_while_a_long_one_decodes() {
+        let (engine, tokenizer) = engine(Duration::ZERO);
+        let short = work(&tokenizer, 4, 1, 0.0);
+        let alone = engine.generate(short.clone()).unwrap().unwrap().generations;
+        assert_eq!(alone[0].tokens.len(), 4);
+        let (long_reply, long_done) = channel();
+        let (short_reply, short_done) = channel();
+        engine
+            .tx
+            .send(Message::Generate(work(&tokenizer, 300, 8, 1.0), long_reply))
+            .unwrap();
+        engine.tx.send(Message::Generate(short, short_reply)).unwrap();
+        let beside = short_done.recv().unwrap().unwrap().generations;
+        assert!(
+            matches!(long_done.try_recv(), Err(TryRecvError::Empty)),
+            "the long request finished first"
+        );
+        assert_eq!(beside, alone);
+        let long = long_done.recv().unwrap().unwrap().generations;
+        assert!(long.len() == 8 && long.iter().all(|g| g.tokens.len() == 300));
+    }
+
+    /// Batches that take turns draw what each draws alone: two requests with different
+    /// settings, decoded side by side in slices of one token, against each on an idle engine.
+    #[test]
+    fn batches_taking_turns_draw_what_each_draws_alone() {
+        let (engine, tokenizer) = engine(Duration::ZERO);
+        let works = [work(&tokenizer, 40, 3, 1.0), work(&tokenizer, 30, 2, 0.7)];
+        let alone: Vec<_> = (works.iter())
+            .map(|w| engine.generate(w.clone()).unwrap().unwrap().generations)
+            .collect();
+        let replies: Vec<_> = (works.iter())
+            .map(|w| {
+                let (reply, done) = channel();
+                engine.tx.send(Message::Generate(w.clone(), reply)).unwrap();
+                done
+            })
+            .collect();
+        for (done, alone) in replies.into_iter().zip(alone) {
+            assert!(alone.iter().all(|g| g.tokens.len() >= 30));
+            assert_eq!(done.recv().unwrap().unwrap().generations, alone);
+        }
+    }
 }

@@ -8,13 +8,14 @@ use rein_model::lm::{LmConfig, kv_cache_bytes};
 pub(crate) struct RequestLimits {
     /// Most tokens of a prompt and its completion together (`--max-model-len`).
     pub max_model_len: usize,
-    /// Most sequences (prompts × `n`) in one request (`--max-num-seqs`).
+    /// Most sequences (prompts × `n`) in one request, and in flight (`--max-num-seqs`).
     pub max_num_seqs: usize,
     /// Most stop strings, and most stop token ids, in one request (`--max-stop-strings`).
     pub max_stop_strings: usize,
     /// Most bytes of one request's stop strings together (`--max-stop-bytes`).
     pub max_stop_bytes: usize,
-    /// Most bytes of keys and values one batch may hold (`--max-kv-cache-bytes`).
+    /// Most bytes of keys and values one request, and the batches in flight together, may hold
+    /// (`--max-kv-cache-bytes`).
     pub max_kv_cache_bytes: u64,
     /// The served model's shapes, which size its cache.
     pub model: LmConfig,

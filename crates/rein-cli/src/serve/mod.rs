@@ -70,7 +70,8 @@ pub(crate) struct ServeArgs {
     /// default: the model's `max_position_embeddings`, which is also the most it may be).
     #[arg(long)]
     max_model_len: Option<usize>,
-    /// Most sequences one request may ask for: prompts × `n` (vLLM's `--max-num-seqs`).
+    /// Most sequences one request may ask for: prompts × `n`; also the most the batches in
+    /// flight decode together (vLLM's `--max-num-seqs`).
     #[arg(long, default_value_t = 256)]
     max_num_seqs: usize,
     /// Largest request body in bytes (413 past it).
@@ -89,9 +90,9 @@ pub(crate) struct ServeArgs {
     /// Most bytes of a request's stop strings together.
     #[arg(long, default_value_t = 16 * 1024)]
     max_stop_bytes: usize,
-    /// Most bytes of keys and values one batch of sequences may hold (a request that needs more
-    /// is refused; requests batched together stay within it). Default: a quarter of the
-    /// machine's memory.
+    /// Most bytes of keys and values the sequences in flight may hold (a request that needs more
+    /// is refused; a batch waits until it fits beside those in flight). Default: a quarter of
+    /// the machine's memory.
     #[arg(long)]
     max_kv_cache_bytes: Option<u64>,
     /// Require `Authorization: Bearer KEY` on every endpoint but `/health` (default: the
