@@ -8,7 +8,7 @@ use rein_plugin::PluginRuntime;
 
 use crate::TrainError;
 use crate::checkpoint::{CheckpointDir, Checkpointing};
-use crate::environments::EnvOutcome;
+use crate::environments::{EnvFactory, EnvOutcome};
 use crate::lm::run::{LmOutcome, run_lm};
 use crate::run_dir::RunDir;
 use crate::{off_policy, ppo};
@@ -68,8 +68,8 @@ fn run_in(
     resume: Option<crate::checkpoint::Checkpoint>,
 ) -> Result<RunOutcome, TrainError> {
     let checkpointing = checkpointing(loaded, run_dir, resume);
-    if matches!(loaded.plan()?, Plan::Ppo(_) | Plan::OffPolicy(_)) {
-        return env_in(loaded, plugin_dir, run_dir, &checkpointing).map(RunOutcome::Env);
+    if let Some(plan) = EnvPlan::of(loaded.plan()?) {
+        return env_in(loaded, plan, plugin_dir, run_dir, &checkpointing).map(RunOutcome::Env);
     }
     let outcome = match loaded.recipe.device {
         Device::Cpu => {
@@ -131,9 +131,44 @@ fn recipe_difference(saved: &str, now: &str) -> Option<String> {
 
 /// Trains a recipe on environments (PPO, SAC, TD3).
 pub fn run_env(loaded: &LoadedRecipe, plugin_dir: &Path, write_run: bool) -> Result<EnvOutcome, TrainError> {
+    let plan = EnvPlan::of(loaded.plan()?)
+        .ok_or_else(|| TrainError::Unsupported(format!("{} is not a recipe on environments", loaded.name())))?;
     let run_dir = create_run_dir(loaded, write_run)?;
     let checkpointing = checkpointing(loaded, run_dir.as_ref(), None);
-    env_in(loaded, plugin_dir, run_dir.as_ref(), &checkpointing)
+    env_in(loaded, plan, plugin_dir, run_dir.as_ref(), &checkpointing)
+}
+
+/// The plan of a recipe on environments, which picks its trainer.
+#[derive(Clone, Copy)]
+enum EnvPlan<'a> {
+    Ppo(PpoRecipe<'a>),
+    OffPolicy(OffPolicyRecipe<'a>),
+}
+
+impl<'a> EnvPlan<'a> {
+    /// `plan`, if it trains on environments.
+    fn of(plan: Plan<'a>) -> Option<Self> {
+        match plan {
+            Plan::Ppo(ppo) => Some(Self::Ppo(ppo)),
+            Plan::OffPolicy(off_policy) => Some(Self::OffPolicy(off_policy)),
+            _ => None,
+        }
+    }
+
+    /// Trains it on `device`.
+    fn train<B: rein_model::ReinAutodiffBackend>(
+        self,
+        loaded: &LoadedRecipe,
+        make_env: &EnvFactory<'_>,
+        device: &B::Device,
+        run_dir: Option<&RunDir>,
+        checkpointing: &Checkpointing,
+    ) -> Result<EnvOutcome, TrainError> {
+        match self {
+            Self::Ppo(plan) => ppo::train::<B>(loaded, plan, make_env, device, run_dir, checkpointing),
+            Self::OffPolicy(plan) => off_policy::train::<B>(loaded, plan, make_env, device, run_dir, checkpointing),
+        }
+    }
 }
 
 /// Checkpoints into `run_dir` (none without one) every `train.checkpoint_every` steps,
@@ -153,38 +188,31 @@ fn checkpointing(
 
 fn env_in(
     loaded: &LoadedRecipe,
+    plan: EnvPlan<'_>,
     plugin_dir: &Path,
     run_dir: Option<&RunDir>,
     checkpointing: &Checkpointing,
 ) -> Result<EnvOutcome, TrainError> {
-    let plan = loaded.plan()?;
-    let (Plan::Ppo(PpoRecipe { env, .. }) | Plan::OffPolicy(OffPolicyRecipe { env, .. })) = plan else {
-        return Err(TrainError::Unsupported("not a recipe on environments".into()));
+    let env = match plan {
+        EnvPlan::Ppo(PpoRecipe { env, .. }) | EnvPlan::OffPolicy(OffPolicyRecipe { env, .. }) => env,
     };
     let plugin_path = loaded.env_plugin_path(plugin_dir)?;
     let runtime = PluginRuntime::default();
     let plugin = runtime.load(&plugin_path, env.limits.clone())?;
     let config = serde_json::to_string(&env.config).unwrap_or_else(|_| "{}".into());
     let make_env = |n: usize| plugin.vec_env(&config, n).map(|e| Box::new(e) as Box<dyn VecEnv>);
-    let off_policy = matches!(plan, Plan::OffPolicy(_));
     match loaded.recipe.device {
         Device::Cpu => {
-            type Cpu = rein_model::CpuAutodiff;
-            let device = Default::default();
-            match off_policy {
-                true => off_policy::train::<Cpu>(loaded, &make_env, &device, run_dir, checkpointing),
-                false => ppo::train::<Cpu>(loaded, &make_env, &device, run_dir, checkpointing),
-            }
+            plan.train::<rein_model::CpuAutodiff>(loaded, &make_env, &Default::default(), run_dir, checkpointing)
         }
         #[cfg(feature = "cuda")]
-        Device::Cuda => {
-            type Cuda = burn::backend::Autodiff<burn::backend::Cuda>;
-            let device = Default::default();
-            match off_policy {
-                true => off_policy::train::<Cuda>(loaded, &make_env, &device, run_dir, checkpointing),
-                false => ppo::train::<Cuda>(loaded, &make_env, &device, run_dir, checkpointing),
-            }
-        }
+        Device::Cuda => plan.train::<burn::backend::Autodiff<burn::backend::Cuda>>(
+            loaded,
+            &make_env,
+            &Default::default(),
+            run_dir,
+            checkpointing,
+        ),
         #[cfg(not(feature = "cuda"))]
         Device::Cuda => Err(no_cuda(loaded)),
     }

@@ -2,7 +2,7 @@
 //! evaluated and saved (`policy.safetensors`, the actor).
 
 use rein_model::ReinAutodiffBackend;
-use rein_recipe::{LoadedRecipe, Plan};
+use rein_recipe::{LoadedRecipe, OffPolicyRecipe};
 
 use super::trainer::OffPolicy;
 use crate::TrainError;
@@ -14,14 +14,12 @@ use crate::run_dir::RunDir;
 /// with checkpoints (and resuming) as `checkpointing` says.
 pub fn train<B: ReinAutodiffBackend>(
     loaded: &LoadedRecipe,
+    plan: OffPolicyRecipe<'_>,
     make_env: &EnvFactory<'_>,
     device: &B::Device,
     run: Option<&RunDir>,
     checkpointing: &Checkpointing,
 ) -> Result<EnvOutcome, TrainError> {
-    let Plan::OffPolicy(plan) = loaded.plan()? else {
-        return Err(TrainError::Unsupported("not a SAC or TD3 recipe".into()));
-    };
     let recipe = plan.recipe;
     let mut learner = OffPolicy::<B>::new(plan, make_env, device, checkpointing.dir.is_some())?;
     let (driven, mut metrics) = drive(recipe, &mut learner, run, checkpointing)?;

@@ -2,7 +2,7 @@
 //! evaluated and saved.
 
 use rein_model::ReinAutodiffBackend;
-use rein_recipe::{LoadedRecipe, Plan};
+use rein_recipe::{LoadedRecipe, PpoRecipe};
 
 use super::Ppo;
 use super::policy::evaluate;
@@ -15,14 +15,12 @@ use crate::run_dir::RunDir;
 /// checkpoints (and resuming) as `checkpointing` says.
 pub fn train<B: ReinAutodiffBackend>(
     loaded: &LoadedRecipe,
+    plan: PpoRecipe<'_>,
     make_env: &EnvFactory<'_>,
     device: &B::Device,
     run: Option<&RunDir>,
     checkpointing: &Checkpointing,
 ) -> Result<EnvOutcome, TrainError> {
-    let Plan::Ppo(plan) = loaded.plan()? else {
-        return Err(TrainError::Unsupported("not a PPO recipe".into()));
-    };
     let (recipe, section) = (plan.recipe, plan.ppo);
     let mut ppo = Ppo::new::<B>(plan, make_env, device, checkpointing.dir.is_some())?;
     let (driven, mut metrics) = drive(recipe, &mut ppo, run, checkpointing)?;
