@@ -68,16 +68,18 @@ fn run_in(
     resume: Option<crate::checkpoint::Checkpoint>,
 ) -> Result<RunOutcome, TrainError> {
     let checkpointing = checkpointing(loaded, run_dir, resume);
-    if let Some(plan) = EnvPlan::of(loaded.plan()?) {
+    let plan = loaded.plan()?;
+    if let Some(plan) = EnvPlan::of(plan) {
         return env_in(loaded, plan, plugin_dir, run_dir, &checkpointing).map(RunOutcome::Env);
     }
     let outcome = match loaded.recipe.device {
         Device::Cpu => {
-            run_lm::<rein_model::CpuAutodiff>(loaded, plugin_dir, run_dir, &checkpointing, &Default::default())
+            run_lm::<rein_model::CpuAutodiff>(loaded, plan, plugin_dir, run_dir, &checkpointing, &Default::default())
         }
         #[cfg(feature = "cuda")]
         Device::Cuda => run_lm::<burn::backend::Autodiff<burn::backend::Cuda>>(
             loaded,
+            plan,
             plugin_dir,
             run_dir,
             &checkpointing,

@@ -22,7 +22,10 @@ use crate::lm::report::{log_eval, report_markdown};
 use crate::lm::setup::{LmSetup, lora_spec, setup};
 use crate::lm::{self, EvalReport, GrpoOutcome};
 use crate::run_dir::{MetricsWriter, RunDir};
-use rein_recipe::{Algorithm, DpoSection, GrpoSection, LoadedRecipe, RewardModelSection};
+use rein_recipe::{
+    DpoRecipe, DpoSection, GrpoSection, LmPpoRecipe, LoadedRecipe, OnlineDpoRecipe, Plan, RewardModelRecipe,
+    RewardModelSection,
+};
 
 /// Where GRPO's completions come from: the native sampler, or the inference servers of
 /// `sampler.urls` (waited for until they answer), with the policy written under
@@ -95,6 +98,7 @@ impl LmStage {
 /// back from `<run>/sft` for the KL reference.
 pub fn run_lm<B: ReinAutodiffBackend>(
     loaded: &LoadedRecipe,
+    plan: Plan<'_>,
     plugin_dir: &Path,
     run: Option<&RunDir>,
     checkpointing: &Checkpointing,
@@ -102,7 +106,7 @@ pub fn run_lm<B: ReinAutodiffBackend>(
 ) -> Result<LmOutcome, TrainError> {
     let start = Instant::now();
     let data_dir = lm::data_dir(run.map(RunDir::path));
-    let setup = setup::<B>(loaded, plugin_dir, data_dir.as_deref(), None, device)?;
+    let setup = setup::<B>(loaded, plan, plugin_dir, data_dir.as_deref(), None, device)?;
     let resumed = match &checkpointing.resume {
         Some(c) => Some((c, c.section_json::<LmStage>("stage")?)),
         None => None,
@@ -110,6 +114,7 @@ pub fn run_lm<B: ReinAutodiffBackend>(
     let metrics_len = resumed.as_ref().map_or(Ok(0), |(c, _)| driver::metrics_len(c))?;
     let mut stages = Stages {
         loaded,
+        plan,
         run,
         checkpointing,
         resumed,
@@ -130,7 +135,7 @@ pub fn run_lm<B: ReinAutodiffBackend>(
         eprintln!("held-out before RL: {}", describe(report));
     }
     model = stages.algorithm(model, stage, &mut outcome)?;
-    let causal = !matches!(loaded.recipe.algorithm, Algorithm::RewardModel(_));
+    let causal = !matches!(plan, Plan::RewardModel(_));
     if let Some(run) = run.filter(|_| causal) {
         save_model_dir(&model, &stages.setup.tokenizer, &run.path().join("final"))?;
         if model.lora.is_some() {
@@ -174,6 +179,8 @@ impl Learner<'_> {
 /// What the stages of a language-model run share.
 struct Stages<'a, B: ReinAutodiffBackend> {
     loaded: &'a LoadedRecipe,
+    /// The recipe's algorithm with its sections, matched once by the launcher.
+    plan: Plan<'a>,
     run: Option<&'a RunDir>,
     checkpointing: &'a Checkpointing,
     /// The checkpoint resumed from and the stage it was taken in.
@@ -193,20 +200,20 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         stage: LmStage,
         outcome: &mut LmOutcome,
     ) -> Result<CausalLm<B>, TrainError> {
-        let (loaded, run) = (self.loaded, self.run);
-        match &loaded.recipe.algorithm {
-            Algorithm::Grpo(section) => {
-                let grpo;
-                (model, grpo, outcome.after) = self.grpo(model, section, Learner::Policy, stage)?;
-                outcome.grpo = Some(grpo);
+        let run = self.run;
+        match self.plan {
+            Plan::Grpo(grpo) => {
+                let trained;
+                (model, trained, outcome.after) = self.grpo(model, grpo.grpo, Learner::Policy, stage)?;
+                outcome.grpo = Some(trained);
             }
-            Algorithm::LmPpo(ppo) => {
+            Plan::LmPpo(LmPpoRecipe { ppo, .. }) => {
                 // GRPO's sampling and scoring, with PPO's critic, token advantages and minibatches.
                 let grpo;
                 (model, grpo, outcome.after) = self.grpo(model, &ppo.grpo_section(), Learner::Critic(ppo), stage)?;
                 outcome.grpo = Some(grpo);
             }
-            Algorithm::OnlineDpo(online) => {
+            Plan::OnlineDpo(OnlineDpoRecipe { online_dpo: online, .. }) => {
                 // GRPO's sampling and scoring, with a DPO update on each group's best and worst.
                 let section = online.grpo_section();
                 let config = DpoConfig {
@@ -219,12 +226,14 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
                 (model, grpo, outcome.after) = self.grpo(model, &section, Learner::Preferences(config), stage)?;
                 outcome.grpo = Some(grpo);
             }
-            Algorithm::Dpo(section) => {
+            Plan::Dpo(DpoRecipe { dpo: section, .. }) => {
                 let dpo;
                 (model, dpo, outcome.after) = self.dpo(model, section, stage)?;
                 outcome.dpo = Some(dpo);
             }
-            Algorithm::RewardModel(section) => {
+            Plan::RewardModel(RewardModelRecipe {
+                reward_model: section, ..
+            }) => {
                 let (reward_model, trained) = self.reward_model(model.clone(), section, stage)?;
                 if let Some(run) = run {
                     let dir = run.path().join("final");
@@ -233,7 +242,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
                 }
                 outcome.reward_model = Some(trained);
             }
-            Algorithm::Sft(_) | Algorithm::Ppo(_) | Algorithm::Sac(_) | Algorithm::Td3(_) => {}
+            Plan::Sft(_) | Plan::Ppo(_) | Plan::OffPolicy(_) => {}
         }
         Ok(model)
     }
@@ -242,8 +251,8 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
     /// checkpoint taken during GRPO, the model SFT produced (read back from `<run>/sft`).
     fn sft(&mut self) -> Result<(CausalLm<B>, LmStage), TrainError> {
         let recipe = &self.loaded.recipe;
-        let section = match &recipe.algorithm {
-            Algorithm::Sft(s) => Some(s),
+        let section = match self.plan {
+            Plan::Sft(sft) => Some(sft.sft),
             _ => recipe.sft.as_ref(),
         };
         let mut model = self.setup.model.clone();

@@ -9,7 +9,7 @@ use rein_model::ReinBackend;
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, load};
 use rein_plugin::{PluginRuntime, RewardPlugin};
-use rein_recipe::{Algorithm, LoadedRecipe, Plan, Weights};
+use rein_recipe::{LmPpoRecipe, LoadedRecipe, Plan, Weights};
 use rein_sampler::SeededRng;
 
 use crate::TrainError;
@@ -41,13 +41,13 @@ pub(super) struct LmSetup<B: ReinBackend> {
 /// tokenizer, the data (writing a generated task into `data_dir`), and the reward plugins.
 pub(super) fn setup<B: ReinBackend>(
     loaded: &LoadedRecipe,
+    plan: Plan<'_>,
     plugin_dir: &Path,
     data_dir: Option<&Path>,
     model_dir: Option<&Path>,
     device: &B::Device,
 ) -> Result<LmSetup<B>, TrainError> {
     let recipe = &loaded.recipe;
-    let plan = loaded.plan()?;
     let data = (plan.data()).ok_or_else(|| TrainError::Unsupported("a PPO recipe trains no language model".into()))?;
     // Algorithms that learn from preference pairs: their `max_length`, and whether the
     // held-out split is pairs too (a reward model's is; DPO's is prompts to answer).
@@ -72,7 +72,7 @@ pub(super) fn setup<B: ReinBackend>(
         None => model,
     };
     sampler_precision_fits(loaded, &model)?;
-    other_models_share_the_tokenizer(loaded, &tokenizer)?;
+    other_models_share_the_tokenizer(loaded, plan, &tokenizer)?;
 
     let lm::RecipeData {
         train,
@@ -139,11 +139,15 @@ pub(super) fn setup<B: ReinBackend>(
 }
 
 /// Refuses a teacher or a value model whose tokenizer is not the policy's.
-fn other_models_share_the_tokenizer(loaded: &LoadedRecipe, tokenizer: &LmTokenizer) -> Result<(), TrainError> {
+fn other_models_share_the_tokenizer(
+    loaded: &LoadedRecipe,
+    plan: Plan<'_>,
+    tokenizer: &LmTokenizer,
+) -> Result<(), TrainError> {
     if let Some(teacher) = &loaded.recipe.teacher {
         same_tokenizer(loaded, tokenizer, &teacher.model, "teacher.model", "the teacher")?;
     }
-    if let Algorithm::LmPpo(ppo) = &loaded.recipe.algorithm
+    if let Plan::LmPpo(LmPpoRecipe { ppo, .. }) = plan
         && let Some(path) = &ppo.value_model_path
     {
         same_tokenizer(loaded, tokenizer, path, "algorithm.value_model_path", "the value model")?;
@@ -323,7 +327,7 @@ pub fn evaluate_recipe(
     model_dir: Option<&Path>,
 ) -> Result<EvalReport, TrainError> {
     let device = Default::default();
-    let mut setup = setup::<rein_model::Cpu>(loaded, plugin_dir, None, model_dir, &device)?;
+    let mut setup = setup::<rein_model::Cpu>(loaded, loaded.plan()?, plugin_dir, None, model_dir, &device)?;
     let model = setup.model.clone();
     setup.evaluate(&model, loaded, &device)?.ok_or_else(|| {
         invalid(
