@@ -154,24 +154,24 @@ pub fn run_lm<B: ReinAutodiffBackend>(
     Ok(outcome)
 }
 
-/// How the RL stage learns from its sampled and scored completions.
+/// How the online stage updates the policy from its sampled and scored completions.
 #[derive(Clone, Copy)]
-enum Learner<'a> {
+enum OnlineUpdate<'a> {
     /// The GRPO family's policy gradient.
-    Policy,
+    Grpo,
     /// Online DPO on each group's best and worst.
-    Preferences(DpoConfig),
+    OnlineDpo(DpoConfig),
     /// PPO with a critic.
-    Critic(&'a rein_recipe::LmPpoSection),
+    Ppo(&'a rein_recipe::LmPpoSection),
 }
 
-impl Learner<'_> {
+impl OnlineUpdate<'_> {
     /// The stage's name in metrics and checkpoints.
     fn stage(&self) -> &'static str {
         match self {
-            Learner::Policy => "grpo",
-            Learner::Preferences(_) => "online-dpo",
-            Learner::Critic(_) => "ppo",
+            OnlineUpdate::Grpo => "grpo",
+            OnlineUpdate::OnlineDpo(_) => "online-dpo",
+            OnlineUpdate::Ppo(_) => "ppo",
         }
     }
 }
@@ -204,13 +204,14 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         match self.plan {
             Plan::Grpo(grpo) => {
                 let trained;
-                (model, trained, outcome.after) = self.grpo(model, grpo.grpo, Learner::Policy, stage)?;
+                (model, trained, outcome.after) = self.online(model, grpo.grpo, OnlineUpdate::Grpo, stage)?;
                 outcome.grpo = Some(trained);
             }
             Plan::LmPpo(LmPpoRecipe { ppo, .. }) => {
                 // GRPO's sampling and scoring, with PPO's critic, token advantages and minibatches.
                 let grpo;
-                (model, grpo, outcome.after) = self.grpo(model, &ppo.grpo_section(), Learner::Critic(ppo), stage)?;
+                (model, grpo, outcome.after) =
+                    self.online(model, &ppo.grpo_section(), OnlineUpdate::Ppo(ppo), stage)?;
                 outcome.grpo = Some(grpo);
             }
             Plan::OnlineDpo(OnlineDpoRecipe { online_dpo: online, .. }) => {
@@ -223,7 +224,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
                     sft_weight: online.sft_weight,
                 };
                 let grpo;
-                (model, grpo, outcome.after) = self.grpo(model, &section, Learner::Preferences(config), stage)?;
+                (model, grpo, outcome.after) = self.online(model, &section, OnlineUpdate::OnlineDpo(config), stage)?;
                 outcome.grpo = Some(grpo);
             }
             Plan::Dpo(DpoRecipe { dpo: section, .. }) => {
@@ -295,17 +296,18 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         Ok((model, LmStage::AfterSft { before, sft_seconds }))
     }
 
-    /// GRPO from `model` (online DPO with `preferences`), then the evaluation after RL.
-    fn grpo(
+    /// The online stage from `model`: sampling and scoring as GRPO does, the policy updated as
+    /// `update` says; then the evaluation after RL.
+    fn online(
         &mut self,
         model: CausalLm<B>,
         section: &GrpoSection,
-        learner: Learner<'_>,
+        update: OnlineUpdate<'_>,
         stage: LmStage,
     ) -> Result<(CausalLm<B>, GrpoOutcome, Option<EvalReport>), TrainError> {
         let recipe = &self.loaded.recipe;
-        let critic = match learner {
-            Learner::Critic(ppo) => Some(lm::critic::critic_for(self.loaded, ppo, &model, &self.device)?),
+        let critic = match update {
+            OnlineUpdate::Ppo(ppo) => Some(lm::critic::critic_for(self.loaded, ppo, &model, &self.device)?),
             _ => None,
         };
         let checkpointing = self.after_sft_checkpointing(stage);
@@ -330,16 +332,16 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
                 .map_err(|e| invalid(self.loaded, "teacher.model", e.to_string()))?;
             grpo = grpo.with_teacher(model, teacher.coef as f32, teacher.kl);
         }
-        match (learner, critic) {
-            (Learner::Preferences(config), _) => grpo = grpo.with_preferences(config),
-            (Learner::Critic(ppo), Some(critic)) => grpo = grpo.with_critic(critic, ppo, &recipe.optimizer),
+        match (update, critic) {
+            (OnlineUpdate::OnlineDpo(config), _) => grpo = grpo.with_preferences(config),
+            (OnlineUpdate::Ppo(ppo), Some(critic)) => grpo = grpo.with_critic(critic, ppo, &recipe.optimizer),
             _ => {}
         }
         let driven = Driver {
             metrics: self.metrics.as_mut(),
             checkpointing: &checkpointing,
             stall_timeout: self.stall_timeout,
-            stage: Some(learner.stage()),
+            stage: Some(update.stage()),
         }
         .run(&mut grpo)?;
         let outcome = grpo.outcome(driven.steps, &driven.phases);
