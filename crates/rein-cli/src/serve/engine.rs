@@ -593,6 +593,30 @@ mod tests {
         assert!(long.len() == 8 && long.iter().all(|g| g.tokens.len() == 300));
     }
 
+    /// A prompt past [`ONE_PASS_PREFILL`] tokens, prefilled [`PREFILL_CHUNK`] positions a step,
+    /// gets the greedy tokens of the native sampler's one-pass prefill.
+    #[test]
+    fn a_long_prompt_prefilled_in_chunks_gets_the_one_pass_tokens() {
+        let (engine, tokenizer) = engine(Duration::ZERO);
+        let mut long = work(&tokenizer, 12, 1, 0.0);
+        long.prompts[0] = (0..300).map(|i| 3 + (i * 7 % 200) as u32).collect();
+        assert!(long.prompts[0].len() > ONE_PASS_PREFILL);
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lm/llama");
+        let model = load::<Cpu>(&dir, &Default::default()).unwrap();
+        let native = rein_sampler::generate_seeded(
+            &model,
+            &long.prompts,
+            &long.seeds,
+            &long.config,
+            tokenizer.pad_id().unwrap_or(0),
+            &mut |_, _| false,
+            &Default::default(),
+        );
+        let served = engine.generate(long).unwrap().unwrap().generations;
+        assert_eq!(served[0].tokens.len(), 12);
+        assert_eq!(served[0].tokens, native[0].tokens);
+    }
+
     /// Batches that take turns draw what each draws alone: two requests with different
     /// settings, decoded side by side in slices of one token, against each on an idle engine.
     #[test]
