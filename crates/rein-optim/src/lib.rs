@@ -22,6 +22,7 @@
 //! - PPO on language models: [`token_rewards`] (the score on the last token, −β·KL on every
 //!   token), [`token_gae`] (GAE over a completion's tokens) and [`masked_whiten`], as
 //!   InstructGPT and TRL's `PPOTrainer` compute them; the critic's loss is [`masked_value_loss`].
+//!   Both PPOs log their critic's [`explained_variance`].
 //! - Preferences: [`dpo_loss`] (DPO, IPO, hinge, robust) and [`bradley_terry_loss`] for reward
 //!   models.
 //! - Off-policy control: SAC's squashed-Gaussian policy ([`squashed_gaussian`]), soft target
@@ -42,6 +43,7 @@
 mod aggregation;
 mod difficulty_weight;
 mod distillation;
+mod explained_variance;
 mod finite;
 mod flat_adam;
 mod gae;
@@ -66,6 +68,7 @@ mod token_advantages;
 pub use aggregation::{Counted, aggregate, share_weight};
 pub use difficulty_weight::{difficulty_weight, reweight_by_difficulty};
 pub use distillation::{add_teacher_advantages, full_reverse_kl};
+pub use explained_variance::explained_variance;
 pub use finite::{non_finite_gradient, non_finite_parameter};
 pub use flat_adam::{FlatAdam, StateSizeMismatch};
 pub use gae::gae;

@@ -24,7 +24,7 @@ mod run;
 
 use rein_core::{FailureCounts, Space};
 use rein_model::{ActionHead, ActorCritic, ActorCriticConfig, ReinAutodiffBackend};
-use rein_optim::{LinearSchedule, PpoLossConfig, RewardScaler, RunningMeanStd, gae};
+use rein_optim::{LinearSchedule, PpoLossConfig, RewardScaler, RunningMeanStd, explained_variance, gae};
 use rein_recipe::{PpoRecipe, PpoSection, Recipe};
 use rein_sampler::SeededRng;
 use serde::{Deserialize, Serialize};
@@ -40,7 +40,6 @@ use crate::watchdog::Phases;
 use flat::FlatLearner;
 use learner::{BurnLearner, Learner};
 use policy::act;
-pub(crate) use rollout::explained_variance;
 use rollout::{LossStats, Rollout};
 pub use run::train;
 

@@ -19,8 +19,8 @@ use burn::optim::{AdamW, GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use rein_model::ReinAutodiffBackend;
 use rein_optim::{
-    Correction, LinearSchedule, TokenAdvantages, clip_grad_norm, kl_estimate_scalar, lag_correction, masked_value_loss,
-    masked_whiten, policy_loss, token_gae, token_rewards,
+    Correction, LinearSchedule, TokenAdvantages, clip_grad_norm, explained_variance, kl_estimate_scalar,
+    lag_correction, masked_value_loss, masked_whiten, policy_loss, token_gae, token_rewards,
 };
 use rein_recipe::{LmPpoSection, OptimizerSection};
 use serde_json::json;
@@ -31,7 +31,6 @@ use crate::TrainError;
 use crate::driver::Record;
 use crate::lm::batch::{TokenBatch, completion_log_probs, select_rows};
 use crate::lm::critic::Critic;
-use crate::ppo::explained_variance;
 use crate::watchdog::Phases;
 
 /// The critic, its optimiser and PPO's own settings.
