@@ -155,7 +155,7 @@ fn generation_in_slices_is_generation_in_one_call() {
     let whole = generate_seeded(&model, &prompts, &seeds, &config, 0, &mut stop, &device);
     let longest = whole.iter().map(|g| g.tokens.len()).max().unwrap_or(0);
     for slice in [1, 2, 5] {
-        let mut decoding = Decoding::start(&model, &prompts, &seeds, &config, 0, &device);
+        let mut decoding = Decoding::in_chunks(&model, &prompts, &seeds, &config, 0, usize::MAX, &device);
         let mut slices = 1;
         while !decoding.advance(slice, &mut stop) {
             slices += 1;

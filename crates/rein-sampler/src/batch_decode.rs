@@ -63,7 +63,7 @@ pub fn generate_seeded<B: ReinBackend>(
     stop: &mut dyn FnMut(usize, &[u32]) -> bool,
     device: &B::Device,
 ) -> Vec<Generation> {
-    let mut decoding = Decoding::start(model, prompts, seeds, config, pad_id, device);
+    let mut decoding = Decoding::in_chunks(model, prompts, seeds, config, pad_id, usize::MAX, device);
     decoding.advance(usize::MAX, stop);
     decoding.into_generations()
 }
@@ -88,23 +88,9 @@ enum Stage<'m, B: ReinBackend> {
 }
 
 impl<'m, B: ReinBackend> Decoding<'m, B> {
-    /// Prefills `prompts` in one pass (as [`Session::start_seeded`]) and begins their one turn.
-    pub fn start(
-        model: &'m CausalLm<B>,
-        prompts: &[Vec<u32>],
-        seeds: &[u64],
-        config: &GenerationConfig,
-        pad_id: u32,
-        device: &B::Device,
-    ) -> Self {
-        let mut decoding = Self::in_chunks(model, prompts, seeds, config, pad_id, usize::MAX, device);
-        decoding.advance(1, &mut |_, _| false);
-        decoding
-    }
-
     /// A generation whose prompts (left-padded into one batch) [`Decoding::advance`] prefills
-    /// `chunk` columns per step before it decodes: prompts up to `chunk` tokens in one pass, as
-    /// [`Decoding::start`] does.
+    /// `chunk` columns per step before it decodes: prompts up to `chunk` tokens (all of them
+    /// with `usize::MAX`) in one pass, as [`Session::start_seeded`] does.
     pub fn in_chunks(
         model: &'m CausalLm<B>,
         prompts: &[Vec<u32>],
@@ -147,14 +133,14 @@ impl<'m, B: ReinBackend> Decoding<'m, B> {
 
     /// From the prefill (fed whole, if it is not yet) to the turn; nothing at a later stage.
     fn begin_turn(&mut self) {
-        if !matches!(self.stage, Stage::Prefill(_)) {
-            return;
-        }
-        if let Stage::Prefill(prefill) = std::mem::replace(&mut self.stage, Stage::Empty) {
-            let session = prefill.into_session();
-            let turn = session.begin_turn(&(0..session.len()).collect::<Vec<_>>());
-            self.stage = Stage::Turn(session, turn);
-        }
+        self.stage = match std::mem::replace(&mut self.stage, Stage::Empty) {
+            Stage::Prefill(prefill) => {
+                let session = prefill.into_session();
+                let turn = session.begin_turn(&(0..session.len()).collect::<Vec<_>>());
+                Stage::Turn(session, turn)
+            }
+            later => later,
+        };
     }
 
     /// The generations, in the order `prompt * n + sample` (cut short where not finished).

@@ -532,10 +532,18 @@ mod tests {
 
     use super::*;
 
+    /// The tiny Llama fixture (512 positions).
+    fn fixture_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lm/llama")
+    }
+
+    fn fixture() -> CausalLm<Cpu> {
+        load::<Cpu>(&fixture_dir(), &Default::default()).unwrap()
+    }
+
     fn engine(slice: Duration) -> (Engine, LmTokenizer) {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lm/llama");
-        let model = load::<Cpu>(&dir, &Default::default()).unwrap();
-        let tokenizer = LmTokenizer::load(&dir, &model.config().eos_ids()).unwrap();
+        let model = fixture();
+        let tokenizer = LmTokenizer::load(&fixture_dir(), &model.config().eos_ids()).unwrap();
         let limits = RequestLimits {
             max_model_len: 512,
             max_num_seqs: 64,
@@ -601,8 +609,7 @@ mod tests {
         let mut long = work(&tokenizer, 12, 1, 0.0);
         long.prompts[0] = (0..300).map(|i| 3 + (i * 7 % 200) as u32).collect();
         assert!(long.prompts[0].len() > ONE_PASS_PREFILL);
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lm/llama");
-        let model = load::<Cpu>(&dir, &Default::default()).unwrap();
+        let model = fixture();
         let native = rein_sampler::generate_seeded(
             &model,
             &long.prompts,

@@ -170,22 +170,12 @@ impl<'m, B: ReinBackend> Prefill<'m, B> {
 impl Feed {
     /// Columns `start..end` of every row.
     fn columns(&self, start: usize, end: usize) -> Feed {
-        let rows = self.positions.len() / self.width;
-        let pick = |values: &[i64]| -> Vec<i64> {
-            (0..rows)
-                .flat_map(|r| values[r * self.width + start..r * self.width + end].iter().copied())
-                .collect()
-        };
+        let (width, rows) = (self.width, self.positions.len() / self.width);
+        let pick = |r: usize| r * width + start..r * width + end;
         Feed {
-            tokens: pick(&self.tokens),
-            positions: pick(&self.positions),
-            padding: (0..rows)
-                .flat_map(|r| {
-                    self.padding[r * self.width + start..r * self.width + end]
-                        .iter()
-                        .copied()
-                })
-                .collect(),
+            tokens: (0..rows).flat_map(|r| self.tokens[pick(r)].to_vec()).collect(),
+            positions: (0..rows).flat_map(|r| self.positions[pick(r)].to_vec()).collect(),
+            padding: (0..rows).flat_map(|r| self.padding[pick(r)].to_vec()).collect(),
             width: end - start,
         }
     }

@@ -23,8 +23,8 @@ use crate::lm::setup::{LmSetup, lora_spec, setup};
 use crate::lm::{self, EvalReport, GrpoOutcome};
 use crate::run_dir::{MetricsWriter, RunDir};
 use rein_recipe::{
-    DpoRecipe, DpoSection, GrpoSection, LmPpoRecipe, LoadedRecipe, OnlineDpoRecipe, Plan, RewardModelRecipe,
-    RewardModelSection,
+    DpoRecipe, DpoSection, GrpoRecipe, GrpoSection, LmPpoRecipe, LoadedRecipe, OnlineDpoRecipe, Plan,
+    RewardModelRecipe, RewardModelSection,
 };
 
 /// Where GRPO's completions come from: the native sampler, or the inference servers of
@@ -202,10 +202,10 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
     ) -> Result<CausalLm<B>, TrainError> {
         let run = self.run;
         match self.plan {
-            Plan::Grpo(grpo) => {
-                let trained;
-                (model, trained, outcome.after) = self.online(model, grpo.grpo, OnlineUpdate::Grpo, stage)?;
-                outcome.grpo = Some(trained);
+            Plan::Grpo(GrpoRecipe { grpo: section, .. }) => {
+                let grpo;
+                (model, grpo, outcome.after) = self.online(model, section, OnlineUpdate::Grpo, stage)?;
+                outcome.grpo = Some(grpo);
             }
             Plan::LmPpo(LmPpoRecipe { ppo, .. }) => {
                 // GRPO's sampling and scoring, with PPO's critic, token advantages and minibatches.
