@@ -10,11 +10,11 @@ use rein_core::{Aggregation, LagCorrection};
 use rein_model::CpuAutodiff;
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit};
+use rein_posttrain::data_parallel::devices;
+use rein_posttrain::{Prompt, Sft, TokenBatch, completion_log_probs};
 use rein_recipe::{GrpoSection, SamplerSection, SftSection};
-use rein_train::data_parallel::devices;
-use rein_train::driver::Trainer;
-use rein_train::lm::{Prompt, Sft, TokenBatch, completion_log_probs};
-use rein_train::watchdog::Phases;
+use rein_run::driver::Trainer;
+use rein_run::watchdog::Phases;
 
 #[path = "common/grpo_trace.rs"]
 mod grpo_trace;
@@ -188,14 +188,15 @@ fn split_gradients_equal_the_unsplit_gradient() {
         let shards: Vec<TokenBatch> = (0..n)
             .map(|s| TokenBatch::new(&pairs[s * pairs.len() / n..(s + 1) * pairs.len() / n], 0))
             .collect();
-        let (grads, _) = rein_train::data_parallel::gradients(&model, &devices(&Default::default(), n), |s, m, d| {
-            let (log_prob, _) = completion_log_probs(m, &shards[s], 1.0, false, d);
-            (log_prob * shards[s].mask::<CpuAutodiff>(d))
-                .sum()
-                .neg()
-                .div_scalar(count)
-        })
-        .unwrap();
+        let (grads, _) =
+            rein_posttrain::data_parallel::gradients(&model, &devices(&Default::default(), n), |s, m, d| {
+                let (log_prob, _) = completion_log_probs(m, &shards[s], 1.0, false, d);
+                (log_prob * shards[s].mask::<CpuAutodiff>(d))
+                    .sum()
+                    .neg()
+                    .div_scalar(count)
+            })
+            .unwrap();
         let mut values: Vec<(String, Vec<f32>)> = Vec::new();
         let tensors = rein_model::safetensors_file::module_tensors(&model);
         let ids = param_ids(&model);

@@ -18,8 +18,8 @@ use rein_core::{Aggregation, KlEstimator, RatioLevel};
 use rein_model::lm::{Context, load};
 use rein_model::safetensors_file::Tensors;
 use rein_optim::{PolicyLossConfig, policy_loss};
+use rein_posttrain::{TokenBatch, completion_log_probs};
 use rein_sampler::{GenerationConfig, generate};
-use rein_train::lm::{TokenBatch, completion_log_probs};
 
 use gradients::gradients;
 

@@ -8,8 +8,8 @@ use rein_core::{
     AdvantageKind, Aggregation, EpisodeStart, KlEstimator, Message, Opening, PluginError, RatioLevel, Reply,
     SamplerPrecision, StdScaling, TextEnv, Turn,
 };
+use rein_posttrain::episodes::Agent;
 use rein_recipe::{CurriculumSection, GrpoSection, SamplerSection};
-use rein_train::lm::episodes::Agent;
 
 #[path = "common/grpo_trace.rs"]
 mod grpo_trace;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use burn::backend::Flex;
 use rein_core::{Judge, JudgeError, JudgeRequest, Message, request_seed};
 use rein_model::lm::{LmTokenizer, load};
-use rein_train::lm::NativeJudge;
+use rein_posttrain::NativeJudge;
 
 type B = Flex;
 

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use common::{plugin_dir, root, stage_records};
 
+use rein_posttrain::{Fields, read};
 use rein_recipe::LoadedRecipe;
-use rein_train::lm::{Fields, read};
 use rein_train::{RunOutcome, TrainError};
 
 /// The default recipe, shrunk to seconds.
@@ -108,7 +108,7 @@ fn sft_then_grpo_writes_checkpoints_metrics_and_a_report() {
     // The final model is a Hugging Face model directory rein (and transformers) can load, and
     // `rein eval` can judge it.
     let loaded = tiny_default(&runs, &[]);
-    let report = rein_train::evaluate_recipe(&loaded, &plugin_dir(), Some(&dir.join("final"))).unwrap();
+    let report = rein_posttrain::evaluate_recipe(&loaded, &plugin_dir(), Some(&dir.join("final"))).unwrap();
     assert_eq!(report.examples, 8);
 }
 
@@ -269,7 +269,8 @@ runs_dir = {runs:?}
 fn a_failing_reward_plugin_follows_on_error() {
     let dir = common::scratch("lm-onerror");
     let err = rein_train::run(&hostile_recipe(&dir, "fail"), &plugin_dir(), false).unwrap_err();
-    let TrainError::Reward { prompt, error, .. } = &err else {
+    let TrainError::Lm(lm) = &err else { panic!("{err}") };
+    let rein_posttrain::LmError::Reward { prompt, error, .. } = lm.as_ref() else {
         panic!("{err}")
     };
     assert_eq!(prompt, "trouble");
@@ -790,9 +791,9 @@ runs_dir = {runs:?}
     let model = rein_model::lm::SequenceClassifier::<rein_model::Cpu>::load(&final_dir, &device).unwrap();
     let tokenizer = rein_model::lm::LmTokenizer::load(&final_dir, &[]).unwrap();
     let data: rein_recipe::DataSection = serde_json::from_str("{}").unwrap();
-    let (test, _) = rein_train::lm::read_preferences(&dir.join("test.jsonl"), &Fields::default()).unwrap();
-    let (test, _) = rein_train::lm::prepare_preferences(&test, &tokenizer, &data, 1024).unwrap();
-    let reloaded = rein_train::lm::pairwise_accuracy(&model, &test, &device).unwrap();
+    let (test, _) = rein_posttrain::read_preferences(&dir.join("test.jsonl"), &Fields::default()).unwrap();
+    let (test, _) = rein_posttrain::prepare_preferences(&test, &tokenizer, &data, 1024).unwrap();
+    let reloaded = rein_posttrain::pairwise_accuracy(&model, &test, &device).unwrap();
     assert_eq!(reloaded, after);
 }
 

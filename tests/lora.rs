@@ -15,8 +15,8 @@ use burn::tensor::{Int, Tensor, TensorData};
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::peft::{CONFIG_FILE, WEIGHTS_FILE, load_adapter, save_adapter};
 use rein_model::lm::{CausalLm, LoadError, load};
+use rein_posttrain::{TokenBatch, completion_log_probs};
 use rein_sampler::{GenerationConfig, SeededRng, generate};
-use rein_train::lm::{TokenBatch, completion_log_probs};
 
 type B = Autodiff<Flex>;
 

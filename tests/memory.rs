@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use burn::backend::{Autodiff, Flex};
 use rein_model::lm::{CausalLm, HEAD_CHUNK_BYTES, LmConfig, LmInit};
-use rein_train::lm::{TokenBatch, completion_log_probs};
+use rein_posttrain::{TokenBatch, completion_log_probs};
 
 type B = Autodiff<Flex>;
 

@@ -8,10 +8,10 @@ use std::time::Duration;
 use rein_core::ModelDtype;
 use rein_model::CpuAutodiff;
 use rein_model::lm::CausalLm;
+use rein_posttrain::{Prompt, Sft};
 use rein_recipe::SftSection;
-use rein_train::driver::Trainer;
-use rein_train::lm::{Prompt, Sft};
-use rein_train::watchdog::Phases;
+use rein_run::driver::Trainer;
+use rein_run::watchdog::Phases;
 
 #[path = "common/tiny_lm.rs"]
 #[allow(dead_code)]

@@ -287,7 +287,7 @@ fn top_ids(row: &[f32], temperature: f32) -> Vec<u32> {
 fn environment_tokens_get_no_gradient() {
     use burn::backend::Autodiff;
     use rein_optim::{PolicyLossConfig, policy_loss};
-    use rein_train::lm::TokenBatch;
+    use rein_posttrain::TokenBatch;
     type A = Autodiff<Flex>;
     let device = Default::default();
     // Two episodes: sampled (s) and environment (e) tokens after a prompt.

@@ -10,15 +10,15 @@ mod gradients;
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorData};
+use rein_control::off_policy::flat::sac::FlatSac;
+use rein_control::off_policy::flat::td3::FlatTd3;
+use rein_control::off_policy::replay_buffer::ReplayBuffer;
+use rein_control::off_policy::sac::{Sac, SacNoise, SacSettings, TwinCritics};
+use rein_control::off_policy::td3::{Td3, Td3Settings};
+use rein_control::off_policy::{Batch, Transitions};
 use rein_core::{BoxSpace, SeededRng};
 use rein_model::safetensors_file::{Tensors, module_tensors, with_tensors};
 use rein_model::{CpuAutodiff, OffPolicyConfig, ReinBackend};
-use rein_train::off_policy::flat::sac::FlatSac;
-use rein_train::off_policy::flat::td3::FlatTd3;
-use rein_train::off_policy::replay_buffer::ReplayBuffer;
-use rein_train::off_policy::sac::{Sac, SacNoise, SacSettings, TwinCritics};
-use rein_train::off_policy::td3::{Td3, Td3Settings};
-use rein_train::off_policy::{Batch, Transitions};
 use safetensors::SafeTensors;
 
 use gradients::gradients;

@@ -221,14 +221,14 @@ fn a_non_finite_loss_stops_at_its_update_and_keeps_the_checkpoints_before_it() {
         "train.checkpoint_every=1".into(),
     ];
     let err = rein_train::run_env(&recipe("ppo-cartpole.toml", &overrides), &plugin_dir(), true).unwrap_err();
-    let rein_train::TrainError::NonFinite { step, ref what, .. } = err else {
+    let rein_train::TrainError::Run(rein_run::RunError::NonFinite { step, ref what, .. }) = err else {
         panic!("expected a non-finite error, got {err}")
     };
     assert_eq!(step, 3, "{err}");
     assert!(what.contains("loss"), "{err}");
     assert!(err.to_string().starts_with("step 3: PPO loss is not finite"), "{err}");
     let run = std::fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
-    let checkpoints = rein_train::checkpoint::CheckpointDir::of_run(&run);
+    let checkpoints = rein_run::checkpoint::CheckpointDir::of_run(&run);
     let (newest, skipped) = checkpoints.latest().unwrap();
     assert!(skipped.is_empty());
     assert_eq!(newest.expect("the updates before it were checkpointed").step, 2);
@@ -363,7 +363,7 @@ fn sac_stops_at_a_non_finite_loss_and_refuses_an_unbounded_box() {
         ]
     };
     let err = rein_train::run_env(&recipe("sac-pendulum.toml", &overrides("box")), &plugin_dir(), true).unwrap_err();
-    let rein_train::TrainError::NonFinite { step, .. } = err else {
+    let rein_train::TrainError::Run(rein_run::RunError::NonFinite { step, .. }) = err else {
         panic!("expected a non-finite error, got {err}")
     };
     assert!(step >= 7, "the rewards are finite until the 301st step: {err}");
@@ -373,7 +373,7 @@ fn sac_stops_at_a_non_finite_loss_and_refuses_an_unbounded_box() {
         "{err}"
     );
     let run = std::fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
-    let (newest, _) = rein_train::checkpoint::CheckpointDir::of_run(&run).latest().unwrap();
+    let (newest, _) = rein_run::checkpoint::CheckpointDir::of_run(&run).latest().unwrap();
     assert_eq!(
         newest.expect("the steps before it were checkpointed").step,
         step as u64 - 1

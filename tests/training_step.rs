@@ -22,7 +22,7 @@ use rein_optim::{
     DpoConfig, DpoLossKind, PolicyLossConfig, bradley_terry_loss, clip_grad_norm, full_reverse_kl, kl_estimate_scalar,
     masked_value_loss, masked_whiten, policy_loss, token_gae, token_rewards,
 };
-use rein_train::lm::{
+use rein_posttrain::{
     Critic, PreferencePair, TokenBatch, completion_log_probs, completion_logits, completion_outputs, dpo_batch_loss,
     pair_batch, pair_scores, reference_log_probs,
 };

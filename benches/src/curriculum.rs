@@ -19,11 +19,11 @@ use rein_core::RewardFn;
 use rein_model::CpuAutodiff;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer};
 use rein_plugin::PluginRuntime;
+use rein_posttrain::{EvalReport, EvalSettings, Grpo, GrpoContext, Prompt, Sft, WeightedReward, evaluate};
+use rein_posttrain::{generate_task, prepare};
 use rein_recipe::{Algorithm, CurriculumKind, CurriculumSection, GrpoSection, LoadedRecipe};
-use rein_train::driver::Trainer;
-use rein_train::lm::{EvalReport, EvalSettings, Grpo, GrpoContext, Prompt, Sft, WeightedReward, evaluate};
-use rein_train::lm::{generate_task, prepare};
-use rein_train::watchdog::Phases;
+use rein_run::driver::Trainer;
+use rein_run::watchdog::Phases;
 
 use crate::report::{Report, Row, median};
 
@@ -96,7 +96,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         anyhow::bail!("{RECIPE} is a GRPO recipe");
     };
     let before = setup.evaluate(&setup.start, setup.judge(plugin_dir)?.as_mut())?;
-    println!("{RECIPE}: after SFT, {}", rein_train::describe(&before));
+    println!("{RECIPE}: after SFT, {}", rein_posttrain::describe(&before));
     let mut curves: Vec<Vec<Curve>> = Vec::new();
     for arm in &ARMS {
         let mut runs = Vec::new();
@@ -106,7 +106,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
                 "  {} seed {seed}: {:.1} s of training, held-out {}",
                 arm.name,
                 curve.0.last().map_or(0.0, |(s, _)| *s),
-                rein_train::describe(curve.last())
+                rein_posttrain::describe(curve.last())
             );
             runs.push(curve);
         }

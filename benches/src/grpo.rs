@@ -23,12 +23,12 @@ use rein_model::CpuAutodiff;
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmTokenizer, load, locate, save};
 use rein_plugin::PluginRuntime;
+use rein_posttrain::{ArithmeticTask, Grpo, GrpoContext, Prompt, WeightedReward, generate_task, prepare};
 use rein_recipe::{DataSection, GrpoSection, OptimizerSection, SamplerSection, TeacherKl};
-use rein_train::checkpoint::Checkpointing;
-use rein_train::driver::{Driven, Driver, Trainer};
-use rein_train::lm::{ArithmeticTask, Grpo, GrpoContext, Prompt, WeightedReward, generate_task, prepare};
-use rein_train::memory::reset_peak_rss;
-use rein_train::{MetricsWriter, RunDir};
+use rein_run::checkpoint::Checkpointing;
+use rein_run::driver::{Driven, Driver, Trainer};
+use rein_run::memory::reset_peak_rss;
+use rein_run::{MetricsWriter, RunDir};
 
 use crate::qwen2_3m::{qwen2_3m, qwen2_3m_from};
 use crate::report::{Report, Row, median, peak_rss_mib};
@@ -242,7 +242,7 @@ fn measure(
 ) -> anyhow::Result<(
     Measured,
     std::collections::BTreeMap<String, std::time::Duration>,
-    rein_train::lm::GrpoOutcome,
+    rein_posttrain::GrpoOutcome,
 )> {
     let device = Default::default();
     // The same prompts for the TRL peer.

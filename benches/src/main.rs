@@ -26,7 +26,7 @@ mod sft;
 /// `rein-bench SUITE [PLUGIN_DIR] [--threads N] [--allow-missing-peers]`.
 fn main() -> anyhow::Result<()> {
     // As `rein` does.
-    rein_train::memory::keep_freed_memory();
+    rein_run::memory::keep_freed_memory();
     let (mut positional, mut threads, mut allow_missing_peers) = (Vec::new(), 2, false);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {

@@ -8,11 +8,11 @@ use std::path::Path;
 
 use rein_model::CpuAutodiff;
 use rein_model::lm::{LmTokenizer, save};
+use rein_posttrain::{Dpo, generate_task, pairs_from_examples, prepare_preferences, slipped_solution};
 use rein_recipe::{DataSection, DpoSection};
-use rein_train::driver::Trainer;
-use rein_train::lm::{Dpo, generate_task, pairs_from_examples, prepare_preferences, slipped_solution};
-use rein_train::memory::{peak_rss_mib, reset_peak_rss};
-use rein_train::watchdog::Phases;
+use rein_run::driver::Trainer;
+use rein_run::memory::{peak_rss_mib, reset_peak_rss};
+use rein_run::watchdog::Phases;
 
 use crate::qwen2_3m::qwen2_3m;
 use crate::report::{Report, Row, median};

@@ -151,7 +151,7 @@ pub fn median(values: &[f64]) -> Option<f64> {
     }
 }
 
-pub use rein_train::memory::peak_rss_mib;
+pub use rein_run::memory::peak_rss_mib;
 
 #[cfg(test)]
 mod tests {

@@ -8,10 +8,10 @@ use std::path::Path;
 use anyhow::Context;
 use rein_model::CpuAutodiff;
 use rein_model::lm::{LmConfig, LmInit, LmTokenizer, save};
+use rein_posttrain::{Sft, generate_task, prepare};
 use rein_recipe::{LoadedRecipe, SftSection};
-use rein_train::driver::Trainer;
-use rein_train::lm::{Sft, generate_task, prepare};
-use rein_train::watchdog::Phases;
+use rein_run::driver::Trainer;
+use rein_run::watchdog::Phases;
 
 use crate::report::{Report, Row, median};
 

@@ -12,11 +12,11 @@ use burn::tensor::backend::Backend;
 use rein_core::{CompletionScore, Group, GroupScores, PluginError, RewardFn};
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmTokenizer, load};
+use rein_posttrain::episodes::Agent;
+use rein_posttrain::{Grpo, GrpoContext, Prompt, WeightedReward};
 use rein_recipe::{CurriculumSection, GrpoSection, OptimizerSection, SamplerSection};
-use rein_train::driver::{Record, Trainer};
-use rein_train::lm::episodes::Agent;
-use rein_train::lm::{Grpo, GrpoContext, Prompt, WeightedReward};
-use rein_train::watchdog::Phases;
+use rein_run::driver::{Record, Trainer};
+use rein_run::watchdog::Phases;
 
 pub type B = Autodiff<Flex>;
 
@@ -138,7 +138,7 @@ impl Run<'_> {
             seed: 7,
             agent: self.agent,
         };
-        let devices = rein_train::data_parallel::devices(&device, self.devices);
+        let devices = rein_posttrain::data_parallel::devices(&device, self.devices);
         let mut algorithm = Grpo::new(model, ctx, &device).unwrap().with_devices(devices);
         let phases = Phases::new(Default::default(), Default::default());
         let records = (1..=self.grpo.steps)

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use rein_core::{Group, RewardFn};
 use rein_plugin::SandboxLimits;
-use rein_train::lm::{OnError, WeightedReward, score_groups};
+use rein_posttrain::{OnError, WeightedReward, score_groups};
 use serde::Deserialize;
 
 use super::common;

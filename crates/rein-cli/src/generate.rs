@@ -8,9 +8,9 @@ use anyhow::{Context, bail};
 use clap::Args;
 use rein_core::{ModelDtype, SamplerPrecision};
 use rein_model::lm::{ChatMessage, LmTokenizer, load};
+use rein_run::progress::Progress;
 use rein_sampler::{FinishReason, GenerationConfig, generate};
 use rein_sampler::{completion_text, stop_check};
-use rein_train::progress::Progress;
 
 #[derive(Args, Debug)]
 pub(crate) struct GenerateArgs {

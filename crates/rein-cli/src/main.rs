@@ -91,9 +91,9 @@ impl LimitArgs {
 const STALLED_EXIT_CODE: i32 = 3;
 
 fn main() -> std::process::ExitCode {
-    rein_train::memory::keep_freed_memory();
+    rein_run::memory::keep_freed_memory();
     // The watchdog has saved the last completed step; the stalled thread cannot be unwound.
-    rein_train::driver::on_stall(|error| {
+    rein_run::driver::on_stall(|error| {
         eprintln!("\nerror: {error}");
         std::process::exit(STALLED_EXIT_CODE);
     });

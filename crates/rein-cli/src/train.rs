@@ -67,19 +67,19 @@ impl RunArgs {
 /// current step and stop; a second one exits at once.
 fn stop_on_interrupt() {
     let handler = ctrlc::set_handler(|| {
-        if rein_train::checkpoint::stop_requested() {
+        if rein_run::checkpoint::stop_requested() {
             eprintln!("\ninterrupted again: exiting without a checkpoint");
             std::process::exit(130);
         }
         eprintln!("\ninterrupted: saving a checkpoint after this step (Ctrl-C again to quit at once)");
-        rein_train::checkpoint::request_stop();
+        rein_run::checkpoint::request_stop();
     });
     if let Err(e) = handler {
         eprintln!("warning: cannot catch Ctrl-C ({e}); an interrupted run resumes from its last periodic checkpoint");
     }
 }
 
-fn report_env(loaded: &LoadedRecipe, outcome: &rein_train::EnvOutcome) {
+fn report_env(loaded: &LoadedRecipe, outcome: &rein_control::EnvOutcome) {
     let t = &outcome.timings;
     if let Some(dir) = &outcome.run_dir {
         eprintln!("run directory: {}", dir.display());
@@ -107,13 +107,13 @@ fn report_env(loaded: &LoadedRecipe, outcome: &rein_train::EnvOutcome) {
     );
 }
 
-fn report_lm(outcome: &rein_train::LmOutcome) {
+fn report_lm(outcome: &rein_posttrain::LmOutcome) {
     if let Some(dir) = &outcome.run_dir {
         eprintln!("run directory: {} (report.md, metrics.jsonl, final/)", dir.display());
     }
     for (label, report) in [("before RL", &outcome.before), ("after RL ", &outcome.after)] {
         if let Some(r) = report {
-            eprintln!("held-out {label}: {}", rein_train::describe(r));
+            eprintln!("held-out {label}: {}", rein_posttrain::describe(r));
         }
     }
     if let Some(g) = &outcome.grpo {
@@ -145,9 +145,9 @@ pub(crate) struct EvalArgs {
 impl EvalArgs {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
         let loaded = self.recipe.load()?;
-        let report = rein_train::evaluate_recipe(&loaded, &self.recipe.plugin_dir, self.model.as_deref());
-        let report = naming_the_recipe(report, "evaluating", &self.recipe.recipe)?;
-        eprintln!("{}", rein_train::describe(&report));
+        let report = rein_posttrain::evaluate_recipe(&loaded, &self.recipe.plugin_dir, self.model.as_deref());
+        let report = naming_the_recipe(report.map_err(TrainError::from), "evaluating", &self.recipe.recipe)?;
+        eprintln!("{}", rein_posttrain::describe(&report));
         println!("{}", serde_json::to_string(&report)?);
         Ok(())
     }

@@ -87,7 +87,7 @@ fn expected_scalars(run: &Path, records: usize) -> Scalars {
                 continue;
             }
             if let Some(value) = value.as_f64() {
-                let tag = rein_train::tensorboard_tag(key).to_string();
+                let tag = rein_run::tensorboard_tag(key).to_string();
                 scalars
                     .entry((dir.clone(), tag))
                     .or_default()

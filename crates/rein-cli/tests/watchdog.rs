@@ -66,7 +66,7 @@ fn a_stalled_phase_is_named_saved_and_resumable() {
     assert!(stderr.contains("(waiting on the loss and its gradients)"), "{stderr}");
     assert!(stderr.contains("saved step 4 in"), "{stderr}");
     let run = only_run(&runs);
-    let (newest, _) = rein_train::checkpoint::CheckpointDir::of_run(&run).latest().unwrap();
+    let (newest, _) = rein_run::checkpoint::CheckpointDir::of_run(&run).latest().unwrap();
     assert_eq!(newest.expect("the watchdog saved a checkpoint").step, 4);
 
     let out = rein(&runs, &["--resume", run.to_str().unwrap()]).output().unwrap();

@@ -25,10 +25,10 @@ pub fn run<B: ReinBackend>(fixtures: &Path, device: &B::Device, report: &mut Rep
 /// Three SFT steps of the tiny Qwen2 with each batch on `devices` (split across them when
 /// several): each step's loss and gradient norm.
 fn sft_steps<B: ReinBackend>(fixtures: &Path, devices: Vec<B::Device>) -> Result<Vec<(f64, f64)>> {
-    use rein_train::driver::Trainer;
+    use rein_run::driver::Trainer;
     let model = model::<Autodiff<B>>(fixtures, "qwen2-gqa", &devices[0])?;
-    let examples: Vec<rein_train::lm::Prompt> = (0..6u32)
-        .map(|i| rein_train::lm::Prompt {
+    let examples: Vec<rein_posttrain::Prompt> = (0..6u32)
+        .map(|i| rein_posttrain::Prompt {
             text: String::new(),
             tokens: (0..2 + i % 3).map(|j| (i * 31 + j * 7 + 3) % 500).collect(),
             answer: None,
@@ -45,8 +45,8 @@ fn sft_steps<B: ReinBackend>(fixtures: &Path, devices: Vec<B::Device>) -> Result
         warmup_steps: 0,
         ..rein_recipe::SftSection::default()
     };
-    let mut sft = rein_train::lm::Sft::new(model, &examples, 0, &section, 4, devices)?;
-    let phases = rein_train::watchdog::Phases::new(std::time::Duration::ZERO, Default::default());
+    let mut sft = rein_posttrain::Sft::new(model, &examples, 0, &section, 4, devices)?;
+    let phases = rein_run::watchdog::Phases::new(std::time::Duration::ZERO, Default::default());
     let mut steps = Vec::new();
     for step in 1..=3 {
         let record = sft.step(step, &phases)?.record;
@@ -98,12 +98,12 @@ impl rein_core::RewardFn for ByIndex {
 /// second's ratios move; the KL to the reference; a TIS correction) with each update on
 /// `devices` (split across them when several): its loss, gradient norm, KL and clip fraction.
 fn grpo_step_record<B: ReinBackend>(fixtures: &Path, devices: Vec<B::Device>) -> Result<[f64; 4]> {
-    use rein_train::driver::Trainer;
+    use rein_run::driver::Trainer;
     let model = model::<Autodiff<B>>(fixtures, "qwen2-gqa", &devices[0])?;
     let tokenizer = rein_model::lm::LmTokenizer::load(&fixtures.join("lm/qwen2-gqa"), &model.config().eos_ids())?;
     let prompts = (["one plus one", "two"].iter())
         .map(|&text| {
-            Ok(rein_train::lm::Prompt {
+            Ok(rein_posttrain::Prompt {
                 text: text.into(),
                 tokens: tokenizer.encode(text)?,
                 answer: None,
@@ -114,7 +114,7 @@ fn grpo_step_record<B: ReinBackend>(fixtures: &Path, devices: Vec<B::Device>) ->
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut rewards = [rein_train::lm::WeightedReward {
+    let mut rewards = [rein_posttrain::WeightedReward {
         reward: Box::new(ByIndex),
         weight: 1.0,
         isolate: false,
@@ -138,7 +138,7 @@ fn grpo_step_record<B: ReinBackend>(fixtures: &Path, devices: Vec<B::Device>) ->
         weight_decay: 0.0,
         ..Default::default()
     };
-    let ctx = rein_train::lm::GrpoContext {
+    let ctx = rein_posttrain::GrpoContext {
         tokenizer: &tokenizer,
         prompts: &prompts,
         rewards: &mut rewards,
@@ -151,8 +151,8 @@ fn grpo_step_record<B: ReinBackend>(fixtures: &Path, devices: Vec<B::Device>) ->
         agent: None,
     };
     let first = devices[0].clone();
-    let mut algorithm = rein_train::lm::Grpo::new(model, ctx, &first)?.with_devices(devices);
-    let phases = rein_train::watchdog::Phases::new(std::time::Duration::ZERO, Default::default());
+    let mut algorithm = rein_posttrain::Grpo::new(model, ctx, &first)?.with_devices(devices);
+    let phases = rein_run::watchdog::Phases::new(std::time::Duration::ZERO, Default::default());
     let record = algorithm.step(1, &phases)?.record;
     Ok(["train/loss", "train/grad_norm", "train/kl", "train/clip_frac"]
         .map(|key| record.get(key).and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN)))

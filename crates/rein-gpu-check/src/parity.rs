@@ -14,8 +14,8 @@ use rein_core::{Aggregation, KlEstimator, RatioLevel};
 use rein_model::lm::{CausalLm, Context, load, save};
 use rein_model::{ReinAutodiffBackend, ReinBackend};
 use rein_optim::{PolicyLossConfig, clip_grad_norm, policy_loss};
+use rein_posttrain::{TokenBatch, completion_log_probs};
 use rein_sampler::{GenerationConfig, generate};
-use rein_train::lm::{TokenBatch, completion_log_probs};
 use safetensors::SafeTensors;
 use serde::Deserialize;
 

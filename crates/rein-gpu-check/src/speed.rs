@@ -14,8 +14,8 @@ use rein_core::ModelDtype;
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, load};
 use rein_optim::{clip_grad_norm, policy_loss};
+use rein_posttrain::{TokenBatch, completion_log_probs};
 use rein_sampler::{GenerationConfig, generate};
-use rein_train::lm::{TokenBatch, completion_log_probs};
 
 use crate::report::Report;
 

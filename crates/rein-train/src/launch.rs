@@ -7,12 +7,13 @@ use rein_core::VecEnv;
 use rein_plugin::PluginRuntime;
 
 use crate::TrainError;
-use crate::checkpoint::{CheckpointDir, Checkpointing};
-use crate::environments::{EnvFactory, EnvOutcome};
-use crate::lm::run::{LmOutcome, run_lm};
-use crate::run_dir::RunDir;
-use crate::{off_policy, ppo};
+use rein_control::environments::{EnvFactory, EnvOutcome};
+use rein_control::{off_policy, ppo};
+use rein_posttrain::{LmOutcome, run_lm};
 use rein_recipe::{Device, LoadedRecipe, OffPolicyRecipe, Plan, PpoRecipe};
+use rein_run::RunDir;
+use rein_run::RunError;
+use rein_run::checkpoint::{Checkpoint, CheckpointDir, Checkpointing};
 
 /// What a run reports.
 #[derive(Debug, Clone)]
@@ -36,19 +37,20 @@ pub fn run(loaded: &LoadedRecipe, plugin_dir: &Path, write_run: bool) -> Result<
 /// so `metrics.jsonl` ends up as an uninterrupted run's (the same seed gives the same values on
 /// the CPU; only timings differ).
 pub fn resume(loaded: &LoadedRecipe, plugin_dir: &Path, dir: &Path) -> Result<RunOutcome, TrainError> {
-    let run_dir = RunDir::open(dir).map_err(|e| TrainError::Resume {
+    let run_dir = RunDir::open(dir).map_err(|e| RunError::Resume {
         run: dir.to_path_buf(),
         message: e.to_string(),
     })?;
     let saved = run_dir.recipe_toml()?;
     if let Some(difference) = recipe_difference(&saved, &loaded.to_toml()) {
-        return Err(TrainError::Resume {
+        return Err(RunError::Resume {
             run: dir.to_path_buf(),
             message: format!(
                 "{} does not resolve to the recipe this run was started with: {difference}",
                 loaded.path.display()
             ),
-        });
+        }
+        .into());
     }
     let (latest, skipped) = CheckpointDir::of_run(dir).latest()?;
     for bad in &skipped {
@@ -65,7 +67,7 @@ fn run_in(
     loaded: &LoadedRecipe,
     plugin_dir: &Path,
     run_dir: Option<&RunDir>,
-    resume: Option<crate::checkpoint::Checkpoint>,
+    resume: Option<Checkpoint>,
 ) -> Result<RunOutcome, TrainError> {
     let checkpointing = checkpointing(loaded, run_dir, resume);
     let plan = loaded.plan()?;
@@ -86,9 +88,9 @@ fn run_in(
             &Default::default(),
         ),
         #[cfg(not(feature = "cuda"))]
-        Device::Cuda => Err(no_cuda(loaded)),
+        Device::Cuda => return Err(no_cuda(loaded)),
     };
-    outcome.map(|o| RunOutcome::Lm(Box::new(o)))
+    Ok(RunOutcome::Lm(Box::new(outcome?)))
 }
 
 /// The first key whose value differs between two resolved recipes, described.
@@ -167,19 +169,22 @@ impl<'a> EnvPlan<'a> {
         checkpointing: &Checkpointing,
     ) -> Result<EnvOutcome, TrainError> {
         match self {
-            Self::Ppo(plan) => ppo::train::<B>(loaded, plan, make_env, device, run_dir, checkpointing),
-            Self::OffPolicy(plan) => off_policy::train::<B>(loaded, plan, make_env, device, run_dir, checkpointing),
+            Self::Ppo(plan) => Ok(ppo::train::<B>(loaded, plan, make_env, device, run_dir, checkpointing)?),
+            Self::OffPolicy(plan) => Ok(off_policy::train::<B>(
+                loaded,
+                plan,
+                make_env,
+                device,
+                run_dir,
+                checkpointing,
+            )?),
         }
     }
 }
 
 /// Checkpoints into `run_dir` (none without one) every `train.checkpoint_every` steps,
 /// continuing from `resume`.
-fn checkpointing(
-    loaded: &LoadedRecipe,
-    run_dir: Option<&RunDir>,
-    resume: Option<crate::checkpoint::Checkpoint>,
-) -> Checkpointing {
+fn checkpointing(loaded: &LoadedRecipe, run_dir: Option<&RunDir>, resume: Option<Checkpoint>) -> Checkpointing {
     Checkpointing {
         dir: run_dir.map(|r| CheckpointDir::of_run(r.path())),
         every: loaded.recipe.train.checkpoint_every,

@@ -215,7 +215,7 @@ impl ServeArgs {
             max_stop_bytes: self.max_stop_bytes,
             // A quarter of the machine's memory (of 16 GiB where /proc/meminfo cannot be read).
             max_kv_cache_bytes: (self.max_kv_cache_bytes)
-                .unwrap_or_else(|| rein_train::memory::total_bytes().unwrap_or(16 << 30) / 4),
+                .unwrap_or_else(|| rein_run::memory::total_bytes().unwrap_or(16 << 30) / 4),
             model: model.clone(),
         })
     }

@@ -1,0 +1,596 @@
+//! The GRPO family (GRPO, Dr. GRPO, DAPO, GSPO, RLOO, REINFORCE++), one step in algorithm
+//! order: sample prompts → generate G completions each → score groups with the reward plugins
+//! (resampling groups without signal, DAPO) → outcome advantages (KL folded into the reward
+//! when asked; GiGPO's per-turn ones for multi-turn episodes) → μ gradient steps on the policy
+//! loss against the sampling-time log-probabilities → log. `sample.rs` samples and scores,
+//! `learn.rs` computes the advantages and updates; this file holds the state and the step.
+
+use std::time::Duration;
+
+use burn::module::AutodiffModule;
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{AdamW, AdamWConfig};
+use rein_core::{AdvantageKind, FailureCounts};
+use rein_model::ReinAutodiffBackend;
+use rein_model::lm::{CausalLm, LmTokenizer};
+use rein_optim::{DpoConfig, LinearSchedule, PolicyLossConfig};
+use rein_recipe::{CurriculumKind, CurriculumSection, GrpoSection, OptimizerSection, SamplerSection, TeacherKl};
+use rein_sampler::{Generator, NativeGenerator, SeededRng};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::Prompt;
+use super::episodes::Agent;
+use super::rewards::WeightedReward;
+use super::rollout_source::RolloutSource;
+use crate::LmError;
+use rein_run::checkpoint::{Checkpoint, learner_sections, module_sections};
+use rein_run::driver::{Record, Snapshot, Step, Trainer};
+use rein_run::watchdog::Phases;
+
+pub(crate) mod curriculum;
+mod learn;
+mod online_dpo;
+mod ppo;
+mod sample;
+mod split;
+
+/// Where a GRPO run's time went and how it ended.
+#[derive(Debug, Clone, Default)]
+pub struct GrpoOutcome {
+    /// What learned from the samples: `GRPO`, `Online DPO` or `PPO`.
+    pub algorithm: &'static str,
+    /// Steps performed.
+    pub steps: usize,
+    /// Sampling completions.
+    pub generate: Duration,
+    /// Scoring them with the reward plugins.
+    pub reward: Duration,
+    /// Forward/backward passes and optimiser steps (and the KL reference's forward passes).
+    pub train: Duration,
+    /// Mean reward over the last 10% of steps.
+    pub final_reward: f64,
+}
+
+/// Everything a GRPO run needs besides the model.
+pub struct GrpoContext<'a> {
+    /// The tokenizer.
+    pub tokenizer: &'a LmTokenizer,
+    /// Training prompts.
+    pub prompts: &'a [Prompt],
+    /// Reward functions, weighted.
+    pub rewards: &'a mut [WeightedReward],
+    /// The one of `rewards` that judges a completion correct (`eval.accuracy_reward`): a
+    /// group's accuracy for `algorithm.difficulty_weight` and the curriculum.
+    pub accuracy_reward: usize,
+    /// Difficulty pools for drawing prompts (`[curriculum]`); `None`: every prompt in turn.
+    pub curriculum: Option<&'a CurriculumSection>,
+    /// Algorithm settings.
+    pub grpo: &'a GrpoSection,
+    /// Sampling settings.
+    pub sampler: &'a SamplerSection,
+    /// Optimiser settings.
+    pub optimizer: &'a OptimizerSection,
+    /// Seed.
+    pub seed: u64,
+    /// Tools and a text environment: episodes of several turns instead of one completion.
+    pub agent: Option<&'a mut Agent>,
+}
+
+/// Training prompts in a shuffled order, reshuffled after each pass (epoch).
+#[derive(Clone, Serialize, Deserialize)]
+struct PromptOrder {
+    order: Vec<usize>,
+    cursor: usize,
+}
+
+impl PromptOrder {
+    fn new(prompts: usize, rng: &mut SeededRng) -> Self {
+        let mut order: Vec<usize> = (0..prompts).collect();
+        rng.shuffle(&mut order);
+        Self { order, cursor: 0 }
+    }
+
+    fn next(&mut self, rng: &mut SeededRng) -> usize {
+        if self.cursor == self.order.len() {
+            rng.shuffle(&mut self.order);
+            self.cursor = 0;
+        }
+        self.cursor += 1;
+        self.order[self.cursor - 1]
+    }
+}
+
+/// What a GRPO step carries to the next besides the model and optimiser (a checkpoint's
+/// `state` section).
+#[derive(Clone, Serialize, Deserialize)]
+struct GrpoState {
+    rng: SeededRng,
+    prompt_order: PromptOrder,
+    /// Each step's mean reward.
+    rewards: Vec<f64>,
+    /// Multi-turn episodes started so far (the text environment's episode ids).
+    #[serde(default)]
+    episodes: u64,
+    /// Updates so far: the version of the policy being trained.
+    #[serde(default)]
+    version: u64,
+    /// Each prompt's running pass rate, with `[curriculum] kind = "pools"`.
+    #[serde(default)]
+    pools: Option<curriculum::DifficultyPools>,
+    /// The sources' recent absolute advantages, with `[curriculum] kind = "ucb"`.
+    #[serde(default)]
+    sources: Option<curriculum::SourceBandit>,
+}
+
+impl GrpoState {
+    /// The next training prompt: from the difficulty pools or the sources' bandit with a
+    /// curriculum, else the next of the shuffled order.
+    fn next_prompt(&mut self, curriculum: Option<&CurriculumSection>) -> usize {
+        match (curriculum, &self.pools, &self.sources) {
+            (Some(c), Some(pools), _) => pools.pick(c, &mut self.rng),
+            (Some(c), _, Some(sources)) => sources.pick(c, &mut self.rng),
+            _ => self.prompt_order.next(&mut self.rng),
+        }
+    }
+}
+
+/// The GRPO family on a language model.
+pub struct Grpo<'a, B: ReinAutodiffBackend> {
+    /// The policy being trained.
+    pub model: CausalLm<B>,
+    optim: OptimizerAdaptor<AdamW, CausalLm<B>, B>,
+    /// The frozen starting policy, for the KL term (none when β = 0).
+    reference: Option<CausalLm<B::InnerBackend>>,
+    /// On-policy distillation's teacher, the weight of its term and how its KL is estimated.
+    teacher: Option<(CausalLm<B::InnerBackend>, f32, TeacherKl)>,
+    /// Online DPO: learn from each group's best completion against its worst with this loss,
+    /// instead of the policy-gradient loss.
+    preferences: Option<DpoConfig>,
+    /// PPO with a critic: token-level advantages from the critic's values instead of the
+    /// group's outcomes, and minibatch updates of both.
+    critic: Option<ppo::PpoCritic<B>>,
+    ctx: GrpoContext<'a>,
+    /// Single-turn completions: the native sampler or inference servers, possibly ahead of
+    /// training (multi-turn episodes are played in process).
+    source: Option<RolloutSource<B::InnerBackend>>,
+    /// The last step whose prompts were submitted to `source`, with the prompts of the steps
+    /// submitted and not yet taken.
+    submitted: usize,
+    in_flight: std::collections::VecDeque<Vec<usize>>,
+    loss_config: PolicyLossConfig,
+    lr: LinearSchedule,
+    pad: u32,
+    state: GrpoState,
+    device: B::Device,
+    /// The devices each policy update splits the batch's rows across; the first is `device`.
+    devices: Vec<B::Device>,
+}
+
+impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
+    /// GRPO from `model` (also the KL reference when β ≠ 0), sampling in process.
+    pub fn new(model: CausalLm<B>, ctx: GrpoContext<'a>, device: &B::Device) -> Result<Self, LmError> {
+        let native = Box::new(NativeGenerator::<B::InnerBackend>::new(ctx.tokenizer.clone(), device));
+        Self::with_generator(model, ctx, native, device)
+    }
+
+    /// GRPO whose single-turn completions come from `generator`, running up to
+    /// `algorithm.max_staleness` steps ahead of training.
+    pub fn with_generator(
+        model: CausalLm<B>,
+        ctx: GrpoContext<'a>,
+        generator: Box<dyn Generator<B::InnerBackend>>,
+        device: &B::Device,
+    ) -> Result<Self, LmError> {
+        let (grpo, sampler, optimizer) = (ctx.grpo, ctx.sampler, ctx.optimizer);
+        if grpo.advantage == AdvantageKind::Rloo && sampler.n < 2 {
+            return Err(LmError::Unsupported("RLOO needs sampler.n ≥ 2".into()));
+        }
+        if grpo.advantage == AdvantageKind::Gigpo && ctx.agent.is_none() {
+            return Err(LmError::Unsupported(
+                "GiGPO's advantages compare the turns of multi-turn episodes: GrpoContext::agent is None".into(),
+            ));
+        }
+        let optim = adamw(optimizer).init::<B, CausalLm<B>>();
+        let loss_config = PolicyLossConfig {
+            level: grpo.ratio_level,
+            clip_low: grpo.clip_low,
+            clip_high: grpo.clip_high,
+            dual_clip: grpo.dual_clip,
+            aggregation: grpo.aggregation,
+            max_completion_len: sampler.max_new_tokens,
+            kl_coef: if grpo.kl_in_reward { 0.0 } else { grpo.kl_coef },
+            kl_estimator: grpo.kl_estimator,
+            kl_importance_weighted: grpo.kl_importance_weighted,
+            entropy_coef: grpo.entropy_coef,
+        };
+        let lr = lr_schedule(optimizer, optimizer.lr, grpo.steps);
+        let mut rng = SeededRng::new(ctx.seed ^ 0x6A09_E667);
+        let prompt_order = PromptOrder::new(ctx.prompts.len(), &mut rng);
+        let pools = (ctx.curriculum)
+            .filter(|c| c.kind == CurriculumKind::Pools)
+            .map(|_| curriculum::DifficultyPools::new(ctx.prompts.len()));
+        let sources = match ctx.curriculum.filter(|c| c.kind == CurriculumKind::Ucb) {
+            Some(c) => Some(curriculum::SourceBandit::new(ctx.prompts, c).map_err(curriculum_error)?),
+            None => None,
+        };
+        let source = match ctx.agent {
+            Some(_) => None,
+            None => Some(
+                RolloutSource::new(generator, &model.valid(), 0, grpo.max_staleness)
+                    .map_err(|error| LmError::generator(0, error))?,
+            ),
+        };
+        Ok(Self {
+            source,
+            submitted: 0,
+            in_flight: Default::default(),
+            reference: (grpo.kl_coef != 0.0).then(|| model.valid()),
+            teacher: None,
+            preferences: None,
+            critic: None,
+            model,
+            optim,
+            pad: ctx.tokenizer.pad_id().unwrap_or(0),
+            ctx,
+            loss_config,
+            lr,
+            state: GrpoState {
+                rng,
+                prompt_order,
+                rewards: Vec::new(),
+                episodes: 0,
+                version: 0,
+                pools,
+                sources,
+            },
+            device: device.clone(),
+            devices: vec![device.clone()],
+        })
+    }
+
+    /// Data parallelism (`train.devices`): each policy update splits the batch's rows across
+    /// `devices`, the first being the policy's own ([`crate::data_parallel::devices`] numbers
+    /// them); a batch with fewer rows than devices uses as many devices as it has rows. Online
+    /// DPO, PPO with a critic and the full teacher KL train on one device: their steps fail
+    /// with more than one.
+    pub fn with_devices(mut self, devices: Vec<B::Device>) -> Self {
+        if !devices.is_empty() {
+            self.devices = devices;
+        }
+        self
+    }
+
+    /// Whether what this run learns with can be split across its devices: the policy-gradient
+    /// updates can; online DPO, PPO with a critic and the full teacher KL (its vocabulary-wide
+    /// logits) train on one device.
+    fn fits_the_devices(&self) -> Result<(), LmError> {
+        if self.devices.len() < 2 {
+            return Ok(());
+        }
+        let single = match (&self.preferences, &self.critic, &self.teacher) {
+            (Some(_), _, _) => "online DPO",
+            (_, Some(_), _) => "PPO with a critic",
+            (_, _, Some((_, _, TeacherKl::Full))) => "the full reverse KL to a teacher (`teacher.kl = \"full\"`)",
+            // The load-balancing loss is a product of means over the whole batch: no share of
+            // it is a share of the batch's.
+            _ if self.model.config().moe().is_some() => "a mixture of experts (its load-balancing loss)",
+            _ => return Ok(()),
+        };
+        Err(LmError::Unsupported(format!(
+            "data parallelism ({} devices, `train.devices`) splits the policy-gradient updates of the \
+             GRPO family; {single} trains on one device",
+            self.devices.len()
+        )))
+    }
+
+    /// On-policy distillation: each sampled token's advantage gains
+    /// `coef · (log π_teacher − log π_student)` ([`rein_optim::add_teacher_advantages`]), or
+    /// with [`TeacherKl::Full`] the loss gains `coef ·` the reverse KL over the vocabulary
+    /// ([`rein_optim::full_reverse_kl`]). The teacher must share the policy's tokenizer (the
+    /// caller checks).
+    pub fn with_teacher(mut self, teacher: CausalLm<B::InnerBackend>, coef: f32, kl: TeacherKl) -> Self {
+        self.teacher = Some((teacher, coef, kl));
+        self
+    }
+
+    /// Online DPO: each step's groups are sampled and scored as GRPO's, then give one pair
+    /// each (best against worst reward, ties skipped) and one update on `config`'s DPO loss
+    /// against the policy as it started ([`online_dpo`]).
+    pub fn with_preferences(mut self, config: DpoConfig) -> Self {
+        self.reference.get_or_insert_with(|| self.model.valid());
+        self.preferences = Some(config);
+        self
+    }
+
+    /// PPO with a critic ([`ppo`]): each step's completions are sampled and scored as GRPO's,
+    /// then learned from with token-level advantages from `critic`'s values, over
+    /// `settings.update_epochs` passes in minibatches. `optimizer` configures the critic's
+    /// AdamW (its learning rate is `settings.critic_lr` when set).
+    pub fn with_critic(
+        mut self,
+        critic: crate::critic::Critic<B>,
+        settings: &rein_recipe::LmPpoSection,
+        optimizer: &OptimizerSection,
+    ) -> Self {
+        self.critic = Some(ppo::PpoCritic::new(critic, settings, optimizer));
+        self
+    }
+
+    /// The run's outcome once the driver is done, with its phase timings.
+    pub fn outcome(&self, steps: usize, phases: &std::collections::BTreeMap<String, Duration>) -> GrpoOutcome {
+        let phase = |name: &str| phases.get(name).copied().unwrap_or_default();
+        let tail = (self.state.rewards.len() / 10).max(1);
+        GrpoOutcome {
+            algorithm: match (&self.preferences, &self.critic) {
+                (Some(_), _) => "Online DPO",
+                (None, Some(_)) => "PPO",
+                (None, None) => "GRPO",
+            },
+            steps,
+            generate: phase("generate"),
+            reward: phase("reward"),
+            train: phase("reference")
+                + phase("values")
+                + phase("teacher")
+                + phase("forward")
+                + phase("backward")
+                + phase("optimizer"),
+            final_reward: self.state.rewards.iter().rev().take(tail).sum::<f64>() / tail as f64,
+        }
+    }
+
+    /// The first completion of each of the step's first [`SAMPLES_LOGGED`] groups, with its
+    /// prompt and reward (what `rein watch` shows of a step).
+    fn samples(&self, batch: &[sample::Scored]) -> serde_json::Value {
+        let samples: Vec<serde_json::Value> = (batch.iter().take(SAMPLES_LOGGED))
+            .filter_map(|group| {
+                let prompt = &self.ctx.prompts.get(group.prompt)?.text;
+                Some(json!({
+                    "prompt": prompt,
+                    "completion": group.rollouts.first()?.text,
+                    "reward": group.rewards.first()?,
+                }))
+            })
+            .collect();
+        json!(samples)
+    }
+
+    /// The rollout source of single-turn GRPO.
+    fn source(&mut self) -> &mut RolloutSource<B::InnerBackend> {
+        (self.source.as_mut()).expect("single-turn GRPO has a rollout source")
+    }
+
+    /// Hands the generator the policy after step `step` when it will sample again from it
+    /// (every `sampler.sync_every` steps, and never after the last).
+    fn publish(&mut self, step: usize, phases: &Phases) -> Result<(), LmError> {
+        let Some(source) = self.source.as_mut() else {
+            return Ok(());
+        };
+        if step >= self.ctx.grpo.steps || !step.is_multiple_of(self.ctx.sampler.sync_every) {
+            return Ok(());
+        }
+        let _sync = phases.enter(
+            "sync",
+            format!("handing policy version {step} to {}", source.describe()),
+        );
+        (source.publish(&self.model.valid(), step as u64)).map_err(|error| LmError::generator(step, error))
+    }
+}
+
+impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
+    type Error = LmError;
+
+    fn total_steps(&self) -> usize {
+        self.ctx.grpo.steps
+    }
+
+    fn step(&mut self, step: usize, phases: &Phases) -> Result<Step, LmError> {
+        self.fits_the_devices()?;
+        let started = phases.elapsed();
+        let sampled = self.sample(step, phases)?;
+        let mut record = match sampled.batch.is_empty() {
+            true => {
+                eprintln!("step {step}: every group was skipped; nothing to learn from");
+                Record::new()
+            }
+            false => match (self.preferences, &self.critic) {
+                (Some(config), _) => self.learn_preferences(step, &sampled.batch, &config, phases)?,
+                (None, Some(_)) => self.learn_ppo(step, &sampled.batch, phases)?,
+                (None, None) => self.learn(step, &sampled.batch, phases)?,
+            },
+        };
+        // The policy after step k is version k (a step without groups leaves it unchanged).
+        self.state.version = step as u64;
+        self.publish(step, phases)?;
+        let seconds = (phases.elapsed() - started).as_secs_f64();
+        record.insert("step".into(), json!(step));
+        record.insert(
+            "train/zero_variance_frac".into(),
+            json!(sampled.degenerate as f64 / sampled.groups.max(1) as f64),
+        );
+        record.insert("train/resampled_groups".into(), json!(sampled.resampled));
+        if let (Some(c), Some(pools)) = (self.ctx.curriculum, &self.state.pools) {
+            for (pool, size) in ["easy", "normal", "hard"].into_iter().zip(pools.sizes(c)) {
+                record.insert(format!("train/curriculum/{pool}_prompts"), json!(size));
+            }
+        }
+        if let (Some(c), Some(sources)) = (self.ctx.curriculum, &self.state.sources) {
+            let (weights, learnability) = (sources.weights(c), sources.learnability());
+            for (j, name) in sources.names().iter().enumerate() {
+                let name = crate::source_label(name);
+                record.insert(format!("train/curriculum/{name}/weight"), json!(weights[j]));
+                record.insert(format!("train/curriculum/{name}/abs_advantage"), json!(learnability[j]));
+            }
+        }
+        record.insert("train/reward_failures".into(), json!(sampled.failures));
+        record.insert(
+            "train/tokens_per_s".into(),
+            json!(sampled.tokens as f64 / seconds.max(1e-9)),
+        );
+        for (name, value) in sample::component_means(&sampled.batch) {
+            record.insert(format!("train/reward/{name}"), json!(value));
+        }
+        for (name, usage) in &sampled.judges {
+            record.insert(format!("train/reward/{name}/judge_calls"), json!(usage.calls));
+            record.insert(format!("train/reward/{name}/judge_tokens"), json!(usage.tokens));
+            record.insert(format!("train/reward/{name}/judge_ms"), json!(usage.ms));
+            record.insert(format!("train/reward/{name}/judge_failures"), json!(usage.failures));
+        }
+        if let Some(stats) = &sampled.episodes {
+            stats.record(&mut record);
+        }
+        record.insert("samples".into(), self.samples(&sampled.batch));
+        let reward = match sampled.batch.is_empty() {
+            true => f64::NAN,
+            false => self.state.rewards.last().copied().unwrap_or(f64::NAN),
+        };
+        let name = match (&self.preferences, &self.critic) {
+            (Some(_), _) => "online-dpo",
+            (None, Some(_)) => "ppo",
+            (None, None) => "grpo",
+        };
+        let progress = format!(
+            "{name} step {step}/{} | reward {reward:.3} | {seconds:.2} s/step",
+            self.ctx.grpo.steps
+        );
+        Ok(Step {
+            record,
+            done: false,
+            progress,
+        })
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let (model, optim, state) = (self.model.clone(), self.optim.clone(), self.state.clone());
+        let critic = (self.critic.as_ref()).map(|c| (c.critic.clone(), c.optim.clone()));
+        Box::new(move || {
+            let mut sections = learner_sections::<B, CausalLm<B>, _, _>(&state, &model, &optim);
+            if let Some((critic, optim)) = &critic {
+                sections.extend(module_sections::<B, _, _>(CRITIC_SECTIONS, critic, optim));
+            }
+            sections
+        })
+    }
+
+    fn restore(&mut self, checkpoint: &Checkpoint) -> Result<(), LmError> {
+        // The KL reference stays the model GRPO started from, as in the first run.
+        (self.state, self.model, self.optim) =
+            checkpoint.load_learner(self.model.clone(), self.optim.clone(), &self.device)?;
+        if let Some(learner) = self.critic.as_mut() {
+            let [module, optimizer] = CRITIC_SECTIONS;
+            learner.critic = checkpoint.load_module(module, learner.critic.clone(), &self.device)?;
+            learner.optim = checkpoint.load_optimizer::<B, _, _>(optimizer, learner.optim.clone(), &self.device)?;
+        }
+        // A checkpoint without pass rates (taken before the recipe had a curriculum, or with
+        // other prompts) starts the pools afresh; the sources' bandit likewise.
+        let prompts = self.ctx.prompts.len();
+        match self.ctx.curriculum.map(|c| (c, c.kind)) {
+            Some((_, CurriculumKind::Pools)) if self.state.pools.as_ref().is_none_or(|p| p.len() != prompts) => {
+                self.state.pools = Some(curriculum::DifficultyPools::new(prompts));
+            }
+            Some((c, CurriculumKind::Ucb)) => {
+                let saved = self.state.sources.take();
+                let bandit = curriculum::SourceBandit::resumed(saved, self.ctx.prompts, c);
+                self.state.sources = Some(bandit.map_err(curriculum_error)?);
+            }
+            _ => {}
+        }
+        // Older checkpoints have no version: one update per step.
+        self.state.version = self.state.version.max(self.state.rewards.len() as u64);
+        let version = self.state.version;
+        self.submitted = version as usize;
+        if let Some(source) = self.source.as_mut() {
+            let error = |error| LmError::generator(version as usize, error);
+            source.publish(&self.model.valid(), version).map_err(error)?;
+        }
+        Ok(())
+    }
+
+    fn non_finite_parameter(&self) -> Option<String> {
+        rein_optim::non_finite_parameter(&self.model)
+    }
+
+    fn plugin_failures(&self) -> Vec<(String, FailureCounts)> {
+        let mut out: Vec<(String, FailureCounts)> = Vec::new();
+        for weighted in self.ctx.rewards.iter() {
+            let name = weighted.reward.name().to_string();
+            match out.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, counts)) => *counts = counts.plus(weighted.reward.failures()),
+                None => out.push((name, weighted.reward.failures())),
+            }
+        }
+        out
+    }
+}
+
+/// A curriculum the training prompts cannot feed, naming the recipe key.
+fn curriculum_error((key, message): (&'static str, String)) -> LmError {
+    LmError::Unsupported(format!("{key}: {message}"))
+}
+
+/// AdamW with `[optimizer]`'s settings (the policy's, and PPO's value model's).
+fn adamw(optimizer: &OptimizerSection) -> AdamWConfig {
+    AdamWConfig::new()
+        .with_beta_1(optimizer.beta1)
+        .with_beta_2(optimizer.beta2)
+        .with_epsilon(optimizer.eps)
+        .with_weight_decay(optimizer.weight_decay)
+}
+
+/// The learning rate over `steps` steps from `start`: annealed linearly to 0 with
+/// `optimizer.anneal_lr`, else constant.
+fn lr_schedule(optimizer: &OptimizerSection, start: f64, steps: usize) -> LinearSchedule {
+    match optimizer.anneal_lr {
+        Some(true) => LinearSchedule {
+            start,
+            end: 0.0,
+            updates: steps,
+        },
+        _ => LinearSchedule::constant(start),
+    }
+}
+
+/// Completions per step kept in the metrics record (`samples`).
+const SAMPLES_LOGGED: usize = 3;
+
+/// The checkpoint sections of PPO's critic and its optimiser.
+const CRITIC_SECTIONS: [&str; 2] = ["critic", "critic_optimizer"];
+
+/// Sets LoRA dropout's keys apart from the sampler's seeds.
+pub(crate) const DROPOUT_SALT: u64 = 0xD80F_0A7C;
+
+/// The sampler's seed for round `round` of step `step` (and LoRA dropout's key, from another
+/// `seed`, for update `round` of a step): distinct for every (step, round).
+pub(crate) fn generation_seed(seed: u64, step: usize, round: usize) -> u64 {
+    let mix = |mut z: u64| {
+        // SplitMix64's finaliser.
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    mix(mix(seed ^ mix(step as u64)) ^ round as u64)
+}
+
+/// The mean of `values` (0 when empty).
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len().max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generation_seeds_never_collide_across_steps_and_rounds() {
+        let mut seen = std::collections::HashSet::new();
+        for step in 1..=500 {
+            for round in 0..=40 {
+                assert!(
+                    seen.insert(generation_seed(1, step, round)),
+                    "step {step} round {round}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,470 @@
+//! SAMPLE and SCORE: a step's groups of completions (or multi-turn episodes), from the rollout
+//! source or played in process, scored by the reward plugins; with dynamic sampling (DAPO),
+//! groups without reward variance are replaced by new prompts.
+
+use std::collections::BTreeMap;
+
+use burn::module::AutodiffModule;
+use rein_core::{Group, ToolErrorKind};
+use rein_model::ReinAutodiffBackend;
+use rein_sampler::{FinishReason, GenerationConfig};
+use serde_json::json;
+
+use super::{Grpo, curriculum, generation_seed};
+use crate::LmError;
+use crate::episodes::{Episode, TurnRecord, play};
+use crate::rewards::{GroupReward, score_groups};
+use crate::rollout_source::Job;
+use crate::{Prompt, completion_text};
+use rein_run::driver::Record;
+use rein_run::watchdog::Phases;
+
+/// One sampled completion, or one multi-turn episode: its opening, then everything after it.
+pub(super) struct Rollout {
+    pub(super) opening: Vec<u32>,
+    pub(super) tokens: Vec<u32>,
+    pub(super) logprobs: Vec<f32>,
+    /// Which of `tokens` the model sampled (`None`: all of them).
+    pub(super) trained: Option<Vec<bool>>,
+    pub(super) truncated: bool,
+    /// What reward plugins score.
+    pub(super) text: String,
+    /// The text environment's reward and components.
+    pub(super) env_reward: Option<(f64, BTreeMap<String, f64>)>,
+    /// The model's turns (`end` counted from the start of `tokens`); empty for single-turn.
+    pub(super) turns: Vec<TurnRecord>,
+    /// The version of the policy that sampled it.
+    pub(super) version: u64,
+    /// A mixture of experts' routing while sampling (see [`rein_sampler::Generation::routes`]),
+    /// for the trainer to replay.
+    pub(super) routes: Option<Vec<Vec<u32>>>,
+}
+
+/// One sampled, scored group.
+pub(super) struct Scored {
+    /// The prompt's index in the training prompts.
+    pub(super) prompt: usize,
+    pub(super) rollouts: Vec<Rollout>,
+    pub(super) rewards: Vec<f64>,
+    pub(super) components: BTreeMap<String, Vec<f64>>,
+}
+
+/// What multi-turn episodes did in a step.
+#[derive(Default)]
+pub(super) struct EpisodeStats {
+    pub(super) episodes: usize,
+    pub(super) turns: usize,
+    pub(super) tool_calls: usize,
+    pub(super) tool_errors: BTreeMap<&'static str, usize>,
+    pub(super) env_token_share: f64,
+    pub(super) truncated: usize,
+}
+
+impl EpisodeStats {
+    fn add(&mut self, episode: &Episode) {
+        self.episodes += 1;
+        self.turns += episode.turns;
+        self.tool_calls += episode.tool_calls;
+        for (kind, count) in &episode.tool_errors {
+            *self.tool_errors.entry(kind).or_default() += count;
+        }
+        self.env_token_share += episode.transcript.env_token_share();
+        self.truncated += usize::from(episode.truncated);
+    }
+
+    /// The step's `episode/…` metrics.
+    pub(super) fn record(&self, record: &mut Record) {
+        let per = |x: f64| x / self.episodes.max(1) as f64;
+        record.insert("episode/turns".into(), json!(per(self.turns as f64)));
+        record.insert("episode/tool_calls".into(), json!(per(self.tool_calls as f64)));
+        record.insert("episode/env_token_share".into(), json!(per(self.env_token_share)));
+        record.insert("episode/truncated_frac".into(), json!(per(self.truncated as f64)));
+        for kind in ToolErrorKind::ALL {
+            let count = self.tool_errors.get(kind.as_str()).copied().unwrap_or(0);
+            record.insert(format!("episode/tool_errors/{}", kind.as_str()), json!(count));
+        }
+    }
+}
+
+/// A step's groups and what sampling them took.
+#[derive(Default)]
+pub(super) struct Sampled {
+    pub(super) batch: Vec<Scored>,
+    /// Groups whose rewards were all equal (no signal).
+    pub(super) degenerate: usize,
+    /// Groups sampled, resampled ones included.
+    pub(super) groups: usize,
+    /// Groups without signal that dynamic sampling dropped and replaced.
+    pub(super) resampled: usize,
+    /// Tokens the model sampled.
+    pub(super) tokens: usize,
+    /// Reward failures absorbed by `on_error`.
+    pub(super) failures: usize,
+    /// What each reward's judge did, by reward name.
+    pub(super) judges: std::collections::BTreeMap<String, rein_core::JudgeUsage>,
+    /// Multi-turn episodes' figures.
+    pub(super) episodes: Option<EpisodeStats>,
+}
+
+impl<B: ReinAutodiffBackend> Grpo<'_, B> {
+    /// SAMPLE and SCORE: `prompts_per_step` groups of `n` completions, scored; with dynamic
+    /// sampling, groups without reward variance are replaced by new prompts (at most
+    /// `max_resample` more rounds).
+    pub(super) fn sample(&mut self, step: usize, phases: &Phases) -> Result<Sampled, LmError> {
+        let grpo = self.ctx.grpo;
+        let mut out = Sampled::default();
+        for round in 0..=grpo.max_resample {
+            let want = grpo.prompts_per_step - out.batch.len();
+            if want == 0 || (round > 0 && !grpo.dynamic_sampling) {
+                break;
+            }
+            let (picked, rollouts) = match self.ctx.agent.is_some() {
+                true => self.play_episodes(step, round, want, &mut out.episodes, phases)?,
+                false => self.take_completions(step, round, want, phases)?,
+            };
+            out.tokens += rollouts.iter().map(Rollout::sampled).sum::<usize>();
+            let scores = self.score(step, &picked, &rollouts, &mut out.failures, phases)?;
+            self.observe_difficulty(&picked, &scores);
+            for weighted in self.ctx.rewards.iter_mut() {
+                if let Some(usage) = weighted.reward.take_judge_usage() {
+                    let total = out.judges.entry(weighted.reward.name().to_string()).or_default();
+                    *total = total.plus(usage);
+                }
+            }
+            keep_groups(
+                round,
+                &picked,
+                scores,
+                rollouts,
+                self.ctx.grpo,
+                self.ctx.sampler.n,
+                &mut out,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Curriculum: with pools, each scored group's accuracy joins its prompt's pass rate
+    /// (groups dynamic sampling drops too: they say the most about a prompt's difficulty).
+    /// With sources, each group's absolute advantages join its source's window.
+    fn observe_difficulty(&mut self, picked: &[usize], scores: &[GroupReward]) {
+        let Some(c) = self.ctx.curriculum else {
+            return;
+        };
+        let scored = picked.iter().zip(scores).filter(|(_, s)| !s.skipped);
+        if let Some(pools) = self.state.pools.as_mut() {
+            let reward = self.ctx.rewards[self.ctx.accuracy_reward].reward.name();
+            for (&prompt, scored) in scored.clone() {
+                let accuracy = curriculum::group_accuracy(&scored.components, scored.total.len(), reward);
+                pools.observe(prompt, accuracy, c);
+            }
+        }
+        if let Some(sources) = self.state.sources.as_mut() {
+            for (&prompt, scored) in scored {
+                let rewards: Vec<f32> = scored.total.iter().map(|&r| r as f32).collect();
+                let advantages = curriculum::group_advantages(&rewards, self.ctx.grpo);
+                sources.observe(prompt, &advantages, c);
+            }
+        }
+    }
+
+    /// The sampler's settings for round `round` of step `step`.
+    fn generation_config(&self, step: usize, round: usize) -> GenerationConfig {
+        let sampler = self.ctx.sampler;
+        GenerationConfig {
+            max_new_tokens: sampler.max_new_tokens,
+            temperature: sampler.temperature,
+            top_k: sampler.top_k,
+            top_p: sampler.top_p,
+            min_p: sampler.min_p,
+            n: sampler.n,
+            stop_token_ids: self.ctx.tokenizer.eos_ids().to_vec(),
+            seed: generation_seed(self.ctx.seed, step, round),
+            top_logprobs: 0,
+            precision: sampler.precision,
+        }
+    }
+
+    /// Multi-turn: `want` new prompts' episodes, played in process by the current policy.
+    fn play_episodes(
+        &mut self,
+        step: usize,
+        round: usize,
+        want: usize,
+        stats: &mut Option<EpisodeStats>,
+        phases: &Phases,
+    ) -> Result<(Vec<usize>, Vec<Rollout>), LmError> {
+        let (prompts, tokenizer, g) = (self.ctx.prompts, self.ctx.tokenizer, self.ctx.sampler.n);
+        let picked: Vec<usize> = (0..want).map(|_| self.state.next_prompt(self.ctx.curriculum)).collect();
+        let _generating = phases.enter("generate", format!("sampling {} episodes", want * g));
+        let chosen: Vec<&Prompt> = picked.iter().map(|&i| &prompts[i]).collect();
+        let first_id = self.state.episodes;
+        let policy = self.model.valid();
+        let config = self.generation_config(step, round);
+        let agent = (self.ctx.agent.as_deref_mut()).expect("multi-turn GRPO has an agent");
+        let episodes = play(&policy, tokenizer, agent, &chosen, &config, first_id, &self.device)?;
+        self.state.episodes += episodes.len() as u64;
+        let stats = stats.get_or_insert_with(EpisodeStats::default);
+        episodes.iter().for_each(|e| stats.add(e));
+        let version = self.state.version;
+        let rollouts = (episodes.into_iter())
+            .map(|e| Rollout {
+                version,
+                ..Rollout::from(e)
+            })
+            .collect();
+        Ok((picked, rollouts))
+    }
+
+    /// Single-turn: submits the prompts of this step (round 0: of every step up to
+    /// `max_staleness` ahead; dynamic sampling's extra rounds, synchronous runs only, right
+    /// away) and takes this step's completions from the rollout source.
+    fn take_completions(
+        &mut self,
+        step: usize,
+        round: usize,
+        want: usize,
+        phases: &Phases,
+    ) -> Result<(Vec<usize>, Vec<Rollout>), LmError> {
+        let (grpo, sampler, prompts) = (self.ctx.grpo, self.ctx.sampler, self.ctx.prompts);
+        let staleness = self.source.as_ref().map_or(0, |source| source.max_staleness());
+        let (first, last) = match round {
+            0 => (self.submitted + 1, (step + staleness).min(grpo.steps)),
+            _ => (step, step),
+        };
+        for ahead in first..=last {
+            let count = if round == 0 { grpo.prompts_per_step } else { want };
+            let picked: Vec<usize> = (0..count)
+                .map(|_| self.state.next_prompt(self.ctx.curriculum))
+                .collect();
+            let job = Job {
+                step: ahead,
+                prompts: picked.iter().map(|&i| prompts[i].tokens.clone()).collect(),
+                config: self.generation_config(ahead, round),
+                stops: sampler.stop.clone(),
+            };
+            self.source().submit(job);
+            self.in_flight.push_back(picked);
+            if round == 0 {
+                self.submitted = ahead;
+            }
+        }
+        let waiting = format!(
+            "waiting for {} completions of step {step} from {}",
+            want * sampler.n,
+            self.source().describe()
+        );
+        let _generating = phases.enter("generate", waiting);
+        let produced = self.source().take().map_err(|error| LmError::generator(step, error))?;
+        debug_assert_eq!(produced.step, step, "completions come back in step order");
+        let picked = self.in_flight.pop_front().unwrap_or_default();
+        let rollouts = (produced.generations.into_iter())
+            .map(|x| Rollout {
+                opening: prompts[picked[x.prompt]].tokens.clone(),
+                text: completion_text(self.ctx.tokenizer, &x.tokens, &sampler.stop),
+                truncated: x.finish == FinishReason::Length,
+                tokens: x.tokens,
+                logprobs: x.logprobs,
+                trained: None,
+                env_reward: None,
+                turns: Vec::new(),
+                version: produced.version,
+                routes: x.routes,
+            })
+            .collect();
+        Ok((picked, rollouts))
+    }
+
+    /// SCORE: the reward plugins on each picked prompt's group (with the text environment's
+    /// rewards added); failures the recipe's `on_error` absorbs are reported and counted.
+    fn score(
+        &mut self,
+        step: usize,
+        picked: &[usize],
+        rollouts: &[Rollout],
+        failures: &mut usize,
+        phases: &Phases,
+    ) -> Result<Vec<GroupReward>, LmError> {
+        let (prompts, g, on_error) = (self.ctx.prompts, self.ctx.sampler.n, self.ctx.grpo.on_error);
+        let scoring = phases.enter("reward", format!("scoring {} groups", picked.len()));
+        let groups: Vec<Group> = picked
+            .iter()
+            .zip(rollouts.chunks(g))
+            .map(|(&i, group)| Group {
+                prompt: prompts[i].text.clone(),
+                completions: group.iter().map(|x| x.text.clone()).collect(),
+                reference: prompts[i].answer.clone(),
+                metadata: with_token_counts(&prompts[i].metadata, group.iter().map(|x| x.tokens.len())),
+            })
+            .collect();
+        let (mut scores, absorbed) =
+            score_groups(self.ctx.rewards, &groups, on_error).map_err(|(group, error)| LmError::Reward {
+                step,
+                prompt: groups[group].prompt.clone(),
+                error: Box::new(error),
+            })?;
+        drop(scoring);
+        for failure in &absorbed {
+            let prompt = &groups[failure.group].prompt;
+            match failure.completion {
+                Some(c) => eprintln!(
+                    "step {step}: {} (prompt {prompt:?}, completion {c}); scored 0",
+                    failure.error
+                ),
+                None => eprintln!(
+                    "step {step}: {} (prompt {prompt:?}); on_error = {on_error:?}",
+                    failure.error
+                ),
+            }
+        }
+        *failures += absorbed.len();
+        add_env_rewards(&mut scores, rollouts, g);
+        Ok(scores)
+    }
+}
+
+/// Keeps each scored group in the batch, except skipped ones and, with dynamic sampling, those
+/// without reward variance while resampling rounds remain.
+fn keep_groups(
+    round: usize,
+    prompts: &[usize],
+    scores: Vec<GroupReward>,
+    rollouts: Vec<Rollout>,
+    grpo: &rein_recipe::GrpoSection,
+    g: usize,
+    out: &mut Sampled,
+) {
+    let mut rollouts = rollouts.into_iter();
+    for (&prompt, scored) in prompts.iter().zip(scores) {
+        let group: Vec<Rollout> = rollouts.by_ref().take(g).collect();
+        out.groups += 1;
+        if scored.skipped {
+            continue;
+        }
+        let totals: Vec<f32> = scored.total.iter().map(|&r| r as f32).collect();
+        let is_degenerate = rein_optim::zero_variance(&totals);
+        out.degenerate += usize::from(is_degenerate);
+        if grpo.dynamic_sampling && is_degenerate && round < grpo.max_resample {
+            out.resampled += 1;
+            continue;
+        }
+        out.batch.push(Scored {
+            prompt,
+            rollouts: group,
+            rewards: scored.total,
+            components: scored.components,
+        });
+    }
+}
+
+impl Rollout {
+    /// Tokens the model sampled (not those a tool or the environment added).
+    fn sampled(&self) -> usize {
+        match &self.trained {
+            Some(trained) => trained.iter().filter(|&&t| t).count(),
+            None => self.tokens.len(),
+        }
+    }
+}
+
+impl From<Episode> for Rollout {
+    fn from(episode: Episode) -> Self {
+        let transcript = &episode.transcript;
+        let at = transcript.prompt_len();
+        Self {
+            opening: transcript.tokens()[..at].to_vec(),
+            tokens: transcript.tokens()[at..].to_vec(),
+            logprobs: transcript.log_probs()[at..].to_vec(),
+            trained: Some(transcript.sampled()[at..].to_vec()),
+            truncated: episode.truncated,
+            text: episode.text,
+            env_reward: episode.env_reward.map(|r| (r, episode.env_components)),
+            turns: (episode.turn_log.into_iter())
+                .map(|t| TurnRecord { end: t.end - at, ..t })
+                .collect(),
+            version: 0,
+            routes: None,
+        }
+    }
+}
+
+/// Adds the text environment's rewards to the plugins' (groups of `g` rollouts in order), its
+/// components as `env/<name>`.
+fn add_env_rewards(scores: &mut [GroupReward], rollouts: &[Rollout], g: usize) {
+    for (scored, group) in scores.iter_mut().zip(rollouts.chunks(g)) {
+        for (c, rollout) in group.iter().enumerate() {
+            let Some((reward, components)) = &rollout.env_reward else {
+                continue;
+            };
+            scored.total[c] += reward;
+            for (name, value) in components {
+                let values = (scored.components)
+                    .entry(format!("env/{name}"))
+                    .or_insert_with(|| vec![f64::NAN; group.len()]);
+                values[c] = *value;
+            }
+        }
+    }
+}
+
+/// Each reward component's mean over the batch's completions (NaN entries, where a reward did
+/// not apply, left out); `None` when no completion had one.
+pub(super) fn component_means(batch: &[Scored]) -> std::collections::BTreeMap<String, Option<f64>> {
+    let mut sums: std::collections::BTreeMap<String, (f64, usize)> = Default::default();
+    for scored in batch {
+        for (name, values) in &scored.components {
+            let entry = sums.entry(name.clone()).or_default();
+            for v in values.iter().filter(|v| v.is_finite()) {
+                entry.0 += v;
+                entry.1 += 1;
+            }
+        }
+    }
+    sums.into_iter()
+        .map(|(name, (sum, count))| (name, (count > 0).then(|| sum / count as f64)))
+        .collect()
+}
+
+/// Adds `completion_tokens` (each completion's length in tokens) to a group's metadata, for
+/// rewards that count tokens (the `length-penalty` plugin's `unit = "tokens"`). The metadata is
+/// empty or the compact JSON object the data loader wrote, so the key is spliced in without
+/// parsing it again; only a row that already has the key is parsed (its value is replaced).
+fn with_token_counts(metadata: &str, lengths: impl Iterator<Item = usize>) -> String {
+    let counts = json!(lengths.collect::<Vec<_>>());
+    match metadata.strip_suffix('}') {
+        _ if metadata.contains("\"completion_tokens\"") => {
+            let mut value = match serde_json::from_str::<serde_json::Value>(metadata) {
+                Ok(serde_json::Value::Object(map)) => serde_json::Value::Object(map),
+                _ => json!({}),
+            };
+            value["completion_tokens"] = counts;
+            value.to_string()
+        }
+        Some("{") | None => format!("{{\"completion_tokens\":{counts}}}"),
+        Some(fields) => format!("{fields},\"completion_tokens\":{counts}}}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_counts_join_the_metadata_as_parsing_would() {
+        let parsed = |metadata: &str, counts: &[usize]| {
+            let mut value = serde_json::from_str::<serde_json::Value>(metadata).unwrap_or(json!({}));
+            value["completion_tokens"] = json!(counts);
+            value.to_string()
+        };
+        for metadata in [
+            "",
+            "{}",
+            r#"{"level":3}"#,
+            r#"{"a":"}","b":[1,{"c":null}]}"#,
+            r#"{"completion_tokens":1,"z":2}"#,
+        ] {
+            let spliced = with_token_counts(metadata, [4, 0, 17].into_iter());
+            assert_eq!(spliced, parsed(metadata, &[4, 0, 17]), "{metadata}");
+        }
+    }
+}

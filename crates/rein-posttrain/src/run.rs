@@ -1,0 +1,494 @@
+//! Running a language-model recipe: the SFT stage, the recipe's own algorithm (the GRPO family,
+//! DPO, reward models), evaluations before and after, checkpoints and a report, on what
+//! [`super::setup`] built.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use burn::module::AutodiffModule;
+use rein_core::SamplerBackend;
+use rein_model::lm::{CausalLm, LmTokenizer, SequenceClassifier, load, save};
+use rein_model::{ReinAutodiffBackend, ReinBackend};
+use rein_optim::DpoConfig;
+use rein_sampler::{Generator, HttpGenerator, HttpSettings, NativeGenerator, SeededRng};
+use serde_json::json;
+
+use crate::LmError;
+use crate::recipe_keys::{invalid, model_path};
+pub use crate::report::{DpoOutcome, LmOutcome, RewardModelOutcome, describe};
+use crate::report::{log_eval, report_markdown};
+use crate::setup::{LmSetup, lora_spec, setup};
+use crate::{EvalReport, GrpoOutcome};
+use rein_recipe::{
+    DpoRecipe, DpoSection, GrpoRecipe, GrpoSection, LmPpoRecipe, LoadedRecipe, OnlineDpoRecipe, Plan,
+    RewardModelRecipe, RewardModelSection,
+};
+use rein_run::checkpoint::{Checkpoint, Checkpointing};
+use rein_run::driver::{self, Driver};
+use rein_run::{MetricsWriter, RunDir};
+
+/// Where GRPO's completions come from: the native sampler, or the inference servers of
+/// `sampler.urls` (waited for until they answer), with the policy written under
+/// `sampler.weights_dir` (default `<run>/weights`).
+fn generator<B: ReinBackend>(
+    loaded: &LoadedRecipe,
+    tokenizer: &LmTokenizer,
+    run: Option<&RunDir>,
+    device: &B::Device,
+) -> Result<Box<dyn Generator<B>>, LmError>
+where
+    CausalLm<B>: Send,
+{
+    let sampler = &loaded.recipe.sampler;
+    if sampler.backend == SamplerBackend::Native {
+        return Ok(Box::new(NativeGenerator::<B>::new(tokenizer.clone(), device)));
+    }
+    let weights_dir = match (&sampler.weights_dir, run) {
+        (Some(dir), _) => loaded.resolve(dir),
+        (None, Some(run)) => run.path().join("weights"),
+        (None, None) => std::env::temp_dir().join(format!("rein-weights-{}", std::process::id())),
+    };
+    let settings = HttpSettings {
+        urls: sampler
+            .urls
+            .iter()
+            .map(|u| u.trim_end_matches('/').to_string())
+            .collect(),
+        api: sampler.api,
+        model: sampler.server_model.clone(),
+        timeout: Duration::from_secs_f64(sampler.request_timeout_s),
+        retries: sampler.retries,
+        backoff: Duration::from_secs_f64(sampler.backoff_s),
+        weights_dir,
+        adapter_only: sampler.sync == rein_core::PolicySync::Adapter,
+        keep_versions: 2,
+    };
+    let http = HttpGenerator::<B>::new(settings);
+    http.wait_ready(Duration::from_secs_f64(sampler.request_timeout_s.min(120.0)))
+        .map_err(|error| LmError::generator(0, error))?;
+    eprintln!("sampling on {}", http.describe());
+    Ok(Box::new(http))
+}
+
+/// Which stage of a language-model run a checkpoint was taken in, and what the stages before
+/// it produced (the `stage` section of every checkpoint of such a run).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "stage", rename_all = "lowercase")]
+enum LmStage {
+    /// SFT (before RL, or the whole algorithm).
+    Sft,
+    /// The algorithm's own stage (GRPO, DPO), after SFT (if any) and the evaluation before it.
+    #[serde(alias = "grpo")]
+    AfterSft {
+        /// The held-out evaluation before RL.
+        before: Option<EvalReport>,
+        /// Seconds the SFT stage took.
+        sft_seconds: f64,
+    },
+}
+
+impl LmStage {
+    fn section(&self) -> (String, Vec<u8>) {
+        ("stage".into(), serde_json::to_vec(self).expect("the stage serialises"))
+    }
+}
+
+/// Runs an SFT or GRPO recipe on backend `B`, checkpointing (and resuming) as `checkpointing`
+/// says: a checkpoint taken during GRPO continues there, with the model GRPO started from read
+/// back from `<run>/sft` for the KL reference.
+pub fn run_lm<B: ReinAutodiffBackend>(
+    loaded: &LoadedRecipe,
+    plan: Plan<'_>,
+    plugin_dir: &Path,
+    run: Option<&RunDir>,
+    checkpointing: &Checkpointing,
+    device: &B::Device,
+) -> Result<LmOutcome, LmError> {
+    let start = Instant::now();
+    let data_dir = crate::data_dir(run.map(RunDir::path));
+    let setup = setup::<B>(loaded, plan, plugin_dir, data_dir.as_deref(), None, device)?;
+    let resumed = match &checkpointing.resume {
+        Some(c) => Some((c, c.section_json::<LmStage>("stage")?)),
+        None => None,
+    };
+    let metrics_len = resumed.as_ref().map_or(Ok(0), |(c, _)| driver::metrics_len(c))?;
+    let mut stages = Stages {
+        loaded,
+        plan,
+        run,
+        checkpointing,
+        resumed,
+        metrics: (run.map(|r| r.metrics_from(metrics_len, loaded.recipe.train.tensorboard()))).transpose()?,
+        stall_timeout: Duration::from_secs_f64(loaded.recipe.train.stall_timeout_s),
+        setup,
+        device: device.clone(),
+    };
+    let mut outcome = LmOutcome {
+        run_dir: run.map(|r| r.path().to_path_buf()),
+        ..LmOutcome::default()
+    };
+    let (mut model, stage) = stages.sft()?;
+    if let LmStage::AfterSft { before, sft_seconds } = &stage {
+        (outcome.before, outcome.sft_seconds) = (before.clone(), *sft_seconds);
+    }
+    if let Some(report) = &outcome.before {
+        eprintln!("held-out before RL: {}", describe(report));
+    }
+    model = stages.algorithm(model, stage, &mut outcome)?;
+    let causal = !matches!(plan, Plan::RewardModel(_));
+    if let Some(run) = run.filter(|_| causal) {
+        save_model_dir(&model, &stages.setup.tokenizer, &run.path().join("final"))?;
+        if model.lora.is_some() {
+            let base = loaded.recipe.model.path.as_deref().unwrap_or_default();
+            rein_model::lm::peft::save_adapter(&model, &run.path().join("adapter"), base)?;
+        }
+    }
+    outcome.total_seconds = start.elapsed().as_secs_f64();
+    if let Some(run) = run {
+        let report = report_markdown(loaded, &outcome);
+        std::fs::write(run.path().join("report.md"), &report)?;
+        if let Some(metrics) = stages.metrics.as_mut() {
+            metrics.text("report", &report)?;
+        }
+    }
+    Ok(outcome)
+}
+
+/// How the online stage updates the policy from its sampled and scored completions.
+#[derive(Clone, Copy)]
+enum OnlineUpdate<'a> {
+    /// The GRPO family's policy gradient.
+    Grpo,
+    /// Online DPO on each group's best and worst.
+    OnlineDpo(DpoConfig),
+    /// PPO with a critic.
+    Ppo(&'a rein_recipe::LmPpoSection),
+}
+
+impl OnlineUpdate<'_> {
+    /// The stage's name in metrics and checkpoints.
+    fn stage(&self) -> &'static str {
+        match self {
+            OnlineUpdate::Grpo => "grpo",
+            OnlineUpdate::OnlineDpo(_) => "online-dpo",
+            OnlineUpdate::Ppo(_) => "ppo",
+        }
+    }
+}
+
+/// What the stages of a language-model run share.
+struct Stages<'a, B: ReinAutodiffBackend> {
+    loaded: &'a LoadedRecipe,
+    /// The recipe's algorithm with its sections, matched once by the launcher.
+    plan: Plan<'a>,
+    run: Option<&'a RunDir>,
+    checkpointing: &'a Checkpointing,
+    /// The checkpoint resumed from and the stage it was taken in.
+    resumed: Option<(&'a Checkpoint, LmStage)>,
+    metrics: Option<MetricsWriter>,
+    stall_timeout: Duration,
+    setup: LmSetup<B>,
+    device: B::Device,
+}
+
+impl<B: ReinAutodiffBackend> Stages<'_, B> {
+    /// The recipe's own algorithm after the SFT stage (none for SFT alone), from `model`; fills
+    /// `outcome` with what it measured and returns the model it leaves.
+    fn algorithm(
+        &mut self,
+        mut model: CausalLm<B>,
+        stage: LmStage,
+        outcome: &mut LmOutcome,
+    ) -> Result<CausalLm<B>, LmError> {
+        let run = self.run;
+        match self.plan {
+            Plan::Grpo(GrpoRecipe { grpo: section, .. }) => {
+                let grpo;
+                (model, grpo, outcome.after) = self.online(model, section, OnlineUpdate::Grpo, stage)?;
+                outcome.grpo = Some(grpo);
+            }
+            Plan::LmPpo(LmPpoRecipe { ppo, .. }) => {
+                // GRPO's sampling and scoring, with PPO's critic, token advantages and minibatches.
+                let grpo;
+                (model, grpo, outcome.after) =
+                    self.online(model, &ppo.grpo_section(), OnlineUpdate::Ppo(ppo), stage)?;
+                outcome.grpo = Some(grpo);
+            }
+            Plan::OnlineDpo(OnlineDpoRecipe { online_dpo: online, .. }) => {
+                // GRPO's sampling and scoring, with a DPO update on each group's best and worst.
+                let section = online.grpo_section();
+                let config = DpoConfig {
+                    kind: online.loss_type,
+                    beta: online.beta,
+                    label_smoothing: online.label_smoothing,
+                    sft_weight: online.sft_weight,
+                };
+                let grpo;
+                (model, grpo, outcome.after) = self.online(model, &section, OnlineUpdate::OnlineDpo(config), stage)?;
+                outcome.grpo = Some(grpo);
+            }
+            Plan::Dpo(DpoRecipe { dpo: section, .. }) => {
+                let dpo;
+                (model, dpo, outcome.after) = self.dpo(model, section, stage)?;
+                outcome.dpo = Some(dpo);
+            }
+            Plan::RewardModel(RewardModelRecipe {
+                reward_model: section, ..
+            }) => {
+                let (reward_model, trained) = self.reward_model(model.clone(), section, stage)?;
+                if let Some(run) = run {
+                    let dir = run.path().join("final");
+                    reward_model.save(&dir)?;
+                    self.setup.tokenizer.save(&dir)?;
+                }
+                outcome.reward_model = Some(trained);
+            }
+            Plan::Sft(_) | Plan::Ppo(_) | Plan::OffPolicy(_) => {}
+        }
+        Ok(model)
+    }
+
+    /// The SFT stage, when the recipe has one, and the evaluation before RL; or, resuming a
+    /// checkpoint taken during GRPO, the model SFT produced (read back from `<run>/sft`).
+    fn sft(&mut self) -> Result<(CausalLm<B>, LmStage), LmError> {
+        let recipe = &self.loaded.recipe;
+        let section = match self.plan {
+            Plan::Sft(sft) => Some(sft.sft),
+            _ => recipe.sft.as_ref(),
+        };
+        let mut model = self.setup.model.clone();
+        if let Some((_, stage @ LmStage::AfterSft { .. })) = &self.resumed {
+            let stage = stage.clone();
+            if let (Some(_), Some(run)) = (section, self.run) {
+                // Merged by SFT; the checkpoint's record has the base and the adapters apart.
+                model = load(&run.path().join("sft"), &self.device)?.with_dtype(recipe.model_dtype());
+                if let Some(spec) = lora_spec(self.loaded)? {
+                    // The checkpoint's adapters replace these.
+                    model = model.with_lora(&spec, &mut SeededRng::new(0), &self.device);
+                }
+            }
+            return Ok((model, stage));
+        }
+        let mut sft_seconds = 0.0;
+        if let Some(section) = section {
+            eprintln!("SFT: {} steps of {} examples", section.steps, section.batch_size);
+            let pad = self.setup.tokenizer.pad_id().unwrap_or(0);
+            let devices = crate::data_parallel::devices(&self.device, recipe.train.devices);
+            let mut sft = crate::Sft::new(model, &self.setup.train, pad, section, recipe.seed, devices)?;
+            let checkpointing = self.checkpointing(self.resumed.as_ref().map(|(c, _)| (*c).clone()), 0, LmStage::Sft);
+            let driven = Driver {
+                metrics: self.metrics.as_mut(),
+                checkpointing: &checkpointing,
+                stall_timeout: self.stall_timeout,
+                stage: Some("sft"),
+            }
+            .run(&mut sft)?;
+            model = sft.model;
+            sft_seconds = driven.elapsed.as_secs_f64();
+            if let Some(run) = self.run {
+                save_model_dir(&model, &self.setup.tokenizer, &run.path().join("sft"))?;
+            }
+        }
+        let before = self.setup.evaluate(&model.valid(), self.loaded, &self.device)?;
+        if let Some(report) = &before {
+            log_eval(self.metrics.as_mut(), "before", 0, report)?;
+        }
+        Ok((model, LmStage::AfterSft { before, sft_seconds }))
+    }
+
+    /// The online stage from `model`: sampling and scoring as GRPO does, the policy updated as
+    /// `update` says; then the evaluation after RL.
+    fn online(
+        &mut self,
+        model: CausalLm<B>,
+        section: &GrpoSection,
+        update: OnlineUpdate<'_>,
+        stage: LmStage,
+    ) -> Result<(CausalLm<B>, GrpoOutcome, Option<EvalReport>), LmError> {
+        let recipe = &self.loaded.recipe;
+        let critic = match update {
+            OnlineUpdate::Ppo(ppo) => Some(crate::critic::critic_for(self.loaded, ppo, &model, &self.device)?),
+            _ => None,
+        };
+        let checkpointing = self.after_sft_checkpointing(stage);
+        let ctx = crate::GrpoContext {
+            tokenizer: &self.setup.tokenizer,
+            prompts: &self.setup.train,
+            rewards: &mut self.setup.rewards,
+            accuracy_reward: self.setup.accuracy_index,
+            curriculum: recipe.curriculum.as_ref(),
+            grpo: section,
+            sampler: &recipe.sampler,
+            optimizer: &recipe.optimizer,
+            seed: recipe.seed,
+            agent: self.setup.agent.as_mut(),
+        };
+        let generator = generator::<B::InnerBackend>(self.loaded, &self.setup.tokenizer, self.run, &self.device)?;
+        let devices = crate::data_parallel::devices(&self.device, recipe.train.devices);
+        let mut grpo = crate::Grpo::with_generator(model, ctx, generator, &self.device)?.with_devices(devices);
+        if let Some(teacher) = &recipe.teacher {
+            let dir = model_path(self.loaded, &teacher.model);
+            let model = load::<B::InnerBackend>(&dir, &self.device)
+                .map_err(|e| invalid(self.loaded, "teacher.model", e.to_string()))?;
+            grpo = grpo.with_teacher(model, teacher.coef as f32, teacher.kl);
+        }
+        match (update, critic) {
+            (OnlineUpdate::OnlineDpo(config), _) => grpo = grpo.with_preferences(config),
+            (OnlineUpdate::Ppo(ppo), Some(critic)) => grpo = grpo.with_critic(critic, ppo, &recipe.optimizer),
+            _ => {}
+        }
+        let driven = Driver {
+            metrics: self.metrics.as_mut(),
+            checkpointing: &checkpointing,
+            stall_timeout: self.stall_timeout,
+            stage: Some(update.stage()),
+        }
+        .run(&mut grpo)?;
+        let outcome = grpo.outcome(driven.steps, &driven.phases);
+        let model = grpo.model;
+        let after = self.evaluate_after(&model, section.steps, "held-out after RL: ")?;
+        Ok((model, outcome, after))
+    }
+
+    /// DPO from `model` (also its reference), then the evaluation after it.
+    fn dpo(
+        &mut self,
+        model: CausalLm<B>,
+        section: &DpoSection,
+        stage: LmStage,
+    ) -> Result<(CausalLm<B>, DpoOutcome, Option<EvalReport>), LmError> {
+        let checkpointing = self.after_sft_checkpointing(stage);
+        let pad = self.setup.tokenizer.pad_id().unwrap_or(0);
+        eprintln!(
+            "DPO ({:?}, β = {}): {} steps of {} pairs, from {} pairs ({} skipped)",
+            section.loss_type,
+            section.beta,
+            section.steps,
+            section.batch_size,
+            self.setup.pairs.len(),
+            self.setup.skipped_pairs
+        );
+        let seed = self.loaded.recipe.seed;
+        let mut dpo = crate::Dpo::new(model, &self.setup.pairs, pad, section, seed, &self.device)?;
+        let driven = Driver {
+            metrics: self.metrics.as_mut(),
+            checkpointing: &checkpointing,
+            stall_timeout: self.stall_timeout,
+            stage: Some("dpo"),
+        }
+        .run(&mut dpo)?;
+        let outcome = DpoOutcome {
+            steps: driven.steps,
+            seconds: driven.elapsed.as_secs_f64(),
+            pairs: self.setup.pairs.len(),
+            skipped: self.setup.skipped_pairs,
+        };
+        let model = dpo.model;
+        let after = self.evaluate_after(&model, section.steps, "held-out after DPO:")?;
+        Ok((model, outcome, after))
+    }
+
+    /// Reward-model training on `decoder` with a fresh score head, with held-out pairwise
+    /// accuracy before and after.
+    fn reward_model(
+        &mut self,
+        decoder: CausalLm<B>,
+        section: &RewardModelSection,
+        stage: LmStage,
+    ) -> Result<(SequenceClassifier<B>, RewardModelOutcome), LmError> {
+        let recipe = &self.loaded.recipe;
+        let checkpointing = self.after_sft_checkpointing(stage);
+        let resumed = checkpointing.resume.is_some();
+        let pad = self.setup.tokenizer.pad_id();
+        let mut rng = SeededRng::new(recipe.seed ^ 0x5C0E);
+        let model = SequenceClassifier::from_decoder(decoder, pad, section.init_std, &mut rng, &self.device);
+        eprintln!(
+            "reward model: {} steps of {} pairs, from {} pairs ({} held out, {} skipped)",
+            section.steps,
+            section.batch_size,
+            self.setup.pairs.len(),
+            self.setup.test_pairs.len(),
+            self.setup.skipped_pairs
+        );
+        let (pairs, test) = (&self.setup.pairs, &self.setup.test_pairs);
+        let mut trainer = crate::BradleyTerry::new(model, pairs, test, section, recipe.seed, &self.device)?;
+        let before = trainer.test_accuracy();
+        if let (Some(metrics), false, Some(accuracy)) = (self.metrics.as_mut(), resumed, before) {
+            metrics
+                .write(&json!({"stage": "eval", "when": "before", "step": 0, "eval/pairwise_accuracy": accuracy}))?;
+        }
+        let driven = Driver {
+            metrics: self.metrics.as_mut(),
+            checkpointing: &checkpointing,
+            stall_timeout: self.stall_timeout,
+            stage: Some("reward-model"),
+        }
+        .run(&mut trainer)?;
+        let after = trainer.test_accuracy();
+        if let (Some(metrics), Some(accuracy)) = (self.metrics.as_mut(), after) {
+            let step = section.steps;
+            metrics
+                .write(&json!({"stage": "eval", "when": "after", "step": step, "eval/pairwise_accuracy": accuracy}))?;
+        }
+        let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v));
+        eprintln!(
+            "held-out pairwise accuracy: {} before, {} after",
+            pct(before),
+            pct(after)
+        );
+        let outcome = RewardModelOutcome {
+            steps: driven.steps,
+            seconds: driven.elapsed.as_secs_f64(),
+            pairs: pairs.len(),
+            test_pairs: test.len(),
+            skipped: self.setup.skipped_pairs,
+            accuracy_before: before,
+            accuracy_after: after,
+        };
+        Ok((trainer.model, outcome))
+    }
+
+    /// The checkpointing of the stage after SFT: it resumes only a checkpoint taken in that
+    /// stage, and numbers its checkpoints after SFT's steps.
+    fn after_sft_checkpointing(&self, stage: LmStage) -> Checkpointing {
+        let resume = (self.resumed.as_ref())
+            .filter(|(_, s)| matches!(s, LmStage::AfterSft { .. }))
+            .map(|(c, _)| (*c).clone());
+        let sft_steps = self.loaded.recipe.sft.as_ref().map_or(0, |s| s.steps);
+        self.checkpointing(resume, sft_steps, stage)
+    }
+
+    /// The held-out evaluation of the trained `model`, logged after `steps` and printed after
+    /// `label`.
+    fn evaluate_after(
+        &mut self,
+        model: &CausalLm<B>,
+        steps: usize,
+        label: &str,
+    ) -> Result<Option<EvalReport>, LmError> {
+        let after = self.setup.evaluate(&model.valid(), self.loaded, &self.device)?;
+        if let Some(report) = &after {
+            log_eval(self.metrics.as_mut(), "after", steps, report)?;
+            eprintln!("{label} {}", describe(report));
+        }
+        Ok(after)
+    }
+
+    /// A stage's checkpointing: its checkpoints carry `stage` and are numbered after the
+    /// `step_offset` steps of the stages before it.
+    fn checkpointing(&self, resume: Option<Checkpoint>, step_offset: usize, stage: LmStage) -> Checkpointing {
+        Checkpointing {
+            resume,
+            step_offset,
+            context: vec![stage.section()],
+            ..self.checkpointing.clone()
+        }
+    }
+}
+
+/// Writes `model` and its tokenizer as a Hugging Face model directory.
+fn save_model_dir<B: ReinBackend>(model: &CausalLm<B>, tokenizer: &LmTokenizer, dir: &Path) -> Result<(), LmError> {
+    save(model, dir)?;
+    tokenizer.save(dir)?;
+    Ok(())
+}

@@ -1,0 +1,339 @@
+//! What a language-model run or evaluation is made of, built from its recipe: the model and
+//! tokenizer (checked against each other), the prepared data, the reward plugins, and the tools
+//! and text environment of multi-turn episodes.
+
+use std::path::Path;
+
+use rein_core::{RewardFn, TextEnv, Tool};
+use rein_model::ReinBackend;
+use rein_model::lm::lora::LoraSpec;
+use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, load};
+use rein_plugin::{PluginRuntime, RewardPlugin};
+use rein_recipe::{LmPpoRecipe, LoadedRecipe, Plan, Weights};
+use rein_sampler::SeededRng;
+
+use crate::LmError;
+use crate::episodes::Agent;
+use crate::recipe_keys::{invalid, model_path, same_tokenizer, sampler_precision_fits};
+use crate::reward_setup::rewards;
+use crate::{EvalReport, EvalSettings, WeightedReward};
+
+/// Everything a language-model run or evaluation needs, built from a recipe.
+pub(super) struct LmSetup<B: ReinBackend> {
+    pub(super) model: CausalLm<B>,
+    pub(super) tokenizer: LmTokenizer,
+    pub(super) train: Vec<crate::Prompt>,
+    pub(super) test: Vec<crate::Prompt>,
+    pub(super) rewards: Vec<WeightedReward>,
+    pub(super) accuracy_index: usize,
+    pub(super) majority: Option<RewardPlugin>,
+    /// Tools and a text environment, for multi-turn episodes.
+    pub(super) agent: Option<Agent>,
+    /// Preference pairs (DPO, reward models).
+    pub(super) pairs: Vec<crate::PreferencePair>,
+    /// Held-out preference pairs (reward models).
+    pub(super) test_pairs: Vec<crate::PreferencePair>,
+    /// Preference rows that could not train.
+    pub(super) skipped_pairs: usize,
+}
+
+/// Loads or initialises the model (or the model directory `model_dir`, when given), the
+/// tokenizer, the data (writing a generated task into `data_dir`), and the reward plugins.
+pub(super) fn setup<B: ReinBackend>(
+    loaded: &LoadedRecipe,
+    plan: Plan<'_>,
+    plugin_dir: &Path,
+    data_dir: Option<&Path>,
+    model_dir: Option<&Path>,
+    device: &B::Device,
+) -> Result<LmSetup<B>, LmError> {
+    let recipe = &loaded.recipe;
+    let data = (plan.data()).ok_or_else(|| LmError::Unsupported("a PPO recipe trains no language model".into()))?;
+    // Algorithms that learn from preference pairs: their `max_length`, and whether the
+    // held-out split is pairs too (a reward model's is; DPO's is prompts to answer).
+    let preference = match plan {
+        Plan::Dpo(dpo) => Some(crate::PreferenceUse {
+            max_length: dpo.dpo.max_length,
+            test_is_pairs: false,
+        }),
+        Plan::RewardModel(rm) => Some(crate::PreferenceUse {
+            max_length: rm.reward_model.max_length,
+            test_is_pairs: true,
+        }),
+        _ => None,
+    };
+
+    let lora = lora_spec(loaded)?;
+    // Weights trained from scratch, then LoRA adapters, from the run's own generator.
+    let mut init_rng = SeededRng::new(recipe.seed);
+    let (model, tokenizer) = model_and_tokenizer::<B>(loaded, model_dir, &mut init_rng, device)?;
+    let model = match &lora {
+        Some(spec) => model.with_lora(spec, &mut init_rng, device),
+        None => model,
+    };
+    sampler_precision_fits(loaded, &model)?;
+    other_models_share_the_tokenizer(loaded, plan, &tokenizer)?;
+
+    let crate::RecipeData {
+        train,
+        test,
+        preferences,
+        test_preferences,
+        mut skipped,
+    } = crate::read_data(loaded, data, preference, data_dir)?;
+    let runtime = PluginRuntime::default();
+    let agent = agent(loaded, &runtime, plugin_dir, &tokenizer)?;
+    let tools = agent.as_ref().map(|a| a.schemas(None)).unwrap_or_default();
+    let mut train = crate::prepare(&train, &tokenizer, data, &tools)?;
+    let (pairs, test_pairs) = match preference {
+        Some(crate::PreferenceUse { max_length, .. }) => {
+            let (pairs, more) = crate::prepare_preferences(&preferences, &tokenizer, data, max_length)?;
+            skipped.extend(more);
+            let (test_pairs, more) = crate::prepare_preferences(&test_preferences, &tokenizer, data, max_length)?;
+            skipped.extend(more);
+            crate::report_skipped(&skipped);
+            if train.is_empty() {
+                // Preference data: an SFT stage learns the chosen completions.
+                train = pairs.iter().map(crate::PreferencePair::chosen_prompt).collect();
+            }
+            (pairs, test_pairs)
+        }
+        None => (Vec::new(), Vec::new()),
+    };
+    let mut test = crate::prepare(&test, &tokenizer, data, &tools)?;
+    if let Some(max) = recipe.eval.max_examples {
+        test.truncate(max);
+    }
+
+    let rewards = rewards::<B>(loaded, &runtime, plugin_dir, (&model, &tokenizer), device)?;
+    let accuracy_index = match &recipe.eval.accuracy_reward {
+        Some(name) => rewards.iter().position(|r| r.reward.name() == name).ok_or_else(|| {
+            invalid(
+                loaded,
+                "eval.accuracy_reward",
+                format!("`{name}` is not one of the recipe's rewards"),
+            )
+        })?,
+        None => 0,
+    };
+    let majority = match &recipe.eval.majority_plugin {
+        Some(name) if !rewards.is_empty() && recipe.eval.k > 1 => {
+            let path = loaded.plugin_path(name, "eval.majority_plugin", plugin_dir)?;
+            Some(runtime.load(&path, Default::default())?.reward("{}")?)
+        }
+        _ => None,
+    };
+    Ok(LmSetup {
+        model,
+        tokenizer,
+        train,
+        test,
+        rewards,
+        accuracy_index,
+        majority,
+        agent,
+        pairs,
+        test_pairs,
+        skipped_pairs: skipped.len(),
+    })
+}
+
+/// Refuses a teacher or a value model whose tokenizer is not the policy's.
+fn other_models_share_the_tokenizer(
+    loaded: &LoadedRecipe,
+    plan: Plan<'_>,
+    tokenizer: &LmTokenizer,
+) -> Result<(), LmError> {
+    if let Some(teacher) = &loaded.recipe.teacher {
+        same_tokenizer(loaded, tokenizer, &teacher.model, "teacher.model", "the teacher")?;
+    }
+    if let Plan::LmPpo(LmPpoRecipe { ppo, .. }) = plan
+        && let Some(path) = &ppo.value_model_path
+    {
+        same_tokenizer(loaded, tokenizer, path, "algorithm.value_model_path", "the value model")?;
+    }
+    Ok(())
+}
+
+/// The recipe's tools and text environment, loaded, when it plays multi-turn episodes (tools
+/// alone get the default `[agent]` limits). The chat template must extend each turn's prefix
+/// unchanged (checked here, before any training).
+fn agent(
+    loaded: &LoadedRecipe,
+    runtime: &PluginRuntime,
+    plugin_dir: &Path,
+    tokenizer: &LmTokenizer,
+) -> Result<Option<Agent>, LmError> {
+    let recipe = &loaded.recipe;
+    if recipe.tool.is_empty() && recipe.agent.is_none() {
+        return Ok(None);
+    }
+    let section = recipe.agent.clone().unwrap_or_default();
+    let config = |table: &toml::Table| serde_json::to_string(table).unwrap_or_else(|_| "{}".into());
+    let mut tools: Vec<Box<dyn Tool>> = Vec::new();
+    for (i, entry) in recipe.tool.iter().enumerate() {
+        let path = loaded.plugin_path(&entry.plugin, &format!("tool[{i}].plugin"), plugin_dir)?;
+        let tool = runtime
+            .load(&path, entry.limits.clone())?
+            .tool(&config(&entry.config))?;
+        if let Some(other) = tools.iter().find(|t| t.spec().name == tool.spec().name) {
+            return Err(invalid(
+                loaded,
+                &format!("tool[{i}].plugin"),
+                format!("a second tool named `{}`", other.spec().name),
+            ));
+        }
+        tools.push(Box::new(tool));
+    }
+    let env: Option<Box<dyn TextEnv>> = match &section.env {
+        Some(entry) => {
+            let path = loaded.plugin_path(&entry.plugin, "agent.env.plugin", plugin_dir)?;
+            Some(Box::new(
+                runtime
+                    .load(&path, entry.limits.clone())?
+                    .text_env(&config(&entry.config))?,
+            ))
+        }
+        None => None,
+    };
+    crate::transcript::check_template_extends_prefixes(tokenizer)?;
+    Ok(Some(Agent {
+        tools,
+        env,
+        max_turns: section.max_turns,
+        max_tokens: section.max_tokens,
+        system_prompt: recipe.data.as_ref().and_then(|d| d.system_prompt.clone()),
+    }))
+}
+
+/// The recipe's `[lora]` section as the model takes it, checked.
+pub(super) fn lora_spec(loaded: &LoadedRecipe) -> Result<Option<LoraSpec>, LmError> {
+    let Some(section) = &loaded.recipe.lora else {
+        return Ok(None);
+    };
+    let spec = LoraSpec {
+        rank: section.rank,
+        alpha: section.alpha,
+        dropout: section.dropout,
+        targets: section.targets.clone(),
+        rslora: section.rslora,
+    };
+    spec.validate()
+        .map_err(|(field, message)| invalid(loaded, &format!("lora.{field}"), message))?;
+    Ok(Some(spec))
+}
+
+/// The recipe's model (or the model directory `model_dir`) and its tokenizer, checked against
+/// each other.
+fn model_and_tokenizer<B: ReinBackend>(
+    loaded: &LoadedRecipe,
+    model_dir: Option<&Path>,
+    rng: &mut SeededRng,
+    device: &B::Device,
+) -> Result<(CausalLm<B>, LmTokenizer), LmError> {
+    let recipe = &loaded.recipe;
+    let model_section = &recipe.model;
+    let resolve = |path: &str| model_path(loaded, path);
+    let (tokenizer_dir, model): (_, CausalLm<B>) = match model_dir {
+        Some(dir) => (dir.to_path_buf(), load(dir, device)?),
+        None => {
+            let source = loaded.model_source()?;
+            let model = match source.weights {
+                Weights::Path(path) => load(&resolve(path), device)?,
+                Weights::Architecture(table) => {
+                    let value = serde_json::to_value(table)
+                        .map_err(|e| invalid(loaded, "model.architecture", e.to_string()))?;
+                    let config = LmConfig::from_json(value).map_err(|e| invalid(loaded, "model.architecture", e))?;
+                    config.validate().map_err(rein_model::lm::LoadError::from)?;
+                    LmInit {
+                        config,
+                        std: model_section.init_std,
+                    }
+                    .init(rng, device)
+                }
+            };
+            (resolve(source.tokenizer), model)
+        }
+    };
+    let kwargs = recipe
+        .data
+        .as_ref()
+        .map(|d| d.chat_template_kwargs.clone())
+        .unwrap_or_default();
+    let kwargs =
+        serde_json::to_value(kwargs).map_err(|e| invalid(loaded, "data.chat_template_kwargs", e.to_string()))?;
+    let mut tokenizer = LmTokenizer::load(&tokenizer_dir, &model.config().eos_ids())?
+        .with_template_kwargs(kwargs.as_object().cloned().unwrap_or_default());
+    if let Some(file) = &model_section.chat_template {
+        let path = loaded.resolve(file);
+        let template = std::fs::read_to_string(&path)
+            .map_err(|e| invalid(loaded, "model.chat_template", format!("{}: {e}", path.display())))?;
+        tokenizer = tokenizer.with_chat_template(template);
+    }
+    if tokenizer.vocab_size() > model.config().vocab_size {
+        return Err(invalid(
+            loaded,
+            "model",
+            format!(
+                "the tokenizer has {} tokens but the model only {}",
+                tokenizer.vocab_size(),
+                model.config().vocab_size
+            ),
+        ));
+    }
+    Ok((model.with_dtype(recipe.model_dtype()), tokenizer))
+}
+
+impl<B: ReinBackend> LmSetup<B> {
+    /// Evaluates `model` on the held-out prompts; `None` without prompts or rewards.
+    pub(super) fn evaluate<M: ReinBackend>(
+        &mut self,
+        model: &CausalLm<M>,
+        loaded: &LoadedRecipe,
+        device: &M::Device,
+    ) -> Result<Option<EvalReport>, LmError> {
+        if self.test.is_empty() || self.rewards.is_empty() {
+            return Ok(None);
+        }
+        let recipe = &loaded.recipe;
+        let settings = EvalSettings {
+            k: recipe.eval.k,
+            temperature: recipe.eval.temperature.unwrap_or(recipe.sampler.temperature),
+            max_new_tokens: recipe.sampler.max_new_tokens,
+            batch: 64,
+            seed: recipe.seed ^ 0xE7A1,
+            stop: &recipe.sampler.stop,
+        };
+        let accuracy: &mut dyn RewardFn = self.rewards[self.accuracy_index].reward.as_mut();
+        let majority = self.majority.as_mut().map(|m| m as &mut dyn RewardFn);
+        Ok(Some(crate::evaluate(
+            model,
+            &self.tokenizer,
+            &self.test,
+            accuracy,
+            majority,
+            self.agent.as_mut(),
+            &settings,
+            device,
+        )?))
+    }
+}
+
+/// Evaluates a recipe's model (or the model directory `model_dir`) on its held-out split with
+/// its rewards.
+pub fn evaluate_recipe(
+    loaded: &LoadedRecipe,
+    plugin_dir: &Path,
+    model_dir: Option<&Path>,
+) -> Result<EvalReport, LmError> {
+    let device = Default::default();
+    let mut setup = setup::<rein_model::Cpu>(loaded, loaded.plan()?, plugin_dir, None, model_dir, &device)?;
+    let model = setup.model.clone();
+    setup.evaluate(&model, loaded, &device)?.ok_or_else(|| {
+        invalid(
+            loaded,
+            "data.test",
+            "no held-out prompts, or no [[reward]] to judge them",
+        )
+    })
+}
