@@ -8,7 +8,7 @@ use rein_core::{
     AdvantageKind, Aggregation, EpisodeStart, KlEstimator, Message, Opening, PluginError, RatioLevel, Reply,
     SamplerPrecision, StdScaling, TextEnv, Turn,
 };
-use rein_posttrain::episodes::Agent;
+use rein_posttrain::rollout::episodes::Agent;
 use rein_recipe::{CurriculumSection, GrpoSection, SamplerSection};
 
 #[path = "common/grpo_trace.rs"]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use burn::backend::Flex;
 use rein_core::{Judge, JudgeError, JudgeRequest, Message, request_seed};
 use rein_model::lm::{LmTokenizer, load};
-use rein_posttrain::NativeJudge;
+use rein_sampler::NativeJudge;
 
 type B = Flex;
 

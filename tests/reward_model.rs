@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use burn::backend::Flex;
 use rein_core::{Group, RewardFn};
 use rein_model::lm::{LoadError, SequenceClassifier};
-use rein_posttrain::{ModelReward, RewardModelError};
+use rein_sampler::{ModelReward, RewardModelError};
 use safetensors::SafeTensors;
 
 type B = Flex;

@@ -11,9 +11,10 @@ use std::path::{Path, PathBuf};
 
 use rein_model::lm::{LmTokenizer, SequenceClassifier, save};
 use rein_model::{Cpu, CpuAutodiff};
-use rein_posttrain::{Critic, Grpo, GrpoContext, ModelReward, WeightedReward};
+use rein_posttrain::{Critic, Grpo, GrpoContext, WeightedReward};
 use rein_recipe::{LmPpoSection, OptimizerSection, SamplerSection};
 use rein_run::memory::reset_peak_rss;
+use rein_sampler::ModelReward;
 
 use crate::grpo::{WARMUP, arithmetic_prompts, column, drive};
 use crate::qwen2_3m::{qwen2_3m, qwen2_3m_from};

@@ -20,9 +20,10 @@ use anyhow::Context;
 use rein_core::{Judge, JudgeRequest, Message, request_seed};
 use rein_model::Cpu;
 use rein_model::lm::{LmTokenizer, load, locate};
-use rein_posttrain::{ModelReward, NativeJudge, generate_task};
+use rein_posttrain::generate_task;
 use rein_recipe::LoadedRecipe;
 use rein_sampler::HttpJudge;
+use rein_sampler::{ModelReward, NativeJudge};
 
 use crate::report::{Report, Row, median};
 

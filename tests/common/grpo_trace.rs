@@ -12,7 +12,7 @@ use burn::tensor::backend::Backend;
 use rein_core::{CompletionScore, Group, GroupScores, PluginError, RewardFn};
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmTokenizer, load};
-use rein_posttrain::episodes::Agent;
+use rein_posttrain::rollout::episodes::Agent;
 use rein_posttrain::{Grpo, GrpoContext, Prompt, WeightedReward};
 use rein_recipe::{CurriculumSection, GrpoSection, OptimizerSection, SamplerSection};
 use rein_run::driver::{Record, Trainer};

@@ -624,8 +624,8 @@ fn a_judge_on_rein_serve_answers_as_the_model_in_process() {
     use rein_core::{Judge, JudgeError, JudgeRequest, Message, request_seed};
     use rein_model::Cpu;
     use rein_model::lm::{LmTokenizer, load};
-    use rein_posttrain::NativeJudge;
     use rein_sampler::HttpJudge;
+    use rein_sampler::NativeJudge;
 
     let model = root().join("tests/fixtures/lm/llama");
     let mut server = Server::start(&model);
@@ -683,7 +683,7 @@ fn a_judge_on_rein_serve_answers_as_the_model_in_process() {
 fn a_reward_model_on_rein_serve_scores_as_in_process() {
     use rein_core::{Group, RewardFn};
     use rein_model::Cpu;
-    use rein_posttrain::ModelReward;
+    use rein_sampler::ModelReward;
 
     let dir = root().join("tests/fixtures/lm/qwen2-rm");
     let mut server = Server::start(&dir);

@@ -37,7 +37,7 @@ pub enum LmError {
     Data(#[from] crate::DataError),
     /// A multi-turn transcript could not be rendered or extended.
     #[error(transparent)]
-    Transcript(#[from] crate::transcript::TranscriptError),
+    Transcript(#[from] crate::rollout::transcript::TranscriptError),
     /// The run cannot be done as asked (data without targets for SFT, a group too small for
     /// RLOO, …).
     #[error("{0}")]

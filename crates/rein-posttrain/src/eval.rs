@@ -9,9 +9,9 @@ use rein_model::lm::{CausalLm, LmTokenizer};
 use rein_sampler::{GenerationConfig, generate};
 use serde::{Deserialize, Serialize};
 
-use super::Prompt;
-use super::episodes::{Agent, play};
 use crate::LmError;
+use crate::Prompt;
+use crate::rollout::episodes::{Agent, play};
 
 /// How many held-out prompts an [`EvalReport`] keeps with their greedy completions.
 pub const SHOWN_EXAMPLES: usize = 4;
@@ -181,7 +181,7 @@ pub fn evaluate<B: ReinBackend>(
 fn accuracy_by_source(prompts: &[Prompt], greedy: &[Judged]) -> BTreeMap<String, f64> {
     let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for (prompt, judged) in prompts.iter().zip(greedy) {
-        let name = super::source_label(&prompt.source);
+        let name = crate::source_label(&prompt.source);
         let (right, all) = counts.entry(name.to_string()).or_default();
         *right += usize::from(judged.correct[0]);
         *all += 1;
@@ -248,11 +248,11 @@ fn sample_and_score<B: ReinBackend>(
                     &ids,
                     &config,
                     tokenizer.pad_id().unwrap_or(0),
-                    &mut super::stop_check(tokenizer, settings.stop),
+                    &mut crate::stop_check(tokenizer, settings.stop),
                     device,
                 );
                 (generations.iter())
-                    .map(|g| super::completion_text(tokenizer, &g.tokens, settings.stop))
+                    .map(|g| crate::completion_text(tokenizer, &g.tokens, settings.stop))
                     .collect()
             }
         };

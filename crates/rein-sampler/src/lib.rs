@@ -12,8 +12,10 @@
 //!
 //! Trainers get completions through the [`Generator`] trait: [`NativeGenerator`] runs that
 //! sampler in process, [`HttpGenerator`] asks inference servers (SGLang, vLLM, `rein serve`)
-//! with token ids both ways and syncs the policy to them through files. [`HttpJudge`] asks a
-//! judge model on such a server through OpenAI's chat completions.
+//! with token ids both ways and syncs the policy to them through files. A judge model answers
+//! a reward plugin in process ([`NativeJudge`]) or on such a server through OpenAI's chat
+//! completions ([`HttpJudge`]); a reward model scores completions as a reward in process or on a
+//! server's classification API ([`ModelReward`], [`HttpClassifier`]).
 //!
 //! **Architecture invariant:** no knowledge of environments, plugins or training loops. The
 //! one lateral edge: it drives `rein-model`'s language model (rein-model never imports it).
@@ -25,6 +27,8 @@ mod generator;
 mod http;
 mod http_classifier;
 mod http_judge;
+mod model_reward;
+mod native_judge;
 mod prompt_logprobs;
 pub mod protocol;
 mod session;
@@ -38,6 +42,8 @@ pub use generator::{Generator, GeneratorError, NativeGenerator};
 pub use http::{HttpGenerator, HttpSettings, ServerApi};
 pub use http_classifier::HttpClassifier;
 pub use http_judge::HttpJudge;
+pub use model_reward::{ModelReward, RewardModelError};
+pub use native_judge::NativeJudge;
 pub use prompt_logprobs::{ScoredToken, prompt_logprobs};
 pub use rein_core::SeededRng;
 pub use session::{AfterTurn, Prefill, Session, Turn, TurnOutput, prompt_seed};

@@ -8,10 +8,10 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::HttpClassifier;
 use rein_core::{CompletionScore, FailureCounts, Group, GroupScores, PluginError, PluginErrorKind, RewardFn};
 use rein_model::ReinBackend;
 use rein_model::lm::{ChatMessage, LmTokenizer, LoadError, SequenceClassifier};
-use rein_sampler::HttpClassifier;
 
 /// A sequence classifier scoring completions (see the module docs).
 pub struct ModelReward<B: ReinBackend> {

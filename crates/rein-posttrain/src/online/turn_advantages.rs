@@ -7,7 +7,7 @@
 
 use rein_optim::{GigpoConfig, TurnOutcome, gigpo_advantages};
 
-use super::episodes::TurnRecord;
+use crate::rollout::episodes::TurnRecord;
 
 /// One episode of a group, as GiGPO needs it.
 #[derive(Debug, Clone, Copy)]

@@ -20,10 +20,10 @@ use rein_sampler::SeededRng;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::dpo::{floats, mean};
-use super::preferences::PreferencePair;
-use super::sft::warmup_then_decay;
 use crate::LmError;
+use crate::data::preferences::PreferencePair;
+use crate::offline::dpo::{floats, mean};
+use crate::offline::sft::warmup_then_decay;
 use rein_run::checkpoint::{Checkpoint, learner_sections};
 use rein_run::driver::{Snapshot, Step, Trainer};
 use rein_run::watchdog::Phases;

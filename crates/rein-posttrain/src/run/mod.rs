@@ -1,6 +1,10 @@
 //! Running a language-model recipe: the SFT stage, the recipe's own algorithm (the GRPO family,
 //! DPO, reward models), evaluations before and after, checkpoints and a report, on what
-//! [`super::setup`] built.
+//! [`crate::run::setup`] built.
+
+pub(crate) mod recipe_keys;
+pub(crate) mod report;
+pub(crate) mod setup;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -14,10 +18,10 @@ use rein_sampler::{Generator, HttpGenerator, HttpSettings, NativeGenerator, Seed
 use serde_json::json;
 
 use crate::LmError;
-use crate::recipe_keys::{invalid, model_path};
-pub use crate::report::{DpoOutcome, LmOutcome, RewardModelOutcome, describe};
-use crate::report::{log_eval, report_markdown};
-use crate::setup::{LmSetup, lora_spec, setup};
+use crate::run::recipe_keys::{invalid, model_path};
+pub use crate::run::report::{DpoOutcome, LmOutcome, RewardModelOutcome, describe};
+use crate::run::report::{log_eval, report_markdown};
+use crate::run::setup::{LmSetup, lora_spec, setup};
 use crate::{EvalReport, GrpoOutcome};
 use rein_recipe::{
     DpoRecipe, DpoSection, GrpoRecipe, GrpoSection, LmPpoRecipe, LoadedRecipe, OnlineDpoRecipe, Plan,
@@ -307,7 +311,12 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
     ) -> Result<(CausalLm<B>, GrpoOutcome, Option<EvalReport>), LmError> {
         let recipe = &self.loaded.recipe;
         let critic = match update {
-            OnlineUpdate::Ppo(ppo) => Some(crate::critic::critic_for(self.loaded, ppo, &model, &self.device)?),
+            OnlineUpdate::Ppo(ppo) => Some(crate::online::critic::critic_for(
+                self.loaded,
+                ppo,
+                &model,
+                &self.device,
+            )?),
             _ => None,
         };
         let checkpointing = self.after_sft_checkpointing(stage);

@@ -13,33 +13,33 @@ use rein_recipe::{LmPpoRecipe, LoadedRecipe, Plan, Weights};
 use rein_sampler::SeededRng;
 
 use crate::LmError;
-use crate::episodes::Agent;
-use crate::recipe_keys::{invalid, model_path, same_tokenizer, sampler_precision_fits};
-use crate::reward_setup::rewards;
+use crate::rewards::setup::rewards;
+use crate::rollout::episodes::Agent;
+use crate::run::recipe_keys::{invalid, model_path, same_tokenizer, sampler_precision_fits};
 use crate::{EvalReport, EvalSettings, WeightedReward};
 
 /// Everything a language-model run or evaluation needs, built from a recipe.
-pub(super) struct LmSetup<B: ReinBackend> {
-    pub(super) model: CausalLm<B>,
-    pub(super) tokenizer: LmTokenizer,
-    pub(super) train: Vec<crate::Prompt>,
-    pub(super) test: Vec<crate::Prompt>,
-    pub(super) rewards: Vec<WeightedReward>,
-    pub(super) accuracy_index: usize,
-    pub(super) majority: Option<RewardPlugin>,
+pub(crate) struct LmSetup<B: ReinBackend> {
+    pub(crate) model: CausalLm<B>,
+    pub(crate) tokenizer: LmTokenizer,
+    pub(crate) train: Vec<crate::Prompt>,
+    pub(crate) test: Vec<crate::Prompt>,
+    pub(crate) rewards: Vec<WeightedReward>,
+    pub(crate) accuracy_index: usize,
+    pub(crate) majority: Option<RewardPlugin>,
     /// Tools and a text environment, for multi-turn episodes.
-    pub(super) agent: Option<Agent>,
+    pub(crate) agent: Option<Agent>,
     /// Preference pairs (DPO, reward models).
-    pub(super) pairs: Vec<crate::PreferencePair>,
+    pub(crate) pairs: Vec<crate::PreferencePair>,
     /// Held-out preference pairs (reward models).
-    pub(super) test_pairs: Vec<crate::PreferencePair>,
+    pub(crate) test_pairs: Vec<crate::PreferencePair>,
     /// Preference rows that could not train.
-    pub(super) skipped_pairs: usize,
+    pub(crate) skipped_pairs: usize,
 }
 
 /// Loads or initialises the model (or the model directory `model_dir`, when given), the
 /// tokenizer, the data (writing a generated task into `data_dir`), and the reward plugins.
-pub(super) fn setup<B: ReinBackend>(
+pub(crate) fn setup<B: ReinBackend>(
     loaded: &LoadedRecipe,
     plan: Plan<'_>,
     plugin_dir: &Path,
@@ -52,11 +52,11 @@ pub(super) fn setup<B: ReinBackend>(
     // Algorithms that learn from preference pairs: their `max_length`, and whether the
     // held-out split is pairs too (a reward model's is; DPO's is prompts to answer).
     let preference = match plan {
-        Plan::Dpo(dpo) => Some(crate::PreferenceUse {
+        Plan::Dpo(dpo) => Some(crate::data::from_recipe::PreferenceUse {
             max_length: dpo.dpo.max_length,
             test_is_pairs: false,
         }),
-        Plan::RewardModel(rm) => Some(crate::PreferenceUse {
+        Plan::RewardModel(rm) => Some(crate::data::from_recipe::PreferenceUse {
             max_length: rm.reward_model.max_length,
             test_is_pairs: true,
         }),
@@ -74,19 +74,19 @@ pub(super) fn setup<B: ReinBackend>(
     sampler_precision_fits(loaded, &model)?;
     other_models_share_the_tokenizer(loaded, plan, &tokenizer)?;
 
-    let crate::RecipeData {
+    let crate::data::from_recipe::RecipeData {
         train,
         test,
         preferences,
         test_preferences,
         mut skipped,
-    } = crate::read_data(loaded, data, preference, data_dir)?;
+    } = crate::data::from_recipe::read_data(loaded, data, preference, data_dir)?;
     let runtime = PluginRuntime::default();
     let agent = agent(loaded, &runtime, plugin_dir, &tokenizer)?;
     let tools = agent.as_ref().map(|a| a.schemas(None)).unwrap_or_default();
     let mut train = crate::prepare(&train, &tokenizer, data, &tools)?;
     let (pairs, test_pairs) = match preference {
-        Some(crate::PreferenceUse { max_length, .. }) => {
+        Some(crate::data::from_recipe::PreferenceUse { max_length, .. }) => {
             let (pairs, more) = crate::prepare_preferences(&preferences, &tokenizer, data, max_length)?;
             skipped.extend(more);
             let (test_pairs, more) = crate::prepare_preferences(&test_preferences, &tokenizer, data, max_length)?;
@@ -196,7 +196,7 @@ fn agent(
         }
         None => None,
     };
-    crate::transcript::check_template_extends_prefixes(tokenizer)?;
+    crate::rollout::transcript::check_template_extends_prefixes(tokenizer)?;
     Ok(Some(Agent {
         tools,
         env,
@@ -207,7 +207,7 @@ fn agent(
 }
 
 /// The recipe's `[lora]` section as the model takes it, checked.
-pub(super) fn lora_spec(loaded: &LoadedRecipe) -> Result<Option<LoraSpec>, LmError> {
+pub(crate) fn lora_spec(loaded: &LoadedRecipe) -> Result<Option<LoraSpec>, LmError> {
     let Some(section) = &loaded.recipe.lora else {
         return Ok(None);
     };
@@ -286,7 +286,7 @@ fn model_and_tokenizer<B: ReinBackend>(
 
 impl<B: ReinBackend> LmSetup<B> {
     /// Evaluates `model` on the held-out prompts; `None` without prompts or rewards.
-    pub(super) fn evaluate<M: ReinBackend>(
+    pub(crate) fn evaluate<M: ReinBackend>(
         &mut self,
         model: &CausalLm<M>,
         loaded: &LoadedRecipe,

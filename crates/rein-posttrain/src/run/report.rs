@@ -6,8 +6,8 @@ use serde_json::json;
 
 use std::path::PathBuf;
 
-use super::{EvalReport, GrpoOutcome};
 use crate::LmError;
+use crate::{EvalReport, GrpoOutcome};
 
 /// What a language-model run reports.
 #[derive(Debug, Clone, Default)]

@@ -17,9 +17,9 @@ use rein_model::lm::{ChatMessage, LmTokenizer};
 use rein_recipe::{DataSection, Fields};
 use serde_json::Value;
 
-use super::data::{DataError, Example, Row, read_rows};
-use super::opening_messages;
-use super::transcript::TranscriptError;
+use crate::data::{DataError, Example, Row, read_rows};
+use crate::opening_messages;
+use crate::rollout::transcript::TranscriptError;
 
 /// One preference row as read.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,8 +61,8 @@ pub struct PreferencePair {
 
 impl PreferencePair {
     /// The pair as an SFT example: the prompt with the chosen completion as its target.
-    pub fn chosen_prompt(&self) -> super::Prompt {
-        super::Prompt {
+    pub fn chosen_prompt(&self) -> crate::Prompt {
+        crate::Prompt {
             text: String::new(),
             tokens: self.prompt.clone(),
             answer: None,

@@ -11,7 +11,7 @@ use rein_recipe::{LoadedRecipe, RecipeError};
 use crate::LmError;
 
 /// An error about the recipe's key `path`.
-pub(super) fn invalid(loaded: &LoadedRecipe, path: &str, message: impl Into<String>) -> LmError {
+pub(crate) fn invalid(loaded: &LoadedRecipe, path: &str, message: impl Into<String>) -> LmError {
     LmError::Recipe(RecipeError::Invalid {
         file: loaded.path.clone(),
         path: path.into(),
@@ -23,7 +23,7 @@ pub(super) fn invalid(loaded: &LoadedRecipe, path: &str, message: impl Into<Stri
 /// fetched model (`smollm2-135m`). A `*` in one of the path's folders picks the newest run:
 /// `../runs/rm-arithmetic-*/final` is the `final/` of the last `rm-arithmetic` run directory
 /// (by name, which starts with its UTC time) that has one.
-pub(super) fn model_path(loaded: &LoadedRecipe, path: &str) -> PathBuf {
+pub(crate) fn model_path(loaded: &LoadedRecipe, path: &str) -> PathBuf {
     let resolved = loaded.resolve(path);
     if path.contains('*') {
         return newest_match(&resolved).unwrap_or(resolved);
@@ -61,7 +61,7 @@ fn newest_match(pattern: &Path) -> Option<PathBuf> {
 /// Refuses a model (`role`, named by the recipe's key `key` as `path`) whose tokenizer is not
 /// the policy's: it would read other tokens than the ones sampled (a teacher's log-probabilities,
 /// a value model's values).
-pub(super) fn same_tokenizer(
+pub(crate) fn same_tokenizer(
     loaded: &LoadedRecipe,
     tokenizer: &LmTokenizer,
     path: &str,
@@ -82,7 +82,7 @@ pub(super) fn same_tokenizer(
 
 /// `sampler.precision = "q8"` quantises the activations of products with a quantised model's
 /// codes: an error naming the key when the model has none (it would sample exactly, quietly).
-pub(super) fn sampler_precision_fits<B: ReinBackend>(
+pub(crate) fn sampler_precision_fits<B: ReinBackend>(
     loaded: &LoadedRecipe,
     model: &CausalLm<B>,
 ) -> Result<(), LmError> {

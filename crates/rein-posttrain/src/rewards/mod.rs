@@ -1,6 +1,8 @@
 //! Several reward functions combined: a weighted sum per completion, every component logged,
 //! and a policy for plugin failures.
 
+pub(crate) mod setup;
+
 use std::collections::BTreeMap;
 
 pub use rein_core::OnError;

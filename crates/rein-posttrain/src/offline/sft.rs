@@ -19,11 +19,11 @@ use rein_sampler::SeededRng;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::Prompt;
-use super::batch::{TokenBatch, completion_log_probs};
-use super::grpo::{DROPOUT_SALT, generation_seed};
 use crate::LmError;
+use crate::Prompt;
+use crate::batch::{TokenBatch, completion_log_probs};
 use crate::data_parallel;
+use crate::online::{DROPOUT_SALT, generation_seed};
 use rein_run::checkpoint::{Checkpoint, learner_sections};
 use rein_run::driver::{Snapshot, Step, Trainer};
 use rein_run::watchdog::Phases;
@@ -214,7 +214,7 @@ fn sft_lr(section: &SftSection, step: usize) -> f64 {
 }
 
 /// Linear warm-up to `lr` over `warmup` steps, then linear decay to 10% of it at `steps`.
-pub(super) fn warmup_then_decay(lr: f64, warmup: usize, steps: usize, step: usize) -> f64 {
+pub(crate) fn warmup_then_decay(lr: f64, warmup: usize, steps: usize, step: usize) -> f64 {
     let warmup = warmup.max(1);
     if step <= warmup {
         return lr * step as f64 / warmup as f64;

@@ -19,21 +19,23 @@ use rein_sampler::{Generator, NativeGenerator, SeededRng};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::Prompt;
-use super::episodes::Agent;
-use super::rewards::WeightedReward;
-use super::rollout_source::RolloutSource;
 use crate::LmError;
+use crate::Prompt;
+use crate::rewards::WeightedReward;
+use crate::rollout::episodes::Agent;
+use crate::rollout::source::RolloutSource;
 use rein_run::checkpoint::{Checkpoint, learner_sections, module_sections};
 use rein_run::driver::{Record, Snapshot, Step, Trainer};
 use rein_run::watchdog::Phases;
 
+pub mod critic;
 pub(crate) mod curriculum;
 mod learn;
 mod online_dpo;
 mod ppo;
 mod sample;
 mod split;
+pub(crate) mod turn_advantages;
 
 /// Where a GRPO run's time went and how it ended.
 #[derive(Debug, Clone, Default)]
@@ -309,7 +311,7 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
     /// AdamW (its learning rate is `settings.critic_lr` when set).
     pub fn with_critic(
         mut self,
-        critic: crate::critic::Critic<B>,
+        critic: crate::online::critic::Critic<B>,
         settings: &rein_recipe::LmPpoSection,
         optimizer: &OptimizerSection,
     ) -> Self {

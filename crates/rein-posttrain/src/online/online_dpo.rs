@@ -14,8 +14,8 @@ use serde_json::json;
 use super::sample::Scored;
 use super::{DROPOUT_SALT, Grpo, generation_seed};
 use crate::LmError;
-use crate::dpo::{dpo_batch_loss, pair_batch, pair_metrics, reference_log_probs};
-use crate::preferences::PreferencePair;
+use crate::data::preferences::PreferencePair;
+use crate::offline::dpo::{dpo_batch_loss, pair_batch, pair_metrics, reference_log_probs};
 use rein_run::driver::Record;
 use rein_run::watchdog::Phases;
 

@@ -11,9 +11,9 @@ use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, SequenceClassifier, load};
 use rein_recipe::{LmPpoSection, LoadedRecipe};
 
-use super::batch::{CompletionOutputs, TokenBatch, completion_outputs, completion_values};
-use super::recipe_keys::{invalid, model_path};
 use crate::LmError;
+use crate::batch::{CompletionOutputs, TokenBatch, completion_outputs, completion_values};
+use crate::run::recipe_keys::{invalid, model_path};
 
 /// The standard deviation of a fresh value head's weights (transformers' `initializer_range`).
 const HEAD_INIT_STD: f64 = 0.02;

@@ -20,7 +20,7 @@ use super::sample::{Rollout, Scored};
 use super::{DROPOUT_SALT, Grpo, generation_seed, mean};
 use crate::LmError;
 use crate::batch::{TokenBatch, completion_log_probs, completion_logits, completion_outputs};
-use crate::turn_advantages::{EpisodeTurns, token_advantages};
+use crate::online::turn_advantages::{EpisodeTurns, token_advantages};
 use rein_run::driver::Record;
 use rein_run::watchdog::Phases;
 

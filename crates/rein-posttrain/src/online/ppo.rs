@@ -29,7 +29,7 @@ use super::sample::{Rollout, Scored};
 use super::{DROPOUT_SALT, Grpo, adamw, generation_seed, lr_schedule, mean};
 use crate::LmError;
 use crate::batch::{TokenBatch, completion_log_probs, select_rows};
-use crate::critic::Critic;
+use crate::online::critic::Critic;
 use rein_run::driver::Record;
 use rein_run::watchdog::Phases;
 

@@ -21,11 +21,11 @@ use rein_sampler::SeededRng;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::batch::{TokenBatch, completion_log_probs};
-use super::grpo::{DROPOUT_SALT, generation_seed};
-use super::preferences::PreferencePair;
-use super::sft::warmup_then_decay;
 use crate::LmError;
+use crate::batch::{TokenBatch, completion_log_probs};
+use crate::data::preferences::PreferencePair;
+use crate::offline::sft::warmup_then_decay;
+use crate::online::{DROPOUT_SALT, generation_seed};
 use rein_run::checkpoint::{Checkpoint, learner_sections};
 use rein_run::driver::{Record, Snapshot, Step, Trainer};
 use rein_run::watchdog::Phases;
@@ -203,12 +203,12 @@ fn token_counts<B: ReinBackend>(batch: &TokenBatch, device: &B::Device) -> [Tens
 }
 
 /// A 1-D tensor's values.
-pub(super) fn floats<B: burn::tensor::backend::Backend>(tensor: Tensor<B, 1>) -> Vec<f32> {
+pub(crate) fn floats<B: burn::tensor::backend::Backend>(tensor: Tensor<B, 1>) -> Vec<f32> {
     tensor.into_data().convert::<f32>().to_vec().expect("f32 values")
 }
 
 /// The mean of `values` (0 when there are none).
-pub(super) fn mean(values: &[f32]) -> f64 {
+pub(crate) fn mean(values: &[f32]) -> f64 {
     values.iter().map(|&v| f64::from(v)).sum::<f64>() / values.len().max(1) as f64
 }
 

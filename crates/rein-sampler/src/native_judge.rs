@@ -3,7 +3,7 @@
 //!
 //! Each request's conversation goes through the judge's chat template (with the generation
 //! prompt); requests with the same sampling settings are generated in one batch, each from the
-//! stream its own seed names ([`rein_sampler::generate_seeded`]), so an answer does not depend on
+//! stream its own seed names ([`crate::generate_seeded`]), so an answer does not depend on
 //! what else was asked with it. Each answer token's log-probability is at temperature 1, as
 //! inference servers report them: the sampler's own when it sampled greedily or at temperature 1
 //! and no alternatives were asked for, else read back through one forward pass of the model,
@@ -11,13 +11,13 @@
 
 use std::time::Instant;
 
+use crate::{FinishReason, GenerationConfig, generate_seeded, stop_check};
 use burn::module::Module;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, TensorData};
 use rein_core::{Judge, JudgeError, JudgeRequest, JudgedToken, Judgement};
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, ChatMessage, Context, LmTokenizer};
-use rein_sampler::{FinishReason, GenerationConfig, generate_seeded, stop_check};
 
 /// A causal language model answering judge requests (see the module docs).
 pub struct NativeJudge<B: ReinBackend> {
@@ -193,7 +193,7 @@ where
                 if generation.finish == FinishReason::StopToken {
                     tokens.pop();
                 }
-                let text = rein_sampler::completion_text(&self.tokenizer, &generation.tokens, &requests[i].stop);
+                let text = crate::completion_text(&self.tokenizer, &generation.tokens, &requests[i].stop);
                 answers[i] = Some(Ok(Judgement { text, tokens, finished }));
             }
         }

@@ -3,7 +3,7 @@
 //! turns ([`rein_sampler::Session`]).
 //!
 //! A turn ends at the end-of-turn token, a tool call's close tag or the turn's token limit.
-//! Tool calls (Hermes format, [`super::tool_calls`]) are answered by the tool plugins, each
+//! Tool calls (Hermes format, [`crate::rollout::tool_calls`]) are answered by the tool plugins, each
 //! result or error a `tool` message for the model; a turn without a call goes to the text
 //! environment, if there is one, or else ends the episode (its final answer). Episodes also end
 //! when the environment says done, after `max_turns` model turns, or when their tokens after
@@ -21,10 +21,10 @@ use rein_model::lm::{CausalLm, ChatMessage, LmTokenizer};
 use rein_sampler::{AfterTurn, FinishReason, GenerationConfig, Session};
 use serde_json::json;
 
-use super::tool_calls::{CLOSE, parse_tool_calls, unknown_tool};
-use super::transcript::Transcript;
-use super::{Prompt, opening_messages, stop_check};
 use crate::LmError;
+use crate::rollout::tool_calls::{CLOSE, parse_tool_calls, unknown_tool};
+use crate::rollout::transcript::Transcript;
+use crate::{Prompt, opening_messages, stop_check};
 
 /// What episodes may use and how long they may last.
 pub struct Agent {
@@ -320,7 +320,7 @@ impl Episode {
     fn call_tools(
         &mut self,
         tools: &mut [Box<dyn Tool>],
-        calls: Vec<Result<super::tool_calls::ToolCall, ToolError>>,
+        calls: Vec<Result<crate::rollout::tool_calls::ToolCall, ToolError>>,
     ) -> Vec<ChatMessage> {
         let offered: Vec<&str> = self.offered.iter().map(String::as_str).collect();
         calls

@@ -12,9 +12,9 @@ use serde_json::json;
 
 use super::{Grpo, curriculum, generation_seed};
 use crate::LmError;
-use crate::episodes::{Episode, TurnRecord, play};
 use crate::rewards::{GroupReward, score_groups};
-use crate::rollout_source::Job;
+use crate::rollout::episodes::{Episode, TurnRecord, play};
+use crate::rollout::source::Job;
 use crate::{Prompt, completion_text};
 use rein_run::driver::Record;
 use rein_run::watchdog::Phases;

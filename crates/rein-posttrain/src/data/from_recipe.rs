@@ -7,9 +7,9 @@ use std::path::Path;
 use rein_recipe::{CurriculumKind, DataSection, LoadedRecipe};
 use rein_sampler::SeededRng;
 
-use super::recipe_keys::invalid;
-use super::{Example, PreferenceExample, Skipped};
 use crate::LmError;
+use crate::run::recipe_keys::invalid;
+use crate::{Example, PreferenceExample, Skipped};
 
 /// How an algorithm that learns from preference pairs reads them.
 #[derive(Debug, Clone, Copy)]
@@ -43,32 +43,32 @@ pub(crate) fn read_data(
     let test_is_pairs = preference.as_ref().is_some_and(|p| p.test_is_pairs);
     let (train, mut test) = match (&data.task, &data.train) {
         (Some(task), _) => {
-            let (train, test) = super::generate_task(task, loaded.recipe.seed);
+            let (train, test) = crate::generate_task(task, loaded.recipe.seed);
             if let Some(dir) = data_dir {
                 std::fs::create_dir_all(dir)?;
-                super::write_jsonl(&dir.join("train.jsonl"), &train)?;
-                super::write_jsonl(&dir.join("test.jsonl"), &test)?;
+                crate::write_jsonl(&dir.join("train.jsonl"), &train)?;
+                crate::write_jsonl(&dir.join("test.jsonl"), &test)?;
             }
             (train, test)
         }
         (None, Some(path)) if preference.is_some() => {
-            (preferences, skipped) = super::read_preferences(&loaded.resolve(path), &data.fields)?;
+            (preferences, skipped) = crate::read_preferences(&loaded.resolve(path), &data.fields)?;
             let test = match &data.test {
                 Some(path) if test_is_pairs => {
                     let skipped_test;
-                    (test_preferences, skipped_test) = super::read_preferences(&loaded.resolve(path), &data.fields)?;
+                    (test_preferences, skipped_test) = crate::read_preferences(&loaded.resolve(path), &data.fields)?;
                     skipped.extend(skipped_test);
                     Vec::new()
                 }
-                Some(path) => super::read(&loaded.resolve(path), &data.fields)?,
+                Some(path) => crate::read(&loaded.resolve(path), &data.fields)?,
                 None => Vec::new(),
             };
             (Vec::new(), test)
         }
         (None, Some(path)) => {
-            let train = super::read(&loaded.resolve(path), &data.fields)?;
+            let train = crate::read(&loaded.resolve(path), &data.fields)?;
             let test = match &data.test {
-                Some(path) => super::read(&loaded.resolve(path), &data.fields)?,
+                Some(path) => crate::read(&loaded.resolve(path), &data.fields)?,
                 None => Vec::new(),
             };
             (train, test)
@@ -77,19 +77,19 @@ pub(crate) fn read_data(
         (None, None) => return Err(invalid(loaded, "data", "names neither `train` nor `task`")),
     };
     if let Some(c) = (loaded.recipe.curriculum.as_ref()).filter(|c| c.kind == CurriculumKind::Ucb) {
-        let sources = train.iter().map(|e| super::source_of(&e.metadata, &data.fields.source));
+        let sources = train.iter().map(|e| crate::source_of(&e.metadata, &data.fields.source));
         let sources: Vec<String> = sources.collect();
-        super::grpo::curriculum::sources_to_draw(sources.iter().map(String::as_str), &c.sources)
+        crate::online::curriculum::sources_to_draw(sources.iter().map(String::as_str), &c.sources)
             .map_err(|(key, message)| invalid(loaded, key, message))?;
     }
     if let (Some(_), Some(_)) = (&data.task, &preference) {
         // Generated pairs: each problem's worked solution against a slipped one (loading the
         // recipe checked that the task's solutions can slip).
         let mut rng = SeededRng::new(loaded.recipe.seed ^ 0x5119);
-        let mut slip = |e: &super::Example| super::slipped_solution(&e.prompt, &mut rng);
-        preferences = super::pairs_from_examples(&train, &mut slip);
+        let mut slip = |e: &crate::Example| crate::slipped_solution(&e.prompt, &mut rng);
+        preferences = crate::pairs_from_examples(&train, &mut slip);
         if test_is_pairs {
-            test_preferences = super::pairs_from_examples(&std::mem::take(&mut test), &mut slip);
+            test_preferences = crate::pairs_from_examples(&std::mem::take(&mut test), &mut slip);
         }
     }
     Ok(RecipeData {

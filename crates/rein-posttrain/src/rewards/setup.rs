@@ -11,13 +11,14 @@ use rein_plugin::{JudgeGrant, PluginRuntime};
 use rein_recipe::{JudgeEntry, LoadedRecipe, RewardEntry};
 use rein_sampler::HttpJudge;
 
-use super::recipe_keys::{invalid, model_path};
 use crate::LmError;
-use crate::{ModelReward, NativeJudge, Renamed, ThinkingStripped, WeightedReward};
+use crate::run::recipe_keys::{invalid, model_path};
+use crate::{Renamed, ThinkingStripped, WeightedReward};
+use rein_sampler::{ModelReward, NativeJudge};
 
 /// Every `[[reward]]` of the recipe with its weight; `policy` is the judge of grants that name
 /// no model.
-pub(super) fn rewards<B: ReinBackend>(
+pub(crate) fn rewards<B: ReinBackend>(
     loaded: &LoadedRecipe,
     runtime: &PluginRuntime,
     plugin_dir: &Path,

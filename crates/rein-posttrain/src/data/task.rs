@@ -11,7 +11,7 @@ use rein_recipe::Solution;
 use rein_sampler::SeededRng;
 use serde_json::json;
 
-use super::data::Example;
+use crate::data::Example;
 
 /// The digit-by-digit scratchpad for `a op b` (`a ≥ b` for subtraction, non-negative operands).
 pub fn scratchpad(a: i64, op: &str, b: i64) -> String {

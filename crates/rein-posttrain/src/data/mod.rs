@@ -1,6 +1,11 @@
 //! Prompt datasets: JSON lines or Parquet files with a prompt, an optional reference answer, an
 //! optional target completion (for SFT) and metadata.
 
+pub(crate) mod from_recipe;
+pub mod preferences;
+pub mod prompts;
+pub mod task;
+
 use std::path::Path;
 
 pub use rein_recipe::Fields;
