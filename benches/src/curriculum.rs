@@ -19,7 +19,7 @@ use rein_core::RewardFn;
 use rein_model::CpuAutodiff;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer};
 use rein_plugin::PluginRuntime;
-use rein_posttrain::{EvalReport, EvalSettings, Grpo, GrpoContext, Prompt, Sft, WeightedReward, evaluate};
+use rein_posttrain::{EvalReport, EvalSettings, OnlineContext, OnlineTrainer, Prompt, Sft, WeightedReward, evaluate};
 use rein_posttrain::{generate_task, prepare};
 use rein_recipe::{Algorithm, CurriculumKind, CurriculumSection, GrpoSection, LoadedRecipe};
 use rein_run::driver::Trainer;
@@ -250,7 +250,7 @@ impl Setup {
             ..recipe.curriculum.clone().unwrap_or_default()
         });
         let (mut rewards, mut judge) = (self.rewards(plugin_dir)?, self.judge(plugin_dir)?);
-        let ctx = GrpoContext {
+        let ctx = OnlineContext {
             tokenizer: &self.tokenizer,
             prompts: &self.train,
             rewards: &mut rewards,
@@ -263,7 +263,7 @@ impl Setup {
             agent: None,
         };
         let device = Default::default();
-        let mut trainer = Grpo::new(self.start.clone(), ctx, &device)?;
+        let mut trainer = OnlineTrainer::new(self.start.clone(), ctx, &device)?;
         let phases = Phases::new(Default::default(), Default::default());
         let mut curve = Curve(vec![(0.0, before.clone())]);
         let mut trained = Duration::ZERO;

@@ -23,7 +23,7 @@ use rein_model::CpuAutodiff;
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmTokenizer, load, locate, save};
 use rein_plugin::PluginRuntime;
-use rein_posttrain::{ArithmeticTask, Grpo, GrpoContext, Prompt, WeightedReward, generate_task, prepare};
+use rein_posttrain::{ArithmeticTask, OnlineContext, OnlineTrainer, Prompt, WeightedReward, generate_task, prepare};
 use rein_recipe::{DataSection, GrpoSection, OptimizerSection, SamplerSection, TeacherKl};
 use rein_run::checkpoint::Checkpointing;
 use rein_run::driver::{Driven, Driver, Trainer};
@@ -242,7 +242,7 @@ fn measure(
 ) -> anyhow::Result<(
     Measured,
     std::collections::BTreeMap<String, std::time::Duration>,
-    rein_posttrain::GrpoOutcome,
+    rein_posttrain::OnlineOutcome,
 )> {
     let device = Default::default();
     // The same prompts for the TRL peer.
@@ -285,7 +285,7 @@ fn measure(
         "{}: {WARMUP} + {} steps of 8 prompts × {} completions × up to {} tokens",
         case.name, case.steps, case.completions, case.max_new_tokens
     );
-    let ctx = GrpoContext {
+    let ctx = OnlineContext {
         tokenizer: &case.tokenizer,
         prompts: &case.prompts,
         rewards: &mut rewards,
@@ -300,7 +300,7 @@ fn measure(
     let runs = case.work_dir.join("runs");
     let _ = std::fs::remove_dir_all(&runs);
     let loading_rss = peak_rss_mib();
-    let mut trainer = Grpo::new(model, ctx, &device)?;
+    let mut trainer = OnlineTrainer::new(model, ctx, &device)?;
     if let Some(teacher) = &case.teacher {
         let teacher = load::<rein_model::Cpu>(teacher, &device)?;
         trainer = trainer.with_teacher(teacher, 1.0, TeacherKl::Full);

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use rein_model::lm::{LmTokenizer, SequenceClassifier, save};
 use rein_model::{Cpu, CpuAutodiff};
-use rein_posttrain::{Critic, Grpo, GrpoContext, WeightedReward};
+use rein_posttrain::{Critic, OnlineContext, OnlineTrainer, WeightedReward};
 use rein_recipe::{LmPpoSection, OptimizerSection, SamplerSection};
 use rein_run::memory::reset_peak_rss;
 use rein_sampler::ModelReward;
@@ -78,7 +78,7 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
         eps: 1e-8,
         ..OptimizerSection::default()
     };
-    let ctx = GrpoContext {
+    let ctx = OnlineContext {
         tokenizer: &tokenizer,
         prompts: &prompts,
         rewards: &mut rewards,
@@ -93,7 +93,7 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
     let loading_rss = peak_rss_mib();
     let critic =
         Critic::from_reward_model(SequenceClassifier::open(&reward_dir, &device)?).map_err(anyhow::Error::msg)?;
-    let mut trainer = Grpo::new(policy, ctx, &device)?.with_critic(critic, &ppo, &optimizer);
+    let mut trainer = OnlineTrainer::new(policy, ctx, &device)?.with_critic(critic, &ppo, &optimizer);
     let (driven, rss, records) = drive(&mut trainer, &work.join("runs"), loading_rss)?;
     let times = column(&records, "time/step_s");
     anyhow::ensure!(times.len() == STEPS, "{} timed steps logged", times.len());

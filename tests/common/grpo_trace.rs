@@ -13,7 +13,7 @@ use rein_core::{CompletionScore, Group, GroupScores, PluginError, RewardFn};
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmTokenizer, load};
 use rein_posttrain::rollout::episodes::Agent;
-use rein_posttrain::{Grpo, GrpoContext, Prompt, WeightedReward};
+use rein_posttrain::{OnlineContext, OnlineTrainer, Prompt, WeightedReward};
 use rein_recipe::{CurriculumSection, GrpoSection, OptimizerSection, SamplerSection};
 use rein_run::driver::{Record, Trainer};
 use rein_run::watchdog::Phases;
@@ -126,7 +126,7 @@ impl Run<'_> {
             ..OptimizerSection::default()
         };
         let before = parameters(&model);
-        let ctx = GrpoContext {
+        let ctx = OnlineContext {
             tokenizer: &tokenizer,
             prompts: &prompts,
             rewards: &mut rewards,
@@ -139,7 +139,7 @@ impl Run<'_> {
             agent: self.agent,
         };
         let devices = rein_posttrain::data_parallel::devices(&device, self.devices);
-        let mut algorithm = Grpo::new(model, ctx, &device).unwrap().with_devices(devices);
+        let mut algorithm = OnlineTrainer::new(model, ctx, &device).unwrap().with_devices(devices);
         let phases = Phases::new(Default::default(), Default::default());
         let records = (1..=self.grpo.steps)
             .map(|step| algorithm.step(step, &phases).unwrap().record)

@@ -138,7 +138,7 @@ fn grpo_step_record<B: ReinBackend>(fixtures: &Path, devices: Vec<B::Device>) ->
         weight_decay: 0.0,
         ..Default::default()
     };
-    let ctx = rein_posttrain::GrpoContext {
+    let ctx = rein_posttrain::OnlineContext {
         tokenizer: &tokenizer,
         prompts: &prompts,
         rewards: &mut rewards,
@@ -151,7 +151,7 @@ fn grpo_step_record<B: ReinBackend>(fixtures: &Path, devices: Vec<B::Device>) ->
         agent: None,
     };
     let first = devices[0].clone();
-    let mut algorithm = rein_posttrain::Grpo::new(model, ctx, &first)?.with_devices(devices);
+    let mut algorithm = rein_posttrain::OnlineTrainer::new(model, ctx, &first)?.with_devices(devices);
     let phases = rein_run::watchdog::Phases::new(std::time::Duration::ZERO, Default::default());
     let record = algorithm.step(1, &phases)?.record;
     Ok(["train/loss", "train/grad_norm", "train/kl", "train/clip_frac"]

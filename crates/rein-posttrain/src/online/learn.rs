@@ -17,7 +17,7 @@ use serde_json::json;
 
 use super::curriculum::group_accuracy;
 use super::sample::{Rollout, Scored};
-use super::{DROPOUT_SALT, Grpo, generation_seed, mean};
+use super::{DROPOUT_SALT, OnlineTrainer, generation_seed, mean};
 use crate::LmError;
 use crate::batch::{TokenBatch, completion_log_probs, completion_logits, completion_outputs};
 use crate::online::turn_advantages::{EpisodeTurns, token_advantages};
@@ -93,7 +93,7 @@ pub(super) struct UpdateStats {
     pub(super) aux_loss: Option<f64>,
 }
 
-/// A mixture of experts' part of an update ([`Grpo::experts_term`]).
+/// A mixture of experts' part of an update ([`OnlineTrainer::experts_term`]).
 pub(super) struct ExpertsTerm<B: ReinAutodiffBackend> {
     /// The load-balancing loss times its coefficient, when that is not 0.
     pub(super) loss: Option<Tensor<B, 1>>,
@@ -129,7 +129,7 @@ impl UpdateStats {
     }
 }
 
-impl<B: ReinAutodiffBackend> Grpo<'_, B> {
+impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
     /// ADVANTAGES and LEARN: the outcome advantages of the batch (with −β·KL folded into the
     /// rewards when asked), then μ gradient steps. Returns the record's training entries.
     pub(super) fn learn(&mut self, step: usize, batch: &[Scored], phases: &Phases) -> Result<Record, LmError> {

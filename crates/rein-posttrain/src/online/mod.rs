@@ -1,9 +1,16 @@
-//! The GRPO family (GRPO, Dr. GRPO, DAPO, GSPO, RLOO, REINFORCE++), one step in algorithm
-//! order: sample prompts → generate G completions each → score groups with the reward plugins
-//! (resampling groups without signal, DAPO) → outcome advantages (KL folded into the reward
-//! when asked; GiGPO's per-turn ones for multi-turn episodes) → μ gradient steps on the policy
-//! loss against the sampling-time log-probabilities → log. `sample.rs` samples and scores,
-//! `learn.rs` computes the advantages and updates; this file holds the state and the step.
+//! The online stage: one step in algorithm order is sample prompts (in turn, or by the
+//! [`curriculum`]) → generate G completions each → score groups with the reward plugins
+//! (resampling groups without signal, DAPO) → learn with the stage's update → log. The update
+//! is chosen once, at construction, each in its own file:
+//!
+//! - the GRPO family (GRPO, Dr. GRPO, DAPO, GSPO, RLOO, REINFORCE++; `learn.rs`): outcome
+//!   advantages (KL folded into the reward when asked; GiGPO's per-turn ones for multi-turn
+//!   episodes) → μ gradient steps on the policy loss against the sampling-time
+//!   log-probabilities, split across devices by `split.rs`;
+//! - online DPO (`online_dpo.rs`): each group's best completion against its worst;
+//! - PPO with a critic (`ppo.rs`, the value model in `critic.rs`).
+//!
+//! `sample.rs` samples and scores; this file holds the state and the step.
 
 use std::time::Duration;
 
@@ -39,7 +46,7 @@ pub(crate) mod turn_advantages;
 
 /// Where a GRPO run's time went and how it ended.
 #[derive(Debug, Clone, Default)]
-pub struct GrpoOutcome {
+pub struct OnlineOutcome {
     /// What learned from the samples: `GRPO`, `Online DPO` or `PPO`.
     pub algorithm: &'static str,
     /// Steps performed.
@@ -55,7 +62,7 @@ pub struct GrpoOutcome {
 }
 
 /// Everything a GRPO run needs besides the model.
-pub struct GrpoContext<'a> {
+pub struct OnlineContext<'a> {
     /// The tokenizer.
     pub tokenizer: &'a LmTokenizer,
     /// Training prompts.
@@ -106,7 +113,7 @@ impl PromptOrder {
 /// What a GRPO step carries to the next besides the model and optimiser (a checkpoint's
 /// `state` section).
 #[derive(Clone, Serialize, Deserialize)]
-struct GrpoState {
+struct OnlineState {
     rng: SeededRng,
     prompt_order: PromptOrder,
     /// Each step's mean reward.
@@ -125,7 +132,7 @@ struct GrpoState {
     sources: Option<curriculum::SourceBandit>,
 }
 
-impl GrpoState {
+impl OnlineState {
     /// The next training prompt: from the difficulty pools or the sources' bandit with a
     /// curriculum, else the next of the shuffled order.
     fn next_prompt(&mut self, curriculum: Option<&CurriculumSection>) -> usize {
@@ -137,8 +144,43 @@ impl GrpoState {
     }
 }
 
-/// The GRPO family on a language model.
-pub struct Grpo<'a, B: ReinAutodiffBackend> {
+/// What the online stage learns from each step's scored groups, chosen once at construction.
+enum Update<B: ReinAutodiffBackend> {
+    /// The GRPO family's policy-gradient update on group-relative advantages (`learn.rs`).
+    Grpo,
+    /// Online DPO: each group's best completion against its worst, on this DPO loss
+    /// (`online_dpo.rs`).
+    OnlineDpo(DpoConfig),
+    /// PPO with a critic: token advantages from the critic's values, minibatch updates of both
+    /// (`ppo.rs`).
+    Ppo(Box<ppo::PpoCritic<B>>),
+}
+
+impl<B: ReinAutodiffBackend> Update<B> {
+    /// The name in progress lines (`grpo step 3/20 | …`).
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Grpo => "grpo",
+            Self::OnlineDpo(_) => "online-dpo",
+            Self::Ppo(_) => "ppo",
+        }
+    }
+
+    /// The algorithm's name in the run's report.
+    fn algorithm(&self) -> &'static str {
+        match self {
+            Self::Grpo => "GRPO",
+            Self::OnlineDpo(_) => "Online DPO",
+            Self::Ppo(_) => "PPO",
+        }
+    }
+}
+
+/// The online stage on a language model: each step samples groups of completions from the
+/// policy (in process or on servers, possibly ahead of training), scores them, and learns
+/// from them with its [`Update`] — the GRPO family by default, online DPO
+/// ([`OnlineTrainer::with_preferences`]) or PPO with a critic ([`OnlineTrainer::with_critic`]).
+pub struct OnlineTrainer<'a, B: ReinAutodiffBackend> {
     /// The policy being trained.
     pub model: CausalLm<B>,
     optim: OptimizerAdaptor<AdamW, CausalLm<B>, B>,
@@ -146,13 +188,9 @@ pub struct Grpo<'a, B: ReinAutodiffBackend> {
     reference: Option<CausalLm<B::InnerBackend>>,
     /// On-policy distillation's teacher, the weight of its term and how its KL is estimated.
     teacher: Option<(CausalLm<B::InnerBackend>, f32, TeacherKl)>,
-    /// Online DPO: learn from each group's best completion against its worst with this loss,
-    /// instead of the policy-gradient loss.
-    preferences: Option<DpoConfig>,
-    /// PPO with a critic: token-level advantages from the critic's values instead of the
-    /// group's outcomes, and minibatch updates of both.
-    critic: Option<ppo::PpoCritic<B>>,
-    ctx: GrpoContext<'a>,
+    /// What each step learns with.
+    update: Update<B>,
+    ctx: OnlineContext<'a>,
     /// Single-turn completions: the native sampler or inference servers, possibly ahead of
     /// training (multi-turn episodes are played in process).
     source: Option<RolloutSource<B::InnerBackend>>,
@@ -163,15 +201,15 @@ pub struct Grpo<'a, B: ReinAutodiffBackend> {
     loss_config: PolicyLossConfig,
     lr: LinearSchedule,
     pad: u32,
-    state: GrpoState,
+    state: OnlineState,
     device: B::Device,
     /// The devices each policy update splits the batch's rows across; the first is `device`.
     devices: Vec<B::Device>,
 }
 
-impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
+impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
     /// GRPO from `model` (also the KL reference when β ≠ 0), sampling in process.
-    pub fn new(model: CausalLm<B>, ctx: GrpoContext<'a>, device: &B::Device) -> Result<Self, LmError> {
+    pub fn new(model: CausalLm<B>, ctx: OnlineContext<'a>, device: &B::Device) -> Result<Self, LmError> {
         let native = Box::new(NativeGenerator::<B::InnerBackend>::new(ctx.tokenizer.clone(), device));
         Self::with_generator(model, ctx, native, device)
     }
@@ -180,7 +218,7 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
     /// `algorithm.max_staleness` steps ahead of training.
     pub fn with_generator(
         model: CausalLm<B>,
-        ctx: GrpoContext<'a>,
+        ctx: OnlineContext<'a>,
         generator: Box<dyn Generator<B::InnerBackend>>,
         device: &B::Device,
     ) -> Result<Self, LmError> {
@@ -190,7 +228,7 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
         }
         if grpo.advantage == AdvantageKind::Gigpo && ctx.agent.is_none() {
             return Err(LmError::Unsupported(
-                "GiGPO's advantages compare the turns of multi-turn episodes: GrpoContext::agent is None".into(),
+                "GiGPO's advantages compare the turns of multi-turn episodes: OnlineContext::agent is None".into(),
             ));
         }
         let optim = adamw(optimizer).init::<B, CausalLm<B>>();
@@ -229,15 +267,14 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
             in_flight: Default::default(),
             reference: (grpo.kl_coef != 0.0).then(|| model.valid()),
             teacher: None,
-            preferences: None,
-            critic: None,
+            update: Update::Grpo,
             model,
             optim,
             pad: ctx.tokenizer.pad_id().unwrap_or(0),
             ctx,
             loss_config,
             lr,
-            state: GrpoState {
+            state: OnlineState {
                 rng,
                 prompt_order,
                 rewards: Vec::new(),
@@ -270,10 +307,12 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
         if self.devices.len() < 2 {
             return Ok(());
         }
-        let single = match (&self.preferences, &self.critic, &self.teacher) {
-            (Some(_), _, _) => "online DPO",
-            (_, Some(_), _) => "PPO with a critic",
-            (_, _, Some((_, _, TeacherKl::Full))) => "the full reverse KL to a teacher (`teacher.kl = \"full\"`)",
+        let single = match (&self.update, &self.teacher) {
+            (Update::OnlineDpo(_), _) => "online DPO",
+            (Update::Ppo(_), _) => "PPO with a critic",
+            (Update::Grpo, Some((_, _, TeacherKl::Full))) => {
+                "the full reverse KL to a teacher (`teacher.kl = \"full\"`)"
+            }
             // The load-balancing loss is a product of means over the whole batch: no share of
             // it is a share of the batch's.
             _ if self.model.config().moe().is_some() => "a mixture of experts (its load-balancing loss)",
@@ -301,7 +340,7 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
     /// against the policy as it started ([`online_dpo`]).
     pub fn with_preferences(mut self, config: DpoConfig) -> Self {
         self.reference.get_or_insert_with(|| self.model.valid());
-        self.preferences = Some(config);
+        self.update = Update::OnlineDpo(config);
         self
     }
 
@@ -315,20 +354,16 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
         settings: &rein_recipe::LmPpoSection,
         optimizer: &OptimizerSection,
     ) -> Self {
-        self.critic = Some(ppo::PpoCritic::new(critic, settings, optimizer));
+        self.update = Update::Ppo(Box::new(ppo::PpoCritic::new(critic, settings, optimizer)));
         self
     }
 
     /// The run's outcome once the driver is done, with its phase timings.
-    pub fn outcome(&self, steps: usize, phases: &std::collections::BTreeMap<String, Duration>) -> GrpoOutcome {
+    pub fn outcome(&self, steps: usize, phases: &std::collections::BTreeMap<String, Duration>) -> OnlineOutcome {
         let phase = |name: &str| phases.get(name).copied().unwrap_or_default();
         let tail = (self.state.rewards.len() / 10).max(1);
-        GrpoOutcome {
-            algorithm: match (&self.preferences, &self.critic) {
-                (Some(_), _) => "Online DPO",
-                (None, Some(_)) => "PPO",
-                (None, None) => "GRPO",
-            },
+        OnlineOutcome {
+            algorithm: self.update.algorithm(),
             steps,
             generate: phase("generate"),
             reward: phase("reward"),
@@ -358,6 +393,19 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
         json!(samples)
     }
 
+    /// The step's update on its scored groups, as chosen at construction. The update is taken
+    /// out while it runs (it needs the rest of the stage mutably) and put back.
+    fn learn_update(&mut self, step: usize, batch: &[sample::Scored], phases: &Phases) -> Result<Record, LmError> {
+        let mut update = std::mem::replace(&mut self.update, Update::Grpo);
+        let learned = match &mut update {
+            Update::Grpo => self.learn(step, batch, phases),
+            Update::OnlineDpo(config) => self.learn_preferences(step, batch, config, phases),
+            Update::Ppo(learner) => self.learn_ppo(learner, step, batch, phases),
+        };
+        self.update = update;
+        learned
+    }
+
     /// The rollout source of single-turn GRPO.
     fn source(&mut self) -> &mut RolloutSource<B::InnerBackend> {
         (self.source.as_mut()).expect("single-turn GRPO has a rollout source")
@@ -380,7 +428,7 @@ impl<'a, B: ReinAutodiffBackend> Grpo<'a, B> {
     }
 }
 
-impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
+impl<B: ReinAutodiffBackend> Trainer for OnlineTrainer<'_, B> {
     type Error = LmError;
 
     fn total_steps(&self) -> usize {
@@ -396,11 +444,7 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
                 eprintln!("step {step}: every group was skipped; nothing to learn from");
                 Record::new()
             }
-            false => match (self.preferences, &self.critic) {
-                (Some(config), _) => self.learn_preferences(step, &sampled.batch, &config, phases)?,
-                (None, Some(_)) => self.learn_ppo(step, &sampled.batch, phases)?,
-                (None, None) => self.learn(step, &sampled.batch, phases)?,
-            },
+            false => self.learn_update(step, &sampled.batch, phases)?,
         };
         // The policy after step k is version k (a step without groups leaves it unchanged).
         self.state.version = step as u64;
@@ -447,11 +491,7 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
             true => f64::NAN,
             false => self.state.rewards.last().copied().unwrap_or(f64::NAN),
         };
-        let name = match (&self.preferences, &self.critic) {
-            (Some(_), _) => "online-dpo",
-            (None, Some(_)) => "ppo",
-            (None, None) => "grpo",
-        };
+        let name = self.update.name();
         let progress = format!(
             "{name} step {step}/{} | reward {reward:.3} | {seconds:.2} s/step",
             self.ctx.grpo.steps
@@ -465,7 +505,10 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
 
     fn snapshot(&self) -> Snapshot {
         let (model, optim, state) = (self.model.clone(), self.optim.clone(), self.state.clone());
-        let critic = (self.critic.as_ref()).map(|c| (c.critic.clone(), c.optim.clone()));
+        let critic = match &self.update {
+            Update::Ppo(learner) => Some((learner.critic.clone(), learner.optim.clone())),
+            _ => None,
+        };
         Box::new(move || {
             let mut sections = learner_sections::<B, CausalLm<B>, _, _>(&state, &model, &optim);
             if let Some((critic, optim)) = &critic {
@@ -479,7 +522,7 @@ impl<B: ReinAutodiffBackend> Trainer for Grpo<'_, B> {
         // The KL reference stays the model GRPO started from, as in the first run.
         (self.state, self.model, self.optim) =
             checkpoint.load_learner(self.model.clone(), self.optim.clone(), &self.device)?;
-        if let Some(learner) = self.critic.as_mut() {
+        if let Update::Ppo(learner) = &mut self.update {
             let [module, optimizer] = CRITIC_SECTIONS;
             learner.critic = checkpoint.load_module(module, learner.critic.clone(), &self.device)?;
             learner.optim = checkpoint.load_optimizer::<B, _, _>(optimizer, learner.optim.clone(), &self.device)?;

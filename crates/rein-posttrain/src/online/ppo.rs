@@ -26,7 +26,7 @@ use rein_recipe::{LmPpoSection, OptimizerSection};
 use serde_json::json;
 
 use super::sample::{Rollout, Scored};
-use super::{DROPOUT_SALT, Grpo, adamw, generation_seed, lr_schedule, mean};
+use super::{DROPOUT_SALT, OnlineTrainer, adamw, generation_seed, lr_schedule, mean};
 use crate::LmError;
 use crate::batch::{TokenBatch, completion_log_probs, select_rows};
 use crate::online::critic::Critic;
@@ -84,17 +84,10 @@ struct MinibatchStats {
     critic_grad_norm: f32,
 }
 
-impl<B: ReinAutodiffBackend> Grpo<'_, B> {
-    /// PPO with a critic on the step's completions (see the module docs). Returns the record's
-    /// training entries.
-    pub(super) fn learn_ppo(&mut self, step: usize, batch: &[Scored], phases: &Phases) -> Result<Record, LmError> {
-        let mut learner = self.critic.take().expect("PPO has a critic");
-        let learned = self.learn_with(&mut learner, step, batch, phases);
-        self.critic = Some(learner);
-        learned
-    }
-
-    fn learn_with(
+impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
+    /// PPO with a critic on the step's completions (see the module docs), `learner` the critic
+    /// and its optimiser. Returns the record's training entries.
+    pub(super) fn learn_ppo(
         &mut self,
         learner: &mut PpoCritic<B>,
         step: usize,

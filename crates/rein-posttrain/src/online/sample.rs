@@ -10,7 +10,7 @@ use rein_model::ReinAutodiffBackend;
 use rein_sampler::{FinishReason, GenerationConfig};
 use serde_json::json;
 
-use super::{Grpo, curriculum, generation_seed};
+use super::{OnlineTrainer, curriculum, generation_seed};
 use crate::LmError;
 use crate::rewards::{GroupReward, score_groups};
 use crate::rollout::episodes::{Episode, TurnRecord, play};
@@ -106,7 +106,7 @@ pub(super) struct Sampled {
     pub(super) episodes: Option<EpisodeStats>,
 }
 
-impl<B: ReinAutodiffBackend> Grpo<'_, B> {
+impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
     /// SAMPLE and SCORE: `prompts_per_step` groups of `n` completions, scored; with dynamic
     /// sampling, groups without reward variance are replaced by new prompts (at most
     /// `max_resample` more rounds).

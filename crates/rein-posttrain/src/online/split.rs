@@ -21,7 +21,7 @@ use rein_core::Aggregation;
 use rein_model::ReinAutodiffBackend;
 use rein_optim::{Counted, policy_loss, share_weight};
 
-use super::Grpo;
+use super::OnlineTrainer;
 use super::learn::{LossInputs, UpdateStats, token_mean};
 use crate::LmError;
 use crate::batch::{TokenBatch, completion_log_probs};
@@ -39,7 +39,7 @@ struct Measured {
     entropy: Option<f64>,
 }
 
-impl<B: ReinAutodiffBackend> Grpo<'_, B> {
+impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
     /// The policy loss's gradients with the batch's rows split across the first `shares`
     /// devices, and what the update measured (its gradient norm is filled in after clipping).
     #[allow(clippy::too_many_arguments)]

@@ -22,7 +22,7 @@ use crate::run::recipe_keys::{invalid, model_path};
 pub use crate::run::report::{DpoOutcome, LmOutcome, RewardModelOutcome, describe};
 use crate::run::report::{log_eval, report_markdown};
 use crate::run::setup::{LmSetup, lora_spec, setup};
-use crate::{EvalReport, GrpoOutcome};
+use crate::{EvalReport, OnlineOutcome};
 use rein_recipe::{
     DpoRecipe, DpoSection, GrpoRecipe, GrpoSection, LmPpoRecipe, LoadedRecipe, OnlineDpoRecipe, Plan,
     RewardModelRecipe, RewardModelSection,
@@ -308,7 +308,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         section: &GrpoSection,
         update: OnlineUpdate<'_>,
         stage: LmStage,
-    ) -> Result<(CausalLm<B>, GrpoOutcome, Option<EvalReport>), LmError> {
+    ) -> Result<(CausalLm<B>, OnlineOutcome, Option<EvalReport>), LmError> {
         let recipe = &self.loaded.recipe;
         let critic = match update {
             OnlineUpdate::Ppo(ppo) => Some(crate::online::critic::critic_for(
@@ -320,7 +320,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             _ => None,
         };
         let checkpointing = self.after_sft_checkpointing(stage);
-        let ctx = crate::GrpoContext {
+        let ctx = crate::OnlineContext {
             tokenizer: &self.setup.tokenizer,
             prompts: &self.setup.train,
             rewards: &mut self.setup.rewards,
@@ -334,7 +334,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         };
         let generator = generator::<B::InnerBackend>(self.loaded, &self.setup.tokenizer, self.run, &self.device)?;
         let devices = crate::data_parallel::devices(&self.device, recipe.train.devices);
-        let mut grpo = crate::Grpo::with_generator(model, ctx, generator, &self.device)?.with_devices(devices);
+        let mut grpo = crate::OnlineTrainer::with_generator(model, ctx, generator, &self.device)?.with_devices(devices);
         if let Some(teacher) = &recipe.teacher {
             let dir = model_path(self.loaded, &teacher.model);
             let model = load::<B::InnerBackend>(&dir, &self.device)

@@ -7,7 +7,7 @@ use serde_json::json;
 use std::path::PathBuf;
 
 use crate::LmError;
-use crate::{EvalReport, GrpoOutcome};
+use crate::{EvalReport, OnlineOutcome};
 
 /// What a language-model run reports.
 #[derive(Debug, Clone, Default)]
@@ -17,7 +17,7 @@ pub struct LmOutcome {
     /// Held-out evaluation after training.
     pub after: Option<EvalReport>,
     /// The GRPO stage's timings.
-    pub grpo: Option<GrpoOutcome>,
+    pub grpo: Option<OnlineOutcome>,
     /// The DPO stage, when the recipe's algorithm is DPO.
     pub dpo: Option<DpoOutcome>,
     /// Reward-model training, when that is the recipe's algorithm.
