@@ -20,7 +20,7 @@ use rein_model::CpuAutodiff;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer};
 use rein_plugin::PluginRuntime;
 use rein_posttrain::{EvalReport, EvalSettings, OnlineContext, OnlineTrainer, Prompt, Sft, WeightedReward, evaluate};
-use rein_posttrain::{generate_task, prepare};
+use rein_posttrain::{Update, generate_task, prepare};
 use rein_recipe::{Algorithm, CurriculumKind, CurriculumSection, GrpoSection, LoadedRecipe};
 use rein_run::driver::Trainer;
 use rein_run::watchdog::Phases;
@@ -256,14 +256,14 @@ impl Setup {
             rewards: &mut rewards,
             accuracy_reward: 0,
             curriculum: curriculum.as_ref(),
-            grpo: &grpo,
+            rollout: grpo.rollout(),
             sampler: &recipe.sampler,
             optimizer: &recipe.optimizer,
             seed,
             agent: None,
         };
         let device = Default::default();
-        let mut trainer = OnlineTrainer::new(self.start.clone(), ctx, &device)?;
+        let mut trainer = OnlineTrainer::new(self.start.clone(), ctx, Update::Grpo(&grpo), &device)?;
         let phases = Phases::new(Default::default(), Default::default());
         let mut curve = Curve(vec![(0.0, before.clone())]);
         let mut trained = Duration::ZERO;
@@ -272,7 +272,7 @@ impl Setup {
             trainer.step(step, &phases)?;
             trained += started.elapsed();
             if step % EVAL_EVERY == 0 || step == grpo.steps {
-                let report = self.evaluate(&trainer.model, judge.as_mut())?;
+                let report = self.evaluate(trainer.model(), judge.as_mut())?;
                 curve.0.push((trained.as_secs_f64(), report));
             }
         }

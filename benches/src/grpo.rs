@@ -23,7 +23,9 @@ use rein_model::CpuAutodiff;
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmTokenizer, load, locate, save};
 use rein_plugin::PluginRuntime;
-use rein_posttrain::{ArithmeticTask, OnlineContext, OnlineTrainer, Prompt, WeightedReward, generate_task, prepare};
+use rein_posttrain::{
+    ArithmeticTask, OnlineContext, OnlineTrainer, Prompt, Update, WeightedReward, generate_task, prepare,
+};
 use rein_recipe::{DataSection, GrpoSection, OptimizerSection, SamplerSection, TeacherKl};
 use rein_run::checkpoint::Checkpointing;
 use rein_run::driver::{Driven, Driver, Trainer};
@@ -291,7 +293,7 @@ fn measure(
         rewards: &mut rewards,
         accuracy_reward: 0,
         curriculum: None,
-        grpo: &grpo,
+        rollout: grpo.rollout(),
         sampler: &sampler,
         optimizer: &optimizer,
         seed: 1,
@@ -300,7 +302,7 @@ fn measure(
     let runs = case.work_dir.join("runs");
     let _ = std::fs::remove_dir_all(&runs);
     let loading_rss = peak_rss_mib();
-    let mut trainer = OnlineTrainer::new(model, ctx, &device)?;
+    let mut trainer = OnlineTrainer::new(model, ctx, Update::Grpo(&grpo), &device)?;
     if let Some(teacher) = &case.teacher {
         let teacher = load::<rein_model::Cpu>(teacher, &device)?;
         trainer = trainer.with_teacher(teacher, 1.0, TeacherKl::Full);

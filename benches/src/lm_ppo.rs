@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use rein_model::lm::{LmTokenizer, SequenceClassifier, save};
 use rein_model::{Cpu, CpuAutodiff};
-use rein_posttrain::{Critic, OnlineContext, OnlineTrainer, WeightedReward};
+use rein_posttrain::{Critic, OnlineContext, OnlineTrainer, PpoCritic, Update, WeightedReward};
 use rein_recipe::{LmPpoSection, OptimizerSection, SamplerSection};
 use rein_run::memory::reset_peak_rss;
 use rein_sampler::ModelReward;
@@ -64,7 +64,6 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
         prompts_per_step: BATCH,
         ..LmPpoSection::default()
     };
-    let grpo = ppo.grpo_section();
     let sampler = SamplerSection {
         max_new_tokens: MAX_TOKENS,
         n: 1,
@@ -84,7 +83,7 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
         rewards: &mut rewards,
         accuracy_reward: 0,
         curriculum: None,
-        grpo: &grpo,
+        rollout: ppo.rollout(),
         sampler: &sampler,
         optimizer: &optimizer,
         seed: 1,
@@ -93,7 +92,8 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
     let loading_rss = peak_rss_mib();
     let critic =
         Critic::from_reward_model(SequenceClassifier::open(&reward_dir, &device)?).map_err(anyhow::Error::msg)?;
-    let mut trainer = OnlineTrainer::new(policy, ctx, &device)?.with_critic(critic, &ppo, &optimizer);
+    let update = Update::Ppo(Box::new(PpoCritic::new(critic, &ppo, &optimizer)));
+    let mut trainer = OnlineTrainer::new(policy, ctx, update, &device)?;
     let (driven, rss, records) = drive(&mut trainer, &work.join("runs"), loading_rss)?;
     let times = column(&records, "time/step_s");
     anyhow::ensure!(times.len() == STEPS, "{} timed steps logged", times.len());

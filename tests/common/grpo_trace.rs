@@ -13,7 +13,7 @@ use rein_core::{CompletionScore, Group, GroupScores, PluginError, RewardFn};
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmTokenizer, load};
 use rein_posttrain::rollout::episodes::Agent;
-use rein_posttrain::{OnlineContext, OnlineTrainer, Prompt, WeightedReward};
+use rein_posttrain::{OnlineContext, OnlineTrainer, Prompt, Update, WeightedReward};
 use rein_recipe::{CurriculumSection, GrpoSection, OptimizerSection, SamplerSection};
 use rein_run::driver::{Record, Trainer};
 use rein_run::watchdog::Phases;
@@ -132,19 +132,21 @@ impl Run<'_> {
             rewards: &mut rewards,
             accuracy_reward: 0,
             curriculum: self.curriculum,
-            grpo: &self.grpo,
+            rollout: self.grpo.rollout(),
             sampler: &self.sampler,
             optimizer: &optimizer,
             seed: 7,
             agent: self.agent,
         };
         let devices = rein_posttrain::data_parallel::devices(&device, self.devices);
-        let mut algorithm = OnlineTrainer::new(model, ctx, &device).unwrap().with_devices(devices);
+        let mut algorithm = OnlineTrainer::new(model, ctx, Update::Grpo(&self.grpo), &device)
+            .unwrap()
+            .with_devices(devices);
         let phases = Phases::new(Default::default(), Default::default());
         let records = (1..=self.grpo.steps)
             .map(|step| algorithm.step(step, &phases).unwrap().record)
             .collect();
-        let after = parameters(&algorithm.model);
+        let after = parameters(algorithm.model());
         Trace { records, before, after }
     }
 }

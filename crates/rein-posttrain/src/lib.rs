@@ -45,7 +45,7 @@ pub use offline::dpo::{Dpo, PairLogProbs, dpo_batch_loss, pair_batch, reference_
 pub use offline::reward_model::{BradleyTerry, PairScores, pair_scores, pairwise_accuracy};
 pub use offline::sft::Sft;
 pub use online::critic::Critic;
-pub use online::{OnlineContext, OnlineOutcome, OnlineTrainer};
+pub use online::{OnlineContext, OnlineOutcome, OnlineTrainer, PpoCritic, Update};
 pub use rein_sampler::{completion_text, stop_check};
 pub use rewards::{
     GroupReward, OnError, Renamed, RewardFailure, ThinkingStripped, WeightedReward, score_groups, without_thinking,

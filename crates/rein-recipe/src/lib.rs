@@ -15,31 +15,46 @@
 mod compose;
 mod curriculum;
 mod data;
+mod dpo;
 mod error;
+mod grpo;
+mod keys;
 mod lm_ppo;
 mod model_source;
 mod off_policy;
+mod online_dpo;
 mod plan;
-mod preference;
+mod ppo;
+mod reward_model;
+mod rollout;
 mod sampler;
 mod schema;
+mod sft;
 mod uses;
 
 use std::path::{Path, PathBuf};
 
 pub use curriculum::{CurriculumKind, CurriculumSection};
 pub use data::{ArithmeticTask, Fields, OperandRange, Solution};
+pub use dpo::DpoRecipe;
 pub use error::RecipeError;
+pub use grpo::GrpoRecipe;
+pub use lm_ppo::LmPpoRecipe;
 pub use model_source::{ModelSource, Weights};
 pub use off_policy::{OffPolicyAlgorithm, OffPolicyRecipe, SacSection, Td3Section};
-pub use plan::{DpoRecipe, GrpoRecipe, LmPpoRecipe, OnlineDpoRecipe, Plan, PpoRecipe, RewardModelRecipe, SftRecipe};
+pub use online_dpo::OnlineDpoRecipe;
+pub use plan::Plan;
+pub use ppo::PpoRecipe;
 pub use rein_core::AdvantageKind;
+pub use reward_model::RewardModelRecipe;
+pub use rollout::Rollout;
 pub use schema::{
     AgentSection, Algorithm, DataSection, Device, DpoSection, EnvSection, EvalSection, GrpoSection, JudgeEntry,
     LmPpoSection, LogFormat, LoraSection, ModelSection, OnlineDpoSection, OptimizerSection, PluginEntry, PpoSection,
     Recipe, RewardEntry, RewardModelKind, RewardModelSection, SamplerSection, SftSection, TeacherKl, TeacherSection,
     TrainSection,
 };
+pub use sft::SftRecipe;
 
 use compose::Composed;
 use schema::LM_PPO_TAG;

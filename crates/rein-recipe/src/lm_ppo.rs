@@ -6,6 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Broken, broken};
+use crate::rollout::Rollout;
+use crate::schema::{DataSection, Recipe};
+
 /// PPO with a value model on a language model's completions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -101,5 +105,129 @@ impl Default for LmPpoSection {
             tis_cap: 2.0,
             icepop_bounds: [0.5, 2.0],
         }
+    }
+}
+
+impl LmPpoSection {
+    /// Its rollouts: sampled and scored as GRPO's, on GRPO's keys and defaults.
+    pub fn rollout(&self) -> Rollout {
+        Rollout {
+            steps: self.steps,
+            prompts_per_step: self.prompts_per_step,
+            on_error: self.on_error,
+            max_staleness: self.max_staleness,
+            correction: self.correction,
+            correction_level: self.correction_level,
+            tis_cap: self.tis_cap,
+            icepop_bounds: self.icepop_bounds,
+        }
+    }
+}
+
+/// A language-model PPO recipe: its hyperparameters and its prompts.
+#[derive(Debug, Clone, Copy)]
+pub struct LmPpoRecipe<'a> {
+    /// The whole recipe.
+    pub recipe: &'a Recipe,
+    /// `[algorithm]`.
+    pub ppo: &'a LmPpoSection,
+    /// `[data]`.
+    pub data: &'a DataSection,
+}
+
+impl LmPpoRecipe<'_> {
+    /// Its rollouts (as GRPO's, [`LmPpoSection::rollout`]).
+    pub fn rollout(&self) -> Rollout {
+        self.ppo.rollout()
+    }
+
+    /// Rewards, sizes, coefficients in range, the value model, and its rollouts.
+    pub(crate) fn check(&self) -> Result<(), Broken> {
+        let (r, ppo) = (self.recipe, self.ppo);
+        if r.reward.is_empty() {
+            return Err(broken(
+                "reward",
+                "PPO on a language model needs at least one [[reward]] to score completions",
+            ));
+        }
+        if r.sampler.n == 0 {
+            return Err(broken("sampler.n", "must be at least 1"));
+        }
+        if ppo.update_epochs == 0 {
+            return Err(broken("algorithm.update_epochs", "must be at least 1"));
+        }
+        let completions = ppo.prompts_per_step * r.sampler.n;
+        if ppo.num_minibatches == 0 || ppo.num_minibatches > completions {
+            return Err(broken(
+                "algorithm.num_minibatches",
+                format!(
+                    "must be in 1..={completions} (prompts_per_step × sampler.n completions per step), got {}",
+                    ppo.num_minibatches
+                ),
+            ));
+        }
+        for (key, value) in [("algorithm.gamma", ppo.gamma), ("algorithm.gae_lambda", ppo.gae_lambda)] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(broken(key, format!("must be in [0, 1], got {value}")));
+            }
+        }
+        for (key, value) in [
+            ("algorithm.clip_coef", ppo.clip_coef),
+            ("algorithm.value_clip", ppo.value_clip),
+        ] {
+            if !(value > 0.0 && value.is_finite()) {
+                return Err(broken(key, format!("must be > 0, got {value}")));
+            }
+        }
+        for (key, value) in [("algorithm.vf_coef", ppo.vf_coef), ("algorithm.kl_coef", ppo.kl_coef)] {
+            if !(value >= 0.0 && value.is_finite()) {
+                return Err(broken(key, format!("must be ≥ 0, got {value}")));
+            }
+        }
+        if !ppo.ent_coef.is_finite() {
+            return Err(broken("algorithm.ent_coef", "must be a finite number"));
+        }
+        if let Some(lr) = ppo.critic_lr
+            && !(lr > 0.0 && lr.is_finite())
+        {
+            return Err(broken("algorithm.critic_lr", format!("must be > 0, got {lr}")));
+        }
+        if ppo.critic_warmup_steps >= ppo.steps {
+            return Err(broken(
+                "algorithm.critic_warmup_steps",
+                format!(
+                    "is {} of {} steps: the policy would never learn",
+                    ppo.critic_warmup_steps, ppo.steps
+                ),
+            ));
+        }
+        if ppo.value_model == rein_core::ValueModel::Head && ppo.value_model_path.is_some() {
+            return Err(broken(
+                "algorithm.value_model_path",
+                "a value head reads the policy's hidden states and has no model of its own: \
+                 set value_model = \"separate\" or remove value_model_path",
+            ));
+        }
+        ppo.rollout().check(r)
+    }
+}
+
+/// The sections PPO on a language model reads: those of every single-turn online algorithm.
+pub(crate) const READS: &[(&str, crate::keys::Keys)] = crate::rollout::SINGLE_TURN_READS;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::GrpoSection;
+
+    /// PPO on a language model shares GRPO's asynchronous-rollout keys and their defaults, and
+    /// online DPO's synchronous rollouts are theirs with no lag.
+    #[test]
+    fn the_online_algorithms_default_their_rollouts_alike() {
+        let (grpo, ppo) = (GrpoSection::default(), LmPpoSection::default());
+        let (of_grpo, of_ppo) = (grpo.rollout(), ppo.rollout());
+        assert_eq!(of_ppo, of_grpo);
+        let synchronous = Rollout::synchronous(of_grpo.steps, of_grpo.prompts_per_step, of_grpo.on_error);
+        assert_eq!(synchronous, of_grpo);
     }
 }

@@ -251,3 +251,11 @@ fn check_td3(t: &Td3Section) -> Result<(), Broken> {
     }
     Ok(())
 }
+
+/// The sections SAC and TD3 read: they keep their learning rates in `[algorithm]`, as CleanRL
+/// does.
+pub(crate) const READS: &[(&str, crate::keys::Keys)] = &[
+    ("env", crate::keys::Keys::All),
+    ("model", crate::keys::Keys::Only(&["hidden", "autodiff"])),
+    ("train", crate::keys::Keys::All),
+];

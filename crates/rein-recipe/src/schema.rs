@@ -1,12 +1,17 @@
 //! What a recipe may contain. Every section rejects unknown keys; every key has a default
 //! unless a recipe must choose it.
 
-use rein_core::{AdvantageKind, SandboxLimits};
+use rein_core::SandboxLimits;
 
+pub use crate::dpo::DpoSection;
+pub use crate::grpo::GrpoSection;
 pub use crate::lm_ppo::LmPpoSection;
 pub use crate::off_policy::{SacSection, Td3Section};
-pub use crate::preference::{DpoSection, OnlineDpoSection, RewardModelSection};
+pub use crate::online_dpo::OnlineDpoSection;
+pub use crate::ppo::PpoSection;
+pub use crate::reward_model::RewardModelSection;
 pub use crate::sampler::SamplerSection;
+pub use crate::sft::SftSection;
 use serde::{Deserialize, Serialize};
 
 /// A resolved recipe.
@@ -147,67 +152,6 @@ pub enum Algorithm {
 /// The tag [`Algorithm::LmPpo`] is read under (recipes write `"ppo"`; see
 /// `with_lm_ppo_tag`).
 pub(crate) const LM_PPO_TAG: &str = "lm-ppo";
-
-/// PPO hyperparameters (CleanRL's names and defaults).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PpoSection {
-    /// Steps per env per rollout.
-    pub num_steps: usize,
-    /// Discount γ.
-    pub gamma: f32,
-    /// GAE λ.
-    pub gae_lambda: f32,
-    /// Passes over each rollout.
-    pub update_epochs: usize,
-    /// Minibatches per pass.
-    pub num_minibatches: usize,
-    /// Surrogate clipping ε.
-    pub clip_coef: f32,
-    /// Anneal ε linearly to 0 with the learning rate.
-    pub anneal_clip: bool,
-    /// Clip the value loss around the old values.
-    pub clip_vloss: bool,
-    /// Entropy bonus coefficient.
-    pub ent_coef: f32,
-    /// Value loss coefficient.
-    pub vf_coef: f32,
-    /// Normalise advantages per minibatch.
-    pub norm_adv: bool,
-    /// Stop an update's epochs early when the approximate KL exceeds this.
-    pub target_kl: Option<f32>,
-    /// Normalise observations with running statistics.
-    pub normalize_obs: bool,
-    /// Scale rewards by the running std of the discounted return.
-    pub normalize_reward: bool,
-    /// Clip normalised observations to ±this.
-    pub clip_obs: f32,
-    /// Clip scaled rewards to ±this.
-    pub clip_reward: f32,
-}
-
-impl Default for PpoSection {
-    fn default() -> Self {
-        Self {
-            num_steps: 128,
-            gamma: 0.99,
-            gae_lambda: 0.95,
-            update_epochs: 4,
-            num_minibatches: 4,
-            clip_coef: 0.2,
-            anneal_clip: false,
-            clip_vloss: true,
-            ent_coef: 0.01,
-            vf_coef: 0.5,
-            norm_adv: true,
-            target_kl: None,
-            normalize_obs: false,
-            normalize_reward: false,
-            clip_obs: 10.0,
-            clip_reward: 10.0,
-        }
-    }
-}
 
 /// The environment plugin.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -355,37 +299,6 @@ impl Default for LoraSection {
     }
 }
 
-/// Supervised fine-tuning on the data's target completions.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SftSection {
-    /// Optimiser steps.
-    pub steps: usize,
-    /// Examples per step.
-    pub batch_size: usize,
-    /// Peak learning rate (AdamW).
-    pub lr: f64,
-    /// Linear warm-up steps, then linear decay to 10%.
-    pub warmup_steps: usize,
-    /// AdamW weight decay.
-    pub weight_decay: f32,
-    /// Global gradient clipping.
-    pub max_grad_norm: f32,
-}
-
-impl Default for SftSection {
-    fn default() -> Self {
-        Self {
-            steps: 1000,
-            batch_size: 32,
-            lr: 1e-3,
-            warmup_steps: 50,
-            weight_decay: 0.0,
-            max_grad_norm: 1.0,
-        }
-    }
-}
-
 /// One reward in the sum: a sandboxed plugin, or a reward model (set exactly one of `plugin`
 /// and `model`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -518,114 +431,6 @@ pub enum RewardModelKind {
     /// A sequence classifier (a reward model): the score head's output at the last token.
     #[default]
     Classifier,
-}
-
-/// The GRPO family.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct GrpoSection {
-    /// Optimiser steps (each on one batch of groups).
-    pub steps: usize,
-    /// Prompts per step (each sampled `sampler.n` times).
-    pub prompts_per_step: usize,
-    /// `group` (GRPO / Dr. GRPO), `rloo`, `reinforce++` or `gigpo` (multi-turn episodes).
-    pub advantage: AdvantageKind,
-    /// GiGPO's ω: the weight of the step-level advantage.
-    pub step_advantage_weight: f32,
-    /// GiGPO's γ: the discount of the step-level returns-to-go.
-    pub step_gamma: f32,
-    /// Std scaling of group advantages: `group`, `batch` or `none` (Dr. GRPO).
-    pub std_scaling: rein_core::StdScaling,
-    /// REINFORCE++: subtract the group mean before batch normalisation.
-    pub group_baseline: bool,
-    /// `token` ratios (GRPO/DAPO) or `sequence` ratios (GSPO).
-    pub ratio_level: rein_core::RatioLevel,
-    /// ε_low.
-    pub clip_low: f32,
-    /// ε_high (DAPO's clip-higher: 0.28).
-    pub clip_high: f32,
-    /// Dual-clip constant for negative advantages.
-    pub dual_clip: Option<f32>,
-    /// `token-mean` (DAPO), `seq-mean-token-mean` (GRPO), `seq-mean-token-sum-norm` (Dr. GRPO).
-    pub aggregation: rein_core::Aggregation,
-    /// β: KL to the frozen starting policy (0 = no reference model is kept).
-    pub kl_coef: f32,
-    /// `k1`, `k2` or `k3`.
-    pub kl_estimator: rein_core::KlEstimator,
-    /// Fold the KL into the reward instead of the loss.
-    pub kl_in_reward: bool,
-    /// Weight the KL term by the importance ratio (DeepSeek-V3.2; TRL's default).
-    pub kl_importance_weighted: bool,
-    /// Entropy bonus coefficient.
-    pub entropy_coef: f32,
-    /// Gradient steps per batch (μ), reusing the sampling-time log-probabilities.
-    pub updates_per_batch: usize,
-    /// DAPO dynamic sampling: replace groups whose rewards are all equal by new prompts.
-    pub dynamic_sampling: bool,
-    /// Most extra sampling rounds per step for dynamic sampling.
-    pub max_resample: usize,
-    /// Scale each group's advantages by its prompt's difficulty (GRPO-LEAD's logistic weight of
-    /// the group's accuracy, as `eval.accuracy_reward` judges it); `None`: unweighted.
-    pub difficulty_weight: Option<rein_core::DifficultyWeight>,
-    /// Leave truncated completions (no end-of-sequence token) out of the loss (DAPO).
-    pub mask_truncated: bool,
-    /// `fail`, `zero` or `skip` when a reward plugin fails.
-    pub on_error: rein_core::OnError,
-    /// How many policy versions generation may run ahead of training (0: synchronous).
-    pub max_staleness: usize,
-    /// `none`, `tis` or `icepop`: the loss's correction for the sampler's policy lag and
-    /// mismatch.
-    pub correction: rein_core::LagCorrection,
-    /// `token` or `sequence`: where the correction's ratio is taken.
-    pub correction_level: rein_core::RatioLevel,
-    /// TIS's cap C on `π_trainer/π_sampler`.
-    pub tis_cap: f32,
-    /// IcePop's `[low, high]`: tokens whose ratio leaves it are masked.
-    pub icepop_bounds: [f32; 2],
-    /// A mixture of experts: the trainer routes each token to the experts the sampler chose
-    /// (router replay, verl's and slime's R3); off, it routes freely and only measures how often
-    /// it would differ (`moe/router_mismatch`).
-    pub router_replay: bool,
-    /// A mixture of experts: the load-balancing loss's coefficient (default: the model config's
-    /// `router_aux_loss_coef`; 0 turns it off).
-    pub router_aux_loss_coef: Option<f64>,
-}
-
-impl Default for GrpoSection {
-    fn default() -> Self {
-        Self {
-            steps: 100,
-            prompts_per_step: 8,
-            advantage: AdvantageKind::Group,
-            step_advantage_weight: 1.0,
-            step_gamma: 0.95,
-            std_scaling: rein_core::StdScaling::Group,
-            group_baseline: true,
-            ratio_level: rein_core::RatioLevel::Token,
-            clip_low: 0.2,
-            clip_high: 0.2,
-            dual_clip: None,
-            aggregation: rein_core::Aggregation::SeqMeanTokenMean,
-            kl_coef: 0.0,
-            kl_estimator: rein_core::KlEstimator::K3,
-            kl_in_reward: false,
-            kl_importance_weighted: true,
-            entropy_coef: 0.0,
-            updates_per_batch: 1,
-            dynamic_sampling: false,
-            max_resample: 3,
-            difficulty_weight: None,
-            mask_truncated: false,
-            on_error: rein_core::OnError::Fail,
-            max_staleness: 0,
-            correction: rein_core::LagCorrection::None,
-            correction_level: rein_core::RatioLevel::Token,
-            tis_cap: 2.0,
-            icepop_bounds: [0.5, 2.0],
-            router_replay: true,
-            router_aux_loss_coef: None,
-        }
-    }
 }
 
 /// Held-out evaluation: greedy pass@1, sampled pass@k and maj@k.

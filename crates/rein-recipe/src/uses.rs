@@ -3,117 +3,24 @@
 
 use toml::Table;
 
+use crate::keys::Keys;
 use crate::{Algorithm, CurriculumKind};
-
-/// The keys of a section an algorithm reads.
-#[derive(Clone, Copy)]
-enum Keys {
-    All,
-    Only(&'static [&'static str]),
-}
 
 /// Top-level keys every algorithm reads.
 const ALWAYS: &[&str] = &["name", "seed", "device", "algorithm"];
 
-const LM_MODEL: Keys = Keys::Only(&[
-    "path",
-    "architecture",
-    "init_std",
-    "tokenizer",
-    "chat_template",
-    "dtype",
-]);
-const LM_TRAIN: Keys = Keys::Only(&[
-    "runs_dir",
-    "checkpoint_every",
-    "stall_timeout_s",
-    "devices",
-    "log",
-    "precision",
-]);
-
-/// The sections `algorithm` reads besides [`ALWAYS`], and which of their keys.
+/// The sections `algorithm` reads besides [`ALWAYS`], and which of their keys: each
+/// algorithm's file lists its own.
 fn sections(algorithm: &Algorithm) -> &'static [(&'static str, Keys)] {
     match algorithm {
-        Algorithm::Ppo(_) => &[
-            ("env", Keys::All),
-            (
-                "model",
-                Keys::Only(&["hidden", "activation", "init_log_std", "autodiff"]),
-            ),
-            (
-                "optimizer",
-                Keys::Only(&["lr", "anneal_lr", "eps", "beta1", "beta2", "max_grad_norm"]),
-            ),
-            ("train", Keys::All),
-        ],
-        // SAC and TD3 keep their learning rates in `[algorithm]`, as CleanRL does.
-        Algorithm::Sac(_) | Algorithm::Td3(_) => &[
-            ("env", Keys::All),
-            ("model", Keys::Only(&["hidden", "autodiff"])),
-            ("train", Keys::All),
-        ],
-        Algorithm::Grpo(_) => &[
-            ("data", Keys::All),
-            ("model", LM_MODEL),
-            ("optimizer", Keys::All),
-            ("train", LM_TRAIN),
-            ("sft", Keys::All),
-            ("sampler", Keys::All),
-            ("reward", Keys::All),
-            ("eval", Keys::All),
-            ("lora", Keys::All),
-            ("tool", Keys::All),
-            ("agent", Keys::All),
-            ("teacher", Keys::All),
-            ("curriculum", Keys::All),
-        ],
-        // SFT has its own learning rate, warm-up and clipping in `[algorithm]`; the sampler's
-        // length, stop strings and temperature are what held-out evaluation uses.
-        Algorithm::Sft(_) => &[
-            ("data", Keys::All),
-            ("model", LM_MODEL),
-            ("train", LM_TRAIN),
-            ("sampler", Keys::Only(&["max_new_tokens", "stop", "temperature"])),
-            ("reward", Keys::All),
-            ("eval", Keys::All),
-            ("lora", Keys::All),
-            ("tool", Keys::All),
-            ("agent", Keys::All),
-        ],
-        // DPO has its own learning rate and clipping in `[algorithm]`, like SFT, and may start
-        // with an SFT stage; evaluation samples as SFT's does.
-        Algorithm::Dpo(_) => &[
-            ("data", Keys::All),
-            ("model", LM_MODEL),
-            ("train", LM_TRAIN),
-            ("sft", Keys::All),
-            ("sampler", Keys::Only(&["max_new_tokens", "stop", "temperature"])),
-            ("reward", Keys::All),
-            ("eval", Keys::All),
-            ("lora", Keys::All),
-        ],
-        // Online DPO and PPO on a language model sample and score as single-turn GRPO does,
-        // then learn from pairs or with a critic.
-        Algorithm::OnlineDpo(_) | Algorithm::LmPpo(_) => &[
-            ("data", Keys::All),
-            ("model", LM_MODEL),
-            ("optimizer", Keys::All),
-            ("train", LM_TRAIN),
-            ("sft", Keys::All),
-            ("sampler", Keys::All),
-            ("reward", Keys::All),
-            ("eval", Keys::All),
-            ("lora", Keys::All),
-        ],
-        // A reward model trains every weight on pairs, after an optional SFT stage on the
-        // chosen completions: no sampling, rewards or adapters.
-        Algorithm::RewardModel(_) => &[
-            ("data", Keys::All),
-            ("model", LM_MODEL),
-            ("train", LM_TRAIN),
-            ("sft", Keys::All),
-        ],
+        Algorithm::Ppo(_) => crate::ppo::READS,
+        Algorithm::Sac(_) | Algorithm::Td3(_) => crate::off_policy::READS,
+        Algorithm::Grpo(_) => crate::grpo::READS,
+        Algorithm::Sft(_) => crate::sft::READS,
+        Algorithm::Dpo(_) => crate::dpo::READS,
+        Algorithm::OnlineDpo(_) => crate::online_dpo::READS,
+        Algorithm::LmPpo(_) => crate::lm_ppo::READS,
+        Algorithm::RewardModel(_) => crate::reward_model::READS,
     }
 }
 

@@ -9,15 +9,16 @@ use rein_core::{AdvantageKind, Aggregation, DifficultyWeight, LagCorrection, Std
 use rein_model::ReinAutodiffBackend;
 use rein_model::lm::Routing;
 use rein_optim::{
-    Correction, GigpoConfig, add_teacher_advantages, aggregate, clip_grad_norm, difficulty_weight, full_reverse_kl,
-    group_normalized, kl_estimate_scalar, lag_correction, policy_loss, reinforce_pp, reweight_by_difficulty, rloo,
+    Correction, GigpoConfig, PolicyLossConfig, add_teacher_advantages, aggregate, clip_grad_norm, difficulty_weight,
+    full_reverse_kl, group_normalized, kl_estimate_scalar, lag_correction, policy_loss, reinforce_pp,
+    reweight_by_difficulty, rloo,
 };
-use rein_recipe::TeacherKl;
+use rein_recipe::{GrpoSection, SamplerSection, TeacherKl};
 use serde_json::json;
 
 use super::curriculum::group_accuracy;
 use super::sample::{Rollout, Scored};
-use super::{DROPOUT_SALT, OnlineTrainer, generation_seed, mean};
+use super::{DROPOUT_SALT, Stage, generation_seed, mean};
 use crate::LmError;
 use crate::batch::{TokenBatch, completion_log_probs, completion_logits, completion_outputs};
 use crate::online::turn_advantages::{EpisodeTurns, token_advantages};
@@ -93,7 +94,7 @@ pub(super) struct UpdateStats {
     pub(super) aux_loss: Option<f64>,
 }
 
-/// A mixture of experts' part of an update ([`OnlineTrainer::experts_term`]).
+/// A mixture of experts' part of an update ([`Stage::experts_term`]).
 pub(super) struct ExpertsTerm<B: ReinAutodiffBackend> {
     /// The load-balancing loss times its coefficient, when that is not 0.
     pub(super) loss: Option<Tensor<B, 1>>,
@@ -129,16 +130,21 @@ impl UpdateStats {
     }
 }
 
-impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
+impl<B: ReinAutodiffBackend> Stage<'_, B> {
     /// ADVANTAGES and LEARN: the outcome advantages of the batch (with −β·KL folded into the
     /// rewards when asked), then μ gradient steps. Returns the record's training entries.
-    pub(super) fn learn(&mut self, step: usize, batch: &[Scored], phases: &Phases) -> Result<Record, LmError> {
-        let grpo = self.ctx.grpo;
+    pub(super) fn learn(
+        &mut self,
+        grpo: &GrpoSection,
+        step: usize,
+        batch: &[Scored],
+        phases: &Phases,
+    ) -> Result<Record, LmError> {
         let temperature = self.ctx.sampler.temperature.max(1e-6);
         let flat: Vec<(&Rollout, f64)> = (batch.iter())
             .flat_map(|s| s.rollouts.iter().zip(s.rewards.iter().copied()))
             .collect();
-        let tokens = self.token_batch(&flat);
+        let tokens = self.token_batch(&flat, grpo.router_replay);
         let width = tokens.completion_width;
         let reference_log_probs: Option<Vec<f32>> = self.reference.as_ref().map(|r| {
             let _phase = phases.enter("reference", "the reference policy's log-probabilities");
@@ -148,12 +154,17 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
         let mut rewards: Vec<f32> = flat.iter().map(|&(_, reward)| reward as f32).collect();
         let old: Vec<&[f32]> = flat.iter().map(|(r, _)| r.logprobs.as_slice()).collect();
         let kl_in_reward = match &reference_log_probs {
-            Some(reference) if grpo.kl_in_reward => {
-                Some(self.fold_kl_into_rewards(&mut rewards, &old, reference, &tokens.completion_mask, width))
-            }
+            Some(reference) if grpo.kl_in_reward => Some(fold_kl_into_rewards(
+                grpo,
+                &mut rewards,
+                &old,
+                reference,
+                &tokens.completion_mask,
+                width,
+            )),
             _ => None,
         };
-        let mut advantages = self.advantages(&flat, &rewards, width);
+        let mut advantages = self.advantages(grpo, &flat, &rewards, width);
         let difficulty = grpo
             .difficulty_weight
             .map(|w| self.reweight_by_difficulty(batch, &mut advantages, width, &w));
@@ -202,7 +213,7 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
         };
         let mut mismatch = Record::new();
         let updates = (0..grpo.updates_per_batch.max(1))
-            .map(|update| self.update(step, update, &tokens, &mut inputs, &mut mismatch, phases))
+            .map(|update| self.update(grpo, step, update, &tokens, &mut inputs, &mut mismatch, phases))
             .collect::<Result<Vec<_>, _>>()?;
         let mut record = UpdateStats::means(&updates);
         record.extend(mismatch);
@@ -221,8 +232,9 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
     }
 
     /// The batch's prompts and completions as one token batch; multi-turn episodes train only
-    /// on the tokens the model sampled.
-    pub(super) fn token_batch(&self, flat: &[(&Rollout, f64)]) -> TokenBatch {
+    /// on the tokens the model sampled; a mixture of experts replays the sampler's routing when
+    /// `replay_routes`.
+    pub(super) fn token_batch(&self, flat: &[(&Rollout, f64)], replay_routes: bool) -> TokenBatch {
         let pairs: Vec<(&[u32], &[u32])> = (flat.iter())
             .map(|(r, _)| (r.opening.as_slice(), r.tokens.as_slice()))
             .collect();
@@ -234,7 +246,7 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
         }
         if flat.iter().any(|(r, _)| r.routes.is_some()) {
             tokens.routes = flat.iter().map(|(r, _)| r.routes.clone()).collect();
-            tokens.replay_routes = self.ctx.grpo.router_replay;
+            tokens.replay_routes = replay_routes;
         }
         tokens
     }
@@ -265,8 +277,8 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
     }
 
     /// ADVANTAGES: one per completion token, `[rows, width]`.
-    fn advantages(&self, flat: &[(&Rollout, f64)], rewards: &[f32], width: usize) -> Vec<f32> {
-        let (grpo, g) = (self.ctx.grpo, self.ctx.sampler.n);
+    fn advantages(&self, grpo: &GrpoSection, flat: &[(&Rollout, f64)], rewards: &[f32], width: usize) -> Vec<f32> {
+        let g = self.ctx.sampler.n;
         let per_sequence = |advantages: Vec<f32>| -> Vec<f32> {
             (advantages.into_iter())
                 .flat_map(|a| std::iter::repeat_n(a, width))
@@ -303,8 +315,10 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
     /// LEARN: update `update` of step `step`, one gradient step on the policy loss. The first
     /// update also measures (and, when asked, corrects) the sampler–trainer mismatch. With
     /// `train.devices > 1` the batch's rows are split across the devices ([`Self::split_gradients`]).
+    #[allow(clippy::too_many_arguments)]
     fn update(
         &mut self,
+        grpo: &GrpoSection,
         step: usize,
         update: usize,
         tokens: &TokenBatch,
@@ -315,9 +329,10 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
         self.model
             .set_dropout_key(generation_seed(self.ctx.seed ^ DROPOUT_SALT, step, update));
         let shares = self.devices.len().min(tokens.rows);
+        let config = policy_loss_config(grpo, self.ctx.sampler);
         let (mut grads, mut stats) = match shares {
-            0 | 1 => self.gradients(step, update, tokens, inputs, mismatch, phases)?,
-            _ => self.split_gradients(step, update, shares, tokens, inputs, mismatch, phases)?,
+            0 | 1 => self.gradients(grpo, &config, step, update, tokens, inputs, mismatch, phases)?,
+            _ => self.split_gradients(&config, step, update, shares, tokens, inputs, mismatch, phases)?,
         };
         let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
         stats.grad_norm = clip_grad_norm(&self.model, &mut grads, self.ctx.optimizer.max_grad_norm);
@@ -330,8 +345,11 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
 
     /// The policy loss's gradients on one device, and what the update measured (its gradient
     /// norm is filled in after clipping).
+    #[allow(clippy::too_many_arguments)]
     fn gradients(
         &self,
+        grpo: &GrpoSection,
+        config: &PolicyLossConfig,
         step: usize,
         update: usize,
         tokens: &TokenBatch,
@@ -339,12 +357,11 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
         mismatch: &mut Record,
         phases: &Phases,
     ) -> Result<(GradientsParams, UpdateStats), LmError> {
-        let grpo = self.ctx.grpo;
         let temperature = self.ctx.sampler.temperature.max(1e-6);
         let graph = rein_model::one_graph();
         let rows = inputs.shape[0];
         let forward = phases.enter("forward", format!("the policy loss of {rows} completions"));
-        let entropy_wanted = grpo.entropy_coef != 0.0;
+        let entropy_wanted = config.entropy_coef != 0.0;
         // With the full reverse KL to a teacher, one forward pass gives the vocabulary-wide
         // logits, and the sampled tokens' log-probabilities from them.
         let (log_prob, entropy, teacher_term, routing) = match &inputs.teacher_logits {
@@ -359,7 +376,9 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
                 (log_prob, entropy, Some((student.per_token(kl), *coef)), None)
             }
         };
-        let experts = routing.as_ref().map(|r| self.experts_term(step, r)).transpose()?;
+        let experts = (routing.as_ref())
+            .map(|r| self.experts_term(step, r, grpo.router_aux_loss_coef))
+            .transpose()?;
         if update == 0 {
             *mismatch = inputs.correct(log_prob.clone(), &self.correction(), &self.device);
         }
@@ -373,7 +392,7 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
             mask.clone(),
             inputs.reference.clone(),
             entropy,
-            &self.loss_config,
+            config,
         );
         // The full reverse KL's mean over the batch's counted tokens, as TRL reduces it.
         let teacher_kl = teacher_term.map(|(kl, coef)| {
@@ -410,8 +429,13 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
     /// A mixture of experts' part of the update: the load-balancing loss (times its
     /// coefficient, when it is not 0), its value, and the share of tokens routed otherwise than
     /// the sampler routed them; a router that gave a non-finite probability stops the run,
-    /// naming its layer.
-    pub(super) fn experts_term(&self, step: usize, routing: &Routing<B>) -> Result<ExpertsTerm<B>, LmError> {
+    /// naming its layer. `coef` is the recipe's coefficient (default: the model config's).
+    pub(super) fn experts_term(
+        &self,
+        step: usize,
+        routing: &Routing<B>,
+        coef: Option<f64>,
+    ) -> Result<ExpertsTerm<B>, LmError> {
         if let Some(layer) = routing.non_finite_layer() {
             return Err(rein_run::RunError::NonFinite {
                 step,
@@ -420,9 +444,7 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
             }
             .into());
         }
-        let coef = (self.ctx.grpo.router_aux_loss_coef)
-            .or(self.model.config().router_aux_loss_coef)
-            .unwrap_or(0.0);
+        let coef = coef.or(self.model.config().router_aux_loss_coef).unwrap_or(0.0);
         let aux = routing.load_balancing_loss();
         let aux_loss = aux
             .as_ref()
@@ -437,12 +459,12 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
 
     /// The sampler–trainer mismatch correction the recipe asks for.
     pub(super) fn correction(&self) -> Correction {
-        let grpo = self.ctx.grpo;
+        let rollout = self.ctx.rollout;
         Correction {
-            kind: grpo.correction,
-            level: grpo.correction_level,
-            tis_cap: grpo.tis_cap,
-            icepop_bounds: grpo.icepop_bounds,
+            kind: rollout.correction,
+            level: rollout.correction_level,
+            tis_cap: rollout.tis_cap,
+            icepop_bounds: rollout.icepop_bounds,
         }
     }
 
@@ -480,33 +502,50 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
         );
         record.insert("train/learning_rate".into(), json!(self.lr.at(step)));
     }
+}
 
-    /// The KL in the reward: `r_i − β Σ_t KL_t` for each completion, over the tokens the
-    /// model sampled (`mask`), from their sampled log-probabilities and the reference's (both
-    /// `[rows, width]`). Returns the mean KL per token and the mean penalty per completion, for
-    /// the log.
-    fn fold_kl_into_rewards(
-        &self,
-        rewards: &mut [f32],
-        sampled: &[&[f32]],
-        reference: &[f32],
-        mask: &[f32],
-        width: usize,
-    ) -> (f64, f64) {
-        let grpo = self.ctx.grpo;
-        let (mut kl_total, mut kl_tokens, mut penalty) = (0.0f64, 0usize, 0.0f64);
-        for (row, (reward, log_probs)) in rewards.iter_mut().zip(sampled).enumerate() {
-            let counted = (0..log_probs.len()).filter(|&t| mask[row * width + t] > 0.0);
-            let kl: f32 = counted
-                .clone()
-                .map(|t| kl_estimate_scalar(log_probs[t], reference[row * width + t], grpo.kl_estimator))
-                .sum();
-            *reward -= grpo.kl_coef * kl;
-            kl_total += f64::from(kl);
-            kl_tokens += counted.count();
-            penalty += f64::from(grpo.kl_coef * kl);
-        }
-        (kl_total / kl_tokens.max(1) as f64, penalty / rewards.len() as f64)
+/// The KL in the reward: `r_i − β Σ_t KL_t` for each completion, over the tokens the
+/// model sampled (`mask`), from their sampled log-probabilities and the reference's (both
+/// `[rows, width]`). Returns the mean KL per token and the mean penalty per completion, for
+/// the log.
+fn fold_kl_into_rewards(
+    grpo: &GrpoSection,
+    rewards: &mut [f32],
+    sampled: &[&[f32]],
+    reference: &[f32],
+    mask: &[f32],
+    width: usize,
+) -> (f64, f64) {
+    let (mut kl_total, mut kl_tokens, mut penalty) = (0.0f64, 0usize, 0.0f64);
+    for (row, (reward, log_probs)) in rewards.iter_mut().zip(sampled).enumerate() {
+        let counted = (0..log_probs.len()).filter(|&t| mask[row * width + t] > 0.0);
+        let kl: f32 = counted
+            .clone()
+            .map(|t| kl_estimate_scalar(log_probs[t], reference[row * width + t], grpo.kl_estimator))
+            .sum();
+        *reward -= grpo.kl_coef * kl;
+        kl_total += f64::from(kl);
+        kl_tokens += counted.count();
+        penalty += f64::from(grpo.kl_coef * kl);
+    }
+    (kl_total / kl_tokens.max(1) as f64, penalty / rewards.len() as f64)
+}
+
+/// The GRPO family's policy loss as the recipe sets it: ratios by token or sequence, the two
+/// clip ranges and dual clip, the aggregation, the KL in the loss (unless folded into the
+/// reward), the entropy bonus.
+fn policy_loss_config(grpo: &GrpoSection, sampler: &SamplerSection) -> PolicyLossConfig {
+    PolicyLossConfig {
+        level: grpo.ratio_level,
+        clip_low: grpo.clip_low,
+        clip_high: grpo.clip_high,
+        dual_clip: grpo.dual_clip,
+        aggregation: grpo.aggregation,
+        max_completion_len: sampler.max_new_tokens,
+        kl_coef: if grpo.kl_in_reward { 0.0 } else { grpo.kl_coef },
+        kl_estimator: grpo.kl_estimator,
+        kl_importance_weighted: grpo.kl_importance_weighted,
+        entropy_coef: grpo.entropy_coef,
     }
 }
 

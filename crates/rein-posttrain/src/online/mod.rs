@@ -20,8 +20,10 @@ use burn::optim::{AdamW, AdamWConfig};
 use rein_core::{AdvantageKind, FailureCounts};
 use rein_model::ReinAutodiffBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
-use rein_optim::{DpoConfig, LinearSchedule, PolicyLossConfig};
-use rein_recipe::{CurriculumKind, CurriculumSection, GrpoSection, OptimizerSection, SamplerSection, TeacherKl};
+use rein_optim::{DpoConfig, LinearSchedule};
+use rein_recipe::{
+    CurriculumKind, CurriculumSection, GrpoSection, OptimizerSection, Rollout, SamplerSection, TeacherKl,
+};
 use rein_sampler::{Generator, NativeGenerator, SeededRng};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -44,7 +46,9 @@ mod sample;
 mod split;
 pub(crate) mod turn_advantages;
 
-/// Where a GRPO run's time went and how it ended.
+pub use ppo::PpoCritic;
+
+/// Where an online run's time went and how it ended.
 #[derive(Debug, Clone, Default)]
 pub struct OnlineOutcome {
     /// What learned from the samples: `GRPO`, `Online DPO` or `PPO`.
@@ -61,7 +65,7 @@ pub struct OnlineOutcome {
     pub final_reward: f64,
 }
 
-/// Everything a GRPO run needs besides the model.
+/// Everything the online stage needs besides the model and its update.
 pub struct OnlineContext<'a> {
     /// The tokenizer.
     pub tokenizer: &'a LmTokenizer,
@@ -74,8 +78,9 @@ pub struct OnlineContext<'a> {
     pub accuracy_reward: usize,
     /// Difficulty pools for drawing prompts (`[curriculum]`); `None`: every prompt in turn.
     pub curriculum: Option<&'a CurriculumSection>,
-    /// Algorithm settings.
-    pub grpo: &'a GrpoSection,
+    /// Its rollouts: steps, prompts per step, how far ahead of training, the lag's correction,
+    /// what a failing reward does (the plan's [`rein_recipe::Plan::rollout`]).
+    pub rollout: Rollout,
     /// Sampling settings.
     pub sampler: &'a SamplerSection,
     /// Optimiser settings.
@@ -144,23 +149,24 @@ impl OnlineState {
     }
 }
 
-/// What the online stage learns from each step's scored groups, chosen once at construction.
-enum Update<B: ReinAutodiffBackend> {
+/// What the online stage learns from each step's scored groups, chosen once at construction,
+/// each with its own settings and in its own file.
+pub enum Update<'a, B: ReinAutodiffBackend> {
     /// The GRPO family's policy-gradient update on group-relative advantages (`learn.rs`).
-    Grpo,
-    /// Online DPO: each group's best completion against its worst, on this DPO loss
-    /// (`online_dpo.rs`).
+    Grpo(&'a GrpoSection),
+    /// Online DPO: each group's best completion against its worst, on this DPO loss against the
+    /// policy as it started (`online_dpo.rs`).
     OnlineDpo(DpoConfig),
     /// PPO with a critic: token advantages from the critic's values, minibatch updates of both
     /// (`ppo.rs`).
-    Ppo(Box<ppo::PpoCritic<B>>),
+    Ppo(Box<PpoCritic<B>>),
 }
 
-impl<B: ReinAutodiffBackend> Update<B> {
-    /// The name in progress lines (`grpo step 3/20 | …`).
-    fn name(&self) -> &'static str {
+impl<B: ReinAutodiffBackend> Update<'_, B> {
+    /// The name in progress lines (`grpo step 3/20 | …`), metrics' `stage` and checkpoints.
+    pub(crate) fn name(&self) -> &'static str {
         match self {
-            Self::Grpo => "grpo",
+            Self::Grpo(_) => "grpo",
             Self::OnlineDpo(_) => "online-dpo",
             Self::Ppo(_) => "ppo",
         }
@@ -169,27 +175,52 @@ impl<B: ReinAutodiffBackend> Update<B> {
     /// The algorithm's name in the run's report.
     fn algorithm(&self) -> &'static str {
         match self {
-            Self::Grpo => "GRPO",
+            Self::Grpo(_) => "GRPO",
             Self::OnlineDpo(_) => "Online DPO",
             Self::Ppo(_) => "PPO",
+        }
+    }
+
+    /// Whether it keeps the frozen starting policy: for the KL term when its β ≠ 0, and always
+    /// for online DPO (DPO's reference).
+    fn keeps_reference(&self) -> bool {
+        match self {
+            Self::Grpo(grpo) => grpo.kl_coef != 0.0,
+            Self::OnlineDpo(_) => true,
+            Self::Ppo(learner) => learner.settings.kl_coef != 0.0,
+        }
+    }
+
+    /// The GRPO family's settings, which also shape its sampling (DAPO's resampling, the
+    /// curriculum's advantages).
+    fn grpo(&self) -> Option<&GrpoSection> {
+        match self {
+            Self::Grpo(grpo) => Some(grpo),
+            _ => None,
         }
     }
 }
 
 /// The online stage on a language model: each step samples groups of completions from the
 /// policy (in process or on servers, possibly ahead of training), scores them, and learns
-/// from them with its [`Update`] — the GRPO family by default, online DPO
-/// ([`OnlineTrainer::with_preferences`]) or PPO with a critic ([`OnlineTrainer::with_critic`]).
+/// from them with its [`Update`]: the GRPO family, online DPO or PPO with a critic.
 pub struct OnlineTrainer<'a, B: ReinAutodiffBackend> {
+    /// Policy, rollouts and curriculum.
+    stage: Stage<'a, B>,
+    /// What each step learns with.
+    update: Update<'a, B>,
+}
+
+/// What every update shares: the policy and its optimiser, where completions come from, the
+/// prompts' order and the curriculum.
+struct Stage<'a, B: ReinAutodiffBackend> {
     /// The policy being trained.
-    pub model: CausalLm<B>,
+    model: CausalLm<B>,
     optim: OptimizerAdaptor<AdamW, CausalLm<B>, B>,
     /// The frozen starting policy, for the KL term (none when β = 0).
     reference: Option<CausalLm<B::InnerBackend>>,
     /// On-policy distillation's teacher, the weight of its term and how its KL is estimated.
     teacher: Option<(CausalLm<B::InnerBackend>, f32, TeacherKl)>,
-    /// What each step learns with.
-    update: Update<B>,
     ctx: OnlineContext<'a>,
     /// Single-turn completions: the native sampler or inference servers, possibly ahead of
     /// training (multi-turn episodes are played in process).
@@ -198,7 +229,6 @@ pub struct OnlineTrainer<'a, B: ReinAutodiffBackend> {
     /// submitted and not yet taken.
     submitted: usize,
     in_flight: std::collections::VecDeque<Vec<usize>>,
-    loss_config: PolicyLossConfig,
     lr: LinearSchedule,
     pad: u32,
     state: OnlineState,
@@ -208,43 +238,40 @@ pub struct OnlineTrainer<'a, B: ReinAutodiffBackend> {
 }
 
 impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
-    /// GRPO from `model` (also the KL reference when β ≠ 0), sampling in process.
-    pub fn new(model: CausalLm<B>, ctx: OnlineContext<'a>, device: &B::Device) -> Result<Self, LmError> {
+    /// The online stage from `model` (also the frozen reference when `update` keeps one),
+    /// learning with `update`, sampling in process.
+    pub fn new(
+        model: CausalLm<B>,
+        ctx: OnlineContext<'a>,
+        update: Update<'a, B>,
+        device: &B::Device,
+    ) -> Result<Self, LmError> {
         let native = Box::new(NativeGenerator::<B::InnerBackend>::new(ctx.tokenizer.clone(), device));
-        Self::with_generator(model, ctx, native, device)
+        Self::with_generator(model, ctx, update, native, device)
     }
 
-    /// GRPO whose single-turn completions come from `generator`, running up to
-    /// `algorithm.max_staleness` steps ahead of training.
+    /// The online stage whose single-turn completions come from `generator`, running up to
+    /// the rollouts' `max_staleness` steps ahead of training.
     pub fn with_generator(
         model: CausalLm<B>,
         ctx: OnlineContext<'a>,
+        update: Update<'a, B>,
         generator: Box<dyn Generator<B::InnerBackend>>,
         device: &B::Device,
     ) -> Result<Self, LmError> {
-        let (grpo, sampler, optimizer) = (ctx.grpo, ctx.sampler, ctx.optimizer);
-        if grpo.advantage == AdvantageKind::Rloo && sampler.n < 2 {
-            return Err(LmError::Unsupported("RLOO needs sampler.n ≥ 2".into()));
-        }
-        if grpo.advantage == AdvantageKind::Gigpo && ctx.agent.is_none() {
-            return Err(LmError::Unsupported(
-                "GiGPO's advantages compare the turns of multi-turn episodes: OnlineContext::agent is None".into(),
-            ));
+        let (sampler, optimizer) = (ctx.sampler, ctx.optimizer);
+        if let Update::Grpo(grpo) = &update {
+            if grpo.advantage == AdvantageKind::Rloo && sampler.n < 2 {
+                return Err(LmError::Unsupported("RLOO needs sampler.n ≥ 2".into()));
+            }
+            if grpo.advantage == AdvantageKind::Gigpo && ctx.agent.is_none() {
+                return Err(LmError::Unsupported(
+                    "GiGPO's advantages compare the turns of multi-turn episodes: OnlineContext::agent is None".into(),
+                ));
+            }
         }
         let optim = adamw(optimizer).init::<B, CausalLm<B>>();
-        let loss_config = PolicyLossConfig {
-            level: grpo.ratio_level,
-            clip_low: grpo.clip_low,
-            clip_high: grpo.clip_high,
-            dual_clip: grpo.dual_clip,
-            aggregation: grpo.aggregation,
-            max_completion_len: sampler.max_new_tokens,
-            kl_coef: if grpo.kl_in_reward { 0.0 } else { grpo.kl_coef },
-            kl_estimator: grpo.kl_estimator,
-            kl_importance_weighted: grpo.kl_importance_weighted,
-            entropy_coef: grpo.entropy_coef,
-        };
-        let lr = lr_schedule(optimizer, optimizer.lr, grpo.steps);
+        let lr = lr_schedule(optimizer, optimizer.lr, ctx.rollout.steps);
         let mut rng = SeededRng::new(ctx.seed ^ 0x6A09_E667);
         let prompt_order = PromptOrder::new(ctx.prompts.len(), &mut rng);
         let pools = (ctx.curriculum)
@@ -257,22 +284,20 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
         let source = match ctx.agent {
             Some(_) => None,
             None => Some(
-                RolloutSource::new(generator, &model.valid(), 0, grpo.max_staleness)
+                RolloutSource::new(generator, &model.valid(), 0, ctx.rollout.max_staleness)
                     .map_err(|error| LmError::generator(0, error))?,
             ),
         };
-        Ok(Self {
+        let stage = Stage {
             source,
             submitted: 0,
             in_flight: Default::default(),
-            reference: (grpo.kl_coef != 0.0).then(|| model.valid()),
+            reference: update.keeps_reference().then(|| model.valid()),
             teacher: None,
-            update: Update::Grpo,
             model,
             optim,
             pad: ctx.tokenizer.pad_id().unwrap_or(0),
             ctx,
-            loss_config,
             lr,
             state: OnlineState {
                 rng,
@@ -285,7 +310,18 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
             },
             device: device.clone(),
             devices: vec![device.clone()],
-        })
+        };
+        Ok(Self { stage, update })
+    }
+
+    /// The policy being trained.
+    pub fn model(&self) -> &CausalLm<B> {
+        &self.stage.model
+    }
+
+    /// The trained policy.
+    pub fn into_model(self) -> CausalLm<B> {
+        self.stage.model
     }
 
     /// Data parallelism (`train.devices`): each policy update splits the batch's rows across
@@ -295,7 +331,7 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
     /// with more than one.
     pub fn with_devices(mut self, devices: Vec<B::Device>) -> Self {
         if !devices.is_empty() {
-            self.devices = devices;
+            self.stage.devices = devices;
         }
         self
     }
@@ -304,24 +340,25 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
     /// updates can; online DPO, PPO with a critic and the full teacher KL (its vocabulary-wide
     /// logits) train on one device.
     fn fits_the_devices(&self) -> Result<(), LmError> {
-        if self.devices.len() < 2 {
+        let stage = &self.stage;
+        if stage.devices.len() < 2 {
             return Ok(());
         }
-        let single = match (&self.update, &self.teacher) {
+        let single = match (&self.update, &stage.teacher) {
             (Update::OnlineDpo(_), _) => "online DPO",
             (Update::Ppo(_), _) => "PPO with a critic",
-            (Update::Grpo, Some((_, _, TeacherKl::Full))) => {
+            (Update::Grpo(_), Some((_, _, TeacherKl::Full))) => {
                 "the full reverse KL to a teacher (`teacher.kl = \"full\"`)"
             }
             // The load-balancing loss is a product of means over the whole batch: no share of
             // it is a share of the batch's.
-            _ if self.model.config().moe().is_some() => "a mixture of experts (its load-balancing loss)",
+            _ if stage.model.config().moe().is_some() => "a mixture of experts (its load-balancing loss)",
             _ => return Ok(()),
         };
         Err(LmError::Unsupported(format!(
             "data parallelism ({} devices, `train.devices`) splits the policy-gradient updates of the \
              GRPO family; {single} trains on one device",
-            self.devices.len()
+            stage.devices.len()
         )))
     }
 
@@ -331,37 +368,15 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
     /// ([`rein_optim::full_reverse_kl`]). The teacher must share the policy's tokenizer (the
     /// caller checks).
     pub fn with_teacher(mut self, teacher: CausalLm<B::InnerBackend>, coef: f32, kl: TeacherKl) -> Self {
-        self.teacher = Some((teacher, coef, kl));
-        self
-    }
-
-    /// Online DPO: each step's groups are sampled and scored as GRPO's, then give one pair
-    /// each (best against worst reward, ties skipped) and one update on `config`'s DPO loss
-    /// against the policy as it started ([`online_dpo`]).
-    pub fn with_preferences(mut self, config: DpoConfig) -> Self {
-        self.reference.get_or_insert_with(|| self.model.valid());
-        self.update = Update::OnlineDpo(config);
-        self
-    }
-
-    /// PPO with a critic ([`ppo`]): each step's completions are sampled and scored as GRPO's,
-    /// then learned from with token-level advantages from `critic`'s values, over
-    /// `settings.update_epochs` passes in minibatches. `optimizer` configures the critic's
-    /// AdamW (its learning rate is `settings.critic_lr` when set).
-    pub fn with_critic(
-        mut self,
-        critic: crate::online::critic::Critic<B>,
-        settings: &rein_recipe::LmPpoSection,
-        optimizer: &OptimizerSection,
-    ) -> Self {
-        self.update = Update::Ppo(Box::new(ppo::PpoCritic::new(critic, settings, optimizer)));
+        self.stage.teacher = Some((teacher, coef, kl));
         self
     }
 
     /// The run's outcome once the driver is done, with its phase timings.
     pub fn outcome(&self, steps: usize, phases: &std::collections::BTreeMap<String, Duration>) -> OnlineOutcome {
         let phase = |name: &str| phases.get(name).copied().unwrap_or_default();
-        let tail = (self.state.rewards.len() / 10).max(1);
+        let rewards = &self.stage.state.rewards;
+        let tail = (rewards.len() / 10).max(1);
         OnlineOutcome {
             algorithm: self.update.algorithm(),
             steps,
@@ -373,10 +388,12 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
                 + phase("forward")
                 + phase("backward")
                 + phase("optimizer"),
-            final_reward: self.state.rewards.iter().rev().take(tail).sum::<f64>() / tail as f64,
+            final_reward: rewards.iter().rev().take(tail).sum::<f64>() / tail as f64,
         }
     }
+}
 
+impl<B: ReinAutodiffBackend> Stage<'_, B> {
     /// The first completion of each of the step's first [`SAMPLES_LOGGED`] groups, with its
     /// prompt and reward (what `rein watch` shows of a step).
     fn samples(&self, batch: &[sample::Scored]) -> serde_json::Value {
@@ -393,19 +410,6 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
         json!(samples)
     }
 
-    /// The step's update on its scored groups, as chosen at construction. The update is taken
-    /// out while it runs (it needs the rest of the stage mutably) and put back.
-    fn learn_update(&mut self, step: usize, batch: &[sample::Scored], phases: &Phases) -> Result<Record, LmError> {
-        let mut update = std::mem::replace(&mut self.update, Update::Grpo);
-        let learned = match &mut update {
-            Update::Grpo => self.learn(step, batch, phases),
-            Update::OnlineDpo(config) => self.learn_preferences(step, batch, config, phases),
-            Update::Ppo(learner) => self.learn_ppo(learner, step, batch, phases),
-        };
-        self.update = update;
-        learned
-    }
-
     /// The rollout source of single-turn GRPO.
     fn source(&mut self) -> &mut RolloutSource<B::InnerBackend> {
         (self.source.as_mut()).expect("single-turn GRPO has a rollout source")
@@ -417,7 +421,7 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
         let Some(source) = self.source.as_mut() else {
             return Ok(());
         };
-        if step >= self.ctx.grpo.steps || !step.is_multiple_of(self.ctx.sampler.sync_every) {
+        if step >= self.ctx.rollout.steps || !step.is_multiple_of(self.ctx.sampler.sync_every) {
             return Ok(());
         }
         let _sync = phases.enter(
@@ -432,23 +436,28 @@ impl<B: ReinAutodiffBackend> Trainer for OnlineTrainer<'_, B> {
     type Error = LmError;
 
     fn total_steps(&self) -> usize {
-        self.ctx.grpo.steps
+        self.stage.ctx.rollout.steps
     }
 
     fn step(&mut self, step: usize, phases: &Phases) -> Result<Step, LmError> {
         self.fits_the_devices()?;
+        let stage = &mut self.stage;
         let started = phases.elapsed();
-        let sampled = self.sample(step, phases)?;
+        let sampled = stage.sample(step, phases, self.update.grpo())?;
         let mut record = match sampled.batch.is_empty() {
             true => {
                 eprintln!("step {step}: every group was skipped; nothing to learn from");
                 Record::new()
             }
-            false => self.learn_update(step, &sampled.batch, phases)?,
+            false => match &mut self.update {
+                Update::Grpo(grpo) => stage.learn(grpo, step, &sampled.batch, phases)?,
+                Update::OnlineDpo(config) => stage.learn_preferences(step, &sampled.batch, config, phases)?,
+                Update::Ppo(learner) => stage.learn_ppo(learner, step, &sampled.batch, phases)?,
+            },
         };
         // The policy after step k is version k (a step without groups leaves it unchanged).
-        self.state.version = step as u64;
-        self.publish(step, phases)?;
+        stage.state.version = step as u64;
+        stage.publish(step, phases)?;
         let seconds = (phases.elapsed() - started).as_secs_f64();
         record.insert("step".into(), json!(step));
         record.insert(
@@ -456,12 +465,12 @@ impl<B: ReinAutodiffBackend> Trainer for OnlineTrainer<'_, B> {
             json!(sampled.degenerate as f64 / sampled.groups.max(1) as f64),
         );
         record.insert("train/resampled_groups".into(), json!(sampled.resampled));
-        if let (Some(c), Some(pools)) = (self.ctx.curriculum, &self.state.pools) {
+        if let (Some(c), Some(pools)) = (stage.ctx.curriculum, &stage.state.pools) {
             for (pool, size) in ["easy", "normal", "hard"].into_iter().zip(pools.sizes(c)) {
                 record.insert(format!("train/curriculum/{pool}_prompts"), json!(size));
             }
         }
-        if let (Some(c), Some(sources)) = (self.ctx.curriculum, &self.state.sources) {
+        if let (Some(c), Some(sources)) = (stage.ctx.curriculum, &stage.state.sources) {
             let (weights, learnability) = (sources.weights(c), sources.learnability());
             for (j, name) in sources.names().iter().enumerate() {
                 let name = crate::source_label(name);
@@ -486,15 +495,15 @@ impl<B: ReinAutodiffBackend> Trainer for OnlineTrainer<'_, B> {
         if let Some(stats) = &sampled.episodes {
             stats.record(&mut record);
         }
-        record.insert("samples".into(), self.samples(&sampled.batch));
+        record.insert("samples".into(), stage.samples(&sampled.batch));
         let reward = match sampled.batch.is_empty() {
             true => f64::NAN,
-            false => self.state.rewards.last().copied().unwrap_or(f64::NAN),
+            false => stage.state.rewards.last().copied().unwrap_or(f64::NAN),
         };
         let name = self.update.name();
         let progress = format!(
             "{name} step {step}/{} | reward {reward:.3} | {seconds:.2} s/step",
-            self.ctx.grpo.steps
+            stage.ctx.rollout.steps
         );
         Ok(Step {
             record,
@@ -504,7 +513,8 @@ impl<B: ReinAutodiffBackend> Trainer for OnlineTrainer<'_, B> {
     }
 
     fn snapshot(&self) -> Snapshot {
-        let (model, optim, state) = (self.model.clone(), self.optim.clone(), self.state.clone());
+        let stage = &self.stage;
+        let (model, optim, state) = (stage.model.clone(), stage.optim.clone(), stage.state.clone());
         let critic = match &self.update {
             Update::Ppo(learner) => Some((learner.critic.clone(), learner.optim.clone())),
             _ => None,
@@ -519,46 +529,47 @@ impl<B: ReinAutodiffBackend> Trainer for OnlineTrainer<'_, B> {
     }
 
     fn restore(&mut self, checkpoint: &Checkpoint) -> Result<(), LmError> {
-        // The KL reference stays the model GRPO started from, as in the first run.
-        (self.state, self.model, self.optim) =
-            checkpoint.load_learner(self.model.clone(), self.optim.clone(), &self.device)?;
+        let stage = &mut self.stage;
+        // The KL reference stays the model the stage started from, as in the first run.
+        (stage.state, stage.model, stage.optim) =
+            checkpoint.load_learner(stage.model.clone(), stage.optim.clone(), &stage.device)?;
         if let Update::Ppo(learner) = &mut self.update {
             let [module, optimizer] = CRITIC_SECTIONS;
-            learner.critic = checkpoint.load_module(module, learner.critic.clone(), &self.device)?;
-            learner.optim = checkpoint.load_optimizer::<B, _, _>(optimizer, learner.optim.clone(), &self.device)?;
+            learner.critic = checkpoint.load_module(module, learner.critic.clone(), &stage.device)?;
+            learner.optim = checkpoint.load_optimizer::<B, _, _>(optimizer, learner.optim.clone(), &stage.device)?;
         }
         // A checkpoint without pass rates (taken before the recipe had a curriculum, or with
         // other prompts) starts the pools afresh; the sources' bandit likewise.
-        let prompts = self.ctx.prompts.len();
-        match self.ctx.curriculum.map(|c| (c, c.kind)) {
-            Some((_, CurriculumKind::Pools)) if self.state.pools.as_ref().is_none_or(|p| p.len() != prompts) => {
-                self.state.pools = Some(curriculum::DifficultyPools::new(prompts));
+        let prompts = stage.ctx.prompts.len();
+        match stage.ctx.curriculum.map(|c| (c, c.kind)) {
+            Some((_, CurriculumKind::Pools)) if stage.state.pools.as_ref().is_none_or(|p| p.len() != prompts) => {
+                stage.state.pools = Some(curriculum::DifficultyPools::new(prompts));
             }
             Some((c, CurriculumKind::Ucb)) => {
-                let saved = self.state.sources.take();
-                let bandit = curriculum::SourceBandit::resumed(saved, self.ctx.prompts, c);
-                self.state.sources = Some(bandit.map_err(curriculum_error)?);
+                let saved = stage.state.sources.take();
+                let bandit = curriculum::SourceBandit::resumed(saved, stage.ctx.prompts, c);
+                stage.state.sources = Some(bandit.map_err(curriculum_error)?);
             }
             _ => {}
         }
         // Older checkpoints have no version: one update per step.
-        self.state.version = self.state.version.max(self.state.rewards.len() as u64);
-        let version = self.state.version;
-        self.submitted = version as usize;
-        if let Some(source) = self.source.as_mut() {
+        stage.state.version = stage.state.version.max(stage.state.rewards.len() as u64);
+        let version = stage.state.version;
+        stage.submitted = version as usize;
+        if let Some(source) = stage.source.as_mut() {
             let error = |error| LmError::generator(version as usize, error);
-            source.publish(&self.model.valid(), version).map_err(error)?;
+            source.publish(&stage.model.valid(), version).map_err(error)?;
         }
         Ok(())
     }
 
     fn non_finite_parameter(&self) -> Option<String> {
-        rein_optim::non_finite_parameter(&self.model)
+        rein_optim::non_finite_parameter(&self.stage.model)
     }
 
     fn plugin_failures(&self) -> Vec<(String, FailureCounts)> {
         let mut out: Vec<(String, FailureCounts)> = Vec::new();
-        for weighted in self.ctx.rewards.iter() {
+        for weighted in self.stage.ctx.rewards.iter() {
             let name = weighted.reward.name().to_string();
             match out.iter_mut().find(|(n, _)| *n == name) {
                 Some((_, counts)) => *counts = counts.plus(weighted.reward.failures()),

@@ -12,7 +12,7 @@ use rein_optim::{DpoConfig, clip_grad_norm};
 use serde_json::json;
 
 use super::sample::Scored;
-use super::{DROPOUT_SALT, OnlineTrainer, generation_seed};
+use super::{DROPOUT_SALT, Stage, generation_seed};
 use crate::LmError;
 use crate::data::preferences::PreferencePair;
 use crate::offline::dpo::{dpo_batch_loss, pair_batch, pair_metrics, reference_log_probs};
@@ -47,7 +47,7 @@ fn best_against_worst(batch: &[Scored]) -> (Vec<PreferencePair>, usize) {
     (pairs, ties)
 }
 
-impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
+impl<B: ReinAutodiffBackend> Stage<'_, B> {
     /// One DPO update on the best-against-worst pairs of the step's groups (none when every
     /// group tied).
     pub(super) fn learn_preferences(

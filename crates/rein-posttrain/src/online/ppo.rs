@@ -19,32 +19,32 @@ use burn::optim::{AdamW, GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use rein_model::ReinAutodiffBackend;
 use rein_optim::{
-    Correction, LinearSchedule, TokenAdvantages, clip_grad_norm, explained_variance, kl_estimate_scalar,
+    LinearSchedule, PolicyLossConfig, TokenAdvantages, clip_grad_norm, explained_variance, kl_estimate_scalar,
     lag_correction, masked_value_loss, masked_whiten, policy_loss, token_gae, token_rewards,
 };
-use rein_recipe::{LmPpoSection, OptimizerSection};
+use rein_recipe::{LmPpoSection, OptimizerSection, SamplerSection};
 use serde_json::json;
 
 use super::sample::{Rollout, Scored};
-use super::{DROPOUT_SALT, OnlineTrainer, adamw, generation_seed, lr_schedule, mean};
+use super::{DROPOUT_SALT, Stage, adamw, generation_seed, lr_schedule, mean};
 use crate::LmError;
 use crate::batch::{TokenBatch, completion_log_probs, select_rows};
 use crate::online::critic::Critic;
 use rein_run::driver::Record;
 use rein_run::watchdog::Phases;
 
-/// The critic, its optimiser and PPO's own settings.
-pub(crate) struct PpoCritic<B: ReinAutodiffBackend> {
+/// PPO's update: the critic, its optimiser and PPO's own settings.
+pub struct PpoCritic<B: ReinAutodiffBackend> {
     pub(super) critic: Critic<B>,
     pub(super) optim: OptimizerAdaptor<AdamW, Critic<B>, B>,
     lr: LinearSchedule,
-    settings: LmPpoSection,
+    pub(super) settings: LmPpoSection,
 }
 
 impl<B: ReinAutodiffBackend> PpoCritic<B> {
     /// `critic` trained with `[optimizer]`'s AdamW at `settings.critic_lr` (default the
     /// policy's learning rate, on the same schedule).
-    pub(crate) fn new(critic: Critic<B>, settings: &LmPpoSection, optimizer: &OptimizerSection) -> Self {
+    pub fn new(critic: Critic<B>, settings: &LmPpoSection, optimizer: &OptimizerSection) -> Self {
         let optim = adamw(optimizer).init::<B, Critic<B>>();
         let lr = lr_schedule(optimizer, settings.critic_lr.unwrap_or(optimizer.lr), settings.steps);
         Self {
@@ -84,7 +84,7 @@ struct MinibatchStats {
     critic_grad_norm: f32,
 }
 
-impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
+impl<B: ReinAutodiffBackend> Stage<'_, B> {
     /// PPO with a critic on the step's completions (see the module docs), `learner` the critic
     /// and its optimiser. Returns the record's training entries.
     pub(super) fn learn_ppo(
@@ -97,7 +97,8 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
         let flat: Vec<(&Rollout, f64)> = (batch.iter())
             .flat_map(|s| s.rollouts.iter().zip(s.rewards.iter().copied()))
             .collect();
-        let tokens = self.token_batch(&flat);
+        // A mixture of experts replays the sampler's routing, as the GRPO family does by default.
+        let tokens = self.token_batch(&flat, true);
         let scores: Vec<f32> = flat.iter().map(|&(_, reward)| reward as f32).collect();
         let mut record = Record::new();
         let (targets, kl) = self.token_targets(learner, &flat, &tokens, &scores, &mut record, phases)?;
@@ -170,7 +171,7 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
         record: &mut Record,
         phases: &Phases,
     ) -> Result<(TokenTargets, Option<(f64, f64)>), LmError> {
-        let (grpo, settings) = (self.ctx.grpo, &learner.settings);
+        let settings = &learner.settings;
         let temperature = self.ctx.sampler.temperature.max(1e-6);
         let width = tokens.completion_width;
         let floats =
@@ -185,7 +186,7 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
         let mut mask = tokens.completion_mask.clone();
         let (old_values, trainer) = {
             let _phase = phases.enter("values", format!("the critic's values of {} completions", tokens.rows));
-            match grpo.correction {
+            match self.ctx.rollout.correction {
                 rein_core::LagCorrection::None => (floats(critic.values(&policy, tokens, &self.device)), None),
                 _ => {
                     let out = critic.evaluate(&policy, tokens, temperature, false, &self.device);
@@ -200,7 +201,7 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
             Some(reference) => (old_log_prob.iter().zip(reference).zip(&mask))
                 .map(|((&lp, &r), &m)| {
                     if m > 0.0 {
-                        kl_estimate_scalar(lp, r, grpo.kl_estimator)
+                        kl_estimate_scalar(lp, r, settings.kl_estimator)
                     } else {
                         0.0
                     }
@@ -208,7 +209,7 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
                 .collect(),
             None => vec![0.0; mask.len()],
         };
-        let kl_coef = if grpo.kl_in_reward { grpo.kl_coef } else { 0.0 };
+        let kl_coef = if settings.kl_in_reward { settings.kl_coef } else { 0.0 };
         let mut rewards = token_rewards(scores, &kl, &mask, width, kl_coef);
         if settings.whiten_rewards {
             rewards = masked_whiten(&rewards, &mask, false);
@@ -221,13 +222,7 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
             advantages = masked_whiten(&advantages, &mask, true);
         }
         if let Some(trainer) = &trainer {
-            let correction = Correction {
-                kind: grpo.correction,
-                level: grpo.correction_level,
-                tis_cap: grpo.tis_cap,
-                icepop_bounds: grpo.icepop_bounds,
-            };
-            let corrected = lag_correction(trainer, &sampled, &mask, width, &correction);
+            let corrected = lag_correction(trainer, &sampled, &mask, width, &self.correction());
             record.insert("train/mismatch_kl".into(), json!(corrected.mismatch_kl));
             record.insert("train/correction_masked_frac".into(), json!(corrected.masked_frac));
             record.insert("train/correction_capped_frac".into(), json!(corrected.capped_frac));
@@ -246,7 +241,7 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
         Ok((
             TokenTargets {
                 old_log_prob,
-                reference: reference.filter(|_| !grpo.kl_in_reward),
+                reference: reference.filter(|_| !settings.kl_in_reward),
                 advantages,
                 returns,
                 old_values,
@@ -269,7 +264,6 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
         rows: &[usize],
         phases: &Phases,
     ) -> Result<MinibatchStats, LmError> {
-        let grpo = self.ctx.grpo;
         let settings = &learner.settings;
         let width = tokens.completion_width;
         let shape = [rows.len(), width];
@@ -281,7 +275,7 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
         let graph = rein_model::one_graph();
         let forward = phases.enter("forward", format!("the PPO losses of {} completions", rows.len()));
         let temperature = self.ctx.sampler.temperature.max(1e-6);
-        let entropy_wanted = grpo.entropy_coef != 0.0;
+        let entropy_wanted = settings.ent_coef != 0.0;
         let out = learner
             .critic
             .evaluate(&self.model, tokens, temperature, entropy_wanted, &self.device);
@@ -299,7 +293,7 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
             mask.clone(),
             targets.reference.as_deref().map(tensor),
             out.entropy,
-            &self.loss_config,
+            &policy_loss_config(settings, self.ctx.sampler),
         );
         let values = out.values.expect("evaluate returns values");
         let old_values = tensor(&targets.old_values);
@@ -347,5 +341,22 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
             grad_norm,
             critic_grad_norm,
         })
+    }
+}
+
+/// PPO's clipped policy loss as the recipe sets it: one clip range both ways, token ratios, the
+/// aggregation, the KL in the loss (unless folded into the reward), the entropy bonus.
+fn policy_loss_config(settings: &LmPpoSection, sampler: &SamplerSection) -> PolicyLossConfig {
+    PolicyLossConfig {
+        level: rein_core::RatioLevel::Token,
+        clip_low: settings.clip_coef,
+        clip_high: settings.clip_coef,
+        dual_clip: None,
+        aggregation: settings.aggregation,
+        max_completion_len: sampler.max_new_tokens,
+        kl_coef: if settings.kl_in_reward { 0.0 } else { settings.kl_coef },
+        kl_estimator: settings.kl_estimator,
+        kl_importance_weighted: false,
+        entropy_coef: settings.ent_coef,
     }
 }

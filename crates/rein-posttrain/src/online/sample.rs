@@ -10,7 +10,7 @@ use rein_model::ReinAutodiffBackend;
 use rein_sampler::{FinishReason, GenerationConfig};
 use serde_json::json;
 
-use super::{OnlineTrainer, curriculum, generation_seed};
+use super::{Stage, curriculum, generation_seed};
 use crate::LmError;
 use crate::rewards::{GroupReward, score_groups};
 use crate::rollout::episodes::{Episode, TurnRecord, play};
@@ -106,16 +106,23 @@ pub(super) struct Sampled {
     pub(super) episodes: Option<EpisodeStats>,
 }
 
-impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
+impl<B: ReinAutodiffBackend> Stage<'_, B> {
     /// SAMPLE and SCORE: `prompts_per_step` groups of `n` completions, scored; with dynamic
     /// sampling, groups without reward variance are replaced by new prompts (at most
     /// `max_resample` more rounds).
-    pub(super) fn sample(&mut self, step: usize, phases: &Phases) -> Result<Sampled, LmError> {
-        let grpo = self.ctx.grpo;
+    pub(super) fn sample(
+        &mut self,
+        step: usize,
+        phases: &Phases,
+        grpo: Option<&rein_recipe::GrpoSection>,
+    ) -> Result<Sampled, LmError> {
+        let rollout = self.ctx.rollout;
+        // DAPO's dynamic sampling: up to this many extra rounds for groups without signal.
+        let resample = grpo.filter(|g| g.dynamic_sampling).map(|g| g.max_resample);
         let mut out = Sampled::default();
-        for round in 0..=grpo.max_resample {
-            let want = grpo.prompts_per_step - out.batch.len();
-            if want == 0 || (round > 0 && !grpo.dynamic_sampling) {
+        for round in 0..=resample.unwrap_or(0) {
+            let want = rollout.prompts_per_step - out.batch.len();
+            if want == 0 {
                 break;
             }
             let (picked, rollouts) = match self.ctx.agent.is_some() {
@@ -124,30 +131,28 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
             };
             out.tokens += rollouts.iter().map(Rollout::sampled).sum::<usize>();
             let scores = self.score(step, &picked, &rollouts, &mut out.failures, phases)?;
-            self.observe_difficulty(&picked, &scores);
+            self.observe_difficulty(&picked, &scores, grpo);
             for weighted in self.ctx.rewards.iter_mut() {
                 if let Some(usage) = weighted.reward.take_judge_usage() {
                     let total = out.judges.entry(weighted.reward.name().to_string()).or_default();
                     *total = total.plus(usage);
                 }
             }
-            keep_groups(
-                round,
-                &picked,
-                scores,
-                rollouts,
-                self.ctx.grpo,
-                self.ctx.sampler.n,
-                &mut out,
-            );
+            keep_groups(round, &picked, scores, rollouts, resample, self.ctx.sampler.n, &mut out);
         }
         Ok(out)
     }
 
     /// Curriculum: with pools, each scored group's accuracy joins its prompt's pass rate
     /// (groups dynamic sampling drops too: they say the most about a prompt's difficulty).
-    /// With sources, each group's absolute advantages join its source's window.
-    fn observe_difficulty(&mut self, picked: &[usize], scores: &[GroupReward]) {
+    /// With sources, each group's absolute advantages (as `grpo` computes them: a curriculum is
+    /// the GRPO family's) join its source's window.
+    fn observe_difficulty(
+        &mut self,
+        picked: &[usize],
+        scores: &[GroupReward],
+        grpo: Option<&rein_recipe::GrpoSection>,
+    ) {
         let Some(c) = self.ctx.curriculum else {
             return;
         };
@@ -159,10 +164,10 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
                 pools.observe(prompt, accuracy, c);
             }
         }
-        if let Some(sources) = self.state.sources.as_mut() {
+        if let (Some(sources), Some(grpo)) = (self.state.sources.as_mut(), grpo) {
             for (&prompt, scored) in scored {
                 let rewards: Vec<f32> = scored.total.iter().map(|&r| r as f32).collect();
-                let advantages = curriculum::group_advantages(&rewards, self.ctx.grpo);
+                let advantages = curriculum::group_advantages(&rewards, grpo);
                 sources.observe(prompt, &advantages, c);
             }
         }
@@ -226,14 +231,14 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
         want: usize,
         phases: &Phases,
     ) -> Result<(Vec<usize>, Vec<Rollout>), LmError> {
-        let (grpo, sampler, prompts) = (self.ctx.grpo, self.ctx.sampler, self.ctx.prompts);
+        let (rollout, sampler, prompts) = (self.ctx.rollout, self.ctx.sampler, self.ctx.prompts);
         let staleness = self.source.as_ref().map_or(0, |source| source.max_staleness());
         let (first, last) = match round {
-            0 => (self.submitted + 1, (step + staleness).min(grpo.steps)),
+            0 => (self.submitted + 1, (step + staleness).min(rollout.steps)),
             _ => (step, step),
         };
         for ahead in first..=last {
-            let count = if round == 0 { grpo.prompts_per_step } else { want };
+            let count = if round == 0 { rollout.prompts_per_step } else { want };
             let picked: Vec<usize> = (0..count)
                 .map(|_| self.state.next_prompt(self.ctx.curriculum))
                 .collect();
@@ -285,7 +290,7 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
         failures: &mut usize,
         phases: &Phases,
     ) -> Result<Vec<GroupReward>, LmError> {
-        let (prompts, g, on_error) = (self.ctx.prompts, self.ctx.sampler.n, self.ctx.grpo.on_error);
+        let (prompts, g, on_error) = (self.ctx.prompts, self.ctx.sampler.n, self.ctx.rollout.on_error);
         let scoring = phases.enter("reward", format!("scoring {} groups", picked.len()));
         let groups: Vec<Group> = picked
             .iter()
@@ -323,14 +328,14 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
     }
 }
 
-/// Keeps each scored group in the batch, except skipped ones and, with dynamic sampling, those
-/// without reward variance while resampling rounds remain.
+/// Keeps each scored group in the batch, except skipped ones and, with dynamic sampling (up to
+/// `resample` extra rounds), those without reward variance while resampling rounds remain.
 fn keep_groups(
     round: usize,
     prompts: &[usize],
     scores: Vec<GroupReward>,
     rollouts: Vec<Rollout>,
-    grpo: &rein_recipe::GrpoSection,
+    resample: Option<usize>,
     g: usize,
     out: &mut Sampled,
 ) {
@@ -344,7 +349,7 @@ fn keep_groups(
         let totals: Vec<f32> = scored.total.iter().map(|&r| r as f32).collect();
         let is_degenerate = rein_optim::zero_variance(&totals);
         out.degenerate += usize::from(is_degenerate);
-        if grpo.dynamic_sampling && is_degenerate && round < grpo.max_resample {
+        if is_degenerate && resample.is_some_and(|rounds| round < rounds) {
             out.resampled += 1;
             continue;
         }

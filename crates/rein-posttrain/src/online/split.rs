@@ -19,9 +19,9 @@ use burn::optim::GradientsParams;
 use burn::tensor::{ElementConversion, Tensor};
 use rein_core::Aggregation;
 use rein_model::ReinAutodiffBackend;
-use rein_optim::{Counted, policy_loss, share_weight};
+use rein_optim::{Counted, PolicyLossConfig, policy_loss, share_weight};
 
-use super::OnlineTrainer;
+use super::Stage;
 use super::learn::{LossInputs, UpdateStats, token_mean};
 use crate::LmError;
 use crate::batch::{TokenBatch, completion_log_probs};
@@ -39,12 +39,13 @@ struct Measured {
     entropy: Option<f64>,
 }
 
-impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
+impl<B: ReinAutodiffBackend> Stage<'_, B> {
     /// The policy loss's gradients with the batch's rows split across the first `shares`
     /// devices, and what the update measured (its gradient norm is filled in after clipping).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn split_gradients(
         &self,
+        config: &PolicyLossConfig,
         step: usize,
         update: usize,
         shares: usize,
@@ -77,7 +78,7 @@ impl<B: ReinAutodiffBackend> OnlineTrainer<'_, B> {
         let batches: Vec<TokenBatch> = (ranges.iter())
             .map(|rows| tokens.select_rows(&rows.clone().collect::<Vec<_>>()))
             .collect();
-        let (config, entropy_wanted) = (&self.loss_config, self.ctx.grpo.entropy_coef != 0.0);
+        let entropy_wanted = config.entropy_coef != 0.0;
         let measured = Mutex::new(vec![None; shares]);
         let (grads, losses) = data_parallel::gradients(&self.model, &self.devices[..shares], |s, model, device| {
             let rows = &ranges[s];

@@ -22,10 +22,10 @@ use crate::run::recipe_keys::{invalid, model_path};
 pub use crate::run::report::{DpoOutcome, LmOutcome, RewardModelOutcome, describe};
 use crate::run::report::{log_eval, report_markdown};
 use crate::run::setup::{LmSetup, lora_spec, setup};
-use crate::{EvalReport, OnlineOutcome};
+use crate::{EvalReport, OnlineOutcome, PpoCritic, Update};
 use rein_recipe::{
-    DpoRecipe, DpoSection, GrpoRecipe, GrpoSection, LmPpoRecipe, LoadedRecipe, OnlineDpoRecipe, Plan,
-    RewardModelRecipe, RewardModelSection,
+    DpoRecipe, DpoSection, GrpoRecipe, LmPpoRecipe, LoadedRecipe, OnlineDpoRecipe, Plan, RewardModelRecipe,
+    RewardModelSection, Rollout,
 };
 use rein_run::checkpoint::{Checkpoint, Checkpointing};
 use rein_run::driver::{self, Driver};
@@ -158,28 +158,6 @@ pub fn run_lm<B: ReinAutodiffBackend>(
     Ok(outcome)
 }
 
-/// How the online stage updates the policy from its sampled and scored completions.
-#[derive(Clone, Copy)]
-enum OnlineUpdate<'a> {
-    /// The GRPO family's policy gradient.
-    Grpo,
-    /// Online DPO on each group's best and worst.
-    OnlineDpo(DpoConfig),
-    /// PPO with a critic.
-    Ppo(&'a rein_recipe::LmPpoSection),
-}
-
-impl OnlineUpdate<'_> {
-    /// The stage's name in metrics and checkpoints.
-    fn stage(&self) -> &'static str {
-        match self {
-            OnlineUpdate::Grpo => "grpo",
-            OnlineUpdate::OnlineDpo(_) => "online-dpo",
-            OnlineUpdate::Ppo(_) => "ppo",
-        }
-    }
-}
-
 /// What the stages of a language-model run share.
 struct Stages<'a, B: ReinAutodiffBackend> {
     loaded: &'a LoadedRecipe,
@@ -206,30 +184,37 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
     ) -> Result<CausalLm<B>, LmError> {
         let run = self.run;
         match self.plan {
-            Plan::Grpo(GrpoRecipe { grpo: section, .. }) => {
-                let grpo;
-                (model, grpo, outcome.after) = self.online(model, section, OnlineUpdate::Grpo, stage)?;
-                outcome.grpo = Some(grpo);
+            Plan::Grpo(plan @ GrpoRecipe { grpo: section, .. }) => {
+                let online;
+                (model, online, outcome.after) = self.online(model, plan.rollout(), Update::Grpo(section), stage)?;
+                outcome.grpo = Some(online);
             }
-            Plan::LmPpo(LmPpoRecipe { ppo, .. }) => {
-                // GRPO's sampling and scoring, with PPO's critic, token advantages and minibatches.
-                let grpo;
-                (model, grpo, outcome.after) =
-                    self.online(model, &ppo.grpo_section(), OnlineUpdate::Ppo(ppo), stage)?;
-                outcome.grpo = Some(grpo);
+            Plan::LmPpo(plan @ LmPpoRecipe { ppo, .. }) => {
+                // The online stage's sampling and scoring, with PPO's critic, token advantages
+                // and minibatches.
+                let critic = crate::online::critic::critic_for(self.loaded, ppo, &model, &self.device)?;
+                let update = Update::Ppo(Box::new(PpoCritic::new(critic, ppo, &self.loaded.recipe.optimizer)));
+                let online;
+                (model, online, outcome.after) = self.online(model, plan.rollout(), update, stage)?;
+                outcome.grpo = Some(online);
             }
-            Plan::OnlineDpo(OnlineDpoRecipe { online_dpo: online, .. }) => {
-                // GRPO's sampling and scoring, with a DPO update on each group's best and worst.
-                let section = online.grpo_section();
+            Plan::OnlineDpo(
+                plan @ OnlineDpoRecipe {
+                    online_dpo: section, ..
+                },
+            ) => {
+                // The online stage's sampling and scoring, with a DPO update on each group's best
+                // and worst.
                 let config = DpoConfig {
-                    kind: online.loss_type,
-                    beta: online.beta,
-                    label_smoothing: online.label_smoothing,
-                    sft_weight: online.sft_weight,
+                    kind: section.loss_type,
+                    beta: section.beta,
+                    label_smoothing: section.label_smoothing,
+                    sft_weight: section.sft_weight,
                 };
-                let grpo;
-                (model, grpo, outcome.after) = self.online(model, &section, OnlineUpdate::OnlineDpo(config), stage)?;
-                outcome.grpo = Some(grpo);
+                let online;
+                (model, online, outcome.after) =
+                    self.online(model, plan.rollout(), Update::OnlineDpo(config), stage)?;
+                outcome.grpo = Some(online);
             }
             Plan::Dpo(DpoRecipe { dpo: section, .. }) => {
                 let dpo;
@@ -300,25 +285,17 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         Ok((model, LmStage::AfterSft { before, sft_seconds }))
     }
 
-    /// The online stage from `model`: sampling and scoring as GRPO does, the policy updated as
-    /// `update` says; then the evaluation after RL.
+    /// The online stage from `model`: `rollout`'s sampling and scoring, the policy updated by
+    /// `update`; then the evaluation after RL.
     fn online(
         &mut self,
         model: CausalLm<B>,
-        section: &GrpoSection,
-        update: OnlineUpdate<'_>,
+        rollout: Rollout,
+        update: Update<'_, B>,
         stage: LmStage,
     ) -> Result<(CausalLm<B>, OnlineOutcome, Option<EvalReport>), LmError> {
         let recipe = &self.loaded.recipe;
-        let critic = match update {
-            OnlineUpdate::Ppo(ppo) => Some(crate::online::critic::critic_for(
-                self.loaded,
-                ppo,
-                &model,
-                &self.device,
-            )?),
-            _ => None,
-        };
+        let name = update.name();
         let checkpointing = self.after_sft_checkpointing(stage);
         let ctx = crate::OnlineContext {
             tokenizer: &self.setup.tokenizer,
@@ -326,7 +303,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             rewards: &mut self.setup.rewards,
             accuracy_reward: self.setup.accuracy_index,
             curriculum: recipe.curriculum.as_ref(),
-            grpo: section,
+            rollout,
             sampler: &recipe.sampler,
             optimizer: &recipe.optimizer,
             seed: recipe.seed,
@@ -334,28 +311,24 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         };
         let generator = generator::<B::InnerBackend>(self.loaded, &self.setup.tokenizer, self.run, &self.device)?;
         let devices = crate::data_parallel::devices(&self.device, recipe.train.devices);
-        let mut grpo = crate::OnlineTrainer::with_generator(model, ctx, generator, &self.device)?.with_devices(devices);
+        let mut online =
+            crate::OnlineTrainer::with_generator(model, ctx, update, generator, &self.device)?.with_devices(devices);
         if let Some(teacher) = &recipe.teacher {
             let dir = model_path(self.loaded, &teacher.model);
             let model = load::<B::InnerBackend>(&dir, &self.device)
                 .map_err(|e| invalid(self.loaded, "teacher.model", e.to_string()))?;
-            grpo = grpo.with_teacher(model, teacher.coef as f32, teacher.kl);
-        }
-        match (update, critic) {
-            (OnlineUpdate::OnlineDpo(config), _) => grpo = grpo.with_preferences(config),
-            (OnlineUpdate::Ppo(ppo), Some(critic)) => grpo = grpo.with_critic(critic, ppo, &recipe.optimizer),
-            _ => {}
+            online = online.with_teacher(model, teacher.coef as f32, teacher.kl);
         }
         let driven = Driver {
             metrics: self.metrics.as_mut(),
             checkpointing: &checkpointing,
             stall_timeout: self.stall_timeout,
-            stage: Some(update.stage()),
+            stage: Some(name),
         }
-        .run(&mut grpo)?;
-        let outcome = grpo.outcome(driven.steps, &driven.phases);
-        let model = grpo.model;
-        let after = self.evaluate_after(&model, section.steps, "held-out after RL: ")?;
+        .run(&mut online)?;
+        let outcome = online.outcome(driven.steps, &driven.phases);
+        let model = online.into_model();
+        let after = self.evaluate_after(&model, rollout.steps, "held-out after RL: ")?;
         Ok((model, outcome, after))
     }
 

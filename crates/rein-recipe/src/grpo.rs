@@ -1,0 +1,320 @@
+//! The GRPO family (GRPO, Dr. GRPO, DAPO, GSPO, RLOO, REINFORCE++, GiGPO): its `[algorithm]`
+//! section, its view of a recipe, its rules (the rollouts' are [`crate::rollout`]'s) and the
+//! keys it reads.
+
+use rein_core::AdvantageKind;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Broken, broken};
+use crate::keys::{Keys, LM_MODEL, LM_TRAIN};
+use crate::rollout::Rollout;
+use crate::schema::{DataSection, Recipe};
+
+/// The GRPO family.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GrpoSection {
+    /// Optimiser steps (each on one batch of groups).
+    pub steps: usize,
+    /// Prompts per step (each sampled `sampler.n` times).
+    pub prompts_per_step: usize,
+    /// `group` (GRPO / Dr. GRPO), `rloo`, `reinforce++` or `gigpo` (multi-turn episodes).
+    pub advantage: AdvantageKind,
+    /// GiGPO's ω: the weight of the step-level advantage.
+    pub step_advantage_weight: f32,
+    /// GiGPO's γ: the discount of the step-level returns-to-go.
+    pub step_gamma: f32,
+    /// Std scaling of group advantages: `group`, `batch` or `none` (Dr. GRPO).
+    pub std_scaling: rein_core::StdScaling,
+    /// REINFORCE++: subtract the group mean before batch normalisation.
+    pub group_baseline: bool,
+    /// `token` ratios (GRPO/DAPO) or `sequence` ratios (GSPO).
+    pub ratio_level: rein_core::RatioLevel,
+    /// ε_low.
+    pub clip_low: f32,
+    /// ε_high (DAPO's clip-higher: 0.28).
+    pub clip_high: f32,
+    /// Dual-clip constant for negative advantages.
+    pub dual_clip: Option<f32>,
+    /// `token-mean` (DAPO), `seq-mean-token-mean` (GRPO), `seq-mean-token-sum-norm` (Dr. GRPO).
+    pub aggregation: rein_core::Aggregation,
+    /// β: KL to the frozen starting policy (0 = no reference model is kept).
+    pub kl_coef: f32,
+    /// `k1`, `k2` or `k3`.
+    pub kl_estimator: rein_core::KlEstimator,
+    /// Fold the KL into the reward instead of the loss.
+    pub kl_in_reward: bool,
+    /// Weight the KL term by the importance ratio (DeepSeek-V3.2; TRL's default).
+    pub kl_importance_weighted: bool,
+    /// Entropy bonus coefficient.
+    pub entropy_coef: f32,
+    /// Gradient steps per batch (μ), reusing the sampling-time log-probabilities.
+    pub updates_per_batch: usize,
+    /// DAPO dynamic sampling: replace groups whose rewards are all equal by new prompts.
+    pub dynamic_sampling: bool,
+    /// Most extra sampling rounds per step for dynamic sampling.
+    pub max_resample: usize,
+    /// Scale each group's advantages by its prompt's difficulty (GRPO-LEAD's logistic weight of
+    /// the group's accuracy, as `eval.accuracy_reward` judges it); `None`: unweighted.
+    pub difficulty_weight: Option<rein_core::DifficultyWeight>,
+    /// Leave truncated completions (no end-of-sequence token) out of the loss (DAPO).
+    pub mask_truncated: bool,
+    /// `fail`, `zero` or `skip` when a reward plugin fails.
+    pub on_error: rein_core::OnError,
+    /// How many policy versions generation may run ahead of training (0: synchronous).
+    pub max_staleness: usize,
+    /// `none`, `tis` or `icepop`: the loss's correction for the sampler's policy lag and
+    /// mismatch.
+    pub correction: rein_core::LagCorrection,
+    /// `token` or `sequence`: where the correction's ratio is taken.
+    pub correction_level: rein_core::RatioLevel,
+    /// TIS's cap C on `π_trainer/π_sampler`.
+    pub tis_cap: f32,
+    /// IcePop's `[low, high]`: tokens whose ratio leaves it are masked.
+    pub icepop_bounds: [f32; 2],
+    /// A mixture of experts: the trainer routes each token to the experts the sampler chose
+    /// (router replay, verl's and slime's R3); off, it routes freely and only measures how often
+    /// it would differ (`moe/router_mismatch`).
+    pub router_replay: bool,
+    /// A mixture of experts: the load-balancing loss's coefficient (default: the model config's
+    /// `router_aux_loss_coef`; 0 turns it off).
+    pub router_aux_loss_coef: Option<f64>,
+}
+
+impl GrpoSection {
+    /// Its rollouts: how many, how far ahead of training, how the lag is corrected.
+    pub fn rollout(&self) -> Rollout {
+        Rollout {
+            steps: self.steps,
+            prompts_per_step: self.prompts_per_step,
+            on_error: self.on_error,
+            max_staleness: self.max_staleness,
+            correction: self.correction,
+            correction_level: self.correction_level,
+            tis_cap: self.tis_cap,
+            icepop_bounds: self.icepop_bounds,
+        }
+    }
+}
+
+impl Default for GrpoSection {
+    fn default() -> Self {
+        Self {
+            steps: 100,
+            prompts_per_step: 8,
+            advantage: AdvantageKind::Group,
+            step_advantage_weight: 1.0,
+            step_gamma: 0.95,
+            std_scaling: rein_core::StdScaling::Group,
+            group_baseline: true,
+            ratio_level: rein_core::RatioLevel::Token,
+            clip_low: 0.2,
+            clip_high: 0.2,
+            dual_clip: None,
+            aggregation: rein_core::Aggregation::SeqMeanTokenMean,
+            kl_coef: 0.0,
+            kl_estimator: rein_core::KlEstimator::K3,
+            kl_in_reward: false,
+            kl_importance_weighted: true,
+            entropy_coef: 0.0,
+            updates_per_batch: 1,
+            dynamic_sampling: false,
+            max_resample: 3,
+            difficulty_weight: None,
+            mask_truncated: false,
+            on_error: rein_core::OnError::Fail,
+            max_staleness: 0,
+            correction: rein_core::LagCorrection::None,
+            correction_level: rein_core::RatioLevel::Token,
+            tis_cap: 2.0,
+            icepop_bounds: [0.5, 2.0],
+            router_replay: true,
+            router_aux_loss_coef: None,
+        }
+    }
+}
+
+/// A GRPO recipe: its hyperparameters and its prompts.
+#[derive(Debug, Clone, Copy)]
+pub struct GrpoRecipe<'a> {
+    /// The whole recipe.
+    pub recipe: &'a Recipe,
+    /// `[algorithm]`.
+    pub grpo: &'a GrpoSection,
+    /// `[data]`.
+    pub data: &'a DataSection,
+}
+
+impl GrpoRecipe<'_> {
+    /// Its rollouts ([`GrpoSection::rollout`]).
+    pub fn rollout(&self) -> Rollout {
+        self.grpo.rollout()
+    }
+
+    /// Rewards, group sizes, coefficients, multi-turn settings, and where completions come from.
+    pub(crate) fn check(&self) -> Result<(), Broken> {
+        let (r, grpo) = (self.recipe, self.grpo);
+        let env_rewards = r.agent.as_ref().is_some_and(|a| a.env.is_some());
+        if r.reward.is_empty() && !env_rewards {
+            return Err(broken(
+                "reward",
+                "GRPO needs at least one [[reward]] (or a text environment, agent.env, that rewards)",
+            ));
+        }
+        let single_allowed = grpo.advantage == AdvantageKind::ReinforcePp && !grpo.group_baseline;
+        if r.sampler.n < 2 && !single_allowed {
+            return Err(broken(
+                "sampler.n",
+                format!(
+                    "must be at least 2, got {}: the GRPO family compares the completions of a prompt \
+                     with each other, and with one per prompt every advantage is 0",
+                    r.sampler.n
+                ),
+            ));
+        }
+        if r.sampler.n == 0 {
+            return Err(broken("sampler.n", "must be at least 1"));
+        }
+        if let Some(teacher) = &r.teacher
+            && !(teacher.coef > 0.0 && teacher.coef.is_finite())
+        {
+            return Err(broken("teacher.coef", format!("must be > 0, got {}", teacher.coef)));
+        }
+        if grpo.kl_coef < 0.0 || !grpo.kl_coef.is_finite() {
+            return Err(broken(
+                "algorithm.kl_coef",
+                format!("must be ≥ 0, got {}", grpo.kl_coef),
+            ));
+        }
+        if !grpo.entropy_coef.is_finite() {
+            return Err(broken("algorithm.entropy_coef", "must be a finite number"));
+        }
+        if grpo.updates_per_batch == 0 {
+            return Err(broken("algorithm.updates_per_batch", "must be at least 1"));
+        }
+        if grpo.clip_low <= 0.0 || grpo.clip_high <= 0.0 {
+            return Err(broken("algorithm.clip_low", "clip ranges must be positive"));
+        }
+        if let Some(agent) = &r.agent {
+            if r.tool.is_empty() && agent.env.is_none() {
+                return Err(broken(
+                    "agent",
+                    "multi-turn episodes need tools ([[tool]]) or a text environment (agent.env)",
+                ));
+            }
+            if agent.max_turns == 0 || agent.max_tokens == 0 {
+                return Err(broken("agent.max_turns", "max_turns and max_tokens must be at least 1"));
+            }
+        }
+        if grpo.dual_clip.is_some_and(|c| c <= 1.0) {
+            return Err(broken(
+                "algorithm.dual_clip",
+                "the dual-clip constant must be greater than 1",
+            ));
+        }
+        self.rollout().check(r)?;
+        self.curriculum()?;
+        self.gigpo()
+    }
+
+    /// A UCB curriculum over a generated task draws among its digit lengths: at least two, and
+    /// every source it names among them (a data file's sources are checked when it is read).
+    fn curriculum_sources(&self) -> Result<(), Broken> {
+        let (Some(c), Some(task)) = (&self.recipe.curriculum, &self.data.task) else {
+            return Ok(());
+        };
+        if c.kind != crate::CurriculumKind::Ucb {
+            return Ok(());
+        }
+        let sources: Vec<String> = task.operand_ranges().into_iter().filter_map(|r| r.source).collect();
+        if sources.len() < 2 {
+            return Err(broken(
+                "curriculum.kind",
+                "`ucb` draws among the data's sources, and data.task makes one: \
+                 list two or more operand lengths in data.task.digits",
+            ));
+        }
+        if let Some(missing) = c.sources.iter().find(|s| !sources.contains(s)) {
+            return Err(broken(
+                "curriculum.sources",
+                format!(
+                    "{missing:?} has no rows: data.task's sources are {}",
+                    sources.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// GiGPO compares the turns of multi-turn episodes.
+    fn gigpo(&self) -> Result<(), Broken> {
+        let (r, grpo) = (self.recipe, self.grpo);
+        if grpo.advantage == AdvantageKind::Gigpo {
+            if r.agent.is_none() {
+                return Err(broken(
+                    "algorithm.advantage",
+                    "`gigpo` compares the turns of multi-turn episodes: it needs an [agent] section",
+                ));
+            }
+            if grpo.std_scaling == rein_core::StdScaling::Batch {
+                return Err(broken(
+                    "algorithm.std_scaling",
+                    "`gigpo` normalises within groups: use `group` or `none`, not `batch`",
+                ));
+            }
+            if !(0.0..=1.0).contains(&grpo.step_gamma) || !grpo.step_advantage_weight.is_finite() {
+                return Err(broken(
+                    "algorithm.step_gamma",
+                    "step_gamma must be in [0, 1] and step_advantage_weight finite",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The curriculum's settings and sources, the difficulty weight, and dynamic sampling's
+    /// conflict with generation ahead of training.
+    fn curriculum(&self) -> Result<(), Broken> {
+        let (r, grpo) = (self.recipe, self.grpo);
+        if let Some((key, message)) = r.curriculum.as_ref().and_then(|c| c.invalid()) {
+            return Err(broken(key, message));
+        }
+        self.curriculum_sources()?;
+        if let Some(w) = &grpo.difficulty_weight {
+            let valid = w.low > 0.0 && w.high >= w.low && (0.0..=1.0).contains(&w.center) && w.steepness > 0.0;
+            if !valid || ![w.low, w.high, w.center, w.steepness].iter().all(|x| x.is_finite()) {
+                return Err(broken(
+                    "algorithm.difficulty_weight",
+                    format!(
+                        "needs 0 < low ≤ high, center in [0, 1] and steepness > 0 (got low {}, high {}, center {}, steepness {})",
+                        w.low, w.high, w.center, w.steepness
+                    ),
+                ));
+            }
+        }
+        if grpo.max_staleness > 0 && grpo.dynamic_sampling {
+            return Err(broken(
+                "algorithm.max_staleness",
+                "dynamic sampling resamples within a step, which asynchronous generation cannot: set one of them off",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The sections the GRPO family reads.
+pub(crate) const READS: &[(&str, Keys)] = &[
+    ("data", Keys::All),
+    ("model", LM_MODEL),
+    ("optimizer", Keys::All),
+    ("train", LM_TRAIN),
+    ("sft", Keys::All),
+    ("sampler", Keys::All),
+    ("reward", Keys::All),
+    ("eval", Keys::All),
+    ("lora", Keys::All),
+    ("tool", Keys::All),
+    ("agent", Keys::All),
+    ("teacher", Keys::All),
+    ("curriculum", Keys::All),
+];
