@@ -1,0 +1,139 @@
+//! Rewards in a run: a failing plugin under each `on_error`, a reward model beside a plugin, a
+//! judge model answering a plugin.
+
+use super::*;
+
+/// A recipe on the tiny Qwen2 fixture with the hostile reward plugin, prompts from a file
+/// where one row asks the plugin to panic.
+fn hostile_recipe(dir: &Path, on_error: &str) -> LoadedRecipe {
+    std::fs::write(
+        dir.join("train.jsonl"),
+        "{\"prompt\": \"calm\", \"answer\": \"x\"}\n{\"prompt\": \"trouble\", \"answer\": \"x\", \"attack\": \"panic\"}\n",
+    )
+    .unwrap();
+    let model = root().join("tests/fixtures/lm/qwen2-gqa");
+    let recipe = format!(
+        r#"
+seed = 3
+[model]
+path = {model:?}
+[data]
+train = "train.jsonl"
+[sampler]
+n = 2
+max_new_tokens = 4
+[algorithm]
+name = "grpo"
+steps = 2
+prompts_per_step = 2
+on_error = "{on_error}"
+[[reward]]
+plugin = {plugin:?}
+[eval]
+k = 0
+[train]
+runs_dir = {runs:?}
+"#,
+        model = model.display().to_string(),
+        runs = dir.join("runs").display().to_string(),
+        plugin = common::test_plugin_path("hostile-reward").display().to_string(),
+    );
+    std::fs::write(dir.join("recipe.toml"), recipe).unwrap();
+    LoadedRecipe::load(&dir.join("recipe.toml"), &[]).unwrap()
+}
+
+#[test]
+fn a_failing_reward_plugin_follows_on_error() {
+    let dir = common::scratch("lm-onerror");
+    let err = rein_train::run(&hostile_recipe(&dir, "fail"), &plugin_dir(), false).unwrap_err();
+    let TrainError::Lm(lm) = &err else { panic!("{err}") };
+    let rein_posttrain::LmError::Reward { prompt, error, .. } = lm.as_ref() else {
+        panic!("{err}")
+    };
+    assert_eq!(prompt, "trouble");
+    assert_eq!(error.plugin, "hostile-reward");
+    assert!(
+        err.to_string().contains("the hostile plugin panics on purpose"),
+        "{err}"
+    );
+    for policy in ["zero", "skip"] {
+        let outcome = rein_train::run(&hostile_recipe(&dir, policy), &plugin_dir(), true).unwrap();
+        let RunOutcome::Lm(outcome) = outcome else { panic!() };
+        let metrics = std::fs::read_to_string(outcome.run_dir.unwrap().join("metrics.jsonl")).unwrap();
+        let failures: u64 = metrics
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter_map(|l| l["train/reward_failures"].as_u64())
+            .sum();
+        assert!(failures >= 1, "{policy}: the failure is logged");
+        // The panic is a trap, counted per plugin in every record.
+        let last: serde_json::Value = serde_json::from_str(metrics.lines().last().unwrap()).unwrap();
+        let traps = last["plugins/hostile-reward/traps"].as_u64();
+        assert!(traps >= Some(1), "{policy}: the plugin's traps are counted: {last}");
+    }
+}
+
+/// GRPO with a reward model beside a plugin: its scores are logged under its name and enter the
+/// sum with their weight.
+#[test]
+fn a_reward_model_scores_completions_beside_a_plugin() {
+    let runs = common::scratch("lm-reward-model");
+    let rm = root().join("tests/fixtures/lm/llama-rm");
+    let rewards = format!(
+        "reward=[{{plugin = \"math-answer\", config = {{extract = \"answer\"}}}}, \
+         {{model = {:?}, name = \"rm\", weight = 0.5, batch_size = 3}}]",
+        rm.display().to_string()
+    );
+    let recipe = tiny_default(&runs, &["sft.steps=2", rewards.as_str()]);
+    let RunOutcome::Lm(outcome) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    let metrics = std::fs::read_to_string(outcome.run_dir.unwrap().join("metrics.jsonl")).unwrap();
+    let grpo: Vec<serde_json::Value> = (metrics.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &serde_json::Value| l["stage"] == "grpo")
+        .collect();
+    assert_eq!(grpo.len(), 2);
+    for line in &grpo {
+        let (total, answer, rm) = (
+            line["train/reward"].as_f64().unwrap(),
+            line["train/reward/math-answer"].as_f64().unwrap(),
+            line["train/reward/rm"].as_f64().unwrap(),
+        );
+        assert!(rm.is_finite() && rm != 0.0, "{line}");
+        assert!((total - (answer + 0.5 * rm)).abs() < 1e-6, "{line}");
+    }
+}
+
+/// GRPO with a reward plugin granted a judge (the policy's own starting model): every
+/// completion is judged within the budget, and the judge's usage is logged under the reward's
+/// name.
+#[test]
+fn a_plugin_granted_a_judge_asks_it_for_every_completion() {
+    let runs = common::scratch("lm-judge");
+    let rewards = "reward=[{plugin = \"math-answer\", config = {extract = \"answer\"}}, \
+                   {plugin = \"judge-match\", weight = 0.5, judge = {max_new_tokens = 4}, limits = {timeout_ms = 60000}}]";
+    let recipe = tiny_default(&runs, &["sft.steps=2", rewards]);
+    let RunOutcome::Lm(outcome) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    let metrics = std::fs::read_to_string(outcome.run_dir.unwrap().join("metrics.jsonl")).unwrap();
+    let grpo: Vec<serde_json::Value> = (metrics.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &serde_json::Value| l["stage"] == "grpo")
+        .collect();
+    assert_eq!(grpo.len(), 2);
+    for line in &grpo {
+        let usage = |key: &str| line[format!("train/reward/judge-match/{key}")].as_f64().unwrap();
+        let calls = usage("judge_calls");
+        // Two groups of four completions at least (dynamic sampling may score more).
+        assert!(calls >= 8.0 && calls % 4.0 == 0.0, "{line}");
+        assert!(
+            usage("judge_tokens") >= calls && usage("judge_tokens") <= 4.0 * calls,
+            "{line}"
+        );
+        assert!(usage("judge_ms") > 0.0, "{line}");
+        assert_eq!(usage("judge_failures"), 0.0, "{line}");
+        assert!(line["train/reward/judge-match"].as_f64().unwrap().is_finite(), "{line}");
+    }
+}
