@@ -41,8 +41,10 @@
 //! training loops.
 
 mod aggregation;
+mod bradley_terry;
 mod difficulty_weight;
 mod distillation;
+mod dpo;
 mod explained_variance;
 mod finite;
 mod flat_adam;
@@ -57,7 +59,6 @@ mod policy_loss;
 mod polyak;
 mod ppo_loss;
 mod ppo_rows;
-mod preference;
 mod running;
 mod schedule;
 mod soft_actor_critic;
@@ -66,8 +67,10 @@ mod td3;
 mod token_advantages;
 
 pub use aggregation::{Counted, aggregate, share_weight};
+pub use bradley_terry::bradley_terry_loss;
 pub use difficulty_weight::{difficulty_weight, reweight_by_difficulty};
 pub use distillation::{add_teacher_advantages, full_reverse_kl};
+pub use dpo::{DpoConfig, DpoLoss, DpoLossKind, dpo_loss};
 pub use explained_variance::explained_variance;
 pub use finite::{non_finite_gradient, non_finite_parameter};
 pub use flat_adam::{FlatAdam, StateSizeMismatch};
@@ -85,7 +88,6 @@ pub use ppo_rows::{
     categorical_row, categorical_row_backward, clipped_surrogate_rows, gaussian_entropy_row, gaussian_row,
     gaussian_row_backward, value_loss_rows,
 };
-pub use preference::{DpoConfig, DpoLoss, DpoLossKind, bradley_terry_loss, dpo_loss};
 pub use rein_core::{Aggregation, KlEstimator, RatioLevel, StdScaling};
 pub use running::{RewardScaler, RunningMeanStd};
 pub use schedule::LinearSchedule;

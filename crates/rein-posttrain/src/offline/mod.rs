@@ -1,6 +1,7 @@
 //! Learners on fixed data, one file each beside its paper: supervised fine-tuning ([`sft`]),
-//! DPO and its variants on preference pairs ([`dpo`], the losses in `rein_optim::preference`),
-//! and reward-model training on pairs ([`reward_model`], Bradley–Terry).
+//! DPO and its variants on preference pairs ([`dpo`], the losses in `rein-optim`'s `dpo.rs`),
+//! and reward-model training on pairs ([`reward_model`], the loss in `rein-optim`'s
+//! `bradley_terry.rs`).
 
 pub mod dpo;
 pub mod reward_model;
