@@ -96,7 +96,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         anyhow::bail!("{RECIPE} is a GRPO recipe");
     };
     let before = setup.evaluate(&setup.start, setup.judge(plugin_dir)?.as_mut())?;
-    println!("{RECIPE}: after SFT, {}", rein_posttrain::describe(&before));
+    println!("{RECIPE}: after SFT, {}", before.one_line());
     let mut curves: Vec<Vec<Curve>> = Vec::new();
     for arm in &ARMS {
         let mut runs = Vec::new();
@@ -106,7 +106,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
                 "  {} seed {seed}: {:.1} s of training, held-out {}",
                 arm.name,
                 curve.0.last().map_or(0.0, |(s, _)| *s),
-                rein_posttrain::describe(curve.last())
+                curve.last().one_line()
             );
             runs.push(curve);
         }

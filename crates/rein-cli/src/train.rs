@@ -113,7 +113,7 @@ fn report_lm(outcome: &rein_posttrain::LmOutcome) {
     }
     for (label, report) in [("before RL", &outcome.before), ("after RL ", &outcome.after)] {
         if let Some(r) = report {
-            eprintln!("held-out {label}: {}", rein_posttrain::describe(r));
+            eprintln!("held-out {label}: {}", r.one_line());
         }
     }
     if let Some(g) = &outcome.grpo {
@@ -147,7 +147,7 @@ impl EvalArgs {
         let loaded = self.recipe.load()?;
         let report = rein_posttrain::evaluate_recipe(&loaded, &self.recipe.plugin_dir, self.model.as_deref());
         let report = naming_the_recipe(report.map_err(TrainError::from), "evaluating", &self.recipe.recipe)?;
-        eprintln!("{}", rein_posttrain::describe(&report));
+        eprintln!("{}", report.one_line());
         println!("{}", serde_json::to_string(&report)?);
         Ok(())
     }

@@ -53,6 +53,30 @@ pub struct EvalReport {
     pub by_source: BTreeMap<String, f64>,
 }
 
+impl EvalReport {
+    /// The report in one line (`greedy accuracy 62.5%, pass@4 …`), as the CLI and the run print
+    /// it.
+    pub fn one_line(&self) -> String {
+        let pct = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
+        let by_source: Vec<String> = (self.by_source.iter())
+            .map(|(source, accuracy)| format!("{source} {}", pct(Some(*accuracy))))
+            .collect();
+        let by_source = match by_source.is_empty() {
+            true => String::new(),
+            false => format!("; greedy by source: {}", by_source.join(", ")),
+        };
+        let sampled = match self.k {
+            0 => String::new(),
+            k => format!(", pass@{k} {}, maj@{k} {}", pct(self.pass_at_k), pct(self.maj_at_k)),
+        };
+        format!(
+            "greedy accuracy {:.1}%{sampled} ({} prompts{by_source})",
+            100.0 * self.greedy_accuracy,
+            self.examples,
+        )
+    }
+}
+
 /// The greedy episodes' turns and tool use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EpisodeSummary {

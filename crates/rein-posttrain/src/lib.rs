@@ -51,4 +51,4 @@ pub use rewards::{
     GroupReward, OnError, Renamed, RewardFailure, ThinkingStripped, WeightedReward, score_groups, without_thinking,
 };
 pub use run::setup::evaluate_recipe;
-pub use run::{DpoOutcome, LmOutcome, RewardModelOutcome, describe, run_lm};
+pub use run::{DpoOutcome, LmOutcome, RewardModelOutcome, run_lm};

@@ -5,9 +5,9 @@ use rein_core::{BoxSpace, SeededRng};
 use rein_model::{OffPolicyConfig, ReinAutodiffBackend};
 use rein_recipe::{OffPolicyAlgorithm, SacSection, Td3Section};
 
-use super::agent::Agent;
 use super::flat::sac::FlatSac;
 use super::flat::td3::FlatTd3;
+use super::learner::Learner;
 use super::sac::{Sac, SacSettings, TwinCritics};
 use super::td3::{Td3, Td3Settings};
 
@@ -21,7 +21,7 @@ pub(crate) fn agent<B: ReinAutodiffBackend>(
     flat: bool,
     rng: &mut SeededRng,
     device: &B::Device,
-) -> Box<dyn Agent<B>> {
+) -> Box<dyn Learner<B>> {
     let twin = |rng: &mut SeededRng| TwinCritics {
         q1: config.q_network(rng, device),
         q2: config.q_network(rng, device),

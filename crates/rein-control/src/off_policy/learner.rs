@@ -1,4 +1,4 @@
-//! SAC and TD3 as the off-policy trainer drives them ([`Agent`]): actions to explore with and to
+//! SAC and TD3 as the off-policy trainer drives them ([`Learner`]): actions to explore with and to
 //! evaluate with, one update on a sampled batch with its random draws taken from the run's
 //! generator, and their state as checkpoint sections; implemented here for the burn-module
 //! agents, in `flat/` for the flat ones. Built from a recipe by `build.rs`.
@@ -17,7 +17,7 @@ use rein_run::checkpoint::{Checkpoint, CheckpointError};
 use rein_run::driver::Snapshot;
 
 /// An off-policy learner for continuous actions.
-pub(crate) trait Agent<B: ReinAutodiffBackend>: Send {
+pub(crate) trait Learner<B: ReinAutodiffBackend>: Send {
     /// Exploration actions for `obs` (`[n, obs_dim]`), row-major, drawing noise from `rng`.
     fn explore(&self, obs: &[f32], rng: &mut SeededRng) -> Vec<f32>;
 
@@ -30,7 +30,7 @@ pub(crate) trait Agent<B: ReinAutodiffBackend>: Send {
     /// Networks, targets and optimisers as checkpoint sections.
     fn snapshot(&self) -> Snapshot;
 
-    /// What [`Agent::snapshot`] wrote.
+    /// What [`Learner::snapshot`] wrote.
     fn restore(&mut self, checkpoint: &Checkpoint, device: &B::Device) -> Result<(), CheckpointError>;
 
     /// The first parameter holding a NaN or an infinity, named.
@@ -53,7 +53,7 @@ fn values<C: burn::tensor::backend::Backend>(actions: Tensor<C, 2>) -> Vec<f32> 
     actions.into_data().to_vec().unwrap_or_default()
 }
 
-impl<B: ReinAutodiffBackend> Agent<B> for Sac<B> {
+impl<B: ReinAutodiffBackend> Learner<B> for Sac<B> {
     fn explore(&self, obs: &[f32], rng: &mut SeededRng) -> Vec<f32> {
         let obs = observations(obs, self.obs_dim(), &self.device());
         let eps = normals(rng, obs.dims()[0] * self.act_dim());
@@ -90,7 +90,7 @@ impl<B: ReinAutodiffBackend> Agent<B> for Sac<B> {
     }
 }
 
-impl<B: ReinAutodiffBackend> Agent<B> for Td3<B> {
+impl<B: ReinAutodiffBackend> Learner<B> for Td3<B> {
     fn explore(&self, obs: &[f32], rng: &mut SeededRng) -> Vec<f32> {
         let obs = observations(obs, self.obs_dim(), &self.device());
         let noise = normals(rng, obs.dims()[0] * self.act_dim());

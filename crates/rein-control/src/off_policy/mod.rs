@@ -5,9 +5,9 @@
 //! optimisers and target networks, the replay buffer, and the random draws an update makes
 //! (taken as arguments, so a test can give CleanRL's).
 
-mod agent;
 mod build;
 pub mod flat;
+mod learner;
 pub mod replay_buffer;
 mod run;
 pub mod sac;

@@ -15,8 +15,8 @@ use rein_recipe::{OffPolicyAlgorithm, OffPolicyRecipe, Recipe};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::agent::Agent;
 use super::build::agent;
+use super::learner::Learner;
 use super::replay_buffer::ReplayBuffer;
 use crate::ControlError;
 use crate::environments::EnvFactory;
@@ -53,7 +53,7 @@ pub struct OffPolicy<'a, B: ReinAutodiffBackend> {
     num_envs: usize,
     /// Vector steps in the whole run.
     total_vector_steps: u64,
-    pub(super) agent: Box<dyn Agent<B>>,
+    pub(super) agent: Box<dyn Learner<B>>,
     buffer: ReplayBuffer,
     pub(super) state: LoopState,
     device: B::Device,

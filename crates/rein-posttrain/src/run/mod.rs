@@ -19,7 +19,7 @@ use serde_json::json;
 
 use crate::LmError;
 use crate::run::recipe_keys::{invalid, model_path};
-pub use crate::run::report::{DpoOutcome, LmOutcome, RewardModelOutcome, describe};
+pub use crate::run::report::{DpoOutcome, LmOutcome, RewardModelOutcome};
 use crate::run::report::{log_eval, report_markdown};
 use crate::run::setup::{LmSetup, lora_spec, setup};
 use crate::{EvalReport, OnlineOutcome, PpoCritic, Update};
@@ -136,7 +136,7 @@ pub fn run_lm<B: ReinAutodiffBackend>(
         (outcome.before, outcome.sft_seconds) = (before.clone(), *sft_seconds);
     }
     if let Some(report) = &outcome.before {
-        eprintln!("held-out before RL: {}", describe(report));
+        eprintln!("held-out before RL: {}", report.one_line());
     }
     model = stages.algorithm(model, stage, &mut outcome)?;
     let causal = !matches!(plan, Plan::RewardModel(_));
@@ -451,7 +451,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         let after = self.setup.evaluate(&model.valid(), self.loaded, &self.device)?;
         if let Some(report) = &after {
             log_eval(self.metrics.as_mut(), "after", steps, report)?;
-            eprintln!("{label} {}", describe(report));
+            eprintln!("{label} {}", report.one_line());
         }
         Ok(after)
     }

@@ -92,27 +92,6 @@ pub(crate) fn log_eval(
     Ok(())
 }
 
-/// One line for a report.
-pub fn describe(report: &EvalReport) -> String {
-    let pct = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
-    let by_source: Vec<String> = (report.by_source.iter())
-        .map(|(source, accuracy)| format!("{source} {}", pct(Some(*accuracy))))
-        .collect();
-    let by_source = match by_source.is_empty() {
-        true => String::new(),
-        false => format!("; greedy by source: {}", by_source.join(", ")),
-    };
-    let sampled = match report.k {
-        0 => String::new(),
-        k => format!(", pass@{k} {}, maj@{k} {}", pct(report.pass_at_k), pct(report.maj_at_k)),
-    };
-    format!(
-        "greedy accuracy {:.1}%{sampled} ({} prompts{by_source})",
-        100.0 * report.greedy_accuracy,
-        report.examples,
-    )
-}
-
 pub(crate) fn report_markdown(loaded: &LoadedRecipe, outcome: &LmOutcome) -> String {
     let mut text = format!(
         "# {}\n\nseed {}, {:.0} s in total",

@@ -19,7 +19,7 @@ use rein_optim::{FlatAdam, squashed_gaussian_row, squashed_gaussian_row_backward
 use super::{FlatBox, Twin, flat};
 use crate::flat_sections::{floats_bytes, non_finite, read_adam, read_params};
 use crate::off_policy::Batch;
-use crate::off_policy::agent::Agent;
+use crate::off_policy::learner::Learner;
 use crate::off_policy::sac::{SacLosses, SacNoise, SacSettings, TwinCritics};
 use rein_run::checkpoint::{Checkpoint, CheckpointError};
 use rein_run::driver::Snapshot;
@@ -206,7 +206,7 @@ impl FlatSac {
     }
 }
 
-impl<B: ReinAutodiffBackend> Agent<B> for FlatSac {
+impl<B: ReinAutodiffBackend> Learner<B> for FlatSac {
     fn explore(&self, obs: &[f32], rng: &mut SeededRng) -> Vec<f32> {
         let eps: Vec<f32> = (0..obs.len() / self.obs_dim * self.act_dim)
             .map(|_| rng.normal() as f32)
@@ -330,14 +330,14 @@ mod tests {
             let noise = SacNoise::draw(&mut rng, &trained.settings, 16, step);
             trained.update(&batch, noise, step);
         }
-        let sections = <FlatSac as Agent<CpuAutodiff>>::snapshot(&trained)();
+        let sections = <FlatSac as Learner<CpuAutodiff>>::snapshot(&trained)();
         let dir = std::env::temp_dir().join(format!("rein-flat-sac-{}", std::process::id()));
         let borrowed: Vec<(&str, &[u8])> = sections.iter().map(|(n, b)| (n.as_str(), b.as_slice())).collect();
         let path = CheckpointDir::of_run(&dir).save(4, &borrowed).unwrap();
         let checkpoint = read(&path).unwrap();
 
         let mut fresh = agent(8, 3);
-        Agent::<CpuAutodiff>::restore(&mut fresh, &checkpoint, &Default::default()).unwrap();
+        Learner::<CpuAutodiff>::restore(&mut fresh, &checkpoint, &Default::default()).unwrap();
         assert_eq!(fresh.tensors(), trained.tensors());
         assert_eq!(
             (fresh.alpha, fresh.actor_adam.clone()),
@@ -346,7 +346,7 @@ mod tests {
 
         let mut other = agent(16, 3);
         let before = other.tensors();
-        let error = Agent::<CpuAutodiff>::restore(&mut other, &checkpoint, &Default::default()).unwrap_err();
+        let error = Learner::<CpuAutodiff>::restore(&mut other, &checkpoint, &Default::default()).unwrap_err();
         assert!(
             error
                 .to_string()

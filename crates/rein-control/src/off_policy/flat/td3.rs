@@ -18,7 +18,7 @@ use rein_optim::FlatAdam;
 use super::{Critic, FlatBox, Twin, flat, polyak};
 use crate::flat_sections::{floats_bytes, non_finite, read_adam, read_params};
 use crate::off_policy::Batch;
-use crate::off_policy::agent::Agent;
+use crate::off_policy::learner::Learner;
 use crate::off_policy::sac::TwinCritics;
 use crate::off_policy::td3::{Td3Losses, Td3Settings};
 use rein_run::checkpoint::{Checkpoint, CheckpointError};
@@ -169,7 +169,7 @@ impl ActorStep<'_> {
     }
 }
 
-impl<B: ReinAutodiffBackend> Agent<B> for FlatTd3 {
+impl<B: ReinAutodiffBackend> Learner<B> for FlatTd3 {
     /// `clip(μ(s) + s_a σ_e ε, low, high)`.
     fn explore(&self, obs: &[f32], rng: &mut SeededRng) -> Vec<f32> {
         let mut actions = policy(&self.actor, &self.bounds, obs, &mut Trace::default());
