@@ -90,7 +90,7 @@ pub use ppo_rows::{
 };
 pub use rein_core::{Aggregation, KlEstimator, RatioLevel, StdScaling};
 pub use running::{RewardScaler, RunningMeanStd};
-pub use schedule::LinearSchedule;
+pub use schedule::{LinearSchedule, warmup_then_decay};
 pub use soft_actor_critic::{
     LOG_STD_MAX, LOG_STD_MIN, SquashedSample, bounded_log_std, sac_actor_loss, soft_q_target, squashed_gaussian,
     temperature_loss, twin_critic_loss,

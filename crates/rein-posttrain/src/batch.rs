@@ -462,6 +462,16 @@ impl<B: ReinBackend> CompletionLogits<B> {
     }
 }
 
+/// A 1-D tensor's values.
+pub(crate) fn floats<B: burn::tensor::backend::Backend>(tensor: Tensor<B, 1>) -> Vec<f32> {
+    tensor.into_data().convert::<f32>().to_vec().expect("f32 values")
+}
+
+/// The mean of `values` (0 when there are none).
+pub(crate) fn mean(values: &[f32]) -> f64 {
+    values.iter().map(|&v| f64::from(v)).sum::<f64>() / values.len().max(1) as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,6 +25,7 @@ pub mod online;
 pub mod rewards;
 pub mod rollout;
 mod run;
+mod seeds;
 
 pub use batch::{
     CompletionLogits, CompletionOutputs, TokenBatch, completion_log_probs, completion_logits, completion_outputs,

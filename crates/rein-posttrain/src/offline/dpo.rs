@@ -15,17 +15,16 @@ use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use rein_model::lm::CausalLm;
 use rein_model::{ReinAutodiffBackend, ReinBackend};
-use rein_optim::{DpoConfig, DpoLoss, clip_grad_norm, dpo_loss};
+use rein_optim::{DpoConfig, DpoLoss, clip_grad_norm, dpo_loss, warmup_then_decay};
 use rein_recipe::DpoSection;
 use rein_sampler::SeededRng;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::LmError;
-use crate::batch::{TokenBatch, completion_log_probs};
+use crate::batch::{TokenBatch, completion_log_probs, floats, mean};
 use crate::data::preferences::PreferencePair;
-use crate::offline::sft::warmup_then_decay;
-use crate::online::{DROPOUT_SALT, generation_seed};
+use crate::seeds::{DROPOUT_SALT, generation_seed};
 use rein_run::checkpoint::{Checkpoint, learner_sections};
 use rein_run::driver::{Record, Snapshot, Step, Trainer};
 use rein_run::watchdog::Phases;
@@ -200,16 +199,6 @@ fn token_counts<B: ReinBackend>(batch: &TokenBatch, device: &B::Device) -> [Tens
     let pairs = batch.rows / 2;
     let tensor = |values: &[f32]| Tensor::from_data(TensorData::new(values.to_vec(), [values.len()]), device);
     [tensor(&counts[..pairs]), tensor(&counts[pairs..])]
-}
-
-/// A 1-D tensor's values.
-pub(crate) fn floats<B: burn::tensor::backend::Backend>(tensor: Tensor<B, 1>) -> Vec<f32> {
-    tensor.into_data().convert::<f32>().to_vec().expect("f32 values")
-}
-
-/// The mean of `values` (0 when there are none).
-pub(crate) fn mean(values: &[f32]) -> f64 {
-    values.iter().map(|&v| f64::from(v)).sum::<f64>() / values.len().max(1) as f64
 }
 
 /// A DPO step's batch means, for its record: the implicit rewards of the chosen and rejected

@@ -14,16 +14,15 @@ use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use rein_model::lm::SequenceClassifier;
 use rein_model::{ReinAutodiffBackend, ReinBackend};
-use rein_optim::{bradley_terry_loss, clip_grad_norm};
+use rein_optim::{bradley_terry_loss, clip_grad_norm, warmup_then_decay};
 use rein_recipe::RewardModelSection;
 use rein_sampler::SeededRng;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::LmError;
+use crate::batch::{floats, mean};
 use crate::data::preferences::PreferencePair;
-use crate::offline::dpo::{floats, mean};
-use crate::offline::sft::warmup_then_decay;
 use rein_run::checkpoint::{Checkpoint, learner_sections};
 use rein_run::driver::{Snapshot, Step, Trainer};
 use rein_run::watchdog::Phases;

@@ -13,7 +13,7 @@ use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor};
 use rein_model::ReinAutodiffBackend;
 use rein_model::lm::CausalLm;
-use rein_optim::clip_grad_norm;
+use rein_optim::{clip_grad_norm, warmup_then_decay};
 use rein_recipe::SftSection;
 use rein_sampler::SeededRng;
 use serde::{Deserialize, Serialize};
@@ -23,7 +23,7 @@ use crate::LmError;
 use crate::Prompt;
 use crate::batch::{TokenBatch, completion_log_probs};
 use crate::data_parallel;
-use crate::online::{DROPOUT_SALT, generation_seed};
+use crate::seeds::{DROPOUT_SALT, generation_seed};
 use rein_run::checkpoint::{Checkpoint, learner_sections};
 use rein_run::driver::{Snapshot, Step, Trainer};
 use rein_run::watchdog::Phases;
@@ -208,19 +208,9 @@ fn sft_loss<B: ReinAutodiffBackend>(
     (log_prob * batch.mask::<B>(device)).sum().neg().div_scalar(count)
 }
 
-/// SFT's learning rate at `step` ([`warmup_then_decay`]).
+/// SFT's learning rate at `step` ([`rein_optim::warmup_then_decay`]).
 fn sft_lr(section: &SftSection, step: usize) -> f64 {
     warmup_then_decay(section.lr, section.warmup_steps, section.steps, step)
-}
-
-/// Linear warm-up to `lr` over `warmup` steps, then linear decay to 10% of it at `steps`.
-pub(crate) fn warmup_then_decay(lr: f64, warmup: usize, steps: usize, step: usize) -> f64 {
-    let warmup = warmup.max(1);
-    if step <= warmup {
-        return lr * step as f64 / warmup as f64;
-    }
-    let progress = (step - warmup) as f64 / (steps.saturating_sub(warmup)).max(1) as f64;
-    lr * (1.0 - 0.9 * progress.min(1.0))
 }
 
 #[cfg(test)]

@@ -18,10 +18,11 @@ use serde_json::json;
 
 use super::curriculum::group_accuracy;
 use super::sample::{Rollout, Scored};
-use super::{DROPOUT_SALT, Stage, generation_seed, mean};
+use super::{Stage, mean};
 use crate::LmError;
 use crate::batch::{TokenBatch, completion_log_probs, completion_logits, completion_outputs};
 use crate::online::turn_advantages::{EpisodeTurns, token_advantages};
+use crate::seeds::{DROPOUT_SALT, generation_seed};
 use rein_run::driver::Record;
 use rein_run::watchdog::Phases;
 

@@ -11,11 +11,12 @@ use rein_model::ReinAutodiffBackend;
 use rein_optim::{DpoConfig, clip_grad_norm};
 use serde_json::json;
 
+use super::Stage;
 use super::sample::Scored;
-use super::{DROPOUT_SALT, Stage, generation_seed};
 use crate::LmError;
 use crate::data::preferences::PreferencePair;
 use crate::offline::dpo::{dpo_batch_loss, pair_batch, pair_metrics, reference_log_probs};
+use crate::seeds::{DROPOUT_SALT, generation_seed};
 use rein_run::driver::Record;
 use rein_run::watchdog::Phases;
 

@@ -26,10 +26,11 @@ use rein_recipe::{LmPpoSection, OptimizerSection, SamplerSection};
 use serde_json::json;
 
 use super::sample::{Rollout, Scored};
-use super::{DROPOUT_SALT, Stage, adamw, generation_seed, lr_schedule, mean};
+use super::{Stage, adamw, lr_schedule, mean};
 use crate::LmError;
 use crate::batch::{TokenBatch, completion_log_probs, select_rows};
 use crate::online::critic::Critic;
+use crate::seeds::{DROPOUT_SALT, generation_seed};
 use rein_run::driver::Record;
 use rein_run::watchdog::Phases;
 

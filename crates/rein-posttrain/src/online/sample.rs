@@ -10,11 +10,12 @@ use rein_model::ReinAutodiffBackend;
 use rein_sampler::{FinishReason, GenerationConfig};
 use serde_json::json;
 
-use super::{Stage, curriculum, generation_seed};
+use super::{Stage, curriculum};
 use crate::LmError;
 use crate::rewards::{GroupReward, score_groups};
 use crate::rollout::episodes::{Episode, TurnRecord, play};
 use crate::rollout::source::Job;
+use crate::seeds::generation_seed;
 use crate::{Prompt, completion_text};
 use rein_run::driver::Record;
 use rein_run::watchdog::Phases;
