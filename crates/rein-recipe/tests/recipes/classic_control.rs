@@ -29,7 +29,7 @@ fn invalid_values_are_named() {
 
 #[test]
 fn sac_and_td3_keys_are_checked_and_named() {
-    let root = common::root().join("recipes");
+    let root = root().join("recipes");
     let load_shipped = |file: &str, set: &[&str]| load(&root, file, set);
     for (file, set, key, expected) in [
         (

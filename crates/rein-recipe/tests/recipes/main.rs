@@ -6,13 +6,11 @@
 //! - `classic_control`: PPO, SAC and TD3 keys;
 //! - `language_models`: the GRPO family's, DPO's, PPO-with-a-critic's, rewards', judges',
 //!   teachers' and curricula's keys;
-//! - `check`: what `rein recipe check` refuses, which is every error `rein run` raises before
-//!   its first step without opening a model.
+//!
+//! What `rein recipe check` refuses against what `rein run` raises, and the shipped recipes
+//! against the built plugins, need a run and the plugins: they are the workspace tests'
+//! `recipe_check`.
 
-#[path = "../common/mod.rs"]
-mod common;
-
-mod check;
 mod classic_control;
 mod composition;
 mod language_models;
@@ -20,6 +18,11 @@ mod language_models;
 use std::path::{Path, PathBuf};
 
 use rein_recipe::{Algorithm, LoadedRecipe, RecipeError};
+
+/// The repository's root (where `recipes/` is).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
 
 /// A fresh directory of recipe files.
 fn recipes(files: &[(&str, &str)]) -> PathBuf {

@@ -21,7 +21,7 @@ fn extends_deep_merges_in_order_then_overrides_apply() {
     assert_eq!(r.seed, 7);
     assert_eq!(r.name.as_deref(), Some("run"));
     assert_eq!(r.model.hidden, vec![128, 128], "the later fragment wins");
-    assert_eq!(r.model.activation, rein_model::Activation::Relu);
+    assert_eq!(r.model.activation, rein_core::Activation::Relu);
     assert_eq!(ppo(&loaded).gamma, 0.95);
     assert_eq!(ppo(&loaded).num_steps, 16, "the recipe itself wins over its fragments");
     assert_eq!(r.env.as_ref().unwrap().num_envs, 4, "untouched keys survive");
@@ -225,7 +225,12 @@ fn an_extends_cycle_is_reported_with_its_chain() {
 fn an_unknown_plugin_lists_the_available_ones() {
     let dir = recipes(&[("run.toml", &BASE.replace("\"cartpole\"", "\"cartpol\""))]);
     let loaded = load(&dir, "run.toml", &[]).unwrap();
-    let plugin_dir = common::plugin_path("cartpole").parent().unwrap().to_path_buf();
+    // A plugin directory is its `.wasm` files.
+    let plugin_dir = dir.join("plugins");
+    std::fs::create_dir_all(&plugin_dir).unwrap();
+    for plugin in ["cartpole", "pendulum"] {
+        std::fs::write(plugin_dir.join(format!("{plugin}.wasm")), b"").unwrap();
+    }
     let err = loaded.env_plugin_path(&plugin_dir).unwrap_err();
     let RecipeError::UnknownPlugin {
         file,
@@ -261,22 +266,6 @@ fn malformed_overrides_are_rejected() {
             "{bad}"
         );
     }
-}
-
-#[test]
-fn the_shipped_recipes_are_valid() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let plugin_dir = common::plugin_path("cartpole").parent().unwrap().to_path_buf();
-    let mut checked = 0;
-    for entry in std::fs::read_dir(root.join("recipes")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "toml") {
-            let loaded = LoadedRecipe::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
-            loaded.check(&plugin_dir).unwrap_or_else(|e| panic!("{e}"));
-            checked += 1;
-        }
-    }
-    assert!(checked >= 17, "{checked} recipes");
 }
 
 /// `train.log` chooses the metrics formats; `metrics.jsonl` cannot be left out.
