@@ -1,18 +1,20 @@
 //! Data parallelism: a batch split across 2 or 3 devices (the CPU backend several times, peers
 //! of burn-collective's all-reduce) gives the gradients of the unsplit batch, and SFT and GRPO
-//! steps so split give the losses and gradient norms of unsplit ones, within 1e-6.
+//! steps so split give the losses and gradient norms of unsplit ones, within 1e-6; the updates
+//! that train on one device refuse two when the online stage is built.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use burn::module::AutodiffModule;
 use burn::tensor::backend::Backend as _;
 use rein_core::{Aggregation, LagCorrection};
 use rein_model::CpuAutodiff;
 use rein_model::lm::lora::LoraSpec;
-use rein_model::lm::{CausalLm, LmConfig, LmInit};
+use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer};
 use rein_posttrain::data_parallel::devices;
-use rein_posttrain::{Prompt, Sft, TokenBatch, completion_log_probs};
-use rein_recipe::{GrpoSection, SamplerSection, SftSection};
+use rein_posttrain::{LmError, OnlineContext, OnlineTrainer, Prompt, Sft, TokenBatch, Update, completion_log_probs};
+use rein_recipe::{GrpoSection, OptimizerSection, SamplerSection, SftSection};
 use rein_run::driver::Trainer;
 use rein_run::watchdog::Phases;
 
@@ -173,6 +175,65 @@ fn grpo_split_across_devices_equals_one_device() {
             }
         }
     }
+}
+
+/// Online DPO, PPO with a critic and the full KL to a teacher train on one device: given two,
+/// the online stage refuses at construction, naming what trains on one, and GRPO accepts them.
+#[test]
+fn updates_that_train_on_one_device_refuse_two_before_any_step() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm/qwen2-gqa");
+    let device = Default::default();
+    let model = rein_model::lm::load::<CpuAutodiff>(&dir, &device).unwrap();
+    let tokenizer = LmTokenizer::load(&dir, &model.config().eos_ids()).unwrap();
+    let (grpo, sampler, optimizer) = (
+        GrpoSection::default(),
+        SamplerSection::default(),
+        OptimizerSection::default(),
+    );
+    let two = devices(&device, 2);
+    let settings = (&tokenizer, &grpo, &sampler, &optimizer);
+    let stage = |update| online_stage(&model, settings, update);
+    let refusal = |trainer: Result<OnlineTrainer<'_, CpuAutodiff>, LmError>| match trainer {
+        Ok(_) => panic!("two devices accepted"),
+        Err(error) => error.to_string(),
+    };
+    let online_dpo = rein_optim::DpoConfig {
+        kind: rein_core::DpoLossKind::Sigmoid,
+        beta: 0.1,
+        label_smoothing: 0.0,
+        sft_weight: 0.0,
+    };
+    let error = refusal(stage(Update::OnlineDpo(online_dpo)).with_devices(two.clone()));
+    assert!(error.contains("online DPO trains on one device"), "{error}");
+    let teacher = model.valid();
+    let full_kl = stage(Update::Grpo(&grpo)).with_devices(two.clone()).unwrap();
+    let error = refusal(full_kl.with_teacher(teacher, 1.0, rein_recipe::TeacherKl::Full));
+    assert!(
+        error.contains("`teacher.kl = \"full\"`) trains on one device"),
+        "{error}"
+    );
+    assert!(stage(Update::Grpo(&grpo)).with_devices(two).is_ok());
+}
+
+/// The online stage from `model` with `update`, no prompts and no rewards, on the CPU.
+fn online_stage<'a>(
+    model: &CausalLm<CpuAutodiff>,
+    (tokenizer, grpo, sampler, optimizer): (&'a LmTokenizer, &GrpoSection, &'a SamplerSection, &'a OptimizerSection),
+    update: Update<'a, CpuAutodiff>,
+) -> OnlineTrainer<'a, CpuAutodiff> {
+    let ctx = OnlineContext {
+        tokenizer,
+        prompts: &[],
+        rewards: &mut [],
+        accuracy_reward: 0,
+        curriculum: None,
+        rollout: grpo.rollout(),
+        sampler,
+        optimizer,
+        seed: 1,
+        agent: None,
+    };
+    OnlineTrainer::new(model.clone(), ctx, update, &Default::default()).unwrap()
 }
 
 /// Every parameter's gradient of a token-mean loss over seven rows, split 1, 2 and 3 ways.

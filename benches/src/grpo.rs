@@ -305,7 +305,7 @@ fn measure(
     let mut trainer = OnlineTrainer::new(model, ctx, Update::Grpo(&grpo), &device)?;
     if let Some(teacher) = &case.teacher {
         let teacher = load::<rein_model::Cpu>(teacher, &device)?;
-        trainer = trainer.with_teacher(teacher, 1.0, TeacherKl::Full);
+        trainer = trainer.with_teacher(teacher, 1.0, TeacherKl::Full)?;
     }
     let (driven, peak_rss_mib, records) = drive(&mut trainer, &runs, loading_rss)?;
     let outcome = trainer.outcome(driven.steps, &driven.phases);

@@ -140,8 +140,8 @@ impl Run<'_> {
         };
         let devices = rein_posttrain::data_parallel::devices(&device, self.devices);
         let mut algorithm = OnlineTrainer::new(model, ctx, Update::Grpo(&self.grpo), &device)
-            .unwrap()
-            .with_devices(devices);
+            .and_then(|trainer| trainer.with_devices(devices))
+            .unwrap();
         let phases = Phases::new(Default::default(), Default::default());
         let records = (1..=self.grpo.steps)
             .map(|step| algorithm.step(step, &phases).unwrap().record)

@@ -152,7 +152,7 @@ fn grpo_step_record<B: ReinBackend>(fixtures: &Path, devices: Vec<B::Device>) ->
     };
     let first = devices[0].clone();
     let mut algorithm = rein_posttrain::OnlineTrainer::new(model, ctx, rein_posttrain::Update::Grpo(&grpo), &first)?
-        .with_devices(devices);
+        .with_devices(devices)?;
     let phases = rein_run::watchdog::Phases::new(std::time::Duration::ZERO, Default::default());
     let record = algorithm.step(1, &phases)?.record;
     Ok(["train/loss", "train/grad_norm", "train/kl", "train/clip_frac"]

@@ -327,13 +327,14 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
     /// Data parallelism (`train.devices`): each policy update splits the batch's rows across
     /// `devices`, the first being the policy's own ([`crate::data_parallel::devices`] numbers
     /// them); a batch with fewer rows than devices uses as many devices as it has rows. Online
-    /// DPO, PPO with a critic and the full teacher KL train on one device: their steps fail
-    /// with more than one.
-    pub fn with_devices(mut self, devices: Vec<B::Device>) -> Self {
+    /// DPO, PPO with a critic, the full teacher KL and a mixture of experts train on one
+    /// device: with more than one this is an error, before any step.
+    pub fn with_devices(mut self, devices: Vec<B::Device>) -> Result<Self, LmError> {
         if !devices.is_empty() {
             self.stage.devices = devices;
         }
-        self
+        self.fits_the_devices()?;
+        Ok(self)
     }
 
     /// Whether what this run learns with can be split across its devices: the policy-gradient
@@ -366,10 +367,16 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
     /// `coef · (log π_teacher − log π_student)` ([`rein_optim::add_teacher_advantages`]), or
     /// with [`TeacherKl::Full`] the loss gains `coef ·` the reverse KL over the vocabulary
     /// ([`rein_optim::full_reverse_kl`]). The teacher must share the policy's tokenizer (the
-    /// caller checks).
-    pub fn with_teacher(mut self, teacher: CausalLm<B::InnerBackend>, coef: f32, kl: TeacherKl) -> Self {
+    /// caller checks). The full KL trains on one device: with more this is an error.
+    pub fn with_teacher(
+        mut self,
+        teacher: CausalLm<B::InnerBackend>,
+        coef: f32,
+        kl: TeacherKl,
+    ) -> Result<Self, LmError> {
         self.stage.teacher = Some((teacher, coef, kl));
-        self
+        self.fits_the_devices()?;
+        Ok(self)
     }
 
     /// The run's outcome once the driver is done, with its phase timings.
@@ -440,7 +447,6 @@ impl<B: ReinAutodiffBackend> Trainer for OnlineTrainer<'_, B> {
     }
 
     fn step(&mut self, step: usize, phases: &Phases) -> Result<Step, LmError> {
-        self.fits_the_devices()?;
         let stage = &mut self.stage;
         let started = phases.elapsed();
         let sampled = stage.sample(step, phases, self.update.grpo())?;

@@ -312,12 +312,12 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         let generator = generator::<B::InnerBackend>(self.loaded, &self.setup.tokenizer, self.run, &self.device)?;
         let devices = crate::data_parallel::devices(&self.device, recipe.train.devices);
         let mut online =
-            crate::OnlineTrainer::with_generator(model, ctx, update, generator, &self.device)?.with_devices(devices);
+            crate::OnlineTrainer::with_generator(model, ctx, update, generator, &self.device)?.with_devices(devices)?;
         if let Some(teacher) = &recipe.teacher {
             let dir = model_path(self.loaded, &teacher.model);
             let model = load::<B::InnerBackend>(&dir, &self.device)
                 .map_err(|e| invalid(self.loaded, "teacher.model", e.to_string()))?;
-            online = online.with_teacher(model, teacher.coef as f32, teacher.kl);
+            online = online.with_teacher(model, teacher.coef as f32, teacher.kl)?;
         }
         let driven = Driver {
             metrics: self.metrics.as_mut(),
