@@ -99,9 +99,10 @@ impl GrpoSection {
 
 impl Default for GrpoSection {
     fn default() -> Self {
+        let rollout = Rollout::default();
         Self {
-            steps: 100,
-            prompts_per_step: 8,
+            steps: rollout.steps,
+            prompts_per_step: rollout.prompts_per_step,
             advantage: AdvantageKind::Group,
             step_advantage_weight: 1.0,
             step_gamma: 0.95,
@@ -122,12 +123,12 @@ impl Default for GrpoSection {
             max_resample: 3,
             difficulty_weight: None,
             mask_truncated: false,
-            on_error: rein_core::OnError::Fail,
-            max_staleness: 0,
-            correction: rein_core::LagCorrection::None,
-            correction_level: rein_core::RatioLevel::Token,
-            tis_cap: 2.0,
-            icepop_bounds: [0.5, 2.0],
+            on_error: rollout.on_error,
+            max_staleness: rollout.max_staleness,
+            correction: rollout.correction,
+            correction_level: rollout.correction_level,
+            tis_cap: rollout.tis_cap,
+            icepop_bounds: rollout.icepop_bounds,
             router_replay: true,
             router_aux_loss_coef: None,
         }

@@ -76,9 +76,10 @@ pub struct LmPpoSection {
 
 impl Default for LmPpoSection {
     fn default() -> Self {
+        let rollout = Rollout::default();
         Self {
-            steps: 100,
-            prompts_per_step: 8,
+            steps: rollout.steps,
+            prompts_per_step: rollout.prompts_per_step,
             gamma: 1.0,
             gae_lambda: 0.95,
             update_epochs: 4,
@@ -98,12 +99,12 @@ impl Default for LmPpoSection {
             value_model_path: None,
             critic_lr: None,
             critic_warmup_steps: 0,
-            on_error: rein_core::OnError::Fail,
-            max_staleness: 0,
-            correction: rein_core::LagCorrection::None,
-            correction_level: rein_core::RatioLevel::Token,
-            tis_cap: 2.0,
-            icepop_bounds: [0.5, 2.0],
+            on_error: rollout.on_error,
+            max_staleness: rollout.max_staleness,
+            correction: rollout.correction,
+            correction_level: rollout.correction_level,
+            tis_cap: rollout.tis_cap,
+            icepop_bounds: rollout.icepop_bounds,
         }
     }
 }

@@ -29,6 +29,24 @@ pub struct Rollout {
     pub icepop_bounds: [f32; 2],
 }
 
+/// The defaults of the online algorithms' rollout keys, the same for each: 100 steps of 8
+/// prompts, synchronous, no correction (TIS's cap 2 and IcePop's bounds `[0.5, 2]` when one
+/// is chosen), a failing reward failing the run.
+impl Default for Rollout {
+    fn default() -> Self {
+        Self {
+            steps: 100,
+            prompts_per_step: 8,
+            on_error: rein_core::OnError::Fail,
+            max_staleness: 0,
+            correction: rein_core::LagCorrection::None,
+            correction_level: rein_core::RatioLevel::Token,
+            tis_cap: 2.0,
+            icepop_bounds: [0.5, 2.0],
+        }
+    }
+}
+
 impl Rollout {
     /// Rollouts sampled within their step from the policy being trained: no lag, so no
     /// correction (online DPO's).
@@ -37,11 +55,7 @@ impl Rollout {
             steps,
             prompts_per_step,
             on_error,
-            max_staleness: 0,
-            correction: rein_core::LagCorrection::None,
-            correction_level: rein_core::RatioLevel::Token,
-            tis_cap: 2.0,
-            icepop_bounds: [0.5, 2.0],
+            ..Self::default()
         }
     }
 
