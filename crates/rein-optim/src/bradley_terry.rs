@@ -37,24 +37,8 @@ pub fn bradley_terry_loss<B: Backend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pair_testing::{log_sigmoid, scalar, t};
     use proptest::prelude::*;
-
-    type T = burn::backend::Flex;
-
-    fn t(values: &[f32]) -> Tensor<T, 1> {
-        Tensor::from_data(
-            burn::tensor::TensorData::new(values.to_vec(), [values.len()]),
-            &Default::default(),
-        )
-    }
-
-    fn scalar(x: Tensor<T, 1>) -> f64 {
-        f64::from(x.into_scalar())
-    }
-
-    fn log_sigmoid(x: f64) -> f64 {
-        -(1.0 + (-x).exp()).ln()
-    }
 
     #[test]
     fn bradley_terry_is_the_negative_log_likelihood_of_the_preference() {

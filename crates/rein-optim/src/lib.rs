@@ -55,6 +55,8 @@ mod group_advantages;
 mod kl;
 mod lag_correction;
 mod normalize;
+#[cfg(test)]
+mod pair_testing;
 mod policy_loss;
 mod polyak;
 mod ppo_loss;
