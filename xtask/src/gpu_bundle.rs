@@ -39,21 +39,27 @@ const PLUGINS: &[&str] = &["cartpole"];
 
 #[derive(Args)]
 pub(crate) struct GpuBundle {
-    /// Where to write the bundle (default: `<target>/gpu-bundle`).
+    /// Where to write the bundle (default: `<target>/gpu-bundle`, or `<target>/gpu-bundle-dev`
+    /// with `--dev`).
     pub(crate) dir: Option<PathBuf>,
     /// Leave `rein` out (only `rein-gpu-check` and what it reads).
     #[arg(long)]
     pub(crate) no_rein: bool,
-    /// Build the binaries in the dev profile, as `cargo xtask test` does to check the bundle's
-    /// files, libraries and refusal without a release build (minutes instead of about 40 from a
-    /// cold cache); a GPU machine should run the release build, the default.
+    /// Build the binaries in the dev profile, to check the bundle's files, libraries and refusal
+    /// without a release build (minutes instead of about 40 from a cold cache); a GPU machine
+    /// should run the release build, the default.
     #[arg(long)]
     pub(crate) dev: bool,
+    /// Then check the bundle as CI does: every file `run.sh` reads is there, the binaries link
+    /// nothing beyond the C runtime, and without a GPU `run.sh` refuses (see [`check`]).
+    #[arg(long)]
+    pub(crate) check: bool,
 }
 
 impl GpuBundle {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
-        let dir = self.dir.clone().unwrap_or_else(|| target_dir().join("gpu-bundle"));
+        let default = if self.dev { "gpu-bundle-dev" } else { "gpu-bundle" };
+        let dir = self.dir.clone().unwrap_or_else(|| target_dir().join(default));
         let mut binaries = vec!["rein-gpu-check"];
         if !self.no_rein {
             binaries.push("rein");
@@ -114,6 +120,9 @@ impl GpuBundle {
             );
         }
         println!("{}: {mib:.1} MiB; on the GPU machine: bash run.sh", dir.display());
+        if self.check {
+            check(&dir)?;
+        }
         Ok(())
     }
 }
@@ -164,10 +173,10 @@ const ALLOWED_LIBRARIES: &[&str] = &[
     "ld-linux-x86-64.so.2",
 ];
 
-/// What `cargo xtask test` checks of a bundle written to `dir`: every file `run.sh` reads is
+/// What `cargo xtask gpu-bundle --check` checks of a bundle written to `dir`: every file `run.sh` reads is
 /// there, the binaries link nothing beyond the C runtime, and without a GPU `run.sh` says that
 /// nothing was checked and fails.
-pub(crate) fn check(dir: &Path) -> anyhow::Result<()> {
+fn check(dir: &Path) -> anyhow::Result<()> {
     let mut expected: Vec<String> = [
         "run.sh",
         "summary.py",

@@ -5,6 +5,7 @@
 //! build, pass their own tests and run in the host.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use clap::Args;
@@ -24,20 +25,24 @@ pub(crate) struct Test {
 
 impl Test {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
+        let mut phases = Phases::default();
+        phases.begin("building the plugins");
         BuildPlugins {
             no_test_plugins: false,
             guests_optional: false,
         }
         .run()?;
-        eprintln!("testing plugin logic natively (plugins/)");
+        phases.begin("testing plugin logic natively (plugins/)");
         run(cargo()
             .args(["test", "--quiet", "--manifest-path"])
             .arg(root().join("plugins/Cargo.toml")))?;
         // The `rein` binary runs each plugin's cases; from a cold cache its build (burn and
         // wasmtime) is the longest step, so cargo's progress is shown.
-        eprintln!("building the rein binary");
+        phases.begin("building the rein binary");
         run(cargo().args(["build", "-p", "rein-cli"]).current_dir(root()))?;
+        phases.begin("running each plugin's cases.jsonl");
         plugin_cases()?;
+        phases.begin("fetching the models and Python tools the tests read");
         // tests/gguf.rs checks the conversion of two real models against transformers' and
         // llama.cpp's figures.
         model::ensure("smollm2-135m")?;
@@ -49,11 +54,11 @@ impl Test {
         // crates/rein-cli/tests/tensorboard.rs reads runs' event files with TensorBoard's reader.
         let tensorboard = guest::tensorboard_reader()?;
         // Building first, with cargo's progress shown: from a cold cache that is most of the
-        // command's time (about 20 minutes on 2 cores), which `--quiet` would hide.
-        eprintln!("building the workspace's tests");
+        // command's time, which `--quiet` would hide.
+        phases.begin("building the workspace's tests");
         run(cargo().args(["test", "--workspace", "--no-run"]).current_dir(root()))?;
         clear_test_scratch()?;
-        eprintln!("testing the workspace");
+        phases.begin("testing the workspace");
         run(cargo()
             .args(["test", "--workspace", "--quiet"])
             .env("REIN_MODEL_DIR", model_dir())
@@ -63,22 +68,46 @@ impl Test {
             .args(&self.args)
             .current_dir(root()))?;
         if self.args.is_empty() {
-            // The Python package: its wheel in a fresh venv, against `rein plugin score`.
+            phases.begin("the Python package: its wheel in a fresh venv");
             crate::wheel::check()?;
+            phases.begin("scaffolded plugins");
             scaffold_check()?;
-            // The GPU bundle: built with `--features cuda`, within its size limit, linking only
-            // the C runtime, and honest on a machine without a GPU. The dev profile proves all of
-            // that on a CPU; the release build a GPU machine runs is `cargo xtask gpu-bundle`'s.
-            let dir = target_dir().join("gpu-bundle-dev");
-            crate::gpu_bundle::GpuBundle {
-                dir: Some(dir.clone()),
-                no_rein: false,
-                dev: true,
-            }
-            .run()?;
-            crate::gpu_bundle::check(&dir)?;
         }
+        phases.end();
         Ok(())
+    }
+}
+
+/// The test command's phases and how long each took, printed as each begins and as a table at
+/// the end, so that a slow run says where its time went.
+#[derive(Default)]
+struct Phases {
+    done: Vec<(&'static str, Duration)>,
+    current: Option<(&'static str, Instant)>,
+}
+
+impl Phases {
+    fn begin(&mut self, name: &'static str) {
+        self.finish_current();
+        let elapsed: Duration = self.done.iter().map(|(_, d)| *d).sum();
+        eprintln!("=== {name} ({} s)", elapsed.as_secs());
+        self.current = Some((name, Instant::now()));
+    }
+
+    fn finish_current(&mut self) {
+        if let Some((name, started)) = self.current.take() {
+            self.done.push((name, started.elapsed()));
+        }
+    }
+
+    fn end(mut self) {
+        self.finish_current();
+        eprintln!("=== done; time by phase:");
+        for (name, took) in &self.done {
+            eprintln!("{:>7.1} s  {name}", took.as_secs_f64());
+        }
+        let total: Duration = self.done.iter().map(|(_, d)| *d).sum();
+        eprintln!("{:>7.1} s  in all", total.as_secs_f64());
     }
 }
 
