@@ -8,6 +8,8 @@
 //! - [`rollout`]: where completions come from (in process, servers, a producer thread ahead of
 //!   training), multi-turn episodes with tool calls and text environments;
 //! - [`offline`]: learners on fixed data (SFT, DPO, reward-model training);
+//! - `preference_batch`: a batch of preference pairs through the model and DPO's loss on it,
+//!   shared by offline and online DPO;
 //! - [`online`]: the online stage (the GRPO family, PPO with a critic, online DPO) with its
 //!   curriculum;
 //! - `run`: a recipe's stages from model to report, and their set-up.
@@ -22,6 +24,7 @@ mod error;
 mod eval;
 pub mod offline;
 pub mod online;
+mod preference_batch;
 pub mod rewards;
 pub mod rollout;
 mod run;
@@ -42,11 +45,12 @@ pub use error::LmError;
 pub use eval::{
     EpisodeSummary, EvalExample, EvalReport, EvalSettings, SHOWN_EXAMPLES, counts_as_correct, evaluate, is_correct,
 };
-pub use offline::dpo::{Dpo, PairLogProbs, dpo_batch_loss, pair_batch, reference_log_probs};
+pub use offline::dpo::Dpo;
 pub use offline::reward_model::{BradleyTerry, PairScores, pair_scores, pairwise_accuracy};
 pub use offline::sft::Sft;
 pub use online::critic::Critic;
 pub use online::{OnlineContext, OnlineOutcome, OnlineTrainer, PpoCritic, Update};
+pub use preference_batch::{PairLogProbs, dpo_batch_loss, pair_batch, reference_log_probs};
 pub use rein_sampler::{completion_text, stop_check};
 pub use rewards::{
     GroupReward, OnError, Renamed, RewardFailure, ThinkingStripped, WeightedReward, score_groups, without_thinking,

@@ -1,5 +1,7 @@
 //! Direct preference optimisation of a language model on (prompt, chosen, rejected) pairs: the
-//! DPO family of `rein_optim::dpo_loss` (DPO, IPO, hinge, robust), against a frozen reference.
+//! DPO family of `rein_optim::dpo_loss` (DPO, IPO, hinge, robust; the loss and its paper's
+//! equation are in rein-optim's `dpo.rs`, a batch of pairs through the model in
+//! `preference_batch.rs`), against a frozen reference.
 //!
 //! Each step draws `batch_size` random pairs and runs the policy over their `2 · batch_size`
 //! completions in one batch (chosen rows, then rejected rows), summing each completion's token
@@ -12,21 +14,21 @@
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
-use burn::tensor::{ElementConversion, Tensor, TensorData};
+use burn::tensor::ElementConversion;
+use rein_model::ReinAutodiffBackend;
 use rein_model::lm::CausalLm;
-use rein_model::{ReinAutodiffBackend, ReinBackend};
-use rein_optim::{DpoConfig, DpoLoss, clip_grad_norm, dpo_loss, warmup_then_decay};
+use rein_optim::{DpoConfig, clip_grad_norm, warmup_then_decay};
 use rein_recipe::DpoSection;
 use rein_sampler::SeededRng;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::LmError;
-use crate::batch::{TokenBatch, completion_log_probs, floats, mean};
 use crate::data::preferences::PreferencePair;
+use crate::preference_batch::{dpo_batch_loss, pair_batch, pair_metrics, reference_log_probs};
 use crate::seeds::{DROPOUT_SALT, generation_seed};
 use rein_run::checkpoint::{Checkpoint, learner_sections};
-use rein_run::driver::{Record, Snapshot, Step, Trainer};
+use rein_run::driver::{Snapshot, Step, Trainer};
 use rein_run::watchdog::Phases;
 
 /// What a DPO checkpoint stores besides the model and optimiser.
@@ -50,14 +52,6 @@ pub struct Dpo<'a, B: ReinAutodiffBackend> {
     state: DpoState,
     seed: u64,
     device: B::Device,
-}
-
-/// The log-probabilities of each completion of a batch of pairs, summed over its tokens.
-pub struct PairLogProbs<B: burn::tensor::backend::Backend> {
-    /// The chosen completions', `[pairs]`.
-    pub chosen: Tensor<B, 1>,
-    /// The rejected completions', `[pairs]`.
-    pub rejected: Tensor<B, 1>,
 }
 
 impl<'a, B: ReinAutodiffBackend> Dpo<'a, B> {
@@ -128,97 +122,6 @@ impl<'a, B: ReinAutodiffBackend> Dpo<'a, B> {
             false => fresh,
         }
     }
-}
-
-/// The pairs `picked` as one batch: each pair's chosen completion in the first half of the
-/// rows, its rejected one in the second.
-pub fn pair_batch(pairs: &[PreferencePair], picked: &[usize], pad_id: u32) -> TokenBatch {
-    let chosen = picked
-        .iter()
-        .map(|&i| (pairs[i].prompt.as_slice(), pairs[i].chosen.as_slice()));
-    let rejected = picked
-        .iter()
-        .map(|&i| (pairs[i].prompt.as_slice(), pairs[i].rejected.as_slice()));
-    let rows: Vec<(&[u32], &[u32])> = chosen.chain(rejected).collect();
-    TokenBatch::new(&rows, pad_id)
-}
-
-/// The reference's summed log-probabilities of each pair of `batch` ([`pair_batch`]), as
-/// `[chosen, rejected]`.
-pub fn reference_log_probs<B: ReinBackend>(
-    reference: &CausalLm<B>,
-    batch: &TokenBatch,
-    device: &B::Device,
-) -> Vec<[f32; 2]> {
-    let sums = summed_log_probs(reference, batch, device);
-    let (chosen, rejected) = (floats(sums.chosen), floats(sums.rejected));
-    (chosen.into_iter().zip(rejected)).map(|(c, r)| [c, r]).collect()
-}
-
-/// The DPO-family loss of `batch` ([`pair_batch`]) under `model`, given the reference's summed
-/// log-probabilities of each pair; with the policy's, for the metrics.
-pub fn dpo_batch_loss<B: ReinBackend>(
-    model: &CausalLm<B>,
-    batch: &TokenBatch,
-    reference: &[[f32; 2]],
-    config: &DpoConfig,
-    device: &B::Device,
-) -> (DpoLoss<B>, PairLogProbs<B>) {
-    let policy = summed_log_probs(model, batch, device);
-    let column = |k: usize| {
-        let values: Vec<f32> = reference.iter().map(|r| r[k]).collect();
-        Tensor::<B, 1>::from_data(TensorData::new(values, [reference.len()]), device)
-    };
-    let out = dpo_loss(
-        policy.chosen.clone(),
-        policy.rejected.clone(),
-        column(0),
-        column(1),
-        token_counts(batch, device),
-        config,
-    );
-    (out, policy)
-}
-
-/// Each completion's log-probability under `model`, `Σ_t log π(y_t | x, y_<t)`, split into the
-/// batch's chosen and rejected halves ([`pair_batch`]).
-fn summed_log_probs<B: ReinBackend>(model: &CausalLm<B>, batch: &TokenBatch, device: &B::Device) -> PairLogProbs<B> {
-    let (log_prob, _) = completion_log_probs(model, batch, 1.0, false, device);
-    let pairs = batch.rows / 2;
-    let sums = (log_prob * batch.mask::<B>(device)).sum_dim(1).reshape([batch.rows]);
-    PairLogProbs {
-        chosen: sums.clone().narrow(0, 0, pairs),
-        rejected: sums.narrow(0, pairs, pairs),
-    }
-}
-
-/// Each completion's token count, chosen half then rejected half.
-fn token_counts<B: ReinBackend>(batch: &TokenBatch, device: &B::Device) -> [Tensor<B, 1>; 2] {
-    let c = batch.completion_width;
-    let counts: Vec<f32> = (batch.completion_mask.chunks(c)).map(|row| row.iter().sum()).collect();
-    let pairs = batch.rows / 2;
-    let tensor = |values: &[f32]| Tensor::from_data(TensorData::new(values.to_vec(), [values.len()]), device);
-    [tensor(&counts[..pairs]), tensor(&counts[pairs..])]
-}
-
-/// A DPO step's batch means, for its record: the implicit rewards of the chosen and rejected
-/// completions (`dpo/rewards_chosen`, `dpo/rewards_rejected`), the share of pairs whose chosen
-/// completion has the larger one (`dpo/reward_accuracy`), their margin (`dpo/reward_margin`),
-/// and the policy's log-probabilities (`dpo/logps_chosen`, `dpo/logps_rejected`).
-pub(crate) fn pair_metrics<B: ReinAutodiffBackend>(out: &DpoLoss<B>, policy: &PairLogProbs<B>) -> Record {
-    let values = |t: &Tensor<B, 1>| floats(t.clone().inner());
-    let (chosen, rejected) = (values(&out.chosen_rewards), values(&out.rejected_rewards));
-    let margins: Vec<f32> = chosen.iter().zip(&rejected).map(|(c, r)| c - r).collect();
-    let accuracy = margins.iter().filter(|&&m| m > 0.0).count() as f64 / margins.len().max(1) as f64;
-    let record = json!({
-        "dpo/rewards_chosen": mean(&chosen),
-        "dpo/rewards_rejected": mean(&rejected),
-        "dpo/reward_accuracy": accuracy,
-        "dpo/reward_margin": mean(&margins),
-        "dpo/logps_chosen": mean(&values(&policy.chosen)),
-        "dpo/logps_rejected": mean(&values(&policy.rejected)),
-    });
-    record.as_object().cloned().unwrap_or_default()
 }
 
 impl<B: ReinAutodiffBackend> Trainer for Dpo<'_, B> {

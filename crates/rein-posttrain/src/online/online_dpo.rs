@@ -15,7 +15,7 @@ use super::Stage;
 use super::sample::Scored;
 use crate::LmError;
 use crate::data::preferences::PreferencePair;
-use crate::offline::dpo::{dpo_batch_loss, pair_batch, pair_metrics, reference_log_probs};
+use crate::preference_batch::{dpo_batch_loss, pair_batch, pair_metrics, reference_log_probs};
 use crate::seeds::{DROPOUT_SALT, generation_seed};
 use rein_run::driver::Record;
 use rein_run::watchdog::Phases;
