@@ -17,7 +17,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use rein_core::{Aggregation, KlEstimator, RatioLevel};
 use rein_model::lm::{Context, load};
 use rein_model::safetensors_file::Tensors;
-use rein_optim::{PolicyLossConfig, policy_loss};
+use rein_optim::{PolicyLossConfig, PolicyObjective, policy_loss};
 use rein_posttrain::{TokenBatch, completion_log_probs};
 use rein_sampler::{GenerationConfig, generate};
 
@@ -101,6 +101,7 @@ fn observe(checkpoint: &str) -> Observed {
     );
     let config = PolicyLossConfig {
         level: RatioLevel::Token,
+        objective: PolicyObjective::Clip,
         clip_low: 0.2,
         clip_high: 0.28,
         dual_clip: Some(3.0),
@@ -110,6 +111,7 @@ fn observe(checkpoint: &str) -> Observed {
         kl_estimator: KlEstimator::K3,
         kl_importance_weighted: true,
         entropy_coef: 0.01,
+        top_entropy_quantile: 1.0,
     };
     let out = policy_loss(
         log_prob.clone(),

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use rein_core::{
-    AdvantageKind, Aggregation, EpisodeStart, KlEstimator, Message, Opening, PluginError, RatioLevel, Reply,
-    SamplerPrecision, StdScaling, TextEnv, Turn,
+    AdvantageKind, Aggregation, EpisodeStart, KlEstimator, Message, ObjectiveKind, Opening, PluginError, RatioLevel,
+    Reply, SamplerPrecision, StdScaling, TextEnv, Turn,
 };
 use rein_posttrain::rollout::episodes::Agent;
 use rein_recipe::{CurriculumSection, GrpoSection, SamplerSection};
@@ -169,7 +169,7 @@ fn graded(prompt: &str, i: usize) -> f64 {
 }
 
 #[test]
-fn every_advantage_scaling_ratio_aggregation_and_kl_switch_changes_the_update() {
+fn every_advantage_scaling_ratio_objective_token_aggregation_and_kl_switch_changes_the_update() {
     // Two updates per batch, so that the second one sees ratios away from 1 (where the token
     // and sequence ratios part), and two steps, so that step 2 samples away from the reference
     // (where the KL term has a gradient).
@@ -244,6 +244,27 @@ fn every_advantage_scaling_ratio_aggregation_and_kl_switch_changes_the_update() 
             },
         ),
         (
+            "objective = cispo",
+            GrpoSection {
+                objective: ObjectiveKind::Cispo,
+                ..base.clone()
+            },
+        ),
+        (
+            "objective = sapo",
+            GrpoSection {
+                objective: ObjectiveKind::Sapo,
+                ..base.clone()
+            },
+        ),
+        (
+            "top_entropy_quantile = 0.2",
+            GrpoSection {
+                top_entropy_quantile: 0.2,
+                ..base.clone()
+            },
+        ),
+        (
             "updates_per_batch = 1",
             GrpoSection {
                 updates_per_batch: 1,
@@ -255,6 +276,38 @@ fn every_advantage_scaling_ratio_aggregation_and_kl_switch_changes_the_update() 
         let trace = run(section, sampler(), &PROMPTS, graded);
         assert!(trace.moved(), "{switch}: the policy did not move");
         assert!(trace.after != reference.after, "{switch} trains exactly as without it");
+    }
+}
+
+#[test]
+fn cispos_cap_and_sapos_temperatures_change_the_update() {
+    // The second update of each batch sees weights away from 1: a cap of 0.5 holds every
+    // weight below 1 (CISPO), and a temperature of 20 bends SAPO's gate where one of 1 is
+    // nearly straight.
+    let section = |objective, cispo_max_weight, sapo_temperature| GrpoSection {
+        updates_per_batch: 2,
+        objective,
+        cispo_max_weight,
+        sapo_temperature_pos: sapo_temperature,
+        sapo_temperature_neg: sapo_temperature,
+        ..grpo(2)
+    };
+    for (switch, default, set) in [
+        (
+            "cispo_max_weight = 0.5",
+            section(ObjectiveKind::Cispo, None, None),
+            section(ObjectiveKind::Cispo, Some(0.5), None),
+        ),
+        (
+            "sapo_temperature_pos = sapo_temperature_neg = 20",
+            section(ObjectiveKind::Sapo, None, None),
+            section(ObjectiveKind::Sapo, None, Some(20.0)),
+        ),
+    ] {
+        let default = run(default, sampler(8), &PROMPTS, graded);
+        let set = run(set, sampler(8), &PROMPTS, graded);
+        assert!(set.moved(), "{switch}: the policy did not move");
+        assert!(set.after != default.after, "{switch} trains exactly as without it");
     }
 }
 

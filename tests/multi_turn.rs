@@ -315,6 +315,7 @@ fn environment_tokens_get_no_gradient() {
     ] {
         let config = PolicyLossConfig {
             level: rein_core::RatioLevel::Token,
+            objective: rein_optim::PolicyObjective::Clip,
             clip_low: 0.2,
             clip_high: 0.28,
             dual_clip: None,
@@ -324,6 +325,7 @@ fn environment_tokens_get_no_gradient() {
             kl_estimator: rein_core::KlEstimator::K3,
             kl_importance_weighted: true,
             entropy_coef: 0.0,
+            top_entropy_quantile: 1.0,
         };
         let out = policy_loss(
             log_prob.clone(),

@@ -27,8 +27,8 @@ use burn::tensor::{Tensor, TensorData};
 use rein_core::{Aggregation, KlEstimator, RatioLevel};
 use rein_model::lm::{CausalLm, SequenceClassifier, load, peft, save};
 use rein_optim::{
-    DpoConfig, DpoLossKind, PolicyLossConfig, bradley_terry_loss, clip_grad_norm, full_reverse_kl, kl_estimate_scalar,
-    masked_value_loss, masked_whiten, policy_loss, token_gae, token_rewards,
+    DpoConfig, DpoLossKind, PolicyLossConfig, PolicyObjective, bradley_terry_loss, clip_grad_norm, full_reverse_kl,
+    kl_estimate_scalar, masked_value_loss, masked_whiten, policy_loss, token_gae, token_rewards,
 };
 use rein_posttrain::{
     Critic, PreferencePair, TokenBatch, completion_log_probs, completion_logits, completion_outputs, dpo_batch_loss,
@@ -143,6 +143,7 @@ fn assert_gradients_file_matches(file: &Path, theirs: &SafeTensors, prefix: &str
 fn token_level_loss(clip: f32, max_completion_len: usize) -> PolicyLossConfig {
     PolicyLossConfig {
         level: RatioLevel::Token,
+        objective: PolicyObjective::Clip,
         clip_low: clip,
         clip_high: clip,
         dual_clip: None,
@@ -152,5 +153,6 @@ fn token_level_loss(clip: f32, max_completion_len: usize) -> PolicyLossConfig {
         kl_estimator: KlEstimator::K3,
         kl_importance_weighted: false,
         entropy_coef: 0.0,
+        top_entropy_quantile: 1.0,
     }
 }

@@ -120,6 +120,7 @@ fn ppo_advantages_and_losses_match_trl() {
     let new_values = picked(&f.new_values).require_grad();
     let config = PolicyLossConfig {
         level: RatioLevel::Token,
+        objective: PolicyObjective::Clip,
         clip_low: f.cliprange,
         clip_high: f.cliprange,
         dual_clip: None,
@@ -129,6 +130,7 @@ fn ppo_advantages_and_losses_match_trl() {
         kl_estimator: KlEstimator::K1,
         kl_importance_weighted: false,
         entropy_coef: 0.0,
+        top_entropy_quantile: 1.0,
     };
     let policy = policy_loss(
         new_log_prob.clone(),

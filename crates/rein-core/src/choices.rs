@@ -68,6 +68,19 @@ pub enum RatioLevel {
     Sequence,
 }
 
+/// What the GRPO family maximises per token, from the importance weight `w` and the advantage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ObjectiveKind {
+    /// PPO's clipped surrogate `min(w Â, clip(w) Â)` (GRPO, DAPO, GSPO).
+    #[default]
+    Clip,
+    /// The clipped weight, held constant, times `Â log π` (CISPO, MiniMax-M1).
+    Cispo,
+    /// A soft sigmoid gate on `w` in place of the clip (SAPO).
+    Sapo,
+}
+
 /// How per-token losses become one number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

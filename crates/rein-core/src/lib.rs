@@ -19,8 +19,8 @@ mod tool;
 
 pub use choices::{
     Activation, AdvantageKind, Aggregation, DifficultyWeight, DpoLossKind, KlEstimator, LagCorrection, ModelDtype,
-    OnError, PolicySync, RatioLevel, SamplerBackend, SamplerPrecision, ServerApi, StdScaling, TrainPrecision,
-    ValueModel,
+    ObjectiveKind, OnError, PolicySync, RatioLevel, SamplerBackend, SamplerPrecision, ServerApi, StdScaling,
+    TrainPrecision, ValueModel,
 };
 pub use env::{
     Action, BatchActions, BoxSpace, EnvSpec, Environment, Observation, Space, Step, VecEnv, VecStep, validate_action,

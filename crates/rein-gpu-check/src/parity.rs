@@ -13,7 +13,7 @@ use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use rein_core::{Aggregation, KlEstimator, RatioLevel};
 use rein_model::lm::{CausalLm, Context, load, save};
 use rein_model::{ReinAutodiffBackend, ReinBackend};
-use rein_optim::{PolicyLossConfig, clip_grad_norm, policy_loss};
+use rein_optim::{PolicyLossConfig, PolicyObjective, clip_grad_norm, policy_loss};
 use rein_posttrain::{TokenBatch, completion_log_probs};
 use rein_sampler::{GenerationConfig, generate};
 use safetensors::SafeTensors;
@@ -401,6 +401,7 @@ fn f32s(view: &safetensors::tensor::TensorView<'_>) -> Vec<f32> {
 pub fn token_clipped_loss(clip: f32, max_completion_len: usize) -> PolicyLossConfig {
     PolicyLossConfig {
         level: RatioLevel::Token,
+        objective: PolicyObjective::Clip,
         clip_low: clip,
         clip_high: clip,
         dual_clip: None,
@@ -410,6 +411,7 @@ pub fn token_clipped_loss(clip: f32, max_completion_len: usize) -> PolicyLossCon
         kl_estimator: KlEstimator::K3,
         kl_importance_weighted: false,
         entropy_coef: 0.0,
+        top_entropy_quantile: 1.0,
     }
 }
 

@@ -83,7 +83,7 @@ pub use group_advantages::{group_normalized, reinforce_pp, rloo, zero_variance};
 pub use kl::{kl_estimate, kl_estimate_scalar};
 pub use lag_correction::{Corrected, Correction, lag_correction};
 pub use normalize::normalize;
-pub use policy_loss::{PolicyLoss, PolicyLossConfig, policy_loss};
+pub use policy_loss::{PolicyLoss, PolicyLossConfig, PolicyObjective, policy_loss};
 pub use polyak::polyak_update;
 pub use ppo_loss::{PpoLoss, PpoLossConfig, PpoLossValues, Surrogate, masked_value_loss, ppo_loss, value_errors};
 pub use ppo_rows::{

@@ -30,6 +30,15 @@ pub struct GrpoSection {
     pub group_baseline: bool,
     /// `token` ratios (GRPO/DAPO) or `sequence` ratios (GSPO).
     pub ratio_level: rein_core::RatioLevel,
+    /// What is maximised per token: `clip` (PPO's clipped surrogate), `cispo` or `sapo`.
+    pub objective: rein_core::ObjectiveKind,
+    /// CISPO's ε_max, the cap on the importance weight (TRL's `epsilon_high` with
+    /// `loss_type = "cispo"`); `objective = "cispo"` only. Default 5 (ScaleRL's).
+    pub cispo_max_weight: Option<f32>,
+    /// SAPO's gate temperature for positive advantages; `objective = "sapo"` only. Default 1.
+    pub sapo_temperature_pos: Option<f32>,
+    /// SAPO's gate temperature for the other advantages; `objective = "sapo"` only. Default 1.05.
+    pub sapo_temperature_neg: Option<f32>,
     /// ε_low.
     pub clip_low: f32,
     /// ε_high (DAPO's clip-higher: 0.28).
@@ -48,6 +57,9 @@ pub struct GrpoSection {
     pub kl_importance_weighted: bool,
     /// Entropy bonus coefficient.
     pub entropy_coef: f32,
+    /// ρ: take the objective only on the share ρ of completion tokens with the highest entropy
+    /// ("Beyond the 80/20 rule": 0.2; TRL's `top_entropy_quantile`); 1 keeps every token.
+    pub top_entropy_quantile: f32,
     /// Gradient steps per batch (μ), reusing the sampling-time log-probabilities.
     pub updates_per_batch: usize,
     /// DAPO dynamic sampling: replace groups whose rewards are all equal by new prompts.
@@ -82,6 +94,21 @@ pub struct GrpoSection {
 }
 
 impl GrpoSection {
+    /// CISPO's ε_max ([`GrpoSection::cispo_max_weight`], default 5).
+    pub fn cispo_max_weight(&self) -> f32 {
+        self.cispo_max_weight.unwrap_or(5.0)
+    }
+
+    /// SAPO's τ_pos (default 1, TRL's and the paper's).
+    pub fn sapo_temperature_pos(&self) -> f32 {
+        self.sapo_temperature_pos.unwrap_or(1.0)
+    }
+
+    /// SAPO's τ_neg (default 1.05, TRL's and the paper's).
+    pub fn sapo_temperature_neg(&self) -> f32 {
+        self.sapo_temperature_neg.unwrap_or(1.05)
+    }
+
     /// Its rollouts: how many, how far ahead of training, how the lag is corrected.
     pub fn rollout(&self) -> Rollout {
         Rollout {
@@ -109,6 +136,10 @@ impl Default for GrpoSection {
             std_scaling: rein_core::StdScaling::Group,
             group_baseline: true,
             ratio_level: rein_core::RatioLevel::Token,
+            objective: rein_core::ObjectiveKind::Clip,
+            cispo_max_weight: None,
+            sapo_temperature_pos: None,
+            sapo_temperature_neg: None,
             clip_low: 0.2,
             clip_high: 0.2,
             dual_clip: None,
@@ -118,6 +149,7 @@ impl Default for GrpoSection {
             kl_in_reward: false,
             kl_importance_weighted: true,
             entropy_coef: 0.0,
+            top_entropy_quantile: 1.0,
             updates_per_batch: 1,
             dynamic_sampling: false,
             max_resample: 3,
@@ -190,6 +222,15 @@ impl GrpoRecipe<'_> {
         if !grpo.entropy_coef.is_finite() {
             return Err(broken("algorithm.entropy_coef", "must be a finite number"));
         }
+        if !(grpo.top_entropy_quantile > 0.0 && grpo.top_entropy_quantile <= 1.0) {
+            return Err(broken(
+                "algorithm.top_entropy_quantile",
+                format!(
+                    "must be in (0, 1] (the share of tokens kept; 1 keeps all), got {}",
+                    grpo.top_entropy_quantile
+                ),
+            ));
+        }
         if grpo.updates_per_batch == 0 {
             return Err(broken("algorithm.updates_per_batch", "must be at least 1"));
         }
@@ -213,6 +254,7 @@ impl GrpoRecipe<'_> {
                 "the dual-clip constant must be greater than 1",
             ));
         }
+        self.objective()?;
         self.rollout().check(r)?;
         self.curriculum()?;
         self.gigpo()
@@ -241,6 +283,43 @@ impl GrpoRecipe<'_> {
                 format!(
                     "{missing:?} has no rows: data.task's sources are {}",
                     sources.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Each objective's settings are positive, and set only for the objective that reads them.
+    fn objective(&self) -> Result<(), Broken> {
+        use rein_core::ObjectiveKind::{Cispo, Clip, Sapo};
+        let grpo = self.grpo;
+        let settings = [
+            ("algorithm.cispo_max_weight", grpo.cispo_max_weight, Cispo),
+            ("algorithm.sapo_temperature_pos", grpo.sapo_temperature_pos, Sapo),
+            ("algorithm.sapo_temperature_neg", grpo.sapo_temperature_neg, Sapo),
+        ];
+        for (key, value, reader) in settings {
+            let Some(value) = value else { continue };
+            if grpo.objective != reader {
+                return Err(broken(
+                    key,
+                    format!(
+                        "is read only with objective = {:?}, and this recipe's objective is {:?}",
+                        objective_name(reader),
+                        objective_name(grpo.objective)
+                    ),
+                ));
+            }
+            if !(value > 0.0 && value.is_finite()) {
+                return Err(broken(key, format!("must be > 0, got {value}")));
+            }
+        }
+        if grpo.objective != Clip && grpo.dual_clip.is_some() {
+            return Err(broken(
+                "algorithm.dual_clip",
+                format!(
+                    "bounds the clipped objective; objective = {:?} has no clip to bound",
+                    objective_name(grpo.objective)
                 ),
             ));
         }
@@ -300,6 +379,15 @@ impl GrpoRecipe<'_> {
             ));
         }
         Ok(())
+    }
+}
+
+/// An objective as the recipe names it.
+fn objective_name(kind: rein_core::ObjectiveKind) -> &'static str {
+    match kind {
+        rein_core::ObjectiveKind::Clip => "clip",
+        rein_core::ObjectiveKind::Cispo => "cispo",
+        rein_core::ObjectiveKind::Sapo => "sapo",
     }
 }
 

@@ -5,13 +5,13 @@
 
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
-use rein_core::{AdvantageKind, Aggregation, DifficultyWeight, LagCorrection, StdScaling};
+use rein_core::{AdvantageKind, Aggregation, DifficultyWeight, LagCorrection, ObjectiveKind, StdScaling};
 use rein_model::ReinAutodiffBackend;
 use rein_model::lm::Routing;
 use rein_optim::{
-    Correction, GigpoConfig, PolicyLossConfig, add_teacher_advantages, aggregate, clip_grad_norm, difficulty_weight,
-    full_reverse_kl, group_normalized, kl_estimate_scalar, lag_correction, policy_loss, reinforce_pp,
-    reweight_by_difficulty, rloo,
+    Correction, GigpoConfig, PolicyLossConfig, PolicyObjective, add_teacher_advantages, aggregate, clip_grad_norm,
+    difficulty_weight, full_reverse_kl, group_normalized, kl_estimate_scalar, lag_correction, policy_loss,
+    reinforce_pp, reweight_by_difficulty, rloo,
 };
 use rein_recipe::{GrpoSection, SamplerSection, TeacherKl};
 use serde_json::json;
@@ -362,7 +362,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         let graph = rein_model::one_graph();
         let rows = inputs.shape[0];
         let forward = phases.enter("forward", format!("the policy loss of {rows} completions"));
-        let entropy_wanted = config.entropy_coef != 0.0;
+        let entropy_wanted = config.entropy_coef != 0.0 || config.top_entropy_quantile < 1.0;
         // With the full reverse KL to a teacher, one forward pass gives the vocabulary-wide
         // logits, and the sampled tokens' log-probabilities from them.
         let (log_prob, entropy, teacher_term, routing) = match &inputs.teacher_logits {
@@ -532,12 +532,24 @@ fn fold_kl_into_rewards(
     (kl_total / kl_tokens.max(1) as f64, penalty / rewards.len() as f64)
 }
 
-/// The GRPO family's policy loss as the recipe sets it: ratios by token or sequence, the two
-/// clip ranges and dual clip, the aggregation, the KL in the loss (unless folded into the
+/// The GRPO family's policy loss as the recipe sets it: ratios by token or sequence, the
+/// objective (clipped, CISPO or SAPO) with its settings and the share of tokens it is taken on,
+/// the aggregation, the KL in the loss (unless folded into the
 /// reward), the entropy bonus.
 fn policy_loss_config(grpo: &GrpoSection, sampler: &SamplerSection) -> PolicyLossConfig {
+    let objective = match grpo.objective {
+        ObjectiveKind::Clip => PolicyObjective::Clip,
+        ObjectiveKind::Cispo => PolicyObjective::Cispo {
+            max_weight: grpo.cispo_max_weight(),
+        },
+        ObjectiveKind::Sapo => PolicyObjective::Sapo {
+            temperature_pos: grpo.sapo_temperature_pos(),
+            temperature_neg: grpo.sapo_temperature_neg(),
+        },
+    };
     PolicyLossConfig {
         level: grpo.ratio_level,
+        objective,
         clip_low: grpo.clip_low,
         clip_high: grpo.clip_high,
         dual_clip: grpo.dual_clip,
@@ -547,6 +559,7 @@ fn policy_loss_config(grpo: &GrpoSection, sampler: &SamplerSection) -> PolicyLos
         kl_estimator: grpo.kl_estimator,
         kl_importance_weighted: grpo.kl_importance_weighted,
         entropy_coef: grpo.entropy_coef,
+        top_entropy_quantile: grpo.top_entropy_quantile,
     }
 }
 

@@ -19,8 +19,8 @@ use burn::optim::{AdamW, GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use rein_model::ReinAutodiffBackend;
 use rein_optim::{
-    LinearSchedule, PolicyLossConfig, TokenAdvantages, clip_grad_norm, explained_variance, kl_estimate_scalar,
-    lag_correction, masked_value_loss, masked_whiten, policy_loss, token_gae, token_rewards,
+    LinearSchedule, PolicyLossConfig, PolicyObjective, TokenAdvantages, clip_grad_norm, explained_variance,
+    kl_estimate_scalar, lag_correction, masked_value_loss, masked_whiten, policy_loss, token_gae, token_rewards,
 };
 use rein_recipe::{LmPpoSection, OptimizerSection, SamplerSection};
 use serde_json::json;
@@ -350,6 +350,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
 fn policy_loss_config(settings: &LmPpoSection, sampler: &SamplerSection) -> PolicyLossConfig {
     PolicyLossConfig {
         level: rein_core::RatioLevel::Token,
+        objective: PolicyObjective::Clip,
         clip_low: settings.clip_coef,
         clip_high: settings.clip_coef,
         dual_clip: None,
@@ -359,5 +360,6 @@ fn policy_loss_config(settings: &LmPpoSection, sampler: &SamplerSection) -> Poli
         kl_estimator: settings.kl_estimator,
         kl_importance_weighted: false,
         entropy_coef: settings.ent_coef,
+        top_entropy_quantile: 1.0,
     }
 }

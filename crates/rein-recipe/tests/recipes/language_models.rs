@@ -15,6 +15,11 @@ fn values_out_of_range_name_the_key_and_the_range() {
         ("eval.temperature=-0.5", "eval.temperature", "≥ 0"),
         ("algorithm.kl_coef=-0.1", "algorithm.kl_coef", "≥ 0"),
         (
+            "algorithm.top_entropy_quantile=0.0",
+            "algorithm.top_entropy_quantile",
+            "(0, 1]",
+        ),
+        (
             "algorithm.updates_per_batch=0",
             "algorithm.updates_per_batch",
             "at least 1",
@@ -63,6 +68,59 @@ fn values_out_of_range_name_the_key_and_the_range() {
         ],
     )
     .unwrap();
+}
+
+#[test]
+fn an_objectives_settings_are_read_only_with_it_and_must_be_positive() {
+    let dir = recipes(&[("grpo.toml", GRPO)]);
+    for (sets, key, message) in [
+        (
+            &["algorithm.cispo_max_weight=3.0"][..],
+            "algorithm.cispo_max_weight",
+            "read only with objective = \"cispo\", and this recipe's objective is \"clip\"",
+        ),
+        (
+            &["algorithm.objective=\"cispo\"", "algorithm.sapo_temperature_neg=2.0"][..],
+            "algorithm.sapo_temperature_neg",
+            "read only with objective = \"sapo\", and this recipe's objective is \"cispo\"",
+        ),
+        (
+            &["algorithm.objective=\"cispo\"", "algorithm.cispo_max_weight=0.0"][..],
+            "algorithm.cispo_max_weight",
+            "must be > 0",
+        ),
+        (
+            &["algorithm.objective=\"sapo\"", "algorithm.sapo_temperature_pos=-1.0"][..],
+            "algorithm.sapo_temperature_pos",
+            "must be > 0",
+        ),
+        (
+            &["algorithm.objective=\"sapo\"", "algorithm.dual_clip=3.0"][..],
+            "algorithm.dual_clip",
+            "objective = \"sapo\" has no clip to bound",
+        ),
+    ] {
+        let err = load(&dir, "grpo.toml", sets).unwrap_err();
+        assert!(
+            matches!(&err, RecipeError::Invalid { path, message: m, .. } if path == key && m.contains(message)),
+            "{sets:?}: {err}"
+        );
+    }
+    let sapo = load(
+        &dir,
+        "grpo.toml",
+        &["algorithm.objective=\"sapo\"", "algorithm.sapo_temperature_neg=2.0"],
+    )
+    .unwrap();
+    let Algorithm::Grpo(grpo) = &sapo.recipe.algorithm else {
+        panic!("GRPO, got {:?}", sapo.recipe.algorithm)
+    };
+    assert_eq!(
+        (grpo.objective, grpo.sapo_temperature_pos(), grpo.sapo_temperature_neg()),
+        (rein_core::ObjectiveKind::Sapo, 1.0, 2.0)
+    );
+    let unknown = load(&dir, "grpo.toml", &["algorithm.objective=\"ppo\""]).unwrap_err();
+    assert!(unknown.to_string().contains("algorithm.objective"), "{unknown}");
 }
 
 #[test]
