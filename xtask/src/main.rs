@@ -9,6 +9,7 @@ mod guest;
 mod model;
 mod new_plugin;
 mod run;
+mod shared_builds;
 mod test;
 mod tidy;
 mod wheel;
