@@ -4,7 +4,7 @@
 //! against its wheel, and a check that freshly scaffolded plugins in Rust, Python and JavaScript
 //! build, pass their own tests and run in the host.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
@@ -42,21 +42,27 @@ impl Test {
         run(cargo().args(["build", "-p", "rein-cli"]).current_dir(root()))?;
         phases.begin("running each plugin's cases.jsonl");
         plugin_cases()?;
-        phases.begin("fetching the models and Python tools the tests read");
+        phases.begin("fetching the models the tests read");
         // tests/gguf.rs checks the conversion of two real models against transformers' and
-        // llama.cpp's figures.
+        // llama.cpp's figures. Converting runs `rein` through cargo, so it comes before the
+        // tests' build (which replaces target/debug/rein with the tests' build of it).
         model::ensure("smollm2-135m")?;
         model::ensure("gemma3-270m")?;
-        // crates/rein-cli/tests/serve.rs talks to `rein serve` with the openai Python client.
-        let openai = guest::openai_client()?;
-        // … and lm-evaluation-harness's `local-completions` model to it (loglikelihood tasks).
-        let lm_eval = guest::lm_eval()?;
-        // crates/rein-cli/tests/tensorboard.rs reads runs' event files with TensorBoard's reader.
-        let tensorboard = guest::tensorboard_reader()?;
-        // Building first, with cargo's progress shown: from a cold cache that is most of the
-        // command's time, which `--quiet` would hide.
-        phases.begin("building the workspace's tests");
-        run(cargo().args(["test", "--workspace", "--no-run"]).current_dir(root()))?;
+        // Installing Python packages is network and disk, building is the cores: the one runs
+        // beside the other (on a fresh machine the installs took over a minute and a half).
+        phases.begin("building the workspace's tests, installing the Python tools they drive");
+        let installing = std::thread::spawn(python_tools);
+        // Cargo's progress is shown: from a cold cache this is most of the command's time.
+        let built = run(cargo().args(["test", "--workspace", "--no-run"]).current_dir(root()));
+        let installed = installing
+            .join()
+            .map_err(|_| anyhow::anyhow!("installing the tests' Python tools panicked"))?;
+        built?;
+        let PythonTools {
+            openai,
+            lm_eval,
+            tensorboard,
+        } = installed?;
         clear_test_scratch()?;
         phases.begin("testing the workspace");
         run(cargo()
@@ -76,6 +82,24 @@ impl Test {
         phases.end();
         Ok(())
     }
+}
+
+/// The Python packages some tests drive, each a `PYTHONPATH`.
+struct PythonTools {
+    openai: PathBuf,
+    lm_eval: PathBuf,
+    tensorboard: PathBuf,
+}
+
+fn python_tools() -> anyhow::Result<PythonTools> {
+    Ok(PythonTools {
+        // crates/rein-cli/tests/serve.rs talks to `rein serve` with the openai Python client…
+        openai: guest::openai_client()?,
+        // … and lm-evaluation-harness's `local-completions` model to it (loglikelihood tasks).
+        lm_eval: guest::lm_eval()?,
+        // crates/rein-cli/tests/tensorboard.rs reads runs' event files with TensorBoard's reader.
+        tensorboard: guest::tensorboard_reader()?,
+    })
 }
 
 /// The test command's phases and how long each took, printed as each begins and as a table at
