@@ -20,6 +20,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 fn root() -> PathBuf {
@@ -122,19 +123,24 @@ fn http(servers: &[&Server]) -> Vec<String> {
     vec!["sampler.backend=\"http\"".into(), urls(servers)]
 }
 
-/// A native run of `steps` GRPO steps; returns its run directory (whose `sft/` the servers load).
-fn native(tag: &str, steps: usize) -> PathBuf {
-    let runs = scratch(tag);
-    succeeded(
-        rein_run(&runs, &[format!("algorithm.steps={steps}")]).output().unwrap(),
-        "the native run",
-    );
-    only_run(&runs)
+/// One native run of 4 GRPO steps, made by the first test that asks and shared by all: its
+/// metrics are what the servers' run must reproduce, and its `sft/` and `final/` the models the
+/// servers load.
+fn native() -> &'static Path {
+    static RUN: OnceLock<PathBuf> = OnceLock::new();
+    RUN.get_or_init(|| {
+        let runs = scratch("native");
+        succeeded(
+            rein_run(&runs, &["algorithm.steps=4".to_string()]).output().unwrap(),
+            "the native run",
+        );
+        only_run(&runs)
+    })
 }
 
 #[test]
 fn two_servers_train_as_the_native_sampler_does() {
-    let native = native("native", 4);
+    let native = native();
     let (a, b) = (Server::start(&native.join("sft")), Server::start(&native.join("sft")));
     let runs = scratch("http");
     let mut overrides = http(&[&a, &b]);
@@ -241,7 +247,7 @@ fn kill_mid_run(tag: &str, mut overrides: Vec<String>, victim: &mut Server, step
 
 #[test]
 fn a_killed_server_is_dropped_and_named_and_the_run_finishes() {
-    let native = native("kill-base", 1);
+    let native = native();
     let (a, mut b) = (Server::start(&native.join("sft")), Server::start(&native.join("sft")));
     let (run, out) = kill_mid_run("kill", http(&[&a, &b]), &mut b, 8);
     let stderr = succeeded(out, "the run with a killed server");
@@ -258,7 +264,7 @@ fn a_killed_server_is_dropped_and_named_and_the_run_finishes() {
 
 #[test]
 fn with_no_server_left_the_run_saves_its_last_step_and_names_the_servers() {
-    let native = native("none-base", 1);
+    let native = native();
     let mut only = Server::start(&native.join("sft"));
     let (run, out) = kill_mid_run("none", http(&[&only]), &mut only, 50);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -378,7 +384,7 @@ print(json.dumps({
 
 #[test]
 fn the_openai_python_client_talks_to_rein_serve() {
-    let native = native("openai", 1);
+    let native = native();
     let model = native.join("final");
     let server = Server::start(&model);
     let out = openai_client()
@@ -512,7 +518,7 @@ fn lm_evaluation_harness_scores_a_loglikelihood_task_on_rein_serve() {
     use rein_model::lm::{LmTokenizer, load};
     use rein_sampler::{GenerationConfig, generate, prompt_logprobs};
 
-    let model_dir = native("lm-eval", 1).join("final");
+    let model_dir = native().join("final");
     let server = Server::start(&model_dir);
     let device = Default::default();
     let model = load::<Cpu>(&model_dir, &device).unwrap();

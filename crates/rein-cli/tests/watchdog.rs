@@ -1,7 +1,7 @@
 //! The watchdog end to end: a `rein run` child whose `backward` phase hangs (injected with
-//! `REIN_TEST_STALL`, honoured only in builds for tests: rein-train's `test-hooks` feature) is stopped with an error naming
-//! the phase and the step, after saving the last completed step, which `--resume` continues
-//! from to exactly the metrics of an uninterrupted run.
+//! `REIN_TEST_STALL`, rein-run's fault injection) is stopped with an error naming the phase and
+//! the step, after saving the last completed step, which `--resume` continues from to exactly
+//! the metrics of an uninterrupted run.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A phase that stopped making progress.
@@ -238,22 +238,20 @@ impl Drop for PhaseGuard<'_> {
     }
 }
 
-/// For the watchdog's own test: with the `test-hooks` feature (on only in builds for rein's
-/// tests), `REIN_TEST_STALL=<phase>@<step>` makes that phase of that step hang forever.
-#[cfg(feature = "test-hooks")]
+/// Fault injection for testing a watchdog: `REIN_TEST_STALL=<phase>@<step>` makes that phase of
+/// that step hang forever, as a deadlocked collective or a stuck plugin would. Read once per
+/// process; unset (as in every normal run) it costs one comparison per phase.
 fn stall_here_for_tests(phase: &str, step: usize) {
-    let Ok(spec) = std::env::var("REIN_TEST_STALL") else {
+    static STALL: OnceLock<Option<String>> = OnceLock::new();
+    let Some(spec) = STALL.get_or_init(|| std::env::var("REIN_TEST_STALL").ok()) else {
         return;
     };
-    if spec == format!("{phase}@{step}") {
+    if *spec == format!("{phase}@{step}") {
         loop {
             std::thread::sleep(Duration::from_secs(3600));
         }
     }
 }
-
-#[cfg(not(feature = "test-hooks"))]
-fn stall_here_for_tests(_phase: &str, _step: usize) {}
 
 #[cfg(test)]
 mod tests {
