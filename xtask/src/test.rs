@@ -33,9 +33,13 @@ impl Test {
         }
         .run()?;
         phases.begin("testing plugin logic natively (plugins/)");
+        // Into rein's target directory, where the scaffold check's native tests find the same
+        // dependencies already compiled.
         run(cargo()
             .args(["test", "--quiet", "--manifest-path"])
-            .arg(root().join("plugins/Cargo.toml")))?;
+            .arg(root().join("plugins/Cargo.toml"))
+            .arg("--target-dir")
+            .arg(target_dir()))?;
         // The `rein` binary runs each plugin's cases; from a cold cache its build (burn and
         // wasmtime) is the longest step, so cargo's progress is shown.
         phases.begin("building the rein binary");
@@ -230,6 +234,10 @@ fn scaffold_check() -> anyhow::Result<()> {
         &format!("path = {:?}", pdk.display().to_string()),
     );
     std::fs::write(scratch.join("Cargo.toml"), manifest)?;
+    // The plugins' lockfile pins the scaffolds' dependencies to the versions the plugins were
+    // just built with, so their compiled artifacts are reused instead of a newer wit-bindgen,
+    // syn and serde being resolved and compiled again.
+    std::fs::copy(root().join("plugins/Cargo.lock"), scratch.join("Cargo.lock"))?;
     for (kind, lang, name) in [
         (Kind::Reward, Lang::Rust, "scaffold-reward"),
         (Kind::Env, Lang::Rust, "scaffold-env"),
@@ -255,7 +263,7 @@ fn scaffold_check() -> anyhow::Result<()> {
         .args(["test", "--quiet", "--manifest-path"])
         .arg(&manifest)
         .arg("--target-dir")
-        .arg(&wasm_target))?;
+        .arg(target_dir()))?;
     run(cargo()
         .args([
             "build",
