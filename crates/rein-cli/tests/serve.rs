@@ -156,7 +156,7 @@ fn two_servers_train_as_the_native_sampler_does() {
     // group), is float noise of ~1e-8 in both, hence the absolute floor of 1e-7.
     let (http, native_metrics) = (
         common::metrics_without_timings(&run),
-        common::metrics_without_timings(&native),
+        common::metrics_without_timings(native),
     );
     assert_eq!(http.len(), native_metrics.len());
     for (a, b) in http.iter().zip(&native_metrics) {
