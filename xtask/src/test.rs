@@ -33,13 +33,11 @@ impl Test {
         }
         .run()?;
         phases.begin("testing plugin logic natively (plugins/)");
-        // Into rein's target directory, where the scaffold check's native tests find the same
-        // dependencies already compiled.
         run(cargo()
             .args(["test", "--quiet", "--manifest-path"])
             .arg(root().join("plugins/Cargo.toml"))
             .arg("--target-dir")
-            .arg(target_dir()))?;
+            .arg(plugins_native_target()))?;
         // The `rein` binary runs each plugin's cases; from a cold cache its build (burn and
         // wasmtime) is the longest step, so cargo's progress is shown.
         phases.begin("building the rein binary");
@@ -205,6 +203,18 @@ fn plugin_cases() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where the plugins' native tests build, and the scaffold check's after them (which so finds
+/// their dependencies compiled): cargo's default for `plugins/` (`plugins/target`), or
+/// `CARGO_TARGET_DIR` when that is set. Not rein's own target directory by default: the plugin
+/// workspace names rein-pdk by an absolute path and the main workspace by a relative one, so the
+/// two builds of it would share a file name and overwrite each other's.
+fn plugins_native_target() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => target_dir(),
+        _ => root().join("plugins/target"),
+    }
+}
+
 /// Scaffolds one plugin of each kind in a scratch plugin workspace, runs their own tests,
 /// builds them for wasm32-wasip2 and runs them through the `rein` CLI.
 fn scaffold_check() -> anyhow::Result<()> {
@@ -263,7 +273,7 @@ fn scaffold_check() -> anyhow::Result<()> {
         .args(["test", "--quiet", "--manifest-path"])
         .arg(&manifest)
         .arg("--target-dir")
-        .arg(target_dir()))?;
+        .arg(plugins_native_target()))?;
     run(cargo()
         .args([
             "build",
@@ -335,11 +345,14 @@ fn path(p: &Path) -> anyhow::Result<&str> {
     p.to_str().context("non-UTF-8 path")
 }
 
+/// `rein args…`, its compiled components cached where the workspace's tests cache theirs
+/// (`<target>/tmp/component-cache`), so that they load what the plugin cases compiled.
 fn rein(args: &[&str]) -> anyhow::Result<String> {
     output(
         cargo()
             .args(["run", "--quiet", "-p", "rein-cli", "--"])
             .args(args)
+            .env("REIN_CACHE_DIR", target_dir().join("tmp/component-cache"))
             .current_dir(root()),
     )
 }
