@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use rein_core::{
-    AdvantageKind, Aggregation, EpisodeStart, KlEstimator, Message, ObjectiveKind, Opening, PluginError, RatioLevel,
-    Reply, SamplerPrecision, StdScaling, TextEnv, Turn,
+    AdvantageKind, Aggregation, EpisodeStart, KlEstimator, Message, MultiObjectiveAggregation, ObjectiveKind, Opening,
+    PluginError, RatioLevel, Reply, SamplerPrecision, StdScaling, TextEnv, Turn,
 };
 use rein_posttrain::rollout::episodes::Agent;
 use rein_recipe::{CurriculumSection, GrpoSection, SamplerSection};
@@ -202,6 +202,21 @@ fn every_advantage_scaling_ratio_objective_token_aggregation_and_kl_switch_chang
             },
         ),
         (
+            "advantage = pass_at_k, pass_k = 2",
+            GrpoSection {
+                advantage: AdvantageKind::PassAtK,
+                pass_k: Some(2),
+                ..base.clone()
+            },
+        ),
+        (
+            "multi_objective_aggregation = normalize_then_sum",
+            GrpoSection {
+                multi_objective_aggregation: MultiObjectiveAggregation::NormalizeThenSum,
+                ..base.clone()
+            },
+        ),
+        (
             "std_scaling = batch",
             GrpoSection {
                 std_scaling: StdScaling::Batch,
@@ -258,6 +273,16 @@ fn every_advantage_scaling_ratio_objective_token_aggregation_and_kl_switch_chang
             },
         ),
         (
+            "adaptive_entropy = { target = 100 }",
+            GrpoSection {
+                adaptive_entropy: Some(rein_core::AdaptiveEntropy {
+                    target: 100.0,
+                    ..Default::default()
+                }),
+                ..base.clone()
+            },
+        ),
+        (
             "top_entropy_quantile = 0.2",
             GrpoSection {
                 top_entropy_quantile: 0.2,
@@ -309,6 +334,41 @@ fn cispos_cap_and_sapos_temperatures_change_the_update() {
         assert!(set.moved(), "{switch}: the policy did not move");
         assert!(set.after != default.after, "{switch} trains exactly as without it");
     }
+}
+
+/// 0, 1, 2, 3 within every group: a strict best in each.
+fn ranked(_: &str, i: usize) -> f64 {
+    i as f64
+}
+
+#[test]
+fn grpo_passk_trains_only_through_each_groups_strict_best() {
+    let passk = GrpoSection {
+        advantage: AdvantageKind::GrpoPassk,
+        ..grpo(1)
+    };
+    let group = run(grpo(1), sampler(8), &PROMPTS, ranked);
+    let best = run(passk.clone(), sampler(8), &PROMPTS, ranked);
+    assert!(best.moved(), "grpo_passk: the policy did not move");
+    assert!(best.after != group.after, "grpo_passk trains exactly as group advantages");
+    // Two completions tie for the best in every group: no margin, so nothing moves.
+    let tied = run(passk, sampler(8), &PROMPTS, alternating);
+    assert!(!tied.moved(), "grpo_passk moved the policy on groups without a strict best");
+}
+
+#[test]
+fn pass_k_changes_the_update() {
+    // Two of four completions right in every group: pass@2 counts such a group solved more
+    // often than pass@1 does, and shrinks its advantages.
+    let section = |k| GrpoSection {
+        advantage: AdvantageKind::PassAtK,
+        pass_k: Some(k),
+        ..grpo(1)
+    };
+    let one = run(section(1), sampler(8), &PROMPTS, alternating);
+    let two = run(section(2), sampler(8), &PROMPTS, alternating);
+    assert!(two.moved(), "pass_k = 2: the policy did not move");
+    assert!(two.after != one.after, "pass_k = 2 trains exactly as pass_k = 1");
 }
 
 #[test]

@@ -2,7 +2,9 @@
 //! advantages and masks, and their gradients with respect to the log-probabilities against
 //! PyTorch autograd (fixture written by `tests/fixtures/gen_trl_loss.py`; the TRL version is in
 //! the fixture's `generated_by`): the clipped objective with each aggregation, CISPO, SAPO and the
-//! top-entropy token mask.
+//! top-entropy token mask; GDPO's advantages against TRL's `normalize_then_sum` branch; the pass@k
+//! advantages against verl's `grpo_passk` and the pass@k paper's formula; the adaptive entropy
+//! coefficient against TRL's controller.
 
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::{Tensor, TensorData};
@@ -124,4 +126,155 @@ fn policy_losses_and_their_gradients_match_trl() {
             case.loss
         );
     }
+}
+
+#[derive(Deserialize)]
+struct GdpoFixture {
+    trl_version: String,
+    cases: Vec<GdpoCase>,
+}
+
+#[derive(Deserialize)]
+struct GdpoCase {
+    name: String,
+    rewards: Vec<Vec<Option<f64>>>,
+    weights: Vec<f64>,
+    group_size: usize,
+    advantages: Vec<f64>,
+}
+
+/// GDPO's advantages against TRL's `normalize_then_sum` branch, run on the same per-reward
+/// scores (fixture written by `tests/fixtures/gen_trl_gdpo.py`).
+#[test]
+fn gdpo_advantages_match_trls_normalize_then_sum() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/trl_gdpo.json");
+    let f: GdpoFixture = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert!(f.cases.len() >= 6, "TRL {}: too few cases", f.trl_version);
+    for case in &f.cases {
+        let rewards: Vec<Vec<f64>> = (case.rewards.iter())
+            .map(|column| column.iter().map(|r| r.unwrap_or(f64::NAN)).collect())
+            .collect();
+        let got = rein_optim::decoupled_normalized(&rewards, &case.weights, case.group_size);
+        assert_advantages(
+            &got,
+            &case.advantages,
+            &format!("{} (TRL {})", case.name, f.trl_version),
+        );
+    }
+}
+
+#[derive(Deserialize)]
+struct PassAtKFixture {
+    verl_version: String,
+    grpo_passk: Vec<BestOfGroupCase>,
+    pass_at_k: Vec<PassAtKCase>,
+}
+
+#[derive(Deserialize)]
+struct BestOfGroupCase {
+    rewards: Vec<f32>,
+    group_size: usize,
+    scale_by_std: bool,
+    advantages: Vec<f64>,
+}
+
+#[derive(Deserialize)]
+struct PassAtKCase {
+    correct: Vec<bool>,
+    group_size: usize,
+    k: usize,
+    advantages: Vec<f64>,
+}
+
+fn assert_advantages(got: &[f32], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((f64::from(*g) - w).abs() < 1e-6, "{what}: completion {i}: {g} vs {w}");
+    }
+}
+
+/// The pass@k advantages against verl's `compute_grpo_passk_outcome_advantage` (run from its
+/// source) and the pass@k paper's formula (fixture written by `tests/fixtures/gen_pass_at_k.py`).
+#[test]
+fn pass_at_k_advantages_match_verl_and_the_paper() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pass_at_k.json");
+    let f: PassAtKFixture = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for case in &f.grpo_passk {
+        let got = rein_optim::best_of_group(&case.rewards, case.group_size, case.scale_by_std);
+        let what = format!(
+            "verl {} grpo_passk, groups of {}, scaled {}",
+            f.verl_version, case.group_size, case.scale_by_std
+        );
+        assert_advantages(&got, &case.advantages, &what);
+    }
+    for case in &f.pass_at_k {
+        let got = rein_optim::pass_at_k(&case.correct, case.group_size, case.k);
+        assert_advantages(
+            &got,
+            &case.advantages,
+            &format!("pass@{}, groups of {}", case.k, case.group_size),
+        );
+    }
+    assert!(f.grpo_passk.len() >= 6 && f.pass_at_k.len() >= 8);
+}
+
+#[derive(Deserialize)]
+struct AdaptiveEntropyFixture {
+    generated_by: String,
+    settings: AdaptiveEntropySettings,
+    steps: Vec<AdaptiveEntropyStep>,
+}
+
+#[derive(Deserialize)]
+struct AdaptiveEntropySettings {
+    entropy_coef: f64,
+    entropy_coef_min: f64,
+    entropy_coef_max: f64,
+    entropy_coef_delta: f64,
+    entropy_target: f64,
+}
+
+#[derive(Deserialize)]
+struct AdaptiveEntropyStep {
+    mean_entropy: f64,
+    applied: f64,
+    coef_after: f64,
+}
+
+/// The adaptive entropy coefficient replayed on the entropies TRL measured: the coefficient
+/// each update applies and the one it carries on, as TRL's controller gave them (fixture
+/// written by `tests/fixtures/gen_trl_adaptive_entropy.py`).
+#[test]
+fn the_adaptive_entropy_coefficient_follows_trls() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/trl_adaptive_entropy.json");
+    let f: AdaptiveEntropyFixture = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let s = &f.settings;
+    let control = rein_core::AdaptiveEntropy {
+        target: s.entropy_target,
+        delta: s.entropy_coef_delta,
+        min: s.entropy_coef_min,
+        max: s.entropy_coef_max,
+    };
+    let mut coefficient = rein_optim::EntropyCoefficient::new(s.entropy_coef);
+    let (mut on, mut off) = (0, 0);
+    for (t, step) in f.steps.iter().enumerate() {
+        let applied = coefficient.applied(&control);
+        assert!(
+            (applied - step.applied).abs() < 1e-6,
+            "{}: update {t} applied {applied}, TRL {}",
+            f.generated_by,
+            step.applied
+        );
+        coefficient.observe(step.mean_entropy, &control);
+        assert!(
+            (coefficient.coef - step.coef_after).abs() < 1e-9,
+            "{}: after update {t}",
+            f.generated_by
+        );
+        if applied > 0.0 { on += 1 } else { off += 1 }
+    }
+    assert!(
+        on >= 2 && off >= 2,
+        "the fixture switches the bonus on and off ({on} on, {off} off)"
+    );
 }

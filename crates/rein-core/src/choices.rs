@@ -42,6 +42,25 @@ pub enum AdvantageKind {
     /// GiGPO for multi-turn episodes: group-normalised episode advantages plus step-level
     /// advantages over turns that start from the same environment state.
     Gigpo,
+    /// verl's `grpo_passk`: only each group's best completion learns, from its margin over
+    /// the second best.
+    #[serde(rename = "grpo_passk")]
+    GrpoPassk,
+    /// The pass@k paper's analytical advantages from which completions are correct.
+    #[serde(rename = "pass_at_k")]
+    PassAtK,
+}
+
+/// How several rewards become one advantage (TRL's `multi_objective_aggregation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MultiObjectiveAggregation {
+    /// Sum the weighted rewards, then normalise the sum as `advantage` and `std_scaling` say.
+    #[default]
+    SumThenNormalize,
+    /// GDPO: normalise each reward within its group, sum the weighted z-scores, then whiten
+    /// the sums over the batch.
+    NormalizeThenSum,
 }
 
 /// How group-normalised advantages are scaled.
@@ -247,6 +266,35 @@ impl Default for DifficultyWeight {
             high: 1.5,
             center: 0.75,
             steepness: 10.0,
+        }
+    }
+}
+
+/// The adaptive entropy coefficient's settings (Skywork-OR1, He et al. 2025; TRL's
+/// `use_adaptive_entropy`): each update the coefficient moves by `delta` toward keeping the mean
+/// token entropy above `target`, within `[min, max]` (the controller is
+/// `rein_optim::EntropyCoefficient`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdaptiveEntropy {
+    /// The mean token entropy (nats) at or below which the bonus applies and grows.
+    pub target: f64,
+    /// How much the coefficient moves per update.
+    pub delta: f64,
+    /// The smallest coefficient.
+    pub min: f64,
+    /// The largest coefficient.
+    pub max: f64,
+}
+
+impl Default for AdaptiveEntropy {
+    /// TRL's defaults.
+    fn default() -> Self {
+        Self {
+            target: 0.2,
+            delta: 0.005,
+            min: 0.0,
+            max: 1.0,
         }
     }
 }

@@ -11,12 +11,15 @@
 //! - [`clip_grad_norm`]: global gradient-norm clipping; [`LinearSchedule`] for learning rates;
 //!   [`non_finite_parameter`] and [`non_finite_gradient`] name the tensor a NaN appeared in.
 //! - LLM RL: outcome advantages ([`group_normalized`] for GRPO / Dr. GRPO, [`rloo`],
-//!   [`reinforce_pp`]) and their difficulty-aware weights ([`reweight_by_difficulty`]), GiGPO's episode- and step-level advantages for multi-turn episodes
+//!   [`reinforce_pp`]; GDPO's [`decoupled_normalized`] for several rewards; [`best_of_group`]
+//!   and [`pass_at_k`] to train for pass@k) and their
+//!   difficulty-aware weights ([`reweight_by_difficulty`]), GiGPO's episode- and step-level advantages for multi-turn episodes
 //!   ([`gigpo_advantages`]), [`policy_loss`] (PPO-clip with clip-higher and dual-clip, GSPO
 //!   sequence ratios, KL and entropy terms), [`aggregate`] (token-mean, seq-mean-token-mean,
 //!   seq-mean-token-sum-norm; [`share_weight`] for a batch split across devices) and the
 //!   [`kl_estimate`] estimators k1, k2, k3;
 //!   [`lag_correction`] (TIS, IcePop) for completions another policy sampled;
+//!   [`EntropyCoefficient`], Skywork-OR1's adaptive entropy bonus;
 //!   [`add_teacher_advantages`] and [`full_reverse_kl`], on-policy distillation's sampled and
 //!   full-vocabulary reverse KL.
 //! - PPO on language models: [`token_rewards`] (the score on the last token, −β·KL on every
@@ -45,10 +48,12 @@ mod bradley_terry;
 mod difficulty_weight;
 mod distillation;
 mod dpo;
+mod entropy_coefficient;
 mod explained_variance;
 mod finite;
 mod flat_adam;
 mod gae;
+mod gdpo;
 mod gigpo;
 mod grad_clip;
 mod group_advantages;
@@ -57,6 +62,7 @@ mod lag_correction;
 mod normalize;
 #[cfg(test)]
 mod pair_testing;
+mod pass_at_k;
 mod policy_loss;
 mod polyak;
 mod ppo_loss;
@@ -73,16 +79,19 @@ pub use bradley_terry::bradley_terry_loss;
 pub use difficulty_weight::{difficulty_weight, reweight_by_difficulty};
 pub use distillation::{add_teacher_advantages, full_reverse_kl};
 pub use dpo::{DpoConfig, DpoLoss, DpoLossKind, dpo_loss};
+pub use entropy_coefficient::EntropyCoefficient;
 pub use explained_variance::explained_variance;
 pub use finite::{non_finite_gradient, non_finite_parameter};
 pub use flat_adam::{FlatAdam, StateSizeMismatch};
 pub use gae::gae;
+pub use gdpo::decoupled_normalized;
 pub use gigpo::{GigpoConfig, TurnOutcome, gigpo_advantages};
 pub use grad_clip::clip_grad_norm;
 pub use group_advantages::{group_normalized, reinforce_pp, rloo, zero_variance};
 pub use kl::{kl_estimate, kl_estimate_scalar};
 pub use lag_correction::{Corrected, Correction, lag_correction};
 pub use normalize::normalize;
+pub use pass_at_k::{best_of_group, pass_at_k};
 pub use policy_loss::{PolicyLoss, PolicyLossConfig, PolicyObjective, policy_loss};
 pub use polyak::polyak_update;
 pub use ppo_loss::{PpoLoss, PpoLossConfig, PpoLossValues, Surrogate, masked_value_loss, ppo_loss, value_errors};

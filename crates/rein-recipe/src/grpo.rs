@@ -18,14 +18,21 @@ pub struct GrpoSection {
     pub steps: usize,
     /// Prompts per step (each sampled `sampler.n` times).
     pub prompts_per_step: usize,
-    /// `group` (GRPO / Dr. GRPO), `rloo`, `reinforce++` or `gigpo` (multi-turn episodes).
+    /// `group` (GRPO / Dr. GRPO), `rloo`, `reinforce++`, `gigpo` (multi-turn episodes),
+    /// `grpo_passk` or `pass_at_k` (training for pass@k).
     pub advantage: AdvantageKind,
+    /// k of `advantage = "pass_at_k"` (1 ≤ k ≤ `sampler.n`); that advantage only.
+    pub pass_k: Option<usize>,
     /// GiGPO's ω: the weight of the step-level advantage.
     pub step_advantage_weight: f32,
     /// GiGPO's γ: the discount of the step-level returns-to-go.
     pub step_gamma: f32,
     /// Std scaling of group advantages: `group`, `batch` or `none` (Dr. GRPO).
     pub std_scaling: rein_core::StdScaling,
+    /// How several `[[reward]]`s become one advantage: `sum_then_normalize` (GRPO: the
+    /// weighted sum, normalised) or `normalize_then_sum` (GDPO: each reward normalised within
+    /// its group, the weighted sum whitened over the batch).
+    pub multi_objective_aggregation: rein_core::MultiObjectiveAggregation,
     /// REINFORCE++: subtract the group mean before batch normalisation.
     pub group_baseline: bool,
     /// `token` ratios (GRPO/DAPO) or `sequence` ratios (GSPO).
@@ -55,8 +62,12 @@ pub struct GrpoSection {
     pub kl_in_reward: bool,
     /// Weight the KL term by the importance ratio (DeepSeek-V3.2; TRL's default).
     pub kl_importance_weighted: bool,
-    /// Entropy bonus coefficient.
+    /// Entropy bonus coefficient (with `adaptive_entropy`, its starting value).
     pub entropy_coef: f32,
+    /// Skywork-OR1's adaptive entropy coefficient: the bonus applies only while the mean token
+    /// entropy is at or below `target`, and its coefficient moves by `delta` each update within
+    /// `[min, max]`; `None`: a constant `entropy_coef`.
+    pub adaptive_entropy: Option<rein_core::AdaptiveEntropy>,
     /// ρ: take the objective only on the share ρ of completion tokens with the highest entropy
     /// ("Beyond the 80/20 rule": 0.2; TRL's `top_entropy_quantile`); 1 keeps every token.
     pub top_entropy_quantile: f32,
@@ -109,6 +120,11 @@ impl GrpoSection {
         self.sapo_temperature_neg.unwrap_or(1.05)
     }
 
+    /// k of the pass@k advantage ([`GrpoSection::pass_k`]; the recipe's check requires it).
+    pub fn pass_k(&self) -> usize {
+        self.pass_k.unwrap_or(1)
+    }
+
     /// Its rollouts: how many, how far ahead of training, how the lag is corrected.
     pub fn rollout(&self) -> Rollout {
         Rollout {
@@ -131,9 +147,11 @@ impl Default for GrpoSection {
             steps: rollout.steps,
             prompts_per_step: rollout.prompts_per_step,
             advantage: AdvantageKind::Group,
+            pass_k: None,
             step_advantage_weight: 1.0,
             step_gamma: 0.95,
             std_scaling: rein_core::StdScaling::Group,
+            multi_objective_aggregation: rein_core::MultiObjectiveAggregation::SumThenNormalize,
             group_baseline: true,
             ratio_level: rein_core::RatioLevel::Token,
             objective: rein_core::ObjectiveKind::Clip,
@@ -149,6 +167,7 @@ impl Default for GrpoSection {
             kl_in_reward: false,
             kl_importance_weighted: true,
             entropy_coef: 0.0,
+            adaptive_entropy: None,
             top_entropy_quantile: 1.0,
             updates_per_batch: 1,
             dynamic_sampling: false,
@@ -231,6 +250,25 @@ impl GrpoRecipe<'_> {
                 ),
             ));
         }
+        if let Some(a) = &grpo.adaptive_entropy {
+            let valid = a.target >= 0.0 && a.delta > 0.0 && 0.0 <= a.min && a.min <= a.max;
+            if !valid || ![a.target, a.delta, a.min, a.max].iter().all(|x| x.is_finite()) {
+                return Err(broken(
+                    "algorithm.adaptive_entropy",
+                    format!(
+                        "needs target ≥ 0, delta > 0 and 0 ≤ min ≤ max (got target {}, delta {}, min {}, max {})",
+                        a.target, a.delta, a.min, a.max
+                    ),
+                ));
+            }
+            if grpo.top_entropy_quantile < 1.0 {
+                return Err(broken(
+                    "algorithm.adaptive_entropy",
+                    "measures the mean entropy of every completion token, and top_entropy_quantile below 1 \
+                     trains on a share of them: use one of the two",
+                ));
+            }
+        }
         if grpo.updates_per_batch == 0 {
             return Err(broken("algorithm.updates_per_batch", "must be at least 1"));
         }
@@ -255,6 +293,8 @@ impl GrpoRecipe<'_> {
             ));
         }
         self.objective()?;
+        self.aggregation_of_rewards()?;
+        self.pass_at_k()?;
         self.rollout().check(r)?;
         self.curriculum()?;
         self.gigpo()
@@ -324,6 +364,77 @@ impl GrpoRecipe<'_> {
             ));
         }
         Ok(())
+    }
+
+    /// GDPO replaces GRPO's normalisation of the summed reward, so it is the group advantage,
+    /// with its own scaling, on rewards that the KL is not folded into.
+    fn aggregation_of_rewards(&self) -> Result<(), Broken> {
+        let grpo = self.grpo;
+        if grpo.multi_objective_aggregation == rein_core::MultiObjectiveAggregation::SumThenNormalize {
+            return Ok(());
+        }
+        let conflict = if grpo.advantage != AdvantageKind::Group {
+            Some(("algorithm.advantage", "it is a group advantage of its own: use `group`"))
+        } else if grpo.std_scaling != rein_core::StdScaling::Group {
+            Some((
+                "algorithm.std_scaling",
+                "it scales each reward by its group's deviation and the sum by the batch's: leave `group`",
+            ))
+        } else if grpo.kl_in_reward {
+            Some((
+                "algorithm.kl_in_reward",
+                "it normalises each [[reward]] on its own, and a KL folded into their sum would be left out",
+            ))
+        } else {
+            None
+        };
+        match conflict {
+            Some((key, why)) => Err(broken(
+                key,
+                format!("cannot be combined with multi_objective_aggregation = \"normalize_then_sum\": {why}"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The pass@k advantages: k within the group, set only for `pass_at_k`, each with the
+    /// scaling it defines, and a reward that says which completions are correct.
+    fn pass_at_k(&self) -> Result<(), Broken> {
+        let (r, grpo) = (self.recipe, self.grpo);
+        let scaling = grpo.std_scaling;
+        match (grpo.advantage, grpo.pass_k) {
+            (AdvantageKind::PassAtK, None) => Err(broken(
+                "algorithm.pass_k",
+                format!(
+                    "`pass_at_k` trains for pass@k: set k, from 1 to sampler.n = {}",
+                    r.sampler.n
+                ),
+            )),
+            (AdvantageKind::PassAtK, Some(k)) if !(1..=r.sampler.n).contains(&k) => Err(broken(
+                "algorithm.pass_k",
+                format!(
+                    "must be from 1 to sampler.n = {} (k of a group's samples), got {k}",
+                    r.sampler.n
+                ),
+            )),
+            (AdvantageKind::PassAtK, _) if scaling != rein_core::StdScaling::Group => Err(broken(
+                "algorithm.std_scaling",
+                "`pass_at_k` scales by its own σ = √(R(1 − R)): leave `group`",
+            )),
+            (AdvantageKind::PassAtK, _) if r.reward.is_empty() => Err(broken(
+                "reward",
+                "`pass_at_k` counts the completions eval.accuracy_reward judges correct: it needs a [[reward]]",
+            )),
+            (AdvantageKind::GrpoPassk, _) if scaling == rein_core::StdScaling::Batch => Err(broken(
+                "algorithm.std_scaling",
+                "`grpo_passk` divides the best completion's margin by its group's deviation (`group`) or not at all (`none`)",
+            )),
+            (advantage, Some(_)) if advantage != AdvantageKind::PassAtK => Err(broken(
+                "algorithm.pass_k",
+                "is read only with advantage = \"pass_at_k\"",
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// GiGPO compares the turns of multi-turn episodes.

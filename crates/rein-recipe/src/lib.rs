@@ -267,6 +267,10 @@ impl LoadedRecipe {
                 Algorithm::Grpo(_) if r.teacher.as_ref().is_some_and(|t| t.kl == TeacherKl::Full) => {
                     Some("the full reverse KL to a teacher (`teacher.kl = \"full\"`) trains on one device")
                 }
+                Algorithm::Grpo(grpo) if grpo.top_entropy_quantile < 1.0 => Some(
+                    "the top-entropy token mask (`algorithm.top_entropy_quantile` below 1) takes its \
+                     quantile over the whole batch, on one device",
+                ),
                 Algorithm::Grpo(_) => None,
                 _ => Some("this algorithm trains on one device"),
             };

@@ -5,18 +5,20 @@
 
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
-use rein_core::{AdvantageKind, Aggregation, DifficultyWeight, LagCorrection, ObjectiveKind, StdScaling};
+use rein_core::{
+    AdvantageKind, Aggregation, DifficultyWeight, LagCorrection, MultiObjectiveAggregation, ObjectiveKind, StdScaling,
+};
 use rein_model::ReinAutodiffBackend;
 use rein_model::lm::Routing;
 use rein_optim::{
-    Correction, GigpoConfig, PolicyLossConfig, PolicyObjective, add_teacher_advantages, aggregate, clip_grad_norm,
-    difficulty_weight, full_reverse_kl, group_normalized, kl_estimate_scalar, lag_correction, policy_loss,
-    reinforce_pp, reweight_by_difficulty, rloo,
+    Correction, EntropyCoefficient, GigpoConfig, PolicyLossConfig, PolicyObjective, add_teacher_advantages, aggregate,
+    best_of_group, clip_grad_norm, decoupled_normalized, difficulty_weight, full_reverse_kl, group_normalized,
+    kl_estimate_scalar, lag_correction, pass_at_k, policy_loss, reinforce_pp, reweight_by_difficulty, rloo,
 };
 use rein_recipe::{GrpoSection, SamplerSection, TeacherKl};
 use serde_json::json;
 
-use super::curriculum::group_accuracy;
+use super::curriculum::{completions_correct, group_accuracy};
 use super::sample::{Rollout, Scored};
 use super::{Stage, mean};
 use crate::LmError;
@@ -86,6 +88,8 @@ pub(super) struct UpdateStats {
     pub(super) grad_norm: f32,
     pub(super) kl: Option<f64>,
     pub(super) entropy: Option<f64>,
+    /// The adaptive entropy coefficient this update applied.
+    pub(super) entropy_coef: Option<f64>,
     /// The full reverse KL to the teacher, per completion token.
     pub(super) teacher_kl: Option<f64>,
     /// A mixture of experts: the share of tokens the trainer's router chose other experts for
@@ -93,6 +97,13 @@ pub(super) struct UpdateStats {
     pub(super) router_mismatch: Option<f64>,
     /// A mixture of experts: the load-balancing loss (before its coefficient).
     pub(super) aux_loss: Option<f64>,
+}
+
+/// An update's loss: the policy loss's settings, and whether the token entropies are computed
+/// (the bonus and the top-entropy mask use them, the adaptive coefficient measures them).
+pub(super) struct UpdateLoss {
+    pub(super) config: PolicyLossConfig,
+    pub(super) entropy_wanted: bool,
 }
 
 /// A mixture of experts' part of an update ([`Stage::experts_term`]).
@@ -116,7 +127,7 @@ impl UpdateStats {
                 .flatten()
                 .map(|s| s / n as f64)
         };
-        json!({
+        let mut record = json!({
             "train/loss": mean_f32(|u| u.loss),
             "train/clip_frac": mean_f64(|u| Some(u.clip_frac)),
             "train/grad_norm": mean_f32(|u| u.grad_norm),
@@ -127,7 +138,12 @@ impl UpdateStats {
         })
         .as_object()
         .cloned()
-        .unwrap_or_default()
+        .unwrap_or_default();
+        // Only runs with the adaptive coefficient have it.
+        if let Some(coef) = mean_f64(|u| u.entropy_coef) {
+            record.insert("train/entropy_coef".into(), json!(coef));
+        }
+        record
     }
 }
 
@@ -165,7 +181,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
             )),
             _ => None,
         };
-        let mut advantages = self.advantages(grpo, &flat, &rewards, width);
+        let mut advantages = self.advantages(grpo, batch, &flat, &rewards, width);
         let difficulty = grpo
             .difficulty_weight
             .map(|w| self.reweight_by_difficulty(batch, &mut advantages, width, &w));
@@ -277,8 +293,41 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         mean(&weights)
     }
 
+    /// GDPO's inputs: each `[[reward]]`'s scores with its weight, and the text environment's
+    /// rewards (weight 1, as they are summed) when it gave any; NaN where one did not apply.
+    fn reward_columns(&self, batch: &[Scored]) -> (Vec<Vec<f64>>, Vec<f64>) {
+        let (mut columns, mut weights) = (Vec::new(), Vec::new());
+        for weighted in self.ctx.rewards.iter() {
+            let name = weighted.reward.name();
+            let column = batch.iter().flat_map(|scored| match scored.components.get(name) {
+                Some(values) => values.clone(),
+                None => vec![f64::NAN; scored.rollouts.len()],
+            });
+            columns.push(column.collect());
+            weights.push(weighted.weight);
+        }
+        let rollouts = || batch.iter().flat_map(|scored| &scored.rollouts);
+        // With no column at all, one of NaNs: no reward applies, every advantage is 0.
+        if columns.is_empty() || rollouts().any(|r| r.env_reward.is_some()) {
+            columns.push(
+                rollouts()
+                    .map(|r| r.env_reward.as_ref().map_or(f64::NAN, |(v, _)| *v))
+                    .collect(),
+            );
+            weights.push(1.0);
+        }
+        (columns, weights)
+    }
+
     /// ADVANTAGES: one per completion token, `[rows, width]`.
-    fn advantages(&self, grpo: &GrpoSection, flat: &[(&Rollout, f64)], rewards: &[f32], width: usize) -> Vec<f32> {
+    fn advantages(
+        &self,
+        grpo: &GrpoSection,
+        batch: &[Scored],
+        flat: &[(&Rollout, f64)],
+        rewards: &[f32],
+        width: usize,
+    ) -> Vec<f32> {
         let g = self.ctx.sampler.n;
         let per_sequence = |advantages: Vec<f32>| -> Vec<f32> {
             (advantages.into_iter())
@@ -286,8 +335,20 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
                 .collect()
         };
         match grpo.advantage {
+            AdvantageKind::Group if grpo.multi_objective_aggregation == MultiObjectiveAggregation::NormalizeThenSum => {
+                let (columns, weights) = self.reward_columns(batch);
+                per_sequence(decoupled_normalized(&columns, &weights, g))
+            }
             AdvantageKind::Group => per_sequence(group_normalized(rewards, g, grpo.std_scaling)),
             AdvantageKind::Rloo => per_sequence(rloo(rewards, g)),
+            AdvantageKind::GrpoPassk => per_sequence(best_of_group(rewards, g, grpo.std_scaling == StdScaling::Group)),
+            AdvantageKind::PassAtK => {
+                let reward = self.ctx.rewards[self.ctx.accuracy_reward].reward.name();
+                let correct: Vec<bool> = (batch.iter())
+                    .flat_map(|scored| completions_correct(&scored.components, scored.rollouts.len(), reward))
+                    .collect();
+                per_sequence(pass_at_k(&correct, g, grpo.pass_k()))
+            }
             AdvantageKind::ReinforcePp => per_sequence(reinforce_pp(rewards, g, grpo.group_baseline)),
             AdvantageKind::Gigpo => {
                 let config = GigpoConfig {
@@ -330,11 +391,29 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         self.model
             .set_dropout_key(generation_seed(self.ctx.seed ^ DROPOUT_SALT, step, update));
         let shares = self.devices.len().min(tokens.rows);
-        let config = policy_loss_config(grpo, self.ctx.sampler);
-        let (mut grads, mut stats) = match shares {
-            0 | 1 => self.gradients(grpo, &config, step, update, tokens, inputs, mismatch, phases)?,
-            _ => self.split_gradients(&config, step, update, shares, tokens, inputs, mismatch, phases)?,
+        let mut config = policy_loss_config(grpo, self.ctx.sampler);
+        let adaptive = grpo.adaptive_entropy.map(|control| {
+            let state =
+                (self.state.entropy_coef).get_or_insert_with(|| EntropyCoefficient::new(grpo.entropy_coef.into()));
+            (control, state.applied(&control))
+        });
+        if let Some((_, applied)) = adaptive {
+            config.entropy_coef = applied as f32;
+        }
+        let loss = UpdateLoss {
+            entropy_wanted: config.entropy_coef != 0.0 || config.top_entropy_quantile < 1.0 || adaptive.is_some(),
+            config,
         };
+        let (mut grads, mut stats) = match shares {
+            0 | 1 => self.gradients(grpo, &loss, step, update, tokens, inputs, mismatch, phases)?,
+            _ => self.split_gradients(&loss, step, update, shares, tokens, inputs, mismatch, phases)?,
+        };
+        if let (Some((control, applied)), Some(entropy)) = (adaptive, stats.entropy) {
+            stats.entropy_coef = Some(applied);
+            if let Some(state) = self.state.entropy_coef.as_mut() {
+                state.observe(entropy, &control);
+            }
+        }
         let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
         stats.grad_norm = clip_grad_norm(&self.model, &mut grads, self.ctx.optimizer.max_grad_norm);
         rein_run::RunError::check_gradients(step, stats.grad_norm, || {
@@ -350,7 +429,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
     fn gradients(
         &self,
         grpo: &GrpoSection,
-        config: &PolicyLossConfig,
+        loss: &UpdateLoss,
         step: usize,
         update: usize,
         tokens: &TokenBatch,
@@ -362,7 +441,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         let graph = rein_model::one_graph();
         let rows = inputs.shape[0];
         let forward = phases.enter("forward", format!("the policy loss of {rows} completions"));
-        let entropy_wanted = config.entropy_coef != 0.0 || config.top_entropy_quantile < 1.0;
+        let (config, entropy_wanted) = (&loss.config, loss.entropy_wanted);
         // With the full reverse KL to a teacher, one forward pass gives the vocabulary-wide
         // logits, and the sampled tokens' log-probabilities from them.
         let (log_prob, entropy, teacher_term, routing) = match &inputs.teacher_logits {
@@ -420,6 +499,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
             grad_norm: 0.0,
             kl: out.kl.map(|k| k.into_scalar().elem::<f64>()),
             entropy: entropy_value,
+            entropy_coef: None,
             teacher_kl,
             router_mismatch: experts.as_ref().and_then(|e| e.mismatch),
             aux_loss: experts.as_ref().map(|e| e.aux_loss),

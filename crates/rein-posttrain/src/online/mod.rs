@@ -135,6 +135,9 @@ struct OnlineState {
     /// The sources' recent absolute advantages, with `[curriculum] kind = "ucb"`.
     #[serde(default)]
     sources: Option<curriculum::SourceBandit>,
+    /// The adaptive entropy coefficient, with `algorithm.adaptive_entropy`.
+    #[serde(default)]
+    entropy_coef: Option<rein_optim::EntropyCoefficient>,
 }
 
 impl OnlineState {
@@ -307,6 +310,7 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
                 version: 0,
                 pools,
                 sources,
+                entropy_coef: None,
             },
             device: device.clone(),
             devices: vec![device.clone()],

@@ -19,10 +19,10 @@ use burn::optim::GradientsParams;
 use burn::tensor::{ElementConversion, Tensor};
 use rein_core::Aggregation;
 use rein_model::ReinAutodiffBackend;
-use rein_optim::{Counted, PolicyLossConfig, policy_loss, share_weight};
+use rein_optim::{Counted, policy_loss, share_weight};
 
 use super::Stage;
-use super::learn::{LossInputs, UpdateStats, token_mean};
+use super::learn::{LossInputs, UpdateLoss, UpdateStats, token_mean};
 use crate::LmError;
 use crate::batch::{TokenBatch, completion_log_probs};
 use crate::data_parallel;
@@ -45,7 +45,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn split_gradients(
         &self,
-        config: &PolicyLossConfig,
+        loss: &UpdateLoss,
         step: usize,
         update: usize,
         shares: usize,
@@ -78,7 +78,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         let batches: Vec<TokenBatch> = (ranges.iter())
             .map(|rows| tokens.select_rows(&rows.clone().collect::<Vec<_>>()))
             .collect();
-        let entropy_wanted = config.entropy_coef != 0.0;
+        let (config, entropy_wanted) = (&loss.config, loss.entropy_wanted);
         let measured = Mutex::new(vec![None; shares]);
         let (grads, losses) = data_parallel::gradients(&self.model, &self.devices[..shares], |s, model, device| {
             let rows = &ranges[s];
@@ -122,6 +122,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
             grad_norm: 0.0,
             kl: measured.iter().map(|m| m.kl).sum(),
             entropy: measured.iter().map(|m| m.entropy).sum(),
+            entropy_coef: None,
             teacher_kl: None,
             router_mismatch: None,
             aux_loss: None,

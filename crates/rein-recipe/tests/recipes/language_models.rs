@@ -24,6 +24,16 @@ fn values_out_of_range_name_the_key_and_the_range() {
             "algorithm.updates_per_batch",
             "at least 1",
         ),
+        (
+            "algorithm.adaptive_entropy={ delta = 0.0 }",
+            "algorithm.adaptive_entropy",
+            "delta > 0 and 0 ≤ min ≤ max (got target 0.2, delta 0, min 0, max 1)",
+        ),
+        (
+            "algorithm.adaptive_entropy={ min = 0.5, max = 0.1 }",
+            "algorithm.adaptive_entropy",
+            "0 ≤ min ≤ max",
+        ),
         ("optimizer.beta2=1.0", "optimizer.beta2", "[0, 1)"),
         ("optimizer.max_grad_norm=0", "optimizer.max_grad_norm", "positive"),
         ("train.stall_timeout_s=0", "train.stall_timeout_s", "positive"),
@@ -68,6 +78,105 @@ fn values_out_of_range_name_the_key_and_the_range() {
         ],
     )
     .unwrap();
+}
+
+#[test]
+fn gdpo_is_refused_beside_the_settings_it_replaces() {
+    let dir = recipes(&[("grpo.toml", GRPO)]);
+    let gdpo = "algorithm.multi_objective_aggregation=\"normalize_then_sum\"";
+    for (set, key) in [
+        ("algorithm.advantage=\"rloo\"", "algorithm.advantage"),
+        ("algorithm.std_scaling=\"none\"", "algorithm.std_scaling"),
+        ("algorithm.kl_in_reward=true", "algorithm.kl_in_reward"),
+    ] {
+        let err = load(&dir, "grpo.toml", &[gdpo, set]).unwrap_err();
+        assert!(
+            matches!(&err, RecipeError::Invalid { path, message, .. }
+                if path == key && message.contains("multi_objective_aggregation = \"normalize_then_sum\"")),
+            "{set}: {err}"
+        );
+    }
+    let loaded = load(&dir, "grpo.toml", &[gdpo]).unwrap();
+    let Algorithm::Grpo(grpo) = &loaded.recipe.algorithm else {
+        panic!("GRPO, got {:?}", loaded.recipe.algorithm)
+    };
+    assert_eq!(
+        grpo.multi_objective_aggregation,
+        rein_core::MultiObjectiveAggregation::NormalizeThenSum
+    );
+    let err = load(&dir, "grpo.toml", &["algorithm.multi_objective_aggregation=\"sum\""]).unwrap_err();
+    assert!(err.to_string().contains("multi_objective_aggregation"), "{err}");
+}
+
+#[test]
+fn the_pass_at_k_advantages_check_k_and_their_scaling() {
+    let dir = recipes(&[("grpo.toml", GRPO)]);
+    let pass_at_k = "algorithm.advantage=\"pass_at_k\"";
+    for (sets, key, message) in [
+        (&[pass_at_k][..], "algorithm.pass_k", "set k, from 1 to sampler.n"),
+        (
+            &[pass_at_k, "algorithm.pass_k=0"][..],
+            "algorithm.pass_k",
+            "must be from 1 to sampler.n",
+        ),
+        (&[pass_at_k, "algorithm.pass_k=99"][..], "algorithm.pass_k", "got 99"),
+        (
+            &[pass_at_k, "algorithm.pass_k=2", "algorithm.std_scaling=\"none\""][..],
+            "algorithm.std_scaling",
+            "its own σ",
+        ),
+        (
+            &["algorithm.pass_k=2"][..],
+            "algorithm.pass_k",
+            "read only with advantage = \"pass_at_k\"",
+        ),
+        (
+            &["algorithm.advantage=\"grpo_passk\"", "algorithm.std_scaling=\"batch\""][..],
+            "algorithm.std_scaling",
+            "`grpo_passk` divides",
+        ),
+    ] {
+        let err = load(&dir, "grpo.toml", sets).unwrap_err();
+        assert!(
+            matches!(&err, RecipeError::Invalid { path, message: m, .. } if path == key && m.contains(message)),
+            "{sets:?}: {err}"
+        );
+    }
+    let loaded = load(&dir, "grpo.toml", &[pass_at_k, "algorithm.pass_k=2"]).unwrap();
+    let Algorithm::Grpo(grpo) = &loaded.recipe.algorithm else {
+        panic!("GRPO, got {:?}", loaded.recipe.algorithm)
+    };
+    assert_eq!((grpo.advantage, grpo.pass_k()), (rein_core::AdvantageKind::PassAtK, 2));
+    load(&dir, "grpo.toml", &["algorithm.advantage=\"grpo_passk\""]).unwrap();
+}
+
+#[test]
+fn token_entropy_settings_that_cannot_hold_together_are_refused() {
+    let dir = recipes(&[("grpo.toml", GRPO)]);
+    let top = "algorithm.top_entropy_quantile=0.2";
+    for (sets, key, message) in [
+        (
+            &["algorithm.adaptive_entropy={ target = 1.0 }", top][..],
+            "algorithm.adaptive_entropy",
+            "use one of the two",
+        ),
+        (&[top, "train.devices=2"][..], "train.devices", "top_entropy_quantile"),
+    ] {
+        let err = load(&dir, "grpo.toml", sets).unwrap_err();
+        assert!(
+            matches!(&err, RecipeError::Invalid { path, message: m, .. } if path == key && m.contains(message)),
+            "{sets:?}: {err}"
+        );
+    }
+    let adaptive = load(&dir, "grpo.toml", &["algorithm.adaptive_entropy={ target = 1.5 }"]).unwrap();
+    let Algorithm::Grpo(grpo) = &adaptive.recipe.algorithm else {
+        panic!("GRPO, got {:?}", adaptive.recipe.algorithm)
+    };
+    let control = grpo.adaptive_entropy.unwrap();
+    assert_eq!(
+        (control.target, control.delta, control.min, control.max),
+        (1.5, 0.005, 0.0, 1.0)
+    );
 }
 
 #[test]

@@ -15,14 +15,22 @@ mod sources;
 pub(crate) use pools::DifficultyPools;
 pub(crate) use sources::{SourceBandit, sources_to_draw};
 
-/// The share of a group's `n` completions that `reward` counts correct, as the held-out
-/// evaluation counts ([`counts_as_correct`]). `components` are the group's per-reward columns
-/// (NaN where a reward gave no value).
-pub(crate) fn group_accuracy(components: &BTreeMap<String, Vec<f64>>, n: usize, reward: &str) -> f64 {
+/// Which of a group's `n` completions `reward` counts correct, as the held-out evaluation
+/// counts ([`counts_as_correct`]). `components` are the group's per-reward columns (NaN where
+/// a reward gave no value).
+pub(crate) fn completions_correct(components: &BTreeMap<String, Vec<f64>>, n: usize, reward: &str) -> Vec<bool> {
     let value = |key: &str, c: usize| components.get(key).map(|v| v[c]).filter(|v| v.is_finite());
     let correct_key = format!("{reward}/correct");
-    let hits = (0..n)
-        .filter(|&c| counts_as_correct(value(&correct_key, c), value(reward, c)))
+    (0..n)
+        .map(|c| counts_as_correct(value(&correct_key, c), value(reward, c)))
+        .collect()
+}
+
+/// The share of a group's `n` completions that `reward` counts correct ([`completions_correct`]).
+pub(crate) fn group_accuracy(components: &BTreeMap<String, Vec<f64>>, n: usize, reward: &str) -> f64 {
+    let hits = completions_correct(components, n, reward)
+        .into_iter()
+        .filter(|&ok| ok)
         .count();
     hits as f64 / n.max(1) as f64
 }
