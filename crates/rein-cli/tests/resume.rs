@@ -290,8 +290,9 @@ fn sac_and_td3_killed_at_random_steps_resume_to_the_same_metrics() {
     }
 }
 
-/// GRPO with difficulty pools and difficulty weights: the pass rates are in the checkpoint, so a
-/// resumed run draws the same prompts.
+/// GRPO with difficulty pools, difficulty weights and the adaptive entropy coefficient: the pass
+/// rates and the coefficient are in the checkpoint, so a resumed run draws the same prompts and
+/// applies the same bonus.
 #[test]
 fn sft_then_grpo_killed_at_random_steps_resumes_to_the_same_metrics() {
     let job = Job {
@@ -305,6 +306,8 @@ fn sft_then_grpo_killed_at_random_steps_resumes_to_the_same_metrics() {
             "algorithm.prompts_per_step=2",
             "algorithm.kl_coef=0.05",
             "algorithm.difficulty_weight={}",
+            // A target no entropy reaches: the coefficient grows by delta every update.
+            "algorithm.adaptive_entropy={ target = 100.0, delta = 0.01 }",
             "curriculum.kind=\"pools\"",
             "curriculum.hard=0.5",
             "sampler.n=4",
