@@ -350,10 +350,16 @@ fn grpo_passk_trains_only_through_each_groups_strict_best() {
     let group = run(grpo(1), sampler(8), &PROMPTS, ranked);
     let best = run(passk.clone(), sampler(8), &PROMPTS, ranked);
     assert!(best.moved(), "grpo_passk: the policy did not move");
-    assert!(best.after != group.after, "grpo_passk trains exactly as group advantages");
+    assert!(
+        best.after != group.after,
+        "grpo_passk trains exactly as group advantages"
+    );
     // Two completions tie for the best in every group: no margin, so nothing moves.
     let tied = run(passk, sampler(8), &PROMPTS, alternating);
-    assert!(!tied.moved(), "grpo_passk moved the policy on groups without a strict best");
+    assert!(
+        !tied.moved(),
+        "grpo_passk moved the policy on groups without a strict best"
+    );
 }
 
 #[test]
