@@ -17,7 +17,7 @@ fn mean(xs: &[f32]) -> f64 {
 }
 
 /// Unbiased standard deviation (`torch.std`), 0 for fewer than two values.
-fn std(xs: &[f32]) -> f64 {
+pub(crate) fn std(xs: &[f32]) -> f64 {
     if xs.len() < 2 {
         return 0.0;
     }

@@ -40,9 +40,7 @@ pub fn best_of_group(rewards: &[f32], group_size: usize, scale_by_std: bool) -> 
             .fold(f64::NEG_INFINITY, f64::max);
         let mut margin = r[best] - second;
         if scale_by_std {
-            let mean = r.iter().sum::<f64>() / r.len() as f64;
-            let var = r.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (r.len() - 1) as f64;
-            margin /= var.sqrt() + EPS;
+            margin /= crate::group_advantages::std(group) + EPS;
         }
         out[best] = margin as f32;
     }

@@ -55,6 +55,16 @@ fn load(dir: &Path, file: &str, overrides: &[&str]) -> Result<LoadedRecipe, Reci
     LoadedRecipe::load(&dir.join(file), &overrides)
 }
 
+/// Loading `file` with `overrides` is refused as invalid, naming `key` with a message that says
+/// `says`.
+fn assert_refused(dir: &Path, file: &str, overrides: &[&str], key: &str, says: &str) {
+    let err = load(dir, file, overrides).unwrap_err();
+    assert!(
+        matches!(&err, RecipeError::Invalid { path, message, .. } if path == key && message.contains(says)),
+        "{overrides:?}: {err}"
+    );
+}
+
 fn ppo(loaded: &LoadedRecipe) -> &rein_recipe::PpoSection {
     let Algorithm::Ppo(ppo) = &loaded.recipe.algorithm else {
         panic!("a PPO recipe")
