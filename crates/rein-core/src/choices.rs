@@ -243,6 +243,20 @@ pub enum DpoLossKind {
     Robust,
 }
 
+/// The losses of KTO on unpaired desirable/undesirable completions (TRL's `KTOConfig.loss_type`
+/// names; equations in `rein_optim::kto_loss`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KtoLossKind {
+    /// KTO's value function against the policy's KL from the reference (Ethayarajh et al. 2024,
+    /// eq. 7).
+    #[default]
+    Kto,
+    /// APO-zero's unpaired form: no KL term, desirable completions pushed up and undesirable
+    /// ones down from the reference (D'Oosterlinck et al. 2024).
+    ApoZeroUnpaired,
+}
+
 /// Difficulty-aware advantage weights (GRPO-LEAD, Zhang & Zuo 2025): the logistic weight
 /// `w(ρ) = low + (high − low) / (1 + exp(steepness · (ρ − center)))` of a group's empirical
 /// accuracy ρ (equations and use in `rein_optim::difficulty_weight`).

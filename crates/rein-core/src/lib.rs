@@ -18,9 +18,9 @@ mod text_env;
 mod tool;
 
 pub use choices::{
-    Activation, AdaptiveEntropy, AdvantageKind, Aggregation, DifficultyWeight, DpoLossKind, KlEstimator, LagCorrection,
-    ModelDtype, MultiObjectiveAggregation, ObjectiveKind, OnError, PolicySync, RatioLevel, SamplerBackend,
-    SamplerPrecision, ServerApi, StdScaling, TrainPrecision, ValueModel,
+    Activation, AdaptiveEntropy, AdvantageKind, Aggregation, DifficultyWeight, DpoLossKind, KlEstimator, KtoLossKind,
+    LagCorrection, ModelDtype, MultiObjectiveAggregation, ObjectiveKind, OnError, PolicySync, RatioLevel,
+    SamplerBackend, SamplerPrecision, ServerApi, StdScaling, TrainPrecision, ValueModel,
 };
 pub use env::{
     Action, BatchActions, BoxSpace, EnvSpec, Environment, Observation, Space, Step, VecEnv, VecStep, validate_action,

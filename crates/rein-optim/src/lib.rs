@@ -26,7 +26,8 @@
 //!   token), [`token_gae`] (GAE over a completion's tokens) and [`masked_whiten`], as
 //!   InstructGPT and TRL's `PPOTrainer` compute them; the critic's loss is [`masked_value_loss`].
 //!   Both PPOs log their critic's [`explained_variance`].
-//! - Preferences: [`dpo_loss`] (DPO, IPO, hinge, robust) and [`bradley_terry_loss`] for reward
+//! - Preferences: [`dpo_loss`] (DPO, IPO, hinge, robust), [`kto_loss`] (KTO and unpaired
+//!   APO-zero on completions labelled one at a time) and [`bradley_terry_loss`] for reward
 //!   models.
 //! - Off-policy control: SAC's squashed-Gaussian policy ([`squashed_gaussian`]), soft target
 //!   ([`soft_q_target`]), [`twin_critic_loss`], [`sac_actor_loss`] and entropy
@@ -58,6 +59,7 @@ mod gigpo;
 mod grad_clip;
 mod group_advantages;
 mod kl;
+mod kto;
 mod lag_correction;
 mod normalize;
 #[cfg(test)]
@@ -89,6 +91,7 @@ pub use gigpo::{GigpoConfig, TurnOutcome, gigpo_advantages};
 pub use grad_clip::clip_grad_norm;
 pub use group_advantages::{group_normalized, reinforce_pp, rloo, zero_variance};
 pub use kl::{kl_estimate, kl_estimate_scalar};
+pub use kto::{KtoConfig, KtoLoss, KtoLossKind, kto_loss, kto_reference_point};
 pub use lag_correction::{Corrected, Correction, lag_correction};
 pub use normalize::normalize;
 pub use pass_at_k::{best_of_group, pass_at_k};
