@@ -21,6 +21,8 @@ pub struct Fields {
     pub rejected: String,
     /// An optional column of how much `chosen` is preferred (reward-model training).
     pub margin: String,
+    /// Whether `completion` is desirable (`true`) or not, in unpaired preference data (KTO).
+    pub label: String,
     /// The column naming each row's data source (verl's `data_source`), which a
     /// `[curriculum] kind = "ucb"` draws between; rows without it form one unnamed source. It
     /// stays in the metadata reward plugins see.
@@ -36,6 +38,7 @@ impl Default for Fields {
             chosen: "chosen".into(),
             rejected: "rejected".into(),
             margin: "margin".into(),
+            label: "label".into(),
             source: "data_source".into(),
         }
     }

@@ -19,6 +19,7 @@ mod dpo;
 mod error;
 mod grpo;
 mod keys;
+mod kto;
 mod lm_ppo;
 mod model_source;
 mod off_policy;
@@ -39,6 +40,7 @@ pub use data::{ArithmeticTask, Fields, OperandRange, Solution};
 pub use dpo::DpoRecipe;
 pub use error::RecipeError;
 pub use grpo::GrpoRecipe;
+pub use kto::{KtoRecipe, KtoSection};
 pub use lm_ppo::LmPpoRecipe;
 pub use model_source::{ModelSource, Weights};
 pub use off_policy::{OffPolicyAlgorithm, OffPolicyRecipe, SacSection, Td3Section};
@@ -597,6 +599,7 @@ fn algorithm_error(composed: &Composed) -> Option<(String, String)> {
         "grpo" => serde_path_to_error::deserialize::<_, GrpoSection>(value).err()?,
         "sft" => serde_path_to_error::deserialize::<_, SftSection>(value).err()?,
         "dpo" => serde_path_to_error::deserialize::<_, DpoSection>(value).err()?,
+        "kto" => serde_path_to_error::deserialize::<_, KtoSection>(value).err()?,
         "reward-model" => serde_path_to_error::deserialize::<_, RewardModelSection>(value).err()?,
         "online-dpo" => serde_path_to_error::deserialize::<_, OnlineDpoSection>(value).err()?,
         _ => return None,

@@ -8,6 +8,7 @@ use crate::data::check_data;
 use crate::dpo::DpoRecipe;
 use crate::error::{Broken, broken};
 use crate::grpo::GrpoRecipe;
+use crate::kto::KtoRecipe;
 use crate::lm_ppo::LmPpoRecipe;
 use crate::off_policy::{OffPolicyAlgorithm, OffPolicyRecipe};
 use crate::online_dpo::OnlineDpoRecipe;
@@ -28,6 +29,8 @@ pub enum Plan<'a> {
     Sft(SftRecipe<'a>),
     /// The DPO family on preference pairs.
     Dpo(DpoRecipe<'a>),
+    /// KTO on labelled completions.
+    Kto(KtoRecipe<'a>),
     /// A reward model trained on preference pairs.
     RewardModel(RewardModelRecipe<'a>),
     /// Online DPO on pairs the policy samples.
@@ -69,6 +72,11 @@ impl<'a> Plan<'a> {
                 dpo,
                 data: data("DPO")?,
             }),
+            Algorithm::Kto(kto) => Plan::Kto(KtoRecipe {
+                recipe,
+                kto,
+                data: data("KTO")?,
+            }),
             Algorithm::RewardModel(reward_model) => Plan::RewardModel(RewardModelRecipe {
                 recipe,
                 reward_model,
@@ -104,6 +112,7 @@ impl<'a> Plan<'a> {
             Plan::Grpo(grpo) => grpo.check(),
             Plan::Sft(_) => Ok(()),
             Plan::Dpo(dpo) => dpo.check(),
+            Plan::Kto(kto) => kto.check(),
             Plan::RewardModel(rm) => rm.check(),
             Plan::OnlineDpo(online) => online.check(),
             Plan::LmPpo(ppo) => ppo.check(),
@@ -113,7 +122,7 @@ impl<'a> Plan<'a> {
             Some(data) => check_data(
                 data.task.as_ref(),
                 data.train.as_deref(),
-                matches!(self, Plan::Dpo(_) | Plan::RewardModel(_)),
+                matches!(self, Plan::Dpo(_) | Plan::Kto(_) | Plan::RewardModel(_)),
             ),
             None => Ok(()),
         }
@@ -126,6 +135,7 @@ impl<'a> Plan<'a> {
             Plan::Grpo(GrpoRecipe { data, .. })
             | Plan::Sft(SftRecipe { data, .. })
             | Plan::Dpo(DpoRecipe { data, .. })
+            | Plan::Kto(KtoRecipe { data, .. })
             | Plan::RewardModel(RewardModelRecipe { data, .. })
             | Plan::OnlineDpo(OnlineDpoRecipe { data, .. })
             | Plan::LmPpo(LmPpoRecipe { data, .. }) => Some(data),
@@ -138,7 +148,9 @@ impl<'a> Plan<'a> {
             Plan::Grpo(grpo) => Some(grpo.rollout()),
             Plan::LmPpo(ppo) => Some(ppo.rollout()),
             Plan::OnlineDpo(online) => Some(online.rollout()),
-            Plan::Ppo(_) | Plan::Sft(_) | Plan::Dpo(_) | Plan::RewardModel(_) | Plan::OffPolicy(_) => None,
+            Plan::Ppo(_) | Plan::Sft(_) | Plan::Dpo(_) | Plan::Kto(_) | Plan::RewardModel(_) | Plan::OffPolicy(_) => {
+                None
+            }
         }
     }
 }

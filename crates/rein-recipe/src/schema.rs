@@ -5,6 +5,7 @@ use rein_core::SandboxLimits;
 
 pub use crate::dpo::DpoSection;
 pub use crate::grpo::GrpoSection;
+pub use crate::kto::KtoSection;
 pub use crate::lm_ppo::LmPpoSection;
 pub use crate::off_policy::{SacSection, Td3Section};
 pub use crate::online_dpo::OnlineDpoSection;
@@ -134,6 +135,8 @@ pub enum Algorithm {
     Sft(SftSection),
     /// The DPO family on preference pairs (offline).
     Dpo(DpoSection),
+    /// KTO on completions labelled desirable or undesirable (offline).
+    Kto(KtoSection),
     /// A Bradley–Terry reward model trained on preference pairs.
     #[serde(rename = "reward-model")]
     RewardModel(RewardModelSection),

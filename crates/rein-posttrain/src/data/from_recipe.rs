@@ -1,15 +1,16 @@
 //! A language-model recipe's data as read or generated, before tokenizing: prompts and target
-//! completions, and for the algorithms that learn from preferences, preference pairs (from
-//! files, or made from the generated task's worked solutions and slipped ones).
+//! completions, and for the algorithms that learn from preferences, preference pairs or
+//! labelled completions (from files, or made from the generated task's worked solutions and
+//! slipped ones).
 
 use std::path::Path;
 
-use rein_recipe::{CurriculumKind, DataSection, LoadedRecipe};
+use rein_recipe::{CurriculumKind, DataSection, LoadedRecipe, Plan};
 use rein_sampler::SeededRng;
 
 use crate::LmError;
 use crate::run::recipe_keys::invalid;
-use crate::{Example, PreferenceExample, Skipped};
+use crate::{Example, LabelledExample, PreferenceExample, Skipped};
 
 /// How an algorithm that learns from preference pairs reads them.
 #[derive(Debug, Clone, Copy)]
@@ -18,6 +19,27 @@ pub(crate) struct PreferenceUse {
     pub(crate) max_length: usize,
     /// Whether the held-out split is pairs too (a reward model's; DPO's is prompts to answer).
     pub(crate) test_is_pairs: bool,
+    /// Whether the algorithm learns from labelled completions (KTO) instead of pairs: paired
+    /// rows are split into a desirable and an undesirable example.
+    pub(crate) unpaired: bool,
+}
+
+impl PreferenceUse {
+    /// How `plan`'s algorithm learns from preferences, when it does: its `max_length`, and
+    /// whether the held-out split is pairs too and the data labelled completions.
+    pub(crate) fn of(plan: Plan<'_>) -> Option<Self> {
+        let (max_length, test_is_pairs, unpaired) = match plan {
+            Plan::Dpo(dpo) => (dpo.dpo.max_length, false, false),
+            Plan::Kto(kto) => (kto.kto.max_length, false, true),
+            Plan::RewardModel(rm) => (rm.reward_model.max_length, true, false),
+            _ => return None,
+        };
+        Some(Self {
+            max_length,
+            test_is_pairs,
+            unpaired,
+        })
+    }
 }
 
 /// A recipe's examples and preference rows.
@@ -26,6 +48,8 @@ pub(crate) struct RecipeData {
     pub(crate) test: Vec<Example>,
     pub(crate) preferences: Vec<PreferenceExample>,
     pub(crate) test_preferences: Vec<PreferenceExample>,
+    /// Labelled completions (with [`PreferenceUse::unpaired`]).
+    pub(crate) labelled: Vec<LabelledExample>,
     /// Preference rows that cannot train, with why.
     pub(crate) skipped: Vec<Skipped>,
 }
@@ -38,8 +62,9 @@ pub(crate) fn read_data(
     preference: Option<PreferenceUse>,
     data_dir: Option<&Path>,
 ) -> Result<RecipeData, LmError> {
-    let (mut preferences, mut test_preferences) = (Vec::new(), Vec::new());
+    let (mut preferences, mut test_preferences, mut labelled) = (Vec::new(), Vec::new(), Vec::new());
     let mut skipped = Vec::new();
+    let unpaired = preference.as_ref().is_some_and(|p| p.unpaired);
     let test_is_pairs = preference.as_ref().is_some_and(|p| p.test_is_pairs);
     let (train, mut test) = match (&data.task, &data.train) {
         (Some(task), _) => {
@@ -52,7 +77,16 @@ pub(crate) fn read_data(
             (train, test)
         }
         (None, Some(path)) if preference.is_some() => {
-            (preferences, skipped) = crate::read_preferences(&loaded.resolve(path), &data.fields)?;
+            (preferences, labelled, skipped) = match unpaired {
+                true => {
+                    let (labelled, skipped) = crate::read_labelled(&loaded.resolve(path), &data.fields)?;
+                    (Vec::new(), labelled, skipped)
+                }
+                false => {
+                    let (preferences, skipped) = crate::read_preferences(&loaded.resolve(path), &data.fields)?;
+                    (preferences, Vec::new(), skipped)
+                }
+            };
             let test = match &data.test {
                 Some(path) if test_is_pairs => {
                     let skipped_test;
@@ -91,12 +125,19 @@ pub(crate) fn read_data(
         if test_is_pairs {
             test_preferences = crate::pairs_from_examples(&std::mem::take(&mut test), &mut slip);
         }
+        if unpaired {
+            labelled = std::mem::take(&mut preferences)
+                .into_iter()
+                .flat_map(crate::unpair)
+                .collect();
+        }
     }
     Ok(RecipeData {
         train,
         test,
         preferences,
         test_preferences,
+        labelled,
         skipped,
     })
 }

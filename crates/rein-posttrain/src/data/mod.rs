@@ -2,6 +2,7 @@
 //! optional target completion (for SFT) and metadata.
 
 pub(crate) mod from_recipe;
+pub mod labelled;
 pub mod preferences;
 pub mod prompts;
 pub mod task;

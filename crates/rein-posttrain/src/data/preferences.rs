@@ -79,9 +79,9 @@ impl PreferencePair {
 pub fn read_preferences(path: &Path, fields: &Fields) -> Result<(Vec<PreferenceExample>, Vec<Skipped>), DataError> {
     let rows = read_rows(path)?;
     let (mut examples, mut skipped) = (Vec::new(), Vec::new());
-    for (i, row) in rows.into_iter().enumerate() {
+    for (i, mut row) in rows.into_iter().enumerate() {
         let name = format!("{} (row {})", path.display(), i + 1);
-        match preference(row, fields) {
+        match preference(&mut row, fields) {
             Ok((prompt, chosen, rejected, margin)) => examples.push(PreferenceExample {
                 prompt,
                 chosen,
@@ -98,7 +98,7 @@ pub fn read_preferences(path: &Path, fields: &Fields) -> Result<(Vec<PreferenceE
 type Parts = (Vec<ChatMessage>, String, String, Option<f32>);
 
 /// A row's prompt, completions and margin, or why it has none.
-fn preference(mut row: Row, fields: &Fields) -> Result<Parts, String> {
+pub(super) fn preference(row: &mut Row, fields: &Fields) -> Result<Parts, String> {
     let mut take = |column: &str| row.remove(column).filter(|v| !v.is_null());
     let (prompt, chosen, rejected) = (take(&fields.prompt), take(&fields.chosen), take(&fields.rejected));
     let margin = match take(&fields.margin) {
@@ -128,7 +128,7 @@ fn preference(mut row: Row, fields: &Fields) -> Result<Parts, String> {
 }
 
 /// A prompt column: text (one user message) or a list of messages.
-fn prompt_messages(value: Value) -> Result<Vec<ChatMessage>, String> {
+pub(super) fn prompt_messages(value: Value) -> Result<Vec<ChatMessage>, String> {
     match value {
         Value::String(text) if text.trim().is_empty() => Err("the prompt is empty".into()),
         Value::String(text) => Ok(opening_messages(&text, None)),
@@ -170,7 +170,7 @@ fn implicit_prompt(
 }
 
 /// A completion column: text, or a list holding one assistant message.
-fn completion(value: Value, column: &str) -> Result<String, String> {
+pub(super) fn completion(value: Value, column: &str) -> Result<String, String> {
     let text = match value {
         Value::String(text) => text,
         other => match messages(other).as_deref() {
@@ -214,46 +214,17 @@ pub fn prepare_preferences(
     data: &DataSection,
     max_length: usize,
 ) -> Result<(Vec<PreferencePair>, Vec<Skipped>), TranscriptError> {
-    let eos = tokenizer.eos_ids().first().copied();
-    let templated = data.chat_template && tokenizer.has_chat_template();
     let (mut pairs, mut skipped) = (Vec::new(), Vec::new());
     for e in examples {
-        let mut messages = e.prompt.clone();
-        if let Some(system) = &data.system_prompt
-            && messages.first().is_none_or(|m| m.role != "system")
-        {
-            messages.insert(0, opening_messages("", Some(system)).remove(0));
-        }
-        let text = match templated {
-            true => tokenizer.apply_chat_template_with_tools(&messages, &[], true)?,
-            false => None,
-        };
-        let text = text.unwrap_or_else(|| {
-            messages
-                .iter()
-                .map(|m| m.content.as_str())
-                .collect::<Vec<_>>()
-                .join("\n")
-        });
-        let prompt = tokenizer.encode_prompt(&text)?;
-        if prompt.len() >= max_length {
-            skipped.push(Skipped {
-                row: e.row.clone(),
-                reason: format!(
-                    "the prompt is {} tokens, and max_length ({max_length}) leaves no room for a completion",
-                    prompt.len()
-                ),
-            });
+        let prompt = prompt_tokens(&e.prompt, tokenizer, data)?;
+        let Some(room) = room_after(&prompt, max_length) else {
+            skipped.push(no_room(&e.row, &prompt, max_length));
             continue;
-        }
-        let room = max_length - prompt.len();
-        let encode = |text: &str| -> Result<Vec<u32>, TranscriptError> {
-            let mut ids = tokenizer.encode(text)?;
-            ids.extend(eos);
-            ids.truncate(room);
-            Ok(ids)
         };
-        let (chosen, rejected) = (encode(&e.chosen)?, encode(&e.rejected)?);
+        let (chosen, rejected) = (
+            completion_tokens(&e.chosen, tokenizer, room)?,
+            completion_tokens(&e.rejected, tokenizer, room)?,
+        );
         if chosen == rejected {
             skipped.push(Skipped {
                 row: e.row.clone(),
@@ -271,14 +242,66 @@ pub fn prepare_preferences(
     Ok((pairs, skipped))
 }
 
+/// A preference row's prompt as tokens: the data's system prompt first (unless the row has
+/// one), through the chat template when the data asks and the tokenizer has one, else the
+/// messages' texts joined by lines.
+pub(super) fn prompt_tokens(
+    prompt: &[ChatMessage],
+    tokenizer: &LmTokenizer,
+    data: &DataSection,
+) -> Result<Vec<u32>, TranscriptError> {
+    let mut messages = prompt.to_vec();
+    if let Some(system) = &data.system_prompt
+        && messages.first().is_none_or(|m| m.role != "system")
+    {
+        messages.insert(0, opening_messages("", Some(system)).remove(0));
+    }
+    let text = match data.chat_template && tokenizer.has_chat_template() {
+        true => tokenizer.apply_chat_template_with_tools(&messages, &[], true)?,
+        false => None,
+    };
+    let text = text.unwrap_or_else(|| {
+        messages
+            .iter()
+            .map(|m| m.content.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    Ok(tokenizer.encode_prompt(&text)?)
+}
+
+/// The tokens `max_length` leaves a completion after `prompt`, or `None` when it leaves none.
+pub(super) fn room_after(prompt: &[u32], max_length: usize) -> Option<usize> {
+    max_length.checked_sub(prompt.len()).filter(|&room| room > 0)
+}
+
+/// Why a row whose prompt fills `max_length` is skipped.
+pub(super) fn no_room(row: &str, prompt: &[u32], max_length: usize) -> Skipped {
+    Skipped {
+        row: row.to_string(),
+        reason: format!(
+            "the prompt is {} tokens, and max_length ({max_length}) leaves no room for a completion",
+            prompt.len()
+        ),
+    }
+}
+
+/// A completion's tokens with the end-of-sequence token, cut to `room`.
+pub(super) fn completion_tokens(text: &str, tokenizer: &LmTokenizer, room: usize) -> Result<Vec<u32>, TranscriptError> {
+    let mut ids = tokenizer.encode(text)?;
+    ids.extend(tokenizer.eos_ids().first().copied());
+    ids.truncate(room);
+    Ok(ids)
+}
+
 /// Prints one line per skipped row (the first 20, then a count).
 pub fn report_skipped(skipped: &[Skipped]) {
     const SHOWN: usize = 20;
     for s in skipped.iter().take(SHOWN) {
-        eprintln!("skipped preference pair {}: {}", s.row, s.reason);
+        eprintln!("skipped preference row {}: {}", s.row, s.reason);
     }
     if skipped.len() > SHOWN {
-        eprintln!("… and {} more skipped preference pairs", skipped.len() - SHOWN);
+        eprintln!("… and {} more skipped preference rows", skipped.len() - SHOWN);
     }
 }
 

@@ -545,6 +545,57 @@ fn a_dpo_recipe_names_what_it_does_not_use_and_what_is_out_of_range() {
 /// `algorithm.name = "ppo"` is PPO on environments with `[env]` and PPO with a critic on a
 /// language model with `[data]`; each reads only its own keys, and the language model's are
 /// checked.
+/// KTO reads DPO's sections, with its own loss keys (TRL's `KTOConfig` names and defaults).
+#[test]
+fn a_kto_recipe_names_what_is_out_of_range() {
+    let kto = DPO.replace("name = \"dpo\"", "name = \"kto\"");
+    let dir = recipes(&[("kto.toml", &kto)]);
+    let loaded = load(&dir, "kto.toml", &[]).unwrap();
+    let Algorithm::Kto(section) = &loaded.recipe.algorithm else {
+        panic!("a KTO recipe")
+    };
+    assert_eq!(
+        (
+            section.beta,
+            section.lr,
+            section.desirable_weight,
+            section.undesirable_weight
+        ),
+        (0.1, 1e-6, 1.0, 1.0)
+    );
+    assert_eq!(section.loss_type, rein_core::KtoLossKind::Kto);
+    for (set, key, message) in [
+        (
+            "algorithm.batch_size=1",
+            "algorithm.batch_size",
+            "at least 2 for loss_type = \"kto\"",
+        ),
+        ("algorithm.desirable_weight=0", "algorithm.desirable_weight", "> 0"),
+        ("algorithm.undesirable_weight=-1", "algorithm.undesirable_weight", "> 0"),
+        ("algorithm.beta=0", "algorithm.beta", "> 0"),
+        ("algorithm.sft_weight=1.0", "algorithm.sft_weight", "unknown"),
+        (
+            "algorithm.loss_type=\"sigmoid\"",
+            "algorithm.loss_type",
+            "apo_zero_unpaired",
+        ),
+        ("sampler.n=4", "sampler.n", "KTO does not use this key"),
+    ] {
+        let text = load(&dir, "kto.toml", &[set]).unwrap_err().to_string();
+        assert!(
+            text.contains(&format!("`{key}`")) && text.contains(message),
+            "{set}: {text}"
+        );
+    }
+    // APO-zero has no reference point to estimate, so one completion per step is enough.
+    load(
+        &dir,
+        "kto.toml",
+        &["algorithm.loss_type=\"apo_zero_unpaired\"", "algorithm.batch_size=1"],
+    )
+    .unwrap();
+}
+
 #[test]
 fn ppo_on_prompts_is_ppo_with_a_critic_on_a_language_model() {
     let lm = GRPO.replace("name = \"grpo\"", "name = \"ppo\"");
