@@ -1,4 +1,4 @@
-//! Learning from preferences: DPO, reward-model training, online DPO.
+//! Learning from preferences: DPO, KTO, reward-model training, online DPO.
 
 use super::*;
 
@@ -77,6 +77,93 @@ runs_dir = {runs:?}
         assert!(late > early + 0.5, "{runs}: margin {early} → {late}");
         assert!(mean("dpo/reward_accuracy", 20..25) > 0.9, "{runs}: {records:?}");
     }
+}
+
+/// KTO on the tiny Qwen2 fixture from a file of unpaired rows (TRL's `prompt`/`completion`/
+/// `label`) with paired rows mixed in (each split into a desirable and an undesirable
+/// completion), its bad rows skipped and named: the first step's loss is ½ (the policy is its
+/// reference, so every implicit reward and the reference point are 0), and the desirable
+/// completions' implicit reward rises above the undesirable ones' as it learns.
+#[test]
+fn kto_learns_from_labelled_completions_and_skips_bad_rows() {
+    let dir = common::scratch("lm-kto");
+    let mut rows = vec![
+        serde_json::json!({"prompt": "broken", "completion": "x"}),
+        serde_json::json!({"prompt": "label?", "completion": "y", "label": "yes"}),
+    ];
+    for a in 0..24 {
+        let (right, wrong) = (format!("<answer>{}</answer>", a + 1), format!("I do not know {a}."));
+        let prompt = format!("What is {a} + 1?");
+        match a % 3 {
+            0 => rows.push(serde_json::json!({"prompt": prompt, "chosen": right, "rejected": wrong})),
+            _ => {
+                rows.push(serde_json::json!({"prompt": prompt, "completion": right, "label": true}));
+                if a % 3 == 1 {
+                    rows.push(serde_json::json!({
+                        "prompt": [{"role": "user", "content": prompt}],
+                        "completion": [{"role": "assistant", "content": wrong}],
+                        "label": false,
+                    }));
+                }
+            }
+        }
+    }
+    let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(dir.join("labelled.jsonl"), text).unwrap();
+    let recipe = format!(
+        r#"
+seed = 5
+[model]
+path = {model:?}
+[data]
+train = "labelled.jsonl"
+[algorithm]
+name = "kto"
+steps = 25
+batch_size = 8
+lr = 3e-3
+beta = 0.5
+desirable_weight = 0.8
+[train]
+runs_dir = {runs:?}
+"#,
+        model = root().join("tests/fixtures/lm/qwen2-gqa").display().to_string(),
+        runs = dir.join("runs").display().to_string(),
+    );
+    std::fs::write(dir.join("kto.toml"), recipe).unwrap();
+    let recipe = LoadedRecipe::load(&dir.join("kto.toml"), &[]).unwrap();
+    let RunOutcome::Lm(outcome) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    let kto = outcome.kto.unwrap();
+    // 8 paired rows give 8 + 8, 16 unpaired rows 16 desirable, 8 unpaired rows 8 undesirable.
+    assert_eq!(
+        (kto.desirable, kto.undesirable, kto.skipped, kto.steps),
+        (24, 16, 2, 25)
+    );
+    let report = std::fs::read_to_string(outcome.run_dir.unwrap().join("report.md")).unwrap();
+    assert!(
+        report.contains("on 24 desirable and 16 undesirable completions (2 rows skipped)"),
+        "{report}"
+    );
+    let records = stage_records(&dir.join("runs"), "kto");
+    let value = |r: &serde_json::Value, key: &str| r[key].as_f64().unwrap_or(f64::NAN);
+    // ½ · (mean weight of the batch's completions), the weights 0.8 and 1.
+    let first = value(&records[0], "kto/loss");
+    assert!((0.4..=0.5).contains(&first), "first loss {first}");
+    assert_eq!(value(&records[0], "kto/kl"), 0.0);
+    let mean = |key: &str, range: std::ops::Range<usize>| {
+        let values: Vec<f64> = records[range]
+            .iter()
+            .map(|r| value(r, key))
+            .filter(|v| v.is_finite())
+            .collect();
+        values.iter().sum::<f64>() / values.len() as f64
+    };
+    let (early, late) = (mean("kto/reward_margin", 0..5), mean("kto/reward_margin", 20..25));
+    assert!(late > early + 0.5, "margin {early} → {late}");
+    assert!(mean("kto/rewards_chosen", 20..25) > 0.0, "{records:?}");
+    assert!(mean("kto/rewards_rejected", 20..25) < 0.0, "{records:?}");
 }
 
 /// Reward-model training on the tiny Qwen2's decoder from preference files (train and held

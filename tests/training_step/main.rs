@@ -3,7 +3,8 @@
 //! by `tests/fixtures/gen_torch_step.py`): every parameter after the step within 1e-5 (1e-4
 //! where its gradient is within a few ε of zero; see below). And on-policy distillation's full
 //! reverse KL against TRL's `DistillationTrainer` loss (`gen_trl_distill.py`), every DPO loss
-//! type against TRL's `DPOTrainer` (`gen_trl_dpo.py`), and the reward-model loss against TRL's
+//! type against TRL's `DPOTrainer` (`gen_trl_dpo.py`), both KTO loss types against TRL's
+//! `KTOTrainer` (`gen_trl_kto.py`), and the reward-model loss against TRL's
 //! `RewardTrainer` (`gen_trl_reward.py`), and PPO's token advantages, losses and value model
 //! against TRL's `PPOTrainer` formulas (`gen_trl_ppo.py`). The newer families (Qwen3, Gemma 3,
 //! Gemma 2, Qwen3-MoE with its load-balancing loss) take the same GRPO loss's backward pass
@@ -27,12 +28,14 @@ use burn::tensor::{Tensor, TensorData};
 use rein_core::{Aggregation, KlEstimator, RatioLevel};
 use rein_model::lm::{CausalLm, SequenceClassifier, load, peft, save};
 use rein_optim::{
-    DpoConfig, DpoLossKind, PolicyLossConfig, PolicyObjective, bradley_terry_loss, clip_grad_norm, full_reverse_kl,
-    kl_estimate_scalar, masked_value_loss, masked_whiten, policy_loss, token_gae, token_rewards,
+    DpoConfig, DpoLossKind, KtoConfig, KtoLossKind, PolicyLossConfig, PolicyObjective, bradley_terry_loss,
+    clip_grad_norm, full_reverse_kl, kl_estimate_scalar, masked_value_loss, masked_whiten, policy_loss, token_gae,
+    token_rewards,
 };
 use rein_posttrain::{
-    Critic, PreferencePair, TokenBatch, completion_log_probs, completion_logits, completion_outputs, dpo_batch_loss,
-    pair_batch, pair_scores, reference_log_probs,
+    Critic, LabelledCompletion, PreferencePair, TokenBatch, completion_log_probs, completion_logits,
+    completion_outputs, dpo_batch_loss, kto_batch_loss, labelled_batch, mismatched_batch, pair_batch, pair_scores,
+    reference_log_probs, reference_point,
 };
 use safetensors::SafeTensors;
 use serde::Deserialize;

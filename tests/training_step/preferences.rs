@@ -1,5 +1,5 @@
-//! Every DPO loss type against TRL's `DPOTrainer`, and the reward-model loss against TRL's
-//! `RewardTrainer`.
+//! Every DPO loss type against TRL's `DPOTrainer`, both KTO loss types against TRL's
+//! `KTOTrainer`, and the reward-model loss against TRL's `RewardTrainer`.
 
 use super::*;
 
@@ -123,6 +123,95 @@ fn dpo_losses_match_trl() {
         }
         assert_eq!(compared, ours.tensors().len(), "every parameter after the step");
     }
+}
+
+/// The labelled completions of `trl_kto.json` with TRL's loss for each loss type.
+#[derive(Deserialize)]
+struct KtoFixture {
+    beta: f32,
+    desirable_weight: f32,
+    undesirable_weight: f32,
+    prompts: Vec<Vec<u32>>,
+    completions: Vec<Vec<u32>>,
+    labels: Vec<bool>,
+    losses: std::collections::BTreeMap<String, f64>,
+    kl: std::collections::BTreeMap<String, f64>,
+    grad_norms: std::collections::BTreeMap<String, f64>,
+}
+
+/// Both KTO loss types against TRL's `KTOTrainer._compute_loss` on the same labelled completions
+/// (fixture by `tests/fixtures/gen_trl_kto.py`; the policy the tiny Llama, the reference the tiny
+/// Qwen2): the reference point from the rotated mismatched pairs, the loss within 1e-6 and each
+/// gradient tensor within 1e-6 of the gradient's norm.
+#[test]
+fn kto_losses_match_trl() {
+    let fixtures = fixtures();
+    let fixture: KtoFixture = read_json(&fixtures.join("trl_kto.json"));
+    let device = Default::default();
+    let reference = load::<Flex>(&fixtures.join("lm/qwen2-gqa"), &device).unwrap();
+    let examples: Vec<LabelledCompletion> = (0..fixture.prompts.len())
+        .map(|i| LabelledCompletion {
+            prompt: fixture.prompts[i].clone(),
+            completion: fixture.completions[i].clone(),
+            desirable: fixture.labels[i],
+        })
+        .collect();
+    let picked: Vec<usize> = (0..examples.len()).collect();
+    let (batch, mismatched) = (
+        labelled_batch(&examples, &picked, 0),
+        mismatched_batch(&examples, &picked, 0),
+    );
+    let sums = |model: &CausalLm<Flex>, batch: &TokenBatch| {
+        let (log_prob, _) = completion_log_probs(model, batch, 1.0, false, &device);
+        let sums = (log_prob * batch.mask::<Flex>(&device)).sum_dim(1);
+        sums.into_data().to_vec::<f32>().unwrap()
+    };
+    let (reference_matched, reference_mismatched) = (sums(&reference, &batch), sums(&reference, &mismatched));
+    let theirs = std::fs::read(fixtures.join("trl_kto_grads.safetensors")).unwrap();
+    let theirs = SafeTensors::deserialize(&theirs).unwrap();
+    for (name, kind) in [
+        ("kto", KtoLossKind::Kto),
+        ("apo_zero_unpaired", KtoLossKind::ApoZeroUnpaired),
+    ] {
+        let policy = load::<B>(&fixtures.join("lm/llama"), &device).unwrap();
+        let kl = reference_point(&policy.valid(), &mismatched, &reference_mismatched, &device);
+        let config = KtoConfig {
+            kind,
+            beta: fixture.beta,
+            desirable_weight: fixture.desirable_weight,
+            undesirable_weight: fixture.undesirable_weight,
+        };
+        let (out, _) = kto_batch_loss(
+            &policy,
+            &batch,
+            &fixture.labels,
+            &reference_matched,
+            kl,
+            &config,
+            &device,
+        );
+        // The reference point is a difference of log-probability sums (about −40 here): f32
+        // rounding of the sums shows at 1e-6 of their size, not of the difference's.
+        let scale = reference_mismatched
+            .iter()
+            .map(|s| f64::from(s.abs()))
+            .fold(1.0, f64::max);
+        assert!(
+            (f64::from(out.kl) - fixture.kl[name]).abs() < 1e-6 * scale,
+            "{name}: reference point rein {} vs TRL {}",
+            out.kl,
+            fixture.kl[name]
+        );
+        let loss = f64::from(out.loss.clone().into_scalar());
+        let expected = fixture.losses[name];
+        assert!((loss - expected).abs() < 1e-6, "{name}: rein {loss} vs TRL {expected}");
+        let grads = GradientsParams::from_grads(out.loss.backward(), &policy);
+        assert_gradients_match(&policy, &grads, &theirs, &format!("{name}/"), fixture.grad_norms[name]);
+    }
+    assert!(
+        fixture.kl["kto"] > 0.0,
+        "the fixture exercises an unclamped reference point"
+    );
 }
 
 /// The pairs of `trl_reward.json` with TRL's loss.

@@ -395,6 +395,29 @@ fn sft_then_dpo_killed_at_random_steps_resumes_to_the_same_metrics() {
     killed_and_resumed_equals_uninterrupted(&job, 22, 3);
 }
 
+/// KTO, likewise, keeps the reference's log-probabilities of the completions it has drawn and
+/// the generator that draws its batches.
+#[test]
+fn sft_then_kto_killed_at_random_steps_resumes_to_the_same_metrics() {
+    let job = Job {
+        recipe: "recipes/kto-arithmetic.toml",
+        overrides: [
+            "data.task.train=400",
+            "data.task.test=8",
+            "sft.steps=12",
+            "sft.batch_size=8",
+            "algorithm.steps=10",
+            "algorithm.batch_size=4",
+            "sampler.max_new_tokens=12",
+            "eval.k=2",
+        ]
+        .map(String::from)
+        .to_vec(),
+        every: 3,
+    };
+    killed_and_resumed_equals_uninterrupted(&job, 22, 3);
+}
+
 /// A reward model after an SFT stage: killed in either stage, it resumes in that stage.
 #[test]
 fn sft_then_reward_model_killed_at_random_steps_resumes_to_the_same_metrics() {

@@ -33,6 +33,7 @@ mod seeds;
 pub use batch::{
     CompletionLogits, CompletionOutputs, TokenBatch, completion_log_probs, completion_logits, completion_outputs,
 };
+pub use data::labelled::{LabelledCompletion, LabelledExample, prepare_labelled, read_labelled, unpair};
 pub use data::preferences::{
     PreferenceExample, PreferencePair, Skipped, pairs_from_examples, prepare_preferences, read_preferences,
     report_skipped,
@@ -46,6 +47,7 @@ pub use eval::{
     EpisodeSummary, EvalExample, EvalReport, EvalSettings, SHOWN_EXAMPLES, counts_as_correct, evaluate, is_correct,
 };
 pub use offline::dpo::Dpo;
+pub use offline::kto::{Kto, kto_batch_loss, labelled_batch, mismatched_batch, reference_point};
 pub use offline::reward_model::{BradleyTerry, PairScores, pair_scores, pairwise_accuracy};
 pub use offline::sft::Sft;
 pub use online::critic::Critic;
@@ -56,4 +58,4 @@ pub use rewards::{
     GroupReward, OnError, Renamed, RewardFailure, ThinkingStripped, WeightedReward, score_groups, without_thinking,
 };
 pub use run::setup::evaluate_recipe;
-pub use run::{DpoOutcome, LmOutcome, RewardModelOutcome, run_lm};
+pub use run::{DpoOutcome, KtoOutcome, LmOutcome, RewardModelOutcome, run_lm};

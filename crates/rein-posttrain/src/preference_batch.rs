@@ -75,13 +75,22 @@ pub fn dpo_batch_loss<B: ReinBackend>(
 /// Each completion's log-probability under `model`, `Σ_t log π(y_t | x, y_<t)`, split into the
 /// batch's chosen and rejected halves ([`pair_batch`]).
 fn summed_log_probs<B: ReinBackend>(model: &CausalLm<B>, batch: &TokenBatch, device: &B::Device) -> PairLogProbs<B> {
-    let (log_prob, _) = completion_log_probs(model, batch, 1.0, false, device);
     let pairs = batch.rows / 2;
-    let sums = (log_prob * batch.mask::<B>(device)).sum_dim(1).reshape([batch.rows]);
+    let sums = sequence_log_probs(model, batch, device);
     PairLogProbs {
         chosen: sums.clone().narrow(0, 0, pairs),
         rejected: sums.narrow(0, pairs, pairs),
     }
+}
+
+/// Each row's completion log-probability under `model`, `Σ_t log π(y_t | x, y_<t)`, `[rows]`.
+pub(crate) fn sequence_log_probs<B: ReinBackend>(
+    model: &CausalLm<B>,
+    batch: &TokenBatch,
+    device: &B::Device,
+) -> Tensor<B, 1> {
+    let (log_prob, _) = completion_log_probs(model, batch, 1.0, false, device);
+    (log_prob * batch.mask::<B>(device)).sum_dim(1).reshape([batch.rows])
 }
 
 /// Each completion's token count, chosen half then rejected half.

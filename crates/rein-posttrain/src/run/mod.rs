@@ -1,5 +1,5 @@
 //! Running a language-model recipe: the SFT stage, the recipe's own algorithm (the GRPO family,
-//! DPO, reward models), evaluations before and after, checkpoints and a report, on what
+//! DPO, KTO, reward models), evaluations before and after, checkpoints and a report, on what
 //! [`crate::run::setup`] built.
 
 pub(crate) mod recipe_keys;
@@ -19,13 +19,13 @@ use serde_json::json;
 
 use crate::LmError;
 use crate::run::recipe_keys::{invalid, model_path};
-pub use crate::run::report::{DpoOutcome, LmOutcome, RewardModelOutcome};
+pub use crate::run::report::{DpoOutcome, KtoOutcome, LmOutcome, RewardModelOutcome};
 use crate::run::report::{log_eval, report_markdown};
 use crate::run::setup::{LmSetup, lora_spec, setup};
 use crate::{EvalReport, OnlineOutcome, PpoCritic, Update};
 use rein_recipe::{
-    DpoRecipe, DpoSection, GrpoRecipe, LmPpoRecipe, LoadedRecipe, OnlineDpoRecipe, Plan, RewardModelRecipe,
-    RewardModelSection, Rollout,
+    DpoRecipe, DpoSection, GrpoRecipe, KtoRecipe, KtoSection, LmPpoRecipe, LoadedRecipe, OnlineDpoRecipe, Plan,
+    RewardModelRecipe, RewardModelSection, Rollout,
 };
 use rein_run::checkpoint::{Checkpoint, Checkpointing};
 use rein_run::driver::{self, Driver};
@@ -221,6 +221,11 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
                 (model, dpo, outcome.after) = self.dpo(model, section, stage)?;
                 outcome.dpo = Some(dpo);
             }
+            Plan::Kto(KtoRecipe { kto: section, .. }) => {
+                let kto;
+                (model, kto, outcome.after) = self.kto(model, section, stage)?;
+                outcome.kto = Some(kto);
+            }
             Plan::RewardModel(RewardModelRecipe {
                 reward_model: section, ..
             }) => {
@@ -367,6 +372,44 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         };
         let model = dpo.model;
         let after = self.evaluate_after(&model, section.steps, "held-out after DPO:")?;
+        Ok((model, outcome, after))
+    }
+
+    /// KTO from `model` (also its reference), then the evaluation after it.
+    fn kto(
+        &mut self,
+        model: CausalLm<B>,
+        section: &KtoSection,
+        stage: LmStage,
+    ) -> Result<(CausalLm<B>, KtoOutcome, Option<EvalReport>), LmError> {
+        let checkpointing = self.after_sft_checkpointing(stage);
+        let pad = self.setup.tokenizer.pad_id().unwrap_or(0);
+        let examples = &self.setup.labelled;
+        let desirable = examples.iter().filter(|e| e.desirable).count();
+        let undesirable = examples.len() - desirable;
+        eprintln!(
+            "KTO ({:?}, β = {}): {} steps of {} completions, from {desirable} desirable and {undesirable} \
+             undesirable ({} rows skipped)",
+            section.loss_type, section.beta, section.steps, section.batch_size, self.setup.skipped_pairs
+        );
+        let seed = self.loaded.recipe.seed;
+        let mut kto = crate::Kto::new(model, examples, pad, section, seed, &self.device)?;
+        let driven = Driver {
+            metrics: self.metrics.as_mut(),
+            checkpointing: &checkpointing,
+            stall_timeout: self.stall_timeout,
+            stage: Some("kto"),
+        }
+        .run(&mut kto)?;
+        let outcome = KtoOutcome {
+            steps: driven.steps,
+            seconds: driven.elapsed.as_secs_f64(),
+            desirable,
+            undesirable,
+            skipped: self.setup.skipped_pairs,
+        };
+        let model = kto.model;
+        let after = self.evaluate_after(&model, section.steps, "held-out after KTO:")?;
         Ok((model, outcome, after))
     }
 

@@ -20,6 +20,8 @@ pub struct LmOutcome {
     pub grpo: Option<OnlineOutcome>,
     /// The DPO stage, when the recipe's algorithm is DPO.
     pub dpo: Option<DpoOutcome>,
+    /// The KTO stage, when the recipe's algorithm is KTO.
+    pub kto: Option<KtoOutcome>,
     /// Reward-model training, when that is the recipe's algorithm.
     pub reward_model: Option<RewardModelOutcome>,
     /// Seconds spent in SFT.
@@ -39,6 +41,21 @@ pub struct DpoOutcome {
     pub seconds: f64,
     /// Preference pairs trained on.
     pub pairs: usize,
+    /// Rows skipped (each named on stderr when the run started).
+    pub skipped: usize,
+}
+
+/// What the KTO stage reports.
+#[derive(Debug, Clone, Default)]
+pub struct KtoOutcome {
+    /// Steps done.
+    pub steps: usize,
+    /// Seconds the stage took (resumed parts included).
+    pub seconds: f64,
+    /// Desirable completions trained on.
+    pub desirable: usize,
+    /// Undesirable completions trained on.
+    pub undesirable: usize,
     /// Rows skipped (each named on stderr when the run started).
     pub skipped: usize,
 }
@@ -152,6 +169,12 @@ pub(crate) fn report_markdown(loaded: &LoadedRecipe, outcome: &LmOutcome) -> Str
         text.push_str(&format!(
             "\nDPO: {} steps in {:.1} s on {} preference pairs ({} rows skipped)\n",
             d.steps, d.seconds, d.pairs, d.skipped
+        ));
+    }
+    if let Some(k) = &outcome.kto {
+        text.push_str(&format!(
+            "\nKTO: {} steps in {:.1} s on {} desirable and {} undesirable completions ({} rows skipped)\n",
+            k.steps, k.seconds, k.desirable, k.undesirable, k.skipped
         ));
     }
     if let Some(g) = &outcome.grpo {

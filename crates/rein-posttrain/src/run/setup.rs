@@ -33,6 +33,8 @@ pub(crate) struct LmSetup<B: ReinBackend> {
     pub(crate) pairs: Vec<crate::PreferencePair>,
     /// Held-out preference pairs (reward models).
     pub(crate) test_pairs: Vec<crate::PreferencePair>,
+    /// Labelled completions (KTO).
+    pub(crate) labelled: Vec<crate::LabelledCompletion>,
     /// Preference rows that could not train.
     pub(crate) skipped_pairs: usize,
 }
@@ -49,19 +51,7 @@ pub(crate) fn setup<B: ReinBackend>(
 ) -> Result<LmSetup<B>, LmError> {
     let recipe = &loaded.recipe;
     let data = (plan.data()).ok_or_else(|| LmError::Unsupported("a PPO recipe trains no language model".into()))?;
-    // Algorithms that learn from preference pairs: their `max_length`, and whether the
-    // held-out split is pairs too (a reward model's is; DPO's is prompts to answer).
-    let preference = match plan {
-        Plan::Dpo(dpo) => Some(crate::data::from_recipe::PreferenceUse {
-            max_length: dpo.dpo.max_length,
-            test_is_pairs: false,
-        }),
-        Plan::RewardModel(rm) => Some(crate::data::from_recipe::PreferenceUse {
-            max_length: rm.reward_model.max_length,
-            test_is_pairs: true,
-        }),
-        _ => None,
-    };
+    let preference = crate::data::from_recipe::PreferenceUse::of(plan);
 
     let lora = lora_spec(loaded)?;
     // Weights trained from scratch, then LoRA adapters, from the run's own generator.
@@ -79,26 +69,27 @@ pub(crate) fn setup<B: ReinBackend>(
         test,
         preferences,
         test_preferences,
+        labelled,
         mut skipped,
     } = crate::data::from_recipe::read_data(loaded, data, preference, data_dir)?;
     let runtime = PluginRuntime::default();
     let agent = agent(loaded, &runtime, plugin_dir, &tokenizer)?;
     let tools = agent.as_ref().map(|a| a.schemas(None)).unwrap_or_default();
     let mut train = crate::prepare(&train, &tokenizer, data, &tools)?;
-    let (pairs, test_pairs) = match preference {
+    let (pairs, test_pairs, labelled) = match preference {
         Some(crate::data::from_recipe::PreferenceUse { max_length, .. }) => {
-            let (pairs, more) = crate::prepare_preferences(&preferences, &tokenizer, data, max_length)?;
-            skipped.extend(more);
-            let (test_pairs, more) = crate::prepare_preferences(&test_preferences, &tokenizer, data, max_length)?;
-            skipped.extend(more);
-            crate::report_skipped(&skipped);
+            let read = (&preferences[..], &test_preferences[..], &labelled[..]);
+            let (pairs, test_pairs, labelled) =
+                tokenized_preferences(read, &mut skipped, (&tokenizer, data), max_length)?;
             if train.is_empty() {
-                // Preference data: an SFT stage learns the chosen completions.
+                // Preference data: an SFT stage learns the chosen (desirable) completions.
                 train = pairs.iter().map(crate::PreferencePair::chosen_prompt).collect();
+                let desirable = labelled.iter().filter(|e| e.desirable);
+                train.extend(desirable.map(crate::LabelledCompletion::as_prompt));
             }
-            (pairs, test_pairs)
+            (pairs, test_pairs, labelled)
         }
-        None => (Vec::new(), Vec::new()),
+        None => (Vec::new(), Vec::new(), Vec::new()),
     };
     let mut test = crate::prepare(&test, &tokenizer, data, &tools)?;
     if let Some(max) = recipe.eval.max_examples {
@@ -134,8 +125,38 @@ pub(crate) fn setup<B: ReinBackend>(
         agent,
         pairs,
         test_pairs,
+        labelled,
         skipped_pairs: skipped.len(),
     })
+}
+
+/// Tokenized preference pairs, held-out pairs and labelled completions.
+type Tokenized = (
+    Vec<crate::PreferencePair>,
+    Vec<crate::PreferencePair>,
+    Vec<crate::LabelledCompletion>,
+);
+
+/// The preference pairs, held-out pairs and labelled completions `read`, tokenized; the rows
+/// that cannot train added to `skipped` and reported.
+fn tokenized_preferences(
+    (pairs, test_pairs, labelled): (
+        &[crate::PreferenceExample],
+        &[crate::PreferenceExample],
+        &[crate::LabelledExample],
+    ),
+    skipped: &mut Vec<crate::Skipped>,
+    (tokenizer, data): (&LmTokenizer, &rein_recipe::DataSection),
+    max_length: usize,
+) -> Result<Tokenized, LmError> {
+    let (pairs, more) = crate::prepare_preferences(pairs, tokenizer, data, max_length)?;
+    skipped.extend(more);
+    let (test_pairs, more) = crate::prepare_preferences(test_pairs, tokenizer, data, max_length)?;
+    skipped.extend(more);
+    let (labelled, more) = crate::prepare_labelled(labelled, tokenizer, data, max_length)?;
+    skipped.extend(more);
+    crate::report_skipped(skipped);
+    Ok((pairs, test_pairs, labelled))
 }
 
 /// Refuses a teacher or a value model whose tokenizer is not the policy's.
