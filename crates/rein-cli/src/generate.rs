@@ -147,6 +147,7 @@ impl GenerateArgs {
             seed: self.seed,
             top_logprobs: 0,
             precision: self.precision,
+            certainty: false,
         };
         let mut stop_text = stop_check(&tokenizer, &self.stop);
         let sequences = prompts.len() * config.n;

@@ -28,6 +28,9 @@ pub struct Generation {
     /// The most likely tokens at each generated position, when `top_logprobs` was asked for
     /// (see [`crate::top_logprobs`]); empty otherwise.
     pub top_logprobs: Vec<Vec<(u32, f32)>>,
+    /// How sure the model was at each generated position, when `certainty` was asked for (see
+    /// [`crate::TokenCertainty`]); empty otherwise, and from a server.
+    pub certainty: Vec<crate::TokenCertainty>,
     /// Why it ended.
     pub finish: FinishReason,
     /// A mixture of experts' routing of the tokens the sampler fed through the model — the
@@ -162,6 +165,7 @@ impl<'m, B: ReinBackend> Decoding<'m, B> {
                     tokens: Vec::new(),
                     logprobs: Vec::new(),
                     top_logprobs: Vec::new(),
+                    certainty: Vec::new(),
                     finish: FinishReason::Length,
                 });
                 Generation {
@@ -170,6 +174,7 @@ impl<'m, B: ReinBackend> Decoding<'m, B> {
                     tokens: turn.tokens,
                     logprobs: turn.logprobs,
                     top_logprobs: turn.top_logprobs,
+                    certainty: turn.certainty,
                     finish: turn.finish,
                     routes: routes.next().flatten(),
                 }

@@ -537,6 +537,7 @@ impl<B: ReinBackend> Generator<B> for HttpGenerator<B> {
                     tokens: x.tokens,
                     logprobs: x.logprobs,
                     top_logprobs: Vec::new(),
+                    certainty: Vec::new(),
                     finish: x.finish,
                     routes: None,
                 })

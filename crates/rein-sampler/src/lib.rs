@@ -48,4 +48,7 @@ pub use prompt_logprobs::{ScoredToken, prompt_logprobs};
 pub use rein_core::SeededRng;
 pub use session::{AfterTurn, Prefill, Session, Turn, TurnOutput, prompt_seed};
 pub use stop::{completion_text, stop_check};
-pub use token_choice::{FinishReason, GenerationConfig, allowed_tokens, choose, token_logprob, top_logprobs};
+pub use token_choice::{
+    FinishReason, GenerationConfig, TokenCertainty, allowed_tokens, choose, token_certainty, token_logprob,
+    top_logprobs,
+};

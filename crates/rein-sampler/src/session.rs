@@ -28,7 +28,7 @@ use rein_kernels::team;
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, Context, FusedProjections, KvCache, Rope, Routing};
 
-use crate::token_choice::{FinishReason, GenerationConfig, choose_with_top};
+use crate::token_choice::{Choice, FinishReason, GenerationConfig, TokenCertainty, choose_with_extras};
 use rein_core::SeededRng;
 
 mod prefill;
@@ -45,6 +45,9 @@ pub struct TurnOutput {
     /// At each position, the `config.top_logprobs` most likely tokens and their log-probabilities
     /// under the same distribution (see [`crate::top_logprobs`]); empty when that is 0.
     pub top_logprobs: Vec<Vec<(u32, f32)>>,
+    /// At each position, how sure the model was (see [`TokenCertainty`]); empty unless
+    /// `config.certainty`.
+    pub certainty: Vec<TokenCertainty>,
     /// Why the turn ended.
     pub finish: FinishReason,
 }
@@ -69,13 +72,6 @@ impl Turn {
     pub fn into_outputs(self) -> Vec<TurnOutput> {
         self.outputs
     }
-}
-
-/// One sequence's draw at one step: the token and its log-probability, and the most likely
-/// tokens when asked for.
-struct Choice {
-    sampled: (u32, f32),
-    top: Vec<(u32, f32)>,
 }
 
 /// What happens to a sequence when its turn ends.
@@ -229,6 +225,7 @@ impl<'m, B: ReinBackend> Session<'m, B> {
                     tokens: Vec::new(),
                     logprobs: Vec::new(),
                     top_logprobs: Vec::new(),
+                    certainty: Vec::new(),
                     finish: FinishReason::Length,
                 })
                 .collect(),
@@ -259,8 +256,7 @@ impl<'m, B: ReinBackend> Session<'m, B> {
             let draws = self.sequences.iter_mut().zip(active.iter()).zip(&mut choices);
             let draws: Vec<_> = draws.filter(|((_, slot), _)| slot.is_some()).collect();
             team::for_each(draws, |((sequence, _), choice)| {
-                let (sampled, top) = choose_with_top(&sequence.logits, config, &mut sequence.rng);
-                *choice = Some(Choice { sampled, top });
+                *choice = Some(choose_with_extras(&sequence.logits, config, &mut sequence.rng));
             });
             let mut ended = Vec::new();
             for (seq, (slot, choice)) in active.iter_mut().zip(choices).enumerate() {
@@ -269,6 +265,7 @@ impl<'m, B: ReinBackend> Session<'m, B> {
                     Some(Choice {
                         sampled: (token, logprob),
                         top,
+                        certainty,
                     }),
                 ) = (*slot, choice)
                 else {
@@ -282,6 +279,7 @@ impl<'m, B: ReinBackend> Session<'m, B> {
                 if config.top_logprobs > 0 {
                     out.top_logprobs.push(top);
                 }
+                out.certainty.extend(certainty);
                 let finish = if self.config.stop_token_ids.contains(&token) {
                     Some(FinishReason::StopToken)
                 } else if stop(seq, &out.tokens) {

@@ -30,6 +30,9 @@ pub struct GenerationConfig {
     pub top_logprobs: usize,
     /// How products with weights kept as quantised codes are computed (exact by default).
     pub precision: SamplerPrecision,
+    /// Record each generated position's [`TokenCertainty`] (the sampler's own statistics that
+    /// label-free rewards are computed from).
+    pub certainty: bool,
 }
 
 impl Default for GenerationConfig {
@@ -45,6 +48,7 @@ impl Default for GenerationConfig {
             seed: 0,
             top_logprobs: 0,
             precision: SamplerPrecision::Exact,
+            certainty: false,
         }
     }
 }
@@ -60,21 +64,47 @@ pub enum FinishReason {
     Length,
 }
 
+/// How sure the model was at one generated position, from the distribution the token was drawn
+/// from, `p = softmax(z / T)` (`T = 1` when greedy), over a vocabulary of `V` tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenCertainty {
+    /// Its entropy `H(p) = −Σ_j p_j log p_j`, in nats (RENT's signal).
+    pub entropy: f32,
+    /// Its self-certainty `log Σ_j exp(z_j/T) − (1/V) Σ_j z_j/T`, which is `KL(U ‖ p) + log V`
+    /// (Intuitor's `self_certainty_from_logits`: how far `p` is from the uniform `U`, up to the
+    /// constant `log V`).
+    pub self_certainty: f32,
+}
+
+/// The [`TokenCertainty`] of one row of logits at `temperature`.
+pub fn token_certainty(logits: &[f32], temperature: f32) -> TokenCertainty {
+    Distribution::new(logits, temperature).certainty()
+}
+
 /// Picks the next token from one row of logits, returning it and its log-probability under
 /// `softmax(z / T)` (`T = 1` when greedy).
 pub fn choose(logits: &[f32], config: &GenerationConfig, rng: &mut SeededRng) -> (u32, f32) {
     Distribution::new(logits, config.temperature).choose(config, rng)
 }
 
-/// [`choose`] and the row's `config.top_logprobs` most likely tokens ([`top_logprobs`]), from
-/// one pass over the row.
-pub(crate) fn choose_with_top(
-    logits: &[f32],
-    config: &GenerationConfig,
-    rng: &mut SeededRng,
-) -> ((u32, f32), Vec<(u32, f32)>) {
+/// One position's draw and what the config asks to record of it.
+pub(crate) struct Choice {
+    /// The token and its log-probability ([`choose`]).
+    pub(crate) sampled: (u32, f32),
+    /// The `config.top_logprobs` most likely tokens ([`top_logprobs`]).
+    pub(crate) top: Vec<(u32, f32)>,
+    /// With `config.certainty`, how sure the model was.
+    pub(crate) certainty: Option<TokenCertainty>,
+}
+
+/// The [`Choice`] at one row of logits, from one softmax over it.
+pub(crate) fn choose_with_extras(logits: &[f32], config: &GenerationConfig, rng: &mut SeededRng) -> Choice {
     let distribution = Distribution::new(logits, config.temperature);
-    (distribution.choose(config, rng), distribution.top(config.top_logprobs))
+    Choice {
+        sampled: distribution.choose(config, rng),
+        top: distribution.top(config.top_logprobs),
+        certainty: config.certainty.then(|| distribution.certainty()),
+    }
 }
 
 /// The `k` most likely tokens of a row of logits, most likely first (ties: the lower id), with
@@ -127,6 +157,22 @@ impl Distribution {
     /// `log softmax(z / T)` of token `i`.
     fn logprob(&self, i: usize) -> f32 {
         (f64::from(self.scaled[i]) - self.log_z) as f32
+    }
+
+    /// Entropy and self-certainty (see [`TokenCertainty`]), in f64 from the weights already
+    /// computed: with `w_j = exp(s_j − max)` and `W = Σ w_j`, `p_j = w_j / W`, so
+    /// `H = log Z − Σ_j p_j s_j`.
+    fn certainty(&self) -> TokenCertainty {
+        let total: f64 = self.weights.iter().sum();
+        let expected: f64 = (self.weights.iter().zip(&self.scaled))
+            .map(|(w, &s)| w * f64::from(s))
+            .sum::<f64>()
+            / total;
+        let mean = self.scaled.iter().map(|&s| f64::from(s)).sum::<f64>() / self.scaled.len() as f64;
+        TokenCertainty {
+            entropy: (self.log_z - expected).max(0.0) as f32,
+            self_certainty: (self.log_z - mean) as f32,
+        }
     }
 
     fn choose(&self, config: &GenerationConfig, rng: &mut SeededRng) -> (u32, f32) {

@@ -137,6 +137,7 @@ impl Api<'_> {
             seed,
             top_logprobs,
             precision: self.precision,
+            certainty: false,
         };
         Ok((config, stops, seed))
     }

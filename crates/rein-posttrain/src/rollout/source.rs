@@ -263,6 +263,7 @@ mod tests {
                     tokens: vec![self.version as u32],
                     logprobs: vec![0.0],
                     top_logprobs: Vec::new(),
+                    certainty: Vec::new(),
                     finish: FinishReason::Length,
                     routes: None,
                 })
