@@ -243,6 +243,29 @@ pub enum DpoLossKind {
     Robust,
 }
 
+/// A reward the host computes from the sampler's own statistics of each completion, with no
+/// labels and no plugin (equations in `rein_sampler::TokenCertainty`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SamplerSignal {
+    /// The mean self-certainty of the completion's tokens (Intuitor: Zhao et al. 2025,
+    /// "Learning to Reason without External Rewards").
+    SelfCertainty,
+    /// Minus the mean entropy of the completion's token distributions (RENT: Prabhudesai et al.
+    /// 2025, "Maximizing Confidence Alone Improves Reasoning").
+    NegativeEntropy,
+}
+
+impl SamplerSignal {
+    /// Its name in recipes and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            SamplerSignal::SelfCertainty => "self_certainty",
+            SamplerSignal::NegativeEntropy => "negative_entropy",
+        }
+    }
+}
+
 /// The losses of KTO on unpaired desirable/undesirable completions (TRL's `KTOConfig.loss_type`
 /// names; equations in `rein_optim::kto_loss`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

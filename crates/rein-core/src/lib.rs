@@ -20,7 +20,7 @@ mod tool;
 pub use choices::{
     Activation, AdaptiveEntropy, AdvantageKind, Aggregation, DifficultyWeight, DpoLossKind, KlEstimator, KtoLossKind,
     LagCorrection, ModelDtype, MultiObjectiveAggregation, ObjectiveKind, OnError, PolicySync, RatioLevel,
-    SamplerBackend, SamplerPrecision, ServerApi, StdScaling, TrainPrecision, ValueModel,
+    SamplerBackend, SamplerPrecision, SamplerSignal, ServerApi, StdScaling, TrainPrecision, ValueModel,
 };
 pub use env::{
     Action, BatchActions, BoxSpace, EnvSpec, Environment, Observation, Space, Step, VecEnv, VecStep, validate_action,

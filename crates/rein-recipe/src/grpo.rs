@@ -421,9 +421,10 @@ impl GrpoRecipe<'_> {
                 "algorithm.std_scaling",
                 "`pass_at_k` scales by its own σ = √(R(1 − R)): leave `group`",
             )),
-            (AdvantageKind::PassAtK, _) if r.reward.is_empty() => Err(broken(
+            (AdvantageKind::PassAtK, _) if !r.judges_answers() => Err(broken(
                 "reward",
-                "`pass_at_k` counts the completions eval.accuracy_reward judges correct: it needs a [[reward]]",
+                "`pass_at_k` counts the completions eval.accuracy_reward judges correct: it needs a [[reward]] \
+                 with a plugin or a model",
             )),
             (AdvantageKind::GrpoPassk, _) if scaling == rein_core::StdScaling::Batch => Err(broken(
                 "algorithm.std_scaling",
@@ -472,6 +473,13 @@ impl GrpoRecipe<'_> {
         }
         self.curriculum_sources()?;
         if let Some(w) = &grpo.difficulty_weight {
+            if !r.judges_answers() {
+                return Err(broken(
+                    "algorithm.difficulty_weight",
+                    "weighs each group by the accuracy eval.accuracy_reward judges: it needs a [[reward]] with a \
+                     plugin or a model (a `signal` judges no answer)",
+                ));
+            }
             let valid = w.low > 0.0 && w.high >= w.low && (0.0..=1.0).contains(&w.center) && w.steepness > 0.0;
             if !valid || ![w.low, w.high, w.center, w.steepness].iter().all(|x| x.is_finite()) {
                 return Err(broken(

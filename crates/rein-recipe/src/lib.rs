@@ -319,6 +319,16 @@ impl LoadedRecipe {
         for (i, entry) in r.reward.iter().enumerate() {
             self.validate_reward(i, entry)?;
         }
+        if let Some(c) = &r.curriculum
+            && c.kind == CurriculumKind::Pools
+            && !r.judges_answers()
+        {
+            return Err(self.invalid(
+                "curriculum.kind",
+                "difficulty pools sort prompts by the pass rate eval.accuracy_reward judges: add a [[reward]] \
+                 with a plugin or a model (a `signal` judges no answer), or use kind = \"ucb\"",
+            ));
+        }
         for (key, entry) in self.agent_plugins() {
             entry
                 .limits
@@ -406,10 +416,13 @@ impl LoadedRecipe {
         tools.chain(env)
     }
 
-    /// `reward[i]`: a plugin or a model, and only the keys that kind uses.
+    /// `reward[i]`: a plugin, a model or a signal, and only the keys that kind uses.
     fn validate_reward(&self, i: usize, entry: &RewardEntry) -> Result<(), RecipeError> {
         let key = |k: &str| format!("reward[{i}].{k}");
         let not_http = |url: &str| !(url.starts_with("http://") || url.starts_with("https://"));
+        if entry.signal.is_some() {
+            return self.validate_signal(i, entry);
+        }
         match (&entry.plugin, &entry.model) {
             (Some(_), Some(_)) => {
                 return Err(self.invalid(&key("model"), "set either `plugin` or `model`, not both"));
@@ -417,7 +430,8 @@ impl LoadedRecipe {
             (None, None) => {
                 return Err(self.invalid(
                     &format!("reward[{i}]"),
-                    "set `plugin` (a sandboxed reward) or `model` (a reward model)",
+                    "set `plugin` (a sandboxed reward), `model` (a reward model) or `signal` (the sampler's own \
+                     certainty)",
                 ));
             }
             (Some(_), None) => {
@@ -473,6 +487,60 @@ impl LoadedRecipe {
             .limits
             .validate()
             .map_err(|e| self.invalid(&key(&format!("limits.{}", e.key)), e.reason))
+    }
+
+    /// `reward[i]` with a `signal`: computed by the host from the native sampler's statistics of
+    /// each single-turn completion, so no plugin or model keys, no server and no episodes.
+    fn validate_signal(&self, i: usize, entry: &RewardEntry) -> Result<(), RecipeError> {
+        let key = |k: &str| format!("reward[{i}].{k}");
+        let others = [
+            ("plugin", entry.plugin.is_some()),
+            ("model", entry.model.is_some()),
+            ("config", !entry.config.is_empty()),
+            ("judge", entry.judge.is_some()),
+            ("label", entry.label.is_some()),
+            ("url", entry.url.is_some()),
+            ("served_model", entry.served_model.is_some()),
+            ("isolate", entry.isolate),
+            ("strip_thinking", entry.strip_thinking),
+            ("limits", entry.limits != rein_core::SandboxLimits::default()),
+        ];
+        if let Some((name, _)) = others.iter().find(|(_, set)| *set) {
+            return Err(self.invalid(
+                &key(name),
+                "this reward is a `signal`, computed by the host from the sampler: set `signal` alone \
+                 (with `name` and `weight`)",
+            ));
+        }
+        if self.recipe.sampler.backend != rein_core::SamplerBackend::Native {
+            return Err(self.invalid(
+                &key("signal"),
+                "the sampler's certainty comes from rein's own sampler; sampler.backend = \"http\" sends \
+                 generation to servers, which do not report it",
+            ));
+        }
+        if self.recipe.agent.is_some() {
+            return Err(self.invalid(
+                &key("signal"),
+                "signals score single-turn completions; an [agent] recipe's episodes have none",
+            ));
+        }
+        if self.plan()?.rollout().is_none() {
+            return Err(self.invalid(
+                &key("signal"),
+                "signals score the completions an online algorithm samples (grpo, ppo, online-dpo); this \
+                 algorithm samples none to train on",
+            ));
+        }
+        let signal = entry.signal.expect("a signal reward");
+        let name = entry.name.as_deref().unwrap_or(signal.name());
+        if self.recipe.eval.accuracy_reward.as_deref() == Some(name) {
+            return Err(self.invalid(
+                "eval.accuracy_reward",
+                format!("`{name}` is the sampler's certainty, not a judge of correct answers"),
+            ));
+        }
+        Ok(())
     }
 
     /// Where a language-model recipe's weights and tokenizer come from (see [`ModelSource`]):

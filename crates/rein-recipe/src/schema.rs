@@ -207,6 +207,12 @@ pub struct ModelSection {
 }
 
 impl Recipe {
+    /// Whether a `[[reward]]` can judge an answer correct (a plugin or a reward model, which
+    /// `eval.accuracy_reward` names; a `signal` judges none).
+    pub fn judges_answers(&self) -> bool {
+        self.reward.iter().any(|r| r.signal.is_none())
+    }
+
     /// Whether PPO, SAC and TD3 train flat networks: on the CPU, unless `model.autodiff`.
     pub fn flat_networks(&self) -> bool {
         self.device == Device::Cpu && !self.model.autodiff
@@ -302,8 +308,8 @@ impl Default for LoraSection {
     }
 }
 
-/// One reward in the sum: a sandboxed plugin, or a reward model (set exactly one of `plugin`
-/// and `model`).
+/// One reward in the sum: a sandboxed plugin, a reward model, or a signal of the sampler's own
+/// (set exactly one of `plugin`, `model` and `signal`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RewardEntry {
@@ -314,6 +320,10 @@ pub struct RewardEntry {
     /// holding a `*ForSequenceClassification`.
     #[serde(default)]
     pub model: Option<String>,
+    /// A label-free reward the host computes from the sampler's statistics of each completion:
+    /// `self_certainty` or `negative_entropy`.
+    #[serde(default)]
+    pub signal: Option<rein_core::SamplerSignal>,
     /// What the model is: `classifier` (a sequence classifier's score, the only kind so far).
     #[serde(default)]
     pub kind: RewardModelKind,
