@@ -158,6 +158,7 @@ fn grpo_split_across_devices_equals_one_device() {
                 curriculum: None,
                 devices,
                 lora: lora.clone(),
+                signals: &[],
             };
             run.trace(&qwen2)
         };
@@ -225,6 +226,7 @@ fn online_stage<'a>(
         tokenizer,
         prompts: &[],
         rewards: &mut [],
+        signals: &[],
         accuracy_reward: 0,
         curriculum: None,
         rollout: grpo.rollout(),

@@ -6,8 +6,9 @@ use std::path::Path;
 
 use rein_core::{
     AdvantageKind, Aggregation, EpisodeStart, KlEstimator, Message, MultiObjectiveAggregation, ObjectiveKind, Opening,
-    PluginError, RatioLevel, Reply, SamplerPrecision, StdScaling, TextEnv, Turn,
+    PluginError, RatioLevel, Reply, SamplerPrecision, SamplerSignal, StdScaling, TextEnv, Turn,
 };
+use rein_posttrain::SignalReward;
 use rein_posttrain::rollout::episodes::Agent;
 use rein_recipe::{CurriculumSection, GrpoSection, SamplerSection};
 
@@ -70,6 +71,7 @@ fn run_model(
         curriculum,
         devices: 1,
         lora: None,
+        signals: &[],
     }
     .trace(dir)
 }
@@ -375,6 +377,44 @@ fn pass_k_changes_the_update() {
     let two = run(section(2), sampler(8), &PROMPTS, alternating);
     assert!(two.moved(), "pass_k = 2: the policy did not move");
     assert!(two.after != one.after, "pass_k = 2 trains exactly as pass_k = 1");
+}
+
+/// A reward from the sampler's own certainty gives groups whose scripted reward is constant
+/// something to learn from: without it the step has no signal and leaves the policy as it was.
+/// Its mean is logged under its name: self-certainty at least `log V` (it is `KL(U ‖ p) + log V`),
+/// the negative entropy at most 0.
+#[test]
+fn a_certainty_signal_alone_moves_the_policy() {
+    let signal = |signal: SamplerSignal| SignalReward {
+        name: signal.name().into(),
+        weight: 1.0,
+        signal,
+    };
+    let trace = |signals: &[SignalReward]| {
+        let qwen2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm/qwen2-gqa");
+        Run {
+            grpo: grpo(1),
+            sampler: sampler(6),
+            prompts: &PROMPTS,
+            reward: constant,
+            agent: None,
+            curriculum: None,
+            devices: 1,
+            lora: None,
+            signals,
+        }
+        .trace(&qwen2)
+    };
+    assert!(!trace(&[]).moved(), "a constant reward teaches nothing");
+    let sure = trace(&[signal(SamplerSignal::SelfCertainty)]);
+    assert!(sure.moved());
+    let vocab = 512f64;
+    assert!(sure.value(1, "train/reward/self_certainty") >= vocab.ln() - 1e-4);
+    let calm = trace(&[signal(SamplerSignal::NegativeEntropy)]);
+    assert!(calm.moved());
+    let entropy = -calm.value(1, "train/reward/negative_entropy");
+    assert!(entropy > 0.0 && entropy <= vocab.ln() + 1e-4, "{entropy}");
+    assert_ne!(sure.after, calm.after, "each signal ranks the completions its own way");
 }
 
 #[test]

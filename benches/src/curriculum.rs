@@ -254,6 +254,7 @@ impl Setup {
             tokenizer: &self.tokenizer,
             prompts: &self.train,
             rewards: &mut rewards,
+            signals: &[],
             accuracy_reward: 0,
             curriculum: curriculum.as_ref(),
             rollout: grpo.rollout(),

@@ -291,6 +291,7 @@ fn measure(
         tokenizer: &case.tokenizer,
         prompts: &case.prompts,
         rewards: &mut rewards,
+        signals: &[],
         accuracy_reward: 0,
         curriculum: None,
         rollout: grpo.rollout(),

@@ -81,6 +81,7 @@ pub fn run(report: &mut Report) -> anyhow::Result<()> {
         tokenizer: &tokenizer,
         prompts: &prompts,
         rewards: &mut rewards,
+        signals: &[],
         accuracy_reward: 0,
         curriculum: None,
         rollout: ppo.rollout(),

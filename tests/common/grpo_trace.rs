@@ -13,7 +13,7 @@ use rein_core::{CompletionScore, Group, GroupScores, PluginError, RewardFn};
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmTokenizer, load};
 use rein_posttrain::rollout::episodes::Agent;
-use rein_posttrain::{OnlineContext, OnlineTrainer, Prompt, Update, WeightedReward};
+use rein_posttrain::{OnlineContext, OnlineTrainer, Prompt, SignalReward, Update, WeightedReward};
 use rein_recipe::{CurriculumSection, GrpoSection, OptimizerSection, SamplerSection};
 use rein_run::driver::{Record, Trainer};
 use rein_run::watchdog::Phases;
@@ -91,6 +91,8 @@ pub struct Run<'a> {
     pub devices: usize,
     /// Train a LoRA adapter on the frozen model instead of the model.
     pub lora: Option<LoraSpec>,
+    /// Label-free rewards from the sampler's certainty, added to `reward`.
+    pub signals: &'a [SignalReward],
 }
 
 impl Run<'_> {
@@ -130,6 +132,7 @@ impl Run<'_> {
             tokenizer: &tokenizer,
             prompts: &prompts,
             rewards: &mut rewards,
+            signals: self.signals,
             accuracy_reward: 0,
             curriculum: self.curriculum,
             rollout: self.grpo.rollout(),

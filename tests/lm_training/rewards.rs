@@ -1,5 +1,5 @@
 //! Rewards in a run: a failing plugin under each `on_error`, a reward model beside a plugin, a
-//! judge model answering a plugin.
+//! judge model answering a plugin, a label-free signal alone.
 
 use super::*;
 
@@ -135,5 +135,59 @@ fn a_plugin_granted_a_judge_asks_it_for_every_completion() {
         assert!(usage("judge_ms") > 0.0, "{line}");
         assert_eq!(usage("judge_failures"), 0.0, "{line}");
         assert!(line["train/reward/judge-match"].as_f64().unwrap().is_finite(), "{line}");
+    }
+}
+
+/// GRPO with no labels: the only training reward is the sampler's self-certainty (the answer
+/// checker, at weight 0, measures held-out accuracy), and each step logs its mean, at least
+/// `log V` (it is `KL(U ‖ p) + log V`).
+#[test]
+fn grpo_trains_on_self_certainty_alone() {
+    let dir = common::scratch("lm-self-certainty");
+    std::fs::write(
+        dir.join("train.jsonl"),
+        "{\"prompt\": \"one\", \"answer\": \"1\"}\n{\"prompt\": \"two\", \"answer\": \"2\"}\n",
+    )
+    .unwrap();
+    let recipe = format!(
+        r#"
+seed = 3
+[model]
+path = {model:?}
+[data]
+train = "train.jsonl"
+[sampler]
+n = 4
+max_new_tokens = 6
+[algorithm]
+name = "grpo"
+steps = 2
+prompts_per_step = 2
+[[reward]]
+signal = "self_certainty"
+[[reward]]
+plugin = "math-answer"
+weight = 0.0
+[eval]
+k = 0
+[train]
+runs_dir = {runs:?}
+"#,
+        model = root().join("tests/fixtures/lm/qwen2-gqa").display().to_string(),
+        runs = dir.join("runs").display().to_string(),
+    );
+    std::fs::write(dir.join("grpo.toml"), recipe).unwrap();
+    let recipe = LoadedRecipe::load(&dir.join("grpo.toml"), &[]).unwrap();
+    let RunOutcome::Lm(outcome) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    assert_eq!(outcome.grpo.unwrap().steps, 2);
+    let records = stage_records(&dir.join("runs"), "grpo");
+    let vocab = 512f64;
+    for r in &records {
+        let certainty = r["train/reward/self_certainty"].as_f64().unwrap();
+        assert!(certainty >= vocab.ln() - 1e-4, "{r}");
+        let reward = r["train/reward"].as_f64().unwrap();
+        assert!((reward - certainty).abs() < 1e-6, "the signal is the whole reward: {r}");
     }
 }

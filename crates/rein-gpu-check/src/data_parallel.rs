@@ -142,6 +142,7 @@ fn grpo_step_record<B: ReinBackend>(fixtures: &Path, devices: Vec<B::Device>) ->
         tokenizer: &tokenizer,
         prompts: &prompts,
         rewards: &mut rewards,
+        signals: &[],
         accuracy_reward: 0,
         curriculum: None,
         rollout: grpo.rollout(),

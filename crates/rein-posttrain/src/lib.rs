@@ -54,6 +54,7 @@ pub use online::critic::Critic;
 pub use online::{OnlineContext, OnlineOutcome, OnlineTrainer, PpoCritic, Update};
 pub use preference_batch::{PairLogProbs, dpo_batch_loss, pair_batch, reference_log_probs};
 pub use rein_sampler::{completion_text, stop_check};
+pub use rewards::signal::{SignalReward, signal_score};
 pub use rewards::{
     GroupReward, OnError, Renamed, RewardFailure, ThinkingStripped, WeightedReward, score_groups, without_thinking,
 };

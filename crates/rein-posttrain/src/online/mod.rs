@@ -31,6 +31,7 @@ use serde_json::json;
 use crate::LmError;
 use crate::Prompt;
 use crate::rewards::WeightedReward;
+use crate::rewards::signal::SignalReward;
 use crate::rollout::episodes::Agent;
 use crate::rollout::source::RolloutSource;
 use rein_run::checkpoint::{Checkpoint, learner_sections, module_sections};
@@ -73,6 +74,9 @@ pub struct OnlineContext<'a> {
     pub prompts: &'a [Prompt],
     /// Reward functions, weighted.
     pub rewards: &'a mut [WeightedReward],
+    /// Label-free rewards computed from the sampler's certainty (the sampler records it when
+    /// there is one).
+    pub signals: &'a [SignalReward],
     /// The one of `rewards` that judges a completion correct (`eval.accuracy_reward`): a
     /// group's accuracy for `algorithm.difficulty_weight` and the curriculum.
     pub accuracy_reward: usize,

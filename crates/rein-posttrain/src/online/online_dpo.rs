@@ -120,6 +120,7 @@ mod tests {
             turns: Vec::new(),
             version: 0,
             routes: None,
+            certainty: Vec::new(),
         };
         Scored {
             prompt: 0,

@@ -12,6 +12,7 @@ use serde_json::json;
 
 use super::{Stage, curriculum};
 use crate::LmError;
+use crate::rewards::signal::add_signal_rewards;
 use crate::rewards::{GroupReward, score_groups};
 use crate::rollout::episodes::{Episode, TurnRecord, play};
 use crate::rollout::source::Job;
@@ -39,6 +40,9 @@ pub(super) struct Rollout {
     /// A mixture of experts' routing while sampling (see [`rein_sampler::Generation::routes`]),
     /// for the trainer to replay.
     pub(super) routes: Option<Vec<Vec<u32>>>,
+    /// How sure the policy was at each sampled token, when a signal reward asks (see
+    /// [`rein_sampler::Generation::certainty`]); empty otherwise.
+    pub(super) certainty: Vec<rein_sampler::TokenCertainty>,
 }
 
 /// One sampled, scored group.
@@ -188,6 +192,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
             seed: generation_seed(self.ctx.seed, step, round),
             top_logprobs: 0,
             precision: sampler.precision,
+            certainty: !self.ctx.signals.is_empty(),
         }
     }
 
@@ -276,6 +281,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
                 turns: Vec::new(),
                 version: produced.version,
                 routes: x.routes,
+                certainty: x.certainty,
             })
             .collect();
         Ok((picked, rollouts))
@@ -325,6 +331,8 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         }
         *failures += absorbed.len();
         add_env_rewards(&mut scores, rollouts, g);
+        let certainty = rollouts.iter().map(|x| x.certainty.as_slice());
+        add_signal_rewards(&mut scores, certainty, g, self.ctx.signals);
         Ok(scores)
     }
 }
@@ -390,6 +398,7 @@ impl From<Episode> for Rollout {
                 .collect(),
             version: 0,
             routes: None,
+            certainty: Vec::new(),
         }
     }
 }

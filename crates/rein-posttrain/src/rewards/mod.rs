@@ -1,7 +1,9 @@
 //! Several reward functions combined: a weighted sum per completion, every component logged,
-//! and a policy for plugin failures.
+//! and a policy for plugin failures; and the label-free signals the host adds from the
+//! sampler's statistics ([`signal`]).
 
 pub(crate) mod setup;
+pub mod signal;
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,6 @@
 //! A recipe's rewards, built: each `[[reward]]` as a sandboxed plugin (with the judge it is
-//! granted: a server, a model, or the policy as it starts) or as a reward model.
+//! granted: a server, a model, or the policy as it starts) or as a reward model; the signals
+//! the host computes itself apart.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -12,6 +13,7 @@ use rein_recipe::{JudgeEntry, LoadedRecipe, RewardEntry};
 use rein_sampler::HttpJudge;
 
 use crate::LmError;
+use crate::rewards::signal::SignalReward;
 use crate::run::recipe_keys::{invalid, model_path};
 use crate::{Renamed, ThinkingStripped, WeightedReward};
 use rein_sampler::{ModelReward, NativeJudge};
@@ -26,6 +28,7 @@ pub(crate) fn rewards<B: ReinBackend>(
     device: &B::Device,
 ) -> Result<Vec<WeightedReward>, LmError> {
     (loaded.recipe.reward.iter().enumerate())
+        .filter(|(_, entry)| entry.signal.is_none())
         .map(|(i, entry)| {
             let reward = reward::<B>(loaded, i, entry, runtime, plugin_dir, policy, device)?;
             Ok(WeightedReward {
@@ -35,6 +38,20 @@ pub(crate) fn rewards<B: ReinBackend>(
                 },
                 weight: entry.weight,
                 isolate: entry.isolate,
+            })
+        })
+        .collect()
+}
+
+/// The recipe's `[[reward]] signal = …` entries, which the host computes from the sampler.
+pub(crate) fn signals(loaded: &LoadedRecipe) -> Vec<SignalReward> {
+    (loaded.recipe.reward.iter())
+        .filter_map(|entry| {
+            let signal = entry.signal?;
+            Some(SignalReward {
+                name: entry.name.clone().unwrap_or_else(|| signal.name().to_string()),
+                weight: entry.weight,
+                signal,
             })
         })
         .collect()

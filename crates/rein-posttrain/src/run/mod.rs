@@ -306,6 +306,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             tokenizer: &self.setup.tokenizer,
             prompts: &self.setup.train,
             rewards: &mut self.setup.rewards,
+            signals: &self.setup.signals,
             accuracy_reward: self.setup.accuracy_index,
             curriculum: recipe.curriculum.as_ref(),
             rollout,

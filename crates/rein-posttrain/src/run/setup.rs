@@ -25,6 +25,8 @@ pub(crate) struct LmSetup<B: ReinBackend> {
     pub(crate) train: Vec<crate::Prompt>,
     pub(crate) test: Vec<crate::Prompt>,
     pub(crate) rewards: Vec<WeightedReward>,
+    /// The label-free rewards the host computes from the sampler.
+    pub(crate) signals: Vec<crate::SignalReward>,
     pub(crate) accuracy_index: usize,
     pub(crate) majority: Option<RewardPlugin>,
     /// Tools and a text environment, for multi-turn episodes.
@@ -120,6 +122,7 @@ pub(crate) fn setup<B: ReinBackend>(
         train,
         test,
         rewards,
+        signals: crate::rewards::setup::signals(loaded),
         accuracy_index,
         majority,
         agent,
