@@ -4,7 +4,8 @@
 //! the fixture's `generated_by`): the clipped objective with each aggregation, CISPO, SAPO and the
 //! top-entropy token mask; GDPO's advantages against TRL's `normalize_then_sum` branch; the pass@k
 //! advantages against verl's `grpo_passk` and the pass@k paper's formula; the adaptive entropy
-//! coefficient against TRL's controller.
+//! coefficient against TRL's controller; PRIME's token advantages from process rewards against
+//! its equations with verl's whitening.
 
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::{Tensor, TensorData};
@@ -277,4 +278,55 @@ fn the_adaptive_entropy_coefficient_follows_trls() {
         on >= 2 && off >= 2,
         "the fixture switches the bonus on and off ({on} on, {off} off)"
     );
+}
+
+#[derive(Deserialize)]
+struct PrimeFixture {
+    width: usize,
+    group: usize,
+    mask: Vec<f32>,
+    cases: std::collections::BTreeMap<String, PrimeCase>,
+}
+
+#[derive(Deserialize)]
+struct PrimeCase {
+    sources: Vec<PrimeSource>,
+    advantages: Vec<f32>,
+    returns: Vec<f32>,
+}
+
+#[derive(Deserialize)]
+struct PrimeSource {
+    rewards: Vec<f32>,
+    mask: Vec<f32>,
+    weight: f32,
+}
+
+/// PRIME's advantages and returns from token rewards — an implicit PRM's on every token, step
+/// scores at step ends, the outcome on the last token, alone and together — against its
+/// equations with verl's `masked_whiten` (fixture written by
+/// `tests/fixtures/gen_prime_advantages.py`), within 1e-6 (relative, above 1).
+#[test]
+fn process_advantages_match_prime() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/prime_advantages.json");
+    let f: PrimeFixture = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for (name, case) in &f.cases {
+        let sources: Vec<rein_optim::TokenRewards<'_>> = (case.sources.iter())
+            .map(|s| rein_optim::TokenRewards {
+                rewards: &s.rewards,
+                mask: &s.mask,
+                weight: s.weight,
+            })
+            .collect();
+        let (advantages, returns) = rein_optim::process_advantages(&sources, &f.mask, f.width, f.group, 1.0);
+        for (what, got, want) in [("advantages", &advantages, &case.advantages), ("returns", &returns, &case.returns)] {
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-6 * w.abs().max(1.0),
+                    "{name} {what}[{i}]: rein {g} vs PRIME {w}"
+                );
+            }
+        }
+    }
+    assert_eq!(f.cases.len(), 3);
 }

@@ -21,7 +21,8 @@
 //!   [`lag_correction`] (TIS, IcePop) for completions another policy sampled;
 //!   [`EntropyCoefficient`], Skywork-OR1's adaptive entropy bonus;
 //!   [`add_teacher_advantages`] and [`full_reverse_kl`], on-policy distillation's sampled and
-//!   full-vocabulary reverse KL.
+//!   full-vocabulary reverse KL; PRIME's [`process_advantages`] from rewards on tokens (step
+//!   scores, an implicit PRM's) with no critic.
 //! - PPO on language models: [`token_rewards`] (the score on the last token, −β·KL on every
 //!   token), [`token_gae`] (GAE over a completion's tokens) and [`masked_whiten`], as
 //!   InstructGPT and TRL's `PPOTrainer` compute them; the critic's loss is [`masked_value_loss`].
@@ -67,6 +68,7 @@ mod pair_testing;
 mod pass_at_k;
 mod policy_loss;
 mod polyak;
+mod process_advantages;
 mod ppo_loss;
 mod ppo_rows;
 mod running;
@@ -97,6 +99,7 @@ pub use normalize::normalize;
 pub use pass_at_k::{best_of_group, pass_at_k};
 pub use policy_loss::{PolicyLoss, PolicyLossConfig, PolicyObjective, policy_loss};
 pub use polyak::polyak_update;
+pub use process_advantages::{TokenRewards, leave_one_out, process_advantages, token_returns};
 pub use ppo_loss::{PpoLoss, PpoLossConfig, PpoLossValues, Surrogate, masked_value_loss, ppo_loss, value_errors};
 pub use ppo_rows::{
     categorical_row, categorical_row_backward, clipped_surrogate_rows, gaussian_entropy_row, gaussian_row,
