@@ -319,7 +319,10 @@ fn process_advantages_match_prime() {
             })
             .collect();
         let (advantages, returns) = rein_optim::process_advantages(&sources, &f.mask, f.width, f.group, 1.0);
-        for (what, got, want) in [("advantages", &advantages, &case.advantages), ("returns", &returns, &case.returns)] {
+        for (what, got, want) in [
+            ("advantages", &advantages, &case.advantages),
+            ("returns", &returns, &case.returns),
+        ] {
             for (i, (g, w)) in got.iter().zip(want).enumerate() {
                 assert!(
                     (g - w).abs() <= 1e-6 * w.abs().max(1.0),

@@ -68,9 +68,9 @@ mod pair_testing;
 mod pass_at_k;
 mod policy_loss;
 mod polyak;
-mod process_advantages;
 mod ppo_loss;
 mod ppo_rows;
+mod process_advantages;
 mod running;
 mod schedule;
 mod soft_actor_critic;
@@ -99,12 +99,12 @@ pub use normalize::normalize;
 pub use pass_at_k::{best_of_group, pass_at_k};
 pub use policy_loss::{PolicyLoss, PolicyLossConfig, PolicyObjective, policy_loss};
 pub use polyak::polyak_update;
-pub use process_advantages::{TokenRewards, leave_one_out, process_advantages, token_returns};
 pub use ppo_loss::{PpoLoss, PpoLossConfig, PpoLossValues, Surrogate, masked_value_loss, ppo_loss, value_errors};
 pub use ppo_rows::{
     categorical_row, categorical_row_backward, clipped_surrogate_rows, gaussian_entropy_row, gaussian_row,
     gaussian_row_backward, value_loss_rows,
 };
+pub use process_advantages::{TokenRewards, leave_one_out, process_advantages, token_returns};
 pub use rein_core::{Aggregation, KlEstimator, RatioLevel, StdScaling};
 pub use running::{RewardScaler, RunningMeanStd};
 pub use schedule::{LinearSchedule, warmup_then_decay};

@@ -43,8 +43,15 @@ pub struct TokenRewards<'a> {
 /// module docs); 0 off its mask. A row with no masked token counts with a mean of 0, as verl's
 /// `mean` of nothing would not: such a row should not be in a batch.
 pub fn leave_one_out(rewards: &[f32], mask: &[f32], width: usize, g: usize) -> Vec<f32> {
-    assert_eq!(rewards.len(), mask.len(), "leave_one_out: rewards and mask differ in length");
-    assert!(g >= 2 && rewards.len() % (width * g) == 0, "leave_one_out: rows come in groups of g ≥ 2");
+    assert_eq!(
+        rewards.len(),
+        mask.len(),
+        "leave_one_out: rewards and mask differ in length"
+    );
+    assert!(
+        g >= 2 && rewards.len().is_multiple_of(width * g),
+        "leave_one_out: rows come in groups of g ≥ 2"
+    );
     let (gf, mut out) = (g as f64, vec![0.0; rewards.len()]);
     let chunks = rewards.chunks(width * g).zip(mask.chunks(width * g));
     for ((group, mask), out) in chunks.zip(out.chunks_mut(width * g)) {
@@ -69,7 +76,11 @@ pub fn leave_one_out(rewards: &[f32], mask: &[f32], width: usize, g: usize) -> V
 /// Each row's discounted returns `R_t = Σ_{t' ≥ t} γ^{t'−t} r_t'` over the tokens `mask`
 /// counts (0 elsewhere).
 pub fn token_returns(rewards: &[f32], mask: &[f32], width: usize, gamma: f32) -> Vec<f32> {
-    assert_eq!(rewards.len(), mask.len(), "token_returns: rewards and mask differ in length");
+    assert_eq!(
+        rewards.len(),
+        mask.len(),
+        "token_returns: rewards and mask differ in length"
+    );
     let mut out = vec![0.0; rewards.len()];
     for ((row, m), out) in rewards.chunks(width).zip(mask.chunks(width)).zip(out.chunks_mut(width)) {
         let mut running = 0.0f64;

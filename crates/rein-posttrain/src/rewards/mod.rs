@@ -1,9 +1,10 @@
 //! Several reward functions combined: a weighted sum per completion, every component logged,
-//! and a policy for plugin failures; and the label-free signals the host adds from the
-//! sampler's statistics ([`signal`]).
+//! and a policy for plugin failures; the label-free signals the host adds from the sampler's
+//! statistics ([`signal`]); where step scores land among a completion's tokens ([`steps`]).
 
 pub(crate) mod setup;
 pub mod signal;
+pub mod steps;
 
 use std::collections::BTreeMap;
 
