@@ -14,6 +14,7 @@
 mod classic_control;
 mod composition;
 mod language_models;
+mod rewards;
 
 use std::path::{Path, PathBuf};
 
