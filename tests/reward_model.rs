@@ -1,4 +1,6 @@
-//! Reward models (sequence classifiers) against Hugging Face transformers, and as rewards.
+//! Reward models (sequence classifiers) against Hugging Face transformers, and as rewards; a
+//! process reward model's step scores against Math-Shepherd's convention in transformers
+//! (`gen_prm_scores.py`).
 //!
 //! Fixtures: `tests/fixtures/lm/{llama,qwen2}-rm`, written by `gen_classifiers.py`
 //! (transformers 5.24): tiny random `LlamaForSequenceClassification` (one label) and
@@ -10,8 +12,9 @@ use std::path::{Path, PathBuf};
 
 use burn::backend::Flex;
 use rein_core::{Group, RewardFn};
+use rein_core::{PrmAggregate, PrmSettings};
 use rein_model::lm::{LoadError, SequenceClassifier};
-use rein_sampler::{ModelReward, RewardModelError};
+use rein_sampler::{ModelReward, PrmError, PrmReward, RewardModelError};
 use safetensors::SafeTensors;
 
 type B = Flex;
@@ -192,4 +195,89 @@ fn bad_reward_models_are_refused_naming_what_is_wrong() {
     // A missing directory.
     let err = SequenceClassifier::<B>::load(Path::new("/nonexistent/rm"), &device).unwrap_err();
     assert!(err.to_string().contains("/nonexistent/rm"), "{err}");
+}
+
+#[derive(serde::Deserialize)]
+struct PrmFixture {
+    settings: PrmSettings,
+    prompt: String,
+    completions: Vec<String>,
+    step_scores: Vec<Vec<f64>>,
+}
+
+/// Math-Shepherd's step scores (transformers' logits of `good` against `bad` at each step's tag)
+/// within 1e-5; each aggregate of them is the completion's reward, and a completion without a
+/// step gets none.
+#[test]
+fn a_process_reward_model_scores_each_step_as_math_shepherd_does() {
+    let path = fixtures().join("../prm_scores.json");
+    let fixture: PrmFixture = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let dir = fixtures().join("qwen2-gqa");
+    let device = Default::default();
+    let mut prm = PrmReward::<B>::load("prm", &dir, &fixture.settings, &device).unwrap();
+    for (completion, want) in fixture.completions.iter().zip(&fixture.step_scores) {
+        let got = prm.step_scores(&fixture.prompt, completion).unwrap();
+        assert_close(completion, &got, want);
+    }
+    let group = Group {
+        prompt: fixture.prompt.clone(),
+        completions: vec![fixture.completions[1].clone(), "\n \n".into()],
+        reference: None,
+        metadata: String::new(),
+    };
+    let scores = prm.score(std::slice::from_ref(&group)).unwrap().remove(0);
+    let steps = &fixture.step_scores[1];
+    let min = steps.iter().copied().fold(f64::INFINITY, f64::min);
+    assert!((scores[0].score.unwrap() - min).abs() < 1e-5, "{scores:?}");
+    assert_eq!(scores[1].score, None, "no step, no score");
+    for (aggregate, want) in [
+        (PrmAggregate::Mean, steps.iter().sum::<f64>() / 3.0),
+        (PrmAggregate::Last, steps[2]),
+        (PrmAggregate::Prod, steps.iter().product()),
+    ] {
+        let settings = PrmSettings {
+            aggregate,
+            ..fixture.settings.clone()
+        };
+        let prm = PrmReward::<B>::load("prm", &dir, &settings, &device).unwrap();
+        assert!((prm.aggregate(steps).unwrap() - want).abs() < 1e-12, "{aggregate:?}");
+    }
+}
+
+/// A `good` token that is not one token of the vocabulary is refused when the model loads,
+/// naming the key; a step that contains the tag fails the scoring call with a reason.
+#[test]
+fn a_process_reward_model_refuses_conventions_its_vocabulary_cannot_follow() {
+    let dir = fixtures().join("qwen2-gqa");
+    let device = Default::default();
+    let settings = PrmSettings {
+        tag: " #".into(),
+        good: "good".into(),
+        ..PrmSettings::default()
+    };
+    let Err(error) = PrmReward::<B>::load("prm", &dir, &settings, &device) else {
+        panic!("a four-token `good` loaded")
+    };
+    assert!(
+        matches!(
+            error,
+            PrmError::NotOneToken {
+                key: "good",
+                count: 4,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("prm.good = \"good\" encodes to 4 tokens"),
+        "{error}"
+    );
+    let settings = PrmSettings {
+        tag: " #".into(),
+        ..PrmSettings::default()
+    };
+    let prm = PrmReward::<B>::load("prm", &dir, &settings, &device).unwrap();
+    let reason = prm.step_scores("q", "Step 1: # one\nStep 2").unwrap_err();
+    assert!(reason.contains("appears 3 times in the text of 2 steps"), "{reason}");
 }

@@ -1,5 +1,6 @@
 //! Rewards in a run: a failing plugin under each `on_error`, a reward model beside a plugin, a
-//! judge model answering a plugin, a label-free signal alone.
+//! judge model answering a plugin, a process reward model beside a plugin, a label-free signal
+//! alone.
 
 use super::*;
 
@@ -102,6 +103,36 @@ fn a_reward_model_scores_completions_beside_a_plugin() {
         );
         assert!(rm.is_finite() && rm != 0.0, "{line}");
         assert!((total - (answer + 0.5 * rm)).abs() < 1e-6, "{line}");
+    }
+}
+
+/// A process reward model (the tiny Qwen2 standing in, with `#` as its step tag) scores the
+/// main job's completions step by step beside the answer checker: its reward, the weakest
+/// step's probability, is in (0, 1) and joins the weighted sum.
+#[test]
+fn a_process_reward_model_scores_completions_beside_a_plugin() {
+    let runs = common::scratch("lm-prm");
+    let prm = root().join("tests/fixtures/lm/qwen2-gqa");
+    let rewards = format!(
+        "reward=[{{plugin = \"math-answer\", config = {{extract = \"answer\"}}}}, \
+         {{model = {:?}, kind = \"prm\", name = \"prm\", weight = 0.5, prm = {{tag = \" #\"}}}}]",
+        prm.display().to_string()
+    );
+    let recipe = tiny_default(&runs, &["sft.steps=2", rewards.as_str()]);
+    let RunOutcome::Lm(_) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    let records = stage_records(&runs, "grpo");
+    assert_eq!(records.len(), 2);
+    for line in &records {
+        let (total, answer, prm) = (
+            line["train/reward"].as_f64().unwrap(),
+            line["train/reward/math-answer"].as_f64().unwrap(),
+            line["train/reward/prm"].as_f64().unwrap(),
+        );
+        assert!(prm > 0.0 && prm < 1.0, "{line}");
+        assert!(line["train/reward/prm/steps"].as_f64().unwrap() >= 1.0, "{line}");
+        assert!((total - (answer + 0.5 * prm)).abs() < 1e-6, "{line}");
     }
 }
 

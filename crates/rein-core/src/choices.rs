@@ -266,6 +266,51 @@ impl SamplerSignal {
     }
 }
 
+/// A process reward model's conventions (a recipe's `[[reward]] prm = { … }`; Math-Shepherd's by
+/// default; how they are read in `rein_sampler::PrmReward`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PrmSettings {
+    /// What ends a step in a completion (the completion is split at it; empty steps dropped).
+    pub separator: String,
+    /// What the model reads after each step: its last token is where the step is judged.
+    pub tag: String,
+    /// The token whose probability (against `bad`'s) is a step's score.
+    pub good: String,
+    /// The token it is weighed against.
+    pub bad: String,
+    /// How the steps' scores make the completion's: `min` (the weakest step), `mean`, `last`
+    /// or `prod`.
+    pub aggregate: PrmAggregate,
+}
+
+impl Default for PrmSettings {
+    fn default() -> Self {
+        Self {
+            separator: "\n".into(),
+            tag: " ки".into(),
+            good: "+".into(),
+            bad: "-".into(),
+            aggregate: PrmAggregate::Min,
+        }
+    }
+}
+
+/// How a process reward model's step scores make one completion's score.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrmAggregate {
+    /// The lowest step score: a chain is as good as its weakest step.
+    #[default]
+    Min,
+    /// Their mean.
+    Mean,
+    /// The last step's.
+    Last,
+    /// Their product.
+    Prod,
+}
+
 /// The losses of KTO on unpaired desirable/undesirable completions (TRL's `KTOConfig.loss_type`
 /// names; equations in `rein_optim::kto_loss`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

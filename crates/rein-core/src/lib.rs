@@ -19,8 +19,9 @@ mod tool;
 
 pub use choices::{
     Activation, AdaptiveEntropy, AdvantageKind, Aggregation, DifficultyWeight, DpoLossKind, KlEstimator, KtoLossKind,
-    LagCorrection, ModelDtype, MultiObjectiveAggregation, ObjectiveKind, OnError, PolicySync, RatioLevel,
-    SamplerBackend, SamplerPrecision, SamplerSignal, ServerApi, StdScaling, TrainPrecision, ValueModel,
+    LagCorrection, ModelDtype, MultiObjectiveAggregation, ObjectiveKind, OnError, PolicySync, PrmAggregate,
+    PrmSettings, RatioLevel, SamplerBackend, SamplerPrecision, SamplerSignal, ServerApi, StdScaling, TrainPrecision,
+    ValueModel,
 };
 pub use env::{
     Action, BatchActions, BoxSpace, EnvSpec, Environment, Observation, Space, Step, VecEnv, VecStep, validate_action,

@@ -324,9 +324,13 @@ pub struct RewardEntry {
     /// `self_certainty` or `negative_entropy`.
     #[serde(default)]
     pub signal: Option<rein_core::SamplerSignal>,
-    /// What the model is: `classifier` (a sequence classifier's score, the only kind so far).
+    /// What the model is: `classifier` (a sequence classifier's score) or `prm` (a causal LM
+    /// judging each step, Math-Shepherd's convention; see `prm`).
     #[serde(default)]
     pub kind: RewardModelKind,
+    /// How a `kind = "prm"` model reads the steps and how their scores make the reward.
+    #[serde(default)]
+    pub prm: Option<rein_core::PrmSettings>,
     /// The classifier's output that is the score, by its name in `id2label` (default: the first,
     /// as TRL reads `logits[:, 0]`).
     #[serde(default)]
@@ -444,6 +448,9 @@ pub enum RewardModelKind {
     /// A sequence classifier (a reward model): the score head's output at the last token.
     #[default]
     Classifier,
+    /// A process reward model: a causal LM that scores each step by the probability of its
+    /// `good` token against its `bad` one after the step's tag (Math-Shepherd).
+    Prm,
 }
 
 /// Held-out evaluation: greedy pass@1, sampled pass@k and maj@k.

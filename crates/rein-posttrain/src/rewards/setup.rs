@@ -1,5 +1,6 @@
 //! A recipe's rewards, built: each `[[reward]]` as a sandboxed plugin (with the judge it is
-//! granted: a server, a model, or the policy as it starts) or as a reward model; the signals
+//! granted: a server, a model, or the policy as it starts), as a reward model or a process
+//! reward model; the signals
 //! the host computes itself apart.
 
 use std::path::Path;
@@ -9,14 +10,14 @@ use rein_core::{Judge, RewardFn};
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
 use rein_plugin::{JudgeGrant, PluginRuntime};
-use rein_recipe::{JudgeEntry, LoadedRecipe, RewardEntry};
+use rein_recipe::{JudgeEntry, LoadedRecipe, RewardEntry, RewardModelKind};
 use rein_sampler::HttpJudge;
 
 use crate::LmError;
 use crate::rewards::signal::SignalReward;
 use crate::run::recipe_keys::{invalid, model_path};
 use crate::{Renamed, ThinkingStripped, WeightedReward};
-use rein_sampler::{ModelReward, NativeJudge};
+use rein_sampler::{ModelReward, NativeJudge, PrmReward};
 
 /// Every `[[reward]]` of the recipe with its weight; `policy` is the judge of grants that name
 /// no model.
@@ -74,6 +75,12 @@ fn reward<B: ReinBackend>(
             let base = dir.file_name().unwrap_or(dir.as_os_str());
             base.to_string_lossy().into_owned()
         });
+        if entry.kind == RewardModelKind::Prm {
+            let settings = entry.prm.clone().unwrap_or_default();
+            let reward = PrmReward::<B>::load(&name, &dir, &settings, device)
+                .map_err(|e| invalid(loaded, &format!("reward[{i}].model"), e.to_string()))?;
+            return Ok(Box::new(reward));
+        }
         let label = entry.label.as_deref();
         let reward = match &entry.url {
             None => ModelReward::<B>::load(&name, &dir, label, entry.batch_size, device),
