@@ -93,34 +93,11 @@ impl<'a, B: ReinAutodiffBackend> Dpo<'a, B> {
     /// The reference's summed log-probabilities of the pairs `picked`: kept ones reused (with
     /// `precompute_ref`), the others computed in one batch.
     fn reference_log_probs(&mut self, picked: &[usize]) -> Vec<[f32; 2]> {
+        let (pairs, pad_id, reference, device) = (self.pairs, self.pad_id, &self.reference, &self.device);
         let keep = self.section.precompute_ref;
-        let missing: Vec<usize> = match keep {
-            true => {
-                let mut missing: Vec<usize> = (picked.iter().copied())
-                    .filter(|&i| self.state.reference[i].is_none())
-                    .collect();
-                missing.sort_unstable();
-                missing.dedup();
-                missing
-            }
-            false => picked.to_vec(),
-        };
-        let mut fresh = Vec::with_capacity(missing.len());
-        if !missing.is_empty() {
-            let batch = pair_batch(self.pairs, &missing, self.pad_id);
-            fresh = reference_log_probs(&self.reference, &batch, &self.device);
-        }
-        match keep {
-            true => {
-                for (&i, values) in missing.iter().zip(fresh) {
-                    self.state.reference[i] = Some(values);
-                }
-                (picked.iter())
-                    .map(|&i| self.state.reference[i].expect("computed above"))
-                    .collect()
-            }
-            false => fresh,
-        }
+        super::reference_values(&mut self.state.reference, picked, keep, |missing| {
+            reference_log_probs(reference, &pair_batch(pairs, missing, pad_id), device)
+        })
     }
 }
 

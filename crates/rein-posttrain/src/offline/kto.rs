@@ -169,29 +169,15 @@ impl<'a, B: ReinAutodiffBackend> Kto<'a, B> {
     /// The reference's log-probabilities of the examples `picked`: kept ones reused (with
     /// `precompute_ref`), the others computed in one batch.
     fn reference_log_probs(&mut self, picked: &[usize]) -> Vec<f32> {
+        let (examples, pad_id, reference, device) = (self.examples, self.pad_id, &self.reference, &self.device);
         let keep = self.section.precompute_ref;
-        let missing: Vec<usize> = match keep {
-            true => (picked.iter().copied())
-                .filter(|&i| self.state.reference[i].is_none())
-                .collect(),
-            false => picked.to_vec(),
-        };
-        let mut fresh = Vec::new();
-        if !missing.is_empty() {
-            let batch = labelled_batch(self.examples, &missing, self.pad_id);
-            fresh = floats(sequence_log_probs(&self.reference, &batch, &self.device));
-        }
-        match keep {
-            true => {
-                for (&i, value) in missing.iter().zip(fresh) {
-                    self.state.reference[i] = Some(value);
-                }
-                (picked.iter())
-                    .map(|&i| self.state.reference[i].expect("computed above"))
-                    .collect()
-            }
-            false => fresh,
-        }
+        super::reference_values(&mut self.state.reference, picked, keep, |missing| {
+            floats(sequence_log_probs(
+                reference,
+                &labelled_batch(examples, missing, pad_id),
+                device,
+            ))
+        })
     }
 }
 

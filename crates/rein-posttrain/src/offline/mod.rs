@@ -8,3 +8,26 @@ pub mod dpo;
 pub mod kto;
 pub mod reward_model;
 pub mod sft;
+
+/// The reference's values of the examples `picked` (log-probabilities: the reference is
+/// frozen, so they never change): with `keep`, those in `cache` reused and the others computed in
+/// one call of `compute` (each example once) and kept; without, all computed.
+pub(crate) fn reference_values<T: Copy>(
+    cache: &mut [Option<T>],
+    picked: &[usize],
+    keep: bool,
+    compute: impl FnOnce(&[usize]) -> Vec<T>,
+) -> Vec<T> {
+    if !keep {
+        return compute(picked);
+    }
+    let mut missing: Vec<usize> = picked.iter().copied().filter(|&i| cache[i].is_none()).collect();
+    missing.sort_unstable();
+    missing.dedup();
+    if !missing.is_empty() {
+        for (&i, value) in missing.iter().zip(compute(&missing)) {
+            cache[i] = Some(value);
+        }
+    }
+    picked.iter().map(|&i| cache[i].expect("computed above")).collect()
+}
