@@ -13,11 +13,11 @@
 
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::{AdamW, AdamWConfig, GradientsParams};
 use burn::tensor::ElementConversion;
 use rein_model::ReinAutodiffBackend;
 use rein_model::lm::CausalLm;
-use rein_optim::{DpoConfig, clip_grad_norm, warmup_then_decay};
+use rein_optim::{DpoConfig, warmup_then_decay};
 use rein_recipe::DpoSection;
 use rein_sampler::SeededRng;
 use serde::{Deserialize, Serialize};
@@ -133,15 +133,20 @@ impl<B: ReinAutodiffBackend> Trainer for Dpo<'_, B> {
         let mut record = pair_metrics(&out, &policy);
         let loss_value: f32 = out.loss.clone().into_scalar().elem();
         rein_run::RunError::check_loss(step, "DPO loss", loss_value)?;
-        let mut grads = GradientsParams::from_grads(out.loss.backward(), &self.model);
+        let grads = GradientsParams::from_grads(out.loss.backward(), &self.model);
         drop(graph);
         drop(backward);
 
         let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
-        let grad_norm = clip_grad_norm(&self.model, &mut grads, self.section.max_grad_norm);
-        rein_run::RunError::check_gradients(step, grad_norm, || rein_optim::non_finite_gradient(&self.model, &grads))?;
         let lr = warmup_then_decay(self.section.lr, self.section.warmup_steps, self.section.steps, step);
-        self.model = self.optim.step(lr, self.model.clone(), grads);
+        let grad_norm;
+        (self.model, grad_norm) = super::clipped_step(
+            self.model.clone(),
+            &mut self.optim,
+            grads,
+            (step, lr),
+            self.section.max_grad_norm,
+        )?;
 
         let (margin, accuracy) = (
             record["dpo/reward_margin"].as_f64(),

@@ -14,11 +14,11 @@
 
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::{AdamW, AdamWConfig, GradientsParams};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use rein_model::lm::CausalLm;
 use rein_model::{ReinAutodiffBackend, ReinBackend};
-use rein_optim::{KtoConfig, KtoLoss, KtoLossKind, clip_grad_norm, kto_loss, kto_reference_point, warmup_then_decay};
+use rein_optim::{KtoConfig, KtoLoss, KtoLossKind, kto_loss, kto_reference_point, warmup_then_decay};
 use rein_recipe::KtoSection;
 use rein_sampler::SeededRng;
 use serde::{Deserialize, Serialize};
@@ -218,15 +218,20 @@ impl<B: ReinAutodiffBackend> Trainer for Kto<'_, B> {
         let mut record = kto_metrics(&out, &floats(policy.inner()), &desirable);
         let loss_value: f32 = out.loss.clone().into_scalar().elem();
         rein_run::RunError::check_loss(step, "KTO loss", loss_value)?;
-        let mut grads = GradientsParams::from_grads(out.loss.backward(), &self.model);
+        let grads = GradientsParams::from_grads(out.loss.backward(), &self.model);
         drop(graph);
         drop(backward);
 
         let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
-        let grad_norm = clip_grad_norm(&self.model, &mut grads, self.section.max_grad_norm);
-        rein_run::RunError::check_gradients(step, grad_norm, || rein_optim::non_finite_gradient(&self.model, &grads))?;
         let lr = warmup_then_decay(self.section.lr, self.section.warmup_steps, self.section.steps, step);
-        self.model = self.optim.step(lr, self.model.clone(), grads);
+        let grad_norm;
+        (self.model, grad_norm) = super::clipped_step(
+            self.model.clone(),
+            &mut self.optim,
+            grads,
+            (step, lr),
+            self.section.max_grad_norm,
+        )?;
 
         let extra = json!({
             "step": step,

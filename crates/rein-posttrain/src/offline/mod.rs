@@ -31,3 +31,24 @@ pub(crate) fn reference_values<T: Copy>(
     }
     picked.iter().map(|&i| cache[i].expect("computed above")).collect()
 }
+
+/// The update every offline learner ends its step with: `grads` clipped to a global norm of
+/// `max_grad_norm` (a non-finite norm stops the run, naming the first tensor that has one), then
+/// one step of `optim` on `model` at the rate `lr`. Returns the stepped model and the norm
+/// before clipping.
+pub(crate) fn clipped_step<B, M, O>(
+    model: M,
+    optim: &mut O,
+    mut grads: burn::optim::GradientsParams,
+    (step, lr): (usize, f64),
+    max_grad_norm: f32,
+) -> Result<(M, f32), rein_run::RunError>
+where
+    B: burn::tensor::backend::AutodiffBackend,
+    M: burn::module::AutodiffModule<B>,
+    O: burn::optim::Optimizer<M, B>,
+{
+    let grad_norm = rein_optim::clip_grad_norm(&model, &mut grads, max_grad_norm);
+    rein_run::RunError::check_gradients(step, grad_norm, || rein_optim::non_finite_gradient(&model, &grads))?;
+    Ok((optim.step(lr, model, grads), grad_norm))
+}

@@ -9,11 +9,11 @@
 //! then linear decay to 10% of the peak rate, global gradient clipping.
 
 use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::{AdamW, AdamWConfig, GradientsParams};
 use burn::tensor::{ElementConversion, Tensor};
 use rein_model::ReinAutodiffBackend;
 use rein_model::lm::CausalLm;
-use rein_optim::{clip_grad_norm, warmup_then_decay};
+use rein_optim::warmup_then_decay;
 use rein_recipe::SftSection;
 use rein_sampler::SeededRng;
 use serde::{Deserialize, Serialize};
@@ -127,7 +127,7 @@ impl<B: ReinAutodiffBackend> Trainer for Sft<'_, B> {
             .sum::<f32>()
             .max(1.0);
         self.state.tokens_seen += count as usize;
-        let (loss_value, mut grads) = if let [batch] = shards.as_slice() {
+        let (loss_value, grads) = if let [batch] = shards.as_slice() {
             let graph = rein_model::one_graph();
             let loss = sft_loss(&self.model, batch, count, &self.devices[0]);
             let loss_value: f32 = loss.clone().into_scalar().elem();
@@ -147,10 +147,15 @@ impl<B: ReinAutodiffBackend> Trainer for Sft<'_, B> {
         drop(backward);
 
         let _optimizer = phases.enter("optimizer", "clipping and applying the gradients");
-        let grad_norm = clip_grad_norm(&self.model, &mut grads, self.section.max_grad_norm);
-        rein_run::RunError::check_gradients(step, grad_norm, || rein_optim::non_finite_gradient(&self.model, &grads))?;
         let lr = sft_lr(self.section, step);
-        self.model = self.optim.step(lr, self.model.clone(), grads);
+        let grad_norm;
+        (self.model, grad_norm) = super::clipped_step(
+            self.model.clone(),
+            &mut self.optim,
+            grads,
+            (step, lr),
+            self.section.max_grad_norm,
+        )?;
         let tokens_per_s = self.state.tokens_seen as f64 / phases.elapsed().as_secs_f64().max(1e-9);
         let record = json!({
             "step": step,
