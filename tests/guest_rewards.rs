@@ -122,3 +122,50 @@ fn a_short_grpo_run_trains_with_python_and_js_rewards() {
         assert!((total - 1.5 * py_reward).abs() < 1e-9, "{step}");
     }
 }
+
+/// The step helpers of Python (`rein_steps`) and JavaScript (`js-shared/steps.js`), run inside
+/// components, cut texts into the same character spans as `rein_pdk::steps` under every rule,
+/// across multi-byte characters and surrogate pairs.
+#[test]
+fn python_and_js_step_helpers_cut_steps_as_the_rust_helper_does() {
+    use rein_pdk::steps::{Split, split};
+    let texts = [
+        "12 + 30 = 42\n42 * 2 = 84\n\n<answer>84</answer>\n",
+        "  α = 1 \n\n\tβ = α + 1\r\n🎉 done\u{85}",
+        "Plan first.\nStep 1: 2+3=5\nsee Step 2 below\nStep  2. 5*4=20\nStep two: no\nStep 3",
+        "a=1 ки b=2 ки  ки c=3 🎉x",
+        "<think>7+8=15, 4+3+1=8</think><answer>85</answer>",
+        "",
+    ];
+    let rules = [
+        "lines",
+        "marker:Step",
+        "delimiter:ки",
+        "delimiter:, ",
+        "delimiter:\\n\\n",
+    ];
+    for name in ["steps-py", "steps-js"] {
+        let plugin = common::load_with(&common::test_plugin_path(name), rein_plugin::SandboxLimits::default());
+        assert!(plugin.info().reads_tokens, "{name} asks for tokens");
+        for rule in rules {
+            let config = serde_json::json!({ "steps": rule }).to_string();
+            let group = Group {
+                prompt: "p".into(),
+                completions: texts.iter().map(|t| t.to_string()).collect(),
+                ..Group::default()
+            };
+            let scores = plugin.reward(&config).unwrap().score(&[group]).unwrap().remove(0);
+            for (text, score) in texts.iter().zip(scores) {
+                let expected: Vec<(usize, usize, f64)> = (split(text, &Split::parse(rule).unwrap()).iter())
+                    .enumerate()
+                    .map(|(k, s)| (s.start, s.end, k as f64 + 1.0))
+                    .collect();
+                let got: Vec<(usize, usize, f64)> = score.steps.iter().map(|s| (s.start, s.end, s.score)).collect();
+                assert_eq!(got, expected, "{name}, rule {rule:?}, text {text:?}");
+                assert_eq!(score.score, None);
+            }
+        }
+        let refused = plugin.reward(r#"{"steps": "sentences"}"#).unwrap_err();
+        assert!(refused.to_string().contains("sentences"), "{name}: {refused}");
+    }
+}

@@ -224,12 +224,23 @@ fn a_process_reward_model_scores_each_step_as_math_shepherd_does() {
         completions: vec![fixture.completions[1].clone(), "\n \n".into()],
         reference: None,
         metadata: String::new(),
+        tokens: Vec::new(),
     };
     let scores = prm.score(std::slice::from_ref(&group)).unwrap().remove(0);
     let steps = &fixture.step_scores[1];
     let min = steps.iter().copied().fold(f64::INFINITY, f64::min);
     assert!((scores[0].score.unwrap() - min).abs() < 1e-5, "{scores:?}");
     assert_eq!(scores[1].score, None, "no step, no score");
+    // Each step's score is also reported on the step's characters, for process advantages.
+    let completion: Vec<char> = group.completions[0].chars().collect();
+    let texts: Vec<String> = (scores[0].steps.iter())
+        .map(|s| completion[s.start..s.end].iter().collect())
+        .collect();
+    assert_eq!(texts, prm.steps(&group.completions[0]));
+    for (step, want) in scores[0].steps.iter().zip(steps) {
+        assert!((step.score - want).abs() < 1e-5, "{step:?}");
+    }
+    assert!(scores[1].steps.is_empty());
     for (aggregate, want) in [
         (PrmAggregate::Mean, steps.iter().sum::<f64>() / 3.0),
         (PrmAggregate::Last, steps[2]),

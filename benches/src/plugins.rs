@@ -265,6 +265,7 @@ fn native_math_answer(mut reward: MathAnswer, groups: &[Group]) -> f64 {
             completions: g.completions.clone(),
             reference: g.reference.clone(),
             metadata: g.metadata.clone(),
+            tokens: Vec::new(),
         })
         .collect();
     let total: usize = groups.iter().map(|g| g.completions.len()).sum();
@@ -297,6 +298,7 @@ fn math_groups(count: usize, per_group: usize) -> Vec<Group> {
                 completions,
                 reference: Some(answer.to_string()),
                 metadata: String::new(),
+                tokens: Vec::new(),
             }
         })
         .collect()

@@ -79,7 +79,7 @@ from typing import List, Optional, Tuple
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.exports.reward_api import CompletionScore
+from wit_world.exports.reward_api import CompletionScore, RewardInputs
 from wit_world.imports.types import Component, ConfigKey, PluginError, PluginMetadata
 
 import containment
@@ -414,7 +414,7 @@ def outcome_of(error: BaseException) -> str:
 def score(outcome: List[str]) -> CompletionScore:
     n = len(outcome)
     shares = [Component(kind, outcome.count(kind) / n) for kind in OUTCOMES]
-    return CompletionScore(outcome.count("passed") / n, shares)
+    return CompletionScore(outcome.count("passed") / n, shares, [])
 
 
 # componentize-py makes a new `RewardApi` for every call: the settings live in the module.
@@ -429,6 +429,9 @@ class RewardApi(exports.RewardApi):
             description=DESCRIPTION,
             config_keys=[ConfigKey(n, d, default) for n, d, default in CONFIG_KEYS],
         )
+
+    def inputs(self) -> RewardInputs:
+        return RewardInputs(0)  # the text only, not the tokens
 
     def init(self, config: str) -> None:
         global SETTINGS

@@ -18,7 +18,7 @@ import re
 
 from componentize_py_types import Err, Ok
 from wit_world import exports
-from wit_world.exports.reward_api import CompletionScore
+from wit_world.exports.reward_api import CompletionScore, RewardInputs
 from wit_world.imports import judge
 from wit_world.imports.types import Component, ConfigKey, Message, PluginError, PluginMetadata
 
@@ -89,15 +89,18 @@ def score_group(group):
             raise Err(PluginError(f"completion {i}: {describe(answer.value)}"))
         value = grade(answer.value.text)
         if value is None:
-            scores.append(CompletionScore(None, [Component("ungraded", 1.0)]))
+            scores.append(CompletionScore(None, [Component("ungraded", 1.0)], []))
         else:
-            scores.append(CompletionScore(value, [Component("ungraded", 0.0)]))
+            scores.append(CompletionScore(value, [Component("ungraded", 0.0)], []))
     return scores
 
 
 class RewardApi(exports.RewardApi):
     def metadata(self):
         return PluginMetadata(NAME, "0.1.0", DESCRIPTION, CONFIG_KEYS)
+
+    def inputs(self):
+        return RewardInputs(0)  # the text only, not the tokens
 
     def init(self, config):
         global SETTINGS

@@ -422,6 +422,7 @@ function scoreOne(settings, completion, reference) {
         { name: "correct", value: 0 },
         { name: "answered", value: 0 },
       ],
+      steps: [],
     };
   }
   const correct = new Answer(answer).matches(reference, settings.tolerance);
@@ -431,13 +432,14 @@ function scoreOne(settings, completion, reference) {
       { name: "correct", value: correct ? 1 : 0 },
       { name: "answered", value: 1 },
     ],
+    steps: [],
   };
 }
 
 function scoreGroup(settings, group) {
   if (group.reference === undefined || group.reference === null) {
     // Not applicable.
-    return group.completions.map(() => ({ score: undefined, components: [] }));
+    return group.completions.map(() => ({ score: undefined, components: [], steps: [] }));
   }
   const reference = referenceAnswer(group.reference);
   return group.completions.map((c) => scoreOne(settings, c, reference));
@@ -450,6 +452,10 @@ let settings = null;
 export const rewardApi = {
   metadata() {
     return { name: NAME, version: "0.1.0", description: DESCRIPTION, configKeys: CONFIG_KEYS };
+  },
+
+  inputs() {
+    return { tokens: false }; // the text only, not the tokens
   },
 
   init(config) {

@@ -21,7 +21,7 @@ from typing import NamedTuple, Optional, Union
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.exports.reward_api import CompletionScore
+from wit_world.exports.reward_api import CompletionScore, RewardInputs
 from wit_world.imports.types import Component, ConfigKey, PluginError, PluginMetadata
 
 NAME = "math-answer-py"
@@ -504,17 +504,18 @@ class Settings(NamedTuple):
         answer = extract(completion, self.extraction)
         if answer is None:
             return CompletionScore(
-                self.unanswered, [Component("correct", 0.0), Component("answered", 0.0)]
+                self.unanswered, [Component("correct", 0.0), Component("answered", 0.0)], []
             )
         correct = Answer(answer).matches(reference, self.tolerance)
         return CompletionScore(
             self.correct if correct else self.wrong,
             [Component("correct", 1.0 if correct else 0.0), Component("answered", 1.0)],
+            [],
         )
 
     def score(self, group) -> list:
         if group.reference is None:  # not applicable
-            return [CompletionScore(None, []) for _ in group.completions]
+            return [CompletionScore(None, [], []) for _ in group.completions]
         reference = reference_answer(group.reference)
         return [self.score_one(c, reference) for c in group.completions]
 
@@ -533,6 +534,9 @@ class RewardApi(exports.RewardApi):
             description=DESCRIPTION,
             config_keys=[ConfigKey(n, d, default) for n, d, default in CONFIG_KEYS],
         )
+
+    def inputs(self) -> RewardInputs:
+        return RewardInputs(0)  # the text only, not the tokens
 
     def init(self, config: str) -> None:
         global SETTINGS

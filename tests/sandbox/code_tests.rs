@@ -37,6 +37,7 @@ fn group(tests: &[String], completions: Vec<String>) -> Group {
         completions,
         reference: None,
         metadata: serde_json::json!({ "tests": tests }).to_string(),
+        tokens: Vec::new(),
     }
 }
 

@@ -16,6 +16,7 @@ fn group(completions: &[&str]) -> Vec<Group> {
         completions: completions.iter().map(|c| c.to_string()).collect(),
         reference: Some("5".into()),
         metadata: String::new(),
+        tokens: Vec::new(),
     }]
 }
 

@@ -1,6 +1,6 @@
 //! Components the host must refuse to load, each with its typed error.
 
-use rein_core::PluginErrorKind;
+use rein_core::{Group, PluginErrorKind, RewardFn, Tool};
 use rein_plugin::{PluginKind, SandboxLimits};
 
 use super::{hostile, quick_limits, scores_good_batch};
@@ -29,11 +29,59 @@ fn another_interface_version_is_named() {
     assert_eq!(
         error.kind,
         PluginErrorKind::InterfaceVersion {
-            expected: "0.3.0".into(),
+            expected: "0.4.0".into(),
             found: "rein:plugin/reward-api@0.1.0".into()
         }
     );
     scores_good_batch(&mut hostile(quick_limits()));
+}
+
+/// Components built against 0.3.0, before step scores, load and run as they did: a reward
+/// through the frozen 0.3.0 bindings (its scores have no steps), a tool through 0.4.0's
+/// bindings after its unchanged interfaces are renamed.
+#[test]
+fn components_of_the_previous_interface_still_load_and_run() {
+    let plugin = runtime()
+        .load(test_plugin_path("reward-v0-3"), SandboxLimits::default())
+        .unwrap();
+    assert_eq!(
+        (plugin.kind(), plugin.info().interface_version.as_str()),
+        (PluginKind::Reward, "0.3.0")
+    );
+    assert!(!plugin.info().reads_tokens);
+    let mut reward = plugin.reward("{}").unwrap();
+    let groups = [Group {
+        prompt: "p".into(),
+        completions: vec!["is 42".into(), "is 41".into()],
+        reference: Some("42".into()),
+        ..Group::default()
+    }];
+    let scores = reward.score(&groups).unwrap();
+    let values: Vec<_> = scores[0]
+        .iter()
+        .map(|s| (s.score, s.components.clone(), s.steps.len()))
+        .collect();
+    assert_eq!(
+        values,
+        [
+            (Some(1.0), vec![("length".to_string(), 5.0)], 0),
+            (Some(0.0), vec![("length".to_string(), 5.0)], 0)
+        ]
+    );
+    let refused = plugin.reward(r#"{"x": 1}"#).unwrap_err();
+    assert!(refused.to_string().contains("takes no config"), "{refused}");
+
+    let plugin = runtime()
+        .load(test_plugin_path("tool-v0-3"), SandboxLimits::default())
+        .unwrap();
+    assert_eq!(
+        (plugin.kind(), plugin.info().interface_version.as_str()),
+        (PluginKind::Tool, "0.3.0")
+    );
+    let mut tool = plugin.tool("{}").unwrap();
+    assert_eq!(tool.spec().name, "reverse");
+    assert_eq!(tool.call(r#"{"text":"abc"}"#).unwrap(), "cba");
+    assert!(tool.call("{}").unwrap_err().message.contains("expected"));
 }
 
 #[test]

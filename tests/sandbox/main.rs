@@ -47,6 +47,7 @@ pub fn attack(attack: &str) -> Vec<Group> {
         completions: vec!["a".into(), "b".into()],
         reference: Some("a".into()),
         metadata: format!(r#"{{"attack": "{attack}"}}"#),
+        tokens: Vec::new(),
     }]
 }
 

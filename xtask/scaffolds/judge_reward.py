@@ -14,7 +14,7 @@ import json
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.exports.reward_api import CompletionScore
+from wit_world.exports.reward_api import CompletionScore, RewardInputs
 from wit_world.imports import judge
 from wit_world.imports.types import ConfigKey, Message, PluginError, PluginMetadata
 
@@ -43,13 +43,16 @@ def score_group(group):
         if isinstance(verdict, Err):
             raise Err(PluginError(f"completion {i}: the judge refused: {verdict.value}"))
         yes = verdict.value.text.strip().lower().startswith("yes")
-        scores.append(CompletionScore(1.0 if yes else 0.0, []))
+        scores.append(CompletionScore(1.0 if yes else 0.0, [], []))
     return scores
 
 
 class RewardApi(exports.RewardApi):
     def metadata(self):
         return PluginMetadata(NAME, "0.1.0", DESCRIPTION, CONFIG_KEYS)
+
+    def inputs(self):
+        return RewardInputs(0)  # the text only, not the tokens
 
     def init(self, config):
         global RUBRIC

@@ -34,16 +34,20 @@ function parseConfig(text) {
 /** One score per completion; none (not applicable) when there is no reference. */
 function scoreGroup(group) {
   if (group.reference === undefined) {
-    return group.completions.map(() => ({ score: undefined, components: [] }));
+    return group.completions.map(() => ({ score: undefined, components: [], steps: [] }));
   }
   const fold = (s) => (ignoreCase ? s.toLowerCase() : s);
   const reference = fold(group.reference);
-  return group.completions.map((c) => ({ score: fold(c).includes(reference) ? 1 : 0, components: [] }));
+  return group.completions.map((c) => ({ score: fold(c).includes(reference) ? 1 : 0, components: [], steps: [] }));
 }
 
 export const rewardApi = {
   metadata() {
     return { name: NAME, version: "0.1.0", description: DESCRIPTION, configKeys: CONFIG_KEYS };
+  },
+
+  inputs() {
+    return { tokens: false }; // the text only, not the tokens
   },
 
   init(config) {

@@ -12,7 +12,7 @@ import json
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.exports.reward_api import CompletionScore
+from wit_world.exports.reward_api import CompletionScore, RewardInputs
 from wit_world.imports.types import ConfigKey, PluginError, PluginMetadata
 
 NAME = "{{name}}"
@@ -40,15 +40,18 @@ def parse_config(text):
 def score_group(group):
     """One score per completion; none (not applicable) when there is no reference."""
     if group.reference is None:
-        return [CompletionScore(None, []) for _ in group.completions]
+        return [CompletionScore(None, [], []) for _ in group.completions]
     fold = str.lower if IGNORE_CASE else str
     reference = fold(group.reference)
-    return [CompletionScore(1.0 if reference in fold(c) else 0.0, []) for c in group.completions]
+    return [CompletionScore(1.0 if reference in fold(c) else 0.0, [], []) for c in group.completions]
 
 
 class RewardApi(exports.RewardApi):
     def metadata(self):
         return PluginMetadata(NAME, "0.1.0", DESCRIPTION, CONFIG_KEYS)
+
+    def inputs(self):
+        return RewardInputs(0)  # the text only, not the tokens
 
     def init(self, config):
         global IGNORE_CASE

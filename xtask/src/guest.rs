@@ -6,7 +6,10 @@
 //!
 //! A guest plugin is a directory holding `app.py` or `app.js` (and no `Cargo.toml`). Python plugins
 //! also import the modules of `plugins/python-shared/` (the isolation and containment of code they
-//! run for the model), which holds no `app.py` and so is no plugin.
+//! run for the model, the step helper `rein_steps`), which holds no `app.py` and so is no plugin;
+//! JavaScript plugins import the modules of `plugins/js-shared/` as `./js-shared/<module>.js`: a
+//! JavaScript plugin is built from a copy of its directory with `js-shared/` beside `app.js`, since
+//! componentize-js reads only the files under the directory it builds in.
 
 use std::hash::{Hash, Hasher};
 use std::io::IsTerminal;
@@ -34,6 +37,29 @@ const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0";
 /// The modules every Python plugin can import, beside its own directory's.
 fn python_shared() -> PathBuf {
     root().join("plugins/python-shared")
+}
+
+/// The modules every JavaScript plugin can import from `./js-shared/`.
+fn js_shared() -> PathBuf {
+    root().join("plugins/js-shared")
+}
+
+/// A copy of a JavaScript plugin's directory with `js-shared/` inside, to build in.
+fn js_staging(plugin: &GuestPlugin) -> anyhow::Result<PathBuf> {
+    let dir = target_dir().join("js-staging").join(&plugin.name);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    for (from, to) in [(plugin.dir.clone(), dir.clone()), (js_shared(), dir.join("js-shared"))] {
+        let mut files = Vec::new();
+        collect_files(&from, &mut files)?;
+        for file in files {
+            let target = to.join(file.strip_prefix(&from)?);
+            std::fs::create_dir_all(target.parent().expect("a file has a parent"))?;
+            std::fs::copy(&file, &target)?;
+        }
+    }
+    Ok(dir)
 }
 
 /// The language a plugin is written in.
@@ -216,8 +242,12 @@ fn build(plugin: &GuestPlugin, out_dir: &Path) -> anyhow::Result<PathBuf> {
         }
         Lang::Rust => bail!("{} is a Rust plugin, built by cargo", plugin.name),
     };
+    let build_dir = match plugin.lang {
+        Lang::Js => js_staging(plugin)?,
+        _ => plugin.dir.clone(),
+    };
     let label = format!("building {} ({})", plugin.name, plugin.lang.compiler());
-    with_live_timer(&label, || output(command.current_dir(&plugin.dir)))
+    with_live_timer(&label, || output(command.current_dir(&build_dir)))
         .with_context(|| format!("building {}", plugin.dir.display()))?;
     std::fs::rename(&partial, &out)?;
     std::fs::write(&stamp, hash)?;
@@ -252,14 +282,16 @@ fn with_live_timer<T>(label: &str, work: impl FnOnce() -> anyhow::Result<T>) -> 
     result
 }
 
-/// A hash of what a build depends on: the plugin's files, the WIT, the shared Python modules (for
-/// Python plugins), the compiler version.
+/// A hash of what a build depends on: the plugin's files, the WIT, the shared modules of its
+/// language (`plugins/python-shared`, `plugins/js-shared`), the compiler version.
 fn source_hash(plugin: &GuestPlugin) -> anyhow::Result<u64> {
     let mut hasher = std::hash::DefaultHasher::new();
     plugin.lang.compiler().hash(&mut hasher);
     let mut dirs = vec![plugin.dir.clone(), root().join("crates/rein-plugin/wit")];
-    if plugin.lang == Lang::Python {
-        dirs.push(python_shared());
+    match plugin.lang {
+        Lang::Python => dirs.push(python_shared()),
+        Lang::Js => dirs.push(js_shared()),
+        Lang::Rust => {}
     }
     for dir in dirs {
         let mut files = Vec::new();

@@ -89,6 +89,9 @@ fn inspect(file: PathBuf, json: bool) -> anyhow::Result<()> {
     println!("version:     {}", m.version);
     println!("kind:        {}", info.kind.as_str());
     println!("interface:   rein:plugin@{}", info.interface_version);
+    if info.reads_tokens {
+        println!("reads:       the completions' tokens and their log-probabilities");
+    }
     println!("description: {}", m.description);
     println!("config keys:");
     if m.config_keys.is_empty() {

@@ -53,7 +53,7 @@ fn inspect_shows_name_kind_interface_config_and_imports() {
     for expected in [
         "name:        math-answer",
         "kind:        reward",
-        "interface:   rein:plugin@0.3.0",
+        "interface:   rein:plugin@0.4.0",
         "extract (default \"auto\")",
         "wasi:cli/stdout",
     ] {

@@ -230,6 +230,14 @@ pub enum OutputError {
         /// The cap.
         limit: usize,
     },
+    /// A step score that is not finite, not a span of its completion, or overlaps another.
+    #[error("returned a bad {what}: {reason}")]
+    BadStep {
+        /// Which step (e.g. `step 2 of group 0, completion 3`).
+        what: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An observation or action does not fit its space.
     #[error("{what} does not match the space {space}: {reason}")]
     SpaceMismatch {

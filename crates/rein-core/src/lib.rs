@@ -32,7 +32,7 @@ pub use judge::{
     Judge, JudgeError, JudgeLimits, JudgeRequest, JudgeUsage, JudgedToken, Judgement, ScriptedJudge, request_seed,
 };
 pub use limits::{InvalidLimit, SandboxLimits};
-pub use reward::{CompletionScore, Group, GroupScores, RewardFn, validate_group_scores};
+pub use reward::{CompletionScore, Group, GroupScores, RewardFn, StepScore, Token, validate_group_scores};
 pub use rng::SeededRng;
 pub use text_env::{
     ENV_ROLES, EpisodeStart, Message, Opening, Reply, TextEnv, Turn, validate_openings, validate_replies,

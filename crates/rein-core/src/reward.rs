@@ -1,4 +1,5 @@
-//! Rewards: groups of completions in, one score per completion out.
+//! Rewards: groups of completions in, one score per completion out, and, from a reward that
+//! scores steps, scores on spans of each completion's text.
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +23,34 @@ pub struct Group {
     /// Free-form JSON from the dataset row (empty string when there is none).
     #[serde(default)]
     pub metadata: String,
+    /// Each completion's tokens, for a reward that reads them ([`RewardFn::reads_tokens`]);
+    /// empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<Vec<Token>>,
+}
+
+/// One token of a completion, as the sampler drew it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Token {
+    /// The characters it added to the completion's text (a completion's token texts,
+    /// concatenated, are its text; empty for a token ending inside a character).
+    pub text: String,
+    /// Its log-probability under the policy that sampled it.
+    pub logprob: f32,
+}
+
+/// The score of one step of a completion: its characters `start..end` (Unicode scalar values,
+/// not bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepScore {
+    /// The step's first character.
+    pub start: usize,
+    /// One past its last character.
+    pub end: usize,
+    /// Its score.
+    pub score: f64,
 }
 
 /// The reward of one completion.
@@ -33,6 +62,10 @@ pub struct CompletionScore {
     /// Named parts of the score (e.g. `format`, `correct`), for logging.
     #[serde(default)]
     pub components: Vec<(String, f64)>,
+    /// Scores of the completion's steps (non-empty, in-bounds, non-overlapping spans); empty
+    /// for a reward of outcomes only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepScore>,
 }
 
 /// The scores of one group, one entry per completion, in order.
@@ -56,10 +89,16 @@ pub trait RewardFn: Send {
     fn take_judge_usage(&mut self) -> Option<crate::JudgeUsage> {
         None
     }
+
+    /// It reads each completion's tokens ([`Group::tokens`]): the caller fills them in.
+    fn reads_tokens(&self) -> bool {
+        false
+    }
 }
 
 /// Checks that `scores` fits `groups`: one entry per group, one score per completion, every
-/// score and component finite.
+/// score, component and step score finite, every step a non-empty span of its completion that
+/// overlaps no other.
 pub fn validate_group_scores(groups: &[Group], scores: &[GroupScores]) -> Result<(), OutputError> {
     if scores.len() != groups.len() {
         return Err(OutputError::WrongLength {
@@ -89,6 +128,40 @@ pub fn validate_group_scores(groups: &[Group], scores: &[GroupScores]) -> Result
                     value: *value,
                 });
             }
+            if !completion.steps.is_empty() {
+                let len = group.completions[c].chars().count();
+                validate_steps(&completion.steps, len).map_err(|(s, reason)| OutputError::BadStep {
+                    what: format!("step {s} of group {g}, completion {c}"),
+                    reason,
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The first step (its index, and why) that is not finite, not a non-empty span of a
+/// completion of `len` characters, or overlaps another.
+fn validate_steps(steps: &[StepScore], len: usize) -> Result<(), (usize, String)> {
+    for (i, step) in steps.iter().enumerate() {
+        if !step.score.is_finite() {
+            return Err((i, format!("its score is {}", step.score)));
+        }
+        if step.start >= step.end || step.end > len {
+            let (start, end) = (step.start, step.end);
+            return Err((
+                i,
+                format!("spans characters {start}..{end} of a completion of {len} characters"),
+            ));
+        }
+    }
+    let mut order: Vec<usize> = (0..steps.len()).collect();
+    order.sort_by_key(|&i| (steps[i].start, steps[i].end));
+    for pair in order.windows(2) {
+        let (a, b) = (&steps[pair[0]], &steps[pair[1]]);
+        if b.start < a.end {
+            let (first, start, end) = (pair[0], a.start, a.end);
+            return Err((pair[1], format!("overlaps step {first} (characters {start}..{end})")));
         }
     }
     Ok(())
@@ -109,7 +182,7 @@ mod tests {
     fn scored(v: f64) -> CompletionScore {
         CompletionScore {
             score: Some(v),
-            components: vec![],
+            ..CompletionScore::default()
         }
     }
 
@@ -150,8 +223,47 @@ mod tests {
         let component = CompletionScore {
             score: Some(1.0),
             components: vec![("format".into(), f64::NAN)],
+            ..CompletionScore::default()
         };
         let err = validate_group_scores(&[group(1)], &[vec![component]]).unwrap_err();
         assert!(err.to_string().contains("component `format`"), "{err}");
+    }
+
+    fn with_steps(steps: &[(usize, usize, f64)]) -> Vec<GroupScores> {
+        let steps = steps.iter().map(|&(start, end, score)| StepScore { start, end, score });
+        vec![vec![CompletionScore {
+            steps: steps.collect(),
+            ..scored(1.0)
+        }]]
+    }
+
+    #[test]
+    fn steps_must_be_finite_disjoint_spans_of_their_completion() {
+        let group = Group {
+            completions: vec!["a½c\nd".into()],
+            ..Group::default()
+        };
+        let check = |steps| validate_group_scores(std::slice::from_ref(&group), &with_steps(steps));
+        assert_eq!(check(&[(3, 5, 1.0), (0, 3, -1.0)]), Ok(()), "5 characters, 6 bytes");
+        let bad = |steps, expected: &str| {
+            let err = check(steps).unwrap_err();
+            assert_eq!(err.to_string(), expected);
+        };
+        bad(
+            &[(0, 6, 1.0)],
+            "returned a bad step 0 of group 0, completion 0: spans characters 0..6 of a completion of 5 characters",
+        );
+        bad(
+            &[(0, 2, 1.0), (2, 2, 1.0)],
+            "returned a bad step 1 of group 0, completion 0: spans characters 2..2 of a completion of 5 characters",
+        );
+        bad(
+            &[(2, 5, 1.0), (0, 3, 1.0)],
+            "returned a bad step 0 of group 0, completion 0: overlaps step 1 (characters 0..3)",
+        );
+        bad(
+            &[(0, 1, f64::NAN)],
+            "returned a bad step 0 of group 0, completion 0: its score is NaN",
+        );
     }
 }

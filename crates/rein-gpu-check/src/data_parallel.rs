@@ -85,7 +85,7 @@ impl rein_core::RewardFn for ByIndex {
     fn score(&mut self, groups: &[rein_core::Group]) -> Result<Vec<rein_core::GroupScores>, rein_core::PluginError> {
         let score = |i: usize| rein_core::CompletionScore {
             score: Some((i % 3) as f64),
-            components: Vec::new(),
+            ..rein_core::CompletionScore::default()
         };
         Ok(groups
             .iter()

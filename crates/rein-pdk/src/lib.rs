@@ -29,7 +29,8 @@
 //! **API boundary:** this crate and `rein-plugin/wit/plugin.wit` are what plugin authors
 //! build against; the generated bindings stay private (`__private`) so the WIT can evolve
 //! behind these types. The helpers in [`answer`] and [`format`] are what math and verifier
-//! rewards need; they are plain Rust and tested natively.
+//! rewards need, and [`steps`] cuts a completion into the steps a process reward scores; they
+//! are plain Rust and tested natively.
 
 pub mod answer;
 mod config;
@@ -41,6 +42,7 @@ mod message;
 mod metadata;
 mod reward;
 mod rng;
+pub mod steps;
 mod text_env;
 mod tool;
 
@@ -48,7 +50,7 @@ pub use config::Config;
 pub use env::{Action, EnvSpec, Environment, Observation, Space, Transition};
 pub use message::Message;
 pub use metadata::{ConfigKey, Metadata};
-pub use reward::{Group, Reward, Score};
+pub use reward::{Group, Reward, Score, Token};
 pub use rng::Rng;
 /// JSON, for plugins that read group metadata ([`Group::metadata_json`]).
 pub use serde_json as json;
@@ -79,7 +81,7 @@ pub mod __private {
         wit_bindgen::generate!({
             path: "../rein-plugin/wit",
             world: "judge-import",
-            with: { "rein:plugin/types@0.3.0": crate::__private::reward::rein::plugin::types },
+            with: { "rein:plugin/types@0.4.0": crate::__private::reward::rein::plugin::types },
         });
     }
 
@@ -91,7 +93,7 @@ pub mod __private {
             pub_export_macro: true,
             export_macro_name: "__export_environment_world",
             default_bindings_module: "rein_pdk::__private::environment",
-            with: { "rein:plugin/types@0.3.0": crate::__private::reward::rein::plugin::types },
+            with: { "rein:plugin/types@0.4.0": crate::__private::reward::rein::plugin::types },
         });
     }
 
@@ -103,7 +105,7 @@ pub mod __private {
             pub_export_macro: true,
             export_macro_name: "__export_tool_world",
             default_bindings_module: "rein_pdk::__private::tool",
-            with: { "rein:plugin/types@0.3.0": crate::__private::reward::rein::plugin::types },
+            with: { "rein:plugin/types@0.4.0": crate::__private::reward::rein::plugin::types },
         });
     }
 
@@ -115,7 +117,7 @@ pub mod __private {
             pub_export_macro: true,
             export_macro_name: "__export_text_env_world",
             default_bindings_module: "rein_pdk::__private::text_env",
-            with: { "rein:plugin/types@0.3.0": crate::__private::reward::rein::plugin::types },
+            with: { "rein:plugin/types@0.4.0": crate::__private::reward::rein::plugin::types },
         });
     }
 }

@@ -18,6 +18,19 @@ pub struct Group {
     pub reference: Option<String>,
     /// The dataset row's metadata as JSON text (empty when none).
     pub metadata: String,
+    /// Each completion's tokens when the reward reads them ([`Reward::READS_TOKENS`]); empty
+    /// otherwise.
+    pub tokens: Vec<Vec<Token>>,
+}
+
+/// One token of a completion, as the sampler drew it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Token {
+    /// The characters it added to the completion (the texts of a completion's tokens,
+    /// concatenated, are the completion).
+    pub text: String,
+    /// Its log-probability under the policy that sampled it.
+    pub logprob: f32,
 }
 
 impl Group {
@@ -36,13 +49,17 @@ pub(crate) fn parse_row_metadata(text: &str, whose: &str) -> Result<serde_json::
     serde_json::from_str(text).map_err(|e| format!("{whose} metadata is not valid JSON: {e}"))
 }
 
-/// The reward of one completion: a value (or "not applicable") and named components.
+/// The reward of one completion: a value (or "not applicable"), named components, and scores
+/// of its steps.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Score {
     /// The score, `None` when the reward does not apply.
     pub value: Option<f64>,
     /// Named parts, for logging.
     pub components: Vec<(String, f64)>,
+    /// Scores of steps: `(start, end, score)` over the completion's characters (see
+    /// [`crate::steps`]).
+    pub steps: Vec<(usize, usize, f64)>,
 }
 
 impl Score {
@@ -50,7 +67,7 @@ impl Score {
     pub fn new(value: f64) -> Self {
         Self {
             value: Some(value),
-            components: Vec::new(),
+            ..Self::default()
         }
     }
 
@@ -62,6 +79,13 @@ impl Score {
     /// Adds a named component.
     pub fn with(mut self, name: &str, value: f64) -> Self {
         self.components.push((name.to_string(), value));
+        self
+    }
+
+    /// Adds the score of one step ([`crate::steps::Step`]), which the host credits to the token
+    /// completing the step when the recipe trains on step scores.
+    pub fn step(mut self, step: &crate::steps::Step<'_>, score: f64) -> Self {
+        self.steps.push((step.start, step.end, score));
         self
     }
 }
@@ -84,6 +108,9 @@ pub trait Reward: Sized + 'static {
     /// Name, version, description and accepted config keys.
     const METADATA: Metadata;
 
+    /// It reads each completion's tokens ([`Group::tokens`]); the host sends them only then.
+    const READS_TOKENS: bool = false;
+
     /// Builds the reward from its config (unknown keys were already rejected).
     fn new(config: &Config) -> Result<Self, String>;
 
@@ -104,6 +131,13 @@ impl<R: Reward> wit::Guest for RewardExport<R> {
         R::METADATA.to_wit()
     }
 
+    fn inputs() -> wit::RewardInputs {
+        match R::READS_TOKENS {
+            true => wit::RewardInputs::TOKENS,
+            false => wit::RewardInputs::empty(),
+        }
+    }
+
     fn init(config: String) -> Result<(), PluginError> {
         let config = Config::parse(&config, &R::METADATA).map_err(error)?;
         let reward = R::new(&config).map_err(error)?;
@@ -122,6 +156,16 @@ impl<R: Reward> wit::Guest for RewardExport<R> {
                         completions: g.completions,
                         reference: g.reference,
                         metadata: g.metadata,
+                        tokens: (g.tokens.into_iter())
+                            .map(|tokens| {
+                                (tokens.into_iter())
+                                    .map(|t| Token {
+                                        text: t.text,
+                                        logprob: t.logprob,
+                                    })
+                                    .collect()
+                            })
+                            .collect(),
                     };
                     let scores = reward.score(&group).map_err(|e| error(format!("group {i}: {e}")))?;
                     Ok(scores
@@ -132,6 +176,13 @@ impl<R: Reward> wit::Guest for RewardExport<R> {
                                 .components
                                 .into_iter()
                                 .map(|(name, value)| wit::Component { name, value })
+                                .collect(),
+                            steps: (s.steps.into_iter())
+                                .map(|(start, end, score)| wit::StepScore {
+                                    start: start as u32,
+                                    end: end as u32,
+                                    score,
+                                })
                                 .collect(),
                         })
                         .collect())

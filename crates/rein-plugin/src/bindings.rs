@@ -3,7 +3,18 @@
 /// The `reward` world.
 pub(crate) mod reward {
     wasmtime::component::bindgen!({ path: "wit", world: "reward" });
-    pub(crate) use exports::rein::plugin::reward_api::{CompletionScore, Group};
+    pub(crate) use exports::rein::plugin::reward_api::{CompletionScore, Group, RewardInputs, Token};
+}
+
+/// The `reward` world of `rein:plugin@0.3.0` (`wit-0.3.0/`), for rewards built against it: the
+/// interfaces it shares with 0.4.0 are 0.4.0's ([`crate::previous`]).
+pub(crate) mod reward_v0_3 {
+    wasmtime::component::bindgen!({
+        path: "wit-0.3.0",
+        world: "reward",
+        with: { "rein:plugin/types@0.3.0": crate::bindings::reward::rein::plugin::types },
+    });
+    pub(crate) use exports::rein::plugin::reward_api::Group;
 }
 
 /// The `reward-with-judge` world: a reward plugin importing `judge`. Its exports are the reward

@@ -8,8 +8,9 @@ use wasmtime::Engine;
 use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 
 use crate::INTERFACE_VERSION;
-use crate::bindings::{self, environment, reward, text_env, tool};
+use crate::bindings::{self, environment, reward, reward_v0_3, text_env, tool};
 use crate::imports::{Access, Import};
+use crate::previous::PREVIOUS_VERSION;
 use crate::sandbox::{HostState, Instance, clock_view, new_store};
 use rein_core::SandboxLimits;
 
@@ -98,6 +99,8 @@ pub struct PluginInfo {
     /// Its metadata.
     #[serde(flatten)]
     pub metadata: PluginMetadata,
+    /// A reward that asks for each completion's tokens (`inputs`).
+    pub reads_tokens: bool,
     /// The interfaces it imports, and what the sandbox gives each.
     pub imports: Vec<Import>,
     /// The interfaces it exports.
@@ -106,9 +109,32 @@ pub struct PluginInfo {
 
 pub(crate) enum Pre {
     Reward(reward::RewardPre<HostState>),
+    RewardV0_3(reward_v0_3::RewardPre<HostState>),
     Environment(environment::EnvironmentPre<HostState>),
     Tool(tool::ToolPre<HostState>),
     TextEnv(text_env::TextEnvPre<HostState>),
+}
+
+/// A reward instance: of the current interface, or of 0.3.0 ([`crate::previous`]).
+pub(crate) enum RewardInstance {
+    Current(Instance<reward::Reward>),
+    V0_3(Instance<reward_v0_3::Reward>),
+}
+
+impl RewardInstance {
+    pub(crate) fn store(&mut self) -> &mut wasmtime::Store<crate::sandbox::HostState> {
+        match self {
+            RewardInstance::Current(instance) => &mut instance.store,
+            RewardInstance::V0_3(instance) => &mut instance.store,
+        }
+    }
+
+    pub(crate) fn stdout(&self) -> String {
+        match self {
+            RewardInstance::Current(instance) => instance.stdout(),
+            RewardInstance::V0_3(instance) => instance.stdout(),
+        }
+    }
 }
 
 pub(crate) struct Inner {
@@ -136,17 +162,21 @@ impl std::fmt::Debug for Plugin {
 }
 
 impl Plugin {
+    /// `previous`: the component was built against [`PREVIOUS_VERSION`] and its names adopted
+    /// ([`crate::previous`]).
     pub(crate) fn new(
         file_name: &str,
         engine: Engine,
         component: Component,
         limits: SandboxLimits,
+        previous: bool,
     ) -> Result<Self, PluginError> {
         let fail = |kind| PluginError::new(file_name, None, kind);
         let ty = component.component_type();
         let imports: Vec<String> = ty.imports(&engine).map(|(name, _)| name.to_string()).collect();
         let exports: Vec<String> = ty.exports(&engine).map(|(name, _)| name.to_string()).collect();
-        let kind = interface_kind(&exports).map_err(fail)?;
+        let (kind, version) = interface_kind(&exports).map_err(fail)?;
+        let version = if previous { PREVIOUS_VERSION } else { version };
         let imports: Vec<Import> = imports.iter().map(|name| Import::of(name)).collect();
 
         let mut linker = Linker::<HostState>::new(&engine);
@@ -169,6 +199,9 @@ impl Plugin {
             })
         };
         let pre = match kind {
+            PluginKind::Reward if version == PREVIOUS_VERSION => {
+                Pre::RewardV0_3(reward_v0_3::RewardPre::new(instance_pre).map_err(link_error)?)
+            }
             PluginKind::Reward => Pre::Reward(reward::RewardPre::new(instance_pre).map_err(link_error)?),
             PluginKind::Environment => {
                 Pre::Environment(environment::EnvironmentPre::new(instance_pre).map_err(link_error)?)
@@ -184,8 +217,9 @@ impl Plugin {
         };
         let info = PluginInfo {
             kind,
-            interface_version: INTERFACE_VERSION.into(),
+            interface_version: version.into(),
             metadata,
+            reads_tokens: false,
             imports,
             exports,
         };
@@ -198,10 +232,12 @@ impl Plugin {
             }),
         };
         let metadata = plugin.read_metadata()?;
-        Arc::get_mut(&mut plugin.inner)
+        let reads_tokens = plugin.read_inputs()?;
+        let info = &mut Arc::get_mut(&mut plugin.inner)
             .expect("the plugin is not shared yet")
-            .info
-            .metadata = metadata;
+            .info;
+        info.metadata = metadata;
+        info.reads_tokens = reads_tokens;
         Ok(plugin)
     }
 
@@ -209,12 +245,14 @@ impl Plugin {
         let name = self.name();
         let limits = &self.inner.limits;
         let metadata = match &self.inner.pre {
-            Pre::Reward(_) => {
-                let mut instance = self.instantiate_reward()?;
-                instance.call(name, "metadata", limits, |store, b| {
+            Pre::Reward(_) | Pre::RewardV0_3(_) => match self.instantiate_reward()? {
+                RewardInstance::Current(mut instance) => instance.call(name, "metadata", limits, |store, b| {
                     b.rein_plugin_reward_api().call_metadata(store).map(Ok)
-                })?
-            }
+                })?,
+                RewardInstance::V0_3(mut instance) => instance.call(name, "metadata", limits, |store, b| {
+                    b.rein_plugin_reward_api().call_metadata(store).map(Ok)
+                })?,
+            },
             Pre::Environment(_) => {
                 let mut instance = self.instantiate_environment()?;
                 instance.call(name, "metadata", limits, |store, b| {
@@ -248,6 +286,20 @@ impl Plugin {
             ));
         }
         Ok(metadata)
+    }
+
+    /// Whether a reward asks for its completions' tokens (its `inputs`; 0.3.0 rewards cannot).
+    fn read_inputs(&self) -> Result<bool, PluginError> {
+        let Pre::Reward(_) = &self.inner.pre else {
+            return Ok(false);
+        };
+        let RewardInstance::Current(mut instance) = self.instantiate_reward()? else {
+            return Ok(false);
+        };
+        let inputs = instance.call(self.name(), "inputs", &self.inner.limits, |store, b| {
+            b.rein_plugin_reward_api().call_inputs(store).map(Ok)
+        })?;
+        Ok(inputs.contains(reward::RewardInputs::TOKENS))
     }
 
     /// The plugin's name (from its metadata).
@@ -302,11 +354,16 @@ impl Plugin {
     }
 
     /// A fresh reward instance (a new store from the shared `InstancePre`).
-    pub(crate) fn instantiate_reward(&self) -> Result<Instance<reward::Reward>, PluginError> {
-        let Pre::Reward(pre) = &self.inner.pre else {
-            return Err(self.wrong_kind(PluginKind::Reward));
-        };
-        self.instantiate(|store| pre.instantiate(store))
+    pub(crate) fn instantiate_reward(&self) -> Result<RewardInstance, PluginError> {
+        match &self.inner.pre {
+            Pre::Reward(pre) => self
+                .instantiate(|store| pre.instantiate(store))
+                .map(RewardInstance::Current),
+            Pre::RewardV0_3(pre) => self
+                .instantiate(|store| pre.instantiate(store))
+                .map(RewardInstance::V0_3),
+            _ => Err(self.wrong_kind(PluginKind::Reward)),
+        }
     }
 
     /// A fresh environment instance.
@@ -334,8 +391,10 @@ impl Plugin {
     }
 }
 
-/// Which rein interface the component exports, checking its version.
-fn interface_kind(exports: &[String]) -> Result<PluginKind, PluginErrorKind> {
+/// Which rein interface the component exports, and its version: [`INTERFACE_VERSION`], or
+/// [`PREVIOUS_VERSION`] for a reward (the other interfaces of a 0.3.0 component were renamed
+/// to 0.4.0 when it was compiled).
+fn interface_kind(exports: &[String]) -> Result<(PluginKind, &'static str), PluginErrorKind> {
     let mut found = Vec::new();
     for export in exports {
         let (interface, version) = export.split_once('@').unwrap_or((export, ""));
@@ -351,7 +410,10 @@ fn interface_kind(exports: &[String]) -> Result<PluginKind, PluginErrorKind> {
             _ => continue,
         };
         if version == INTERFACE_VERSION {
-            return Ok(kind);
+            return Ok((kind, INTERFACE_VERSION));
+        }
+        if version == PREVIOUS_VERSION && kind == PluginKind::Reward {
+            return Ok((kind, PREVIOUS_VERSION));
         }
         found.push(export.clone());
     }
@@ -392,14 +454,22 @@ mod tests {
 
     #[test]
     fn the_interface_and_its_version_select_the_kind() {
+        let reward = names(&["rein:plugin/reward-api@0.4.0"]);
+        assert_eq!(interface_kind(&reward), Ok((PluginKind::Reward, "0.4.0")));
+        let env = names(&["wasi:cli/run@0.3.0", "rein:plugin/environment-api@0.4.0"]);
+        assert_eq!(interface_kind(&env), Ok((PluginKind::Environment, "0.4.0")));
+        let tool = names(&["rein:plugin/tool-api@0.4.0"]);
+        assert_eq!(interface_kind(&tool), Ok((PluginKind::Tool, "0.4.0")));
+        let text_env = names(&["rein:plugin/text-env-api@0.4.0"]);
+        assert_eq!(interface_kind(&text_env), Ok((PluginKind::TextEnv, "0.4.0")));
+    }
+
+    #[test]
+    fn a_reward_of_the_previous_version_is_its_own_kind_of_reward() {
         let reward = names(&["rein:plugin/reward-api@0.3.0"]);
-        assert_eq!(interface_kind(&reward), Ok(PluginKind::Reward));
-        let env = names(&["wasi:cli/run@0.3.0", "rein:plugin/environment-api@0.3.0"]);
-        assert_eq!(interface_kind(&env), Ok(PluginKind::Environment));
-        let tool = names(&["rein:plugin/tool-api@0.3.0"]);
-        assert_eq!(interface_kind(&tool), Ok(PluginKind::Tool));
-        let text_env = names(&["rein:plugin/text-env-api@0.3.0"]);
-        assert_eq!(interface_kind(&text_env), Ok(PluginKind::TextEnv));
+        assert_eq!(interface_kind(&reward), Ok((PluginKind::Reward, "0.3.0")));
+        // Any other 0.3.0 export left unrenamed is a component the renaming could not read.
+        assert!(interface_kind(&names(&["rein:plugin/tool-api@0.3.0"])).is_err());
     }
 
     #[test]
@@ -408,7 +478,7 @@ mod tests {
         assert_eq!(
             err,
             PluginErrorKind::InterfaceVersion {
-                expected: "0.3.0".into(),
+                expected: "0.4.0".into(),
                 found: "rein:plugin/reward-api@0.1.0".into()
             }
         );

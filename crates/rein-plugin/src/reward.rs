@@ -2,13 +2,13 @@
 
 use rein_core::{
     CompletionScore, FailureCounts, Group, GroupScores, JudgeUsage, OutputError, PluginError, PluginErrorKind,
-    RewardFn, validate_group_scores,
+    RewardFn, StepScore, validate_group_scores,
 };
 
-use crate::bindings::reward::{self as wit, Reward};
+use crate::bindings::reward as wit;
+use crate::bindings::reward_v0_3 as wit_v0_3;
 use crate::judge::{JUDGE_IMPORT, JudgeGrant};
-use crate::plugin::{Plugin, PluginKind};
-use crate::sandbox::Instance;
+use crate::plugin::{Plugin, PluginKind, RewardInstance};
 
 /// A reward plugin with its config, owning one sandboxed instance.
 ///
@@ -19,7 +19,7 @@ pub struct RewardPlugin {
     plugin: Plugin,
     config: String,
     judge: Option<JudgeGrant>,
-    instance: Option<Instance<Reward>>,
+    instance: Option<RewardInstance>,
     failures: FailureCounts,
     judge_usage: JudgeUsage,
 }
@@ -86,18 +86,24 @@ impl RewardPlugin {
 
     /// The tail of what the plugin wrote to stdout (for `print!`-debugging plugins).
     pub fn stdout(&self) -> String {
-        self.instance.as_ref().map(Instance::stdout).unwrap_or_default()
+        self.instance.as_ref().map(RewardInstance::stdout).unwrap_or_default()
     }
 
-    fn live(&mut self) -> Result<&mut Instance<Reward>, PluginError> {
+    fn live(&mut self) -> Result<&mut RewardInstance, PluginError> {
         if self.instance.is_none() {
             let mut instance = self.plugin.instantiate_reward()?;
-            instance.store.data_mut().judge.grant(self.judge.clone());
-            let limits = self.plugin.limits();
-            instance.call(self.plugin.name(), "init", limits, |store, b| {
-                let result = b.rein_plugin_reward_api().call_init(store, &self.config)?;
-                Ok(result.map_err(|e| e.message))
-            })?;
+            instance.store().data_mut().judge.grant(self.judge.clone());
+            let (name, limits, config) = (self.plugin.name(), self.plugin.limits(), &self.config);
+            match &mut instance {
+                RewardInstance::Current(instance) => instance.call(name, "init", limits, |store, b| {
+                    let result = b.rein_plugin_reward_api().call_init(store, config)?;
+                    Ok(result.map_err(|e| e.message))
+                })?,
+                RewardInstance::V0_3(instance) => instance.call(name, "init", limits, |store, b| {
+                    let result = b.rein_plugin_reward_api().call_init(store, config)?;
+                    Ok(result.map_err(|e| e.message))
+                })?,
+            }
             self.instance = Some(instance);
         }
         Ok(self.instance.as_mut().expect("set above"))
@@ -122,32 +128,41 @@ impl RewardFn for RewardPlugin {
         self.judge.as_ref()?;
         Some(std::mem::take(&mut self.judge_usage))
     }
+
+    fn reads_tokens(&self) -> bool {
+        self.plugin.info().reads_tokens
+    }
 }
 
 impl RewardPlugin {
     fn try_score(&mut self, groups: &[Group]) -> Result<Vec<GroupScores>, PluginError> {
-        let wit_groups: Vec<wit::Group> = groups
-            .iter()
-            .map(|g| wit::Group {
-                prompt: g.prompt.clone(),
-                completions: g.completions.clone(),
-                reference: g.reference.clone(),
-                metadata: g.metadata.clone(),
-            })
-            .collect();
         let plugin = self.plugin.clone();
         let limits = plugin.limits();
         let instance = self.live()?;
         instance
-            .store
+            .store()
             .data_mut()
             .judge
             .begin_call(groups.len(), limits.timeout());
-        let result = instance.call(plugin.name(), "score", limits, |store, b| {
-            let result = b.rein_plugin_reward_api().call_score(store, &wit_groups)?;
-            Ok(result.map_err(|e| e.message))
-        });
-        let usage = instance.store.data_mut().judge.take_usage();
+        let result = match instance {
+            RewardInstance::Current(instance) => {
+                let wit_groups: Vec<wit::Group> = groups.iter().map(to_wit).collect();
+                instance.call(plugin.name(), "score", limits, |store, b| {
+                    let result = b.rein_plugin_reward_api().call_score(store, &wit_groups)?;
+                    Ok(result.map_err(|e| e.message))
+                })
+            }
+            RewardInstance::V0_3(instance) => {
+                let wit_groups: Vec<wit_v0_3::Group> = groups.iter().map(to_wit_v0_3).collect();
+                instance
+                    .call(plugin.name(), "score", limits, |store, b| {
+                        let result = b.rein_plugin_reward_api().call_score(store, &wit_groups)?;
+                        Ok(result.map_err(|e| e.message))
+                    })
+                    .map(from_wit_v0_3)
+            }
+        };
+        let usage = instance.store().data_mut().judge.take_usage();
         self.judge_usage = self.judge_usage.plus(usage);
         let raw = match result {
             Ok(raw) => raw,
@@ -162,7 +177,7 @@ impl RewardPlugin {
         let size: usize = raw
             .iter()
             .flatten()
-            .map(|s| 16 + s.components.iter().map(|c| 16 + c.name.len()).sum::<usize>())
+            .map(|s| 16 + 24 * s.steps.len() + s.components.iter().map(|c| 16 + c.name.len()).sum::<usize>())
             .sum();
         if size > limits.max_output_bytes() {
             return Err(invalid(OutputError::TooLarge {
@@ -179,6 +194,13 @@ impl RewardPlugin {
                     .map(|s: wit::CompletionScore| CompletionScore {
                         score: s.score,
                         components: s.components.into_iter().map(|c| (c.name, c.value)).collect(),
+                        steps: (s.steps.into_iter())
+                            .map(|step| StepScore {
+                                start: step.start as usize,
+                                end: step.end as usize,
+                                score: step.score,
+                            })
+                            .collect(),
                     })
                     .collect()
             })
@@ -186,4 +208,50 @@ impl RewardPlugin {
         validate_group_scores(groups, &scores).map_err(invalid)?;
         Ok(scores)
     }
+}
+
+/// A group as the current interface sends it (the tokens only to a plugin that reads them: the
+/// caller fills them only then).
+fn to_wit(group: &Group) -> wit::Group {
+    let tokens = (group.tokens.iter())
+        .map(|tokens| {
+            (tokens.iter())
+                .map(|t| wit::Token {
+                    text: t.text.clone(),
+                    logprob: t.logprob,
+                })
+                .collect()
+        })
+        .collect();
+    wit::Group {
+        prompt: group.prompt.clone(),
+        completions: group.completions.clone(),
+        reference: group.reference.clone(),
+        metadata: group.metadata.clone(),
+        tokens,
+    }
+}
+
+/// A group as 0.3.0 sends it.
+fn to_wit_v0_3(group: &Group) -> wit_v0_3::Group {
+    wit_v0_3::Group {
+        prompt: group.prompt.clone(),
+        completions: group.completions.clone(),
+        reference: group.reference.clone(),
+        metadata: group.metadata.clone(),
+    }
+}
+
+/// 0.3.0's scores as the current interface's: no steps.
+fn from_wit_v0_3(
+    scores: Vec<Vec<wit_v0_3::exports::rein::plugin::reward_api::CompletionScore>>,
+) -> Vec<Vec<wit::CompletionScore>> {
+    let score = |s: wit_v0_3::exports::rein::plugin::reward_api::CompletionScore| wit::CompletionScore {
+        score: s.score,
+        components: s.components,
+        steps: Vec::new(),
+    };
+    (scores.into_iter())
+        .map(|group| group.into_iter().map(score).collect())
+        .collect()
 }

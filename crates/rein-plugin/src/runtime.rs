@@ -94,8 +94,8 @@ impl PluginRuntime {
     /// Loads a component from memory; `name` stands for the plugin in errors until its
     /// metadata is read.
     pub fn load_bytes(&self, name: &str, wasm: &[u8], limits: SandboxLimits) -> Result<Plugin, PluginError> {
-        let (engine, component) = self.compile(name, wasm, &limits)?;
-        Plugin::new(name, engine, component, limits)
+        let (engine, component, previous) = self.compile(name, wasm, &limits)?;
+        Plugin::new(name, engine, component, limits, previous)
     }
 
     /// The interfaces the component at `path` imports and what the sandbox gives each, whether
@@ -104,13 +104,19 @@ impl PluginRuntime {
         let path = path.as_ref();
         let limits = SandboxLimits::default();
         let wasm = read_component(path, &limits)?;
-        let (engine, component) = self.compile(&stem(path), &wasm, &limits)?;
+        let (engine, component, _) = self.compile(&stem(path), &wasm, &limits)?;
         let ty = component.component_type();
         Ok(ty.imports(&engine).map(|(name, _)| Import::of(name)).collect())
     }
 
-    /// Compiles (or takes from the cache) a component under `limits`.
-    fn compile(&self, name: &str, wasm: &[u8], limits: &SandboxLimits) -> Result<(Engine, Component), PluginError> {
+    /// Compiles (or takes from the cache) a component under `limits`, a 0.3.0 one after adopting
+    /// its names ([`crate::previous`]; the flag says so).
+    fn compile(
+        &self,
+        name: &str,
+        wasm: &[u8],
+        limits: &SandboxLimits,
+    ) -> Result<(Engine, Component, bool), PluginError> {
         let fail = |kind| PluginError::new(name, None, kind);
         limits.validate().map_err(|reason| {
             fail(PluginErrorKind::Host {
@@ -129,6 +135,8 @@ impl PluginRuntime {
                 reason: format!("{e:#}"),
             })
         })?;
+        let adopted = crate::previous::adopt(wasm);
+        let wasm = adopted.as_deref().unwrap_or(wasm);
         let compiled = match &self.cache {
             Some(cache) => cache.load_or_compile(&engine, wasm).map(|(c, _)| c),
             None => Component::new(&engine, wasm),
@@ -138,7 +146,7 @@ impl PluginRuntime {
                 reason: format!("{e:#}"),
             })
         })?;
-        Ok((engine, component))
+        Ok((engine, component, adopted.is_some()))
     }
 
     fn engine(&self, limits: &SandboxLimits) -> wasmtime::Result<Engine> {

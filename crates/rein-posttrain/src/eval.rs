@@ -288,6 +288,7 @@ fn sample_and_score<B: ReinBackend>(
                 completions: completions[i * n..(i + 1) * n].to_vec(),
                 reference: p.answer.clone(),
                 metadata: p.metadata.clone(),
+                tokens: Vec::new(),
             })
             .collect();
         let scores = accuracy.score(&groups)?;

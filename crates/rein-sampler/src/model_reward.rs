@@ -195,7 +195,7 @@ impl<B: ReinBackend> ModelReward<B> {
                 (g.completions.iter())
                     .map(|_| CompletionScore {
                         score: scores.next(),
-                        components: Vec::new(),
+                        ..CompletionScore::default()
                     })
                     .collect()
             })

@@ -11,7 +11,8 @@
 //! ```
 //!
 //! The completion is split into steps at `separator`, empty steps dropped; a completion with no
-//! step gets no score (the reward does not apply to it). The tag, `good` and `bad` must each be
+//! step gets no score (the reward does not apply to it). Each step's score is also reported on
+//! the step's span of the completion, for recipes that train on step scores. The tag, `good` and `bad` must each be
 //! in the model's vocabulary (`good` and `bad` one token each; the tag is judged at its last
 //! token, as Math-Shepherd's code does), and the tag's token must appear in the text exactly once
 //! per step: a step that contains it is a failure of the reward, counted, that the run survives
@@ -23,7 +24,7 @@ use burn::module::Module;
 use burn::tensor::{Int, Tensor, TensorData};
 use rein_core::{
     CompletionScore, FailureCounts, Group, GroupScores, PluginError, PluginErrorKind, PrmAggregate, PrmSettings,
-    RewardFn,
+    RewardFn, StepScore,
 };
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, Context, LmTokenizer, LoadError, load};
@@ -105,6 +106,18 @@ impl<B: ReinBackend> PrmReward<B> {
             .collect()
     }
 
+    /// Where each of [`Self::steps`] lies in `completion`, in characters: the spans its step
+    /// scores are reported on.
+    pub fn step_spans(&self, completion: &str) -> Vec<(usize, usize)> {
+        (self.steps(completion).into_iter())
+            .map(|step| {
+                let at = step.as_ptr() as usize - completion.as_ptr() as usize;
+                let start = completion[..at].chars().count();
+                (start, start + step.chars().count())
+            })
+            .collect()
+    }
+
     /// Each step's score for `completion` after `prompt` (see the module docs); empty when the
     /// completion has no step. The error says why the text cannot be judged.
     pub fn step_scores(&self, prompt: &str, completion: &str) -> Result<Vec<f64>, String> {
@@ -174,9 +187,13 @@ impl<B: ReinBackend> PrmReward<B> {
             let mut scores = Vec::with_capacity(group.completions.len());
             for completion in &group.completions {
                 let steps = self.step_scores(&group.prompt, completion).map_err(failed)?;
+                let spans = self.step_spans(completion).into_iter().zip(&steps);
                 scores.push(CompletionScore {
                     score: self.aggregate(&steps),
                     components: vec![("steps".into(), steps.len() as f64)],
+                    steps: spans
+                        .map(|((start, end), &score)| StepScore { start, end, score })
+                        .collect(),
                 });
             }
             out.push(scores);

@@ -60,7 +60,7 @@ function scoreGroup(group) {
     case "memory-bomb":
       for (;;) hoard.push(new Uint8Array(1 << 20).fill(1)); // a fresh, filled 1 MiB each time
     case "deep-recursion":
-      return scores(n, () => ({ score: recurse(2 ** 40), components: [] }));
+      return scores(n, () => ({ score: recurse(2 ** 40), components: [], steps: [] }));
     case "panic":
       throw new Error("the hostile plugin panics on purpose");
     case "raise":
@@ -68,17 +68,17 @@ function scoreGroup(group) {
     case "oversized-output": {
       // 80 MiB of component names: over the host's 64 MiB output limit.
       const name = "x".repeat(1 << 20);
-      const big = { score: 0, components: Array.from({ length: 80 }, (_, i) => ({ name: `${i}${name}`, value: 1 })) };
-      return [big, ...scores(Math.max(n - 1, 0), () => ({ score: 0, components: [] }))];
+      const big = { score: 0, components: Array.from({ length: 80 }, (_, i) => ({ name: `${i}${name}`, value: 1 })), steps: [] };
+      return [big, ...scores(Math.max(n - 1, 0), () => ({ score: 0, components: [], steps: [] }))];
     }
     case "nan":
-      return scores(n, () => ({ score: NaN, components: [] }));
+      return scores(n, () => ({ score: NaN, components: [], steps: [] }));
     case "infinity":
-      return scores(n, () => ({ score: Infinity, components: [] }));
+      return scores(n, () => ({ score: Infinity, components: [], steps: [] }));
     case "nan-component":
-      return scores(n, () => ({ score: 0, components: [{ name: "bad", value: NaN }] }));
+      return scores(n, () => ({ score: 0, components: [{ name: "bad", value: NaN }], steps: [] }));
     case "wrong-length":
-      return scores(n + 1, () => ({ score: 1, components: [] }));
+      return scores(n + 1, () => ({ score: 1, components: [], steps: [] }));
     case "flood-stdout":
       for (let i = 0; i < 100000; i++) console.log(`line ${i} of a chatty plugin`);
       break;
@@ -91,17 +91,21 @@ function scoreGroup(group) {
       setTimeout(() => hoard.push("late"), 3600 * 1000);
       break;
     case "clock":
-      return scores(n, () => ({ score: Date.now() / 1000, components: [{ name: "slept_ns", value: 0 }] }));
+      return scores(n, () => ({ score: Date.now() / 1000, components: [{ name: "slept_ns", value: 0 }], steps: [] }));
     default:
       throw new Refusal(`unknown attack \`${attack}\``);
   }
   const reference = group.reference ?? "";
-  return group.completions.map((c) => ({ score: c === reference ? 1 : 0, components: [] }));
+  return group.completions.map((c) => ({ score: c === reference ? 1 : 0, components: [], steps: [] }));
 }
 
 export const rewardApi = {
   metadata() {
     return { name: NAME, version: "0.1.0", description: "attacks the host on request", configKeys: [] };
+  },
+
+  inputs() {
+    return { tokens: false }; // the text only, not the tokens
   },
 
   init(config) {

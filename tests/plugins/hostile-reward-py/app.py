@@ -20,7 +20,7 @@ import time
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.exports.reward_api import CompletionScore
+from wit_world.exports.reward_api import CompletionScore, RewardInputs
 from wit_world.imports.types import Component, PluginError, PluginMetadata
 
 NAME = "hostile-reward-py"
@@ -63,7 +63,7 @@ def score_group(group):
             HOARD.append(b"\x01" * (1 << 20))  # a fresh, filled 1 MiB object each time
     elif attack == "deep-recursion":
         sys.setrecursionlimit(1 << 30)  # past Python's own guard, towards the real stack
-        return [CompletionScore(float(recurse(1 << 40)), [])] * n
+        return [CompletionScore(float(recurse(1 << 40)), [], [])] * n
     elif attack == "panic":
         raise RuntimeError("the hostile plugin panics on purpose")
     elif attack == "raise":
@@ -71,16 +71,16 @@ def score_group(group):
     elif attack == "oversized-output":
         # 80 MiB of component names: over the host's 64 MiB output limit.
         name = "x" * (1 << 20)
-        big = CompletionScore(0.0, [Component(f"{i}{name}", 1.0) for i in range(80)])
-        return [big] + [CompletionScore(0.0, []) for _ in range(max(n - 1, 0))]
+        big = CompletionScore(0.0, [Component(f"{i}{name}", 1.0) for i in range(80)], [])
+        return [big] + [CompletionScore(0.0, [], []) for _ in range(max(n - 1, 0))]
     elif attack == "nan":
-        return [CompletionScore(float("nan"), []) for _ in range(n)]
+        return [CompletionScore(float("nan"), [], []) for _ in range(n)]
     elif attack == "infinity":
-        return [CompletionScore(float("inf"), []) for _ in range(n)]
+        return [CompletionScore(float("inf"), [], []) for _ in range(n)]
     elif attack == "nan-component":
-        return [CompletionScore(0.0, [Component("bad", float("nan"))]) for _ in range(n)]
+        return [CompletionScore(0.0, [Component("bad", float("nan"))], []) for _ in range(n)]
     elif attack == "wrong-length":
-        return [CompletionScore(1.0, []) for _ in range(n + 1)]
+        return [CompletionScore(1.0, [], []) for _ in range(n + 1)]
     elif attack == "flood-stdout":
         for i in range(100_000):
             print(f"line {i} of a chatty plugin")
@@ -96,16 +96,19 @@ def score_group(group):
         start = time.monotonic()
         time.sleep(0.005)
         slept = time.monotonic() - start
-        return [CompletionScore(time.time(), [Component("slept_ns", slept * 1e9)]) for _ in range(n)]
+        return [CompletionScore(time.time(), [Component("slept_ns", slept * 1e9)], []) for _ in range(n)]
     else:
         raise Refusal(f"unknown attack `{attack}`")
     reference = group.reference or ""
-    return [CompletionScore(1.0 if c == reference else 0.0, []) for c in group.completions]
+    return [CompletionScore(1.0 if c == reference else 0.0, [], []) for c in group.completions]
 
 
 class RewardApi(exports.RewardApi):
     def metadata(self):
         return PluginMetadata(NAME, "0.1.0", "attacks the host on request", [])
+
+    def inputs(self):
+        return RewardInputs(0)  # the text only, not the tokens
 
     def init(self, config):
         if not config.strip():

@@ -127,6 +127,7 @@ mod tests {
             rollouts: (0..rewards.len()).map(rollout).collect(),
             rewards: rewards.to_vec(),
             components: BTreeMap::new(),
+            steps: vec![Vec::new(); rewards.len()],
         }
     }
 

@@ -5,14 +5,16 @@
 use std::collections::BTreeMap;
 
 use burn::module::AutodiffModule;
-use rein_core::{Group, ToolErrorKind};
+use rein_core::{Group, StepScore, Token, ToolErrorKind};
 use rein_model::ReinAutodiffBackend;
+use rein_model::lm::LmTokenizer;
 use rein_sampler::{FinishReason, GenerationConfig};
 use serde_json::json;
 
 use super::{Stage, curriculum};
 use crate::LmError;
 use crate::rewards::signal::add_signal_rewards;
+use crate::rewards::steps::token_char_ends;
 use crate::rewards::{GroupReward, score_groups};
 use crate::rollout::episodes::{Episode, TurnRecord, play};
 use crate::rollout::source::Job;
@@ -52,6 +54,8 @@ pub(super) struct Scored {
     pub(super) rollouts: Vec<Rollout>,
     pub(super) rewards: Vec<f64>,
     pub(super) components: BTreeMap<String, Vec<f64>>,
+    /// Per rollout, the rewards' step scores, weighted (see [`GroupReward::steps`]).
+    pub(super) steps: Vec<Vec<StepScore>>,
 }
 
 /// What multi-turn episodes did in a step.
@@ -299,6 +303,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
     ) -> Result<Vec<GroupReward>, LmError> {
         let (prompts, g, on_error) = (self.ctx.prompts, self.ctx.sampler.n, self.ctx.rollout.on_error);
         let scoring = phases.enter("reward", format!("scoring {} groups", picked.len()));
+        let reads_tokens = self.ctx.rewards.iter().any(|r| r.reward.reads_tokens());
         let groups: Vec<Group> = picked
             .iter()
             .zip(rollouts.chunks(g))
@@ -307,6 +312,10 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
                 completions: group.iter().map(|x| x.text.clone()).collect(),
                 reference: prompts[i].answer.clone(),
                 metadata: with_token_counts(&prompts[i].metadata, group.iter().map(|x| x.tokens.len())),
+                tokens: match reads_tokens {
+                    true => group.iter().map(|x| x.token_texts(self.ctx.tokenizer)).collect(),
+                    false => Vec::new(),
+                },
             })
             .collect();
         let (mut scores, absorbed) =
@@ -367,11 +376,31 @@ fn keep_groups(
             rollouts: group,
             rewards: scored.total,
             components: scored.components,
+            steps: scored.steps,
         });
     }
 }
 
 impl Rollout {
+    /// Its tokens as a reward that reads them sees them: the characters of `text` each token
+    /// completes ([`token_char_ends`]), the last one also any rest (a character its bytes end
+    /// inside, decoded as U+FFFD), so that they add up to `text`; with the sampler's
+    /// log-probabilities.
+    fn token_texts(&self, tokenizer: &LmTokenizer) -> Vec<Token> {
+        let ends = token_char_ends(tokenizer, &self.tokens);
+        let (mut chars, mut at, last) = (self.text.chars(), 0, ends.len().saturating_sub(1));
+        (ends.iter().zip(&self.logprobs).enumerate())
+            .map(|(i, (&end, &logprob))| {
+                let text: String = match i == last {
+                    true => chars.by_ref().collect(),
+                    false => chars.by_ref().take(end.saturating_sub(at)).collect(),
+                };
+                at = at.max(end);
+                Token { text, logprob }
+            })
+            .collect()
+    }
+
     /// Tokens the model sampled (not those a tool or the environment added).
     fn sampled(&self) -> usize {
         match &self.trained {

@@ -9,7 +9,7 @@ pub mod steps;
 use std::collections::BTreeMap;
 
 pub use rein_core::OnError;
-use rein_core::{Group, PluginError, RewardFn};
+use rein_core::{Group, PluginError, RewardFn, StepScore};
 
 /// A reward function with its weight.
 pub struct WeightedReward {
@@ -43,6 +43,10 @@ impl<R: RewardFn> RewardFn for Renamed<R> {
     fn take_judge_usage(&mut self) -> Option<rein_core::JudgeUsage> {
         self.1.take_judge_usage()
     }
+
+    fn reads_tokens(&self) -> bool {
+        self.1.reads_tokens()
+    }
 }
 
 /// A reward that sees each completion without its reasoning (`reward[i].strip_thinking`): the
@@ -70,10 +74,25 @@ impl RewardFn for ThinkingStripped {
             .iter()
             .map(|g| Group {
                 completions: g.completions.iter().map(|c| without_thinking(c).to_string()).collect(),
+                // Token texts are of the whole completion: they would not add up to the text.
+                tokens: Vec::new(),
                 ..g.clone()
             })
             .collect();
-        self.0.score(&stripped)
+        let mut scores = self.0.score(&stripped)?;
+        // Step spans count from the start of the whole completion.
+        for (group, scores) in groups.iter().zip(&mut scores) {
+            for (completion, score) in group.completions.iter().zip(scores) {
+                let kept = without_thinking(completion);
+                let skipped = completion[..kept.as_ptr() as usize - completion.as_ptr() as usize]
+                    .chars()
+                    .count();
+                for step in &mut score.steps {
+                    (step.start, step.end) = (step.start + skipped, step.end + skipped);
+                }
+            }
+        }
+        Ok(scores)
     }
 
     fn failures(&self) -> rein_core::FailureCounts {
@@ -95,6 +114,8 @@ pub struct GroupReward {
     pub components: BTreeMap<String, Vec<f64>>,
     /// The group was dropped (`on_error = "skip"`).
     pub skipped: bool,
+    /// Per completion, the step scores of every reward, each scaled by its reward's weight.
+    pub steps: Vec<Vec<StepScore>>,
 }
 
 /// A plugin failure that `on_error` (or `isolate`) absorbed, for the log.
@@ -122,6 +143,7 @@ pub fn score_groups(
         .iter()
         .map(|g| GroupReward {
             total: vec![0.0; g.completions.len()],
+            steps: vec![Vec::new(); g.completions.len()],
             ..GroupReward::default()
         })
         .collect();
@@ -169,6 +191,11 @@ pub fn score_groups(
                             group_out.total[c] += weighted.weight * v;
                             group_out.components.get_mut(&name).expect("column exists")[c] = v;
                         }
+                        let scaled = |step: &StepScore| StepScore {
+                            score: weighted.weight * step.score,
+                            ..*step
+                        };
+                        group_out.steps[c].extend(s.steps.iter().map(scaled));
                         for (component, v) in &s.components {
                             let key = format!("{name}/{component}");
                             column(group_out, key.clone());
@@ -206,7 +233,7 @@ fn score_alone(
                     });
                     rein_core::CompletionScore {
                         score: Some(0.0),
-                        components: Vec::new(),
+                        ..rein_core::CompletionScore::default()
                     }
                 }
             }
@@ -242,6 +269,7 @@ mod tests {
                         .map(|c| CompletionScore {
                             score: Some(c.len() as f64),
                             components: vec![("chars".into(), c.len() as f64)],
+                            ..CompletionScore::default()
                         })
                         .collect()
                 })
@@ -264,7 +292,7 @@ mod tests {
                         .iter()
                         .map(|c| CompletionScore {
                             score: (c == "yes").then_some(1.0),
-                            components: vec![],
+                            ..CompletionScore::default()
                         })
                         .collect()
                 })

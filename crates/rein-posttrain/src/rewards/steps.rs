@@ -1,6 +1,7 @@
 //! Where a step's score lands among a completion's tokens: a reward scores spans of the
 //! completion's text (character offsets, as a reward plugin sees the text), and the host credits
-//! each span's score to the token that completes the span's last character.
+//! each span's score to the token that completes the span's last character. The same character
+//! ends give a reward that reads tokens each token's text.
 //!
 //! The characters each token adds come from decoding the tokens incrementally, as inference
 //! servers stream text (vLLM's detokenizer): each token's text is the decoding of a short window
@@ -8,57 +9,8 @@
 //! inside a character (a byte-level tokenizer splitting a multi-byte character) adds nothing
 //! until the token that completes it.
 
+use rein_core::StepScore;
 use rein_model::lm::LmTokenizer;
-
-/// A score on the characters `start..end` of a completion's text (Unicode scalar values).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepSpan {
-    /// The first character.
-    pub start: usize,
-    /// One past the last character.
-    pub end: usize,
-    /// The step's score.
-    pub score: f64,
-}
-
-/// Why a reward's step spans cannot be placed on its completion's tokens.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum StepSpanError {
-    /// A span that is empty, reversed, or reaches past the completion.
-    #[error("step {index} spans characters {start}..{end} of a completion of {len} characters")]
-    Outside {
-        /// The span's place in the reward's list.
-        index: usize,
-        /// Its start.
-        start: usize,
-        /// Its end.
-        end: usize,
-        /// The completion's length in characters.
-        len: usize,
-    },
-    /// Two spans share characters.
-    #[error("steps {first} and {second} overlap (characters {start}..{end} and from {second_start})")]
-    Overlapping {
-        /// The earlier span.
-        first: usize,
-        /// The later one.
-        second: usize,
-        /// The earlier span's start.
-        start: usize,
-        /// The earlier span's end.
-        end: usize,
-        /// The later span's start.
-        second_start: usize,
-    },
-    /// The span ends in text no token produced (past a stop string's cut, say).
-    #[error("step {index} ends at character {end}, after the completion's last token")]
-    NoToken {
-        /// The span's place in the reward's list.
-        index: usize,
-        /// Its end.
-        end: usize,
-    },
-}
 
 /// How many characters of the decoded completion each token completes: `ends[i]` is the length
 /// of the text `tokens[..=i]` decode to (special tokens skipped), counting only whole
@@ -97,37 +49,16 @@ fn whole_chars(text: &str) -> usize {
     text.chars().count() - usize::from(text.ends_with('\u{FFFD}'))
 }
 
-/// Each span's score on the token that completes its last character (`ends` from
-/// [`token_char_ends`], `len` the length of the text the reward saw), in the spans' order.
-pub fn step_token_scores(spans: &[StepSpan], ends: &[usize], len: usize) -> Result<Vec<(usize, f64)>, StepSpanError> {
-    let mut order: Vec<usize> = (0..spans.len()).collect();
-    order.sort_by_key(|&i| (spans[i].start, spans[i].end));
-    for (index, span) in spans.iter().enumerate() {
-        if span.start >= span.end || span.end > len {
-            let (start, end) = (span.start, span.end);
-            return Err(StepSpanError::Outside { index, start, end, len });
-        }
-    }
-    for pair in order.windows(2) {
-        let (a, b) = (&spans[pair[0]], &spans[pair[1]]);
-        if b.start < a.end {
-            return Err(StepSpanError::Overlapping {
-                first: pair[0],
-                second: pair[1],
-                start: a.start,
-                end: a.end,
-                second_start: b.start,
-            });
-        }
-    }
-    (spans.iter().enumerate())
-        .map(|(index, span)| {
-            let token = ends.partition_point(|&end| end < span.end);
-            match token < ends.len() {
-                true => Ok((token, span.score)),
-                false => Err(StepSpanError::NoToken { index, end: span.end }),
-            }
-        })
+/// Each step's score on the token that completes its last character (`ends` from
+/// [`token_char_ends`]), in the steps' order. The steps were checked against the text the reward
+/// saw ([`rein_core::validate_group_scores`]); a step ending past the last token's whole
+/// characters (in a text ending inside a character, decoded as U+FFFD) counts on the last token.
+pub fn step_token_scores(steps: &[StepScore], ends: &[usize]) -> Vec<(usize, f64)> {
+    let Some(last) = ends.len().checked_sub(1) else {
+        return Vec::new();
+    };
+    (steps.iter())
+        .map(|step| (ends.partition_point(|&end| end < step.end).min(last), step.score))
         .collect()
 }
 
@@ -142,8 +73,8 @@ mod tests {
         LmTokenizer::load(&dir, &[]).unwrap()
     }
 
-    fn span(start: usize, end: usize, score: f64) -> StepSpan {
-        StepSpan { start, end, score }
+    fn step(start: usize, end: usize, score: f64) -> StepScore {
+        StepScore { start, end, score }
     }
 
     /// Each token's end equals the length of what its prefix decodes to, on a byte-level BPE
@@ -193,34 +124,15 @@ mod tests {
     }
 
     #[test]
-    fn a_span_scores_the_token_that_completes_its_last_character() {
+    fn a_step_scores_the_token_that_completes_its_last_character() {
         // Tokens end after characters 3, 3 (a split character), 7 and 12.
         let ends = [3, 3, 7, 12];
-        let spans = [span(0, 3, 1.0), span(3, 8, -1.0), span(8, 12, 0.5)];
+        let steps = [step(0, 3, 1.0), step(3, 8, -1.0), step(8, 12, 0.5), step(12, 13, 2.0)];
         assert_eq!(
-            step_token_scores(&spans, &ends, 12).unwrap(),
-            [(0, 1.0), (3, -1.0), (3, 0.5)]
+            step_token_scores(&steps, &ends),
+            [(0, 1.0), (3, -1.0), (3, 0.5), (3, 2.0)],
+            "a step past the last whole character counts on the last token"
         );
-    }
-
-    #[test]
-    fn spans_outside_their_completion_or_overlapping_are_refused_by_index() {
-        let ends = [4, 8];
-        let outside = step_token_scores(&[span(0, 4, 1.0), span(6, 9, 1.0)], &ends, 8).unwrap_err();
-        assert_eq!(
-            outside.to_string(),
-            "step 1 spans characters 6..9 of a completion of 8 characters"
-        );
-        assert!(matches!(
-            step_token_scores(&[span(3, 3, 1.0)], &ends, 8),
-            Err(StepSpanError::Outside { index: 0, .. })
-        ));
-        let overlap = step_token_scores(&[span(4, 8, 1.0), span(0, 5, 1.0)], &ends, 8).unwrap_err();
-        assert_eq!(
-            overlap.to_string(),
-            "steps 1 and 0 overlap (characters 0..5 and from 4)"
-        );
-        let beyond = step_token_scores(&[span(0, 8, 1.0)], &[4, 6], 8).unwrap_err();
-        assert_eq!(beyond, StepSpanError::NoToken { index: 0, end: 8 });
+        assert!(step_token_scores(&steps, &[]).is_empty(), "no token, no credit");
     }
 }

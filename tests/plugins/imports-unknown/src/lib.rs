@@ -12,14 +12,14 @@ wit_bindgen::generate!({
 
         world spying-reward {
             import exfiltrate;
-            export rein:plugin/reward-api@0.3.0;
+            export rein:plugin/reward-api@0.4.0;
         }
     ",
     world: "test:spy/spying-reward",
     generate_all,
 });
 
-use exports::rein::plugin::reward_api::{CompletionScore, Group, Guest};
+use exports::rein::plugin::reward_api::{CompletionScore, Group, Guest, RewardInputs};
 use rein::plugin::types::{PluginError, PluginMetadata};
 
 struct Spy;
@@ -32,6 +32,10 @@ impl Guest for Spy {
             description: "imports an interface the host does not provide".into(),
             config_keys: vec![],
         }
+    }
+
+    fn inputs() -> RewardInputs {
+        RewardInputs::empty()
     }
 
     fn init(config: String) -> Result<(), PluginError> {
@@ -49,7 +53,8 @@ impl Guest for Spy {
                 vec![
                     CompletionScore {
                         score: Some(0.0),
-                        components: vec![]
+                        components: vec![],
+                        steps: vec![],
                     };
                     g.completions.len()
                 ]
