@@ -159,6 +159,7 @@ fn grpo_split_across_devices_equals_one_device() {
                 devices,
                 lora: lora.clone(),
                 signals: &[],
+                steps: None,
             };
             run.trace(&qwen2)
         };

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use rein_core::{
     AdvantageKind, Aggregation, EpisodeStart, KlEstimator, Message, MultiObjectiveAggregation, ObjectiveKind, Opening,
-    PluginError, RatioLevel, Reply, SamplerPrecision, SamplerSignal, StdScaling, TextEnv, Turn,
+    PluginError, RatioLevel, Reply, SamplerPrecision, SamplerSignal, StdScaling, StepScore, TextEnv, Turn,
 };
 use rein_posttrain::SignalReward;
 use rein_posttrain::rollout::episodes::Agent;
@@ -72,6 +72,7 @@ fn run_model(
         devices: 1,
         lora: None,
         signals: &[],
+        steps: None,
     }
     .trace(dir)
 }
@@ -402,6 +403,7 @@ fn a_certainty_signal_alone_moves_the_policy() {
             devices: 1,
             lora: None,
             signals,
+            steps: None,
         }
         .trace(&qwen2)
     };
@@ -731,4 +733,68 @@ fn q8_sampling_shows_in_the_mismatch_and_exact_sampling_does_not() {
     eprintln!("mismatch_kl: exact {exact:e}, q8 {q8:e}");
     assert!(exact < 1e-9, "exact sampling: {exact}");
     assert!(q8 > 1e-7 && q8 < 1e-2, "q8 sampling: {q8}");
+}
+
+/// Two steps of each completion: its halves, scored by its length and by its first character.
+fn halves(completion: &str) -> Vec<StepScore> {
+    let chars: Vec<char> = completion.chars().collect();
+    let (n, half) = (chars.len(), chars.len() / 2);
+    if half == 0 {
+        return Vec::new();
+    }
+    let score = |start, end, score| StepScore { start, end, score };
+    vec![
+        score(0, half, (n % 3) as f64),
+        score(half, n, f64::from(u32::from(chars[0]) % 2)),
+    ]
+}
+
+#[test]
+fn step_scores_move_the_policy_only_through_the_process_advantage() {
+    let trace = |grpo: GrpoSection, steps: Option<fn(&str) -> Vec<StepScore>>| {
+        let qwen2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm/qwen2-gqa");
+        Run {
+            grpo,
+            sampler: sampler(6),
+            prompts: &PROMPTS,
+            reward: constant,
+            agent: None,
+            curriculum: None,
+            devices: 1,
+            lora: None,
+            signals: &[],
+            steps,
+        }
+        .trace(&qwen2)
+    };
+    let process = |gamma, step_weight| GrpoSection {
+        advantage: AdvantageKind::Process,
+        process_gamma: Some(gamma),
+        process_step_weight: Some(step_weight),
+        ..grpo(1)
+    };
+    assert!(
+        !trace(grpo(1), Some(halves)).moved(),
+        "the group advantage reads no step"
+    );
+    assert!(
+        !trace(process(1.0, 1.0), None).moved(),
+        "a constant outcome and no step teach nothing"
+    );
+    assert!(
+        !trace(process(1.0, 0.0), Some(halves)).moved(),
+        "step scores at weight 0 teach nothing"
+    );
+    let whole = trace(process(1.0, 1.0), Some(halves));
+    assert!(whole.moved());
+    assert!(
+        whole.value(1, "train/step_scores") > 1.0,
+        "most completions have two halves"
+    );
+    let discounted = trace(process(0.5, 1.0), Some(halves));
+    assert!(discounted.moved());
+    assert_ne!(
+        whole.after, discounted.after,
+        "γ discounts the later step for the earlier tokens"
+    );
 }

@@ -9,7 +9,7 @@ use burn::backend::{Autodiff, Flex};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
-use rein_core::{CompletionScore, Group, GroupScores, PluginError, RewardFn};
+use rein_core::{CompletionScore, Group, GroupScores, PluginError, RewardFn, StepScore};
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmTokenizer, load};
 use rein_posttrain::rollout::episodes::Agent;
@@ -20,8 +20,9 @@ use rein_run::watchdog::Phases;
 
 pub type B = Autodiff<Flex>;
 
-/// A reward computed in Rust from the prompt and the completion's index in its group.
-pub struct Scripted(pub fn(&str, usize) -> f64);
+/// A reward computed in Rust from the prompt and the completion's index in its group, with step
+/// scores computed from the completion's text when it has `steps`.
+pub struct Scripted(pub fn(&str, usize) -> f64, pub Option<fn(&str) -> Vec<StepScore>>);
 
 impl RewardFn for Scripted {
     fn name(&self) -> &str {
@@ -32,10 +33,11 @@ impl RewardFn for Scripted {
         Ok(groups
             .iter()
             .map(|g| {
-                (0..g.completions.len())
-                    .map(|i| CompletionScore {
+                (g.completions.iter().enumerate())
+                    .map(|(i, completion)| CompletionScore {
                         score: Some((self.0)(&g.prompt, i)),
-                        components: Vec::new(),
+                        steps: self.1.map(|steps| steps(completion)).unwrap_or_default(),
+                        ..CompletionScore::default()
                     })
                     .collect()
             })
@@ -93,6 +95,8 @@ pub struct Run<'a> {
     pub lora: Option<LoraSpec>,
     /// Label-free rewards from the sampler's certainty, added to `reward`.
     pub signals: &'a [SignalReward],
+    /// Step scores of each completion, from its text, beside `reward`.
+    pub steps: Option<fn(&str) -> Vec<StepScore>>,
 }
 
 impl Run<'_> {
@@ -117,7 +121,7 @@ impl Run<'_> {
             })
             .collect();
         let mut rewards = [WeightedReward {
-            reward: Box::new(Scripted(self.reward)),
+            reward: Box::new(Scripted(self.reward, self.steps)),
             weight: 1.0,
             isolate: false,
         }];

@@ -222,3 +222,61 @@ runs_dir = {runs:?}
         assert!((reward - certainty).abs() < 1e-6, "the signal is the whole reward: {r}");
     }
 }
+
+/// GRPO on step scores (`advantage = "process"`): a Python reward that reads each completion's
+/// tokens finds that their texts add up to the completion and that their log-probabilities are
+/// the sampler's (negative, finite), and scores its lines; every step logs how many step scores
+/// a completion got, and the policy trains on them.
+#[test]
+fn grpo_trains_on_step_scores_from_a_reward_that_reads_tokens() {
+    let dir = common::scratch("lm-process");
+    std::fs::write(
+        dir.join("train.jsonl"),
+        "{\"prompt\": \"one\", \"answer\": \"1\"}\n{\"prompt\": \"two\", \"answer\": \"2\"}\n",
+    )
+    .unwrap();
+    let recipe = format!(
+        r#"
+seed = 3
+[model]
+path = {model:?}
+[data]
+train = "train.jsonl"
+[sampler]
+n = 4
+max_new_tokens = 12
+[algorithm]
+name = "grpo"
+steps = 2
+prompts_per_step = 2
+advantage = "process"
+process_gamma = 0.9
+[[reward]]
+plugin = {plugin:?}
+config = {{ steps = "delimiter: " }}
+[[reward]]
+plugin = "math-answer"
+[eval]
+k = 0
+[train]
+runs_dir = {runs:?}
+"#,
+        model = root().join("tests/fixtures/lm/qwen2-gqa").display().to_string(),
+        runs = dir.join("runs").display().to_string(),
+        plugin = common::test_plugin_path("steps-py").display().to_string(),
+    );
+    std::fs::write(dir.join("grpo.toml"), recipe).unwrap();
+    let recipe = LoadedRecipe::load(&dir.join("grpo.toml"), &[]).unwrap();
+    let RunOutcome::Lm(outcome) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    assert_eq!(outcome.grpo.unwrap().steps, 2);
+    for r in &stage_records(&dir.join("runs"), "grpo") {
+        let add_up = r["train/reward/steps-py/tokens_add_up"].as_f64().unwrap();
+        assert_eq!(add_up, 1.0, "every completion's token texts add up to it: {r}");
+        let logprobs = r["train/reward/steps-py/logprob_sum"].as_f64().unwrap();
+        assert!(logprobs < 0.0 && logprobs.is_finite(), "{r}");
+        let steps = r["train/step_scores"].as_f64().unwrap();
+        assert!(steps > 1.0, "the completions' words are steps: {r}");
+    }
+}

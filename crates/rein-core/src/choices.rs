@@ -49,6 +49,9 @@ pub enum AdvantageKind {
     /// The pass@k paper's analytical advantages from which completions are correct.
     #[serde(rename = "pass_at_k")]
     PassAtK,
+    /// PRIME's process advantages: the rewards' step scores and the outcome, each made relative
+    /// within its group, summed into returns over each completion's tokens and whitened.
+    Process,
 }
 
 /// How several rewards become one advantage (TRL's `multi_objective_aggregation`).

@@ -19,10 +19,17 @@ pub struct GrpoSection {
     /// Prompts per step (each sampled `sampler.n` times).
     pub prompts_per_step: usize,
     /// `group` (GRPO / Dr. GRPO), `rloo`, `reinforce++`, `gigpo` (multi-turn episodes),
-    /// `grpo_passk` or `pass_at_k` (training for pass@k).
+    /// `grpo_passk` or `pass_at_k` (training for pass@k), `process` (step scores and the
+    /// outcome as returns over tokens, PRIME's).
     pub advantage: AdvantageKind,
     /// k of `advantage = "pass_at_k"` (1 ≤ k ≤ `sampler.n`); that advantage only.
     pub pass_k: Option<usize>,
+    /// `advantage = "process"`: γ of the returns over tokens (default 1, PRIME's).
+    pub process_gamma: Option<f32>,
+    /// `advantage = "process"`: the weight of the rewards' step scores (default 1).
+    pub process_step_weight: Option<f32>,
+    /// `advantage = "process"`: the weight of the outcome, the rewards' summed scores (default 1).
+    pub process_outcome_weight: Option<f32>,
     /// GiGPO's ω: the weight of the step-level advantage.
     pub step_advantage_weight: f32,
     /// GiGPO's γ: the discount of the step-level returns-to-go.
@@ -120,6 +127,21 @@ impl GrpoSection {
         self.sapo_temperature_neg.unwrap_or(1.05)
     }
 
+    /// The process advantage's γ (default 1).
+    pub fn process_gamma(&self) -> f32 {
+        self.process_gamma.unwrap_or(1.0)
+    }
+
+    /// The process advantage's weight of step scores (default 1).
+    pub fn process_step_weight(&self) -> f32 {
+        self.process_step_weight.unwrap_or(1.0)
+    }
+
+    /// The process advantage's weight of the outcome (default 1).
+    pub fn process_outcome_weight(&self) -> f32 {
+        self.process_outcome_weight.unwrap_or(1.0)
+    }
+
     /// k of the pass@k advantage ([`GrpoSection::pass_k`]; the recipe's check requires it).
     pub fn pass_k(&self) -> usize {
         self.pass_k.unwrap_or(1)
@@ -148,6 +170,9 @@ impl Default for GrpoSection {
             prompts_per_step: rollout.prompts_per_step,
             advantage: AdvantageKind::Group,
             pass_k: None,
+            process_gamma: None,
+            process_step_weight: None,
+            process_outcome_weight: None,
             step_advantage_weight: 1.0,
             step_gamma: 0.95,
             std_scaling: rein_core::StdScaling::Group,
@@ -295,6 +320,7 @@ impl GrpoRecipe<'_> {
         self.objective()?;
         self.aggregation_of_rewards()?;
         self.pass_at_k()?;
+        self.process()?;
         self.rollout().check(r)?;
         self.curriculum()?;
         self.gigpo()
@@ -436,6 +462,44 @@ impl GrpoRecipe<'_> {
             )),
             _ => Ok(()),
         }
+    }
+
+    /// The process advantage's settings are set only for it, γ in [0, 1] and the weights finite;
+    /// its step scores come from a reward plugin or model.
+    fn process(&self) -> Result<(), Broken> {
+        let (r, grpo) = (self.recipe, self.grpo);
+        let settings = [
+            ("algorithm.process_gamma", grpo.process_gamma),
+            ("algorithm.process_step_weight", grpo.process_step_weight),
+            ("algorithm.process_outcome_weight", grpo.process_outcome_weight),
+        ];
+        for (key, value) in settings {
+            let Some(value) = value else { continue };
+            if grpo.advantage != AdvantageKind::Process {
+                return Err(broken(key, "is read only with advantage = \"process\""));
+            }
+            if !value.is_finite() {
+                return Err(broken(key, format!("must be finite, got {value}")));
+            }
+        }
+        if grpo.advantage != AdvantageKind::Process {
+            return Ok(());
+        }
+        if !(0.0..=1.0).contains(&grpo.process_gamma()) {
+            let gamma = grpo.process_gamma();
+            return Err(broken(
+                "algorithm.process_gamma",
+                format!("must be in [0, 1], got {gamma}"),
+            ));
+        }
+        if !r.judges_answers() {
+            return Err(broken(
+                "reward",
+                "`process` trains on the step scores of a reward plugin or model: it needs a [[reward]] with a \
+                 plugin or a model",
+            ));
+        }
+        Ok(())
     }
 
     /// GiGPO compares the turns of multi-turn episodes.

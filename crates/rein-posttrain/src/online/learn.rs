@@ -23,6 +23,7 @@ use super::sample::{Rollout, Scored};
 use super::{Stage, mean};
 use crate::LmError;
 use crate::batch::{TokenBatch, completion_log_probs, completion_logits, completion_outputs};
+use crate::online::process_credit::{self, Completion, ProcessCredit};
 use crate::online::turn_advantages::{EpisodeTurns, token_advantages};
 use crate::seeds::{DROPOUT_SALT, generation_seed};
 use rein_run::driver::Record;
@@ -147,6 +148,15 @@ impl UpdateStats {
     }
 }
 
+/// Masks out every token of the truncated completions (`mask_truncated`).
+fn mask_truncated(mask: &mut [f32], flat: &[(&Rollout, f64)], width: usize) {
+    for (row, (rollout, _)) in flat.iter().enumerate() {
+        if rollout.truncated {
+            mask[row * width..(row + 1) * width].fill(0.0);
+        }
+    }
+}
+
 impl<B: ReinAutodiffBackend> Stage<'_, B> {
     /// ADVANTAGES and LEARN: the outcome advantages of the batch (with −β·KL folded into the
     /// rewards when asked), then μ gradient steps. Returns the record's training entries.
@@ -181,17 +191,14 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
             )),
             _ => None,
         };
-        let mut advantages = self.advantages(grpo, batch, &flat, &rewards, width);
+        let (mut advantages, process_steps) =
+            self.advantages(grpo, batch, &flat, &rewards, &tokens.completion_mask, width);
         let difficulty = grpo
             .difficulty_weight
             .map(|w| self.reweight_by_difficulty(batch, &mut advantages, width, &w));
         let mut mask = tokens.completion_mask.clone();
         if grpo.mask_truncated {
-            for (row, (rollout, _)) in flat.iter().enumerate() {
-                if rollout.truncated {
-                    mask[row * width..(row + 1) * width].fill(0.0);
-                }
-            }
+            mask_truncated(&mut mask, &flat, width);
         }
         let sampled_log_prob = tokens.per_token_values(&old);
         let (mut teacher_kl, mut teacher_logits) = (None, None);
@@ -243,6 +250,9 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         }
         if let Some(weight) = difficulty {
             record.insert("train/difficulty_weight".into(), json!(weight));
+        }
+        if let Some(steps) = process_steps {
+            record.insert("train/step_scores".into(), json!(steps));
         }
         self.log_batch(step, &flat, &rewards, kl_in_reward, &mut record);
         Ok(record)
@@ -319,22 +329,42 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         (columns, weights)
     }
 
-    /// ADVANTAGES: one per completion token, `[rows, width]`.
+    /// ADVANTAGES: one per completion token, `[rows, width]`; with the process advantage, also
+    /// the mean number of step scores a completion got.
     fn advantages(
         &self,
         grpo: &GrpoSection,
         batch: &[Scored],
         flat: &[(&Rollout, f64)],
         rewards: &[f32],
+        mask: &[f32],
         width: usize,
-    ) -> Vec<f32> {
+    ) -> (Vec<f32>, Option<f64>) {
         let g = self.ctx.sampler.n;
         let per_sequence = |advantages: Vec<f32>| -> Vec<f32> {
             (advantages.into_iter())
                 .flat_map(|a| std::iter::repeat_n(a, width))
                 .collect()
         };
-        match grpo.advantage {
+        if grpo.advantage == AdvantageKind::Process {
+            let steps = batch.iter().flat_map(|scored| scored.steps.iter());
+            let completions: Vec<Completion> = (flat.iter().zip(steps).zip(rewards))
+                .map(|(((rollout, _), steps), &outcome)| Completion {
+                    tokens: &rollout.tokens,
+                    steps,
+                    outcome,
+                })
+                .collect();
+            let credit = ProcessCredit {
+                gamma: grpo.process_gamma(),
+                step_weight: grpo.process_step_weight(),
+                outcome_weight: grpo.process_outcome_weight(),
+            };
+            let (advantages, steps) =
+                process_credit::advantages(&completions, self.ctx.tokenizer, mask, width, g, credit);
+            return (advantages, Some(steps));
+        }
+        let advantages = match grpo.advantage {
             AdvantageKind::Group if grpo.multi_objective_aggregation == MultiObjectiveAggregation::NormalizeThenSum => {
                 let (columns, weights) = self.reward_columns(batch);
                 per_sequence(decoupled_normalized(&columns, &weights, g))
@@ -371,7 +401,9 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
                     })
                     .collect()
             }
-        }
+            AdvantageKind::Process => unreachable!("returned above"),
+        };
+        (advantages, None)
     }
 
     /// LEARN: update `update` of step `step`, one gradient step on the policy loss. The first

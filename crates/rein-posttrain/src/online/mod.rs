@@ -43,6 +43,7 @@ pub(crate) mod curriculum;
 mod learn;
 mod online_dpo;
 mod ppo;
+mod process_credit;
 mod sample;
 mod split;
 pub(crate) mod turn_advantages;

@@ -143,6 +143,47 @@ fn the_pass_at_k_advantages_check_k_and_their_scaling() {
 }
 
 #[test]
+fn the_process_advantage_reads_its_settings_alone() {
+    let dir = recipes(&[("grpo.toml", GRPO)]);
+    let process = "algorithm.advantage=\"process\"";
+    for (sets, key, message) in [
+        (
+            &["algorithm.process_gamma=0.9"][..],
+            "algorithm.process_gamma",
+            "read only with advantage = \"process\"",
+        ),
+        (
+            &["algorithm.process_step_weight=2.0"][..],
+            "algorithm.process_step_weight",
+            "read only with advantage = \"process\"",
+        ),
+        (
+            &[process, "algorithm.process_gamma=1.5"][..],
+            "algorithm.process_gamma",
+            "must be in [0, 1], got 1.5",
+        ),
+        (
+            &[process, "algorithm.process_outcome_weight=inf"][..],
+            "algorithm.process_outcome_weight",
+            "must be finite",
+        ),
+    ] {
+        assert_refused(&dir, "grpo.toml", sets, key, message);
+    }
+    let loaded = load(&dir, "grpo.toml", &[process, "algorithm.process_step_weight=0.5"]).unwrap();
+    let Algorithm::Grpo(grpo) = &loaded.recipe.algorithm else {
+        panic!("GRPO, got {:?}", loaded.recipe.algorithm)
+    };
+    assert_eq!(grpo.advantage, rein_core::AdvantageKind::Process);
+    let settings = (
+        grpo.process_gamma(),
+        grpo.process_step_weight(),
+        grpo.process_outcome_weight(),
+    );
+    assert_eq!(settings, (1.0, 0.5, 1.0));
+}
+
+#[test]
 fn token_entropy_settings_that_cannot_hold_together_are_refused() {
     let dir = recipes(&[("grpo.toml", GRPO)]);
     let top = "algorithm.top_entropy_quantile=0.2";

@@ -166,6 +166,14 @@ fn a_signal_reward_stands_alone_and_needs_reins_own_sampler() {
     );
     let pass_at_k = ["algorithm.advantage=\"pass_at_k\"", "algorithm.pass_k=2"];
     assert_refused(&dir, "alone.toml", &pass_at_k, "reward", "with a plugin or a model");
+    let process = ["algorithm.advantage=\"process\""];
+    assert_refused(
+        &dir,
+        "alone.toml",
+        &process,
+        "reward",
+        "step scores of a reward plugin or model",
+    );
     let pools = ["curriculum.kind=\"pools\""];
     assert_refused(
         &dir,

@@ -1,0 +1,77 @@
+//! The process advantage's inputs (`advantage = "process"`): where each completion's step scores
+//! and its outcome land among its tokens, as the sources of
+//! [`rein_optim::process_advantages`] (PRIME's advantages, with its equations).
+//!
+//! The step scores of every reward (already scaled by the reward's weight) are credited to the
+//! token completing each step's last character ([`crate::rewards::steps`]); steps of several
+//! rewards ending on one token add up. The outcome, the rewards' weighted sum (with −β·KL folded
+//! in when the recipe asks), sits on each completion's last token.
+
+use rein_core::StepScore;
+use rein_model::lm::LmTokenizer;
+use rein_optim::{TokenRewards, process_advantages};
+
+use crate::rewards::steps::{step_token_scores, token_char_ends};
+
+/// One completion: its tokens, the step scores on its text, and its outcome.
+pub(super) struct Completion<'a> {
+    pub(super) tokens: &'a [u32],
+    pub(super) steps: &'a [StepScore],
+    pub(super) outcome: f32,
+}
+
+/// The settings of the process advantage.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ProcessCredit {
+    pub(super) gamma: f32,
+    pub(super) step_weight: f32,
+    pub(super) outcome_weight: f32,
+}
+
+/// The process advantages `[rows, width]` of `completions` (rows in groups of `g`), and the
+/// mean number of step scores a completion got.
+pub(super) fn advantages(
+    completions: &[Completion<'_>],
+    tokenizer: &LmTokenizer,
+    mask: &[f32],
+    width: usize,
+    g: usize,
+    credit: ProcessCredit,
+) -> (Vec<f32>, f64) {
+    let size = completions.len() * width;
+    let (mut step_rewards, mut step_mask) = (vec![0.0f32; size], vec![0.0f32; size]);
+    let (mut outcome_rewards, mut outcome_mask) = (vec![0.0f32; size], vec![0.0f32; size]);
+    let mut steps = 0usize;
+    for (row, completion) in completions.iter().enumerate() {
+        let Some(last) = completion.tokens.len().min(width).checked_sub(1) else {
+            continue;
+        };
+        outcome_rewards[row * width + last] = completion.outcome;
+        outcome_mask[row * width + last] = 1.0;
+        if completion.steps.is_empty() {
+            continue;
+        }
+        let ends = token_char_ends(tokenizer, completion.tokens);
+        for (token, score) in step_token_scores(completion.steps, &ends) {
+            if token < width {
+                step_rewards[row * width + token] += score as f32;
+                step_mask[row * width + token] = 1.0;
+                steps += 1;
+            }
+        }
+    }
+    let sources = [
+        TokenRewards {
+            rewards: &step_rewards,
+            mask: &step_mask,
+            weight: credit.step_weight,
+        },
+        TokenRewards {
+            rewards: &outcome_rewards,
+            mask: &outcome_mask,
+            weight: credit.outcome_weight,
+        },
+    ];
+    let (advantages, _returns) = process_advantages(&sources, mask, width, g, credit.gamma);
+    (advantages, steps as f64 / completions.len().max(1) as f64)
+}
