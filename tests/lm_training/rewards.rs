@@ -169,12 +169,11 @@ fn a_plugin_granted_a_judge_asks_it_for_every_completion() {
     }
 }
 
-/// GRPO with no labels: the only training reward is the sampler's self-certainty (the answer
-/// checker, at weight 0, measures held-out accuracy), and each step logs its mean, at least
-/// `log V` (it is `KL(U ‖ p) + log V`).
-#[test]
-fn grpo_trains_on_self_certainty_alone() {
-    let dir = common::scratch("lm-self-certainty");
+/// Two GRPO steps on the tiny Qwen2 over the prompts "one" and "two" (answers 1 and 2), with
+/// `sampler` and `algorithm` lines added to their sections and `rewards` (TOML) as the rewards;
+/// the run's GRPO records.
+fn two_prompt_grpo(name: &str, sampler: &str, algorithm: &str, rewards: &str) -> Vec<serde_json::Value> {
+    let dir = common::scratch(name);
     std::fs::write(
         dir.join("train.jsonl"),
         "{\"prompt\": \"one\", \"answer\": \"1\"}\n{\"prompt\": \"two\", \"answer\": \"2\"}\n",
@@ -189,16 +188,13 @@ path = {model:?}
 train = "train.jsonl"
 [sampler]
 n = 4
-max_new_tokens = 6
+{sampler}
 [algorithm]
 name = "grpo"
 steps = 2
 prompts_per_step = 2
-[[reward]]
-signal = "self_certainty"
-[[reward]]
-plugin = "math-answer"
-weight = 0.0
+{algorithm}
+{rewards}
 [eval]
 k = 0
 [train]
@@ -213,7 +209,16 @@ runs_dir = {runs:?}
         panic!("a language-model outcome")
     };
     assert_eq!(outcome.grpo.unwrap().steps, 2);
-    let records = stage_records(&dir.join("runs"), "grpo");
+    stage_records(&dir.join("runs"), "grpo")
+}
+
+/// GRPO with no labels: the only training reward is the sampler's self-certainty (the answer
+/// checker, at weight 0, measures held-out accuracy), and each step logs its mean, at least
+/// `log V` (it is `KL(U ‖ p) + log V`).
+#[test]
+fn grpo_trains_on_self_certainty_alone() {
+    let rewards = "[[reward]]\nsignal = \"self_certainty\"\n[[reward]]\nplugin = \"math-answer\"\nweight = 0.0";
+    let records = two_prompt_grpo("lm-self-certainty", "max_new_tokens = 6", "", rewards);
     let vocab = 512f64;
     for r in &records {
         let certainty = r["train/reward/self_certainty"].as_f64().unwrap();
@@ -229,54 +234,60 @@ runs_dir = {runs:?}
 /// a completion got, and the policy trains on them.
 #[test]
 fn grpo_trains_on_step_scores_from_a_reward_that_reads_tokens() {
-    let dir = common::scratch("lm-process");
-    std::fs::write(
-        dir.join("train.jsonl"),
-        "{\"prompt\": \"one\", \"answer\": \"1\"}\n{\"prompt\": \"two\", \"answer\": \"2\"}\n",
-    )
-    .unwrap();
-    let recipe = format!(
-        r#"
-seed = 3
-[model]
-path = {model:?}
-[data]
-train = "train.jsonl"
-[sampler]
-n = 4
-max_new_tokens = 12
-[algorithm]
-name = "grpo"
-steps = 2
-prompts_per_step = 2
-advantage = "process"
-process_gamma = 0.9
-[[reward]]
-plugin = {plugin:?}
-config = {{ steps = "delimiter: " }}
-[[reward]]
-plugin = "math-answer"
-[eval]
-k = 0
-[train]
-runs_dir = {runs:?}
-"#,
-        model = root().join("tests/fixtures/lm/qwen2-gqa").display().to_string(),
-        runs = dir.join("runs").display().to_string(),
-        plugin = common::test_plugin_path("steps-py").display().to_string(),
+    let plugin = common::test_plugin_path("steps-py").display().to_string();
+    let rewards = format!(
+        "[[reward]]\nplugin = {plugin:?}\nconfig = {{ steps = \"delimiter: \" }}\n[[reward]]\nplugin = \"math-answer\""
     );
-    std::fs::write(dir.join("grpo.toml"), recipe).unwrap();
-    let recipe = LoadedRecipe::load(&dir.join("grpo.toml"), &[]).unwrap();
-    let RunOutcome::Lm(outcome) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
-        panic!("a language-model outcome")
-    };
-    assert_eq!(outcome.grpo.unwrap().steps, 2);
-    for r in &stage_records(&dir.join("runs"), "grpo") {
+    let algorithm = "advantage = \"process\"\nprocess_gamma = 0.9";
+    let records = two_prompt_grpo("lm-process", "max_new_tokens = 12", algorithm, &rewards);
+    for r in &records {
         let add_up = r["train/reward/steps-py/tokens_add_up"].as_f64().unwrap();
         assert_eq!(add_up, 1.0, "every completion's token texts add up to it: {r}");
         let logprobs = r["train/reward/steps-py/logprob_sum"].as_f64().unwrap();
         assert!(logprobs < 0.0 && logprobs.is_finite(), "{r}");
         let steps = r["train/step_scores"].as_f64().unwrap();
         assert!(steps > 1.0, "the completions' words are steps: {r}");
+    }
+}
+
+/// `scratchpad-steps` reads the generated arithmetic task's scratchpads as the generator writes
+/// them: every step of a worked solution is correct, and a slipped solution has exactly one
+/// wrong step, on the span of the step that slipped.
+#[test]
+fn the_scratchpad_steps_plugin_checks_the_generated_tasks_steps() {
+    use rein_core::{Group, RewardFn};
+    let task: rein_posttrain::ArithmeticTask =
+        serde_json::from_value(serde_json::json!({ "max_operand": 999, "ops": ["+", "-"], "train": 40, "test": 1 }))
+            .unwrap();
+    let (examples, _) = rein_posttrain::generate_task(&task, 5);
+    let mut rng = rein_sampler::SeededRng::new(5);
+    let mut reward = common::load("scratchpad-steps").reward("{}").unwrap();
+    for example in &examples {
+        let worked = example.completion.clone().unwrap();
+        let slipped = rein_posttrain::slipped_solution(&example.prompt, &mut rng).unwrap();
+        let group = Group {
+            prompt: example.prompt.clone(),
+            completions: vec![worked.clone(), slipped.clone()],
+            ..Group::default()
+        };
+        let scores = reward.score(&[group]).unwrap().remove(0);
+        // Each step's text and score.
+        let steps = |i: usize, text: &str| -> Vec<(String, f64)> {
+            let chars: Vec<char> = text.chars().collect();
+            (scores[i].steps.iter())
+                .map(|s| (chars[s.start..s.end].iter().collect(), s.score))
+                .collect()
+        };
+        let (right, slip) = (steps(0, &worked), steps(1, &slipped));
+        assert!(
+            !right.is_empty() && right.iter().all(|(_, s)| *s == 1.0),
+            "{worked}: {right:?}"
+        );
+        assert_eq!(right.len(), slip.len());
+        for ((good, _), (written, score)) in right.iter().zip(&slip) {
+            assert_eq!(*score == 1.0, good == written, "{slipped}: {slip:?}");
+        }
+        assert_eq!(slip.iter().filter(|(_, s)| *s == 0.0).count(), 1, "{slipped}: {slip:?}");
+        assert_eq!(scores[0].score, None, "the outcome is the answer reward's");
     }
 }

@@ -22,6 +22,33 @@ fn nan_and_infinite_scores_are_rejected() {
     }
 }
 
+/// Step scores outside their completion, overlapping, or not finite are refused, naming the
+/// step; the instance is kept.
+#[test]
+fn bad_step_scores_are_rejected_naming_the_step() {
+    let mut reward = hostile(quick_limits());
+    for (name, expected) in [
+        (
+            "step-past-the-end",
+            "step 0 of group 0, completion 0: spans characters 0..2 of a completion of 1 characters",
+        ),
+        (
+            "overlapping-steps",
+            "step 1 of group 0, completion 0: overlaps step 0 (characters 0..1)",
+        ),
+        ("nan-step", "step 0 of group 0, completion 0: its score is NaN"),
+    ] {
+        let error = attack_fails(&mut reward, name);
+        assert!(
+            matches!(error.kind, PluginErrorKind::InvalidOutput(OutputError::BadStep { .. })),
+            "{name}: {error}"
+        );
+        assert!(error.to_string().contains(expected), "{name}: {error}");
+        assert!(!error.is_trap());
+        scores_good_batch(&mut reward);
+    }
+}
+
 #[test]
 fn wrong_length_results_are_rejected() {
     let mut reward = hostile(quick_limits());

@@ -139,12 +139,16 @@ fn score(file: PathBuf, input: PathBuf, config: &str, batch: usize, limits: Limi
             )
         })?;
         for group_scores in scores {
-            let line = serde_json::json!({
+            let mut line = serde_json::json!({
                 "scores": group_scores.iter().map(|s| s.score).collect::<Vec<_>>(),
                 "components": group_scores.iter().map(|s| {
                     s.components.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect::<serde_json::Map<String, serde_json::Value>>()
                 }).collect::<Vec<_>>(),
             });
+            // A reward that scores steps: each completion's `{start, end, score}` spans.
+            if group_scores.iter().any(|s| !s.steps.is_empty()) {
+                line["steps"] = serde_json::json!(group_scores.iter().map(|s| &s.steps).collect::<Vec<_>>());
+            }
             writeln!(out, "{line}")?;
         }
     }

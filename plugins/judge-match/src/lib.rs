@@ -129,7 +129,7 @@ mod tests {
             prompt: "What is 2 + 3?".into(),
             completions: completions.iter().map(|c| c.to_string()).collect(),
             reference: reference.map(str::to_string),
-            metadata: String::new(),
+            ..Group::default()
         }
     }
 

@@ -79,6 +79,34 @@ impl Reward for Hostile {
             Some("infinity") => return Ok(vec![Score::new(f64::INFINITY); n]),
             Some("nan-component") => return Ok(vec![Score::new(0.0).with("bad", f64::NAN); n]),
             Some("wrong-length") => return Ok(vec![Score::new(1.0); n + 1]),
+            // Step scores the host must refuse (the completions are one character each).
+            Some("step-past-the-end") => {
+                return Ok(vec![
+                    Score {
+                        steps: vec![(0, 2, 1.0)],
+                        ..Score::new(0.0)
+                    };
+                    n
+                ]);
+            }
+            Some("overlapping-steps") => {
+                return Ok(vec![
+                    Score {
+                        steps: vec![(0, 1, 1.0), (0, 1, 0.0)],
+                        ..Score::new(0.0)
+                    };
+                    n
+                ]);
+            }
+            Some("nan-step") => {
+                return Ok(vec![
+                    Score {
+                        steps: vec![(0, 1, f64::NAN)],
+                        ..Score::new(0.0)
+                    };
+                    n
+                ]);
+            }
             Some("flood-stdout") => {
                 for i in 0..100_000 {
                     println!("line {i} of a chatty plugin");

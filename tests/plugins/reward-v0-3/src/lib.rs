@@ -34,7 +34,10 @@ impl Guest for Contains {
 
     fn score(groups: Vec<Group>) -> Result<Vec<Vec<CompletionScore>>, PluginError> {
         let score = |group: &Group, completion: &String| CompletionScore {
-            score: group.reference.as_ref().map(|r| f64::from(u8::from(completion.contains(r.as_str())))),
+            score: group
+                .reference
+                .as_ref()
+                .map(|r| f64::from(u8::from(completion.contains(r.as_str())))),
             components: vec![Component {
                 name: "length".into(),
                 value: completion.chars().count() as f64,
