@@ -8,7 +8,8 @@ componentize-py binding modules that app imports (`componentize_py_types`, `wit_
 from rein's WIT file (crates/rein-plugin/wit/plugin.wit) the way componentize-py lays them out
 for the `reward` world: each exported interface in `wit_world.exports.<name>` (its protocol
 class `wit_world.exports.<Name>`), each interface those `use` in `wit_world.imports.<name>`,
-every WIT record a dataclass with snake_case fields. So when a record moves between
+every WIT record a dataclass with snake_case fields, every `flags` an `enum.Flag` with
+UPPER_CASE members. So when a record moves between
 interfaces in the WIT, the stand-ins move with it, and an app that imports it from the old
 place fails here as it would fail to build. Standard library only; runs with plain `python3`.
 
@@ -23,6 +24,7 @@ completions of one pass over the median pass time. Pure Python runs on one threa
 
 import argparse
 import dataclasses
+import enum
 import json
 import pathlib
 import re
@@ -61,7 +63,8 @@ def _snake(name):
 
 
 def parse_wit(path=WIT):
-    """The WIT file's interfaces ({name: {"records": {record: [fields]}, "uses": [interface]}})
+    """The WIT file's interfaces ({name: {"records": {record: [fields]}, "flags": {flags:
+    [members]}, "uses": [interface]}})
     and worlds ({name: {"export": [...], "import": [...]}})."""
     text = path.read_text(encoding="utf-8")
     interfaces = {}
@@ -70,8 +73,12 @@ def parse_wit(path=WIT):
             record: re.findall(r"([a-z][a-z0-9-]*)\s*:", fields)
             for record, fields in _blocks(body, "record").items()
         }
+        flags = {
+            flag: re.findall(r"([a-z][a-z0-9-]*)\s*,?", members)
+            for flag, members in _blocks(body, "flags").items()
+        }
         uses = re.findall(r"\buse\s+([a-z][a-z0-9-]*)\.\{", body)
-        interfaces[name] = {"records": records, "uses": uses}
+        interfaces[name] = {"records": records, "flags": flags, "uses": uses}
     worlds = {}
     for name, body in _blocks(text, "world").items():
         worlds[name] = {
@@ -100,10 +107,13 @@ def stand_in_bindings(world="reward", path=WIT):
         return m
 
     def records(interface):
-        return {
+        out = {
             _pascal(record): dataclasses.make_dataclass(_pascal(record), [_snake(f) for f in fields])
             for record, fields in interfaces[interface]["records"].items()
         }
+        for flag, members in interfaces[interface]["flags"].items():
+            out[_pascal(flag)] = enum.Flag(_pascal(flag), [_snake(m).upper() for m in members])
+        return out
 
     class Err(Exception):
         """componentize-py's `Err`: raised with the error case of a `result`."""

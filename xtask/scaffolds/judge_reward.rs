@@ -56,7 +56,7 @@ mod tests {
             prompt: "What is 2 + 3?".into(),
             completions: vec!["5".into(), "6".into()],
             reference: None,
-            metadata: String::new(),
+            ..Group::default()
         };
         let scores: Vec<_> = reward.score(&group).unwrap().into_iter().map(|s| s.value).collect();
         assert_eq!(scores, vec![Some(1.0), Some(0.0)]);

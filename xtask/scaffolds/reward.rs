@@ -39,7 +39,7 @@ mod tests {
             prompt: "Capital of France?".into(),
             completions: vec!["It is PARIS.".into(), "Lyon".into()],
             reference: Some("Paris".into()),
-            metadata: String::new(),
+            ..Group::default()
         };
         let scores: Vec<_> = reward.score(&group).unwrap().into_iter().map(|s| s.value).collect();
         assert_eq!(scores, vec![Some(1.0), Some(0.0)]);
