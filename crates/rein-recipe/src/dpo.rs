@@ -109,7 +109,8 @@ pub(crate) fn check_preference_loss(
     Ok(())
 }
 
-/// The sizes, learning rate and clipping of training on preference pairs (DPO, reward models).
+/// The sizes (batch_size at most [`crate::MAX_BATCH_SIZE`]), learning rate and clipping of training
+/// on preference pairs (DPO, KTO, reward models).
 pub(crate) fn check_pair_training(
     steps: usize,
     batch_size: usize,
@@ -121,6 +122,13 @@ pub(crate) fn check_pair_training(
         return Err(broken(
             "algorithm.batch_size",
             "steps and batch_size must be at least 1",
+        ));
+    }
+    if batch_size > crate::MAX_BATCH_SIZE {
+        let max = crate::MAX_BATCH_SIZE;
+        return Err(broken(
+            "algorithm.batch_size",
+            format!("must be at most {max}, got {batch_size}"),
         ));
     }
     if !(lr > 0.0 && lr.is_finite()) {

@@ -57,7 +57,7 @@ pub use schema::{
     Recipe, RewardEntry, RewardModelKind, RewardModelSection, SamplerSection, SftSection, TeacherKl, TeacherSection,
     TrainSection,
 };
-pub use sft::SftRecipe;
+pub use sft::{MAX_BATCH_SIZE, SftRecipe};
 
 use compose::Composed;
 use schema::LM_PPO_TAG;
@@ -339,9 +339,14 @@ impl LoadedRecipe {
         if let Some(sft) = r.sft.as_ref().or(match &r.algorithm {
             Algorithm::Sft(s) => Some(s),
             _ => None,
-        }) && (sft.batch_size == 0 || sft.lr <= 0.0)
-        {
-            return Err(self.invalid("sft.batch_size", "batch_size must be at least 1 and lr positive"));
+        }) {
+            if sft.batch_size == 0 || sft.lr <= 0.0 {
+                return Err(self.invalid("sft.batch_size", "batch_size must be at least 1 and lr positive"));
+            }
+            if sft.batch_size > MAX_BATCH_SIZE {
+                let got = sft.batch_size;
+                return Err(self.invalid("sft.batch_size", format!("must be at most {MAX_BATCH_SIZE}, got {got}")));
+            }
         }
         Ok(())
     }

@@ -6,6 +6,11 @@ use serde::{Deserialize, Serialize};
 use crate::keys::{Keys, LM_MODEL, LM_TRAIN};
 use crate::schema::{DataSection, Recipe};
 
+/// The most examples (or preference pairs) one step of an offline learner (SFT, DPO, KTO, reward
+/// models) may draw: checked with the recipe, before anything is allocated for a batch. Far
+/// beyond what fits in memory at any sequence length.
+pub const MAX_BATCH_SIZE: usize = 1 << 16;
+
 /// Supervised fine-tuning on the data's target completions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -682,3 +682,28 @@ fn a_curriculum_reads_its_kinds_keys_and_ucb_needs_two_sources() {
         );
     }
 }
+
+/// An offline learner's batch is bounded before anything is allocated for it: a batch_size past
+/// the limit is refused naming the key and the limit, for SFT (alone or as a stage), DPO, KTO and
+/// reward models.
+#[test]
+fn offline_batch_sizes_are_bounded() {
+    let kto = DPO.replace("name = \"dpo\"", "name = \"kto\"");
+    let rm = DPO.replace("name = \"dpo\"", "name = \"reward-model\"");
+    let dir = recipes(&[
+        ("grpo.toml", GRPO),
+        ("dpo.toml", DPO),
+        ("kto.toml", &kto),
+        ("rm.toml", &rm),
+    ]);
+    let huge = "1000000000000";
+    let limit = format!("at most {}", rein_recipe::MAX_BATCH_SIZE);
+    for file in ["dpo.toml", "kto.toml", "rm.toml"] {
+        let set = format!("algorithm.batch_size={huge}");
+        assert_refused(&dir, file, &[&set], "algorithm.batch_size", &limit);
+    }
+    let stage = format!("sft={{ batch_size = {huge} }}");
+    assert_refused(&dir, "grpo.toml", &[&stage], "sft.batch_size", &limit);
+    let at_limit = format!("algorithm.batch_size={}", rein_recipe::MAX_BATCH_SIZE);
+    load(&dir, "dpo.toml", &[&at_limit]).unwrap();
+}
