@@ -231,8 +231,7 @@ impl Plugin {
                 info,
             }),
         };
-        let metadata = plugin.read_metadata()?;
-        let reads_tokens = plugin.read_inputs()?;
+        let (metadata, reads_tokens) = plugin.read_metadata()?;
         let info = &mut Arc::get_mut(&mut plugin.inner)
             .expect("the plugin is not shared yet")
             .info;
@@ -241,14 +240,24 @@ impl Plugin {
         Ok(plugin)
     }
 
-    fn read_metadata(&self) -> Result<PluginMetadata, PluginError> {
+    /// Its metadata, and whether it is a reward that asks for its completions' tokens (its
+    /// `inputs`, read from the same instance; 0.3.0 rewards cannot ask).
+    fn read_metadata(&self) -> Result<(PluginMetadata, bool), PluginError> {
         let name = self.name();
         let limits = &self.inner.limits;
+        let mut reads_tokens = false;
         let metadata = match &self.inner.pre {
             Pre::Reward(_) | Pre::RewardV0_3(_) => match self.instantiate_reward()? {
-                RewardInstance::Current(mut instance) => instance.call(name, "metadata", limits, |store, b| {
-                    b.rein_plugin_reward_api().call_metadata(store).map(Ok)
-                })?,
+                RewardInstance::Current(mut instance) => {
+                    let metadata = instance.call(name, "metadata", limits, |store, b| {
+                        b.rein_plugin_reward_api().call_metadata(store).map(Ok)
+                    })?;
+                    let inputs = instance.call(name, "inputs", limits, |store, b| {
+                        b.rein_plugin_reward_api().call_inputs(store).map(Ok)
+                    })?;
+                    reads_tokens = inputs.contains(reward::RewardInputs::TOKENS);
+                    metadata
+                }
                 RewardInstance::V0_3(mut instance) => instance.call(name, "metadata", limits, |store, b| {
                     b.rein_plugin_reward_api().call_metadata(store).map(Ok)
                 })?,
@@ -285,21 +294,7 @@ impl Plugin {
                 PluginErrorKind::InvalidOutput(reason),
             ));
         }
-        Ok(metadata)
-    }
-
-    /// Whether a reward asks for its completions' tokens (its `inputs`; 0.3.0 rewards cannot).
-    fn read_inputs(&self) -> Result<bool, PluginError> {
-        let Pre::Reward(_) = &self.inner.pre else {
-            return Ok(false);
-        };
-        let RewardInstance::Current(mut instance) = self.instantiate_reward()? else {
-            return Ok(false);
-        };
-        let inputs = instance.call(self.name(), "inputs", &self.inner.limits, |store, b| {
-            b.rein_plugin_reward_api().call_inputs(store).map(Ok)
-        })?;
-        Ok(inputs.contains(reward::RewardInputs::TOKENS))
+        Ok((metadata, reads_tokens))
     }
 
     /// The plugin's name (from its metadata).

@@ -11,13 +11,14 @@
 
 use std::time::Instant;
 
+use crate::prompt_logprobs::sequence_hidden;
 use crate::{FinishReason, GenerationConfig, generate_seeded, stop_check};
 use burn::module::Module;
 use burn::tensor::activation::log_softmax;
-use burn::tensor::{Int, Tensor, TensorData};
+
 use rein_core::{Judge, JudgeError, JudgeRequest, JudgedToken, Judgement};
 use rein_model::ReinBackend;
-use rein_model::lm::{CausalLm, ChatMessage, Context, LmTokenizer};
+use rein_model::lm::{CausalLm, ChatMessage, LmTokenizer};
 
 /// A causal language model answering judge requests (see the module docs).
 pub struct NativeJudge<B: ReinBackend> {
@@ -67,19 +68,8 @@ impl<B: ReinBackend> NativeJudge<B> {
         if answer.is_empty() {
             return Vec::new();
         }
-        let ids: Vec<i64> = prompt.iter().chain(answer).map(|&t| t as i64).collect();
-        let len = ids.len();
-        let rope = self.model.rope(len, &self.device);
-        let ctx = Context {
-            rope: &rope,
-            positions: Tensor::<B, 1, Int>::arange(0..len as i64, &self.device).reshape([1, len]),
-            padding: None,
-            sequence_lengths: None,
-            fused: None,
-            routing: None,
-        };
-        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, len]), &self.device);
-        let hidden = self.model.hidden(tokens, &ctx, None);
+        let ids: Vec<u32> = prompt.iter().chain(answer).copied().collect();
+        let hidden = sequence_hidden(&self.model, &ids, &self.device);
         // Position p's logits predict token p + 1: the answer's tokens are predicted from the
         // prompt's last position on.
         let rows = hidden.narrow(1, prompt.len() - 1, answer.len());

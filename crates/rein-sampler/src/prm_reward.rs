@@ -27,7 +27,9 @@ use rein_core::{
     RewardFn, StepScore,
 };
 use rein_model::ReinBackend;
-use rein_model::lm::{CausalLm, Context, LmTokenizer, LoadError, load};
+use rein_model::lm::{CausalLm, LmTokenizer, LoadError, load};
+
+use crate::prompt_logprobs::sequence_hidden;
 
 /// A process reward model scoring completions (see the module docs).
 pub struct PrmReward<B: ReinBackend> {
@@ -142,18 +144,7 @@ impl<B: ReinBackend> PrmReward<B> {
             ));
         }
         let len = ids.len();
-        let rope = self.model.rope(len, &self.device);
-        let ctx = Context {
-            rope: &rope,
-            positions: Tensor::<B, 1, Int>::arange(0..len as i64, &self.device).reshape([1, len]),
-            padding: None,
-            sequence_lengths: None,
-            fused: None,
-            routing: None,
-        };
-        let tokens: Vec<i64> = ids.iter().map(|&t| i64::from(t)).collect();
-        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(tokens, [1, len]), &self.device);
-        let hidden = self.model.hidden(tokens, &ctx, None);
+        let hidden = sequence_hidden(&self.model, &ids, &self.device);
         let rows: Vec<i64> = at.iter().map(|&i| i as i64).collect();
         let rows = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [at.len()]), &self.device);
         let width = self.model.config().hidden_size;

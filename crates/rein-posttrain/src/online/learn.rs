@@ -346,24 +346,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
                 .flat_map(|a| std::iter::repeat_n(a, width))
                 .collect()
         };
-        if grpo.advantage == AdvantageKind::Process {
-            let steps = batch.iter().flat_map(|scored| scored.steps.iter());
-            let completions: Vec<Completion> = (flat.iter().zip(steps).zip(rewards))
-                .map(|(((rollout, _), steps), &outcome)| Completion {
-                    tokens: &rollout.tokens,
-                    steps,
-                    outcome,
-                })
-                .collect();
-            let credit = ProcessCredit {
-                gamma: grpo.process_gamma(),
-                step_weight: grpo.process_step_weight(),
-                outcome_weight: grpo.process_outcome_weight(),
-            };
-            let (advantages, steps) =
-                process_credit::advantages(&completions, self.ctx.tokenizer, mask, width, g, credit);
-            return (advantages, Some(steps));
-        }
+        let mut step_scores = None;
         let advantages = match grpo.advantage {
             AdvantageKind::Group if grpo.multi_objective_aggregation == MultiObjectiveAggregation::NormalizeThenSum => {
                 let (columns, weights) = self.reward_columns(batch);
@@ -401,9 +384,27 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
                     })
                     .collect()
             }
-            AdvantageKind::Process => unreachable!("returned above"),
+            AdvantageKind::Process => {
+                let steps = batch.iter().flat_map(|scored| scored.steps.iter());
+                let completions: Vec<Completion> = (flat.iter().zip(steps).zip(rewards))
+                    .map(|(((rollout, _), steps), &outcome)| Completion {
+                        tokens: &rollout.tokens,
+                        steps,
+                        outcome,
+                    })
+                    .collect();
+                let credit = ProcessCredit {
+                    gamma: grpo.process_gamma(),
+                    step_weight: grpo.process_step_weight(),
+                    outcome_weight: grpo.process_outcome_weight(),
+                };
+                let (advantages, steps) =
+                    process_credit::advantages(&completions, self.ctx.tokenizer, mask, width, g, credit);
+                step_scores = Some(steps);
+                advantages
+            }
         };
-        (advantages, None)
+        (advantages, step_scores)
     }
 
     /// LEARN: update `update` of step `step`, one gradient step on the policy loss. The first
