@@ -13,10 +13,16 @@ use burn::nn::Linear;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use rein_core::SeededRng;
 
-use super::model::{CausalLm, Context};
-use super::model_dir::{Decoder, Weights, decoder_tensors, linear_weight, read_config, write_model_dir};
+use super::classifier_config::{
+    ClassifierConfig, classifier_config_json, labels_of, names_class, read_classifier_config,
+};
+use super::model::CausalLm;
+use super::model_dir::{decoder_tensors, linear_weight, read_classifier, write_model_dir};
 use super::{LmConfig, LoadError};
 use crate::backend::{ReinBackend, affine};
+
+/// The class suffix of a sequence classifier in `config.json`.
+const CLASS: &str = "ForSequenceClassification";
 
 /// A decoder with a classification head (see the module docs).
 #[derive(Module, Debug)]
@@ -38,21 +44,13 @@ impl<B: ReinBackend> SequenceClassifier<B> {
     /// classifier: its `config.json` names a `*ForSequenceClassification`. False when there is
     /// no such model (loading it then says why).
     pub fn is_classifier(dir: &Path) -> bool {
-        let config = super::locate(dir).ok().and_then(|dir| read_config(&dir).ok());
-        config.is_some_and(|(_, raw)| {
-            (raw["architectures"][0].as_str()).is_some_and(|a| a.ends_with("ForSequenceClassification"))
-        })
+        names_class(dir, CLASS)
     }
 
     /// The labels of the classifier in `dir` (`id2label` in id order, as [`Self::labels`]),
     /// read from its `config.json` without its weights.
     pub fn labels_of(dir: &Path) -> Result<Vec<String>, LoadError> {
-        let dir = super::locate(dir)?;
-        let (_, raw) = read_config(&dir)?;
-        labels(&raw).map_err(|reason| LoadError::Json {
-            path: dir.join("config.json"),
-            reason,
-        })
+        labels_of(dir)
     }
 
     /// Loads the classifier in `dir` onto `device`, for inference (no gradients).
@@ -96,76 +94,21 @@ impl<B: ReinBackend> SequenceClassifier<B> {
     pub fn save(&self, dir: &Path) -> Result<(), LoadError> {
         let mut tensors = decoder_tensors(&self.trunk.merged());
         tensors.insert("score.weight".into(), linear_weight(&self.score));
-        let mut config: serde_json::Value =
-            serde_json::from_str(&self.config().to_hf_json()).expect("the config serialises");
-        let class = config["architectures"][0]
-            .as_str()
-            .unwrap_or_default()
-            .replace("ForCausalLM", "ForSequenceClassification");
-        config["architectures"] = serde_json::json!([class]);
-        let labels = self.labels.iter().enumerate();
-        let id2label: serde_json::Map<String, serde_json::Value> = labels
-            .clone()
-            .map(|(i, l)| (i.to_string(), l.as_str().into()))
-            .collect();
-        let label2id: serde_json::Map<String, serde_json::Value> = labels.map(|(i, l)| (l.clone(), i.into())).collect();
-        config["id2label"] = id2label.into();
-        config["label2id"] = label2id.into();
-        config["num_labels"] = self.labels.len().into();
-        config["pad_token_id"] = self.pad_token_id.into();
-        config["tie_word_embeddings"] = false.into();
-        let text = serde_json::to_string_pretty(&config).expect("the config serialises") + "\n";
-        write_model_dir(dir, &tensors, &text)
+        let head = ClassifierConfig {
+            labels: self.labels.clone(),
+            pad_token_id: self.pad_token_id,
+        };
+        write_model_dir(dir, &tensors, &classifier_config_json(self.config(), CLASS, &head))
     }
 
     /// Reads the classifier in `dir` onto `device`, trainable.
     pub fn open(dir: &Path, device: &B::Device) -> Result<Self, LoadError> {
         let dir = &super::locate(dir)?;
-        let (config, raw) = read_config(dir)?;
-        let config_path = dir.join("config.json");
-        let architecture = raw["architectures"][0].as_str().unwrap_or("");
-        if !architecture.ends_with("ForSequenceClassification") {
-            return Err(LoadError::Json {
-                path: config_path,
-                reason: format!(
-                    "`architectures` is `{architecture}`, not a sequence classifier: a reward model is a \
-                     `*ForSequenceClassification` with a `score` head"
-                ),
-            });
-        }
-        let labels = labels(&raw).map_err(|reason| LoadError::Json {
-            path: config_path.clone(),
-            reason,
-        })?;
-        let pad_token_id = match &raw["pad_token_id"] {
-            serde_json::Value::Null => None,
-            value => Some(
-                value
-                    .as_u64()
-                    .and_then(|id| u32::try_from(id).ok())
-                    .ok_or_else(|| LoadError::Json {
-                        path: config_path.clone(),
-                        reason: format!("`pad_token_id` is {value}, not a token id"),
-                    })?,
-            ),
-        };
-        let weights = Weights::open(dir)?;
-        let Decoder {
-            embed_tokens,
-            layers,
-            norm,
-        } = Decoder::read(&weights, &config, device)?;
-        let score = weights.linear("score", config.hidden_size, labels.len(), false, device)?;
-        let unused = weights.unused(true);
-        if !unused.is_empty() {
-            return Err(LoadError::UnexpectedTensors { names: unused });
-        }
-        let config = LmConfig {
-            tie_word_embeddings: true,
-            ..config
-        };
+        let what = "sequence classifier: a reward model is a `*ForSequenceClassification` with a `score` head";
+        let (config, ClassifierConfig { labels, pad_token_id }) = read_classifier_config(dir, CLASS, what)?;
+        let (trunk, score) = read_classifier(dir, config, labels.len(), false, device)?;
         Ok(Self {
-            trunk: CausalLm::from_parts(config, embed_tokens, layers, norm, None),
+            trunk,
             score,
             labels,
             pad_token_id,
@@ -206,33 +149,9 @@ impl<B: ReinBackend> SequenceClassifier<B> {
         if batch == 0 || seq == 0 {
             return Tensor::zeros([batch, width], device);
         }
-        let pad = self.pad_token_id.unwrap_or(0);
-        let tokens: Vec<i64> = sequences
-            .iter()
-            .flat_map(|ids| (0..seq).map(move |t| i64::from(ids.get(t).copied().unwrap_or(pad))))
-            .collect();
-        let padded = sequences.iter().any(|ids| ids.len() < seq);
-        let padding = padded.then(|| {
-            let flags: Vec<bool> = sequences
-                .iter()
-                .flat_map(|ids| (0..seq).map(move |t| t >= ids.len()))
-                .collect();
-            Tensor::<B, 2, Bool>::from_data(TensorData::new(flags, [batch, seq]), device)
-        });
-        let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, device)
-            .reshape([1, seq])
-            .repeat_dim(0, batch);
-        let rope = self.trunk.rope(seq, device);
-        let ctx = Context {
-            rope: &rope,
-            positions,
-            padding,
-            sequence_lengths: None,
-            fused: None,
-            routing: None,
-        };
-        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(tokens, [batch, seq]), device);
-        let hidden = self.trunk.hidden(tokens, &ctx, None);
+        let hidden = self
+            .trunk
+            .padded_hidden(sequences, self.pad_token_id.unwrap_or(0), device);
         let rows: Vec<i64> = (sequences.iter().enumerate())
             .map(|(b, ids)| (b * seq + self.pooled_position(ids)) as i64)
             .collect();
@@ -246,55 +165,5 @@ impl<B: ReinBackend> SequenceClassifier<B> {
         }
         let empty = Tensor::<B, 1, Bool>::from_data(TensorData::new(empty, [batch]), device);
         scores.mask_fill(empty.reshape([batch, 1]).expand([batch, width]), 0.0)
-    }
-}
-
-/// The labels of `config.json`: `id2label` in id order, else `num_labels` generic names
-/// (`LABEL_0`, …), else transformers' default of two.
-fn labels(raw: &serde_json::Value) -> Result<Vec<String>, String> {
-    if let Some(map) = raw["id2label"].as_object() {
-        let mut labels: Vec<(usize, String)> = Vec::with_capacity(map.len());
-        for (id, label) in map {
-            let id = id
-                .parse()
-                .map_err(|_| format!("`id2label` has the key `{id}`, not a label id"))?;
-            let label = label
-                .as_str()
-                .ok_or_else(|| format!("`id2label.{id}` is not a string"))?;
-            labels.push((id, label.to_string()));
-        }
-        labels.sort();
-        if labels.iter().enumerate().any(|(i, (id, _))| i != *id) {
-            return Err("`id2label`'s ids are not 0, 1, 2, …".into());
-        }
-        if labels.is_empty() {
-            return Err("`id2label` is empty: a classifier needs at least one label".into());
-        }
-        return Ok(labels.into_iter().map(|(_, label)| label).collect());
-    }
-    let n = match &raw["num_labels"] {
-        serde_json::Value::Null => 2,
-        value => value
-            .as_u64()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| format!("`num_labels` is {value}, not a positive count"))? as usize,
-    };
-    Ok((0..n).map(|i| format!("LABEL_{i}")).collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_come_from_id2label_in_id_order() {
-        let raw = serde_json::json!({"id2label": {"1": "good", "0": "bad"}});
-        assert_eq!(labels(&raw).unwrap(), ["bad", "good"]);
-        let raw = serde_json::json!({"num_labels": 1});
-        assert_eq!(labels(&raw).unwrap(), ["LABEL_0"]);
-        assert_eq!(labels(&serde_json::json!({})).unwrap().len(), 2);
-        let gap = serde_json::json!({"id2label": {"0": "a", "2": "c"}});
-        assert!(labels(&gap).unwrap_err().contains("0, 1, 2"));
-        assert!(labels(&serde_json::json!({"num_labels": 0})).is_err());
     }
 }

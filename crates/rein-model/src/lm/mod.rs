@@ -10,6 +10,7 @@
 
 mod cache;
 mod classifier;
+mod classifier_config;
 mod feed_forward;
 mod fused;
 mod init;
@@ -21,6 +22,7 @@ mod moe;
 pub mod peft;
 mod rope;
 mod tojson;
+mod token_classifier;
 mod tokenizer;
 
 use std::path::PathBuf;
@@ -36,7 +38,8 @@ pub use model_dir::{load, save};
 pub use moe::{MixtureOfExperts, Routing, UNROUTED, top_k};
 pub use rein_gguf::{Family, GateActivation, LayerAttention, LmConfig, MoeConfig, RopeScaling, TokenIds};
 pub use rope::{Rope, inverse_frequencies};
-pub use tokenizer::{ChatMessage, LmTokenizer};
+pub use token_classifier::TokenClassifier;
+pub use tokenizer::{ChatMessage, EncodedSteps, LmTokenizer};
 
 /// Why a checkpoint cannot be loaded or saved. Each names the file, tensor or field.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -601,6 +601,38 @@ impl<B: ReinBackend> CausalLm<B> {
         self.norm.forward(x)
     }
 
+    /// The final hidden states of `sequences` batched together, right-padded with `pad` to the
+    /// longest, `[sequences.len(), longest, hidden]`: each sequence attends to its own tokens
+    /// only, at positions from 0, as transformers runs a right-padded batch with its attention
+    /// mask. The padding's rows are not meaningful.
+    pub fn padded_hidden(&self, sequences: &[Vec<u32>], pad: u32, device: &B::Device) -> Tensor<B, 3> {
+        let batch = sequences.len();
+        let seq = sequences.iter().map(Vec::len).max().unwrap_or(0);
+        let tokens: Vec<i64> = (sequences.iter())
+            .flat_map(|ids| (0..seq).map(move |t| i64::from(ids.get(t).copied().unwrap_or(pad))))
+            .collect();
+        let padding = sequences.iter().any(|ids| ids.len() < seq).then(|| {
+            let flags: Vec<bool> = (sequences.iter())
+                .flat_map(|ids| (0..seq).map(move |t| t >= ids.len()))
+                .collect();
+            Tensor::<B, 2, Bool>::from_data(TensorData::new(flags, [batch, seq]), device)
+        });
+        let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, device)
+            .reshape([1, seq])
+            .repeat_dim(0, batch);
+        let rope = self.rope(seq, device);
+        let ctx = Context {
+            rope: &rope,
+            positions,
+            padding,
+            sequence_lengths: None,
+            fused: None,
+            routing: None,
+        };
+        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(tokens, [batch, seq]), device);
+        self.hidden(tokens, &ctx, None)
+    }
+
     /// Logits over the vocabulary.
     ///
     /// # Shapes

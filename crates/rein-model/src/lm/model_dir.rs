@@ -364,6 +364,33 @@ impl Weights {
     }
 }
 
+/// A classifier's decoder and `score` head (`[hidden] → [num_labels]`, with a bias when
+/// `bias`) from the weights in `dir`, refusing any other tensor. The decoder has no LM head.
+pub(super) fn read_classifier<B: ReinBackend>(
+    dir: &Path,
+    config: LmConfig,
+    num_labels: usize,
+    bias: bool,
+    device: &B::Device,
+) -> Result<(CausalLm<B>, Linear<B>), LoadError> {
+    let weights = Weights::open(dir)?;
+    let Decoder {
+        embed_tokens,
+        layers,
+        norm,
+    } = Decoder::read(&weights, &config, device)?;
+    let score = weights.linear("score", config.hidden_size, num_labels, bias, device)?;
+    let unused = weights.unused(true);
+    if !unused.is_empty() {
+        return Err(LoadError::UnexpectedTensors { names: unused });
+    }
+    let config = LmConfig {
+        tie_word_embeddings: true,
+        ..config
+    };
+    Ok((CausalLm::from_parts(config, embed_tokens, layers, norm, None), score))
+}
+
 /// Writes `model` to `dir` as a model directory in Hugging Face format (`config.json`, `model.safetensors`,
 /// f32), loadable by transformers. Tokenizer files are the caller's to copy.
 ///

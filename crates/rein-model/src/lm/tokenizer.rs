@@ -25,6 +25,17 @@ impl From<rein_core::Message> for ChatMessage {
     }
 }
 
+/// A prompt and its steps as [`LmTokenizer::encode_steps`] lays them out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedSteps {
+    /// The tokens.
+    pub ids: Vec<u32>,
+    /// How many of them are the prompt's (with the beginning-of-sequence token).
+    pub prompt_len: usize,
+    /// The index of each step's last token (its separator's), where the step is judged.
+    pub step_ends: Vec<usize>,
+}
+
 /// A checkpoint's tokenizer.
 #[derive(Clone)]
 pub struct LmTokenizer {
@@ -172,6 +183,38 @@ impl LmTokenizer {
                 path: self.path.clone(),
                 reason: e.to_string(),
             })
+    }
+
+    /// The beginning-of-sequence token's id, when `tokenizer_config.json` names one (whether or
+    /// not it asks for it before prompts).
+    pub fn bos_id(&self) -> Option<u32> {
+        (self.bos_token.as_deref()).and_then(|token| self.inner.token_to_id(token))
+    }
+
+    /// `prompt` and its `steps` as a process reward model reads them, laid out as TRL's
+    /// `PRMTrainer` does: the beginning-of-sequence token when the tokenizer has one, the
+    /// prompt, then each step followed by `separator`, each piece tokenized on its own.
+    pub fn encode_steps(
+        &self,
+        prompt: &str,
+        steps: &[impl AsRef<str>],
+        separator: &str,
+    ) -> Result<EncodedSteps, LoadError> {
+        let mut ids: Vec<u32> = self.bos_id().into_iter().collect();
+        ids.extend(self.encode(prompt)?);
+        let prompt_len = ids.len();
+        let separator = self.encode(separator)?;
+        let mut step_ends = Vec::with_capacity(steps.len());
+        for step in steps {
+            ids.extend(self.encode(step.as_ref())?);
+            ids.extend(&separator);
+            step_ends.push(ids.len().saturating_sub(1));
+        }
+        Ok(EncodedSteps {
+            ids,
+            prompt_len,
+            step_ends,
+        })
     }
 
     /// Text of `ids`, optionally without special tokens.

@@ -1,0 +1,171 @@
+//! Token classifiers in Hugging Face format (`Qwen2ForTokenClassification`,
+//! `LlamaForTokenClassification`, … — transformers' `GenericForTokenClassification`): the decoder
+//! of a causal model with a `score` head, `[hidden] → [num_labels]` with a bias, read at every
+//! token. A process reward model as TRL's `PRMTrainer` trains one is this with two labels, read
+//! at each step's last token (label 1: the step is right). [`TokenClassifier::load`] reads one
+//! to score with, [`TokenClassifier::from_decoder`] puts a fresh head on a causal model's
+//! decoder to train, and [`TokenClassifier::save`] writes one in the same format.
+
+use std::path::Path;
+
+use burn::module::{Module, Param};
+use burn::nn::Linear;
+use burn::tensor::{Int, Tensor, TensorData};
+use rein_core::SeededRng;
+
+use super::classifier_config::{ClassifierConfig, classifier_config_json, names_class, read_classifier_config};
+use super::model::CausalLm;
+use super::model_dir::{decoder_tensors, linear_weight, read_classifier, write_model_dir};
+use super::{LmConfig, LoadError};
+use crate::backend::{ReinBackend, affine};
+
+/// The class suffix of a token classifier in `config.json`.
+const CLASS: &str = "ForTokenClassification";
+
+/// A decoder with a per-token classification head (see the module docs).
+#[derive(Module, Debug)]
+pub struct TokenClassifier<B: ReinBackend> {
+    /// The decoder, without an LM head.
+    trunk: CausalLm<B>,
+    /// `score`, `[hidden, num_labels]` and its bias.
+    score: Linear<B>,
+    /// The labels in order (`id2label`).
+    #[module(skip)]
+    labels: Vec<String>,
+    /// The padding token, written to `config.json`.
+    #[module(skip)]
+    pad_token_id: Option<u32>,
+}
+
+impl<B: ReinBackend> TokenClassifier<B> {
+    /// Whether the model in `dir` (or the fetched model of that name) is a token classifier: its
+    /// `config.json` names a `*ForTokenClassification`. False when there is no such model.
+    pub fn is_token_classifier(dir: &Path) -> bool {
+        names_class(dir, CLASS)
+    }
+
+    /// Loads the classifier in `dir` onto `device`, for inference (no gradients).
+    pub fn load(dir: &Path, device: &B::Device) -> Result<Self, LoadError> {
+        Ok(Self::open(dir, device)?.no_grad())
+    }
+
+    /// Reads the classifier in `dir` onto `device`, trainable.
+    pub fn open(dir: &Path, device: &B::Device) -> Result<Self, LoadError> {
+        let dir = &super::locate(dir)?;
+        let what = "token classifier: a process reward model is a `*ForTokenClassification` with a `score` head";
+        let (config, ClassifierConfig { labels, pad_token_id }) = read_classifier_config(dir, CLASS, what)?;
+        let (trunk, score) = read_classifier(dir, config, labels.len(), true, device)?;
+        Ok(Self {
+            trunk,
+            score,
+            labels,
+            pad_token_id,
+        })
+    }
+
+    /// A classifier of `num_labels` labels (`LABEL_0`, …) on `decoder` (its LM head, if any,
+    /// dropped), its head initialised as transformers does: weights from `N(0, std²)`, bias 0.
+    pub fn from_decoder(
+        decoder: CausalLm<B>,
+        num_labels: usize,
+        pad_token_id: Option<u32>,
+        std: f64,
+        rng: &mut SeededRng,
+        device: &B::Device,
+    ) -> Self {
+        let hidden = decoder.config().hidden_size;
+        let weights: Vec<f32> = (0..hidden * num_labels).map(|_| (rng.normal() * std) as f32).collect();
+        let weight = Tensor::from_data(TensorData::new(weights, [hidden, num_labels]), device);
+        let bias = Tensor::zeros([num_labels], device);
+        Self::with_head(decoder, weight, bias, pad_token_id)
+    }
+
+    /// A classifier on `decoder` with the given head: `weight` `[hidden, num_labels]` and `bias`
+    /// `[num_labels]`; its labels `LABEL_0`, ….
+    pub fn with_head(
+        mut decoder: CausalLm<B>,
+        weight: Tensor<B, 2>,
+        bias: Tensor<B, 1>,
+        pad_token_id: Option<u32>,
+    ) -> Self {
+        decoder.lm_head = None;
+        let num_labels = weight.dims()[1];
+        Self {
+            trunk: decoder,
+            score: Linear {
+                weight: Param::from_tensor(weight),
+                bias: Some(Param::from_tensor(bias)),
+            },
+            labels: (0..num_labels).map(|i| format!("LABEL_{i}")).collect(),
+            pad_token_id,
+        }
+    }
+
+    /// Writes the classifier to `dir` in Hugging Face format (`config.json` naming the
+    /// `*ForTokenClassification` class, its labels and padding token; `model.safetensors`, f32),
+    /// loadable by transformers and by [`Self::load`]. Tokenizer files are the caller's.
+    pub fn save(&self, dir: &Path) -> Result<(), LoadError> {
+        let mut tensors = decoder_tensors(&self.trunk.merged());
+        tensors.insert("score.weight".into(), linear_weight(&self.score));
+        if let Some(bias) = &self.score.bias {
+            let bias = bias.val();
+            let values = bias
+                .clone()
+                .into_data()
+                .convert::<f32>()
+                .to_vec::<f32>()
+                .unwrap_or_default();
+            tensors.insert("score.bias".into(), (bias.dims().to_vec(), values));
+        }
+        let head = ClassifierConfig {
+            labels: self.labels.clone(),
+            pad_token_id: self.pad_token_id,
+        };
+        write_model_dir(dir, &tensors, &classifier_config_json(self.config(), CLASS, &head))
+    }
+
+    /// The labels, in the order of the logits' columns.
+    pub fn labels(&self) -> &[String] {
+        &self.labels
+    }
+
+    /// The decoder's configuration.
+    pub fn config(&self) -> &LmConfig {
+        self.trunk.config()
+    }
+
+    /// The logits at the tokens `at` (`(sequence, position)` pairs), `[at.len(), num_labels]`:
+    /// the sequences run batched together, right-padded, and only the positions asked for go
+    /// through the head.
+    ///
+    /// # Panics
+    /// When a pair names a sequence or a position that does not exist.
+    pub fn logits_at(&self, sequences: &[Vec<u32>], at: &[(usize, usize)], device: &B::Device) -> Tensor<B, 2> {
+        let longest = sequences.iter().map(Vec::len).max().unwrap_or(0);
+        for &(row, position) in at {
+            assert!(
+                sequences.get(row).is_some_and(|ids| position < ids.len()),
+                "token ({row}, {position}) is not in the {} sequences",
+                sequences.len()
+            );
+        }
+        if at.is_empty() {
+            return Tensor::zeros([0, self.labels.len()], device);
+        }
+        let hidden = self
+            .trunk
+            .padded_hidden(sequences, self.pad_token_id.unwrap_or(0), device);
+        let width = self.config().hidden_size;
+        let rows: Vec<i64> = at
+            .iter()
+            .map(|&(row, position)| (row * longest + position) as i64)
+            .collect();
+        let rows = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [at.len()]), device);
+        let picked = hidden.reshape([sequences.len() * longest, width]).select(0, rows);
+        affine(
+            picked,
+            self.score.weight.val(),
+            self.score.bias.as_ref().map(Param::val),
+        )
+    }
+}
