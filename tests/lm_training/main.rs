@@ -1,6 +1,7 @@
 //! Language-model training end to end on tiny models, one module per family: the GRPO family
 //! ([`grpo`]), rewards in a run ([`rewards`]), multi-turn recipes ([`multi_turn`]), learning
-//! from preferences ([`preferences`]).
+//! from preferences ([`preferences`]), process reward models trained on step labels
+//! ([`process_reward`]).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -8,6 +9,7 @@ mod common;
 mod grpo;
 mod multi_turn;
 mod preferences;
+mod process_reward;
 mod rewards;
 
 use std::path::Path;

@@ -5,19 +5,21 @@
 //! reverse KL against TRL's `DistillationTrainer` loss (`gen_trl_distill.py`), every DPO loss
 //! type against TRL's `DPOTrainer` (`gen_trl_dpo.py`), both KTO loss types against TRL's
 //! `KTOTrainer` (`gen_trl_kto.py`), and the reward-model loss against TRL's
-//! `RewardTrainer` (`gen_trl_reward.py`), and PPO's token advantages, losses and value model
+//! `RewardTrainer` (`gen_trl_reward.py`), process-reward-model training's data format and loss
+//! against TRL's `PRMTrainer` (`gen_trl_prm.py`), and PPO's token advantages, losses and value model
 //! against TRL's `PPOTrainer` formulas (`gen_trl_ppo.py`). The newer families (Qwen3, Gemma 3,
 //! Gemma 2, Qwen3-MoE with its load-balancing loss) take the same GRPO loss's backward pass
 //! against PyTorch's (`lm/gen_family_steps.py`), fully and with LoRA adapters (on every expert
 //! of the MoE).
 //!
-//! One module per family: [`grpo`], [`distill`], [`preferences`], [`ppo`]; this file holds
-//! what they share (fixtures, token batches, gradient comparisons).
+//! One module per family: [`grpo`], [`distill`], [`preferences`], [`process_reward`], [`ppo`];
+//! this file holds what they share (fixtures, token batches, gradient comparisons).
 
 mod distill;
 mod grpo;
 mod ppo;
 mod preferences;
+mod process_reward;
 
 use std::path::Path;
 

@@ -439,6 +439,27 @@ fn sft_then_reward_model_killed_at_random_steps_resumes_to_the_same_metrics() {
     killed_and_resumed_equals_uninterrupted(&job, 22, 3);
 }
 
+/// A process reward model after an SFT stage, likewise.
+#[test]
+fn sft_then_process_reward_model_killed_at_random_steps_resumes_to_the_same_metrics() {
+    let job = Job {
+        recipe: "recipes/prm-arithmetic.toml",
+        overrides: [
+            "data.task.train=400",
+            "data.task.test=8",
+            "sft.steps=10",
+            "sft.batch_size=8",
+            "algorithm.steps=12",
+            "algorithm.batch_size=4",
+            "algorithm.eval_every=4",
+        ]
+        .map(String::from)
+        .to_vec(),
+        every: 3,
+    };
+    killed_and_resumed_equals_uninterrupted(&job, 22, 3);
+}
+
 #[test]
 fn ctrl_c_saves_a_checkpoint_at_once_and_the_run_resumes_from_it() {
     let job = Job {

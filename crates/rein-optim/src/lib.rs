@@ -28,8 +28,8 @@
 //!   InstructGPT and TRL's `PPOTrainer` compute them; the critic's loss is [`masked_value_loss`].
 //!   Both PPOs log their critic's [`explained_variance`].
 //! - Preferences: [`dpo_loss`] (DPO, IPO, hinge, robust), [`kto_loss`] (KTO and unpaired
-//!   APO-zero on completions labelled one at a time) and [`bradley_terry_loss`] for reward
-//!   models.
+//!   APO-zero on completions labelled one at a time), [`bradley_terry_loss`] for reward
+//!   models and [`step_label_loss`] for process reward models trained on step labels.
 //! - Off-policy control: SAC's squashed-Gaussian policy ([`squashed_gaussian`]), soft target
 //!   ([`soft_q_target`]), [`twin_critic_loss`], [`sac_actor_loss`] and entropy
 //!   [`temperature_loss`]; TD3's [`smoothed_target_actions`], [`clipped_double_q_target`] and
@@ -75,6 +75,7 @@ mod running;
 mod schedule;
 mod soft_actor_critic;
 mod squashed_rows;
+mod step_labels;
 mod td3;
 mod token_advantages;
 
@@ -113,5 +114,6 @@ pub use soft_actor_critic::{
     temperature_loss, twin_critic_loss,
 };
 pub use squashed_rows::{squashed_gaussian_row, squashed_gaussian_row_backward};
+pub use step_labels::{step_label_accuracy, step_label_loss};
 pub use td3::{clipped_double_q_target, deterministic_actor_loss, smoothed_target_actions};
 pub use token_advantages::{TokenAdvantages, masked_whiten, token_gae, token_rewards};

@@ -40,6 +40,10 @@ pub use data::preferences::{
 };
 pub use data::prompts::{Prompt, data_dir, opening_messages, prepare};
 pub(crate) use data::prompts::{source_label, source_of};
+pub use data::stepwise::{
+    StepLabelled, StepTokenizing, StepTokens, StepwiseExample, prepare_stepwise, read_stepwise, stepwise_from_examples,
+    tokenize_steps,
+};
 pub use data::task::{ArithmeticTask, generate_task, slipped_solution};
 pub use data::{DataError, Example, Fields, read, write_jsonl};
 pub use error::LmError;
@@ -48,6 +52,7 @@ pub use eval::{
 };
 pub use offline::dpo::Dpo;
 pub use offline::kto::{Kto, kto_batch_loss, labelled_batch, mismatched_batch, reference_point};
+pub use offline::process_reward_model::{PrmTraining, step_accuracy, step_logits};
 pub use offline::reward_model::{BradleyTerry, PairScores, pair_scores, pairwise_accuracy};
 pub use offline::sft::Sft;
 pub use online::critic::Critic;
@@ -59,4 +64,4 @@ pub use rewards::{
     GroupReward, OnError, Renamed, RewardFailure, ThinkingStripped, WeightedReward, score_groups, without_thinking,
 };
 pub use run::setup::evaluate_recipe;
-pub use run::{DpoOutcome, KtoOutcome, LmOutcome, RewardModelOutcome, run_lm};
+pub use run::{DpoOutcome, KtoOutcome, LmOutcome, ProcessRewardModelOutcome, RewardModelOutcome, run_lm};

@@ -23,6 +23,10 @@ pub struct Fields {
     pub margin: String,
     /// Whether `completion` is desirable (`true`) or not, in unpaired preference data (KTO).
     pub label: String,
+    /// The steps column of step-labelled rows (process reward models): a list of texts.
+    pub completions: String,
+    /// The column of a label per step (`true`: the step is right).
+    pub labels: String,
     /// The column naming each row's data source (verl's `data_source`), which a
     /// `[curriculum] kind = "ucb"` draws between; rows without it form one unnamed source. It
     /// stays in the metadata reward plugins see.
@@ -39,6 +43,8 @@ impl Default for Fields {
             rejected: "rejected".into(),
             margin: "margin".into(),
             label: "label".into(),
+            completions: "completions".into(),
+            labels: "labels".into(),
             source: "data_source".into(),
         }
     }
@@ -229,7 +235,7 @@ pub(crate) fn check_data(
     if learns_from_pairs && (task.ops.iter().any(|op| op == "*") || task.solution != Solution::Scratchpad) {
         return Err(broken(
             "data.task",
-            "generated preference pairs slip one step of a worked + or − solution: \
+            "generated preference pairs and step labels slip one step of a worked + or − solution: \
              use ops from [\"+\", \"-\"] and solution = \"scratchpad\"",
         ));
     }

@@ -26,6 +26,7 @@ mod off_policy;
 mod online_dpo;
 mod plan;
 mod ppo;
+mod process_reward_model;
 mod reward_model;
 mod rewards;
 mod rollout;
@@ -48,14 +49,15 @@ pub use off_policy::{OffPolicyAlgorithm, OffPolicyRecipe, SacSection, Td3Section
 pub use online_dpo::OnlineDpoRecipe;
 pub use plan::Plan;
 pub use ppo::PpoRecipe;
+pub use process_reward_model::ProcessRewardModelRecipe;
 pub use rein_core::{AdvantageKind, PrmAggregate, PrmSettings};
 pub use reward_model::RewardModelRecipe;
 pub use rollout::Rollout;
 pub use schema::{
     AgentSection, Algorithm, DataSection, Device, DpoSection, EnvSection, EvalSection, GrpoSection, JudgeEntry,
     LmPpoSection, LogFormat, LoraSection, ModelSection, OnlineDpoSection, OptimizerSection, PluginEntry, PpoSection,
-    Recipe, RewardEntry, RewardModelKind, RewardModelSection, SamplerSection, SftSection, TeacherKl, TeacherSection,
-    TrainSection,
+    ProcessRewardModelSection, Recipe, RewardEntry, RewardModelKind, RewardModelSection, SamplerSection, SftSection,
+    TeacherKl, TeacherSection, TrainSection,
 };
 pub use sft::{MAX_BATCH_SIZE, SftRecipe};
 
@@ -548,6 +550,7 @@ fn algorithm_error(composed: &Composed) -> Option<(String, String)> {
         "dpo" => serde_path_to_error::deserialize::<_, DpoSection>(value).err()?,
         "kto" => serde_path_to_error::deserialize::<_, KtoSection>(value).err()?,
         "reward-model" => serde_path_to_error::deserialize::<_, RewardModelSection>(value).err()?,
+        "prm" => serde_path_to_error::deserialize::<_, ProcessRewardModelSection>(value).err()?,
         "online-dpo" => serde_path_to_error::deserialize::<_, OnlineDpoSection>(value).err()?,
         _ => return None,
     };

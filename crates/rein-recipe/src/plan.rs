@@ -13,6 +13,7 @@ use crate::lm_ppo::LmPpoRecipe;
 use crate::off_policy::{OffPolicyAlgorithm, OffPolicyRecipe};
 use crate::online_dpo::OnlineDpoRecipe;
 use crate::ppo::PpoRecipe;
+use crate::process_reward_model::ProcessRewardModelRecipe;
 use crate::reward_model::RewardModelRecipe;
 use crate::rollout::Rollout;
 use crate::schema::{Algorithm, DataSection, Recipe};
@@ -33,6 +34,8 @@ pub enum Plan<'a> {
     Kto(KtoRecipe<'a>),
     /// A reward model trained on preference pairs.
     RewardModel(RewardModelRecipe<'a>),
+    /// A process reward model trained on step labels.
+    Prm(ProcessRewardModelRecipe<'a>),
     /// Online DPO on pairs the policy samples.
     OnlineDpo(OnlineDpoRecipe<'a>),
     /// PPO with a critic on a language model.
@@ -82,6 +85,11 @@ impl<'a> Plan<'a> {
                 reward_model,
                 data: data("reward-model training")?,
             }),
+            Algorithm::Prm(prm) => Plan::Prm(ProcessRewardModelRecipe {
+                recipe,
+                prm,
+                data: data("process-reward-model training")?,
+            }),
             Algorithm::OnlineDpo(online_dpo) => Plan::OnlineDpo(OnlineDpoRecipe {
                 recipe,
                 online_dpo,
@@ -114,6 +122,7 @@ impl<'a> Plan<'a> {
             Plan::Dpo(dpo) => dpo.check(),
             Plan::Kto(kto) => kto.check(),
             Plan::RewardModel(rm) => rm.check(),
+            Plan::Prm(prm) => prm.check(),
             Plan::OnlineDpo(online) => online.check(),
             Plan::LmPpo(ppo) => ppo.check(),
             Plan::OffPolicy(off_policy) => off_policy.check(),
@@ -122,7 +131,7 @@ impl<'a> Plan<'a> {
             Some(data) => check_data(
                 data.task.as_ref(),
                 data.train.as_deref(),
-                matches!(self, Plan::Dpo(_) | Plan::Kto(_) | Plan::RewardModel(_)),
+                matches!(self, Plan::Dpo(_) | Plan::Kto(_) | Plan::RewardModel(_) | Plan::Prm(_)),
             ),
             None => Ok(()),
         }
@@ -137,6 +146,7 @@ impl<'a> Plan<'a> {
             | Plan::Dpo(DpoRecipe { data, .. })
             | Plan::Kto(KtoRecipe { data, .. })
             | Plan::RewardModel(RewardModelRecipe { data, .. })
+            | Plan::Prm(ProcessRewardModelRecipe { data, .. })
             | Plan::OnlineDpo(OnlineDpoRecipe { data, .. })
             | Plan::LmPpo(LmPpoRecipe { data, .. }) => Some(data),
         }
@@ -148,9 +158,13 @@ impl<'a> Plan<'a> {
             Plan::Grpo(grpo) => Some(grpo.rollout()),
             Plan::LmPpo(ppo) => Some(ppo.rollout()),
             Plan::OnlineDpo(online) => Some(online.rollout()),
-            Plan::Ppo(_) | Plan::Sft(_) | Plan::Dpo(_) | Plan::Kto(_) | Plan::RewardModel(_) | Plan::OffPolicy(_) => {
-                None
-            }
+            Plan::Ppo(_)
+            | Plan::Sft(_)
+            | Plan::Dpo(_)
+            | Plan::Kto(_)
+            | Plan::RewardModel(_)
+            | Plan::Prm(_)
+            | Plan::OffPolicy(_) => None,
         }
     }
 }

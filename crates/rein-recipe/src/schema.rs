@@ -10,6 +10,7 @@ pub use crate::lm_ppo::LmPpoSection;
 pub use crate::off_policy::{SacSection, Td3Section};
 pub use crate::online_dpo::OnlineDpoSection;
 pub use crate::ppo::PpoSection;
+pub use crate::process_reward_model::ProcessRewardModelSection;
 pub use crate::reward_model::RewardModelSection;
 pub use crate::sampler::SamplerSection;
 pub use crate::sft::SftSection;
@@ -140,6 +141,8 @@ pub enum Algorithm {
     /// A Bradley–Terry reward model trained on preference pairs.
     #[serde(rename = "reward-model")]
     RewardModel(RewardModelSection),
+    /// A process reward model (a token classifier) trained on step labels.
+    Prm(ProcessRewardModelSection),
     /// Online (iterative) DPO: pairs sampled from the policy and ranked by the rewards.
     #[serde(rename = "online-dpo")]
     OnlineDpo(OnlineDpoSection),

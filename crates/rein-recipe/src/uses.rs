@@ -22,6 +22,7 @@ fn sections(algorithm: &Algorithm) -> &'static [(&'static str, Keys)] {
         Algorithm::OnlineDpo(_) => crate::online_dpo::READS,
         Algorithm::LmPpo(_) => crate::lm_ppo::READS,
         Algorithm::RewardModel(_) => crate::reward_model::READS,
+        Algorithm::Prm(_) => crate::process_reward_model::READS,
     }
 }
 
@@ -34,6 +35,7 @@ pub(crate) fn algorithm_name(algorithm: &Algorithm) -> &'static str {
         Algorithm::Dpo(_) => "DPO",
         Algorithm::Kto(_) => "KTO",
         Algorithm::RewardModel(_) => "reward-model training",
+        Algorithm::Prm(_) => "process-reward-model training",
         Algorithm::OnlineDpo(_) => "online DPO",
         Algorithm::LmPpo(_) => "PPO on a language model",
         Algorithm::Sac(_) => "SAC",

@@ -1,7 +1,7 @@
 //! A language-model recipe's data as read or generated, before tokenizing: prompts and target
 //! completions, and for the algorithms that learn from preferences, preference pairs or
-//! labelled completions (from files, or made from the generated task's worked solutions and
-//! slipped ones).
+//! labelled completions, and for process reward models, step-labelled rows (from files, or made
+//! from the generated task's worked solutions and slipped ones).
 
 use std::path::Path;
 
@@ -10,7 +10,7 @@ use rein_sampler::SeededRng;
 
 use crate::LmError;
 use crate::run::recipe_keys::invalid;
-use crate::{Example, LabelledExample, PreferenceExample, Skipped};
+use crate::{Example, LabelledExample, PreferenceExample, Skipped, StepwiseExample};
 
 /// How an algorithm that learns from preference pairs reads them.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +42,9 @@ impl PreferenceUse {
     }
 }
 
+/// Step-labelled rows for training, and held out.
+pub(crate) type StepwiseRows = (Vec<StepwiseExample>, Vec<StepwiseExample>);
+
 /// A recipe's examples and preference rows.
 pub(crate) struct RecipeData {
     pub(crate) train: Vec<Example>,
@@ -50,19 +53,23 @@ pub(crate) struct RecipeData {
     pub(crate) test_preferences: Vec<PreferenceExample>,
     /// Labelled completions (with [`PreferenceUse::unpaired`]).
     pub(crate) labelled: Vec<LabelledExample>,
+    /// Step-labelled rows (process reward models), training and held out.
+    pub(crate) stepwise: StepwiseRows,
     /// Preference rows that cannot train, with why.
     pub(crate) skipped: Vec<Skipped>,
 }
 
 /// Reads or generates `data` (writing a generated task into `data_dir`); with `preference`,
-/// its preference pairs too.
+/// its preference pairs too; with `stepwise`, its step-labelled rows.
 pub(crate) fn read_data(
     loaded: &LoadedRecipe,
     data: &DataSection,
     preference: Option<PreferenceUse>,
+    stepwise: bool,
     data_dir: Option<&Path>,
 ) -> Result<RecipeData, LmError> {
     let (mut preferences, mut test_preferences, mut labelled) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut steps, mut test_steps) = (Vec::new(), Vec::new());
     let mut skipped = Vec::new();
     let unpaired = preference.as_ref().is_some_and(|p| p.unpaired);
     let test_is_pairs = preference.as_ref().is_some_and(|p| p.test_is_pairs);
@@ -75,6 +82,10 @@ pub(crate) fn read_data(
                 crate::write_jsonl(&dir.join("test.jsonl"), &test)?;
             }
             (train, test)
+        }
+        (None, Some(path)) if stepwise => {
+            ((steps, test_steps), skipped) = read_stepwise_files(loaded, data, path)?;
+            (Vec::new(), Vec::new())
         }
         (None, Some(path)) if preference.is_some() => {
             (preferences, labelled, skipped) = match unpaired {
@@ -132,12 +143,37 @@ pub(crate) fn read_data(
                 .collect();
         }
     }
+    if let (Some(_), true) = (&data.task, stepwise) {
+        // Generated step labels: each problem's worked solution, all right, and a slipped one,
+        // wrong from its slip on (loading the recipe checked that the task's solutions can slip).
+        let mut rng = SeededRng::new(loaded.recipe.seed ^ 0x5739);
+        steps = crate::stepwise_from_examples(&train, &mut rng);
+        test_steps = crate::stepwise_from_examples(&std::mem::take(&mut test), &mut rng);
+    }
     Ok(RecipeData {
         train,
         test,
         preferences,
         test_preferences,
         labelled,
+        stepwise: (steps, test_steps),
         skipped,
     })
+}
+
+/// The step-labelled rows of the training file `path` and of `data.test`, if any, with the rows
+/// of both that cannot train.
+fn read_stepwise_files(
+    loaded: &LoadedRecipe,
+    data: &DataSection,
+    path: &str,
+) -> Result<(StepwiseRows, Vec<Skipped>), LmError> {
+    let (rows, mut skipped) = crate::read_stepwise(&loaded.resolve(path), &data.fields)?;
+    let mut test = Vec::new();
+    if let Some(path) = &data.test {
+        let skipped_test;
+        (test, skipped_test) = crate::read_stepwise(&loaded.resolve(path), &data.fields)?;
+        skipped.extend(skipped_test);
+    }
+    Ok(((rows, test), skipped))
 }

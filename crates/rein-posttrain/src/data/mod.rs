@@ -5,6 +5,7 @@ pub(crate) mod from_recipe;
 pub mod labelled;
 pub mod preferences;
 pub mod prompts;
+pub mod stepwise;
 pub mod task;
 
 use std::path::Path;

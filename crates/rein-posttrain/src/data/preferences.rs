@@ -298,10 +298,10 @@ pub(super) fn completion_tokens(text: &str, tokenizer: &LmTokenizer, room: usize
 pub fn report_skipped(skipped: &[Skipped]) {
     const SHOWN: usize = 20;
     for s in skipped.iter().take(SHOWN) {
-        eprintln!("skipped preference row {}: {}", s.row, s.reason);
+        eprintln!("skipped data row {}: {}", s.row, s.reason);
     }
     if skipped.len() > SHOWN {
-        eprintln!("… and {} more skipped preference rows", skipped.len() - SHOWN);
+        eprintln!("… and {} more skipped data rows", skipped.len() - SHOWN);
     }
 }
 

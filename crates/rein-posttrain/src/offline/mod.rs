@@ -1,11 +1,13 @@
 //! Learners on fixed data, one file each beside its paper: supervised fine-tuning ([`sft`]),
 //! DPO and its variants on preference pairs ([`dpo`], the losses in `rein-optim`'s `dpo.rs`),
 //! KTO on labelled completions ([`kto`], the losses in `rein-optim`'s `kto.rs`),
-//! and reward-model training on pairs ([`reward_model`], the loss in `rein-optim`'s
-//! `bradley_terry.rs`).
+//! reward-model training on pairs ([`reward_model`], the loss in `rein-optim`'s
+//! `bradley_terry.rs`) and process-reward-model training on step labels
+//! ([`process_reward_model`], the loss in `rein-optim`'s `step_labels.rs`).
 
 pub mod dpo;
 pub mod kto;
+pub mod process_reward_model;
 pub mod reward_model;
 pub mod sft;
 

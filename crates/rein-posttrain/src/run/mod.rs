@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use burn::module::AutodiffModule;
 use rein_core::SamplerBackend;
-use rein_model::lm::{CausalLm, LmTokenizer, SequenceClassifier, load, save};
+use rein_model::lm::{CausalLm, LmTokenizer, SequenceClassifier, TokenClassifier, load, save};
 use rein_model::{ReinAutodiffBackend, ReinBackend};
 use rein_optim::DpoConfig;
 use rein_sampler::{Generator, HttpGenerator, HttpSettings, NativeGenerator, SeededRng};
@@ -19,13 +19,13 @@ use serde_json::json;
 
 use crate::LmError;
 use crate::run::recipe_keys::{invalid, model_path};
-pub use crate::run::report::{DpoOutcome, KtoOutcome, LmOutcome, RewardModelOutcome};
+pub use crate::run::report::{DpoOutcome, KtoOutcome, LmOutcome, ProcessRewardModelOutcome, RewardModelOutcome};
 use crate::run::report::{log_eval, report_markdown};
 use crate::run::setup::{LmSetup, lora_spec, setup};
 use crate::{EvalReport, OnlineOutcome, PpoCritic, Update};
 use rein_recipe::{
     DpoRecipe, DpoSection, GrpoRecipe, KtoRecipe, KtoSection, LmPpoRecipe, LoadedRecipe, OnlineDpoRecipe, Plan,
-    RewardModelRecipe, RewardModelSection, Rollout,
+    ProcessRewardModelRecipe, ProcessRewardModelSection, RewardModelRecipe, RewardModelSection, Rollout,
 };
 use rein_run::checkpoint::{Checkpoint, Checkpointing};
 use rein_run::driver::{self, Driver};
@@ -139,7 +139,7 @@ pub fn run_lm<B: ReinAutodiffBackend>(
         eprintln!("held-out before RL: {}", report.one_line());
     }
     model = stages.algorithm(model, stage, &mut outcome)?;
-    let causal = !matches!(plan, Plan::RewardModel(_));
+    let causal = !matches!(plan, Plan::RewardModel(_) | Plan::Prm(_));
     if let Some(run) = run.filter(|_| causal) {
         save_model_dir(&model, &stages.setup.tokenizer, &run.path().join("final"))?;
         if model.lora.is_some() {
@@ -236,6 +236,15 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
                     self.setup.tokenizer.save(&dir)?;
                 }
                 outcome.reward_model = Some(trained);
+            }
+            Plan::Prm(ProcessRewardModelRecipe { prm: section, .. }) => {
+                let (prm, trained) = self.process_reward_model(model.clone(), section, stage)?;
+                if let Some(run) = run {
+                    let dir = run.path().join("final");
+                    prm.save(&dir)?;
+                    self.setup.tokenizer.save(&dir)?;
+                }
+                outcome.process_reward_model = Some(trained);
             }
             Plan::Sft(_) | Plan::Ppo(_) | Plan::OffPolicy(_) => {}
         }
@@ -354,7 +363,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             section.steps,
             section.batch_size,
             self.setup.pairs.len(),
-            self.setup.skipped_pairs
+            self.setup.skipped_rows
         );
         let seed = self.loaded.recipe.seed;
         let mut dpo = crate::Dpo::new(model, &self.setup.pairs, pad, section, seed, &self.device)?;
@@ -369,7 +378,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             steps: driven.steps,
             seconds: driven.elapsed.as_secs_f64(),
             pairs: self.setup.pairs.len(),
-            skipped: self.setup.skipped_pairs,
+            skipped: self.setup.skipped_rows,
         };
         let model = dpo.model;
         let after = self.evaluate_after(&model, section.steps, "held-out after DPO:")?;
@@ -391,7 +400,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         eprintln!(
             "KTO ({:?}, β = {}): {} steps of {} completions, from {desirable} desirable and {undesirable} \
              undesirable ({} rows skipped)",
-            section.loss_type, section.beta, section.steps, section.batch_size, self.setup.skipped_pairs
+            section.loss_type, section.beta, section.steps, section.batch_size, self.setup.skipped_rows
         );
         let seed = self.loaded.recipe.seed;
         let mut kto = crate::Kto::new(model, examples, pad, section, seed, &self.device)?;
@@ -407,7 +416,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             seconds: driven.elapsed.as_secs_f64(),
             desirable,
             undesirable,
-            skipped: self.setup.skipped_pairs,
+            skipped: self.setup.skipped_rows,
         };
         let model = kto.model;
         let after = self.evaluate_after(&model, section.steps, "held-out after KTO:")?;
@@ -434,7 +443,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             section.batch_size,
             self.setup.pairs.len(),
             self.setup.test_pairs.len(),
-            self.setup.skipped_pairs
+            self.setup.skipped_rows
         );
         let (pairs, test) = (&self.setup.pairs, &self.setup.test_pairs);
         let mut trainer = crate::BradleyTerry::new(model, pairs, test, section, recipe.seed, &self.device)?;
@@ -467,7 +476,61 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             seconds: driven.elapsed.as_secs_f64(),
             pairs: pairs.len(),
             test_pairs: test.len(),
-            skipped: self.setup.skipped_pairs,
+            skipped: self.setup.skipped_rows,
+            accuracy_before: before,
+            accuracy_after: after,
+        };
+        Ok((trainer.model, outcome))
+    }
+
+    /// Process-reward-model training on `decoder` with a fresh two-label head, with held-out
+    /// step accuracy before and after.
+    fn process_reward_model(
+        &mut self,
+        decoder: CausalLm<B>,
+        section: &ProcessRewardModelSection,
+        stage: LmStage,
+    ) -> Result<(TokenClassifier<B>, ProcessRewardModelOutcome), LmError> {
+        let recipe = &self.loaded.recipe;
+        let checkpointing = self.after_sft_checkpointing(stage);
+        let resumed = checkpointing.resume.is_some();
+        let pad = self.setup.tokenizer.pad_id();
+        let mut rng = SeededRng::new(recipe.seed ^ 0x9A3D);
+        let model = TokenClassifier::from_decoder(decoder, 2, pad, section.init_std, &mut rng, &self.device);
+        let (rows, test) = (&self.setup.stepwise.0, &self.setup.stepwise.1);
+        eprintln!(
+            "process reward model: {} steps of {} rows, from {} rows ({} held out, {} skipped)",
+            section.steps,
+            section.batch_size,
+            rows.len(),
+            test.len(),
+            self.setup.skipped_rows
+        );
+        let mut trainer = crate::PrmTraining::new(model, rows, test, section, recipe.seed, &self.device)?;
+        let before = trainer.test_accuracy();
+        let record = |when: &str, step: usize, accuracy: f64| json!({"stage": "eval", "when": when, "step": step, "eval/step_accuracy": accuracy});
+        if let (Some(metrics), false, Some(accuracy)) = (self.metrics.as_mut(), resumed, before) {
+            metrics.write(&record("before", 0, accuracy))?;
+        }
+        let driven = Driver {
+            metrics: self.metrics.as_mut(),
+            checkpointing: &checkpointing,
+            stall_timeout: self.stall_timeout,
+            stage: Some("prm"),
+        }
+        .run(&mut trainer)?;
+        let after = trainer.test_accuracy();
+        if let (Some(metrics), Some(accuracy)) = (self.metrics.as_mut(), after) {
+            metrics.write(&record("after", section.steps, accuracy))?;
+        }
+        let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v));
+        eprintln!("held-out step accuracy: {} before, {} after", pct(before), pct(after));
+        let outcome = ProcessRewardModelOutcome {
+            steps: driven.steps,
+            seconds: driven.elapsed.as_secs_f64(),
+            rows: rows.len(),
+            test_rows: test.len(),
+            skipped: self.setup.skipped_rows,
             accuracy_before: before,
             accuracy_after: after,
         };

@@ -24,6 +24,8 @@ pub struct LmOutcome {
     pub kto: Option<KtoOutcome>,
     /// Reward-model training, when that is the recipe's algorithm.
     pub reward_model: Option<RewardModelOutcome>,
+    /// Process-reward-model training, when that is the recipe's algorithm.
+    pub process_reward_model: Option<ProcessRewardModelOutcome>,
     /// Seconds spent in SFT.
     pub sft_seconds: f64,
     /// Seconds for the whole run.
@@ -79,6 +81,25 @@ pub struct RewardModelOutcome {
     pub accuracy_after: Option<f64>,
 }
 
+/// What process-reward-model training reports.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessRewardModelOutcome {
+    /// Steps done.
+    pub steps: usize,
+    /// Seconds the training took (resumed parts included).
+    pub seconds: f64,
+    /// Step-labelled rows trained on.
+    pub rows: usize,
+    /// Held-out rows.
+    pub test_rows: usize,
+    /// Rows skipped (each named on stderr when the run started).
+    pub skipped: usize,
+    /// Held-out step accuracy of the fresh head.
+    pub accuracy_before: Option<f64>,
+    /// And after training.
+    pub accuracy_after: Option<f64>,
+}
+
 /// Appends the held-out evaluation `when` ("before" or "after") after `step` to the metrics.
 pub(crate) fn log_eval(
     metrics: Option<&mut rein_run::MetricsWriter>,
@@ -120,7 +141,9 @@ pub(crate) fn report_markdown(loaded: &LoadedRecipe, outcome: &LmOutcome) -> Str
         text.push_str(&format!(" (SFT {:.0} s)", outcome.sft_seconds));
     }
     text.push_str(&format!("\n\n{}", loaded.reproducibility()));
-    text.push_str("\n\n| held-out | greedy accuracy | pass@k | maj@k |\n|---|---|---|---|\n");
+    if outcome.before.is_some() || outcome.after.is_some() {
+        text.push_str("\n\n| held-out | greedy accuracy | pass@k | maj@k |\n|---|---|---|---|\n");
+    }
     for (label, report) in [("before RL", &outcome.before), ("after RL", &outcome.after)] {
         if let Some(r) = report {
             let pct = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
@@ -163,6 +186,18 @@ pub(crate) fn report_markdown(loaded: &LoadedRecipe, outcome: &LmOutcome) -> Str
         text.push_str(&format!(
             "\nReward model: {} steps in {:.1} s on {} preference pairs, {} held out ({} rows skipped)\n",
             r.steps, r.seconds, r.pairs, r.test_pairs, r.skipped
+        ));
+    }
+    if let Some(r) = &outcome.process_reward_model {
+        let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v));
+        text.push_str(&format!(
+            "\n| process reward model | held-out step accuracy |\n|---|---|\n| before training | {} |\n| after training | {} |\n",
+            pct(r.accuracy_before),
+            pct(r.accuracy_after)
+        ));
+        text.push_str(&format!(
+            "\nProcess reward model: {} steps in {:.1} s on {} step-labelled rows, {} held out ({} rows skipped)\n",
+            r.steps, r.seconds, r.rows, r.test_rows, r.skipped
         ));
     }
     if let Some(d) = &outcome.dpo {

@@ -9,10 +9,11 @@ use rein_model::ReinBackend;
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, load};
 use rein_plugin::{PluginRuntime, RewardPlugin};
-use rein_recipe::{LmPpoRecipe, LoadedRecipe, Plan, Weights};
+use rein_recipe::{LmPpoRecipe, LoadedRecipe, Plan, ProcessRewardModelRecipe, Weights};
 use rein_sampler::SeededRng;
 
 use crate::LmError;
+use crate::StepTokenizing;
 use crate::rewards::setup::rewards;
 use crate::rollout::episodes::Agent;
 use crate::run::recipe_keys::{invalid, model_path, same_tokenizer, sampler_precision_fits};
@@ -37,8 +38,10 @@ pub(crate) struct LmSetup<B: ReinBackend> {
     pub(crate) test_pairs: Vec<crate::PreferencePair>,
     /// Labelled completions (KTO).
     pub(crate) labelled: Vec<crate::LabelledCompletion>,
-    /// Preference rows that could not train.
-    pub(crate) skipped_pairs: usize,
+    /// Step-labelled rows, training and held out (process reward models).
+    pub(crate) stepwise: StepRows,
+    /// Preference, labelled or step-labelled rows that could not train.
+    pub(crate) skipped_rows: usize,
 }
 
 /// Loads or initialises the model (or the model directory `model_dir`, when given), the
@@ -72,8 +75,15 @@ pub(crate) fn setup<B: ReinBackend>(
         preferences,
         test_preferences,
         labelled,
+        stepwise,
         mut skipped,
-    } = crate::data::from_recipe::read_data(loaded, data, preference, data_dir)?;
+    } = crate::data::from_recipe::read_data(loaded, data, preference, matches!(plan, Plan::Prm(_)), data_dir)?;
+    let (train, stepwise) = match plan {
+        Plan::Prm(ProcessRewardModelRecipe { prm, .. }) => {
+            tokenized_steps(train, stepwise, &mut skipped, &tokenizer, &StepTokenizing::of(prm))?
+        }
+        _ => (train, Default::default()),
+    };
     let runtime = PluginRuntime::default();
     let agent = agent(loaded, &runtime, plugin_dir, &tokenizer)?;
     let tools = agent.as_ref().map(|a| a.schemas(None)).unwrap_or_default();
@@ -129,8 +139,42 @@ pub(crate) fn setup<B: ReinBackend>(
         pairs,
         test_pairs,
         labelled,
-        skipped_pairs: skipped.len(),
+        stepwise,
+        skipped_rows: skipped.len(),
     })
+}
+
+/// Step-labelled rows ready to train on, and the held-out ones.
+pub(crate) type StepRows = (Vec<crate::StepLabelled>, Vec<crate::StepLabelled>);
+
+/// The step-labelled rows `read` (training and held out) tokenized, the rows that cannot train
+/// added to `skipped` and reported; with the SFT stage's examples: `train` as given (a generated
+/// task's worked solutions), or else the training rows whose every step is right, their steps
+/// joined by the separator.
+fn tokenized_steps(
+    train: Vec<crate::Example>,
+    (rows, test_rows): (Vec<crate::StepwiseExample>, Vec<crate::StepwiseExample>),
+    skipped: &mut Vec<crate::Skipped>,
+    tokenizer: &LmTokenizer,
+    settings: &StepTokenizing<'_>,
+) -> Result<(Vec<crate::Example>, StepRows), LmError> {
+    let train = match train.is_empty() {
+        false => train,
+        true => (rows.iter().filter(|r| r.labels.iter().all(|&l| l)))
+            .map(|r| crate::Example {
+                prompt: r.prompt.clone(),
+                answer: None,
+                completion: Some(r.steps.join(settings.separator)),
+                metadata: String::new(),
+            })
+            .collect(),
+    };
+    let (prepared, more) = crate::prepare_stepwise(&rows, tokenizer, settings, true)?;
+    skipped.extend(more);
+    let (test, more) = crate::prepare_stepwise(&test_rows, tokenizer, settings, false)?;
+    skipped.extend(more);
+    crate::report_skipped(skipped);
+    Ok((train, (prepared, test)))
 }
 
 /// Tokenized preference pairs, held-out pairs and labelled completions.

@@ -571,6 +571,54 @@ fn a_kto_recipe_names_what_is_out_of_range() {
     .unwrap();
 }
 
+/// Process-reward-model training reads DPO's data and model sections with its own keys (TRL's
+/// `PRMConfig` names and defaults); a separator it cannot judge at, sizes out of range, a
+/// generated task whose solutions cannot slip and a sampling key are refused by name.
+#[test]
+fn a_prm_recipe_names_what_is_out_of_range() {
+    let prm = DPO.replace("name = \"dpo\"", "name = \"prm\"");
+    let dir = recipes(&[("prm.toml", &prm)]);
+    let loaded = load(&dir, "prm.toml", &[]).unwrap();
+    let Algorithm::Prm(section) = &loaded.recipe.algorithm else {
+        panic!("a PRM recipe")
+    };
+    assert_eq!(
+        (
+            section.lr,
+            section.step_separator.as_str(),
+            section.train_on_last_step_only
+        ),
+        (1e-5, "\n", false)
+    );
+    for (set, key, message) in [
+        (
+            "algorithm.step_separator=\"\"",
+            "algorithm.step_separator",
+            "must not be empty",
+        ),
+        (
+            "algorithm.max_completion_length=0",
+            "algorithm.max_completion_length",
+            "at least 1",
+        ),
+        ("algorithm.max_length=1", "algorithm.max_length", "at least 2"),
+        ("algorithm.init_std=0", "algorithm.init_std", "positive"),
+        ("algorithm.beta=0.1", "algorithm.beta", "unknown"),
+        ("data.task.ops=[\"*\"]", "data.task", "step labels slip one step"),
+        (
+            "sampler.n=4",
+            "sampler.n",
+            "process-reward-model training does not use [sampler]",
+        ),
+    ] {
+        let text = load(&dir, "prm.toml", &[set]).unwrap_err().to_string();
+        assert!(
+            text.contains(&format!("`{key}`")) && text.contains(message),
+            "{set}: {text}"
+        );
+    }
+}
+
 #[test]
 fn ppo_on_prompts_is_ppo_with_a_critic_on_a_language_model() {
     let lm = GRPO.replace("name = \"grpo\"", "name = \"ppo\"");
@@ -684,21 +732,23 @@ fn a_curriculum_reads_its_kinds_keys_and_ucb_needs_two_sources() {
 }
 
 /// An offline learner's batch is bounded before anything is allocated for it: a batch_size past
-/// the limit is refused naming the key and the limit, for SFT (alone or as a stage), DPO, KTO and
-/// reward models.
+/// the limit is refused naming the key and the limit, for SFT (alone or as a stage), DPO, KTO,
+/// reward models and process reward models.
 #[test]
 fn offline_batch_sizes_are_bounded() {
     let kto = DPO.replace("name = \"dpo\"", "name = \"kto\"");
     let rm = DPO.replace("name = \"dpo\"", "name = \"reward-model\"");
+    let prm = DPO.replace("name = \"dpo\"", "name = \"prm\"");
     let dir = recipes(&[
         ("grpo.toml", GRPO),
         ("dpo.toml", DPO),
         ("kto.toml", &kto),
         ("rm.toml", &rm),
+        ("prm.toml", &prm),
     ]);
     let huge = "1000000000000";
     let limit = format!("at most {}", rein_recipe::MAX_BATCH_SIZE);
-    for file in ["dpo.toml", "kto.toml", "rm.toml"] {
+    for file in ["dpo.toml", "kto.toml", "rm.toml", "prm.toml"] {
         let set = format!("algorithm.batch_size={huge}");
         assert_refused(&dir, file, &[&set], "algorithm.batch_size", &limit);
     }
