@@ -1,6 +1,7 @@
 //! Reward models (sequence classifiers) against Hugging Face transformers, and as rewards; a
 //! process reward model's step scores against Math-Shepherd's convention in transformers
-//! (`gen_prm_scores.py`).
+//! (`gen_prm_scores.py`), and a token-classifier PRM's against transformers'
+//! `AutoModelForTokenClassification` (`gen_trl_prm.py`).
 //!
 //! Fixtures: `tests/fixtures/lm/{llama,qwen2}-rm`, written by `gen_classifiers.py`
 //! (transformers 5.24): tiny random `LlamaForSequenceClassification` (one label) and
@@ -11,9 +12,10 @@
 use std::path::{Path, PathBuf};
 
 use burn::backend::Flex;
+use burn::tensor::{Tensor, TensorData};
 use rein_core::{Group, RewardFn};
 use rein_core::{PrmAggregate, PrmSettings};
-use rein_model::lm::{LoadError, SequenceClassifier};
+use rein_model::lm::{LoadError, SequenceClassifier, TokenClassifier};
 use rein_sampler::{ModelReward, PrmError, PrmReward, RewardModelError};
 use safetensors::SafeTensors;
 
@@ -291,4 +293,85 @@ fn a_process_reward_model_refuses_conventions_its_vocabulary_cannot_follow() {
     let prm = PrmReward::<B>::load("prm", &dir, &settings, &device).unwrap();
     let reason = prm.step_scores("q", "Step 1: # one\nStep 2").unwrap_err();
     assert!(reason.contains("appears 3 times in the text of 2 steps"), "{reason}");
+}
+
+/// The token classifier of `trl_prm.json` (the tiny Qwen2's decoder with its fresh two-label
+/// head), saved in Hugging Face format with the tokenizer, in a directory of its own.
+fn saved_token_classifier(name: &str) -> PathBuf {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        score_weight: Vec<Vec<f32>>,
+        score_bias: Vec<f32>,
+    }
+    let path = fixtures().join("../trl_prm.json");
+    let head: Head = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let device = Default::default();
+    let source = fixtures().join("qwen2-gqa");
+    let decoder = rein_model::lm::load::<B>(&source, &device).unwrap();
+    let hidden = head.score_weight[0].len();
+    let weight: Vec<f32> = (0..hidden)
+        .flat_map(|i| head.score_weight.iter().map(move |row| row[i]))
+        .collect();
+    let weight = Tensor::<B, 2>::from_data(TensorData::new(weight, [hidden, 2]), &device);
+    let bias = Tensor::<B, 1>::from_data(TensorData::new(head.score_bias, [2]), &device);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    TokenClassifier::with_head(decoder, weight, bias, Some(0))
+        .save(&dir)
+        .unwrap();
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(source.join(file), dir.join(file)).unwrap();
+    }
+    dir
+}
+
+/// A token-classifier PRM (`*ForTokenClassification`, as TRL's `PRMTrainer` and rein train
+/// one), saved by rein and loaded as `kind = "prm"`, scores each step with transformers'
+/// probability of label 1 at the step's separator (`trl_prm.json`, the fresh classifier on its
+/// first row) within 1e-5; `good` and `bad` play no part.
+#[test]
+fn a_token_classifier_prm_scores_each_step_as_transformers_does() {
+    #[derive(serde::Deserialize)]
+    struct Row {
+        prompt: String,
+        completions: Vec<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Fixture {
+        rows: Vec<Row>,
+        step_probabilities: Vec<f64>,
+    }
+    let path = fixtures().join("../trl_prm.json");
+    let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let dir = saved_token_classifier("prm-token-classifier");
+    let settings = PrmSettings {
+        separator: "\n".into(),
+        tag: "\n".into(),
+        good: "a word that is not one token".into(),
+        ..PrmSettings::default()
+    };
+    let prm = PrmReward::<B>::load("prm", &dir, &settings, &Default::default()).unwrap();
+    let row = &fixture.rows[0];
+    let got = prm.step_scores(&row.prompt, &row.completions.join("\n")).unwrap();
+    assert_close("the first row's steps", &got, &fixture.step_probabilities);
+
+    // A classifier with another number of labels is refused, naming it.
+    let device = Default::default();
+    let decoder = rein_model::lm::load::<B>(&fixtures().join("qwen2-gqa"), &device).unwrap();
+    let hidden = decoder.config().hidden_size;
+    let three = dir.with_file_name("prm-three-labels");
+    let head = (
+        Tensor::<B, 2>::zeros([hidden, 3], &device),
+        Tensor::<B, 1>::zeros([3], &device),
+    );
+    TokenClassifier::with_head(decoder, head.0, head.1, None)
+        .save(&three)
+        .unwrap();
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(dir.join(file), three.join(file)).unwrap();
+    }
+    let Err(error) = PrmReward::<B>::load("prm", &three, &settings, &device) else {
+        panic!("a three-label classifier loaded as a PRM")
+    };
+    assert!(matches!(error, PrmError::NotTwoLabels { labels: 3, .. }), "{error}");
 }

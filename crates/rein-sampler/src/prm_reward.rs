@@ -1,22 +1,33 @@
-//! A process reward model as a reward, in Math-Shepherd's convention (Wang et al. 2024,
-//! "Math-Shepherd: Verify and Reinforce LLMs Step-by-step without Human Annotations"): a causal
-//! LM reads the prompt and the completion with a tag after each step, and judges each step by
-//! the next-token distribution at the tag's last token, restricted to a `good` and a `bad`
-//! token:
+//! A process reward model as a reward, in either of two conventions.
+//!
+//! **A causal LM** (Math-Shepherd's convention; Wang et al. 2024, "Math-Shepherd: Verify and
+//! Reinforce LLMs Step-by-step without Human Annotations") reads the prompt and the completion
+//! with a tag after each step, and judges each step by the next-token distribution at the tag's
+//! last token, restricted to a `good` and a `bad` token:
 //!
 //! ```text
 //! text      = prompt + " " + join(separator, [step_k + tag])
 //! score_k   = softmax(z_t[good], z_t[bad])[good]        t: the position of step k's tag token
-//! reward(y) = aggregate_k score_k                        (min, mean, last or prod)
 //! ```
 //!
-//! The completion is split into steps at `separator`, empty steps dropped; a completion with no
-//! step gets no score (the reward does not apply to it). Each step's score is also reported on
-//! the step's span of the completion, for recipes that train on step scores. The tag, `good` and `bad` must each be
-//! in the model's vocabulary (`good` and `bad` one token each; the tag is judged at its last
-//! token, as Math-Shepherd's code does), and the tag's token must appear in the text exactly once
-//! per step: a step that contains it is a failure of the reward, counted, that the run survives
-//! as `on_error` says.
+//! The tag, `good` and `bad` must each be in the model's vocabulary (`good` and `bad` one token
+//! each; the tag is judged at its last token, as Math-Shepherd's code does), and the tag's token
+//! must appear in the text exactly once per step: a step that contains it is a failure of the
+//! reward, counted, that the run survives as `on_error` says.
+//!
+//! **A token classifier** with two labels (`*ForTokenClassification`, as TRL's `PRMTrainer` and
+//! rein's `algorithm.name = "prm"` train one) reads the prompt and each step followed by the tag
+//! — the text its training put after each step — each piece tokenized on its own as in training
+//! (`LmTokenizer::encode_steps`), and judges each step at its tag's last token:
+//!
+//! ```text
+//! score_k   = softmax(z_t)[1]                            t: the last token of step k's tag
+//! ```
+//!
+//! Either way the completion is split into steps at `separator`, empty steps dropped; a
+//! completion with no step gets no score (the reward does not apply to it); the completion's
+//! score is the steps' `aggregate` (min, mean, last or prod), and each step's score is also
+//! reported on the step's span of the completion, for recipes that train on step scores.
 
 use std::path::Path;
 
@@ -27,22 +38,31 @@ use rein_core::{
     RewardFn, StepScore,
 };
 use rein_model::ReinBackend;
-use rein_model::lm::{CausalLm, LmTokenizer, LoadError, load};
+use rein_model::lm::{CausalLm, LmTokenizer, LoadError, TokenClassifier, load};
 
 use crate::prompt_logprobs::sequence_hidden;
 
 /// A process reward model scoring completions (see the module docs).
 pub struct PrmReward<B: ReinBackend> {
     name: String,
-    model: CausalLm<B>,
+    judge: Judge<B>,
     tokenizer: LmTokenizer,
     settings: PrmSettings,
-    /// The token each step is judged at.
-    tag: u32,
-    good: u32,
-    bad: u32,
     device: B::Device,
     failures: FailureCounts,
+}
+
+/// The model and how it judges a step.
+enum Judge<B: ReinBackend> {
+    /// A causal LM: `good` against `bad` after the `tag` token.
+    NextToken {
+        model: Box<CausalLm<B>>,
+        tag: u32,
+        good: u32,
+        bad: u32,
+    },
+    /// A two-label token classifier: label 1 at each step's last token.
+    Classifier(Box<TokenClassifier<B>>),
 }
 
 /// Why a process reward model cannot be used.
@@ -51,6 +71,17 @@ pub enum PrmError {
     /// The model directory or its tokenizer cannot be loaded.
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// A token classifier without exactly two labels.
+    #[error(
+        "process reward model `{model}` is a token classifier with {labels} labels: a process reward model's has \
+         two (label 1: the step is right)"
+    )]
+    NotTwoLabels {
+        /// The model.
+        model: String,
+        /// How many labels it has.
+        labels: usize,
+    },
     /// A token the convention needs is not one token of the model's vocabulary.
     #[error(
         "process reward model `{model}`: prm.{key} = {text:?} encodes to {count} tokens of its vocabulary \
@@ -69,31 +100,48 @@ pub enum PrmError {
 }
 
 impl<B: ReinBackend> PrmReward<B> {
-    /// Loads the causal LM in `dir` and its tokenizer, and finds the tag's, `good`'s and `bad`'s
-    /// tokens.
+    /// Loads the model in `dir` (a token classifier, or else a causal LM) and its tokenizer, and
+    /// for a causal LM finds the tag's, `good`'s and `bad`'s tokens.
     pub fn load(name: &str, dir: &Path, settings: &PrmSettings, device: &B::Device) -> Result<Self, PrmError> {
         let dir = rein_model::lm::locate(dir)?;
-        let model = load::<B>(&dir, device)?.no_grad();
         let tokenizer = LmTokenizer::load(&dir, &[])?;
         let model_name = dir.display().to_string();
-        let token = |key: &'static str, text: &str, last: bool| -> Result<u32, PrmError> {
-            let ids = tokenizer.encode(text)?;
-            match (ids.as_slice(), last) {
-                ([id], _) | ([.., id], true) => Ok(*id),
-                _ => Err(PrmError::NotOneToken {
-                    model: model_name.clone(),
-                    key,
-                    text: text.into(),
-                    count: ids.len(),
-                }),
+        let judge = match TokenClassifier::<B>::is_token_classifier(&dir) {
+            true => {
+                let model = TokenClassifier::load(&dir, device)?;
+                if model.labels().len() != 2 {
+                    let labels = model.labels().len();
+                    return Err(PrmError::NotTwoLabels {
+                        model: model_name,
+                        labels,
+                    });
+                }
+                Judge::Classifier(Box::new(model))
+            }
+            false => {
+                let token = |key: &'static str, text: &str, last: bool| -> Result<u32, PrmError> {
+                    let ids = tokenizer.encode(text)?;
+                    match (ids.as_slice(), last) {
+                        ([id], _) | ([.., id], true) => Ok(*id),
+                        _ => Err(PrmError::NotOneToken {
+                            model: model_name.clone(),
+                            key,
+                            text: text.into(),
+                            count: ids.len(),
+                        }),
+                    }
+                };
+                Judge::NextToken {
+                    tag: token("tag", &settings.tag, true)?,
+                    good: token("good", &settings.good, false)?,
+                    bad: token("bad", &settings.bad, false)?,
+                    model: Box::new(load::<B>(&dir, device)?.no_grad()),
+                }
             }
         };
         Ok(Self {
             name: name.into(),
-            tag: token("tag", &settings.tag, true)?,
-            good: token("good", &settings.good, false)?,
-            bad: token("bad", &settings.bad, false)?,
-            model,
+            judge,
             tokenizer,
             settings: settings.clone(),
             device: device.clone(),
@@ -127,11 +175,40 @@ impl<B: ReinBackend> PrmReward<B> {
         if steps.is_empty() {
             return Ok(Vec::new());
         }
+        match &self.judge {
+            Judge::NextToken { model, tag, good, bad } => {
+                self.next_token_scores(model, prompt, &steps, *tag, (*good, *bad))
+            }
+            Judge::Classifier(model) => {
+                let encoded =
+                    (self.tokenizer.encode_steps(prompt, &steps, &self.settings.tag)).map_err(|e| e.to_string())?;
+                let at: Vec<(usize, usize)> = encoded.step_ends.iter().map(|&end| (0, end)).collect();
+                let logits = model
+                    .logits_at(&[encoded.ids], &at, &self.device)
+                    .into_data()
+                    .convert::<f32>();
+                let logits = logits.to_vec::<f32>().unwrap_or_default();
+                Ok((logits.chunks_exact(2))
+                    .map(|z| 1.0 / (1.0 + (f64::from(z[0]) - f64::from(z[1])).exp()))
+                    .collect())
+            }
+        }
+    }
+
+    /// Math-Shepherd's step scores: `good` against `bad` after each step's `tag`.
+    fn next_token_scores(
+        &self,
+        model: &CausalLm<B>,
+        prompt: &str,
+        steps: &[&str],
+        tag: u32,
+        (good, bad): (u32, u32),
+    ) -> Result<Vec<f64>, String> {
         let tagged: Vec<String> = steps.iter().map(|s| format!("{s}{}", self.settings.tag)).collect();
         let text = format!("{prompt} {}", tagged.join(&self.settings.separator));
         let ids = self.tokenizer.encode(&text).map_err(|e| e.to_string())?;
         let at: Vec<usize> = (ids.iter().enumerate())
-            .filter(|(_, id)| **id == self.tag)
+            .filter(|(_, id)| **id == tag)
             .map(|(i, _)| i)
             .collect();
         if at.len() != steps.len() {
@@ -144,17 +221,17 @@ impl<B: ReinBackend> PrmReward<B> {
             ));
         }
         let len = ids.len();
-        let hidden = sequence_hidden(&self.model, &ids, &self.device);
+        let hidden = sequence_hidden(model, &ids, &self.device);
         let rows: Vec<i64> = at.iter().map(|&i| i as i64).collect();
         let rows = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [at.len()]), &self.device);
-        let width = self.model.config().hidden_size;
+        let width = model.config().hidden_size;
         let judged = hidden.reshape([len, width]).select(0, rows).unsqueeze::<3>();
-        let logits = self.model.logits(judged).into_data().convert::<f32>();
+        let logits = model.logits(judged).into_data().convert::<f32>();
         let logits = logits.to_vec::<f32>().unwrap_or_default();
-        let vocab = self.model.config().vocab_size;
+        let vocab = model.config().vocab_size;
         Ok((logits.chunks_exact(vocab))
             .map(|row| {
-                let (good, bad) = (f64::from(row[self.good as usize]), f64::from(row[self.bad as usize]));
+                let (good, bad) = (f64::from(row[good as usize]), f64::from(row[bad as usize]));
                 1.0 / (1.0 + (bad - good).exp())
             })
             .collect())
