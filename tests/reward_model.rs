@@ -355,6 +355,26 @@ fn a_token_classifier_prm_scores_each_step_as_transformers_does() {
     let got = prm.step_scores(&row.prompt, &row.completions.join("\n")).unwrap();
     assert_close("the first row's steps", &got, &fixture.step_probabilities);
 
+    // A tag with no token to judge at is refused naming the key, as for a causal LM.
+    let empty = PrmSettings {
+        tag: String::new(),
+        ..settings.clone()
+    };
+    let Err(error) = PrmReward::<B>::load("prm", &dir, &empty, &Default::default()) else {
+        panic!("a tag of no token loaded")
+    };
+    assert!(
+        matches!(
+            error,
+            PrmError::NotOneToken {
+                key: "tag",
+                count: 0,
+                ..
+            }
+        ),
+        "{error}"
+    );
+
     // A classifier with another number of labels is refused, naming it.
     let device = Default::default();
     let decoder = rein_model::lm::load::<B>(&fixtures().join("qwen2-gqa"), &device).unwrap();

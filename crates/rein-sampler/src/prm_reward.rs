@@ -106,8 +106,21 @@ impl<B: ReinBackend> PrmReward<B> {
         let dir = rein_model::lm::locate(dir)?;
         let tokenizer = LmTokenizer::load(&dir, &[])?;
         let model_name = dir.display().to_string();
+        let token = |key: &'static str, text: &str, last: bool| -> Result<u32, PrmError> {
+            let ids = tokenizer.encode(text)?;
+            match (ids.as_slice(), last) {
+                ([id], _) | ([.., id], true) => Ok(*id),
+                _ => Err(PrmError::NotOneToken {
+                    model: model_name.clone(),
+                    key,
+                    text: text.into(),
+                    count: ids.len(),
+                }),
+            }
+        };
         let judge = match TokenClassifier::<B>::is_token_classifier(&dir) {
             true => {
+                token("tag", &settings.tag, true)?;
                 let model = TokenClassifier::load(&dir, device)?;
                 if model.labels().len() != 2 {
                     let labels = model.labels().len();
@@ -118,26 +131,12 @@ impl<B: ReinBackend> PrmReward<B> {
                 }
                 Judge::Classifier(Box::new(model))
             }
-            false => {
-                let token = |key: &'static str, text: &str, last: bool| -> Result<u32, PrmError> {
-                    let ids = tokenizer.encode(text)?;
-                    match (ids.as_slice(), last) {
-                        ([id], _) | ([.., id], true) => Ok(*id),
-                        _ => Err(PrmError::NotOneToken {
-                            model: model_name.clone(),
-                            key,
-                            text: text.into(),
-                            count: ids.len(),
-                        }),
-                    }
-                };
-                Judge::NextToken {
-                    tag: token("tag", &settings.tag, true)?,
-                    good: token("good", &settings.good, false)?,
-                    bad: token("bad", &settings.bad, false)?,
-                    model: Box::new(load::<B>(&dir, device)?.no_grad()),
-                }
-            }
+            false => Judge::NextToken {
+                tag: token("tag", &settings.tag, true)?,
+                good: token("good", &settings.good, false)?,
+                bad: token("bad", &settings.bad, false)?,
+                model: Box::new(load::<B>(&dir, device)?.no_grad()),
+            },
         };
         Ok(Self {
             name: name.into(),
