@@ -22,6 +22,7 @@ mod report;
 mod rewards;
 mod serve;
 mod sft;
+mod step_rewards;
 
 /// `rein-bench SUITE [PLUGIN_DIR] [--threads N] [--allow-missing-peers]`.
 fn main() -> anyhow::Result<()> {
