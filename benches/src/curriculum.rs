@@ -13,18 +13,18 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use burn::module::AutodiffModule;
 use rein_core::RewardFn;
 use rein_model::CpuAutodiff;
-use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer};
+use rein_model::lm::{CausalLm, LmTokenizer};
 use rein_plugin::PluginRuntime;
-use rein_posttrain::{EvalReport, EvalSettings, OnlineContext, OnlineTrainer, Prompt, Sft, WeightedReward, evaluate};
-use rein_posttrain::{Update, generate_task, prepare};
+use rein_posttrain::Update;
+use rein_posttrain::{EvalReport, EvalSettings, OnlineContext, OnlineTrainer, Prompt, WeightedReward, evaluate};
 use rein_recipe::{Algorithm, CurriculumKind, CurriculumSection, GrpoSection, LoadedRecipe};
 use rein_run::driver::Trainer;
 use rein_run::watchdog::Phases;
 
+use crate::recipe_sft::{AfterSft, after_sft, recipe_rewards};
 use crate::report::{Report, Row, median};
 
 const RECIPE: &str = "recipes/grpo-arithmetic-mixed.toml";
@@ -148,35 +148,15 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
 impl Setup {
     /// The recipe's data, and its model after the recipe's SFT stage.
     fn new() -> anyhow::Result<Self> {
-        let loaded = LoadedRecipe::load(Path::new(RECIPE), &[])?;
-        let recipe = &loaded.recipe;
-        let architecture = (recipe.model.architecture.clone()).context("the recipe names an architecture")?;
-        let config = LmConfig::from_json(serde_json::to_value(architecture)?).map_err(anyhow::Error::msg)?;
-        let data = recipe.data.clone().context("the recipe has data")?;
-        let task = data.task.clone().context("the recipe generates its task")?;
-        let device = Default::default();
-        let model = LmInit {
-            config,
-            std: recipe.model.init_std,
-        }
-        .init::<CpuAutodiff>(&mut rein_core::SeededRng::new(recipe.seed), &device);
-        let tokenizer_dir = loaded.resolve(recipe.model.tokenizer.as_deref().unwrap_or_default());
-        let tokenizer = LmTokenizer::load(&tokenizer_dir, &model.config().eos_ids())?;
-        let (train, test) = generate_task(&task, recipe.seed);
-        let (train, test) = (
-            prepare(&train, &tokenizer, &data, &[])?,
-            prepare(&test, &tokenizer, &data, &[])?,
-        );
-        let sft = recipe.sft.clone().context("the recipe has an SFT stage")?;
-        let pad = model.config().eos_ids().first().copied().unwrap_or(0);
-        println!("{RECIPE}: {} SFT steps…", sft.steps);
-        let mut trainer = Sft::new(model, &train, pad, &sft, recipe.seed, vec![device])?;
-        let phases = Phases::new(Default::default(), Default::default());
-        for step in 1..=sft.steps {
-            trainer.step(step, &phases)?;
-        }
+        let AfterSft {
+            loaded,
+            tokenizer,
+            train,
+            test,
+            model,
+        } = after_sft(RECIPE)?;
         Ok(Self {
-            start: trainer.model,
+            start: model,
             runtime: PluginRuntime::default(),
             loaded,
             tokenizer,
@@ -187,19 +167,7 @@ impl Setup {
 
     /// The recipe's rewards, loaded from `plugin_dir`.
     fn rewards(&self, plugin_dir: &Path) -> anyhow::Result<Vec<WeightedReward>> {
-        (self.loaded.recipe.reward.iter())
-            .map(|entry| {
-                let name = entry.plugin.as_deref().context("the recipe's rewards are plugins")?;
-                let plugin = self
-                    .runtime
-                    .load(plugin_dir.join(format!("{name}.wasm")), Default::default())?;
-                Ok(WeightedReward {
-                    reward: Box::new(plugin.reward(&serde_json::to_string(&entry.config)?)?),
-                    weight: entry.weight,
-                    isolate: entry.isolate,
-                })
-            })
-            .collect()
+        recipe_rewards(&self.loaded, &self.runtime, plugin_dir)
     }
 
     /// The recipe's first reward, which judges held-out answers.

@@ -18,6 +18,7 @@ mod ppo;
 mod preference;
 mod python_package;
 mod qwen2_3m;
+mod recipe_sft;
 mod report;
 mod rewards;
 mod serve;

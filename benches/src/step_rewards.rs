@@ -10,17 +10,17 @@
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::Context;
 use rein_core::AdvantageKind;
 use rein_model::CpuAutodiff;
-use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer};
+use rein_model::lm::{CausalLm, LmTokenizer};
 use rein_plugin::PluginRuntime;
-use rein_posttrain::{OnlineContext, OnlineTrainer, Prompt, Sft, Update, WeightedReward, generate_task, prepare};
+use rein_posttrain::{OnlineContext, OnlineTrainer, Prompt, Update, WeightedReward};
 use rein_recipe::{Algorithm, GrpoSection, LoadedRecipe, Recipe};
 use rein_run::driver::Trainer;
 use rein_run::watchdog::Phases;
 
 use crate::grpo::WARMUP;
+use crate::recipe_sft::{AfterSft, after_sft, recipe_rewards};
 use crate::report::{Report, Row, median};
 
 const RECIPE: &str = "recipes/grpo-arithmetic.toml";
@@ -34,24 +34,16 @@ fn rewards(
     plugin_dir: &Path,
     steps: bool,
 ) -> anyhow::Result<Vec<WeightedReward>> {
-    let mut entries: Vec<(String, String, f64)> = Vec::new();
-    for entry in &loaded.recipe.reward {
-        let name = entry.plugin.clone().context("the recipe's rewards are plugins")?;
-        entries.push((name, serde_json::to_string(&entry.config)?, entry.weight));
-    }
+    let mut rewards = recipe_rewards(loaded, runtime, plugin_dir)?;
     if steps {
-        entries.push(("scratchpad-steps".into(), "{}".into(), 1.0));
+        let plugin = runtime.load(plugin_dir.join("scratchpad-steps.wasm"), Default::default())?;
+        rewards.push(WeightedReward {
+            reward: Box::new(plugin.reward("{}")?),
+            weight: 1.0,
+            isolate: false,
+        });
     }
-    (entries.into_iter())
-        .map(|(name, config, weight)| {
-            let plugin = runtime.load(plugin_dir.join(format!("{name}.wasm")), Default::default())?;
-            Ok(WeightedReward {
-                reward: Box::new(plugin.reward(&config)?),
-                weight,
-                isolate: false,
-            })
-        })
-        .collect()
+    Ok(rewards)
 }
 
 /// A GRPO trainer from `start` on `prompts` with `rewards` and `grpo`'s settings, the rest the
@@ -85,36 +77,19 @@ fn grpo_trainer<'a>(
 }
 
 pub fn run(plugin_dir: &Path, report: &mut Report) -> anyhow::Result<()> {
-    let loaded = LoadedRecipe::load(Path::new(RECIPE), &[])?;
+    let AfterSft {
+        loaded,
+        tokenizer,
+        train,
+        model: start,
+        ..
+    } = after_sft(RECIPE)?;
     let recipe = &loaded.recipe;
     let Algorithm::Grpo(section) = &recipe.algorithm else {
         anyhow::bail!("{RECIPE} is a GRPO recipe");
     };
-    let architecture = (recipe.model.architecture.clone()).context("the recipe names an architecture")?;
-    let config = LmConfig::from_json(serde_json::to_value(architecture)?).map_err(anyhow::Error::msg)?;
-    let data = recipe.data.clone().context("the recipe has data")?;
-    let task = data.task.clone().context("the recipe generates its task")?;
-    let device = Default::default();
-    let model = LmInit {
-        config,
-        std: recipe.model.init_std,
-    }
-    .init::<CpuAutodiff>(&mut rein_core::SeededRng::new(recipe.seed), &device);
-    let tokenizer_dir = loaded.resolve(recipe.model.tokenizer.as_deref().unwrap_or_default());
-    let tokenizer = LmTokenizer::load(&tokenizer_dir, &model.config().eos_ids())?;
-    let train = prepare(&generate_task(&task, recipe.seed).0, &tokenizer, &data, &[])?;
-    let sft = recipe.sft.clone().context("the recipe has an SFT stage")?;
-    let pad = model.config().eos_ids().first().copied().unwrap_or(0);
-    println!(
-        "{RECIPE}: {} SFT steps, then GRPO with and without step rewards…",
-        sft.steps
-    );
-    let mut trainer = Sft::new(model, &train, pad, &sft, recipe.seed, vec![device])?;
+    println!("  GRPO from it, with and without step rewards…");
     let phases = Phases::new(Default::default(), Default::default());
-    for step in 1..=sft.steps {
-        trainer.step(step, &phases)?;
-    }
-    let start = trainer.model;
 
     let runtime = PluginRuntime::default();
     let process = GrpoSection {
