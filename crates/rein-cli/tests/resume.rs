@@ -177,7 +177,13 @@ fn killed_and_resumed_equals_uninterrupted(job: &Job, total_steps: usize, kills:
     let mut last_kill: Option<(usize, Option<PathBuf>)> = None;
     for (i, &at) in kill_at.iter().enumerate() {
         let (logged, stderr) = run_until_killed(job.command(&runs, resume.as_deref()), &runs, at, &mut random);
-        let started = resume.is_none() || stderr.contains("resuming ") || stderr.contains("has no usable checkpoint");
+        // A whole line: one cut by the kill says nothing about what it read.
+        let said = |what: &str| {
+            stderr
+                .split_inclusive('\n')
+                .any(|l| l.contains(what) && l.ends_with('\n'))
+        };
+        let started = resume.is_none() || said("resuming ") || said("has no usable checkpoint");
         if !started {
             // Killed before it read a checkpoint (it only reads until then): as if not run.
             eprintln!("killed before resuming");

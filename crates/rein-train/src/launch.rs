@@ -56,10 +56,13 @@ pub fn resume(loaded: &LoadedRecipe, plugin_dir: &Path, dir: &Path) -> Result<Ru
     for bad in &skipped {
         eprintln!("warning: skipping {bad}");
     }
-    match &latest {
-        Some(c) => eprintln!("resuming {} from {}", dir.display(), c.path.display()),
-        None => eprintln!("{} has no usable checkpoint; starting it again", dir.display()),
-    }
+    // Each line formatted first and written whole: stderr is unbuffered, and a line written in
+    // pieces can be cut by a kill between them.
+    let line = match &latest {
+        Some(c) => format!("resuming {} from {}", dir.display(), c.path.display()),
+        None => format!("{} has no usable checkpoint; starting it again", dir.display()),
+    };
+    eprintln!("{line}");
     run_in(loaded, plugin_dir, Some(&run_dir), latest)
 }
 
