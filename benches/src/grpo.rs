@@ -1,6 +1,6 @@
-//! `cargo xtask bench grpo`: what step rewards cost a GRPO step of the default recipe
-//! ([`crate::step_rewards`]); then seconds per GRPO step and peak resident memory against TRL's
-//! `GRPOTrainer` on the same checkpoint, prompts and settings, in the same run, in two cases:
+//! `cargo xtask bench grpo`: seconds per GRPO step and peak resident memory against TRL's
+//! `GRPOTrainer` on the same checkpoint, prompts and settings, in the same run, in two cases
+//! (and, after them, what step rewards cost a step: [`crate::step_rewards`]):
 //! - a random ~3M-parameter Qwen2 (hidden 256, 4 layers, vocab 512), fully fine-tuned: 8 prompts
 //!   × 8 completions of 32 new tokens, β = 0, rewards from the sandboxed `math-answer` plugin;
 //!   split into generate / reward / train, the train phase into forward / backward / optimizer,
@@ -71,7 +71,6 @@ struct Measured {
 pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
     let device = Default::default();
     let mut report = Report::default();
-    crate::step_rewards::run(plugin_dir, &mut report)?;
 
     // The random Qwen2, fully fine-tuned.
     let model = qwen2_3m::<CpuAutodiff>(&device)?;

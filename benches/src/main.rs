@@ -59,7 +59,11 @@ fn main() -> anyhow::Result<()> {
         "ppo" => ppo::run(&plugin_dir)?,
         "sac" | "td3" => off_policy::run(&suite, &plugin_dir)?,
         "generate" => generate::run()?,
-        "grpo" => grpo::run(&plugin_dir)?,
+        "grpo" => {
+            let mut report = grpo::run(&plugin_dir)?;
+            step_rewards::run(&plugin_dir, &mut report)?;
+            report
+        }
         "curriculum" => curriculum::run(&plugin_dir)?,
         "sft" => sft::run()?,
         "agent" => agent::run(&plugin_dir)?,

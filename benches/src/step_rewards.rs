@@ -19,12 +19,12 @@ use rein_recipe::{Algorithm, GrpoSection, LoadedRecipe, Recipe};
 use rein_run::driver::Trainer;
 use rein_run::watchdog::Phases;
 
-use crate::grpo::WARMUP;
 use crate::recipe_sft::{AfterSft, after_sft, recipe_rewards};
 use crate::report::{Report, Row, median};
 
 const RECIPE: &str = "recipes/grpo-arithmetic.toml";
-/// Timed steps on each side.
+/// Untimed steps, then timed ones, on each side.
+const WARMUP: usize = 1;
 const STEPS: usize = 12;
 
 /// The recipe's rewards loaded from `plugin_dir`, and with `steps`, the step checker too.
