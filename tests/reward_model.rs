@@ -328,7 +328,8 @@ fn saved_token_classifier(name: &str) -> PathBuf {
 /// A token-classifier PRM (`*ForTokenClassification`, as TRL's `PRMTrainer` and rein train
 /// one), saved by rein and loaded as `kind = "prm"`, scores each step with transformers'
 /// probability of label 1 at the step's separator (`trl_prm.json`, the fresh classifier on its
-/// first row) within 1e-5; `good` and `bad` play no part.
+/// first row) within 1e-5; `good` and `bad` play no part. A group is judged in one padded
+/// batch, with the scores of one completion at a time.
 #[test]
 fn a_token_classifier_prm_scores_each_step_as_transformers_does() {
     #[derive(serde::Deserialize)]
@@ -354,6 +355,21 @@ fn a_token_classifier_prm_scores_each_step_as_transformers_does() {
     let row = &fixture.rows[0];
     let got = prm.step_scores(&row.prompt, &row.completions.join("\n")).unwrap();
     assert_close("the first row's steps", &got, &fixture.step_probabilities);
+
+    // A group is judged in one padded batch: the same scores as one completion at a time.
+    let completions = [
+        "one step".to_string(),
+        row.completions.join("\n"),
+        "\n".into(),
+        "a\nlonger second step, with more words than the first".into(),
+    ];
+    let completions: Vec<&str> = completions.iter().map(String::as_str).collect();
+    let batched = prm.group_step_scores(&row.prompt, &completions).unwrap();
+    for (completion, batched) in completions.iter().zip(&batched) {
+        let alone = prm.step_scores(&row.prompt, completion).unwrap();
+        assert_close(completion, batched, &alone);
+    }
+    assert!(batched[2].is_empty(), "no step, no score");
 
     // A tag with no token to judge at is refused naming the key, as for a causal LM.
     let empty = PrmSettings {

@@ -42,6 +42,9 @@ use rein_model::lm::{CausalLm, LmTokenizer, LoadError, TokenClassifier, load};
 
 use crate::prompt_logprobs::sequence_hidden;
 
+/// Completions a token-classifier PRM judges in one forward pass.
+pub const CLASSIFIER_BATCH: usize = 16;
+
 /// A process reward model scoring completions (see the module docs).
 pub struct PrmReward<B: ReinBackend> {
     name: String,
@@ -178,20 +181,52 @@ impl<B: ReinBackend> PrmReward<B> {
             Judge::NextToken { model, tag, good, bad } => {
                 self.next_token_scores(model, prompt, &steps, *tag, (*good, *bad))
             }
-            Judge::Classifier(model) => {
-                let encoded =
-                    (self.tokenizer.encode_steps(prompt, &steps, &self.settings.tag)).map_err(|e| e.to_string())?;
-                let at: Vec<(usize, usize)> = encoded.step_ends.iter().map(|&end| (0, end)).collect();
-                let logits = model
-                    .logits_at(&[encoded.ids], &at, &self.device)
-                    .into_data()
-                    .convert::<f32>();
-                let logits = logits.to_vec::<f32>().unwrap_or_default();
-                Ok((logits.chunks_exact(2))
-                    .map(|z| 1.0 / (1.0 + (f64::from(z[0]) - f64::from(z[1])).exp()))
-                    .collect())
+            Judge::Classifier(model) => Ok(self.classifier_scores(model, prompt, &[completion])?.remove(0)),
+        }
+    }
+
+    /// [`Self::step_scores`] of each of `completions` after `prompt`; a token classifier judges
+    /// them [`CLASSIFIER_BATCH`] at a time, right-padded.
+    pub fn group_step_scores(&self, prompt: &str, completions: &[&str]) -> Result<Vec<Vec<f64>>, String> {
+        match &self.judge {
+            Judge::NextToken { .. } => (completions.iter()).map(|c| self.step_scores(prompt, c)).collect(),
+            Judge::Classifier(model) => self.classifier_scores(model, prompt, completions),
+        }
+    }
+
+    /// A token classifier's step scores: label 1's probability at each step's last token.
+    fn classifier_scores(
+        &self,
+        model: &TokenClassifier<B>,
+        prompt: &str,
+        completions: &[&str],
+    ) -> Result<Vec<Vec<f64>>, String> {
+        let mut encoded = Vec::with_capacity(completions.len());
+        for (i, completion) in completions.iter().enumerate() {
+            let steps = self.steps(completion);
+            if !steps.is_empty() {
+                let steps = self.tokenizer.encode_steps(prompt, &steps, &self.settings.tag);
+                encoded.push((i, steps.map_err(|e| e.to_string())?));
             }
         }
+        let mut scores = vec![Vec::new(); completions.len()];
+        for chunk in encoded.chunks(CLASSIFIER_BATCH) {
+            let sequences: Vec<Vec<u32>> = chunk.iter().map(|(_, e)| e.ids.clone()).collect();
+            let at: Vec<(usize, usize)> = (chunk.iter().enumerate())
+                .flat_map(|(row, (_, e))| e.step_ends.iter().map(move |&end| (row, end)))
+                .collect();
+            let logits = model
+                .logits_at(&sequences, &at, &self.device)
+                .into_data()
+                .convert::<f32>();
+            let logits = logits.to_vec::<f32>().unwrap_or_default();
+            let mut probabilities =
+                (logits.chunks_exact(2)).map(|z| 1.0 / (1.0 + (f64::from(z[0]) - f64::from(z[1])).exp()));
+            for (i, e) in chunk {
+                scores[*i] = probabilities.by_ref().take(e.step_ends.len()).collect();
+            }
+        }
+        Ok(scores)
     }
 
     /// Math-Shepherd's step scores: `good` against `bad` after each step's `tag`.
@@ -252,8 +287,9 @@ impl<B: ReinBackend> PrmReward<B> {
         let mut out = Vec::with_capacity(groups.len());
         for group in groups {
             let mut scores = Vec::with_capacity(group.completions.len());
-            for completion in &group.completions {
-                let steps = self.step_scores(&group.prompt, completion).map_err(failed)?;
+            let completions: Vec<&str> = group.completions.iter().map(String::as_str).collect();
+            let group_steps = self.group_step_scores(&group.prompt, &completions).map_err(failed)?;
+            for (completion, steps) in group.completions.iter().zip(group_steps) {
                 let spans = self.step_spans(completion).into_iter().zip(&steps);
                 scores.push(CompletionScore {
                     score: self.aggregate(&steps),

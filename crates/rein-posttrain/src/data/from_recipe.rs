@@ -45,7 +45,7 @@ impl PreferenceUse {
 /// Step-labelled rows for training, and held out.
 pub(crate) type StepwiseRows = (Vec<StepwiseExample>, Vec<StepwiseExample>);
 
-/// A recipe's examples and preference rows.
+/// A recipe's examples, preference rows and step-labelled rows.
 pub(crate) struct RecipeData {
     pub(crate) train: Vec<Example>,
     pub(crate) test: Vec<Example>,
@@ -55,7 +55,7 @@ pub(crate) struct RecipeData {
     pub(crate) labelled: Vec<LabelledExample>,
     /// Step-labelled rows (process reward models), training and held out.
     pub(crate) stepwise: StepwiseRows,
-    /// Preference rows that cannot train, with why.
+    /// Preference, labelled or step-labelled rows that cannot train, with why.
     pub(crate) skipped: Vec<Skipped>,
 }
 
