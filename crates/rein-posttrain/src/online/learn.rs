@@ -388,7 +388,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
                 let steps = batch.iter().flat_map(|scored| scored.steps.iter());
                 let completions: Vec<Completion> = (flat.iter().zip(steps).zip(rewards))
                     .map(|(((rollout, _), steps), &outcome)| Completion {
-                        tokens: &rollout.tokens,
+                        rollout,
                         steps,
                         outcome,
                     })

@@ -121,6 +121,7 @@ mod tests {
             version: 0,
             routes: None,
             certainty: Vec::new(),
+            char_ends: Default::default(),
         };
         Scored {
             prompt: 0,

@@ -11,11 +11,12 @@ use rein_core::StepScore;
 use rein_model::lm::LmTokenizer;
 use rein_optim::{TokenRewards, process_advantages};
 
-use crate::rewards::steps::{step_token_scores, token_char_ends};
+use super::sample::Rollout;
+use crate::rewards::steps::step_token_scores;
 
-/// One completion: its tokens, the step scores on its text, and its outcome.
+/// One completion: its rollout, the step scores on its text, and its outcome.
 pub(super) struct Completion<'a> {
-    pub(super) tokens: &'a [u32],
+    pub(super) rollout: &'a Rollout,
     pub(super) steps: &'a [StepScore],
     pub(super) outcome: f32,
 }
@@ -43,7 +44,7 @@ pub(super) fn advantages(
     let (mut outcome_rewards, mut outcome_mask) = (vec![0.0f32; size], vec![0.0f32; size]);
     let mut steps = 0usize;
     for (row, completion) in completions.iter().enumerate() {
-        let Some(last) = completion.tokens.len().min(width).checked_sub(1) else {
+        let Some(last) = completion.rollout.tokens.len().min(width).checked_sub(1) else {
             continue;
         };
         outcome_rewards[row * width + last] = completion.outcome;
@@ -51,8 +52,8 @@ pub(super) fn advantages(
         if completion.steps.is_empty() {
             continue;
         }
-        let ends = token_char_ends(tokenizer, completion.tokens);
-        for (token, score) in step_token_scores(completion.steps, &ends) {
+        let ends = completion.rollout.char_ends(tokenizer);
+        for (token, score) in step_token_scores(completion.steps, ends) {
             if token < width {
                 step_rewards[row * width + token] += score as f32;
                 step_mask[row * width + token] = 1.0;

@@ -45,6 +45,9 @@ pub(super) struct Rollout {
     /// How sure the policy was at each sampled token, when a signal reward asks (see
     /// [`rein_sampler::Generation::certainty`]); empty otherwise.
     pub(super) certainty: Vec<rein_sampler::TokenCertainty>,
+    /// Where each token's text ends in `text`, in characters ([`token_char_ends`]): decoded the
+    /// first time a reward's token inputs or the process advantage need it, then kept.
+    pub(super) char_ends: std::sync::OnceLock<Vec<usize>>,
 }
 
 /// One sampled, scored group.
@@ -286,6 +289,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
                 version: produced.version,
                 routes: x.routes,
                 certainty: x.certainty,
+                char_ends: Default::default(),
             })
             .collect();
         Ok((picked, rollouts))
@@ -382,12 +386,17 @@ fn keep_groups(
 }
 
 impl Rollout {
+    /// [`Rollout::char_ends`], decoded on first use.
+    pub(super) fn char_ends(&self, tokenizer: &LmTokenizer) -> &[usize] {
+        self.char_ends.get_or_init(|| token_char_ends(tokenizer, &self.tokens))
+    }
+
     /// Its tokens as a reward that reads them sees them: the characters of `text` each token
     /// completes ([`token_char_ends`]), the last one also any rest (a character its bytes end
     /// inside, decoded as U+FFFD), so that they add up to `text`; with the sampler's
     /// log-probabilities.
     fn token_texts(&self, tokenizer: &LmTokenizer) -> Vec<Token> {
-        let ends = token_char_ends(tokenizer, &self.tokens);
+        let ends = self.char_ends(tokenizer);
         let (mut chars, mut at, last) = (self.text.chars(), 0, ends.len().saturating_sub(1));
         (ends.iter().zip(&self.logprobs).enumerate())
             .map(|(i, (&end, &logprob))| {
@@ -428,6 +437,7 @@ impl From<Episode> for Rollout {
             version: 0,
             routes: None,
             certainty: Vec::new(),
+            char_ends: Default::default(),
         }
     }
 }
