@@ -5,7 +5,8 @@
 //! top-entropy token mask; GDPO's advantages against TRL's `normalize_then_sum` branch; the pass@k
 //! advantages against verl's `grpo_passk` and the pass@k paper's formula; the adaptive entropy
 //! coefficient against TRL's controller; PRIME's token advantages from process rewards against
-//! its equations with verl's whitening.
+//! its equations with verl's whitening, and its implicit PRM's loss and token rewards against the
+//! equations of verl's recipe.
 
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::{Tensor, TensorData};
@@ -332,4 +333,64 @@ fn process_advantages_match_prime() {
         }
     }
     assert_eq!(f.cases.len(), 3);
+}
+
+#[derive(Deserialize)]
+struct ImplicitRewards {
+    lambda: f32,
+    outcome: bool,
+    rewards: Vec<f64>,
+}
+
+#[derive(Deserialize)]
+struct ImplicitPrmFixture {
+    beta: f32,
+    width: usize,
+    lengths: Vec<usize>,
+    log_ratios: Vec<f32>,
+    sums: Vec<f32>,
+    outcomes: Vec<f32>,
+    loss: f64,
+    loss_grad: Vec<f64>,
+    token_rewards: std::collections::BTreeMap<String, ImplicitRewards>,
+    batch_normalized: Vec<f64>,
+}
+
+/// PRIME's implicit PRM against its equations in verl's recipe (fixture written by
+/// `tests/fixtures/gen_prime_implicit_prm.py`): the cross-entropy loss on the summed log-ratios
+/// (one row past torch's −100 clamp) and its gradient, the token rewards with λ = 0, with λ and
+/// with the outcome on the last token, and the batch normalisation, each within 1e-6.
+#[test]
+fn the_implicit_prm_matches_prime() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/prime_implicit_prm.json");
+    let f: ImplicitPrmFixture = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let close = |what: &str, got: &[f32], want: &[f64]| {
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            let g = f64::from(*g);
+            assert!(
+                (g - w).abs() <= 1e-6 * w.abs().max(1.0),
+                "{what}[{i}]: rein {g} vs PRIME {w}"
+            );
+        }
+    };
+    let sums =
+        Tensor::<B, 1>::from_data(TensorData::new(f.sums.clone(), [f.sums.len()]), &Default::default()).require_grad();
+    let loss = rein_optim::implicit_prm_loss(sums.clone(), &f.outcomes, f.beta);
+    close("loss", &[loss.clone().into_scalar()], &[f.loss]);
+    let grads = loss.backward();
+    let grad = sums.grad(&grads).unwrap().into_data().to_vec::<f32>().unwrap();
+    close("the loss's gradient", &grad, &f.loss_grad);
+    for (name, case) in &f.token_rewards {
+        let outcomes = case.outcome.then_some(f.outcomes.as_slice());
+        let got = rein_optim::implicit_token_rewards(&f.log_ratios, &f.lengths, f.width, f.beta, case.lambda, outcomes);
+        close(name, &got, &case.rewards);
+    }
+    let plain = rein_optim::implicit_token_rewards(&f.log_ratios, &f.lengths, f.width, f.beta, 0.0, None);
+    close(
+        "batch_norm",
+        &rein_optim::batch_normalized(&plain, f.width),
+        &f.batch_normalized,
+    );
+    assert_eq!(f.token_rewards.len(), 3);
 }

@@ -22,7 +22,8 @@
 //!   [`EntropyCoefficient`], Skywork-OR1's adaptive entropy bonus;
 //!   [`add_teacher_advantages`] and [`full_reverse_kl`], on-policy distillation's sampled and
 //!   full-vocabulary reverse KL; PRIME's [`process_advantages`] from rewards on tokens (step
-//!   scores, an implicit PRM's) with no critic.
+//!   scores, an implicit PRM's) with no critic, and the implicit PRM's own loss and token rewards
+//!   ([`implicit_prm_loss`], [`implicit_token_rewards`]).
 //! - PPO on language models: [`token_rewards`] (the score on the last token, −β·KL on every
 //!   token), [`token_gae`] (GAE over a completion's tokens) and [`masked_whiten`], as
 //!   InstructGPT and TRL's `PPOTrainer` compute them; the critic's loss is [`masked_value_loss`].
@@ -59,6 +60,7 @@ mod gdpo;
 mod gigpo;
 mod grad_clip;
 mod group_advantages;
+mod implicit_prm;
 mod kl;
 mod kto;
 mod lag_correction;
@@ -93,6 +95,7 @@ pub use gdpo::decoupled_normalized;
 pub use gigpo::{GigpoConfig, TurnOutcome, gigpo_advantages};
 pub use grad_clip::clip_grad_norm;
 pub use group_advantages::{group_normalized, reinforce_pp, rloo, zero_variance};
+pub use implicit_prm::{batch_normalized, implicit_prm_loss, implicit_token_rewards};
 pub use kl::{kl_estimate, kl_estimate_scalar};
 pub use kto::{KtoConfig, KtoLoss, KtoLossKind, kto_loss, kto_reference_point};
 pub use lag_correction::{Corrected, Correction, lag_correction};
