@@ -11,11 +11,9 @@
 
 use std::time::Instant;
 
-use crate::prompt_logprobs::sequence_hidden;
 use crate::{FinishReason, GenerationConfig, generate_seeded, stop_check};
 use burn::module::Module;
 use burn::tensor::activation::log_softmax;
-
 use rein_core::{Judge, JudgeError, JudgeRequest, JudgedToken, Judgement};
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, ChatMessage, LmTokenizer};
@@ -69,7 +67,7 @@ impl<B: ReinBackend> NativeJudge<B> {
             return Vec::new();
         }
         let ids: Vec<u32> = prompt.iter().chain(answer).copied().collect();
-        let hidden = sequence_hidden(&self.model, &ids, &self.device);
+        let hidden = self.model.padded_hidden(&[ids], 0, &self.device);
         // Position p's logits predict token p + 1: the answer's tokens are predicted from the
         // prompt's last position on.
         let rows = hidden.narrow(1, prompt.len() - 1, answer.len());

@@ -32,15 +32,12 @@
 use std::path::Path;
 
 use burn::module::Module;
-use burn::tensor::{Int, Tensor, TensorData};
 use rein_core::{
     CompletionScore, FailureCounts, Group, GroupScores, PluginError, PluginErrorKind, PrmAggregate, PrmSettings,
     RewardFn, StepScore,
 };
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, LmTokenizer, LoadError, TokenClassifier, load};
-
-use crate::prompt_logprobs::sequence_hidden;
 
 /// Completions a token-classifier PRM judges in one forward pass.
 pub const CLASSIFIER_BATCH: usize = 16;
@@ -173,23 +170,19 @@ impl<B: ReinBackend> PrmReward<B> {
     /// Each step's score for `completion` after `prompt` (see the module docs); empty when the
     /// completion has no step. The error says why the text cannot be judged.
     pub fn step_scores(&self, prompt: &str, completion: &str) -> Result<Vec<f64>, String> {
-        let steps = self.steps(completion);
-        if steps.is_empty() {
-            return Ok(Vec::new());
-        }
-        match &self.judge {
-            Judge::NextToken { model, tag, good, bad } => {
-                self.next_token_scores(model, prompt, &steps, *tag, (*good, *bad))
-            }
-            Judge::Classifier(model) => Ok(self.classifier_scores(model, prompt, &[completion])?.remove(0)),
-        }
+        Ok(self.group_step_scores(prompt, &[completion])?.remove(0))
     }
 
     /// [`Self::step_scores`] of each of `completions` after `prompt`; a token classifier judges
     /// them [`CLASSIFIER_BATCH`] at a time, right-padded.
     pub fn group_step_scores(&self, prompt: &str, completions: &[&str]) -> Result<Vec<Vec<f64>>, String> {
         match &self.judge {
-            Judge::NextToken { .. } => (completions.iter()).map(|c| self.step_scores(prompt, c)).collect(),
+            Judge::NextToken { model, tag, good, bad } => (completions.iter())
+                .map(|completion| match self.steps(completion) {
+                    steps if steps.is_empty() => Ok(Vec::new()),
+                    steps => self.next_token_scores(model, prompt, &steps, *tag, (*good, *bad)),
+                })
+                .collect(),
             Judge::Classifier(model) => self.classifier_scores(model, prompt, completions),
         }
     }
@@ -211,7 +204,7 @@ impl<B: ReinBackend> PrmReward<B> {
         }
         let mut scores = vec![Vec::new(); completions.len()];
         for chunk in encoded.chunks(CLASSIFIER_BATCH) {
-            let sequences: Vec<Vec<u32>> = chunk.iter().map(|(_, e)| e.ids.clone()).collect();
+            let sequences: Vec<&[u32]> = chunk.iter().map(|(_, e)| e.ids.as_slice()).collect();
             let at: Vec<(usize, usize)> = (chunk.iter().enumerate())
                 .flat_map(|(row, (_, e))| e.step_ends.iter().map(move |&end| (row, end)))
                 .collect();
@@ -254,12 +247,8 @@ impl<B: ReinBackend> PrmReward<B> {
                 self.settings.tag
             ));
         }
-        let len = ids.len();
-        let hidden = sequence_hidden(model, &ids, &self.device);
-        let rows: Vec<i64> = at.iter().map(|&i| i as i64).collect();
-        let rows = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [at.len()]), &self.device);
-        let width = model.config().hidden_size;
-        let judged = hidden.reshape([len, width]).select(0, rows).unsqueeze::<3>();
+        let at: Vec<(usize, usize)> = at.into_iter().map(|t| (0, t)).collect();
+        let judged = model.hidden_at(&[ids], 0, &at, &self.device).unsqueeze::<3>();
         let logits = model.logits(judged).into_data().convert::<f32>();
         let logits = logits.to_vec::<f32>().unwrap_or_default();
         let vocab = model.config().vocab_size;

@@ -3,9 +3,8 @@
 //! over the prompt (no cache), its logits read a few rows at a time, each row scored on the host
 //! as [`crate::choose`] scores a sampled token.
 
-use burn::tensor::{Int, Tensor, TensorData};
 use rein_model::ReinBackend;
-use rein_model::lm::{CausalLm, Context, HEAD_CHUNK_BYTES};
+use rein_model::lm::{CausalLm, HEAD_CHUNK_BYTES};
 
 use crate::token_choice::token_logprob_with_top;
 
@@ -17,23 +16,6 @@ pub struct ScoredToken {
     /// The most likely tokens at its position, with their log-probabilities (see
     /// [`crate::top_logprobs`]); empty when none were asked for.
     pub top: Vec<(u32, f32)>,
-}
-
-/// The last layer's hidden states `[1, len, hidden]` of one sequence, run whole (no cache, no
-/// padding): what scoring a text token by token starts from.
-pub(crate) fn sequence_hidden<B: ReinBackend>(model: &CausalLm<B>, ids: &[u32], device: &B::Device) -> Tensor<B, 3> {
-    let len = ids.len();
-    let rope = model.rope(len, device);
-    let ctx = Context {
-        rope: &rope,
-        positions: Tensor::<B, 1, Int>::arange(0..len as i64, device).reshape([1, len]),
-        padding: None,
-        sequence_lengths: None,
-        fused: None,
-        routing: None,
-    };
-    let ids: Vec<i64> = ids.iter().map(|&t| i64::from(t)).collect();
-    model.hidden(Tensor::from_data(TensorData::new(ids, [1, len]), device), &ctx, None)
 }
 
 /// Scores tokens `1..` of `prompt` (the first has nothing before it to be predicted from), with
@@ -49,7 +31,7 @@ pub fn prompt_logprobs<B: ReinBackend>(
     if len < 2 {
         return Vec::new();
     }
-    let hidden = sequence_hidden(model, prompt, device);
+    let hidden = model.padded_hidden(&[prompt], 0, device);
     // Rows 0..len-1 predict tokens 1..len; a chunk's logits are at most HEAD_CHUNK_BYTES.
     let vocab = model.config().vocab_size;
     let chunk = (HEAD_CHUNK_BYTES / (4 * vocab.max(1))).max(1);

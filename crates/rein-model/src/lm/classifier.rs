@@ -10,7 +10,7 @@ use std::path::Path;
 
 use burn::module::{Module, Param};
 use burn::nn::Linear;
-use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burn::tensor::{Bool, Tensor, TensorData};
 use rein_core::SeededRng;
 
 use super::classifier_config::{
@@ -149,15 +149,11 @@ impl<B: ReinBackend> SequenceClassifier<B> {
         if batch == 0 || seq == 0 {
             return Tensor::zeros([batch, width], device);
         }
-        let hidden = self
-            .trunk
-            .padded_hidden(sequences, self.pad_token_id.unwrap_or(0), device);
-        let rows: Vec<i64> = (sequences.iter().enumerate())
-            .map(|(b, ids)| (b * seq + self.pooled_position(ids)) as i64)
+        let at: Vec<(usize, usize)> = (sequences.iter().enumerate())
+            .map(|(b, ids)| (b, self.pooled_position(ids)))
             .collect();
-        let rows = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [batch]), device);
-        let width_hidden = self.config().hidden_size;
-        let pooled = hidden.reshape([batch * seq, width_hidden]).select(0, rows);
+        let pad = self.pad_token_id.unwrap_or(0);
+        let pooled = self.trunk.hidden_at(sequences, pad, &at, device);
         let scores = affine(pooled, self.score.weight.val(), None);
         let empty: Vec<bool> = sequences.iter().map(Vec::is_empty).collect();
         if !empty.contains(&true) {

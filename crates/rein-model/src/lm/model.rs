@@ -604,16 +604,17 @@ impl<B: ReinBackend> CausalLm<B> {
     /// The final hidden states of `sequences` batched together, right-padded with `pad` to the
     /// longest, `[sequences.len(), longest, hidden]`: each sequence attends to its own tokens
     /// only, at positions from 0, as transformers runs a right-padded batch with its attention
-    /// mask. The padding's rows are not meaningful.
-    pub fn padded_hidden(&self, sequences: &[Vec<u32>], pad: u32, device: &B::Device) -> Tensor<B, 3> {
+    /// mask (one sequence, or several of one length, run unpadded). The padding's rows are not
+    /// meaningful.
+    pub fn padded_hidden<S: AsRef<[u32]>>(&self, sequences: &[S], pad: u32, device: &B::Device) -> Tensor<B, 3> {
         let batch = sequences.len();
-        let seq = sequences.iter().map(Vec::len).max().unwrap_or(0);
+        let seq = sequences.iter().map(|ids| ids.as_ref().len()).max().unwrap_or(0);
         let tokens: Vec<i64> = (sequences.iter())
-            .flat_map(|ids| (0..seq).map(move |t| i64::from(ids.get(t).copied().unwrap_or(pad))))
+            .flat_map(|ids| (0..seq).map(move |t| i64::from(ids.as_ref().get(t).copied().unwrap_or(pad))))
             .collect();
-        let padding = sequences.iter().any(|ids| ids.len() < seq).then(|| {
+        let padding = sequences.iter().any(|ids| ids.as_ref().len() < seq).then(|| {
             let flags: Vec<bool> = (sequences.iter())
-                .flat_map(|ids| (0..seq).map(move |t| t >= ids.len()))
+                .flat_map(|ids| (0..seq).map(move |t| t >= ids.as_ref().len()))
                 .collect();
             Tensor::<B, 2, Bool>::from_data(TensorData::new(flags, [batch, seq]), device)
         });
@@ -631,6 +632,39 @@ impl<B: ReinBackend> CausalLm<B> {
         };
         let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(tokens, [batch, seq]), device);
         self.hidden(tokens, &ctx, None)
+    }
+
+    /// [`CausalLm::padded_hidden`] read at the tokens `at` (`(sequence, position)` pairs),
+    /// `[at.len(), hidden]`; a position past its sequence's end reads the padding's row.
+    ///
+    /// # Panics
+    /// When a pair names a sequence that does not exist, or a position past the longest.
+    pub fn hidden_at<S: AsRef<[u32]>>(
+        &self,
+        sequences: &[S],
+        pad: u32,
+        at: &[(usize, usize)],
+        device: &B::Device,
+    ) -> Tensor<B, 2> {
+        let longest = sequences.iter().map(|ids| ids.as_ref().len()).max().unwrap_or(0);
+        for &(row, position) in at {
+            assert!(
+                row < sequences.len() && position < longest,
+                "token ({row}, {position}) is not in the {} sequences of up to {longest} tokens",
+                sequences.len()
+            );
+        }
+        let width = self.config.hidden_size;
+        if at.is_empty() {
+            return Tensor::zeros([0, width], device);
+        }
+        let hidden = self.padded_hidden(sequences, pad, device);
+        let rows: Vec<i64> = at
+            .iter()
+            .map(|&(row, position)| (row * longest + position) as i64)
+            .collect();
+        let rows = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [at.len()]), device);
+        hidden.reshape([sequences.len() * longest, width]).select(0, rows)
     }
 
     /// Logits over the vocabulary.

@@ -410,7 +410,7 @@ pub fn save<B: ReinBackend>(model: &CausalLm<B>, dir: &Path) -> Result<(), LoadE
 pub(super) fn decoder_tensors<B: ReinBackend>(model: &CausalLm<B>) -> crate::safetensors_file::Tensors {
     let mut tensors = crate::safetensors_file::Tensors::new();
     let mut vector = |name: String, t: Tensor<B, 1>| {
-        tensors.insert(name, (t.dims().to_vec(), floats(t)));
+        tensors.insert(name, vector_tensor(t));
     };
     vector("model.norm.weight".into(), model.norm.weight.val());
     let mut linears = Vec::new();
@@ -447,6 +447,11 @@ pub(super) fn decoder_tensors<B: ReinBackend>(model: &CausalLm<B>) -> crate::saf
     );
     tensors.extend(linears);
     tensors
+}
+
+/// A vector (a norm's weight, a bias) as a safetensors entry: its shape and values.
+pub(super) fn vector_tensor<B: ReinBackend>(t: Tensor<B, 1>) -> (Vec<usize>, Vec<f32>) {
+    (t.dims().to_vec(), floats(t))
 }
 
 /// A linear layer's weight as Hugging Face stores it: `[out, in]`.

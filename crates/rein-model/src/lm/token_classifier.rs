@@ -10,12 +10,12 @@ use std::path::Path;
 
 use burn::module::{Module, Param};
 use burn::nn::Linear;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use rein_core::SeededRng;
 
 use super::classifier_config::{ClassifierConfig, classifier_config_json, names_class, read_classifier_config};
 use super::model::CausalLm;
-use super::model_dir::{decoder_tensors, linear_weight, read_classifier, write_model_dir};
+use super::model_dir::{decoder_tensors, linear_weight, read_classifier, vector_tensor, write_model_dir};
 use super::{LmConfig, LoadError};
 use crate::backend::{ReinBackend, affine};
 
@@ -108,14 +108,7 @@ impl<B: ReinBackend> TokenClassifier<B> {
         let mut tensors = decoder_tensors(&self.trunk.merged());
         tensors.insert("score.weight".into(), linear_weight(&self.score));
         if let Some(bias) = &self.score.bias {
-            let bias = bias.val();
-            let values = bias
-                .clone()
-                .into_data()
-                .convert::<f32>()
-                .to_vec::<f32>()
-                .unwrap_or_default();
-            tensors.insert("score.bias".into(), (bias.dims().to_vec(), values));
+            tensors.insert("score.bias".into(), vector_tensor(bias.val()));
         }
         let head = ClassifierConfig {
             labels: self.labels.clone(),
@@ -140,11 +133,15 @@ impl<B: ReinBackend> TokenClassifier<B> {
     ///
     /// # Panics
     /// When a pair names a sequence or a position that does not exist.
-    pub fn logits_at(&self, sequences: &[Vec<u32>], at: &[(usize, usize)], device: &B::Device) -> Tensor<B, 2> {
-        let longest = sequences.iter().map(Vec::len).max().unwrap_or(0);
+    pub fn logits_at<S: AsRef<[u32]>>(
+        &self,
+        sequences: &[S],
+        at: &[(usize, usize)],
+        device: &B::Device,
+    ) -> Tensor<B, 2> {
         for &(row, position) in at {
             assert!(
-                sequences.get(row).is_some_and(|ids| position < ids.len()),
+                sequences.get(row).is_some_and(|ids| position < ids.as_ref().len()),
                 "token ({row}, {position}) is not in the {} sequences",
                 sequences.len()
             );
@@ -152,16 +149,8 @@ impl<B: ReinBackend> TokenClassifier<B> {
         if at.is_empty() {
             return Tensor::zeros([0, self.labels.len()], device);
         }
-        let hidden = self
-            .trunk
-            .padded_hidden(sequences, self.pad_token_id.unwrap_or(0), device);
-        let width = self.config().hidden_size;
-        let rows: Vec<i64> = at
-            .iter()
-            .map(|&(row, position)| (row * longest + position) as i64)
-            .collect();
-        let rows = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [at.len()]), device);
-        let picked = hidden.reshape([sequences.len() * longest, width]).select(0, rows);
+        let pad = self.pad_token_id.unwrap_or(0);
+        let picked = self.trunk.hidden_at(sequences, pad, at, device);
         affine(
             picked,
             self.score.weight.val(),

@@ -53,7 +53,7 @@ pub fn step_logits<B: ReinBackend>(
     rows: &[&StepLabelled],
     device: &B::Device,
 ) -> (Tensor<B, 2>, Vec<usize>) {
-    let sequences: Vec<Vec<u32>> = rows.iter().map(|r| r.ids.clone()).collect();
+    let sequences: Vec<&[u32]> = rows.iter().map(|r| r.ids.as_slice()).collect();
     let at: Vec<(usize, usize)> = (rows.iter().enumerate())
         .flat_map(|(i, r)| r.at.iter().map(move |&p| (i, p)))
         .collect();
