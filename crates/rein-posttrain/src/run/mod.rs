@@ -28,7 +28,7 @@ use rein_recipe::{
     ProcessRewardModelRecipe, ProcessRewardModelSection, RewardModelRecipe, RewardModelSection, Rollout,
 };
 use rein_run::checkpoint::{Checkpoint, Checkpointing};
-use rein_run::driver::{self, Driver};
+use rein_run::driver::{self, Driven, Driver, Trainer};
 use rein_run::{MetricsWriter, RunDir};
 
 /// Where GRPO's completions come from: the native sampler, or the inference servers of
@@ -433,7 +433,6 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
     ) -> Result<(SequenceClassifier<B>, RewardModelOutcome), LmError> {
         let recipe = &self.loaded.recipe;
         let checkpointing = self.after_sft_checkpointing(stage);
-        let resumed = checkpointing.resume.is_some();
         let pad = self.setup.tokenizer.pad_id();
         let mut rng = SeededRng::new(recipe.seed ^ 0x5C0E);
         let model = SequenceClassifier::from_decoder(decoder, pad, section.init_std, &mut rng, &self.device);
@@ -447,30 +446,15 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
         );
         let (pairs, test) = (&self.setup.pairs, &self.setup.test_pairs);
         let mut trainer = crate::BradleyTerry::new(model, pairs, test, section, recipe.seed, &self.device)?;
-        let before = trainer.test_accuracy();
-        if let (Some(metrics), false, Some(accuracy)) = (self.metrics.as_mut(), resumed, before) {
-            metrics
-                .write(&json!({"stage": "eval", "when": "before", "step": 0, "eval/pairwise_accuracy": accuracy}))?;
-        }
-        let driven = Driver {
-            metrics: self.metrics.as_mut(),
-            checkpointing: &checkpointing,
-            stall_timeout: self.stall_timeout,
-            stage: Some("reward-model"),
-        }
-        .run(&mut trainer)?;
-        let after = trainer.test_accuracy();
-        if let (Some(metrics), Some(accuracy)) = (self.metrics.as_mut(), after) {
-            let step = section.steps;
-            metrics
-                .write(&json!({"stage": "eval", "when": "after", "step": step, "eval/pairwise_accuracy": accuracy}))?;
-        }
-        let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v));
-        eprintln!(
-            "held-out pairwise accuracy: {} before, {} after",
-            pct(before),
-            pct(after)
-        );
+        let names = ("reward-model", "eval/pairwise_accuracy", "held-out pairwise accuracy");
+        let run = (&mut self.metrics, self.stall_timeout);
+        let (driven, before, after) = classifier_stage(
+            run,
+            &mut trainer,
+            crate::BradleyTerry::test_accuracy,
+            names,
+            &checkpointing,
+        )?;
         let outcome = RewardModelOutcome {
             steps: driven.steps,
             seconds: driven.elapsed.as_secs_f64(),
@@ -493,7 +477,6 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
     ) -> Result<(TokenClassifier<B>, ProcessRewardModelOutcome), LmError> {
         let recipe = &self.loaded.recipe;
         let checkpointing = self.after_sft_checkpointing(stage);
-        let resumed = checkpointing.resume.is_some();
         let pad = self.setup.tokenizer.pad_id();
         let mut rng = SeededRng::new(recipe.seed ^ 0x9A3D);
         let model = TokenClassifier::from_decoder(decoder, 2, pad, section.init_std, &mut rng, &self.device);
@@ -507,24 +490,15 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             self.setup.skipped_rows
         );
         let mut trainer = crate::PrmTraining::new(model, rows, test, section, recipe.seed, &self.device)?;
-        let before = trainer.test_accuracy();
-        let record = |when: &str, step: usize, accuracy: f64| json!({"stage": "eval", "when": when, "step": step, "eval/step_accuracy": accuracy});
-        if let (Some(metrics), false, Some(accuracy)) = (self.metrics.as_mut(), resumed, before) {
-            metrics.write(&record("before", 0, accuracy))?;
-        }
-        let driven = Driver {
-            metrics: self.metrics.as_mut(),
-            checkpointing: &checkpointing,
-            stall_timeout: self.stall_timeout,
-            stage: Some("prm"),
-        }
-        .run(&mut trainer)?;
-        let after = trainer.test_accuracy();
-        if let (Some(metrics), Some(accuracy)) = (self.metrics.as_mut(), after) {
-            metrics.write(&record("after", section.steps, accuracy))?;
-        }
-        let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v));
-        eprintln!("held-out step accuracy: {} before, {} after", pct(before), pct(after));
+        let names = ("prm", "eval/step_accuracy", "held-out step accuracy");
+        let run = (&mut self.metrics, self.stall_timeout);
+        let (driven, before, after) = classifier_stage(
+            run,
+            &mut trainer,
+            crate::PrmTraining::test_accuracy,
+            names,
+            &checkpointing,
+        )?;
         let outcome = ProcessRewardModelOutcome {
             steps: driven.steps,
             seconds: driven.elapsed.as_secs_f64(),
@@ -580,4 +554,40 @@ fn save_model_dir<B: ReinBackend>(model: &CausalLm<B>, tokenizer: &LmTokenizer, 
     save(model, dir)?;
     tokenizer.save(dir)?;
     Ok(())
+}
+
+/// Drives a classifier's `trainer` (reward models, process reward models) under
+/// `checkpointing` and the watchdog's `stall_timeout`, its steps' records in `metrics` named
+/// `stage`, its held-out `accuracy` logged as `metric` before (unless resuming) and after and
+/// printed as `what`. Returns the driver's report and the accuracy before and after.
+fn classifier_stage<T: Trainer<Error = LmError>>(
+    (metrics, stall_timeout): (&mut Option<MetricsWriter>, Duration),
+    trainer: &mut T,
+    accuracy: impl Fn(&T) -> Option<f64>,
+    (stage, metric, what): (&'static str, &str, &str),
+    checkpointing: &Checkpointing,
+) -> Result<(Driven, Option<f64>, Option<f64>), LmError> {
+    let record = |when: &str, step: usize, accuracy: f64| {
+        let mut record = json!({"stage": "eval", "when": when, "step": step});
+        record[metric] = accuracy.into();
+        record
+    };
+    let before = accuracy(trainer);
+    if let (Some(metrics), false, Some(value)) = (metrics.as_mut(), checkpointing.resume.is_some(), before) {
+        metrics.write(&record("before", 0, value))?;
+    }
+    let driven = Driver {
+        metrics: metrics.as_mut(),
+        checkpointing,
+        stall_timeout,
+        stage: Some(stage),
+    }
+    .run(trainer)?;
+    let after = accuracy(trainer);
+    if let (Some(metrics), Some(value)) = (metrics.as_mut(), after) {
+        metrics.write(&record("after", trainer.total_steps(), value))?;
+    }
+    let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v));
+    eprintln!("{what}: {} before, {} after", pct(before), pct(after));
+    Ok((driven, before, after))
 }
