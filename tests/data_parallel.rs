@@ -160,6 +160,7 @@ fn grpo_split_across_devices_equals_one_device() {
                 lora: lora.clone(),
                 signals: &[],
                 steps: None,
+                implicit_prm: None,
             };
             run.trace(&qwen2)
         };

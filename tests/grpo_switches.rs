@@ -10,7 +10,7 @@ use rein_core::{
 };
 use rein_posttrain::SignalReward;
 use rein_posttrain::rollout::episodes::Agent;
-use rein_recipe::{CurriculumSection, GrpoSection, SamplerSection};
+use rein_recipe::{CurriculumSection, GrpoSection, ImplicitPrmSection, ImplicitPrmUpdate, SamplerSection};
 
 #[path = "common/grpo_trace.rs"]
 mod grpo_trace;
@@ -73,6 +73,7 @@ fn run_model(
         lora: None,
         signals: &[],
         steps: None,
+        implicit_prm: None,
     }
     .trace(dir)
 }
@@ -404,6 +405,7 @@ fn a_certainty_signal_alone_moves_the_policy() {
             lora: None,
             signals,
             steps: None,
+            implicit_prm: None,
         }
         .trace(&qwen2)
     };
@@ -764,6 +766,7 @@ fn step_scores_move_the_policy_only_through_the_process_advantage() {
             lora: None,
             signals: &[],
             steps,
+            implicit_prm: None,
         }
         .trace(&qwen2)
     };
@@ -796,5 +799,64 @@ fn step_scores_move_the_policy_only_through_the_process_advantage() {
     assert_ne!(
         whole.after, discounted.after,
         "γ discounts the later step for the earlier tokens"
+    );
+}
+
+/// PRIME's implicit PRM: with a constant outcome only its token rewards can move the policy. It
+/// starts equal to its reference, so every log-ratio is 0 until it has learned once: `after`
+/// rewards the first step with the model before its update (nothing moves), `before` with the
+/// model after it. Its weight, λ and the outcome in the last reward each change the update.
+#[test]
+fn the_implicit_prm_moves_the_policy_only_through_its_token_rewards() {
+    let trace = |grpo: GrpoSection, prm: ImplicitPrmSection| {
+        let qwen2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm/qwen2-gqa");
+        Run {
+            grpo,
+            sampler: sampler(6),
+            prompts: &PROMPTS,
+            reward: constant,
+            agent: None,
+            curriculum: None,
+            devices: 1,
+            lora: None,
+            signals: &[],
+            steps: None,
+            implicit_prm: Some(prm),
+        }
+        .trace(&qwen2)
+    };
+    let process = GrpoSection {
+        advantage: AdvantageKind::Process,
+        ..grpo(1)
+    };
+    let prm = |update, weight, lambda, use_outcome| ImplicitPrmSection {
+        lr: 1e-2,
+        update,
+        weight,
+        lambda,
+        use_outcome,
+        ..ImplicitPrmSection::default()
+    };
+    let after = trace(process.clone(), prm(ImplicitPrmUpdate::After, 1.0, 0.0, false));
+    assert!(
+        !after.moved(),
+        "before its first update the implicit PRM is its reference"
+    );
+    assert!(after.value(1, "implicit_prm/loss") > 0.0, "it learned all the same");
+    assert_eq!(after.value(1, "implicit_prm/raw_reward"), 0.0);
+    let unweighted = trace(process.clone(), prm(ImplicitPrmUpdate::Before, 0.0, 0.0, false));
+    assert!(!unweighted.moved(), "token rewards at weight 0 teach nothing");
+    let before = trace(process.clone(), prm(ImplicitPrmUpdate::Before, 1.0, 0.0, false));
+    assert!(before.moved(), "after one update its log-ratios reward the tokens");
+    assert_ne!(before.value(1, "implicit_prm/raw_reward"), 0.0);
+    let returns = trace(process.clone(), prm(ImplicitPrmUpdate::Before, 1.0, 0.5, false));
+    assert_ne!(
+        before.after, returns.after,
+        "λ sums the later rewards into each token's"
+    );
+    let outcome = trace(process, prm(ImplicitPrmUpdate::Before, 1.0, 0.5, true));
+    assert_ne!(
+        returns.after, outcome.after,
+        "the outcome replaces the last token's reward"
     );
 }

@@ -13,8 +13,8 @@ use rein_core::{CompletionScore, Group, GroupScores, PluginError, RewardFn, Step
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmTokenizer, load};
 use rein_posttrain::rollout::episodes::Agent;
-use rein_posttrain::{OnlineContext, OnlineTrainer, Prompt, SignalReward, Update, WeightedReward};
-use rein_recipe::{CurriculumSection, GrpoSection, OptimizerSection, SamplerSection};
+use rein_posttrain::{ImplicitPrm, OnlineContext, OnlineTrainer, Prompt, SignalReward, Update, WeightedReward};
+use rein_recipe::{CurriculumSection, GrpoSection, ImplicitPrmSection, OptimizerSection, SamplerSection};
 use rein_run::driver::{Record, Trainer};
 use rein_run::watchdog::Phases;
 
@@ -97,6 +97,8 @@ pub struct Run<'a> {
     pub signals: &'a [SignalReward],
     /// Step scores of each completion, from its text, beside `reward`.
     pub steps: Option<fn(&str) -> Vec<StepScore>>,
+    /// PRIME's implicit PRM, started from the model, learning beside it.
+    pub implicit_prm: Option<ImplicitPrmSection>,
 }
 
 impl Run<'_> {
@@ -146,8 +148,14 @@ impl Run<'_> {
             agent: self.agent,
         };
         let devices = rein_posttrain::data_parallel::devices(&device, self.devices);
+        let implicit_prm =
+            (self.implicit_prm.as_ref()).map(|section| ImplicitPrm::new(model.clone(), section, &optimizer));
         let mut algorithm = OnlineTrainer::new(model, ctx, Update::Grpo(&self.grpo), &device)
             .and_then(|trainer| trainer.with_devices(devices))
+            .and_then(|trainer| match implicit_prm {
+                Some(prm) => trainer.with_implicit_prm(prm),
+                None => Ok(trainer),
+            })
             .unwrap();
         let phases = Phases::new(Default::default(), Default::default());
         let records = (1..=self.grpo.steps)

@@ -352,6 +352,31 @@ fn grpo_with_a_ucb_curriculum_killed_at_random_steps_resumes_to_the_same_metrics
     killed_and_resumed_equals_uninterrupted(&job, 16, 2);
 }
 
+/// PRIME's implicit PRM checkpoints its weights and optimiser beside the policy (its reference
+/// is the model the stage starts from): a resumed run rewards and ends as the uninterrupted one.
+#[test]
+fn sft_then_grpo_with_an_implicit_prm_killed_at_random_steps_resumes_to_the_same_metrics() {
+    let job = Job {
+        recipe: "recipes/grpo-prime-arithmetic.toml",
+        overrides: [
+            "data.task.train=400",
+            "data.task.test=8",
+            "sft.steps=8",
+            "sft.batch_size=8",
+            "algorithm.steps=8",
+            "algorithm.prompts_per_step=2",
+            "implicit_prm.lr=1e-3",
+            "sampler.n=4",
+            "sampler.max_new_tokens=12",
+            "eval.k=2",
+        ]
+        .map(String::from)
+        .to_vec(),
+        every: 3,
+    };
+    killed_and_resumed_equals_uninterrupted(&job, 16, 2);
+}
+
 /// PPO with a critic checkpoints the value model and its optimiser beside the policy, and the
 /// minibatch shuffles' generator: a resumed run ends as the uninterrupted one.
 #[test]

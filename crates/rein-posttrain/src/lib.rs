@@ -56,7 +56,7 @@ pub use offline::process_reward_model::{PrmTraining, step_accuracy, step_logits}
 pub use offline::reward_model::{BradleyTerry, PairScores, pair_scores, pairwise_accuracy};
 pub use offline::sft::Sft;
 pub use online::critic::Critic;
-pub use online::{OnlineContext, OnlineOutcome, OnlineTrainer, PpoCritic, Update};
+pub use online::{ImplicitPrm, OnlineContext, OnlineOutcome, OnlineTrainer, PpoCritic, Update};
 pub use preference_batch::{PairLogProbs, dpo_batch_loss, pair_batch, reference_log_probs};
 pub use rein_sampler::{completion_text, stop_check};
 pub use rewards::signal::{SignalReward, signal_score};

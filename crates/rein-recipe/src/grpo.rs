@@ -321,6 +321,7 @@ impl GrpoRecipe<'_> {
         self.aggregation_of_rewards()?;
         self.pass_at_k()?;
         self.process()?;
+        crate::implicit_prm::check(r, grpo)?;
         self.rollout().check(r)?;
         self.curriculum()?;
         self.gigpo()
@@ -588,5 +589,6 @@ pub(crate) const READS: &[(&str, Keys)] = &[
     ("tool", Keys::All),
     ("agent", Keys::All),
     ("teacher", Keys::All),
+    ("implicit_prm", Keys::All),
     ("curriculum", Keys::All),
 ];

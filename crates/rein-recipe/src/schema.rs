@@ -71,6 +71,10 @@ pub struct Recipe {
     /// advantages.
     #[serde(default)]
     pub teacher: Option<TeacherSection>,
+    /// PRIME's implicit process reward model, trained online beside the policy: its token
+    /// rewards join the process advantage.
+    #[serde(default)]
+    pub implicit_prm: Option<crate::ImplicitPrmSection>,
     /// Which prompts GRPO batches draw: difficulty pools.
     #[serde(default)]
     pub curriculum: Option<crate::CurriculumSection>,

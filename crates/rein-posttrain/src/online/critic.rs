@@ -106,7 +106,7 @@ fn fresh_head<B: ReinBackend>(hidden: usize, rng: &mut SeededRng, device: &B::De
 /// Makes every float parameter a new trainable leaf with a new id: a copy of the policy's
 /// decoder would otherwise share the policy's tensors, and the value loss's gradients would
 /// flow into the policy (a merged or loaded decoder's weights may also be frozen).
-struct Trainable;
+pub(crate) struct Trainable;
 
 impl<B: burn::tensor::backend::Backend> ModuleMapper<B> for Trainable {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {

@@ -191,8 +191,19 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
             )),
             _ => None,
         };
-        let (mut advantages, process_steps) =
-            self.advantages(grpo, batch, &flat, &rewards, &tokens.completion_mask, width);
+        let implicit = self.implicit_rewards(step, batch, &flat, &tokens, phases)?;
+        let token_rewards = implicit
+            .as_ref()
+            .map(|(rewards, weight, _)| (rewards.as_slice(), *weight));
+        let (mut advantages, process_steps) = self.advantages(
+            grpo,
+            batch,
+            &flat,
+            &rewards,
+            token_rewards,
+            &tokens.completion_mask,
+            width,
+        );
         let difficulty = grpo
             .difficulty_weight
             .map(|w| self.reweight_by_difficulty(batch, &mut advantages, width, &w));
@@ -253,6 +264,9 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         }
         if let Some(steps) = process_steps {
             record.insert("train/step_scores".into(), json!(steps));
+        }
+        if let Some((_, _, implicit)) = implicit {
+            record.extend(implicit);
         }
         self.log_batch(step, &flat, &rewards, kl_in_reward, &mut record);
         Ok(record)
@@ -329,14 +343,43 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         (columns, weights)
     }
 
+    /// The implicit PRM's token rewards `[rows, width]` for the batch, with their weight and the
+    /// record entries of its step, when the run trains one: it learns from the completions'
+    /// outcome labels, the accuracy reward's verdicts ([`completions_correct`]).
+    fn implicit_rewards(
+        &mut self,
+        step: usize,
+        batch: &[Scored],
+        flat: &[(&Rollout, f64)],
+        tokens: &TokenBatch,
+        phases: &Phases,
+    ) -> Result<Option<(Vec<f32>, f32, Record)>, LmError> {
+        if self.implicit_prm.is_none() {
+            return Ok(None);
+        }
+        let reward = self.ctx.rewards[self.ctx.accuracy_reward].reward.name();
+        let correct: Vec<bool> = (batch.iter())
+            .flat_map(|scored| completions_correct(&scored.components, scored.rollouts.len(), reward))
+            .collect();
+        let lengths: Vec<usize> = flat.iter().map(|(rollout, _)| rollout.tokens.len()).collect();
+        let Some(prm) = self.implicit_prm.as_mut() else {
+            return Ok(None);
+        };
+        let (rewards, record) = prm.rewards(step, tokens, &lengths, &correct, phases, &self.device)?;
+        Ok(Some((rewards, prm.weight(), record)))
+    }
+
     /// ADVANTAGES: one per completion token, `[rows, width]`; with the process advantage, also
-    /// the mean number of step scores a completion got.
+    /// the mean number of step scores a completion got. `token_rewards`: the implicit PRM's,
+    /// with their weight, a source of the process advantage.
+    #[allow(clippy::too_many_arguments)]
     fn advantages(
         &self,
         grpo: &GrpoSection,
         batch: &[Scored],
         flat: &[(&Rollout, f64)],
         rewards: &[f32],
+        token_rewards: Option<(&[f32], f32)>,
         mask: &[f32],
         width: usize,
     ) -> (Vec<f32>, Option<f64>) {
@@ -399,7 +442,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
                     outcome_weight: grpo.process_outcome_weight(),
                 };
                 let (advantages, steps) =
-                    process_credit::advantages(&completions, self.ctx.tokenizer, mask, width, g, credit);
+                    process_credit::advantages(&completions, token_rewards, self.ctx.tokenizer, mask, width, g, credit);
                 step_scores = Some(steps);
                 advantages
             }

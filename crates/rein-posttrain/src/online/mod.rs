@@ -10,6 +10,9 @@
 //! - online DPO (`online_dpo.rs`): each group's best completion against its worst;
 //! - PPO with a critic (`ppo.rs`, the value model in `critic.rs`).
 //!
+//! With `[implicit_prm]` a second model learns beside the policy each step, PRIME's implicit
+//! PRM (`implicit_prm.rs`), whose token rewards join the process advantage.
+//!
 //! `sample.rs` samples and scores; this file holds the state and the step.
 
 use std::time::Duration;
@@ -40,6 +43,7 @@ use rein_run::watchdog::Phases;
 
 pub mod critic;
 pub(crate) mod curriculum;
+mod implicit_prm;
 mod learn;
 mod online_dpo;
 mod ppo;
@@ -48,6 +52,7 @@ mod sample;
 mod split;
 pub(crate) mod turn_advantages;
 
+pub use implicit_prm::ImplicitPrm;
 pub use ppo::PpoCritic;
 
 /// Where an online run's time went and how it ended.
@@ -229,6 +234,8 @@ struct Stage<'a, B: ReinAutodiffBackend> {
     reference: Option<CausalLm<B::InnerBackend>>,
     /// On-policy distillation's teacher, the weight of its term and how its KL is estimated.
     teacher: Option<(CausalLm<B::InnerBackend>, f32, TeacherKl)>,
+    /// PRIME's implicit PRM, learning beside the policy.
+    implicit_prm: Option<ImplicitPrm<B>>,
     ctx: OnlineContext<'a>,
     /// Single-turn completions: the native sampler or inference servers, possibly ahead of
     /// training (multi-turn episodes are played in process).
@@ -302,6 +309,7 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
             in_flight: Default::default(),
             reference: update.keeps_reference().then(|| model.valid()),
             teacher: None,
+            implicit_prm: None,
             model,
             optim,
             pad: ctx.tokenizer.pad_id().unwrap_or(0),
@@ -388,6 +396,30 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
         Ok(self)
     }
 
+    /// PRIME's implicit PRM: each step it learns from the completions' outcome labels and its
+    /// token rewards join the process advantage with its weight. The GRPO family with
+    /// `advantage = "process"` only (else an error); it trains on the first device.
+    pub fn with_implicit_prm(mut self, prm: ImplicitPrm<B>) -> Result<Self, LmError> {
+        if !self
+            .update
+            .grpo()
+            .is_some_and(|grpo| grpo.advantage == AdvantageKind::Process)
+        {
+            return Err(LmError::Unsupported(
+                "the implicit PRM's token rewards are a source of the process advantage: it needs the GRPO \
+                 family with advantage = \"process\""
+                    .into(),
+            ));
+        }
+        self.stage.implicit_prm = Some(prm);
+        Ok(self)
+    }
+
+    /// The implicit PRM, when the run trains one.
+    pub fn implicit_prm(&self) -> Option<&ImplicitPrm<B>> {
+        self.stage.implicit_prm.as_ref()
+    }
+
     /// The run's outcome once the driver is done, with its phase timings.
     pub fn outcome(&self, steps: usize, phases: &std::collections::BTreeMap<String, Duration>) -> OnlineOutcome {
         let phase = |name: &str| phases.get(name).copied().unwrap_or_default();
@@ -401,6 +433,7 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
             train: phase("reference")
                 + phase("values")
                 + phase("teacher")
+                + phase("implicit_prm")
                 + phase("forward")
                 + phase("backward")
                 + phase("optimizer"),
@@ -534,10 +567,14 @@ impl<B: ReinAutodiffBackend> Trainer for OnlineTrainer<'_, B> {
             Update::Ppo(learner) => Some((learner.critic.clone(), learner.optim.clone())),
             _ => None,
         };
+        let implicit_prm = (stage.implicit_prm.as_ref()).map(|prm| (prm.model.clone(), prm.optim.clone()));
         Box::new(move || {
             let mut sections = learner_sections::<B, CausalLm<B>, _, _>(&state, &model, &optim);
             if let Some((critic, optim)) = &critic {
                 sections.extend(module_sections::<B, _, _>(CRITIC_SECTIONS, critic, optim));
+            }
+            if let Some((prm, optim)) = &implicit_prm {
+                sections.extend(module_sections::<B, _, _>(IMPLICIT_PRM_SECTIONS, prm, optim));
             }
             sections
         })
@@ -552,6 +589,12 @@ impl<B: ReinAutodiffBackend> Trainer for OnlineTrainer<'_, B> {
             let [module, optimizer] = CRITIC_SECTIONS;
             learner.critic = checkpoint.load_module(module, learner.critic.clone(), &stage.device)?;
             learner.optim = checkpoint.load_optimizer::<B, _, _>(optimizer, learner.optim.clone(), &stage.device)?;
+        }
+        // The implicit PRM's reference stays the model it started from, as in the first run.
+        if let Some(prm) = &mut stage.implicit_prm {
+            let [module, optimizer] = IMPLICIT_PRM_SECTIONS;
+            prm.model = checkpoint.load_module(module, prm.model.clone(), &stage.device)?;
+            prm.optim = checkpoint.load_optimizer::<B, _, _>(optimizer, prm.optim.clone(), &stage.device)?;
         }
         // A checkpoint without pass rates (taken before the recipe had a curriculum, or with
         // other prompts) starts the pools afresh; the sources' bandit likewise.
@@ -627,6 +670,9 @@ const SAMPLES_LOGGED: usize = 3;
 
 /// The checkpoint sections of PPO's critic and its optimiser.
 const CRITIC_SECTIONS: [&str; 2] = ["critic", "critic_optimizer"];
+
+/// The checkpoint sections of the implicit PRM and its optimiser.
+const IMPLICIT_PRM_SECTIONS: [&str; 2] = ["implicit_prm", "implicit_prm_optimizer"];
 
 /// The mean of `values` (0 when empty).
 fn mean(values: &[f64]) -> f64 {

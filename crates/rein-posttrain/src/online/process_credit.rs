@@ -5,7 +5,9 @@
 //! The step scores of every reward (already scaled by the reward's weight) are credited to the
 //! token completing each step's last character ([`crate::rewards::steps`]); steps of several
 //! rewards ending on one token add up. The outcome, the rewards' weighted sum (with −β·KL folded
-//! in when the recipe asks), sits on each completion's last token.
+//! in when the recipe asks), sits on each completion's last token. An implicit PRM's token
+//! rewards ([`super::implicit_prm`]) are a third source, over every completion token as verl's
+//! PRIME masks them.
 
 use rein_core::StepScore;
 use rein_model::lm::LmTokenizer;
@@ -30,9 +32,11 @@ pub(super) struct ProcessCredit {
 }
 
 /// The process advantages `[rows, width]` of `completions` (rows in groups of `g`), and the
-/// mean number of step scores a completion got.
+/// mean number of step scores a completion got; `token_rewards`, `[rows, width]` with their
+/// weight, join the sources on the tokens of `mask`.
 pub(super) fn advantages(
     completions: &[Completion<'_>],
+    token_rewards: Option<(&[f32], f32)>,
     tokenizer: &LmTokenizer,
     mask: &[f32],
     width: usize,
@@ -61,7 +65,7 @@ pub(super) fn advantages(
             }
         }
     }
-    let sources = [
+    let mut sources = vec![
         TokenRewards {
             rewards: &step_rewards,
             mask: &step_mask,
@@ -73,6 +77,9 @@ pub(super) fn advantages(
             weight: credit.outcome_weight,
         },
     ];
+    if let Some((rewards, weight)) = token_rewards {
+        sources.push(TokenRewards { rewards, mask, weight });
+    }
     let (advantages, _returns) = process_advantages(&sources, mask, width, g, credit.gamma);
     (advantages, steps as f64 / completions.len().max(1) as f64)
 }

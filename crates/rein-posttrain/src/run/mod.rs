@@ -22,7 +22,7 @@ use crate::run::recipe_keys::{invalid, model_path};
 pub use crate::run::report::{DpoOutcome, KtoOutcome, LmOutcome, ProcessRewardModelOutcome, RewardModelOutcome};
 use crate::run::report::{log_eval, report_markdown};
 use crate::run::setup::{LmSetup, lora_spec, setup};
-use crate::{EvalReport, OnlineOutcome, PpoCritic, Update};
+use crate::{EvalReport, ImplicitPrm, OnlineOutcome, PpoCritic, Update};
 use rein_recipe::{
     DpoRecipe, DpoSection, GrpoRecipe, KtoRecipe, KtoSection, LmPpoRecipe, LoadedRecipe, OnlineDpoRecipe, Plan,
     ProcessRewardModelRecipe, ProcessRewardModelSection, RewardModelRecipe, RewardModelSection, Rollout,
@@ -333,6 +333,14 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             let model = load::<B::InnerBackend>(&dir, &self.device)
                 .map_err(|e| invalid(self.loaded, "teacher.model", e.to_string()))?;
             online = online.with_teacher(model, teacher.coef as f32, teacher.kl)?;
+        }
+        if let Some(section) = &recipe.implicit_prm {
+            let start = match &section.model {
+                Some(path) => load::<B>(&model_path(self.loaded, path), &self.device)
+                    .map_err(|e| invalid(self.loaded, "implicit_prm.model", e.to_string()))?,
+                None => online.model().clone(),
+            };
+            online = online.with_implicit_prm(ImplicitPrm::new(start, section, &recipe.optimizer))?;
         }
         let driven = Driver {
             metrics: self.metrics.as_mut(),

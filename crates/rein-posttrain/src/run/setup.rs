@@ -206,7 +206,7 @@ fn tokenized_preferences(
     Ok((pairs, test_pairs, labelled))
 }
 
-/// Refuses a teacher or a value model whose tokenizer is not the policy's.
+/// Refuses a teacher, a value model or an implicit PRM whose tokenizer is not the policy's.
 fn other_models_share_the_tokenizer(
     loaded: &LoadedRecipe,
     plan: Plan<'_>,
@@ -214,6 +214,9 @@ fn other_models_share_the_tokenizer(
 ) -> Result<(), LmError> {
     if let Some(teacher) = &loaded.recipe.teacher {
         same_tokenizer(loaded, tokenizer, &teacher.model, "teacher.model", "the teacher")?;
+    }
+    if let Some(path) = loaded.recipe.implicit_prm.as_ref().and_then(|prm| prm.model.as_ref()) {
+        same_tokenizer(loaded, tokenizer, path, "implicit_prm.model", "the implicit PRM")?;
     }
     if let Plan::LmPpo(LmPpoRecipe { ppo, .. }) = plan
         && let Some(path) = &ppo.value_model_path

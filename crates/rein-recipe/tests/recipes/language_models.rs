@@ -2,6 +2,7 @@
 //! precision, DPO and KTO, PPO with a critic, curricula (rewards in `rewards.rs`).
 
 use super::*;
+use rein_recipe::ImplicitPrmUpdate;
 
 #[test]
 fn values_out_of_range_name_the_key_and_the_range() {
@@ -370,6 +371,42 @@ fn a_judge_is_granted_to_plugins_with_its_budget_checked() {
     assert_eq!(
         judge.limits.max_requests_per_group, 16,
         "unset keys keep their defaults"
+    );
+}
+
+#[test]
+fn an_implicit_prm_needs_the_process_advantage_and_sound_settings() {
+    let process = ["algorithm.advantage=\"process\""];
+    let load_with = |prm: &str, overrides: &[&str]| {
+        let dir = recipes(&[("grpo.toml", &format!("{GRPO}\n[implicit_prm]\n{prm}\n"))]);
+        load(&dir, "grpo.toml", overrides)
+    };
+    let refused = |prm: &str, overrides: &[&str], key: &str, says: &str| {
+        let err = load_with(prm, overrides).unwrap_err();
+        assert!(
+            matches!(&err, RecipeError::Invalid { path, message, .. } if path == key && message.contains(says)),
+            "{err}"
+        );
+    };
+    refused("", &[], "implicit_prm", "advantage = \"process\"");
+    refused("beta = 0.0", &process, "implicit_prm.beta", "> 0");
+    refused("lr = -1.0", &process, "implicit_prm.lr", "> 0");
+    refused("lambda = 1.5", &process, "implicit_prm.lambda", "[0, 1]");
+    refused("use_outcome = true", &process, "implicit_prm.use_outcome", "lambda > 0");
+    refused(
+        "update = \"none\"",
+        &process,
+        "implicit_prm.update",
+        "every token reward would be 0",
+    );
+    let prm = load_with("update = \"after\"\nweight = 2.0", &process)
+        .unwrap()
+        .recipe
+        .implicit_prm
+        .unwrap();
+    assert_eq!(
+        (prm.update, prm.weight, prm.beta, prm.lr),
+        (ImplicitPrmUpdate::After, 2.0, 0.05, 1e-6)
     );
 }
 
