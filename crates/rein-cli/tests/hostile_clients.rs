@@ -369,7 +369,7 @@ fn pipelined_requests_and_clients_that_leave_mid_generation() {
 }
 
 #[test]
-fn a_classifier_refuses_inputs_past_its_context_or_outside_its_vocabulary() {
+fn a_classifier_refuses_inputs_past_its_context_its_vocabulary_or_its_count() {
     let rm = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lm/qwen2-rm");
     let server = Server::start_model(&rm, &[]);
     let scores = || {
@@ -386,6 +386,10 @@ fn a_classifier_refuses_inputs_past_its_context_or_outside_its_vocabulary() {
         (
             json!([[1, 2], [1, 2, 100_000]]),
             "token id 100000 is outside the vocabulary",
+        ),
+        (
+            json!(vec![[1, 2]; 300]),
+            "300 inputs in one request; this server takes at most 64 (--max-num-seqs)",
         ),
     ];
     for (input, message) in cases {

@@ -12,7 +12,8 @@
 //! - lm-evaluation-harness's `local-completions` model scores a loglikelihood task on it as the
 //!   model in process does;
 //! - a judge on `rein serve` (`HttpJudge`) answers as the same model in process does, and a
-//!   judge server that is gone is a failure naming it.
+//!   judge server that is gone is a failure naming it;
+//! - a reward model and a process reward model on `rein serve` score as in process.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -84,9 +85,15 @@ struct Server {
 
 impl Server {
     fn start(model: &Path) -> Self {
+        Self::start_with(model, &[])
+    }
+
+    /// A server of `model` with the `rein serve` options `extra`.
+    fn start_with(model: &Path, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_rein"))
             .args(["serve", "--port", "0", "--model"])
             .arg(model)
+            .args(extra)
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
@@ -728,5 +735,70 @@ fn a_reward_model_on_rein_serve_scores_as_in_process() {
     };
     let err = served.score(&[group]).unwrap_err().to_string();
     assert!(err.contains(&server.url), "{err}");
+    assert_eq!(served.failures().errors, 1, "the failure is counted");
+}
+
+/// A process reward model (a two-label token classifier) on `rein serve`'s pooling API scores
+/// each step as the same model in process, whether the server answers every token's row or, with
+/// `--step-tag`, the step tag's only; a causal LM cannot be served as one, and a server that is
+/// gone is a failure naming it, counted by the reward.
+#[test]
+fn a_process_reward_model_on_rein_serve_scores_as_in_process() {
+    use rein_core::{Group, PrmSettings, RewardFn, SeededRng};
+    use rein_model::Cpu;
+    use rein_model::lm::TokenClassifier;
+    use rein_sampler::{PrmError, PrmReward};
+
+    let source = root().join("tests/fixtures/lm/qwen2-gqa");
+    let dir = scratch("token-classifier");
+    let device = Default::default();
+    let decoder = rein_model::lm::load::<Cpu>(&source, &device).unwrap();
+    TokenClassifier::from_decoder(decoder, 2, Some(0), 0.5, &mut SeededRng::new(3), &device)
+        .save(&dir)
+        .unwrap();
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(source.join(file), dir.join(file)).unwrap();
+    }
+    let settings = PrmSettings {
+        separator: "\n".into(),
+        tag: "\n".into(),
+        ..PrmSettings::default()
+    };
+    let prompt = "What is 12 + 7?";
+    let completions = [
+        "12 + 7 = 19",
+        "1 + 2 = 3\n1 + 7 = 8\nso 19",
+        "\n",
+        "a longer first step, with more words\nthen 19",
+    ];
+    let local = PrmReward::<Cpu>::load("prm", &dir, &settings, &device).unwrap();
+    let want = local.group_step_scores(prompt, &completions).unwrap();
+    let timeout = Duration::from_secs(60);
+    let every_token = Server::start(&dir);
+    let at_tags = Server::start_with(&dir, &["--step-tag", "\n"]);
+    for server in [&every_token, &at_tags] {
+        let served = PrmReward::<Cpu>::served("prm", &dir, &settings, &server.url, None, timeout).unwrap();
+        let got = served.group_step_scores(prompt, &completions).unwrap();
+        assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), [1, 3, 0, 2]);
+        for (g, w) in got.iter().flatten().zip(want.iter().flatten()) {
+            assert!((g - w).abs() <= 1e-5, "served {got:?} vs in process {want:?}");
+        }
+    }
+
+    let Err(error) = PrmReward::<Cpu>::served("prm", &source, &settings, &at_tags.url, None, timeout) else {
+        panic!("a causal LM was taken for a served token classifier")
+    };
+    assert!(matches!(error, PrmError::NotServable { .. }), "{error}");
+
+    let mut gone = every_token;
+    let mut served = PrmReward::<Cpu>::served("prm", &dir, &settings, &gone.url, None, timeout).unwrap();
+    gone.kill();
+    let group = Group {
+        prompt: prompt.into(),
+        completions: vec![completions[1].into()],
+        ..Group::default()
+    };
+    let err = served.score(&[group]).unwrap_err().to_string();
+    assert!(err.contains(&gone.url), "{err}");
     assert_eq!(served.failures().errors, 1, "the failure is counted");
 }

@@ -61,11 +61,11 @@ impl LoadedRecipe {
                         let which = if prm.separator.is_empty() { "separator" } else { "tag" };
                         return Err(self.invalid(&key(&format!("prm.{which}")), "must not be empty"));
                     }
-                    (RewardModelKind::Prm, _) if entry.url.is_some() || entry.label.is_some() => {
-                        let which = if entry.url.is_some() { "url" } else { "label" };
+                    (RewardModelKind::Prm, _) if entry.label.is_some() => {
                         return Err(self.invalid(
-                            &key(which),
-                            "a process reward model runs in process and reads its `prm.good` and `prm.bad` tokens",
+                            &key("label"),
+                            "a process reward model reads its positive label (a token classifier's label 1, or a \
+                             causal LM's `prm.good` token against `prm.bad`)",
                         ));
                     }
                     _ => {}

@@ -15,7 +15,8 @@
 //! with token ids both ways and syncs the policy to them through files. A judge model answers
 //! a reward plugin in process ([`NativeJudge`]) or on such a server through OpenAI's chat
 //! completions ([`HttpJudge`]); a reward model scores completions as a reward in process or on a
-//! server's classification API ([`ModelReward`], [`HttpClassifier`]).
+//! server's classification API ([`ModelReward`], [`HttpClassifier`]), a process reward model
+//! in process or on a server's pooling API ([`PrmReward`], [`HttpTokenClassifier`]).
 //!
 //! **Architecture invariant:** no knowledge of environments, plugins or training loops. The
 //! one lateral edge: it drives `rein-model`'s language model (rein-model never imports it).
@@ -27,6 +28,7 @@ mod generator;
 mod http;
 mod http_classifier;
 mod http_judge;
+mod http_token_classifier;
 mod model_reward;
 mod native_judge;
 mod prm_reward;
@@ -43,6 +45,7 @@ pub use generator::{Generator, GeneratorError, NativeGenerator};
 pub use http::{HttpGenerator, HttpSettings, ServerApi};
 pub use http_classifier::HttpClassifier;
 pub use http_judge::HttpJudge;
+pub use http_token_classifier::HttpTokenClassifier;
 pub use model_reward::{ModelReward, RewardModelError};
 pub use native_judge::NativeJudge;
 pub use prm_reward::{PrmError, PrmReward};

@@ -24,6 +24,11 @@
 //! score_k   = softmax(z_t)[1]                            t: the last token of step k's tag
 //! ```
 //!
+//! A token classifier may also be **served** (`rein serve`, or vLLM serving it with its pooling
+//! API): the texts are laid out and tokenized here, as above, and the server gives each token's
+//! label probabilities (every token's, or each step tag's: vLLM's `STEP` pooling), through
+//! [`crate::HttpTokenClassifier`].
+//!
 //! Either way the completion is split into steps at `separator`, empty steps dropped; a
 //! completion with no step gets no score (the reward does not apply to it); the completion's
 //! score is the steps' `aggregate` (min, mean, last or prod), and each step's score is also
@@ -37,7 +42,9 @@ use rein_core::{
     RewardFn, StepScore,
 };
 use rein_model::ReinBackend;
-use rein_model::lm::{CausalLm, LmTokenizer, LoadError, TokenClassifier, load};
+use rein_model::lm::{CausalLm, EncodedSteps, LmTokenizer, LoadError, TokenClassifier, load};
+
+use crate::HttpTokenClassifier;
 
 /// Completions a token-classifier PRM judges in one forward pass.
 pub const CLASSIFIER_BATCH: usize = 16;
@@ -63,6 +70,9 @@ enum Judge<B: ReinBackend> {
     },
     /// A two-label token classifier: label 1 at each step's last token.
     Classifier(Box<TokenClassifier<B>>),
+    /// A two-label token classifier on a server: label 1's probability at each step's last
+    /// token, as the server answers it.
+    Served(HttpTokenClassifier),
 }
 
 /// Why a process reward model cannot be used.
@@ -81,6 +91,15 @@ pub enum PrmError {
         model: String,
         /// How many labels it has.
         labels: usize,
+    },
+    /// A causal LM named for a server: only a token classifier's outputs come back from one.
+    #[error(
+        "process reward model `{model}` is not a token classifier: a served process reward model is a \
+         `*ForTokenClassification` (a server's pooling API answers its label probabilities per token)"
+    )]
+    NotServable {
+        /// The model.
+        model: String,
     },
     /// A token the convention needs is not one token of the model's vocabulary.
     #[error(
@@ -148,6 +167,48 @@ impl<B: ReinBackend> PrmReward<B> {
         })
     }
 
+    /// The token classifier in `dir` served at `url` (under the name `served_model`, or the
+    /// server's only model): `dir` gives the tokenizer and the labels (two), the server each
+    /// token's label probabilities. Each request (a group's completions) may take `timeout`.
+    pub fn served(
+        name: &str,
+        dir: &Path,
+        settings: &PrmSettings,
+        url: &str,
+        served_model: Option<&str>,
+        timeout: std::time::Duration,
+    ) -> Result<Self, PrmError> {
+        let dir = rein_model::lm::locate(dir)?;
+        let model_name = dir.display().to_string();
+        if !TokenClassifier::<B>::is_token_classifier(&dir) {
+            return Err(PrmError::NotServable { model: model_name });
+        }
+        let labels = TokenClassifier::<B>::labels_of(&dir)?.len();
+        if labels != 2 {
+            return Err(PrmError::NotTwoLabels {
+                model: model_name,
+                labels,
+            });
+        }
+        let tokenizer = LmTokenizer::load(&dir, &[])?;
+        if tokenizer.encode(&settings.tag)?.is_empty() {
+            return Err(PrmError::NotOneToken {
+                model: model_name,
+                key: "tag",
+                text: settings.tag.clone(),
+                count: 0,
+            });
+        }
+        Ok(Self {
+            name: name.into(),
+            judge: Judge::Served(HttpTokenClassifier::new(url, served_model, timeout)),
+            tokenizer,
+            settings: settings.clone(),
+            device: Default::default(),
+            failures: FailureCounts::default(),
+        })
+    }
+
     /// The steps of `completion`: split at the separator, empty ones dropped.
     pub fn steps<'a>(&self, completion: &'a str) -> Vec<&'a str> {
         (completion.split(self.settings.separator.as_str()))
@@ -183,17 +244,13 @@ impl<B: ReinBackend> PrmReward<B> {
                     steps => self.next_token_scores(model, prompt, &steps, *tag, (*good, *bad)),
                 })
                 .collect(),
-            Judge::Classifier(model) => self.classifier_scores(model, prompt, completions),
+            Judge::Classifier(_) | Judge::Served(_) => self.classifier_scores(prompt, completions),
         }
     }
 
-    /// A token classifier's step scores: label 1's probability at each step's last token.
-    fn classifier_scores(
-        &self,
-        model: &TokenClassifier<B>,
-        prompt: &str,
-        completions: &[&str],
-    ) -> Result<Vec<Vec<f64>>, String> {
+    /// A token classifier's step scores, in process or served: label 1's probability at each
+    /// step's last token.
+    fn classifier_scores(&self, prompt: &str, completions: &[&str]) -> Result<Vec<Vec<f64>>, String> {
         let mut encoded = Vec::with_capacity(completions.len());
         for (i, completion) in completions.iter().enumerate() {
             let steps = self.steps(completion);
@@ -203,6 +260,16 @@ impl<B: ReinBackend> PrmReward<B> {
             }
         }
         let mut scores = vec![Vec::new(); completions.len()];
+        if let Judge::Served(server) = &self.judge {
+            let sequences: Vec<&[u32]> = encoded.iter().map(|(_, e)| e.ids.as_slice()).collect();
+            for ((i, e), rows) in encoded.iter().zip(server.rows(&sequences)?) {
+                scores[*i] = served_step_scores(server.url(), e, &rows)?;
+            }
+            return Ok(scores);
+        }
+        let Judge::Classifier(model) = &self.judge else {
+            unreachable!("classifier_scores judges with a token classifier")
+        };
         for chunk in encoded.chunks(CLASSIFIER_BATCH) {
             let sequences: Vec<&[u32]> = chunk.iter().map(|(_, e)| e.ids.as_slice()).collect();
             let at: Vec<(usize, usize)> = (chunk.iter().enumerate())
@@ -260,6 +327,11 @@ impl<B: ReinBackend> PrmReward<B> {
             .collect())
     }
 
+    /// Whether a server judges the steps.
+    pub fn is_served(&self) -> bool {
+        matches!(self.judge, Judge::Served(_))
+    }
+
     /// The completion's score from its steps' (`None` without steps).
     pub fn aggregate(&self, steps: &[f64]) -> Option<f64> {
         let n = steps.len();
@@ -312,4 +384,27 @@ where
     fn failures(&self) -> FailureCounts {
         self.failures
     }
+}
+
+/// The step scores of one served sequence from the server's rows: a row per token (label 1 at
+/// each step's last token) or a row per step (pooled at the step tag); two labels each.
+fn served_step_scores(server: &str, encoded: &EncodedSteps, rows: &[Vec<f64>]) -> Result<Vec<f64>, String> {
+    let (tokens, steps) = (encoded.ids.len(), encoded.step_ends.len());
+    if let Some(row) = rows.iter().find(|row| row.len() != 2) {
+        return Err(format!(
+            "{server} answered {} label probabilities per token; a process reward model has two",
+            row.len()
+        ));
+    }
+    let picked: Vec<&Vec<f64>> = match rows.len() {
+        n if n == tokens => encoded.step_ends.iter().map(|&end| &rows[end]).collect(),
+        n if n == steps => rows.iter().collect(),
+        n => {
+            return Err(format!(
+                "{server} answered {n} rows for a sequence of {tokens} tokens and {steps} steps: a process reward \
+                 model's server pools every token, or one per step at the step tag"
+            ));
+        }
+    };
+    Ok(picked.into_iter().map(|row| row[1]).collect())
 }

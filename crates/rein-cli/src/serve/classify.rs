@@ -26,16 +26,24 @@ pub(super) struct Classifier {
     model: Mutex<SequenceClassifier<Cpu>>,
     tokenizer: LmTokenizer,
     name: String,
-    /// The longest input it scores (`--max-model-len`).
-    max_len: usize,
-    vocab: usize,
+    /// What a request may hold.
+    limits: InputLimits,
 }
 
 impl Classifier {
-    pub(super) fn new(model: SequenceClassifier<Cpu>, tokenizer: LmTokenizer, name: String, max_len: usize) -> Self {
+    /// `max_len` and `max_inputs` per request (`--max-model-len`, `--max-num-seqs`).
+    pub(super) fn new(
+        model: SequenceClassifier<Cpu>,
+        tokenizer: LmTokenizer,
+        name: String,
+        (max_len, max_inputs): (usize, usize),
+    ) -> Self {
         Self {
-            max_len,
-            vocab: model.config().vocab_size,
+            limits: InputLimits {
+                max_len,
+                vocab: model.config().vocab_size,
+                max_inputs,
+            },
             model: Mutex::new(model),
             tokenizer,
             name,
@@ -44,33 +52,7 @@ impl Classifier {
 
     fn classify(&self, body: &str) -> Result<ClassifyResponse, String> {
         let request: ClassifyRequest = parse(body).map_err(|e| format!("the body of /classify: {e}"))?;
-        let inputs = match request.input {
-            Prompts::Batch(items) => items,
-            Prompts::Text(text) => vec![Prompt::Text(text)],
-            Prompts::Ids(ids) => vec![Prompt::Ids(ids)],
-        };
-        let ids = (inputs.into_iter())
-            .map(|input| match input {
-                Prompt::Ids(ids) => Ok(ids),
-                Prompt::Text(text) => self.tokenizer.encode(&text).map_err(|e| e.to_string()),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if let Some(i) = ids.iter().position(Vec::is_empty) {
-            return Err(format!("input {i} is empty: there is no last token to classify"));
-        }
-        if let Some(i) = ids.iter().position(|ids| ids.len() > self.max_len) {
-            return Err(format!(
-                "input {i} has {} tokens; this model's maximum context length is {} tokens (--max-model-len)",
-                ids[i].len(),
-                self.max_len
-            ));
-        }
-        if let Some(&id) = ids.iter().flatten().find(|&&id| id as usize >= self.vocab) {
-            return Err(format!(
-                "token id {id} is outside the vocabulary ({} tokens)",
-                self.vocab
-            ));
-        }
+        let ids = input_ids(&self.tokenizer, request.input, self.limits)?;
         // Scoring does not change the model, so a request that panicked left it whole.
         let model = self.model.lock().unwrap_or_else(PoisonError::into_inner);
         let labels = model.labels().to_vec();
@@ -114,8 +96,71 @@ impl Classifier {
     }
 }
 
+/// What a classifier's request may hold: inputs of at most `max_len` tokens
+/// (`--max-model-len`), ids within a vocabulary of `vocab`, at most `max_inputs` inputs
+/// (`--max-num-seqs`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct InputLimits {
+    pub(super) max_len: usize,
+    pub(super) vocab: usize,
+    pub(super) max_inputs: usize,
+}
+
+/// A request's inputs as token ids: texts tokenised as given, ids as sent; refused (naming the
+/// input and the limit) when there are more than `limits` allow, or one is empty, too long or
+/// holds a token outside the vocabulary.
+pub(super) fn input_ids(tokenizer: &LmTokenizer, input: Prompts, limits: InputLimits) -> Result<Vec<Vec<u32>>, String> {
+    let inputs = match input {
+        Prompts::Batch(items) => items,
+        Prompts::Text(text) => vec![Prompt::Text(text)],
+        Prompts::Ids(ids) => vec![Prompt::Ids(ids)],
+    };
+    if inputs.len() > limits.max_inputs {
+        return Err(format!(
+            "{} inputs in one request; this server takes at most {} (--max-num-seqs)",
+            inputs.len(),
+            limits.max_inputs
+        ));
+    }
+    let ids = (inputs.into_iter())
+        .map(|input| match input {
+            Prompt::Ids(ids) => Ok(ids),
+            Prompt::Text(text) => tokenizer.encode(&text).map_err(|e| e.to_string()),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(i) = ids.iter().position(Vec::is_empty) {
+        return Err(format!("input {i} is empty: there is no token to classify"));
+    }
+    if let Some(i) = ids.iter().position(|ids| ids.len() > limits.max_len) {
+        return Err(format!(
+            "input {i} has {} tokens; this model's maximum context length is {} tokens (--max-model-len)",
+            ids[i].len(),
+            limits.max_len
+        ));
+    }
+    if let Some(&id) = ids.iter().flatten().find(|&&id| id as usize >= limits.vocab) {
+        return Err(format!(
+            "token id {id} is outside the vocabulary ({} tokens)",
+            limits.vocab
+        ));
+    }
+    Ok(ids)
+}
+
+/// `/health` and `/v1/models` of a server holding the model `name`; `None` for other paths.
+pub(super) fn about(name: &str, method: &Method, path: &str) -> Option<Answer> {
+    match (method, path) {
+        (&Method::GET, "/health") => Some((200, json!({}))),
+        (&Method::GET, "/v1/models") => Some((
+            200,
+            json!({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "rein"}]}),
+        )),
+        _ => None,
+    }
+}
+
 /// vLLM's default activation of classifier outputs: the sigmoid of one, the softmax of several.
-fn activation(raw: &[f64]) -> Vec<f64> {
+pub(super) fn activation(raw: &[f64]) -> Vec<f64> {
     if let [x] = raw {
         return vec![1.0 / (1.0 + (-x).exp())];
     }
@@ -127,12 +172,10 @@ fn activation(raw: &[f64]) -> Vec<f64> {
 
 impl Handler for Classifier {
     fn route(&self, method: &Method, path: &str, body: &str) -> Answer {
+        if let Some(answer) = about(&self.name, method, path) {
+            return answer;
+        }
         match (method, path) {
-            (&Method::GET, "/health") => (200, json!({})),
-            (&Method::GET, "/v1/models") => (
-                200,
-                json!({"object": "list", "data": [{"id": self.name, "object": "model", "owned_by": "rein"}]}),
-            ),
             (&Method::POST, "/classify" | "/v1/classify") => match self.classify(body) {
                 Ok(response) => (200, json!(response)),
                 Err(message) => error(400, message),

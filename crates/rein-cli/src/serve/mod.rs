@@ -7,7 +7,8 @@
 //! server for `backend = "http"` runs and serves any trained checkpoint to OpenAI clients.
 //!
 //! A sequence classifier (a reward model) is served through the classification API instead
-//! ([`classify`]).
+//! ([`classify`]), and a token classifier (a process reward model) through vLLM's pooling API
+//! ([`pooling`]).
 //!
 //! Every size a client controls is bounded before it is used: the body (`--max-body-bytes`, read
 //! by the [`http`] front within `--read-timeout`), a request's context (prompt and new tokens
@@ -20,6 +21,7 @@ mod classify;
 mod engine;
 mod http;
 mod limits;
+mod pooling;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -30,7 +32,7 @@ use anyhow::Context;
 use clap::Args;
 use hyper::Method;
 use rein_core::{ModelDtype, SamplerPrecision};
-use rein_model::lm::{LmTokenizer, SequenceClassifier, load};
+use rein_model::lm::{LmTokenizer, SequenceClassifier, TokenClassifier, load};
 use rein_sampler::protocol::{
     ChatRequest, CompletionRequest, ErrorBody, ErrorResponse, GenerateRequest, UpdateWeightsRequest,
     UpdateWeightsResponse, parse,
@@ -70,8 +72,8 @@ pub(crate) struct ServeArgs {
     /// default: the model's `max_position_embeddings`, which is also the most it may be).
     #[arg(long)]
     max_model_len: Option<usize>,
-    /// Most sequences one request may ask for: prompts × `n`; also the most the batches in
-    /// flight decode together (vLLM's `--max-num-seqs`).
+    /// Most sequences one request may ask for: prompts × `n` (a classifier's inputs); also the
+    /// most the batches in flight decode together (vLLM's `--max-num-seqs`).
     #[arg(long, default_value_t = 256)]
     max_num_seqs: usize,
     /// Largest request body in bytes (413 past it).
@@ -112,6 +114,11 @@ pub(crate) struct ServeArgs {
     /// `/update_weights_from_disk` too.
     #[arg(long, default_value = "f32", value_parser = crate::generate::dtype)]
     dtype: ModelDtype,
+    /// A token classifier (a process reward model) answers `/pooling` with the rows of this
+    /// text's token only, one per step (vLLM's `STEP` pooling with its `step_tag_id`); it must
+    /// be one token. Default: every token's row.
+    #[arg(long)]
+    step_tag: Option<String>,
 }
 
 impl ServeArgs {
@@ -129,7 +136,14 @@ impl ServeArgs {
                     .with_context(|| format!("--weights-dir {}", dir.display()))
             })
             .transpose()?;
-        let handler: Arc<dyn Handler> = if SequenceClassifier::<rein_model::Cpu>::is_classifier(&self.model) {
+        anyhow::ensure!(
+            self.step_tag.is_none() || TokenClassifier::<rein_model::Cpu>::is_token_classifier(&self.model),
+            "--step-tag is for token classifiers (process reward models); {} is not one",
+            self.model.display()
+        );
+        let handler: Arc<dyn Handler> = if TokenClassifier::<rein_model::Cpu>::is_token_classifier(&self.model) {
+            self.token_classifier(name)?
+        } else if SequenceClassifier::<rein_model::Cpu>::is_classifier(&self.model) {
             anyhow::ensure!(
                 self.precision == SamplerPrecision::Exact && self.dtype == ModelDtype::F32,
                 "--precision q8 and --dtype bf16 are for language models; {} is a sequence classifier",
@@ -138,7 +152,12 @@ impl ServeArgs {
             let model = SequenceClassifier::load(&self.model, &device).with_context(loading)?;
             let tokenizer = LmTokenizer::load(&rein_model::lm::locate(&self.model)?, &[])?;
             let max_len = self.context_length(model.config().max_position_embeddings)?;
-            Arc::new(classify::Classifier::new(model, tokenizer, name, max_len))
+            Arc::new(classify::Classifier::new(
+                model,
+                tokenizer,
+                name,
+                (max_len, self.max_num_seqs),
+            ))
         } else {
             let model = load::<rein_model::Cpu>(&self.model, &device)
                 .with_context(loading)?
@@ -193,6 +212,37 @@ impl ServeArgs {
     }
 
     /// `--max-model-len`, checked against the model's context.
+    /// The handler of a token classifier: `/pooling`, every token's rows or the step tag's.
+    fn token_classifier(&self, name: String) -> anyhow::Result<Arc<dyn Handler>> {
+        anyhow::ensure!(
+            self.precision == SamplerPrecision::Exact && self.dtype == ModelDtype::F32,
+            "--precision q8 and --dtype bf16 are for language models; {} is a token classifier",
+            self.model.display()
+        );
+        let loading = || format!("loading {}", self.model.display());
+        let model = TokenClassifier::load(&self.model, &Default::default()).with_context(loading)?;
+        let tokenizer = LmTokenizer::load(&rein_model::lm::locate(&self.model)?, &[])?;
+        let step_tag = match &self.step_tag {
+            None => None,
+            Some(tag) => match tokenizer.encode(tag)?.as_slice() {
+                [id] => Some(*id),
+                ids => anyhow::bail!(
+                    "--step-tag {tag:?} is {} tokens of {}'s vocabulary; a step tag is one token",
+                    ids.len(),
+                    self.model.display()
+                ),
+            },
+        };
+        let max_len = self.context_length(model.config().max_position_embeddings)?;
+        Ok(Arc::new(pooling::TokenClassifierServer::new(
+            model,
+            tokenizer,
+            name,
+            (max_len, self.max_num_seqs),
+            step_tag,
+        )))
+    }
+
     fn context_length(&self, max_position_embeddings: usize) -> anyhow::Result<usize> {
         let max_model_len = self.max_model_len.unwrap_or(max_position_embeddings);
         anyhow::ensure!(

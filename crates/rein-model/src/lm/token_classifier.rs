@@ -44,6 +44,12 @@ impl<B: ReinBackend> TokenClassifier<B> {
         names_class(dir, CLASS)
     }
 
+    /// The labels of the classifier in `dir` (`id2label` in id order, as [`Self::labels`]),
+    /// read from its `config.json` without its weights.
+    pub fn labels_of(dir: &Path) -> Result<Vec<String>, LoadError> {
+        super::classifier_config::labels_of(dir)
+    }
+
     /// Loads the classifier in `dir` onto `device`, for inference (no gradients).
     pub fn load(dir: &Path, device: &B::Device) -> Result<Self, LoadError> {
         Ok(Self::open(dir, device)?.no_grad())

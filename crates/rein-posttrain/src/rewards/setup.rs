@@ -75,17 +75,23 @@ fn reward<B: ReinBackend>(
             let base = dir.file_name().unwrap_or(dir.as_os_str());
             base.to_string_lossy().into_owned()
         });
+        let timeout = std::time::Duration::from_secs_f64(loaded.recipe.sampler.request_timeout_s);
         if entry.kind == RewardModelKind::Prm {
             let settings = entry.prm.clone().unwrap_or_default();
-            let reward = PrmReward::<B>::load(&name, &dir, &settings, device)
-                .map_err(|e| invalid(loaded, &format!("reward[{i}].model"), e.to_string()))?;
+            let reward = match &entry.url {
+                None => PrmReward::<B>::load(&name, &dir, &settings, device),
+                Some(url) => {
+                    let served = entry.served_model.as_deref();
+                    PrmReward::<B>::served(&name, &dir, &settings, url, served, timeout)
+                }
+            }
+            .map_err(|e| invalid(loaded, &format!("reward[{i}].model"), e.to_string()))?;
             return Ok(Box::new(reward));
         }
         let label = entry.label.as_deref();
         let reward = match &entry.url {
             None => ModelReward::<B>::load(&name, &dir, label, entry.batch_size, device),
             Some(url) => {
-                let timeout = std::time::Duration::from_secs_f64(loaded.recipe.sampler.request_timeout_s);
                 let served = entry.served_model.as_deref();
                 ModelReward::<B>::served(&name, &dir, label, entry.batch_size, url, served, timeout)
             }

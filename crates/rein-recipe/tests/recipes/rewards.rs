@@ -59,9 +59,14 @@ fn a_reward_is_a_plugin_or_a_model_with_only_its_own_keys() {
             "must not be empty",
         ),
         (
-            "[[reward]]\nmodel = \"prm\"\nkind = \"prm\"\nurl = \"http://127.0.0.1:8000\"\n",
+            "[[reward]]\nmodel = \"prm\"\nkind = \"prm\"\nlabel = \"LABEL_1\"\n",
+            "reward[0].label",
+            "reads its positive label",
+        ),
+        (
+            "[[reward]]\nmodel = \"prm\"\nkind = \"prm\"\nurl = \"127.0.0.1:8000\"\n",
             "reward[0].url",
-            "runs in process",
+            "not an http(s) URL",
         ),
         (
             "[[reward]]\nplugin = \"math-answer\"\nkind = \"prm\"\n",

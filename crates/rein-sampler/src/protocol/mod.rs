@@ -2,7 +2,8 @@
 //! use: the client ([`crate::HttpGenerator`]) and `rein serve`. It covers SGLang's native
 //! `/generate` and `/update_weights_from_disk`, OpenAI's `/v1/completions` and
 //! `/v1/chat/completions` with vLLM's token-id extensions (`return_token_ids`, `stop_reason`),
-//! vLLM's LoRA adapter endpoints, and the classification API of vLLM and SGLang (`/classify`).
+//! vLLM's LoRA adapter endpoints, the classification API of vLLM and SGLang (`/classify`), and
+//! vLLM's pooling API for token classifiers (`/pooling`).
 //!
 //! Field names are the servers' own. What a server may leave out is an `Option`. Keys rein does
 //! not use are ignored on input, since servers add keys between versions. Fixtures under
@@ -17,12 +18,14 @@ use serde_json::Value;
 
 mod chat;
 mod classify;
+mod pooling;
 
 pub use chat::{
     ChatChoice, ChatLogprobs, ChatRequest, ChatRequestMessage, ChatResponse, ChatResponseMessage, ContentPart,
     MessageContent, TokenLogprob, TopLogprob,
 };
 pub use classify::{ClassifyData, ClassifyRequest, ClassifyResponse};
+pub use pooling::{PoolingData, PoolingRequest, PoolingResponse};
 
 /// Parses a JSON body into `T`. The error names the field that did not fit
 /// (`sampling_params.temperature: invalid type: string "hot", expected f32`).
