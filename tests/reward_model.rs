@@ -1,7 +1,8 @@
 //! Reward models (sequence classifiers) against Hugging Face transformers, and as rewards; a
 //! process reward model's step scores against Math-Shepherd's convention in transformers
-//! (`gen_prm_scores.py`), and a token-classifier PRM's against transformers'
-//! `AutoModelForTokenClassification` (`gen_trl_prm.py`).
+//! (`gen_prm_scores.py`), a token-classifier PRM's against transformers'
+//! `AutoModelForTokenClassification` (`gen_trl_prm.py`), and Qwen's process reward model class
+//! against its head as Qwen's code defines it (`gen_qwen_prm.py`).
 //!
 //! Fixtures: `tests/fixtures/lm/{llama,qwen2}-rm`, written by `gen_classifiers.py`
 //! (transformers 5.24): tiny random `LlamaForSequenceClassification` (one label) and
@@ -410,4 +411,91 @@ fn a_token_classifier_prm_scores_each_step_as_transformers_does() {
         panic!("a three-label classifier loaded as a PRM")
     };
     assert!(matches!(error, PrmError::NotTwoLabels { labels: 3, .. }), "{error}");
+}
+
+/// Qwen's process reward model (`Qwen2ForProcessRewardModel`, Qwen2.5-Math-PRM's class: a
+/// two-layer head, `score.0` → ReLU → `score.2`), written by rein under Qwen's tensor names and
+/// read back, gives each step tag token the logits and label-1 probabilities of the class as
+/// Qwen's code defines it (`qwen_prm.json`, by `gen_qwen_prm.py`) within 1e-5, the two texts
+/// judged in one padded batch; as a `kind = "prm"` reward it reads that class as a token
+/// classifier.
+#[test]
+fn a_qwen_process_reward_model_scores_steps_as_its_code_does() {
+    #[derive(serde::Deserialize)]
+    struct Sequence {
+        input_ids: Vec<u32>,
+        tag_positions: Vec<usize>,
+        logits: Vec<Vec<f64>>,
+        step_probabilities: Vec<f64>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Fixture {
+        score_0_weight: Vec<Vec<f32>>,
+        score_0_bias: Vec<f32>,
+        score_2_weight: Vec<Vec<f32>>,
+        score_2_bias: Vec<f32>,
+        sequences: Vec<Sequence>,
+    }
+    let path = fixtures().join("../qwen_prm.json");
+    let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let device = Default::default();
+    // torch's `[out, in]` as rein's `[in, out]`.
+    let transposed = |rows: &[Vec<f32>]| {
+        let (outputs, inputs) = (rows.len(), rows[0].len());
+        let values: Vec<f32> = (0..inputs).flat_map(|i| rows.iter().map(move |row| row[i])).collect();
+        Tensor::<B, 2>::from_data(TensorData::new(values, [inputs, outputs]), &device)
+    };
+    let vector = |v: &[f32]| Tensor::<B, 1>::from_data(TensorData::new(v.to_vec(), [v.len()]), &device);
+    let source = fixtures().join("qwen2-gqa");
+    let decoder = rein_model::lm::load::<B>(&source, &device).unwrap();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("qwen-process-reward-model");
+    let _ = std::fs::remove_dir_all(&dir);
+    TokenClassifier::with_process_reward_head(
+        decoder,
+        (transposed(&fixture.score_0_weight), vector(&fixture.score_0_bias)),
+        transposed(&fixture.score_2_weight),
+        vector(&fixture.score_2_bias),
+        Some(0),
+    )
+    .save(&dir)
+    .unwrap();
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(source.join(file), dir.join(file)).unwrap();
+    }
+    let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    assert!(config.contains("\"Qwen2ForProcessRewardModel\""), "{config}");
+    assert!(TokenClassifier::<B>::is_token_classifier(&dir));
+
+    let model = TokenClassifier::<B>::load(&dir, &device).unwrap();
+    let sequences: Vec<&[u32]> = fixture.sequences.iter().map(|s| s.input_ids.as_slice()).collect();
+    let at: Vec<(usize, usize)> = (fixture.sequences.iter().enumerate())
+        .flat_map(|(row, s)| s.tag_positions.iter().map(move |&t| (row, t)))
+        .collect();
+    let logits: Vec<f64> = (model.logits_at(&sequences, &at, &device).into_data())
+        .convert::<f64>()
+        .to_vec()
+        .unwrap();
+    let want: Vec<f64> = fixture
+        .sequences
+        .iter()
+        .flat_map(|s| s.logits.iter().flatten().copied())
+        .collect();
+    assert_close("the logits at the step tags", &logits, &want);
+    let probabilities: Vec<f64> = (logits.chunks_exact(2))
+        .map(|z| 1.0 / (1.0 + (z[0] - z[1]).exp()))
+        .collect();
+    let want: Vec<f64> = fixture
+        .sequences
+        .iter()
+        .flat_map(|s| s.step_probabilities.clone())
+        .collect();
+    assert_close("label 1's probability", &probabilities, &want);
+
+    let settings = PrmSettings {
+        separator: "\n".into(),
+        tag: "\n".into(),
+        ..PrmSettings::default()
+    };
+    let prm = PrmReward::<B>::load("prm", &dir, &settings, &device).unwrap();
+    assert_eq!(prm.step_scores("q", "one\ntwo").unwrap().len(), 2);
 }

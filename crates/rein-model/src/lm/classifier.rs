@@ -17,7 +17,7 @@ use super::classifier_config::{
     ClassifierConfig, classifier_config_json, labels_of, names_class, read_classifier_config,
 };
 use super::model::CausalLm;
-use super::model_dir::{decoder_tensors, linear_weight, read_classifier, write_model_dir};
+use super::model_dir::{Weights, decoder_tensors, linear_weight, read_classifier, write_model_dir};
 use super::{LmConfig, LoadError};
 use crate::backend::{ReinBackend, affine};
 
@@ -106,7 +106,10 @@ impl<B: ReinBackend> SequenceClassifier<B> {
         let dir = &super::locate(dir)?;
         let what = "sequence classifier: a reward model is a `*ForSequenceClassification` with a `score` head";
         let (config, ClassifierConfig { labels, pad_token_id }) = read_classifier_config(dir, CLASS, what)?;
-        let (trunk, score) = read_classifier(dir, config, labels.len(), false, device)?;
+        let n = labels.len();
+        let score =
+            |weights: &Weights, config: &LmConfig| weights.linear("score", config.hidden_size, n, false, device);
+        let (trunk, score) = read_classifier(dir, config, score, device)?;
         Ok(Self {
             trunk,
             score,

@@ -364,22 +364,21 @@ impl Weights {
     }
 }
 
-/// A classifier's decoder and `score` head (`[hidden] → [num_labels]`, with a bias when
-/// `bias`) from the weights in `dir`, refusing any other tensor. The decoder has no LM head.
-pub(super) fn read_classifier<B: ReinBackend>(
+/// The decoder of the classifier in `dir` (no LM head) on `config`, and its head as `head`
+/// reads it from the weights; any tensor left unread is an error.
+pub(super) fn read_classifier<B: ReinBackend, H>(
     dir: &Path,
     config: LmConfig,
-    num_labels: usize,
-    bias: bool,
+    head: impl FnOnce(&Weights, &LmConfig) -> Result<H, LoadError>,
     device: &B::Device,
-) -> Result<(CausalLm<B>, Linear<B>), LoadError> {
+) -> Result<(CausalLm<B>, H), LoadError> {
     let weights = Weights::open(dir)?;
     let Decoder {
         embed_tokens,
         layers,
         norm,
     } = Decoder::read(&weights, &config, device)?;
-    let score = weights.linear("score", config.hidden_size, num_labels, bias, device)?;
+    let head = head(&weights, &config)?;
     let unused = weights.unused(true);
     if !unused.is_empty() {
         return Err(LoadError::UnexpectedTensors { names: unused });
@@ -388,7 +387,7 @@ pub(super) fn read_classifier<B: ReinBackend>(
         tie_word_embeddings: true,
         ..config
     };
-    Ok((CausalLm::from_parts(config, embed_tokens, layers, norm, None), score))
+    Ok((CausalLm::from_parts(config, embed_tokens, layers, norm, None), head))
 }
 
 /// Writes `model` to `dir` as a model directory in Hugging Face format (`config.json`, `model.safetensors`,

@@ -5,6 +5,11 @@
 //! at each step's last token (label 1: the step is right). [`TokenClassifier::load`] reads one
 //! to score with, [`TokenClassifier::from_decoder`] puts a fresh head on a causal model's
 //! decoder to train, and [`TokenClassifier::save`] writes one in the same format.
+//!
+//! Qwen's process reward models (`Qwen2ForProcessRewardModel`, Qwen2.5-Math-PRM: custom code
+//! that transformers loads with `trust_remote_code`) are the same with a two-layer head, `score`
+//! = `Linear(hidden, hidden)` → ReLU → `Linear(hidden, 2)` (`score.0`, `score.2`), read and
+//! written under those names.
 
 use std::path::Path;
 
@@ -15,19 +20,25 @@ use rein_core::SeededRng;
 
 use super::classifier_config::{ClassifierConfig, classifier_config_json, names_class, read_classifier_config};
 use super::model::CausalLm;
-use super::model_dir::{decoder_tensors, linear_weight, read_classifier, vector_tensor, write_model_dir};
+use super::model_dir::{Weights, decoder_tensors, linear_weight, read_classifier, vector_tensor, write_model_dir};
 use super::{LmConfig, LoadError};
 use crate::backend::{ReinBackend, affine};
 
 /// The class suffix of a token classifier in `config.json`.
 const CLASS: &str = "ForTokenClassification";
 
+/// The class suffix of Qwen's process reward models, whose head has two layers.
+const PROCESS_REWARD_CLASS: &str = "ForProcessRewardModel";
+
 /// A decoder with a per-token classification head (see the module docs).
 #[derive(Module, Debug)]
 pub struct TokenClassifier<B: ReinBackend> {
     /// The decoder, without an LM head.
     trunk: CausalLm<B>,
-    /// `score`, `[hidden, num_labels]` and its bias.
+    /// Qwen's process-reward head's first layer (`score.0`, `[hidden, hidden]` and its bias,
+    /// then ReLU); `None` for a one-layer head.
+    hidden: Option<Linear<B>>,
+    /// `score` (`score.2` after a first layer), `[hidden, num_labels]` and its bias.
     score: Linear<B>,
     /// The labels in order (`id2label`).
     #[module(skip)]
@@ -41,7 +52,7 @@ impl<B: ReinBackend> TokenClassifier<B> {
     /// Whether the model in `dir` (or the fetched model of that name) is a token classifier: its
     /// `config.json` names a `*ForTokenClassification`. False when there is no such model.
     pub fn is_token_classifier(dir: &Path) -> bool {
-        names_class(dir, CLASS)
+        names_class(dir, CLASS) || names_class(dir, PROCESS_REWARD_CLASS)
     }
 
     /// The labels of the classifier in `dir` (`id2label` in id order, as [`Self::labels`]),
@@ -59,10 +70,21 @@ impl<B: ReinBackend> TokenClassifier<B> {
     pub fn open(dir: &Path, device: &B::Device) -> Result<Self, LoadError> {
         let dir = &super::locate(dir)?;
         let what = "token classifier: a process reward model is a `*ForTokenClassification` with a `score` head";
-        let (config, ClassifierConfig { labels, pad_token_id }) = read_classifier_config(dir, CLASS, what)?;
-        let (trunk, score) = read_classifier(dir, config, labels.len(), true, device)?;
+        let two_layers = names_class(dir, PROCESS_REWARD_CLASS);
+        let class = if two_layers { PROCESS_REWARD_CLASS } else { CLASS };
+        let (config, ClassifierConfig { labels, pad_token_id }) = read_classifier_config(dir, class, what)?;
+        let n = labels.len();
+        let head = |weights: &Weights, config: &LmConfig| match two_layers {
+            false => Ok((None, weights.linear("score", config.hidden_size, n, true, device)?)),
+            true => Ok((
+                Some(weights.linear("score.0", config.hidden_size, config.hidden_size, true, device)?),
+                weights.linear("score.2", config.hidden_size, n, true, device)?,
+            )),
+        };
+        let (trunk, (hidden, score)) = read_classifier(dir, config, head, device)?;
         Ok(Self {
             trunk,
+            hidden,
             score,
             labels,
             pad_token_id,
@@ -98,6 +120,7 @@ impl<B: ReinBackend> TokenClassifier<B> {
         let num_labels = weight.dims()[1];
         Self {
             trunk: decoder,
+            hidden: None,
             score: Linear {
                 weight: Param::from_tensor(weight),
                 bias: Some(Param::from_tensor(bias)),
@@ -107,20 +130,53 @@ impl<B: ReinBackend> TokenClassifier<B> {
         }
     }
 
+    /// Qwen's process reward model (`Qwen2ForProcessRewardModel`) on `decoder` (its LM head, if
+    /// any, dropped) with the given two-layer head: `first` `[hidden, hidden]` and its bias, then
+    /// ReLU, then `weight` `[hidden, num_labels]` and its bias.
+    pub fn with_process_reward_head(
+        decoder: CausalLm<B>,
+        (first, first_bias): (Tensor<B, 2>, Tensor<B, 1>),
+        weight: Tensor<B, 2>,
+        bias: Tensor<B, 1>,
+        pad_token_id: Option<u32>,
+    ) -> Self {
+        Self {
+            hidden: Some(Linear {
+                weight: Param::from_tensor(first),
+                bias: Some(Param::from_tensor(first_bias)),
+            }),
+            ..Self::with_head(decoder, weight, bias, pad_token_id)
+        }
+    }
+
     /// Writes the classifier to `dir` in Hugging Face format (`config.json` naming the
-    /// `*ForTokenClassification` class, its labels and padding token; `model.safetensors`, f32),
-    /// loadable by transformers and by [`Self::load`]. Tokenizer files are the caller's.
+    /// `*ForTokenClassification` class, or `*ForProcessRewardModel` with a two-layer head, its
+    /// labels and padding token; `model.safetensors`, f32), loadable by transformers (Qwen's
+    /// class with its custom code) and by [`Self::load`]. Tokenizer files are the caller's.
     pub fn save(&self, dir: &Path) -> Result<(), LoadError> {
         let mut tensors = decoder_tensors(&self.trunk.merged());
-        tensors.insert("score.weight".into(), linear_weight(&self.score));
-        if let Some(bias) = &self.score.bias {
-            tensors.insert("score.bias".into(), vector_tensor(bias.val()));
-        }
+        let mut layer = |name: &str, linear: &Linear<B>| {
+            tensors.insert(format!("{name}.weight"), linear_weight(linear));
+            if let Some(bias) = &linear.bias {
+                tensors.insert(format!("{name}.bias"), vector_tensor(bias.val()));
+            }
+        };
+        let class = match &self.hidden {
+            None => {
+                layer("score", &self.score);
+                CLASS
+            }
+            Some(first) => {
+                layer("score.0", first);
+                layer("score.2", &self.score);
+                PROCESS_REWARD_CLASS
+            }
+        };
         let head = ClassifierConfig {
             labels: self.labels.clone(),
             pad_token_id: self.pad_token_id,
         };
-        write_model_dir(dir, &tensors, &classifier_config_json(self.config(), CLASS, &head))
+        write_model_dir(dir, &tensors, &classifier_config_json(self.config(), class, &head))
     }
 
     /// The labels, in the order of the logits' columns.
@@ -156,7 +212,11 @@ impl<B: ReinBackend> TokenClassifier<B> {
             return Tensor::zeros([0, self.labels.len()], device);
         }
         let pad = self.pad_token_id.unwrap_or(0);
-        let picked = self.trunk.hidden_at(sequences, pad, at, device);
+        let mut picked = self.trunk.hidden_at(sequences, pad, at, device);
+        if let Some(first) = &self.hidden {
+            let first = affine(picked, first.weight.val(), first.bias.as_ref().map(Param::val));
+            picked = burn::tensor::activation::relu(first);
+        }
         affine(
             picked,
             self.score.weight.val(),
