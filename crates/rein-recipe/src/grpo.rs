@@ -321,7 +321,7 @@ impl GrpoRecipe<'_> {
         self.aggregation_of_rewards()?;
         self.pass_at_k()?;
         self.process()?;
-        crate::implicit_prm::check(r, grpo)?;
+        crate::implicit_prm::check(r.implicit_prm.as_ref(), grpo.advantage)?;
         self.rollout().check(r)?;
         self.curriculum()?;
         self.gigpo()

@@ -7,8 +7,6 @@ use rein_core::AdvantageKind;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Broken, broken};
-use crate::grpo::GrpoSection;
-use crate::schema::Recipe;
 
 /// The implicit PRM's settings (see the module docs). verl's names in brackets.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -68,12 +66,12 @@ pub enum ImplicitPrmUpdate {
     None,
 }
 
-/// The rules of `[implicit_prm]` in a GRPO recipe.
-pub(crate) fn check(recipe: &Recipe, grpo: &GrpoSection) -> Result<(), Broken> {
-    let Some(prm) = &recipe.implicit_prm else {
+/// The rules of a GRPO recipe's `[implicit_prm]`, `section`, when its advantage is `advantage`.
+pub(crate) fn check(section: Option<&ImplicitPrmSection>, advantage: AdvantageKind) -> Result<(), Broken> {
+    let Some(prm) = section else {
         return Ok(());
     };
-    if grpo.advantage != AdvantageKind::Process {
+    if advantage != AdvantageKind::Process {
         return Err(broken(
             "implicit_prm",
             "its token rewards are a source of the process advantage: set algorithm.advantage = \"process\"",

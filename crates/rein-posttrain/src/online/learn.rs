@@ -212,27 +212,8 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
             mask_truncated(&mut mask, &flat, width);
         }
         let sampled_log_prob = tokens.per_token_values(&old);
-        let (mut teacher_kl, mut teacher_logits) = (None, None);
-        if let Some((teacher, coef, kl)) = &self.teacher {
-            let _phase = phases.enter("teacher", "the teacher's log-probabilities");
-            match kl {
-                TeacherKl::Sampled => {
-                    let (lp, _) = completion_log_probs(teacher, &tokens, temperature, false, &self.device);
-                    let lp: Vec<f32> = lp.into_data().convert::<f32>().to_vec().unwrap_or_default();
-                    teacher_kl = Some(add_teacher_advantages(
-                        &mut advantages,
-                        &lp,
-                        &sampled_log_prob,
-                        &mask,
-                        *coef,
-                    ));
-                }
-                TeacherKl::Full => {
-                    let logits = completion_logits(teacher, &tokens, temperature, &self.device).logits;
-                    teacher_logits = Some((logits, *coef));
-                }
-            }
-        }
+        let (mut teacher_kl, teacher_logits) =
+            self.teacher_term(&tokens, temperature, &mut advantages, &sampled_log_prob, &mask, phases);
         let shape = [tokens.rows, width];
         let reference = reference_log_probs.filter(|_| !grpo.kl_in_reward);
         let mut inputs = LossInputs::<B> {
@@ -270,6 +251,37 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         }
         self.log_batch(step, &flat, &rewards, kl_in_reward, &mut record);
         Ok(record)
+    }
+
+    /// On-policy distillation's term, when the run has a teacher: with the sampled KL each
+    /// token's advantage gains `coef · (log π_teacher − log π_student)` and the mean KL comes
+    /// back; with the full KL, the teacher's logits and the term's weight, for the loss.
+    #[allow(clippy::type_complexity)]
+    fn teacher_term(
+        &self,
+        tokens: &TokenBatch,
+        temperature: f32,
+        advantages: &mut [f32],
+        sampled_log_prob: &[f32],
+        mask: &[f32],
+        phases: &Phases,
+    ) -> (Option<f64>, Option<(Tensor<B::InnerBackend, 2>, f32)>) {
+        let Some((teacher, coef, kl)) = &self.teacher else {
+            return (None, None);
+        };
+        let _phase = phases.enter("teacher", "the teacher's log-probabilities");
+        match kl {
+            TeacherKl::Sampled => {
+                let (lp, _) = completion_log_probs(teacher, tokens, temperature, false, &self.device);
+                let lp: Vec<f32> = lp.into_data().convert::<f32>().to_vec().unwrap_or_default();
+                let kl = add_teacher_advantages(advantages, &lp, sampled_log_prob, mask, *coef);
+                (Some(kl), None)
+            }
+            TeacherKl::Full => {
+                let logits = completion_logits(teacher, tokens, temperature, &self.device).logits;
+                (None, Some((logits, *coef)))
+            }
+        }
     }
 
     /// The batch's prompts and completions as one token batch; multi-turn episodes train only

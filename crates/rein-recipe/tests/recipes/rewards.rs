@@ -54,21 +54,6 @@ fn a_reward_is_a_plugin_or_a_model_with_only_its_own_keys() {
             "only a `kind = \"prm\"` reward model reads it",
         ),
         (
-            "[[reward]]\nmodel = \"prm\"\nkind = \"prm\"\nprm = { separator = \"\" }\n",
-            "reward[0].prm.separator",
-            "must not be empty",
-        ),
-        (
-            "[[reward]]\nmodel = \"prm\"\nkind = \"prm\"\nlabel = \"LABEL_1\"\n",
-            "reward[0].label",
-            "reads its positive label",
-        ),
-        (
-            "[[reward]]\nmodel = \"prm\"\nkind = \"prm\"\nurl = \"127.0.0.1:8000\"\n",
-            "reward[0].url",
-            "not an http(s) URL",
-        ),
-        (
             "[[reward]]\nplugin = \"math-answer\"\nkind = \"prm\"\n",
             "reward[0].kind",
             "this reward is a plugin",
@@ -88,6 +73,45 @@ fn a_reward_is_a_plugin_or_a_model_with_only_its_own_keys() {
         err.contains("kind") && err.contains("classifier") && err.contains("prm"),
         "{err}"
     );
+    let dir = recipes(&[(
+        "grpo.toml",
+        &grpo("[[reward]]\nmodel = \"rm\"\nlabel = \"good\"\nweight = 0.5\n"),
+    )]);
+    let loaded = load(&dir, "grpo.toml", &[]).unwrap();
+    assert_eq!(loaded.recipe.reward[0].model.as_deref(), Some("rm"));
+    assert_eq!(loaded.recipe.reward[0].batch_size, 16);
+}
+
+/// A process reward model's own keys: a separator and a tag that are not empty, no `label` (it
+/// reads its positive label), a `url` that is one; the settings' defaults.
+#[test]
+fn a_process_reward_model_reads_its_own_keys() {
+    let grpo = |reward: &str| GRPO.replace("[[reward]]\nplugin = \"math-answer\"\n", reward);
+    let cases = [
+        (
+            "[[reward]]\nmodel = \"prm\"\nkind = \"prm\"\nprm = { separator = \"\" }\n",
+            "reward[0].prm.separator",
+            "must not be empty",
+        ),
+        (
+            "[[reward]]\nmodel = \"prm\"\nkind = \"prm\"\nlabel = \"LABEL_1\"\n",
+            "reward[0].label",
+            "reads its positive label",
+        ),
+        (
+            "[[reward]]\nmodel = \"prm\"\nkind = \"prm\"\nurl = \"127.0.0.1:8000\"\n",
+            "reward[0].url",
+            "not an http(s) URL",
+        ),
+    ];
+    for (reward, key, says) in cases {
+        let dir = recipes(&[("grpo.toml", &grpo(reward))]);
+        let err = load(&dir, "grpo.toml", &[]).unwrap_err();
+        assert!(
+            matches!(&err, RecipeError::Invalid { path, message, .. } if path == key && message.contains(says)),
+            "{reward}: {err}"
+        );
+    }
     let prm = "[[reward]]\nmodel = \"prm\"\nkind = \"prm\"\nprm = { tag = \" #\", aggregate = \"last\" }\n";
     let dir = recipes(&[("grpo.toml", &grpo(prm))]);
     let entry = load(&dir, "grpo.toml", &[]).unwrap().recipe.reward.remove(0);
@@ -101,13 +125,10 @@ fn a_reward_is_a_plugin_or_a_model_with_only_its_own_keys() {
         (" #", "\n", "+")
     );
     assert_eq!(settings.aggregate, rein_core::PrmAggregate::Last);
-    let dir = recipes(&[(
-        "grpo.toml",
-        &grpo("[[reward]]\nmodel = \"rm\"\nlabel = \"good\"\nweight = 0.5\n"),
-    )]);
-    let loaded = load(&dir, "grpo.toml", &[]).unwrap();
-    assert_eq!(loaded.recipe.reward[0].model.as_deref(), Some("rm"));
-    assert_eq!(loaded.recipe.reward[0].batch_size, 16);
+    let served = "[[reward]]\nmodel = \"prm\"\nkind = \"prm\"\nurl = \"http://127.0.0.1:8000\"\n";
+    let dir = recipes(&[("grpo.toml", &grpo(served))]);
+    let entry = load(&dir, "grpo.toml", &[]).unwrap().recipe.reward.remove(0);
+    assert_eq!(entry.url.as_deref(), Some("http://127.0.0.1:8000"));
 }
 
 /// A `signal` reward is computed by the host from rein's own sampler: it stands alone in its
