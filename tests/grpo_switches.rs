@@ -751,25 +751,33 @@ fn halves(completion: &str) -> Vec<StepScore> {
     ]
 }
 
+/// Steps on the tiny Qwen2 whose outcome is the same for every completion, so that only step
+/// scores (from each completion's text) or an implicit PRM can move the policy.
+fn constant_outcome(
+    grpo: GrpoSection,
+    steps: Option<fn(&str) -> Vec<StepScore>>,
+    implicit_prm: Option<ImplicitPrmSection>,
+) -> Trace {
+    let qwen2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm/qwen2-gqa");
+    Run {
+        grpo,
+        sampler: sampler(6),
+        prompts: &PROMPTS,
+        reward: constant,
+        agent: None,
+        curriculum: None,
+        devices: 1,
+        lora: None,
+        signals: &[],
+        steps,
+        implicit_prm,
+    }
+    .trace(&qwen2)
+}
+
 #[test]
 fn step_scores_move_the_policy_only_through_the_process_advantage() {
-    let trace = |grpo: GrpoSection, steps: Option<fn(&str) -> Vec<StepScore>>| {
-        let qwen2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm/qwen2-gqa");
-        Run {
-            grpo,
-            sampler: sampler(6),
-            prompts: &PROMPTS,
-            reward: constant,
-            agent: None,
-            curriculum: None,
-            devices: 1,
-            lora: None,
-            signals: &[],
-            steps,
-            implicit_prm: None,
-        }
-        .trace(&qwen2)
-    };
+    let trace = |grpo: GrpoSection, steps: Option<fn(&str) -> Vec<StepScore>>| constant_outcome(grpo, steps, None);
     let process = |gamma, step_weight| GrpoSection {
         advantage: AdvantageKind::Process,
         process_gamma: Some(gamma),
@@ -808,23 +816,7 @@ fn step_scores_move_the_policy_only_through_the_process_advantage() {
 /// model after it. Its weight, λ and the outcome in the last reward each change the update.
 #[test]
 fn the_implicit_prm_moves_the_policy_only_through_its_token_rewards() {
-    let trace = |grpo: GrpoSection, prm: ImplicitPrmSection| {
-        let qwen2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm/qwen2-gqa");
-        Run {
-            grpo,
-            sampler: sampler(6),
-            prompts: &PROMPTS,
-            reward: constant,
-            agent: None,
-            curriculum: None,
-            devices: 1,
-            lora: None,
-            signals: &[],
-            steps: None,
-            implicit_prm: Some(prm),
-        }
-        .trace(&qwen2)
-    };
+    let trace = |grpo: GrpoSection, prm: ImplicitPrmSection| constant_outcome(grpo, None, Some(prm));
     let process = GrpoSection {
         advantage: AdvantageKind::Process,
         ..grpo(1)

@@ -76,6 +76,50 @@ pub(crate) enum Failure {
     Bad(String),
 }
 
+/// One model on an inference server that scores for a trainer (a reward model, a process
+/// reward model): its address, its name there (none: the server's only model) and a client
+/// whose requests may each take `timeout`.
+pub(crate) struct ServedModel {
+    pub(crate) url: String,
+    pub(crate) model: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl ServedModel {
+    pub(crate) fn new(url: &str, model: Option<&str>, timeout: Duration) -> Self {
+        Self {
+            url: url.trim_end_matches('/').to_string(),
+            model: model.map(str::to_string),
+            agent: ureq::AgentBuilder::new()
+                .timeout_connect(Duration::from_secs(5).min(timeout))
+                .timeout(timeout)
+                .build(),
+        }
+    }
+
+    /// POSTs `body` as JSON to `path` on the server ([`post_json`]).
+    pub(crate) fn post(&self, path: &str, body: &impl Serialize) -> Result<String, Failure> {
+        post_json(self.agent.post(&format!("{}{path}", self.url)), path, body)
+    }
+}
+
+/// A served model's answers put back in input order: `items` as (input index, answer) for `n`
+/// inputs; an index past them or an input without an answer is an error naming `url`.
+pub(crate) fn in_input_order<T>(
+    url: &str,
+    n: usize,
+    items: impl IntoIterator<Item = (usize, T)>,
+) -> Result<Vec<T>, String> {
+    let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    for (index, answer) in items {
+        let slot = (out.get_mut(index)).ok_or_else(|| format!("{url}: answered for input {index} of {n}"))?;
+        *slot = Some(answer);
+    }
+    (out.into_iter().enumerate())
+        .map(|(i, answer)| answer.ok_or_else(|| format!("{url}: no answer for input {i}")))
+        .collect()
+}
+
 /// Sends `request` (a POST to `path` on some server) with `body` as JSON; returns the answer's
 /// body. (vLLM's adapter endpoints answer in plain text, not JSON: what an answer must be is up
 /// to its reader.) Errors name `path`; a 5xx or a transport error means the server may be gone.

@@ -11,14 +11,12 @@
 
 use std::time::Duration;
 
-use crate::http::{Failure, post_json};
+use crate::http::{Failure, ServedModel, in_input_order};
 use crate::protocol::{ClassifyRequest, ClassifyResponse, Prompt, Prompts, parse};
 
 /// A classifier on an inference server (see the module docs).
 pub struct HttpClassifier {
-    url: String,
-    model: Option<String>,
-    agent: ureq::Agent,
+    server: ServedModel,
 }
 
 impl HttpClassifier {
@@ -26,18 +24,13 @@ impl HttpClassifier {
     /// server's only model); each request may take `timeout`.
     pub fn new(url: &str, model: Option<&str>, timeout: Duration) -> Self {
         Self {
-            url: url.trim_end_matches('/').to_string(),
-            model: model.map(str::to_string),
-            agent: ureq::AgentBuilder::new()
-                .timeout_connect(Duration::from_secs(5).min(timeout))
-                .timeout(timeout)
-                .build(),
+            server: ServedModel::new(url, model, timeout),
         }
     }
 
     /// The server's address.
     pub fn url(&self) -> &str {
-        &self.url
+        &self.server.url
     }
 
     /// Each text's outputs, one per label, in order. The error names the server and what went
@@ -47,28 +40,20 @@ impl HttpClassifier {
             return Ok(Vec::new());
         }
         let body = ClassifyRequest {
-            model: self.model.clone(),
+            model: self.server.model.clone(),
             input: Prompts::Batch(texts.iter().cloned().map(Prompt::Text).collect()),
             activation: Some(false),
         };
         // vLLM's path first, then SGLang's.
-        let post = |path: &str| post_json(self.agent.post(&format!("{}{path}", self.url)), path, &body);
+        let post = |path: &str| self.server.post(path, &body);
         let answer = match post("/classify") {
             Err(Failure::Bad(message)) if message.contains("HTTP 404") => post("/v1/classify"),
             answer => answer,
         }
-        .map_err(|(Failure::Bad(message) | Failure::Unreachable(message))| format!("{}: {message}", self.url))?;
+        .map_err(|(Failure::Bad(message) | Failure::Unreachable(message))| format!("{}: {message}", self.url()))?;
         let response: ClassifyResponse =
-            parse(&answer).map_err(|e| format!("{}: the classification answer: {e}", self.url))?;
-        let mut out: Vec<Option<Vec<f64>>> = vec![None; texts.len()];
-        for item in response.data {
-            let slot = out
-                .get_mut(item.index)
-                .ok_or_else(|| format!("{}: answered for input {} of {}", self.url, item.index, texts.len()))?;
-            *slot = Some(item.probs);
-        }
-        (out.into_iter().enumerate())
-            .map(|(i, scores)| scores.ok_or_else(|| format!("{}: no answer for input {i}", self.url)))
-            .collect()
+            parse(&answer).map_err(|e| format!("{}: the classification answer: {e}", self.url()))?;
+        let items = response.data.into_iter().map(|item| (item.index, item.probs));
+        in_input_order(self.url(), texts.len(), items)
     }
 }

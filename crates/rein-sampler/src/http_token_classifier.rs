@@ -9,14 +9,12 @@
 
 use std::time::Duration;
 
-use crate::http::{Failure, post_json};
+use crate::http::{Failure, ServedModel, in_input_order};
 use crate::protocol::{PoolingRequest, PoolingResponse, Prompt, Prompts, parse};
 
 /// A token classifier on an inference server (see the module docs).
 pub struct HttpTokenClassifier {
-    url: String,
-    model: Option<String>,
-    agent: ureq::Agent,
+    server: ServedModel,
 }
 
 impl HttpTokenClassifier {
@@ -24,18 +22,13 @@ impl HttpTokenClassifier {
     /// the server's only model); each request may take `timeout`.
     pub fn new(url: &str, model: Option<&str>, timeout: Duration) -> Self {
         Self {
-            url: url.trim_end_matches('/').to_string(),
-            model: model.map(str::to_string),
-            agent: ureq::AgentBuilder::new()
-                .timeout_connect(Duration::from_secs(5).min(timeout))
-                .timeout(timeout)
-                .build(),
+            server: ServedModel::new(url, model, timeout),
         }
     }
 
     /// The server's address.
     pub fn url(&self) -> &str {
-        &self.url
+        &self.server.url
     }
 
     /// Each sequence's rows of label probabilities, in order. The error names the server and
@@ -45,22 +38,15 @@ impl HttpTokenClassifier {
             return Ok(Vec::new());
         }
         let body = PoolingRequest {
-            model: self.model.clone(),
+            model: self.server.model.clone(),
             input: Prompts::Batch(sequences.iter().map(|ids| Prompt::Ids(ids.to_vec())).collect()),
             use_activation: Some(true),
         };
-        let path = "/pooling";
-        let answer = post_json(self.agent.post(&format!("{}{path}", self.url)), path, &body)
-            .map_err(|(Failure::Bad(message) | Failure::Unreachable(message))| format!("{}: {message}", self.url))?;
-        let response: PoolingResponse = parse(&answer).map_err(|e| format!("{}: the pooling answer: {e}", self.url))?;
-        let mut out: Vec<Option<Vec<Vec<f64>>>> = vec![None; sequences.len()];
-        for item in response.data {
-            let slot = (out.get_mut(item.index))
-                .ok_or_else(|| format!("{}: answered for input {} of {}", self.url, item.index, sequences.len()))?;
-            *slot = Some(item.data);
-        }
-        (out.into_iter().enumerate())
-            .map(|(i, rows)| rows.ok_or_else(|| format!("{}: no answer for input {i}", self.url)))
-            .collect()
+        let answer = (self.server.post("/pooling", &body))
+            .map_err(|(Failure::Bad(message) | Failure::Unreachable(message))| format!("{}: {message}", self.url()))?;
+        let response: PoolingResponse =
+            parse(&answer).map_err(|e| format!("{}: the pooling answer: {e}", self.url()))?;
+        let items = response.data.into_iter().map(|item| (item.index, item.data));
+        in_input_order(self.url(), sequences.len(), items)
     }
 }

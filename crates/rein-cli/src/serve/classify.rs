@@ -31,19 +31,14 @@ pub(super) struct Classifier {
 }
 
 impl Classifier {
-    /// `max_len` and `max_inputs` per request (`--max-model-len`, `--max-num-seqs`).
     pub(super) fn new(
         model: SequenceClassifier<Cpu>,
         tokenizer: LmTokenizer,
         name: String,
-        (max_len, max_inputs): (usize, usize),
+        limits: InputLimits,
     ) -> Self {
         Self {
-            limits: InputLimits {
-                max_len,
-                vocab: model.config().vocab_size,
-                max_inputs,
-            },
+            limits,
             model: Mutex::new(model),
             tokenizer,
             name,
@@ -85,13 +80,12 @@ impl Classifier {
                 }
             })
             .collect();
-        let tokens: usize = ids.iter().map(Vec::len).sum();
         Ok(ClassifyResponse {
             id: Some(format!("classify-{}", super::seed_from_clock())),
             object: Some("list".into()),
             model: Some(self.name.clone()),
             data,
-            usage: Some(json!({"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0})),
+            usage: Some(input_usage(&ids)),
         })
     }
 }
@@ -145,6 +139,12 @@ pub(super) fn input_ids(tokenizer: &LmTokenizer, input: Prompts, limits: InputLi
         ));
     }
     Ok(ids)
+}
+
+/// The `usage` of a classifier's answer: the inputs' tokens, none generated.
+pub(super) fn input_usage(ids: &[Vec<u32>]) -> serde_json::Value {
+    let tokens: usize = ids.iter().map(Vec::len).sum();
+    json!({"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0})
 }
 
 /// `/health` and `/v1/models` of a server holding the model `name`; `None` for other paths.

@@ -151,13 +151,8 @@ impl ServeArgs {
             );
             let model = SequenceClassifier::load(&self.model, &device).with_context(loading)?;
             let tokenizer = LmTokenizer::load(&rein_model::lm::locate(&self.model)?, &[])?;
-            let max_len = self.context_length(model.config().max_position_embeddings)?;
-            Arc::new(classify::Classifier::new(
-                model,
-                tokenizer,
-                name,
-                (max_len, self.max_num_seqs),
-            ))
+            let limits = self.input_limits(model.config())?;
+            Arc::new(classify::Classifier::new(model, tokenizer, name, limits))
         } else {
             let model = load::<rein_model::Cpu>(&self.model, &device)
                 .with_context(loading)?
@@ -233,14 +228,20 @@ impl ServeArgs {
                 ),
             },
         };
-        let max_len = self.context_length(model.config().max_position_embeddings)?;
+        let limits = self.input_limits(model.config())?;
         Ok(Arc::new(pooling::TokenClassifierServer::new(
-            model,
-            tokenizer,
-            name,
-            (max_len, self.max_num_seqs),
-            step_tag,
+            model, tokenizer, name, limits, step_tag,
         )))
+    }
+
+    /// What a classifier's request may hold: inputs within the context (`--max-model-len`) and
+    /// the vocabulary, at most `--max-num-seqs` of them.
+    fn input_limits(&self, model: &rein_model::lm::LmConfig) -> anyhow::Result<classify::InputLimits> {
+        Ok(classify::InputLimits {
+            max_len: self.context_length(model.max_position_embeddings)?,
+            vocab: model.vocab_size,
+            max_inputs: self.max_num_seqs,
+        })
     }
 
     fn context_length(&self, max_position_embeddings: usize) -> anyhow::Result<usize> {

@@ -16,7 +16,7 @@ use rein_model::lm::{LmTokenizer, TokenClassifier};
 use rein_sampler::protocol::{PoolingData, PoolingRequest, PoolingResponse, parse};
 use serde_json::json;
 
-use super::classify::{InputLimits, about, activation, input_ids};
+use super::classify::{InputLimits, about, activation, input_ids, input_usage};
 use super::{Answer, Handler, error};
 
 /// Sequences per forward pass.
@@ -34,20 +34,15 @@ pub(super) struct TokenClassifierServer {
 }
 
 impl TokenClassifierServer {
-    /// `max_len` and `max_inputs` per request (`--max-model-len`, `--max-num-seqs`).
     pub(super) fn new(
         model: TokenClassifier<Cpu>,
         tokenizer: LmTokenizer,
         name: String,
-        (max_len, max_inputs): (usize, usize),
+        limits: InputLimits,
         step_tag: Option<u32>,
     ) -> Self {
         Self {
-            limits: InputLimits {
-                max_len,
-                vocab: model.config().vocab_size,
-                max_inputs,
-            },
+            limits,
             model: Mutex::new(model),
             tokenizer,
             name,
@@ -103,13 +98,12 @@ impl TokenClassifierServer {
                 data,
             })
             .collect();
-        let tokens: usize = ids.iter().map(Vec::len).sum();
         Ok(PoolingResponse {
             id: Some(format!("pool-{}", super::seed_from_clock())),
             object: Some("list".into()),
             model: Some(self.name.clone()),
             data,
-            usage: Some(json!({"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0})),
+            usage: Some(input_usage(&ids)),
         })
     }
 }
