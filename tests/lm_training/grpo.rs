@@ -346,9 +346,13 @@ fn a_student_distilled_on_policy_moves_toward_its_teacher() {
     eprintln!("full teacher_kl per step: {kl:?}");
     let (first, last) = (kl[0], kl[kl.len() - 1]);
     assert!(last < 0.8 * first, "the full reverse KL did not shrink: {kl:?}");
+}
 
-    // A teacher with another vocabulary (two tokens' ids swapped) is refused before any
-    // training, naming the key and the token.
+/// A teacher or an implicit PRM with another vocabulary (two tokens' ids swapped) is refused
+/// before any training, naming the key and the token: its log-probabilities would be of other
+/// tokens than the ones sampled.
+#[test]
+fn models_beside_the_policy_must_share_its_tokenizer() {
     let other_dir = common::scratch("lm-other-vocabulary").join("teacher");
     std::fs::create_dir_all(&other_dir).unwrap();
     for file in ["config.json", "model.safetensors", "tokenizer_config.json"] {
@@ -367,6 +371,16 @@ fn a_student_distilled_on_policy_moves_toward_its_teacher() {
         "{error}"
     );
     assert!(error.contains(r#"token "!" is id 3 here and 4 there"#), "{error}");
+    let implicit = format!("implicit_prm.model={:?}", other_dir.display().to_string());
+    let process = "algorithm.advantage=\"process\"";
+    let recipe = tiny_default(&common::scratch("lm-wrong-implicit-prm"), &[&implicit, process]);
+    let error = rein_train::run(&recipe, &plugin_dir(), true).unwrap_err().to_string();
+    assert!(
+        error.contains("implicit_prm.model")
+            && error.contains("the implicit PRM")
+            && error.contains("share the policy's tokenizer"),
+        "{error}"
+    );
 }
 
 /// A UCB curriculum over files draws between the rows' `data.fields.source` values: the parquet
