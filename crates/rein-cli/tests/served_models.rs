@@ -134,8 +134,9 @@ fn a_reward_model_on_rein_serve_scores_as_in_process() {
 
 /// A process reward model (a two-label token classifier) on `rein serve`'s pooling API scores
 /// each step as the same model in process, whether the server answers every token's row or, with
-/// `--step-tag`, the step tag's only; a causal LM cannot be served as one, and a server that is
-/// gone is a failure naming it, counted by the reward.
+/// `--step-tag`, the step tag's only; a step tag of several tokens is refused at start; a causal
+/// LM cannot be served as one, and a server that is gone is a failure naming it, counted by the
+/// reward.
 #[test]
 fn a_process_reward_model_on_rein_serve_scores_as_in_process() {
     use rein_core::{Group, PrmSettings, RewardFn, SeededRng};
@@ -177,6 +178,22 @@ fn a_process_reward_model_on_rein_serve_scores_as_in_process() {
         for (g, w) in got.iter().flatten().zip(want.iter().flatten()) {
             assert!((g - w).abs() <= 1e-5, "served {got:?} vs in process {want:?}");
         }
+    }
+
+    // A step tag of several tokens, or one for a model that is no token classifier, is refused
+    // when the server starts, naming the option.
+    for (model, tag, says) in [
+        (&dir, "two words", "a step tag is one token"),
+        (&source, "\n", "--step-tag is for token classifiers"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rein"))
+            .args(["serve", "--port", "0", "--model"])
+            .arg(model)
+            .args(["--step-tag", tag])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(says), "{stderr}");
     }
 
     let Err(error) = PrmReward::<Cpu>::served("prm", &source, &settings, &at_tags.url, None, timeout) else {
