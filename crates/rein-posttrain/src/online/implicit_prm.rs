@@ -102,17 +102,13 @@ impl<B: ReinAutodiffBackend> ImplicitPrm<B> {
         let outcomes = self.settings.use_outcome.then_some(labels.as_slice());
         let raw = implicit_token_rewards(&log_ratios, lengths, width, beta, self.settings.lambda, outcomes);
         let rewards = batch_normalized(&raw, width);
-        let per_completion = |values: &[f32], scale: f32| {
-            let sums = values
-                .chunks(width)
-                .map(|row| f64::from(row.iter().sum::<f32>() * scale));
+        // Each completion's sum, averaged over the batch.
+        let per_completion = |values: &[f32]| {
+            let sums = values.chunks(width).map(|row| f64::from(row.iter().sum::<f32>()));
             sums.sum::<f64>() / tokens.rows.max(1) as f64
         };
-        record.insert("implicit_prm/reward".into(), json!(per_completion(&rewards, 1.0)));
-        record.insert(
-            "implicit_prm/raw_reward".into(),
-            json!(per_completion(&log_ratios, 1.0)),
-        );
+        record.insert("implicit_prm/reward".into(), json!(per_completion(&rewards)));
+        record.insert("implicit_prm/raw_reward".into(), json!(per_completion(&log_ratios)));
         Ok((rewards, record))
     }
 
