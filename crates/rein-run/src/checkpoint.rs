@@ -149,6 +149,25 @@ impl Checkpoint {
         ))
     }
 
+    /// What [`module_sections`] wrote under `names`: `model` and `optimizer` loaded from them.
+    pub fn load_module_sections<B, M, O>(
+        &self,
+        [module, optim]: [&str; 2],
+        model: M,
+        optimizer: O,
+        device: &B::Device,
+    ) -> Result<(M, O), CheckpointError>
+    where
+        B: AutodiffBackend,
+        M: burn::module::AutodiffModule<B>,
+        O: Optimizer<M, B>,
+    {
+        Ok((
+            self.load_module(module, model, device)?,
+            self.load_optimizer::<B, M, O>(optim, optimizer, device)?,
+        ))
+    }
+
     /// The error saying this checkpoint does not fit the run, and why.
     pub fn mismatch(&self, why: String) -> CheckpointError {
         CheckpointError::Mismatch {

@@ -144,20 +144,11 @@ pub(crate) fn critic_for<B: ReinBackend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::online::tiny_policy as policy;
     use burn::backend::{Autodiff, Flex};
     use burn::optim::GradientsParams;
-    use rein_model::lm::{LmConfig, LmInit};
 
     type B = Autodiff<Flex>;
-
-    fn policy() -> CausalLm<B> {
-        let config = LmConfig::from_json(serde_json::json!({
-            "model_type": "qwen2", "vocab_size": 16, "hidden_size": 8, "intermediate_size": 8,
-            "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 16
-        }))
-        .unwrap();
-        LmInit { config, std: 0.1 }.init::<B>(&mut SeededRng::new(1), &Default::default())
-    }
 
     fn batch() -> TokenBatch {
         TokenBatch::new(&[(&[1, 2, 3], &[4, 5]), (&[6], &[7, 8, 9])], 0)

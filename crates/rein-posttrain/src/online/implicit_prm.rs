@@ -17,11 +17,11 @@
 
 use burn::module::{AutodiffModule, Module};
 use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamW, GradientsParams, Optimizer};
+use burn::optim::{AdamW, GradientsParams};
 use burn::tensor::{ElementConversion, Tensor};
 use rein_model::ReinAutodiffBackend;
 use rein_model::lm::CausalLm;
-use rein_optim::{batch_normalized, clip_grad_norm, implicit_prm_loss, implicit_token_rewards};
+use rein_optim::{batch_normalized, implicit_prm_loss, implicit_token_rewards};
 use rein_recipe::{ImplicitPrmSection, ImplicitPrmUpdate, OptimizerSection};
 use rein_run::driver::Record;
 use rein_run::watchdog::Phases;
@@ -31,6 +31,7 @@ use super::adamw;
 use super::critic::Trainable;
 use crate::LmError;
 use crate::batch::{TokenBatch, completion_log_probs};
+use crate::offline::clipped_step;
 
 /// The implicit PRM, its reference and its optimiser (see the module docs).
 pub struct ImplicitPrm<B: ReinAutodiffBackend> {
@@ -142,10 +143,16 @@ impl<B: ReinAutodiffBackend> ImplicitPrm<B> {
         let accuracy = agree.count() as f64 / labels.len().max(1) as f64;
         let log_ratios: Vec<f32> = q.clone().into_data().convert::<f32>().to_vec().unwrap_or_default();
         let mut grads = loss.backward();
-        let mut grads = GradientsParams::from_module(&mut grads, &self.model);
-        let grad_norm = clip_grad_norm(&self.model, &mut grads, self.settings.max_grad_norm);
-        rein_run::RunError::check_gradients(step, grad_norm, || rein_optim::non_finite_gradient(&self.model, &grads))?;
-        self.model = self.optim.step(self.settings.lr, self.model.clone(), grads);
+        let grads = GradientsParams::from_module(&mut grads, &self.model);
+        let lr = (step, self.settings.lr);
+        let (model, grad_norm) = clipped_step(
+            self.model.clone(),
+            &mut self.optim,
+            grads,
+            lr,
+            self.settings.max_grad_norm,
+        )?;
+        self.model = model;
         let learned = Learned {
             loss: loss_value,
             grad_norm,
@@ -166,27 +173,14 @@ impl Learned {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::{Autodiff, Flex};
-    use rein_core::SeededRng;
-    use rein_model::lm::{LmConfig, LmInit};
-
-    type B = Autodiff<Flex>;
-
-    fn model() -> CausalLm<B> {
-        let config = LmConfig::from_json(serde_json::json!({
-            "model_type": "qwen2", "vocab_size": 16, "hidden_size": 8, "intermediate_size": 8,
-            "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 16
-        }))
-        .unwrap();
-        LmInit { config, std: 0.1 }.init::<B>(&mut SeededRng::new(1), &Default::default())
-    }
+    use crate::online::tiny_policy;
 
     /// Learning only from outcome labels, the implicit PRM comes to reward the right
     /// completions' tokens above the wrong ones' — the sign of its loss and of its log-ratios —
     /// while its reference stays the model it started from.
     #[test]
     fn it_learns_to_reward_the_right_completions() {
-        let policy = model();
+        let policy = tiny_policy();
         let settings = ImplicitPrmSection {
             lr: 1e-2,
             ..ImplicitPrmSection::default()

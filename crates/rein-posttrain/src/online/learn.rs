@@ -366,17 +366,14 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         tokens: &TokenBatch,
         phases: &Phases,
     ) -> Result<Option<(Vec<f32>, f32, Record)>, LmError> {
-        if self.implicit_prm.is_none() {
+        let Some(prm) = self.implicit_prm.as_mut() else {
             return Ok(None);
-        }
+        };
         let reward = self.ctx.rewards[self.ctx.accuracy_reward].reward.name();
         let correct: Vec<bool> = (batch.iter())
             .flat_map(|scored| completions_correct(&scored.components, scored.rollouts.len(), reward))
             .collect();
         let lengths: Vec<usize> = flat.iter().map(|(rollout, _)| rollout.tokens.len()).collect();
-        let Some(prm) = self.implicit_prm.as_mut() else {
-            return Ok(None);
-        };
         let (rewards, record) = prm.rewards(step, tokens, &lengths, &correct, phases, &self.device)?;
         Ok(Some((rewards, prm.weight(), record)))
     }

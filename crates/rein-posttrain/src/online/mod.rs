@@ -415,11 +415,6 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
         Ok(self)
     }
 
-    /// The implicit PRM, when the run trains one.
-    pub fn implicit_prm(&self) -> Option<&ImplicitPrm<B>> {
-        self.stage.implicit_prm.as_ref()
-    }
-
     /// The run's outcome once the driver is done, with its phase timings.
     pub fn outcome(&self, steps: usize, phases: &std::collections::BTreeMap<String, Duration>) -> OnlineOutcome {
         let phase = |name: &str| phases.get(name).copied().unwrap_or_default();
@@ -586,15 +581,21 @@ impl<B: ReinAutodiffBackend> Trainer for OnlineTrainer<'_, B> {
         (stage.state, stage.model, stage.optim) =
             checkpoint.load_learner(stage.model.clone(), stage.optim.clone(), &stage.device)?;
         if let Update::Ppo(learner) = &mut self.update {
-            let [module, optimizer] = CRITIC_SECTIONS;
-            learner.critic = checkpoint.load_module(module, learner.critic.clone(), &stage.device)?;
-            learner.optim = checkpoint.load_optimizer::<B, _, _>(optimizer, learner.optim.clone(), &stage.device)?;
+            (learner.critic, learner.optim) = checkpoint.load_module_sections(
+                CRITIC_SECTIONS,
+                learner.critic.clone(),
+                learner.optim.clone(),
+                &stage.device,
+            )?;
         }
         // The implicit PRM's reference stays the model it started from, as in the first run.
         if let Some(prm) = &mut stage.implicit_prm {
-            let [module, optimizer] = IMPLICIT_PRM_SECTIONS;
-            prm.model = checkpoint.load_module(module, prm.model.clone(), &stage.device)?;
-            prm.optim = checkpoint.load_optimizer::<B, _, _>(optimizer, prm.optim.clone(), &stage.device)?;
+            (prm.model, prm.optim) = checkpoint.load_module_sections(
+                IMPLICIT_PRM_SECTIONS,
+                prm.model.clone(),
+                prm.optim.clone(),
+                &stage.device,
+            )?;
         }
         // A checkpoint without pass rates (taken before the recipe had a curriculum, or with
         // other prompts) starts the pools afresh; the sources' bandit likewise.
@@ -677,4 +678,17 @@ const IMPLICIT_PRM_SECTIONS: [&str; 2] = ["implicit_prm", "implicit_prm_optimize
 /// The mean of `values` (0 when empty).
 fn mean(values: &[f64]) -> f64 {
     values.iter().sum::<f64>() / values.len().max(1) as f64
+}
+
+/// A tiny random Qwen2-shaped policy (one layer, a vocabulary of 16) for the online stage's unit
+/// tests.
+#[cfg(test)]
+pub(crate) fn tiny_policy() -> CausalLm<burn::backend::Autodiff<burn::backend::Flex>> {
+    let config = rein_model::lm::LmConfig::from_json(serde_json::json!({
+        "model_type": "qwen2", "vocab_size": 16, "hidden_size": 8, "intermediate_size": 8,
+        "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 16
+    }))
+    .unwrap();
+    let init = rein_model::lm::LmInit { config, std: 0.1 };
+    init.init(&mut SeededRng::new(1), &Default::default())
 }
