@@ -125,30 +125,11 @@ impl<B: ReinBackend> PrmReward<B> {
         let dir = rein_model::lm::locate(dir)?;
         let tokenizer = LmTokenizer::load(&dir, &[])?;
         let model_name = dir.display().to_string();
-        let token = |key: &'static str, text: &str, last: bool| -> Result<u32, PrmError> {
-            let ids = tokenizer.encode(text)?;
-            match (ids.as_slice(), last) {
-                ([id], _) | ([.., id], true) => Ok(*id),
-                _ => Err(PrmError::NotOneToken {
-                    model: model_name.clone(),
-                    key,
-                    text: text.into(),
-                    count: ids.len(),
-                }),
-            }
-        };
+        let token = |key, text: &str, last| setting_token(&tokenizer, &model_name, key, text, last);
         let judge = match TokenClassifier::<B>::is_token_classifier(&dir) {
             true => {
-                token("tag", &settings.tag, true)?;
-                let model = TokenClassifier::load(&dir, device)?;
-                if model.labels().len() != 2 {
-                    let labels = model.labels().len();
-                    return Err(PrmError::NotTwoLabels {
-                        model: model_name,
-                        labels,
-                    });
-                }
-                Judge::Classifier(Box::new(model))
+                check_token_classifier::<B>(&dir, &tokenizer, &model_name, settings)?;
+                Judge::Classifier(Box::new(TokenClassifier::load(&dir, device)?))
             }
             false => Judge::NextToken {
                 tag: token("tag", &settings.tag, true)?,
@@ -183,22 +164,8 @@ impl<B: ReinBackend> PrmReward<B> {
         if !TokenClassifier::<B>::is_token_classifier(&dir) {
             return Err(PrmError::NotServable { model: model_name });
         }
-        let labels = TokenClassifier::<B>::labels_of(&dir)?.len();
-        if labels != 2 {
-            return Err(PrmError::NotTwoLabels {
-                model: model_name,
-                labels,
-            });
-        }
         let tokenizer = LmTokenizer::load(&dir, &[])?;
-        if tokenizer.encode(&settings.tag)?.is_empty() {
-            return Err(PrmError::NotOneToken {
-                model: model_name,
-                key: "tag",
-                text: settings.tag.clone(),
-                count: 0,
-            });
-        }
+        check_token_classifier::<B>(&dir, &tokenizer, &model_name, settings)?;
         Ok(Self {
             name: name.into(),
             judge: Judge::Served(HttpTokenClassifier::new(url, served_model, timeout)),
@@ -327,11 +294,6 @@ impl<B: ReinBackend> PrmReward<B> {
             .collect())
     }
 
-    /// Whether a server judges the steps.
-    pub fn is_served(&self) -> bool {
-        matches!(self.judge, Judge::Served(_))
-    }
-
     /// The completion's score from its steps' (`None` without steps).
     pub fn aggregate(&self, steps: &[f64]) -> Option<f64> {
         let n = steps.len();
@@ -384,6 +346,46 @@ where
     fn failures(&self) -> FailureCounts {
         self.failures
     }
+}
+
+/// The token of the setting `prm.{key}` = `text` in `tokenizer`: its only one, or with `last`
+/// its last; else an error naming `model`, the key and the token count.
+fn setting_token(
+    tokenizer: &LmTokenizer,
+    model: &str,
+    key: &'static str,
+    text: &str,
+    last: bool,
+) -> Result<u32, PrmError> {
+    let ids = tokenizer.encode(text)?;
+    match (ids.as_slice(), last) {
+        ([id], _) | ([.., id], true) => Ok(*id),
+        _ => Err(PrmError::NotOneToken {
+            model: model.into(),
+            key,
+            text: text.into(),
+            count: ids.len(),
+        }),
+    }
+}
+
+/// Whether the token classifier in `dir` (`model`) can judge steps, in process or served: a tag
+/// of at least one token, and two labels in its `config.json`.
+fn check_token_classifier<B: ReinBackend>(
+    dir: &Path,
+    tokenizer: &LmTokenizer,
+    model: &str,
+    settings: &PrmSettings,
+) -> Result<(), PrmError> {
+    setting_token(tokenizer, model, "tag", &settings.tag, true)?;
+    let labels = TokenClassifier::<B>::labels_of(dir)?.len();
+    if labels != 2 {
+        return Err(PrmError::NotTwoLabels {
+            model: model.into(),
+            labels,
+        });
+    }
+    Ok(())
 }
 
 /// The step scores of one served sequence from the server's rows: a row per token (label 1 at

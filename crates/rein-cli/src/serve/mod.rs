@@ -136,12 +136,13 @@ impl ServeArgs {
                     .with_context(|| format!("--weights-dir {}", dir.display()))
             })
             .transpose()?;
+        let token_classifier = TokenClassifier::<rein_model::Cpu>::is_token_classifier(&self.model);
         anyhow::ensure!(
-            self.step_tag.is_none() || TokenClassifier::<rein_model::Cpu>::is_token_classifier(&self.model),
+            self.step_tag.is_none() || token_classifier,
             "--step-tag is for token classifiers (process reward models); {} is not one",
             self.model.display()
         );
-        let handler: Arc<dyn Handler> = if TokenClassifier::<rein_model::Cpu>::is_token_classifier(&self.model) {
+        let handler: Arc<dyn Handler> = if token_classifier {
             self.token_classifier(name)?
         } else if SequenceClassifier::<rein_model::Cpu>::is_classifier(&self.model) {
             anyhow::ensure!(

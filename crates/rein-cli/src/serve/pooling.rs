@@ -70,8 +70,9 @@ impl TokenClassifierServer {
         let mut rows = vec![Vec::new(); ids.len()];
         for chunk in order.chunks(BATCH) {
             let sequences: Vec<&[u32]> = chunk.iter().map(|&i| ids[i].as_slice()).collect();
-            let at: Vec<(usize, usize)> = (sequences.iter().enumerate())
-                .flat_map(|(row, sequence)| pooled(sequence).into_iter().map(move |t| (row, t)))
+            let positions: Vec<Vec<usize>> = sequences.iter().map(|sequence| pooled(sequence)).collect();
+            let at: Vec<(usize, usize)> = (positions.iter().enumerate())
+                .flat_map(|(row, positions)| positions.iter().map(move |&t| (row, t)))
                 .collect();
             if at.is_empty() {
                 continue;
@@ -79,8 +80,8 @@ impl TokenClassifierServer {
             let values = model.logits_at(&sequences, &at, &Default::default()).into_data();
             let values = values.convert::<f32>().to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
             let mut values = values.chunks_exact(labels);
-            for (&i, sequence) in chunk.iter().zip(&sequences) {
-                rows[i] = (values.by_ref().take(pooled(sequence).len()))
+            for (&i, positions) in chunk.iter().zip(&positions) {
+                rows[i] = (values.by_ref().take(positions.len()))
                     .map(|raw| {
                         let raw: Vec<f64> = raw.iter().map(|&v| f64::from(v)).collect();
                         match request.use_activation.unwrap_or(true) {
