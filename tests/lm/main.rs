@@ -10,7 +10,9 @@
 //! Gemma 3 (local and global layers, two RoPE bases, a window of 3), Gemma 2 (soft-capping) and
 //! a Mistral with a window of 3 — every window shorter than the test sequences;
 //! `chat_templates.json`, written by `gen_chat_templates.py`, holds transformers' renderings of
-//! four chat templates.
+//! four chat templates. `tests/fixtures/vlm/`, written by `gen_idefics3.py` (transformers 5.25,
+//! Pillow 13): a tiny random Idefics3 with its processor, PNG images and transformers' pixel
+//! values, token ids, image features, logits and greedy continuations ([`vision`]).
 
 #[path = "../common/logits.rs"]
 mod logits;
@@ -20,6 +22,7 @@ mod tiny_lm;
 mod generation;
 mod loading;
 mod transformers;
+mod vision;
 
 use std::path::{Path, PathBuf};
 

@@ -14,13 +14,15 @@
 //!   (`config.json`, safetensors writing, quantised codes); this crate loads the result.
 //! - [`lm::lora`]: LoRA adapters on a model's linear layers (base frozen), and [`lm::peft`]:
 //!   them in PEFT's format.
+//! - [`vision`]: vision-language models (Idefics3 / SmolVLM): image decoding and processing as
+//!   transformers does it, the SigLIP encoder, image features in a causal LM's embeddings.
 //! - [`random`]: initial weights drawn from the caller's own generator, never from burn's
 //!   process-wide one.
 //!
 //! **Architecture invariant:** modules are generic over the burn backend (`Autodiff<Flex>` on
 //! the CPU by default; the `cuda` feature adds burn-cuda). This crate knows nothing about
 //! environments, plugins, rewards or training loops: it maps tensors to tensors (and text to
-//! tokens).
+//! tokens, images to pixel values).
 
 mod actor_critic;
 mod backend;
@@ -31,6 +33,7 @@ mod off_policy;
 mod one_graph;
 pub mod random;
 pub mod safetensors_file;
+pub mod vision;
 
 pub use actor_critic::{ActionHead, ActorCritic, ActorCriticConfig};
 pub use backend::{

@@ -17,7 +17,7 @@ mod init;
 mod locate;
 pub mod lora;
 mod model;
-mod model_dir;
+pub(crate) mod model_dir;
 mod moe;
 pub mod peft;
 mod rope;

@@ -576,16 +576,39 @@ impl<B: ReinBackend> CausalLm<B> {
         &self,
         tokens: Tensor<B, 2, Int>,
         ctx: &Context<'_, B>,
+        cache: Option<&mut KvCache<B>>,
+    ) -> Tensor<B, 3> {
+        self.hidden_of_embeddings(self.embed(tokens), ctx, cache)
+    }
+
+    /// The tokens' input embeddings (scaled where the family scales them).
+    ///
+    /// # Shapes
+    /// - `tokens`: `[batch, seq]` → `[batch, seq, hidden]`
+    pub fn embed(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        let x = self.embed_tokens.forward(tokens);
+        match self.config.embedding_scale() {
+            Some(scale) => x.mul_scalar(scale),
+            None => x,
+        }
+    }
+
+    /// [`CausalLm::hidden`] of input embeddings: [`CausalLm::embed`]'s, or a vision-language
+    /// model's with image features in place of its image tokens.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
+    pub fn hidden_of_embeddings(
+        &self,
+        mut x: Tensor<B, 3>,
+        ctx: &Context<'_, B>,
         mut cache: Option<&mut KvCache<B>>,
     ) -> Tensor<B, 3> {
+        let [batch, seq, _] = x.dims();
         let key_padding = match cache.as_deref_mut() {
-            Some(cache) => cache.push_padding(ctx.padding.clone(), tokens.dims()),
+            Some(cache) => cache.push_padding(ctx.padding.clone(), [batch, seq]),
             None => ctx.padding.clone(),
         };
-        let mut x = self.embed_tokens.forward(tokens);
-        if let Some(scale) = self.config.embedding_scale() {
-            x = x.mul_scalar(scale);
-        }
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| c.layer(i));
             let products = Products {

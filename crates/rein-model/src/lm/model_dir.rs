@@ -17,14 +17,14 @@ use super::moe::MixtureOfExperts;
 use crate::backend::ReinBackend;
 
 /// The weights of a checkpoint: every safetensors file's bytes and which file holds each name.
-pub(super) struct Weights {
+pub(crate) struct Weights {
     files: Vec<(PathBuf, Vec<u8>)>,
     index: HashMap<String, usize>,
     used: std::cell::RefCell<std::collections::HashSet<String>>,
 }
 
 impl Weights {
-    pub(super) fn open(dir: &Path) -> Result<Self, LoadError> {
+    pub(crate) fn open(dir: &Path) -> Result<Self, LoadError> {
         let single = dir.join("model.safetensors");
         let index_path = dir.join("model.safetensors.index.json");
         let names: Vec<PathBuf> = if single.is_file() {
@@ -95,7 +95,7 @@ impl Weights {
     }
 
     /// The tensor `name` as f32, checked against `shape`.
-    pub(super) fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
+    pub(crate) fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
         let Some(&file) = self.index.get(name) else {
             return Err(LoadError::MissingTensor {
                 name: name.into(),
@@ -151,12 +151,12 @@ impl Weights {
         Ok(values)
     }
 
-    pub(super) fn has(&self, name: &str) -> bool {
+    pub(crate) fn has(&self, name: &str) -> bool {
         self.index.contains_key(name)
     }
 
     /// Tensors never read, except ones known to be redundant.
-    pub(super) fn unused(&self, tied: bool) -> Vec<String> {
+    pub(crate) fn unused(&self, tied: bool) -> Vec<String> {
         let used = self.used.borrow();
         let mut names: Vec<String> = self
             .index
@@ -170,7 +170,7 @@ impl Weights {
     }
 }
 
-pub(super) fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
     std::fs::read(path).map_err(|e| LoadError::Io {
         path: path.to_path_buf(),
         reason: e.to_string(),
@@ -199,7 +199,7 @@ pub fn load<B: ReinBackend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B
         embed_tokens,
         layers,
         norm,
-    } = Decoder::read(&weights, &config, device)?;
+    } = Decoder::read(&weights, &config, "model", device)?;
     let tied = config.tie_word_embeddings || !weights.has("lm_head.weight");
     let lm_head = if tied {
         None
@@ -228,15 +228,21 @@ pub fn load<B: ReinBackend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B
 }
 
 /// The decoder every model of the family shares (`model.*`): embeddings, layers, final norm.
-pub(super) struct Decoder<B: ReinBackend> {
-    pub(super) embed_tokens: Embedding<B>,
-    pub(super) layers: Vec<DecoderLayer<B>>,
-    pub(super) norm: RmsNorm<B>,
+pub(crate) struct Decoder<B: ReinBackend> {
+    pub(crate) embed_tokens: Embedding<B>,
+    pub(crate) layers: Vec<DecoderLayer<B>>,
+    pub(crate) norm: RmsNorm<B>,
 }
 
 impl<B: ReinBackend> Decoder<B> {
-    /// Reads the `model.*` tensors of `weights`, shaped by `config`.
-    pub(super) fn read(weights: &Weights, config: &LmConfig, device: &B::Device) -> Result<Self, LoadError> {
+    /// Reads the `{root}.*` tensors of `weights` (`model` in a causal LM's checkpoint), shaped by
+    /// `config`.
+    pub(crate) fn read(
+        weights: &Weights,
+        config: &LmConfig,
+        root: &str,
+        device: &B::Device,
+    ) -> Result<Self, LoadError> {
         let (hidden, inter) = (config.hidden_size, config.intermediate_size);
         let head_dim = config.head_dim();
         let (q_out, kv_out) = (config.num_attention_heads * head_dim, config.kv_heads() * head_dim);
@@ -261,7 +267,7 @@ impl<B: ReinBackend> Decoder<B> {
                 activation,
             ))
         };
-        let embed = weights.get("model.embed_tokens.weight", &[config.vocab_size, hidden])?;
+        let embed = weights.get(&format!("{root}.embed_tokens.weight"), &[config.vocab_size, hidden])?;
         let embed_tokens = Embedding {
             weight: Param::from_tensor(Tensor::from_data(
                 TensorData::new(embed, [config.vocab_size, hidden]),
@@ -270,7 +276,7 @@ impl<B: ReinBackend> Decoder<B> {
         };
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
-            let p = format!("model.layers.{i}");
+            let p = format!("{root}.layers.{i}");
             let norms = match config.qk_norm() {
                 true => Some((
                     norm_of(&format!("{p}.self_attn.q_norm.weight"), head_dim)?,
@@ -317,14 +323,14 @@ impl<B: ReinBackend> Decoder<B> {
         Ok(Self {
             embed_tokens,
             layers,
-            norm: norm("model.norm.weight")?,
+            norm: norm(&format!("{root}.norm.weight"))?,
         })
     }
 }
 
 impl Weights {
     /// The `[n]` tensor `name`.
-    pub(super) fn vector<B: ReinBackend>(
+    pub(crate) fn vector<B: ReinBackend>(
         &self,
         name: &str,
         n: usize,
@@ -337,7 +343,7 @@ impl Weights {
     /// weights are `[out, in]`; burn's are `[in, out]`, stored so: the matrix kernel reads a
     /// row-major weight in place when few rows multiply it (decoding), where a transposed view
     /// would be repacked by every product.
-    pub(super) fn linear<B: ReinBackend>(
+    pub(crate) fn linear<B: ReinBackend>(
         &self,
         prefix: &str,
         input: usize,
@@ -377,7 +383,7 @@ pub(super) fn read_classifier<B: ReinBackend, H>(
         embed_tokens,
         layers,
         norm,
-    } = Decoder::read(&weights, &config, device)?;
+    } = Decoder::read(&weights, &config, "model", device)?;
     let head = head(&weights, &config)?;
     let unused = weights.unused(true);
     if !unused.is_empty() {

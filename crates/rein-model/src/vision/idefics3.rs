@@ -1,0 +1,220 @@
+//! Idefics3 / SmolVLM (`Idefics3ForConditionalGeneration`): the SigLIP encoder's patch features,
+//! pixel-shuffled (each `scale × scale` block of patches concatenated into one vector) and
+//! projected by one bias-free linear layer into the decoder's embedding space, where they replace
+//! the prompt's `<image>` tokens one for one, in order. The decoder is any causal LM rein runs
+//! (Llama in the released models).
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::nn::Linear;
+use burn::tensor::{Int, Tensor, TensorData};
+use serde_json::Value;
+
+use super::siglip::{VisionConfig, VisionEncoder};
+use crate::backend::{ReinBackend, affine};
+use crate::lm::model_dir::{Decoder, Weights, read};
+use crate::lm::{CausalLm, Context, KvCache, LmConfig, LoadError};
+
+/// An Idefics3 model: vision encoder, connector and decoder.
+#[derive(Module, Debug)]
+pub struct Idefics3<B: ReinBackend> {
+    /// The vision transformer.
+    pub vision: VisionEncoder<B>,
+    /// The connector's projection, `[hidden_vision · scale², hidden_text]`.
+    pub connector: Linear<B>,
+    /// The decoder and its head.
+    pub text: CausalLm<B>,
+    #[module(skip)]
+    image_token_id: u32,
+    #[module(skip)]
+    scale_factor: usize,
+}
+
+impl<B: ReinBackend> Idefics3<B> {
+    /// Loads the model in the checkpoint directory `dir` onto `device`.
+    pub fn load(dir: &Path, device: &B::Device) -> Result<Self, LoadError> {
+        let path = dir.join("config.json");
+        let raw: Value = serde_json::from_slice(&read(&path)?).map_err(|e| LoadError::Json {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        let json_error = |reason: String| LoadError::Json {
+            path: path.clone(),
+            reason,
+        };
+        let architecture = raw["architectures"][0].as_str().unwrap_or_default();
+        if architecture != "Idefics3ForConditionalGeneration" {
+            return Err(LoadError::Unsupported {
+                field: "architectures".into(),
+                reason: format!("`{architecture}` is not Idefics3ForConditionalGeneration"),
+            });
+        }
+        let text_config =
+            LmConfig::from_json(raw["text_config"].clone()).map_err(|e| json_error(format!("text_config: {e}")))?;
+        text_config.validate()?;
+        let vision_config = VisionConfig::from_json(&raw["vision_config"]).map_err(json_error)?;
+        let scale_factor = match raw["scale_factor"].as_u64().unwrap_or(2) {
+            0 => return Err(json_error("scale_factor: 0".into())),
+            s => s as usize,
+        };
+        let per_side = vision_config.patches_per_side();
+        if per_side % scale_factor != 0 {
+            return Err(json_error(format!(
+                "scale_factor {scale_factor} does not divide the {per_side} patches along a tile's side"
+            )));
+        }
+        let image_token_id = match raw["image_token_id"].as_u64() {
+            Some(id) if (id as usize) < text_config.vocab_size => id as u32,
+            other => {
+                return Err(json_error(format!(
+                    "image_token_id: {other:?} is not a token of the {} in the vocabulary",
+                    text_config.vocab_size
+                )));
+            }
+        };
+        let weights = Weights::open(dir)?;
+        let decoder = Decoder::read(&weights, &text_config, "model.text_model", device)?;
+        let tied = text_config.tie_word_embeddings || raw["tie_word_embeddings"].as_bool() == Some(true);
+        let (hidden, vocab) = (text_config.hidden_size, text_config.vocab_size);
+        let lm_head = (!tied)
+            .then(|| weights.linear("lm_head", hidden, vocab, false, device))
+            .transpose()?;
+        let connector_input = vision_config.hidden_size * scale_factor * scale_factor;
+        let connector = weights.linear(
+            "model.connector.modality_projection.proj",
+            connector_input,
+            hidden,
+            false,
+            device,
+        )?;
+        let vision = VisionEncoder::read(&weights, vision_config, "model.vision_model", device)?;
+        let unused = weights.unused(tied);
+        if !unused.is_empty() {
+            return Err(LoadError::UnexpectedTensors { names: unused });
+        }
+        let mut text_config = text_config;
+        text_config.tie_word_embeddings = tied;
+        let text = CausalLm::from_parts(text_config, decoder.embed_tokens, decoder.layers, decoder.norm, lm_head);
+        Ok(Self {
+            vision,
+            connector,
+            text,
+            image_token_id,
+            scale_factor,
+        })
+    }
+
+    /// The token the image features replace.
+    pub fn image_token_id(&self) -> u32 {
+        self.image_token_id
+    }
+
+    /// Image tokens per tile: `(patches per side / scale)²`.
+    pub fn image_seq_len(&self) -> usize {
+        (self.vision.config().patches_per_side() / self.scale_factor).pow(2)
+    }
+
+    /// The decoder-space features of whole tiles, tile after tile, `image_seq_len` rows each.
+    ///
+    /// # Shapes
+    /// - `pixel_values`: `[tiles, 3, side, side]` → `[tiles · image_seq_len, hidden_text]`
+    pub fn image_features(&self, pixel_values: Tensor<B, 4>) -> Tensor<B, 2> {
+        let patches = self.vision.forward(pixel_values);
+        let shuffled = pixel_shuffle(patches, self.scale_factor);
+        let [tiles, seq, width] = shuffled.dims();
+        affine(
+            shuffled.reshape([tiles * seq, width]),
+            self.connector.weight.val(),
+            None,
+        )
+    }
+
+    /// The decoder's input embeddings of `tokens` with `features` (from
+    /// [`Idefics3::image_features`]) in place of the image tokens, row by row, in order.
+    ///
+    /// # Panics
+    /// When the tokens hold a different number of image tokens than `features` has rows.
+    ///
+    /// # Shapes
+    /// - `tokens`: `[batch, seq]`, `features`: `[image tokens, hidden]` → `[batch, seq, hidden]`
+    pub fn embed(&self, tokens: &[Vec<u32>], features: Tensor<B, 2>) -> Tensor<B, 3> {
+        let (batch, seq) = (tokens.len(), tokens.first().map_or(0, Vec::len));
+        let device = features.device();
+        let ids: Vec<i64> = tokens.iter().flatten().map(|&t| i64::from(t)).collect();
+        let text = self.text.embed(Tensor::<B, 2, Int>::from_data(
+            TensorData::new(ids, [batch, seq]),
+            &device,
+        ));
+        let hidden = self.text.config().hidden_size;
+        let images = tokens.iter().flatten().filter(|&&t| t == self.image_token_id).count();
+        let [rows, _] = features.dims();
+        assert_eq!(images, rows, "{images} image tokens for {rows} image features");
+        // Each position reads its own embedding, or the next image feature (stacked after them).
+        let mut next_feature = batch * seq;
+        let order: Vec<i64> = tokens
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, &t)| match t == self.image_token_id {
+                true => {
+                    next_feature += 1;
+                    (next_feature - 1) as i64
+                }
+                false => i as i64,
+            })
+            .collect();
+        let table = Tensor::cat(vec![text.reshape([batch * seq, hidden]), features], 0);
+        let order = Tensor::<B, 1, Int>::from_data(TensorData::new(order, [batch * seq]), &device);
+        table.select(0, order).reshape([batch, seq, hidden])
+    }
+
+    /// The decoder's final hidden states over `tokens` with the images' `features` in place:
+    /// [`CausalLm::hidden_of_embeddings`] of [`Idefics3::embed`]. With a cache, the images' keys
+    /// and values are cached with the prompt's, so decoding reads them without the encoder.
+    pub fn hidden(
+        &self,
+        tokens: &[Vec<u32>],
+        features: Tensor<B, 2>,
+        ctx: &Context<'_, B>,
+        cache: Option<&mut KvCache<B>>,
+    ) -> Tensor<B, 3> {
+        self.text.hidden_of_embeddings(self.embed(tokens, features), ctx, cache)
+    }
+}
+
+/// Idefics3's `pixel_shuffle`: a tile's `n × n` patches regrouped so that each output vector is
+/// the concatenation of a `scale × scale` block's patch vectors (row-major within the block).
+///
+/// # Shapes
+/// - `x`: `[tiles, n², width]` → `[tiles, (n / scale)², width · scale²]`
+pub fn pixel_shuffle<B: ReinBackend>(x: Tensor<B, 3>, scale: usize) -> Tensor<B, 3> {
+    let [tiles, seq, width] = x.dims();
+    let n = (seq as f64).sqrt() as usize;
+    x.reshape([tiles, n, n / scale, width * scale])
+        .swap_dims(1, 2)
+        .reshape([tiles, n / scale, n / scale, width * scale * scale])
+        .swap_dims(1, 2)
+        .reshape([tiles, seq / (scale * scale), width * scale * scale])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+
+    #[test]
+    fn pixel_shuffle_concatenates_each_block_of_patches() {
+        // One tile of 4 × 4 patches, each patch's vector [index]: block (0, 0) holds patches
+        // 0, 1, 4, 5, laid out as torch's view/permute/reshape lays them out.
+        let device = Default::default();
+        let x = Tensor::<Flex, 1, Int>::arange(0..16, &device)
+            .float()
+            .reshape([1, 16, 1]);
+        let out: Vec<f32> = pixel_shuffle(x, 2).into_data().to_vec().unwrap();
+        assert_eq!(
+            out,
+            [0., 1., 4., 5., 2., 3., 6., 7., 8., 9., 12., 13., 10., 11., 14., 15.]
+        );
+    }
+}

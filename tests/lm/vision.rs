@@ -1,0 +1,146 @@
+//! Idefics3 / SmolVLM against transformers (`tests/fixtures/vlm/gen_idefics3.py`): the image
+//! processor's pixel values (Pillow's LANCZOS, tiling, the global view, RGBA over white, a grey
+//! image, an image smaller than a tile), the expanded prompt's token ids, the connector's image
+//! features, the logits of every position and greedy continuations through the KV cache.
+
+use burn::tensor::{Tensor, TensorData};
+use rein_model::vision::{Idefics3, Idefics3Processor, ImageLimits, ProcessedImage, decode_rgb};
+use serde_json::Value;
+
+use super::*;
+
+fn vlm_fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/vlm")
+}
+
+fn cases() -> Vec<Value> {
+    let text = std::fs::read_to_string(vlm_fixtures().join("idefics3.expected.json")).unwrap();
+    let json: Value = serde_json::from_str(&text).unwrap();
+    json["cases"].as_array().unwrap().clone()
+}
+
+fn expected_tensor(name: &str) -> (Vec<usize>, Vec<f64>) {
+    let bytes = std::fs::read(vlm_fixtures().join("idefics3.expected.safetensors")).unwrap();
+    let file = SafeTensors::deserialize(&bytes).unwrap();
+    let view = file.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let values = view
+        .data()
+        .chunks_exact(4)
+        .map(|b| f64::from(f32::from_le_bytes(b.try_into().unwrap())))
+        .collect();
+    (view.shape().to_vec(), values)
+}
+
+fn worst_difference(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| (f64::from(*g) - w).abs())
+        .fold(0.0, f64::max)
+}
+
+/// The case's images processed as transformers processed them.
+fn processed(processor: &Idefics3Processor, case: &Value) -> Vec<ProcessedImage> {
+    let processor = processor.clone().with_splitting(case["split"].as_bool().unwrap());
+    (case["images"].as_array().unwrap().iter())
+        .map(|name| {
+            let bytes = std::fs::read(vlm_fixtures().join("images").join(name.as_str().unwrap())).unwrap();
+            processor.process(&decode_rgb(&bytes, ImageLimits::default()).unwrap())
+        })
+        .collect()
+}
+
+fn pixel_values(images: &[ProcessedImage], tile: usize) -> Tensor<B, 4> {
+    let tiles = images.iter().map(|i| i.tiles).sum();
+    let values: Vec<f32> = images.iter().flat_map(|i| i.pixel_values.iter().copied()).collect();
+    Tensor::from_data(TensorData::new(values, [tiles, 3, tile, tile]), &Default::default())
+}
+
+fn ids(case: &Value, key: &str) -> Vec<u32> {
+    (case[key].as_array().unwrap().iter())
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect()
+}
+
+#[test]
+fn idefics3_pixel_values_and_prompt_tokens_match_transformers() {
+    let dir = vlm_fixtures().join("idefics3");
+    let model = Idefics3::<B>::load(&dir, &Default::default()).unwrap();
+    let processor = Idefics3Processor::load(&dir, model.image_seq_len()).unwrap();
+    let tokenizer = LmTokenizer::load(&dir, &[]).unwrap();
+    for case in cases() {
+        let name = case["name"].as_str().unwrap();
+        let images = processed(&processor, &case);
+        let got: Vec<f32> = images.iter().flat_map(|i| i.pixel_values.iter().copied()).collect();
+        let (shape, want) = expected_tensor(&format!("{name}.pixel_values"));
+        assert_eq!(shape[0], images.iter().map(|i| i.tiles).sum::<usize>(), "{name}: tiles");
+        // Pillow's 8-bit arithmetic reproduced: the same samples, rescaled and normalised alike.
+        assert_eq!(worst_difference(&got, &want), 0.0, "{name}: pixel values");
+        let text = processor
+            .expand_prompt(case["text"].as_str().unwrap(), &images)
+            .unwrap();
+        assert_eq!(
+            tokenizer.encode(&text).unwrap(),
+            ids(&case, "input_ids"),
+            "{name}: token ids"
+        );
+    }
+}
+
+#[test]
+fn idefics3_features_logits_and_greedy_continuations_match_transformers() {
+    let dir = vlm_fixtures().join("idefics3");
+    let device = Default::default();
+    let model = Idefics3::<B>::load(&dir, &device).unwrap();
+    let processor = Idefics3Processor::load(&dir, model.image_seq_len()).unwrap();
+    for case in cases() {
+        let name = case["name"].as_str().unwrap();
+        let images = processed(&processor, &case);
+        let features = model.image_features(pixel_values(&images, processor.tile()));
+        let (_, want) = expected_tensor(&format!("{name}.image_features"));
+        let got: Vec<f32> = features.clone().into_data().to_vec().unwrap();
+        let worst = worst_difference(&got, &want);
+        assert!(worst < 1e-4, "{name}: image features differ by up to {worst}");
+
+        let tokens = ids(&case, "input_ids");
+        let seq = tokens.len();
+        let greedy = ids(&case, "greedy");
+        let rope = model.text.rope(seq + greedy.len(), &device);
+        let ctx = |start: usize, len: usize| Context {
+            rope: &rope,
+            positions: Tensor::<B, 1, Int>::arange(start as i64..(start + len) as i64, &device).unsqueeze::<2>(),
+            padding: None,
+            sequence_lengths: None,
+            fused: None,
+            routing: None,
+        };
+        let mut cache = KvCache::new(model.text.config(), 1, seq + greedy.len(), &device);
+        let hidden = model.hidden(&[tokens], features, &ctx(0, seq), Some(&mut cache));
+        let logits = model.text.logits(hidden);
+        let (_, want) = expected_tensor(&format!("{name}.logits"));
+        let got: Vec<f32> = logits.clone().into_data().to_vec().unwrap();
+        let worst = worst_difference(&got, &want);
+        assert!(worst < 1e-4, "{name}: logits differ by up to {worst}");
+
+        // Greedy decoding from the cache: the images are encoded once, in the prefill.
+        let mut next = logits.slice([0..1, seq - 1..seq]).argmax(2).into_scalar() as u32;
+        let mut continuation = vec![next];
+        for step in 0..greedy.len() - 1 {
+            let token = Tensor::<B, 2, Int>::from_data(TensorData::new(vec![i64::from(next)], [1, 1]), &device);
+            let logits = model.text.forward(token, &ctx(seq + step, 1), Some(&mut cache));
+            next = logits.argmax(2).into_scalar() as u32;
+            continuation.push(next);
+        }
+        assert_eq!(continuation, greedy, "{name}: greedy continuation");
+    }
+}
+
+#[test]
+fn a_prompt_whose_image_markers_do_not_match_its_images_is_refused() {
+    let dir = vlm_fixtures().join("idefics3");
+    let processor = Idefics3Processor::load(&dir, 4).unwrap();
+    let case = &cases()[1];
+    let images = processed(&processor, case);
+    let error = processor.expand_prompt("<image> only one", &images).unwrap_err();
+    assert!(error.contains("1 `<image>` markers for 2 images"), "{error}");
+}
