@@ -144,3 +144,32 @@ fn a_prompt_whose_image_markers_do_not_match_its_images_is_refused() {
     let error = processor.expand_prompt("<image> only one", &images).unwrap_err();
     assert!(error.contains("1 `<image>` markers for 2 images"), "{error}");
 }
+
+#[test]
+fn an_idefics3_model_saved_loads_back_with_the_same_image_features_and_logits() {
+    let dir = vlm_fixtures().join("idefics3");
+    let device = Default::default();
+    let model = Idefics3::<B>::load(&dir, &device).unwrap();
+    let saved = Path::new(env!("CARGO_TARGET_TMPDIR")).join("idefics3-saved");
+    let _ = std::fs::remove_dir_all(&saved);
+    model.save(&saved).unwrap();
+    let again = Idefics3::<B>::load(&saved, &device).unwrap();
+    let processor = Idefics3Processor::load(&dir, model.image_seq_len()).unwrap();
+    let case = &cases()[0];
+    let pixels = || pixel_values(&processed(&processor, case), processor.tile());
+    let (a, b) = (model.image_features(pixels()), again.image_features(pixels()));
+    assert_eq!(a.clone().into_data(), b.clone().into_data());
+    let tokens = ids(case, "input_ids");
+    let seq = tokens.len();
+    let rope = model.text.rope(seq, &device);
+    let ctx = Context {
+        rope: &rope,
+        positions: Tensor::<B, 1, Int>::arange(0..seq as i64, &device).unsqueeze::<2>(),
+        padding: None,
+        sequence_lengths: None,
+        fused: None,
+        routing: None,
+    };
+    let logits = |m: &Idefics3<B>, f| m.text.logits(m.hidden(std::slice::from_ref(&tokens), f, &ctx, None));
+    assert_eq!(logits(&model, a).into_data(), logits(&again, b).into_data());
+}

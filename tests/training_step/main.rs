@@ -10,9 +10,11 @@
 //! against TRL's `PPOTrainer` formulas (`gen_trl_ppo.py`). The newer families (Qwen3, Gemma 3,
 //! Gemma 2, Qwen3-MoE with its load-balancing loss) take the same GRPO loss's backward pass
 //! against PyTorch's (`lm/gen_family_steps.py`), fully and with LoRA adapters (on every expert
-//! of the MoE).
+//! of the MoE). A vision-language model (Idefics3) takes the same step against PyTorch's
+//! (`vlm/gen_idefics3_step.py`), its vision encoder trained and frozen.
 //!
-//! One module per family: [`grpo`], [`distill`], [`preferences`], [`process_reward`], [`ppo`];
+//! One module per family: [`grpo`], [`distill`], [`preferences`], [`process_reward`], [`ppo`],
+//! [`vision`];
 //! this file holds what they share (fixtures, token batches, gradient comparisons).
 
 mod distill;
@@ -20,6 +22,7 @@ mod grpo;
 mod ppo;
 mod preferences;
 mod process_reward;
+mod vision;
 
 use std::path::Path;
 

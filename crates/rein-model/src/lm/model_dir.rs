@@ -412,7 +412,7 @@ pub fn save<B: ReinBackend>(model: &CausalLm<B>, dir: &Path) -> Result<(), LoadE
 
 /// The tensors of `model`'s decoder (`model.*`) by their Hugging Face names, `[out, in]`
 /// linear weights, with their real shapes. Its LoRA adapters, if any, are left out: merge first.
-pub(super) fn decoder_tensors<B: ReinBackend>(model: &CausalLm<B>) -> crate::safetensors_file::Tensors {
+pub(crate) fn decoder_tensors<B: ReinBackend>(model: &CausalLm<B>) -> crate::safetensors_file::Tensors {
     let mut tensors = crate::safetensors_file::Tensors::new();
     let mut vector = |name: String, t: Tensor<B, 1>| {
         tensors.insert(name, vector_tensor(t));
@@ -455,22 +455,22 @@ pub(super) fn decoder_tensors<B: ReinBackend>(model: &CausalLm<B>) -> crate::saf
 }
 
 /// A vector (a norm's weight, a bias) as a safetensors entry: its shape and values.
-pub(super) fn vector_tensor<B: ReinBackend>(t: Tensor<B, 1>) -> (Vec<usize>, Vec<f32>) {
+pub(crate) fn vector_tensor<B: ReinBackend>(t: Tensor<B, 1>) -> (Vec<usize>, Vec<f32>) {
     (t.dims().to_vec(), floats(t))
 }
 
 /// A linear layer's weight as Hugging Face stores it: `[out, in]`.
-pub(super) fn linear_weight<B: ReinBackend>(linear: &Linear<B>) -> (Vec<usize>, Vec<f32>) {
+pub(crate) fn linear_weight<B: ReinBackend>(linear: &Linear<B>) -> (Vec<usize>, Vec<f32>) {
     let t = linear.weight.val().transpose();
     (t.dims().to_vec(), floats(t))
 }
 
-fn floats<B: ReinBackend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+pub(crate) fn floats<B: ReinBackend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
     t.into_data().convert::<f32>().to_vec::<f32>().unwrap_or_default()
 }
 
 /// Writes `tensors` (`model.safetensors`, f32) and `config` (`config.json`) into `dir`.
-pub(super) fn write_model_dir(
+pub(crate) fn write_model_dir(
     dir: &Path,
     tensors: &crate::safetensors_file::Tensors,
     config: &str,

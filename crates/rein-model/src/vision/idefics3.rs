@@ -13,7 +13,8 @@ use serde_json::Value;
 
 use super::siglip::{VisionConfig, VisionEncoder};
 use crate::backend::{ReinBackend, affine};
-use crate::lm::model_dir::{Decoder, Weights, read};
+use crate::lm::model_dir::decoder_tensors;
+use crate::lm::model_dir::{Decoder, Weights, linear_weight, read, write_model_dir};
 use crate::lm::{CausalLm, Context, KvCache, LmConfig, LoadError};
 
 /// An Idefics3 model: vision encoder, connector and decoder.
@@ -29,6 +30,9 @@ pub struct Idefics3<B: ReinBackend> {
     image_token_id: u32,
     #[module(skip)]
     scale_factor: usize,
+    /// `config.json` as read, written back by [`Idefics3::save`].
+    #[module(skip)]
+    config_json: Value,
 }
 
 impl<B: ReinBackend> Idefics3<B> {
@@ -102,7 +106,35 @@ impl<B: ReinBackend> Idefics3<B> {
             text,
             image_token_id,
             scale_factor,
+            config_json: raw,
         })
+    }
+
+    /// Writes the model to `dir` in Hugging Face format (`config.json` as it was read,
+    /// `model.safetensors` in f32), loadable by transformers; LoRA adapters on the decoder are
+    /// merged. Processor and tokenizer files are the caller's to copy.
+    pub fn save(&self, dir: &Path) -> Result<(), LoadError> {
+        let text = self.text.merged();
+        let mut tensors: crate::safetensors_file::Tensors = (decoder_tensors(&text).into_iter())
+            .map(|(name, t)| (name.replacen("model.", "model.text_model.", 1), t))
+            .collect();
+        if let Some(head) = &text.lm_head {
+            tensors.insert("lm_head.weight".into(), linear_weight(head));
+        }
+        tensors.insert(
+            "model.connector.modality_projection.proj.weight".into(),
+            linear_weight(&self.connector),
+        );
+        tensors.extend(self.vision.tensors("model.vision_model"));
+        let config = serde_json::to_string_pretty(&self.config_json).unwrap_or_default();
+        write_model_dir(dir, &tensors, &config)
+    }
+
+    /// The same model with its vision encoder frozen: no gradient reaches it (the connector and
+    /// the decoder still learn), as TRL's and verl's `freeze_vision_tower`.
+    pub fn with_frozen_vision(mut self) -> Self {
+        self.vision = self.vision.no_grad();
+        self
     }
 
     /// The token the image features replace.

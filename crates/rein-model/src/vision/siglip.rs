@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::backend::{ReinBackend, affine};
 use crate::lm::LoadError;
-use crate::lm::model_dir::Weights;
+use crate::lm::model_dir::{Weights, floats, linear_weight, vector_tensor};
 
 /// A vision config's sizes (`vision_config` of `config.json`).
 #[derive(Debug, Clone, PartialEq)]
@@ -208,6 +208,64 @@ impl<B: ReinBackend> VisionEncoder<B> {
             post_layernorm: norm(&format!("{root}.post_layernorm"))?,
             config,
         })
+    }
+
+    /// The encoder's tensors by their Hugging Face names under `root`, as [`VisionEncoder::read`]
+    /// reads them (the patch projection as the convolution's kernel).
+    pub(crate) fn tensors(&self, root: &str) -> crate::safetensors_file::Tensors {
+        let mut tensors = crate::safetensors_file::Tensors::new();
+        let (d, c, p) = (
+            self.config.hidden_size,
+            self.config.num_channels,
+            self.config.patch_size,
+        );
+        let (_, kernel) = linear_weight(&self.patch_embedding);
+        tensors.insert(
+            format!("{root}.embeddings.patch_embedding.weight"),
+            (vec![d, c, p, p], kernel),
+        );
+        if let Some(bias) = &self.patch_embedding.bias {
+            tensors.insert(
+                format!("{root}.embeddings.patch_embedding.bias"),
+                vector_tensor(bias.val()),
+            );
+        }
+        let mut linear = |name: String, layer: &Linear<B>| {
+            if let Some(bias) = &layer.bias {
+                tensors.insert(format!("{name}.bias"), vector_tensor(bias.val()));
+            }
+            tensors.insert(format!("{name}.weight"), linear_weight(layer));
+        };
+        for (i, layer) in self.layers.iter().enumerate() {
+            let l = format!("{root}.encoder.layers.{i}");
+            linear(format!("{l}.self_attn.q_proj"), &layer.q_proj);
+            linear(format!("{l}.self_attn.k_proj"), &layer.k_proj);
+            linear(format!("{l}.self_attn.v_proj"), &layer.v_proj);
+            linear(format!("{l}.self_attn.out_proj"), &layer.out_proj);
+            linear(format!("{l}.mlp.fc1"), &layer.fc1);
+            linear(format!("{l}.mlp.fc2"), &layer.fc2);
+        }
+        let norms = (self.layers.iter().enumerate())
+            .flat_map(|(i, layer)| {
+                let l = format!("{root}.encoder.layers.{i}");
+                [
+                    (format!("{l}.layer_norm1"), &layer.layer_norm1),
+                    (format!("{l}.layer_norm2"), &layer.layer_norm2),
+                ]
+            })
+            .chain([(format!("{root}.post_layernorm"), &self.post_layernorm)]);
+        for (name, norm) in norms {
+            tensors.insert(format!("{name}.weight"), vector_tensor(norm.gamma.val()));
+            if let Some(beta) = &norm.beta {
+                tensors.insert(format!("{name}.bias"), vector_tensor(beta.val()));
+            }
+        }
+        let positions = self.position_embedding.val();
+        tensors.insert(
+            format!("{root}.embeddings.position_embedding.weight"),
+            (positions.dims().to_vec(), floats(positions)),
+        );
+        tensors
     }
 
     /// The encoder's config.
