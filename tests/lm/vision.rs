@@ -173,3 +173,62 @@ fn an_idefics3_model_saved_loads_back_with_the_same_image_features_and_logits() 
     let logits = |m: &Idefics3<B>, f| m.text.logits(m.hidden(std::slice::from_ref(&tokens), f, &ctx, None));
     assert_eq!(logits(&model, a).into_data(), logits(&again, b).into_data());
 }
+
+/// Every case's prompt in one batch (left-padded to the longest), their images' features in
+/// prompt order, decoded greedily by the sampler: each row continues as transformers does alone,
+/// with the prompt prefilled in one pass or 16 columns at a time, and with the last row's
+/// features missing the sampler refuses.
+#[test]
+fn the_sampler_decodes_prompts_with_images_as_transformers_does() {
+    let dir = vlm_fixtures().join("idefics3");
+    let device = Default::default();
+    let model = Idefics3::<B>::load(&dir, &device).unwrap();
+    let processor = Idefics3Processor::load(&dir, model.image_seq_len()).unwrap();
+    let cases = cases();
+    let prompts: Vec<Vec<u32>> = cases.iter().map(|c| ids(c, "input_ids")).collect();
+    let features: Vec<Tensor<B, 2>> = (cases.iter())
+        .map(|c| model.image_features(pixel_values(&processed(&processor, c), processor.tile())))
+        .collect();
+    let images = |features: Vec<Tensor<B, 2>>| rein_sampler::PromptImages {
+        features: Tensor::cat(features, 0),
+        token: model.image_token_id(),
+    };
+    let config = rein_sampler::GenerationConfig {
+        max_new_tokens: 8,
+        temperature: 0.0,
+        ..Default::default()
+    };
+    let greedy: Vec<Vec<u32>> = cases.iter().map(|c| ids(c, "greedy")).collect();
+    let whole = rein_sampler::generate_with_images(
+        &model.text,
+        &prompts,
+        images(features.clone()),
+        &config,
+        0,
+        &mut |_, _| false,
+        &device,
+    )
+    .unwrap();
+    assert_eq!(whole.iter().map(|g| g.tokens.clone()).collect::<Vec<_>>(), greedy);
+
+    let seeds: Vec<u64> = (0..prompts.len()).map(|p| rein_sampler::prompt_seed(0, p)).collect();
+    let mut chunked = rein_sampler::Decoding::in_chunks(&model.text, &prompts, &seeds, &config, 0, 16, &device)
+        .with_images(images(features.clone()))
+        .unwrap();
+    chunked.advance(usize::MAX, &mut |_, _| false);
+    let chunked: Vec<Vec<u32>> = chunked.into_generations().into_iter().map(|g| g.tokens).collect();
+    assert_eq!(chunked, greedy, "prefilled 16 columns at a time");
+
+    let short = features[..features.len() - 1].to_vec();
+    let error = rein_sampler::generate_with_images(
+        &model.text,
+        &prompts,
+        images(short),
+        &config,
+        0,
+        &mut |_, _| false,
+        &device,
+    )
+    .unwrap_err();
+    assert!(error.contains("image tokens for"), "{error}");
+}

@@ -11,7 +11,7 @@
 use rein_model::ReinBackend;
 use rein_model::lm::CausalLm;
 
-use crate::session::{AfterTurn, Prefill, Session, Turn, TurnOutput, prompt_seed};
+use crate::session::{AfterTurn, Prefill, PromptImages, Session, Turn, TurnOutput, prompt_seed};
 use crate::token_choice::{FinishReason, GenerationConfig};
 
 /// One generated sequence.
@@ -71,6 +71,25 @@ pub fn generate_seeded<B: ReinBackend>(
     decoding.into_generations()
 }
 
+/// [`generate`] for a vision-language model's decoder: the prompts' image tokens read `images`'
+/// features (from the model's vision encoder) as they are prefilled. An error when the prompts
+/// hold a different number of image tokens than there are features.
+pub fn generate_with_images<B: ReinBackend>(
+    model: &CausalLm<B>,
+    prompts: &[Vec<u32>],
+    images: PromptImages<B>,
+    config: &GenerationConfig,
+    pad_id: u32,
+    stop: &mut dyn FnMut(usize, &[u32]) -> bool,
+    device: &B::Device,
+) -> Result<Vec<Generation>, String> {
+    let seeds: Vec<u64> = (0..prompts.len()).map(|p| prompt_seed(config.seed, p)).collect();
+    let mut decoding =
+        Decoding::in_chunks(model, prompts, &seeds, config, pad_id, usize::MAX, device).with_images(images)?;
+    decoding.advance(usize::MAX, stop);
+    Ok(decoding.into_generations())
+}
+
 /// [`generate_seeded`] a few steps at a time: a server decoding several batches in turn, so a
 /// long one does not hold up the others. The slices draw the same tokens as one call; a
 /// prefill in chunks ([`Decoding::in_chunks`]) computes the same logits within float rounding.
@@ -113,6 +132,15 @@ impl<'m, B: ReinBackend> Decoding<'m, B> {
             n: config.n.max(1),
             moe: model.config().moe().is_some(),
         }
+    }
+
+    /// The same generation with `images` in its prompts ([`Prefill::with_images`]); an error
+    /// when the prompts hold a different number of image tokens than there are features.
+    pub fn with_images(mut self, images: PromptImages<B>) -> Result<Self, String> {
+        if let Stage::Prefill(prefill) = self.stage {
+            self.stage = Stage::Prefill(prefill.with_images(images)?);
+        }
+        Ok(self)
     }
 
     /// Runs at most `steps` more steps — a chunk of the prefill, or one new token of every

@@ -38,7 +38,7 @@ mod session;
 mod stop;
 mod token_choice;
 
-pub use batch_decode::{Decoding, Generation, generate, generate_seeded};
+pub use batch_decode::{Decoding, Generation, generate, generate_seeded, generate_with_images};
 pub use categorical::{categorical_entropy, categorical_log_prob, sample_categorical};
 pub use gaussian::{gaussian_entropy, gaussian_log_prob, sample_gaussian};
 pub use generator::{Generator, GeneratorError, NativeGenerator};
@@ -51,7 +51,7 @@ pub use native_judge::NativeJudge;
 pub use prm_reward::{PrmError, PrmReward};
 pub use prompt_logprobs::{ScoredToken, prompt_logprobs};
 pub use rein_core::SeededRng;
-pub use session::{AfterTurn, Prefill, Session, Turn, TurnOutput, prompt_seed};
+pub use session::{AfterTurn, Prefill, PromptImages, Session, Turn, TurnOutput, prompt_seed};
 pub use stop::{completion_text, stop_check};
 pub use token_choice::{
     FinishReason, GenerationConfig, TokenCertainty, allowed_tokens, choose, token_certainty, token_logprob,

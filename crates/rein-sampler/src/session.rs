@@ -27,13 +27,14 @@ use burn::tensor::{Bool, Int, Tensor, TensorData};
 use rein_kernels::team;
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, Context, FusedProjections, KvCache, Rope, Routing};
+use rein_model::vision::with_image_features;
 
 use crate::token_choice::{Choice, FinishReason, GenerationConfig, TokenCertainty, choose_with_extras};
 use rein_core::SeededRng;
 
 mod prefill;
 
-pub use prefill::Prefill;
+pub use prefill::{Prefill, PromptImages};
 
 /// The tokens one sequence sampled in one turn.
 #[derive(Debug, Clone, PartialEq)]
@@ -449,7 +450,8 @@ impl<'m, B: ReinBackend> Session<'m, B> {
                 caches.push((&mut shard.cache, feed));
             }
         }
-        let run = |(cache, feed): &mut (&mut KvCache<B>, &Feed)| forward_feed(model, rope, fused, cache, feed, device);
+        let run =
+            |(cache, feed): &mut (&mut KvCache<B>, &Feed)| forward_feed(model, rope, fused, cache, feed, None, device);
         let mut outs: Vec<Option<_>> = caches.iter().map(|_| None).collect();
         team::for_each(caches.iter_mut().zip(&mut outs).collect(), |(shard, out)| {
             *out = Some(run(shard))
@@ -488,13 +490,15 @@ impl Feed {
 }
 
 /// One forward pass of `feed` through `cache`: the logits of its last column, and the routing
-/// of a mixture of experts.
+/// of a mixture of experts. With `images`, each cell with a slot reads that image feature in
+/// place of its token's embedding.
 fn forward_feed<B: ReinBackend>(
     model: &CausalLm<B>,
     rope: &Rope<B>,
     fused: &FusedProjections<B>,
     cache: &mut KvCache<B>,
     feed: &Feed,
+    images: Option<(&Tensor<B, 2>, &[Option<usize>])>,
     device: &B::Device,
 ) -> Fed {
     let rows = feed.positions.len() / feed.width;
@@ -519,7 +523,13 @@ fn forward_feed<B: ReinBackend>(
         routing: routing.as_ref(),
     };
     let tokens = Tensor::from_data(TensorData::new(feed.tokens.clone(), [rows, feed.width]), device);
-    let hidden = model.hidden(tokens, &ctx, Some(cache));
+    let hidden = match images {
+        Some((features, slots)) => {
+            let embeddings = with_image_features(model.embed(tokens), slots, features.clone());
+            model.hidden_of_embeddings(embeddings, &ctx, Some(cache))
+        }
+        None => model.hidden(tokens, &ctx, Some(cache)),
+    };
     let last = model.fused_logits(hidden.narrow(1, feed.width - 1, 1), fused);
     Fed {
         logits: last.into_data().convert::<f32>().to_vec().unwrap_or_default(),

@@ -11,6 +11,7 @@ use burn::nn::Linear;
 use burn::tensor::{Int, Tensor, TensorData};
 use serde_json::Value;
 
+use super::image_tokens::{image_slots, with_image_features};
 use super::siglip::{VisionConfig, VisionEncoder};
 use crate::backend::{ReinBackend, affine};
 use crate::lm::model_dir::decoder_tensors;
@@ -172,33 +173,13 @@ impl<B: ReinBackend> Idefics3<B> {
     /// - `tokens`: `[batch, seq]`, `features`: `[image tokens, hidden]` → `[batch, seq, hidden]`
     pub fn embed(&self, tokens: &[Vec<u32>], features: Tensor<B, 2>) -> Tensor<B, 3> {
         let (batch, seq) = (tokens.len(), tokens.first().map_or(0, Vec::len));
-        let device = features.device();
         let ids: Vec<i64> = tokens.iter().flatten().map(|&t| i64::from(t)).collect();
-        let text = self.text.embed(Tensor::<B, 2, Int>::from_data(
-            TensorData::new(ids, [batch, seq]),
-            &device,
-        ));
-        let hidden = self.text.config().hidden_size;
-        let images = tokens.iter().flatten().filter(|&&t| t == self.image_token_id).count();
+        let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch, seq]), &features.device());
+        let slots = image_slots(tokens.iter().flatten().copied(), self.image_token_id);
+        let images = slots.iter().flatten().count();
         let [rows, _] = features.dims();
         assert_eq!(images, rows, "{images} image tokens for {rows} image features");
-        // Each position reads its own embedding, or the next image feature (stacked after them).
-        let mut next_feature = batch * seq;
-        let order: Vec<i64> = tokens
-            .iter()
-            .flatten()
-            .enumerate()
-            .map(|(i, &t)| match t == self.image_token_id {
-                true => {
-                    next_feature += 1;
-                    (next_feature - 1) as i64
-                }
-                false => i as i64,
-            })
-            .collect();
-        let table = Tensor::cat(vec![text.reshape([batch * seq, hidden]), features], 0);
-        let order = Tensor::<B, 1, Int>::from_data(TensorData::new(order, [batch * seq]), &device);
-        table.select(0, order).reshape([batch, seq, hidden])
+        with_image_features(self.text.embed(ids), &slots, features)
     }
 
     /// The decoder's final hidden states over `tokens` with the images' `features` in place:

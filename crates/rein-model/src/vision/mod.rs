@@ -4,17 +4,20 @@
 //! - [`decode_rgb`]: encoded images to 8-bit RGB, bounded by [`ImageLimits`] before allocating.
 //! - [`Pixels::resize`]: Pillow's resampling filters, bit for bit.
 //! - [`Idefics3Processor`]: Idefics3's / SmolVLM's tiling, pixel values and prompt expansion.
+//! - [`with_image_features`]: image features in place of a prompt's image tokens.
 //! - [`VisionEncoder`]: the SigLIP vision transformer; [`Idefics3`]: it, the pixel-shuffle
 //!   connector and the decoder.
 
 mod decode;
 mod idefics3;
 mod idefics3_processor;
+mod image_tokens;
 mod resample;
 mod siglip;
 
 pub use decode::{ImageError, ImageLimits, decode_rgb};
 pub use idefics3::{Idefics3, pixel_shuffle};
 pub use idefics3_processor::{IMAGE_TOKEN, Idefics3Processor, ProcessedImage};
+pub use image_tokens::{image_slots, with_image_features};
 pub use resample::{Filter, Pixels};
 pub use siglip::{VisionActivation, VisionConfig, VisionEncoder, VisionLayer};

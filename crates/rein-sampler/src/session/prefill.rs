@@ -6,9 +6,15 @@
 //! values the later columns attend to as a turn's appended tokens do. One chunk as wide as the
 //! feed is `start_seeded`'s one pass, bit for bit; narrower chunks compute the same function in
 //! another order (equal within float rounding, tests/multi_turn.rs).
+//!
+//! A vision-language model's prompts carry images ([`Prefill::with_images`]): each image token
+//! reads its image feature in place of its embedding, once, as the prompt is prefilled; the
+//! cache then holds the images' keys and values and decoding never sees the images again.
 
+use burn::tensor::Tensor;
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, KvCache};
+use rein_model::vision::image_slots;
 
 use super::{Feed, Sequence, Session, Shard, forward_feed, sample_rng};
 use crate::token_choice::GenerationConfig;
@@ -28,6 +34,17 @@ pub struct Prefill<'m, B: ReinBackend> {
     logits: Vec<f32>,
     /// Per prompt, a mixture of experts' routing of its tokens fed so far.
     routes: Vec<Vec<Vec<u32>>>,
+    /// The prompts' image features and, per cell of the feed, the feature it reads.
+    images: Option<(Tensor<B, 2>, Vec<Option<usize>>)>,
+}
+
+/// The images of a batch's prompts: their features in the decoder's embedding space (all
+/// prompts' image tokens in order, prompt after prompt) and the token they replace.
+pub struct PromptImages<B: ReinBackend> {
+    /// `[image tokens, hidden]`.
+    pub features: Tensor<B, 2>,
+    /// The image token.
+    pub token: u32,
 }
 
 impl<'m, B: ReinBackend> Prefill<'m, B> {
@@ -84,7 +101,24 @@ impl<'m, B: ReinBackend> Prefill<'m, B> {
             chunk: chunk.max(1),
             logits: Vec::new(),
             routes: vec![Vec::new(); p],
+            images: None,
         }
+    }
+
+    /// The same prefill with `images` read in place of the prompts' image tokens; an error when
+    /// the prompts hold a different number of image tokens than there are features.
+    pub fn with_images(mut self, images: PromptImages<B>) -> Result<Self, String> {
+        let cells = (self.feed.tokens.iter().zip(&self.feed.padding))
+            .map(|(&token, &padding)| if padding { None } else { u32::try_from(token).ok() });
+        let slots = image_slots(cells.map(|t| t.unwrap_or(u32::MAX)), images.token);
+        let (tokens, [features, _]) = (slots.iter().flatten().count(), images.features.dims());
+        if tokens != features {
+            return Err(format!(
+                "the prompts hold {tokens} image tokens for {features} image features"
+            ));
+        }
+        self.images = Some((images.features, slots));
+        Ok(self)
     }
 
     /// Feeds the next chunk of columns; says whether every column has been fed.
@@ -101,6 +135,11 @@ impl<'m, B: ReinBackend> Prefill<'m, B> {
             (start, end) => Some(self.feed.columns(start, end)),
         };
         let feed = columns.as_ref().unwrap_or(&self.feed);
+        let slots = (self.images.as_ref()).map(|(_, slots)| match &columns {
+            Some(_) => self.feed.column_values(slots, self.done, end),
+            None => slots.clone(),
+        });
+        let images = (self.images.as_ref().zip(slots.as_deref())).map(|((features, _), slots)| (features, slots));
         let session = &self.session;
         let fed = forward_feed(
             session.model,
@@ -108,6 +147,7 @@ impl<'m, B: ReinBackend> Prefill<'m, B> {
             &session.fused,
             cache,
             feed,
+            images,
             &session.device,
         );
         if let Some(routes) = &fed.routes {
@@ -170,13 +210,19 @@ impl<'m, B: ReinBackend> Prefill<'m, B> {
 impl Feed {
     /// Columns `start..end` of every row.
     fn columns(&self, start: usize, end: usize) -> Feed {
-        let (width, rows) = (self.width, self.positions.len() / self.width);
-        let pick = |r: usize| r * width + start..r * width + end;
         Feed {
-            tokens: (0..rows).flat_map(|r| self.tokens[pick(r)].to_vec()).collect(),
-            positions: (0..rows).flat_map(|r| self.positions[pick(r)].to_vec()).collect(),
-            padding: (0..rows).flat_map(|r| self.padding[pick(r)].to_vec()).collect(),
+            tokens: self.column_values(&self.tokens, start, end),
+            positions: self.column_values(&self.positions, start, end),
+            padding: self.column_values(&self.padding, start, end),
             width: end - start,
         }
+    }
+
+    /// Columns `start..end` of every row of `values`, one per cell of the feed.
+    fn column_values<T: Clone>(&self, values: &[T], start: usize, end: usize) -> Vec<T> {
+        let (width, rows) = (self.width, self.positions.len() / self.width);
+        (0..rows)
+            .flat_map(|r| values[r * width + start..r * width + end].to_vec())
+            .collect()
     }
 }
