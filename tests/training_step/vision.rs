@@ -51,10 +51,7 @@ fn completion_log_probs(
             processor.process(&decode_rgb(&bytes, ImageLimits::default()).unwrap())
         })
         .collect();
-    let tiles = images.iter().map(|i| i.tiles).sum();
-    let t = processor.tile();
-    let pixels: Vec<f32> = images.iter().flat_map(|i| i.pixel_values.iter().copied()).collect();
-    let features = model.image_features(Tensor::from_data(TensorData::new(pixels, [tiles, 3, t, t]), &device));
+    let features = model.image_features(processor.pixel_values(&images, &device));
     let tokens: Vec<u32> = row.prompt.iter().chain(&row.completion).copied().collect();
     let (p, seq) = (row.prompt.len(), tokens.len());
     let rope = model.text.rope(seq, &device);

@@ -1,4 +1,7 @@
-//! `rein generate`: sample continuations from a model directory in Hugging Face format.
+//! `rein generate`: sample continuations from a model directory in Hugging Face format; with
+//! `--image`, from a vision-language model with images in its prompt ([`images`]).
+
+mod images;
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -7,9 +10,11 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use clap::Args;
 use rein_core::{ModelDtype, SamplerPrecision};
-use rein_model::lm::{ChatMessage, LmTokenizer, load};
+use rein_model::Cpu;
+use rein_model::lm::{CausalLm, ChatMessage, LmTokenizer, load};
+use rein_model::vision::{Idefics3, is_idefics3};
 use rein_run::progress::Progress;
-use rein_sampler::{FinishReason, GenerationConfig, generate};
+use rein_sampler::{FinishReason, GenerationConfig, PromptImages, generate, generate_with_images};
 use rein_sampler::{completion_text, stop_check};
 
 #[derive(Args, Debug)]
@@ -21,6 +26,11 @@ pub(crate) struct GenerateArgs {
     /// One prompt.
     #[arg(long, conflicts_with = "input", required_unless_present = "input")]
     prompt: Option<String>,
+    /// An image for a vision-language model's prompt (repeatable; PNG, JPEG, GIF or WebP):
+    /// each `<image>` in the prompt takes the next, or all go at its start when it has none.
+    /// With `--chat`, the images are image parts of the user message's content.
+    #[arg(long = "image", value_name = "FILE", conflicts_with = "input")]
+    images: Vec<PathBuf>,
     /// JSON lines with a `prompt` field (one batch).
     #[arg(long, value_name = "FILE")]
     input: Option<PathBuf>,
@@ -110,32 +120,12 @@ pub(crate) fn q8_fits_dtype(precision: SamplerPrecision, dtype: ModelDtype) -> a
 impl GenerateArgs {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
         let device = Default::default();
-        let model = load::<rein_model::Cpu>(&self.model, &device)
-            .with_context(|| format!("loading {}", self.model.display()))?
-            .with_dtype(self.dtype);
-        q8_has_codes(self.precision, &model, &self.model)?;
+        let loaded = self.load()?;
+        let model = loaded.text();
+        q8_has_codes(self.precision, model, &self.model)?;
         q8_fits_dtype(self.precision, self.dtype)?;
         let tokenizer = LmTokenizer::load(&self.model, &model.config().eos_ids())?;
-        let texts = self.prompts()?;
-        let mut prompts = Vec::with_capacity(texts.len());
-        for text in &texts {
-            let text = if self.chat {
-                let message = ChatMessage {
-                    role: "user".into(),
-                    content: text.clone(),
-                };
-                tokenizer
-                    .apply_chat_template(&[message], true)?
-                    .with_context(|| format!("--chat: {} has no chat template", self.model.display()))?
-            } else {
-                text.clone()
-            };
-            let ids = tokenizer.encode_prompt(&text)?;
-            if ids.is_empty() {
-                bail!("prompt {:?} encodes to no tokens", text);
-            }
-            prompts.push(ids);
-        }
+        let (prompts, images) = self.encode(&loaded, &tokenizer)?;
         let config = GenerationConfig {
             max_new_tokens: self.max_new_tokens,
             temperature: self.temperature,
@@ -164,7 +154,11 @@ impl GenerateArgs {
             stop_text(sequence, generated)
         };
         let pad = tokenizer.pad_id().unwrap_or(0);
-        let generations = generate(&model, &prompts, &config, pad, &mut stop, &device);
+        let generations = match images {
+            Some(images) => generate_with_images(model, &prompts, images, &config, pad, &mut stop, &device)
+                .map_err(anyhow::Error::msg)?,
+            None => generate(model, &prompts, &config, pad, &mut stop, &device),
+        };
         progress.finish();
         let mut out = std::io::stdout().lock();
         for g in generations {
@@ -187,6 +181,65 @@ impl GenerateArgs {
             writeln!(out, "{line}")?;
         }
         Ok(())
+    }
+
+    /// The model: a causal LM, or a vision-language model (which `--image` needs).
+    fn load(&self) -> anyhow::Result<Loaded> {
+        let device = &Default::default();
+        let loading = || format!("loading {}", self.model.display());
+        if is_idefics3(&self.model) {
+            let mut model = Idefics3::<Cpu>::load(&self.model, device).with_context(loading)?;
+            model.text = model.text.with_dtype(self.dtype);
+            return Ok(Loaded::Vision(Box::new(model)));
+        }
+        if !self.images.is_empty() {
+            bail!(
+                "--image: {} is not a vision-language model rein runs (Idefics3ForConditionalGeneration)",
+                self.model.display()
+            );
+        }
+        let model = load::<Cpu>(&self.model, device).with_context(loading)?;
+        Ok(Loaded::Text(model.with_dtype(self.dtype)))
+    }
+
+    /// The prompts' token ids, in the chat template with `--chat`, and the images' features with
+    /// `--image` (one prompt).
+    fn encode(
+        &self,
+        loaded: &Loaded,
+        tokenizer: &LmTokenizer,
+    ) -> anyhow::Result<(Vec<Vec<u32>>, Option<PromptImages<Cpu>>)> {
+        let (mut prompts, mut images) = (Vec::new(), None);
+        for text in self.prompts()? {
+            let mut text = match self.images.is_empty() {
+                true => text,
+                false => images::with_markers(&text, self.images.len())?,
+            };
+            if self.chat {
+                // With images, the message's content is a list of image and text parts.
+                let rendered = match self.images.is_empty() {
+                    true => {
+                        let message = ChatMessage {
+                            role: "user".into(),
+                            content: text,
+                        };
+                        tokenizer.apply_chat_template(&[message], true)?
+                    }
+                    false => tokenizer.apply_chat_template_to_json(&[images::chat_message(&text)], true)?,
+                };
+                text = rendered.with_context(|| format!("--chat: {} has no chat template", self.model.display()))?;
+            }
+            if let (Loaded::Vision(model), false) = (loaded, self.images.is_empty()) {
+                let (expanded, features) = images::prompt_images(model, &self.model, &text, &self.images)?;
+                (text, images) = (expanded, Some(features));
+            }
+            let ids = tokenizer.encode_prompt(&text)?;
+            if ids.is_empty() {
+                bail!("prompt {:?} encodes to no tokens", text);
+            }
+            prompts.push(ids);
+        }
+        Ok((prompts, images))
     }
 
     fn prompts(&self) -> anyhow::Result<Vec<String>> {
@@ -212,5 +265,21 @@ impl GenerateArgs {
             bail!("{} holds no prompts", path.display());
         }
         Ok(prompts)
+    }
+}
+
+/// What `rein generate` loaded.
+enum Loaded {
+    Text(CausalLm<Cpu>),
+    Vision(Box<Idefics3<Cpu>>),
+}
+
+impl Loaded {
+    /// The decoder that generates.
+    fn text(&self) -> &CausalLm<Cpu> {
+        match self {
+            Self::Text(model) => model,
+            Self::Vision(model) => &model.text,
+        }
     }
 }

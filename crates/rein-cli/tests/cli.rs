@@ -336,6 +336,87 @@ fn generate_errors_name_the_model_and_the_input() {
     assert!(stderr.contains("prompts.jsonl:1: no string `prompt` field"), "{stderr}");
 }
 
+/// The vision-language fixture (`tests/fixtures/vlm`) and its expected cases.
+fn vlm() -> (std::path::PathBuf, Vec<serde_json::Value>) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/vlm");
+    let expected = std::fs::read_to_string(dir.join("idefics3.expected.json")).unwrap();
+    let cases: serde_json::Value = serde_json::from_str(&expected).unwrap();
+    (dir, cases["cases"].as_array().unwrap().clone())
+}
+
+/// `rein generate --image` continues as transformers does: a prompt with its marker, and two
+/// images as parts of a chat message rendered by SmolVLM's template.
+#[test]
+fn generate_with_images_continues_as_transformers_does() {
+    let (dir, cases) = vlm();
+    let case = |name: &str| cases.iter().find(|c| c["name"] == name).unwrap().clone();
+    let (model, image) = (dir.join("idefics3"), |name: &str| dir.join("images").join(name));
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "generate",
+            "--model",
+            model.to_str().unwrap(),
+            "--temperature",
+            "0",
+            "--max-new-tokens",
+            "8",
+        ];
+        args.extend(extra);
+        serde_json::from_str(stdout(&rein(&args)).trim()).unwrap()
+    };
+    let wide = image("wide.png");
+    let plain = run(&[
+        "--image",
+        wide.to_str().unwrap(),
+        "--prompt",
+        case("wide")["text"].as_str().unwrap(),
+    ]);
+    assert_eq!(plain["tokens"], case("wide")["greedy"]);
+    let grey = image("grey.png");
+    let chat = run(&[
+        "--chat",
+        "--image",
+        grey.to_str().unwrap(),
+        "--image",
+        wide.to_str().unwrap(),
+        "--prompt",
+        "Compare <image> with <image>",
+    ]);
+    assert_eq!(chat["tokens"], case("chat")["greedy"]);
+}
+
+#[test]
+fn generate_image_errors_name_the_file_or_the_model() {
+    let (dir, _) = vlm();
+    let vlm = dir.join("idefics3");
+    let text_model = dir.join("../lm/qwen2-gqa");
+    let wide = dir.join("images/wide.png");
+    let not_an_image = temp_file("not-an-image.png", "plain text");
+    let failure = |model: &std::path::Path, image: &std::path::Path, prompt: &str| {
+        let args = [
+            "generate",
+            "--model",
+            model.to_str().unwrap(),
+            "--image",
+            image.to_str().unwrap(),
+            "--prompt",
+            prompt,
+        ];
+        stderr_of_failure(&rein(&args))
+    };
+    let missing = failure(&vlm, std::path::Path::new("/no/such/image.png"), "hi");
+    assert!(missing.contains("--image /no/such/image.png"), "{missing}");
+    let undecodable = failure(&vlm, &not_an_image, "hi");
+    assert!(
+        undecodable.contains("not-an-image.png: cannot decode the image"),
+        "{undecodable}"
+    );
+    let text_only = failure(&text_model, &wide, "hi");
+    assert!(text_only.contains("is not a vision-language model"), "{text_only}");
+    let markers = failure(&vlm, &wide, "<image> and <image>");
+    assert!(markers.contains("2 `<image>` markers for 1 --image files"), "{markers}");
+}
+
 /// `rein generate --precision q8` on a GGUF model samples through the q8 products: its
 /// log-probabilities are not the exact ones.
 #[test]

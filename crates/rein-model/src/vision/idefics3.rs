@@ -36,6 +36,14 @@ pub struct Idefics3<B: ReinBackend> {
     config_json: Value,
 }
 
+/// Whether the checkpoint directory `dir` holds an Idefics3 model (its `config.json` names
+/// `Idefics3ForConditionalGeneration`); `false` when it cannot be read.
+pub fn is_idefics3(dir: &Path) -> bool {
+    (read(&dir.join("config.json")).ok())
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+        .is_some_and(|config| config["architectures"][0] == "Idefics3ForConditionalGeneration")
+}
+
 impl<B: ReinBackend> Idefics3<B> {
     /// Loads the model in the checkpoint directory `dir` onto `device`.
     pub fn load(dir: &Path, device: &B::Device) -> Result<Self, LoadError> {

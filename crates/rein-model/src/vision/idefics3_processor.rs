@@ -192,6 +192,21 @@ impl Idefics3Processor {
         (frames, rows, cols)
     }
 
+    /// The pixel values of `images`, tile after tile, as one tensor.
+    ///
+    /// # Shapes
+    /// → `[Σ tiles, 3, tile, tile]`
+    pub fn pixel_values<B: burn::tensor::backend::Backend>(
+        &self,
+        images: &[ProcessedImage],
+        device: &B::Device,
+    ) -> burn::tensor::Tensor<B, 4> {
+        let tiles = images.iter().map(|i| i.tiles).sum();
+        let values: Vec<f32> = images.iter().flat_map(|i| i.pixel_values.iter().copied()).collect();
+        let data = burn::tensor::TensorData::new(values, [tiles, 3, self.tile, self.tile]);
+        burn::tensor::Tensor::from_data(data, device)
+    }
+
     /// What one `<image>` of the prompt becomes for an image cut into `rows × cols` tiles.
     pub fn image_prompt(&self, rows: usize, cols: usize) -> String {
         let image_tokens = IMAGE_TOKEN.repeat(self.image_seq_len);
