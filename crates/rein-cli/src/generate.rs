@@ -125,7 +125,7 @@ impl GenerateArgs {
         q8_has_codes(self.precision, model, &self.model)?;
         q8_fits_dtype(self.precision, self.dtype)?;
         let tokenizer = LmTokenizer::load(&self.model, &model.config().eos_ids())?;
-        let (prompts, images) = self.encode(&loaded, &tokenizer)?;
+        let Encoded { prompts, images } = self.encode(&loaded, &tokenizer)?;
         let config = GenerationConfig {
             max_new_tokens: self.max_new_tokens,
             temperature: self.temperature,
@@ -199,16 +199,12 @@ impl GenerateArgs {
             );
         }
         let model = load::<Cpu>(&self.model, device).with_context(loading)?;
-        Ok(Loaded::Text(model.with_dtype(self.dtype)))
+        Ok(Loaded::Text(Box::new(model.with_dtype(self.dtype))))
     }
 
     /// The prompts' token ids, in the chat template with `--chat`, and the images' features with
     /// `--image` (one prompt).
-    fn encode(
-        &self,
-        loaded: &Loaded,
-        tokenizer: &LmTokenizer,
-    ) -> anyhow::Result<(Vec<Vec<u32>>, Option<PromptImages<Cpu>>)> {
+    fn encode(&self, loaded: &Loaded, tokenizer: &LmTokenizer) -> anyhow::Result<Encoded> {
         let (mut prompts, mut images) = (Vec::new(), None);
         for text in self.prompts()? {
             let mut text = match self.images.is_empty() {
@@ -239,7 +235,7 @@ impl GenerateArgs {
             }
             prompts.push(ids);
         }
-        Ok((prompts, images))
+        Ok(Encoded { prompts, images })
     }
 
     fn prompts(&self) -> anyhow::Result<Vec<String>> {
@@ -268,9 +264,15 @@ impl GenerateArgs {
     }
 }
 
+/// The prompts' token ids, and their images' features for a vision-language model.
+struct Encoded {
+    prompts: Vec<Vec<u32>>,
+    images: Option<PromptImages<Cpu>>,
+}
+
 /// What `rein generate` loaded.
 enum Loaded {
-    Text(CausalLm<Cpu>),
+    Text(Box<CausalLm<Cpu>>),
     Vision(Box<Idefics3<Cpu>>),
 }
 

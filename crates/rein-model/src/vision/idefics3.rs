@@ -72,7 +72,7 @@ impl<B: ReinBackend> Idefics3<B> {
             s => s as usize,
         };
         let per_side = vision_config.patches_per_side();
-        if per_side % scale_factor != 0 {
+        if !per_side.is_multiple_of(scale_factor) {
             return Err(json_error(format!(
                 "scale_factor {scale_factor} does not divide the {per_side} patches along a tile's side"
             )));

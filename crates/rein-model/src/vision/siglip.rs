@@ -82,7 +82,7 @@ impl VisionConfig {
             layer_norm_eps: value["layer_norm_eps"].as_f64().unwrap_or(1e-6),
             activation,
         };
-        if config.hidden_size % config.num_attention_heads != 0 {
+        if !config.hidden_size.is_multiple_of(config.num_attention_heads) {
             return Err(format!(
                 "vision_config: hidden_size {} is not a multiple of num_attention_heads {}",
                 config.hidden_size, config.num_attention_heads
@@ -336,7 +336,7 @@ impl<B: ReinBackend> VisionEncoder<B> {
         let [q, k, v] = [&layer.q_proj, &layer.k_proj, &layer.v_proj].map(|proj| linear(proj, h.clone()));
         let mut rows = Vec::with_capacity(tiles);
         for t in 0..tiles {
-            let tile = |m: &Tensor<B, 2>| m.clone().slice([t * seq..(t + 1) * seq]);
+            let tile = |m: &Tensor<B, 2>| m.clone().narrow(0, t * seq, seq);
             let (q, k, v) = (tile(&q), tile(&k), tile(&v));
             let per_head: Vec<Tensor<B, 2>> = (0..heads)
                 .map(|head| {
