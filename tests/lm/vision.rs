@@ -90,7 +90,7 @@ fn idefics3_features_logits_and_greedy_continuations_match_transformers() {
     for case in cases() {
         let name = case["name"].as_str().unwrap();
         let images = processed(&processor, &case);
-        let features = model.image_features(processor.pixel_values(&images, &device));
+        let features = model.image_features(ProcessedImage::stack(&images, &device));
         let (_, want) = expected_tensor(&format!("{name}.image_features"));
         let got: Vec<f32> = features.clone().into_data().to_vec().unwrap();
         let worst = worst_difference(&got, &want);
@@ -150,7 +150,7 @@ fn an_idefics3_model_saved_loads_back_with_the_same_image_features_and_logits() 
     let again = Idefics3::<B>::load(&saved, &device).unwrap();
     let processor = Idefics3Processor::load(&dir, model.image_seq_len()).unwrap();
     let case = &cases()[0];
-    let pixels = || processor.pixel_values(&processed(&processor, case), &device);
+    let pixels = || ProcessedImage::stack(&processed(&processor, case), &device);
     let (a, b) = (model.image_features(pixels()), again.image_features(pixels()));
     assert_eq!(a.clone().into_data(), b.clone().into_data());
     let tokens = ids(case, "input_ids");
@@ -181,7 +181,7 @@ fn the_sampler_decodes_prompts_with_images_as_transformers_does() {
     let cases = cases();
     let prompts: Vec<Vec<u32>> = cases.iter().map(|c| ids(c, "input_ids")).collect();
     let features: Vec<Tensor<B, 2>> = (cases.iter())
-        .map(|c| model.image_features(processor.pixel_values(&processed(&processor, c), &device)))
+        .map(|c| model.image_features(ProcessedImage::stack(&processed(&processor, c), &device)))
         .collect();
     let images = |features: Vec<Tensor<B, 2>>| rein_sampler::PromptImages {
         features: Tensor::cat(features, 0),

@@ -4,7 +4,7 @@
 //! the rest unchanged).
 
 use burn::tensor::Int;
-use rein_model::vision::{Idefics3, Idefics3Processor, ImageLimits, decode_rgb};
+use rein_model::vision::{Idefics3, Idefics3Processor, ImageLimits, ProcessedImage, decode_rgb};
 
 use super::*;
 
@@ -51,7 +51,7 @@ fn completion_log_probs(
             processor.process(&decode_rgb(&bytes, ImageLimits::default()).unwrap())
         })
         .collect();
-    let features = model.image_features(processor.pixel_values(&images, &device));
+    let features = model.image_features(ProcessedImage::stack(&images, &device));
     let tokens: Vec<u32> = row.prompt.iter().chain(&row.completion).copied().collect();
     let (p, seq) = (row.prompt.len(), tokens.len());
     let rope = model.text.rope(seq, &device);

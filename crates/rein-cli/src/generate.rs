@@ -221,7 +221,7 @@ impl GenerateArgs {
                         };
                         tokenizer.apply_chat_template(&[message], true)?
                     }
-                    false => tokenizer.apply_chat_template_to_json(&[images::chat_message(&text)], true)?,
+                    false => tokenizer.apply_chat_template_to_json(&[images::chat_message(&text)], &[], true)?,
                 };
                 text = rendered.with_context(|| format!("--chat: {} has no chat template", self.model.display()))?;
             }

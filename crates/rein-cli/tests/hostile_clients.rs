@@ -452,3 +452,68 @@ fn an_api_key_guards_every_endpoint_but_health_and_weights_load_only_from_their_
     let (status, answer) = server.exchange(&request("/update_weights_from_disk", &load, &[key]));
     assert_eq!(status, 200, "{answer}");
 }
+
+/// A vision-language model's server refuses, naming the limit or the reason, a request with
+/// more images than `--limit-images-per-prompt`, an image over `--max-image-pixels`, an image
+/// that is not one, bad base64, a URL it would have to fetch, a local file without
+/// `--allowed-local-media-path`; a language model's server refuses images at all. Each goes on.
+#[test]
+fn image_inputs_past_the_limits_or_unreadable_are_refused_naming_why() {
+    use base64::Engine as _;
+    let vlm = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/vlm");
+    let server = Server::start_model(
+        &vlm.join("idefics3"),
+        &["--limit-images-per-prompt", "2", "--max-image-pixels", "1200"],
+    );
+    let expected = server.ordinary();
+    let data = |bytes: &[u8]| {
+        format!(
+            "data:image/png;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(bytes)
+        )
+    };
+    let image = |name: &str| data(&std::fs::read(vlm.join("images").join(name)).unwrap());
+    let chat = |urls: Vec<String>| {
+        let mut content = vec![json!({"type": "text", "text": "What is this?"})];
+        content.extend(
+            urls.into_iter()
+                .map(|url| json!({"type": "image_url", "image_url": {"url": url}})),
+        );
+        json!({"messages": [{"role": "user", "content": content}], "max_tokens": 4})
+    };
+    let cases = [
+        (
+            vec![image("grey.png"); 3],
+            "3 images; this server reads at most 2 (--limit-images-per-prompt)",
+        ),
+        (
+            vec![image("tall.png")],
+            "image 0: the image is 31x50 pixels, over the limit of 1200 pixels",
+        ),
+        (vec![data(b"plain text")], "image 0: cannot decode the image"),
+        (
+            vec!["data:image/png;base64,@@@".into()],
+            "image 0: data:image/png;base64: Invalid",
+        ),
+        (
+            vec!["https://example.com/cat.png".into()],
+            "this server makes no network requests",
+        ),
+        (vec!["file:///etc/passwd".into()], "--allowed-local-media-path"),
+    ];
+    for (urls, message) in cases {
+        server.refuses("/v1/chat/completions", &chat(urls), 400, message, &expected);
+    }
+    let (status, answer) = server.post("/v1/chat/completions", &chat(vec![image("grey.png")]));
+    assert_eq!(status, 200, "{answer}");
+
+    let language_model = Server::start(&[]);
+    let expected = language_model.ordinary();
+    language_model.refuses(
+        "/v1/chat/completions",
+        &chat(vec![image("grey.png")]),
+        400,
+        "reads no images",
+        &expected,
+    );
+}

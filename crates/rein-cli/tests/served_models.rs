@@ -213,3 +213,51 @@ fn a_process_reward_model_on_rein_serve_scores_as_in_process() {
     assert!(err.contains(&gone.url), "{err}");
     assert_eq!(served.failures().errors, 1, "the failure is counted");
 }
+
+/// A vision-language model on `rein serve` reads images in a chat request's `image_url` parts
+/// — a `data:` URL and a `file://` path under `--allowed-local-media-path` — renders the
+/// messages' parts with its chat template and continues as transformers does (the fixture's
+/// greedy tokens); the same request without images is refused by a language model's server.
+#[test]
+fn a_vision_language_model_on_rein_serve_reads_images_in_chat_messages() {
+    use base64::Engine as _;
+    use rein_model::lm::LmTokenizer;
+    let vlm = root().join("tests/fixtures/vlm");
+    let media = vlm.join("images");
+    let server = Server::start_with(
+        &vlm.join("idefics3"),
+        &["--allowed-local-media-path", media.to_str().unwrap()],
+    );
+    let png = std::fs::read(media.join("grey.png")).unwrap();
+    let data_url = format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(png)
+    );
+    let file_url = format!("file://{}", media.join("wide.png").canonicalize().unwrap().display());
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "Compare "},
+            {"type": "image_url", "image_url": {"url": data_url}},
+            {"type": "text", "text": " with "},
+            {"type": "image_url", "image_url": {"url": file_url}},
+        ]}],
+        "max_tokens": 8,
+        "temperature": 0,
+    });
+    let (status, answer) = server.post("/v1/chat/completions", &body.to_string());
+    assert_eq!(status, 200, "{answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(vlm.join("idefics3.expected.json")).unwrap()).unwrap();
+    let chat = (expected["cases"].as_array().unwrap().iter())
+        .find(|c| c["name"] == "chat")
+        .unwrap();
+    let greedy: Vec<u32> = serde_json::from_value(chat["greedy"].clone()).unwrap();
+    let tokenizer = LmTokenizer::load(&vlm.join("idefics3"), &[]).unwrap();
+    let text = rein_sampler::completion_text(&tokenizer, &greedy, &[]);
+    assert_eq!(answer["choices"][0]["message"]["content"], text.as_str(), "{answer}");
+    assert_eq!(
+        answer["usage"]["prompt_tokens"],
+        chat["input_ids"].as_array().unwrap().len()
+    );
+}

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use rein_model::Cpu;
-use rein_model::vision::{IMAGE_TOKEN, Idefics3, Idefics3Processor, ImageLimits, decode_rgb};
+use rein_model::vision::{IMAGE_TOKEN, Idefics3, Idefics3Processor, ImageLimits, ProcessedImage, decode_rgb};
 use rein_sampler::PromptImages;
 
 /// The prompt `text` with `<image>` markers for `count` images: as written when it has one per
@@ -60,7 +60,7 @@ pub(super) fn prompt_images(
         images.push(processor.process(&pixels));
     }
     let expanded = processor.expand_prompt(text, &images).map_err(anyhow::Error::msg)?;
-    let pixels = processor.pixel_values(&images, &Default::default());
+    let pixels = ProcessedImage::stack(&images, &Default::default());
     let images = PromptImages {
         features: model.image_features(pixels),
         token: model.image_token_id(),

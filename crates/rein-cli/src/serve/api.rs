@@ -6,15 +6,18 @@ use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rein_model::lm::{ChatMessage, LmTokenizer};
+use rein_model::vision::ProcessedImage;
 use rein_sampler::protocol::{
     ChatChoice, ChatLogprobs, ChatRequest, ChatResponse, ChatResponseMessage, CompletionChoice, CompletionLogprobs,
-    CompletionRequest, CompletionResponse, GenerateOutput, GenerateRequest, GenerateResponse, LogprobEntry, Matched,
-    MetaInfo, Prompt, Prompts, Sampling, SamplingParamsField, SglangFinish, StopReason, TokenLogprob, TopLogprob,
-    Usage,
+    CompletionRequest, CompletionResponse, ContentPart, GenerateOutput, GenerateRequest, GenerateResponse,
+    LogprobEntry, Matched, MessageContent, MetaInfo, Prompt, Prompts, Sampling, SamplingParamsField, SglangFinish,
+    StopReason, TokenLogprob, TopLogprob, Usage,
 };
 use rein_sampler::{FinishReason, Generation, GenerationConfig, completion_text, prompt_seed};
+use serde_json::{Value, json};
 
 use super::engine::{Done, Work};
+use super::images::ServedImages;
 use super::limits::RequestLimits;
 
 /// A request rein cannot serve: HTTP 400 with this message.
@@ -36,6 +39,8 @@ pub(crate) struct Api<'a> {
     pub precision: rein_core::SamplerPrecision,
     /// What a request may ask for.
     pub limits: &'a RequestLimits,
+    /// How a vision-language model's images are read; `None` for a language model.
+    pub images: Option<&'a ServedImages>,
 }
 
 impl Api<'_> {
@@ -179,6 +184,7 @@ impl Api<'_> {
             config,
             stops,
             score_prompts,
+            images: Vec::new(),
         }
     }
 
@@ -382,19 +388,73 @@ impl Api<'_> {
         if request.messages.is_empty() {
             return Err(bad("`messages` is empty: give at least one message"));
         }
-        let messages: Vec<ChatMessage> = (request.messages.iter())
-            .map(|m| ChatMessage {
-                role: m.role.clone(),
-                content: m.content.as_ref().map(|c| c.text()).unwrap_or_default(),
-            })
-            .collect();
         let tools = request.tools.clone().unwrap_or_default();
-        let text = (self.tokenizer.apply_chat_template_with_tools(&messages, &tools, true))
-            .map_err(|e| bad(e.to_string()))?
-            .ok_or_else(|| bad("the served model's tokenizer has no chat template"))?;
+        let urls: Vec<&str> = (request.messages.iter())
+            .flat_map(|m| m.content.iter().flat_map(MessageContent::image_urls))
+            .collect();
+        let (text, images) = match urls.is_empty() {
+            true => {
+                let messages: Vec<ChatMessage> = (request.messages.iter())
+                    .map(|m| ChatMessage {
+                        role: m.role.clone(),
+                        content: m.content.as_ref().map(|c| c.text()).unwrap_or_default(),
+                    })
+                    .collect();
+                let text = self.tokenizer.apply_chat_template_with_tools(&messages, &tools, true);
+                (text.map_err(|e| bad(e.to_string()))?, Vec::new())
+            }
+            false => self.chat_with_images(request, &urls, &tools)?,
+        };
+        let text = text.ok_or_else(|| bad("the served model's tokenizer has no chat template"))?;
         let prompts = self.prompts(&Prompts::Text(text), "messages")?;
         let (config, stops, seed) = self.config(&request.sampling(), false, top, &prompts)?;
-        Ok(Self::work(prompts, config, stops, seed, false))
+        let mut work = Self::work(prompts, config, stops, seed, false);
+        work.images = images;
+        Ok(work)
+    }
+
+    /// A chat whose messages hold the images at `urls`: the images read and processed, the
+    /// messages rendered with their content as parts (`{"type": "image"}` for each image, a text
+    /// message as one text part), as vision-language templates read them, and each image's
+    /// marker expanded to its tokens.
+    fn chat_with_images(
+        &self,
+        request: &ChatRequest,
+        urls: &[&str],
+        tools: &[Value],
+    ) -> Result<(Option<String>, Vec<ProcessedImage>), BadRequest> {
+        let served = self
+            .images
+            .ok_or_else(|| bad("the served model reads no images: image_url parts are for a vision-language model"))?;
+        if urls.len() > served.max_images {
+            return Err(bad(format!(
+                "this request has {} images; this server reads at most {} (--limit-images-per-prompt)",
+                urls.len(),
+                served.max_images
+            )));
+        }
+        let images = (urls.iter().enumerate())
+            .map(|(i, url)| served.read(url).map_err(|e| bad(format!("image {i}: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let part = |p: &ContentPart| match (&p.image_url, &p.text) {
+            (Some(_), _) => Some(json!({"type": "image"})),
+            (None, Some(text)) => Some(json!({"type": "text", "text": text})),
+            (None, None) => None,
+        };
+        let messages: Vec<Value> = (request.messages.iter())
+            .map(|m| {
+                let content: Vec<Value> = match &m.content {
+                    None => Vec::new(),
+                    Some(MessageContent::Text(text)) => vec![json!({"type": "text", "text": text})],
+                    Some(MessageContent::Parts(parts)) => parts.iter().filter_map(part).collect(),
+                };
+                json!({"role": m.role, "content": content})
+            })
+            .collect();
+        let text =
+            (self.tokenizer.apply_chat_template_to_json(&messages, tools, true)).map_err(|e| bad(e.to_string()))?;
+        let text = (text.map(|t| served.processor.expand_prompt(&t, &images)).transpose()).map_err(bad)?;
+        Ok((text, images))
     }
 
     /// OpenAI's chat completion object.

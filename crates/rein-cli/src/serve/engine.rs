@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use rein_model::Cpu;
 use rein_model::lm::{CausalLm, LmTokenizer, load};
-use rein_sampler::{Decoding, Generation, GenerationConfig, ScoredToken, prompt_logprobs, stop_check};
+use rein_model::vision::{Idefics3Vision, ProcessedImage};
+use rein_sampler::{Decoding, Generation, GenerationConfig, PromptImages, ScoredToken, prompt_logprobs, stop_check};
 
 use super::limits::RequestLimits;
 
@@ -57,6 +58,8 @@ pub(crate) struct Work {
     pub stops: Vec<String>,
     /// Score each prompt's own tokens too (`echo` with log-probabilities).
     pub score_prompts: bool,
+    /// The prompts' images, in order (a vision-language model's).
+    pub images: Vec<ProcessedImage>,
 }
 
 /// A request's completions and the policy version that sampled them.
@@ -91,14 +94,22 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    /// Starts the engine thread on `model`; its batches stay within `limits`.
-    pub(crate) fn start(model: CausalLm<Cpu>, tokenizer: LmTokenizer, window: Duration, limits: RequestLimits) -> Self {
-        Self::with_slice(model, tokenizer, window, limits, SLICE)
+    /// Starts the engine thread on `model` (a vision-language model's decoder with its `vision`
+    /// encoding the requests' images as their batch starts); its batches stay within `limits`.
+    pub(crate) fn start(
+        model: CausalLm<Cpu>,
+        vision: Option<Idefics3Vision<Cpu>>,
+        tokenizer: LmTokenizer,
+        window: Duration,
+        limits: RequestLimits,
+    ) -> Self {
+        Self::with_slice(model, vision, tokenizer, window, limits, SLICE)
     }
 
     /// [`Engine::start`] with each batch's turn `slice` long (at least one token).
     fn with_slice(
         model: CausalLm<Cpu>,
+        vision: Option<Idefics3Vision<Cpu>>,
         tokenizer: LmTokenizer,
         window: Duration,
         limits: RequestLimits,
@@ -107,7 +118,7 @@ impl Engine {
         let (tx, rx) = channel();
         std::thread::Builder::new()
             .name("rein-serve-engine".into())
-            .spawn(move || EngineLoop::new(model, tokenizer, limits, slice).run(rx, window))
+            .spawn(move || EngineLoop::new(model, vision, tokenizer, limits, slice).run(rx, window))
             .expect("the engine thread starts");
         Self { tx }
     }
@@ -138,10 +149,18 @@ struct EngineLoop {
     limits: RequestLimits,
     /// How long a batch decodes before the next takes its turn.
     slice: Duration,
+    /// A vision-language model's encoder of the requests' images.
+    vision: Option<Idefics3Vision<Cpu>>,
 }
 
 impl EngineLoop {
-    fn new(model: CausalLm<Cpu>, tokenizer: LmTokenizer, limits: RequestLimits, slice: Duration) -> Self {
+    fn new(
+        model: CausalLm<Cpu>,
+        vision: Option<Idefics3Vision<Cpu>>,
+        tokenizer: LmTokenizer,
+        limits: RequestLimits,
+        slice: Duration,
+    ) -> Self {
         Self {
             limits,
             slice,
@@ -151,6 +170,7 @@ impl EngineLoop {
             tokenizer,
             version: "0".into(),
             reloads: 0,
+            vision,
         }
     }
 
@@ -265,8 +285,19 @@ impl EngineLoop {
             true => usize::MAX,
             false => PREFILL_CHUNK,
         };
-        let set_up = || Decoding::in_chunks(&self.model, &prompts, &seeds, &config, self.pad, chunk, &device);
-        match catching(set_up) {
+        let images: Vec<&ProcessedImage> = requests.iter().flat_map(|(work, _)| &work.images).collect();
+        let set_up = || {
+            let decoding = Decoding::in_chunks(&self.model, &prompts, &seeds, &config, self.pad, chunk, &device);
+            match (&self.vision, images.is_empty()) {
+                (_, true) => Ok(decoding),
+                (Some(vision), false) => decoding.with_images(PromptImages {
+                    features: vision.image_features(ProcessedImage::stack(images.iter().copied(), &device)),
+                    token: vision.image_token_id(),
+                }),
+                (None, false) => Err("images for a model without a vision encoder".to_string()),
+            }
+        };
+        match catching(set_up).and_then(|decoding| decoding) {
             Ok(decoding) => Some(Batch {
                 requests,
                 decoding,
@@ -554,7 +585,7 @@ mod tests {
         };
         let window = Duration::from_millis(200);
         (
-            Engine::with_slice(model, tokenizer.clone(), window, limits, slice),
+            Engine::with_slice(model, None, tokenizer.clone(), window, limits, slice),
             tokenizer,
         )
     }
@@ -571,6 +602,7 @@ mod tests {
             },
             stops: Vec::new(),
             score_prompts: false,
+            images: Vec::new(),
         }
     }
 

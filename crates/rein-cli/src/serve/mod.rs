@@ -20,6 +20,7 @@ mod api;
 mod classify;
 mod engine;
 mod http;
+mod images;
 mod limits;
 mod pooling;
 
@@ -33,6 +34,7 @@ use clap::Args;
 use hyper::Method;
 use rein_core::{ModelDtype, SamplerPrecision};
 use rein_model::lm::{LmTokenizer, SequenceClassifier, TokenClassifier, load};
+use rein_model::vision::{Idefics3, Idefics3Processor, ImageLimits, is_idefics3};
 use rein_sampler::protocol::{
     ChatRequest, CompletionRequest, ErrorBody, ErrorResponse, GenerateRequest, UpdateWeightsRequest,
     UpdateWeightsResponse, parse,
@@ -114,6 +116,16 @@ pub(crate) struct ServeArgs {
     /// `/update_weights_from_disk` too.
     #[arg(long, default_value = "f32", value_parser = crate::generate::dtype)]
     dtype: ModelDtype,
+    /// A vision-language model reads `file://` image URLs inside this directory only (vLLM's
+    /// flag); without it they are refused. `data:` URLs are always read; other URLs never are.
+    #[arg(long)]
+    allowed_local_media_path: Option<PathBuf>,
+    /// Most images in one request to a vision-language model.
+    #[arg(long, default_value_t = 8)]
+    limit_images_per_prompt: usize,
+    /// Most pixels of one image (width × height), checked before it is decoded.
+    #[arg(long, default_value_t = 4096 * 4096)]
+    max_image_pixels: u64,
     /// A token classifier (a process reward model) answers `/pooling` with the rows of this
     /// text's token only, one per step (vLLM's `STEP` pooling with its `step_tag_id`); it must
     /// be one token. Default: every token's row.
@@ -155,29 +167,7 @@ impl ServeArgs {
             let limits = self.input_limits(model.config())?;
             Arc::new(classify::Classifier::new(model, tokenizer, name, limits))
         } else {
-            let model = load::<rein_model::Cpu>(&self.model, &device)
-                .with_context(loading)?
-                .with_dtype(self.dtype);
-            crate::generate::q8_has_codes(self.precision, &model, &self.model)?;
-            crate::generate::q8_fits_dtype(self.precision, self.dtype)?;
-            let limits = self.request_limits(model.config())?;
-            let tokenizer = LmTokenizer::load(&self.model, &model.config().eos_ids())?;
-            let engine = Engine::start(
-                model,
-                tokenizer.clone(),
-                Duration::from_millis(self.batch_window_ms),
-                limits.clone(),
-            );
-            Arc::new(State {
-                engine,
-                tokenizer,
-                name,
-                model_path: self.model.display().to_string(),
-                seeds: AtomicU64::new(seed_from_clock()),
-                precision: self.precision,
-                limits,
-                weights_dir,
-            })
+            self.language_model(name, weights_dir)?
         };
         let listener = std::net::TcpListener::bind((self.host.as_str(), self.port))
             .with_context(|| format!("cannot listen on {}:{}", self.host, self.port))?;
@@ -205,6 +195,61 @@ impl ServeArgs {
         };
         eprintln!("rein serve: {} on http://{address}", self.model.display());
         http::serve(listener, handler, limits)
+    }
+
+    /// The handler of a causal language model, or of a vision-language model's decoder with its
+    /// image side.
+    fn language_model(&self, name: String, weights_dir: Option<PathBuf>) -> anyhow::Result<Arc<dyn Handler>> {
+        let (device, loading) = (Default::default(), || format!("loading {}", self.model.display()));
+        let (model, vision) = match is_idefics3(&self.model) {
+            true => {
+                let (vision, text) = Idefics3::<rein_model::Cpu>::load(&self.model, &device)
+                    .with_context(loading)?
+                    .into_parts();
+                (text, Some(vision))
+            }
+            false => (
+                load::<rein_model::Cpu>(&self.model, &device).with_context(loading)?,
+                None,
+            ),
+        };
+        let model = model.with_dtype(self.dtype);
+        crate::generate::q8_has_codes(self.precision, &model, &self.model)?;
+        crate::generate::q8_fits_dtype(self.precision, self.dtype)?;
+        let limits = self.request_limits(model.config())?;
+        let tokenizer = LmTokenizer::load(&self.model, &model.config().eos_ids())?;
+        let images = (vision.as_ref())
+            .map(|v| self.served_images(v.image_seq_len()))
+            .transpose()?;
+        let window = Duration::from_millis(self.batch_window_ms);
+        let engine = Engine::start(model, vision, tokenizer.clone(), window, limits.clone());
+        Ok(Arc::new(State {
+            engine,
+            tokenizer,
+            name,
+            model_path: self.model.display().to_string(),
+            seeds: AtomicU64::new(seed_from_clock()),
+            precision: self.precision,
+            limits,
+            weights_dir,
+            images,
+        }))
+    }
+
+    /// How a vision-language model's requests' images are read.
+    fn served_images(&self, image_seq_len: usize) -> anyhow::Result<images::ServedImages> {
+        let local_media = (self.allowed_local_media_path.as_ref())
+            .map(|dir| (dir.canonicalize()).with_context(|| format!("--allowed-local-media-path {}", dir.display())))
+            .transpose()?;
+        Ok(images::ServedImages {
+            processor: Idefics3Processor::load(&self.model, image_seq_len)?,
+            limits: ImageLimits {
+                max_bytes: self.max_body_bytes,
+                max_pixels: self.max_image_pixels,
+            },
+            max_images: self.limit_images_per_prompt,
+            local_media,
+        })
     }
 
     /// `--max-model-len`, checked against the model's context.
@@ -283,6 +328,8 @@ struct State {
     limits: RequestLimits,
     /// Where `/update_weights_from_disk` may load from (canonical), if restricted.
     weights_dir: Option<PathBuf>,
+    /// How a vision-language model's images are read; `None` for a language model.
+    images: Option<images::ServedImages>,
 }
 
 /// An answer: status and JSON body.
@@ -338,6 +385,7 @@ impl State {
             fresh_seed: &fresh_seed,
             precision: self.precision,
             limits: &self.limits,
+            images: self.images.as_ref(),
         };
         let unreadable = |e: String| BadRequest(format!("the body of {path}: {e}"));
         let answer = match path {

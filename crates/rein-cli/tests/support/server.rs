@@ -38,6 +38,25 @@ impl Server {
         Self { child, url }
     }
 
+    /// POSTs the JSON `body` to `path` (the connection closed after the answer): the status and
+    /// the answer's body.
+    pub fn post(&self, path: &str, body: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(self.url.trim_start_matches("http://")).unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(body.as_bytes()).unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        let status = (answer.split_whitespace().nth(1).and_then(|s| s.parse().ok()))
+            .unwrap_or_else(|| panic!("no HTTP answer: {answer:?}"));
+        (status, answer.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string())
+    }
+
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -291,13 +291,16 @@ impl LmTokenizer {
 
     /// Renders `messages` given as JSON — a message's `content` may be a list of parts
     /// (`{"type": "image"}`, `{"type": "text", "text": …}`), as vision-language models' templates
-    /// read them — with the chat template; `None` when the tokenizer has no template.
+    /// read them — with the chat template, offering `tools` as
+    /// [`LmTokenizer::apply_chat_template_with_tools`] does; `None` when the tokenizer has no
+    /// template.
     pub fn apply_chat_template_to_json(
         &self,
         messages: &[serde_json::Value],
+        tools: &[serde_json::Value],
         add_generation_prompt: bool,
     ) -> Result<Option<String>, LoadError> {
-        self.render_chat(minijinja::Value::from_serialize(messages), &[], add_generation_prompt)
+        self.render_chat(minijinja::Value::from_serialize(messages), tools, add_generation_prompt)
     }
 
     fn render_chat(

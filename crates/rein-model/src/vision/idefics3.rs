@@ -18,22 +18,56 @@ use crate::lm::model_dir::decoder_tensors;
 use crate::lm::model_dir::{Decoder, Weights, linear_weight, read, write_model_dir};
 use crate::lm::{CausalLm, Context, KvCache, LmConfig, LoadError};
 
-/// An Idefics3 model: vision encoder, connector and decoder.
+/// An Idefics3 model: its image side and its decoder.
 #[derive(Module, Debug)]
 pub struct Idefics3<B: ReinBackend> {
-    /// The vision transformer.
-    pub vision: VisionEncoder<B>,
-    /// The connector's projection, `[hidden_vision · scale², hidden_text]`.
-    pub connector: Linear<B>,
+    /// The vision encoder and the connector.
+    pub vision: Idefics3Vision<B>,
     /// The decoder and its head.
     pub text: CausalLm<B>,
+    /// `config.json` as read, written back by [`Idefics3::save`].
+    #[module(skip)]
+    config_json: Value,
+}
+
+/// Idefics3's image side: pixel values to features in the decoder's embedding space.
+#[derive(Module, Debug)]
+pub struct Idefics3Vision<B: ReinBackend> {
+    /// The vision transformer.
+    pub encoder: VisionEncoder<B>,
+    /// The connector's projection, `[hidden_vision · scale², hidden_text]`.
+    pub connector: Linear<B>,
     #[module(skip)]
     image_token_id: u32,
     #[module(skip)]
     scale_factor: usize,
-    /// `config.json` as read, written back by [`Idefics3::save`].
-    #[module(skip)]
-    config_json: Value,
+}
+
+impl<B: ReinBackend> Idefics3Vision<B> {
+    /// The token the image features replace.
+    pub fn image_token_id(&self) -> u32 {
+        self.image_token_id
+    }
+
+    /// Image tokens per tile: `(patches per side / scale)²`.
+    pub fn image_seq_len(&self) -> usize {
+        (self.encoder.config().patches_per_side() / self.scale_factor).pow(2)
+    }
+
+    /// The decoder-space features of whole tiles, tile after tile, `image_seq_len` rows each.
+    ///
+    /// # Shapes
+    /// - `pixel_values`: `[tiles, 3, side, side]` → `[tiles · image_seq_len, hidden_text]`
+    pub fn image_features(&self, pixel_values: Tensor<B, 4>) -> Tensor<B, 2> {
+        let patches = self.encoder.forward(pixel_values);
+        let shuffled = pixel_shuffle(patches, self.scale_factor);
+        let [tiles, seq, width] = shuffled.dims();
+        affine(
+            shuffled.reshape([tiles * seq, width]),
+            self.connector.weight.val(),
+            None,
+        )
+    }
 }
 
 /// Whether the checkpoint directory `dir` holds an Idefics3 model (its `config.json` names
@@ -101,7 +135,7 @@ impl<B: ReinBackend> Idefics3<B> {
             false,
             device,
         )?;
-        let vision = VisionEncoder::read(&weights, vision_config, "model.vision_model", device)?;
+        let encoder = VisionEncoder::read(&weights, vision_config, "model.vision_model", device)?;
         let unused = weights.unused(tied);
         if !unused.is_empty() {
             return Err(LoadError::UnexpectedTensors { names: unused });
@@ -110,11 +144,13 @@ impl<B: ReinBackend> Idefics3<B> {
         text_config.tie_word_embeddings = tied;
         let text = CausalLm::from_parts(text_config, decoder.embed_tokens, decoder.layers, decoder.norm, lm_head);
         Ok(Self {
-            vision,
-            connector,
+            vision: Idefics3Vision {
+                encoder,
+                connector,
+                image_token_id,
+                scale_factor,
+            },
             text,
-            image_token_id,
-            scale_factor,
             config_json: raw,
         })
     }
@@ -132,9 +168,9 @@ impl<B: ReinBackend> Idefics3<B> {
         }
         tensors.insert(
             "model.connector.modality_projection.proj.weight".into(),
-            linear_weight(&self.connector),
+            linear_weight(&self.vision.connector),
         );
-        tensors.extend(self.vision.tensors("model.vision_model"));
+        tensors.extend(self.vision.encoder.tensors("model.vision_model"));
         let config = serde_json::to_string_pretty(&self.config_json).unwrap_or_default();
         write_model_dir(dir, &tensors, &config)
     }
@@ -142,33 +178,28 @@ impl<B: ReinBackend> Idefics3<B> {
     /// The same model with its vision encoder frozen: no gradient reaches it (the connector and
     /// the decoder still learn), as TRL's and verl's `freeze_vision_tower`.
     pub fn with_frozen_vision(mut self) -> Self {
-        self.vision = self.vision.no_grad();
+        self.vision.encoder = self.vision.encoder.no_grad();
         self
+    }
+
+    /// Its image side and its decoder, apart (a server keeps them on different paths).
+    pub fn into_parts(self) -> (Idefics3Vision<B>, CausalLm<B>) {
+        (self.vision, self.text)
     }
 
     /// The token the image features replace.
     pub fn image_token_id(&self) -> u32 {
-        self.image_token_id
+        self.vision.image_token_id()
     }
 
-    /// Image tokens per tile: `(patches per side / scale)²`.
+    /// Image tokens per tile.
     pub fn image_seq_len(&self) -> usize {
-        (self.vision.config().patches_per_side() / self.scale_factor).pow(2)
+        self.vision.image_seq_len()
     }
 
-    /// The decoder-space features of whole tiles, tile after tile, `image_seq_len` rows each.
-    ///
-    /// # Shapes
-    /// - `pixel_values`: `[tiles, 3, side, side]` → `[tiles · image_seq_len, hidden_text]`
+    /// [`Idefics3Vision::image_features`].
     pub fn image_features(&self, pixel_values: Tensor<B, 4>) -> Tensor<B, 2> {
-        let patches = self.vision.forward(pixel_values);
-        let shuffled = pixel_shuffle(patches, self.scale_factor);
-        let [tiles, seq, width] = shuffled.dims();
-        affine(
-            shuffled.reshape([tiles * seq, width]),
-            self.connector.weight.val(),
-            None,
-        )
+        self.vision.image_features(pixel_values)
     }
 
     /// The decoder's input embeddings of `tokens` with `features` (from
@@ -183,7 +214,7 @@ impl<B: ReinBackend> Idefics3<B> {
         let (batch, seq) = (tokens.len(), tokens.first().map_or(0, Vec::len));
         let ids: Vec<i64> = tokens.iter().flatten().map(|&t| i64::from(t)).collect();
         let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch, seq]), &features.device());
-        let slots = image_slots(tokens.iter().flatten().copied(), self.image_token_id);
+        let slots = image_slots(tokens.iter().flatten().copied(), self.image_token_id());
         let images = slots.iter().flatten().count();
         let [rows, _] = features.dims();
         assert_eq!(images, rows, "{images} image tokens for {rows} image features");

@@ -53,6 +53,31 @@ pub struct ProcessedImage {
     pub rows: usize,
     /// Columns of tiles before the global view (0 when not split).
     pub cols: usize,
+    /// The side of a tile in pixels.
+    pub side: usize,
+}
+
+impl ProcessedImage {
+    /// The pixel values of `images` (of one tile size), tile after tile, as one tensor.
+    ///
+    /// # Panics
+    /// When the images' tiles differ in size.
+    ///
+    /// # Shapes
+    /// → `[Σ tiles, 3, side, side]`
+    pub fn stack<'a, B: burn::tensor::backend::Backend>(
+        images: impl IntoIterator<Item = &'a ProcessedImage>,
+        device: &B::Device,
+    ) -> burn::tensor::Tensor<B, 4> {
+        let (mut tiles, mut side, mut values) = (0, None, Vec::new());
+        for image in images {
+            assert!(side.is_none_or(|s| s == image.side), "tiles of one size");
+            (tiles, side) = (tiles + image.tiles, Some(image.side));
+            values.extend_from_slice(&image.pixel_values);
+        }
+        let side = side.unwrap_or(0);
+        burn::tensor::Tensor::from_data(burn::tensor::TensorData::new(values, [tiles, 3, side, side]), device)
+    }
 }
 
 impl Idefics3Processor {
@@ -161,6 +186,7 @@ impl Idefics3Processor {
             tiles: frames.len(),
             rows,
             cols,
+            side: self.tile,
         }
     }
 
@@ -190,21 +216,6 @@ impl Idefics3Processor {
             .collect();
         frames.push(image.resize(t, t, self.filter));
         (frames, rows, cols)
-    }
-
-    /// The pixel values of `images`, tile after tile, as one tensor.
-    ///
-    /// # Shapes
-    /// → `[Σ tiles, 3, tile, tile]`
-    pub fn pixel_values<B: burn::tensor::backend::Backend>(
-        &self,
-        images: &[ProcessedImage],
-        device: &B::Device,
-    ) -> burn::tensor::Tensor<B, 4> {
-        let tiles = images.iter().map(|i| i.tiles).sum();
-        let values: Vec<f32> = images.iter().flat_map(|i| i.pixel_values.iter().copied()).collect();
-        let data = burn::tensor::TensorData::new(values, [tiles, 3, self.tile, self.tile]);
-        burn::tensor::Tensor::from_data(data, device)
     }
 
     /// What one `<image>` of the prompt becomes for an image cut into `rows × cols` tiles.
@@ -359,6 +370,7 @@ mod tests {
             tiles: 3,
             rows: 1,
             cols: 2,
+            side: 16,
         };
         let text = p.expand_prompt("a<image>b", std::slice::from_ref(&image)).unwrap();
         let four = "<image>".repeat(4);

@@ -16,7 +16,7 @@ mod resample;
 mod siglip;
 
 pub use decode::{ImageError, ImageLimits, decode_rgb};
-pub use idefics3::{Idefics3, is_idefics3, pixel_shuffle};
+pub use idefics3::{Idefics3, Idefics3Vision, is_idefics3, pixel_shuffle};
 pub use idefics3_processor::{IMAGE_TOKEN, Idefics3Processor, ProcessedImage};
 pub use image_tokens::{image_slots, with_image_features};
 pub use resample::{Filter, Pixels};

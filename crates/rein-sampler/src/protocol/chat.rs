@@ -99,9 +99,22 @@ pub enum MessageContent {
 /// One content part.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ContentPart {
+    /// `text`, `image_url`, or another kind.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// The part's text (absent for images and other kinds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// An image part's image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_url: Option<ImageUrl>,
+}
+
+/// An image part's image: a `data:` URL, or a URL the server may read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageUrl {
+    /// The URL.
+    pub url: String,
 }
 
 impl MessageContent {
@@ -110,6 +123,16 @@ impl MessageContent {
         match self {
             Self::Text(text) => text.clone(),
             Self::Parts(parts) => parts.iter().filter_map(|p| p.text.as_deref()).collect(),
+        }
+    }
+
+    /// The URLs of its image parts, in order.
+    pub fn image_urls(&self) -> Vec<&str> {
+        match self {
+            Self::Text(_) => Vec::new(),
+            Self::Parts(parts) => (parts.iter())
+                .filter_map(|p| p.image_url.as_ref().map(|i| i.url.as_str()))
+                .collect(),
         }
     }
 }

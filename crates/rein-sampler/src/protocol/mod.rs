@@ -22,7 +22,7 @@ mod pooling;
 
 pub use chat::{
     ChatChoice, ChatLogprobs, ChatRequest, ChatRequestMessage, ChatResponse, ChatResponseMessage, ContentPart,
-    MessageContent, TokenLogprob, TopLogprob,
+    ImageUrl, MessageContent, TokenLogprob, TopLogprob,
 };
 pub use classify::{ClassifyData, ClassifyRequest, ClassifyResponse};
 pub use pooling::{PoolingData, PoolingRequest, PoolingResponse};
