@@ -383,6 +383,45 @@ fn models_beside_the_policy_must_share_its_tokenizer() {
     );
 }
 
+/// Rows with an `images` column as Hugging Face datasets store it in Parquet
+/// (`tests/fixtures/vlm/gen_image_rows_parquet.py`): the bytes read back, a path resolved against
+/// the file's directory, the column kept out of the metadata; a recipe training a text-only
+/// policy on them is refused before training, naming the key and the row.
+#[test]
+fn image_rows_are_read_and_a_recipe_for_a_text_only_policy_refuses_them() {
+    use rein_posttrain::ImageSource;
+    let vlm = root().join("tests/fixtures/vlm");
+    let rows = read(&vlm.join("image_rows.parquet"), &Fields::default()).unwrap();
+    let grey = std::fs::read(vlm.join("images/grey.png")).unwrap();
+    assert_eq!(rows[0].images, [ImageSource::Bytes(grey)]);
+    assert_eq!(rows[1].images, [ImageSource::Path(vlm.join("images/wide.png"))]);
+    assert_eq!(rows[1].metadata, "");
+
+    let dir = common::scratch("lm-image-rows");
+    let recipe = format!(
+        r#"
+[model]
+path = {model:?}
+[data]
+train = {train:?}
+[algorithm]
+name = "grpo"
+steps = 1
+[[reward]]
+plugin = "math-answer"
+[train]
+runs_dir = {runs:?}
+"#,
+        model = root().join("tests/fixtures/lm/qwen2-gqa").display().to_string(),
+        train = vlm.join("image_rows.parquet").display().to_string(),
+        runs = dir.join("runs").display().to_string(),
+    );
+    std::fs::write(dir.join("recipe.toml"), recipe).unwrap();
+    let loaded = LoadedRecipe::load(&dir.join("recipe.toml"), &[]).unwrap();
+    let err = rein_train::run(&loaded, &plugin_dir(), true).unwrap_err().to_string();
+    assert!(err.contains("data.train") && err.contains("row 1 has images"), "{err}");
+}
+
 /// A UCB curriculum over files draws between the rows' `data.fields.source` values: the parquet
 /// fixture's `level` column gives two sources, whose draws and advantages each step logs; data
 /// without a source column, or a named source without rows, is refused before training,

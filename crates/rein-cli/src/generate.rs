@@ -13,6 +13,7 @@ use rein_core::{ModelDtype, SamplerPrecision};
 use rein_model::Cpu;
 use rein_model::lm::{CausalLm, ChatMessage, LmTokenizer, load};
 use rein_model::vision::{Idefics3, is_idefics3};
+use rein_posttrain::{ImageSource, row_images};
 use rein_run::progress::Progress;
 use rein_sampler::{FinishReason, GenerationConfig, PromptImages, generate, generate_with_images};
 use rein_sampler::{completion_text, stop_check};
@@ -28,10 +29,12 @@ pub(crate) struct GenerateArgs {
     prompt: Option<String>,
     /// An image for a vision-language model's prompt (repeatable; PNG, JPEG, GIF or WebP):
     /// each `<image>` in the prompt takes the next, or all go at its start when it has none.
-    /// With `--chat`, the images are image parts of the user message's content.
+    /// With `--chat`, the images are image parts of the user message's content. (`--input`
+    /// rows carry theirs in an `images` field.)
     #[arg(long = "image", value_name = "FILE", conflicts_with = "input")]
     images: Vec<PathBuf>,
-    /// JSON lines with a `prompt` field (one batch).
+    /// JSON lines with a `prompt` field (one batch), and for a vision-language model an
+    /// `images` list: paths relative to the file, or `{"path", "bytes"}` objects (base64).
     #[arg(long, value_name = "FILE")]
     input: Option<PathBuf>,
     /// Samples per prompt.
@@ -183,7 +186,7 @@ impl GenerateArgs {
         Ok(())
     }
 
-    /// The model: a causal LM, or a vision-language model (which `--image` needs).
+    /// The model: a causal LM, or a vision-language model (which images need).
     fn load(&self) -> anyhow::Result<Loaded> {
         let device = &Default::default();
         let loading = || format!("loading {}", self.model.display());
@@ -192,28 +195,26 @@ impl GenerateArgs {
             model.text = model.text.with_dtype(self.dtype);
             return Ok(Loaded::Vision(Box::new(model)));
         }
-        if !self.images.is_empty() {
-            bail!(
-                "--image: {} is not a vision-language model rein runs (Idefics3ForConditionalGeneration)",
-                self.model.display()
-            );
-        }
         let model = load::<Cpu>(&self.model, device).with_context(loading)?;
         Ok(Loaded::Text(Box::new(model.with_dtype(self.dtype))))
     }
 
-    /// The prompts' token ids, in the chat template with `--chat`, and the images' features with
-    /// `--image` (one prompt).
+    /// The prompts' token ids, in the chat template with `--chat`, and a vision-language model's
+    /// images' features (`--image`, or the `--input` rows' `images`).
     fn encode(&self, loaded: &Loaded, tokenizer: &LmTokenizer) -> anyhow::Result<Encoded> {
-        let (mut prompts, mut images) = (Vec::new(), None);
-        for text in self.prompts()? {
-            let mut text = match self.images.is_empty() {
+        let mut reader = match loaded {
+            Loaded::Vision(model) => Some(images::PromptImageReader::new(model, &self.model)?),
+            Loaded::Text(_) => None,
+        };
+        let mut prompts = Vec::new();
+        for PromptInput { what, text, images } in self.prompts()? {
+            let mut text = match images.is_empty() {
                 true => text,
-                false => images::with_markers(&text, self.images.len())?,
+                false => images::with_markers(&text, images.len()).with_context(|| what.clone())?,
             };
             if self.chat {
                 // With images, the message's content is a list of image and text parts.
-                let rendered = match self.images.is_empty() {
+                let rendered = match images.is_empty() {
                     true => {
                         let message = ChatMessage {
                             role: "user".into(),
@@ -225,9 +226,15 @@ impl GenerateArgs {
                 };
                 text = rendered.with_context(|| format!("--chat: {} has no chat template", self.model.display()))?;
             }
-            if let (Loaded::Vision(model), false) = (loaded, self.images.is_empty()) {
-                let (expanded, features) = images::prompt_images(model, &self.model, &text, &self.images)?;
-                (text, images) = (expanded, Some(features));
+            if !images.is_empty() {
+                let reader = reader.as_mut().with_context(|| {
+                    format!(
+                        "{what} has images, and {} is not a vision-language model rein runs \
+                         (Idefics3ForConditionalGeneration)",
+                        self.model.display()
+                    )
+                })?;
+                text = reader.expand(&text, &images, &what)?;
             }
             let ids = tokenizer.encode_prompt(&text)?;
             if ids.is_empty() {
@@ -235,33 +242,53 @@ impl GenerateArgs {
             }
             prompts.push(ids);
         }
+        let images = match (loaded, reader) {
+            (Loaded::Vision(model), Some(reader)) => Some(reader.features(model)),
+            _ => None,
+        };
         Ok(Encoded { prompts, images })
     }
 
-    fn prompts(&self) -> anyhow::Result<Vec<String>> {
+    /// The prompts: `--prompt` with the `--image` files, or each `--input` row's `prompt` with
+    /// its `images`.
+    fn prompts(&self) -> anyhow::Result<Vec<PromptInput>> {
         if let Some(p) = &self.prompt {
-            return Ok(vec![p.clone()]);
+            return Ok(vec![PromptInput {
+                what: "--prompt".into(),
+                text: p.clone(),
+                images: self.images.iter().cloned().map(ImageSource::Path).collect(),
+            }]);
         }
         let path = self.input.as_ref().context("give --prompt TEXT or --input FILE")?;
         let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let dir = path.parent().unwrap_or(std::path::Path::new("."));
         let mut prompts = Vec::new();
         for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
             let line = line?;
             if line.trim().is_empty() {
                 continue;
             }
-            let value: serde_json::Value =
-                serde_json::from_str(&line).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
-            let prompt = value["prompt"]
-                .as_str()
-                .with_context(|| format!("{}:{}: no string `prompt` field", path.display(), i + 1))?;
-            prompts.push(prompt.to_string());
+            let what = format!("{}:{}", path.display(), i + 1);
+            let mut value: serde_json::Value =
+                serde_json::from_str(&line).with_context(|| format!("{what}: not JSON"))?;
+            let prompt = (value["prompt"].as_str()).with_context(|| format!("{what}: no string `prompt` field"))?;
+            let text = prompt.to_string();
+            let images =
+                row_images(value["images"].take(), dir).map_err(|e| anyhow::anyhow!("{what}: `images`: {e}"))?;
+            prompts.push(PromptInput { what, text, images });
         }
         if prompts.is_empty() {
             bail!("{} holds no prompts", path.display());
         }
         Ok(prompts)
     }
+}
+
+/// One prompt as given: where it came from (for errors), its text and its images.
+struct PromptInput {
+    what: String,
+    text: String,
+    images: Vec<ImageSource>,
 }
 
 /// The prompts' token ids, and their images' features for a vision-language model.

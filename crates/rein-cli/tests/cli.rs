@@ -385,6 +385,59 @@ fn generate_with_images_continues_as_transformers_does() {
     assert_eq!(chat["tokens"], case("chat")["greedy"]);
 }
 
+/// `rein generate --input` rows with `images` — a path relative to the file, and Hugging Face
+/// `Image` objects with base64 bytes or a path — batched together, each continuing as
+/// transformers does alone.
+#[test]
+fn generate_reads_each_input_rows_images() {
+    use base64::Engine as _;
+    let (dir, cases) = vlm();
+    let case = |name: &str| cases.iter().find(|c| c["name"] == name).unwrap().clone();
+    let rows_dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("generate-image-rows");
+    std::fs::create_dir_all(&rows_dir).unwrap();
+    for name in ["wide.png", "grey.png"] {
+        std::fs::copy(dir.join("images").join(name), rows_dir.join(name)).unwrap();
+    }
+    let tall = std::fs::read(dir.join("images/tall.png")).unwrap();
+    let rows = [
+        serde_json::json!({"prompt": case("wide")["text"], "images": ["wide.png"]}),
+        serde_json::json!({"prompt": case("two")["text"], "images": [
+            {"bytes": base64::engine::general_purpose::STANDARD.encode(tall), "path": null},
+            {"path": "grey.png"},
+        ]}),
+    ];
+    let input = rows_dir.join("rows.jsonl");
+    std::fs::write(&input, rows.iter().map(|r| format!("{r}\n")).collect::<String>()).unwrap();
+    let model = dir.join("idefics3");
+    let args = [
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ];
+    let out = stdout(&rein(
+        &[&args[..], &["--temperature", "0", "--max-new-tokens", "8"]].concat(),
+    ));
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines[0]["tokens"], case("wide")["greedy"]);
+    assert_eq!(lines[1]["tokens"], case("two")["greedy"]);
+
+    // The same rows for a text-only model: refused, naming the row.
+    let text_model = dir.join("../lm/qwen2-gqa");
+    let refused = stderr_of_failure(&rein(&[
+        "generate",
+        "--model",
+        text_model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ]));
+    assert!(
+        refused.contains("rows.jsonl:1 has images") && refused.contains("is not a vision-language model"),
+        "{refused}"
+    );
+}
+
 #[test]
 fn generate_image_errors_name_the_file_or_the_model() {
     let (dir, _) = vlm();
@@ -405,16 +458,16 @@ fn generate_image_errors_name_the_file_or_the_model() {
         stderr_of_failure(&rein(&args))
     };
     let missing = failure(&vlm, std::path::Path::new("/no/such/image.png"), "hi");
-    assert!(missing.contains("--image /no/such/image.png"), "{missing}");
+    assert!(missing.contains("--prompt: image 0: /no/such/image.png"), "{missing}");
     let undecodable = failure(&vlm, &not_an_image, "hi");
     assert!(
-        undecodable.contains("not-an-image.png: cannot decode the image"),
+        undecodable.contains("not-an-image.png): cannot decode the image"),
         "{undecodable}"
     );
     let text_only = failure(&text_model, &wide, "hi");
     assert!(text_only.contains("is not a vision-language model"), "{text_only}");
     let markers = failure(&vlm, &wide, "<image> and <image>");
-    assert!(markers.contains("2 `<image>` markers for 1 --image files"), "{markers}");
+    assert!(markers.contains("2 `<image>` markers for 1 images"), "{markers}");
 }
 
 /// `rein generate --precision q8` on a GGUF model samples through the q8 products: its

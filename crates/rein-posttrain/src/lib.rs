@@ -33,6 +33,7 @@ mod seeds;
 pub use batch::{
     CompletionLogits, CompletionOutputs, TokenBatch, completion_log_probs, completion_logits, completion_outputs,
 };
+pub use data::images::{ImageSource, row_images};
 pub use data::labelled::{LabelledCompletion, LabelledExample, prepare_labelled, read_labelled, unpair};
 pub use data::preferences::{
     PreferenceExample, PreferencePair, Skipped, pairs_from_examples, prepare_preferences, read_preferences,

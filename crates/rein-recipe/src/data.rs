@@ -31,6 +31,10 @@ pub struct Fields {
     /// `[curriculum] kind = "ucb"` draws between; rows without it form one unnamed source. It
     /// stays in the metadata reward plugins see.
     pub source: String,
+    /// The column of a row's images (a vision-language model's prompts): a list of paths
+    /// relative to the data file, or of `{"path", "bytes"}` objects with the bytes in base64, as
+    /// Hugging Face datasets store an `Image` column in Parquet.
+    pub images: String,
 }
 
 impl Default for Fields {
@@ -46,6 +50,7 @@ impl Default for Fields {
             completions: "completions".into(),
             labels: "labels".into(),
             source: "data_source".into(),
+            images: "images".into(),
         }
     }
 }

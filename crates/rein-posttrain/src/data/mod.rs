@@ -2,6 +2,7 @@
 //! optional target completion (for SFT) and metadata.
 
 pub(crate) mod from_recipe;
+pub mod images;
 pub mod labelled;
 pub mod preferences;
 pub mod prompts;
@@ -27,6 +28,9 @@ pub struct Example {
     /// Other columns, as a JSON object (handed to reward plugins).
     #[serde(default)]
     pub metadata: String,
+    /// The prompt's images, for a vision-language model (`data.fields.images`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<images::ImageSource>,
 }
 
 /// Why a dataset cannot be read.
@@ -100,6 +104,16 @@ pub fn read(path: &Path, fields: &Fields) -> Result<Vec<Example>, DataError> {
         })?;
         let answer = row.remove(&fields.answer).filter(|v| !v.is_null()).map(text);
         let completion = row.remove(&fields.completion).filter(|v| !v.is_null()).map(text);
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let images = (row
+            .remove(&fields.images)
+            .map(|v| images::row_images(v, dir))
+            .transpose())
+        .map_err(|reason| DataError {
+            reason: format!("`{}`: {reason}", fields.images),
+            ..row_name()
+        })?
+        .unwrap_or_default();
         let metadata = if row.is_empty() {
             String::new()
         } else {
@@ -110,6 +124,7 @@ pub fn read(path: &Path, fields: &Fields) -> Result<Vec<Example>, DataError> {
             answer,
             completion,
             metadata,
+            images,
         });
     }
     Ok(examples)

@@ -177,6 +177,7 @@ mod tests {
             answer: Some("408".into()),
             completion: Some(completion.to_string()),
             metadata: String::new(),
+            images: Vec::new(),
         };
         let prompt = prepare(&[example], &tokenizer, &data, &[]).unwrap().remove(0);
         let (target, trained) = (prompt.target.unwrap(), prompt.target_trained.unwrap());

@@ -285,6 +285,7 @@ mod tests {
             answer: Some("85".into()),
             completion: Some("<think>7+8=15, 4+3+1=8</think><answer>85</answer>".into()),
             metadata: String::new(),
+            images: Vec::new(),
         };
         let rows = stepwise_from_examples(&[example], &mut SeededRng::new(3));
         assert_eq!(rows.len(), 2);

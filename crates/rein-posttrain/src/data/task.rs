@@ -148,6 +148,7 @@ pub fn generate_task(task: &ArithmeticTask, seed: u64) -> (Vec<Example>, Vec<Exa
                 metadata: (range.source.as_ref())
                     .map(|source| json!({ "data_source": source }).to_string())
                     .unwrap_or_default(),
+                images: Vec::new(),
             });
         }
         out

@@ -166,6 +166,7 @@ fn tokenized_steps(
                 answer: None,
                 completion: Some(r.steps.join(settings.separator)),
                 metadata: String::new(),
+                images: Vec::new(),
             })
             .collect(),
     };
