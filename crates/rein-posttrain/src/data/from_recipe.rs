@@ -121,19 +121,7 @@ pub(crate) fn read_data(
         // Loading refuses such a recipe (the plan's data check); one changed since is refused here.
         (None, None) => return Err(invalid(loaded, "data", "names neither `train` nor `task`")),
     };
-    // Recipes train causal language models only: a row's images would be dropped unseen.
-    for (key, rows) in [("data.train", &train), ("data.test", &test)] {
-        if let Some(row) = rows.iter().position(|e| !e.images.is_empty()) {
-            let message = format!(
-                "row {} has images (column `{}`), but recipes train text-only models: vision-language \
-                 models generate and serve with images (rein generate, rein serve) but do not train from \
-                 a recipe yet",
-                row + 1,
-                data.fields.images
-            );
-            return Err(invalid(loaded, key, message));
-        }
-    }
+    no_images(loaded, data, &train, &test)?;
     if let Some(c) = (loaded.recipe.curriculum.as_ref()).filter(|c| c.kind == CurriculumKind::Ucb) {
         let sources = train.iter().map(|e| crate::source_of(&e.metadata, &data.fields.source));
         let sources: Vec<String> = sources.collect();
@@ -189,4 +177,22 @@ fn read_stepwise_files(
         skipped.extend(skipped_test);
     }
     Ok(((rows, test), skipped))
+}
+
+/// An error when a row of `train` or `test` has images: recipes train causal language models
+/// only, and the images would be dropped unseen.
+fn no_images(loaded: &LoadedRecipe, data: &DataSection, train: &[Example], test: &[Example]) -> Result<(), LmError> {
+    for (key, rows) in [("data.train", train), ("data.test", test)] {
+        if let Some(row) = rows.iter().position(|e| !e.images.is_empty()) {
+            let message = format!(
+                "row {} has images (column `{}`), but recipes train text-only models: vision-language \
+                 models generate and serve with images (rein generate, rein serve) but do not train from \
+                 a recipe yet",
+                row + 1,
+                data.fields.images
+            );
+            return Err(invalid(loaded, key, message));
+        }
+    }
+    Ok(())
 }
