@@ -100,14 +100,7 @@ fn idefics3_features_logits_and_greedy_continuations_match_transformers() {
         let seq = tokens.len();
         let greedy = ids(&case, "greedy");
         let rope = model.text.rope(seq + greedy.len(), &device);
-        let ctx = |start: usize, len: usize| Context {
-            rope: &rope,
-            positions: Tensor::<B, 1, Int>::arange(start as i64..(start + len) as i64, &device).unsqueeze::<2>(),
-            padding: None,
-            sequence_lengths: None,
-            fused: None,
-            routing: None,
-        };
+        let ctx = |start: usize, len: usize| Context::single(&rope, start, len, &device);
         let mut cache = KvCache::new(model.text.config(), 1, seq + greedy.len(), &device);
         let hidden = model.hidden(&[tokens], features, &ctx(0, seq), Some(&mut cache));
         let logits = model.text.logits(hidden);
@@ -156,14 +149,7 @@ fn an_idefics3_model_saved_loads_back_with_the_same_image_features_and_logits() 
     let tokens = ids(case, "input_ids");
     let seq = tokens.len();
     let rope = model.text.rope(seq, &device);
-    let ctx = Context {
-        rope: &rope,
-        positions: Tensor::<B, 1, Int>::arange(0..seq as i64, &device).unsqueeze::<2>(),
-        padding: None,
-        sequence_lengths: None,
-        fused: None,
-        routing: None,
-    };
+    let ctx = Context::single(&rope, 0, seq, &device);
     let logits = |m: &Idefics3<B>, f| m.text.logits(m.hidden(std::slice::from_ref(&tokens), f, &ctx, None));
     assert_eq!(logits(&model, a).into_data(), logits(&again, b).into_data());
 }

@@ -55,14 +55,7 @@ fn completion_log_probs(
     let tokens: Vec<u32> = row.prompt.iter().chain(&row.completion).copied().collect();
     let (p, seq) = (row.prompt.len(), tokens.len());
     let rope = model.text.rope(seq, &device);
-    let ctx = rein_model::lm::Context {
-        rope: &rope,
-        positions: Tensor::<B, 1, Int>::arange(0..seq as i64, &device).unsqueeze::<2>(),
-        padding: None,
-        sequence_lengths: None,
-        fused: None,
-        routing: None,
-    };
+    let ctx = rein_model::lm::Context::single(&rope, 0, seq, &device);
     let hidden = model.hidden(&[tokens], features, &ctx, None);
     let width = model.text.config().hidden_size;
     let c = row.completion.len();

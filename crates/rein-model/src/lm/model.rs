@@ -183,6 +183,21 @@ pub struct Context<'a, B: ReinBackend> {
     pub routing: Option<&'a Routing<B>>,
 }
 
+impl<'a, B: ReinBackend> Context<'a, B> {
+    /// One unpadded sequence's `len` tokens at positions `start..start + len` (a prefill from
+    /// 0, or decoding after `start` cached tokens), the model's own weights, free routing.
+    pub fn single(rope: &'a Rope<B>, start: usize, len: usize, device: &B::Device) -> Self {
+        Self {
+            rope,
+            positions: Tensor::<B, 1, Int>::arange(start as i64..(start + len) as i64, device).unsqueeze::<2>(),
+            padding: None,
+            sequence_lengths: None,
+            fused: None,
+            routing: None,
+        }
+    }
+}
+
 /// How one decoder layer multiplies: by its projections arranged for inference or by its own
 /// weights, with its LoRA adapters, in the model's dtype.
 struct Products<'a, B: ReinBackend> {
