@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use rein_model::Cpu;
 use rein_model::lm::{CausalLm, LmTokenizer, load};
-use rein_model::vision::{Idefics3Vision, ProcessedImage};
+use rein_model::vision::{Idefics3, Idefics3Vision, ProcessedImage, is_idefics3};
 use rein_sampler::{Decoding, Generation, GenerationConfig, PromptImages, ScoredToken, prompt_logprobs, stop_check};
 
 use super::limits::RequestLimits;
@@ -377,11 +377,25 @@ impl EngineLoop {
 
     fn reload(&mut self, path: &Path, version: Option<String>) -> Result<String, String> {
         let device = Default::default();
-        let model = match path.join("adapter_config.json").is_file() {
-            true => rein_model::lm::peft::load_adapter(self.base.clone(), path, &device).map(|m| m.merged()),
-            false => load::<Cpu>(path, &device),
-        }
-        .map_err(|e| format!("cannot load {}: {e}", path.display()))?;
+        let cannot = |e: rein_model::lm::LoadError| format!("cannot load {}: {e}", path.display());
+        // A vision-language checkpoint replaces the image side too; a decoder alone keeps it.
+        let (model, vision) = match (path.join("adapter_config.json").is_file(), is_idefics3(path)) {
+            (true, _) => {
+                let adapted = rein_model::lm::peft::load_adapter(self.base.clone(), path, &device).map_err(cannot)?;
+                (adapted.merged(), None)
+            }
+            (false, true) if self.vision.is_none() => {
+                return Err(format!(
+                    "{} is a vision-language model; this server serves a language model",
+                    path.display()
+                ));
+            }
+            (false, true) => {
+                let (vision, text) = Idefics3::<Cpu>::load(path, &device).map_err(cannot)?.into_parts();
+                (text, Some(vision))
+            }
+            (false, false) => (load::<Cpu>(path, &device).map_err(cannot)?, None),
+        };
         let (old, new) = (self.model.config(), model.config());
         if (old.vocab_size, old.hidden_size, old.num_hidden_layers)
             != (new.vocab_size, new.hidden_size, new.num_hidden_layers)
@@ -398,6 +412,9 @@ impl EngineLoop {
             ));
         }
         self.model = model.with_dtype(self.model.dtype());
+        if let Some(vision) = vision {
+            self.vision = Some(vision);
+        }
         self.reloads += 1;
         self.version = version.unwrap_or_else(|| self.reloads.to_string());
         Ok(self.version.clone())
