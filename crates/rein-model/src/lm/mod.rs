@@ -11,6 +11,7 @@
 mod cache;
 mod classifier;
 mod classifier_config;
+mod context;
 mod feed_forward;
 mod fused;
 mod init;
@@ -29,11 +30,12 @@ use std::path::PathBuf;
 
 pub use cache::{KvCache, LayerCache, kv_cache_bytes};
 pub use classifier::SequenceClassifier;
+pub use context::Context;
 pub use feed_forward::FeedForward;
 pub use fused::{FusedProjections, PackedWeights};
 pub use init::LmInit;
 pub use locate::{locate, model_dir};
-pub use model::{Attention, CausalLm, Context, DecoderLayer, HEAD_CHUNK_BYTES, MlpBlock, RmsNorm};
+pub use model::{Attention, CausalLm, DecoderLayer, HEAD_CHUNK_BYTES, MlpBlock, RmsNorm};
 pub use model_dir::{load, save};
 pub use moe::{MixtureOfExperts, Routing, UNROUTED, top_k};
 pub use rein_gguf::{Family, GateActivation, LayerAttention, LmConfig, MoeConfig, RopeScaling, TokenIds};

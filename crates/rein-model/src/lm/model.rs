@@ -20,6 +20,7 @@ use rein_core::{ModelDtype, SeededRng};
 
 use super::LmConfig;
 use super::cache::{KvCache, LayerCache};
+use super::context::Context;
 use super::feed_forward::{FeedForward, MlpProducts};
 use super::fused::{FusedLayer, FusedProjections, PackedWeights, Projection};
 use super::lora::{LayerLora, Lora, LoraAdapters, LoraSpec, adapted};
@@ -159,43 +160,6 @@ pub struct CausalLm<B: ReinBackend> {
     /// The dtype the decoder layers' linear layers multiply in ([`CausalLm::with_dtype`]).
     #[module(skip)]
     dtype: ModelDtype,
-}
-
-/// What one forward pass uses besides its tokens.
-pub struct Context<'a, B: ReinBackend> {
-    /// Rotary tables covering every position used.
-    pub rope: &'a Rope<B>,
-    /// Position of each token, `[batch, seq]` (left-padded rows start at 0 on their first real token).
-    pub positions: Tensor<B, 2, Int>,
-    /// `true` where a token is padding, `[batch, seq]`; `None` when there is none.
-    pub padding: Option<Tensor<B, 2, Bool>>,
-    /// The lengths of the sequences when the batch is one row of sequences concatenated end to end
-    /// (`[1, Σ lengths]` tokens, no padding, each attending to its own tokens only: see
-    /// [`ReinBackend::varlen_causal_attention`]); `None` for a batch of one sequence per row.
-    /// Training only: a cache holds one sequence per row.
-    pub sequence_lengths: Option<&'a [usize]>,
-    /// The model's projections concatenated (for inference; same results, fewer matrix
-    /// products), or `None` to use its own weights (always, when training).
-    pub fused: Option<&'a FusedProjections<B>>,
-    /// Where a mixture-of-experts model records the experts it chooses and its router
-    /// probabilities, or takes the experts from ([`Routing`]); `None` to route freely and
-    /// record nothing (dense models ignore it).
-    pub routing: Option<&'a Routing<B>>,
-}
-
-impl<'a, B: ReinBackend> Context<'a, B> {
-    /// One unpadded sequence's `len` tokens at positions `start..start + len` (a prefill from
-    /// 0, or decoding after `start` cached tokens), the model's own weights, free routing.
-    pub fn single(rope: &'a Rope<B>, start: usize, len: usize, device: &B::Device) -> Self {
-        Self {
-            rope,
-            positions: Tensor::<B, 1, Int>::arange(start as i64..(start + len) as i64, device).unsqueeze::<2>(),
-            padding: None,
-            sequence_lengths: None,
-            fused: None,
-            routing: None,
-        }
-    }
 }
 
 /// How one decoder layer multiplies: by its projections arranged for inference or by its own
