@@ -14,8 +14,7 @@ use serde_json::Value;
 use super::image_tokens::{image_slots, with_image_features};
 use super::siglip::{VisionConfig, VisionEncoder};
 use crate::backend::{ReinBackend, affine};
-use crate::lm::model_dir::decoder_tensors;
-use crate::lm::model_dir::{Decoder, Weights, linear_weight, read, write_model_dir};
+use crate::lm::model_dir::{Decoder, Weights, decoder_tensors, linear_weight, read, write_model_dir};
 use crate::lm::{CausalLm, Context, KvCache, LmConfig, LoadError};
 
 /// An Idefics3 model: its image side and its decoder.
