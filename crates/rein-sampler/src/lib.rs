@@ -9,6 +9,8 @@
 //! cache: batched prompts, temperature / top-k / top-p / min-p, `n` samples per prompt, stop
 //! tokens and stop conditions, per-token log-probabilities (and the most likely alternatives,
 //! when asked). [`prompt_logprobs`] scores a prompt's own tokens in one teacher-forced pass.
+//! [`generate_with_images`] does the same for a vision-language model's decoder, its prompts'
+//! image tokens reading the vision encoder's features ([`PromptImages`]) as they are prefilled.
 //!
 //! Trainers get completions through the [`Generator`] trait: [`NativeGenerator`] runs that
 //! sampler in process, [`HttpGenerator`] asks inference servers (SGLang, vLLM, `rein serve`)

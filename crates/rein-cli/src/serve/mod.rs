@@ -6,6 +6,9 @@
 //! `/get_model_info`. Concurrent requests are batched by the [`engine`]. It is the reference
 //! server for `backend = "http"` runs and serves any trained checkpoint to OpenAI clients.
 //!
+//! A vision-language model's chat requests may hold images as OpenAI `image_url` parts
+//! ([`images`]: `data:` URLs, `file://` under `--allowed-local-media-path`, no network fetches).
+//!
 //! A sequence classifier (a reward model) is served through the classification API instead
 //! ([`classify`]), and a token classifier (a process reward model) through vLLM's pooling API
 //! ([`pooling`]).
