@@ -1,5 +1,5 @@
 //! A burn module's parameters as `f32` safetensors, written by rein-gguf's deterministic writer
-//! ([`write`]: the bytes depend only on the tensors).
+//! ([`write()`]: the bytes depend only on the tensors).
 
 use std::path::Path;
 
@@ -10,7 +10,7 @@ use burn::tensor::{Tensor, TensorData};
 pub use rein_gguf::tensors_file::{Tensors, write};
 
 /// Every float parameter of `module` under its path (`actor.layers.0.weight`), as
-/// [`write`] takes them.
+/// [`write()`] takes them.
 pub fn module_tensors<B: Backend, M: Module<B>>(module: &M) -> Tensors {
     struct Collect {
         path: Vec<String>,

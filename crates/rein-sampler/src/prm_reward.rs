@@ -202,7 +202,7 @@ impl<B: ReinBackend> PrmReward<B> {
     }
 
     /// [`Self::step_scores`] of each of `completions` after `prompt`; a token classifier judges
-    /// them [`CLASSIFIER_BATCH`] at a time, right-padded.
+    /// them `CLASSIFIER_BATCH` at a time, right-padded.
     pub fn group_step_scores(&self, prompt: &str, completions: &[&str]) -> Result<Vec<Vec<f64>>, String> {
         match &self.judge {
             Judge::NextToken { model, tag, good, bad } => (completions.iter())

@@ -18,7 +18,7 @@ pub struct Context<'a, B: ReinBackend> {
     pub padding: Option<Tensor<B, 2, Bool>>,
     /// The lengths of the sequences when the batch is one row of sequences concatenated end to end
     /// (`[1, Σ lengths]` tokens, no padding, each attending to its own tokens only: see
-    /// [`ReinBackend::varlen_causal_attention`]); `None` for a batch of one sequence per row.
+    /// [`AttentionKernels::varlen_causal_attention`](crate::AttentionKernels::varlen_causal_attention)); `None` for a batch of one sequence per row.
     /// Training only: a cache holds one sequence per row.
     pub sequence_lengths: Option<&'a [usize]>,
     /// The model's projections concatenated (for inference; same results, fewer matrix

@@ -710,7 +710,7 @@ impl<B: ReinBackend> CausalLm<B> {
 
     /// Per row of `hidden`, the log-probability of its target token and the entropy of the
     /// next-token distribution `softmax(scale · logits)`, as `[log pₜ, H]`. The logits are
-    /// computed a few rows at a time and never kept ([`ReinBackend::head_log_prob_entropy`]): at
+    /// computed a few rows at a time and never kept ([`HeadKernels::head_log_prob_entropy`](crate::HeadKernels::head_log_prob_entropy)): at
     /// most [`HEAD_CHUNK_BYTES`] of them exist at once, in the forward and backward passes.
     ///
     /// # Shapes
