@@ -82,8 +82,27 @@ impl ProcessedImage {
 
 impl Idefics3Processor {
     /// The processor of the model directory `dir`, `image_seq_len` image tokens per tile.
+    ///
+    /// `processor_config.json`'s `image_seq_len`, when it has one, must be the model's: the prompt
+    /// would otherwise hold a different number of image tokens than the encoder gives features.
     pub fn load(dir: &Path, image_seq_len: usize) -> Result<Self, LoadError> {
         let (path, settings) = processor_settings(dir)?;
+        let processor = dir.join("processor_config.json");
+        if processor.is_file() {
+            let bytes = crate::lm::model_dir::read(&processor)?;
+            let json: Value = serde_json::from_slice(&bytes).map_err(|e| LoadError::Json {
+                path: processor.clone(),
+                reason: e.to_string(),
+            })?;
+            if let Some(declared) = json["image_seq_len"].as_u64().filter(|&n| n != image_seq_len as u64) {
+                return Err(LoadError::Json {
+                    path: processor,
+                    reason: format!(
+                        "`image_seq_len` is {declared}, but the model gives {image_seq_len} features per tile"
+                    ),
+                });
+            }
+        }
         Self::from_json(&settings, image_seq_len).map_err(|reason| LoadError::Json { path, reason })
     }
 
@@ -386,6 +405,20 @@ mod tests {
                 .unwrap_err()
                 .contains("0 `<image>` markers for 1 images")
         );
+    }
+
+    #[test]
+    fn a_processor_declaring_another_image_seq_len_than_the_model_is_refused() {
+        let dir = std::env::temp_dir().join(format!("rein-idefics3-processor-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = serde_json::json!({"image_seq_len": 64, "image_processor": {"resample": 1}});
+        std::fs::write(dir.join("processor_config.json"), config.to_string()).unwrap();
+        let error = Idefics3Processor::load(&dir, 16).unwrap_err().to_string();
+        assert!(
+            error.contains("processor_config.json") && error.contains("`image_seq_len` is 64"),
+            "{error}"
+        );
+        assert!(Idefics3Processor::load(&dir, 64).is_ok());
     }
 
     #[test]
