@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use rein_model::vision::{Idefics3Processor, ImageLimits, ProcessedImage, decode_rgb};
+use rein_posttrain::ImageSource;
 
 /// What the server needs to read a request's images.
 pub(crate) struct ServedImages {
@@ -58,7 +59,7 @@ impl ServedImages {
         (base64::engine::general_purpose::STANDARD.decode(data.trim())).map_err(|e| format!("data:{header}: {e}"))
     }
 
-    /// The file at `path`, if it lies under the allowed directory.
+    /// The file at `path`, if it lies under the allowed directory, read within the byte limit.
     fn local_file(&self, path: &str) -> Result<Vec<u8>, String> {
         let Some(root) = &self.local_media else {
             return Err("file: URLs are refused: start the server with --allowed-local-media-path DIR".into());
@@ -72,16 +73,7 @@ impl ServedImages {
                 root.display()
             ));
         }
-        let size = std::fs::metadata(&file)
-            .map_err(|e| format!("file://{path}: {e}"))?
-            .len();
-        if size > self.limits.max_bytes as u64 {
-            return Err(format!(
-                "file://{path}: {size} bytes, over the limit of {} bytes",
-                self.limits.max_bytes
-            ));
-        }
-        std::fs::read(&file).map_err(|e| format!("file://{path}: {e}"))
+        ImageSource::Path(file).bytes(self.limits.max_bytes)
     }
 }
 

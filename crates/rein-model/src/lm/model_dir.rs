@@ -30,11 +30,7 @@ impl Weights {
         let names: Vec<PathBuf> = if single.is_file() {
             vec![single]
         } else if index_path.is_file() {
-            let text = read(&index_path)?;
-            let index: serde_json::Value = serde_json::from_slice(&text).map_err(|e| LoadError::Json {
-                path: index_path.clone(),
-                reason: e.to_string(),
-            })?;
+            let index = read_json(&index_path)?;
             let map = index["weight_map"].as_object().ok_or_else(|| LoadError::Json {
                 path: index_path.clone(),
                 reason: "no `weight_map` object".into(),
@@ -177,14 +173,18 @@ pub(crate) fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
     })
 }
 
+/// The JSON file `path`, parsed; errors name it.
+pub(crate) fn read_json(path: &Path) -> Result<serde_json::Value, LoadError> {
+    serde_json::from_slice(&read(path)?).map_err(|e| LoadError::Json {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
 /// Reads `config.json` (transformers 4 and 5 layouts).
 pub(crate) fn read_config(dir: &Path) -> Result<(LmConfig, serde_json::Value), LoadError> {
     let path = dir.join("config.json");
-    let text = read(&path)?;
-    let raw: serde_json::Value = serde_json::from_slice(&text).map_err(|e| LoadError::Json {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
+    let raw = read_json(&path)?;
     let config = LmConfig::from_json(raw.clone()).map_err(|e| LoadError::Json { path, reason: e })?;
     config.validate()?;
     Ok((config, raw))

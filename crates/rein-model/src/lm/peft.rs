@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::LoadError;
 use super::lora::LoraSpec;
 use super::model::CausalLm;
-use super::model_dir::{Weights, read};
+use super::model_dir::{Weights, read_json};
 use crate::backend::ReinBackend;
 
 /// The adapter's settings.
@@ -106,10 +106,7 @@ pub fn save_adapter<B: ReinBackend>(model: &CausalLm<B>, dir: &Path, base_model:
 /// The spec an `adapter_config.json` describes, and its `target_modules` as written (PEFT
 /// writes `all-linear` out as every layer's path).
 fn read_spec(path: &Path) -> Result<(LoraSpec, Vec<String>), LoadError> {
-    let config: Value = serde_json::from_slice(&read(path)?).map_err(|e| LoadError::Json {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+    let config = read_json(path)?;
     let field = |name: &str, reason: String| adapter_error(path, format!("`{name}`: {reason}"));
     if config["peft_type"] != "LORA" {
         return Err(field("peft_type", format!("{} is not \"LORA\"", config["peft_type"])));

@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::image_tokens::{image_slots, with_image_features};
 use super::siglip::{VisionConfig, VisionEncoder};
 use crate::backend::{ReinBackend, affine};
-use crate::lm::model_dir::{Decoder, Weights, decoder_tensors, linear_weight, read, write_model_dir};
+use crate::lm::model_dir::{Decoder, Weights, decoder_tensors, linear_weight, read_json, write_model_dir};
 use crate::lm::{CausalLm, Context, KvCache, LmConfig, LoadError};
 
 /// An Idefics3 model: its image side and its decoder.
@@ -72,19 +72,15 @@ impl<B: ReinBackend> Idefics3Vision<B> {
 /// Whether the checkpoint directory `dir` holds an Idefics3 model (its `config.json` names
 /// `Idefics3ForConditionalGeneration`); `false` when it cannot be read.
 pub fn is_idefics3(dir: &Path) -> bool {
-    (read(&dir.join("config.json")).ok())
-        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
-        .is_some_and(|config| config["architectures"][0] == "Idefics3ForConditionalGeneration")
+    read_json(&dir.join("config.json"))
+        .is_ok_and(|config| config["architectures"][0] == "Idefics3ForConditionalGeneration")
 }
 
 impl<B: ReinBackend> Idefics3<B> {
     /// Loads the model in the checkpoint directory `dir` onto `device`.
     pub fn load(dir: &Path, device: &B::Device) -> Result<Self, LoadError> {
         let path = dir.join("config.json");
-        let raw: Value = serde_json::from_slice(&read(&path)?).map_err(|e| LoadError::Json {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
+        let raw = read_json(&path)?;
         let json_error = |reason: String| LoadError::Json {
             path: path.clone(),
             reason,

@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use super::resample::{Filter, Pixels};
 use crate::lm::LoadError;
+use crate::lm::model_dir::read_json;
 
 /// transformers' `MAX_IMAGE_SIZE`: no resized edge exceeds it.
 const MAX_EDGE: usize = 4096;
@@ -86,23 +87,29 @@ impl Idefics3Processor {
     /// `processor_config.json`'s `image_seq_len`, when it has one, must be the model's: the prompt
     /// would otherwise hold a different number of image tokens than the encoder gives features.
     pub fn load(dir: &Path, image_seq_len: usize) -> Result<Self, LoadError> {
-        let (path, settings) = processor_settings(dir)?;
-        let processor = dir.join("processor_config.json");
-        if processor.is_file() {
-            let bytes = crate::lm::model_dir::read(&processor)?;
-            let json: Value = serde_json::from_slice(&bytes).map_err(|e| LoadError::Json {
-                path: processor.clone(),
-                reason: e.to_string(),
-            })?;
-            if let Some(declared) = json["image_seq_len"].as_u64().filter(|&n| n != image_seq_len as u64) {
-                return Err(LoadError::Json {
-                    path: processor,
-                    reason: format!(
-                        "`image_seq_len` is {declared}, but the model gives {image_seq_len} features per tile"
-                    ),
+        let processor_path = dir.join("processor_config.json");
+        let processor = (processor_path.is_file())
+            .then(|| read_json(&processor_path))
+            .transpose()?;
+        let declared = processor.as_ref().and_then(|p| p["image_seq_len"].as_u64());
+        if let Some(declared) = declared.filter(|&n| n != image_seq_len as u64) {
+            return Err(LoadError::Json {
+                path: processor_path,
+                reason: format!("`image_seq_len` is {declared}, but the model gives {image_seq_len} features per tile"),
+            });
+        }
+        // `preprocessor_config.json`, or the `image_processor` of transformers 5's `processor_config.json`.
+        let preprocessor = dir.join("preprocessor_config.json");
+        let (path, settings) = match processor.filter(|p| p["image_processor"].is_object()) {
+            _ if preprocessor.is_file() => (preprocessor.clone(), read_json(&preprocessor)?),
+            Some(mut processor) => (processor_path, processor["image_processor"].take()),
+            None => {
+                return Err(LoadError::Io {
+                    path: preprocessor,
+                    reason: "no image processor settings (nor an `image_processor` in processor_config.json)".into(),
                 });
             }
-        }
+        };
         Self::from_json(&settings, image_seq_len).map_err(|reason| LoadError::Json { path, reason })
     }
 
@@ -271,33 +278,6 @@ impl Idefics3Processor {
         }
         Ok(out)
     }
-}
-
-/// The image processor's settings in `dir`: `preprocessor_config.json`, or the `image_processor`
-/// object of transformers 5's `processor_config.json`.
-pub(crate) fn processor_settings(dir: &Path) -> Result<(std::path::PathBuf, Value), LoadError> {
-    let json = |path: &Path| -> Result<Value, LoadError> {
-        let bytes = crate::lm::model_dir::read(path)?;
-        serde_json::from_slice(&bytes).map_err(|e| LoadError::Json {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })
-    };
-    let preprocessor = dir.join("preprocessor_config.json");
-    if preprocessor.is_file() {
-        return Ok((preprocessor.clone(), json(&preprocessor)?));
-    }
-    let processor = dir.join("processor_config.json");
-    if processor.is_file() {
-        let settings = json(&processor)?;
-        if settings["image_processor"].is_object() {
-            return Ok((processor, settings["image_processor"].clone()));
-        }
-    }
-    Err(LoadError::Io {
-        path: preprocessor,
-        reason: "no image processor settings (nor an `image_processor` in processor_config.json)".into(),
-    })
 }
 
 /// `_resize_output_size_rescale_to_max_len` then `_resize_output_size_scale_below_upper_bound`:

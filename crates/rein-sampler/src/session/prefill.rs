@@ -108,9 +108,10 @@ impl<'m, B: ReinBackend> Prefill<'m, B> {
     /// The same prefill with `images` read in place of the prompts' image tokens; an error when
     /// the prompts hold a different number of image tokens than there are features.
     pub fn with_images(mut self, images: PromptImages<B>) -> Result<Self, String> {
+        // A padding cell reads no feature, whatever its token (the feed's ids are the prompts' u32s).
         let cells = (self.feed.tokens.iter().zip(&self.feed.padding))
-            .map(|(&token, &padding)| if padding { None } else { u32::try_from(token).ok() });
-        let slots = image_slots(cells.map(|t| t.unwrap_or(u32::MAX)), images.token);
+            .map(|(&token, &padding)| if padding { u32::MAX } else { token as u32 });
+        let slots = image_slots(cells, images.token);
         let (tokens, [features, _]) = (slots.iter().flatten().count(), images.features.dims());
         if tokens != features {
             return Err(format!(
@@ -135,11 +136,13 @@ impl<'m, B: ReinBackend> Prefill<'m, B> {
             (start, end) => Some(self.feed.columns(start, end)),
         };
         let feed = columns.as_ref().unwrap_or(&self.feed);
-        let slots = (self.images.as_ref()).map(|(_, slots)| match &columns {
-            Some(_) => self.feed.column_values(slots, self.done, end),
-            None => slots.clone(),
-        });
-        let images = (self.images.as_ref().zip(slots.as_deref())).map(|((features, _), slots)| (features, slots));
+        // A chunk's cells read the slots of its columns; the whole feed reads them all.
+        let chunk_slots = match (&self.images, &columns) {
+            (Some((_, slots)), Some(_)) => Some(self.feed.column_values(slots, self.done, end)),
+            _ => None,
+        };
+        let images = (self.images.as_ref())
+            .map(|(features, slots)| (features, chunk_slots.as_deref().unwrap_or(slots.as_slice())));
         let session = &self.session;
         let fed = forward_feed(
             session.model,
