@@ -4,10 +4,15 @@
 //! features, the logits of every position and greedy continuations through the KV cache.
 
 use burn::tensor::{Tensor, TensorData};
-use rein_model::vision::{Idefics3, Idefics3Processor, ImageLimits, ProcessedImage, decode_rgb};
+use rein_model::vision::{Idefics3Processor, Idefics3Vision, ImageLimits, ProcessedImage, decode_rgb};
 use serde_json::Value;
 
 use super::*;
+
+/// The image side of a vision-language model.
+fn image_side(model: &CausalLm<B>) -> &Idefics3Vision<B> {
+    model.vision.as_ref().expect("a vision-language model")
+}
 
 fn vlm_fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/vlm")
@@ -59,8 +64,8 @@ fn ids(case: &Value, key: &str) -> Vec<u32> {
 #[test]
 fn idefics3_pixel_values_and_prompt_tokens_match_transformers() {
     let dir = vlm_fixtures().join("idefics3");
-    let model = Idefics3::<B>::load(&dir, &Default::default()).unwrap();
-    let processor = Idefics3Processor::load(&dir, model.image_seq_len()).unwrap();
+    let model = load::<B>(&dir, &Default::default()).unwrap();
+    let processor = Idefics3Processor::load(&dir, image_side(&model).image_seq_len()).unwrap();
     let tokenizer = LmTokenizer::load(&dir, &[]).unwrap();
     for case in cases() {
         let name = case["name"].as_str().unwrap();
@@ -85,12 +90,12 @@ fn idefics3_pixel_values_and_prompt_tokens_match_transformers() {
 fn idefics3_features_logits_and_greedy_continuations_match_transformers() {
     let dir = vlm_fixtures().join("idefics3");
     let device = Default::default();
-    let model = Idefics3::<B>::load(&dir, &device).unwrap();
-    let processor = Idefics3Processor::load(&dir, model.image_seq_len()).unwrap();
+    let model = load::<B>(&dir, &device).unwrap();
+    let processor = Idefics3Processor::load(&dir, image_side(&model).image_seq_len()).unwrap();
     for case in cases() {
         let name = case["name"].as_str().unwrap();
         let images = processed(&processor, &case);
-        let features = model.image_features(ProcessedImage::stack(&images, &device));
+        let features = image_side(&model).image_features(ProcessedImage::stack(&images, &device));
         let (_, want) = expected_tensor(&format!("{name}.image_features"));
         let got: Vec<f32> = features.clone().into_data().to_vec().unwrap();
         let worst = worst_difference(&got, &want);
@@ -99,11 +104,11 @@ fn idefics3_features_logits_and_greedy_continuations_match_transformers() {
         let tokens = ids(&case, "input_ids");
         let seq = tokens.len();
         let greedy = ids(&case, "greedy");
-        let rope = model.text.rope(seq + greedy.len(), &device);
+        let rope = model.rope(seq + greedy.len(), &device);
         let ctx = |start: usize, len: usize| Context::single(&rope, start, len, &device);
-        let mut cache = KvCache::new(model.text.config(), 1, seq + greedy.len(), &device);
-        let hidden = model.hidden(&[tokens], features, &ctx(0, seq), Some(&mut cache));
-        let logits = model.text.logits(hidden);
+        let mut cache = KvCache::new(model.config(), 1, seq + greedy.len(), &device);
+        let hidden = model.hidden_with_images(&[tokens], features, &ctx(0, seq), Some(&mut cache));
+        let logits = model.logits(hidden);
         let (_, want) = expected_tensor(&format!("{name}.logits"));
         let got: Vec<f32> = logits.clone().into_data().to_vec().unwrap();
         let worst = worst_difference(&got, &want);
@@ -114,7 +119,7 @@ fn idefics3_features_logits_and_greedy_continuations_match_transformers() {
         let mut continuation = vec![next];
         for step in 0..greedy.len() - 1 {
             let token = Tensor::<B, 2, Int>::from_data(TensorData::new(vec![i64::from(next)], [1, 1]), &device);
-            let logits = model.text.forward(token, &ctx(seq + step, 1), Some(&mut cache));
+            let logits = model.forward(token, &ctx(seq + step, 1), Some(&mut cache));
             next = logits.argmax(2).into_scalar() as u32;
             continuation.push(next);
         }
@@ -136,21 +141,24 @@ fn a_prompt_whose_image_markers_do_not_match_its_images_is_refused() {
 fn an_idefics3_model_saved_loads_back_with_the_same_image_features_and_logits() {
     let dir = vlm_fixtures().join("idefics3");
     let device = Default::default();
-    let model = Idefics3::<B>::load(&dir, &device).unwrap();
+    let model = load::<B>(&dir, &device).unwrap();
     let saved = Path::new(env!("CARGO_TARGET_TMPDIR")).join("idefics3-saved");
     let _ = std::fs::remove_dir_all(&saved);
-    model.save(&saved).unwrap();
-    let again = Idefics3::<B>::load(&saved, &device).unwrap();
-    let processor = Idefics3Processor::load(&dir, model.image_seq_len()).unwrap();
+    save(&model, &saved).unwrap();
+    let again = load::<B>(&saved, &device).unwrap();
+    let processor = Idefics3Processor::load(&dir, image_side(&model).image_seq_len()).unwrap();
     let case = &cases()[0];
     let pixels = || ProcessedImage::stack(&processed(&processor, case), &device);
-    let (a, b) = (model.image_features(pixels()), again.image_features(pixels()));
+    let (a, b) = (
+        image_side(&model).image_features(pixels()),
+        image_side(&again).image_features(pixels()),
+    );
     assert_eq!(a.clone().into_data(), b.clone().into_data());
     let tokens = ids(case, "input_ids");
     let seq = tokens.len();
-    let rope = model.text.rope(seq, &device);
+    let rope = model.rope(seq, &device);
     let ctx = Context::single(&rope, 0, seq, &device);
-    let logits = |m: &Idefics3<B>, f| m.text.logits(m.hidden(std::slice::from_ref(&tokens), f, &ctx, None));
+    let logits = |m: &CausalLm<B>, f| m.logits(m.hidden_with_images(std::slice::from_ref(&tokens), f, &ctx, None));
     assert_eq!(logits(&model, a).into_data(), logits(&again, b).into_data());
 }
 
@@ -162,16 +170,16 @@ fn an_idefics3_model_saved_loads_back_with_the_same_image_features_and_logits() 
 fn the_sampler_decodes_prompts_with_images_as_transformers_does() {
     let dir = vlm_fixtures().join("idefics3");
     let device = Default::default();
-    let model = Idefics3::<B>::load(&dir, &device).unwrap();
-    let processor = Idefics3Processor::load(&dir, model.image_seq_len()).unwrap();
+    let model = load::<B>(&dir, &device).unwrap();
+    let processor = Idefics3Processor::load(&dir, image_side(&model).image_seq_len()).unwrap();
     let cases = cases();
     let prompts: Vec<Vec<u32>> = cases.iter().map(|c| ids(c, "input_ids")).collect();
     let features: Vec<Tensor<B, 2>> = (cases.iter())
-        .map(|c| model.image_features(ProcessedImage::stack(&processed(&processor, c), &device)))
+        .map(|c| image_side(&model).image_features(ProcessedImage::stack(&processed(&processor, c), &device)))
         .collect();
     let images = |features: Vec<Tensor<B, 2>>| rein_sampler::PromptImages {
         features: Tensor::cat(features, 0),
-        token: model.image_token_id(),
+        token: image_side(&model).image_token_id(),
     };
     let config = rein_sampler::GenerationConfig {
         max_new_tokens: 8,
@@ -180,7 +188,7 @@ fn the_sampler_decodes_prompts_with_images_as_transformers_does() {
     };
     let greedy: Vec<Vec<u32>> = cases.iter().map(|c| ids(c, "greedy")).collect();
     let whole = rein_sampler::generate_with_images(
-        &model.text,
+        &model,
         &prompts,
         images(features.clone()),
         &config,
@@ -192,7 +200,7 @@ fn the_sampler_decodes_prompts_with_images_as_transformers_does() {
     assert_eq!(whole.iter().map(|g| g.tokens.clone()).collect::<Vec<_>>(), greedy);
 
     let seeds: Vec<u64> = (0..prompts.len()).map(|p| rein_sampler::prompt_seed(0, p)).collect();
-    let mut chunked = rein_sampler::Decoding::in_chunks(&model.text, &prompts, &seeds, &config, 0, 16, &device)
+    let mut chunked = rein_sampler::Decoding::in_chunks(&model, &prompts, &seeds, &config, 0, 16, &device)
         .with_images(images(features.clone()))
         .unwrap();
     chunked.advance(usize::MAX, &mut |_, _| false);
@@ -200,15 +208,8 @@ fn the_sampler_decodes_prompts_with_images_as_transformers_does() {
     assert_eq!(chunked, greedy, "prefilled 16 columns at a time");
 
     let short = features[..features.len() - 1].to_vec();
-    let error = rein_sampler::generate_with_images(
-        &model.text,
-        &prompts,
-        images(short),
-        &config,
-        0,
-        &mut |_, _| false,
-        &device,
-    )
-    .unwrap_err();
+    let error =
+        rein_sampler::generate_with_images(&model, &prompts, images(short), &config, 0, &mut |_, _| false, &device)
+            .unwrap_err();
     assert!(error.contains("image tokens for"), "{error}");
 }

@@ -4,9 +4,14 @@
 //! the rest unchanged).
 
 use burn::tensor::Int;
-use rein_model::vision::{Idefics3, Idefics3Processor, ImageLimits, ProcessedImage, decode_rgb};
+use rein_model::vision::{Idefics3Processor, Idefics3Vision, ImageLimits, ProcessedImage, decode_rgb};
 
 use super::*;
+
+/// The image side of a vision-language model.
+fn image_side(model: &CausalLm<B>) -> &Idefics3Vision<B> {
+    model.vision.as_ref().expect("a vision-language model")
+}
 
 #[derive(Deserialize)]
 struct Row {
@@ -39,7 +44,7 @@ fn vlm() -> std::path::PathBuf {
 
 /// The completion's log-probabilities at `temperature`, the row's images in its prompt, `[C]`.
 fn completion_log_probs(
-    model: &Idefics3<B>,
+    model: &CausalLm<B>,
     processor: &Idefics3Processor,
     row: &Row,
     temperature: f32,
@@ -51,26 +56,25 @@ fn completion_log_probs(
             processor.process(&decode_rgb(&bytes, ImageLimits::default()).unwrap())
         })
         .collect();
-    let features = model.image_features(ProcessedImage::stack(&images, &device));
+    let features = image_side(model).image_features(ProcessedImage::stack(&images, &device));
     let tokens: Vec<u32> = row.prompt.iter().chain(&row.completion).copied().collect();
     let (p, seq) = (row.prompt.len(), tokens.len());
-    let rope = model.text.rope(seq, &device);
+    let rope = model.rope(seq, &device);
     let ctx = rein_model::lm::Context::single(&rope, 0, seq, &device);
-    let hidden = model.hidden(&[tokens], features, &ctx, None);
-    let width = model.text.config().hidden_size;
+    let hidden = model.hidden_with_images(&[tokens], features, &ctx, None);
+    let width = model.config().hidden_size;
     let c = row.completion.len();
     let before_each = hidden.slice([0..1, p - 1..seq - 1]).reshape([c, width]);
     let targets: Vec<i64> = row.completion.iter().map(|&t| i64::from(t)).collect();
     let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(targets, [c]), &device);
     model
-        .text
         .log_prob_entropy(before_each, targets, 1.0 / temperature)
         .narrow(1, 0, 1)
         .reshape([c])
 }
 
 /// The step's loss and gradients for `model`.
-fn grpo_step(model: &Idefics3<B>, processor: &Idefics3Processor, step: &Step) -> (f64, GradientsParams) {
+fn grpo_step(model: &CausalLm<B>, processor: &Idefics3Processor, step: &Step) -> (f64, GradientsParams) {
     let device = Default::default();
     let prompts: Vec<Vec<u32>> = step.rows.iter().map(|r| r.prompt.clone()).collect();
     let completions: Vec<Vec<u32>> = step.rows.iter().map(|r| r.completion.clone()).collect();
@@ -109,10 +113,10 @@ fn grpo_step(model: &Idefics3<B>, processor: &Idefics3Processor, step: &Step) ->
 /// 1e-5, not the text models' 1e-6: with prompts of 60-130 tokens both f32 computations are
 /// ~2.5e-6 (relative) from the same step in f64 — PyTorch's 2.45e-6 and rein's 2.64e-6 for the
 /// embeddings' gradient — so they can be 5e-6 apart while each is as exact as f32 allows.
-fn assert_gradients_match(model: &Idefics3<B>, grads: &GradientsParams, prefix: &str, expected: &Outcome) {
+fn assert_gradients_match(model: &CausalLm<B>, grads: &GradientsParams, prefix: &str, expected: &Outcome) {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("idefics3-grads-{prefix}"));
     let _ = std::fs::remove_dir_all(&dir);
-    model.valid().map(&mut GradientsAsValues { grads }).save(&dir).unwrap();
+    save(&model.valid().map(&mut GradientsAsValues { grads }), &dir).unwrap();
     let ours = std::fs::read(dir.join("model.safetensors")).unwrap();
     let ours = SafeTensors::deserialize(&ours).unwrap();
     let theirs = std::fs::read(vlm().join("idefics3_step.safetensors")).unwrap();
@@ -151,8 +155,8 @@ fn assert_gradients_match(model: &Idefics3<B>, grads: &GradientsParams, prefix: 
 fn one_vision_language_grpo_step_matches_pytorch_with_the_encoder_trained_and_frozen() {
     let step: Step = read_json(&vlm().join("idefics3_step.json"));
     let dir = vlm().join("idefics3");
-    let model = Idefics3::<B>::load(&dir, &Default::default()).unwrap();
-    let processor = Idefics3Processor::load(&dir, model.image_seq_len()).unwrap();
+    let model = load::<B>(&dir, &Default::default()).unwrap();
+    let processor = Idefics3Processor::load(&dir, image_side(&model).image_seq_len()).unwrap();
     for (prefix, expected, model) in [
         ("full", &step.full, model.clone()),
         ("frozen", &step.frozen, model.clone().with_frozen_vision()),

@@ -9,8 +9,10 @@
 
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
+use rein_model::vision::ProcessedImage;
 
-use crate::batch_decode::{Generation, generate};
+use crate::batch_decode::{Generation, generate, generate_with_images};
+use crate::session::PromptImages;
 use crate::stop::stop_check;
 use crate::token_choice::GenerationConfig;
 
@@ -44,6 +46,9 @@ pub enum GeneratorError {
     /// The generator has no policy yet.
     #[error("the generator was given no policy")]
     NoPolicy,
+    /// Prompts with images for a generator or policy that cannot read them.
+    #[error("{0}")]
+    Images(String),
 }
 
 /// A source of completions for a policy that changes as it trains.
@@ -58,6 +63,26 @@ pub trait Generator<B: ReinBackend>: Send {
         config: &GenerationConfig,
         stops: &[String],
     ) -> Result<Vec<Generation>, GeneratorError>;
+
+    /// [`Generator::generate`] for prompts with images: `images[p]` are prompt `p`'s, processed
+    /// for the policy's image side, one `<image>` token per feature row in its prompt (a prompt
+    /// without images has none). The default answers prompts without images and refuses the
+    /// others.
+    fn generate_with_images(
+        &mut self,
+        prompts: &[Vec<u32>],
+        images: &[&[ProcessedImage]],
+        config: &GenerationConfig,
+        stops: &[String],
+    ) -> Result<Vec<Generation>, GeneratorError> {
+        if images.iter().any(|i| !i.is_empty()) {
+            return Err(GeneratorError::Images(format!(
+                "the {} generator cannot sample prompts with images",
+                self.describe()
+            )));
+        }
+        self.generate(prompts, config, stops)
+    }
 
     /// From now on, sample from `policy`, which is version `version` (the number of updates
     /// it has had).
@@ -107,6 +132,22 @@ where
         Ok(generate(policy, prompts, config, self.pad_id, &mut stop, &self.device))
     }
 
+    fn generate_with_images(
+        &mut self,
+        prompts: &[Vec<u32>],
+        images: &[&[ProcessedImage]],
+        config: &GenerationConfig,
+        stops: &[String],
+    ) -> Result<Vec<Generation>, GeneratorError> {
+        let policy = self.policy.as_ref().ok_or(GeneratorError::NoPolicy)?;
+        let Some(images) = prompt_images(policy, images, &self.device)? else {
+            return self.generate(prompts, config, stops);
+        };
+        let mut stop = stop_check(&self.tokenizer, stops);
+        generate_with_images(policy, prompts, images, config, self.pad_id, &mut stop, &self.device)
+            .map_err(GeneratorError::Images)
+    }
+
     fn update(&mut self, policy: &CausalLm<B>, version: u64) -> Result<(), GeneratorError> {
         self.policy = Some(policy.clone());
         self.version = version;
@@ -120,4 +161,23 @@ where
     fn describe(&self) -> String {
         "native".into()
     }
+}
+
+/// The features `policy`'s image side computes for every prompt's `images`, prompt after prompt,
+/// for [`generate_with_images`]; `None` when no prompt has an image. An error when some do and
+/// the policy reads no images.
+pub fn prompt_images<B: ReinBackend>(
+    policy: &CausalLm<B>,
+    images: &[&[ProcessedImage]],
+    device: &B::Device,
+) -> Result<Option<PromptImages<B>>, GeneratorError> {
+    if images.iter().all(|i| i.is_empty()) {
+        return Ok(None);
+    }
+    let vision = (policy.vision.as_ref())
+        .ok_or_else(|| GeneratorError::Images("the prompts have images, but the policy reads no images".into()))?;
+    Ok(Some(PromptImages {
+        features: vision.image_features(ProcessedImage::stack(images.iter().flat_map(|i| i.iter()), device)),
+        token: vision.image_token_id(),
+    }))
 }

@@ -9,6 +9,7 @@
 //! adapters to a model, [`peft`] reads and writes them as PEFT does.
 
 mod cache;
+mod checkpoint;
 mod classifier;
 mod classifier_config;
 mod context;
@@ -29,6 +30,7 @@ mod tokenizer;
 use std::path::PathBuf;
 
 pub use cache::{KvCache, LayerCache, kv_cache_bytes};
+pub use checkpoint::{load, save};
 pub use classifier::SequenceClassifier;
 pub use context::Context;
 pub use feed_forward::FeedForward;
@@ -36,7 +38,6 @@ pub use fused::{FusedProjections, PackedWeights};
 pub use init::LmInit;
 pub use locate::{locate, model_dir};
 pub use model::{Attention, CausalLm, DecoderLayer, HEAD_CHUNK_BYTES, MlpBlock, RmsNorm};
-pub use model_dir::{load, save};
 pub use moe::{MixtureOfExperts, Routing, UNROUTED, top_k};
 pub use rein_gguf::{Family, GateActivation, LayerAttention, LmConfig, MoeConfig, RopeScaling, TokenIds};
 pub use rope::{Rope, inverse_frequencies};

@@ -27,6 +27,7 @@ use super::lora::{LayerLora, Lora, LoraAdapters, LoraSpec, adapted};
 use super::moe::{MixtureOfExperts, Routing};
 use super::rope::Rope;
 use crate::backend::{Logits, ReinBackend, Scoring, affine};
+use crate::vision::Idefics3Vision;
 
 /// At most this many bytes of `f32` logits exist at once in [`CausalLm::log_prob_entropy`]
 /// (682 rows of a 49,152-token vocabulary). Each chunk's head product repacks the whole head
@@ -139,7 +140,9 @@ pub struct DecoderLayer<B: ReinBackend> {
 }
 
 /// A causal language model (`LlamaForCausalLM`, `MistralForCausalLM`, `Qwen2ForCausalLM`,
-/// `Qwen3ForCausalLM`, `Qwen3MoeForCausalLM`, `Gemma2ForCausalLM`, `Gemma3ForCausalLM`).
+/// `Qwen3ForCausalLM`, `Qwen3MoeForCausalLM`, `Gemma2ForCausalLM`, `Gemma3ForCausalLM`), and
+/// with an image side ([`CausalLm::vision`]) a vision-language model
+/// (`Idefics3ForConditionalGeneration`).
 #[derive(Module, Debug)]
 pub struct CausalLm<B: ReinBackend> {
     /// Token embeddings, `[vocab, hidden]`.
@@ -152,6 +155,9 @@ pub struct CausalLm<B: ReinBackend> {
     pub lm_head: Option<Linear<B>>,
     /// LoRA adapters on the decoder layers' linear layers ([`CausalLm::with_lora`]).
     pub lora: Option<LoraAdapters<B>>,
+    /// A vision-language model's image side (Idefics3 / SmolVLM): the features its prompts'
+    /// image tokens read; `None` for a text-only model.
+    pub vision: Option<Idefics3Vision<B>>,
     #[module(skip)]
     config: LmConfig,
     /// The packed forms its weights were loaded from, if any ([`CausalLm::with_packed`]).
@@ -387,6 +393,7 @@ impl<B: ReinBackend> CausalLm<B> {
             norm,
             lm_head,
             lora: None,
+            vision: None,
             config,
             packed: None,
             dtype: ModelDtype::F32,

@@ -190,9 +190,8 @@ pub(crate) fn read_config(dir: &Path) -> Result<(LmConfig, serde_json::Value), L
     Ok((config, raw))
 }
 
-/// Loads the model in `dir` (a checkpoint directory or a `.gguf` file) onto `device`.
-pub fn load<B: ReinBackend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, LoadError> {
-    let dir = &super::locate(dir)?;
+/// Loads the causal LM in the located model directory `dir` onto `device`.
+pub(crate) fn load_causal_lm<B: ReinBackend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, LoadError> {
     let (config, _) = read_config(dir)?;
     let weights = Weights::open(dir)?;
     let Decoder {
@@ -396,13 +395,8 @@ pub(super) fn read_classifier<B: ReinBackend, H>(
     Ok((CausalLm::from_parts(config, embed_tokens, layers, norm, None), head))
 }
 
-/// Writes `model` to `dir` as a model directory in Hugging Face format (`config.json`, `model.safetensors`,
-/// f32), loadable by transformers. Tokenizer files are the caller's to copy.
-///
-/// LoRA adapters are merged into the weights they adapt ([`CausalLm::merged`]); save them on
-/// their own with [`super::peft::save_adapter`].
-pub fn save<B: ReinBackend>(model: &CausalLm<B>, dir: &Path) -> Result<(), LoadError> {
-    let model = &model.merged();
+/// Writes the merged causal LM `model` (its decoder and head) to `dir` in Hugging Face format.
+pub(crate) fn save_causal_lm<B: ReinBackend>(model: &CausalLm<B>, dir: &Path) -> Result<(), LoadError> {
     let mut tensors = decoder_tensors(model);
     if let Some(head) = &model.lm_head {
         tensors.insert("lm_head.weight".into(), linear_weight(head));

@@ -230,6 +230,11 @@ impl LmTokenizer {
         self.decode(&[id], false).unwrap_or_default()
     }
 
+    /// The id of the token whose text is `token` (added tokens included), if there is one.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
     /// Vocabulary size, added tokens included.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)

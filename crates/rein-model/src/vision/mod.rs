@@ -5,19 +5,23 @@
 //! - [`Pixels::resize`]: Pillow's resampling filters, bit for bit.
 //! - [`Idefics3Processor`]: Idefics3's / SmolVLM's tiling, pixel values and prompt expansion.
 //! - [`with_image_features`]: image features in place of a prompt's image tokens.
-//! - [`VisionEncoder`]: the SigLIP vision transformer; [`Idefics3`]: it, the pixel-shuffle
-//!   connector and the decoder.
+//! - [`VisionEncoder`]: the SigLIP vision transformer; [`Idefics3Vision`]: it and the
+//!   pixel-shuffle connector, the image side of a [`crate::lm::CausalLm`] that reads images
+//!   (loaded and saved by [`crate::lm::load`] and [`crate::lm::save`] in Idefics3's layout).
 
 mod decode;
 mod idefics3;
 mod idefics3_processor;
+mod image_side;
 mod image_tokens;
 mod resample;
 mod siglip;
 
 pub use decode::{ImageError, ImageLimits, decode_rgb};
-pub use idefics3::{Idefics3, Idefics3Vision, is_idefics3, pixel_shuffle};
+pub use idefics3::is_idefics3;
+pub(crate) use idefics3::{load_idefics3, save_idefics3};
 pub use idefics3_processor::{IMAGE_TOKEN, Idefics3Processor, ProcessedImage};
+pub use image_side::{Idefics3Vision, pixel_shuffle};
 pub use image_tokens::{image_slots, with_image_features};
 pub use resample::{Filter, Pixels};
 pub use siglip::{VisionActivation, VisionConfig, VisionEncoder, VisionLayer};

@@ -11,12 +11,11 @@ use burn::module::{Module, Param};
 use burn::nn::{LayerNorm, LayerNormConfig, Linear};
 use burn::tensor::activation::softmax;
 use burn::tensor::{Int, Tensor, TensorData};
+use rein_core::SeededRng;
 use rein_gguf::GateActivation;
 use serde_json::Value;
 
 use crate::backend::{ReinBackend, affine};
-use crate::lm::LoadError;
-use crate::lm::model_dir::{Weights, floats, linear_weight, vector_tensor};
 
 /// A vision config's sizes (`vision_config` of `config.json`).
 #[derive(Debug, Clone, PartialEq)]
@@ -103,6 +102,25 @@ impl VisionConfig {
         Ok(config)
     }
 
+    /// The config as `config.json`'s `vision_config` (what [`VisionConfig::from_json`] reads).
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "model_type": "idefics3_vision",
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_channels": self.num_channels,
+            "image_size": self.image_size,
+            "patch_size": self.patch_size,
+            "layer_norm_eps": self.layer_norm_eps,
+            "hidden_act": match self.activation {
+                VisionActivation::GeluTanh => "gelu_pytorch_tanh",
+                VisionActivation::Gelu => "gelu",
+            },
+        })
+    }
+
     /// Patches along one side of `image_size`: the position embeddings' grid.
     pub fn patches_per_side(&self) -> usize {
         self.image_size / self.patch_size
@@ -150,122 +168,57 @@ fn linear<B: ReinBackend>(layer: &Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
 }
 
 impl<B: ReinBackend> VisionEncoder<B> {
-    /// Reads the `{root}.*` tensors of `weights` (`model.vision_model` in Idefics3).
-    pub(crate) fn read(
-        weights: &Weights,
+    /// An encoder of these parts (the patch projection as `[channels · patch², hidden]`,
+    /// position embeddings `[patches_per_side², hidden]`), as a checkpoint holds them.
+    pub fn from_parts(
+        patch_embedding: Linear<B>,
+        position_embedding: Param<Tensor<B, 2>>,
+        layers: Vec<VisionLayer<B>>,
+        post_layernorm: LayerNorm<B>,
         config: VisionConfig,
-        root: &str,
-        device: &B::Device,
-    ) -> Result<Self, LoadError> {
-        let (d, c, p) = (config.hidden_size, config.num_channels, config.patch_size);
-        let norm = |name: &str| -> Result<LayerNorm<B>, LoadError> {
-            let mut norm = LayerNormConfig::new(d).with_epsilon(config.layer_norm_eps).init(device);
-            norm.gamma = Param::from_tensor(weights.vector(&format!("{name}.weight"), d, device)?);
-            norm.beta = Some(Param::from_tensor(weights.vector(
-                &format!("{name}.bias"),
-                d,
-                device,
-            )?));
-            Ok(norm)
-        };
-        let linear = |name: &str, input: usize, output: usize| weights.linear::<B>(name, input, output, true, device);
-        // The convolution's `[hidden, channels, patch, patch]` kernel is a `[hidden, c·p·p]` matrix
-        // over patches flattened channel-first, as `patches` lays them out.
-        let kernel = weights.get(&format!("{root}.embeddings.patch_embedding.weight"), &[d, c, p, p])?;
-        let kernel = rein_kernels::transposed(&kernel, d, c * p * p);
-        let patch_embedding = Linear {
-            weight: Param::from_tensor(Tensor::from_data(TensorData::new(kernel, [c * p * p, d]), device)),
-            bias: Some(Param::from_tensor(weights.vector(
-                &format!("{root}.embeddings.patch_embedding.bias"),
-                d,
-                device,
-            )?)),
-        };
-        let positions = config.patches_per_side().pow(2);
-        let position_embedding =
-            weights.get(&format!("{root}.embeddings.position_embedding.weight"), &[positions, d])?;
-        let mut layers = Vec::with_capacity(config.num_hidden_layers);
-        for i in 0..config.num_hidden_layers {
-            let l = format!("{root}.encoder.layers.{i}");
-            layers.push(VisionLayer {
-                layer_norm1: norm(&format!("{l}.layer_norm1"))?,
-                q_proj: linear(&format!("{l}.self_attn.q_proj"), d, d)?,
-                k_proj: linear(&format!("{l}.self_attn.k_proj"), d, d)?,
-                v_proj: linear(&format!("{l}.self_attn.v_proj"), d, d)?,
-                out_proj: linear(&format!("{l}.self_attn.out_proj"), d, d)?,
-                layer_norm2: norm(&format!("{l}.layer_norm2"))?,
-                fc1: linear(&format!("{l}.mlp.fc1"), d, config.intermediate_size)?,
-                fc2: linear(&format!("{l}.mlp.fc2"), config.intermediate_size, d)?,
-            });
-        }
-        Ok(Self {
+    ) -> Self {
+        Self {
             patch_embedding,
-            position_embedding: Param::from_tensor(Tensor::from_data(
-                TensorData::new(position_embedding, [positions, d]),
-                device,
-            )),
+            position_embedding,
             layers,
-            post_layernorm: norm(&format!("{root}.post_layernorm"))?,
+            post_layernorm,
             config,
-        })
+        }
     }
 
-    /// The encoder's tensors by their Hugging Face names under `root`, as [`VisionEncoder::read`]
-    /// reads them (the patch projection as the convolution's kernel).
-    pub(crate) fn tensors(&self, root: &str) -> crate::safetensors_file::Tensors {
-        let mut tensors = crate::safetensors_file::Tensors::new();
-        let (d, c, p) = (
-            self.config.hidden_size,
-            self.config.num_channels,
-            self.config.patch_size,
-        );
-        let (_, kernel) = linear_weight(&self.patch_embedding);
-        tensors.insert(
-            format!("{root}.embeddings.patch_embedding.weight"),
-            (vec![d, c, p, p], kernel),
-        );
-        if let Some(bias) = &self.patch_embedding.bias {
-            tensors.insert(
-                format!("{root}.embeddings.patch_embedding.bias"),
-                vector_tensor(bias.val()),
-            );
-        }
-        let mut linear = |name: String, layer: &Linear<B>| {
-            if let Some(bias) = &layer.bias {
-                tensors.insert(format!("{name}.bias"), vector_tensor(bias.val()));
-            }
-            tensors.insert(format!("{name}.weight"), linear_weight(layer));
+    /// A new encoder of `config`, its weights drawn from `rng` as transformers initialises
+    /// one: every matrix and the position embeddings `N(0, std²)`, biases zero, LayerNorms
+    /// multiplying by one. Drawn in order: the patch projection, the position embeddings, then
+    /// layer by layer q, k, v, out, fc1, fc2.
+    pub fn init(config: VisionConfig, std: f64, rng: &mut SeededRng, device: &B::Device) -> Self {
+        let (d, c, p) = (config.hidden_size, config.num_channels, config.patch_size);
+        let linear = |rng: &mut SeededRng, input: usize, output: usize| Linear {
+            weight: Param::from_tensor(crate::random::normal::<B>(rng, [input, output], std, device)),
+            bias: Some(Param::from_tensor(Tensor::zeros([output], device))),
         };
-        for (i, layer) in self.layers.iter().enumerate() {
-            let l = format!("{root}.encoder.layers.{i}");
-            linear(format!("{l}.self_attn.q_proj"), &layer.q_proj);
-            linear(format!("{l}.self_attn.k_proj"), &layer.k_proj);
-            linear(format!("{l}.self_attn.v_proj"), &layer.v_proj);
-            linear(format!("{l}.self_attn.out_proj"), &layer.out_proj);
-            linear(format!("{l}.mlp.fc1"), &layer.fc1);
-            linear(format!("{l}.mlp.fc2"), &layer.fc2);
-        }
-        let norms = (self.layers.iter().enumerate())
-            .flat_map(|(i, layer)| {
-                let l = format!("{root}.encoder.layers.{i}");
-                [
-                    (format!("{l}.layer_norm1"), &layer.layer_norm1),
-                    (format!("{l}.layer_norm2"), &layer.layer_norm2),
-                ]
+        let norm = || LayerNormConfig::new(d).with_epsilon(config.layer_norm_eps).init(device);
+        let patch_embedding = linear(rng, c * p * p, d);
+        let positions = config.patches_per_side().pow(2);
+        let position_embedding = Param::from_tensor(crate::random::normal::<B>(rng, [positions, d], std, device));
+        let layers = (0..config.num_hidden_layers)
+            .map(|_| VisionLayer {
+                layer_norm1: norm(),
+                q_proj: linear(rng, d, d),
+                k_proj: linear(rng, d, d),
+                v_proj: linear(rng, d, d),
+                out_proj: linear(rng, d, d),
+                layer_norm2: norm(),
+                fc1: linear(rng, d, config.intermediate_size),
+                fc2: linear(rng, config.intermediate_size, d),
             })
-            .chain([(format!("{root}.post_layernorm"), &self.post_layernorm)]);
-        for (name, norm) in norms {
-            tensors.insert(format!("{name}.weight"), vector_tensor(norm.gamma.val()));
-            if let Some(beta) = &norm.beta {
-                tensors.insert(format!("{name}.bias"), vector_tensor(beta.val()));
-            }
+            .collect();
+        Self {
+            patch_embedding,
+            position_embedding,
+            layers,
+            post_layernorm: norm(),
+            config,
         }
-        let positions = self.position_embedding.val();
-        tensors.insert(
-            format!("{root}.embeddings.position_embedding.weight"),
-            (positions.dims().to_vec(), floats(positions)),
-        );
-        tensors
     }
 
     /// The encoder's config.
