@@ -46,6 +46,7 @@ fn examples() -> Vec<Prompt> {
                 target_trained: trained,
                 metadata: String::new(),
                 source: String::new(),
+                images: Default::default(),
             }
         })
         .collect()

@@ -27,6 +27,7 @@ fn examples() -> Vec<Prompt> {
             target_trained: None,
             metadata: String::new(),
             source: String::new(),
+            images: Default::default(),
         })
         .collect()
 }

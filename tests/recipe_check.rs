@@ -65,6 +65,18 @@ fn recipe_check_raises_what_run_raises_before_its_first_step() {
             "data.task",
         ),
         (
+            "shapes colour",
+            grpo_with("[data]\nshapes_task = { train = 10, test = 5 }", &tiny_model()),
+            &["data.shapes_task.colors=[\"purple\"]"],
+            "data.shapes_task.colors",
+        ),
+        (
+            "two generated tasks",
+            grpo_with(&format!("{TASK}\nshapes_task = {{ train = 10 }}"), &tiny_model()),
+            &[],
+            "data.shapes_task",
+        ),
+        (
             "no weights",
             grpo_with(TASK, "[model]\ntokenizer = \"tok\""),
             &[],

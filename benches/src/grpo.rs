@@ -226,6 +226,7 @@ pub(crate) fn arithmetic_prompts(tokenizer: &LmTokenizer, system: Option<&str>) 
     };
     let data = DataSection {
         task: None,
+        shapes_task: None,
         train: None,
         test: None,
         fields: Default::default(),
@@ -233,7 +234,7 @@ pub(crate) fn arithmetic_prompts(tokenizer: &LmTokenizer, system: Option<&str>) 
         system_prompt: system.map(str::to_string),
         chat_template_kwargs: Default::default(),
     };
-    Ok(prepare(&generate_task(&task, 1).0, tokenizer, &data, &[])?)
+    Ok(prepare(&generate_task(&task, 1).0, tokenizer, &data, &[], None)?)
 }
 
 /// Runs rein's GRPO on `case` from `model` (adapters attached when the case has LoRA) and

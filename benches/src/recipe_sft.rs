@@ -41,8 +41,8 @@ pub(crate) fn after_sft(recipe: &str) -> anyhow::Result<AfterSft> {
     let tokenizer = LmTokenizer::load(&tokenizer_dir, &model.config().eos_ids())?;
     let (train, test) = generate_task(&task, r.seed);
     let (train, test) = (
-        prepare(&train, &tokenizer, &data, &[])?,
-        prepare(&test, &tokenizer, &data, &[])?,
+        prepare(&train, &tokenizer, &data, &[], None)?,
+        prepare(&test, &tokenizer, &data, &[], None)?,
     );
     let sft = r.sft.clone().context("the recipe has an SFT stage")?;
     let pad = model.config().eos_ids().first().copied().unwrap_or(0);

@@ -43,7 +43,7 @@ pub fn run() -> anyhow::Result<Report> {
     .init::<CpuAutodiff>(&mut rein_core::SeededRng::new(1), &device);
     let tokenizer_dir = loaded.resolve(recipe.model.tokenizer.as_deref().unwrap_or_default());
     let tokenizer = LmTokenizer::load(&tokenizer_dir, &model.config().eos_ids())?;
-    let examples = prepare(&generate_task(&task, 1).0, &tokenizer, &data, &[])?;
+    let examples = prepare(&generate_task(&task, 1).0, &tokenizer, &data, &[], None)?;
     let pad_id = model.config().eos_ids().first().copied().unwrap_or(0);
 
     // The same checkpoint and examples for the PyTorch peer.

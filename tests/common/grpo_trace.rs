@@ -120,6 +120,7 @@ impl Run<'_> {
                 metadata: String::new(),
                 // The first word is the prompt's source (what a UCB curriculum draws between).
                 source: text.split(' ').next().unwrap_or_default().into(),
+                images: Default::default(),
             })
             .collect();
         let mut rewards = [WeightedReward {

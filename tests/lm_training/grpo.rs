@@ -419,7 +419,10 @@ runs_dir = {runs:?}
     std::fs::write(dir.join("recipe.toml"), recipe).unwrap();
     let loaded = LoadedRecipe::load(&dir.join("recipe.toml"), &[]).unwrap();
     let err = rein_train::run(&loaded, &plugin_dir(), true).unwrap_err().to_string();
-    assert!(err.contains("data.train") && err.contains("row 1 has images"), "{err}");
+    assert!(
+        err.contains("data.train row 1") && err.contains("the model reads no images"),
+        "{err}"
+    );
 }
 
 /// A UCB curriculum over files draws between the rows' `data.fields.source` values: the parquet

@@ -1,7 +1,7 @@
 //! Language-model training end to end on tiny models, one module per family: the GRPO family
 //! ([`grpo`]), rewards in a run ([`rewards`]), multi-turn recipes ([`multi_turn`]), learning
 //! from preferences ([`preferences`]), process reward models trained on step labels
-//! ([`process_reward`]).
+//! ([`process_reward`]), a vision-language model on rows with images ([`vision`]).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -11,6 +11,7 @@ mod multi_turn;
 mod preferences;
 mod process_reward;
 mod rewards;
+mod vision;
 
 use std::path::Path;
 

@@ -12,7 +12,6 @@ use clap::Args;
 use rein_core::{ModelDtype, SamplerPrecision};
 use rein_model::Cpu;
 use rein_model::lm::{CausalLm, ChatMessage, LmTokenizer, load};
-use rein_model::vision::{Idefics3, is_idefics3};
 use rein_posttrain::{ImageSource, row_images};
 use rein_run::progress::Progress;
 use rein_sampler::{FinishReason, GenerationConfig, PromptImages, generate, generate_with_images};
@@ -123,12 +122,11 @@ pub(crate) fn q8_fits_dtype(precision: SamplerPrecision, dtype: ModelDtype) -> a
 impl GenerateArgs {
     pub(crate) fn run(&self) -> anyhow::Result<()> {
         let device = Default::default();
-        let loaded = self.load()?;
-        let model = loaded.text();
+        let model = &self.load()?;
         q8_has_codes(self.precision, model, &self.model)?;
         q8_fits_dtype(self.precision, self.dtype)?;
         let tokenizer = LmTokenizer::load(&self.model, &model.config().eos_ids())?;
-        let Encoded { prompts, images } = self.encode(&loaded, &tokenizer)?;
+        let Encoded { prompts, images } = self.encode(model, &tokenizer)?;
         let config = GenerationConfig {
             max_new_tokens: self.max_new_tokens,
             temperature: self.temperature,
@@ -187,30 +185,27 @@ impl GenerateArgs {
     }
 
     /// The model: a causal LM, or a vision-language model (which images need).
-    fn load(&self) -> anyhow::Result<Loaded> {
+    fn load(&self) -> anyhow::Result<CausalLm<Cpu>> {
         let device = &Default::default();
         let loading = || format!("loading {}", self.model.display());
-        if is_idefics3(&self.model) {
-            let mut model = Idefics3::<Cpu>::load(&self.model, device).with_context(loading)?;
-            model.text = model.text.with_dtype(self.dtype);
-            return Ok(Loaded::Vision(Box::new(model)));
-        }
         let model = load::<Cpu>(&self.model, device).with_context(loading)?;
-        Ok(Loaded::Text(Box::new(model.with_dtype(self.dtype))))
+        Ok(model.with_dtype(self.dtype))
     }
 
     /// The prompts' token ids, in the chat template with `--chat`, and a vision-language model's
     /// images' features (`--image`, or the `--input` rows' `images`).
-    fn encode(&self, loaded: &Loaded, tokenizer: &LmTokenizer) -> anyhow::Result<Encoded> {
-        let mut reader = match loaded {
-            Loaded::Vision(model) => Some(images::PromptImageReader::new(model, &self.model)?),
-            Loaded::Text(_) => None,
+    fn encode(&self, model: &CausalLm<Cpu>, tokenizer: &LmTokenizer) -> anyhow::Result<Encoded> {
+        let mut reader = match &model.vision {
+            Some(vision) => Some(images::BatchImages::new(vision, &self.model)?),
+            None => None,
         };
         let mut prompts = Vec::new();
         for PromptInput { what, text, images } in self.prompts()? {
             let mut text = match images.is_empty() {
                 true => text,
-                false => images::with_markers(&text, images.len()).with_context(|| what.clone())?,
+                false => rein_posttrain::with_markers(&text, images.len())
+                    .map_err(anyhow::Error::msg)
+                    .with_context(|| what.clone())?,
             };
             if self.chat {
                 // With images, the message's content is a list of image and text parts.
@@ -222,7 +217,9 @@ impl GenerateArgs {
                         };
                         tokenizer.apply_chat_template(&[message], true)?
                     }
-                    false => tokenizer.apply_chat_template_to_json(&[images::chat_message(&text)], &[], true)?,
+                    false => {
+                        tokenizer.apply_chat_template_to_json(&[rein_posttrain::chat_message(&text)], &[], true)?
+                    }
                 };
                 text = rendered.with_context(|| format!("--chat: {} has no chat template", self.model.display()))?;
             }
@@ -242,8 +239,8 @@ impl GenerateArgs {
             }
             prompts.push(ids);
         }
-        let images = match (loaded, reader) {
-            (Loaded::Vision(model), Some(reader)) => Some(reader.features(model)),
+        let images = match (&model.vision, reader) {
+            (Some(vision), Some(reader)) => Some(reader.features(vision)),
             _ => None,
         };
         Ok(Encoded { prompts, images })
@@ -295,20 +292,4 @@ struct PromptInput {
 struct Encoded {
     prompts: Vec<Vec<u32>>,
     images: Option<PromptImages<Cpu>>,
-}
-
-/// What `rein generate` loaded.
-enum Loaded {
-    Text(Box<CausalLm<Cpu>>),
-    Vision(Box<Idefics3<Cpu>>),
-}
-
-impl Loaded {
-    /// The decoder that generates.
-    fn text(&self) -> &CausalLm<Cpu> {
-        match self {
-            Self::Text(model) => model,
-            Self::Vision(model) => &model.text,
-        }
-    }
 }

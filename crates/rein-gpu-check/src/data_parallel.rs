@@ -36,6 +36,7 @@ fn sft_steps<B: ReinBackend>(fixtures: &Path, devices: Vec<B::Device>) -> Result
             target_trained: None,
             metadata: String::new(),
             source: String::new(),
+            images: Default::default(),
         })
         .collect();
     let section = rein_recipe::SftSection {
@@ -111,6 +112,7 @@ fn grpo_step_record<B: ReinBackend>(fixtures: &Path, devices: Vec<B::Device>) ->
                 target_trained: None,
                 metadata: String::new(),
                 source: String::new(),
+                images: Default::default(),
             })
         })
         .collect::<Result<Vec<_>>>()?;

@@ -8,6 +8,9 @@
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, Context, Routing, UNROUTED};
+use rein_model::vision::{ProcessedImage, image_slots, with_image_features};
+
+use crate::PromptPixels;
 
 /// Prompts and completions laid out for one forward pass.
 #[derive(Debug, Clone)]
@@ -35,6 +38,9 @@ pub struct TokenBatch {
     /// Route the forward passes by [`TokenBatch::routes`] (router replay), not only count where
     /// they differ.
     pub replay_routes: bool,
+    /// Per row, its prompt's images for a vision-language model (their features take the
+    /// prompt's image tokens' places); empty when no row has one.
+    pub images: Vec<PromptPixels>,
 }
 
 impl TokenBatch {
@@ -60,6 +66,7 @@ impl TokenBatch {
             completion_width: c,
             routes: Vec::new(),
             replay_routes: false,
+            images: Vec::new(),
         };
         for (prompt, completion) in pairs {
             let pad = p - prompt.len();
@@ -124,6 +131,10 @@ impl TokenBatch {
                 false => rows.iter().map(|&r| self.routes[r].clone()).collect(),
             },
             replay_routes: self.replay_routes,
+            images: match self.images.is_empty() {
+                true => Vec::new(),
+                false => rows.iter().map(|&r| self.images[r].clone()).collect(),
+            },
         }
     }
 
@@ -161,6 +172,8 @@ struct ConcatenatedRows {
     predictors: Vec<i64>,
     /// Where each of those goes in `[rows, C]`.
     slots: Vec<i64>,
+    /// Per packed token, whether it is a prompt's (only a prompt's image tokens read images).
+    in_prompt: Vec<bool>,
     /// Per batch row: its packed tokens, and whether the first is an empty prompt's padding slot.
     rows: Vec<(usize, bool)>,
 }
@@ -175,6 +188,7 @@ impl ConcatenatedRows {
             lengths: Vec::new(),
             predictors: Vec::new(),
             slots: Vec::new(),
+            in_prompt: Vec::new(),
             rows: Vec::new(),
         };
         for row in 0..batch.rows {
@@ -190,6 +204,7 @@ impl ConcatenatedRows {
             for col in first..end {
                 packed.tokens.push(batch.tokens[row * width + col]);
                 packed.positions.push(batch.positions[row * width + col]);
+                packed.in_prompt.push(col < p);
             }
             if first < real && end > first {
                 packed.lengths.push(1);
@@ -206,6 +221,40 @@ impl ConcatenatedRows {
             }
         }
         packed
+    }
+
+    /// `embeddings` of these tokens with the features of the batch's images (every row's, in
+    /// row order) in place of the prompts' image tokens, computed by `model`'s image side so
+    /// that its gradients reach it.
+    ///
+    /// # Panics
+    /// When the model reads no images, or the prompts hold another number of image tokens than
+    /// the images give features (the prompts were expanded for another processor).
+    fn with_images<B: ReinBackend>(
+        &self,
+        model: &CausalLm<B>,
+        embeddings: Tensor<B, 3>,
+        batch: &TokenBatch,
+        device: &B::Device,
+    ) -> Tensor<B, 3> {
+        let vision = model
+            .vision
+            .as_ref()
+            .expect("a batch with images trains a vision-language model");
+        let token = vision.image_token_id();
+        let cells = (self.tokens.iter().zip(&self.in_prompt)).map(|(&t, &prompt)| match prompt {
+            true => t as u32,
+            false => u32::MAX,
+        });
+        let slots = image_slots(cells, token);
+        let pixels = ProcessedImage::stack(batch.images.iter().flat_map(|i| i.iter()), device);
+        let features = vision.image_features(pixels);
+        let (tokens, [rows, _]) = (slots.iter().flatten().count(), features.dims());
+        assert_eq!(
+            tokens, rows,
+            "the prompts hold {tokens} image tokens for {rows} image features"
+        );
+        with_image_features(embeddings, &slots, features)
     }
 
     /// The completion token each packed predictor predicts, in [`Self::slots`] order.
@@ -270,7 +319,11 @@ fn completion_hidden<B: ReinBackend>(
         routing: routing.as_ref(),
     };
     let tokens = Tensor::from_data(TensorData::new(packed.tokens.clone(), [1, total]), device);
-    let hidden = model.hidden(tokens, &ctx, None);
+    let embeddings = match batch.images.iter().any(|i| !i.is_empty()) {
+        true => packed.with_images(model, model.embed(tokens), batch, device),
+        false => model.embed(tokens),
+    };
+    let hidden = model.hidden_of_embeddings(embeddings, &ctx, None);
     let width = hidden.dims()[2];
     let hidden = hidden
         .reshape([total, width])

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use rein_core::{CompletionScore, Group, RewardFn};
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
-use rein_sampler::{GenerationConfig, generate};
+use rein_model::vision::ProcessedImage;
+use rein_sampler::{GenerationConfig, generate, generate_with_images, prompt_images};
 use serde::{Deserialize, Serialize};
 
 use crate::LmError;
@@ -267,14 +268,18 @@ fn sample_and_score<B: ReinBackend>(
             }
             None => {
                 let ids: Vec<Vec<u32>> = chunk.iter().map(|p| p.tokens.clone()).collect();
-                let generations = generate(
-                    model,
-                    &ids,
-                    &config,
+                let images: Vec<&[ProcessedImage]> = chunk.iter().map(|p| &p.images[..]).collect();
+                let (pad, mut stop) = (
                     tokenizer.pad_id().unwrap_or(0),
-                    &mut crate::stop_check(tokenizer, settings.stop),
-                    device,
+                    crate::stop_check(tokenizer, settings.stop),
                 );
+                let features =
+                    prompt_images(model, &images, device).map_err(|e| LmError::Unsupported(e.to_string()))?;
+                let generations = match features {
+                    Some(images) => generate_with_images(model, &ids, images, &config, pad, &mut stop, device)
+                        .map_err(LmError::Unsupported)?,
+                    None => generate(model, &ids, &config, pad, &mut stop, device),
+                };
                 (generations.iter())
                     .map(|g| crate::completion_text(tokenizer, &g.tokens, settings.stop))
                     .collect()

@@ -165,6 +165,69 @@ impl ArithmeticTask {
     }
 }
 
+/// A visual task for vision-language models: `How many red squares?` about an image of a
+/// `grid × grid` board whose cells each hold a square of one of `colors` (with probability
+/// `fill`) or nothing; the answer is the count of the asked colour.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShapesTask {
+    /// Cells along each side of the board.
+    #[serde(default = "defaults::grid")]
+    pub grid: usize,
+    /// The side of a cell in pixels (the image is `grid · cell` pixels square).
+    #[serde(default = "defaults::cell")]
+    pub cell: usize,
+    /// The colours squares may have (`red`, `green`, `blue`, `yellow`, `black`); questions
+    /// ask about one of them.
+    #[serde(default = "defaults::colors")]
+    pub colors: Vec<String>,
+    /// The probability that a cell holds a square.
+    #[serde(default = "defaults::fill")]
+    pub fill: f64,
+    /// Training examples.
+    #[serde(default = "defaults::train")]
+    pub train: usize,
+    /// Held-out examples (never in the training split).
+    #[serde(default = "defaults::test")]
+    pub test: usize,
+}
+
+/// The colours a [`ShapesTask`] draws squares in, as 8-bit RGB.
+pub const SHAPE_COLORS: [(&str, [u8; 3]); 5] = [
+    ("red", [220, 30, 30]),
+    ("green", [30, 170, 60]),
+    ("blue", [30, 60, 220]),
+    ("yellow", [235, 200, 20]),
+    ("black", [0, 0, 0]),
+];
+
+impl ShapesTask {
+    /// Checks the settings, naming the key.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if !(1..=16).contains(&self.grid) {
+            return Err(("grid".into(), format!("{} cells a side: 1 to 16", self.grid)));
+        }
+        if !(2..=64).contains(&self.cell) {
+            return Err(("cell".into(), format!("{} pixels a cell: 2 to 64", self.cell)));
+        }
+        if self.colors.is_empty() {
+            return Err(("colors".into(), "needs at least one colour".into()));
+        }
+        if let Some(c) = self
+            .colors
+            .iter()
+            .find(|c| !SHAPE_COLORS.iter().any(|(name, _)| name == c))
+        {
+            let known: Vec<&str> = SHAPE_COLORS.iter().map(|(name, _)| *name).collect();
+            return Err(("colors".into(), format!("`{c}` is not one of {}", known.join(", "))));
+        }
+        if !(0.0..=1.0).contains(&self.fill) {
+            return Err(("fill".into(), format!("must be in [0, 1], got {}", self.fill)));
+        }
+        Ok(())
+    }
+}
+
 /// The operands of one difficulty of an [`ArithmeticTask`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperandRange {
@@ -204,6 +267,18 @@ mod defaults {
     pub fn tool_share() -> f64 {
         1.0
     }
+    pub fn grid() -> usize {
+        3
+    }
+    pub fn cell() -> usize {
+        8
+    }
+    pub fn colors() -> Vec<String> {
+        vec!["red".into(), "blue".into()]
+    }
+    pub fn fill() -> f64 {
+        0.6
+    }
     pub fn max_operand() -> u32 {
         99
     }
@@ -221,16 +296,28 @@ mod defaults {
 /// before any file is read: a generated task's settings, a training split named, and for the
 /// algorithms that learn from preference pairs (`learns_from_pairs`), a task that can make them.
 pub(crate) fn check_data(
-    task: Option<&ArithmeticTask>,
+    (task, shapes): (Option<&ArithmeticTask>, Option<&ShapesTask>),
     train: Option<&str>,
     learns_from_pairs: bool,
 ) -> Result<(), Broken> {
+    if let Some(shapes) = shapes {
+        if task.is_some() || train.is_some() {
+            return Err(broken(
+                "data.shapes_task",
+                "generates the data on its own: set it, data.task or data.train, not two of them",
+            ));
+        }
+        if learns_from_pairs {
+            return Err(broken("data.shapes_task", "makes no preference pairs or step labels"));
+        }
+        return (shapes.validate()).map_err(|(key, message)| broken(&format!("data.shapes_task.{key}"), message));
+    }
     let Some(task) = task else {
         return match train {
             Some(_) => Ok(()),
             None => Err(broken(
                 "data",
-                "set data.train (a .jsonl or .parquet file) or data.task",
+                "set data.train (a .jsonl or .parquet file), data.task or data.shapes_task",
             )),
         };
     };

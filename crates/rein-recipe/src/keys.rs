@@ -18,6 +18,8 @@ pub(crate) const LM_MODEL: Keys = Keys::Only(&[
     "tokenizer",
     "chat_template",
     "dtype",
+    "vision",
+    "train_vision_encoder",
 ]);
 /// The keys of `[train]` a language-model run reads.
 pub(crate) const LM_TRAIN: Keys = Keys::Only(&[

@@ -39,7 +39,7 @@ mod uses;
 use std::path::{Path, PathBuf};
 
 pub use curriculum::{CurriculumKind, CurriculumSection};
-pub use data::{ArithmeticTask, Fields, OperandRange, Solution};
+pub use data::{ArithmeticTask, Fields, OperandRange, SHAPE_COLORS, ShapesTask, Solution};
 pub use dpo::DpoRecipe;
 pub use error::RecipeError;
 pub use grpo::GrpoRecipe;

@@ -129,7 +129,7 @@ impl<'a> Plan<'a> {
         }?;
         match self.data() {
             Some(data) => check_data(
-                data.task.as_ref(),
+                (data.task.as_ref(), data.shapes_task.as_ref()),
                 data.train.as_deref(),
                 matches!(self, Plan::Dpo(_) | Plan::Kto(_) | Plan::RewardModel(_) | Plan::Prm(_)),
             ),

@@ -211,6 +211,16 @@ pub struct ModelSection {
     /// precision when it trains: see [`TrainSection::precision`]). Absent: `bf16` when
     /// `train.precision = "mixed"`, else `f32`.
     pub dtype: Option<rein_core::ModelDtype>,
+    /// An image side to add to the model, initialised from scratch (a vision-language model
+    /// trained from scratch, or a language model given eyes): the SigLIP encoder's
+    /// `vision_config` keys (`hidden_size`, `intermediate_size`, `num_hidden_layers`,
+    /// `num_attention_heads`, `image_size`, `patch_size`) and Idefics3's `scale_factor`. Its
+    /// image processor's settings are read beside the tokenizer.
+    pub vision: Option<toml::Table>,
+    /// A vision-language model: train its vision encoder too. By default it stays frozen (the
+    /// connector and the decoder learn), as TRL's and verl's VLM recipes freeze the vision
+    /// tower.
+    pub train_vision_encoder: bool,
 }
 
 impl Recipe {
@@ -250,6 +260,8 @@ impl Default for ModelSection {
             chat_template: None,
             autodiff: false,
             dtype: None,
+            vision: None,
+            train_vision_encoder: false,
         }
     }
 }
@@ -261,6 +273,9 @@ pub struct DataSection {
     /// Generate the data: a synthetic task (`[data.task]`).
     #[serde(default)]
     pub task: Option<crate::ArithmeticTask>,
+    /// Or generate a visual task for a vision-language model (`[data.shapes_task]`).
+    #[serde(default)]
+    pub shapes_task: Option<crate::ShapesTask>,
     /// Training prompts (`.jsonl` or `.parquet`, relative to the recipe).
     #[serde(default)]
     pub train: Option<String>,

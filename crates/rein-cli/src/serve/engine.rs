@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use rein_model::Cpu;
 use rein_model::lm::{CausalLm, LmTokenizer, load};
-use rein_model::vision::{Idefics3, Idefics3Vision, ProcessedImage, is_idefics3};
+use rein_model::vision::{Idefics3Vision, ProcessedImage, is_idefics3};
 use rein_sampler::{Decoding, Generation, GenerationConfig, PromptImages, ScoredToken, prompt_logprobs, stop_check};
 
 use super::limits::RequestLimits;
@@ -390,11 +390,11 @@ impl EngineLoop {
                     path.display()
                 ));
             }
-            (false, true) => {
-                let (vision, text) = Idefics3::<Cpu>::load(path, &device).map_err(cannot)?.into_parts();
-                (text, Some(vision))
+            (false, _) => {
+                let mut model = load::<Cpu>(path, &device).map_err(cannot)?;
+                let vision = model.vision.take();
+                (model, vision)
             }
-            (false, false) => (load::<Cpu>(path, &device).map_err(cannot)?, None),
         };
         let (old, new) = (self.model.config(), model.config());
         if (old.vocab_size, old.hidden_size, old.num_hidden_layers)

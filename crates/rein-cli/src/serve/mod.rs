@@ -37,7 +37,7 @@ use clap::Args;
 use hyper::Method;
 use rein_core::{ModelDtype, SamplerPrecision};
 use rein_model::lm::{LmTokenizer, SequenceClassifier, TokenClassifier, load};
-use rein_model::vision::{Idefics3, Idefics3Processor, ImageLimits, is_idefics3};
+use rein_model::vision::{Idefics3Processor, ImageLimits};
 use rein_sampler::protocol::{
     ChatRequest, CompletionRequest, ErrorBody, ErrorResponse, GenerateRequest, UpdateWeightsRequest,
     UpdateWeightsResponse, parse,
@@ -204,18 +204,9 @@ impl ServeArgs {
     /// image side.
     fn language_model(&self, name: String, weights_dir: Option<PathBuf>) -> anyhow::Result<Arc<dyn Handler>> {
         let (device, loading) = (Default::default(), || format!("loading {}", self.model.display()));
-        let (model, vision) = match is_idefics3(&self.model) {
-            true => {
-                let (vision, text) = Idefics3::<rein_model::Cpu>::load(&self.model, &device)
-                    .with_context(loading)?
-                    .into_parts();
-                (text, Some(vision))
-            }
-            false => (
-                load::<rein_model::Cpu>(&self.model, &device).with_context(loading)?,
-                None,
-            ),
-        };
+        let mut model = load::<rein_model::Cpu>(&self.model, &device).with_context(loading)?;
+        // The image side runs apart from the decoder (in the engine, once per batch).
+        let vision = model.vision.take();
         let model = model.with_dtype(self.dtype);
         crate::generate::q8_has_codes(self.precision, &model, &self.model)?;
         crate::generate::q8_fits_dtype(self.precision, self.dtype)?;

@@ -59,6 +59,25 @@ pub(crate) struct RecipeData {
     pub(crate) skipped: Vec<Skipped>,
 }
 
+/// The training and held-out examples of `data`'s generated task (the visual or the arithmetic
+/// one), written into `data_dir`; `None` when it generates none.
+fn generated(data: &DataSection, seed: u64, data_dir: Option<&Path>) -> Result<Option<Split>, LmError> {
+    let split = match (&data.shapes_task, &data.task) {
+        (Some(shapes), _) => crate::generate_shapes_task(shapes, seed),
+        (None, Some(task)) => crate::generate_task(task, seed),
+        (None, None) => return Ok(None),
+    };
+    if let Some(dir) = data_dir {
+        std::fs::create_dir_all(dir)?;
+        crate::write_jsonl(&dir.join("train.jsonl"), &split.0)?;
+        crate::write_jsonl(&dir.join("test.jsonl"), &split.1)?;
+    }
+    Ok(Some(split))
+}
+
+/// Training and held-out examples.
+type Split = (Vec<Example>, Vec<Example>);
+
 /// Reads or generates `data` (writing a generated task into `data_dir`); with `preference`,
 /// its preference pairs too; with `stepwise`, its step-labelled rows.
 pub(crate) fn read_data(
@@ -73,16 +92,8 @@ pub(crate) fn read_data(
     let mut skipped = Vec::new();
     let unpaired = preference.as_ref().is_some_and(|p| p.unpaired);
     let test_is_pairs = preference.as_ref().is_some_and(|p| p.test_is_pairs);
-    let (train, mut test) = match (&data.task, &data.train) {
-        (Some(task), _) => {
-            let (train, test) = crate::generate_task(task, loaded.recipe.seed);
-            if let Some(dir) = data_dir {
-                std::fs::create_dir_all(dir)?;
-                crate::write_jsonl(&dir.join("train.jsonl"), &train)?;
-                crate::write_jsonl(&dir.join("test.jsonl"), &test)?;
-            }
-            (train, test)
-        }
+    let (train, mut test) = match (generated(data, loaded.recipe.seed, data_dir)?, &data.train) {
+        (Some(split), _) => split,
         (None, Some(path)) if stepwise => {
             ((steps, test_steps), skipped) = read_stepwise_files(loaded, data, path)?;
             (Vec::new(), Vec::new())
@@ -121,7 +132,6 @@ pub(crate) fn read_data(
         // Loading refuses such a recipe (the plan's data check); one changed since is refused here.
         (None, None) => return Err(invalid(loaded, "data", "names neither `train` nor `task`")),
     };
-    no_images(loaded, data, &train, &test)?;
     if let Some(c) = (loaded.recipe.curriculum.as_ref()).filter(|c| c.kind == CurriculumKind::Ucb) {
         let sources = train.iter().map(|e| crate::source_of(&e.metadata, &data.fields.source));
         let sources: Vec<String> = sources.collect();
@@ -177,22 +187,4 @@ fn read_stepwise_files(
         skipped.extend(skipped_test);
     }
     Ok(((rows, test), skipped))
-}
-
-/// An error when a row of `train` or `test` has images: recipes train causal language models
-/// only, and the images would be dropped unseen.
-fn no_images(loaded: &LoadedRecipe, data: &DataSection, train: &[Example], test: &[Example]) -> Result<(), LmError> {
-    for (key, rows) in [("data.train", train), ("data.test", test)] {
-        if let Some(row) = rows.iter().position(|e| !e.images.is_empty()) {
-            let message = format!(
-                "row {} has images (column `{}`), but recipes train text-only models: vision-language \
-                 models generate and serve with images (rein generate, rein serve) but do not train from \
-                 a recipe yet",
-                row + 1,
-                data.fields.images
-            );
-            return Err(invalid(loaded, key, message));
-        }
-    }
-    Ok(())
 }

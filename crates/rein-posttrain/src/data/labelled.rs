@@ -58,6 +58,7 @@ impl LabelledCompletion {
             target_trained: None,
             metadata: String::new(),
             source: String::new(),
+            images: Default::default(),
         }
     }
 }

@@ -5,7 +5,9 @@ pub(crate) mod from_recipe;
 pub mod images;
 pub mod labelled;
 pub mod preferences;
+pub mod prompt_images;
 pub mod prompts;
+pub mod shapes;
 pub mod stepwise;
 pub mod task;
 

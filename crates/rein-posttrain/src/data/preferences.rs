@@ -70,6 +70,7 @@ impl PreferencePair {
             target_trained: None,
             metadata: String::new(),
             source: String::new(),
+            images: Default::default(),
         }
     }
 }

@@ -4,9 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::Example;
+use crate::data::prompt_images::{PromptImageReader, PromptPixels, chat_message, with_markers};
+use crate::{DataError, Example, LmError};
 
-use crate::rollout::transcript::{Transcript, TranscriptError};
+use crate::rollout::transcript::Transcript;
 use rein_model::lm::{ChatMessage, LmTokenizer};
 
 use rein_recipe::DataSection;
@@ -30,6 +31,9 @@ pub struct Prompt {
     /// The data source it came from (the `data.fields.source` column, verl's `data_source`);
     /// empty when the row names none.
     pub source: String,
+    /// Its images, processed for the model's image side (its `tokens` hold their image
+    /// tokens); empty for a text prompt.
+    pub images: PromptPixels,
 }
 
 /// The opening messages of a prompt: a system prompt (if any), then the user turn.
@@ -62,72 +66,132 @@ fn trace(completion: &str) -> Option<Vec<ChatMessage>> {
 /// `tools`, target completions followed by the end-of-sequence token. A target written as a
 /// conversation (see [`trace`]) becomes the transcript a multi-turn episode would produce:
 /// the model's turns trained on, the tools' results appended as the template renders them and
-/// masked.
+/// masked. A row's images are read and processed by `images` (a vision-language model's), and
+/// its `<image>` markers — one per image, or all at its start — expanded to their tokens; an
+/// error names the row (`row N`, counted from 1) and the image.
 pub fn prepare(
     examples: &[Example],
     tokenizer: &LmTokenizer,
     data: &DataSection,
     tools: &[serde_json::Value],
-) -> Result<Vec<Prompt>, TranscriptError> {
+    images: Option<&PromptImageReader>,
+) -> Result<Vec<Prompt>, LmError> {
     let eos = tokenizer.eos_ids().first().copied();
     let templated = data.chat_template && tokenizer.has_chat_template();
-    examples
-        .iter()
-        .map(|e| {
-            let opening = opening_messages(&e.prompt, data.system_prompt.as_deref());
-            if let Some(messages) = e.completion.as_deref().and_then(trace).filter(|_| templated) {
-                let mut transcript = Transcript::open(tokenizer, opening, tools.to_vec())?;
-                for message in messages {
-                    match message.role.as_str() {
-                        "assistant" => {
-                            let mut ids = tokenizer.encode(&message.content)?;
-                            ids.extend(eos);
-                            transcript.push_model_turn(tokenizer, &ids, &vec![0.0; ids.len()])?;
-                        }
-                        _ => {
-                            transcript.push_env_messages(tokenizer, vec![message])?;
-                        }
-                    }
-                }
-                let at = transcript.prompt_len();
-                return Ok(Prompt {
-                    text: e.prompt.clone(),
-                    tokens: transcript.tokens()[..at].to_vec(),
-                    answer: e.answer.clone(),
-                    target: Some(transcript.tokens()[at..].to_vec()),
-                    target_trained: Some(transcript.sampled()[at..].to_vec()),
-                    metadata: e.metadata.clone(),
-                    source: source_of(&e.metadata, &data.fields.source),
-                });
+    let row_error = |i: usize, reason: String| DataError {
+        path: format!("row {}", i + 1),
+        reason,
+    };
+    let mut prompts = Vec::with_capacity(examples.len());
+    for (i, e) in examples.iter().enumerate() {
+        let opening = opening_messages(&e.prompt, data.system_prompt.as_deref());
+        let trace = e.completion.as_deref().and_then(trace).filter(|_| templated);
+        if let Some(messages) = trace {
+            if !e.images.is_empty() {
+                let reason = "a conversational target with images: multi-turn rows read no images".into();
+                return Err(row_error(i, reason).into());
             }
-            let text = match templated {
-                true => tokenizer
-                    .apply_chat_template_with_tools(&opening, tools, true)?
-                    .unwrap_or_else(|| e.prompt.clone()),
-                false => e.prompt.clone(),
-            };
-            let target = match &e.completion {
-                Some(c) => {
-                    let mut ids = tokenizer.encode(c)?;
-                    ids.extend(eos);
-                    Some(ids)
-                }
-                None => None,
-            };
-            Ok(Prompt {
-                text: e.prompt.clone(),
-                tokens: match templated {
-                    true => tokenizer.encode(&text)?,
-                    false => tokenizer.encode_prompt(&text)?,
-                },
-                answer: e.answer.clone(),
-                target,
-                target_trained: None,
-                metadata: e.metadata.clone(),
-                source: source_of(&e.metadata, &data.fields.source),
-            })
-        })
-        .collect()
+            prompts.push(transcript_prompt(
+                e,
+                opening,
+                messages,
+                (tokenizer, tools),
+                &data.fields.source,
+            )?);
+            continue;
+        }
+        let (text, pixels) = match (e.images.is_empty(), images) {
+            (true, _) => {
+                let text = match templated {
+                    true => tokenizer
+                        .apply_chat_template_with_tools(&opening, tools, true)?
+                        .unwrap_or_else(|| e.prompt.clone()),
+                    false => e.prompt.clone(),
+                };
+                (text, PromptPixels::default())
+            }
+            (false, None) => {
+                let reason = "the row has images, but the model reads no images".into();
+                return Err(row_error(i, reason).into());
+            }
+            (false, Some(reader)) => {
+                let pixels = reader.read(&e.images).map_err(|reason| row_error(i, reason))?;
+                let marked = with_markers(&e.prompt, pixels.len()).map_err(|reason| row_error(i, reason))?;
+                let text = match templated {
+                    true => {
+                        let system = opening.iter().filter(|m| m.role == "system");
+                        let mut messages: Vec<serde_json::Value> =
+                            system.map(|m| serde_json::json!({"role": "system", "content": [{"type": "text", "text": m.content}]})).collect();
+                        messages.push(chat_message(&marked));
+                        tokenizer
+                            .apply_chat_template_to_json(&messages, tools, true)?
+                            .unwrap_or(marked)
+                    }
+                    false => marked,
+                };
+                let expanded = reader.expand(&text, &pixels).map_err(|reason| row_error(i, reason))?;
+                (expanded, pixels.into())
+            }
+        };
+        let target = match &e.completion {
+            Some(c) => {
+                let mut ids = tokenizer.encode(c)?;
+                ids.extend(eos);
+                Some(ids)
+            }
+            None => None,
+        };
+        prompts.push(Prompt {
+            text: e.prompt.clone(),
+            tokens: match templated {
+                true => tokenizer.encode(&text)?,
+                false => tokenizer.encode_prompt(&text)?,
+            },
+            answer: e.answer.clone(),
+            target,
+            target_trained: None,
+            metadata: e.metadata.clone(),
+            source: source_of(&e.metadata, &data.fields.source),
+            images: pixels,
+        });
+    }
+    Ok(prompts)
+}
+
+/// The prompt of `e`, whose target is the conversation `messages` after `opening`: the
+/// transcript a multi-turn episode offering `tools` would produce, the model's turns trained on.
+fn transcript_prompt(
+    e: &Example,
+    opening: Vec<ChatMessage>,
+    messages: Vec<ChatMessage>,
+    (tokenizer, tools): (&LmTokenizer, &[serde_json::Value]),
+    source_column: &str,
+) -> Result<Prompt, LmError> {
+    let eos = tokenizer.eos_ids().first().copied();
+    let mut transcript = Transcript::open(tokenizer, opening, tools.to_vec())?;
+    for message in messages {
+        match message.role.as_str() {
+            "assistant" => {
+                let mut ids = tokenizer.encode(&message.content)?;
+                ids.extend(eos);
+                transcript.push_model_turn(tokenizer, &ids, &vec![0.0; ids.len()])?;
+            }
+            _ => {
+                transcript.push_env_messages(tokenizer, vec![message])?;
+            }
+        }
+    }
+    let at = transcript.prompt_len();
+    Ok(Prompt {
+        text: e.prompt.clone(),
+        tokens: transcript.tokens()[..at].to_vec(),
+        answer: e.answer.clone(),
+        target: Some(transcript.tokens()[at..].to_vec()),
+        target_trained: Some(transcript.sampled()[at..].to_vec()),
+        metadata: e.metadata.clone(),
+        source: source_of(&e.metadata, source_column),
+        images: PromptPixels::default(),
+    })
 }
 
 /// How metrics name a data source: rows without one are `unnamed`.
@@ -179,7 +243,7 @@ mod tests {
             metadata: String::new(),
             images: Vec::new(),
         };
-        let prompt = prepare(&[example], &tokenizer, &data, &[]).unwrap().remove(0);
+        let prompt = prepare(&[example], &tokenizer, &data, &[], None).unwrap().remove(0);
         let (target, trained) = (prompt.target.unwrap(), prompt.target_trained.unwrap());
         let text = |keep: bool| {
             let ids: Vec<u32> = (target.iter().zip(&trained))

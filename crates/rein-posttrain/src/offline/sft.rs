@@ -118,7 +118,13 @@ impl<B: ReinAutodiffBackend> Trainer for Sft<'_, B> {
         let trained: Vec<Option<&[bool]>> = picked.iter().map(|p| p.target_trained.as_deref()).collect();
         // One share of the rows per device (the whole batch on one device).
         let shards: Vec<TokenBatch> = data_parallel::row_shares(pairs.len(), self.devices.len())
-            .map(|rows| sft_batch(&pairs[rows.clone()], &trained[rows], self.pad_id))
+            .map(|rows| {
+                let mut batch = sft_batch(&pairs[rows.clone()], &trained[rows.clone()], self.pad_id);
+                if picked[rows.clone()].iter().any(|p| !p.images.is_empty()) {
+                    batch.images = picked[rows].iter().map(|p| p.images.clone()).collect();
+                }
+                batch
+            })
             .collect();
         self.model
             .set_dropout_key(generation_seed(self.seed ^ DROPOUT_SALT, step, 0));

@@ -122,6 +122,7 @@ mod tests {
             routes: None,
             certainty: Vec::new(),
             char_ends: Default::default(),
+            images: Default::default(),
         };
         Scored {
             prompt: 0,

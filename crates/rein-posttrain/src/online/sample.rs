@@ -48,6 +48,8 @@ pub(super) struct Rollout {
     /// Where each token's text ends in `text`, in characters ([`token_char_ends`]): decoded the
     /// first time a reward's token inputs or the process advantage need it, then kept.
     pub(super) char_ends: std::sync::OnceLock<Vec<usize>>,
+    /// The opening's images (a vision-language model's prompt); empty otherwise.
+    pub(super) images: crate::PromptPixels,
 }
 
 /// One sampled, scored group.
@@ -258,6 +260,10 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
             let job = Job {
                 step: ahead,
                 prompts: picked.iter().map(|&i| prompts[i].tokens.clone()).collect(),
+                images: match picked.iter().any(|&i| !prompts[i].images.is_empty()) {
+                    true => picked.iter().map(|&i| prompts[i].images.clone()).collect(),
+                    false => Vec::new(),
+                },
                 config: self.generation_config(ahead, round),
                 stops: sampler.stop.clone(),
             };
@@ -290,6 +296,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
                 routes: x.routes,
                 certainty: x.certainty,
                 char_ends: Default::default(),
+                images: prompts[picked[x.prompt]].images.clone(),
             })
             .collect();
         Ok((picked, rollouts))
@@ -438,6 +445,7 @@ impl From<Episode> for Rollout {
             routes: None,
             certainty: Vec::new(),
             char_ends: Default::default(),
+            images: Default::default(),
         }
     }
 }

@@ -18,7 +18,10 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use rein_model::ReinBackend;
 use rein_model::lm::CausalLm;
+use rein_model::vision::ProcessedImage;
 use rein_sampler::{Generation, GenerationConfig, Generator, GeneratorError};
+
+use crate::PromptPixels;
 
 /// One step's generation work.
 pub struct Job {
@@ -26,10 +29,20 @@ pub struct Job {
     pub step: usize,
     /// The prompts, as token ids.
     pub prompts: Vec<Vec<u32>>,
+    /// Per prompt, its images (empty for a text prompt; no entries when no prompt has any).
+    pub images: Vec<PromptPixels>,
     /// Sampling settings (seed included).
     pub config: GenerationConfig,
     /// Stop strings.
     pub stops: Vec<String>,
+}
+
+impl Job {
+    /// Runs the job on `generator`, with the prompts' images when they have any.
+    fn generate<B: ReinBackend>(&self, generator: &mut dyn Generator<B>) -> Result<Vec<Generation>, GeneratorError> {
+        let images: Vec<&[ProcessedImage]> = self.images.iter().map(|i| &i[..]).collect();
+        generator.generate_with_images(&self.prompts, &images, &self.config, &self.stops)
+    }
 }
 
 /// A job's completions.
@@ -166,7 +179,7 @@ where
         match &mut self.mode {
             Mode::Inline { generator, jobs } => {
                 let job = jobs.pop_front().ok_or(GeneratorError::NoPolicy)?;
-                let generations = generator.generate(&job.prompts, &job.config, &job.stops)?;
+                let generations = job.generate(generator.as_mut())?;
                 Ok(Produced {
                     step: job.step,
                     generations,
@@ -218,7 +231,7 @@ fn produce<B: ReinBackend>(
                 generator.update(policy.as_ref().ok_or(GeneratorError::NoPolicy)?, version)?;
                 synced = Some(version);
             }
-            let generations = generator.generate(&job.prompts, &job.config, &job.stops)?;
+            let generations = job.generate(generator.as_mut())?;
             Ok(Produced {
                 step: job.step,
                 generations,
@@ -297,6 +310,7 @@ mod tests {
         Job {
             step,
             prompts: vec![vec![1]],
+            images: Vec::new(),
             config: GenerationConfig::default(),
             stops: Vec::new(),
         }

@@ -141,7 +141,7 @@ pub fn run_lm<B: ReinAutodiffBackend>(
     model = stages.algorithm(model, stage, &mut outcome)?;
     let causal = !matches!(plan, Plan::RewardModel(_) | Plan::Prm(_));
     if let Some(run) = run.filter(|_| causal) {
-        save_model_dir(&model, &stages.setup.tokenizer, &run.path().join("final"))?;
+        save_model_dir(&model, &stages.setup, &run.path().join("final"))?;
         if model.lora.is_some() {
             let base = loaded.recipe.model.path.as_deref().unwrap_or_default();
             rein_model::lm::peft::save_adapter(&model, &run.path().join("adapter"), base)?;
@@ -289,7 +289,7 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
             model = sft.model;
             sft_seconds = driven.elapsed.as_secs_f64();
             if let Some(run) = self.run {
-                save_model_dir(&model, &self.setup.tokenizer, &run.path().join("sft"))?;
+                save_model_dir(&model, &self.setup, &run.path().join("sft"))?;
             }
         }
         let before = self.setup.evaluate(&model.valid(), self.loaded, &self.device)?;
@@ -557,10 +557,18 @@ impl<B: ReinAutodiffBackend> Stages<'_, B> {
     }
 }
 
-/// Writes `model` and its tokenizer as a Hugging Face model directory.
-fn save_model_dir<B: ReinBackend>(model: &CausalLm<B>, tokenizer: &LmTokenizer, dir: &Path) -> Result<(), LmError> {
+/// Writes `model` with the run's tokenizer (and a vision-language model's image processor) as a
+/// Hugging Face model directory.
+fn save_model_dir<B: ReinBackend, S: ReinBackend>(
+    model: &CausalLm<B>,
+    setup: &LmSetup<S>,
+    dir: &Path,
+) -> Result<(), LmError> {
     save(model, dir)?;
-    tokenizer.save(dir)?;
+    setup.tokenizer.save(dir)?;
+    if let Some(images) = &setup.images {
+        images.copy_settings(dir)?;
+    }
     Ok(())
 }
 

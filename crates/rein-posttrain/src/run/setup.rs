@@ -8,11 +8,13 @@ use rein_core::{RewardFn, TextEnv, Tool};
 use rein_model::ReinBackend;
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, load};
+use rein_model::vision::{IMAGE_TOKEN, Idefics3Vision, VisionConfig};
 use rein_plugin::{PluginRuntime, RewardPlugin};
 use rein_recipe::{LmPpoRecipe, LoadedRecipe, Plan, ProcessRewardModelRecipe, Weights};
 use rein_sampler::SeededRng;
 
 use crate::LmError;
+use crate::PromptImageReader;
 use crate::StepTokenizing;
 use crate::rewards::setup::rewards;
 use crate::rollout::episodes::Agent;
@@ -42,6 +44,9 @@ pub(crate) struct LmSetup<B: ReinBackend> {
     pub(crate) stepwise: StepRows,
     /// Preference, labelled or step-labelled rows that could not train.
     pub(crate) skipped_rows: usize,
+    /// A vision-language model's image processor (its settings are saved with every model
+    /// the run writes).
+    pub(crate) images: Option<PromptImageReader>,
 }
 
 /// Loads or initialises the model (or the model directory `model_dir`, when given), the
@@ -61,7 +66,7 @@ pub(crate) fn setup<B: ReinBackend>(
     let lora = lora_spec(loaded)?;
     // Weights trained from scratch, then LoRA adapters, from the run's own generator.
     let mut init_rng = SeededRng::new(recipe.seed);
-    let (model, tokenizer) = model_and_tokenizer::<B>(loaded, model_dir, &mut init_rng, device)?;
+    let (model, tokenizer, images) = model_and_tokenizer::<B>(loaded, model_dir, &mut init_rng, device)?;
     let model = match &lora {
         Some(spec) => model.with_lora(spec, &mut init_rng, device),
         None => model,
@@ -87,7 +92,7 @@ pub(crate) fn setup<B: ReinBackend>(
     let runtime = PluginRuntime::default();
     let agent = agent(loaded, &runtime, plugin_dir, &tokenizer)?;
     let tools = agent.as_ref().map(|a| a.schemas(None)).unwrap_or_default();
-    let mut train = crate::prepare(&train, &tokenizer, data, &tools)?;
+    let mut train = prepare_split("data.train", &train, (&tokenizer, data, &tools), images.as_ref())?;
     let (pairs, test_pairs, labelled) = match preference {
         Some(crate::data::from_recipe::PreferenceUse { max_length, .. }) => {
             let read = (&preferences[..], &test_preferences[..], &labelled[..]);
@@ -103,7 +108,8 @@ pub(crate) fn setup<B: ReinBackend>(
         }
         None => (Vec::new(), Vec::new(), Vec::new()),
     };
-    let mut test = crate::prepare(&test, &tokenizer, data, &tools)?;
+    let mut test = prepare_split("data.test", &test, (&tokenizer, data, &tools), images.as_ref())?;
+    images_fit(loaded, plan, agent.is_some(), train.iter().chain(&test))?;
     if let Some(max) = recipe.eval.max_examples {
         test.truncate(max);
     }
@@ -141,6 +147,24 @@ pub(crate) fn setup<B: ReinBackend>(
         labelled,
         stepwise,
         skipped_rows: skipped.len(),
+        images,
+    })
+}
+
+/// [`crate::prepare`] of one split of the data, an error naming the split's key (`data.train`)
+/// before the row it names.
+fn prepare_split(
+    key: &str,
+    examples: &[crate::Example],
+    (tokenizer, data, tools): (&LmTokenizer, &rein_recipe::DataSection, &[serde_json::Value]),
+    images: Option<&PromptImageReader>,
+) -> Result<Vec<crate::Prompt>, LmError> {
+    crate::prepare(examples, tokenizer, data, tools, images).map_err(|error| match error {
+        LmError::Data(crate::DataError { path, reason }) => LmError::Data(crate::DataError {
+            path: format!("{key} {path}"),
+            reason,
+        }),
+        other => other,
     })
 }
 
@@ -227,6 +251,45 @@ fn other_models_share_the_tokenizer(
     Ok(())
 }
 
+/// Refuses, when some of `prompts` have images, what would read them without their images:
+/// multi-turn episodes, inference servers, and a teacher, implicit PRM or value model of their
+/// own (which read the prompt's tokens only). An error names the key.
+fn images_fit<'p>(
+    loaded: &LoadedRecipe,
+    plan: Plan<'_>,
+    agent: bool,
+    mut prompts: impl Iterator<Item = &'p crate::Prompt>,
+) -> Result<(), LmError> {
+    if !prompts.any(|p| !p.images.is_empty()) {
+        return Ok(());
+    }
+    let recipe = &loaded.recipe;
+    let refuse = |key: &str, what: &str| {
+        let message = format!(
+            "{what} cannot read the prompts' images: vision-language models train on single-turn prompts sampled in process, with the policy as the only model"
+        );
+        Err(invalid(loaded, key, message))
+    };
+    if agent {
+        return refuse("tool", "multi-turn episodes (tools or a text environment)");
+    }
+    if recipe.sampler.backend != rein_core::SamplerBackend::Native {
+        return refuse("sampler.backend", "an inference server");
+    }
+    if recipe.teacher.is_some() {
+        return refuse("teacher.model", "a teacher");
+    }
+    if recipe.implicit_prm.as_ref().is_some_and(|prm| prm.model.is_some()) {
+        return refuse("implicit_prm.model", "an implicit PRM of its own");
+    }
+    if let Plan::LmPpo(LmPpoRecipe { ppo, .. }) = plan
+        && ppo.value_model_path.is_some()
+    {
+        return refuse("algorithm.value_model_path", "a value model of its own");
+    }
+    Ok(())
+}
+
 /// The recipe's tools and text environment, loaded, when it plays multi-turn episodes (tools
 /// alone get the default `[agent]` limits). The chat template must extend each turn's prefix
 /// unchanged (checked here, before any training).
@@ -302,7 +365,7 @@ fn model_and_tokenizer<B: ReinBackend>(
     model_dir: Option<&Path>,
     rng: &mut SeededRng,
     device: &B::Device,
-) -> Result<(CausalLm<B>, LmTokenizer), LmError> {
+) -> Result<(CausalLm<B>, LmTokenizer, Option<PromptImageReader>), LmError> {
     let recipe = &loaded.recipe;
     let model_section = &recipe.model;
     let resolve = |path: &str| model_path(loaded, path);
@@ -353,7 +416,77 @@ fn model_and_tokenizer<B: ReinBackend>(
             ),
         ));
     }
-    Ok((model.with_dtype(recipe.model_dtype()), tokenizer))
+    let model = match (&model_section.vision, model.vision.is_some(), model_dir) {
+        (Some(table), false, _) => {
+            let vision = new_image_side(loaded, &model, table, &tokenizer, rng, device)?;
+            model.with_vision(vision)
+        }
+        (Some(_), true, None) => {
+            let message = "adds an image side, but the model has one already";
+            return Err(invalid(loaded, "model.vision", message));
+        }
+        // A checkpoint of this run (resumed, evaluated) has the image side it trained.
+        _ => model,
+    };
+    // A vision-language model reads its prompts' images with the processor saved beside its
+    // tokenizer (Hugging Face keeps both in the model directory).
+    let images = (model.vision.as_ref())
+        .map(|vision| PromptImageReader::load(&tokenizer_dir, vision.image_seq_len()))
+        .transpose()?;
+    let model = match model_section.train_vision_encoder {
+        true => model,
+        false => model.with_frozen_vision(),
+    };
+    Ok((model.with_dtype(recipe.model_dtype()), tokenizer, images))
+}
+
+/// The image side `model.vision` (`table`) describes, initialised from `rng` for `model`, its
+/// features replacing the tokenizer's `<image>` token.
+fn new_image_side<B: ReinBackend>(
+    loaded: &LoadedRecipe,
+    model: &CausalLm<B>,
+    table: &toml::Table,
+    tokenizer: &LmTokenizer,
+    rng: &mut SeededRng,
+    device: &B::Device,
+) -> Result<Idefics3Vision<B>, LmError> {
+    let fail = |message: String| invalid(loaded, "model.vision", message);
+    let mut settings = serde_json::to_value(table).map_err(|e| fail(e.to_string()))?;
+    let scale_factor = match settings.as_object_mut().and_then(|s| s.remove("scale_factor")) {
+        None => 2,
+        Some(value) => value
+            .as_u64()
+            .ok_or_else(|| fail(format!("scale_factor: expected a positive integer, found {value}")))?
+            as usize,
+    };
+    const KEYS: [&str; 9] = [
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_channels",
+        "image_size",
+        "patch_size",
+        "layer_norm_eps",
+        "hidden_act",
+    ];
+    if let Some(key) = table
+        .keys()
+        .find(|k| *k != "scale_factor" && !KEYS.contains(&k.as_str()))
+    {
+        return Err(fail(format!(
+            "unknown key `{key}` (known: scale_factor, {})",
+            KEYS.join(", ")
+        )));
+    }
+    let config = VisionConfig::from_json(&settings).map_err(fail)?;
+    let token = (tokenizer.token_id(IMAGE_TOKEN)).ok_or_else(|| {
+        fail(format!(
+            "the tokenizer has no `{IMAGE_TOKEN}` token for the image features"
+        ))
+    })?;
+    let std = loaded.recipe.model.init_std;
+    Idefics3Vision::init(model.config(), config, (scale_factor, token), std, rng, device).map_err(fail)
 }
 
 impl<B: ReinBackend> LmSetup<B> {

@@ -200,6 +200,7 @@ mod tests {
                 target_trained: None,
                 metadata: String::new(),
                 source: s.to_string(),
+                images: Default::default(),
             })
             .collect()
     }

@@ -1,0 +1,206 @@
+//! A vision-language model trained from a recipe: SFT, then GRPO, on rows whose prompts carry
+//! images, with the tiny Idefics3 of `fixtures/vlm` (its processor, tokenizer and SmolVLM chat
+//! template). The sampler and the trainer read the same images (their log-probabilities agree),
+//! the vision encoder stays frozen unless `model.train_vision_encoder`, and the models the run
+//! writes read images as the start did.
+
+use safetensors::SafeTensors;
+
+use super::*;
+
+fn vlm() -> std::path::PathBuf {
+    root().join("tests/fixtures/vlm")
+}
+
+/// Four rows, one image each (the fixture's odd sizes, grey and RGBA), with an answer and a
+/// target completion, as `rows.jsonl` in `dir`; `image` names the first row's image.
+fn write_rows(dir: &Path, first_image: &str) {
+    let images = vlm().join("images");
+    let rows: Vec<String> = [first_image, "tall.png", "grey.png", "small_rgba.png"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            serde_json::json!({
+                "prompt": "How many shapes are there?",
+                "images": [images.join(name).display().to_string()],
+                "answer": (i + 1).to_string(),
+                "completion": format!("<answer>{}</answer>", i + 1),
+            })
+            .to_string()
+        })
+        .collect();
+    std::fs::write(dir.join("rows.jsonl"), rows.join("\n")).unwrap();
+}
+
+/// The recipe: two SFT steps, two GRPO steps on the sampler's self-certainty (the answer
+/// checker, at weight 0, measures held-out accuracy), with `model` as the policy.
+fn recipe(dir: &Path, model: &Path, overrides: &[&str]) -> LoadedRecipe {
+    let recipe = format!(
+        r#"
+[model]
+path = {model:?}
+[data]
+train = "rows.jsonl"
+test = "rows.jsonl"
+[sft]
+steps = 2
+batch_size = 2
+lr = 1e-3
+[sampler]
+n = 2
+max_new_tokens = 6
+[algorithm]
+name = "grpo"
+steps = 2
+prompts_per_step = 2
+[optimizer]
+lr = 1e-3
+[[reward]]
+signal = "self_certainty"
+[[reward]]
+plugin = "math-answer"
+weight = 0.0
+[eval]
+k = 1
+[train]
+runs_dir = {runs:?}
+"#,
+        model = model.display().to_string(),
+        runs = dir.join("runs").display().to_string(),
+    );
+    std::fs::write(dir.join("recipe.toml"), recipe).unwrap();
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    LoadedRecipe::load(&dir.join("recipe.toml"), &overrides).unwrap()
+}
+
+/// The f32 values of every tensor in `dir/model.safetensors` whose name starts with `prefix`.
+fn tensors(dir: &Path, prefix: &str) -> Vec<(String, Vec<u8>)> {
+    let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
+    let file = SafeTensors::deserialize(&bytes).unwrap();
+    let mut named: Vec<(String, Vec<u8>)> = (file.tensors().into_iter())
+        .filter(|(name, _)| name.starts_with(prefix))
+        .map(|(name, view)| (name, view.data().to_vec()))
+        .collect();
+    named.sort();
+    assert!(!named.is_empty(), "no `{prefix}` tensors in {}", dir.display());
+    named
+}
+
+#[test]
+fn a_vision_language_model_trains_with_sft_then_grpo_on_image_rows() {
+    let dir = common::scratch("lm-vlm-train");
+    write_rows(&dir, "wide.png");
+    let start = vlm().join("idefics3");
+    let RunOutcome::Lm(outcome) = rein_train::run(&recipe(&dir, &start, &[]), &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    assert_eq!(outcome.grpo.unwrap().steps, 2);
+    let (before, after) = (outcome.before.unwrap(), outcome.after.unwrap());
+    assert_eq!((before.examples, after.examples), (4, 4));
+
+    // The trainer recomputes the sampler's log-probabilities with the same images in place.
+    let grpo = stage_records(&dir.join("runs"), "grpo");
+    assert_eq!(grpo.len(), 2);
+    for r in &grpo {
+        let mismatch = r["train/mismatch_kl"].as_f64().unwrap();
+        assert!(mismatch < 1e-6, "the trainer read other inputs than the sampler: {r}");
+    }
+    assert_eq!(stage_records(&dir.join("runs"), "sft").len(), 2);
+
+    // Frozen by default: the encoder as it was; the connector and the decoder trained.
+    let run = outcome.run_dir.unwrap();
+    let final_dir = run.join("final");
+    assert_eq!(
+        tensors(&final_dir, "model.vision_model."),
+        tensors(&start, "model.vision_model.")
+    );
+    assert_ne!(
+        tensors(&final_dir, "model.connector."),
+        tensors(&start, "model.connector.")
+    );
+    assert_ne!(
+        tensors(&final_dir, "model.text_model."),
+        tensors(&start, "model.text_model.")
+    );
+    // The models the run writes are vision-language models that read images as the start did.
+    for saved in [run.join("sft"), final_dir] {
+        assert!(saved.join("processor_config.json").is_file(), "{}", saved.display());
+        let model = rein_model::lm::load::<burn::backend::Flex>(&saved, &Default::default()).unwrap();
+        assert!(model.vision.is_some(), "{} lost its image side", saved.display());
+    }
+
+    let dir = common::scratch("lm-vlm-train-encoder");
+    write_rows(&dir, "wide.png");
+    let loaded = recipe(&dir, &start, &["model.train_vision_encoder=true", "algorithm.steps=1"]);
+    let RunOutcome::Lm(outcome) = rein_train::run(&loaded, &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    let final_dir = outcome.run_dir.unwrap().join("final");
+    assert_ne!(
+        tensors(&final_dir, "model.vision_model."),
+        tensors(&start, "model.vision_model.")
+    );
+}
+
+/// An image that is not there stops the run before training, naming the key, the row and the
+/// file (a text-only policy on image rows: `grpo::image_rows_are_read_and_a_recipe_for_a_text_only_policy_refuses_them`).
+#[test]
+fn a_missing_image_is_refused_naming_the_row_and_the_file() {
+    let dir = common::scratch("lm-vlm-missing-image");
+    write_rows(&dir, "missing.png");
+    let err = rein_train::run(&recipe(&dir, &vlm().join("idefics3"), &[]), &plugin_dir(), true)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("data.train row 1") && err.contains("missing.png"), "{err}");
+}
+
+/// The visual task's recipe (`recipes/grpo-shapes.toml`) shrunk to seconds: the data generated
+/// with its images, a vision-language model initialised from scratch (`model.vision`) and
+/// trained with SFT then GRPO, and saved as an Idefics3 checkpoint with its processor; a
+/// misspelt `model.vision` key is refused, naming it.
+#[test]
+fn the_shapes_recipe_trains_a_vision_language_model_from_scratch() {
+    let dir = common::scratch("lm-shapes");
+    let runs = format!("train.runs_dir={:?}", dir.join("runs").display().to_string());
+    let shrunk = [
+        "data.shapes_task.train=64",
+        "data.shapes_task.test=8",
+        "sft.steps=4",
+        "sft.batch_size=8",
+        "algorithm.steps=1",
+        "algorithm.prompts_per_step=2",
+        "sampler.n=4",
+        "eval.k=2",
+        &runs,
+    ];
+    let load = |extra: &[&str]| {
+        let overrides: Vec<String> = shrunk.iter().chain(extra).map(|s| s.to_string()).collect();
+        LoadedRecipe::load(&root().join("recipes/grpo-shapes.toml"), &overrides).unwrap()
+    };
+    let RunOutcome::Lm(outcome) = rein_train::run(&load(&[]), &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    assert_eq!(outcome.after.unwrap().examples, 8);
+    let run = outcome.run_dir.unwrap();
+    let rows = read(&run.join("data/train.jsonl"), &Fields::default()).unwrap();
+    assert_eq!(rows.len(), 64);
+    assert!(rows.iter().all(|r| r.images.len() == 1), "every row has its board");
+    for r in stage_records(&dir.join("runs"), "grpo") {
+        assert!(r["train/mismatch_kl"].as_f64().unwrap() < 1e-6, "{r}");
+    }
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("final/config.json")).unwrap()).unwrap();
+    assert_eq!(config["architectures"][0], "Idefics3ForConditionalGeneration");
+    assert_eq!(config["vision_config"]["patch_size"], 6);
+    assert!(run.join("final/processor_config.json").is_file());
+    let model = rein_model::lm::load::<burn::backend::Flex>(&run.join("final"), &Default::default()).unwrap();
+    assert_eq!(model.vision.as_ref().unwrap().image_seq_len(), 16);
+
+    let err = rein_train::run(&load(&["model.vision.patch=4"]), &plugin_dir(), true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("model.vision") && err.contains("unknown key `patch`"),
+        "{err}"
+    );
+}
