@@ -14,7 +14,7 @@ use super::siglip::{VisionConfig, VisionEncoder};
 use crate::backend::{ReinBackend, affine};
 
 /// Idefics3's image side: pixel values to features in the decoder's embedding space. A
-/// [`CausalLm`] with one ([`CausalLm::vision`]) is an Idefics3 model.
+/// [`crate::lm::CausalLm`] with one ([`crate::lm::CausalLm::vision`]) is an Idefics3 model.
 #[derive(Module, Debug)]
 pub struct Idefics3Vision<B: ReinBackend> {
     /// The vision transformer.
@@ -26,7 +26,7 @@ pub struct Idefics3Vision<B: ReinBackend> {
     #[module(skip)]
     scale_factor: usize,
     /// The model's `config.json` as read (or as built for a new model), written back by
-    /// [`save_idefics3`].
+    /// [`crate::lm::save`].
     #[module(skip)]
     pub(crate) config_json: Value,
 }
