@@ -39,7 +39,7 @@ pub struct TokenBatch {
     /// they differ.
     pub replay_routes: bool,
     /// Per row, its prompt's images for a vision-language model (their features take the
-    /// prompt's image tokens' places); empty when no row has one.
+    /// prompt's image tokens' places): empty for a text row, or no entries at all.
     pub images: Vec<PromptPixels>,
 }
 

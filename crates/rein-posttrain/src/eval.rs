@@ -7,7 +7,7 @@ use rein_core::{CompletionScore, Group, RewardFn};
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, LmTokenizer};
 use rein_model::vision::ProcessedImage;
-use rein_sampler::{GenerationConfig, generate, generate_with_images, prompt_images};
+use rein_sampler::{GenerationConfig, PromptsWithImages, generate_prompts};
 use serde::{Deserialize, Serialize};
 
 use crate::LmError;
@@ -269,17 +269,18 @@ fn sample_and_score<B: ReinBackend>(
             None => {
                 let ids: Vec<Vec<u32>> = chunk.iter().map(|p| p.tokens.clone()).collect();
                 let images: Vec<&[ProcessedImage]> = chunk.iter().map(|p| &p.images[..]).collect();
-                let (pad, mut stop) = (
+                let generations = generate_prompts(
+                    model,
+                    PromptsWithImages {
+                        prompts: &ids,
+                        images: &images,
+                    },
+                    &config,
                     tokenizer.pad_id().unwrap_or(0),
-                    crate::stop_check(tokenizer, settings.stop),
-                );
-                let features =
-                    prompt_images(model, &images, device).map_err(|e| LmError::Unsupported(e.to_string()))?;
-                let generations = match features {
-                    Some(images) => generate_with_images(model, &ids, images, &config, pad, &mut stop, device)
-                        .map_err(LmError::Unsupported)?,
-                    None => generate(model, &ids, &config, pad, &mut stop, device),
-                };
+                    &mut crate::stop_check(tokenizer, settings.stop),
+                    device,
+                )
+                .map_err(|e| LmError::Unsupported(e.to_string()))?;
                 (generations.iter())
                     .map(|g| crate::completion_text(tokenizer, &g.tokens, settings.stop))
                     .collect()

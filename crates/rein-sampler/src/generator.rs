@@ -140,12 +140,9 @@ where
         stops: &[String],
     ) -> Result<Vec<Generation>, GeneratorError> {
         let policy = self.policy.as_ref().ok_or(GeneratorError::NoPolicy)?;
-        let Some(images) = prompt_images(policy, images, &self.device)? else {
-            return self.generate(prompts, config, stops);
-        };
         let mut stop = stop_check(&self.tokenizer, stops);
-        generate_with_images(policy, prompts, images, config, self.pad_id, &mut stop, &self.device)
-            .map_err(GeneratorError::Images)
+        let prompts = PromptsWithImages { prompts, images };
+        generate_prompts(policy, prompts, config, self.pad_id, &mut stop, &self.device)
     }
 
     fn update(&mut self, policy: &CausalLm<B>, version: u64) -> Result<(), GeneratorError> {
@@ -163,10 +160,38 @@ where
     }
 }
 
+/// Prompts, and each one's images (processed for the policy's image side; empty for a text
+/// prompt).
+pub struct PromptsWithImages<'a> {
+    /// The prompts' token ids.
+    pub prompts: &'a [Vec<u32>],
+    /// `images[p]` are prompt `p`'s.
+    pub images: &'a [&'a [ProcessedImage]],
+}
+
+/// [`generate`] of `prompts`, through [`generate_with_images`] when some have images (their
+/// features computed once, for the whole batch, by `policy`'s image side). An error when they
+/// have images and the policy reads none, or their image tokens do not match the features.
+pub fn generate_prompts<B: ReinBackend>(
+    policy: &CausalLm<B>,
+    PromptsWithImages { prompts, images }: PromptsWithImages<'_>,
+    config: &GenerationConfig,
+    pad_id: u32,
+    stop: &mut dyn FnMut(usize, &[u32]) -> bool,
+    device: &B::Device,
+) -> Result<Vec<Generation>, GeneratorError> {
+    match prompt_images(policy, images, device)? {
+        Some(images) => {
+            generate_with_images(policy, prompts, images, config, pad_id, stop, device).map_err(GeneratorError::Images)
+        }
+        None => Ok(generate(policy, prompts, config, pad_id, stop, device)),
+    }
+}
+
 /// The features `policy`'s image side computes for every prompt's `images`, prompt after prompt,
 /// for [`generate_with_images`]; `None` when no prompt has an image. An error when some do and
 /// the policy reads no images.
-pub fn prompt_images<B: ReinBackend>(
+fn prompt_images<B: ReinBackend>(
     policy: &CausalLm<B>,
     images: &[&[ProcessedImage]],
     device: &B::Device,

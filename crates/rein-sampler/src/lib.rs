@@ -43,7 +43,7 @@ mod token_choice;
 pub use batch_decode::{Decoding, Generation, generate, generate_seeded, generate_with_images};
 pub use categorical::{categorical_entropy, categorical_log_prob, sample_categorical};
 pub use gaussian::{gaussian_entropy, gaussian_log_prob, sample_gaussian};
-pub use generator::{Generator, GeneratorError, NativeGenerator, prompt_images};
+pub use generator::{Generator, GeneratorError, NativeGenerator, PromptsWithImages, generate_prompts};
 pub use http::{HttpGenerator, HttpSettings, ServerApi};
 pub use http_classifier::HttpClassifier;
 pub use http_judge::HttpJudge;

@@ -120,9 +120,7 @@ impl<B: ReinAutodiffBackend> Trainer for Sft<'_, B> {
         let shards: Vec<TokenBatch> = data_parallel::row_shares(pairs.len(), self.devices.len())
             .map(|rows| {
                 let mut batch = sft_batch(&pairs[rows.clone()], &trained[rows.clone()], self.pad_id);
-                if picked[rows.clone()].iter().any(|p| !p.images.is_empty()) {
-                    batch.images = picked[rows].iter().map(|p| p.images.clone()).collect();
-                }
+                batch.images = picked[rows].iter().map(|p| p.images.clone()).collect();
                 batch
             })
             .collect();

@@ -301,9 +301,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
             tokens.routes = flat.iter().map(|(r, _)| r.routes.clone()).collect();
             tokens.replay_routes = replay_routes;
         }
-        if flat.iter().any(|(r, _)| !r.images.is_empty()) {
-            tokens.images = flat.iter().map(|(r, _)| r.images.clone()).collect();
-        }
+        tokens.images = flat.iter().map(|(r, _)| r.images.clone()).collect();
         tokens
     }
 

@@ -260,10 +260,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
             let job = Job {
                 step: ahead,
                 prompts: picked.iter().map(|&i| prompts[i].tokens.clone()).collect(),
-                images: match picked.iter().any(|&i| !prompts[i].images.is_empty()) {
-                    true => picked.iter().map(|&i| prompts[i].images.clone()).collect(),
-                    false => Vec::new(),
-                },
+                images: picked.iter().map(|&i| prompts[i].images.clone()).collect(),
                 config: self.generation_config(ahead, round),
                 stops: sampler.stop.clone(),
             };

@@ -29,7 +29,7 @@ pub struct Job {
     pub step: usize,
     /// The prompts, as token ids.
     pub prompts: Vec<Vec<u32>>,
-    /// Per prompt, its images (empty for a text prompt; no entries when no prompt has any).
+    /// Per prompt, its images (empty for a text prompt; or no entries at all).
     pub images: Vec<PromptPixels>,
     /// Sampling settings (seed included).
     pub config: GenerationConfig,
