@@ -47,6 +47,7 @@ fn examples() -> Vec<Prompt> {
                 metadata: String::new(),
                 source: String::new(),
                 images: Default::default(),
+                image_files: Default::default(),
             }
         })
         .collect()

@@ -583,6 +583,7 @@ impl TextEnv for Echo {
             .map(|s| Opening {
                 messages: vec![Message::new("user", s.prompt.clone())],
                 tools: Vec::new(),
+                images: Vec::new(),
             })
             .collect())
     }
@@ -599,6 +600,7 @@ impl TextEnv for Echo {
                         "user",
                         format!("That was {} characters; again.", t.content.len()),
                     )],
+                    images: Vec::new(),
                     reward: Some((t.content.len() % 2) as f64),
                     components: vec![("parity".into(), (t.content.len() % 2) as f64)],
                     done,

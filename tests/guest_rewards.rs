@@ -169,3 +169,45 @@ fn python_and_js_step_helpers_cut_steps_as_the_rust_helper_does() {
         assert!(refused.to_string().contains("sentences"), "{name}: {refused}");
     }
 }
+
+/// The Python image helper (plugins/python-shared/rein_images.py), inside a component, reads
+/// every board of `count-shapes`' cases as the Rust PDK does: sizes from the headers, pixels
+/// from grey, RGB, RGBA and palette PNGs, and the PNGs it writes itself.
+#[test]
+fn the_python_image_helper_reads_pngs_as_the_rust_pdk_does() {
+    let text = std::fs::read_to_string(root().join("plugins/count-shapes/cases.jsonl")).unwrap();
+    let cases: Vec<Case> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let plugin = common::load_with(
+        &common::test_plugin_path("images-py"),
+        rein_plugin::SandboxLimits::default(),
+    );
+    assert!(plugin.info().reads_images, "images-py asks for images");
+    let mut reward = plugin.reward("{}").unwrap();
+    let mut read = 0;
+    for case in cases.iter().filter(|c| !c.group.images.is_empty()) {
+        let scores = reward.score(std::slice::from_ref(&case.group)).unwrap().remove(0);
+        let got: std::collections::BTreeMap<&str, f64> = (scores[0].components.iter())
+            .map(|(name, value)| (name.as_str(), *value))
+            .collect();
+        let first = &case.group.images[0];
+        let image = rein_pdk::Image {
+            media_type: first.media_type().into(),
+            data: first.bytes().to_vec(),
+        };
+        let (width, height) = image.size().unwrap();
+        let pixels = image.decode_rgb().unwrap();
+        let red = (pixels.rgb.chunks(3)).filter(|p| *p == [220, 30, 30]).count();
+        let checksum: u64 = pixels.rgb.iter().map(|&b| u64::from(b)).sum();
+        let expected = std::collections::BTreeMap::from([
+            ("count", case.group.images.len() as f64),
+            ("width", f64::from(width)),
+            ("height", f64::from(height)),
+            ("red", red as f64),
+            ("checksum", checksum as f64),
+            ("round_trip", 1.0),
+        ]);
+        assert_eq!(got, expected, "{}", case.name);
+        read += 1;
+    }
+    assert!(read >= 10, "the cases hold too few boards: {read}");
+}

@@ -228,6 +228,7 @@ fn a_process_reward_model_scores_each_step_as_math_shepherd_does() {
         reference: None,
         metadata: String::new(),
         tokens: Vec::new(),
+        images: Vec::new(),
     };
     let scores = prm.score(std::slice::from_ref(&group)).unwrap().remove(0);
     let steps = &fixture.step_scores[1];

@@ -266,6 +266,7 @@ fn native_math_answer(mut reward: MathAnswer, groups: &[Group]) -> f64 {
             reference: g.reference.clone(),
             metadata: g.metadata.clone(),
             tokens: Vec::new(),
+            images: Vec::new(),
         })
         .collect();
     let total: usize = groups.iter().map(|g| g.completions.len()).sum();
@@ -299,6 +300,7 @@ fn math_groups(count: usize, per_group: usize) -> Vec<Group> {
                 reference: Some(answer.to_string()),
                 metadata: String::new(),
                 tokens: Vec::new(),
+                images: Vec::new(),
             }
         })
         .collect()

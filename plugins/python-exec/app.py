@@ -46,7 +46,7 @@ from typing import Optional
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.exports.tool_api import ToolError, ToolSpec
+from wit_world.exports.tool_api import ToolError, ToolOutput, ToolSpec
 from wit_world.imports.types import ConfigKey, PluginError, PluginMetadata
 
 import containment
@@ -164,7 +164,7 @@ class ToolApi(exports.ToolApi):
             parameters=json.dumps(PARAMETERS),
         )
 
-    def call(self, arguments: str) -> str:
+    def call(self, arguments: str) -> ToolOutput:
         if SETTINGS is None:
             raise Err(ToolError("`call` called before `init`"))
         try:
@@ -174,7 +174,7 @@ class ToolApi(exports.ToolApi):
         code = args.get("code") if isinstance(args, dict) else None
         if not isinstance(code, str):
             raise Err(ToolError('the arguments must be {"code": "..."}'))
-        return run(code, SETTINGS)
+        return ToolOutput(run(code, SETTINGS), [])
 
 
 claim()

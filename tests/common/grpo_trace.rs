@@ -121,6 +121,7 @@ impl Run<'_> {
                 // The first word is the prompt's source (what a UCB curriculum draws between).
                 source: text.split(' ').next().unwrap_or_default().into(),
                 images: Default::default(),
+                image_files: Default::default(),
             })
             .collect();
         let mut rewards = [WeightedReward {

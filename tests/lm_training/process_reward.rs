@@ -112,6 +112,7 @@ runs_dir = {runs:?}
         reference: None,
         metadata: String::new(),
         tokens: Vec::new(),
+        images: Vec::new(),
     };
     let scores = prm.score(std::slice::from_ref(&group)).unwrap().remove(0);
     let last = |i: usize| scores[i].steps[1].score;

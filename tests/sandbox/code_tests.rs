@@ -38,6 +38,7 @@ fn group(tests: &[String], completions: Vec<String>) -> Group {
         reference: None,
         metadata: serde_json::json!({ "tests": tests }).to_string(),
         tokens: Vec::new(),
+        images: Vec::new(),
     }
 }
 

@@ -17,6 +17,7 @@ fn group(completions: &[&str]) -> Vec<Group> {
         reference: Some("5".into()),
         metadata: String::new(),
         tokens: Vec::new(),
+        images: Vec::new(),
     }]
 }
 

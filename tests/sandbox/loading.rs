@@ -1,6 +1,6 @@
 //! Components the host must refuse to load, each with its typed error.
 
-use rein_core::{Group, PluginErrorKind, RewardFn, Tool};
+use rein_core::{Group, PluginErrorKind, RewardFn, TextEnv, Tool};
 use rein_plugin::{PluginKind, SandboxLimits};
 
 use super::{hostile, quick_limits, scores_good_batch};
@@ -29,7 +29,7 @@ fn another_interface_version_is_named() {
     assert_eq!(
         error.kind,
         PluginErrorKind::InterfaceVersion {
-            expected: "0.4.0".into(),
+            expected: "0.5.0".into(),
             found: "rein:plugin/reward-api@0.1.0".into()
         }
     );
@@ -37,8 +37,8 @@ fn another_interface_version_is_named() {
 }
 
 /// Components built against 0.3.0, before step scores, load and run as they did: a reward
-/// through the frozen 0.3.0 bindings (its scores have no steps), a tool through 0.4.0's
-/// bindings after its unchanged interfaces are renamed.
+/// through the frozen 0.3.0 bindings (its scores have no steps), a tool through the frozen
+/// 0.4.0 bindings after its interfaces are renamed to the versions defining them the same.
 #[test]
 fn components_of_the_previous_interface_still_load_and_run() {
     let plugin = runtime()
@@ -80,8 +80,77 @@ fn components_of_the_previous_interface_still_load_and_run() {
     );
     let mut tool = plugin.tool("{}").unwrap();
     assert_eq!(tool.spec().name, "reverse");
-    assert_eq!(tool.call(r#"{"text":"abc"}"#).unwrap(), "cba");
+    assert_eq!(tool.call(r#"{"text":"abc"}"#).unwrap(), "cba".into());
     assert!(tool.call("{}").unwrap_err().message.contains("expected"));
+}
+
+/// Components built against 0.4.0, before images, load and run as they did through the frozen
+/// 0.4.0 bindings: a reward still receives tokens and returns step scores, a tool's text and a
+/// text environment's replies come back without images.
+#[test]
+fn components_of_0_4_0_still_load_and_run() {
+    let load = |name| {
+        runtime()
+            .load(test_plugin_path(name), SandboxLimits::default())
+            .unwrap()
+    };
+    let plugin = load("reward-v0-4");
+    assert_eq!(
+        (plugin.kind(), plugin.info().interface_version.as_str()),
+        (PluginKind::Reward, "0.4.0")
+    );
+    assert!(plugin.info().reads_tokens && !plugin.info().reads_images);
+    let token = |text: &str| rein_core::Token {
+        text: text.into(),
+        logprob: -0.5,
+    };
+    let groups = [Group {
+        prompt: "p".into(),
+        completions: vec!["ab".into(), "c".into()],
+        tokens: vec![vec![token("a"), token("b")], vec![token("c")]],
+        ..Group::default()
+    }];
+    let scores = plugin.reward("{}").unwrap().score(&groups).unwrap();
+    let values: Vec<_> = scores[0]
+        .iter()
+        .map(|s| {
+            (
+                s.score,
+                s.steps.iter().map(|s| (s.start, s.end, s.score)).collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    assert_eq!(values, [(Some(2.0), vec![(0, 1, 1.0)]), (Some(1.0), vec![(0, 1, 1.0)])]);
+
+    let plugin = load("tool-v0-4");
+    assert_eq!(plugin.info().interface_version, "0.4.0");
+    let mut tool = plugin.tool("{}").unwrap();
+    assert_eq!(tool.call(r#"{"text":"abc"}"#).unwrap(), "cba".into());
+
+    let plugin = load("text-env-v0-4");
+    assert_eq!(
+        (plugin.kind(), plugin.info().interface_version.as_str()),
+        (PluginKind::TextEnv, "0.4.0")
+    );
+    let mut env = plugin.text_env("{}").unwrap();
+    let start = rein_core::EpisodeStart {
+        id: 7,
+        prompt: "Say something.".into(),
+        ..Default::default()
+    };
+    let opening = env.reset(&[start]).unwrap().remove(0);
+    assert_eq!(
+        (opening.messages[0].content.as_str(), opening.images.len()),
+        ("Say something.", 0)
+    );
+    let turn = |content: &str| rein_core::Turn {
+        id: 7,
+        content: content.into(),
+    };
+    let reply = env.step(&[turn("hi")]).unwrap().remove(0);
+    assert_eq!((reply.messages[0].content.as_str(), reply.done), ("HI", false));
+    let reply = env.step(&[turn("bye")]).unwrap().remove(0);
+    assert_eq!((reply.reward, reply.done), (Some(1.0), true));
 }
 
 #[test]

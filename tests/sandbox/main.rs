@@ -9,6 +9,7 @@ mod clocks;
 mod code_tests;
 mod environments;
 mod guests;
+mod images;
 mod judge;
 mod limits;
 mod loading;
@@ -48,6 +49,7 @@ pub fn attack(attack: &str) -> Vec<Group> {
         reference: Some("a".into()),
         metadata: format!(r#"{{"attack": "{attack}"}}"#),
         tokens: Vec::new(),
+        images: Vec::new(),
     }]
 }
 

@@ -107,6 +107,7 @@ fn guess_number_plays_batched_episodes_and_forgets_closed_ones() {
         prompt: "Guess my number (1-100).".into(),
         reference: Some(secret.into()),
         metadata: String::new(),
+        images: Vec::new(),
     };
     let openings = env.reset(&[start(1, "30"), start(2, "70")]).unwrap();
     assert_eq!(openings.len(), 2);
@@ -197,7 +198,7 @@ fn python_exec_calls_start_from_the_same_interpreter_whatever_earlier_calls_did(
     ];
     for (plant, probe, expected) in leaks {
         let _ = run(plant);
-        assert_eq!(run(probe), Ok(expected.to_string()), "after `{plant}`");
+        assert_eq!(run(probe), Ok(expected.into()), "after `{plant}`");
     }
     let _ = run("import random\nrandom.seed(0)");
     assert_eq!(run("import random\nprint(random.random())"), Ok(lone_random));

@@ -34,6 +34,7 @@ impl TextEnv for {{Type}} {
         let opening = Opening {
             messages: vec![Message::user(start.prompt.clone())],
             tools: Vec::new(),
+            images: Vec::new(),
         };
         Ok((Game { word: word.trim().to_lowercase(), tries: 0 }, opening))
     }

@@ -10,7 +10,7 @@ from typing import Optional
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.exports.tool_api import ToolError, ToolSpec
+from wit_world.exports.tool_api import ToolError, ToolOutput, ToolSpec
 from wit_world.imports.types import ConfigKey, PluginError, PluginMetadata
 
 NAME = "{{name}}"
@@ -43,10 +43,12 @@ class ToolApi(exports.ToolApi):
         return ToolSpec(name=NAME, description="Count the words and characters of a text.",
                         parameters=json.dumps(PARAMETERS))
 
-    def call(self, arguments: str) -> str:
+    # The output's text, and the images it shows (`Image("image/png", data)`, one per `<image>`
+    # marker in the text; none here).
+    def call(self, arguments: str) -> ToolOutput:
         text = json.loads(arguments).get("text")
         if not isinstance(text, str):
             raise Err(ToolError("`text` must be a string"))
         if MAX_CHARS is not None and len(text) > MAX_CHARS:
             raise Err(ToolError(f"the text is longer than {MAX_CHARS} characters"))
-        return f"{len(text.split())} words, {len(text)} characters"
+        return ToolOutput(f"{len(text.split())} words, {len(text)} characters", [])

@@ -1,7 +1,7 @@
 //! `{{name}}`: a tool that counts the words and characters of a text.
 
 use rein_pdk::json::{Map, Value, json};
-use rein_pdk::{Config, ConfigKey, Metadata, Tool, ToolSpec};
+use rein_pdk::{Config, ConfigKey, Metadata, Tool, ToolOutput, ToolSpec};
 
 /// The tool.
 pub struct {{Type}} {
@@ -29,15 +29,16 @@ impl Tool for {{Type}} {
         }
     }
 
-    /// `Ok` is the result the model reads; `Err` an error message it reads instead.
-    fn call(&mut self, arguments: &Map<String, Value>) -> Result<String, String> {
+    /// `Ok` is the result the model reads (text, or text with images:
+    /// `ToolOutput::with_images`); `Err` an error message it reads instead.
+    fn call(&mut self, arguments: &Map<String, Value>) -> Result<ToolOutput, String> {
         let Some(Value::String(text)) = arguments.get("text") else {
             return Err("`text` must be a string".into());
         };
         if text.chars().count() > self.max_chars {
             return Err(format!("the text is longer than {} characters", self.max_chars));
         }
-        Ok(format!("{} words, {} characters", text.split_whitespace().count(), text.chars().count()))
+        Ok(format!("{} words, {} characters", text.split_whitespace().count(), text.chars().count()).into())
     }
 }
 

@@ -89,8 +89,15 @@ fn inspect(file: PathBuf, json: bool) -> anyhow::Result<()> {
     println!("version:     {}", m.version);
     println!("kind:        {}", info.kind.as_str());
     println!("interface:   rein:plugin@{}", info.interface_version);
-    if info.reads_tokens {
-        println!("reads:       the completions' tokens and their log-probabilities");
+    let reads: Vec<&str> = [
+        (info.reads_tokens, "the completions' tokens and their log-probabilities"),
+        (info.reads_images, "the prompt's images"),
+    ]
+    .into_iter()
+    .filter_map(|(reads, what)| reads.then_some(what))
+    .collect();
+    if !reads.is_empty() {
+        println!("reads:       {}", reads.join("; "));
     }
     println!("description: {}", m.description);
     println!("config keys:");

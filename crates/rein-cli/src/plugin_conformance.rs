@@ -3,18 +3,22 @@
 //! - reward: `{"group", "expected", "config"?, "name"?, "tolerance"?, "judge"?}`: the scores of
 //!   the group's completions (`null` = not applicable); `judge` is the list of replies a scripted
 //!   judge gives, in order, to a plugin that asks one (`reward-with-judge`);
-//! - tool: `{"arguments", "output" | "error", "config"?, "name"?}`: the exact output, or a text
-//!   the error message (shown to the model) contains;
+//! - tool: `{"arguments", "output" | "error", "images"?, "config"?, "name"?}`: the exact output
+//!   text (and its exact images, none unless `images` lists them), or a text the error message
+//!   (shown to the model) contains;
 //! - text-env: `{"start", "turns", "replies", "config"?, "name"?}`: one episode from `start`
-//!   (`{"prompt", "reference"?, "metadata"?}`) played with the model turns `turns`, each reply
-//!   checked against `{"says"?, "done"?, "reward"?}` (`says`: a text its messages contain).
+//!   (`{"prompt", "reference"?, "metadata"?, "images"?}`) played with the model turns `turns`,
+//!   each reply checked against `{"says"?, "done"?, "reward"?, "images"?}` (`says`: a text its
+//!   messages contain; `images`: how many images it shows).
+//!
+//! Images in cases are data URLs (`data:image/png;base64,…`), as in a group's `images`.
 
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
-use rein_core::{EpisodeStart, Group, JudgeLimits, RewardFn, ScriptedJudge, TextEnv, Tool, Turn};
+use rein_core::{EpisodeStart, Group, Image, JudgeLimits, RewardFn, ScriptedJudge, TextEnv, Tool, Turn};
 use rein_plugin::{JudgeGrant, Plugin, PluginKind, PluginRuntime};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -57,6 +61,9 @@ struct ToolCase {
     /// A text the error message must contain.
     #[serde(default)]
     error: Option<String>,
+    /// The images the output must show, exactly (none when absent).
+    #[serde(default)]
+    images: Vec<Image>,
 }
 
 /// The row a text-env case starts from.
@@ -68,6 +75,8 @@ struct Row {
     reference: Option<String>,
     #[serde(default)]
     metadata: Option<serde_json::Value>,
+    #[serde(default)]
+    images: Vec<Image>,
 }
 
 /// What one reply of a text-env case must be.
@@ -82,6 +91,9 @@ struct ExpectedReply {
     /// The reward (`null`: none given).
     #[serde(default, deserialize_with = "some")]
     reward: Option<Option<f64>>,
+    /// How many images the reply shows.
+    #[serde(default)]
+    images: Option<usize>,
 }
 
 /// Keeps an explicit `null` apart from a missing key.
@@ -108,7 +120,7 @@ struct TextEnvCase {
 fn case_format(kind: PluginKind) -> Option<&'static str> {
     match kind {
         PluginKind::Reward => Some(r#"{"group", "expected", "config"?, "name"?, "tolerance"?, "judge"?}"#),
-        PluginKind::Tool => Some(r#"{"arguments", "output" | "error", "config"?, "name"?}"#),
+        PluginKind::Tool => Some(r#"{"arguments", "output" | "error", "images"?, "config"?, "name"?}"#),
         PluginKind::TextEnv => Some(r#"{"start", "turns", "replies", "config"?, "name"?}"#),
         PluginKind::Environment => None,
     }
@@ -201,7 +213,7 @@ fn tool_case(case: &ToolCase, plugin: &Plugin) -> Result<(), String> {
         .map_err(|e| format!("error: {e}"))?;
     let result = tool.call(&case.arguments.to_string());
     match (&case.output, &case.error, result) {
-        (Some(expected), _, Ok(output)) if output == *expected => Ok(()),
+        (Some(expected), _, Ok(output)) if output.text == *expected && output.images == case.images => Ok(()),
         (None, Some(part), Err(error)) if error.message.contains(part.as_str()) => Ok(()),
         (_, _, Ok(output)) => Err(format!("got the output {output:?}")),
         (_, _, Err(error)) => Err(format!("got the {} error {:?}", error.kind.as_str(), error.message)),
@@ -221,6 +233,7 @@ fn text_env_case(case: &TextEnvCase, plugin: &Plugin) -> Result<(), String> {
         prompt: case.start.prompt.clone(),
         reference: case.start.reference.clone(),
         metadata: case.start.metadata.as_ref().map(|m| m.to_string()).unwrap_or_default(),
+        images: case.start.images.clone(),
     };
     env.reset(std::slice::from_ref(&start))
         .map_err(|e| format!("reset: {e}"))?;
@@ -249,6 +262,11 @@ fn text_env_case(case: &TextEnvCase, plugin: &Plugin) -> Result<(), String> {
             && reward != reply.reward
         {
             return wrong(format!("expected the reward {reward:?}, got {:?}", reply.reward));
+        }
+        if let Some(images) = expected.images
+            && images != reply.images.len()
+        {
+            return wrong(format!("expected {images} images, got {}", reply.images.len()));
         }
     }
     Ok(())

@@ -53,7 +53,7 @@ fn inspect_shows_name_kind_interface_config_and_imports() {
     for expected in [
         "name:        math-answer",
         "kind:        reward",
-        "interface:   rein:plugin@0.4.0",
+        "interface:   rein:plugin@0.5.0",
         "extract (default \"auto\")",
         "wasi:cli/stdout",
     ] {
@@ -69,6 +69,19 @@ fn inspect_shows_name_kind_interface_config_and_imports() {
             .unwrap()
             .iter()
             .any(|k| k["name"] == "tolerance")
+    );
+}
+
+#[test]
+fn inspect_says_what_a_reward_reads_besides_the_text() {
+    let path = common::plugin_path("count-shapes");
+    let text = stdout(&rein(&["plugin", "inspect", path.to_str().unwrap()]));
+    assert!(text.contains("reads:       the prompt's images"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&rein(&["plugin", "inspect", "--json", path.to_str().unwrap()]))).unwrap();
+    assert_eq!(
+        (json["reads_images"].as_bool(), json["reads_tokens"].as_bool()),
+        (Some(true), Some(false))
     );
 }
 

@@ -238,6 +238,14 @@ pub enum OutputError {
         /// What is wrong with it.
         reason: String,
     },
+    /// An image that is not of a media type rein carries, or not of the one it claims.
+    #[error("returned a bad image ({what}): {reason}")]
+    BadImage {
+        /// Which image (e.g. `image 0 of the output`).
+        what: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An observation or action does not fit its space.
     #[error("{what} does not match the space {space}: {reason}")]
     SpaceMismatch {

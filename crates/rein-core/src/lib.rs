@@ -1,7 +1,7 @@
 //! rein's domain types and the traits everything composes through.
 //!
 //! **Architecture invariant:** `rein-core` knows nothing about burn or wasmtime. It holds plain
-//! data (groups of completions, scores, observations, actions, spaces, messages) and the small
+//! data (groups of completions, scores, observations, actions, spaces, messages, images) and the small
 //! traits other crates implement ([`RewardFn`], [`Environment`], [`VecEnv`], [`Tool`],
 //! [`TextEnv`], [`Judge`]), so that a training loop can be written against these traits without seeing
 //! how a reward, an environment or a tool runs.
@@ -10,6 +10,7 @@
 pub mod choices;
 mod env;
 mod error;
+mod image;
 mod judge;
 mod limits;
 mod reward;
@@ -28,6 +29,7 @@ pub use env::{
     validate_batch_actions, validate_observation,
 };
 pub use error::{FailureCounts, OutputError, PluginError, PluginErrorKind};
+pub use image::{IMAGE_MARKER, Image, count_markers};
 pub use judge::{
     Judge, JudgeError, JudgeLimits, JudgeRequest, JudgeUsage, JudgedToken, Judgement, ScriptedJudge, request_seed,
 };
@@ -37,4 +39,4 @@ pub use rng::SeededRng;
 pub use text_env::{
     ENV_ROLES, EpisodeStart, Message, Opening, Reply, TextEnv, Turn, validate_openings, validate_replies,
 };
-pub use tool::{Tool, ToolError, ToolErrorKind, ToolSpec};
+pub use tool::{Tool, ToolError, ToolErrorKind, ToolOutput, ToolSpec};

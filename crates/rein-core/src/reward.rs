@@ -27,6 +27,10 @@ pub struct Group {
     /// empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tokens: Vec<Vec<Token>>,
+    /// The prompt's images, for a reward that reads them ([`RewardFn::reads_images`]); empty
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<crate::Image>,
 }
 
 /// One token of a completion, as the sampler drew it.
@@ -92,6 +96,11 @@ pub trait RewardFn: Send {
 
     /// It reads each completion's tokens ([`Group::tokens`]): the caller fills them in.
     fn reads_tokens(&self) -> bool {
+        false
+    }
+
+    /// It reads the prompt's images ([`Group::images`]): the caller fills them in.
+    fn reads_images(&self) -> bool {
         false
     }
 }

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::Image;
 use crate::error::OutputError;
 
 /// One message of a conversation.
@@ -38,6 +39,9 @@ pub struct EpisodeStart {
     pub reference: Option<String>,
     /// The row's metadata as JSON text (empty when none).
     pub metadata: String,
+    /// The row's images (its prompt's `<image>` markers show where they go).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
 }
 
 /// How an episode opens.
@@ -47,6 +51,9 @@ pub struct Opening {
     pub messages: Vec<Message>,
     /// The tools (by name) the model may call.
     pub tools: Vec<String>,
+    /// The images the messages show: one per `<image>` marker in their text, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
 }
 
 /// The model's turn in one episode.
@@ -63,6 +70,9 @@ pub struct Turn {
 pub struct Reply {
     /// Messages appended after the model's.
     pub messages: Vec<Message>,
+    /// The images the messages show: one per `<image>` marker in their text, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
     /// The reward given on this turn, if any.
     pub reward: Option<f64>,
     /// Named parts of the reward.
@@ -97,7 +107,17 @@ pub trait TextEnv: Send {
 /// `assistant`'s, never the environment's.
 pub const ENV_ROLES: [&str; 3] = ["system", "user", "tool"];
 
-fn check_messages(messages: &[Message], what: &dyn Fn() -> String) -> Result<(), OutputError> {
+/// Checks messages an environment wrote: environment roles only, and one `<image>` marker per
+/// image they show.
+fn check_messages(messages: &[Message], images: &[Image], what: &dyn Fn() -> String) -> Result<(), OutputError> {
+    let markers = crate::count_markers(messages.iter().map(|m| m.content.as_str()));
+    if markers != images.len() {
+        return Err(OutputError::WrongLength {
+            what: format!("images for the `<image>` markers of {}", what()),
+            expected: markers,
+            got: images.len(),
+        });
+    }
     for (i, message) in messages.iter().enumerate() {
         if !ENV_ROLES.contains(&message.role.as_str()) {
             return Err(OutputError::SpaceMismatch {
@@ -120,7 +140,9 @@ pub fn validate_openings(starts: &[EpisodeStart], openings: &[Opening]) -> Resul
         });
     }
     for (start, opening) in starts.iter().zip(openings) {
-        check_messages(&opening.messages, &|| format!("episode {}'s opening", start.id))?;
+        check_messages(&opening.messages, &opening.images, &|| {
+            format!("episode {}'s opening", start.id)
+        })?;
     }
     Ok(())
 }
@@ -136,7 +158,9 @@ pub fn validate_replies(turns: &[Turn], replies: &[Reply]) -> Result<(), OutputE
         });
     }
     for (turn, reply) in turns.iter().zip(replies) {
-        check_messages(&reply.messages, &|| format!("the reply to episode {}", turn.id))?;
+        check_messages(&reply.messages, &reply.images, &|| {
+            format!("the reply to episode {}", turn.id)
+        })?;
         let values = reply.reward.iter().map(|&r| ("reward".to_string(), r));
         let components = reply.components.iter().map(|(n, v)| (format!("component `{n}`"), *v));
         for (what, value) in values.chain(components) {
@@ -190,6 +214,34 @@ mod tests {
         };
         let err = validate_replies(&turns[..1], &[impostor]).unwrap_err();
         assert!(err.to_string().contains("`assistant` is not one of them"), "{err}");
+    }
+
+    #[test]
+    fn images_must_match_the_markers_of_the_messages() {
+        let png = Image::new(b"\x89PNG\r\n\x1a\n".to_vec()).unwrap();
+        let shown = Reply {
+            messages: vec![Message::new("tool", "zoomed: <image>")],
+            images: vec![png.clone()],
+            ..Reply::default()
+        };
+        assert!(validate_replies(&[turn(1)], std::slice::from_ref(&shown)).is_ok());
+        let unmarked = Reply {
+            messages: vec![Message::new("tool", "zoomed")],
+            ..shown.clone()
+        };
+        let err = validate_replies(&[turn(1)], &[unmarked]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("images for the `<image>` markers of the reply to episode 1"),
+            "{err}"
+        );
+        let missing = Opening {
+            messages: vec![Message::new("user", "<image><image> which is bigger?")],
+            images: vec![png],
+            ..Opening::default()
+        };
+        let err = validate_openings(&[EpisodeStart::default()], &[missing]).unwrap_err();
+        assert!(err.to_string().contains("returned 1"), "{err}");
     }
 
     #[test]

@@ -103,14 +103,52 @@ impl ToolError {
     }
 }
 
-/// A tool: a spec for the model and a call from a JSON object of arguments to text.
+/// What a tool call gives the model to read: text, and the images it shows where its
+/// `<image>` markers are (all at its start when it has none).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// The text.
+    pub text: String,
+    /// The images, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<crate::Image>,
+}
+
+impl ToolOutput {
+    /// Its size as the output limit counts it: the text's bytes and every image's.
+    pub fn len(&self) -> usize {
+        self.text.len() + self.images.iter().map(|i| i.bytes().len()).sum::<usize>()
+    }
+
+    /// It has no text and no images.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<String> for ToolOutput {
+    fn from(text: String) -> Self {
+        Self {
+            text,
+            images: Vec::new(),
+        }
+    }
+}
+
+impl From<&str> for ToolOutput {
+    fn from(text: &str) -> Self {
+        text.to_string().into()
+    }
+}
+
+/// A tool: a spec for the model and a call from a JSON object of arguments to text and images.
 pub trait Tool: Send {
     /// What the model is told.
     fn spec(&self) -> &ToolSpec;
 
     /// Runs the tool on `arguments` (a JSON object as text). A failure of any kind is an
     /// error for the model to read, and the tool stays usable for the next call.
-    fn call(&mut self, arguments: &str) -> Result<String, ToolError>;
+    fn call(&mut self, arguments: &str) -> Result<ToolOutput, ToolError>;
 
     /// How many calls failed inside the tool's sandbox so far, by kind (a tool's own
     /// `tool-error` answers are the model's failures and are not counted here).

@@ -37,6 +37,7 @@ fn sft_steps<B: ReinBackend>(fixtures: &Path, devices: Vec<B::Device>) -> Result
             metadata: String::new(),
             source: String::new(),
             images: Default::default(),
+            image_files: Default::default(),
         })
         .collect();
     let section = rein_recipe::SftSection {
@@ -113,6 +114,7 @@ fn grpo_step_record<B: ReinBackend>(fixtures: &Path, devices: Vec<B::Device>) ->
                 metadata: String::new(),
                 source: String::new(),
                 images: Default::default(),
+                image_files: Default::default(),
             })
         })
         .collect::<Result<Vec<_>>>()?;

@@ -30,12 +30,14 @@
 //! build against; the generated bindings stay private (`__private`) so the WIT can evolve
 //! behind these types. The helpers in [`answer`] and [`format`] are what math and verifier
 //! rewards need, and [`steps`] cuts a completion into the steps a process reward scores; they
-//! are plain Rust and tested natively.
+//! are plain Rust and tested natively. [`image`] reads the images a plugin receives and writes
+//! the ones it returns (pixels with the `decode` feature).
 
 pub mod answer;
 mod config;
 mod env;
 pub mod format;
+pub mod image;
 mod instance;
 pub mod judge;
 mod message;
@@ -48,6 +50,7 @@ mod tool;
 
 pub use config::Config;
 pub use env::{Action, EnvSpec, Environment, Observation, Space, Transition};
+pub use image::Image;
 pub use message::Message;
 pub use metadata::{ConfigKey, Metadata};
 pub use reward::{Group, Reward, Score, Token};
@@ -55,7 +58,7 @@ pub use rng::Rng;
 /// JSON, for plugins that read group metadata ([`Group::metadata_json`]).
 pub use serde_json as json;
 pub use text_env::{EpisodeStart, Opening, Reply, TextEnv};
-pub use tool::{Tool, ToolSpec};
+pub use tool::{Tool, ToolOutput, ToolSpec};
 
 #[doc(hidden)]
 pub mod __private {
@@ -81,7 +84,7 @@ pub mod __private {
         wit_bindgen::generate!({
             path: "../rein-plugin/wit",
             world: "judge-import",
-            with: { "rein:plugin/types@0.4.0": crate::__private::reward::rein::plugin::types },
+            with: { "rein:plugin/types@0.5.0": crate::__private::reward::rein::plugin::types },
         });
     }
 
@@ -93,7 +96,7 @@ pub mod __private {
             pub_export_macro: true,
             export_macro_name: "__export_environment_world",
             default_bindings_module: "rein_pdk::__private::environment",
-            with: { "rein:plugin/types@0.4.0": crate::__private::reward::rein::plugin::types },
+            with: { "rein:plugin/types@0.5.0": crate::__private::reward::rein::plugin::types },
         });
     }
 
@@ -105,7 +108,7 @@ pub mod __private {
             pub_export_macro: true,
             export_macro_name: "__export_tool_world",
             default_bindings_module: "rein_pdk::__private::tool",
-            with: { "rein:plugin/types@0.4.0": crate::__private::reward::rein::plugin::types },
+            with: { "rein:plugin/types@0.5.0": crate::__private::reward::rein::plugin::types },
         });
     }
 
@@ -117,7 +120,7 @@ pub mod __private {
             pub_export_macro: true,
             export_macro_name: "__export_text_env_world",
             default_bindings_module: "rein_pdk::__private::text_env",
-            with: { "rein:plugin/types@0.4.0": crate::__private::reward::rein::plugin::types },
+            with: { "rein:plugin/types@0.5.0": crate::__private::reward::rein::plugin::types },
         });
     }
 }

@@ -21,6 +21,9 @@ pub struct Group {
     /// Each completion's tokens when the reward reads them ([`Reward::READS_TOKENS`]); empty
     /// otherwise.
     pub tokens: Vec<Vec<Token>>,
+    /// The prompt's images when the reward reads them ([`Reward::READS_IMAGES`]); empty
+    /// otherwise. The prompt's `<image>` markers show where the model saw each.
+    pub images: Vec<crate::Image>,
 }
 
 /// One token of a completion, as the sampler drew it.
@@ -111,6 +114,9 @@ pub trait Reward: Sized + 'static {
     /// It reads each completion's tokens ([`Group::tokens`]); the host sends them only then.
     const READS_TOKENS: bool = false;
 
+    /// It reads the prompt's images ([`Group::images`]); the host sends them only then.
+    const READS_IMAGES: bool = false;
+
     /// Builds the reward from its config (unknown keys were already rejected).
     fn new(config: &Config) -> Result<Self, String>;
 
@@ -132,10 +138,10 @@ impl<R: Reward> wit::Guest for RewardExport<R> {
     }
 
     fn inputs() -> wit::RewardInputs {
-        match R::READS_TOKENS {
-            true => wit::RewardInputs::TOKENS,
-            false => wit::RewardInputs::empty(),
-        }
+        let mut inputs = wit::RewardInputs::empty();
+        inputs.set(wit::RewardInputs::TOKENS, R::READS_TOKENS);
+        inputs.set(wit::RewardInputs::IMAGES, R::READS_IMAGES);
+        inputs
     }
 
     fn init(config: String) -> Result<(), PluginError> {
@@ -166,6 +172,7 @@ impl<R: Reward> wit::Guest for RewardExport<R> {
                                     .collect()
                             })
                             .collect(),
+                        images: g.images.into_iter().map(crate::Image::from).collect(),
                     };
                     let scores = reward.score(&group).map_err(|e| error(format!("group {i}: {e}")))?;
                     Ok(scores

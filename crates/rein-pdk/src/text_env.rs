@@ -21,6 +21,8 @@ pub struct EpisodeStart {
     pub reference: Option<String>,
     /// The row's metadata as JSON text (empty when none).
     pub metadata: String,
+    /// The row's images (its prompt's `<image>` markers show where they go).
+    pub images: Vec<crate::Image>,
 }
 
 impl EpisodeStart {
@@ -37,6 +39,8 @@ pub struct Opening {
     pub messages: Vec<Message>,
     /// Tool names from the recipe's tools.
     pub tools: Vec<String>,
+    /// The images the messages show: one per `<image>` marker in their text, in order.
+    pub images: Vec<crate::Image>,
 }
 
 /// The environment's answer to one turn of the model.
@@ -44,6 +48,8 @@ pub struct Opening {
 pub struct Reply {
     /// Messages appended after the model's.
     pub messages: Vec<Message>,
+    /// The images the messages show: one per `<image>` marker in their text, in order.
+    pub images: Vec<crate::Image>,
     /// The reward given on this turn (usually when done).
     pub reward: Option<f64>,
     /// Named parts of the reward.
@@ -152,6 +158,7 @@ impl<E: TextEnv> wit::Guest for TextEnvExport<E> {
                     prompt: start.prompt,
                     reference: start.reference,
                     metadata: start.metadata,
+                    images: start.images.into_iter().map(crate::Image::from).collect(),
                 };
                 let (episode, opening) = state
                     .env
@@ -161,6 +168,7 @@ impl<E: TextEnv> wit::Guest for TextEnvExport<E> {
                 openings.push(wit::Opening {
                     messages: to_wit(opening.messages),
                     tools: opening.tools,
+                    images: opening.images.into_iter().map(Into::into).collect(),
                 });
             }
             Ok(openings)
@@ -177,6 +185,7 @@ impl<E: TextEnv> wit::Guest for TextEnvExport<E> {
                     (state.env.step(episode, &turn.content)).map_err(|e| error(format!("episode {}: {e}", turn.id)))?;
                 replies.push(wit::Reply {
                     messages: to_wit(reply.messages),
+                    images: reply.images.into_iter().map(Into::into).collect(),
                     reward: reply.reward,
                     components: (reply.components.into_iter())
                         .map(|(name, value)| Component { name, value })

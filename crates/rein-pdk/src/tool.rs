@@ -18,6 +18,38 @@ pub struct ToolSpec {
     pub parameters: serde_json::Value,
 }
 
+/// What a call gives the model: text, and images where its `<image>` markers are (all at its
+/// start when it has none). A `String` converts into one without images.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolOutput {
+    /// The text.
+    pub text: String,
+    /// The images, in order.
+    pub images: Vec<crate::Image>,
+}
+
+impl ToolOutput {
+    /// `text` showing `images`.
+    pub fn with_images(text: impl Into<String>, images: Vec<crate::Image>) -> Self {
+        Self {
+            text: text.into(),
+            images,
+        }
+    }
+}
+
+impl From<String> for ToolOutput {
+    fn from(text: String) -> Self {
+        Self::with_images(text, Vec::new())
+    }
+}
+
+impl From<&str> for ToolOutput {
+    fn from(text: &str) -> Self {
+        Self::with_images(text, Vec::new())
+    }
+}
+
 /// A tool an agent calls with a JSON object of arguments.
 ///
 /// An `Err` from [`Tool::call`] is shown to the model in place of the output (bad arguments,
@@ -33,8 +65,9 @@ pub trait Tool: Sized + 'static {
     /// What the model is told about the tool.
     fn spec(&self) -> ToolSpec;
 
-    /// Runs the tool on its arguments (a JSON object).
-    fn call(&mut self, arguments: &serde_json::Map<String, serde_json::Value>) -> Result<String, String>;
+    /// Runs the tool on its arguments (a JSON object): text (`Ok(text.into())`), or text with
+    /// images ([`ToolOutput::with_images`]).
+    fn call(&mut self, arguments: &serde_json::Map<String, serde_json::Value>) -> Result<ToolOutput, String>;
 }
 
 /// Adapts a [`Tool`] to the generated `tool-api` exports.
@@ -59,7 +92,7 @@ impl<T: Tool> wit::Guest for ToolExport<T> {
         })
     }
 
-    fn call(arguments: String) -> Result<String, wit::ToolError> {
+    fn call(arguments: String) -> Result<wit::ToolOutput, wit::ToolError> {
         let error = |message| wit::ToolError { message };
         let arguments = match serde_json::from_str(&arguments) {
             Ok(serde_json::Value::Object(map)) => map,
@@ -68,6 +101,10 @@ impl<T: Tool> wit::Guest for ToolExport<T> {
         };
         crate::instance::with("call", |tool: &mut T| tool.call(&arguments))
             .and_then(|output| output)
+            .map(|output| wit::ToolOutput {
+                text: output.text,
+                images: output.images.into_iter().map(Into::into).collect(),
+            })
             .map_err(error)
     }
 }

@@ -3,11 +3,22 @@
 /// The `reward` world.
 pub(crate) mod reward {
     wasmtime::component::bindgen!({ path: "wit", world: "reward" });
+    pub(crate) use exports::rein::plugin::reward_api::{CompletionScore, Group, RewardInputs, StepScore, Token};
+    pub(crate) use rein::plugin::types::Image;
+}
+
+/// The `reward` world of `rein:plugin@0.4.0` (`wit-0.4.0/`), for rewards built before images.
+pub(crate) mod reward_v0_4 {
+    wasmtime::component::bindgen!({
+        path: "wit-0.4.0",
+        world: "reward",
+        with: { "rein:plugin/types@0.4.0": crate::bindings::reward::rein::plugin::types },
+    });
     pub(crate) use exports::rein::plugin::reward_api::{CompletionScore, Group, RewardInputs, Token};
 }
 
 /// The `reward` world of `rein:plugin@0.3.0` (`wit-0.3.0/`), for rewards built against it: the
-/// interfaces it shares with 0.4.0 are 0.4.0's ([`crate::previous`]).
+/// interfaces it shares with the current version are the current ones ([`crate::previous`]).
 pub(crate) mod reward_v0_3 {
     wasmtime::component::bindgen!({
         path: "wit-0.3.0",
@@ -49,6 +60,15 @@ pub(crate) mod tool {
     });
 }
 
+/// The `tool` world of `rein:plugin@0.4.0` (and 0.3.0, the same): calls return text only.
+pub(crate) mod tool_v0_4 {
+    wasmtime::component::bindgen!({
+        path: "wit-0.4.0",
+        world: "tool",
+        with: { "rein:plugin/types@0.4.0": crate::bindings::reward::rein::plugin::types },
+    });
+}
+
 /// The `text-env` world.
 pub(crate) mod text_env {
     wasmtime::component::bindgen!({
@@ -57,7 +77,17 @@ pub(crate) mod text_env {
         with: { "rein:plugin/types": crate::bindings::reward::rein::plugin::types },
     });
     pub(crate) use exports::rein::plugin::text_env_api::{EpisodeStart, Turn};
-    pub(crate) use rein::plugin::types::Message;
+    pub(crate) use rein::plugin::types::{Image, Message};
+}
+
+/// The `text-env` world of `rein:plugin@0.4.0` (and 0.3.0, the same): no images.
+pub(crate) mod text_env_v0_4 {
+    wasmtime::component::bindgen!({
+        path: "wit-0.4.0",
+        world: "text-env",
+        with: { "rein:plugin/types@0.4.0": crate::bindings::reward::rein::plugin::types },
+    });
+    pub(crate) use exports::rein::plugin::text_env_api::{EpisodeStart, Turn};
 }
 
 pub(crate) use reward::rein::plugin::types::PluginMetadata as Metadata;

@@ -2,7 +2,7 @@
 //!
 //! **Architecture invariant:** this is the only crate that links wasmtime. It loads plugin
 //! components (reward functions, environments, tools and text environments built against
-//! `wit/plugin.wit`, or its previous version), runs them in a sandbox, and hands the rest of rein plain [`rein_core`]
+//! `wit/plugin.wit`, or its earlier versions), runs them in a sandbox, and hands the rest of rein plain [`rein_core`]
 //! trait objects: a [`RewardPlugin`] is a [`rein_core::RewardFn`], an [`EnvPlugin`] an
 //! [`rein_core::Environment`], a [`VecEnvPlugin`] a [`rein_core::VecEnv`], a [`ToolPlugin`] a [`rein_core::Tool`] and a
 //! [`TextEnvPlugin`] a [`rein_core::TextEnv`]. Nothing outside sees a `Store` or a trap; a
@@ -61,4 +61,4 @@ pub use text_env::TextEnvPlugin;
 pub use tool::ToolPlugin;
 
 /// The version of the `rein:plugin` WIT package this host speaks.
-pub const INTERFACE_VERSION: &str = "0.4.0";
+pub const INTERFACE_VERSION: &str = "0.5.0";

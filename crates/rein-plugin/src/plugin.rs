@@ -8,9 +8,8 @@ use wasmtime::Engine;
 use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 
 use crate::INTERFACE_VERSION;
-use crate::bindings::{self, environment, reward, reward_v0_3, text_env, tool};
+use crate::bindings::{self, environment, reward, reward_v0_3, reward_v0_4, text_env, text_env_v0_4, tool, tool_v0_4};
 use crate::imports::{Access, Import};
-use crate::previous::PREVIOUS_VERSION;
 use crate::sandbox::{HostState, Instance, clock_view, new_store};
 use rein_core::SandboxLimits;
 
@@ -101,6 +100,8 @@ pub struct PluginInfo {
     pub metadata: PluginMetadata,
     /// A reward that asks for each completion's tokens (`inputs`).
     pub reads_tokens: bool,
+    /// A reward that asks for the prompt's images (`inputs`).
+    pub reads_images: bool,
     /// The interfaces it imports, and what the sandbox gives each.
     pub imports: Vec<Import>,
     /// The interfaces it exports.
@@ -109,15 +110,19 @@ pub struct PluginInfo {
 
 pub(crate) enum Pre {
     Reward(reward::RewardPre<HostState>),
+    RewardV0_4(reward_v0_4::RewardPre<HostState>),
     RewardV0_3(reward_v0_3::RewardPre<HostState>),
     Environment(environment::EnvironmentPre<HostState>),
     Tool(tool::ToolPre<HostState>),
+    ToolV0_4(tool_v0_4::ToolPre<HostState>),
     TextEnv(text_env::TextEnvPre<HostState>),
+    TextEnvV0_4(text_env_v0_4::TextEnvPre<HostState>),
 }
 
-/// A reward instance: of the current interface, or of 0.3.0 ([`crate::previous`]).
+/// A reward instance: of the current interface, or of 0.4.0 or 0.3.0 ([`crate::previous`]).
 pub(crate) enum RewardInstance {
     Current(Instance<reward::Reward>),
+    V0_4(Instance<reward_v0_4::Reward>),
     V0_3(Instance<reward_v0_3::Reward>),
 }
 
@@ -125,6 +130,7 @@ impl RewardInstance {
     pub(crate) fn store(&mut self) -> &mut wasmtime::Store<crate::sandbox::HostState> {
         match self {
             RewardInstance::Current(instance) => &mut instance.store,
+            RewardInstance::V0_4(instance) => &mut instance.store,
             RewardInstance::V0_3(instance) => &mut instance.store,
         }
     }
@@ -132,10 +138,24 @@ impl RewardInstance {
     pub(crate) fn stdout(&self) -> String {
         match self {
             RewardInstance::Current(instance) => instance.stdout(),
+            RewardInstance::V0_4(instance) => instance.stdout(),
             RewardInstance::V0_3(instance) => instance.stdout(),
         }
     }
 }
+
+/// An instance of the current interface, or of 0.4.0 (for tools and text environments, whose
+/// 0.3.0 interfaces are 0.4.0's; [`crate::previous`]).
+pub(crate) enum Versioned<Current, V0_4> {
+    Current(Instance<Current>),
+    V0_4(Instance<V0_4>),
+}
+
+/// A tool instance.
+pub(crate) type ToolInstance = Versioned<tool::Tool, tool_v0_4::Tool>;
+
+/// A text-environment instance.
+pub(crate) type TextEnvInstance = Versioned<text_env::TextEnv, text_env_v0_4::TextEnv>;
 
 pub(crate) struct Inner {
     pub(crate) engine: Engine,
@@ -162,21 +182,21 @@ impl std::fmt::Debug for Plugin {
 }
 
 impl Plugin {
-    /// `previous`: the component was built against [`PREVIOUS_VERSION`] and its names adopted
-    /// ([`crate::previous`]).
+    /// `previous`: the earlier version the component was built against, whose names were
+    /// adopted ([`crate::previous`]).
     pub(crate) fn new(
         file_name: &str,
         engine: Engine,
         component: Component,
         limits: SandboxLimits,
-        previous: bool,
+        previous: Option<&'static str>,
     ) -> Result<Self, PluginError> {
         let fail = |kind| PluginError::new(file_name, None, kind);
         let ty = component.component_type();
         let imports: Vec<String> = ty.imports(&engine).map(|(name, _)| name.to_string()).collect();
         let exports: Vec<String> = ty.exports(&engine).map(|(name, _)| name.to_string()).collect();
         let (kind, version) = interface_kind(&exports).map_err(fail)?;
-        let version = if previous { PREVIOUS_VERSION } else { version };
+
         let imports: Vec<Import> = imports.iter().map(|name| Import::of(name)).collect();
 
         let mut linker = Linker::<HostState>::new(&engine);
@@ -198,16 +218,23 @@ impl Plugin {
                 reason: format!("{e:#}"),
             })
         };
-        let pre = match kind {
-            PluginKind::Reward if version == PREVIOUS_VERSION => {
+        let pre = match (kind, version) {
+            (PluginKind::Reward, "0.3.0") => {
                 Pre::RewardV0_3(reward_v0_3::RewardPre::new(instance_pre).map_err(link_error)?)
             }
-            PluginKind::Reward => Pre::Reward(reward::RewardPre::new(instance_pre).map_err(link_error)?),
-            PluginKind::Environment => {
+            (PluginKind::Reward, "0.4.0") => {
+                Pre::RewardV0_4(reward_v0_4::RewardPre::new(instance_pre).map_err(link_error)?)
+            }
+            (PluginKind::Reward, _) => Pre::Reward(reward::RewardPre::new(instance_pre).map_err(link_error)?),
+            (PluginKind::Environment, _) => {
                 Pre::Environment(environment::EnvironmentPre::new(instance_pre).map_err(link_error)?)
             }
-            PluginKind::Tool => Pre::Tool(tool::ToolPre::new(instance_pre).map_err(link_error)?),
-            PluginKind::TextEnv => Pre::TextEnv(text_env::TextEnvPre::new(instance_pre).map_err(link_error)?),
+            (PluginKind::Tool, "0.4.0") => Pre::ToolV0_4(tool_v0_4::ToolPre::new(instance_pre).map_err(link_error)?),
+            (PluginKind::Tool, _) => Pre::Tool(tool::ToolPre::new(instance_pre).map_err(link_error)?),
+            (PluginKind::TextEnv, "0.4.0") => {
+                Pre::TextEnvV0_4(text_env_v0_4::TextEnvPre::new(instance_pre).map_err(link_error)?)
+            }
+            (PluginKind::TextEnv, _) => Pre::TextEnv(text_env::TextEnvPre::new(instance_pre).map_err(link_error)?),
         };
         let metadata = PluginMetadata {
             name: file_name.to_string(),
@@ -217,9 +244,10 @@ impl Plugin {
         };
         let info = PluginInfo {
             kind,
-            interface_version: version.into(),
+            interface_version: previous.unwrap_or(version).into(),
             metadata,
             reads_tokens: false,
+            reads_images: false,
             imports,
             exports,
         };
@@ -231,31 +259,43 @@ impl Plugin {
                 info,
             }),
         };
-        let (metadata, reads_tokens) = plugin.read_metadata()?;
+        let (metadata, inputs) = plugin.read_metadata()?;
         let info = &mut Arc::get_mut(&mut plugin.inner)
             .expect("the plugin is not shared yet")
             .info;
         info.metadata = metadata;
-        info.reads_tokens = reads_tokens;
+        info.reads_tokens = inputs.contains(reward::RewardInputs::TOKENS);
+        info.reads_images = inputs.contains(reward::RewardInputs::IMAGES);
         Ok(plugin)
     }
 
-    /// Its metadata, and whether it is a reward that asks for its completions' tokens (its
-    /// `inputs`, read from the same instance; 0.3.0 rewards cannot ask).
-    fn read_metadata(&self) -> Result<(PluginMetadata, bool), PluginError> {
+    /// Its metadata, and what a reward reads besides the text (its `inputs`, read from the
+    /// same instance; 0.3.0 rewards cannot ask, 0.4.0 ones only for tokens).
+    fn read_metadata(&self) -> Result<(PluginMetadata, reward::RewardInputs), PluginError> {
         let name = self.name();
         let limits = &self.inner.limits;
-        let mut reads_tokens = false;
+        let mut inputs = reward::RewardInputs::empty();
         let metadata = match &self.inner.pre {
-            Pre::Reward(_) | Pre::RewardV0_3(_) => match self.instantiate_reward()? {
+            Pre::Reward(_) | Pre::RewardV0_4(_) | Pre::RewardV0_3(_) => match self.instantiate_reward()? {
                 RewardInstance::Current(mut instance) => {
                     let metadata = instance.call(name, "metadata", limits, |store, b| {
                         b.rein_plugin_reward_api().call_metadata(store).map(Ok)
                     })?;
-                    let inputs = instance.call(name, "inputs", limits, |store, b| {
+                    inputs = instance.call(name, "inputs", limits, |store, b| {
                         b.rein_plugin_reward_api().call_inputs(store).map(Ok)
                     })?;
-                    reads_tokens = inputs.contains(reward::RewardInputs::TOKENS);
+                    metadata
+                }
+                RewardInstance::V0_4(mut instance) => {
+                    let metadata = instance.call(name, "metadata", limits, |store, b| {
+                        b.rein_plugin_reward_api().call_metadata(store).map(Ok)
+                    })?;
+                    let asked = instance.call(name, "inputs", limits, |store, b| {
+                        b.rein_plugin_reward_api().call_inputs(store).map(Ok)
+                    })?;
+                    if asked.contains(reward_v0_4::RewardInputs::TOKENS) {
+                        inputs = reward::RewardInputs::TOKENS;
+                    }
                     metadata
                 }
                 RewardInstance::V0_3(mut instance) => instance.call(name, "metadata", limits, |store, b| {
@@ -268,18 +308,22 @@ impl Plugin {
                     b.rein_plugin_environment_api().call_metadata(store).map(Ok)
                 })?
             }
-            Pre::Tool(_) => {
-                let mut instance = self.instantiate_tool()?;
-                instance.call(name, "metadata", limits, |store, b| {
+            Pre::Tool(_) | Pre::ToolV0_4(_) => match self.instantiate_tool()? {
+                Versioned::Current(mut instance) => instance.call(name, "metadata", limits, |store, b| {
                     b.rein_plugin_tool_api().call_metadata(store).map(Ok)
-                })?
-            }
-            Pre::TextEnv(_) => {
-                let mut instance = self.instantiate_text_env()?;
-                instance.call(name, "metadata", limits, |store, b| {
+                })?,
+                Versioned::V0_4(mut instance) => instance.call(name, "metadata", limits, |store, b| {
+                    b.rein_plugin_tool_api().call_metadata(store).map(Ok)
+                })?,
+            },
+            Pre::TextEnv(_) | Pre::TextEnvV0_4(_) => match self.instantiate_text_env()? {
+                Versioned::Current(mut instance) => instance.call(name, "metadata", limits, |store, b| {
                     b.rein_plugin_text_env_api().call_metadata(store).map(Ok)
-                })?
-            }
+                })?,
+                Versioned::V0_4(mut instance) => instance.call(name, "metadata", limits, |store, b| {
+                    b.rein_plugin_text_env_api().call_metadata(store).map(Ok)
+                })?,
+            },
         };
         let metadata = PluginMetadata::from(metadata);
         if metadata.name.is_empty() {
@@ -294,7 +338,7 @@ impl Plugin {
                 PluginErrorKind::InvalidOutput(reason),
             ));
         }
-        Ok((metadata, reads_tokens))
+        Ok((metadata, inputs))
     }
 
     /// The plugin's name (from its metadata).
@@ -354,6 +398,9 @@ impl Plugin {
             Pre::Reward(pre) => self
                 .instantiate(|store| pre.instantiate(store))
                 .map(RewardInstance::Current),
+            Pre::RewardV0_4(pre) => self
+                .instantiate(|store| pre.instantiate(store))
+                .map(RewardInstance::V0_4),
             Pre::RewardV0_3(pre) => self
                 .instantiate(|store| pre.instantiate(store))
                 .map(RewardInstance::V0_3),
@@ -370,25 +417,28 @@ impl Plugin {
     }
 
     /// A fresh tool instance.
-    pub(crate) fn instantiate_tool(&self) -> Result<Instance<tool::Tool>, PluginError> {
-        let Pre::Tool(pre) = &self.inner.pre else {
-            return Err(self.wrong_kind(PluginKind::Tool));
-        };
-        self.instantiate(|store| pre.instantiate(store))
+    pub(crate) fn instantiate_tool(&self) -> Result<ToolInstance, PluginError> {
+        match &self.inner.pre {
+            Pre::Tool(pre) => self.instantiate(|store| pre.instantiate(store)).map(Versioned::Current),
+            Pre::ToolV0_4(pre) => self.instantiate(|store| pre.instantiate(store)).map(Versioned::V0_4),
+            _ => Err(self.wrong_kind(PluginKind::Tool)),
+        }
     }
 
     /// A fresh text-environment instance.
-    pub(crate) fn instantiate_text_env(&self) -> Result<Instance<text_env::TextEnv>, PluginError> {
-        let Pre::TextEnv(pre) = &self.inner.pre else {
-            return Err(self.wrong_kind(PluginKind::TextEnv));
-        };
-        self.instantiate(|store| pre.instantiate(store))
+    pub(crate) fn instantiate_text_env(&self) -> Result<TextEnvInstance, PluginError> {
+        match &self.inner.pre {
+            Pre::TextEnv(pre) => self.instantiate(|store| pre.instantiate(store)).map(Versioned::Current),
+            Pre::TextEnvV0_4(pre) => self.instantiate(|store| pre.instantiate(store)).map(Versioned::V0_4),
+            _ => Err(self.wrong_kind(PluginKind::TextEnv)),
+        }
     }
 }
 
-/// Which rein interface the component exports, and its version: [`INTERFACE_VERSION`], or
-/// [`PREVIOUS_VERSION`] for a reward (the other interfaces of a 0.3.0 component were renamed
-/// to 0.4.0 when it was compiled).
+/// Which rein interface the component exports, and the version whose bindings run it:
+/// [`INTERFACE_VERSION`], or an earlier one the host keeps bindings of (a 0.3.0 or 0.4.0 reward,
+/// a 0.4.0 tool or text environment; the other interfaces of earlier components were renamed
+/// to the current version when they were compiled, [`crate::previous`]).
 fn interface_kind(exports: &[String]) -> Result<(PluginKind, &'static str), PluginErrorKind> {
     let mut found = Vec::new();
     for export in exports {
@@ -407,8 +457,13 @@ fn interface_kind(exports: &[String]) -> Result<(PluginKind, &'static str), Plug
         if version == INTERFACE_VERSION {
             return Ok((kind, INTERFACE_VERSION));
         }
-        if version == PREVIOUS_VERSION && kind == PluginKind::Reward {
-            return Ok((kind, PREVIOUS_VERSION));
+        let frozen = match kind {
+            PluginKind::Reward => ["0.4.0", "0.3.0"].as_slice(),
+            PluginKind::Tool | PluginKind::TextEnv => ["0.4.0"].as_slice(),
+            PluginKind::Environment => [].as_slice(),
+        };
+        if let Some(version) = frozen.iter().find(|v| **v == version) {
+            return Ok((kind, version));
         }
         found.push(export.clone());
     }
@@ -449,22 +504,30 @@ mod tests {
 
     #[test]
     fn the_interface_and_its_version_select_the_kind() {
-        let reward = names(&["rein:plugin/reward-api@0.4.0"]);
-        assert_eq!(interface_kind(&reward), Ok((PluginKind::Reward, "0.4.0")));
-        let env = names(&["wasi:cli/run@0.3.0", "rein:plugin/environment-api@0.4.0"]);
-        assert_eq!(interface_kind(&env), Ok((PluginKind::Environment, "0.4.0")));
+        let reward = names(&["rein:plugin/reward-api@0.5.0"]);
+        assert_eq!(interface_kind(&reward), Ok((PluginKind::Reward, "0.5.0")));
+        let env = names(&["wasi:cli/run@0.3.0", "rein:plugin/environment-api@0.5.0"]);
+        assert_eq!(interface_kind(&env), Ok((PluginKind::Environment, "0.5.0")));
+        let tool = names(&["rein:plugin/tool-api@0.5.0"]);
+        assert_eq!(interface_kind(&tool), Ok((PluginKind::Tool, "0.5.0")));
+        let text_env = names(&["rein:plugin/text-env-api@0.5.0"]);
+        assert_eq!(interface_kind(&text_env), Ok((PluginKind::TextEnv, "0.5.0")));
+    }
+
+    #[test]
+    fn earlier_versions_run_through_their_frozen_bindings() {
+        for version in ["0.4.0", "0.3.0"] {
+            let reward = names(&[&format!("rein:plugin/reward-api@{version}")]);
+            assert_eq!(interface_kind(&reward), Ok((PluginKind::Reward, version)));
+        }
         let tool = names(&["rein:plugin/tool-api@0.4.0"]);
         assert_eq!(interface_kind(&tool), Ok((PluginKind::Tool, "0.4.0")));
         let text_env = names(&["rein:plugin/text-env-api@0.4.0"]);
         assert_eq!(interface_kind(&text_env), Ok((PluginKind::TextEnv, "0.4.0")));
-    }
-
-    #[test]
-    fn a_reward_of_the_previous_version_is_its_own_kind_of_reward() {
-        let reward = names(&["rein:plugin/reward-api@0.3.0"]);
-        assert_eq!(interface_kind(&reward), Ok((PluginKind::Reward, "0.3.0")));
-        // Any other 0.3.0 export left unrenamed is a component the renaming could not read.
+        // Exports left unrenamed that no frozen bindings run: a component the renaming could
+        // not read.
         assert!(interface_kind(&names(&["rein:plugin/tool-api@0.3.0"])).is_err());
+        assert!(interface_kind(&names(&["rein:plugin/environment-api@0.4.0"])).is_err());
     }
 
     #[test]
@@ -473,7 +536,7 @@ mod tests {
         assert_eq!(
             err,
             PluginErrorKind::InterfaceVersion {
-                expected: "0.4.0".into(),
+                expected: INTERFACE_VERSION.into(),
                 found: "rein:plugin/reward-api@0.1.0".into()
             }
         );

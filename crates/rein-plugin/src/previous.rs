@@ -1,42 +1,61 @@
-//! Components built against `rein:plugin@0.3.0`, the interface before step scores.
+//! Components built against earlier versions of `rein:plugin`: 0.4.0 (before images) and 0.3.0
+//! (before step scores).
 //!
-//! 0.4.0 changed only `reward-api` (step scores in `completion-score`, token details in `group`,
-//! the `inputs` function). Every other interface is the same in both versions, so the top-level
-//! imports and exports a 0.3.0 component names with them are renamed to 0.4.0 before it is
-//! compiled, and the host's 0.4.0 bindings run it. Nothing else in the binary changes, and
-//! wasmtime still checks each function's type against 0.4.0's when it links, so a type that did
-//! differ would fail to load rather than misbehave. A 0.3.0 reward keeps its
-//! `reward-api@0.3.0` export and runs through bindings of the frozen 0.3.0 WIT
-//! (`wit-0.3.0/plugin.wit`, [`crate::bindings::reward_v0_3`]).
+//! Each version changed some interfaces and left the others as they were:
+//! - 0.4.0 changed `reward-api` (step scores in `completion-score`, token details in `group`,
+//!   the `inputs` function);
+//! - 0.5.0 changed `reward-api` (the prompt's images), `tool-api` (outputs with images) and
+//!   `text-env-api` (images in episodes); `types` only gained `image`, which no older component
+//!   uses.
+//!
+//! Before an older component is compiled, each interface it imports or exports is renamed to the
+//! newest version that defines it the same way ([`runs_as`]), and the host's bindings of that
+//! version run it: the current ones for `types`, `environment-api` and `judge`, the frozen 0.4.0
+//! WIT's (`wit-0.4.0/plugin.wit`) for the tool and text-env interfaces of 0.3.0 and 0.4.0, and
+//! each version's own for its reward (`wit-0.3.0/`). Nothing else in the binary changes, and
+//! wasmtime still checks each function's type when it links, so a type that did differ would
+//! fail to load rather than misbehave.
 
 use wasmparser::{Parser, Payload};
 
 use crate::INTERFACE_VERSION;
 
-/// The interface version the host still runs.
-pub(crate) const PREVIOUS_VERSION: &str = "0.3.0";
+/// The earlier interface versions the host still runs, newest first.
+pub(crate) const PREVIOUS_VERSIONS: [&str; 2] = ["0.4.0", "0.3.0"];
 
-/// The one 0.3.0 interface whose types 0.4.0 changed: its export keeps its name.
-const CHANGED: &str = "rein:plugin/reward-api@0.3.0";
-
-/// `name` under 0.4.0 when it is one of 0.3.0's unchanged interfaces.
-fn renamed(name: &str) -> Option<String> {
-    let interface = name
-        .strip_prefix("rein:plugin/")?
-        .strip_suffix(&format!("@{PREVIOUS_VERSION}"))?;
-    (name != CHANGED).then(|| format!("rein:plugin/{interface}@{INTERFACE_VERSION}"))
+/// The version whose bindings run `interface` of a component built against `version`, when it
+/// is not `version` itself: the newest that defines it the same way.
+fn runs_as(interface: &str, version: &str) -> Option<&'static str> {
+    match (interface, version) {
+        ("types" | "environment-api" | "judge", "0.3.0" | "0.4.0") => Some(INTERFACE_VERSION),
+        ("tool-api" | "text-env-api", "0.3.0") => Some("0.4.0"),
+        _ => None,
+    }
 }
 
-/// `wasm` with the names of 0.3.0's unchanged interfaces moved to 0.4.0 (see the module docs),
-/// or `None` when it names none (a 0.4.0 component, a core module, or a component of another
+/// `name` (`rein:plugin/<interface>@<version>`) under the version that runs it ([`runs_as`]).
+fn renamed(name: &str) -> Option<String> {
+    let (interface, version) = name.strip_prefix("rein:plugin/")?.split_once('@')?;
+    runs_as(interface, version).map(|to| format!("rein:plugin/{interface}@{to}"))
+}
+
+/// The earlier version a rein interface `name` belongs to, if any.
+fn previous_version(name: &str) -> Option<&'static str> {
+    let (_, version) = name.strip_prefix("rein:plugin/")?.split_once('@')?;
+    PREVIOUS_VERSIONS.into_iter().find(|v| *v == version)
+}
+
+/// `wasm` with its interfaces renamed to the versions that run them (see the module docs), and
+/// the earlier version it was built against; `None` when it names no earlier version's
+/// interface to rename (a current component, a core module, or a component of another
 /// version, which loading then refuses with its usual error). An unparsable binary is `None`
 /// too: compiling it reports the error.
-pub(crate) fn adopt(wasm: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn adopt(wasm: &[u8]) -> Option<(Vec<u8>, &'static str)> {
     if !Parser::is_component(wasm) {
         return None;
     }
     let mut out = wasm[..8].to_vec();
-    let (mut depth, mut changed) = (0usize, false);
+    let (mut depth, mut changed, mut built_against) = (0usize, false, None);
     for payload in Parser::new(0).parse_all(wasm) {
         let payload = payload.ok()?;
         let top = depth == 0;
@@ -64,6 +83,7 @@ pub(crate) fn adopt(wasm: &[u8]) -> Option<Vec<u8>> {
         let data = match entries {
             Some(entries) => {
                 let entries = entries.ok()?;
+                built_against = built_against.or_else(|| entries.iter().find_map(|(_, name)| previous_version(name)));
                 let section = rename_entries(wasm, range.clone(), &entries);
                 changed |= section.is_some();
                 section.unwrap_or_else(|| wasm[range].to_vec())
@@ -74,11 +94,11 @@ pub(crate) fn adopt(wasm: &[u8]) -> Option<Vec<u8>> {
         write_leb(&mut out, data.len());
         out.extend_from_slice(&data);
     }
-    changed.then_some(out)
+    Some((out, built_against?)).filter(|_| changed)
 }
 
 /// The body of an import or export section (`range` of `wasm`) with its entries' names moved
-/// to 0.4.0, or `None` when no name changes. Each entry (`entries`: its offset and name) is a
+/// to the versions that run them, or `None` when no name changes. Each entry (`entries`: its offset and name) is a
 /// leading byte, the name as a length-prefixed string, then its type or index, copied as is.
 fn rename_entries(wasm: &[u8], range: std::ops::Range<usize>, entries: &[(usize, &str)]) -> Option<Vec<u8>> {
     if entries.iter().all(|(_, name)| renamed(name).is_none()) {
@@ -124,18 +144,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_unchanged_interfaces_of_0_3_0_are_renamed() {
-        assert_eq!(
-            renamed("rein:plugin/types@0.3.0").as_deref(),
-            Some("rein:plugin/types@0.4.0")
-        );
+    fn each_interface_runs_as_the_newest_version_defining_it_the_same() {
+        let current = |interface: &str| Some(format!("rein:plugin/{interface}@{INTERFACE_VERSION}"));
+        for version in PREVIOUS_VERSIONS {
+            for interface in ["types", "environment-api", "judge"] {
+                assert_eq!(
+                    renamed(&format!("rein:plugin/{interface}@{version}")),
+                    current(interface)
+                );
+            }
+            assert_eq!(renamed(&format!("rein:plugin/reward-api@{version}")), None);
+        }
         assert_eq!(
             renamed("rein:plugin/tool-api@0.3.0").as_deref(),
             Some("rein:plugin/tool-api@0.4.0")
         );
-        assert_eq!(renamed(CHANGED), None);
+        assert_eq!(renamed("rein:plugin/text-env-api@0.4.0"), None);
         assert_eq!(renamed("rein:plugin/types@0.2.0"), None);
         assert_eq!(renamed("wasi:cli/run@0.3.0"), None);
+        assert_eq!(previous_version("rein:plugin/tool-api@0.4.0"), Some("0.4.0"));
+        assert_eq!(
+            previous_version(&format!("rein:plugin/types@{INTERFACE_VERSION}")),
+            None
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ use rein_core::{
 
 use crate::bindings::reward as wit;
 use crate::bindings::reward_v0_3 as wit_v0_3;
+use crate::bindings::reward_v0_4 as wit_v0_4;
 use crate::judge::{JUDGE_IMPORT, JudgeGrant};
 use crate::plugin::{Plugin, PluginKind, RewardInstance};
 
@@ -99,6 +100,10 @@ impl RewardPlugin {
                     let result = b.rein_plugin_reward_api().call_init(store, config)?;
                     Ok(result.map_err(|e| e.message))
                 })?,
+                RewardInstance::V0_4(instance) => instance.call(name, "init", limits, |store, b| {
+                    let result = b.rein_plugin_reward_api().call_init(store, config)?;
+                    Ok(result.map_err(|e| e.message))
+                })?,
                 RewardInstance::V0_3(instance) => instance.call(name, "init", limits, |store, b| {
                     let result = b.rein_plugin_reward_api().call_init(store, config)?;
                     Ok(result.map_err(|e| e.message))
@@ -132,6 +137,10 @@ impl RewardFn for RewardPlugin {
     fn reads_tokens(&self) -> bool {
         self.plugin.info().reads_tokens
     }
+
+    fn reads_images(&self) -> bool {
+        self.plugin.info().reads_images
+    }
 }
 
 impl RewardPlugin {
@@ -151,6 +160,15 @@ impl RewardPlugin {
                     let result = b.rein_plugin_reward_api().call_score(store, &wit_groups)?;
                     Ok(result.map_err(|e| e.message))
                 })
+            }
+            RewardInstance::V0_4(instance) => {
+                let wit_groups: Vec<wit_v0_4::Group> = groups.iter().map(to_wit_v0_4).collect();
+                instance
+                    .call(plugin.name(), "score", limits, |store, b| {
+                        let result = b.rein_plugin_reward_api().call_score(store, &wit_groups)?;
+                        Ok(result.map_err(|e| e.message))
+                    })
+                    .map(from_wit_v0_4)
             }
             RewardInstance::V0_3(instance) => {
                 let wit_groups: Vec<wit_v0_3::Group> = groups.iter().map(to_wit_v0_3).collect();
@@ -210,26 +228,77 @@ impl RewardPlugin {
     }
 }
 
-/// A group as the current interface sends it (the tokens only to a plugin that reads them: the
-/// caller fills them only then).
+/// A group as the current interface sends it (the tokens and images only to a plugin that reads
+/// them: the caller fills them only then).
 fn to_wit(group: &Group) -> wit::Group {
+    let images = (group.images.iter())
+        .map(|image| wit::Image {
+            media_type: image.media_type().to_string(),
+            data: image.bytes().to_vec(),
+        })
+        .collect();
+    wit::Group {
+        images,
+        ..to_wit_v0_4(group).into()
+    }
+}
+
+/// A group as 0.4.0 sends it: no images.
+fn to_wit_v0_4(group: &Group) -> wit_v0_4::Group {
     let tokens = (group.tokens.iter())
         .map(|tokens| {
             (tokens.iter())
-                .map(|t| wit::Token {
+                .map(|t| wit_v0_4::Token {
                     text: t.text.clone(),
                     logprob: t.logprob,
                 })
                 .collect()
         })
         .collect();
-    wit::Group {
+    wit_v0_4::Group {
         prompt: group.prompt.clone(),
         completions: group.completions.clone(),
         reference: group.reference.clone(),
         metadata: group.metadata.clone(),
         tokens,
     }
+}
+
+impl From<wit_v0_4::Group> for wit::Group {
+    fn from(group: wit_v0_4::Group) -> Self {
+        let token = |t: wit_v0_4::Token| wit::Token {
+            text: t.text,
+            logprob: t.logprob,
+        };
+        wit::Group {
+            prompt: group.prompt,
+            completions: group.completions,
+            reference: group.reference,
+            metadata: group.metadata,
+            tokens: (group.tokens.into_iter())
+                .map(|tokens| tokens.into_iter().map(token).collect())
+                .collect(),
+            images: Vec::new(),
+        }
+    }
+}
+
+/// 0.4.0's scores as the current interface's (the same fields).
+fn from_wit_v0_4(scores: Vec<Vec<wit_v0_4::CompletionScore>>) -> Vec<Vec<wit::CompletionScore>> {
+    let score = |s: wit_v0_4::CompletionScore| wit::CompletionScore {
+        score: s.score,
+        components: s.components,
+        steps: (s.steps.into_iter())
+            .map(|step| wit::StepScore {
+                start: step.start,
+                end: step.end,
+                score: step.score,
+            })
+            .collect(),
+    };
+    (scores.into_iter())
+        .map(|group| group.into_iter().map(score).collect())
+        .collect()
 }
 
 /// A group as 0.3.0 sends it.

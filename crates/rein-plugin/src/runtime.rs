@@ -109,14 +109,14 @@ impl PluginRuntime {
         Ok(ty.imports(&engine).map(|(name, _)| Import::of(name)).collect())
     }
 
-    /// Compiles (or takes from the cache) a component under `limits`, a 0.3.0 one after adopting
-    /// its names ([`crate::previous`]; the flag says so).
+    /// Compiles (or takes from the cache) a component under `limits`, one of an earlier version
+    /// after adopting its names ([`crate::previous`]), with the version it was built against.
     fn compile(
         &self,
         name: &str,
         wasm: &[u8],
         limits: &SandboxLimits,
-    ) -> Result<(Engine, Component, bool), PluginError> {
+    ) -> Result<(Engine, Component, Option<&'static str>), PluginError> {
         let fail = |kind| PluginError::new(name, None, kind);
         limits.validate().map_err(|reason| {
             fail(PluginErrorKind::Host {
@@ -136,7 +136,7 @@ impl PluginRuntime {
             })
         })?;
         let adopted = crate::previous::adopt(wasm);
-        let wasm = adopted.as_deref().unwrap_or(wasm);
+        let wasm = adopted.as_ref().map_or(wasm, |(adopted, _)| adopted.as_slice());
         let compiled = match &self.cache {
             Some(cache) => cache.load_or_compile(&engine, wasm).map(|(c, _)| c),
             None => Component::new(&engine, wasm),
@@ -146,7 +146,7 @@ impl PluginRuntime {
                 reason: format!("{e:#}"),
             })
         })?;
-        Ok((engine, component, adopted.is_some()))
+        Ok((engine, component, adopted.map(|(_, version)| version)))
     }
 
     fn engine(&self, limits: &SandboxLimits) -> wasmtime::Result<Engine> {

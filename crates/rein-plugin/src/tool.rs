@@ -1,10 +1,10 @@
 //! Tool plugins as [`Tool`]s: every failure inside the sandbox becomes a message for the model.
 
-use rein_core::{FailureCounts, PluginError, PluginErrorKind, Tool, ToolError, ToolErrorKind, ToolSpec};
+use rein_core::{
+    FailureCounts, OutputError, PluginError, PluginErrorKind, Tool, ToolError, ToolErrorKind, ToolOutput, ToolSpec,
+};
 
-use crate::bindings::tool::Tool as Bindings;
-use crate::plugin::{Plugin, PluginKind};
-use crate::sandbox::Instance;
+use crate::plugin::{Plugin, PluginKind, ToolInstance, Versioned};
 
 /// A tool plugin with its config, owning one sandboxed instance.
 ///
@@ -14,7 +14,7 @@ pub struct ToolPlugin {
     plugin: Plugin,
     config: String,
     spec: ToolSpec,
-    instance: Option<Instance<Bindings>>,
+    instance: Option<ToolInstance>,
     failures: FailureCounts,
 }
 
@@ -47,16 +47,27 @@ impl Plugin {
 }
 
 /// A fresh instance with `init(config)` done, and the spec it returned, checked.
-fn init(plugin: &Plugin, config: &str) -> Result<(Instance<Bindings>, ToolSpec), PluginError> {
+fn init(plugin: &Plugin, config: &str) -> Result<(ToolInstance, ToolSpec), PluginError> {
     let mut instance = plugin.instantiate_tool()?;
-    let spec = instance.call(plugin.name(), "init", plugin.limits(), |store, b| {
-        let result = b.rein_plugin_tool_api().call_init(store, config)?;
-        Ok(result.map_err(|e| e.message))
-    })?;
+    let (name, limits) = (plugin.name(), plugin.limits());
+    let spec = match &mut instance {
+        Versioned::Current(instance) => instance
+            .call(name, "init", limits, |store, b| {
+                let result = b.rein_plugin_tool_api().call_init(store, config)?;
+                Ok(result.map_err(|e| e.message))
+            })
+            .map(|spec| (spec.name, spec.description, spec.parameters)),
+        Versioned::V0_4(instance) => instance
+            .call(name, "init", limits, |store, b| {
+                let result = b.rein_plugin_tool_api().call_init(store, config)?;
+                Ok(result.map_err(|e| e.message))
+            })
+            .map(|spec| (spec.name, spec.description, spec.parameters)),
+    }?;
     let spec = ToolSpec {
-        name: spec.name,
-        description: spec.description,
-        parameters: spec.parameters,
+        name: spec.0,
+        description: spec.1,
+        parameters: spec.2,
     };
     let invalid = |reason: String| {
         let kind = PluginErrorKind::InvalidOutput(rein_core::OutputError::SpaceMismatch {
@@ -81,21 +92,61 @@ impl ToolPlugin {
         &self.plugin
     }
 
-    fn try_call(&mut self, arguments: &str) -> Result<Result<String, String>, PluginError> {
+    fn try_call(&mut self, arguments: &str) -> Result<Result<ToolOutput, String>, PluginError> {
         if self.instance.is_none() {
             let (instance, _) = init(&self.plugin, &self.config)?;
             self.instance = Some(instance);
         }
         let (plugin, limits) = (self.plugin.name(), self.plugin.limits());
-        let instance = self.instance.as_mut().expect("set above");
-        let result = instance.call(plugin, "call", limits, |store, b| {
-            let result = b.rein_plugin_tool_api().call_call(store, arguments)?;
-            Ok(Ok(result.map_err(|e| e.message)))
-        });
+        let result = match self.instance.as_mut().expect("set above") {
+            Versioned::Current(instance) => instance.call(plugin, "call", limits, |store, b| {
+                let result = b.rein_plugin_tool_api().call_call(store, arguments)?;
+                Ok(Ok(result.map_err(|e| e.message)))
+            }),
+            Versioned::V0_4(instance) => instance.call(plugin, "call", limits, |store, b| {
+                let result = b.rein_plugin_tool_api().call_call(store, arguments)?;
+                Ok(Ok(result
+                    .map(
+                        |text| crate::bindings::tool::exports::rein::plugin::tool_api::ToolOutput {
+                            text,
+                            images: Vec::new(),
+                        },
+                    )
+                    .map_err(|e| e.message)))
+            }),
+        };
         if result.as_ref().is_err_and(PluginError::is_trap) {
             self.instance = None;
         }
-        result
+        let output = match result? {
+            Ok(output) => output,
+            Err(message) => return Ok(Err(message)),
+        };
+        let limit = limits.max_output_bytes();
+        let size = output.text.len() + output.images.iter().map(|i| i.data.len()).sum::<usize>();
+        let invalid = |reason| PluginError::new(plugin, Some("call"), PluginErrorKind::InvalidOutput(reason));
+        if size > limit {
+            let what = "output (text and images)".into();
+            return Err(invalid(OutputError::TooLarge {
+                what,
+                bytes: size,
+                limit,
+            }));
+        }
+        let images = (output.images.into_iter().enumerate())
+            .map(|(i, image)| {
+                rein_core::Image::with_media_type(&image.media_type, image.data).map_err(|reason| {
+                    invalid(OutputError::BadImage {
+                        what: format!("image {i} of the output"),
+                        reason,
+                    })
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Ok(ToolOutput {
+            text: output.text,
+            images,
+        }))
     }
 }
 
@@ -104,24 +155,13 @@ impl Tool for ToolPlugin {
         &self.spec
     }
 
-    fn call(&mut self, arguments: &str) -> Result<String, ToolError> {
+    fn call(&mut self, arguments: &str) -> Result<ToolOutput, ToolError> {
         let result = self.try_call(arguments);
-        let output = match self.failures.count(result) {
-            Ok(Ok(output)) => output,
-            Ok(Err(message)) => return Err(ToolError::new(ToolErrorKind::Tool, message)),
-            Err(error) => return Err(message_for_the_model(&error)),
-        };
-        let limit = self.plugin.limits().max_output_bytes();
-        if output.len() > limit {
-            return Err(ToolError::new(
-                ToolErrorKind::Host,
-                format!(
-                    "the tool's output was {} bytes, over the limit of {limit}",
-                    output.len()
-                ),
-            ));
+        match self.failures.count(result) {
+            Ok(Ok(output)) => Ok(output),
+            Ok(Err(message)) => Err(ToolError::new(ToolErrorKind::Tool, message)),
+            Err(error) => Err(message_for_the_model(&error)),
         }
-        Ok(output)
     }
 
     fn failures(&self) -> FailureCounts {

@@ -286,6 +286,7 @@ fn sample_and_score<B: ReinBackend>(
                     .collect()
             }
         };
+        let reads_images = accuracy.reads_images();
         let groups: Vec<Group> = chunk
             .iter()
             .enumerate()
@@ -295,6 +296,10 @@ fn sample_and_score<B: ReinBackend>(
                 reference: p.answer.clone(),
                 metadata: p.metadata.clone(),
                 tokens: Vec::new(),
+                images: match reads_images {
+                    true => p.image_files.to_vec(),
+                    false => Vec::new(),
+                },
             })
             .collect();
         let scores = accuracy.score(&groups)?;

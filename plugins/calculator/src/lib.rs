@@ -6,7 +6,7 @@
 //! error the model reads, naming the position or the operation.
 
 use rein_pdk::json::{Map, Value, json};
-use rein_pdk::{Config, ConfigKey, Metadata, Tool, ToolSpec};
+use rein_pdk::{Config, ConfigKey, Metadata, Tool, ToolOutput, ToolSpec};
 
 /// The tool.
 pub struct Calculator {
@@ -47,17 +47,17 @@ impl Tool for Calculator {
         }
     }
 
-    fn call(&mut self, arguments: &Map<String, Value>) -> Result<String, String> {
+    fn call(&mut self, arguments: &Map<String, Value>) -> Result<ToolOutput, String> {
         let expression = match arguments.get("expression") {
             Some(Value::String(e)) => e,
-            Some(Value::Number(n)) => return Ok(n.to_string()),
+            Some(Value::Number(n)) => return Ok(n.to_string().into()),
             Some(_) => return Err("`expression` must be a string".into()),
             None => return Err("missing the argument `expression`".into()),
         };
         if expression.chars().count() > self.max_length {
             return Err(format!("the expression is longer than {} characters", self.max_length));
         }
-        evaluate(expression).map(|r| r.to_string())
+        evaluate(expression).map(|r| r.to_string().into())
     }
 }
 

@@ -66,6 +66,7 @@ impl TextEnv for GuessNumber {
         let opening = Opening {
             messages: vec![rein_pdk::Message::user(start.prompt.clone())],
             tools: Vec::new(),
+            images: Vec::new(),
         };
         Ok((game, opening))
     }

@@ -59,6 +59,7 @@ impl LabelledCompletion {
             metadata: String::new(),
             source: String::new(),
             images: Default::default(),
+            image_files: Default::default(),
         }
     }
 }

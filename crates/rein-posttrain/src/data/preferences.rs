@@ -71,6 +71,7 @@ impl PreferencePair {
             metadata: String::new(),
             source: String::new(),
             images: Default::default(),
+            image_files: Default::default(),
         }
     }
 }

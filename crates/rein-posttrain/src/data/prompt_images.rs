@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use rein_core::Image;
 use rein_model::lm::LoadError;
 use rein_model::vision::{IMAGE_TOKEN, Idefics3Processor, ImageLimits, ProcessedImage, decode_rgb};
 use serde_json::{Value, json};
@@ -82,7 +83,14 @@ impl PromptImageReader {
     /// `sources` read, decoded and processed, in order; an error names the image (its index,
     /// and its file when it has one) and what was wrong or which limit it passed.
     pub fn read(&self, sources: &[ImageSource]) -> Result<Vec<ProcessedImage>, String> {
+        self.read_with_files(sources).map(|(images, _)| images)
+    }
+
+    /// [`PromptImageReader::read`], with each image's file as read (what a reward plugin that
+    /// reads the prompt's images receives).
+    pub fn read_with_files(&self, sources: &[ImageSource]) -> Result<(Vec<ProcessedImage>, Vec<Image>), String> {
         let mut images = Vec::with_capacity(sources.len());
+        let mut files = Vec::with_capacity(sources.len());
         for (i, source) in sources.iter().enumerate() {
             let name = match source {
                 ImageSource::Path(path) => format!("image {i} ({})", path.display()),
@@ -93,8 +101,9 @@ impl PromptImageReader {
                 .map_err(|e| format!("image {i}: {e}"))?;
             let pixels = decode_rgb(&bytes, self.limits).map_err(|e| format!("{name}: {e}"))?;
             images.push(self.processor.process(&pixels));
+            files.push(Image::new(bytes).map_err(|e| format!("{name}: {e}"))?);
         }
-        Ok(images)
+        Ok((images, files))
     }
 
     /// `text`, whose `<image>` markers stand one for each of `images`, with each marker
@@ -106,6 +115,9 @@ impl PromptImageReader {
 
 /// A prompt's processed images, shared by every row that samples or trains on it.
 pub type PromptPixels = Arc<[ProcessedImage]>;
+
+/// A prompt's images as their files hold them, for the rewards that read them.
+pub type PromptImageFiles = Arc<[Image]>;
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::data::prompt_images::{PromptImageReader, PromptPixels, chat_message, with_markers};
+use crate::data::prompt_images::{PromptImageFiles, PromptImageReader, PromptPixels, chat_message, with_markers};
 use crate::{DataError, Example, LmError};
 
 use crate::rollout::transcript::Transcript;
@@ -34,6 +34,8 @@ pub struct Prompt {
     /// Its images, processed for the model's image side (its `tokens` hold their image
     /// tokens); empty for a text prompt.
     pub images: PromptPixels,
+    /// The same images as their files hold them (what rewards that read images receive).
+    pub image_files: PromptImageFiles,
 }
 
 /// The opening messages of a prompt: a system prompt (if any), then the user turn.
@@ -100,7 +102,7 @@ pub fn prepare(
             )?);
             continue;
         }
-        let (text, pixels) = match (e.images.is_empty(), images) {
+        let (text, pixels, files) = match (e.images.is_empty(), images) {
             (true, _) => {
                 let text = match templated {
                     true => tokenizer
@@ -108,14 +110,16 @@ pub fn prepare(
                         .unwrap_or_else(|| e.prompt.clone()),
                     false => e.prompt.clone(),
                 };
-                (text, PromptPixels::default())
+                (text, PromptPixels::default(), PromptImageFiles::default())
             }
             (false, None) => {
                 let reason = "the row has images, but the model reads no images".into();
                 return Err(row_error(i, reason).into());
             }
             (false, Some(reader)) => {
-                let pixels = reader.read(&e.images).map_err(|reason| row_error(i, reason))?;
+                let (pixels, files) = reader
+                    .read_with_files(&e.images)
+                    .map_err(|reason| row_error(i, reason))?;
                 let marked = with_markers(&e.prompt, pixels.len()).map_err(|reason| row_error(i, reason))?;
                 let text = match templated {
                     true => {
@@ -130,7 +134,7 @@ pub fn prepare(
                     false => marked,
                 };
                 let expanded = reader.expand(&text, &pixels).map_err(|reason| row_error(i, reason))?;
-                (expanded, pixels.into())
+                (expanded, pixels.into(), files.into())
             }
         };
         let target = match &e.completion {
@@ -153,6 +157,7 @@ pub fn prepare(
             metadata: e.metadata.clone(),
             source: source_of(&e.metadata, &data.fields.source),
             images: pixels,
+            image_files: files,
         });
     }
     Ok(prompts)
@@ -191,6 +196,7 @@ fn transcript_prompt(
         metadata: e.metadata.clone(),
         source: source_of(&e.metadata, source_column),
         images: PromptPixels::default(),
+        image_files: PromptImageFiles::default(),
     })
 }
 

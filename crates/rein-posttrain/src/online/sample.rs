@@ -312,6 +312,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         let (prompts, g, on_error) = (self.ctx.prompts, self.ctx.sampler.n, self.ctx.rollout.on_error);
         let scoring = phases.enter("reward", format!("scoring {} groups", picked.len()));
         let reads_tokens = self.ctx.rewards.iter().any(|r| r.reward.reads_tokens());
+        let reads_images = self.ctx.rewards.iter().any(|r| r.reward.reads_images());
         let groups: Vec<Group> = picked
             .iter()
             .zip(rollouts.chunks(g))
@@ -322,6 +323,10 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
                 metadata: with_token_counts(&prompts[i].metadata, group.iter().map(|x| x.tokens.len())),
                 tokens: match reads_tokens {
                     true => group.iter().map(|x| x.token_texts(self.ctx.tokenizer)).collect(),
+                    false => Vec::new(),
+                },
+                images: match reads_images {
+                    true => prompts[i].image_files.to_vec(),
                     false => Vec::new(),
                 },
             })

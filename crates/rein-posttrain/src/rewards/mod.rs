@@ -47,6 +47,10 @@ impl<R: RewardFn> RewardFn for Renamed<R> {
     fn reads_tokens(&self) -> bool {
         self.1.reads_tokens()
     }
+
+    fn reads_images(&self) -> bool {
+        self.1.reads_images()
+    }
 }
 
 /// A reward that sees each completion without its reasoning (`reward[i].strip_thinking`): the
@@ -101,6 +105,10 @@ impl RewardFn for ThinkingStripped {
 
     fn take_judge_usage(&mut self) -> Option<rein_core::JudgeUsage> {
         self.0.take_judge_usage()
+    }
+
+    fn reads_images(&self) -> bool {
+        self.0.reads_images()
     }
 }
 

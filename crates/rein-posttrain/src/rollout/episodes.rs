@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use rein_core::{EpisodeStart, TextEnv, Tool, ToolError, Turn};
+use rein_core::{EpisodeStart, TextEnv, Tool, ToolError, ToolErrorKind, Turn};
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, ChatMessage, LmTokenizer};
 use rein_sampler::{AfterTurn, FinishReason, GenerationConfig, Session};
@@ -209,12 +209,29 @@ fn env_replies(
         for (name, value) in reply.components {
             *episode.env_components.entry(name).or_default() += value;
         }
+        refuse_images(
+            env.name(),
+            &format!("its reply to episode {}", turn.id),
+            reply.images.len(),
+        )?;
         match reply.done {
             true => finished.push(e),
             false => replies.push((e, reply.messages.into_iter().map(ChatMessage::from).collect())),
         }
     }
     Ok(replies)
+}
+
+/// Refuses `count` images from the text environment `env` (in `what`): an episode is a
+/// conversation of text, so the model could not see them.
+fn refuse_images(env: &str, what: &str, count: usize) -> Result<(), LmError> {
+    match count {
+        0 => Ok(()),
+        _ => Err(LmError::Unsupported(format!(
+            "text environment `{env}` returned {count} image(s) in {what}, but multi-turn episodes are \
+             conversations of text: the model would not see them"
+        ))),
+    }
 }
 
 /// Appends the tools' and environment's messages to their episodes' transcripts; returns the
@@ -267,14 +284,21 @@ fn open(
                         prompt: p.text.clone(),
                         reference: p.answer.clone(),
                         metadata: p.metadata.clone(),
+                        images: p.image_files.to_vec(),
                     }
                 })
                 .collect();
             let from_env = env.reset(&starts)?;
-            from_env
-                .into_iter()
-                .map(|o| (o.messages.into_iter().map(ChatMessage::from).collect(), o.tools))
-                .collect()
+            (from_env.into_iter().zip(&starts))
+                .map(|(o, start)| {
+                    refuse_images(
+                        env.name(),
+                        &format!("the opening of episode {}", start.id),
+                        o.images.len(),
+                    )?;
+                    Ok((o.messages.into_iter().map(ChatMessage::from).collect(), o.tools))
+                })
+                .collect::<Result<_, LmError>>()?
         }
         None => (0..prompts.len() * n)
             .map(|e| {
@@ -335,6 +359,15 @@ impl Episode {
                         None => Err(unknown_tool(&call.name, &offered)),
                     }
                 });
+                let result = result.and_then(|output| match output.images.len() {
+                    0 => Ok(output.text),
+                    count => Err(ToolError::new(
+                        ToolErrorKind::Host,
+                        format!(
+                            "the tool's output holds {count} image(s), which this conversation of text cannot show"
+                        ),
+                    )),
+                });
                 let content = match result {
                     Ok(output) => output,
                     Err(error) => {
@@ -353,11 +386,12 @@ impl Episode {
 
 #[cfg(test)]
 mod tests {
-    use rein_core::{ToolErrorKind, ToolSpec};
+    use rein_core::{ToolOutput, ToolSpec};
 
     use super::*;
 
-    /// Adds two numbers; "boom" stands for a trap the sandbox turned into an error.
+    /// Adds two numbers, or draws (`{"draw": true}`: an image); bad numbers stand for a trap
+    /// the sandbox turned into an error.
     struct Adder(ToolSpec);
 
     impl Tool for Adder {
@@ -365,10 +399,17 @@ mod tests {
             &self.0
         }
 
-        fn call(&mut self, arguments: &str) -> Result<String, ToolError> {
+        fn call(&mut self, arguments: &str) -> Result<ToolOutput, ToolError> {
             let args: serde_json::Value = serde_json::from_str(arguments).unwrap();
+            if args["draw"] == true {
+                let png = rein_core::Image::new(b"\x89PNG\r\n\x1a\n".to_vec()).unwrap();
+                return Ok(ToolOutput {
+                    text: "<image>".into(),
+                    images: vec![png],
+                });
+            }
             match (args["a"].as_i64(), args["b"].as_i64()) {
-                (Some(a), Some(b)) => Ok((a + b).to_string()),
+                (Some(a), Some(b)) => Ok((a + b).to_string().into()),
                 _ => Err(ToolError::new(
                     ToolErrorKind::Timeout,
                     "execution timed out after 1000 ms",
@@ -401,9 +442,9 @@ mod tests {
         }
     }
 
-    /// Malformed calls, unknown tools and failures inside a tool all come back as `tool`
-    /// messages for the model, counted by kind; the well-formed call in the same turn still
-    /// runs.
+    /// Malformed calls, unknown tools, failures inside a tool and images the model cannot see
+    /// all come back as `tool` messages for the model, counted by kind; the well-formed call in
+    /// the same turn still runs.
     #[test]
     fn every_bad_call_becomes_a_message_for_the_model() {
         let spec = |name: &str| ToolSpec {
@@ -417,6 +458,7 @@ mod tests {
             <tool_call>{"name": "add", "arguments": {"a": "x"}}</tool_call>
             <tool_call>{"name": "hidden", "arguments": {}}</tool_call>
             <tool_call>{name: add}</tool_call>
+            <tool_call>{"name": "add", "arguments": {"draw": true}}</tool_call>
             <tool_call>{"name": "add""#;
         let messages = episode.call_tools(&mut tools, parse_tool_calls(turn));
         let contents: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
@@ -429,9 +471,15 @@ mod tests {
             "{}",
             contents[3]
         );
-        assert!(contents[4].contains("not closed"), "{}", contents[4]);
-        assert_eq!(episode.tool_calls, 5);
-        let expected: BTreeMap<&str, usize> = [("malformed", 2), ("timeout", 1), ("unknown_tool", 1)].into();
+        // A text model cannot be shown a tool's images.
+        assert_eq!(
+            contents[4],
+            "error: the tool's output holds 1 image(s), which this conversation of text cannot show"
+        );
+        assert!(contents[5].contains("not closed"), "{}", contents[5]);
+        assert_eq!(episode.tool_calls, 6);
+        let expected: BTreeMap<&str, usize> =
+            [("host", 1), ("malformed", 2), ("timeout", 1), ("unknown_tool", 1)].into();
         assert_eq!(episode.tool_errors, expected);
     }
 }

@@ -8,7 +8,7 @@
 use std::hint::black_box;
 
 use rein_pdk::json::{Map, Value, json};
-use rein_pdk::{Config, ConfigKey, Metadata, Tool, ToolSpec};
+use rein_pdk::{Config, ConfigKey, Image, Metadata, Tool, ToolOutput, ToolSpec};
 
 struct Hostile {
     spec: String,
@@ -50,7 +50,7 @@ impl Tool for Hostile {
         }
     }
 
-    fn call(&mut self, arguments: &Map<String, Value>) -> Result<String, String> {
+    fn call(&mut self, arguments: &Map<String, Value>) -> Result<ToolOutput, String> {
         match arguments.get("attack").and_then(Value::as_str) {
             None => {}
             Some("infinite-loop") => {
@@ -66,14 +66,34 @@ impl Tool for Hostile {
                     black_box(&hoard);
                 }
             }
-            Some("deep-recursion") => return Ok(recurse(black_box(u64::MAX)).to_string()),
+            Some("deep-recursion") => return Ok(recurse(black_box(u64::MAX)).to_string().into()),
             Some("panic") => panic!("the hostile tool panics on purpose"),
-            Some("oversized-output") => return Ok("x".repeat(80 << 20)),
+            Some("oversized-output") => return Ok("x".repeat(80 << 20).into()),
+            // A PNG's signature in front of 80 MiB: over the output limit as an image.
+            Some("oversized-image") => {
+                let mut data = b"\x89PNG\r\n\x1a\n".to_vec();
+                data.resize(80 << 20, 0);
+                return Ok(ToolOutput::with_images("<image>", vec![Image::png(data)]));
+            }
+            // A 2 GiB image, written 32 MiB at a time as an encoder would: the sandbox's memory
+            // limit stops it before the host sees it.
+            Some("two-gib-image") => {
+                let mut data = b"\x89PNG\r\n\x1a\n".to_vec();
+                for _ in 0..64 {
+                    data.resize(data.len() + (32 << 20), black_box(0));
+                }
+                return Ok(ToolOutput::with_images("", vec![Image::png(data)]));
+            }
+            // PNG bytes said to be a JPEG.
+            Some("mislabelled-image") => {
+                let image = Image::jpeg(b"\x89PNG\r\n\x1a\n".to_vec());
+                return Ok(ToolOutput::with_images("", vec![image]));
+            }
             Some("refuse") => return Err("I refuse".into()),
             Some(other) => return Err(format!("unknown attack `{other}`")),
         }
         match arguments.get("text") {
-            Some(Value::String(text)) => Ok(text.clone()),
+            Some(Value::String(text)) => Ok(text.clone().into()),
             _ => Err("give me a `text`".into()),
         }
     }

@@ -12,7 +12,7 @@ wit_bindgen::generate!({
 
         world spying-reward {
             import exfiltrate;
-            export rein:plugin/reward-api@0.4.0;
+            export rein:plugin/reward-api@0.5.0;
         }
     ",
     world: "test:spy/spying-reward",

@@ -201,6 +201,7 @@ mod tests {
                 metadata: String::new(),
                 source: s.to_string(),
                 images: Default::default(),
+                image_files: Default::default(),
             })
             .collect()
     }
