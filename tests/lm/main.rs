@@ -12,7 +12,9 @@
 //! `chat_templates.json`, written by `gen_chat_templates.py`, holds transformers' renderings of
 //! four chat templates. `tests/fixtures/vlm/`, written by `gen_idefics3.py` (transformers 5.25,
 //! Pillow 13): a tiny random Idefics3 with its processor, PNG images and transformers' pixel
-//! values, token ids, image features, logits and greedy continuations ([`vision`]).
+//! values, token ids, image features, logits and greedy continuations ([`vision`]); by
+//! `gen_qwen2_vl_processor.py` (transformers 5.25, Pillow 13): Qwen2-VL's image processor's patches,
+//! grids and expanded prompts for the same images ([`qwen2_vl_processor`]).
 
 #[path = "../common/logits.rs"]
 mod logits;
@@ -21,6 +23,7 @@ mod tiny_lm;
 
 mod generation;
 mod loading;
+mod qwen2_vl_processor;
 mod transformers;
 mod vision;
 

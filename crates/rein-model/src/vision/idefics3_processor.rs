@@ -14,6 +14,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::processor_settings::{SampleValues, Settings};
 use super::resample::{Filter, Pixels};
 use crate::lm::LoadError;
 use crate::lm::model_dir::read_json;
@@ -33,9 +34,7 @@ pub struct Idefics3Processor {
     /// The longest edge the image is first resized to, if any.
     resize_longest_edge: Option<usize>,
     filter: Filter,
-    rescale_factor: Option<f64>,
-    /// `(mean, std)` per channel, if normalising.
-    normalize: Option<([f32; 3], [f32; 3])>,
+    samples: SampleValues,
     splitting: bool,
     /// The tile's edge.
     tile: usize,
@@ -123,7 +122,7 @@ impl Idefics3Processor {
                 "`image_processor_type`: `{kind}` is not an Idefics3 image processor"
             ));
         }
-        let flag = |key: &str, default: bool| settings[key].as_bool().unwrap_or(default);
+        let s = Settings(settings);
         let edge = |key: &str| -> Result<Option<usize>, String> {
             match &settings[key] {
                 Value::Null => Ok(None),
@@ -135,37 +134,16 @@ impl Idefics3Processor {
                 },
             }
         };
-        let code = settings["resample"].as_u64().unwrap_or(1);
-        let filter = Filter::from_pil(code)
-            .ok_or_else(|| format!("`resample`: {code} is not a resampling filter rein implements (1-5)"))?;
-        let channels = |key: &str, default: f32| -> Result<[f32; 3], String> {
-            match &settings[key] {
-                Value::Null => Ok([default; 3]),
-                Value::Number(n) => Ok([n.as_f64().unwrap_or_default() as f32; 3]),
-                Value::Array(values) if values.len() == 3 && values.iter().all(Value::is_number) => {
-                    Ok(std::array::from_fn(|i| values[i].as_f64().unwrap_or_default() as f32))
-                }
-                other => Err(format!("`{key}`: expected three numbers, found {other}")),
-            }
-        };
-        let std = channels("image_std", 0.5)?;
-        if std.contains(&0.0) {
-            return Err("`image_std`: a standard deviation of 0".into());
-        }
         let tile = edge("max_image_size")?.unwrap_or(364);
         Ok(Self {
-            convert_rgb: flag("do_convert_rgb", true),
-            resize_longest_edge: match flag("do_resize", true) {
+            convert_rgb: s.flag("do_convert_rgb", true),
+            resize_longest_edge: match s.flag("do_resize", true) {
                 true => Some(edge("size")?.unwrap_or(4 * 364)),
                 false => None,
             },
-            filter,
-            rescale_factor: flag("do_rescale", true)
-                .then(|| settings["rescale_factor"].as_f64().unwrap_or(1.0 / 255.0)),
-            normalize: flag("do_normalize", true)
-                .then(|| Ok::<_, String>((channels("image_mean", 0.5)?, std)))
-                .transpose()?,
-            splitting: flag("do_image_splitting", true),
+            filter: s.filter(1)?,
+            samples: s.sample_values([0.5; 3], [0.5; 3])?,
+            splitting: s.flag("do_image_splitting", true),
             tile,
             image_seq_len,
         })
@@ -204,7 +182,12 @@ impl Idefics3Processor {
         let mut pixel_values = Vec::with_capacity(frames.len() * 3 * self.tile * self.tile);
         for frame in &frames {
             for channel in 0..3 {
-                pixel_values.extend(frame.data[channel..].iter().step_by(3).map(|&v| self.value(v, channel)));
+                pixel_values.extend(
+                    frame.data[channel..]
+                        .iter()
+                        .step_by(3)
+                        .map(|&v| self.samples.value(v, channel)),
+                );
             }
         }
         ProcessedImage {
@@ -214,19 +197,6 @@ impl Idefics3Processor {
             cols,
             side: self.tile,
         }
-    }
-
-    /// One sample rescaled (in `f64`, then rounded to `f32` as numpy's `rescale` does) and
-    /// normalised in `f32`.
-    fn value(&self, sample: u8, channel: usize) -> f32 {
-        let mut v = match self.rescale_factor {
-            Some(factor) => (f64::from(sample) * factor) as f32,
-            None => f32::from(sample),
-        };
-        if let Some((mean, std)) = &self.normalize {
-            v = (v - mean[channel]) / std[channel];
-        }
-        v
     }
 
     /// The tiles of `image` (whose sides are non-zero multiples of the tile) and the global view.

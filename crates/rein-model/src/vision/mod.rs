@@ -4,6 +4,9 @@
 //! - [`decode_rgb`]: encoded images to 8-bit RGB, bounded by [`ImageLimits`] before allocating.
 //! - [`Pixels::resize`]: Pillow's resampling filters, bit for bit.
 //! - [`Idefics3Processor`]: Idefics3's / SmolVLM's tiling, pixel values and prompt expansion.
+//! - [`Qwen2VlProcessor`]: Qwen2-VL's (and Qwen2.5-VL's) resizing, patches and prompt expansion
+//!   (the processor only: rein does not run Qwen2-VL's vision tower or its decoder's multimodal
+//!   positions yet).
 //! - [`with_image_features`]: image features in place of a prompt's image tokens.
 //! - [`VisionEncoder`]: the SigLIP vision transformer; [`Idefics3Vision`]: it and the
 //!   pixel-shuffle connector, the image side of a [`crate::lm::CausalLm`] that reads images
@@ -14,6 +17,8 @@ mod idefics3;
 mod idefics3_processor;
 mod image_side;
 mod image_tokens;
+mod processor_settings;
+mod qwen2_vl_processor;
 mod resample;
 mod siglip;
 
@@ -23,5 +28,6 @@ pub(crate) use idefics3::{load_idefics3, save_idefics3};
 pub use idefics3_processor::{IMAGE_TOKEN, Idefics3Processor, ProcessedImage};
 pub use image_side::{Idefics3Vision, pixel_shuffle};
 pub use image_tokens::{image_slots, with_image_features};
+pub use qwen2_vl_processor::{QWEN2_VL_IMAGE_TOKEN, Qwen2VlImage, Qwen2VlProcessor, smart_resize};
 pub use resample::{Filter, Pixels};
 pub use siglip::{VisionActivation, VisionConfig, VisionEncoder, VisionLayer};

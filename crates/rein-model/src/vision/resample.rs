@@ -2,7 +2,8 @@
 //! that an image processor written against PIL gives the same pixels here.
 //!
 //! Pillow resamples separably — a horizontal pass over the rows the vertical pass will read, then
-//! a vertical pass — each output sample a weighted sum of its input samples. The weights are the
+//! a vertical pass; or, since Pillow 13, the vertical pass first when the height shrinks by more
+//! than twice what the width does — each output sample a weighted sum of its input samples. The weights are the
 //! filter evaluated at the input samples' centres (stretched by the scale when shrinking),
 //! normalised to sum to 1, then rounded to fixed point with 22 fraction bits; sums start at ½ and
 //! are clipped to `0..=255` after each pass. Every step below is that arithmetic, in that order
@@ -133,6 +134,16 @@ impl Pixels {
     /// `Image.resize((width, height), filter)`.
     pub fn resize(&self, width: usize, height: usize, filter: Filter) -> Self {
         let vertical = Weights::new(self.height, height, filter);
+        // Pillow 13 runs the vertical pass first when the height shrinks by more than twice
+        // what the width does (the passes round to 8 bits in between, so the order shows).
+        let shrinks = |from: usize, to: usize| from as i64 - to as i64;
+        if height < self.height && shrinks(self.height, height) > 2 * shrinks(self.width, width) {
+            let image = vertical.apply_columns(self, 0);
+            return match width != self.width {
+                true => Weights::new(self.width, width, filter).apply_rows(&image, 0..height),
+                false => image,
+            };
+        }
         let mut image = std::borrow::Cow::Borrowed(self);
         // Row 0 of `image` is this image's row `offset`.
         let mut offset = 0;

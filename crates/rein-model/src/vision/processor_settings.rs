@@ -1,0 +1,75 @@
+//! The settings image processors share in `preprocessor_config.json`: whether to convert to RGB,
+//! the resampling filter, the rescale factor and the per-channel normalisation, read with each
+//! processor's defaults, and how one 8-bit sample becomes a pixel value.
+
+use serde_json::Value;
+
+use super::resample::Filter;
+
+/// A processor's settings object, read key by key; errors name the key.
+pub(crate) struct Settings<'a>(pub(crate) &'a Value);
+
+impl Settings<'_> {
+    /// A boolean key, `default` when absent.
+    pub(crate) fn flag(&self, key: &str, default: bool) -> bool {
+        self.0[key].as_bool().unwrap_or(default)
+    }
+
+    /// `resample` (a Pillow filter code), `default` when absent.
+    pub(crate) fn filter(&self, default: u64) -> Result<Filter, String> {
+        let code = self.0["resample"].as_u64().unwrap_or(default);
+        Filter::from_pil(code)
+            .ok_or_else(|| format!("`resample`: {code} is not a resampling filter rein implements (1-5)"))
+    }
+
+    /// Three per-channel numbers (or one for all), `default` when absent.
+    pub(crate) fn channels(&self, key: &str, default: [f32; 3]) -> Result<[f32; 3], String> {
+        match &self.0[key] {
+            Value::Null => Ok(default),
+            Value::Number(n) => Ok([n.as_f64().unwrap_or_default() as f32; 3]),
+            Value::Array(values) if values.len() == 3 && values.iter().all(Value::is_number) => {
+                Ok(std::array::from_fn(|i| values[i].as_f64().unwrap_or_default() as f32))
+            }
+            other => Err(format!("`{key}`: expected three numbers, found {other}")),
+        }
+    }
+
+    /// How samples become pixel values: `do_rescale`/`rescale_factor` and
+    /// `do_normalize`/`image_mean`/`image_std`, with the processor's default mean and std.
+    pub(crate) fn sample_values(&self, mean: [f32; 3], std: [f32; 3]) -> Result<SampleValues, String> {
+        let std = self.channels("image_std", std)?;
+        if std.contains(&0.0) {
+            return Err("`image_std`: a standard deviation of 0".into());
+        }
+        Ok(SampleValues {
+            rescale_factor: (self.flag("do_rescale", true))
+                .then(|| self.0["rescale_factor"].as_f64().unwrap_or(1.0 / 255.0)),
+            normalize: (self.flag("do_normalize", true))
+                .then(|| Ok::<_, String>((self.channels("image_mean", mean)?, std)))
+                .transpose()?,
+        })
+    }
+}
+
+/// How an 8-bit sample becomes a pixel value: rescaled, then normalised per channel.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SampleValues {
+    rescale_factor: Option<f64>,
+    /// `(mean, std)` per channel, if normalising.
+    normalize: Option<([f32; 3], [f32; 3])>,
+}
+
+impl SampleValues {
+    /// One sample of `channel` rescaled (in `f64`, then rounded to `f32` as numpy's `rescale`
+    /// does) and normalised in `f32`.
+    pub(crate) fn value(&self, sample: u8, channel: usize) -> f32 {
+        let mut v = match self.rescale_factor {
+            Some(factor) => (f64::from(sample) * factor) as f32,
+            None => f32::from(sample),
+        };
+        if let Some((mean, std)) = &self.normalize {
+            v = (v - mean[channel]) / std[channel];
+        }
+        v
+    }
+}
