@@ -227,7 +227,7 @@ def check_python_reward(path, module):
         if metadata.name != "math-answer-py" or not metadata.config_keys:
             raise AssertionError(f"metadata {metadata}")
         api.init("{}")
-        scored = api.score([Group(prompt="p", completions=["<answer>7</answer>"], reference="7", metadata="", tokens=[])])
+        scored = api.score([Group(prompt="p", completions=["<answer>7</answer>"], reference="7", metadata="", tokens=[], images=[])])
         if scored[0][0].score != 1.0 or [c.name for c in scored[0][0].components] != ["correct", "answered"]:
             raise AssertionError(f"RewardApi.score gave {scored}")
 
