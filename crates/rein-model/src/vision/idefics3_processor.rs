@@ -14,6 +14,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::image_tokens::expand_markers;
 use super::processor_settings::{SampleValues, Settings};
 use super::resample::{Filter, Pixels};
 use crate::lm::LoadError;
@@ -233,20 +234,9 @@ impl Idefics3Processor {
 
     /// `text` with its `<image>` markers expanded for `images`, in order.
     pub fn expand_prompt(&self, text: &str, images: &[ProcessedImage]) -> Result<String, String> {
-        let markers = text.matches(IMAGE_TOKEN).count();
-        if markers != images.len() {
-            return Err(format!(
-                "the prompt has {markers} `{IMAGE_TOKEN}` markers for {} images",
-                images.len()
-            ));
-        }
-        let mut pieces = text.split(IMAGE_TOKEN);
-        let mut out = pieces.next().unwrap_or_default().to_string();
-        for (piece, image) in pieces.zip(images) {
-            out += &self.image_prompt(image.rows, image.cols);
-            out += piece;
-        }
-        Ok(out)
+        expand_markers(text, IMAGE_TOKEN, images, |image| {
+            self.image_prompt(image.rows, image.cols)
+        })
     }
 }
 

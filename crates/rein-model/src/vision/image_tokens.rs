@@ -1,10 +1,35 @@
-//! Image features in place of a prompt's image tokens: which feature each position reads
-//! ([`image_slots`]) and the input embeddings with them put there ([`with_image_features`]),
-//! as transformers' `masked_scatter` of the features over the image tokens' embeddings.
+//! A prompt's image tokens: its markers expanded to each image's tokens in the text
+//! ([`expand_markers`]), which feature each position reads ([`image_slots`]) and the input
+//! embeddings with the features put there ([`with_image_features`]), as transformers'
+//! `masked_scatter` of the features over the image tokens' embeddings.
 
 use burn::tensor::{Int, Tensor, TensorData};
 
 use crate::backend::ReinBackend;
+
+/// `text` with each `marker` replaced by `expansion` of the image it stands for, in order; an
+/// error when the markers are not one per image.
+pub(crate) fn expand_markers<T>(
+    text: &str,
+    marker: &str,
+    images: &[T],
+    expansion: impl Fn(&T) -> String,
+) -> Result<String, String> {
+    let markers = text.matches(marker).count();
+    if markers != images.len() {
+        return Err(format!(
+            "the prompt has {markers} `{marker}` markers for {} images",
+            images.len()
+        ));
+    }
+    let mut pieces = text.split(marker);
+    let mut out = pieces.next().unwrap_or_default().to_string();
+    for (piece, image) in pieces.zip(images) {
+        out += &expansion(image);
+        out += piece;
+    }
+    Ok(out)
+}
 
 /// For each of `tokens`, the index of the image feature it reads — the image tokens numbered in
 /// order — or `None` for a text token.

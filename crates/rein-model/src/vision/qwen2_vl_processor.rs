@@ -11,6 +11,7 @@
 
 use serde_json::Value;
 
+use super::image_tokens::expand_markers;
 use super::processor_settings::{SampleValues, Settings};
 use super::resample::{Filter, Pixels};
 
@@ -157,20 +158,9 @@ impl Qwen2VlProcessor {
     /// `text` with its `<|image_pad|>` tokens (one per image, as the chat template writes them)
     /// expanded for `images`, in order.
     pub fn expand_prompt(&self, text: &str, images: &[Qwen2VlImage]) -> Result<String, String> {
-        let markers = text.matches(QWEN2_VL_IMAGE_TOKEN).count();
-        if markers != images.len() {
-            return Err(format!(
-                "the prompt has {markers} `{QWEN2_VL_IMAGE_TOKEN}` markers for {} images",
-                images.len()
-            ));
-        }
-        let mut pieces = text.split(QWEN2_VL_IMAGE_TOKEN);
-        let mut out = pieces.next().unwrap_or_default().to_string();
-        for (piece, image) in pieces.zip(images) {
-            out += &QWEN2_VL_IMAGE_TOKEN.repeat(self.image_tokens(image.grid));
-            out += piece;
-        }
-        Ok(out)
+        expand_markers(text, QWEN2_VL_IMAGE_TOKEN, images, |image| {
+            QWEN2_VL_IMAGE_TOKEN.repeat(self.image_tokens(image.grid))
+        })
     }
 }
 
