@@ -156,8 +156,9 @@ fn a_missing_image_is_refused_naming_the_row_and_the_file() {
 
 /// The visual task's recipe (`recipes/grpo-shapes.toml`) shrunk to seconds: the data generated
 /// with its images, a vision-language model initialised from scratch (`model.vision`) and
-/// trained with SFT then GRPO, and saved as an Idefics3 checkpoint with its processor; a
-/// misspelt `model.vision` key is refused, naming it.
+/// trained with SFT then GRPO, rewarded by a plugin that reads the prompts' images, and saved
+/// as an Idefics3 checkpoint with its processor; a misspelt `model.vision` key is refused,
+/// naming it.
 #[test]
 fn the_shapes_recipe_trains_a_vision_language_model_from_scratch() {
     let dir = common::scratch("lm-shapes");
@@ -187,6 +188,10 @@ fn the_shapes_recipe_trains_a_vision_language_model_from_scratch() {
     assert!(rows.iter().all(|r| r.images.len() == 1), "every row has its board");
     for r in stage_records(&dir.join("runs"), "grpo") {
         assert!(r["train/mismatch_kl"].as_f64().unwrap() < 1e-6, "{r}");
+        // `count-shapes` counts the squares in the prompt's image: it applied (a completion
+        // without the image would be "not applicable", and the metric absent).
+        let answered = r["train/reward/count-shapes/answered"].as_f64();
+        assert!(answered.is_some_and(f64::is_finite), "{r}");
     }
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("final/config.json")).unwrap()).unwrap();

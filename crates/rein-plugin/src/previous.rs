@@ -98,8 +98,9 @@ pub(crate) fn adopt(wasm: &[u8]) -> Option<(Vec<u8>, &'static str)> {
 }
 
 /// The body of an import or export section (`range` of `wasm`) with its entries' names moved
-/// to the versions that run them, or `None` when no name changes. Each entry (`entries`: its offset and name) is a
-/// leading byte, the name as a length-prefixed string, then its type or index, copied as is.
+/// to the versions that run them, or `None` when no name changes. Each entry (`entries`: its
+/// offset and name) is a leading byte, the name as a length-prefixed string, then its type or
+/// index, copied as is.
 fn rename_entries(wasm: &[u8], range: std::ops::Range<usize>, entries: &[(usize, &str)]) -> Option<Vec<u8>> {
     if entries.iter().all(|(_, name)| renamed(name).is_none()) {
         return None;

@@ -111,8 +111,9 @@ impl Qwen2VlProcessor {
         grid.0 * grid.1 * grid.2 / (self.merge_size * self.merge_size)
     }
 
-    /// The patches of `image` (8-bit RGB, as [`super::decode_rgb`] gives); an error when its aspect ratio is over 200 or, not
-    /// resized, its sides are not multiples of [`Qwen2VlProcessor::factor`].
+    /// The patches of `image` (8-bit RGB, as [`super::decode_rgb`] gives); an error when its
+    /// aspect ratio is over 200 or, not resized, its sides are not multiples of
+    /// [`Qwen2VlProcessor::factor`].
     pub fn process(&self, image: &Pixels) -> Result<Qwen2VlImage, String> {
         let factor = self.factor();
         let resized;
