@@ -213,3 +213,27 @@ fn the_sampler_decodes_prompts_with_images_as_transformers_does() {
             .unwrap_err();
     assert!(error.contains("image tokens for"), "{error}");
 }
+
+/// JPEG decoding against Pillow's (`tests/fixtures/vlm/gen_jpeg_decode.py`): rein decodes with
+/// the `image` crate, whose inverse DCT and chroma upsampling are not libjpeg's, so samples may
+/// differ by a little; the bound below is what was measured, so a regression shows.
+#[test]
+fn jpeg_decoding_stays_within_three_levels_of_pillows() {
+    let bytes = std::fs::read(vlm_fixtures().join("images/photo.jpg")).unwrap();
+    let ours = decode_rgb(&bytes, ImageLimits::default()).unwrap();
+    let expected = std::fs::read(vlm_fixtures().join("jpeg_decode.expected.safetensors")).unwrap();
+    let file = SafeTensors::deserialize(&expected).unwrap();
+    let pillow = file.tensor("rgb").unwrap();
+    assert_eq!(pillow.shape(), [ours.height, ours.width, 3]);
+    let differences: Vec<u8> = (ours.data.iter().zip(pillow.data()))
+        .map(|(a, b)| a.abs_diff(*b))
+        .collect();
+    let worst = differences.iter().copied().max().unwrap_or(0);
+    let differing = differences.iter().filter(|&&d| d > 0).count() as f64 / differences.len() as f64;
+    // Measured 2026-12-07 (image 0.25, Pillow 13): 3 levels at worst, 27 % of samples off.
+    assert!(
+        worst <= 3 && differing < 0.3,
+        "{worst} levels at worst, {:.1} % of samples differ",
+        differing * 100.0
+    );
+}
