@@ -238,49 +238,37 @@ fn to_wit(group: &Group) -> wit::Group {
         })
         .collect();
     wit::Group {
+        prompt: group.prompt.clone(),
+        completions: group.completions.clone(),
+        reference: group.reference.clone(),
+        metadata: group.metadata.clone(),
+        tokens: tokens(group, |t| wit::Token {
+            text: t.text.clone(),
+            logprob: t.logprob,
+        }),
         images,
-        ..to_wit_v0_4(group).into()
     }
 }
 
 /// A group as 0.4.0 sends it: no images.
 fn to_wit_v0_4(group: &Group) -> wit_v0_4::Group {
-    let tokens = (group.tokens.iter())
-        .map(|tokens| {
-            (tokens.iter())
-                .map(|t| wit_v0_4::Token {
-                    text: t.text.clone(),
-                    logprob: t.logprob,
-                })
-                .collect()
-        })
-        .collect();
     wit_v0_4::Group {
         prompt: group.prompt.clone(),
         completions: group.completions.clone(),
         reference: group.reference.clone(),
         metadata: group.metadata.clone(),
-        tokens,
+        tokens: tokens(group, |t| wit_v0_4::Token {
+            text: t.text.clone(),
+            logprob: t.logprob,
+        }),
     }
 }
 
-impl From<wit_v0_4::Group> for wit::Group {
-    fn from(group: wit_v0_4::Group) -> Self {
-        let token = |t: wit_v0_4::Token| wit::Token {
-            text: t.text,
-            logprob: t.logprob,
-        };
-        wit::Group {
-            prompt: group.prompt,
-            completions: group.completions,
-            reference: group.reference,
-            metadata: group.metadata,
-            tokens: (group.tokens.into_iter())
-                .map(|tokens| tokens.into_iter().map(token).collect())
-                .collect(),
-            images: Vec::new(),
-        }
-    }
+/// Each completion's tokens as one interface version's `token` record.
+fn tokens<T>(group: &Group, token: impl Fn(&rein_core::Token) -> T) -> Vec<Vec<T>> {
+    (group.tokens.iter())
+        .map(|tokens| tokens.iter().map(&token).collect())
+        .collect()
 }
 
 /// 0.4.0's scores as the current interface's (the same fields).
