@@ -115,15 +115,8 @@ impl Idefics3Processor {
 
     /// The processor `settings` describe (a `preprocessor_config.json` object).
     pub fn from_json(settings: &Value, image_seq_len: usize) -> Result<Self, String> {
-        let kind = settings["image_processor_type"]
-            .as_str()
-            .unwrap_or("Idefics3ImageProcessor");
-        if !kind.starts_with("Idefics3ImageProcessor") {
-            return Err(format!(
-                "`image_processor_type`: `{kind}` is not an Idefics3 image processor"
-            ));
-        }
         let s = Settings(settings);
+        s.expect_class("Idefics3ImageProcessor", "an Idefics3 image processor")?;
         let edge = |key: &str| -> Result<Option<usize>, String> {
             match &settings[key] {
                 Value::Null => Ok(None),

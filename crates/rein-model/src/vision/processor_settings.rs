@@ -10,6 +10,15 @@ use super::resample::Filter;
 pub(crate) struct Settings<'a>(pub(crate) &'a Value);
 
 impl Settings<'_> {
+    /// Refuses an `image_processor_type` (its class, or a variant of it: `…Fast`, `…Pil`) other
+    /// than `class`, naming it as not `what` (`an Idefics3 image processor`); none is accepted.
+    pub(crate) fn expect_class(&self, class: &str, what: &str) -> Result<(), String> {
+        match self.0["image_processor_type"].as_str() {
+            Some(kind) if !kind.starts_with(class) => Err(format!("`image_processor_type`: `{kind}` is not {what}")),
+            _ => Ok(()),
+        }
+    }
+
     /// A boolean key, `default` when absent.
     pub(crate) fn flag(&self, key: &str, default: bool) -> bool {
         self.0[key].as_bool().unwrap_or(default)

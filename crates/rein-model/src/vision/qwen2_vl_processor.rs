@@ -52,15 +52,8 @@ pub struct Qwen2VlImage {
 impl Qwen2VlProcessor {
     /// The processor `settings` describe (a `preprocessor_config.json` object).
     pub fn from_json(settings: &Value) -> Result<Self, String> {
-        let kind = settings["image_processor_type"]
-            .as_str()
-            .unwrap_or("Qwen2VLImageProcessor");
-        if !kind.starts_with("Qwen2VLImageProcessor") {
-            return Err(format!(
-                "`image_processor_type`: `{kind}` is not a Qwen2-VL image processor"
-            ));
-        }
         let s = Settings(settings);
+        s.expect_class("Qwen2VLImageProcessor", "a Qwen2-VL image processor")?;
         let size = |key: &str, default: usize| -> Result<usize, String> {
             match &settings[key] {
                 Value::Null => Ok(default),
