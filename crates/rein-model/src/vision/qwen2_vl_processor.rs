@@ -26,6 +26,11 @@ const CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_6, 0.275_777_1];
 /// The most an image's longer side may exceed its shorter one (transformers refuses more).
 const MAX_ASPECT_RATIO: f64 = 200.0;
 
+/// The most pixels a processed image may have (`max_pixels`, or an image not resized): a
+/// 4096 × 4096 image, whose patches (two frames) take 400 MB; the largest settings the released
+/// models use are under it (Qwen2.5-VL: 12,845,056).
+const MAX_PIXELS: usize = 4096 * 4096;
+
 /// The settings of a Qwen2-VL `preprocessor_config.json`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Qwen2VlProcessor {
@@ -54,20 +59,21 @@ impl Qwen2VlProcessor {
     pub fn from_json(settings: &Value) -> Result<Self, String> {
         let s = Settings(settings);
         s.expect_class("Qwen2VLImageProcessor", "a Qwen2-VL image processor")?;
-        let size = |key: &str, default: usize| -> Result<usize, String> {
-            match &settings[key] {
-                Value::Null => Ok(default),
-                v => v
-                    .as_u64()
-                    .filter(|&n| n > 0)
-                    .map(|n| n as usize)
-                    .ok_or_else(|| format!("`{key}`: expected a positive integer, found {v}")),
-            }
+        // A positive integer up to `max` (bounded before anything is sized by it).
+        let bounded = |key: &str, value: &Value, max: usize| -> Result<usize, String> {
+            (value.as_u64())
+                .filter(|&n| (1..=max as u64).contains(&n))
+                .map(|n| n as usize)
+                .ok_or_else(|| format!("`{key}`: expected an integer from 1 to {max}, found {value}"))
+        };
+        let size = |key: &str, default: usize, max: usize| match &settings[key] {
+            Value::Null => Ok(default),
+            v => bounded(key, v, max),
         };
         // `size` (transformers 5) or the older `min_pixels` / `max_pixels`.
-        let pixels = |edge: &str, key: &str, default: usize| match settings["size"][edge].as_u64() {
-            Some(n) if n > 0 => Ok(n as usize),
-            _ => size(key, default),
+        let pixels = |edge: &str, key: &str, default: usize| match &settings["size"][edge] {
+            Value::Null => size(key, default, MAX_PIXELS),
+            v => bounded(&format!("size.{edge}"), v, MAX_PIXELS),
         };
         let (min_pixels, max_pixels) = (
             pixels("shortest_edge", "min_pixels", 56 * 56)?,
@@ -78,14 +84,21 @@ impl Qwen2VlProcessor {
                 "`size`: min_pixels {min_pixels} is over max_pixels {max_pixels}"
             ));
         }
+        let (patch_size, merge_size) = (size("patch_size", 14, 64)?, size("merge_size", 2, 8)?);
+        let factor = patch_size * merge_size;
+        if factor * factor > max_pixels {
+            return Err(format!(
+                "`patch_size` × `merge_size` is {factor}: one merged patch is over max_pixels {max_pixels}"
+            ));
+        }
         Ok(Self {
             convert_rgb: s.flag("do_convert_rgb", true),
             resize: s.flag("do_resize", true).then_some((min_pixels, max_pixels)),
             filter: s.filter(3)?,
             samples: s.sample_values(CLIP_MEAN, CLIP_STD)?,
-            patch_size: size("patch_size", 14)?,
-            temporal_patch_size: size("temporal_patch_size", 2)?,
-            merge_size: size("merge_size", 2)?,
+            patch_size,
+            temporal_patch_size: size("temporal_patch_size", 2, 8)?,
+            merge_size,
         })
     }
 
@@ -115,6 +128,12 @@ impl Qwen2VlProcessor {
                 let (height, width) = smart_resize(image.height, image.width, factor, min_pixels, max_pixels)?;
                 resized = image.resize(width, height, self.filter);
                 &resized
+            }
+            None if image.height * image.width > MAX_PIXELS => {
+                return Err(format!(
+                    "the image is {}x{}: without resizing it may have at most {MAX_PIXELS} pixels",
+                    image.width, image.height
+                ));
             }
             None if !image.height.is_multiple_of(factor) || !image.width.is_multiple_of(factor) => {
                 return Err(format!(
@@ -244,6 +263,15 @@ mod tests {
             })
             .unwrap_err();
         assert!(odd.contains("multiples of 2"), "{odd}");
+        // Not resized, an image over MAX_PIXELS is refused before its patches are allocated.
+        let huge = Pixels {
+            width: MAX_PIXELS + 2,
+            height: 1,
+            channels: 3,
+            data: vec![0; (MAX_PIXELS + 2) * 3],
+        };
+        let error = p.process(&huge).unwrap_err();
+        assert!(error.contains("at most 16777216 pixels"), "{error}");
     }
 
     #[test]
@@ -261,6 +289,26 @@ mod tests {
                 "image_processor_type",
             ),
             (serde_json::json!({"patch_size": 0}), "`patch_size`"),
+            (
+                serde_json::json!({"patch_size": 100000}),
+                "`patch_size`: expected an integer from 1 to 64",
+            ),
+            (
+                serde_json::json!({"temporal_patch_size": 1000}),
+                "`temporal_patch_size`",
+            ),
+            (
+                serde_json::json!({"max_pixels": 1u64 << 40}),
+                "`max_pixels`: expected an integer from 1 to 16777216",
+            ),
+            (
+                serde_json::json!({"size": {"shortest_edge": 1, "longest_edge": 1u64 << 40}}),
+                "`size.longest_edge`",
+            ),
+            (
+                serde_json::json!({"patch_size": 64, "merge_size": 8, "max_pixels": 4096}),
+                "one merged patch is over",
+            ),
             (
                 serde_json::json!({"min_pixels": 10, "max_pixels": 5}),
                 "min_pixels 10 is over",
