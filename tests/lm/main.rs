@@ -14,7 +14,9 @@
 //! Pillow 13): a tiny random Idefics3 with its processor, PNG images and transformers' pixel
 //! values, token ids, image features, logits and greedy continuations ([`vision`]); by
 //! `gen_qwen2_vl_processor.py` (transformers 5.25, Pillow 13): Qwen2-VL's image processor's patches,
-//! grids and expanded prompts for the same images ([`qwen2_vl_processor`]).
+//! grids and expanded prompts for the same images ([`qwen2_vl_processor`]); by `gen_qwen2_vl.py`
+//! (transformers 5.25): a tiny random Qwen2-VL with transformers' multimodal positions, image
+//! features, logits and greedy continuations ([`qwen2_vl`]).
 
 #[path = "../common/logits.rs"]
 mod logits;
@@ -23,6 +25,7 @@ mod tiny_lm;
 
 mod generation;
 mod loading;
+mod qwen2_vl;
 mod qwen2_vl_processor;
 mod transformers;
 mod vision;

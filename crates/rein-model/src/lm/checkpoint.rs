@@ -8,12 +8,20 @@ use super::LoadError;
 use super::model::CausalLm;
 use super::model_dir::{load_causal_lm, save_causal_lm};
 use crate::backend::ReinBackend;
-use crate::vision::{is_idefics3, load_idefics3, save_idefics3};
+use crate::vision::{is_idefics3, is_qwen2_vl, load_idefics3, save_idefics3};
 
 /// Loads the model in `dir` (a checkpoint directory or a `.gguf` file) onto `device`: a causal
 /// LM, or a vision-language model (a causal LM with its image side, [`CausalLm::vision`]).
 pub fn load<B: ReinBackend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, LoadError> {
     let dir = &super::locate(dir)?;
+    if is_qwen2_vl(dir) {
+        return Err(LoadError::Unsupported {
+            field: "architectures".into(),
+            reason: "Qwen2VLForConditionalGeneration loads as rein_model::vision::Qwen2Vl; the sampler, \
+                training and serving run Idefics3 vision-language models"
+                .into(),
+        });
+    }
     match is_idefics3(dir) {
         true => load_idefics3(dir, device),
         false => load_causal_lm(dir, device),

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use burn::module::Param;
-use burn::nn::{Embedding, Linear};
+use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear};
 use burn::tensor::{Tensor, TensorData};
 use safetensors::{Dtype, SafeTensors};
 
@@ -336,6 +336,24 @@ impl Weights {
         device: &B::Device,
     ) -> Result<Tensor<B, 1>, LoadError> {
         Ok(Tensor::from_data(TensorData::new(self.get(name, &[n])?, [n]), device))
+    }
+
+    /// The LayerNorm `name` (`{name}.weight` and `{name}.bias`, both `[width]`) of epsilon `eps`.
+    pub(crate) fn layer_norm<B: ReinBackend>(
+        &self,
+        name: &str,
+        width: usize,
+        eps: f64,
+        device: &B::Device,
+    ) -> Result<LayerNorm<B>, LoadError> {
+        let mut norm = LayerNormConfig::new(width).with_epsilon(eps).init(device);
+        norm.gamma = Param::from_tensor(self.vector(&format!("{name}.weight"), width, device)?);
+        norm.beta = Some(Param::from_tensor(self.vector(
+            &format!("{name}.bias"),
+            width,
+            device,
+        )?));
+        Ok(norm)
     }
 
     /// The linear layer `prefix` (`{prefix}.weight`, and `{prefix}.bias` when `bias`). HF linear

@@ -77,6 +77,33 @@ impl<B: ReinBackend> Rope<B> {
         }
     }
 
+    /// Tables of one row per token for Qwen2-VL's multimodal RoPE: token `r` at the three
+    /// positions `positions[r]` (temporal, height, width), each frequency rotated by the axis
+    /// whose section of `section` (counted over the `head_dim / 2` frequencies) holds it, as
+    /// transformers' `Qwen2VLRotaryEmbedding` recomposes them. Apply them at positions
+    /// `0..positions.len()` (the tokens' own rows). A token whose three positions are equal gets
+    /// [`Rope::new`]'s row of that position.
+    ///
+    /// # Panics
+    /// When `section` does not sum to `head_dim / 2`.
+    pub fn multimodal(config: &LmConfig, positions: &[[i64; 3]], section: [usize; 3], device: &B::Device) -> Self {
+        let inv = inverse_frequencies(config);
+        assert_eq!(section.iter().sum::<usize>(), inv.len(), "mrope_section {section:?}");
+        let axis = |i: usize| usize::from(i >= section[0]) + usize::from(i >= section[0] + section[1]);
+        Self::of_angles(positions.len(), inv.len(), device, |row, i| {
+            positions[row][axis(i)] as f32 * inv[i]
+        })
+    }
+
+    /// Tables of `rows` rows whose columns `i` and `i + half` rotate by `angle(row, i)`, applied
+    /// at positions `0..rows`.
+    pub(crate) fn of_angles(rows: usize, half: usize, device: &B::Device, angle: impl Fn(usize, usize) -> f32) -> Self {
+        Self {
+            global: Tables::of_angles(rows, half, device, angle),
+            local: None,
+        }
+    }
+
     /// Positions the tables cover.
     pub fn max_len(&self) -> usize {
         self.global.cos.dims()[0]
@@ -104,19 +131,24 @@ impl<B: ReinBackend> Rope<B> {
 
 impl<B: ReinBackend> Tables<B> {
     fn new(inv: &[f32], max_len: usize, device: &B::Device) -> Self {
-        let half = inv.len();
-        let mut cos = Vec::with_capacity(max_len * half * 2);
-        let mut sin = Vec::with_capacity(max_len * half * 2);
-        for p in 0..max_len {
+        Self::of_angles(max_len, inv.len(), device, |p, i| p as f32 * inv[i])
+    }
+
+    /// `rows` rows whose columns `i` and `i + half` rotate by `angle(row, i)`, in `f32` as
+    /// transformers computes them.
+    fn of_angles(rows: usize, half: usize, device: &B::Device, angle: impl Fn(usize, usize) -> f32) -> Self {
+        let mut cos = Vec::with_capacity(rows * half * 2);
+        let mut sin = Vec::with_capacity(rows * half * 2);
+        for row in 0..rows {
             for _ in 0..2 {
-                for &f in inv {
-                    let angle = p as f32 * f;
+                for i in 0..half {
+                    let angle = angle(row, i);
                     cos.push(angle.cos());
                     sin.push(angle.sin());
                 }
             }
         }
-        let table = |v: Vec<f32>| Tensor::from_data(TensorData::new(v, [max_len, 2 * half]), device);
+        let table = |v: Vec<f32>| Tensor::from_data(TensorData::new(v, [rows, 2 * half]), device);
         Self {
             cos: table(cos),
             sin: table(sin),
@@ -138,6 +170,28 @@ mod tests {
             .unwrap(),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn multimodal_tables_of_equal_positions_are_the_plain_tables() {
+        type F = burn::backend::Flex;
+        let device = Default::default();
+        let c = config(None);
+        let rows = |t: &Tensor<F, 2>| t.clone().into_data().to_vec::<f32>().unwrap();
+        let plain = Rope::<F>::new(&c, 6, &device);
+        let positions: Vec<[i64; 3]> = (0..6).map(|p| [p; 3]).collect();
+        let multimodal = Rope::<F>::multimodal(&c, &positions, [2, 1, 1], &device);
+        assert_eq!(rows(&multimodal.global.cos), rows(&plain.global.cos));
+        assert_eq!(rows(&multimodal.global.sin), rows(&plain.global.sin));
+        // Time 0, height 3, width 5: frequencies 0-1 turn by time, 2 by height, 3 by width.
+        let at = Rope::<F>::multimodal(&c, &[[0, 3, 5]], [2, 1, 1], &device);
+        let inv = inverse_frequencies(&c);
+        let want: Vec<f32> = [0.0, 0.0, 3.0 * inv[2], 5.0 * inv[3]]
+            .repeat(2)
+            .iter()
+            .map(|a| a.cos())
+            .collect();
+        assert_eq!(rows(&at.global.cos), want);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use burn::module::{Module, Param};
-use burn::nn::{LayerNorm, LayerNormConfig, Linear};
+use burn::nn::Linear;
 use burn::tensor::{Int, Tensor, TensorData};
 
 use super::image_side::Idefics3Vision;
@@ -178,16 +178,7 @@ fn read_encoder<B: ReinBackend>(
     device: &B::Device,
 ) -> Result<VisionEncoder<B>, LoadError> {
     let (d, c, p) = (config.hidden_size, config.num_channels, config.patch_size);
-    let norm = |name: &str| -> Result<LayerNorm<B>, LoadError> {
-        let mut norm = LayerNormConfig::new(d).with_epsilon(config.layer_norm_eps).init(device);
-        norm.gamma = Param::from_tensor(weights.vector(&format!("{name}.weight"), d, device)?);
-        norm.beta = Some(Param::from_tensor(weights.vector(
-            &format!("{name}.bias"),
-            d,
-            device,
-        )?));
-        Ok(norm)
-    };
+    let norm = |name: &str| weights.layer_norm::<B>(name, d, config.layer_norm_eps, device);
     let linear = |name: &str, input: usize, output: usize| weights.linear::<B>(name, input, output, true, device);
     // The convolution's `[hidden, channels, patch, patch]` kernel is a `[hidden, c·p·p]` matrix
     // over patches flattened channel-first, as `patches` lays them out.

@@ -4,9 +4,9 @@
 //! - [`decode_rgb`]: encoded images to 8-bit RGB, bounded by [`ImageLimits`] before allocating.
 //! - [`Pixels::resize`]: Pillow's resampling filters, bit for bit.
 //! - [`Idefics3Processor`]: Idefics3's / SmolVLM's tiling, pixel values and prompt expansion.
-//! - [`Qwen2VlProcessor`]: Qwen2-VL's (and Qwen2.5-VL's) resizing, patches and prompt expansion
-//!   (the processor only: rein does not run Qwen2-VL's vision tower or its decoder's multimodal
-//!   positions yet).
+//! - [`Qwen2VlProcessor`]: Qwen2-VL's (and Qwen2.5-VL's) resizing, patches and prompt expansion.
+//! - [`Qwen2Vl`]: Qwen2-VL — its vision transformer with 2-D RoPE and patch merger
+//!   ([`Qwen2VlVision`]) and its decoder at multimodal positions ([`multimodal_positions`]).
 //! - [`with_image_features`]: image features in place of a prompt's image tokens.
 //! - [`VisionEncoder`]: the SigLIP vision transformer; [`Idefics3Vision`]: it and the
 //!   pixel-shuffle connector, the image side of a [`crate::lm::CausalLm`] that reads images
@@ -17,8 +17,11 @@ mod idefics3;
 mod idefics3_processor;
 mod image_side;
 mod image_tokens;
+mod multimodal_positions;
 mod processor_settings;
+mod qwen2_vl;
 mod qwen2_vl_processor;
+mod qwen2_vl_vision;
 mod resample;
 mod siglip;
 
@@ -28,6 +31,9 @@ pub(crate) use idefics3::{load_idefics3, save_idefics3};
 pub use idefics3_processor::{IMAGE_TOKEN, Idefics3Processor, ProcessedImage};
 pub use image_side::{Idefics3Vision, pixel_shuffle};
 pub use image_tokens::{image_slots, with_image_features};
+pub use multimodal_positions::{MultimodalPositions, multimodal_positions};
+pub use qwen2_vl::{Prefill, Qwen2Vl, is_qwen2_vl};
 pub use qwen2_vl_processor::{QWEN2_VL_IMAGE_TOKEN, Qwen2VlImage, Qwen2VlProcessor, smart_resize};
+pub use qwen2_vl_vision::{PatchMerger, Qwen2VlActivation, Qwen2VlVision, Qwen2VlVisionBlock, Qwen2VlVisionConfig};
 pub use resample::{Filter, Pixels};
 pub use siglip::{VisionActivation, VisionConfig, VisionEncoder, VisionLayer};

@@ -1,0 +1,253 @@
+//! Qwen2-VL (`Qwen2VLForConditionalGeneration`): a Qwen2 decoder whose prompts' `<|image_pad|>`
+//! tokens read the merged features of its vision transformer ([`Qwen2VlVision`]) one for one, in
+//! order, at multimodal positions ([`multimodal_positions`]: M-RoPE, each rotary frequency turned
+//! by the temporal, height or width position as `mrope_section` assigns it), and its checkpoint
+//! layout: the hub's (`model.*` for the decoder, `visual.*` for the vision tower) or transformers
+//! 5's in-memory one (`model.language_model.*`, `model.visual.*`), config with or without a
+//! nested `text_config`.
+
+use std::path::Path;
+
+use burn::module::{Module, Param};
+use burn::tensor::{Int, Tensor, TensorData};
+use serde_json::Value;
+
+use super::image_tokens::{image_slots, with_image_features};
+use super::multimodal_positions::{MultimodalPositions, multimodal_positions};
+use super::qwen2_vl_processor::Qwen2VlImage;
+use super::qwen2_vl_vision::{PatchMerger, Qwen2VlVision, Qwen2VlVisionBlock, Qwen2VlVisionConfig};
+use crate::backend::ReinBackend;
+use crate::lm::model_dir::{Decoder, Weights, read_json};
+use crate::lm::{CausalLm, Context, KvCache, LmConfig, LoadError, Rope};
+
+const ARCHITECTURE: &str = "Qwen2VLForConditionalGeneration";
+
+/// Whether the checkpoint directory `dir` holds a Qwen2-VL model (its `config.json` names
+/// `Qwen2VLForConditionalGeneration`); `false` when it cannot be read.
+pub fn is_qwen2_vl(dir: &Path) -> bool {
+    read_json(&dir.join("config.json")).is_ok_and(|config| config["architectures"][0] == ARCHITECTURE)
+}
+
+/// A Qwen2-VL model: its decoder and its vision tower.
+#[derive(Module, Debug)]
+pub struct Qwen2Vl<B: ReinBackend> {
+    /// The decoder (a Qwen2 causal LM).
+    pub lm: CausalLm<B>,
+    /// The vision transformer and patch merger.
+    pub visual: Qwen2VlVision<B>,
+    #[module(skip)]
+    image_token_id: u32,
+    #[module(skip)]
+    mrope_section: [usize; 3],
+}
+
+/// A prompt's forward pass: its last hidden states and where decoding continues.
+#[derive(Debug)]
+pub struct Prefill<B: ReinBackend> {
+    /// `[1, seq, hidden]`.
+    pub hidden: Tensor<B, 3>,
+    /// The position of the first token after the prompt ([`MultimodalPositions::next`]); the
+    /// `i`-th decoded token sits at `next + i` on all three axes.
+    pub next: usize,
+}
+
+impl<B: ReinBackend> Qwen2Vl<B> {
+    /// Loads the Qwen2-VL model in the checkpoint directory `dir` onto `device`.
+    pub fn load(dir: &Path, device: &B::Device) -> Result<Self, LoadError> {
+        let path = dir.join("config.json");
+        let raw = read_json(&path)?;
+        let json_error = |reason: String| LoadError::Json {
+            path: path.clone(),
+            reason,
+        };
+        let architecture = raw["architectures"][0].as_str().unwrap_or_default();
+        if architecture != ARCHITECTURE {
+            return Err(LoadError::Unsupported {
+                field: "architectures".into(),
+                reason: format!("`{architecture}` is not {ARCHITECTURE}"),
+            });
+        }
+        let (text_config, mrope_section) = text_config(&raw).map_err(json_error)?;
+        text_config.validate()?;
+        let vision_config = Qwen2VlVisionConfig::from_json(&raw["vision_config"]).map_err(json_error)?;
+        if vision_config.hidden_size != text_config.hidden_size {
+            return Err(json_error(format!(
+                "vision_config.hidden_size {} is not the decoder's hidden_size {}",
+                vision_config.hidden_size, text_config.hidden_size
+            )));
+        }
+        let image_token_id = match raw["image_token_id"].as_u64() {
+            Some(id) if (id as usize) < text_config.vocab_size => id as u32,
+            other => {
+                return Err(json_error(format!(
+                    "image_token_id: {other:?} is not a token of the {} in the vocabulary",
+                    text_config.vocab_size
+                )));
+            }
+        };
+        let weights = Weights::open(dir)?;
+        let (lm_root, visual_root) = match weights.has("model.language_model.embed_tokens.weight") {
+            true => ("model.language_model", "model.visual"),
+            false => ("model", "visual"),
+        };
+        let decoder = Decoder::read(&weights, &text_config, lm_root, device)?;
+        let tied = text_config.tie_word_embeddings || raw["tie_word_embeddings"].as_bool() == Some(true);
+        let (hidden, vocab) = (text_config.hidden_size, text_config.vocab_size);
+        let lm_head = (!tied)
+            .then(|| weights.linear("lm_head", hidden, vocab, false, device))
+            .transpose()?;
+        let visual = read_visual(&weights, vision_config, visual_root, device)?;
+        let unused = weights.unused(tied);
+        if !unused.is_empty() {
+            return Err(LoadError::UnexpectedTensors { names: unused });
+        }
+        let mut text_config = text_config;
+        text_config.tie_word_embeddings = tied;
+        let lm = CausalLm::from_parts(text_config, decoder.embed_tokens, decoder.layers, decoder.norm, lm_head);
+        Ok(Self {
+            lm,
+            visual,
+            image_token_id,
+            mrope_section,
+        })
+    }
+
+    /// The token the image features replace (`<|image_pad|>`).
+    pub fn image_token_id(&self) -> u32 {
+        self.image_token_id
+    }
+
+    /// The merged features of `images`, image after image, `rows · columns / merge²` each.
+    ///
+    /// # Shapes
+    /// → `[Σ merged patches, hidden]`
+    pub fn image_features(&self, images: &[Qwen2VlImage], device: &B::Device) -> Tensor<B, 2> {
+        let width = self.visual.config().patch_values();
+        let values: Vec<f32> = images.iter().flat_map(|image| image.patches.iter().copied()).collect();
+        let count = values.len() / width;
+        let patches = Tensor::from_data(TensorData::new(values, [count, width]), device);
+        let grids: Vec<_> = images.iter().map(|image| image.grid).collect();
+        self.visual.forward(patches, &grids)
+    }
+
+    /// The multimodal positions of `tokens` holding `images` (an error when they disagree).
+    pub fn positions(&self, tokens: &[u32], images: &[Qwen2VlImage]) -> Result<MultimodalPositions, String> {
+        let grids: Vec<_> = images.iter().map(|image| image.grid).collect();
+        multimodal_positions(
+            tokens,
+            self.image_token_id,
+            &grids,
+            self.visual.config().spatial_merge_size,
+        )
+    }
+
+    /// The final hidden states of one prompt, `tokens` with `images` in place of its image
+    /// tokens, at its multimodal positions. With a cache, the prompt's keys and values (the
+    /// images' among them) are cached, so decoding reads them without the vision tower: decode at
+    /// [`Prefill::next`] onwards with the decoder's plain tables ([`CausalLm::rope`]). An error
+    /// when the tokens and the images disagree.
+    pub fn prefill(
+        &self,
+        tokens: &[u32],
+        images: &[Qwen2VlImage],
+        cache: Option<&mut KvCache<B>>,
+        device: &B::Device,
+    ) -> Result<Prefill<B>, String> {
+        let MultimodalPositions { positions, next } = self.positions(tokens, images)?;
+        let seq = tokens.len();
+        let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
+        let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, seq]), device);
+        let embeddings = match images.is_empty() {
+            true => self.lm.embed(ids),
+            false => {
+                let slots = image_slots(tokens.iter().copied(), self.image_token_id);
+                with_image_features(self.lm.embed(ids), &slots, self.image_features(images, device))
+            }
+        };
+        let rope = Rope::multimodal(self.lm.config(), &positions, self.mrope_section, device);
+        // Token `r` reads row `r` of the tables: positions `0..seq`.
+        let ctx = Context::single(&rope, 0, seq, device);
+        Ok(Prefill {
+            hidden: self.lm.hidden_of_embeddings(embeddings, &ctx, cache),
+            next: next as usize,
+        })
+    }
+}
+
+/// The decoder's config from a Qwen2-VL `config.json` (nested `text_config`, or the hub's flat
+/// layout) as a Qwen2 config, and its `mrope_section`, which must cover the rotary frequencies.
+fn text_config(raw: &Value) -> Result<(LmConfig, [usize; 3]), String> {
+    let mut text = match &raw["text_config"] {
+        Value::Object(_) => raw["text_config"].clone(),
+        _ => raw.clone(),
+    };
+    let map = text.as_object_mut().ok_or("config.json is not an object")?;
+    let rope = map
+        .remove("rope_parameters")
+        .or_else(|| map.remove("rope_scaling"))
+        .or_else(|| raw.get("rope_scaling").cloned())
+        .unwrap_or(Value::Null);
+    let kind = rope["rope_type"]
+        .as_str()
+        .or(rope["type"].as_str())
+        .unwrap_or("default");
+    if !matches!(kind, "default" | "mrope") {
+        return Err(format!(
+            "text_config.rope_parameters.rope_type: `{kind}` is not supported (default, mrope)"
+        ));
+    }
+    let section: Vec<usize> = (rope["mrope_section"].as_array())
+        .map(|s| s.iter().filter_map(Value::as_u64).map(|n| n as usize).collect())
+        .unwrap_or_else(|| vec![16, 24, 24]);
+    if let Some(theta) = rope["rope_theta"].as_f64() {
+        map.insert("rope_theta".into(), theta.into());
+    }
+    map.entry("rope_theta").or_insert(1_000_000.0.into());
+    map.insert("model_type".into(), "qwen2".into());
+    map.remove("architectures");
+    let config = LmConfig::from_json(text).map_err(|e| format!("text_config: {e}"))?;
+    let half = config.head_dim() / 2;
+    match section[..] {
+        [t, h, w] if t + h + w == half => Ok((config, [t, h, w])),
+        _ => Err(format!(
+            "text_config.rope_parameters.mrope_section: {section:?} does not split the {half} rotary frequencies in three"
+        )),
+    }
+}
+
+/// The vision tower in the `{root}.*` tensors of `weights` (`visual` on the hub).
+fn read_visual<B: ReinBackend>(
+    weights: &Weights,
+    config: Qwen2VlVisionConfig,
+    root: &str,
+    device: &B::Device,
+) -> Result<Qwen2VlVision<B>, LoadError> {
+    let (e, values) = (config.embed_dim, config.patch_values());
+    let (c, t, p) = (config.in_channels, config.temporal_patch_size, config.patch_size);
+    let norm = |name: &str, width: usize| weights.layer_norm::<B>(name, width, 1e-6, device);
+    let linear = |name: &str, input: usize, output: usize| weights.linear::<B>(name, input, output, true, device);
+    // The convolution's `[embed, channels, frames, patch, patch]` kernel is an `[embed, values]`
+    // matrix over patches flattened as the processor flattens them.
+    let kernel = weights.get(&format!("{root}.patch_embed.proj.weight"), &[e, c, t, p, p])?;
+    let kernel = rein_kernels::transposed(&kernel, e, values);
+    let patch_embed = Param::from_tensor(Tensor::from_data(TensorData::new(kernel, [values, e]), device));
+    let mut blocks = Vec::with_capacity(config.depth);
+    for i in 0..config.depth {
+        let b = format!("{root}.blocks.{i}");
+        blocks.push(Qwen2VlVisionBlock {
+            norm1: norm(&format!("{b}.norm1"), e)?,
+            qkv: linear(&format!("{b}.attn.qkv"), e, 3 * e)?,
+            proj: linear(&format!("{b}.attn.proj"), e, e)?,
+            norm2: norm(&format!("{b}.norm2"), e)?,
+            fc1: linear(&format!("{b}.mlp.fc1"), e, config.mlp_hidden)?,
+            fc2: linear(&format!("{b}.mlp.fc2"), config.mlp_hidden, e)?,
+        });
+    }
+    let merged = e * config.spatial_merge_size.pow(2);
+    let merger = PatchMerger {
+        ln_q: norm(&format!("{root}.merger.ln_q"), e)?,
+        fc1: linear(&format!("{root}.merger.mlp.0"), merged, merged)?,
+        fc2: linear(&format!("{root}.merger.mlp.2"), merged, config.hidden_size)?,
+    };
+    Ok(Qwen2VlVision::from_parts(patch_embed, blocks, merger, config))
+}
