@@ -1,5 +1,6 @@
-//! Qwen2-VL against transformers (`tests/fixtures/vlm/gen_qwen2_vl.py`): a tiny random
-//! `Qwen2VLForConditionalGeneration` read from the hub's layout, the test images through rein's
+//! Qwen2-VL and Qwen2.5-VL against transformers (`tests/fixtures/vlm/gen_qwen2_vl.py`): tiny random
+//! `Qwen2VLForConditionalGeneration` and `Qwen2_5_VLForConditionalGeneration` (window attention
+//! over windows of 2 × 2 merge blocks) read from the hub's layout, the test images through rein's
 //! processor, the expanded prompt's token ids, the multimodal positions and rope delta, the
 //! merger's image features, the logits of every position and greedy continuations through the KV
 //! cache — for one image, two images, a small RGBA image and a prompt without images.
@@ -15,15 +16,19 @@ fn vlm_fixtures() -> PathBuf {
 }
 
 fn model_dir() -> PathBuf {
-    vlm_fixtures().join("qwen2_vl_model")
+    family_dir("qwen2_vl")
+}
+
+fn family_dir(family: &str) -> PathBuf {
+    vlm_fixtures().join(format!("{family}_model"))
 }
 
 fn read_json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-fn expected_tensor(name: &str) -> Vec<f64> {
-    let bytes = std::fs::read(vlm_fixtures().join("qwen2_vl.expected.safetensors")).unwrap();
+fn expected_tensor(family: &str, name: &str) -> Vec<f64> {
+    let bytes = std::fs::read(vlm_fixtures().join(format!("{family}.expected.safetensors"))).unwrap();
     let file = SafeTensors::deserialize(&bytes).unwrap();
     let view = file.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
     (view.data().chunks_exact(4))
@@ -58,13 +63,24 @@ fn processed(processor: &Qwen2VlProcessor, case: &Value) -> Vec<Qwen2VlImage> {
 
 #[test]
 fn qwen2_vl_positions_features_logits_and_greedy_continuations_match_transformers() {
+    matches_transformers("qwen2_vl");
+}
+
+#[test]
+fn qwen2_5_vl_with_window_attention_matches_transformers() {
+    matches_transformers("qwen2_5_vl");
+}
+
+fn matches_transformers(family: &str) {
     let device = Default::default();
-    let model = Qwen2Vl::<B>::load(&model_dir(), &device).unwrap();
-    let processor = Qwen2VlProcessor::from_json(&read_json(&model_dir().join("preprocessor_config.json"))).unwrap();
-    let tokenizer = LmTokenizer::load(&model_dir(), &[]).unwrap();
-    let expected = read_json(&vlm_fixtures().join("qwen2_vl.expected.json"));
+    let dir = family_dir(family);
+    let model = Qwen2Vl::<B>::load(&dir, &device).unwrap();
+    let processor = Qwen2VlProcessor::from_json(&read_json(&dir.join("preprocessor_config.json"))).unwrap();
+    let tokenizer = LmTokenizer::load(&dir, &[]).unwrap();
+    let expected = read_json(&vlm_fixtures().join(format!("{family}.expected.json")));
     for case in expected["cases"].as_array().unwrap() {
-        let name = case["name"].as_str().unwrap();
+        let name = &format!("{family} {}", case["name"].as_str().unwrap());
+        let tensor = |what: &str| expected_tensor(family, &format!("{}.{what}", case["name"].as_str().unwrap()));
         let images = processed(&processor, case);
         let grids: Vec<Value> = images
             .iter()
@@ -87,7 +103,7 @@ fn qwen2_vl_positions_features_logits_and_greedy_continuations_match_transformer
 
         if !images.is_empty() {
             let features = model.image_features(&images, &device);
-            let worst = worst_difference(features, &expected_tensor(&format!("{name}.image_features")));
+            let worst = worst_difference(features, &tensor("image_features"));
             assert!(worst < 1e-4, "{name}: image features differ by up to {worst}");
         }
 
@@ -97,10 +113,7 @@ fn qwen2_vl_positions_features_logits_and_greedy_continuations_match_transformer
         let prefill = model.prefill(&tokens, &images, Some(&mut cache), &device).unwrap();
         let logits = model.lm.logits(prefill.hidden);
         let [_, _, vocab] = logits.dims();
-        let worst = worst_difference(
-            logits.clone().reshape([seq, vocab]),
-            &expected_tensor(&format!("{name}.logits")),
-        );
+        let worst = worst_difference(logits.clone().reshape([seq, vocab]), &tensor("logits"));
         assert!(worst < 1e-4, "{name}: logits differ by up to {worst}");
 
         // Greedy decoding from the cache at positions past the prompt's largest: the images are

@@ -5,8 +5,9 @@
 //! - [`Pixels::resize`]: Pillow's resampling filters, bit for bit.
 //! - [`Idefics3Processor`]: Idefics3's / SmolVLM's tiling, pixel values and prompt expansion.
 //! - [`Qwen2VlProcessor`]: Qwen2-VL's (and Qwen2.5-VL's) resizing, patches and prompt expansion.
-//! - [`Qwen2Vl`]: Qwen2-VL — its vision transformer with 2-D RoPE and patch merger
-//!   ([`Qwen2VlVision`]) and its decoder at multimodal positions ([`multimodal_positions`]).
+//! - [`Qwen2Vl`]: Qwen2-VL and Qwen2.5-VL — the vision transformer with 2-D RoPE (and
+//!   Qwen2.5-VL's window attention) and patch merger ([`Qwen2VlVision`]), the decoder at
+//!   multimodal positions ([`multimodal_positions`]).
 //! - [`with_image_features`]: image features in place of a prompt's image tokens.
 //! - [`VisionEncoder`]: the SigLIP vision transformer; [`Idefics3Vision`]: it and the
 //!   pixel-shuffle connector, the image side of a [`crate::lm::CausalLm`] that reads images
@@ -34,6 +35,9 @@ pub use image_tokens::{image_slots, with_image_features};
 pub use multimodal_positions::{MultimodalPositions, multimodal_positions};
 pub use qwen2_vl::{Prefill, Qwen2Vl, is_qwen2_vl};
 pub use qwen2_vl_processor::{QWEN2_VL_IMAGE_TOKEN, Qwen2VlImage, Qwen2VlProcessor, smart_resize};
-pub use qwen2_vl_vision::{PatchMerger, Qwen2VlActivation, Qwen2VlVision, Qwen2VlVisionBlock, Qwen2VlVisionConfig};
+pub use qwen2_vl_vision::{
+    GatedMlp, PatchMerger, Qwen2VlActivation, Qwen2VlGeneration, Qwen2VlVision, Qwen2VlVisionBlock,
+    Qwen2VlVisionConfig, TwoLayerMlp, VisionMlp, VisionNorm, Windows,
+};
 pub use resample::{Filter, Pixels};
 pub use siglip::{VisionActivation, VisionConfig, VisionEncoder, VisionLayer};

@@ -1,4 +1,5 @@
-//! Qwen2-VL (`Qwen2VLForConditionalGeneration`): a Qwen2 decoder whose prompts' `<|image_pad|>`
+//! Qwen2-VL and Qwen2.5-VL (`Qwen2VLForConditionalGeneration`,
+//! `Qwen2_5_VLForConditionalGeneration`): a Qwen2 decoder whose prompts' `<|image_pad|>`
 //! tokens read the merged features of its vision transformer ([`Qwen2VlVision`]) one for one, in
 //! order, at multimodal positions ([`multimodal_positions`]: M-RoPE, each rotary frequency turned
 //! by the temporal, height or width position as `mrope_section` assigns it), and its checkpoint
@@ -15,20 +16,37 @@ use serde_json::Value;
 use super::image_tokens::{image_slots, with_image_features};
 use super::multimodal_positions::{MultimodalPositions, multimodal_positions};
 use super::qwen2_vl_processor::Qwen2VlImage;
-use super::qwen2_vl_vision::{PatchMerger, Qwen2VlVision, Qwen2VlVisionBlock, Qwen2VlVisionConfig};
+use super::qwen2_vl_vision::{
+    GatedMlp, PatchMerger, Qwen2VlGeneration, Qwen2VlVision, Qwen2VlVisionBlock, Qwen2VlVisionConfig, TwoLayerMlp,
+    VisionMlp, VisionNorm,
+};
 use crate::backend::ReinBackend;
 use crate::lm::model_dir::{Decoder, Weights, read_json};
-use crate::lm::{CausalLm, Context, KvCache, LmConfig, LoadError, Rope};
+use crate::lm::{CausalLm, Context, KvCache, LmConfig, LoadError, RmsNorm, Rope};
 
-const ARCHITECTURE: &str = "Qwen2VLForConditionalGeneration";
+/// The architectures and their vision towers.
+const ARCHITECTURES: [(&str, Qwen2VlGeneration); 2] = [
+    ("Qwen2VLForConditionalGeneration", Qwen2VlGeneration::Qwen2Vl),
+    ("Qwen2_5_VLForConditionalGeneration", Qwen2VlGeneration::Qwen2_5Vl),
+];
 
-/// Whether the checkpoint directory `dir` holds a Qwen2-VL model (its `config.json` names
-/// `Qwen2VLForConditionalGeneration`); `false` when it cannot be read.
-pub fn is_qwen2_vl(dir: &Path) -> bool {
-    read_json(&dir.join("config.json")).is_ok_and(|config| config["architectures"][0] == ARCHITECTURE)
+/// The tower of the architecture `config` names, if it is Qwen2-VL or Qwen2.5-VL.
+fn generation(config: &Value) -> Option<Qwen2VlGeneration> {
+    let architecture = config["architectures"][0].as_str()?;
+    ARCHITECTURES
+        .iter()
+        .find(|(name, _)| *name == architecture)
+        .map(|&(_, g)| g)
 }
 
-/// A Qwen2-VL model: its decoder and its vision tower.
+/// Whether the checkpoint directory `dir` holds a Qwen2-VL or Qwen2.5-VL model (its
+/// `config.json` names `Qwen2VLForConditionalGeneration` or
+/// `Qwen2_5_VLForConditionalGeneration`); `false` when it cannot be read.
+pub fn is_qwen2_vl(dir: &Path) -> bool {
+    read_json(&dir.join("config.json")).is_ok_and(|config| generation(&config).is_some())
+}
+
+/// A Qwen2-VL or Qwen2.5-VL model: its decoder and its vision tower.
 #[derive(Module, Debug)]
 pub struct Qwen2Vl<B: ReinBackend> {
     /// The decoder (a Qwen2 causal LM).
@@ -60,16 +78,19 @@ impl<B: ReinBackend> Qwen2Vl<B> {
             path: path.clone(),
             reason,
         };
-        let architecture = raw["architectures"][0].as_str().unwrap_or_default();
-        if architecture != ARCHITECTURE {
+        let Some(generation) = generation(&raw) else {
+            let architecture = raw["architectures"][0].as_str().unwrap_or_default();
             return Err(LoadError::Unsupported {
                 field: "architectures".into(),
-                reason: format!("`{architecture}` is not {ARCHITECTURE}"),
+                reason: format!(
+                    "`{architecture}` is not {}",
+                    ARCHITECTURES.map(|(name, _)| name).join(" or ")
+                ),
             });
-        }
+        };
         let (text_config, mrope_section) = text_config(&raw).map_err(json_error)?;
         text_config.validate()?;
-        let vision_config = Qwen2VlVisionConfig::from_json(&raw["vision_config"]).map_err(json_error)?;
+        let vision_config = Qwen2VlVisionConfig::from_json(&raw["vision_config"], generation).map_err(json_error)?;
         if vision_config.hidden_size != text_config.hidden_size {
             return Err(json_error(format!(
                 "vision_config.hidden_size {} is not the decoder's hidden_size {}",
@@ -224,8 +245,31 @@ fn read_visual<B: ReinBackend>(
 ) -> Result<Qwen2VlVision<B>, LoadError> {
     let (e, values) = (config.embed_dim, config.patch_values());
     let (c, t, p) = (config.in_channels, config.temporal_patch_size, config.patch_size);
-    let norm = |name: &str, width: usize| weights.layer_norm::<B>(name, width, 1e-6, device);
+    let norm = |name: &str, width: usize| -> Result<VisionNorm<B>, LoadError> {
+        Ok(match config.generation {
+            Qwen2VlGeneration::Qwen2Vl => VisionNorm::Layer(weights.layer_norm(name, width, 1e-6, device)?),
+            Qwen2VlGeneration::Qwen2_5Vl => VisionNorm::Rms(RmsNorm::new(
+                weights.vector(&format!("{name}.weight"), width, device)?,
+                1e-6,
+                false,
+            )),
+        })
+    };
     let linear = |name: &str, input: usize, output: usize| weights.linear::<B>(name, input, output, true, device);
+    let mlp = |b: &str| -> Result<VisionMlp<B>, LoadError> {
+        let h = config.mlp_hidden;
+        Ok(match config.generation {
+            Qwen2VlGeneration::Qwen2Vl => VisionMlp::TwoLayer(TwoLayerMlp {
+                fc1: linear(&format!("{b}.mlp.fc1"), e, h)?,
+                fc2: linear(&format!("{b}.mlp.fc2"), h, e)?,
+            }),
+            Qwen2VlGeneration::Qwen2_5Vl => VisionMlp::Gated(GatedMlp {
+                gate_proj: linear(&format!("{b}.mlp.gate_proj"), e, h)?,
+                up_proj: linear(&format!("{b}.mlp.up_proj"), e, h)?,
+                down_proj: linear(&format!("{b}.mlp.down_proj"), h, e)?,
+            }),
+        })
+    };
     // The convolution's `[embed, channels, frames, patch, patch]` kernel is an `[embed, values]`
     // matrix over patches flattened as the processor flattens them.
     let kernel = weights.get(&format!("{root}.patch_embed.proj.weight"), &[e, c, t, p, p])?;
@@ -239,8 +283,7 @@ fn read_visual<B: ReinBackend>(
             qkv: linear(&format!("{b}.attn.qkv"), e, 3 * e)?,
             proj: linear(&format!("{b}.attn.proj"), e, e)?,
             norm2: norm(&format!("{b}.norm2"), e)?,
-            fc1: linear(&format!("{b}.mlp.fc1"), e, config.mlp_hidden)?,
-            fc2: linear(&format!("{b}.mlp.fc2"), config.mlp_hidden, e)?,
+            mlp: mlp(&b)?,
         });
     }
     let merged = e * config.spatial_merge_size.pow(2);

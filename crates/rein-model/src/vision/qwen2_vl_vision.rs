@@ -13,15 +13,22 @@
 //!
 //! The processor lays each image's patches out merge block by merge block, so the merger's
 //! blocks are consecutive rows.
+//!
+//! Qwen2.5-VL's tower (`Qwen2_5_VisionTransformerPretrainedModel`) differs in three places:
+//! RMSNorms instead of LayerNorms (the merger's too), a gated SiLU MLP with biases, and window
+//! attention — the merge blocks regrouped window by window (`window_size` pixels square), every
+//! block but the `fullatt_block_indexes` attending within its window, the merged features put
+//! back in the image's order at the end.
 
 use burn::module::{Module, Param};
 use burn::nn::{LayerNorm, Linear};
 use burn::tensor::activation::{gelu, sigmoid, softmax};
-use burn::tensor::{Int, Tensor};
+use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
+use rein_gguf::GateActivation;
 use serde_json::Value;
 
 use crate::backend::{ReinBackend, affine};
-use crate::lm::Rope;
+use crate::lm::{RmsNorm, Rope};
 
 /// `vision_config` of a Qwen2-VL `config.json`.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +55,29 @@ pub struct Qwen2VlVisionConfig {
     pub spatial_merge_size: usize,
     /// The base of the 2-D rotary frequencies.
     pub rope_theta: f64,
+    /// Qwen2-VL's blocks or Qwen2.5-VL's.
+    pub generation: Qwen2VlGeneration,
+    /// Qwen2.5-VL: windows of this many merge blocks per side, and the blocks that attend over
+    /// the whole image instead.
+    pub windows: Option<Windows>,
+}
+
+/// Which Qwen-VL's vision tower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Qwen2VlGeneration {
+    /// Qwen2-VL: LayerNorms, a two-layer MLP, full attention.
+    Qwen2Vl,
+    /// Qwen2.5-VL: RMSNorms, a gated SiLU MLP, window attention.
+    Qwen2_5Vl,
+}
+
+/// Qwen2.5-VL's window attention.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Windows {
+    /// Merge blocks along a window's side (`window_size / merge / patch`).
+    pub side: usize,
+    /// The blocks that attend over whole frames.
+    pub full_blocks: Vec<usize>,
 }
 
 /// The vision MLP's activation.
@@ -57,15 +87,18 @@ pub enum Qwen2VlActivation {
     QuickGelu,
     /// `gelu`: GELU with `erf`.
     Gelu,
+    /// `silu`, gating Qwen2.5-VL's MLP.
+    Silu,
 }
 
 /// Sizes a config may give before anything is allocated from them.
 const MAX_SIZE: u64 = 1 << 16;
 
 impl Qwen2VlVisionConfig {
-    /// The config `value` describes (transformers' `Qwen2VLVisionConfig`, with its defaults);
-    /// an error naming the key of a value rein cannot run.
-    pub fn from_json(value: &Value) -> Result<Self, String> {
+    /// The config `value` describes (transformers' `Qwen2VLVisionConfig` or
+    /// `Qwen2_5_VLVisionConfig` by `generation`, with its defaults); an error naming the key of
+    /// a value rein cannot run.
+    pub fn from_json(value: &Value, generation: Qwen2VlGeneration) -> Result<Self, String> {
         let size = |key: &str, default: u64, max: u64| -> Result<usize, String> {
             match &value[key] {
                 Value::Null => Ok(default as usize),
@@ -77,39 +110,87 @@ impl Qwen2VlVisionConfig {
                 },
             }
         };
-        let activation = match value["hidden_act"].as_str().unwrap_or("quick_gelu") {
-            "quick_gelu" => Qwen2VlActivation::QuickGelu,
-            "gelu" => Qwen2VlActivation::Gelu,
-            other => {
+        let (default_act, supported) = match generation {
+            Qwen2VlGeneration::Qwen2Vl => ("quick_gelu", "quick_gelu, gelu"),
+            Qwen2VlGeneration::Qwen2_5Vl => ("silu", "silu"),
+        };
+        let activation = match (generation, value["hidden_act"].as_str().unwrap_or(default_act)) {
+            (Qwen2VlGeneration::Qwen2Vl, "quick_gelu") => Qwen2VlActivation::QuickGelu,
+            (Qwen2VlGeneration::Qwen2Vl, "gelu") => Qwen2VlActivation::Gelu,
+            (Qwen2VlGeneration::Qwen2_5Vl, "silu") => Qwen2VlActivation::Silu,
+            (_, other) => {
                 return Err(format!(
-                    "vision_config.hidden_act: `{other}` is not supported (quick_gelu, gelu)"
+                    "vision_config.hidden_act: `{other}` is not supported ({supported})"
                 ));
             }
         };
-        let embed_dim = size("embed_dim", 1280, MAX_SIZE)?;
-        let mlp_ratio = match &value["mlp_ratio"] {
-            Value::Null => 4.0,
-            v => match v.as_f64() {
-                Some(r) if r > 0.0 && r <= 64.0 => r,
-                _ => {
+        let patch_size = size("patch_size", 14, 64)?;
+        let spatial_merge_size = size("spatial_merge_size", 2, 8)?;
+        let (embed_dim, hidden_size, mlp_hidden, windows) = match generation {
+            Qwen2VlGeneration::Qwen2Vl => {
+                let embed_dim = size("embed_dim", 1280, MAX_SIZE)?;
+                let mlp_ratio = match &value["mlp_ratio"] {
+                    Value::Null => 4.0,
+                    v => match v.as_f64() {
+                        Some(r) if r > 0.0 && r <= 64.0 => r,
+                        _ => {
+                            return Err(format!(
+                                "vision_config.mlp_ratio: expected a number in (0, 64], found {v}"
+                            ));
+                        }
+                    },
+                };
+                let mlp_hidden = (embed_dim as f64 * mlp_ratio) as usize;
+                (embed_dim, size("hidden_size", 3584, MAX_SIZE)?, mlp_hidden, None)
+            }
+            Qwen2VlGeneration::Qwen2_5Vl => {
+                let window_size = size("window_size", 112, 1 << 14)?;
+                let side = window_size / spatial_merge_size / patch_size;
+                if side == 0 {
                     return Err(format!(
-                        "vision_config.mlp_ratio: expected a number in (0, 64], found {v}"
+                        "vision_config.window_size: {window_size} pixels is less than one merge block of {} pixels",
+                        spatial_merge_size * patch_size
                     ));
                 }
-            },
+                let depth = size("depth", 32, 1024)?;
+                let full_blocks = match &value["fullatt_block_indexes"] {
+                    Value::Null => vec![7, 15, 23, 31],
+                    v => (v
+                        .as_array()
+                        .map(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>()))
+                    .flatten()
+                    .ok_or_else(|| format!("vision_config.fullatt_block_indexes: expected block numbers, found {v}"))?
+                    .into_iter()
+                    .map(|b| b as usize)
+                    .collect(),
+                };
+                if let Some(b) = full_blocks.iter().find(|&&b| b >= depth) {
+                    return Err(format!(
+                        "vision_config.fullatt_block_indexes: block {b} is not one of the {depth} blocks"
+                    ));
+                }
+                (
+                    size("hidden_size", 1280, MAX_SIZE)?,
+                    size("out_hidden_size", 3584, MAX_SIZE)?,
+                    size("intermediate_size", 3420, MAX_SIZE)?,
+                    Some(Windows { side, full_blocks }),
+                )
+            }
         };
         let config = Self {
             depth: size("depth", 32, 1024)?,
             embed_dim,
-            hidden_size: size("hidden_size", 3584, MAX_SIZE)?,
+            hidden_size,
             num_heads: size("num_heads", 16, 1024)?,
-            mlp_hidden: (embed_dim as f64 * mlp_ratio) as usize,
+            mlp_hidden,
             activation,
             in_channels: size("in_channels", 3, 3)?,
-            patch_size: size("patch_size", 14, 64)?,
+            patch_size,
             temporal_patch_size: size("temporal_patch_size", 2, 8)?,
-            spatial_merge_size: size("spatial_merge_size", 2, 8)?,
+            spatial_merge_size,
             rope_theta: value["rope_parameters"]["rope_theta"].as_f64().unwrap_or(10000.0),
+            generation,
+            windows,
         };
         if config.in_channels != 3 {
             return Err(format!(
@@ -120,7 +201,7 @@ impl Qwen2VlVisionConfig {
         let head_dim = config.embed_dim / config.num_heads;
         if !config.embed_dim.is_multiple_of(config.num_heads) || !head_dim.is_multiple_of(4) {
             return Err(format!(
-                "vision_config: embed_dim {} over num_heads {} is not a head width divisible by 4 (2-D RoPE)",
+                "vision_config: a width of {} over {} heads is not a head width divisible by 4 (2-D RoPE)",
                 config.embed_dim, config.num_heads
             ));
         }
@@ -141,28 +222,73 @@ impl Qwen2VlVisionConfig {
     }
 }
 
+/// A block's or the merger's norm: Qwen2-VL's LayerNorm or Qwen2.5-VL's RMSNorm.
+#[derive(Module, Debug)]
+pub enum VisionNorm<B: ReinBackend> {
+    /// With a bias.
+    Layer(LayerNorm<B>),
+    /// Without.
+    Rms(RmsNorm<B>),
+}
+
+impl<B: ReinBackend> VisionNorm<B> {
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        match self {
+            VisionNorm::Layer(norm) => norm.forward(x),
+            VisionNorm::Rms(norm) => norm.forward(x),
+        }
+    }
+}
+
+/// Qwen2-VL's MLP: `fc2(act(fc1 x))`.
+#[derive(Module, Debug)]
+pub struct TwoLayerMlp<B: ReinBackend> {
+    /// The first layer.
+    pub fc1: Linear<B>,
+    /// The second layer.
+    pub fc2: Linear<B>,
+}
+
+/// Qwen2.5-VL's MLP: `down(silu(gate x) ⊙ up x)`, with biases.
+#[derive(Module, Debug)]
+pub struct GatedMlp<B: ReinBackend> {
+    /// `W_gate`.
+    pub gate_proj: Linear<B>,
+    /// `W_up`.
+    pub up_proj: Linear<B>,
+    /// `W_down`.
+    pub down_proj: Linear<B>,
+}
+
+/// A block's MLP.
+#[derive(Module, Debug)]
+pub enum VisionMlp<B: ReinBackend> {
+    /// Qwen2-VL's.
+    TwoLayer(TwoLayerMlp<B>),
+    /// Qwen2.5-VL's.
+    Gated(GatedMlp<B>),
+}
+
 /// One block.
 #[derive(Module, Debug)]
 pub struct Qwen2VlVisionBlock<B: ReinBackend> {
     /// Before attention.
-    pub norm1: LayerNorm<B>,
+    pub norm1: VisionNorm<B>,
     /// Queries, keys and values in one projection, `[embed, 3 · embed]`.
     pub qkv: Linear<B>,
     /// The attention's output projection.
     pub proj: Linear<B>,
     /// Before the MLP.
-    pub norm2: LayerNorm<B>,
-    /// The MLP's first layer.
-    pub fc1: Linear<B>,
-    /// The MLP's second layer.
-    pub fc2: Linear<B>,
+    pub norm2: VisionNorm<B>,
+    /// The MLP.
+    pub mlp: VisionMlp<B>,
 }
 
 /// The patch merger.
 #[derive(Module, Debug)]
 pub struct PatchMerger<B: ReinBackend> {
     /// Each patch's norm, before merging.
-    pub ln_q: LayerNorm<B>,
+    pub ln_q: VisionNorm<B>,
     /// `[embed · merge², embed · merge²]`.
     pub fc1: Linear<B>,
     /// `[embed · merge², hidden]`.
@@ -229,23 +355,55 @@ impl<B: ReinBackend> Qwen2VlVision<B> {
             grids.iter().all(|&(_, h, w)| h % m == 0 && w % m == 0),
             "grids {grids:?} are not in merge blocks of {m}"
         );
-        let rope = self.rotary_tables(grids, &patches.device());
+        let device = patches.device();
         let frames: Vec<usize> = grids
             .iter()
             .flat_map(|&(t, h, w)| std::iter::repeat_n(h * w, t))
             .collect();
+        // Qwen2.5-VL: the merge blocks window by window (each frame's windows stay within it).
+        let windows = self.config.windows.as_ref().map(|w| window_order(grids, m, w.side));
+        let block_order: Option<Vec<usize>> = windows.as_ref().map(|(order, _)| order.clone());
+        let patch_order: Option<Vec<usize>> =
+            (block_order.as_ref()).map(|order| order.iter().flat_map(|&b| b * m * m..(b + 1) * m * m).collect());
+        let select = |x: Tensor<B, 2>, order: &[usize]| {
+            let ids: Vec<i64> = order.iter().map(|&i| i as i64).collect();
+            x.select(
+                0,
+                Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [order.len()]), &device),
+            )
+        };
+        let patches = match &patch_order {
+            Some(order) => select(patches, order),
+            None => patches,
+        };
+        let rope = self.rotary_tables(grids, patch_order.as_deref(), &device);
         let mut x = affine(patches, self.patch_embed.val(), None);
-        for block in &self.blocks {
-            x = self.block(block, x, &rope, &frames);
+        for (i, block) in self.blocks.iter().enumerate() {
+            let segments = match (&windows, &self.config.windows) {
+                (Some((_, lengths)), Some(w)) if !w.full_blocks.contains(&i) => lengths,
+                _ => &frames,
+            };
+            x = self.block(block, x, &rope, segments);
         }
         let e = self.config.embed_dim;
         let merged = self.merger.ln_q.forward(x).reshape([count / (m * m), e * m * m]);
-        linear(&self.merger.fc2, gelu(linear(&self.merger.fc1, merged)))
+        let features = linear(&self.merger.fc2, gelu(linear(&self.merger.fc1, merged)));
+        match block_order {
+            Some(order) => {
+                let mut back = vec![0; order.len()];
+                for (k, &b) in order.iter().enumerate() {
+                    back[b] = k;
+                }
+                select(features, &back)
+            }
+            None => features,
+        }
     }
 
     /// Each patch's rotary row: the first `head_dim / 4` frequencies turned by its row, the next
-    /// by its column (the processor's order: frame by frame, merge block by merge block).
-    fn rotary_tables(&self, grids: &[(usize, usize, usize)], device: &B::Device) -> Rope<B> {
+    /// by its column (the processor's order: frame by frame, merge block by merge block; or
+    /// `order`'s, the patches regrouped).
+    fn rotary_tables(&self, grids: &[(usize, usize, usize)], order: Option<&[usize]>, device: &B::Device) -> Rope<B> {
         let m = self.config.spatial_merge_size;
         let rows_columns: Vec<(usize, usize)> = grids
             .iter()
@@ -257,6 +415,10 @@ impl<B: ReinBackend> Qwen2VlVision<B> {
                 std::iter::repeat_n(frame.collect::<Vec<_>>(), t).flatten()
             })
             .collect();
+        let rows_columns: Vec<(usize, usize)> = match order {
+            Some(order) => order.iter().map(|&p| rows_columns[p]).collect(),
+            None => rows_columns,
+        };
         let spatial = self.config.head_dim() / 2;
         let base = self.config.rope_theta as f32;
         let inv: Vec<f32> = (0..spatial / 2)
@@ -272,26 +434,44 @@ impl<B: ReinBackend> Qwen2VlVision<B> {
         })
     }
 
-    fn block(&self, block: &Qwen2VlVisionBlock<B>, x: Tensor<B, 2>, rope: &Rope<B>, frames: &[usize]) -> Tensor<B, 2> {
-        let attended = self.attention(block, block.norm1.forward(x.clone()), rope, frames);
+    fn block(
+        &self,
+        block: &Qwen2VlVisionBlock<B>,
+        x: Tensor<B, 2>,
+        rope: &Rope<B>,
+        segments: &[usize],
+    ) -> Tensor<B, 2> {
+        let attended = self.attention(block, block.norm1.forward(x.clone()), rope, segments);
         let x = x + linear(&block.proj, attended);
-        let h = linear(&block.fc1, block.norm2.forward(x.clone()));
-        let h = match self.config.activation {
-            Qwen2VlActivation::QuickGelu => quick_gelu(h),
-            Qwen2VlActivation::Gelu => gelu(h),
+        let h = block.norm2.forward(x.clone());
+        let h = match &block.mlp {
+            VisionMlp::TwoLayer(mlp) => {
+                let h = linear(&mlp.fc1, h);
+                let h = match self.config.activation {
+                    Qwen2VlActivation::Gelu => gelu(h),
+                    _ => quick_gelu(h),
+                };
+                linear(&mlp.fc2, h)
+            }
+            VisionMlp::Gated(mlp) => {
+                let gate = linear(&mlp.gate_proj, h.clone()).into_primitive().tensor();
+                let up = linear(&mlp.up_proj, h).into_primitive().tensor();
+                let hidden = Tensor::from_primitive(TensorPrimitive::Float(B::glu(gate, up, GateActivation::Silu)));
+                linear(&mlp.down_proj, hidden)
+            }
         };
-        x + linear(&block.fc2, h)
+        x + h
     }
 
-    /// Multi-head attention of each patch over the patches of its own frame, queries and keys
-    /// rotated by the patches' rows and columns: `[patches, embed]` (normed) →
-    /// `[patches, embed]` before the output projection.
+    /// Multi-head attention of each patch over the patches of its own segment (its frame, or
+    /// its window), queries and keys rotated by the patches' rows and columns: `[patches, embed]`
+    /// (normed) → `[patches, embed]` before the output projection.
     fn attention(
         &self,
         block: &Qwen2VlVisionBlock<B>,
         h: Tensor<B, 2>,
         rope: &Rope<B>,
-        frames: &[usize],
+        segments: &[usize],
     ) -> Tensor<B, 2> {
         let [count, e] = h.dims();
         let (heads, head_dim) = (self.config.num_heads, self.config.head_dim());
@@ -307,9 +487,9 @@ impl<B: ReinBackend> Qwen2VlVision<B> {
         };
         let rotate = |x: Tensor<B, 4>| rope.apply(x, &positions, false);
         let (q, k, v) = (rotate(part(0)), rotate(part(1)), part(2));
-        let mut outputs = Vec::with_capacity(frames.len());
+        let mut outputs = Vec::with_capacity(segments.len());
         let mut start = 0;
-        for &len in frames {
+        for &len in segments {
             let per_head: Vec<Tensor<B, 2>> = (0..heads)
                 .map(|head| {
                     let rows = |m: &Tensor<B, 4>| {
@@ -326,6 +506,32 @@ impl<B: ReinBackend> Qwen2VlVision<B> {
         }
         Tensor::cat(outputs, 0)
     }
+}
+
+/// Qwen2.5-VL's windows: the merge blocks of every frame of `grids` (`(frames, rows, columns)`
+/// of patches), numbered in the processor's order, listed window by window — windows of
+/// `side × side` merge blocks tiling each frame row-major from its top left (the last ones cut
+/// short), row-major within a window — and each window's length in patches.
+fn window_order(grids: &[(usize, usize, usize)], merge: usize, side: usize) -> (Vec<usize>, Vec<usize>) {
+    let (mut order, mut lengths) = (Vec::new(), Vec::new());
+    let mut first = 0;
+    for &(t, h, w) in grids {
+        let (rows, columns) = (h / merge, w / merge);
+        for frame in 0..t {
+            let base = first + frame * rows * columns;
+            for top in (0..rows).step_by(side) {
+                for left in (0..columns).step_by(side) {
+                    let before = order.len();
+                    for r in top..(top + side).min(rows) {
+                        order.extend((left..(left + side).min(columns)).map(|c| base + r * columns + c));
+                    }
+                    lengths.push((order.len() - before) * merge * merge);
+                }
+            }
+        }
+        first += t * rows * columns;
+    }
+    (order, lengths)
 }
 
 /// `quick_gelu`: `x · σ(1.702 x)`.
@@ -354,12 +560,28 @@ mod tests {
     }
 
     #[test]
+    fn windows_tile_each_frame_from_its_top_left() {
+        // 3 × 5 merge blocks (6 × 10 patches, merge 2) in windows of 2 × 2: two rows of three
+        // windows, the last row and column cut short; then a 1 × 1 image of its own.
+        let (order, lengths) = window_order(&[(1, 6, 10), (1, 2, 2)], 2, 2);
+        assert_eq!(order, [0, 1, 5, 6, 2, 3, 7, 8, 4, 9, 10, 11, 12, 13, 14, 15]);
+        assert_eq!(lengths, [16, 16, 8, 8, 8, 4, 4]);
+    }
+
+    #[test]
     fn configs_rein_cannot_run_are_refused_by_key() {
-        let refuse = |v: Value| Qwen2VlVisionConfig::from_json(&v).unwrap_err();
+        let refuse = |v: Value| Qwen2VlVisionConfig::from_json(&v, Qwen2VlGeneration::Qwen2Vl).unwrap_err();
         assert!(refuse(serde_json::json!({"hidden_act": "silu"})).contains("hidden_act"));
         assert!(refuse(serde_json::json!({"embed_dim": 36, "num_heads": 6})).contains("divisible by 4"));
         assert!(refuse(serde_json::json!({"patch_size": 1000})).contains("vision_config.patch_size"));
         assert!(refuse(serde_json::json!({"depth": 0})).contains("vision_config.depth"));
         assert!(refuse(serde_json::json!({"in_channels": 1})).contains("in_channels"));
+        let refuse = |v: Value| Qwen2VlVisionConfig::from_json(&v, Qwen2VlGeneration::Qwen2_5Vl).unwrap_err();
+        assert!(refuse(serde_json::json!({"hidden_act": "quick_gelu"})).contains("(silu)"));
+        assert!(refuse(serde_json::json!({"window_size": 20})).contains("vision_config.window_size"));
+        assert!(
+            refuse(serde_json::json!({"depth": 4, "fullatt_block_indexes": [1, 4]}))
+                .contains("block 4 is not one of the 4")
+        );
     }
 }
