@@ -195,3 +195,23 @@ fn qwen2_vl_prompts_whose_image_tokens_do_not_match_their_images_are_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn a_qwen2_5_vl_model_saved_loads_back_with_the_same_logits() {
+    let device = Default::default();
+    let model = Qwen2Vl::<B>::load(&family_dir("qwen2_5_vl"), &device).unwrap();
+    let saved = Path::new(env!("CARGO_TARGET_TMPDIR")).join("qwen2-5-vl-saved");
+    let _ = std::fs::remove_dir_all(&saved);
+    model.save(&saved).unwrap();
+    let back = Qwen2Vl::<B>::load(&saved, &device).unwrap();
+    let processor = Qwen2VlProcessor::from_json(&read_json(&model_dir().join("preprocessor_config.json"))).unwrap();
+    let expected = read_json(&vlm_fixtures().join("qwen2_5_vl.expected.json"));
+    let case = &expected["cases"][1];
+    let images = processed(&processor, case);
+    let tokens = ids(&case["input_ids"]);
+    let logits = |m: &Qwen2Vl<B>| -> Vec<f32> {
+        let hidden = m.prefill(&tokens, &images, None, &device).unwrap().hidden;
+        m.lm.logits(hidden).into_data().to_vec().unwrap()
+    };
+    assert_eq!(logits(&model), logits(&back));
+}

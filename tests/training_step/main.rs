@@ -10,8 +10,9 @@
 //! against TRL's `PPOTrainer` formulas (`gen_trl_ppo.py`). The newer families (Qwen3, Gemma 3,
 //! Gemma 2, Qwen3-MoE with its load-balancing loss) take the same GRPO loss's backward pass
 //! against PyTorch's (`lm/gen_family_steps.py`), fully and with LoRA adapters (on every expert
-//! of the MoE). A vision-language model (Idefics3) takes the same step against PyTorch's
-//! (`vlm/gen_idefics3_step.py`), its vision encoder trained and frozen.
+//! of the MoE). The vision-language models (Idefics3, Qwen2-VL, Qwen2.5-VL) take the same step
+//! against PyTorch's (`vlm/gen_idefics3_step.py`, `vlm/gen_qwen2_vl_step.py`), their vision
+//! encoders trained and frozen.
 //!
 //! One module per family: [`grpo`], [`distill`], [`preferences`], [`process_reward`], [`ppo`],
 //! [`vision`];

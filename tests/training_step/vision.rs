@@ -1,10 +1,13 @@
-//! One GRPO step of a vision-language model against PyTorch's
-//! (`fixtures/vlm/gen_idefics3_step.py`): Idefics3's loss and every gradient — vision encoder,
-//! connector and decoder — with the encoder trained, and with it frozen (no gradient reaches it,
-//! the rest unchanged).
+//! One GRPO step of a vision-language model against PyTorch's: Idefics3's
+//! (`fixtures/vlm/gen_idefics3_step.py`), Qwen2-VL's and Qwen2.5-VL's
+//! (`fixtures/vlm/gen_qwen2_vl_step.py`) loss and every gradient — vision encoder, connector
+//! (patch merger) and decoder — with the encoder trained, and with it frozen (no gradient reaches
+//! it, the rest unchanged).
 
 use burn::tensor::Int;
-use rein_model::vision::{Idefics3Processor, Idefics3Vision, ImageLimits, ProcessedImage, decode_rgb};
+use rein_model::vision::{
+    Idefics3Processor, Idefics3Vision, ImageLimits, Pixels, ProcessedImage, Qwen2Vl, Qwen2VlProcessor, decode_rgb,
+};
 
 use super::*;
 
@@ -42,39 +45,58 @@ fn vlm() -> std::path::PathBuf {
     fixtures().join("vlm")
 }
 
-/// The completion's log-probabilities at `temperature`, the row's images in its prompt, `[C]`.
-fn completion_log_probs(
-    model: &CausalLm<B>,
-    processor: &Idefics3Processor,
-    row: &Row,
-    temperature: f32,
-) -> Tensor<B, 1> {
-    let device = Default::default();
-    let images: Vec<_> = (row.images.iter())
+fn row_images(row: &Row) -> Vec<Pixels> {
+    (row.images.iter())
         .map(|name| {
             let bytes = std::fs::read(vlm().join("images").join(name)).unwrap();
-            processor.process(&decode_rgb(&bytes, ImageLimits::default()).unwrap())
+            decode_rgb(&bytes, ImageLimits::default()).unwrap()
         })
-        .collect();
-    let features = image_side(model).image_features(ProcessedImage::stack(&images, &device));
-    let tokens: Vec<u32> = row.prompt.iter().chain(&row.completion).copied().collect();
-    let (p, seq) = (row.prompt.len(), tokens.len());
-    let rope = model.rope(seq, &device);
-    let ctx = rein_model::lm::Context::single(&rope, 0, seq, &device);
-    let hidden = model.hidden_with_images(&[tokens], features, &ctx, None);
+        .collect()
+}
+
+/// The log-probabilities at `temperature` of the completion that follows the prompt's hidden
+/// states `hidden` (prompt and completion, `[1, seq, hidden]`), `[C]`.
+fn completion_log_probs(model: &CausalLm<B>, hidden: Tensor<B, 3>, row: &Row, temperature: f32) -> Tensor<B, 1> {
+    let (p, c) = (row.prompt.len(), row.completion.len());
     let width = model.config().hidden_size;
-    let c = row.completion.len();
-    let before_each = hidden.slice([0..1, p - 1..seq - 1]).reshape([c, width]);
+    let before_each = hidden.slice([0..1, p - 1..p + c - 1]).reshape([c, width]);
     let targets: Vec<i64> = row.completion.iter().map(|&t| i64::from(t)).collect();
-    let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(targets, [c]), &device);
+    let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(targets, [c]), &Default::default());
     model
         .log_prob_entropy(before_each, targets, 1.0 / temperature)
         .narrow(1, 0, 1)
         .reshape([c])
 }
 
-/// The step's loss and gradients for `model`.
-fn grpo_step(model: &CausalLm<B>, processor: &Idefics3Processor, step: &Step) -> (f64, GradientsParams) {
+/// An Idefics3 model's completion log-probabilities, the row's images in its prompt.
+fn idefics3_log_probs(model: &CausalLm<B>, processor: &Idefics3Processor, row: &Row, temperature: f32) -> Tensor<B, 1> {
+    let device = Default::default();
+    let images: Vec<_> = row_images(row).iter().map(|i| processor.process(i)).collect();
+    let features = image_side(model).image_features(ProcessedImage::stack(&images, &device));
+    let tokens: Vec<u32> = row.prompt.iter().chain(&row.completion).copied().collect();
+    let seq = tokens.len();
+    let rope = model.rope(seq, &device);
+    let ctx = rein_model::lm::Context::single(&rope, 0, seq, &device);
+    let hidden = model.hidden_with_images(&[tokens], features, &ctx, None);
+    completion_log_probs(model, hidden, row, temperature)
+}
+
+/// A Qwen2-VL model's completion log-probabilities, the row's images in its prompt, prompt and
+/// completion at their multimodal positions.
+fn qwen2_vl_log_probs(model: &Qwen2Vl<B>, processor: &Qwen2VlProcessor, row: &Row, temperature: f32) -> Tensor<B, 1> {
+    let images: Vec<_> = (row_images(row).iter())
+        .map(|i| processor.process(i).unwrap())
+        .collect();
+    let tokens: Vec<u32> = row.prompt.iter().chain(&row.completion).copied().collect();
+    let hidden = model
+        .prefill(&tokens, &images, None, &Default::default())
+        .unwrap()
+        .hidden;
+    completion_log_probs(&model.lm, hidden, row, temperature)
+}
+
+/// The step's loss, each row's completion log-probabilities from `log_probs`.
+fn grpo_loss(step: &Step, log_probs: impl Fn(&Row) -> Tensor<B, 1>) -> Tensor<B, 1> {
     let device = Default::default();
     let prompts: Vec<Vec<u32>> = step.rows.iter().map(|r| r.prompt.clone()).collect();
     let completions: Vec<Vec<u32>> = step.rows.iter().map(|r| r.completion.clone()).collect();
@@ -83,15 +105,14 @@ fn grpo_step(model: &CausalLm<B>, processor: &Idefics3Processor, step: &Step) ->
     let log_prob = Tensor::cat(
         (step.rows.iter())
             .map(|row| {
-                let lp = completion_log_probs(model, processor, row, step.temperature);
                 let padding = Tensor::zeros([width - row.completion.len()], &device);
-                Tensor::cat(vec![lp, padding], 0).reshape([1, width])
+                Tensor::cat(vec![log_probs(row), padding], 0).reshape([1, width])
             })
             .collect(),
         0,
     );
     let old: Vec<&[f32]> = step.old_log_prob.iter().map(Vec::as_slice).collect();
-    let out = policy_loss(
+    policy_loss(
         log_prob,
         Tensor::from_data(
             TensorData::new(batch.per_token_values(&old), [batch.rows, width]),
@@ -102,24 +123,30 @@ fn grpo_step(model: &CausalLm<B>, processor: &Idefics3Processor, step: &Step) ->
         None,
         None,
         &token_level_loss(step.clip, width),
-    );
-    let loss = f64::from(out.loss.clone().into_scalar());
-    (loss, GradientsParams::from_grads(out.loss.backward(), model))
+    )
+    .loss
 }
 
-/// Every gradient of `model` in `grads` within 1e-5 of the fixture's `<prefix>/<name>` (relative
-/// to the larger of its norm and the whole gradient's), and zero where the fixture has none.
+fn assert_loss_matches(loss: &Tensor<B, 1>, expected: &Outcome, what: &str) {
+    let loss = f64::from(loss.clone().into_scalar());
+    assert!(
+        (loss - expected.loss).abs() < 1e-6,
+        "{what}: loss {loss} vs PyTorch {}",
+        expected.loss
+    );
+}
+
+/// Every gradient saved as a model in `dir` within 1e-5 of the fixture `fixture`'s
+/// `<prefix>/<name>` (relative to the larger of its norm and the whole gradient's), and zero
+/// where the fixture has none.
 ///
 /// 1e-5, not the text models' 1e-6: with prompts of 60-130 tokens both f32 computations are
 /// ~2.5e-6 (relative) from the same step in f64 — PyTorch's 2.45e-6 and rein's 2.64e-6 for the
 /// embeddings' gradient — so they can be 5e-6 apart while each is as exact as f32 allows.
-fn assert_gradients_match(model: &CausalLm<B>, grads: &GradientsParams, prefix: &str, expected: &Outcome) {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("idefics3-grads-{prefix}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    save(&model.valid().map(&mut GradientsAsValues { grads }), &dir).unwrap();
+fn assert_gradients_match(dir: &Path, fixture: &str, prefix: &str, expected: &Outcome) {
     let ours = std::fs::read(dir.join("model.safetensors")).unwrap();
     let ours = SafeTensors::deserialize(&ours).unwrap();
-    let theirs = std::fs::read(vlm().join("idefics3_step.safetensors")).unwrap();
+    let theirs = std::fs::read(vlm().join(fixture)).unwrap();
     let theirs = SafeTensors::deserialize(&theirs).unwrap();
     let (mut norm, mut compared) = (0.0f64, 0);
     for (name, view) in ours.tensors() {
@@ -151,6 +178,13 @@ fn assert_gradients_match(model: &CausalLm<B>, grads: &GradientsParams, prefix: 
     );
 }
 
+/// A fresh directory for the gradients of `what`.
+fn gradients_dir(what: &str) -> std::path::PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("vlm-grads-{what}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
 #[test]
 fn one_vision_language_grpo_step_matches_pytorch_with_the_encoder_trained_and_frozen() {
     let step: Step = read_json(&vlm().join("idefics3_step.json"));
@@ -161,12 +195,42 @@ fn one_vision_language_grpo_step_matches_pytorch_with_the_encoder_trained_and_fr
         ("full", &step.full, model.clone()),
         ("frozen", &step.frozen, model.clone().with_frozen_vision()),
     ] {
-        let (loss, grads) = grpo_step(&model, &processor, &step);
-        assert!(
-            (loss - expected.loss).abs() < 1e-6,
-            "{prefix}: loss {loss} vs PyTorch {}",
-            expected.loss
-        );
-        assert_gradients_match(&model, &grads, prefix, expected);
+        let loss = grpo_loss(&step, |row| {
+            idefics3_log_probs(&model, &processor, row, step.temperature)
+        });
+        assert_loss_matches(&loss, expected, prefix);
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let dir = gradients_dir(&format!("idefics3-{prefix}"));
+        save(&model.valid().map(&mut GradientsAsValues { grads: &grads }), &dir).unwrap();
+        assert_gradients_match(&dir, "idefics3_step.safetensors", prefix, expected);
+    }
+}
+
+#[test]
+fn one_qwen2_vl_and_qwen2_5_vl_grpo_step_matches_pytorch_with_the_encoder_trained_and_frozen() {
+    for family in ["qwen2_vl", "qwen2_5_vl"] {
+        let step: Step = read_json(&vlm().join(format!("{family}_step.json")));
+        let dir = vlm().join(format!("{family}_model"));
+        let model = Qwen2Vl::<B>::load(&dir, &Default::default()).unwrap();
+        let settings: serde_json::Value = read_json(&dir.join("preprocessor_config.json"));
+        let processor = Qwen2VlProcessor::from_json(&settings).unwrap();
+        for (prefix, expected, model) in [
+            ("full", &step.full, model.clone()),
+            ("frozen", &step.frozen, model.clone().with_frozen_vision()),
+        ] {
+            let what = format!("{family} {prefix}");
+            let loss = grpo_loss(&step, |row| {
+                qwen2_vl_log_probs(&model, &processor, row, step.temperature)
+            });
+            assert_loss_matches(&loss, expected, &what);
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            let dir = gradients_dir(&format!("{family}-{prefix}"));
+            model
+                .valid()
+                .map(&mut GradientsAsValues { grads: &grads })
+                .save(&dir)
+                .unwrap();
+            assert_gradients_match(&dir, &format!("{family}_step.safetensors"), prefix, expected);
+        }
     }
 }

@@ -10,6 +10,7 @@
 use std::path::Path;
 
 use burn::module::{Module, Param};
+use burn::nn::Linear;
 use burn::tensor::{Int, Tensor, TensorData};
 use serde_json::Value;
 
@@ -21,8 +22,11 @@ use super::qwen2_vl_vision::{
     VisionMlp, VisionNorm,
 };
 use crate::backend::ReinBackend;
-use crate::lm::model_dir::{Decoder, Weights, read_json};
+use crate::lm::model_dir::{
+    Decoder, Weights, decoder_tensors, floats, linear_weight, read_json, vector_tensor, write_model_dir,
+};
 use crate::lm::{CausalLm, Context, KvCache, LmConfig, LoadError, RmsNorm, Rope};
+use crate::safetensors_file::Tensors;
 
 /// The architectures and their vision towers.
 const ARCHITECTURES: [(&str, Qwen2VlGeneration); 2] = [
@@ -57,6 +61,9 @@ pub struct Qwen2Vl<B: ReinBackend> {
     image_token_id: u32,
     #[module(skip)]
     mrope_section: [usize; 3],
+    /// The model's `config.json` as read, written back by [`Qwen2Vl::save`].
+    #[module(skip)]
+    config_json: Value,
 }
 
 /// A prompt's forward pass: its last hidden states and where decoding continues.
@@ -130,7 +137,31 @@ impl<B: ReinBackend> Qwen2Vl<B> {
             visual,
             image_token_id,
             mrope_section,
+            config_json: raw,
         })
+    }
+
+    /// Writes the model (LoRA adapters merged) to `dir` in the hub's layout (`config.json` as
+    /// read, `model.safetensors` in f32), loadable by transformers and [`Qwen2Vl::load`].
+    /// Processor and tokenizer files are the caller's to copy.
+    pub fn save(&self, dir: &Path) -> Result<(), LoadError> {
+        let lm = self.lm.merged();
+        let mut tensors = decoder_tensors(&lm);
+        if let Some(head) = &lm.lm_head {
+            tensors.insert("lm_head.weight".into(), linear_weight(head));
+        }
+        tensors.extend(visual_tensors(&self.visual, "visual"));
+        let config = serde_json::to_string_pretty(&self.config_json).unwrap_or_default();
+        write_model_dir(dir, &tensors, &config)
+    }
+
+    /// The same model with its vision transformer (patch embedding and blocks) frozen: no
+    /// gradient reaches it; the patch merger, which maps its features into the decoder, and the
+    /// decoder still learn — as rein freezes Idefics3's encoder and not its connector.
+    pub fn with_frozen_vision(mut self) -> Self {
+        self.visual.patch_embed = self.visual.patch_embed.clone().set_require_grad(false);
+        self.visual.blocks = self.visual.blocks.clone().no_grad();
+        self
     }
 
     /// The token the image features replace (`<|image_pad|>`).
@@ -234,6 +265,66 @@ fn text_config(raw: &Value) -> Result<(LmConfig, [usize; 3]), String> {
             "text_config.rope_parameters.mrope_section: {section:?} does not split the {half} rotary frequencies in three"
         )),
     }
+}
+
+/// The vision tower's tensors by their names under `root`, as [`read_visual`] reads them (the
+/// patch projection as the convolution's kernel).
+fn visual_tensors<B: ReinBackend>(visual: &Qwen2VlVision<B>, root: &str) -> Tensors {
+    let config = visual.config();
+    let (e, c, t, p) = (
+        config.embed_dim,
+        config.in_channels,
+        config.temporal_patch_size,
+        config.patch_size,
+    );
+    let mut tensors = Tensors::new();
+    let kernel = visual.patch_embed.val().transpose();
+    tensors.insert(
+        format!("{root}.patch_embed.proj.weight"),
+        (vec![e, c, t, p, p], floats(kernel)),
+    );
+    let mut linear = |name: String, layer: &Linear<B>| {
+        if let Some(bias) = &layer.bias {
+            tensors.insert(format!("{name}.bias"), vector_tensor(bias.val()));
+        }
+        tensors.insert(format!("{name}.weight"), linear_weight(layer));
+    };
+    let mut norms = Vec::new();
+    for (i, block) in visual.blocks.iter().enumerate() {
+        let b = format!("{root}.blocks.{i}");
+        linear(format!("{b}.attn.qkv"), &block.qkv);
+        linear(format!("{b}.attn.proj"), &block.proj);
+        match &block.mlp {
+            VisionMlp::TwoLayer(mlp) => {
+                linear(format!("{b}.mlp.fc1"), &mlp.fc1);
+                linear(format!("{b}.mlp.fc2"), &mlp.fc2);
+            }
+            VisionMlp::Gated(mlp) => {
+                linear(format!("{b}.mlp.gate_proj"), &mlp.gate_proj);
+                linear(format!("{b}.mlp.up_proj"), &mlp.up_proj);
+                linear(format!("{b}.mlp.down_proj"), &mlp.down_proj);
+            }
+        }
+        norms.push((format!("{b}.norm1"), &block.norm1));
+        norms.push((format!("{b}.norm2"), &block.norm2));
+    }
+    linear(format!("{root}.merger.mlp.0"), &visual.merger.fc1);
+    linear(format!("{root}.merger.mlp.2"), &visual.merger.fc2);
+    norms.push((format!("{root}.merger.ln_q"), &visual.merger.ln_q));
+    for (name, norm) in norms {
+        match norm {
+            VisionNorm::Layer(norm) => {
+                tensors.insert(format!("{name}.weight"), vector_tensor(norm.gamma.val()));
+                if let Some(beta) = &norm.beta {
+                    tensors.insert(format!("{name}.bias"), vector_tensor(beta.val()));
+                }
+            }
+            VisionNorm::Rms(norm) => {
+                tensors.insert(format!("{name}.weight"), vector_tensor(norm.weight.val()));
+            }
+        }
+    }
+    tensors
 }
 
 /// The vision tower in the `{root}.*` tensors of `weights` (`visual` on the hub).
