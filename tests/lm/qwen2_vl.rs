@@ -6,7 +6,7 @@
 //! cache — for one image, two images, a small RGBA image and a prompt without images.
 
 use burn::tensor::{Tensor, TensorData};
-use rein_model::vision::{ImageLimits, Qwen2Vl, Qwen2VlImage, Qwen2VlProcessor, decode_rgb};
+use rein_model::vision::{ImageLimits, ImageProcessor, ImageSide, ProcessedImage, Qwen2VlProcessor, decode_rgb};
 use serde_json::Value;
 
 use super::*;
@@ -50,15 +50,27 @@ fn ids(value: &Value) -> Vec<u32> {
         .collect()
 }
 
-fn processed(processor: &Qwen2VlProcessor, case: &Value) -> Vec<Qwen2VlImage> {
+fn processed(processor: &Qwen2VlProcessor, case: &Value) -> Vec<ProcessedImage> {
     (case["images"].as_array().unwrap().iter())
         .map(|file| {
             let bytes = std::fs::read(vlm_fixtures().join("images").join(file.as_str().unwrap())).unwrap();
-            processor
-                .process(&decode_rgb(&bytes, ImageLimits::default()).unwrap())
-                .unwrap()
+            let image = processor.process(&decode_rgb(&bytes, ImageLimits::default()).unwrap());
+            ProcessedImage::Qwen2Vl(image.unwrap())
         })
         .collect()
+}
+
+fn grid(image: &ProcessedImage) -> (usize, usize, usize) {
+    match image {
+        ProcessedImage::Qwen2Vl(image) => image.grid,
+        ProcessedImage::Idefics3(_) => unreachable!("Qwen2-VL's processor made it"),
+    }
+}
+
+fn image_side(model: &CausalLm<B>) -> &ImageSide<B> {
+    let side = model.vision.as_ref().expect("a vision-language model");
+    assert!(matches!(side, ImageSide::Qwen2Vl(_)), "a Qwen2-VL image side");
+    side
 }
 
 #[test]
@@ -74,8 +86,8 @@ fn qwen2_5_vl_with_window_attention_matches_transformers() {
 fn matches_transformers(family: &str) {
     let device = Default::default();
     let dir = family_dir(family);
-    let model = Qwen2Vl::<B>::load(&dir, &device).unwrap();
-    let processor = Qwen2VlProcessor::from_json(&read_json(&dir.join("preprocessor_config.json"))).unwrap();
+    let model = load::<B>(&dir, &device).unwrap();
+    let processor = Qwen2VlProcessor::load(&dir).unwrap();
     let tokenizer = LmTokenizer::load(&dir, &[]).unwrap();
     let expected = read_json(&vlm_fixtures().join(format!("{family}.expected.json")));
     for case in expected["cases"].as_array().unwrap() {
@@ -84,16 +96,17 @@ fn matches_transformers(family: &str) {
         let images = processed(&processor, case);
         let grids: Vec<Value> = images
             .iter()
-            .map(|i| serde_json::json!([i.grid.0, i.grid.1, i.grid.2]))
+            .map(|i| serde_json::json!([grid(i).0, grid(i).1, grid(i).2]))
             .collect();
         assert_eq!(Value::from(grids), case["grids"], "{name}: grids");
-        let text = processor
+        // The chat template's `<|image_pad|>`, one per image, expanded.
+        let text = ImageProcessor::Qwen2Vl(processor.clone())
             .expand_prompt(case["text"].as_str().unwrap(), &images)
             .unwrap();
         let tokens = tokenizer.encode(&text).unwrap();
         assert_eq!(tokens, ids(&case["input_ids"]), "{name}: token ids");
 
-        let positions = model.positions(&tokens, &images).unwrap();
+        let positions = image_side(&model).positions(&tokens, &images).unwrap().unwrap();
         let axes: Vec<Vec<i64>> = (0..3)
             .map(|axis| positions.positions.iter().map(|p| p[axis]).collect())
             .collect();
@@ -102,29 +115,29 @@ fn matches_transformers(family: &str) {
         assert_eq!(Value::from(delta), case["rope_delta"], "{name}: rope delta");
 
         if !images.is_empty() {
-            let features = model.image_features(&images, &device);
+            let features = image_side(&model).image_features(&images, &device);
             let worst = worst_difference(features, &tensor("image_features"));
             assert!(worst < 1e-4, "{name}: image features differ by up to {worst}");
         }
 
         let seq = tokens.len();
         let greedy = ids(&case["greedy"]);
-        let mut cache = KvCache::new(model.lm.config(), 1, seq + greedy.len(), &device);
-        let prefill = model.prefill(&tokens, &images, Some(&mut cache), &device).unwrap();
-        let logits = model.lm.logits(prefill.hidden);
+        let mut cache = KvCache::new(model.config(), 1, seq + greedy.len(), &device);
+        let prefill = (model.prefill_with_images(&tokens, &images, Some(&mut cache), &device)).unwrap();
+        let logits = model.logits(prefill.hidden);
         let [_, _, vocab] = logits.dims();
         let worst = worst_difference(logits.clone().reshape([seq, vocab]), &tensor("logits"));
         assert!(worst < 1e-4, "{name}: logits differ by up to {worst}");
 
         // Greedy decoding from the cache at positions past the prompt's largest: the images are
         // encoded once, in the prefill.
-        let rope = model.lm.rope(prefill.next + greedy.len(), &device);
+        let rope = model.rope(prefill.next + greedy.len(), &device);
         let mut next = logits.slice([0..1, seq - 1..seq]).argmax(2).into_scalar() as u32;
         let mut continuation = vec![next];
         for step in 0..greedy.len() - 1 {
             let token = Tensor::<B, 2, Int>::from_data(TensorData::new(vec![i64::from(next)], [1, 1]), &device);
             let ctx = Context::single(&rope, prefill.next + step, 1, &device);
-            let logits = model.lm.forward(token, &ctx, Some(&mut cache));
+            let logits = model.forward(token, &ctx, Some(&mut cache));
             next = logits.argmax(2).into_scalar() as u32;
             continuation.push(next);
         }
@@ -154,16 +167,16 @@ fn qwen2_vl_reads_transformers_in_memory_layout_too() {
         .collect();
     safetensors::serialize_to_file(renamed, None, &dir.join("model.safetensors")).unwrap();
     let device = Default::default();
-    let ours = Qwen2Vl::<B>::load(&model_dir(), &device).unwrap();
-    let theirs = Qwen2Vl::<B>::load(&dir, &device).unwrap();
-    let processor = Qwen2VlProcessor::from_json(&read_json(&model_dir().join("preprocessor_config.json"))).unwrap();
+    let ours = load::<B>(&model_dir(), &device).unwrap();
+    let theirs = load::<B>(&dir, &device).unwrap();
+    let processor = Qwen2VlProcessor::load(&model_dir()).unwrap();
     let expected = read_json(&vlm_fixtures().join("qwen2_vl.expected.json"));
     let case = &expected["cases"][0];
     let images = processed(&processor, case);
     let tokens = ids(&case["input_ids"]);
-    let logits = |m: &Qwen2Vl<B>| -> Vec<f32> {
-        let hidden = m.prefill(&tokens, &images, None, &device).unwrap().hidden;
-        m.lm.logits(hidden).into_data().to_vec().unwrap()
+    let logits = |m: &CausalLm<B>| -> Vec<f32> {
+        let hidden = m.prefill_with_images(&tokens, &images, None, &device).unwrap().hidden;
+        m.logits(hidden).into_data().to_vec().unwrap()
     };
     assert_eq!(logits(&ours), logits(&theirs));
 }
@@ -171,47 +184,100 @@ fn qwen2_vl_reads_transformers_in_memory_layout_too() {
 #[test]
 fn qwen2_vl_prompts_whose_image_tokens_do_not_match_their_images_are_refused() {
     let device = Default::default();
-    let model = Qwen2Vl::<B>::load(&model_dir(), &device).unwrap();
-    let processor = Qwen2VlProcessor::from_json(&read_json(&model_dir().join("preprocessor_config.json"))).unwrap();
+    let model = load::<B>(&model_dir(), &device).unwrap();
+    let processor = Qwen2VlProcessor::load(&model_dir()).unwrap();
     let expected = read_json(&vlm_fixtures().join("qwen2_vl.expected.json"));
     let case = &expected["cases"][0];
     let images = processed(&processor, case);
     let tokens = ids(&case["input_ids"]);
-    let image = model.image_token_id();
+    let image = image_side(&model).image_token_id();
     // One image token short of the image's merged patches.
     let short: Vec<u32> = {
         let at = tokens.iter().position(|&t| t == image).unwrap();
         [&tokens[..at], &tokens[at + 1..]].concat()
     };
-    let err = model.prefill(&short, &images, None, &device).unwrap_err();
+    let err = (model.prefill_with_images(&short, &images, None, &device)).unwrap_err();
     assert!(err.contains("image 0 has") && err.contains("image tokens"), "{err}");
     // The image tokens without their image.
-    let err = model.prefill(&tokens, &[], None, &device).unwrap_err();
+    let err = (model.prefill_with_images(&tokens, &[], None, &device)).unwrap_err();
     assert!(err.contains("past the last of the 0 images"), "{err}");
-    // `lm::load` names what to load a Qwen2-VL checkpoint with.
-    let err = load::<B>(&model_dir(), &device).unwrap_err().to_string();
-    assert!(
-        err.contains("Qwen2VLForConditionalGeneration") && err.contains("Qwen2Vl"),
-        "{err}"
-    );
 }
 
 #[test]
 fn a_qwen2_5_vl_model_saved_loads_back_with_the_same_logits() {
     let device = Default::default();
-    let model = Qwen2Vl::<B>::load(&family_dir("qwen2_5_vl"), &device).unwrap();
+    let model = load::<B>(&family_dir("qwen2_5_vl"), &device).unwrap();
     let saved = Path::new(env!("CARGO_TARGET_TMPDIR")).join("qwen2-5-vl-saved");
     let _ = std::fs::remove_dir_all(&saved);
-    model.save(&saved).unwrap();
-    let back = Qwen2Vl::<B>::load(&saved, &device).unwrap();
-    let processor = Qwen2VlProcessor::from_json(&read_json(&model_dir().join("preprocessor_config.json"))).unwrap();
+    save(&model, &saved).unwrap();
+    let back = load::<B>(&saved, &device).unwrap();
+    assert!(matches!(back.vision, Some(ImageSide::Qwen2Vl(_))));
+    let processor = Qwen2VlProcessor::load(&model_dir()).unwrap();
     let expected = read_json(&vlm_fixtures().join("qwen2_5_vl.expected.json"));
     let case = &expected["cases"][1];
     let images = processed(&processor, case);
     let tokens = ids(&case["input_ids"]);
-    let logits = |m: &Qwen2Vl<B>| -> Vec<f32> {
-        let hidden = m.prefill(&tokens, &images, None, &device).unwrap().hidden;
-        m.lm.logits(hidden).into_data().to_vec().unwrap()
+    let logits = |m: &CausalLm<B>| -> Vec<f32> {
+        let hidden = m.prefill_with_images(&tokens, &images, None, &device).unwrap().hidden;
+        m.logits(hidden).into_data().to_vec().unwrap()
     };
     assert_eq!(logits(&model), logits(&back));
+}
+
+#[test]
+fn the_sampler_decodes_qwen2_vl_prompts_at_their_multimodal_positions_as_transformers_does() {
+    // Four prompts of different lengths and rope deltas, left-padded into one batch: each row
+    // prefilled at its own positions and decoded from one past its largest.
+    for family in ["qwen2_vl", "qwen2_5_vl"] {
+        let dir = family_dir(family);
+        let device = Default::default();
+        let model = load::<B>(&dir, &device).unwrap();
+        let processor = Qwen2VlProcessor::load(&dir).unwrap();
+        let expected = read_json(&vlm_fixtures().join(format!("{family}.expected.json")));
+        let cases = expected["cases"].as_array().unwrap();
+        let prompts: Vec<Vec<u32>> = cases.iter().map(|c| ids(&c["input_ids"])).collect();
+        let images: Vec<Vec<ProcessedImage>> = cases.iter().map(|c| processed(&processor, c)).collect();
+        let images: Vec<&[ProcessedImage]> = images.iter().map(Vec::as_slice).collect();
+        let greedy: Vec<Vec<u32>> = cases.iter().map(|c| ids(&c["greedy"])).collect();
+        let config = rein_sampler::GenerationConfig {
+            max_new_tokens: 8,
+            temperature: 0.0,
+            ..Default::default()
+        };
+        let prompt_images = || {
+            rein_sampler::PromptImages::of_prompts(model.vision.as_ref(), &prompts, &images, &device)
+                .unwrap()
+                .unwrap()
+        };
+        let whole = rein_sampler::generate_with_images(
+            &model,
+            &prompts,
+            prompt_images(),
+            &config,
+            0,
+            &mut |_, _| false,
+            &device,
+        )
+        .unwrap();
+        assert_eq!(
+            whole.iter().map(|g| g.tokens.clone()).collect::<Vec<_>>(),
+            greedy,
+            "{family}"
+        );
+
+        let seeds: Vec<u64> = (0..prompts.len()).map(|p| rein_sampler::prompt_seed(0, p)).collect();
+        let mut chunked = rein_sampler::Decoding::in_chunks(&model, &prompts, &seeds, &config, 0, 16, &device)
+            .with_images(prompt_images())
+            .unwrap();
+        chunked.advance(usize::MAX, &mut |_, _| false);
+        let chunked: Vec<Vec<u32>> = chunked.into_generations().into_iter().map(|g| g.tokens).collect();
+        assert_eq!(chunked, greedy, "{family}: prefilled 16 columns at a time");
+
+        // A prompt whose images are not its image tokens' is refused by number.
+        let swapped = [images[1], images[0], images[2], images[3]];
+        let error = rein_sampler::PromptImages::of_prompts(model.vision.as_ref(), &prompts, &swapped, &device)
+            .err()
+            .unwrap();
+        assert!(error.starts_with("prompt 0: "), "{error}");
+    }
 }

@@ -4,14 +4,17 @@
 //! features, the logits of every position and greedy continuations through the KV cache.
 
 use burn::tensor::{Tensor, TensorData};
-use rein_model::vision::{Idefics3Processor, Idefics3Vision, ImageLimits, ProcessedImage, decode_rgb};
+use rein_model::vision::{Idefics3Image, Idefics3Processor, Idefics3Vision, ImageLimits, ImageSide, decode_rgb};
 use serde_json::Value;
 
 use super::*;
 
 /// The image side of a vision-language model.
 fn image_side(model: &CausalLm<B>) -> &Idefics3Vision<B> {
-    model.vision.as_ref().expect("a vision-language model")
+    match model.vision.as_ref() {
+        Some(ImageSide::Idefics3(vision)) => vision,
+        _ => panic!("an Idefics3 model"),
+    }
 }
 
 fn vlm_fixtures() -> PathBuf {
@@ -45,7 +48,7 @@ fn worst_difference(got: &[f32], want: &[f64]) -> f64 {
 }
 
 /// The case's images processed as transformers processed them.
-fn processed(processor: &Idefics3Processor, case: &Value) -> Vec<ProcessedImage> {
+fn processed(processor: &Idefics3Processor, case: &Value) -> Vec<Idefics3Image> {
     let processor = processor.clone().with_splitting(case["split"].as_bool().unwrap());
     (case["images"].as_array().unwrap().iter())
         .map(|name| {
@@ -95,7 +98,7 @@ fn idefics3_features_logits_and_greedy_continuations_match_transformers() {
     for case in cases() {
         let name = case["name"].as_str().unwrap();
         let images = processed(&processor, &case);
-        let features = image_side(&model).image_features(ProcessedImage::stack(&images, &device));
+        let features = image_side(&model).image_features(Idefics3Image::stack(&images, &device));
         let (_, want) = expected_tensor(&format!("{name}.image_features"));
         let got: Vec<f32> = features.clone().into_data().to_vec().unwrap();
         let worst = worst_difference(&got, &want);
@@ -148,7 +151,7 @@ fn an_idefics3_model_saved_loads_back_with_the_same_image_features_and_logits() 
     let again = load::<B>(&saved, &device).unwrap();
     let processor = Idefics3Processor::load(&dir, image_side(&model).image_seq_len()).unwrap();
     let case = &cases()[0];
-    let pixels = || ProcessedImage::stack(&processed(&processor, case), &device);
+    let pixels = || Idefics3Image::stack(&processed(&processor, case), &device);
     let (a, b) = (
         image_side(&model).image_features(pixels()),
         image_side(&again).image_features(pixels()),
@@ -175,11 +178,12 @@ fn the_sampler_decodes_prompts_with_images_as_transformers_does() {
     let cases = cases();
     let prompts: Vec<Vec<u32>> = cases.iter().map(|c| ids(c, "input_ids")).collect();
     let features: Vec<Tensor<B, 2>> = (cases.iter())
-        .map(|c| image_side(&model).image_features(ProcessedImage::stack(&processed(&processor, c), &device)))
+        .map(|c| image_side(&model).image_features(Idefics3Image::stack(&processed(&processor, c), &device)))
         .collect();
     let images = |features: Vec<Tensor<B, 2>>| rein_sampler::PromptImages {
         features: Tensor::cat(features, 0),
         token: image_side(&model).image_token_id(),
+        positions: None,
     };
     let config = rein_sampler::GenerationConfig {
         max_new_tokens: 8,

@@ -199,7 +199,10 @@ fn the_shapes_recipe_trains_a_vision_language_model_from_scratch() {
     assert_eq!(config["vision_config"]["patch_size"], 6);
     assert!(run.join("final/processor_config.json").is_file());
     let model = rein_model::lm::load::<burn::backend::Flex>(&run.join("final"), &Default::default()).unwrap();
-    assert_eq!(model.vision.as_ref().unwrap().image_seq_len(), 16);
+    match model.vision.as_ref() {
+        Some(rein_model::vision::ImageSide::Idefics3(vision)) => assert_eq!(vision.image_seq_len(), 16),
+        _ => panic!("an Idefics3 image side"),
+    }
 
     let err = rein_train::run(&load(&["model.vision.patch=4"]), &plugin_dir(), true)
         .unwrap_err()

@@ -6,14 +6,18 @@
 
 use burn::tensor::Int;
 use rein_model::vision::{
-    Idefics3Processor, Idefics3Vision, ImageLimits, Pixels, ProcessedImage, Qwen2Vl, Qwen2VlProcessor, decode_rgb,
+    Idefics3Image, Idefics3Processor, Idefics3Vision, ImageLimits, ImageSide, Pixels, ProcessedImage, Qwen2VlProcessor,
+    decode_rgb,
 };
 
 use super::*;
 
 /// The image side of a vision-language model.
 fn image_side(model: &CausalLm<B>) -> &Idefics3Vision<B> {
-    model.vision.as_ref().expect("a vision-language model")
+    match model.vision.as_ref() {
+        Some(ImageSide::Idefics3(vision)) => vision,
+        _ => panic!("an Idefics3 model"),
+    }
 }
 
 #[derive(Deserialize)]
@@ -56,7 +60,7 @@ fn row_images(row: &Row) -> Vec<Pixels> {
 
 /// The log-probabilities at `temperature` of the completion that follows the prompt's hidden
 /// states `hidden` (prompt and completion, `[1, seq, hidden]`), `[C]`.
-fn completion_log_probs(model: &CausalLm<B>, hidden: Tensor<B, 3>, row: &Row, temperature: f32) -> Tensor<B, 1> {
+fn row_log_probs(model: &CausalLm<B>, hidden: Tensor<B, 3>, row: &Row, temperature: f32) -> Tensor<B, 1> {
     let (p, c) = (row.prompt.len(), row.completion.len());
     let width = model.config().hidden_size;
     let before_each = hidden.slice([0..1, p - 1..p + c - 1]).reshape([c, width]);
@@ -72,27 +76,29 @@ fn completion_log_probs(model: &CausalLm<B>, hidden: Tensor<B, 3>, row: &Row, te
 fn idefics3_log_probs(model: &CausalLm<B>, processor: &Idefics3Processor, row: &Row, temperature: f32) -> Tensor<B, 1> {
     let device = Default::default();
     let images: Vec<_> = row_images(row).iter().map(|i| processor.process(i)).collect();
-    let features = image_side(model).image_features(ProcessedImage::stack(&images, &device));
+    let features = image_side(model).image_features(Idefics3Image::stack(&images, &device));
     let tokens: Vec<u32> = row.prompt.iter().chain(&row.completion).copied().collect();
     let seq = tokens.len();
     let rope = model.rope(seq, &device);
     let ctx = rein_model::lm::Context::single(&rope, 0, seq, &device);
     let hidden = model.hidden_with_images(&[tokens], features, &ctx, None);
-    completion_log_probs(model, hidden, row, temperature)
+    row_log_probs(model, hidden, row, temperature)
 }
 
-/// A Qwen2-VL model's completion log-probabilities, the row's images in its prompt, prompt and
-/// completion at their multimodal positions.
-fn qwen2_vl_log_probs(model: &Qwen2Vl<B>, processor: &Qwen2VlProcessor, row: &Row, temperature: f32) -> Tensor<B, 1> {
-    let images: Vec<_> = (row_images(row).iter())
-        .map(|i| processor.process(i).unwrap())
+/// The step's rows as the trainer lays them out, each row's images (processed by `processor`)
+/// beside it.
+fn batch_with_images(step: &Step, processor: &Qwen2VlProcessor) -> TokenBatch {
+    let prompts: Vec<Vec<u32>> = step.rows.iter().map(|r| r.prompt.clone()).collect();
+    let completions: Vec<Vec<u32>> = step.rows.iter().map(|r| r.completion.clone()).collect();
+    let mut batch = token_batch(&prompts, &completions);
+    batch.images = (step.rows.iter())
+        .map(|row| {
+            (row_images(row).iter())
+                .map(|i| ProcessedImage::Qwen2Vl(processor.process(i).unwrap()))
+                .collect()
+        })
         .collect();
-    let tokens: Vec<u32> = row.prompt.iter().chain(&row.completion).copied().collect();
-    let hidden = model
-        .prefill(&tokens, &images, None, &Default::default())
-        .unwrap()
-        .hidden;
-    completion_log_probs(&model.lm, hidden, row, temperature)
+    batch
 }
 
 /// The step's loss, each row's completion log-probabilities from `log_probs`.
@@ -111,6 +117,14 @@ fn grpo_loss(step: &Step, log_probs: impl Fn(&Row) -> Tensor<B, 1>) -> Tensor<B,
             .collect(),
         0,
     );
+    batch_grpo_loss(step, &batch, log_prob)
+}
+
+/// The step's loss over `batch`, whose completions' log-probabilities are `log_prob`
+/// (`[rows, C]`).
+fn batch_grpo_loss(step: &Step, batch: &TokenBatch, log_prob: Tensor<B, 2>) -> Tensor<B, 1> {
+    let device = Default::default();
+    let width = batch.completion_width;
     let old: Vec<&[f32]> = step.old_log_prob.iter().map(Vec::as_slice).collect();
     policy_loss(
         log_prob,
@@ -211,25 +225,21 @@ fn one_qwen2_vl_and_qwen2_5_vl_grpo_step_matches_pytorch_with_the_encoder_traine
     for family in ["qwen2_vl", "qwen2_5_vl"] {
         let step: Step = read_json(&vlm().join(format!("{family}_step.json")));
         let dir = vlm().join(format!("{family}_model"));
-        let model = Qwen2Vl::<B>::load(&dir, &Default::default()).unwrap();
-        let settings: serde_json::Value = read_json(&dir.join("preprocessor_config.json"));
-        let processor = Qwen2VlProcessor::from_json(&settings).unwrap();
+        let model = load::<B>(&dir, &Default::default()).unwrap();
+        // The trainer's own path: the rows concatenated, each at its multimodal positions.
+        let batch = batch_with_images(&step, &Qwen2VlProcessor::load(&dir).unwrap());
         for (prefix, expected, model) in [
             ("full", &step.full, model.clone()),
             ("frozen", &step.frozen, model.clone().with_frozen_vision()),
         ] {
             let what = format!("{family} {prefix}");
-            let loss = grpo_loss(&step, |row| {
-                qwen2_vl_log_probs(&model, &processor, row, step.temperature)
-            });
+            let (log_prob, _) =
+                rein_posttrain::completion_log_probs(&model, &batch, step.temperature, false, &Default::default());
+            let loss = batch_grpo_loss(&step, &batch, log_prob);
             assert_loss_matches(&loss, expected, &what);
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             let dir = gradients_dir(&format!("{family}-{prefix}"));
-            model
-                .valid()
-                .map(&mut GradientsAsValues { grads: &grads })
-                .save(&dir)
-                .unwrap();
+            save(&model.valid().map(&mut GradientsAsValues { grads: &grads }), &dir).unwrap();
             assert_gradients_match(&dir, &format!("{family}_step.safetensors"), prefix, expected);
         }
     }

@@ -223,25 +223,25 @@ impl GenerateArgs {
                 };
                 text = rendered.with_context(|| format!("--chat: {} has no chat template", self.model.display()))?;
             }
-            if !images.is_empty() {
-                let reader = reader.as_mut().with_context(|| {
-                    format!(
-                        "{what} has images, and {} is not a vision-language model rein runs \
-                         (Idefics3ForConditionalGeneration)",
-                        self.model.display()
-                    )
-                })?;
-                text = reader.expand(&text, &images, &what)?;
-            }
+            text = match (reader.as_mut(), images.is_empty()) {
+                (Some(reader), _) => reader.expand(&text, &images, &what)?,
+                (None, true) => text,
+                (None, false) => bail!(
+                    "{what} has images, and {} is not a vision-language model rein runs \
+                     (Idefics3ForConditionalGeneration, Qwen2VLForConditionalGeneration, \
+                     Qwen2_5_VLForConditionalGeneration)",
+                    self.model.display()
+                ),
+            };
             let ids = tokenizer.encode_prompt(&text)?;
             if ids.is_empty() {
                 bail!("prompt {:?} encodes to no tokens", text);
             }
             prompts.push(ids);
         }
-        let images = match (&model.vision, reader) {
-            (Some(vision), Some(reader)) => Some(reader.features(vision)),
-            _ => None,
+        let images = match reader {
+            Some(reader) => reader.prompt_images(model, &prompts)?,
+            None => None,
         };
         Ok(Encoded { prompts, images })
     }

@@ -8,7 +8,7 @@
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, Context, Routing, UNROUTED};
-use rein_model::vision::{ProcessedImage, image_slots, with_image_features};
+use rein_model::vision::{image_slots, with_image_features};
 
 use crate::PromptPixels;
 
@@ -247,14 +247,43 @@ impl ConcatenatedRows {
             false => u32::MAX,
         });
         let slots = image_slots(cells, token);
-        let pixels = ProcessedImage::stack(batch.images.iter().flat_map(|i| i.iter()), device);
-        let features = vision.image_features(pixels);
+        let features = vision.image_features(batch.images.iter().flat_map(|i| i.iter()), device);
         let (tokens, [rows, _]) = (slots.iter().flatten().count(), features.dims());
         assert_eq!(
             tokens, rows,
             "the prompts hold {tokens} image tokens for {rows} image features"
         );
         with_image_features(embeddings, &slots, features)
+    }
+
+    /// Each packed token's multimodal position, for a model whose decoder reads them (Qwen2-VL):
+    /// a prompt's tokens at the positions its images give them, its completion's counting on
+    /// from one past the prompt's largest (a completion's image tokens are text), an empty
+    /// prompt's padding slot at 0. `None` for a model whose positions are the tokens' indices.
+    ///
+    /// # Panics
+    /// When a prompt's image tokens do not match its images (the prompts were expanded for
+    /// another processor).
+    fn multimodal_positions<B: ReinBackend>(&self, model: &CausalLm<B>, batch: &TokenBatch) -> Option<Vec<[i64; 3]>> {
+        let vision = model.vision.as_ref()?;
+        let (p, width) = (batch.prompt_width, batch.prompt_width + batch.completion_width);
+        let mut cells = Vec::with_capacity(self.tokens.len());
+        for (row, &(count, padded_slot)) in self.rows.iter().enumerate() {
+            let padding = &batch.padding[row * width..(row + 1) * width];
+            let real = padding.iter().position(|&pad| !pad).unwrap_or(width).min(p);
+            let prompt: Vec<u32> = (batch.tokens[row * width + real..row * width + p].iter())
+                .map(|&t| t as u32)
+                .collect();
+            let images = batch.images.get(row).map_or(&[][..], |i| &i[..]);
+            let prompt = (vision.positions(&prompt, images)?).unwrap_or_else(|e| panic!("row {row}: {e}"));
+            if padded_slot {
+                cells.push([0; 3]);
+            }
+            let completion = (prompt.next..).map(|position| [position; 3]);
+            let real_tokens = count - usize::from(padded_slot);
+            cells.extend(prompt.positions.iter().copied().chain(completion).take(real_tokens));
+        }
+        Some(cells)
     }
 
     /// The completion token each packed predictor predicts, in [`Self::slots`] order.
@@ -307,12 +336,24 @@ fn completion_hidden<B: ReinBackend>(
         return None;
     }
     let total = packed.tokens.len();
-    let rope = model.rope(batch.prompt_width + batch.completion_width, device);
+    // Multimodal positions (Qwen2-VL): one rotary row per packed token, read in order.
+    let (rope, positions) = match packed.multimodal_positions(model, batch) {
+        Some(cells) => (
+            (model.vision.as_ref())
+                .and_then(|v| v.rope(model, &cells, device))
+                .expect("multimodal positions come with their tables"),
+            (0..total as i64).collect(),
+        ),
+        None => (
+            model.rope(batch.prompt_width + batch.completion_width, device),
+            packed.positions.clone(),
+        ),
+    };
     let config = model.config();
     let routing = (config.moe()).map(|moe| packed.routing(batch, config.num_hidden_layers, moe.top_k));
     let ctx = Context {
         rope: &rope,
-        positions: Tensor::from_data(TensorData::new(packed.positions.clone(), [1, total]), device),
+        positions: Tensor::from_data(TensorData::new(positions, [1, total]), device),
         padding: None,
         sequence_lengths: Some(&packed.lengths),
         fused: None,

@@ -180,29 +180,10 @@ pub fn generate_prompts<B: ReinBackend>(
     stop: &mut dyn FnMut(usize, &[u32]) -> bool,
     device: &B::Device,
 ) -> Result<Vec<Generation>, GeneratorError> {
-    match prompt_images(policy, images, device)? {
+    match PromptImages::of_prompts(policy.vision.as_ref(), prompts, images, device).map_err(GeneratorError::Images)? {
         Some(images) => {
             generate_with_images(policy, prompts, images, config, pad_id, stop, device).map_err(GeneratorError::Images)
         }
         None => Ok(generate(policy, prompts, config, pad_id, stop, device)),
     }
-}
-
-/// The features `policy`'s image side computes for every prompt's `images`, prompt after prompt,
-/// for [`generate_with_images`]; `None` when no prompt has an image. An error when some do and
-/// the policy reads no images.
-fn prompt_images<B: ReinBackend>(
-    policy: &CausalLm<B>,
-    images: &[&[ProcessedImage]],
-    device: &B::Device,
-) -> Result<Option<PromptImages<B>>, GeneratorError> {
-    if images.iter().all(|i| i.is_empty()) {
-        return Ok(None);
-    }
-    let vision = (policy.vision.as_ref())
-        .ok_or_else(|| GeneratorError::Images("the prompts have images, but the policy reads no images".into()))?;
-    Ok(Some(PromptImages {
-        features: vision.image_features(ProcessedImage::stack(images.iter().flat_map(|i| i.iter()), device)),
-        token: vision.image_token_id(),
-    }))
 }

@@ -53,7 +53,7 @@ pub use native_judge::NativeJudge;
 pub use prm_reward::{PrmError, PrmReward};
 pub use prompt_logprobs::{ScoredToken, prompt_logprobs};
 pub use rein_core::SeededRng;
-pub use session::{AfterTurn, Prefill, PromptImages, Session, Turn, TurnOutput, prompt_seed};
+pub use session::{AfterTurn, Prefill, PromptImages, PromptPositions, Session, Turn, TurnOutput, prompt_seed};
 pub use stop::{completion_text, stop_check};
 pub use token_choice::{
     FinishReason, GenerationConfig, TokenCertainty, allowed_tokens, choose, token_certainty, token_logprob,

@@ -34,7 +34,7 @@ use rein_core::SeededRng;
 
 mod prefill;
 
-pub use prefill::{Prefill, PromptImages};
+pub use prefill::{Prefill, PromptImages, PromptPositions};
 
 /// The tokens one sequence sampled in one turn.
 #[derive(Debug, Clone, PartialEq)]

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use rein_model::Cpu;
 use rein_model::lm::{CausalLm, LmTokenizer, load};
-use rein_model::vision::{Idefics3Vision, ProcessedImage, is_idefics3};
+use rein_model::vision::{ImageSide, ProcessedImage, is_idefics3, is_qwen2_vl};
 use rein_sampler::{Decoding, Generation, GenerationConfig, PromptImages, ScoredToken, prompt_logprobs, stop_check};
 
 use super::limits::RequestLimits;
@@ -98,7 +98,7 @@ impl Engine {
     /// encoding the requests' images as their batch starts); its batches stay within `limits`.
     pub(crate) fn start(
         model: CausalLm<Cpu>,
-        vision: Option<Idefics3Vision<Cpu>>,
+        vision: Option<ImageSide<Cpu>>,
         tokenizer: LmTokenizer,
         window: Duration,
         limits: RequestLimits,
@@ -109,7 +109,7 @@ impl Engine {
     /// [`Engine::start`] with each batch's turn `slice` long (at least one token).
     fn with_slice(
         model: CausalLm<Cpu>,
-        vision: Option<Idefics3Vision<Cpu>>,
+        vision: Option<ImageSide<Cpu>>,
         tokenizer: LmTokenizer,
         window: Duration,
         limits: RequestLimits,
@@ -150,13 +150,13 @@ struct EngineLoop {
     /// How long a batch decodes before the next takes its turn.
     slice: Duration,
     /// A vision-language model's encoder of the requests' images.
-    vision: Option<Idefics3Vision<Cpu>>,
+    vision: Option<ImageSide<Cpu>>,
 }
 
 impl EngineLoop {
     fn new(
         model: CausalLm<Cpu>,
-        vision: Option<Idefics3Vision<Cpu>>,
+        vision: Option<ImageSide<Cpu>>,
         tokenizer: LmTokenizer,
         limits: RequestLimits,
         slice: Duration,
@@ -285,16 +285,15 @@ impl EngineLoop {
             true => usize::MAX,
             false => PREFILL_CHUNK,
         };
-        let images: Vec<&ProcessedImage> = requests.iter().flat_map(|(work, _)| &work.images).collect();
+        // A request's images are its first prompt's (a chat request has one prompt).
+        let images: Vec<&[ProcessedImage]> = (requests.iter())
+            .flat_map(|(work, _)| (0..work.prompts.len()).map(|k| if k == 0 { &work.images[..] } else { &[][..] }))
+            .collect();
         let set_up = || {
             let decoding = Decoding::in_chunks(&self.model, &prompts, &seeds, &config, self.pad, chunk, &device);
-            match (&self.vision, images.is_empty()) {
-                (_, true) => Ok(decoding),
-                (Some(vision), false) => decoding.with_images(PromptImages {
-                    features: vision.image_features(ProcessedImage::stack(images.iter().copied(), &device)),
-                    token: vision.image_token_id(),
-                }),
-                (None, false) => Err("images for a model without a vision encoder".to_string()),
+            match PromptImages::of_prompts(self.vision.as_ref(), &prompts, &images, &device)? {
+                Some(images) => decoding.with_images(images),
+                None => Ok(decoding),
             }
         };
         match catching(set_up).and_then(|decoding| decoding) {
@@ -379,7 +378,8 @@ impl EngineLoop {
         let device = Default::default();
         let cannot = |e: rein_model::lm::LoadError| format!("cannot load {}: {e}", path.display());
         // A vision-language checkpoint replaces the image side too; a decoder alone keeps it.
-        let (model, vision) = match (path.join("adapter_config.json").is_file(), is_idefics3(path)) {
+        let vlm = is_idefics3(path) || is_qwen2_vl(path);
+        let (model, vision) = match (path.join("adapter_config.json").is_file(), vlm) {
             (true, _) => {
                 let adapted = rein_model::lm::peft::load_adapter(self.base.clone(), path, &device).map_err(cannot)?;
                 (adapted.merged(), None)

@@ -6,13 +6,13 @@
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
-use rein_model::vision::{Idefics3Processor, ImageLimits, ProcessedImage, decode_rgb};
+use rein_model::vision::{ImageLimits, ImageProcessor, ProcessedImage, decode_rgb};
 use rein_posttrain::ImageSource;
 
 /// What the server needs to read a request's images.
 pub(crate) struct ServedImages {
     /// The model's image processor.
-    pub processor: Idefics3Processor,
+    pub processor: ImageProcessor,
     /// The most bytes and pixels of one image.
     pub limits: ImageLimits,
     /// The most images in one request (`--limit-images-per-prompt`).
@@ -37,7 +37,7 @@ impl ServedImages {
             _ => return Err(format!("`{}` is not a data: or file: URL", shorten(url))),
         };
         let pixels = decode_rgb(&bytes, self.limits).map_err(|e| e.to_string())?;
-        Ok(self.processor.process(&pixels))
+        self.processor.process(&pixels)
     }
 
     /// A `data:[<media type>][;base64],<data>` URL's bytes (base64 only), bounded before

@@ -37,7 +37,7 @@ use clap::Args;
 use hyper::Method;
 use rein_core::{ModelDtype, SamplerPrecision};
 use rein_model::lm::{LmTokenizer, SequenceClassifier, TokenClassifier, load};
-use rein_model::vision::{Idefics3Processor, ImageLimits};
+use rein_model::vision::{ImageLimits, ImageProcessor, ImageSide};
 use rein_sampler::protocol::{
     ChatRequest, CompletionRequest, ErrorBody, ErrorResponse, GenerateRequest, UpdateWeightsRequest,
     UpdateWeightsResponse, parse,
@@ -212,9 +212,7 @@ impl ServeArgs {
         crate::generate::q8_fits_dtype(self.precision, self.dtype)?;
         let limits = self.request_limits(model.config())?;
         let tokenizer = LmTokenizer::load(&self.model, &model.config().eos_ids())?;
-        let images = (vision.as_ref())
-            .map(|v| self.served_images(v.image_seq_len()))
-            .transpose()?;
+        let images = (vision.as_ref()).map(|v| self.served_images(v)).transpose()?;
         let window = Duration::from_millis(self.batch_window_ms);
         let engine = Engine::start(model, vision, tokenizer.clone(), window, limits.clone());
         Ok(Arc::new(State {
@@ -231,12 +229,12 @@ impl ServeArgs {
     }
 
     /// How a vision-language model's requests' images are read.
-    fn served_images(&self, image_seq_len: usize) -> anyhow::Result<images::ServedImages> {
+    fn served_images(&self, vision: &ImageSide<rein_model::Cpu>) -> anyhow::Result<images::ServedImages> {
         let local_media = (self.allowed_local_media_path.as_ref())
             .map(|dir| (dir.canonicalize()).with_context(|| format!("--allowed-local-media-path {}", dir.display())))
             .transpose()?;
         Ok(images::ServedImages {
-            processor: Idefics3Processor::load(&self.model, image_seq_len)?,
+            processor: ImageProcessor::load(&self.model, vision)?,
             limits: ImageLimits {
                 max_bytes: self.max_body_bytes,
                 max_pixels: self.max_image_pixels,

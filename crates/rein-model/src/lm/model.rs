@@ -27,7 +27,7 @@ use super::lora::{LayerLora, Lora, LoraAdapters, LoraSpec, adapted};
 use super::moe::{MixtureOfExperts, Routing};
 use super::rope::Rope;
 use crate::backend::{Logits, ReinBackend, Scoring, affine};
-use crate::vision::Idefics3Vision;
+use crate::vision::ImageSide;
 
 /// At most this many bytes of `f32` logits exist at once in [`CausalLm::log_prob_entropy`]
 /// (682 rows of a 49,152-token vocabulary). Each chunk's head product repacks the whole head
@@ -157,7 +157,7 @@ pub struct CausalLm<B: ReinBackend> {
     pub lora: Option<LoraAdapters<B>>,
     /// A vision-language model's image side (Idefics3 / SmolVLM): the features its prompts'
     /// image tokens read; `None` for a text-only model.
-    pub vision: Option<Idefics3Vision<B>>,
+    pub vision: Option<ImageSide<B>>,
     #[module(skip)]
     config: LmConfig,
     /// The packed forms its weights were loaded from, if any ([`CausalLm::with_packed`]).

@@ -6,18 +6,18 @@
 
 use std::path::Path;
 
-use burn::module::{Module, Param};
+use burn::module::Param;
 use burn::nn::Linear;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 
-use super::image_side::Idefics3Vision;
-use super::image_tokens::{image_slots, with_image_features};
+use super::idefics3_vision::Idefics3Vision;
+use super::image_side::ImageSide;
 use super::siglip::{VisionConfig, VisionEncoder, VisionLayer};
 use crate::backend::ReinBackend;
 use crate::lm::model_dir::{
     Decoder, Weights, decoder_tensors, floats, linear_weight, read_json, vector_tensor, write_model_dir,
 };
-use crate::lm::{CausalLm, Context, KvCache, LmConfig, LoadError};
+use crate::lm::{CausalLm, LmConfig, LoadError};
 
 /// Whether the checkpoint directory `dir` holds an Idefics3 model (its `config.json` names
 /// `Idefics3ForConditionalGeneration`); `false` when it cannot be read.
@@ -90,7 +90,7 @@ pub(crate) fn load_idefics3<B: ReinBackend>(dir: &Path, device: &B::Device) -> R
     let vision = Idefics3Vision::new(encoder, connector, image_token_id, scale_factor, raw);
     Ok(
         CausalLm::from_parts(text_config, decoder.embed_tokens, decoder.layers, decoder.norm, lm_head)
-            .with_vision(vision),
+            .with_vision(ImageSide::Idefics3(vision)),
     )
 }
 
@@ -115,59 +115,6 @@ pub(crate) fn save_idefics3<B: ReinBackend>(
     tensors.extend(encoder_tensors(&vision.encoder, "model.vision_model"));
     let config = serde_json::to_string_pretty(&vision.config_json).unwrap_or_default();
     write_model_dir(dir, &tensors, &config)
-}
-
-impl<B: ReinBackend> CausalLm<B> {
-    /// This model reading images through `vision` (a vision-language model).
-    pub fn with_vision(mut self, vision: Idefics3Vision<B>) -> Self {
-        self.vision = Some(vision);
-        self
-    }
-
-    /// The same model with its vision encoder frozen: no gradient reaches it (the connector and
-    /// the decoder still learn), as TRL's and verl's `freeze_vision_tower`. A text-only model
-    /// is returned as it is.
-    pub fn with_frozen_vision(mut self) -> Self {
-        if let Some(vision) = &mut self.vision {
-            vision.encoder = vision.encoder.clone().no_grad();
-        }
-        self
-    }
-
-    /// The input embeddings of `tokens` with `features` (from [`Idefics3Vision::image_features`])
-    /// in place of the image tokens, row by row, in order.
-    ///
-    /// # Panics
-    /// When the model has no image side, or the tokens hold a different number of image tokens
-    /// than `features` has rows.
-    ///
-    /// # Shapes
-    /// - `tokens`: `[batch, seq]`, `features`: `[image tokens, hidden]` → `[batch, seq, hidden]`
-    pub fn embed_with_images(&self, tokens: &[Vec<u32>], features: Tensor<B, 2>) -> Tensor<B, 3> {
-        let vision = self.vision.as_ref().expect("a vision-language model");
-        let (batch, seq) = (tokens.len(), tokens.first().map_or(0, Vec::len));
-        let ids: Vec<i64> = tokens.iter().flatten().map(|&t| i64::from(t)).collect();
-        let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch, seq]), &features.device());
-        let slots = image_slots(tokens.iter().flatten().copied(), vision.image_token_id());
-        let images = slots.iter().flatten().count();
-        let [rows, _] = features.dims();
-        assert_eq!(images, rows, "{images} image tokens for {rows} image features");
-        with_image_features(self.embed(ids), &slots, features)
-    }
-
-    /// The final hidden states over `tokens` with the images' `features` in place:
-    /// [`CausalLm::hidden_of_embeddings`] of [`CausalLm::embed_with_images`]. With a cache, the
-    /// images' keys and values are cached with the prompt's, so decoding reads them without the
-    /// encoder.
-    pub fn hidden_with_images(
-        &self,
-        tokens: &[Vec<u32>],
-        features: Tensor<B, 2>,
-        ctx: &Context<'_, B>,
-        cache: Option<&mut KvCache<B>>,
-    ) -> Tensor<B, 3> {
-        self.hidden_of_embeddings(self.embed_with_images(tokens, features), ctx, cache)
-    }
 }
 
 /// The SigLIP encoder in the `{root}.*` tensors of `weights` (`model.vision_model` in Idefics3).

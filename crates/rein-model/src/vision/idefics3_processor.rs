@@ -10,12 +10,13 @@
 //! `\n<fake_token_around_image><global-img>`, its image tokens and a closing
 //! `<fake_token_around_image>`.
 
+use std::borrow::Borrow;
 use std::path::Path;
 
 use serde_json::Value;
 
 use super::image_tokens::expand_markers;
-use super::processor_settings::{SampleValues, Settings};
+use super::processor_settings::{SampleValues, Settings, processor_settings};
 use super::resample::{Filter, Pixels};
 use crate::lm::LoadError;
 use crate::lm::model_dir::read_json;
@@ -45,7 +46,7 @@ pub struct Idefics3Processor {
 
 /// One image as the model reads it: its tiles' pixel values and the grid they were cut from.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ProcessedImage {
+pub struct Idefics3Image {
     /// `[tiles, 3, tile, tile]`, channels first.
     pub pixel_values: Vec<f32>,
     /// How many tiles: `rows × cols` plus the global view, or 1 when not split.
@@ -58,7 +59,7 @@ pub struct ProcessedImage {
     pub side: usize,
 }
 
-impl ProcessedImage {
+impl Idefics3Image {
     /// The pixel values of `images` (of one tile size), tile after tile, as one tensor.
     ///
     /// # Panics
@@ -67,7 +68,7 @@ impl ProcessedImage {
     /// # Shapes
     /// → `[Σ tiles, 3, side, side]`
     pub fn stack<'a, B: burn::tensor::backend::Backend>(
-        images: impl IntoIterator<Item = &'a ProcessedImage>,
+        images: impl IntoIterator<Item = &'a Idefics3Image>,
         device: &B::Device,
     ) -> burn::tensor::Tensor<B, 4> {
         let (mut tiles, mut side, mut values) = (0, None, Vec::new());
@@ -98,18 +99,7 @@ impl Idefics3Processor {
                 reason: format!("`image_seq_len` is {declared}, but the model gives {image_seq_len} features per tile"),
             });
         }
-        // `preprocessor_config.json`, or the `image_processor` of transformers 5's `processor_config.json`.
-        let preprocessor = dir.join("preprocessor_config.json");
-        let (path, settings) = match processor.filter(|p| p["image_processor"].is_object()) {
-            _ if preprocessor.is_file() => (preprocessor.clone(), read_json(&preprocessor)?),
-            Some(mut processor) => (processor_path, processor["image_processor"].take()),
-            None => {
-                return Err(LoadError::Io {
-                    path: preprocessor,
-                    reason: "no image processor settings (nor an `image_processor` in processor_config.json)".into(),
-                });
-            }
-        };
+        let (path, settings) = processor_settings(dir, processor)?;
         Self::from_json(&settings, image_seq_len).map_err(|reason| LoadError::Json { path, reason })
     }
 
@@ -160,7 +150,7 @@ impl Idefics3Processor {
     }
 
     /// The pixel values of `image` (8-bit RGB).
-    pub fn process(&self, image: &Pixels) -> ProcessedImage {
+    pub fn process(&self, image: &Pixels) -> Idefics3Image {
         let mut image = image.clone();
         if let Some(edge) = self.resize_longest_edge {
             let (height, width) = longest_edge_size(image.height, image.width, edge);
@@ -184,7 +174,7 @@ impl Idefics3Processor {
                 );
             }
         }
-        ProcessedImage {
+        Idefics3Image {
             pixel_values,
             tiles: frames.len(),
             rows,
@@ -226,9 +216,9 @@ impl Idefics3Processor {
     }
 
     /// `text` with its `<image>` markers expanded for `images`, in order.
-    pub fn expand_prompt(&self, text: &str, images: &[ProcessedImage]) -> Result<String, String> {
+    pub fn expand_prompt(&self, text: &str, images: &[impl Borrow<Idefics3Image>]) -> Result<String, String> {
         expand_markers(text, IMAGE_TOKEN, images, |image| {
-            self.image_prompt(image.rows, image.cols)
+            self.image_prompt(image.borrow().rows, image.borrow().cols)
         })
     }
 }
@@ -317,7 +307,7 @@ mod tests {
     #[test]
     fn the_prompt_has_one_marker_per_image() {
         let p = processor(true);
-        let image = ProcessedImage {
+        let image = Idefics3Image {
             pixel_values: vec![],
             tiles: 3,
             rows: 1,

@@ -1,180 +1,209 @@
-//! Idefics3's image side: the SigLIP encoder's patch features, pixel-shuffled (each
-//! `scale × scale` block of patches concatenated into one vector) and projected by one
-//! bias-free linear layer into the decoder's embedding space. A [`crate::lm::CausalLm`] holding
-//! one is a vision-language model; its checkpoint layout is `idefics3.rs`'s.
+//! A vision-language model's image side ([`ImageSide`]): what turns its processed images into
+//! features in the decoder's embedding space, and — for Qwen2-VL — the multimodal positions its
+//! decoder reads them at. A [`CausalLm`] holding one ([`CausalLm::vision`]) is a vision-language
+//! model; the methods here are what every caller (sampler, trainer, server) asks of one.
 
 use burn::module::Module;
-use burn::nn::Linear;
-use burn::tensor::Tensor;
-use rein_core::SeededRng;
-use rein_gguf::LmConfig;
-use serde_json::Value;
+use burn::tensor::{Int, Tensor, TensorData};
 
-use super::siglip::{VisionConfig, VisionEncoder};
-use crate::backend::{ReinBackend, affine};
+use super::idefics3_vision::Idefics3Vision;
+use super::image_tokens::{image_slots, with_image_features};
+use super::multimodal_positions::MultimodalPositions;
+use super::processed_image::{ProcessedImage, idefics3_images, qwen2_vl_images};
+use super::qwen2_vl::Qwen2VlSide;
+use crate::backend::ReinBackend;
+use crate::lm::{CausalLm, Context, KvCache, Rope};
 
-/// Idefics3's image side: pixel values to features in the decoder's embedding space. A
-/// [`crate::lm::CausalLm`] with one ([`crate::lm::CausalLm::vision`]) is an Idefics3 model.
+/// A vision-language model's image side.
 #[derive(Module, Debug)]
-pub struct Idefics3Vision<B: ReinBackend> {
-    /// The vision transformer.
-    pub encoder: VisionEncoder<B>,
-    /// The connector's projection, `[hidden_vision · scale², hidden_text]`.
-    pub connector: Linear<B>,
-    #[module(skip)]
-    image_token_id: u32,
-    #[module(skip)]
-    scale_factor: usize,
-    /// The model's `config.json` as read (or as built for a new model), written back by
-    /// [`crate::lm::save`].
-    #[module(skip)]
-    pub(crate) config_json: Value,
+pub enum ImageSide<B: ReinBackend> {
+    /// Idefics3 / SmolVLM: the SigLIP encoder and the pixel-shuffle connector.
+    Idefics3(Idefics3Vision<B>),
+    /// Qwen2-VL / Qwen2.5-VL: the vision transformer and patch merger, at multimodal positions.
+    Qwen2Vl(Qwen2VlSide<B>),
 }
 
-impl<B: ReinBackend> Idefics3Vision<B> {
-    /// An image side of `encoder` and `connector` whose features replace `image_token_id`;
-    /// `config_json` is the model's `config.json`, written back as it is on saving.
-    ///
-    /// # Panics
-    /// When `scale_factor` does not divide a tile's patches per side, or the connector's input
-    /// is not the encoder's width times `scale_factor²`.
-    pub fn new(
-        encoder: VisionEncoder<B>,
-        connector: Linear<B>,
-        image_token_id: u32,
-        scale_factor: usize,
-        config_json: Value,
-    ) -> Self {
-        let config = encoder.config();
-        assert!(
-            scale_factor > 0 && config.patches_per_side().is_multiple_of(scale_factor),
-            "scale_factor {scale_factor} does not divide {} patches",
-            config.patches_per_side()
-        );
-        assert_eq!(
-            connector.weight.dims()[0],
-            config.hidden_size * scale_factor * scale_factor,
-            "connector input"
-        );
-        Self {
-            encoder,
-            connector,
-            image_token_id,
-            scale_factor,
-            config_json,
-        }
-    }
-
-    /// A new image side for a decoder of config `text`, trained from scratch: a SigLIP encoder of
-    /// `config` ([`VisionEncoder::init`]) and a connector whose weights are drawn `N(0, std²)`
-    /// from `rng` after it, pixel-shuffling `scale_factor × scale_factor` patches into each of
-    /// the features that replace `image_token_id`. Its `config.json` is Idefics3's, with the
-    /// decoder's config as `text_config`. An error when `scale_factor` does not divide the
-    /// patches along a side, or `image_token_id` is not in the vocabulary.
-    pub fn init(
-        text: &LmConfig,
-        config: VisionConfig,
-        (scale_factor, image_token_id): (usize, u32),
-        std: f64,
-        rng: &mut SeededRng,
-        device: &B::Device,
-    ) -> Result<Self, String> {
-        let per_side = config.patches_per_side();
-        if scale_factor == 0 || !per_side.is_multiple_of(scale_factor) {
-            return Err(format!(
-                "scale_factor {scale_factor} does not divide the {per_side} patches along a side"
-            ));
-        }
-        let vocab = text.vocab_size;
-        if image_token_id as usize >= vocab {
-            return Err(format!(
-                "the image token {image_token_id} is not in the decoder's vocabulary of {vocab}"
-            ));
-        }
-        let text_config: Value = serde_json::from_str(&text.to_hf_json()).map_err(|e| e.to_string())?;
-        let config_json = serde_json::json!({
-            "architectures": ["Idefics3ForConditionalGeneration"],
-            "model_type": "idefics3",
-            "image_token_id": image_token_id,
-            "scale_factor": scale_factor,
-            "tie_word_embeddings": text.tie_word_embeddings,
-            "text_config": text_config,
-            "vision_config": config.to_json(),
-        });
-        let connector_input = config.hidden_size * scale_factor * scale_factor;
-        let hidden = text.hidden_size;
-        let encoder = VisionEncoder::init(config, std, rng, device);
-        let connector = Linear {
-            weight: burn::module::Param::from_tensor(crate::random::normal::<B>(
-                rng,
-                [connector_input, hidden],
-                std,
-                device,
-            )),
-            bias: None,
-        };
-        Ok(Self::new(encoder, connector, image_token_id, scale_factor, config_json))
-    }
-
+impl<B: ReinBackend> ImageSide<B> {
     /// The token the image features replace.
     pub fn image_token_id(&self) -> u32 {
-        self.image_token_id
+        match self {
+            Self::Idefics3(v) => v.image_token_id(),
+            Self::Qwen2Vl(v) => v.image_token_id(),
+        }
     }
 
-    /// Image tokens per tile: `(patches per side / scale)²`.
-    pub fn image_seq_len(&self) -> usize {
-        (self.encoder.config().patches_per_side() / self.scale_factor).pow(2)
-    }
-
-    /// The decoder-space features of whole tiles, tile after tile, `image_seq_len` rows each.
+    /// The decoder-space features of `images`, image after image, one row per image token.
+    ///
+    /// # Panics
+    /// When an image was processed for the other family.
     ///
     /// # Shapes
-    /// - `pixel_values`: `[tiles, 3, side, side]` → `[tiles · image_seq_len, hidden_text]`
-    pub fn image_features(&self, pixel_values: Tensor<B, 4>) -> Tensor<B, 2> {
-        let patches = self.encoder.forward(pixel_values);
-        let shuffled = pixel_shuffle(patches, self.scale_factor);
-        let [tiles, seq, width] = shuffled.dims();
-        affine(
-            shuffled.reshape([tiles * seq, width]),
-            self.connector.weight.val(),
-            None,
-        )
+    /// → `[image tokens, hidden]`
+    pub fn image_features<'a>(
+        &self,
+        images: impl IntoIterator<Item = &'a ProcessedImage>,
+        device: &B::Device,
+    ) -> Tensor<B, 2> {
+        match self {
+            Self::Idefics3(v) => v.image_features(super::Idefics3Image::stack(idefics3_images(images), device)),
+            Self::Qwen2Vl(v) => v.image_features(&qwen2_vl_images(images), device),
+        }
+    }
+
+    /// The multimodal positions of one sequence's `tokens` holding `images`, for a model whose
+    /// decoder reads them (Qwen2-VL); `None` for one whose positions are the tokens' indices. An
+    /// error when the tokens and the images disagree.
+    pub fn positions(&self, tokens: &[u32], images: &[ProcessedImage]) -> Option<Result<MultimodalPositions, String>> {
+        match self {
+            Self::Idefics3(_) => None,
+            Self::Qwen2Vl(v) => Some(v.positions(tokens, &qwen2_vl_images(images))),
+        }
+    }
+
+    /// How the decoder's rotary frequencies split over the temporal, height and width axes, for
+    /// a side with multimodal positions.
+    pub fn mrope_section(&self) -> Option<[usize; 3]> {
+        match self {
+            Self::Idefics3(_) => None,
+            Self::Qwen2Vl(v) => Some(v.mrope_section()),
+        }
+    }
+
+    /// The rotary tables of tokens at the multimodal `positions` (one row each, applied at
+    /// positions `0..positions.len()`), for the decoder of `model`; `None` when the side has no
+    /// multimodal positions.
+    pub fn rope(&self, model: &CausalLm<B>, positions: &[[i64; 3]], device: &B::Device) -> Option<Rope<B>> {
+        match self {
+            Self::Idefics3(_) => None,
+            Self::Qwen2Vl(v) => Some(Rope::multimodal(model.config(), positions, v.mrope_section(), device)),
+        }
     }
 }
 
-/// Idefics3's `pixel_shuffle`: a tile's `n × n` patches regrouped so that each output vector is
-/// the concatenation of a `scale × scale` block's patch vectors (row-major within the block).
-///
-/// # Shapes
-/// - `x`: `[tiles, n², width]` → `[tiles, (n / scale)², width · scale²]`
-pub fn pixel_shuffle<B: ReinBackend>(x: Tensor<B, 3>, scale: usize) -> Tensor<B, 3> {
-    let [tiles, seq, width] = x.dims();
-    let n = (seq as f64).sqrt() as usize;
-    x.reshape([tiles, n, n / scale, width * scale])
-        .swap_dims(1, 2)
-        .reshape([tiles, n / scale, n / scale, width * scale * scale])
-        .swap_dims(1, 2)
-        .reshape([tiles, seq / (scale * scale), width * scale * scale])
+/// A prompt's forward pass: its last hidden states and where decoding continues.
+#[derive(Debug)]
+pub struct Prefill<B: ReinBackend> {
+    /// `[1, seq, hidden]`.
+    pub hidden: Tensor<B, 3>,
+    /// The position of the first token after the prompt: its length, or for multimodal
+    /// positions one past the largest ([`MultimodalPositions::next`]); the `i`-th decoded token
+    /// sits at `next + i`, read with the decoder's plain tables ([`CausalLm::rope`]).
+    pub next: usize,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use burn::backend::Flex;
-    use burn::tensor::Int;
-
-    #[test]
-    fn pixel_shuffle_concatenates_each_block_of_patches() {
-        // One tile of 4 × 4 patches, each patch's vector [index]: block (0, 0) holds patches
-        // 0, 1, 4, 5, laid out as torch's view/permute/reshape lays them out.
-        let device = Default::default();
-        let x = Tensor::<Flex, 1, Int>::arange(0..16, &device)
-            .float()
-            .reshape([1, 16, 1]);
-        let out: Vec<f32> = pixel_shuffle(x, 2).into_data().to_vec().unwrap();
-        assert_eq!(
-            out,
-            [0., 1., 4., 5., 2., 3., 6., 7., 8., 9., 12., 13., 10., 11., 14., 15.]
-        );
+impl<B: ReinBackend> CausalLm<B> {
+    /// This model reading images through `vision` (a vision-language model).
+    pub fn with_vision(mut self, vision: ImageSide<B>) -> Self {
+        self.vision = Some(vision);
+        self
     }
+
+    /// The same model with its vision encoder frozen: no gradient reaches it (the connector —
+    /// Idefics3's projection, Qwen2-VL's patch merger — and the decoder still learn), as TRL's,
+    /// verl's and LLaMA-Factory's `freeze_vision_tower`. A text-only model is returned as it is.
+    pub fn with_frozen_vision(mut self) -> Self {
+        self.vision = self.vision.map(|vision| match vision {
+            ImageSide::Idefics3(mut v) => {
+                v.encoder = v.encoder.no_grad();
+                ImageSide::Idefics3(v)
+            }
+            ImageSide::Qwen2Vl(v) => ImageSide::Qwen2Vl(v.with_frozen_transformer()),
+        });
+        self
+    }
+
+    /// The input embeddings of `tokens` with `features` (from [`ImageSide::image_features`]) in
+    /// place of the image tokens, row by row, in order.
+    ///
+    /// # Panics
+    /// When the model has no image side, or the tokens hold a different number of image tokens
+    /// than `features` has rows.
+    ///
+    /// # Shapes
+    /// - `tokens`: `[batch, seq]`, `features`: `[image tokens, hidden]` → `[batch, seq, hidden]`
+    pub fn embed_with_images(&self, tokens: &[Vec<u32>], features: Tensor<B, 2>) -> Tensor<B, 3> {
+        let vision = self.vision.as_ref().expect("a vision-language model");
+        let (batch, seq) = (tokens.len(), tokens.first().map_or(0, Vec::len));
+        let ids: Vec<i64> = tokens.iter().flatten().map(|&t| i64::from(t)).collect();
+        let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch, seq]), &features.device());
+        let slots = image_slots(tokens.iter().flatten().copied(), vision.image_token_id());
+        let images = slots.iter().flatten().count();
+        let [rows, _] = features.dims();
+        assert_eq!(images, rows, "{images} image tokens for {rows} image features");
+        with_image_features(self.embed(ids), &slots, features)
+    }
+
+    /// The final hidden states over `tokens` with the images' `features` in place:
+    /// [`CausalLm::hidden_of_embeddings`] of [`CausalLm::embed_with_images`]. With a cache, the
+    /// images' keys and values are cached with the prompt's, so decoding reads them without the
+    /// encoder.
+    pub fn hidden_with_images(
+        &self,
+        tokens: &[Vec<u32>],
+        features: Tensor<B, 2>,
+        ctx: &Context<'_, B>,
+        cache: Option<&mut KvCache<B>>,
+    ) -> Tensor<B, 3> {
+        self.hidden_of_embeddings(self.embed_with_images(tokens, features), ctx, cache)
+    }
+
+    /// The final hidden states of one sequence, `tokens` with `images` in place of its image
+    /// tokens, at its positions (multimodal ones for Qwen2-VL). With a cache, its keys and
+    /// values (the images' among them) are cached, so decoding reads them without the vision
+    /// encoder: decode from [`Prefill::next`] on. An error when the tokens and the images
+    /// disagree.
+    ///
+    /// # Panics
+    /// When the model has no image side and `images` is not empty.
+    pub fn prefill_with_images(
+        &self,
+        tokens: &[u32],
+        images: &[ProcessedImage],
+        cache: Option<&mut KvCache<B>>,
+        device: &B::Device,
+    ) -> Result<Prefill<B>, String> {
+        let seq = tokens.len();
+        let multimodal = (self.vision.as_ref())
+            .and_then(|v| v.positions(tokens, images))
+            .transpose()?;
+        let rope = match &multimodal {
+            Some(m) => (self.vision.as_ref())
+                .and_then(|v| v.rope(self, &m.positions, device))
+                .expect("multimodal positions come with their tables"),
+            None => self.rope(seq.max(1), device),
+        };
+        // Multimodal tables hold one row per token: token `r` reads row `r`.
+        let ctx = Context::single(&rope, 0, seq, device);
+        let hidden = match &self.vision {
+            Some(vision) => {
+                let slots = image_slots(tokens.iter().copied(), vision.image_token_id());
+                let wanted = slots.iter().flatten().count();
+                let features = (!images.is_empty()).then(|| vision.image_features(images, device));
+                let given = features.as_ref().map_or(0, |f| f.dims()[0]);
+                if wanted != given {
+                    return Err(format!(
+                        "the prompt holds {wanted} image tokens for {given} image features"
+                    ));
+                }
+                match features {
+                    Some(features) => self.hidden_with_images(&[tokens.to_vec()], features, &ctx, cache),
+                    None => self.hidden(token_ids(tokens, device), &ctx, cache),
+                }
+            }
+            None => {
+                assert!(images.is_empty(), "images for a model without an image side");
+                self.hidden(token_ids(tokens, device), &ctx, cache)
+            }
+        };
+        Ok(Prefill {
+            hidden,
+            next: multimodal.map_or(seq, |m| m.next as usize),
+        })
+    }
+}
+
+/// One sequence's tokens as a `[1, seq]` tensor.
+fn token_ids<B: ReinBackend>(tokens: &[u32], device: &B::Device) -> Tensor<B, 2, Int> {
+    let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
+    Tensor::from_data(TensorData::new(ids, [1, tokens.len()]), device)
 }

@@ -16,9 +16,11 @@
 mod decode;
 mod idefics3;
 mod idefics3_processor;
+mod idefics3_vision;
 mod image_side;
 mod image_tokens;
 mod multimodal_positions;
+mod processed_image;
 mod processor_settings;
 mod qwen2_vl;
 mod qwen2_vl_processor;
@@ -29,11 +31,14 @@ mod siglip;
 pub use decode::{ImageError, ImageLimits, decode_rgb};
 pub use idefics3::is_idefics3;
 pub(crate) use idefics3::{load_idefics3, save_idefics3};
-pub use idefics3_processor::{IMAGE_TOKEN, Idefics3Processor, ProcessedImage};
-pub use image_side::{Idefics3Vision, pixel_shuffle};
+pub use idefics3_processor::{IMAGE_TOKEN, Idefics3Image, Idefics3Processor};
+pub use idefics3_vision::{Idefics3Vision, pixel_shuffle};
+pub use image_side::{ImageSide, Prefill};
 pub use image_tokens::{image_slots, with_image_features};
 pub use multimodal_positions::{MultimodalPositions, multimodal_positions};
-pub use qwen2_vl::{Prefill, Qwen2Vl, is_qwen2_vl};
+pub use processed_image::{ImageProcessor, ProcessedImage};
+pub use qwen2_vl::{Qwen2VlSide, is_qwen2_vl};
+pub(crate) use qwen2_vl::{load_qwen2_vl, save_qwen2_vl};
 pub use qwen2_vl_processor::{QWEN2_VL_IMAGE_TOKEN, Qwen2VlImage, Qwen2VlProcessor, smart_resize};
 pub use qwen2_vl_vision::{
     GatedMlp, PatchMerger, Qwen2VlActivation, Qwen2VlGeneration, Qwen2VlVision, Qwen2VlVisionBlock,

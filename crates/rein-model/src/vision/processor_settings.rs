@@ -2,9 +2,36 @@
 //! the resampling filter, the rescale factor and the per-channel normalisation, read with each
 //! processor's defaults, and how one 8-bit sample becomes a pixel value.
 
+use std::path::{Path, PathBuf};
+
 use serde_json::Value;
 
 use super::resample::Filter;
+use crate::lm::LoadError;
+use crate::lm::model_dir::read_json;
+
+/// The image processor's settings in the model directory `dir` and the file they came from:
+/// `preprocessor_config.json`, or the `image_processor` of transformers 5's
+/// `processor_config.json` (`processor`, when the caller has read it).
+pub(crate) fn processor_settings(dir: &Path, processor: Option<Value>) -> Result<(PathBuf, Value), LoadError> {
+    let preprocessor = dir.join("preprocessor_config.json");
+    if preprocessor.is_file() {
+        return Ok((preprocessor.clone(), read_json(&preprocessor)?));
+    }
+    let processor_path = dir.join("processor_config.json");
+    let processor = match processor {
+        Some(p) => Some(p),
+        None if processor_path.is_file() => Some(read_json(&processor_path)?),
+        None => None,
+    };
+    match processor.filter(|p| p["image_processor"].is_object()) {
+        Some(mut processor) => Ok((processor_path, processor["image_processor"].take())),
+        None => Err(LoadError::Io {
+            path: preprocessor,
+            reason: "no image processor settings (nor an `image_processor` in processor_config.json)".into(),
+        }),
+    }
+}
 
 /// A processor's settings object, read key by key; errors name the key.
 pub(crate) struct Settings<'a>(pub(crate) &'a Value);

@@ -11,10 +11,10 @@ use std::path::Path;
 
 use burn::module::{Module, Param};
 use burn::nn::Linear;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use serde_json::Value;
 
-use super::image_tokens::{image_slots, with_image_features};
+use super::image_side::ImageSide;
 use super::multimodal_positions::{MultimodalPositions, multimodal_positions};
 use super::qwen2_vl_processor::Qwen2VlImage;
 use super::qwen2_vl_vision::{
@@ -25,7 +25,7 @@ use crate::backend::ReinBackend;
 use crate::lm::model_dir::{
     Decoder, Weights, decoder_tensors, floats, linear_weight, read_json, vector_tensor, write_model_dir,
 };
-use crate::lm::{CausalLm, Context, KvCache, LmConfig, LoadError, RmsNorm, Rope};
+use crate::lm::{CausalLm, LmConfig, LoadError, RmsNorm};
 use crate::safetensors_file::Tensors;
 
 /// The architectures and their vision towers.
@@ -50,130 +50,38 @@ pub fn is_qwen2_vl(dir: &Path) -> bool {
     read_json(&dir.join("config.json")).is_ok_and(|config| generation(&config).is_some())
 }
 
-/// A Qwen2-VL or Qwen2.5-VL model: its decoder and its vision tower.
+/// Qwen2-VL's image side: the vision tower and what the decoder needs to read its features —
+/// the image token and how its rotary frequencies split over the three position axes. A
+/// [`CausalLm`] holding one ([`super::ImageSide::Qwen2Vl`]) is a Qwen2-VL or Qwen2.5-VL model.
 #[derive(Module, Debug)]
-pub struct Qwen2Vl<B: ReinBackend> {
-    /// The decoder (a Qwen2 causal LM).
-    pub lm: CausalLm<B>,
+pub struct Qwen2VlSide<B: ReinBackend> {
     /// The vision transformer and patch merger.
     pub visual: Qwen2VlVision<B>,
     #[module(skip)]
     image_token_id: u32,
     #[module(skip)]
     mrope_section: [usize; 3],
-    /// The model's `config.json` as read, written back by [`Qwen2Vl::save`].
+    /// The model's `config.json` as read, written back on saving.
     #[module(skip)]
-    config_json: Value,
+    pub(crate) config_json: Value,
 }
 
-/// A prompt's forward pass: its last hidden states and where decoding continues.
-#[derive(Debug)]
-pub struct Prefill<B: ReinBackend> {
-    /// `[1, seq, hidden]`.
-    pub hidden: Tensor<B, 3>,
-    /// The position of the first token after the prompt ([`MultimodalPositions::next`]); the
-    /// `i`-th decoded token sits at `next + i` on all three axes.
-    pub next: usize,
-}
-
-impl<B: ReinBackend> Qwen2Vl<B> {
-    /// Loads the Qwen2-VL model in the checkpoint directory `dir` onto `device`.
-    pub fn load(dir: &Path, device: &B::Device) -> Result<Self, LoadError> {
-        let path = dir.join("config.json");
-        let raw = read_json(&path)?;
-        let json_error = |reason: String| LoadError::Json {
-            path: path.clone(),
-            reason,
-        };
-        let Some(generation) = generation(&raw) else {
-            let architecture = raw["architectures"][0].as_str().unwrap_or_default();
-            return Err(LoadError::Unsupported {
-                field: "architectures".into(),
-                reason: format!(
-                    "`{architecture}` is not {}",
-                    ARCHITECTURES.map(|(name, _)| name).join(" or ")
-                ),
-            });
-        };
-        let (text_config, mrope_section) = text_config(&raw).map_err(json_error)?;
-        text_config.validate()?;
-        let vision_config = Qwen2VlVisionConfig::from_json(&raw["vision_config"], generation).map_err(json_error)?;
-        if vision_config.hidden_size != text_config.hidden_size {
-            return Err(json_error(format!(
-                "vision_config.hidden_size {} is not the decoder's hidden_size {}",
-                vision_config.hidden_size, text_config.hidden_size
-            )));
-        }
-        let image_token_id = match raw["image_token_id"].as_u64() {
-            Some(id) if (id as usize) < text_config.vocab_size => id as u32,
-            other => {
-                return Err(json_error(format!(
-                    "image_token_id: {other:?} is not a token of the {} in the vocabulary",
-                    text_config.vocab_size
-                )));
-            }
-        };
-        let weights = Weights::open(dir)?;
-        let (lm_root, visual_root) = match weights.has("model.language_model.embed_tokens.weight") {
-            true => ("model.language_model", "model.visual"),
-            false => ("model", "visual"),
-        };
-        let decoder = Decoder::read(&weights, &text_config, lm_root, device)?;
-        let tied = text_config.tie_word_embeddings || raw["tie_word_embeddings"].as_bool() == Some(true);
-        let (hidden, vocab) = (text_config.hidden_size, text_config.vocab_size);
-        let lm_head = (!tied)
-            .then(|| weights.linear("lm_head", hidden, vocab, false, device))
-            .transpose()?;
-        let visual = read_visual(&weights, vision_config, visual_root, device)?;
-        let unused = weights.unused(tied);
-        if !unused.is_empty() {
-            return Err(LoadError::UnexpectedTensors { names: unused });
-        }
-        let mut text_config = text_config;
-        text_config.tie_word_embeddings = tied;
-        let lm = CausalLm::from_parts(text_config, decoder.embed_tokens, decoder.layers, decoder.norm, lm_head);
-        Ok(Self {
-            lm,
-            visual,
-            image_token_id,
-            mrope_section,
-            config_json: raw,
-        })
-    }
-
-    /// Writes the model (LoRA adapters merged) to `dir` in the hub's layout (`config.json` as
-    /// read, `model.safetensors` in f32), loadable by transformers and [`Qwen2Vl::load`].
-    /// Processor and tokenizer files are the caller's to copy.
-    pub fn save(&self, dir: &Path) -> Result<(), LoadError> {
-        let lm = self.lm.merged();
-        let mut tensors = decoder_tensors(&lm);
-        if let Some(head) = &lm.lm_head {
-            tensors.insert("lm_head.weight".into(), linear_weight(head));
-        }
-        tensors.extend(visual_tensors(&self.visual, "visual"));
-        let config = serde_json::to_string_pretty(&self.config_json).unwrap_or_default();
-        write_model_dir(dir, &tensors, &config)
-    }
-
-    /// The same model with its vision transformer (patch embedding and blocks) frozen: no
-    /// gradient reaches it; the patch merger, which maps its features into the decoder, and the
-    /// decoder still learn — as rein freezes Idefics3's encoder and not its connector.
-    pub fn with_frozen_vision(mut self) -> Self {
-        self.visual.patch_embed = self.visual.patch_embed.clone().set_require_grad(false);
-        self.visual.blocks = self.visual.blocks.clone().no_grad();
-        self
-    }
-
+impl<B: ReinBackend> Qwen2VlSide<B> {
     /// The token the image features replace (`<|image_pad|>`).
     pub fn image_token_id(&self) -> u32 {
         self.image_token_id
+    }
+
+    /// How the decoder's rotary frequencies split over the temporal, height and width axes.
+    pub fn mrope_section(&self) -> [usize; 3] {
+        self.mrope_section
     }
 
     /// The merged features of `images`, image after image, `rows · columns / merge²` each.
     ///
     /// # Shapes
     /// → `[Σ merged patches, hidden]`
-    pub fn image_features(&self, images: &[Qwen2VlImage], device: &B::Device) -> Tensor<B, 2> {
+    pub fn image_features(&self, images: &[&Qwen2VlImage], device: &B::Device) -> Tensor<B, 2> {
         let width = self.visual.config().patch_values();
         let values: Vec<f32> = images.iter().flat_map(|image| image.patches.iter().copied()).collect();
         let count = values.len() / width;
@@ -183,7 +91,7 @@ impl<B: ReinBackend> Qwen2Vl<B> {
     }
 
     /// The multimodal positions of `tokens` holding `images` (an error when they disagree).
-    pub fn positions(&self, tokens: &[u32], images: &[Qwen2VlImage]) -> Result<MultimodalPositions, String> {
+    pub fn positions(&self, tokens: &[u32], images: &[&Qwen2VlImage]) -> Result<MultimodalPositions, String> {
         let grids: Vec<_> = images.iter().map(|image| image.grid).collect();
         multimodal_positions(
             tokens,
@@ -193,37 +101,96 @@ impl<B: ReinBackend> Qwen2Vl<B> {
         )
     }
 
-    /// The final hidden states of one prompt, `tokens` with `images` in place of its image
-    /// tokens, at its multimodal positions. With a cache, the prompt's keys and values (the
-    /// images' among them) are cached, so decoding reads them without the vision tower: decode at
-    /// [`Prefill::next`] onwards with the decoder's plain tables ([`CausalLm::rope`]). An error
-    /// when the tokens and the images disagree.
-    pub fn prefill(
-        &self,
-        tokens: &[u32],
-        images: &[Qwen2VlImage],
-        cache: Option<&mut KvCache<B>>,
-        device: &B::Device,
-    ) -> Result<Prefill<B>, String> {
-        let MultimodalPositions { positions, next } = self.positions(tokens, images)?;
-        let seq = tokens.len();
-        let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
-        let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, seq]), device);
-        let embeddings = match images.is_empty() {
-            true => self.lm.embed(ids),
-            false => {
-                let slots = image_slots(tokens.iter().copied(), self.image_token_id);
-                with_image_features(self.lm.embed(ids), &slots, self.image_features(images, device))
-            }
-        };
-        let rope = Rope::multimodal(self.lm.config(), &positions, self.mrope_section, device);
-        // Token `r` reads row `r` of the tables: positions `0..seq`.
-        let ctx = Context::single(&rope, 0, seq, device);
-        Ok(Prefill {
-            hidden: self.lm.hidden_of_embeddings(embeddings, &ctx, cache),
-            next: next as usize,
-        })
+    /// The same side with its vision transformer (patch embedding and blocks) frozen; the
+    /// patch merger, which maps its features into the decoder, still learns.
+    pub(crate) fn with_frozen_transformer(mut self) -> Self {
+        self.visual.patch_embed = self.visual.patch_embed.clone().set_require_grad(false);
+        self.visual.blocks = self.visual.blocks.clone().no_grad();
+        self
     }
+}
+
+/// Loads the Qwen2-VL or Qwen2.5-VL model in the checkpoint directory `dir` onto `device`: its
+/// decoder with its image side ([`CausalLm::vision`]).
+pub(crate) fn load_qwen2_vl<B: ReinBackend>(dir: &Path, device: &B::Device) -> Result<CausalLm<B>, LoadError> {
+    let path = dir.join("config.json");
+    let raw = read_json(&path)?;
+    let json_error = |reason: String| LoadError::Json {
+        path: path.clone(),
+        reason,
+    };
+    let Some(generation) = generation(&raw) else {
+        let architecture = raw["architectures"][0].as_str().unwrap_or_default();
+        return Err(LoadError::Unsupported {
+            field: "architectures".into(),
+            reason: format!(
+                "`{architecture}` is not {}",
+                ARCHITECTURES.map(|(name, _)| name).join(" or ")
+            ),
+        });
+    };
+    let (text_config, mrope_section) = text_config(&raw).map_err(json_error)?;
+    text_config.validate()?;
+    let vision_config = Qwen2VlVisionConfig::from_json(&raw["vision_config"], generation).map_err(json_error)?;
+    if vision_config.hidden_size != text_config.hidden_size {
+        return Err(json_error(format!(
+            "vision_config's output width {} is not the decoder's hidden_size {}",
+            vision_config.hidden_size, text_config.hidden_size
+        )));
+    }
+    let image_token_id = match raw["image_token_id"].as_u64() {
+        Some(id) if (id as usize) < text_config.vocab_size => id as u32,
+        other => {
+            return Err(json_error(format!(
+                "image_token_id: {other:?} is not a token of the {} in the vocabulary",
+                text_config.vocab_size
+            )));
+        }
+    };
+    let weights = Weights::open(dir)?;
+    let (lm_root, visual_root) = match weights.has("model.language_model.embed_tokens.weight") {
+        true => ("model.language_model", "model.visual"),
+        false => ("model", "visual"),
+    };
+    let decoder = Decoder::read(&weights, &text_config, lm_root, device)?;
+    let tied = text_config.tie_word_embeddings || raw["tie_word_embeddings"].as_bool() == Some(true);
+    let (hidden, vocab) = (text_config.hidden_size, text_config.vocab_size);
+    let lm_head = (!tied)
+        .then(|| weights.linear("lm_head", hidden, vocab, false, device))
+        .transpose()?;
+    let visual = read_visual(&weights, vision_config, visual_root, device)?;
+    let unused = weights.unused(tied);
+    if !unused.is_empty() {
+        return Err(LoadError::UnexpectedTensors { names: unused });
+    }
+    let mut text_config = text_config;
+    text_config.tie_word_embeddings = tied;
+    let side = Qwen2VlSide {
+        visual,
+        image_token_id,
+        mrope_section,
+        config_json: raw,
+    };
+    Ok(
+        CausalLm::from_parts(text_config, decoder.embed_tokens, decoder.layers, decoder.norm, lm_head)
+            .with_vision(ImageSide::Qwen2Vl(side)),
+    )
+}
+
+/// Writes `model` (merged: no LoRA adapters), whose image side is `side`, to `dir` in the hub's
+/// layout (`config.json` as read, `model.safetensors` in f32), loadable by transformers.
+pub(crate) fn save_qwen2_vl<B: ReinBackend>(
+    model: &CausalLm<B>,
+    side: &Qwen2VlSide<B>,
+    dir: &Path,
+) -> Result<(), LoadError> {
+    let mut tensors = decoder_tensors(model);
+    if let Some(head) = &model.lm_head {
+        tensors.insert("lm_head.weight".into(), linear_weight(head));
+    }
+    tensors.extend(visual_tensors(&side.visual, "visual"));
+    let config = serde_json::to_string_pretty(&side.config_json).unwrap_or_default();
+    write_model_dir(dir, &tensors, &config)
 }
 
 /// The decoder's config from a Qwen2-VL `config.json` (nested `text_config`, or the hub's flat

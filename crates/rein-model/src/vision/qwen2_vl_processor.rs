@@ -9,15 +9,23 @@
 //! still image is a video of identical frames). In the prompt each image's `<|image_pad|>`
 //! becomes one `<|image_pad|>` per merged patch: `grid_h × grid_w / merge_size²`.
 
+use std::borrow::Borrow;
+use std::path::Path;
+
 use serde_json::Value;
 
 use super::image_tokens::expand_markers;
-use super::processor_settings::{SampleValues, Settings};
+use super::processor_settings::{SampleValues, Settings, processor_settings};
 use super::resample::{Filter, Pixels};
+use crate::lm::LoadError;
 
 /// The image token the chat template writes once per image, between `<|vision_start|>` and
 /// `<|vision_end|>`; each expands to the image's merged patches.
 pub const QWEN2_VL_IMAGE_TOKEN: &str = "<|image_pad|>";
+
+/// Around each image's tokens in the prompt.
+const VISION_START: &str = "<|vision_start|>";
+const VISION_END: &str = "<|vision_end|>";
 
 /// OpenAI CLIP's per-channel mean and standard deviation, Qwen2-VL's defaults.
 const CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
@@ -55,6 +63,13 @@ pub struct Qwen2VlImage {
 }
 
 impl Qwen2VlProcessor {
+    /// The processor of the model directory `dir` (`preprocessor_config.json`, or
+    /// `processor_config.json`'s `image_processor`).
+    pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        let (path, settings) = processor_settings(dir, None)?;
+        Self::from_json(&settings).map_err(|reason| LoadError::Json { path, reason })
+    }
+
     /// The processor `settings` describe (a `preprocessor_config.json` object).
     pub fn from_json(settings: &Value) -> Result<Self, String> {
         let s = Settings(settings);
@@ -170,9 +185,21 @@ impl Qwen2VlProcessor {
 
     /// `text` with its `<|image_pad|>` tokens (one per image, as the chat template writes them)
     /// expanded for `images`, in order.
-    pub fn expand_prompt(&self, text: &str, images: &[Qwen2VlImage]) -> Result<String, String> {
+    pub fn expand_prompt(&self, text: &str, images: &[impl Borrow<Qwen2VlImage>]) -> Result<String, String> {
         expand_markers(text, QWEN2_VL_IMAGE_TOKEN, images, |image| {
-            QWEN2_VL_IMAGE_TOKEN.repeat(self.image_tokens(image.grid))
+            QWEN2_VL_IMAGE_TOKEN.repeat(self.image_tokens(image.borrow().grid))
+        })
+    }
+
+    /// `text` with each `<image>` marker (rein's data format, one per image) replaced by the
+    /// image's expansion between `<|vision_start|>` and `<|vision_end|>`, as Qwen2-VL's chat
+    /// template and processor write an image.
+    pub fn expand_image_markers(&self, text: &str, images: &[impl Borrow<Qwen2VlImage>]) -> Result<String, String> {
+        expand_markers(text, super::IMAGE_TOKEN, images, |image| {
+            format!(
+                "{VISION_START}{}{VISION_END}",
+                QWEN2_VL_IMAGE_TOKEN.repeat(self.image_tokens(image.borrow().grid))
+            )
         })
     }
 }

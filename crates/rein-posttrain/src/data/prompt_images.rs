@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rein_core::Image;
+use rein_model::ReinBackend;
 use rein_model::lm::LoadError;
-use rein_model::vision::{IMAGE_TOKEN, Idefics3Processor, ImageLimits, ProcessedImage, decode_rgb};
+use rein_model::vision::{IMAGE_TOKEN, ImageLimits, ImageProcessor, ImageSide, ProcessedImage, decode_rgb};
 use serde_json::{Value, json};
 
 use super::images::ImageSource;
@@ -47,7 +48,7 @@ const PROCESSOR_FILES: [&str; 2] = ["preprocessor_config.json", "processor_confi
 #[derive(Debug, Clone)]
 pub struct PromptImageReader {
     /// The model's image processor.
-    pub processor: Idefics3Processor,
+    pub processor: ImageProcessor,
     /// The bounds every image is read within.
     pub limits: ImageLimits,
     /// The model directory the processor's settings came from.
@@ -55,11 +56,11 @@ pub struct PromptImageReader {
 }
 
 impl PromptImageReader {
-    /// The reader of the processor whose settings are in the model directory `dir`, for an
-    /// image side that gives `image_seq_len` features per tile, within the default limits.
-    pub fn load(dir: &Path, image_seq_len: usize) -> Result<Self, LoadError> {
+    /// The reader of the processor whose settings are in the model directory `dir`, for the
+    /// image side `side`, within the default limits.
+    pub fn load<B: ReinBackend>(dir: &Path, side: &ImageSide<B>) -> Result<Self, LoadError> {
         Ok(Self {
-            processor: Idefics3Processor::load(dir, image_seq_len)?,
+            processor: ImageProcessor::load(dir, side)?,
             limits: ImageLimits::default(),
             dir: dir.to_path_buf(),
         })
@@ -100,7 +101,7 @@ impl PromptImageReader {
                 .bytes(self.limits.max_bytes)
                 .map_err(|e| format!("image {i}: {e}"))?;
             let pixels = decode_rgb(&bytes, self.limits).map_err(|e| format!("{name}: {e}"))?;
-            images.push(self.processor.process(&pixels));
+            images.push(self.processor.process(&pixels).map_err(|e| format!("{name}: {e}"))?);
             files.push(Image::new(bytes).map_err(|e| format!("{name}: {e}"))?);
         }
         Ok((images, files))

@@ -8,7 +8,7 @@ use rein_core::{RewardFn, TextEnv, Tool};
 use rein_model::ReinBackend;
 use rein_model::lm::lora::LoraSpec;
 use rein_model::lm::{CausalLm, LmConfig, LmInit, LmTokenizer, load};
-use rein_model::vision::{IMAGE_TOKEN, Idefics3Vision, VisionConfig};
+use rein_model::vision::{IMAGE_TOKEN, Idefics3Vision, ImageSide, VisionConfig};
 use rein_plugin::{PluginRuntime, RewardPlugin};
 use rein_recipe::{LmPpoRecipe, LoadedRecipe, Plan, ProcessRewardModelRecipe, Weights};
 use rein_sampler::SeededRng;
@@ -419,7 +419,7 @@ fn model_and_tokenizer<B: ReinBackend>(
     let model = match (&model_section.vision, model.vision.is_some(), model_dir) {
         (Some(table), false, _) => {
             let vision = new_image_side(loaded, &model, table, &tokenizer, rng, device)?;
-            model.with_vision(vision)
+            model.with_vision(ImageSide::Idefics3(vision))
         }
         (Some(_), true, None) => {
             let message = "adds an image side, but the model has one already";
@@ -431,7 +431,7 @@ fn model_and_tokenizer<B: ReinBackend>(
     // A vision-language model reads its prompts' images with the processor saved beside its
     // tokenizer (Hugging Face keeps both in the model directory).
     let images = (model.vision.as_ref())
-        .map(|vision| PromptImageReader::load(&tokenizer_dir, vision.image_seq_len()))
+        .map(|vision| PromptImageReader::load(&tokenizer_dir, vision))
         .transpose()?;
     let model = match model_section.train_vision_encoder {
         true => model,

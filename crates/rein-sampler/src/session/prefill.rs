@@ -9,12 +9,14 @@
 //!
 //! A vision-language model's prompts carry images ([`Prefill::with_images`]): each image token
 //! reads its image feature in place of its embedding, once, as the prompt is prefilled; the
-//! cache then holds the images' keys and values and decoding never sees the images again.
+//! cache then holds the images' keys and values and decoding never sees the images again. A
+//! decoder with multimodal positions (Qwen2-VL) prefills each cell at its own rotary row and
+//! decodes each row from one past its prompt's largest position.
 
 use burn::tensor::Tensor;
 use rein_model::ReinBackend;
-use rein_model::lm::{CausalLm, KvCache};
-use rein_model::vision::image_slots;
+use rein_model::lm::{CausalLm, KvCache, Rope};
+use rein_model::vision::{ImageSide, MultimodalPositions, ProcessedImage, image_slots};
 
 use super::{Feed, Sequence, Session, Shard, forward_feed, sample_rng};
 use crate::token_choice::GenerationConfig;
@@ -36,15 +38,66 @@ pub struct Prefill<'m, B: ReinBackend> {
     routes: Vec<Vec<Vec<u32>>>,
     /// The prompts' image features and, per cell of the feed, the feature it reads.
     images: Option<(Tensor<B, 2>, Vec<Option<usize>>)>,
+    /// Multimodal positions: one rotary row per cell of the feed (whose positions then number
+    /// the cells), for the prompts' passes; decoding reads the session's plain tables.
+    cell_rope: Option<Rope<B>>,
 }
 
 /// The images of a batch's prompts: their features in the decoder's embedding space (all
-/// prompts' image tokens in order, prompt after prompt) and the token they replace.
+/// prompts' image tokens in order, prompt after prompt), the token they replace, and for a
+/// decoder with multimodal positions each prompt's.
 pub struct PromptImages<B: ReinBackend> {
     /// `[image tokens, hidden]`.
     pub features: Tensor<B, 2>,
     /// The image token.
     pub token: u32,
+    /// Each prompt's multimodal positions (Qwen2-VL), or `None` when the positions are the
+    /// tokens' indices.
+    pub positions: Option<PromptPositions>,
+}
+
+/// A batch's multimodal positions.
+pub struct PromptPositions {
+    /// Each prompt's.
+    pub prompts: Vec<MultimodalPositions>,
+    /// How the decoder's rotary frequencies split over the three axes (`mrope_section`).
+    pub section: [usize; 3],
+}
+
+impl<B: ReinBackend> PromptImages<B> {
+    /// The images of `prompts` (`images[p]` are prompt `p`'s, processed for the image side
+    /// `vision`), their features computed once for the batch; `None` when no prompt has one. An
+    /// error when some do and there is no image side, or a prompt's image tokens do not match
+    /// its images (naming the prompt).
+    pub fn of_prompts(
+        vision: Option<&ImageSide<B>>,
+        prompts: &[Vec<u32>],
+        images: &[&[ProcessedImage]],
+        device: &B::Device,
+    ) -> Result<Option<Self>, String> {
+        if images.iter().all(|i| i.is_empty()) {
+            return Ok(None);
+        }
+        let vision = vision.ok_or("the prompts have images, but the model reads no images")?;
+        if images.len() != prompts.len() {
+            return Err(format!("images for {} of the {} prompts", images.len(), prompts.len()));
+        }
+        let positions = (prompts.iter().zip(images).enumerate())
+            .map(|(p, (tokens, images))| {
+                vision
+                    .positions(tokens, images)
+                    .map(|r| r.map_err(|e| format!("prompt {p}: {e}")))
+            })
+            .collect::<Option<Result<Vec<_>, String>>>()
+            .transpose()?
+            .zip(vision.mrope_section())
+            .map(|(prompts, section)| PromptPositions { prompts, section });
+        Ok(Some(Self {
+            features: vision.image_features(images.iter().flat_map(|i| i.iter()), device),
+            token: vision.image_token_id(),
+            positions,
+        }))
+    }
 }
 
 impl<'m, B: ReinBackend> Prefill<'m, B> {
@@ -102,6 +155,7 @@ impl<'m, B: ReinBackend> Prefill<'m, B> {
             logits: Vec::new(),
             routes: vec![Vec::new(); p],
             images: None,
+            cell_rope: None,
         }
     }
 
@@ -119,7 +173,46 @@ impl<'m, B: ReinBackend> Prefill<'m, B> {
             ));
         }
         self.images = Some((images.features, slots));
+        if let Some(positions) = images.positions {
+            self.use_multimodal_positions(positions)?;
+        }
         Ok(self)
+    }
+
+    /// Prefills each prompt at its multimodal positions: every cell of the feed gets its own
+    /// rotary row (padding cells any), and each of the prompt's sequences decodes from its
+    /// [`MultimodalPositions::next`].
+    fn use_multimodal_positions(
+        &mut self,
+        PromptPositions {
+            prompts: positions,
+            section,
+        }: PromptPositions,
+    ) -> Result<(), String> {
+        let (width, rows) = (self.feed.width, self.feed.positions.len() / self.feed.width);
+        if positions.len() != rows {
+            return Err(format!(
+                "multimodal positions for {} of the {rows} prompts",
+                positions.len()
+            ));
+        }
+        let mut cells = Vec::with_capacity(rows * width);
+        for (row, prompt) in positions.iter().enumerate() {
+            let pad = width - prompt.positions.len();
+            if self.feed.padding[row * width..row * width + pad].iter().any(|&p| !p) {
+                return Err(format!("prompt {row}: positions for another number of tokens"));
+            }
+            cells.extend(std::iter::repeat_n([0; 3], pad));
+            cells.extend_from_slice(&prompt.positions);
+        }
+        let config = self.session.model.config();
+        self.cell_rope = Some(Rope::multimodal(config, &cells, section, &self.session.device));
+        self.feed.positions = (0..cells.len() as i64).collect();
+        let n = self.session.config.n.max(1);
+        for (i, sequence) in self.session.sequences.iter_mut().enumerate() {
+            sequence.position = positions[i / n].next;
+        }
+        Ok(())
     }
 
     /// Feeds the next chunk of columns; says whether every column has been fed.
@@ -146,7 +239,7 @@ impl<'m, B: ReinBackend> Prefill<'m, B> {
         let session = &self.session;
         let fed = forward_feed(
             session.model,
-            &session.rope,
+            self.cell_rope.as_ref().unwrap_or(&session.rope),
             &session.fused,
             cache,
             feed,
