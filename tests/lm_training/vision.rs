@@ -142,6 +142,51 @@ fn a_vision_language_model_trains_with_sft_then_grpo_on_image_rows() {
     );
 }
 
+/// Qwen2-VL and Qwen2.5-VL checkpoints train from the same recipe: the sampler and the trainer
+/// put every token at the same multimodal positions (their log-probabilities agree), the vision
+/// transformer stays frozen while the patch merger and the decoder learn, and the run's models
+/// load back as the same family with their processor.
+#[test]
+fn qwen2_vl_models_train_with_sft_then_grpo_on_image_rows() {
+    for family in ["qwen2_vl", "qwen2_5_vl"] {
+        let dir = common::scratch(&format!("lm-{family}-train"));
+        write_rows(&dir, "wide.png");
+        let start = vlm().join(format!("{family}_model"));
+        let RunOutcome::Lm(outcome) = rein_train::run(&recipe(&dir, &start, &[]), &plugin_dir(), true).unwrap() else {
+            panic!("a language-model outcome")
+        };
+        assert_eq!(outcome.grpo.unwrap().steps, 2);
+        for r in &stage_records(&dir.join("runs"), "grpo") {
+            let mismatch = r["train/mismatch_kl"].as_f64().unwrap();
+            assert!(
+                mismatch < 1e-6,
+                "{family}: the trainer read other positions or images than the sampler: {r}"
+            );
+        }
+        let final_dir = outcome.run_dir.unwrap().join("final");
+        for frozen in ["visual.patch_embed.", "visual.blocks."] {
+            assert_eq!(
+                tensors(&final_dir, frozen),
+                tensors(&start, frozen),
+                "{family}: {frozen}"
+            );
+        }
+        for trained in ["visual.merger.", "model.layers."] {
+            assert_ne!(
+                tensors(&final_dir, trained),
+                tensors(&start, trained),
+                "{family}: {trained}"
+            );
+        }
+        assert!(final_dir.join("preprocessor_config.json").is_file());
+        let model = rein_model::lm::load::<burn::backend::Flex>(&final_dir, &Default::default()).unwrap();
+        assert!(
+            matches!(model.vision, Some(rein_model::vision::ImageSide::Qwen2Vl(_))),
+            "{family}: the saved model is not a Qwen2-VL model"
+        );
+    }
+}
+
 /// An image that is not there stops the run before training, naming the key, the row and the
 /// file (a text-only policy on image rows: `grpo::image_rows_are_read_and_a_recipe_for_a_text_only_policy_refuses_them`).
 #[test]

@@ -398,6 +398,64 @@ fn generate_with_images_continues_as_transformers_does() {
     assert_eq!(chat["tokens"], case("chat")["greedy"]);
 }
 
+/// `rein generate --image` on Qwen2-VL and Qwen2.5-VL checkpoints continues as transformers
+/// does: a prompt with its image put first, and two input rows batched together (their
+/// multimodal positions and rope deltas differ), each `<image>` marker expanded between
+/// `<|vision_start|>` and `<|vision_end|>`.
+#[test]
+fn generate_with_images_on_qwen2_vl_continues_as_transformers_does() {
+    let (dir, _) = vlm();
+    let rows_dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("generate-qwen2-vl-rows");
+    std::fs::create_dir_all(&rows_dir).unwrap();
+    for family in ["qwen2_vl", "qwen2_5_vl"] {
+        let expected = std::fs::read_to_string(dir.join(format!("{family}.expected.json"))).unwrap();
+        let expected: serde_json::Value = serde_json::from_str(&expected).unwrap();
+        let case = |name: &str| {
+            (expected["cases"].as_array().unwrap().iter())
+                .find(|c| c["name"] == name)
+                .unwrap()
+        };
+        let model = dir.join(format!("{family}_model"));
+        let image = |name: &str| dir.join("images").join(name).display().to_string();
+        let settings = ["--temperature", "0", "--max-new-tokens", "8"];
+        let one = stdout(&rein(
+            &[
+                &["generate", "--model", model.to_str().unwrap()][..],
+                &["--image", &image("small_rgba.png"), "--prompt", "Describe it."],
+                &settings,
+            ]
+            .concat(),
+        ));
+        let one: serde_json::Value = serde_json::from_str(one.trim()).unwrap();
+        assert_eq!(one["tokens"], case("small")["greedy"], "{family}: {one}");
+
+        let rows = [
+            serde_json::json!({"prompt": "Compare <image> with <image> please", "images": [image("wide.png"), image("grey.png")]}),
+            serde_json::json!({"prompt": "No picture in this one."}),
+            serde_json::json!({"prompt": "Describe it.", "images": [image("small_rgba.png")]}),
+        ];
+        let input = rows_dir.join(format!("{family}.jsonl"));
+        std::fs::write(&input, rows.iter().map(|r| format!("{r}\n")).collect::<String>()).unwrap();
+        let out = stdout(&rein(
+            &[
+                &[
+                    "generate",
+                    "--model",
+                    model.to_str().unwrap(),
+                    "--input",
+                    input.to_str().unwrap(),
+                ][..],
+                &settings,
+            ]
+            .concat(),
+        ));
+        let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines[0]["tokens"], case("two")["greedy"], "{family}");
+        assert_eq!(lines[1]["tokens"], case("text_only")["greedy"], "{family}");
+        assert_eq!(lines[2]["tokens"], case("small")["greedy"], "{family}");
+    }
+}
+
 /// `rein generate --input` rows with `images` — a path relative to the file, and Hugging Face
 /// `Image` objects with base64 bytes or a path — batched together, each continuing as
 /// transformers does alone.
