@@ -226,7 +226,7 @@ fn a_qwen2_5_vl_model_saved_loads_back_with_the_same_logits() {
 
 #[test]
 fn the_sampler_decodes_qwen2_vl_prompts_at_their_multimodal_positions_as_transformers_does() {
-    // Four prompts of different lengths and rope deltas, left-padded into one batch: each row
+    // Five prompts of different lengths and rope deltas, left-padded into one batch: each row
     // prefilled at its own positions and decoded from one past its largest.
     for family in ["qwen2_vl", "qwen2_5_vl"] {
         let dir = family_dir(family);
@@ -274,7 +274,8 @@ fn the_sampler_decodes_qwen2_vl_prompts_at_their_multimodal_positions_as_transfo
         assert_eq!(chunked, greedy, "{family}: prefilled 16 columns at a time");
 
         // A prompt whose images are not its image tokens' is refused by number.
-        let swapped = [images[1], images[0], images[2], images[3]];
+        let mut swapped = images.clone();
+        swapped.swap(0, 1);
         let error = rein_sampler::PromptImages::of_prompts(model.vision.as_ref(), &prompts, &swapped, &device)
             .err()
             .unwrap();

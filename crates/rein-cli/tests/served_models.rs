@@ -261,3 +261,48 @@ fn a_vision_language_model_on_rein_serve_reads_images_in_chat_messages() {
         chat["input_ids"].as_array().unwrap().len()
     );
 }
+
+/// A Qwen2-VL model on `rein serve` reads a chat request's images, renders the parts with its
+/// chat template (`<|vision_start|><|image_pad|><|vision_end|>` per image) and continues as
+/// transformers does, each image's tokens at their multimodal positions.
+#[test]
+fn a_qwen2_vl_model_on_rein_serve_reads_images_in_chat_messages() {
+    use base64::Engine as _;
+    use rein_model::lm::LmTokenizer;
+    let vlm = root().join("tests/fixtures/vlm");
+    let media = vlm.join("images");
+    let model = vlm.join("qwen2_vl_model");
+    let server = Server::start_with(&model, &["--allowed-local-media-path", media.to_str().unwrap()]);
+    let png = std::fs::read(media.join("grey.png")).unwrap();
+    let data_url = format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(png)
+    );
+    let file_url = format!("file://{}", media.join("wide.png").canonicalize().unwrap().display());
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "Compare "},
+            {"type": "image_url", "image_url": {"url": data_url}},
+            {"type": "text", "text": " with "},
+            {"type": "image_url", "image_url": {"url": file_url}},
+        ]}],
+        "max_tokens": 8,
+        "temperature": 0,
+    });
+    let (status, answer) = server.post("/v1/chat/completions", &body.to_string());
+    assert_eq!(status, 200, "{answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(vlm.join("qwen2_vl.expected.json")).unwrap()).unwrap();
+    let chat = (expected["cases"].as_array().unwrap().iter())
+        .find(|c| c["name"] == "chat")
+        .unwrap();
+    let greedy: Vec<u32> = serde_json::from_value(chat["greedy"].clone()).unwrap();
+    let tokenizer = LmTokenizer::load(&model, &[]).unwrap();
+    let text = rein_sampler::completion_text(&tokenizer, &greedy, &[]);
+    assert_eq!(answer["choices"][0]["message"]["content"], text.as_str(), "{answer}");
+    assert_eq!(
+        answer["usage"]["prompt_tokens"],
+        chat["input_ids"].as_array().unwrap().len()
+    );
+}
