@@ -340,7 +340,7 @@ fn completion_hidden<B: ReinBackend>(
     let (rope, positions) = match packed.multimodal_positions(model, batch) {
         Some(cells) => (
             (model.vision.as_ref())
-                .and_then(|v| v.rope(model, &cells, device))
+                .and_then(|v| v.rope(model.config(), &cells, device))
                 .expect("multimodal positions come with their tables"),
             (0..total as i64).collect(),
         ),

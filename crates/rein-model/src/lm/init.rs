@@ -7,8 +7,9 @@ use rein_core::SeededRng;
 
 use super::LmConfig;
 use super::feed_forward::FeedForward;
-use super::model::{Attention, CausalLm, DecoderLayer, MlpBlock, RmsNorm};
+use super::model::{Attention, CausalLm, DecoderLayer, MlpBlock};
 use super::moe::MixtureOfExperts;
+use super::rms_norm::RmsNorm;
 use crate::backend::ReinBackend;
 use crate::random;
 

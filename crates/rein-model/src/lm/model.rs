@@ -25,6 +25,7 @@ use super::feed_forward::{FeedForward, MlpProducts};
 use super::fused::{FusedLayer, FusedProjections, PackedWeights, Projection};
 use super::lora::{LayerLora, Lora, LoraAdapters, LoraSpec, adapted};
 use super::moe::{MixtureOfExperts, Routing};
+use super::rms_norm::RmsNorm;
 use super::rope::Rope;
 use crate::backend::{Logits, ReinBackend, Scoring, affine};
 use crate::vision::ImageSide;
@@ -35,51 +36,6 @@ use crate::vision::ImageSide;
 /// 64 MiB chunks, 20.2–20.6 s with these (rein alone, two runs each, on a machine that drifts
 /// by about as much), for 0.1 GiB more peak memory.
 pub const HEAD_CHUNK_BYTES: usize = 128 << 20;
-
-/// RMSNorm as transformers computes it: `w ⊙ x / sqrt(mean(x²) + ε)`, or Gemma's
-/// `(1 + w) ⊙ x / sqrt(mean(x²) + ε)` (its weights are stored as offsets from one).
-#[derive(Module, Debug)]
-pub struct RmsNorm<B: ReinBackend> {
-    /// `[hidden]`.
-    pub weight: Param<Tensor<B, 1>>,
-    #[module(skip)]
-    eps: f64,
-    #[module(skip)]
-    adds_one: bool,
-}
-
-impl<B: ReinBackend> RmsNorm<B> {
-    /// A norm over `weight.len()` features, multiplying by `1 + weight` when `adds_one` (Gemma).
-    pub fn new(weight: Tensor<B, 1>, eps: f64, adds_one: bool) -> Self {
-        Self {
-            weight: Param::from_tensor(weight),
-            eps,
-            adds_one,
-        }
-    }
-
-    /// The factor the normalised rows are multiplied by: `w`, or `1 + w`.
-    fn scale(&self) -> Tensor<B, 1> {
-        match self.adds_one {
-            true => self.weight.val().add_scalar(1.0),
-            false => self.weight.val(),
-        }
-    }
-
-    /// # Shapes
-    /// `[.., hidden]` → same
-    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let shape = x.dims();
-        let hidden = shape[D - 1];
-        let rows = x.reshape([shape.iter().product::<usize>() / hidden.max(1), hidden]);
-        let normed = B::rms_norm(
-            rows.into_primitive().tensor(),
-            self.scale().into_primitive().tensor(),
-            self.eps,
-        );
-        Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(normed)).reshape(shape)
-    }
-}
 
 /// Grouped-query self-attention with rotary embeddings.
 #[derive(Module, Debug)]

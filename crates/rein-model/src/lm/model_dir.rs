@@ -12,8 +12,9 @@ use safetensors::{Dtype, SafeTensors};
 use super::LmConfig;
 use super::LoadError;
 use super::feed_forward::FeedForward;
-use super::model::{Attention, CausalLm, DecoderLayer, MlpBlock, RmsNorm};
+use super::model::{Attention, CausalLm, DecoderLayer, MlpBlock};
 use super::moe::MixtureOfExperts;
+use super::rms_norm::RmsNorm;
 use crate::backend::ReinBackend;
 
 /// The weights of a checkpoint: every safetensors file's bytes and which file holds each name.
@@ -166,20 +167,7 @@ impl Weights {
     }
 }
 
-pub(crate) fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
-    std::fs::read(path).map_err(|e| LoadError::Io {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })
-}
-
-/// The JSON file `path`, parsed; errors name it.
-pub(crate) fn read_json(path: &Path) -> Result<serde_json::Value, LoadError> {
-    serde_json::from_slice(&read(path)?).map_err(|e| LoadError::Json {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })
-}
+pub(crate) use super::json_file::{read, read_json};
 
 /// Reads `config.json` (transformers 4 and 5 layouts).
 pub(crate) fn read_config(dir: &Path) -> Result<(LmConfig, serde_json::Value), LoadError> {

@@ -19,7 +19,7 @@ use super::image_tokens::expand_markers;
 use super::processor_settings::{SampleValues, Settings, processor_settings};
 use super::resample::{Filter, Pixels};
 use crate::lm::LoadError;
-use crate::lm::model_dir::read_json;
+use crate::lm::json_file::read_json;
 
 /// transformers' `MAX_IMAGE_SIZE`: no resized edge exceeds it.
 const MAX_EDGE: usize = 4096;

@@ -1,18 +1,19 @@
 //! A vision-language model's image side ([`ImageSide`]): what turns its processed images into
 //! features in the decoder's embedding space, and — for Qwen2-VL — the multimodal positions its
-//! decoder reads them at. A [`CausalLm`] holding one ([`CausalLm::vision`]) is a vision-language
-//! model; the methods here are what every caller (sampler, trainer, server) asks of one.
+//! decoder reads them at. A [`crate::lm::CausalLm`] holding one is a vision-language model
+//! (`with_images.rs`); the methods here are what every caller (sampler, trainer, server) asks of
+//! its image side.
 
 use burn::module::Module;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::Tensor;
+use rein_gguf::LmConfig;
 
 use super::idefics3_vision::Idefics3Vision;
-use super::image_tokens::{image_slots, with_image_features};
 use super::multimodal_positions::MultimodalPositions;
 use super::processed_image::{ProcessedImage, idefics3_images, qwen2_vl_images};
-use super::qwen2_vl::Qwen2VlSide;
+use super::qwen2_vl_side::Qwen2VlSide;
 use crate::backend::ReinBackend;
-use crate::lm::{CausalLm, Context, KvCache, Rope};
+use crate::lm::Rope;
 
 /// A vision-language model's image side.
 #[derive(Module, Debug)]
@@ -70,140 +71,12 @@ impl<B: ReinBackend> ImageSide<B> {
     }
 
     /// The rotary tables of tokens at the multimodal `positions` (one row each, applied at
-    /// positions `0..positions.len()`), for the decoder of `model`; `None` when the side has no
+    /// positions `0..positions.len()`), for a decoder of `config`; `None` when the side has no
     /// multimodal positions.
-    pub fn rope(&self, model: &CausalLm<B>, positions: &[[i64; 3]], device: &B::Device) -> Option<Rope<B>> {
+    pub fn rope(&self, config: &LmConfig, positions: &[[i64; 3]], device: &B::Device) -> Option<Rope<B>> {
         match self {
             Self::Idefics3(_) => None,
-            Self::Qwen2Vl(v) => Some(Rope::multimodal(model.config(), positions, v.mrope_section(), device)),
+            Self::Qwen2Vl(v) => Some(Rope::multimodal(config, positions, v.mrope_section(), device)),
         }
     }
-}
-
-/// A prompt's forward pass: its last hidden states and where decoding continues.
-#[derive(Debug)]
-pub struct Prefill<B: ReinBackend> {
-    /// `[1, seq, hidden]`.
-    pub hidden: Tensor<B, 3>,
-    /// The position of the first token after the prompt: its length, or for multimodal
-    /// positions one past the largest ([`MultimodalPositions::next`]); the `i`-th decoded token
-    /// sits at `next + i`, read with the decoder's plain tables ([`CausalLm::rope`]).
-    pub next: usize,
-}
-
-impl<B: ReinBackend> CausalLm<B> {
-    /// This model reading images through `vision` (a vision-language model).
-    pub fn with_vision(mut self, vision: ImageSide<B>) -> Self {
-        self.vision = Some(vision);
-        self
-    }
-
-    /// The same model with its vision encoder frozen: no gradient reaches it (the connector —
-    /// Idefics3's projection, Qwen2-VL's patch merger — and the decoder still learn), as TRL's,
-    /// verl's and LLaMA-Factory's `freeze_vision_tower`. A text-only model is returned as it is.
-    pub fn with_frozen_vision(mut self) -> Self {
-        self.vision = self.vision.map(|vision| match vision {
-            ImageSide::Idefics3(mut v) => {
-                v.encoder = v.encoder.no_grad();
-                ImageSide::Idefics3(v)
-            }
-            ImageSide::Qwen2Vl(v) => ImageSide::Qwen2Vl(v.with_frozen_transformer()),
-        });
-        self
-    }
-
-    /// The input embeddings of `tokens` with `features` (from [`ImageSide::image_features`]) in
-    /// place of the image tokens, row by row, in order.
-    ///
-    /// # Panics
-    /// When the model has no image side, or the tokens hold a different number of image tokens
-    /// than `features` has rows.
-    ///
-    /// # Shapes
-    /// - `tokens`: `[batch, seq]`, `features`: `[image tokens, hidden]` → `[batch, seq, hidden]`
-    pub fn embed_with_images(&self, tokens: &[Vec<u32>], features: Tensor<B, 2>) -> Tensor<B, 3> {
-        let vision = self.vision.as_ref().expect("a vision-language model");
-        let (batch, seq) = (tokens.len(), tokens.first().map_or(0, Vec::len));
-        let ids: Vec<i64> = tokens.iter().flatten().map(|&t| i64::from(t)).collect();
-        let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch, seq]), &features.device());
-        let slots = image_slots(tokens.iter().flatten().copied(), vision.image_token_id());
-        let images = slots.iter().flatten().count();
-        let [rows, _] = features.dims();
-        assert_eq!(images, rows, "{images} image tokens for {rows} image features");
-        with_image_features(self.embed(ids), &slots, features)
-    }
-
-    /// The final hidden states over `tokens` with the images' `features` in place:
-    /// [`CausalLm::hidden_of_embeddings`] of [`CausalLm::embed_with_images`]. With a cache, the
-    /// images' keys and values are cached with the prompt's, so decoding reads them without the
-    /// encoder.
-    pub fn hidden_with_images(
-        &self,
-        tokens: &[Vec<u32>],
-        features: Tensor<B, 2>,
-        ctx: &Context<'_, B>,
-        cache: Option<&mut KvCache<B>>,
-    ) -> Tensor<B, 3> {
-        self.hidden_of_embeddings(self.embed_with_images(tokens, features), ctx, cache)
-    }
-
-    /// The final hidden states of one sequence, `tokens` with `images` in place of its image
-    /// tokens, at its positions (multimodal ones for Qwen2-VL). With a cache, its keys and
-    /// values (the images' among them) are cached, so decoding reads them without the vision
-    /// encoder: decode from [`Prefill::next`] on. An error when the tokens and the images
-    /// disagree.
-    ///
-    /// # Panics
-    /// When the model has no image side and `images` is not empty.
-    pub fn prefill_with_images(
-        &self,
-        tokens: &[u32],
-        images: &[ProcessedImage],
-        cache: Option<&mut KvCache<B>>,
-        device: &B::Device,
-    ) -> Result<Prefill<B>, String> {
-        let seq = tokens.len();
-        let multimodal = (self.vision.as_ref())
-            .and_then(|v| v.positions(tokens, images))
-            .transpose()?;
-        let rope = match &multimodal {
-            Some(m) => (self.vision.as_ref())
-                .and_then(|v| v.rope(self, &m.positions, device))
-                .expect("multimodal positions come with their tables"),
-            None => self.rope(seq.max(1), device),
-        };
-        // Multimodal tables hold one row per token: token `r` reads row `r`.
-        let ctx = Context::single(&rope, 0, seq, device);
-        let hidden = match &self.vision {
-            Some(vision) => {
-                let slots = image_slots(tokens.iter().copied(), vision.image_token_id());
-                let wanted = slots.iter().flatten().count();
-                let features = (!images.is_empty()).then(|| vision.image_features(images, device));
-                let given = features.as_ref().map_or(0, |f| f.dims()[0]);
-                if wanted != given {
-                    return Err(format!(
-                        "the prompt holds {wanted} image tokens for {given} image features"
-                    ));
-                }
-                match features {
-                    Some(features) => self.hidden_with_images(&[tokens.to_vec()], features, &ctx, cache),
-                    None => self.hidden(token_ids(tokens, device), &ctx, cache),
-                }
-            }
-            None => {
-                assert!(images.is_empty(), "images for a model without an image side");
-                self.hidden(token_ids(tokens, device), &ctx, cache)
-            }
-        };
-        Ok(Prefill {
-            hidden,
-            next: multimodal.map_or(seq, |m| m.next as usize),
-        })
-    }
-}
-
-/// One sequence's tokens as a `[1, seq]` tensor.
-fn token_ids<B: ReinBackend>(tokens: &[u32], device: &B::Device) -> Tensor<B, 2, Int> {
-    let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
-    Tensor::from_data(TensorData::new(ids, [1, tokens.len()]), device)
 }

@@ -17,6 +17,7 @@ mod decode;
 mod idefics3;
 mod idefics3_processor;
 mod idefics3_vision;
+mod image_processor;
 mod image_side;
 mod image_tokens;
 mod multimodal_positions;
@@ -24,25 +25,30 @@ mod processed_image;
 mod processor_settings;
 mod qwen2_vl;
 mod qwen2_vl_processor;
+mod qwen2_vl_side;
 mod qwen2_vl_vision;
 mod resample;
 mod siglip;
+mod with_images;
 
 pub use decode::{ImageError, ImageLimits, decode_rgb};
 pub use idefics3::is_idefics3;
 pub(crate) use idefics3::{load_idefics3, save_idefics3};
 pub use idefics3_processor::{IMAGE_TOKEN, Idefics3Image, Idefics3Processor};
 pub use idefics3_vision::{Idefics3Vision, pixel_shuffle};
-pub use image_side::{ImageSide, Prefill};
+pub use image_processor::ImageProcessor;
+pub use image_side::ImageSide;
 pub use image_tokens::{image_slots, with_image_features};
 pub use multimodal_positions::{MultimodalPositions, multimodal_positions};
-pub use processed_image::{ImageProcessor, ProcessedImage};
-pub use qwen2_vl::{Qwen2VlSide, is_qwen2_vl};
+pub use processed_image::ProcessedImage;
+pub use qwen2_vl::is_qwen2_vl;
 pub(crate) use qwen2_vl::{load_qwen2_vl, save_qwen2_vl};
 pub use qwen2_vl_processor::{QWEN2_VL_IMAGE_TOKEN, Qwen2VlImage, Qwen2VlProcessor, smart_resize};
+pub use qwen2_vl_side::Qwen2VlSide;
 pub use qwen2_vl_vision::{
     GatedMlp, PatchMerger, Qwen2VlActivation, Qwen2VlGeneration, Qwen2VlVision, Qwen2VlVisionBlock,
     Qwen2VlVisionConfig, TwoLayerMlp, VisionMlp, VisionNorm, Windows,
 };
 pub use resample::{Filter, Pixels};
 pub use siglip::{VisionActivation, VisionConfig, VisionEncoder, VisionLayer};
+pub use with_images::Prefill;

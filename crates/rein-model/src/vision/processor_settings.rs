@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::resample::Filter;
 use crate::lm::LoadError;
-use crate::lm::model_dir::read_json;
+use crate::lm::json_file::read_json;
 
 /// The image processor's settings in the model directory `dir` and the file they came from:
 /// `preprocessor_config.json`, or the `image_processor` of transformers 5's

@@ -9,14 +9,13 @@
 
 use std::path::Path;
 
-use burn::module::{Module, Param};
+use burn::module::Param;
 use burn::nn::Linear;
 use burn::tensor::{Tensor, TensorData};
 use serde_json::Value;
 
 use super::image_side::ImageSide;
-use super::multimodal_positions::{MultimodalPositions, multimodal_positions};
-use super::qwen2_vl_processor::Qwen2VlImage;
+use super::qwen2_vl_side::Qwen2VlSide;
 use super::qwen2_vl_vision::{
     GatedMlp, PatchMerger, Qwen2VlGeneration, Qwen2VlVision, Qwen2VlVisionBlock, Qwen2VlVisionConfig, TwoLayerMlp,
     VisionMlp, VisionNorm,
@@ -48,66 +47,6 @@ fn generation(config: &Value) -> Option<Qwen2VlGeneration> {
 /// `Qwen2_5_VLForConditionalGeneration`); `false` when it cannot be read.
 pub fn is_qwen2_vl(dir: &Path) -> bool {
     read_json(&dir.join("config.json")).is_ok_and(|config| generation(&config).is_some())
-}
-
-/// Qwen2-VL's image side: the vision tower and what the decoder needs to read its features —
-/// the image token and how its rotary frequencies split over the three position axes. A
-/// [`CausalLm`] holding one ([`super::ImageSide::Qwen2Vl`]) is a Qwen2-VL or Qwen2.5-VL model.
-#[derive(Module, Debug)]
-pub struct Qwen2VlSide<B: ReinBackend> {
-    /// The vision transformer and patch merger.
-    pub visual: Qwen2VlVision<B>,
-    #[module(skip)]
-    image_token_id: u32,
-    #[module(skip)]
-    mrope_section: [usize; 3],
-    /// The model's `config.json` as read, written back on saving.
-    #[module(skip)]
-    pub(crate) config_json: Value,
-}
-
-impl<B: ReinBackend> Qwen2VlSide<B> {
-    /// The token the image features replace (`<|image_pad|>`).
-    pub fn image_token_id(&self) -> u32 {
-        self.image_token_id
-    }
-
-    /// How the decoder's rotary frequencies split over the temporal, height and width axes.
-    pub fn mrope_section(&self) -> [usize; 3] {
-        self.mrope_section
-    }
-
-    /// The merged features of `images`, image after image, `rows · columns / merge²` each.
-    ///
-    /// # Shapes
-    /// → `[Σ merged patches, hidden]`
-    pub fn image_features(&self, images: &[&Qwen2VlImage], device: &B::Device) -> Tensor<B, 2> {
-        let width = self.visual.config().patch_values();
-        let values: Vec<f32> = images.iter().flat_map(|image| image.patches.iter().copied()).collect();
-        let count = values.len() / width;
-        let patches = Tensor::from_data(TensorData::new(values, [count, width]), device);
-        let grids: Vec<_> = images.iter().map(|image| image.grid).collect();
-        self.visual.forward(patches, &grids)
-    }
-
-    /// The multimodal positions of `tokens` holding `images` (an error when they disagree).
-    pub fn positions(&self, tokens: &[u32], images: &[&Qwen2VlImage]) -> Result<MultimodalPositions, String> {
-        let grids: Vec<_> = images.iter().map(|image| image.grid).collect();
-        multimodal_positions(
-            tokens,
-            self.image_token_id,
-            &grids,
-            self.visual.config().spatial_merge_size,
-        )
-    }
-
-    /// The same side with its vision transformer (patch embedding and blocks) frozen; the
-    /// patch merger, which maps its features into the decoder, still learns.
-    pub(crate) fn with_frozen_transformer(mut self) -> Self {
-        self.visual.patch_embed = self.visual.patch_embed.clone().set_require_grad(false);
-        self.visual.blocks = self.visual.blocks.clone().no_grad();
-        self
-    }
 }
 
 /// Loads the Qwen2-VL or Qwen2.5-VL model in the checkpoint directory `dir` onto `device`: its
@@ -165,12 +104,7 @@ pub(crate) fn load_qwen2_vl<B: ReinBackend>(dir: &Path, device: &B::Device) -> R
     }
     let mut text_config = text_config;
     text_config.tie_word_embeddings = tied;
-    let side = Qwen2VlSide {
-        visual,
-        image_token_id,
-        mrope_section,
-        config_json: raw,
-    };
+    let side = Qwen2VlSide::new(visual, image_token_id, mrope_section, raw);
     Ok(
         CausalLm::from_parts(text_config, decoder.embed_tokens, decoder.layers, decoder.norm, lm_head)
             .with_vision(ImageSide::Qwen2Vl(side)),

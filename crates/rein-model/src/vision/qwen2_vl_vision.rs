@@ -99,17 +99,7 @@ impl Qwen2VlVisionConfig {
     /// `Qwen2_5_VLVisionConfig` by `generation`, with its defaults); an error naming the key of
     /// a value rein cannot run.
     pub fn from_json(value: &Value, generation: Qwen2VlGeneration) -> Result<Self, String> {
-        let size = |key: &str, default: u64, max: u64| -> Result<usize, String> {
-            match &value[key] {
-                Value::Null => Ok(default as usize),
-                v => match v.as_u64() {
-                    Some(n) if n > 0 && n <= max => Ok(n as usize),
-                    _ => Err(format!(
-                        "vision_config.{key}: expected an integer in 1..={max}, found {v}"
-                    )),
-                },
-            }
-        };
+        let size = |key: &str, default: u64, max: u64| size_of(value, key, default, max);
         let (default_act, supported) = match generation {
             Qwen2VlGeneration::Qwen2Vl => ("quick_gelu", "quick_gelu, gelu"),
             Qwen2VlGeneration::Qwen2_5Vl => ("silu", "silu"),
@@ -127,55 +117,8 @@ impl Qwen2VlVisionConfig {
         let patch_size = size("patch_size", 14, 64)?;
         let spatial_merge_size = size("spatial_merge_size", 2, 8)?;
         let (embed_dim, hidden_size, mlp_hidden, windows) = match generation {
-            Qwen2VlGeneration::Qwen2Vl => {
-                let embed_dim = size("embed_dim", 1280, MAX_SIZE)?;
-                let mlp_ratio = match &value["mlp_ratio"] {
-                    Value::Null => 4.0,
-                    v => match v.as_f64() {
-                        Some(r) if r > 0.0 && r <= 64.0 => r,
-                        _ => {
-                            return Err(format!(
-                                "vision_config.mlp_ratio: expected a number in (0, 64], found {v}"
-                            ));
-                        }
-                    },
-                };
-                let mlp_hidden = (embed_dim as f64 * mlp_ratio) as usize;
-                (embed_dim, size("hidden_size", 3584, MAX_SIZE)?, mlp_hidden, None)
-            }
-            Qwen2VlGeneration::Qwen2_5Vl => {
-                let window_size = size("window_size", 112, 1 << 14)?;
-                let side = window_size / spatial_merge_size / patch_size;
-                if side == 0 {
-                    return Err(format!(
-                        "vision_config.window_size: {window_size} pixels is less than one merge block of {} pixels",
-                        spatial_merge_size * patch_size
-                    ));
-                }
-                let depth = size("depth", 32, 1024)?;
-                let full_blocks = match &value["fullatt_block_indexes"] {
-                    Value::Null => vec![7, 15, 23, 31],
-                    v => (v
-                        .as_array()
-                        .map(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>()))
-                    .flatten()
-                    .ok_or_else(|| format!("vision_config.fullatt_block_indexes: expected block numbers, found {v}"))?
-                    .into_iter()
-                    .map(|b| b as usize)
-                    .collect(),
-                };
-                if let Some(b) = full_blocks.iter().find(|&&b| b >= depth) {
-                    return Err(format!(
-                        "vision_config.fullatt_block_indexes: block {b} is not one of the {depth} blocks"
-                    ));
-                }
-                (
-                    size("hidden_size", 1280, MAX_SIZE)?,
-                    size("out_hidden_size", 3584, MAX_SIZE)?,
-                    size("intermediate_size", 3420, MAX_SIZE)?,
-                    Some(Windows { side, full_blocks }),
-                )
-            }
+            Qwen2VlGeneration::Qwen2Vl => qwen2_vl_widths(value)?,
+            Qwen2VlGeneration::Qwen2_5Vl => qwen2_5_vl_widths(value, patch_size * spatial_merge_size)?,
         };
         let config = Self {
             depth: size("depth", 32, 1024)?,
@@ -222,6 +165,75 @@ impl Qwen2VlVisionConfig {
     }
 }
 
+/// A positive integer at `key` of `value` (`default` when absent), at most `max`; an error
+/// naming the key.
+fn size_of(value: &Value, key: &str, default: u64, max: u64) -> Result<usize, String> {
+    match &value[key] {
+        Value::Null => Ok(default as usize),
+        v => match v.as_u64() {
+            Some(n) if n > 0 && n <= max => Ok(n as usize),
+            _ => Err(format!(
+                "vision_config.{key}: expected an integer in 1..={max}, found {v}"
+            )),
+        },
+    }
+}
+
+/// Qwen2-VL's widths: `embed_dim`, the merged features' `hidden_size`, the MLP's
+/// `embed_dim · mlp_ratio`; no windows.
+fn qwen2_vl_widths(value: &Value) -> Result<(usize, usize, usize, Option<Windows>), String> {
+    let embed_dim = size_of(value, "embed_dim", 1280, MAX_SIZE)?;
+    let mlp_ratio = match &value["mlp_ratio"] {
+        Value::Null => 4.0,
+        v => match v.as_f64() {
+            Some(r) if r > 0.0 && r <= 64.0 => r,
+            _ => {
+                return Err(format!(
+                    "vision_config.mlp_ratio: expected a number in (0, 64], found {v}"
+                ));
+            }
+        },
+    };
+    let mlp_hidden = (embed_dim as f64 * mlp_ratio) as usize;
+    Ok((
+        embed_dim,
+        size_of(value, "hidden_size", 3584, MAX_SIZE)?,
+        mlp_hidden,
+        None,
+    ))
+}
+
+/// Qwen2.5-VL's widths (`hidden_size` is the blocks', `out_hidden_size` the merged features',
+/// `intermediate_size` the MLP's) and windows of `window_size` pixels, merge blocks of `block`
+/// pixels each.
+fn qwen2_5_vl_widths(value: &Value, block: usize) -> Result<(usize, usize, usize, Option<Windows>), String> {
+    let window_size = size_of(value, "window_size", 112, 1 << 14)?;
+    let side = window_size / block;
+    if side == 0 {
+        return Err(format!(
+            "vision_config.window_size: {window_size} pixels is less than one merge block of {block} pixels"
+        ));
+    }
+    let depth = size_of(value, "depth", 32, 1024)?;
+    let full_blocks: Vec<usize> = match &value["fullatt_block_indexes"] {
+        Value::Null => vec![7, 15, 23, 31],
+        v => (v.as_array())
+            .and_then(|a| a.iter().map(|b| b.as_u64().map(|b| b as usize)).collect())
+            .ok_or_else(|| format!("vision_config.fullatt_block_indexes: expected block numbers, found {v}"))?,
+    };
+    if let Some(b) = full_blocks.iter().find(|&&b| b >= depth) {
+        return Err(format!(
+            "vision_config.fullatt_block_indexes: block {b} is not one of the {depth} blocks"
+        ));
+    }
+    Ok((
+        size_of(value, "hidden_size", 1280, MAX_SIZE)?,
+        size_of(value, "out_hidden_size", 3584, MAX_SIZE)?,
+        size_of(value, "intermediate_size", 3420, MAX_SIZE)?,
+        Some(Windows { side, full_blocks }),
+    ))
+}
+
 /// A block's or the merger's norm: Qwen2-VL's LayerNorm or Qwen2.5-VL's RMSNorm.
 #[derive(Module, Debug)]
 pub enum VisionNorm<B: ReinBackend> {
@@ -262,6 +274,7 @@ pub struct GatedMlp<B: ReinBackend> {
 
 /// A block's MLP.
 #[derive(Module, Debug)]
+#[allow(clippy::large_enum_variant)] // one per block, by value: the gated MLP's third layer
 pub enum VisionMlp<B: ReinBackend> {
     /// Qwen2-VL's.
     TwoLayer(TwoLayerMlp<B>),
