@@ -282,3 +282,51 @@ fn the_sampler_decodes_qwen2_vl_prompts_at_their_multimodal_positions_as_transfo
         assert!(error.starts_with("prompt 0: "), "{error}");
     }
 }
+
+#[test]
+fn a_hub_config_with_the_decoder_at_the_top_level_and_mrope_scaling_loads_alike() {
+    // The released checkpoints' config.json (transformers 4): the decoder's keys at the top
+    // level, `rope_scaling = {"type": "mrope", "mrope_section": …}`, the vision config's
+    // `in_chans`.
+    let mut config = read_json(&model_dir().join("config.json"));
+    let text = config["text_config"].as_object().unwrap().clone();
+    let map = config.as_object_mut().unwrap();
+    map.remove("text_config");
+    for (key, value) in text {
+        map.entry(key).or_insert(value);
+    }
+    let section = map["rope_parameters"]["mrope_section"].clone();
+    map.remove("rope_parameters");
+    map.insert("rope_theta".into(), 10000.0.into());
+    map.insert(
+        "rope_scaling".into(),
+        serde_json::json!({"type": "mrope", "mrope_section": section}),
+    );
+    map.insert("model_type".into(), "qwen2_vl".into());
+    map["vision_config"]["in_chans"] = 3.into();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("qwen2-vl-flat-config");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), serde_json::to_string(&config).unwrap()).unwrap();
+    std::fs::copy(model_dir().join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+    let device = Default::default();
+    let (ours, flat) = (
+        load::<B>(&model_dir(), &device).unwrap(),
+        load::<B>(&dir, &device).unwrap(),
+    );
+    let processor = Qwen2VlProcessor::load(&model_dir()).unwrap();
+    let expected = read_json(&vlm_fixtures().join("qwen2_vl.expected.json"));
+    let case = &expected["cases"][0];
+    let images = processed(&processor, case);
+    let tokens = ids(&case["input_ids"]);
+    let logits = |m: &CausalLm<B>| -> Vec<f32> {
+        let hidden = m.prefill_with_images(&tokens, &images, None, &device).unwrap().hidden;
+        m.logits(hidden).into_data().to_vec().unwrap()
+    };
+    assert_eq!(logits(&ours), logits(&flat));
+
+    // An mrope_section that does not split the rotary frequencies is refused by key.
+    config["rope_scaling"]["mrope_section"] = serde_json::json!([2, 2, 3]);
+    std::fs::write(dir.join("config.json"), serde_json::to_string(&config).unwrap()).unwrap();
+    let err = load::<B>(&dir, &device).unwrap_err().to_string();
+    assert!(err.contains("mrope_section") && err.contains("[2, 2, 3]"), "{err}");
+}
