@@ -330,3 +330,60 @@ fn a_hub_config_with_the_decoder_at_the_top_level_and_mrope_scaling_loads_alike(
     let err = load::<B>(&dir, &device).unwrap_err().to_string();
     assert!(err.contains("mrope_section") && err.contains("[2, 2, 3]"), "{err}");
 }
+
+#[test]
+fn peft_adapters_on_a_qwen2_vl_decoder_load_and_save_under_transformers_names() {
+    // PEFT's adapters (`gen_qwen2_vl_lora.py`) by module names and by a regular expression over
+    // the decoder's paths (`model.language_model.layers…`): rein's adapted model gives PEFT's
+    // logits, and the adapter it saves holds PEFT's tensor names and loads back to the same.
+    let device = Default::default();
+    let bytes = std::fs::read(vlm_fixtures().join("qwen2_vl_lora.expected.safetensors")).unwrap();
+    let expected = SafeTensors::deserialize(&bytes).unwrap();
+    let case = &read_json(&vlm_fixtures().join("qwen2_vl.expected.json"))["cases"][0];
+    let images = processed(&Qwen2VlProcessor::load(&model_dir()).unwrap(), case);
+    let tokens = ids(&case["input_ids"]);
+    let logits = |m: &CausalLm<B>| {
+        let hidden = m.prefill_with_images(&tokens, &images, None, &device).unwrap().hidden;
+        let [_, seq, vocab] = m.logits(hidden.clone()).dims();
+        m.logits(hidden).reshape([seq, vocab])
+    };
+    for name in ["names", "pattern"] {
+        let adapter = vlm_fixtures().join("qwen2_vl_lora").join(name);
+        let base = load::<B>(&model_dir(), &device).unwrap();
+        let model = rein_model::lm::peft::load_adapter(base, &adapter, &device).unwrap();
+        let want: Vec<f64> = (expected
+            .tensor(&format!("{name}.logits"))
+            .unwrap()
+            .data()
+            .chunks_exact(4))
+        .map(|b| f64::from(f32::from_le_bytes(b.try_into().unwrap())))
+        .collect();
+        let worst = worst_difference(logits(&model), &want);
+        assert!(worst < 1e-4, "{name}: logits differ from PEFT's by up to {worst}");
+
+        let saved = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("qwen2-vl-lora-{name}"));
+        rein_model::lm::peft::save_adapter(&model, &saved, "qwen2_vl_model").unwrap();
+        let names = |dir: &Path| -> Vec<String> {
+            let bytes = std::fs::read(dir.join("adapter_model.safetensors")).unwrap();
+            let mut names: Vec<String> = SafeTensors::deserialize(&bytes)
+                .unwrap()
+                .names()
+                .into_iter()
+                .map(String::from)
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(&saved), names(&adapter), "{name}: tensor names");
+        let config = read_json(&saved.join("adapter_config.json"));
+        let pattern = config["target_modules"].as_str().unwrap();
+        assert!(pattern.starts_with(r"model\.language_model\.layers"), "{pattern}");
+        let again =
+            rein_model::lm::peft::load_adapter(load::<B>(&model_dir(), &device).unwrap(), &saved, &device).unwrap();
+        let (a, b): (Vec<f32>, Vec<f32>) = (
+            logits(&model).into_data().to_vec().unwrap(),
+            logits(&again).into_data().to_vec().unwrap(),
+        );
+        assert_eq!(a, b, "{name}: saved and loaded back");
+    }
+}

@@ -187,6 +187,55 @@ fn qwen2_vl_models_train_with_sft_then_grpo_on_image_rows() {
     }
 }
 
+/// `[lora]` on a Qwen2-VL: the decoder's adapters train and nothing else (the vision tower and
+/// the merger stay as they were), and the adapter the run writes names the decoder's modules as
+/// transformers does (`model.language_model.layers…`), its targets a pattern over the decoder's
+/// paths (the vision tower has modules of the same names in Qwen2.5-VL).
+#[test]
+fn a_lora_run_on_a_qwen2_vl_trains_the_decoders_adapters_only() {
+    let dir = common::scratch("lm-qwen2-vl-lora");
+    write_rows(&dir, "wide.png");
+    let start = vlm().join("qwen2_vl_model");
+    let overrides = [
+        "lora.rank=2",
+        "lora.alpha=4.0",
+        "lora.targets=[\"q_proj\", \"down_proj\"]",
+    ];
+    let RunOutcome::Lm(outcome) = rein_train::run(&recipe(&dir, &start, &overrides), &plugin_dir(), true).unwrap()
+    else {
+        panic!("a language-model outcome")
+    };
+    let run = outcome.run_dir.unwrap();
+    for unchanged in ["visual.", "model.embed_tokens.", "lm_head."] {
+        assert_eq!(
+            tensors(&run.join("final"), unchanged),
+            tensors(&start, unchanged),
+            "{unchanged}"
+        );
+    }
+    assert_ne!(
+        tensors(&run.join("final"), "model.layers."),
+        tensors(&start, "model.layers.")
+    );
+    let bytes = std::fs::read(run.join("adapter/adapter_model.safetensors")).unwrap();
+    let adapter = SafeTensors::deserialize(&bytes).unwrap();
+    let names = adapter.names();
+    assert!(!names.is_empty());
+    assert!(
+        names
+            .iter()
+            .all(|n| n.starts_with("base_model.model.model.language_model.layers.")),
+        "{names:?}"
+    );
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("adapter/adapter_config.json")).unwrap()).unwrap();
+    let pattern = config["target_modules"].as_str().unwrap();
+    assert!(
+        pattern.starts_with(r"model\.language_model\.layers") && pattern.contains("q_proj|down_proj"),
+        "{pattern}"
+    );
+}
+
 /// An image that is not there stops the run before training, naming the key, the row and the
 /// file (a text-only policy on image rows: `grpo::image_rows_are_read_and_a_recipe_for_a_text_only_policy_refuses_them`).
 #[test]

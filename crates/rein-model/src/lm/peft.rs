@@ -6,7 +6,10 @@
 //! - `adapter_model.safetensors`: per adapted layer
 //!   `base_model.model.model.layers.{i}.{self_attn|mlp}.{module}.lora_A.weight` (`[r, in]`) and
 //!   `….lora_B.weight` (`[out, r]`), the transposes of rein's `A` and `B` (torch's `Linear`
-//!   stores `[out, in]`).
+//!   stores `[out, in]`). A vision-language model's decoder sits where transformers keeps it
+//!   (`model.text_model.layers…` in Idefics3, `model.language_model.layers…` in Qwen2-VL), and
+//!   its `target_modules` is a regular expression over the decoder's paths, so PEFT adapts the
+//!   decoder's modules and not the vision tower's of the same names; rein reads either form.
 //!
 //! Variants rein does not implement (DoRA, biases, per-layer ranks, `fan_in_fan_out`, extra
 //! trained modules) are refused with an error naming the field.
@@ -27,23 +30,44 @@ pub const CONFIG_FILE: &str = "adapter_config.json";
 /// The adapter's weights.
 pub const WEIGHTS_FILE: &str = "adapter_model.safetensors";
 
-/// The transformers path of the module at `path` in decoder layer `layer` (`self_attn.q_proj`,
-/// `mlp.experts.3.up_proj`): `model.layers.0.self_attn.q_proj`.
-fn module_path(layer: usize, path: &str) -> String {
-    format!("model.layers.{layer}.{path}")
+/// Where transformers keeps `model`'s decoder: `model`, or a vision-language model's
+/// (`model.language_model`).
+fn decoder_path<B: ReinBackend>(model: &CausalLm<B>) -> &'static str {
+    model.vision.as_ref().map_or("model", |v| v.decoder_path())
+}
+
+/// The transformers path of the module at `path` in decoder layer `layer` of the decoder at
+/// `decoder` (`self_attn.q_proj`, `mlp.experts.3.up_proj`): `model.layers.0.self_attn.q_proj`.
+fn module_path(decoder: &str, layer: usize, path: &str) -> String {
+    format!("{decoder}.layers.{layer}.{path}")
 }
 
 /// PEFT's name for factor `A` or `B` of the adapter on the module at `path` of decoder layer `layer`.
-fn tensor_name(layer: usize, path: &str, factor: char) -> String {
-    format!("base_model.model.{}.lora_{factor}.weight", module_path(layer, path))
+fn tensor_name(decoder: &str, layer: usize, path: &str, factor: char) -> String {
+    format!(
+        "base_model.model.{}.lora_{factor}.weight",
+        module_path(decoder, layer, path)
+    )
 }
 
-/// Whether PEFT's list of `target_modules` selects the module at `path`: a target is a whole
-/// path or a suffix of one after a dot (`q_proj`, `layers.0.self_attn.q_proj`).
-fn selects(targets: &[String], path: &str) -> bool {
-    targets
-        .iter()
-        .any(|t| t == "all-linear" || path == t || path.ends_with(&format!(".{t}")))
+/// PEFT's `target_modules`: names (or `all-linear`), or a regular expression.
+enum Targets {
+    /// Each a whole path or a suffix of one after a dot (`q_proj`, `layers.0.self_attn.q_proj`).
+    Names(Vec<String>),
+    /// Fully matching the paths it selects.
+    Pattern(regex::Regex),
+}
+
+impl Targets {
+    /// Whether the module at `path` is selected.
+    fn selects(&self, path: &str) -> bool {
+        match self {
+            Targets::Names(names) => names
+                .iter()
+                .any(|t| t == "all-linear" || path == t || path.ends_with(&format!(".{t}"))),
+            Targets::Pattern(pattern) => pattern.is_match(path),
+        }
+    }
 }
 
 fn adapter_error(path: &Path, reason: impl Into<String>) -> LoadError {
@@ -60,6 +84,7 @@ pub fn save_adapter<B: ReinBackend>(model: &CausalLm<B>, dir: &Path, base_model:
         return Err(adapter_error(dir, "the model has no LoRA adapters to save"));
     };
     std::fs::create_dir_all(dir).map_err(|e| adapter_error(dir, e.to_string()))?;
+    let decoder = decoder_path(model);
     let mut tensors = crate::safetensors_file::Tensors::new();
     let mut put = |name: String, t: Tensor<B, 2>| {
         let dims = t.dims().to_vec();
@@ -69,14 +94,24 @@ pub fn save_adapter<B: ReinBackend>(model: &CausalLm<B>, dir: &Path, base_model:
     for (i, layer) in lora.layers.iter().enumerate() {
         for (module, adapter) in layer.adapters() {
             if let Some(adapter) = adapter {
-                put(tensor_name(i, &module, 'A'), adapter.a.val().transpose());
-                put(tensor_name(i, &module, 'B'), adapter.b.val().transpose());
+                put(tensor_name(decoder, i, &module, 'A'), adapter.a.val().transpose());
+                put(tensor_name(decoder, i, &module, 'B'), adapter.b.val().transpose());
             }
         }
     }
     let weights = dir.join(WEIGHTS_FILE);
     crate::safetensors_file::write(&weights, &tensors, "pt").map_err(|e| adapter_error(&weights, e.to_string()))?;
     let spec = lora.spec();
+    // A vision-language model's vision tower may have modules of the same names: the targets
+    // are the decoder's paths.
+    let targets = match model.vision.is_some() {
+        false => json!(spec.target_modules()),
+        true => json!(format!(
+            r"{}\.layers\.\d+\.(self_attn|mlp)(\.experts\.\d+)?\.({})",
+            regex::escape(decoder),
+            spec.target_modules().join("|")
+        )),
+    };
     let config = json!({
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
@@ -84,7 +119,7 @@ pub fn save_adapter<B: ReinBackend>(model: &CausalLm<B>, dir: &Path, base_model:
         "r": spec.rank,
         "lora_alpha": spec.alpha,
         "lora_dropout": spec.dropout,
-        "target_modules": spec.target_modules(),
+        "target_modules": targets,
         "use_rslora": spec.rslora,
         "use_dora": false,
         "bias": "none",
@@ -103,9 +138,10 @@ pub fn save_adapter<B: ReinBackend>(model: &CausalLm<B>, dir: &Path, base_model:
     std::fs::write(&path, text + "\n").map_err(|e| adapter_error(&path, e.to_string()))
 }
 
-/// The spec an `adapter_config.json` describes, and its `target_modules` as written (PEFT
-/// writes `all-linear` out as every layer's path).
-fn read_spec(path: &Path) -> Result<(LoraSpec, Vec<String>), LoadError> {
+/// The spec an `adapter_config.json` describes for `model`, and its `target_modules` as written
+/// (PEFT writes `all-linear` out as every layer's path; a regular expression selects the
+/// modules of `model`'s decoder whose paths it matches).
+fn read_spec<B: ReinBackend>(path: &Path, model: &CausalLm<B>) -> Result<(LoraSpec, Targets), LoadError> {
     let config = read_json(path)?;
     let field = |name: &str, reason: String| adapter_error(path, format!("`{name}`: {reason}"));
     if config["peft_type"] != "LORA" {
@@ -138,21 +174,34 @@ fn read_spec(path: &Path) -> Result<(LoraSpec, Vec<String>), LoadError> {
     let alpha = config["lora_alpha"]
         .as_f64()
         .ok_or_else(|| field("lora_alpha", format!("{} is not a number", config["lora_alpha"])))?;
-    let targets: Vec<String> = match &config["target_modules"] {
-        Value::Array(list) => list.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
-        Value::String(s) if s == "all-linear" => vec![s.clone()],
+    let targets = match &config["target_modules"] {
+        Value::Array(list) => Targets::Names(list.iter().filter_map(|v| v.as_str().map(String::from)).collect()),
+        Value::String(s) if s == "all-linear" => Targets::Names(vec![s.clone()]),
+        Value::String(s) => Targets::Pattern(
+            regex::Regex::new(&format!("^(?:{s})$")).map_err(|e| field("target_modules", e.to_string()))?,
+        ),
         other => {
             return Err(field(
                 "target_modules",
-                format!("{other} is not a list of module names or \"all-linear\""),
+                format!("{other} is not a list of module names, \"all-linear\" or a regular expression"),
             ));
         }
     };
-    // The module names the paths end in.
-    let mut modules: Vec<String> = targets
-        .iter()
-        .map(|t| t.rsplit('.').next().unwrap_or(t).to_string())
-        .collect();
+    // The module names the paths end in: the names', or those of the decoder's modules the
+    // pattern selects.
+    let mut modules: Vec<String> = match &targets {
+        Targets::Names(names) => (names.iter())
+            .map(|t| t.rsplit('.').next().unwrap_or(t).to_string())
+            .collect(),
+        Targets::Pattern(_) => {
+            let decoder = decoder_path(model);
+            (model.layers.iter().enumerate())
+                .flat_map(|(i, layer)| layer.linears().into_iter().map(move |(path, _)| (i, path)))
+                .filter(|(i, path)| targets.selects(&module_path(decoder, *i, path)))
+                .map(|(_, path)| path.rsplit('.').next().unwrap_or_default().to_string())
+                .collect()
+        }
+    };
     modules.sort();
     modules.dedup();
     let spec = LoraSpec {
@@ -174,7 +223,8 @@ pub fn load_adapter<B: ReinBackend>(
     dir: &Path,
     device: &B::Device,
 ) -> Result<CausalLm<B>, LoadError> {
-    let (spec, targets) = read_spec(&dir.join(CONFIG_FILE))?;
+    let (spec, targets) = read_spec(&dir.join(CONFIG_FILE), &model)?;
+    let decoder = decoder_path(&model);
     let path = dir.join(WEIGHTS_FILE);
     if !path.is_file() {
         return Err(adapter_error(&path, "no such file (an adapter directory holds it)"));
@@ -189,14 +239,14 @@ pub fn load_adapter<B: ReinBackend>(
     for (i, layer) in lora.layers.iter_mut().enumerate() {
         for (module, slot) in layer.adapters_mut() {
             let module = module.as_str();
-            if !selects(&targets, &module_path(i, module)) {
+            if !targets.selects(&module_path(decoder, i, module)) {
                 *slot = None;
             }
             let Some(fresh) = slot.as_ref() else { continue };
             let [input, rank] = fresh.a.dims();
             let output = fresh.b.dims()[1];
             let factor = |factor: char, shape: [usize; 2]| -> Result<Tensor<B, 2>, LoadError> {
-                let name = tensor_name(i, module, factor);
+                let name = tensor_name(decoder, i, module, factor);
                 match weights.shape(&name) {
                     Some(found) if found != shape => Err(adapter_error(
                         &path,
@@ -209,7 +259,10 @@ pub fn load_adapter<B: ReinBackend>(
                 }
             };
             let (a, b) = (factor('A', [rank, input])?, factor('B', [output, rank])?);
-            used.extend([tensor_name(i, module, 'A'), tensor_name(i, module, 'B')]);
+            used.extend([
+                tensor_name(decoder, i, module, 'A'),
+                tensor_name(decoder, i, module, 'B'),
+            ]);
             *slot = Some(fresh.with_factors(a, b));
         }
     }

@@ -33,6 +33,15 @@ impl<B: ReinBackend> ImageSide<B> {
         }
     }
 
+    /// Where transformers keeps the decoder's layers in the model (`model.text_model`,
+    /// `model.language_model`): the path PEFT names the decoder's adapters by.
+    pub fn decoder_path(&self) -> &'static str {
+        match self {
+            Self::Idefics3(_) => "model.text_model",
+            Self::Qwen2Vl(_) => "model.language_model",
+        }
+    }
+
     /// The decoder-space features of `images`, image after image, one row per image token.
     ///
     /// # Panics
