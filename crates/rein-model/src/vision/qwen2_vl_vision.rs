@@ -91,6 +91,9 @@ pub enum Qwen2VlActivation {
     Silu,
 }
 
+/// Queries whose attention scores are computed at once (per head): `QUERY_BLOCK × frame` scores.
+const QUERY_BLOCK: usize = 512;
+
 /// Sizes a config may give before anything is allocated from them.
 const MAX_SIZE: u64 = 1 << 16;
 
@@ -500,25 +503,46 @@ impl<B: ReinBackend> Qwen2VlVision<B> {
         };
         let rotate = |x: Tensor<B, 4>| rope.apply(x, &positions, false);
         let (q, k, v) = (rotate(part(0)), rotate(part(1)), part(2));
-        let mut outputs = Vec::with_capacity(segments.len());
-        let mut start = 0;
-        for &len in segments {
+        attend_segments([q, k, v], segments, scale, QUERY_BLOCK)
+    }
+}
+
+/// Bidirectional attention of each query over the keys of its own segment (`segments`: their
+/// lengths, in order), `query_block` queries' scores at a time: `[1, heads, patches, head_dim]`
+/// queries, keys and values → `[patches, heads · head_dim]`.
+fn attend_segments<B: ReinBackend>(
+    [q, k, v]: [Tensor<B, 4>; 3],
+    segments: &[usize],
+    scale: f64,
+    query_block: usize,
+) -> Tensor<B, 2> {
+    let [_, heads, _, head_dim] = q.dims();
+    let mut outputs = Vec::with_capacity(segments.len());
+    let mut start = 0;
+    for &len in segments {
+        // At most `query_block` queries' scores at once: a frame of n patches would otherwise
+        // hold n² of them per head (17 GB at Qwen2.5-VL's largest image, 65,536 patches).
+        for first in (0..len).step_by(query_block) {
+            let count = query_block.min(len - first);
             let per_head: Vec<Tensor<B, 2>> = (0..heads)
                 .map(|head| {
-                    let rows = |m: &Tensor<B, 4>| {
+                    let rows = |m: &Tensor<B, 4>, rows: std::ops::Range<usize>| {
+                        let n = rows.len();
                         m.clone()
-                            .slice([0..1, head..head + 1, start..start + len, 0..head_dim])
-                            .reshape([len, head_dim])
+                            .slice([0..1, head..head + 1, rows, 0..head_dim])
+                            .reshape([n, head_dim])
                     };
-                    let scores = affine(rows(&q), rows(&k).transpose(), None).mul_scalar(scale);
-                    affine(softmax(scores, 1), rows(&v), None)
+                    let queries = rows(&q, start + first..start + first + count);
+                    let keys = rows(&k, start..start + len);
+                    let scores = affine(queries, keys.transpose(), None).mul_scalar(scale);
+                    affine(softmax(scores, 1), rows(&v, start..start + len), None)
                 })
                 .collect();
             outputs.push(Tensor::cat(per_head, 1));
-            start += len;
         }
-        Tensor::cat(outputs, 0)
+        start += len;
     }
+    Tensor::cat(outputs, 0)
 }
 
 /// Qwen2.5-VL's windows: the merge blocks of every frame of `grids` (`(frames, rows, columns)`
@@ -570,6 +594,24 @@ mod tests {
         for (g, w) in got.iter().zip(&want) {
             assert!((g - w).abs() < 1e-6, "{got:?} vs {want:?}");
         }
+    }
+
+    #[test]
+    fn attention_in_query_blocks_equals_attention_at_once() {
+        let device = Default::default();
+        let mut rng = rein_core::SeededRng::new(3);
+        let [q, k, v] = [0, 1, 2].map(|_| crate::random::normal::<Flex>(&mut rng, [2 * 13, 8], 1.0, &device));
+        let heads = |t: Tensor<Flex, 2>| t.reshape([1, 13 * 2, 2, 4]).swap_dims(1, 2);
+        let attend = |block: usize| -> Vec<f32> {
+            let parts = [heads(q.clone()), heads(k.clone()), heads(v.clone())];
+            attend_segments(parts, &[19, 7], 0.5, block)
+                .into_data()
+                .to_vec()
+                .unwrap()
+        };
+        let whole = attend(usize::MAX);
+        assert_eq!(attend(4), whole);
+        assert_eq!(attend(7), whole);
     }
 
     #[test]
