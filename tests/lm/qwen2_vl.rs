@@ -60,6 +60,16 @@ fn processed(processor: &Qwen2VlProcessor, case: &Value) -> Vec<ProcessedImage> 
         .collect()
 }
 
+/// The logits of every position of one prompt with its images, `[seq, vocab]`.
+fn prompt_logits(model: &CausalLm<B>, tokens: &[u32], images: &[ProcessedImage]) -> Tensor<B, 2> {
+    let hidden = (model.prefill_with_images(tokens, images, None, &Default::default()))
+        .unwrap()
+        .hidden;
+    let logits = model.logits(hidden);
+    let [_, seq, vocab] = logits.dims();
+    logits.reshape([seq, vocab])
+}
+
 fn grid(image: &ProcessedImage) -> (usize, usize, usize) {
     match image {
         ProcessedImage::Qwen2Vl(image) => image.grid,
@@ -174,10 +184,7 @@ fn qwen2_vl_reads_transformers_in_memory_layout_too() {
     let case = &expected["cases"][0];
     let images = processed(&processor, case);
     let tokens = ids(&case["input_ids"]);
-    let logits = |m: &CausalLm<B>| -> Vec<f32> {
-        let hidden = m.prefill_with_images(&tokens, &images, None, &device).unwrap().hidden;
-        m.logits(hidden).into_data().to_vec().unwrap()
-    };
+    let logits = |m: &CausalLm<B>| -> Vec<f32> { prompt_logits(m, &tokens, &images).into_data().to_vec().unwrap() };
     assert_eq!(logits(&ours), logits(&theirs));
 }
 
@@ -217,10 +224,7 @@ fn a_qwen2_5_vl_model_saved_loads_back_with_the_same_logits() {
     let case = &expected["cases"][1];
     let images = processed(&processor, case);
     let tokens = ids(&case["input_ids"]);
-    let logits = |m: &CausalLm<B>| -> Vec<f32> {
-        let hidden = m.prefill_with_images(&tokens, &images, None, &device).unwrap().hidden;
-        m.logits(hidden).into_data().to_vec().unwrap()
-    };
+    let logits = |m: &CausalLm<B>| -> Vec<f32> { prompt_logits(m, &tokens, &images).into_data().to_vec().unwrap() };
     assert_eq!(logits(&model), logits(&back));
 }
 
@@ -318,10 +322,7 @@ fn a_hub_config_with_the_decoder_at_the_top_level_and_mrope_scaling_loads_alike(
     let case = &expected["cases"][0];
     let images = processed(&processor, case);
     let tokens = ids(&case["input_ids"]);
-    let logits = |m: &CausalLm<B>| -> Vec<f32> {
-        let hidden = m.prefill_with_images(&tokens, &images, None, &device).unwrap().hidden;
-        m.logits(hidden).into_data().to_vec().unwrap()
-    };
+    let logits = |m: &CausalLm<B>| -> Vec<f32> { prompt_logits(m, &tokens, &images).into_data().to_vec().unwrap() };
     assert_eq!(logits(&ours), logits(&flat));
 
     // An mrope_section that does not split the rotary frequencies is refused by key.
@@ -342,11 +343,7 @@ fn peft_adapters_on_a_qwen2_vl_decoder_load_and_save_under_transformers_names() 
     let case = &read_json(&vlm_fixtures().join("qwen2_vl.expected.json"))["cases"][0];
     let images = processed(&Qwen2VlProcessor::load(&model_dir()).unwrap(), case);
     let tokens = ids(&case["input_ids"]);
-    let logits = |m: &CausalLm<B>| {
-        let hidden = m.prefill_with_images(&tokens, &images, None, &device).unwrap().hidden;
-        let [_, seq, vocab] = m.logits(hidden.clone()).dims();
-        m.logits(hidden).reshape([seq, vocab])
-    };
+    let logits = |m: &CausalLm<B>| prompt_logits(m, &tokens, &images);
     for name in ["names", "pattern"] {
         let adapter = vlm_fixtures().join("qwen2_vl_lora").join(name);
         let base = load::<B>(&model_dir(), &device).unwrap();

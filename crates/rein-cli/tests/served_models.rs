@@ -217,61 +217,28 @@ fn a_process_reward_model_on_rein_serve_scores_as_in_process() {
 /// A vision-language model on `rein serve` reads images in a chat request's `image_url` parts
 /// — a `data:` URL and a `file://` path under `--allowed-local-media-path` — renders the
 /// messages' parts with its chat template and continues as transformers does (the fixture's
-/// greedy tokens); the same request without images is refused by a language model's server.
+/// greedy tokens).
 #[test]
 fn a_vision_language_model_on_rein_serve_reads_images_in_chat_messages() {
-    use base64::Engine as _;
-    use rein_model::lm::LmTokenizer;
-    let vlm = root().join("tests/fixtures/vlm");
-    let media = vlm.join("images");
-    let server = Server::start_with(
-        &vlm.join("idefics3"),
-        &["--allowed-local-media-path", media.to_str().unwrap()],
-    );
-    let png = std::fs::read(media.join("grey.png")).unwrap();
-    let data_url = format!(
-        "data:image/png;base64,{}",
-        base64::engine::general_purpose::STANDARD.encode(png)
-    );
-    let file_url = format!("file://{}", media.join("wide.png").canonicalize().unwrap().display());
-    let body = serde_json::json!({
-        "messages": [{"role": "user", "content": [
-            {"type": "text", "text": "Compare "},
-            {"type": "image_url", "image_url": {"url": data_url}},
-            {"type": "text", "text": " with "},
-            {"type": "image_url", "image_url": {"url": file_url}},
-        ]}],
-        "max_tokens": 8,
-        "temperature": 0,
-    });
-    let (status, answer) = server.post("/v1/chat/completions", &body.to_string());
-    assert_eq!(status, 200, "{answer}");
-    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
-    let expected: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(vlm.join("idefics3.expected.json")).unwrap()).unwrap();
-    let chat = (expected["cases"].as_array().unwrap().iter())
-        .find(|c| c["name"] == "chat")
-        .unwrap();
-    let greedy: Vec<u32> = serde_json::from_value(chat["greedy"].clone()).unwrap();
-    let tokenizer = LmTokenizer::load(&vlm.join("idefics3"), &[]).unwrap();
-    let text = rein_sampler::completion_text(&tokenizer, &greedy, &[]);
-    assert_eq!(answer["choices"][0]["message"]["content"], text.as_str(), "{answer}");
-    assert_eq!(
-        answer["usage"]["prompt_tokens"],
-        chat["input_ids"].as_array().unwrap().len()
-    );
+    chat_with_two_images_continues_as_transformers_does("idefics3", "idefics3.expected.json");
 }
 
-/// A Qwen2-VL model on `rein serve` reads a chat request's images, renders the parts with its
-/// chat template (`<|vision_start|><|image_pad|><|vision_end|>` per image) and continues as
-/// transformers does, each image's tokens at their multimodal positions.
+/// The same for Qwen2-VL: its chat template writes `<|vision_start|><|image_pad|><|vision_end|>`
+/// per image, and each image's tokens sit at their multimodal positions.
 #[test]
 fn a_qwen2_vl_model_on_rein_serve_reads_images_in_chat_messages() {
+    chat_with_two_images_continues_as_transformers_does("qwen2_vl_model", "qwen2_vl.expected.json");
+}
+
+/// `rein serve` of the model `tests/fixtures/vlm/<model>` answers the chat with two images (a
+/// `data:` URL and a `file://` path) with the `chat` case of `<expected>`: its greedy tokens,
+/// and its prompt's length.
+fn chat_with_two_images_continues_as_transformers_does(model: &str, expected: &str) {
     use base64::Engine as _;
     use rein_model::lm::LmTokenizer;
     let vlm = root().join("tests/fixtures/vlm");
     let media = vlm.join("images");
-    let model = vlm.join("qwen2_vl_model");
+    let model = vlm.join(model);
     let server = Server::start_with(&model, &["--allowed-local-media-path", media.to_str().unwrap()]);
     let png = std::fs::read(media.join("grey.png")).unwrap();
     let data_url = format!(
@@ -293,7 +260,7 @@ fn a_qwen2_vl_model_on_rein_serve_reads_images_in_chat_messages() {
     assert_eq!(status, 200, "{answer}");
     let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
     let expected: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(vlm.join("qwen2_vl.expected.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(vlm.join(expected)).unwrap()).unwrap();
     let chat = (expected["cases"].as_array().unwrap().iter())
         .find(|c| c["name"] == "chat")
         .unwrap();

@@ -13,10 +13,9 @@ use burn::tensor::{Tensor, TensorData};
 use super::idefics3_vision::Idefics3Vision;
 use super::image_side::ImageSide;
 use super::siglip::{VisionConfig, VisionEncoder, VisionLayer};
+use super::vlm_checkpoint::{DecoderAndHead, decoder_and_head_tensors, image_token_id};
 use crate::backend::ReinBackend;
-use crate::lm::model_dir::{
-    Decoder, Weights, decoder_tensors, floats, linear_weight, read_json, vector_tensor, write_model_dir,
-};
+use crate::lm::model_dir::{Weights, floats, linear_weight, read_json, vector_tensor, write_model_dir};
 use crate::lm::{CausalLm, LmConfig, LoadError};
 
 /// Whether the checkpoint directory `dir` holds an Idefics3 model (its `config.json` names
@@ -56,22 +55,10 @@ pub(crate) fn load_idefics3<B: ReinBackend>(dir: &Path, device: &B::Device) -> R
             "scale_factor {scale_factor} does not divide the {per_side} patches along a tile's side"
         )));
     }
-    let image_token_id = match raw["image_token_id"].as_u64() {
-        Some(id) if (id as usize) < text_config.vocab_size => id as u32,
-        other => {
-            return Err(json_error(format!(
-                "image_token_id: {other:?} is not a token of the {} in the vocabulary",
-                text_config.vocab_size
-            )));
-        }
-    };
+    let image_token_id = image_token_id(&raw, &text_config).map_err(json_error)?;
     let weights = Weights::open(dir)?;
-    let decoder = Decoder::read(&weights, &text_config, "model.text_model", device)?;
-    let tied = text_config.tie_word_embeddings || raw["tie_word_embeddings"].as_bool() == Some(true);
-    let (hidden, vocab) = (text_config.hidden_size, text_config.vocab_size);
-    let lm_head = (!tied)
-        .then(|| weights.linear("lm_head", hidden, vocab, false, device))
-        .transpose()?;
+    let decoder = DecoderAndHead::read(&weights, &text_config, &raw, "model.text_model", device)?;
+    let hidden = text_config.hidden_size;
     let connector_input = vision_config.hidden_size * scale_factor * scale_factor;
     let connector = weights.linear(
         "model.connector.modality_projection.proj",
@@ -81,17 +68,8 @@ pub(crate) fn load_idefics3<B: ReinBackend>(dir: &Path, device: &B::Device) -> R
         device,
     )?;
     let encoder = read_encoder(&weights, vision_config, "model.vision_model", device)?;
-    let unused = weights.unused(tied);
-    if !unused.is_empty() {
-        return Err(LoadError::UnexpectedTensors { names: unused });
-    }
-    let mut text_config = text_config;
-    text_config.tie_word_embeddings = tied;
     let vision = Idefics3Vision::new(encoder, connector, image_token_id, scale_factor, raw);
-    Ok(
-        CausalLm::from_parts(text_config, decoder.embed_tokens, decoder.layers, decoder.norm, lm_head)
-            .with_vision(ImageSide::Idefics3(vision)),
-    )
+    decoder.with_vision(&weights, text_config, ImageSide::Idefics3(vision))
 }
 
 /// Writes `model` (merged: no LoRA adapters), whose image side is `vision`, to `dir` in Hugging
@@ -102,12 +80,7 @@ pub(crate) fn save_idefics3<B: ReinBackend>(
     vision: &Idefics3Vision<B>,
     dir: &Path,
 ) -> Result<(), LoadError> {
-    let mut tensors: crate::safetensors_file::Tensors = (decoder_tensors(model).into_iter())
-        .map(|(name, t)| (name.replacen("model.", "model.text_model.", 1), t))
-        .collect();
-    if let Some(head) = &model.lm_head {
-        tensors.insert("lm_head.weight".into(), linear_weight(head));
-    }
+    let mut tensors = decoder_and_head_tensors(model, "model.text_model");
     tensors.insert(
         "model.connector.modality_projection.proj.weight".into(),
         linear_weight(&vision.connector),

@@ -29,6 +29,7 @@ mod qwen2_vl_side;
 mod qwen2_vl_vision;
 mod resample;
 mod siglip;
+mod vlm_checkpoint;
 mod with_images;
 
 pub use decode::{ImageError, ImageLimits, decode_rgb};

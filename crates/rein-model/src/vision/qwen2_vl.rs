@@ -20,10 +20,9 @@ use super::qwen2_vl_vision::{
     GatedMlp, PatchMerger, Qwen2VlGeneration, Qwen2VlVision, Qwen2VlVisionBlock, Qwen2VlVisionConfig, TwoLayerMlp,
     VisionMlp, VisionNorm,
 };
+use super::vlm_checkpoint::{DecoderAndHead, decoder_and_head_tensors, image_token_id};
 use crate::backend::ReinBackend;
-use crate::lm::model_dir::{
-    Decoder, Weights, decoder_tensors, floats, linear_weight, read_json, vector_tensor, write_model_dir,
-};
+use crate::lm::model_dir::{Weights, floats, linear_weight, read_json, vector_tensor, write_model_dir};
 use crate::lm::{CausalLm, LmConfig, LoadError, RmsNorm};
 use crate::safetensors_file::Tensors;
 
@@ -77,38 +76,16 @@ pub(crate) fn load_qwen2_vl<B: ReinBackend>(dir: &Path, device: &B::Device) -> R
             vision_config.hidden_size, text_config.hidden_size
         )));
     }
-    let image_token_id = match raw["image_token_id"].as_u64() {
-        Some(id) if (id as usize) < text_config.vocab_size => id as u32,
-        other => {
-            return Err(json_error(format!(
-                "image_token_id: {other:?} is not a token of the {} in the vocabulary",
-                text_config.vocab_size
-            )));
-        }
-    };
+    let image_token_id = image_token_id(&raw, &text_config).map_err(json_error)?;
     let weights = Weights::open(dir)?;
     let (lm_root, visual_root) = match weights.has("model.language_model.embed_tokens.weight") {
         true => ("model.language_model", "model.visual"),
         false => ("model", "visual"),
     };
-    let decoder = Decoder::read(&weights, &text_config, lm_root, device)?;
-    let tied = text_config.tie_word_embeddings || raw["tie_word_embeddings"].as_bool() == Some(true);
-    let (hidden, vocab) = (text_config.hidden_size, text_config.vocab_size);
-    let lm_head = (!tied)
-        .then(|| weights.linear("lm_head", hidden, vocab, false, device))
-        .transpose()?;
+    let decoder = DecoderAndHead::read(&weights, &text_config, &raw, lm_root, device)?;
     let visual = read_visual(&weights, vision_config, visual_root, device)?;
-    let unused = weights.unused(tied);
-    if !unused.is_empty() {
-        return Err(LoadError::UnexpectedTensors { names: unused });
-    }
-    let mut text_config = text_config;
-    text_config.tie_word_embeddings = tied;
     let side = Qwen2VlSide::new(visual, image_token_id, mrope_section, raw);
-    Ok(
-        CausalLm::from_parts(text_config, decoder.embed_tokens, decoder.layers, decoder.norm, lm_head)
-            .with_vision(ImageSide::Qwen2Vl(side)),
-    )
+    decoder.with_vision(&weights, text_config, ImageSide::Qwen2Vl(side))
 }
 
 /// Writes `model` (merged: no LoRA adapters), whose image side is `side`, to `dir` in the hub's
@@ -118,10 +95,7 @@ pub(crate) fn save_qwen2_vl<B: ReinBackend>(
     side: &Qwen2VlSide<B>,
     dir: &Path,
 ) -> Result<(), LoadError> {
-    let mut tensors = decoder_tensors(model);
-    if let Some(head) = &model.lm_head {
-        tensors.insert("lm_head.weight".into(), linear_weight(head));
-    }
+    let mut tensors = decoder_and_head_tensors(model, "model");
     tensors.extend(visual_tensors(&side.visual, "visual"));
     let config = serde_json::to_string_pretty(&side.config_json).unwrap_or_default();
     write_model_dir(dir, &tensors, &config)
