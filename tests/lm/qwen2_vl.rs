@@ -70,6 +70,16 @@ fn prompt_logits(model: &CausalLm<B>, tokens: &[u32], images: &[ProcessedImage])
     logits.reshape([seq, vocab])
 }
 
+/// `a` and `b` give the same logits, bit for bit, on case `case` of `<family>.expected.json`.
+fn assert_same_logits(a: &CausalLm<B>, b: &CausalLm<B>, family: &str, case: usize) {
+    let expected = read_json(&vlm_fixtures().join(format!("{family}.expected.json")));
+    let case = &expected["cases"][case];
+    let images = processed(&Qwen2VlProcessor::load(&model_dir()).unwrap(), case);
+    let tokens = ids(&case["input_ids"]);
+    let logits = |m: &CausalLm<B>| -> Vec<f32> { prompt_logits(m, &tokens, &images).into_data().to_vec().unwrap() };
+    assert_eq!(logits(a), logits(b));
+}
+
 fn grid(image: &ProcessedImage) -> (usize, usize, usize) {
     match image {
         ProcessedImage::Qwen2Vl(image) => image.grid,
@@ -179,13 +189,7 @@ fn qwen2_vl_reads_transformers_in_memory_layout_too() {
     let device = Default::default();
     let ours = load::<B>(&model_dir(), &device).unwrap();
     let theirs = load::<B>(&dir, &device).unwrap();
-    let processor = Qwen2VlProcessor::load(&model_dir()).unwrap();
-    let expected = read_json(&vlm_fixtures().join("qwen2_vl.expected.json"));
-    let case = &expected["cases"][0];
-    let images = processed(&processor, case);
-    let tokens = ids(&case["input_ids"]);
-    let logits = |m: &CausalLm<B>| -> Vec<f32> { prompt_logits(m, &tokens, &images).into_data().to_vec().unwrap() };
-    assert_eq!(logits(&ours), logits(&theirs));
+    assert_same_logits(&ours, &theirs, "qwen2_vl", 0);
 }
 
 #[test]
@@ -219,13 +223,7 @@ fn a_qwen2_5_vl_model_saved_loads_back_with_the_same_logits() {
     save(&model, &saved).unwrap();
     let back = load::<B>(&saved, &device).unwrap();
     assert!(matches!(back.vision, Some(ImageSide::Qwen2Vl(_))));
-    let processor = Qwen2VlProcessor::load(&model_dir()).unwrap();
-    let expected = read_json(&vlm_fixtures().join("qwen2_5_vl.expected.json"));
-    let case = &expected["cases"][1];
-    let images = processed(&processor, case);
-    let tokens = ids(&case["input_ids"]);
-    let logits = |m: &CausalLm<B>| -> Vec<f32> { prompt_logits(m, &tokens, &images).into_data().to_vec().unwrap() };
-    assert_eq!(logits(&model), logits(&back));
+    assert_same_logits(&model, &back, "qwen2_5_vl", 1);
 }
 
 #[test]
@@ -317,13 +315,7 @@ fn a_hub_config_with_the_decoder_at_the_top_level_and_mrope_scaling_loads_alike(
         load::<B>(&model_dir(), &device).unwrap(),
         load::<B>(&dir, &device).unwrap(),
     );
-    let processor = Qwen2VlProcessor::load(&model_dir()).unwrap();
-    let expected = read_json(&vlm_fixtures().join("qwen2_vl.expected.json"));
-    let case = &expected["cases"][0];
-    let images = processed(&processor, case);
-    let tokens = ids(&case["input_ids"]);
-    let logits = |m: &CausalLm<B>| -> Vec<f32> { prompt_logits(m, &tokens, &images).into_data().to_vec().unwrap() };
-    assert_eq!(logits(&ours), logits(&flat));
+    assert_same_logits(&ours, &flat, "qwen2_vl", 0);
 
     // An mrope_section that does not split the rotary frequencies is refused by key.
     config["rope_scaling"]["mrope_section"] = serde_json::json!([2, 2, 3]);
