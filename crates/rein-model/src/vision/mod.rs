@@ -5,13 +5,14 @@
 //! - [`Pixels::resize`]: Pillow's resampling filters, bit for bit.
 //! - [`Idefics3Processor`]: Idefics3's / SmolVLM's tiling, pixel values and prompt expansion.
 //! - [`Qwen2VlProcessor`]: Qwen2-VL's (and Qwen2.5-VL's) resizing, patches and prompt expansion.
-//! - [`Qwen2Vl`]: Qwen2-VL and Qwen2.5-VL — the vision transformer with 2-D RoPE (and
-//!   Qwen2.5-VL's window attention) and patch merger ([`Qwen2VlVision`]), the decoder at
-//!   multimodal positions ([`multimodal_positions`]).
-//! - [`with_image_features`]: image features in place of a prompt's image tokens.
-//! - [`VisionEncoder`]: the SigLIP vision transformer; [`Idefics3Vision`]: it and the
-//!   pixel-shuffle connector, the image side of a [`crate::lm::CausalLm`] that reads images
-//!   (loaded and saved by [`crate::lm::load`] and [`crate::lm::save`] in Idefics3's layout).
+//! - [`ImageProcessor`] and [`ProcessedImage`]: either family's processor and images.
+//! - [`ImageSide`]: the image side of a [`crate::lm::CausalLm`] that reads images —
+//!   [`Idefics3Vision`] (the SigLIP [`VisionEncoder`] and the pixel-shuffle connector) or
+//!   [`Qwen2VlSide`] (Qwen2-VL's and Qwen2.5-VL's [`Qwen2VlVision`]: 2-D RoPE, window attention,
+//!   the patch merger; its decoder at [`multimodal_positions`]); loaded and saved by
+//!   [`crate::lm::load`] and [`crate::lm::save`] in each family's layout.
+//! - [`with_image_features`]: image features in place of a prompt's image tokens;
+//!   [`crate::lm::CausalLm::prefill_with_images`]: a prompt's forward pass at its positions.
 
 mod decode;
 mod idefics3;

@@ -17,7 +17,7 @@ pub struct Prefill<B: ReinBackend> {
     /// `[1, seq, hidden]`.
     pub hidden: Tensor<B, 3>,
     /// The position of the first token after the prompt: its length, or for multimodal
-    /// positions one past the largest ([`MultimodalPositions::next`]); the `i`-th decoded token
+    /// positions one past the largest ([`super::MultimodalPositions::next`]); the `i`-th decoded token
     /// sits at `next + i`, read with the decoder's plain tables ([`CausalLm::rope`]).
     pub next: usize,
 }
