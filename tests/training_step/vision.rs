@@ -244,3 +244,39 @@ fn one_qwen2_vl_and_qwen2_5_vl_grpo_step_matches_pytorch_with_the_encoder_traine
         }
     }
 }
+
+/// A Qwen2-VL batch whose prompts carry no images reads their image tokens as text, at the
+/// tokens' indices — as the sampler reads such a batch — instead of refusing it mid-step.
+#[test]
+fn a_qwen2_vl_row_without_images_reads_its_image_tokens_as_text() {
+    let model = load::<B>(&vlm().join("qwen2_vl_model"), &Default::default()).unwrap();
+    let image = match &model.vision {
+        Some(ImageSide::Qwen2Vl(side)) => side.image_token_id(),
+        _ => panic!("a Qwen2-VL model"),
+    };
+    let row = Row {
+        images: Vec::new(),
+        prompt: vec![5, 6, image, 7],
+        completion: vec![8, 9, 10],
+    };
+    let batch = token_batch(std::slice::from_ref(&row.prompt), std::slice::from_ref(&row.completion));
+    let (packed, _) = rein_posttrain::completion_log_probs(&model, &batch, 1.0, false, &Default::default());
+    let device = Default::default();
+    let tokens: Vec<u32> = row.prompt.iter().chain(&row.completion).copied().collect();
+    let rope = model.rope(tokens.len(), &device);
+    let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
+    let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, tokens.len()]), &device);
+    let hidden = model.hidden(
+        ids,
+        &rein_model::lm::Context::single(&rope, 0, tokens.len(), &device),
+        None,
+    );
+    let plain = row_log_probs(&model, hidden, &row, 1.0);
+    let (packed, plain): (Vec<f32>, Vec<f32>) = (
+        packed.into_data().to_vec().unwrap(),
+        plain.into_data().to_vec().unwrap(),
+    );
+    for (a, b) in packed.iter().zip(&plain) {
+        assert!((a - b).abs() < 1e-6, "{packed:?} vs {plain:?}");
+    }
+}

@@ -258,30 +258,39 @@ impl ConcatenatedRows {
 
     /// Each packed token's multimodal position, for a model whose decoder reads them (Qwen2-VL):
     /// a prompt's tokens at the positions its images give them, its completion's counting on
-    /// from one past the prompt's largest (a completion's image tokens are text), an empty
-    /// prompt's padding slot at 0. `None` for a model whose positions are the tokens' indices.
+    /// from one past the prompt's largest (a completion's image tokens are text, as are those of
+    /// a prompt without images, which the sampler read as text too), an empty prompt's padding
+    /// slot at 0. `None` for a model whose positions are the tokens' indices.
     ///
     /// # Panics
-    /// When a prompt's image tokens do not match its images (the prompts were expanded for
-    /// another processor).
+    /// When a prompt's image tokens do not match its images (the sampler refuses such a batch
+    /// before it is trained on).
     fn multimodal_positions<B: ReinBackend>(&self, model: &CausalLm<B>, batch: &TokenBatch) -> Option<Vec<[i64; 3]>> {
-        let vision = model.vision.as_ref()?;
+        let vision = model.vision.as_ref().filter(|v| v.mrope_section().is_some())?;
         let (p, width) = (batch.prompt_width, batch.prompt_width + batch.completion_width);
         let mut cells = Vec::with_capacity(self.tokens.len());
         for (row, &(count, padded_slot)) in self.rows.iter().enumerate() {
             let padding = &batch.padding[row * width..(row + 1) * width];
             let real = padding.iter().position(|&pad| !pad).unwrap_or(width).min(p);
-            let prompt: Vec<u32> = (batch.tokens[row * width + real..row * width + p].iter())
-                .map(|&t| t as u32)
-                .collect();
-            let images = batch.images.get(row).map_or(&[][..], |i| &i[..]);
-            let prompt = (vision.positions(&prompt, images)?).unwrap_or_else(|e| panic!("row {row}: {e}"));
+            let (positions, next) = match batch.images.get(row).filter(|i| !i.is_empty()) {
+                None => (Vec::new(), 0),
+                Some(images) => {
+                    let prompt: Vec<u32> = (batch.tokens[row * width + real..row * width + p].iter())
+                        .map(|&t| t as u32)
+                        .collect();
+                    let prompt = (vision.positions(&prompt, images))
+                        .expect("a side with multimodal positions gives them")
+                        .unwrap_or_else(|e| panic!("row {row}: {e}"));
+                    (prompt.positions, prompt.next)
+                }
+            };
             if padded_slot {
                 cells.push([0; 3]);
             }
-            let completion = (prompt.next..).map(|position| [position; 3]);
+            // A prompt without images counts from 0, as its tokens' indices do.
+            let after = (next..).map(|position| [position; 3]);
             let real_tokens = count - usize::from(padded_slot);
-            cells.extend(prompt.positions.iter().copied().chain(completion).take(real_tokens));
+            cells.extend(positions.into_iter().chain(after).take(real_tokens));
         }
         Some(cells)
     }
