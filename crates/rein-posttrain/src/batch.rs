@@ -7,7 +7,7 @@
 
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 use rein_model::ReinBackend;
-use rein_model::lm::{CausalLm, Context, Routing, UNROUTED};
+use rein_model::lm::{CausalLm, Context, Rope, Routing, UNROUTED};
 use rein_model::vision::{image_slots, with_image_features};
 
 use crate::PromptPixels;
@@ -260,13 +260,19 @@ impl ConcatenatedRows {
     /// a prompt's tokens at the positions its images give them, its completion's counting on
     /// from one past the prompt's largest (a completion's image tokens are text, as are those of
     /// a prompt without images, which the sampler read as text too), an empty prompt's padding
-    /// slot at 0. `None` for a model whose positions are the tokens' indices.
+    /// slot at 0; with how the decoder's rotary frequencies split over the three axes. `None` for
+    /// a model whose positions are the tokens' indices.
     ///
     /// # Panics
     /// When a prompt's image tokens do not match its images (the sampler refuses such a batch
     /// before it is trained on).
-    fn multimodal_positions<B: ReinBackend>(&self, model: &CausalLm<B>, batch: &TokenBatch) -> Option<Vec<[i64; 3]>> {
-        let vision = model.vision.as_ref().filter(|v| v.mrope_section().is_some())?;
+    fn multimodal_positions<B: ReinBackend>(
+        &self,
+        model: &CausalLm<B>,
+        batch: &TokenBatch,
+    ) -> Option<(Vec<[i64; 3]>, [usize; 3])> {
+        let vision = model.vision.as_ref()?;
+        let section = vision.mrope_section()?;
         let (p, width) = (batch.prompt_width, batch.prompt_width + batch.completion_width);
         let mut cells = Vec::with_capacity(self.tokens.len());
         for (row, &(count, padded_slot)) in self.rows.iter().enumerate() {
@@ -292,7 +298,7 @@ impl ConcatenatedRows {
             let real_tokens = count - usize::from(padded_slot);
             cells.extend(positions.into_iter().chain(after).take(real_tokens));
         }
-        Some(cells)
+        Some((cells, section))
     }
 
     /// The completion token each packed predictor predicts, in [`Self::slots`] order.
@@ -347,10 +353,8 @@ fn completion_hidden<B: ReinBackend>(
     let total = packed.tokens.len();
     // Multimodal positions (Qwen2-VL): one rotary row per packed token, read in order.
     let (rope, positions) = match packed.multimodal_positions(model, batch) {
-        Some(cells) => (
-            (model.vision.as_ref())
-                .and_then(|v| v.rope(model.config(), &cells, device))
-                .expect("multimodal positions come with their tables"),
+        Some((cells, section)) => (
+            Rope::multimodal(model.config(), &cells, section, device),
             (0..total as i64).collect(),
         ),
         None => (

@@ -43,6 +43,7 @@ pub use model::{Attention, CausalLm, DecoderLayer, HEAD_CHUNK_BYTES, MlpBlock};
 pub use moe::{MixtureOfExperts, Routing, UNROUTED, top_k};
 pub use rein_gguf::{Family, GateActivation, LayerAttention, LmConfig, MoeConfig, RopeScaling, TokenIds};
 pub use rms_norm::RmsNorm;
+pub(crate) use rope::base_frequencies;
 pub use rope::{Rope, inverse_frequencies};
 pub use token_classifier::TokenClassifier;
 pub use tokenizer::{ChatMessage, EncodedSteps, LmTokenizer};

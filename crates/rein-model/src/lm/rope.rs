@@ -15,13 +15,18 @@ pub fn inverse_frequencies(config: &LmConfig) -> Vec<f32> {
     frequencies_of(config, config.rope_theta, config.rope_scaling.as_ref())
 }
 
+/// `1 / θ^(2i / dim)` for `i < dim / 2`, in `f32` as transformers computes them: the unscaled
+/// inverse frequencies of `dim` rotated dimensions (a head's, or Qwen2-VL's vision axes' half).
+pub(crate) fn base_frequencies(theta: f64, dim: usize) -> Vec<f32> {
+    let base = theta as f32;
+    (0..dim / 2)
+        .map(|i| 1.0 / base.powf((2 * i) as f32 / dim as f32))
+        .collect()
+}
+
 /// The inverse frequencies of base `theta`, scaled by `scaling`.
 fn frequencies_of(config: &LmConfig, theta: f64, scaling: Option<&super::RopeScaling>) -> Vec<f32> {
-    let dim = config.head_dim();
-    let base = theta as f32;
-    let inv: Vec<f32> = (0..dim / 2)
-        .map(|i| 1.0 / base.powf((2 * i) as f32 / dim as f32))
-        .collect();
+    let inv = base_frequencies(theta, config.head_dim());
     let Some(scaling) = scaling else {
         return inv;
     };

@@ -6,14 +6,12 @@
 
 use burn::module::Module;
 use burn::tensor::Tensor;
-use rein_gguf::LmConfig;
 
 use super::idefics3_vision::Idefics3Vision;
 use super::multimodal_positions::MultimodalPositions;
 use super::processed_image::{ProcessedImage, idefics3_images, qwen2_vl_images};
 use super::qwen2_vl_side::Qwen2VlSide;
 use crate::backend::ReinBackend;
-use crate::lm::Rope;
 
 /// A vision-language model's image side.
 #[derive(Module, Debug)]
@@ -76,16 +74,6 @@ impl<B: ReinBackend> ImageSide<B> {
         match self {
             Self::Idefics3(_) => None,
             Self::Qwen2Vl(v) => Some(v.mrope_section()),
-        }
-    }
-
-    /// The rotary tables of tokens at the multimodal `positions` (one row each, applied at
-    /// positions `0..positions.len()`), for a decoder of `config`; `None` when the side has no
-    /// multimodal positions.
-    pub fn rope(&self, config: &LmConfig, positions: &[[i64; 3]], device: &B::Device) -> Option<Rope<B>> {
-        match self {
-            Self::Idefics3(_) => None,
-            Self::Qwen2Vl(v) => Some(Rope::multimodal(config, positions, v.mrope_section(), device)),
         }
     }
 }

@@ -28,7 +28,7 @@ use rein_gguf::GateActivation;
 use serde_json::Value;
 
 use crate::backend::{ReinBackend, affine};
-use crate::lm::{RmsNorm, Rope};
+use crate::lm::{RmsNorm, Rope, base_frequencies};
 
 /// `vision_config` of a Qwen2-VL `config.json`.
 #[derive(Debug, Clone, PartialEq)]
@@ -377,10 +377,9 @@ impl<B: ReinBackend> Qwen2VlVision<B> {
             .flat_map(|&(t, h, w)| std::iter::repeat_n(h * w, t))
             .collect();
         // Qwen2.5-VL: the merge blocks window by window (each frame's windows stay within it).
-        let windows = self.config.windows.as_ref().map(|w| window_order(grids, m, w.side));
-        let block_order: Option<Vec<usize>> = windows.as_ref().map(|(order, _)| order.clone());
+        let windows = (self.config.windows.as_ref()).map(|w| (w, window_order(grids, m, w.side)));
         let patch_order: Option<Vec<usize>> =
-            (block_order.as_ref()).map(|order| order.iter().flat_map(|&b| b * m * m..(b + 1) * m * m).collect());
+            (windows.as_ref()).map(|(_, (order, _))| order.iter().flat_map(|&b| b * m * m..(b + 1) * m * m).collect());
         let select = |x: Tensor<B, 2>, order: &[usize]| {
             let ids: Vec<i64> = order.iter().map(|&i| i as i64).collect();
             x.select(
@@ -395,8 +394,8 @@ impl<B: ReinBackend> Qwen2VlVision<B> {
         let rope = self.rotary_tables(grids, patch_order.as_deref(), &device);
         let mut x = affine(patches, self.patch_embed.val(), None);
         for (i, block) in self.blocks.iter().enumerate() {
-            let segments = match (&windows, &self.config.windows) {
-                (Some((_, lengths)), Some(w)) if !w.full_blocks.contains(&i) => lengths,
+            let segments = match &windows {
+                Some((w, (_, lengths))) if !w.full_blocks.contains(&i) => lengths,
                 _ => &frames,
             };
             x = self.block(block, x, &rope, segments);
@@ -404,8 +403,8 @@ impl<B: ReinBackend> Qwen2VlVision<B> {
         let e = self.config.embed_dim;
         let merged = self.merger.ln_q.forward(x).reshape([count / (m * m), e * m * m]);
         let features = linear(&self.merger.fc2, gelu(linear(&self.merger.fc1, merged)));
-        match block_order {
-            Some(order) => {
+        match windows {
+            Some((_, (order, _))) => {
                 let mut back = vec![0; order.len()];
                 for (k, &b) in order.iter().enumerate() {
                     back[b] = k;
@@ -436,10 +435,7 @@ impl<B: ReinBackend> Qwen2VlVision<B> {
             None => rows_columns,
         };
         let spatial = self.config.head_dim() / 2;
-        let base = self.config.rope_theta as f32;
-        let inv: Vec<f32> = (0..spatial / 2)
-            .map(|i| 1.0 / base.powf((2 * i) as f32 / spatial as f32))
-            .collect();
+        let inv = base_frequencies(self.config.rope_theta, spatial);
         let quarter = inv.len();
         Rope::of_angles(rows_columns.len(), spatial, device, |patch, i| {
             let (row, column) = rows_columns[patch];

@@ -9,7 +9,7 @@ use super::image_side::ImageSide;
 use super::image_tokens::{image_slots, with_image_features};
 use super::processed_image::ProcessedImage;
 use crate::backend::ReinBackend;
-use crate::lm::{CausalLm, Context, KvCache};
+use crate::lm::{CausalLm, Context, KvCache, Rope};
 
 /// A prompt's forward pass: its last hidden states and where decoding continues.
 #[derive(Debug)]
@@ -97,11 +97,10 @@ impl<B: ReinBackend> CausalLm<B> {
         let multimodal = (self.vision.as_ref())
             .and_then(|v| v.positions(tokens, images))
             .transpose()?;
-        let rope = match &multimodal {
-            Some(m) => (self.vision.as_ref())
-                .and_then(|v| v.rope(self.config(), &m.positions, device))
-                .expect("multimodal positions come with their tables"),
-            None => self.rope(seq.max(1), device),
+        let section = self.vision.as_ref().and_then(ImageSide::mrope_section);
+        let rope = match (&multimodal, section) {
+            (Some(m), Some(section)) => Rope::multimodal(self.config(), &m.positions, section, device),
+            _ => self.rope(seq.max(1), device),
         };
         // Multimodal tables hold one row per token: token `r` reads row `r`.
         let ctx = Context::single(&rope, 0, seq, device);
