@@ -16,7 +16,8 @@
 //! `gen_qwen2_vl_processor.py` (transformers 5.25, Pillow 13): Qwen2-VL's image processor's patches,
 //! grids and expanded prompts for the same images ([`qwen2_vl_processor`]); by `gen_qwen2_vl.py`
 //! (transformers 5.25): a tiny random Qwen2-VL with transformers' multimodal positions, image
-//! features, logits and greedy continuations ([`qwen2_vl`]).
+//! features, logits and greedy continuations ([`qwen2_vl`]). Images shown in the middle of a
+//! conversation read as the whole transcript does ([`images_mid_conversation`]).
 
 #[path = "../common/logits.rs"]
 mod logits;
@@ -24,6 +25,7 @@ mod logits;
 mod tiny_lm;
 
 mod generation;
+mod images_mid_conversation;
 mod loading;
 mod qwen2_vl;
 mod qwen2_vl_processor;

@@ -9,7 +9,8 @@
 //!   theirs, so it keeps its cache row.
 //! - [`Session::append`]: the tokens the environment adds after a turn (a tool result, the next
 //!   turn's header) are prefilled after each sequence's cached tokens, batched; the prefix is
-//!   never encoded again.
+//!   never encoded again. [`Session::append_with_images`] shows a vision-language model the
+//!   images they hold (`session/shown_images.rs`).
 //! - [`Session::begin_turn`] and [`Session::continue_turn`]: a turn decoded a few steps at a
 //!   time (a server sharing itself between sessions); the same tokens as one `turn` call.
 //! - [`Session::end`]: a finished conversation leaves the cache and stops costing compute.
@@ -27,14 +28,16 @@ use burn::tensor::{Bool, Int, Tensor, TensorData};
 use rein_kernels::team;
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, Context, FusedProjections, KvCache, Rope, Routing};
-use rein_model::vision::with_image_features;
+use rein_model::vision::{ProcessedImage, with_image_features};
 
 use crate::token_choice::{Choice, FinishReason, GenerationConfig, TokenCertainty, choose_with_extras};
 use rein_core::SeededRng;
 
 mod prefill;
+mod shown_images;
 
 pub use prefill::{Prefill, PromptImages, PromptPositions};
+use shown_images::{FeedImages, ShownImages};
 
 /// The tokens one sequence sampled in one turn.
 #[derive(Debug, Clone, PartialEq)]
@@ -112,6 +115,13 @@ struct Shard<B: ReinBackend> {
 struct Fed {
     logits: Vec<f32>,
     routes: Option<Vec<Vec<u32>>>,
+}
+
+/// A feed on its way through a shard's cache, with the images it shows.
+struct ShardRun<'a, B: ReinBackend> {
+    cache: &'a mut KvCache<B>,
+    feed: &'a Feed,
+    images: Option<&'a FeedImages<B>>,
 }
 
 /// One forward pass of a shard: `[rows, width]` tokens, positions and padding flags.
@@ -334,7 +344,7 @@ impl<'m, B: ReinBackend> Session<'m, B> {
                 feed
             })
             .collect();
-        let outs = self.run_shards(&busy, &feeds);
+        let outs = self.run_shards(&busy, &feeds, &[]);
         for ((&s, fed), feed) in busy.iter().zip(outs).zip(&feeds) {
             for (row, &seq) in self.shards[s].rows.iter().enumerate() {
                 if feeding[seq] {
@@ -355,11 +365,34 @@ impl<'m, B: ReinBackend> Session<'m, B> {
 
     /// Appends `tokens` after each listed sequence's last turn (its pending token first) and
     /// computes its next-token logits; all of them in one forward pass per shard.
+    ///
+    /// # Panics
+    /// When a vision-language model is appended image tokens ([`Session::append_with_images`]
+    /// shows their images).
     pub fn append(&mut self, additions: &[(usize, Vec<u32>)]) {
+        if let Err(error) = self.append_with_images(additions, &[]) {
+            panic!("appended tokens without their images: {error}");
+        }
+    }
+
+    /// [`Session::append`] where addition `i` shows `images[i]` (none where `images` is
+    /// shorter): its image tokens read their images' features, at the multimodal positions they
+    /// give for a decoder that has them (see `session/shown_images.rs`). An error, before
+    /// anything is appended, names the sequence whose image tokens do not match its images.
+    pub fn append_with_images(
+        &mut self,
+        additions: &[(usize, Vec<u32>)],
+        images: &[&[ProcessedImage]],
+    ) -> Result<(), String> {
         let mut added: Vec<Option<Vec<u32>>> = vec![None; self.sequences.len()];
-        for (seq, tokens) in additions {
+        let mut shown: Vec<Option<ShownImages<B>>> = self.sequences.iter().map(|_| None).collect();
+        for (i, (seq, tokens)) in additions.iter().enumerate() {
             assert!(self.is_live(*seq), "sequence {seq} has ended");
             let sequence = &self.sequences[*seq];
+            let pending = i64::from(sequence.pending.is_some());
+            let shows = images.get(i).copied().unwrap_or_default();
+            shown[*seq] = ShownImages::of(self.model, tokens, shows, sequence.position + pending, &self.device)
+                .map_err(|e| format!("sequence {seq}: {e}"))?;
             let row: Vec<u32> = sequence.pending.iter().copied().chain(tokens.iter().copied()).collect();
             if !row.is_empty() {
                 added[*seq] = Some(row);
@@ -368,6 +401,7 @@ impl<'m, B: ReinBackend> Session<'m, B> {
         let busy: Vec<usize> = (0..self.shards.len())
             .filter(|&s| self.shards[s].rows.iter().any(|&seq| added[seq].is_some()))
             .collect();
+        let mut feed_images = Vec::with_capacity(busy.len());
         let feeds: Vec<Feed> = busy
             .iter()
             .map(|&s| {
@@ -387,16 +421,30 @@ impl<'m, B: ReinBackend> Session<'m, B> {
                     let tokens = added[seq].as_deref().unwrap_or_default();
                     feed.push_row(tokens, self.sequences[seq].position, width, self.pad_id);
                 }
+                let shows: Vec<_> = (rows.iter())
+                    .map(|&seq| {
+                        let sequence = &self.sequences[seq];
+                        (
+                            shown[seq].as_ref(),
+                            usize::from(sequence.pending.is_some()),
+                            sequence.position,
+                        )
+                    })
+                    .collect();
+                feed_images.push(FeedImages::of_feed(self.model, &mut feed, &shows, &self.device));
                 feed
             })
             .collect();
-        let outs = self.run_shards(&busy, &feeds);
+        let outs = self.run_shards(&busy, &feeds, &feed_images);
         for ((&s, fed), feed) in busy.iter().zip(outs).zip(&feeds) {
             for (row, &seq) in self.shards[s].rows.iter().enumerate() {
                 if let Some(tokens) = &added[seq] {
                     let sequence = &mut self.sequences[seq];
                     sequence.pending = None;
-                    sequence.position += tokens.len() as i64;
+                    sequence.position = match &shown[seq] {
+                        Some(shown) => shown.next,
+                        None => sequence.position + tokens.len() as i64,
+                    };
                     sequence.logits.clear();
                     sequence
                         .logits
@@ -407,6 +455,7 @@ impl<'m, B: ReinBackend> Session<'m, B> {
                 }
             }
         }
+        Ok(())
     }
 
     /// Drops `seqs` from the cache: their conversations are over.
@@ -427,9 +476,9 @@ impl<'m, B: ReinBackend> Session<'m, B> {
         }
     }
 
-    /// Runs `feeds[i]` through shard `busy[i]` (in parallel when there are several) and returns
-    /// what each gives.
-    fn run_shards(&mut self, busy: &[usize], feeds: &[Feed]) -> Vec<Fed> {
+    /// Runs `feeds[i]` through shard `busy[i]` (in parallel when there are several), with the
+    /// images `images[i]` shows where there is one, and returns what each gives.
+    fn run_shards(&mut self, busy: &[usize], feeds: &[Feed], images: &[Option<FeedImages<B>>]) -> Vec<Fed> {
         let longest = busy
             .iter()
             .zip(feeds)
@@ -443,17 +492,25 @@ impl<'m, B: ReinBackend> Session<'m, B> {
             self.rope = self.model.rope(longest.next_power_of_two(), &self.device);
         }
         let (model, rope, fused, device) = (self.model, &self.rope, &self.fused, &self.device);
-        let mut caches: Vec<(&mut KvCache<B>, &Feed)> = Vec::with_capacity(busy.len());
-        let mut pending = busy.iter().zip(feeds).peekable();
+        let mut runs: Vec<ShardRun<'_, B>> = Vec::with_capacity(busy.len());
+        let mut pending = (busy.iter().enumerate()).zip(feeds).peekable();
         for (s, shard) in self.shards.iter_mut().enumerate() {
-            if let Some((_, feed)) = pending.next_if(|(b, _)| **b == s) {
-                caches.push((&mut shard.cache, feed));
+            if let Some(((i, _), feed)) = pending.next_if(|((_, b), _)| **b == s) {
+                let images = images.get(i).and_then(Option::as_ref);
+                runs.push(ShardRun {
+                    cache: &mut shard.cache,
+                    feed,
+                    images,
+                });
             }
         }
-        let run =
-            |(cache, feed): &mut (&mut KvCache<B>, &Feed)| forward_feed(model, rope, fused, cache, feed, None, device);
-        let mut outs: Vec<Option<_>> = caches.iter().map(|_| None).collect();
-        team::for_each(caches.iter_mut().zip(&mut outs).collect(), |(shard, out)| {
+        let run = |run: &mut ShardRun<'_, B>| {
+            let rope = run.images.and_then(|i| i.rope.as_ref()).unwrap_or(rope);
+            let images = run.images.map(|i| (&i.features, i.slots.as_slice()));
+            forward_feed(model, rope, fused, run.cache, run.feed, images, device)
+        };
+        let mut outs: Vec<Option<_>> = runs.iter().map(|_| None).collect();
+        team::for_each(runs.iter_mut().zip(&mut outs).collect(), |(shard, out)| {
             *out = Some(run(shard))
         });
         outs.into_iter().map(|out| out.expect("each shard ran")).collect()
