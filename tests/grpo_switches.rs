@@ -622,6 +622,7 @@ fn echo_agent() -> Agent {
         max_turns: 5,
         max_tokens: 400,
         system_prompt: None,
+        images: None,
     }
 }
 

@@ -1,7 +1,8 @@
 //! Language-model training end to end on tiny models, one module per family: the GRPO family
 //! ([`grpo`]), rewards in a run ([`rewards`]), multi-turn recipes ([`multi_turn`]), learning
 //! from preferences ([`preferences`]), process reward models trained on step labels
-//! ([`process_reward`]), a vision-language model on rows with images ([`vision`]).
+//! ([`process_reward`]), a vision-language model on rows with images ([`vision`]) and in episodes
+//! that show it images ([`vision_episodes`]).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -12,6 +13,7 @@ mod preferences;
 mod process_reward;
 mod rewards;
 mod vision;
+mod vision_episodes;
 
 use std::path::Path;
 

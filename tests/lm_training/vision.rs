@@ -187,6 +187,37 @@ fn qwen2_vl_models_train_with_sft_then_grpo_on_image_rows() {
     }
 }
 
+/// Multi-turn GRPO on image rows: each episode opens from its row's prompt and image (the
+/// sandboxed calculator offered), and the trainer reads the image where the sampler showed it.
+#[test]
+fn a_qwen2_vl_model_trains_on_episodes_that_open_with_the_rows_images() {
+    let dir = common::scratch("lm-qwen2_vl-episodes");
+    write_rows(&dir, "wide.png");
+    recipe(&dir, &vlm().join("qwen2_vl_model"), &[]);
+    let path = dir.join("recipe.toml");
+    // Signals score single-turn completions: the episodes are scored by their length instead.
+    let written = std::fs::read_to_string(&path).unwrap().replace(
+        "signal = \"self_certainty\"",
+        "plugin = \"length-penalty\"\nconfig = { max_length = 40, cache_length = 30 }",
+    );
+    let agent = "\n[[tool]]\nplugin = \"calculator\"\n[agent]\nmax_turns = 2\n";
+    std::fs::write(&path, written + agent).unwrap();
+    let loaded = LoadedRecipe::load(&path, &[]).unwrap();
+    let RunOutcome::Lm(outcome) = rein_train::run(&loaded, &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    assert_eq!(outcome.grpo.unwrap().steps, 2);
+    assert!(outcome.after.unwrap().episodes.is_some(), "held-out episodes");
+    for r in &stage_records(&dir.join("runs"), "grpo") {
+        assert!(r["episode/turns"].as_f64().unwrap() >= 1.0, "{r}");
+        let mismatch = r["train/mismatch_kl"].as_f64().unwrap();
+        assert!(
+            mismatch < 1e-6,
+            "the trainer read other images than the episodes showed: {r}"
+        );
+    }
+}
+
 /// `[lora]` on a Qwen2-VL: the decoder's adapters train and nothing else (the vision tower and
 /// the merger stay as they were), and the adapter the run writes names the decoder's modules as
 /// transformers does (`model.language_model.layers…`), its targets a pattern over the decoder's

@@ -38,9 +38,14 @@ pub struct TokenBatch {
     /// Route the forward passes by [`TokenBatch::routes`] (router replay), not only count where
     /// they differ.
     pub replay_routes: bool,
-    /// Per row, its prompt's images for a vision-language model (their features take the
-    /// prompt's image tokens' places): empty for a text row, or no entries at all.
+    /// Per row, the images it shows for a vision-language model, in order: its prompt's, then
+    /// those a multi-turn episode's tools and environment added (their features take the image
+    /// tokens' places there); empty for a text row, or no entries at all.
     pub images: Vec<PromptPixels>,
+    /// `[rows, C]`, true on completion tokens a tool or an environment added to a multi-turn
+    /// episode ([`TokenBatch::keep_in_loss`]): not the model's, so their image tokens read
+    /// images as the prompt's do (the model's own image tokens are text).
+    pub added: Vec<bool>,
 }
 
 impl TokenBatch {
@@ -67,6 +72,7 @@ impl TokenBatch {
             routes: Vec::new(),
             replay_routes: false,
             images: Vec::new(),
+            added: vec![false; rows * c],
         };
         for (prompt, completion) in pairs {
             let pad = p - prompt.len();
@@ -95,14 +101,25 @@ impl TokenBatch {
     }
 
     /// Leaves out of the loss the completion tokens of `row` where `kept` is false (tokens a
-    /// tool or an environment added to a multi-turn episode).
+    /// tool or an environment added to a multi-turn episode), and marks them
+    /// [`TokenBatch::added`].
     pub fn keep_in_loss(&mut self, row: usize, kept: &[bool]) {
         let c = self.completion_width;
-        for (mask, &keep) in self.completion_mask[row * c..(row + 1) * c].iter_mut().zip(kept) {
-            if !keep {
+        let cells = self.completion_mask[row * c..(row + 1) * c].iter_mut();
+        for ((mask, added), &keep) in cells.zip(&mut self.added[row * c..(row + 1) * c]).zip(kept) {
+            if !keep && *mask != 0.0 {
                 *mask = 0.0;
+                *added = true;
             }
         }
+    }
+
+    /// Whether column `col` of `row` reads an image where it holds an image token: a real token
+    /// of a row that shows images, its prompt's or added (not the model's).
+    fn reads_images(&self, row: usize) -> impl Fn(usize) -> bool + '_ {
+        let (p, c) = (self.prompt_width, self.completion_width);
+        let shows = self.images.get(row).is_some_and(|i| !i.is_empty());
+        move |col| shows && !self.padding[row * (p + c) + col] && (col < p || self.added[row * c + col - p])
     }
 
     /// The completion mask as a tensor, `[rows, C]`.
@@ -135,6 +152,7 @@ impl TokenBatch {
                 true => Vec::new(),
                 false => rows.iter().map(|&r| self.images[r].clone()).collect(),
             },
+            added: select_rows(&self.added, rows, c),
         }
     }
 
@@ -172,14 +190,20 @@ struct ConcatenatedRows {
     predictors: Vec<i64>,
     /// Where each of those goes in `[rows, C]`.
     slots: Vec<i64>,
-    /// Per packed token, whether it is a prompt's (only a prompt's image tokens read images).
-    in_prompt: Vec<bool>,
+    /// Per packed token, whether its row shows images and it is not the model's (a prompt's, or
+    /// added by a tool or the environment): only such image tokens read images.
+    reads_images: Vec<bool>,
+    /// The image tokens that read images in the rows whole (a row's last token, which is not
+    /// packed, may be one): how many features the rows' images must give.
+    image_tokens: usize,
     /// Per batch row: its packed tokens, and whether the first is an empty prompt's padding slot.
     rows: Vec<(usize, bool)>,
 }
 
 impl ConcatenatedRows {
-    fn new(batch: &TokenBatch) -> Self {
+    /// The rows of `batch` packed; `image_token` counts [`Self::image_tokens`] (a
+    /// vision-language model's).
+    fn new(batch: &TokenBatch, image_token: Option<u32>) -> Self {
         let (p, c) = (batch.prompt_width, batch.completion_width);
         let width = p + c;
         let mut packed = ConcatenatedRows {
@@ -188,7 +212,8 @@ impl ConcatenatedRows {
             lengths: Vec::new(),
             predictors: Vec::new(),
             slots: Vec::new(),
-            in_prompt: Vec::new(),
+            reads_images: Vec::new(),
+            image_tokens: 0,
             rows: Vec::new(),
         };
         for row in 0..batch.rows {
@@ -201,10 +226,17 @@ impl ConcatenatedRows {
             let first = real.min(p - 1);
             let end = p + completion - 1;
             let start = packed.tokens.len();
+            let reads = batch.reads_images(row);
             for col in first..end {
                 packed.tokens.push(batch.tokens[row * width + col]);
                 packed.positions.push(batch.positions[row * width + col]);
-                packed.in_prompt.push(col < p);
+                packed.reads_images.push(reads(col));
+            }
+            if let Some(token) = batch.images.get(row).filter(|i| !i.is_empty()).and(image_token) {
+                let cells = (real..p + completion).filter(|&col| reads(col));
+                packed.image_tokens += cells
+                    .filter(|&col| batch.tokens[row * width + col] == i64::from(token))
+                    .count();
             }
             if first < real && end > first {
                 packed.lengths.push(1);
@@ -242,29 +274,29 @@ impl ConcatenatedRows {
             .as_ref()
             .expect("a batch with images trains a vision-language model");
         let token = vision.image_token_id();
-        let cells = (self.tokens.iter().zip(&self.in_prompt)).map(|(&t, &prompt)| match prompt {
+        let cells = (self.tokens.iter().zip(&self.reads_images)).map(|(&t, &reads)| match reads {
             true => t as u32,
             false => u32::MAX,
         });
         let slots = image_slots(cells, token);
         let features = vision.image_features(batch.images.iter().flat_map(|i| i.iter()), device);
-        let (tokens, [rows, _]) = (slots.iter().flatten().count(), features.dims());
+        let (tokens, [rows, _]) = (self.image_tokens, features.dims());
         assert_eq!(
             tokens, rows,
-            "the prompts hold {tokens} image tokens for {rows} image features"
+            "the rows hold {tokens} image tokens for {rows} image features"
         );
         with_image_features(embeddings, &slots, features)
     }
 
     /// Each packed token's multimodal position, for a model whose decoder reads them (Qwen2-VL):
-    /// a prompt's tokens at the positions its images give them, its completion's counting on
-    /// from one past the prompt's largest (a completion's image tokens are text, as are those of
-    /// a prompt without images, which the sampler read as text too), an empty prompt's padding
-    /// slot at 0; with how the decoder's rotary frequencies split over the three axes. `None` for
-    /// a model whose positions are the tokens' indices.
+    /// one scan over each row's tokens, as the sampler's prefill, decoding and appended turns
+    /// number them (the image tokens that read images at the positions their images give them,
+    /// every other token — the model's own image tokens, those of a row without images — as
+    /// text), an empty prompt's padding slot at 0; with how the decoder's rotary frequencies
+    /// split over the three axes. `None` for a model whose positions are the tokens' indices.
     ///
     /// # Panics
-    /// When a prompt's image tokens do not match its images (the sampler refuses such a batch
+    /// When a row's image tokens do not match its images (the sampler refuses such a row
     /// before it is trained on).
     fn multimodal_positions<B: ReinBackend>(
         &self,
@@ -278,25 +310,33 @@ impl ConcatenatedRows {
         for (row, &(count, padded_slot)) in self.rows.iter().enumerate() {
             let padding = &batch.padding[row * width..(row + 1) * width];
             let real = padding.iter().position(|&pad| !pad).unwrap_or(width).min(p);
-            let (positions, next) = match batch.images.get(row).filter(|i| !i.is_empty()) {
-                None => (Vec::new(), 0),
+            let end = p + padding[p..].iter().take_while(|&&pad| !pad).count();
+            let positions = match batch.images.get(row).filter(|i| !i.is_empty()) {
+                None => Vec::new(),
                 Some(images) => {
-                    let prompt: Vec<u32> = (batch.tokens[row * width + real..row * width + p].iter())
-                        .map(|&t| t as u32)
+                    let reads = batch.reads_images(row);
+                    let tokens: Vec<u32> = (real..end)
+                        .map(|col| match reads(col) {
+                            true => batch.tokens[row * width + col] as u32,
+                            false => u32::MAX,
+                        })
                         .collect();
-                    let prompt = (vision.positions(&prompt, images))
+                    (vision.positions(&tokens, images))
                         .expect("a side with multimodal positions gives them")
-                        .unwrap_or_else(|e| panic!("row {row}: {e}"));
-                    (prompt.positions, prompt.next)
+                        .unwrap_or_else(|e| panic!("row {row}: {e}"))
+                        .positions
                 }
             };
             if padded_slot {
                 cells.push([0; 3]);
             }
-            // A prompt without images counts from 0, as its tokens' indices do.
-            let after = (next..).map(|position| [position; 3]);
+            // A row without images counts from 0, as its tokens' indices do.
             let real_tokens = count - usize::from(padded_slot);
-            cells.extend(positions.into_iter().chain(after).take(real_tokens));
+            let text = (0..).map(|position| [position; 3]);
+            match positions.is_empty() {
+                true => cells.extend(text.take(real_tokens)),
+                false => cells.extend(positions.into_iter().take(real_tokens)),
+            }
         }
         Some((cells, section))
     }
@@ -346,7 +386,7 @@ fn completion_hidden<B: ReinBackend>(
     batch: &TokenBatch,
     device: &B::Device,
 ) -> Option<(Tensor<B, 2>, ConcatenatedRows, Option<Routing<B>>)> {
-    let packed = ConcatenatedRows::new(batch);
+    let packed = ConcatenatedRows::new(batch, model.vision.as_ref().map(|v| v.image_token_id()));
     if packed.predictors.is_empty() {
         return None;
     }
@@ -601,7 +641,7 @@ mod tests {
     fn packing_drops_padding_and_last_tokens_and_finds_each_predictor() {
         // Rows: [5 6 7 | 8 _], [_ _ 9 | 10 11], and an empty prompt [_ _ _ | 12 _].
         let batch = TokenBatch::new(&[(&[5, 6, 7], &[8]), (&[9], &[10, 11]), (&[], &[12])], 0);
-        let packed = ConcatenatedRows::new(&batch);
+        let packed = ConcatenatedRows::new(&batch, None);
         // Row 0 keeps 5 6 7 (8 predicts nothing); row 1 keeps 9 10; row 2 keeps the padding
         // slot before its completion, which predicts 12, alone.
         assert_eq!(packed.tokens, vec![5, 6, 7, 9, 10, 0]);
@@ -611,7 +651,7 @@ mod tests {
         assert_eq!(packed.slots, vec![0, 2, 3, 4]);
         // An empty prompt before two completion tokens: the slot, then the first token alone.
         let batch = TokenBatch::new(&[(&[5], &[8]), (&[], &[12, 13, 14])], 0);
-        let packed = ConcatenatedRows::new(&batch);
+        let packed = ConcatenatedRows::new(&batch, None);
         assert_eq!(packed.tokens, vec![5, 0, 12, 13]);
         assert_eq!(packed.lengths, vec![1, 1, 2]);
         assert_eq!(packed.predictors, vec![0, 1, 2, 3]);

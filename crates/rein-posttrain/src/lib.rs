@@ -39,7 +39,9 @@ pub use data::preferences::{
     PreferenceExample, PreferencePair, Skipped, pairs_from_examples, prepare_preferences, read_preferences,
     report_skipped,
 };
-pub use data::prompt_images::{PromptImageFiles, PromptImageReader, PromptPixels, chat_message, with_markers};
+pub use data::prompt_images::{
+    PromptImageFiles, PromptImageReader, PromptPixels, chat_message, message_parts, with_markers,
+};
 pub use data::prompts::{Prompt, data_dir, opening_messages, prepare};
 pub(crate) use data::prompts::{source_label, source_of};
 pub use data::shapes::generate_shapes_task;

@@ -58,6 +58,17 @@ impl ImageProcessor {
         }
     }
 
+    /// The image token `text` holds as text when it may not: a text's image tokens are only
+    /// those its `<image>` markers expand to (Qwen2-VL's `<|image_pad|>` written into a tool's
+    /// result would otherwise read an image that is not there). Idefics3's image token is the
+    /// marker itself, which the marker count checks.
+    pub fn stray_image_token(&self, text: &str) -> Option<&'static str> {
+        match self {
+            Self::Idefics3(_) => None,
+            Self::Qwen2Vl(_) => text.contains(QWEN2_VL_IMAGE_TOKEN).then_some(QWEN2_VL_IMAGE_TOKEN),
+        }
+    }
+
     /// Whether images are converted to RGB (an alpha channel composited over white) first.
     pub fn converts_to_rgb(&self) -> bool {
         match self {

@@ -29,6 +29,12 @@ pub fn with_markers(text: &str, count: usize) -> Result<String, String> {
 /// A user message with `text`'s `<image>` markers (one per image) as image parts between its
 /// text parts, as a vision-language model's chat template reads it.
 pub fn chat_message(text: &str) -> Value {
+    message_parts("user", text)
+}
+
+/// A message of `role` as content parts: `text`'s `<image>` markers as image parts between its
+/// text parts (the form every vision-language model's chat template reads).
+pub fn message_parts(role: &str, text: &str) -> Value {
     let mut parts = Vec::new();
     for (i, piece) in text.split(IMAGE_TOKEN).enumerate() {
         if i > 0 {
@@ -38,7 +44,7 @@ pub fn chat_message(text: &str) -> Value {
             parts.push(json!({"type": "text", "text": piece}));
         }
     }
-    json!({"role": "user", "content": parts})
+    json!({"role": role, "content": parts})
 }
 
 /// The files of a model directory that hold its image processor's settings.
@@ -105,6 +111,19 @@ impl PromptImageReader {
             files.push(Image::new(bytes).map_err(|e| format!("{name}: {e}"))?);
         }
         Ok((images, files))
+    }
+
+    /// `images` (files a plugin returned) decoded within the limits and processed, in order; an
+    /// error names the image (its index and media type) and what was wrong or which limit it
+    /// passed.
+    pub fn read_files(&self, images: &[Image]) -> Result<Vec<ProcessedImage>, String> {
+        (images.iter().enumerate())
+            .map(|(i, image)| {
+                let name = format!("image {i} ({})", image.media_type());
+                let pixels = decode_rgb(image.bytes(), self.limits).map_err(|e| format!("{name}: {e}"))?;
+                self.processor.process(&pixels).map_err(|e| format!("{name}: {e}"))
+            })
+            .collect()
     }
 
     /// `text`, whose `<image>` markers stand one for each of `images`, with each marker

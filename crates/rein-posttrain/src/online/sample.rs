@@ -48,7 +48,8 @@ pub(super) struct Rollout {
     /// Where each token's text ends in `text`, in characters ([`token_char_ends`]): decoded the
     /// first time a reward's token inputs or the process advantage need it, then kept.
     pub(super) char_ends: std::sync::OnceLock<Vec<usize>>,
-    /// The opening's images (a vision-language model's prompt); empty otherwise.
+    /// The images its tokens show, for a vision-language model (the opening's, then those the
+    /// tools and the environment added); empty otherwise.
     pub(super) images: crate::PromptPixels,
 }
 
@@ -447,7 +448,7 @@ impl From<Episode> for Rollout {
             routes: None,
             certainty: Vec::new(),
             char_ends: Default::default(),
-            images: Default::default(),
+            images: transcript.images().into(),
         }
     }
 }

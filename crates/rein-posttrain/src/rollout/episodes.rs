@@ -12,19 +12,29 @@
 //!
 //! Tokens in, tokens out: each episode is a [`Transcript`] of the ids the model sampled and the
 //! ids the template adds for the environment's messages, which the cache extends as they are.
+//!
+//! A vision-language model is shown images: its prompts', a tool's result's (e.g. the crop a
+//! "zoom" tool made; its `<image>` markers, or all its images before its text) and the text
+//! environment's messages' (one `<image>` marker per image). Each is read within the image
+//! limits, its place expanded to its tokens, and its features read once as the cache extends
+//! ([`Session::append_with_images`]); the trainer reads the same images at the same tokens. A
+//! tool's image that cannot be shown (undecodable, over a limit, markers that do not match, an
+//! image token written as text) is an error message for the model, counted; an environment's
+//! is an error naming the environment and the episode. A text model is shown no images.
 
 use std::collections::BTreeMap;
 
-use rein_core::{EpisodeStart, TextEnv, Tool, ToolError, ToolErrorKind, Turn};
+use rein_core::{EpisodeStart, Image, TextEnv, Tool, ToolError, ToolErrorKind, Turn, count_markers};
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, ChatMessage, LmTokenizer};
-use rein_sampler::{AfterTurn, FinishReason, GenerationConfig, Session};
+use rein_model::vision::ProcessedImage;
+use rein_sampler::{AfterTurn, FinishReason, GenerationConfig, Prefill, PromptImages, Session, prompt_seed};
 use serde_json::json;
 
 use crate::LmError;
 use crate::rollout::tool_calls::{CLOSE, parse_tool_calls, unknown_tool};
 use crate::rollout::transcript::Transcript;
-use crate::{Prompt, opening_messages, stop_check};
+use crate::{Prompt, PromptImageReader, opening_messages, stop_check, with_markers};
 
 /// What episodes may use and how long they may last.
 pub struct Agent {
@@ -38,6 +48,10 @@ pub struct Agent {
     pub max_tokens: usize,
     /// The system message before each prompt, without an environment (the data's).
     pub system_prompt: Option<String>,
+    /// A vision-language model's image reader: the images of prompts, tool results and the
+    /// environment's messages are shown to the model, read within its limits. `None` for a
+    /// text model.
+    pub images: Option<PromptImageReader>,
 }
 
 impl Agent {
@@ -95,6 +109,33 @@ pub struct TurnRecord {
     pub state_after: Option<String>,
 }
 
+/// What the tools or the environment add after a model's turn: messages, and the images they
+/// show (one per `<image>` marker of their text, in order).
+struct Reply {
+    messages: Vec<ChatMessage>,
+    images: Vec<ProcessedImage>,
+}
+
+/// The images `files` that `texts` show, read for the model: one `<image>` marker per image
+/// over the texts, and no image token written as text. An error says what is wrong (the caller
+/// names the plugin). A text model (no `reader`) is shown no images; its texts are only text.
+fn show(reader: Option<&PromptImageReader>, texts: &[&str], files: &[Image]) -> Result<Vec<ProcessedImage>, String> {
+    let Some(reader) = reader else {
+        return match files.len() {
+            0 => Ok(Vec::new()),
+            count => Err(format!("{count} image(s), but the model reads no images")),
+        };
+    };
+    if let Some(token) = texts.iter().find_map(|t| reader.processor.stray_image_token(t)) {
+        return Err(format!("its text holds `{token}`, which only an image's place may"));
+    }
+    let markers = count_markers(texts.iter().copied());
+    if markers != files.len() {
+        return Err(format!("{markers} `<image>` markers for {} image(s)", files.len()));
+    }
+    reader.read_files(files)
+}
+
 /// Plays `config.n` episodes of each prompt (episode `i * n + j` is sample `j` of prompt `i`),
 /// `config.max_new_tokens` tokens at most per turn. `first_id` numbers the episodes for the
 /// environment (ids must not repeat within a run).
@@ -111,10 +152,7 @@ pub fn play<B: ReinBackend>(
     let count = prompts.len() * n;
     let ids: Vec<u64> = (0..count as u64).map(|i| first_id + i).collect();
     let mut episodes = open(tokenizer, agent, prompts, n, &ids)?;
-    let prompts: Vec<Vec<u32>> = episodes.iter().map(|e| e.transcript.tokens().to_vec()).collect();
-    let per_episode = GenerationConfig { n: 1, ..config.clone() };
-    let pad = tokenizer.pad_id().unwrap_or(0);
-    let mut session = Session::start(model, &prompts, &per_episode, pad, device);
+    let mut session = start_session(model, tokenizer, &episodes, config, device)?;
     let mut live: Vec<usize> = (0..count).collect();
     let close = [CLOSE.to_string()];
     let mut closes_call = stop_check(tokenizer, &close);
@@ -125,7 +163,7 @@ pub fn play<B: ReinBackend>(
                 .collect();
             let mut stop = |seq: usize, tokens: &[u32]| tokens.len() >= remaining[seq] || closes_call(seq, tokens);
             let outputs = session.turn(&live, AfterTurn::Keep, &mut stop);
-            let mut replies: Vec<(usize, Vec<ChatMessage>)> = Vec::new();
+            let mut replies: Vec<(usize, Reply)> = Vec::new();
             let mut to_env: Vec<(usize, String)> = Vec::new();
             let mut finished: Vec<usize> = Vec::new();
             for (&e, out) in live.iter().zip(outputs) {
@@ -148,8 +186,8 @@ pub fn play<B: ReinBackend>(
                 // is an error for the model) or the environment.
                 let calls = parse_tool_calls(&content);
                 if !calls.is_empty() && !episode.offered.is_empty() {
-                    let messages = episode.call_tools(&mut agent.tools, calls);
-                    replies.push((e, messages));
+                    let reply = episode.call_tools(&mut agent.tools, agent.images.as_ref(), calls);
+                    replies.push((e, reply));
                 } else if agent.env.is_some() {
                     to_env.push((e, content));
                 } else {
@@ -162,11 +200,15 @@ pub fn play<B: ReinBackend>(
                 let turns: Vec<Turn> = (to_env.into_iter())
                     .map(|(e, content)| Turn { id: ids[e], content })
                     .collect();
-                let replied = env_replies(env, &turns, first_id, &mut episodes, &mut finished)?;
+                let reader = agent.images.as_ref();
+                let replied = env_replies(env, reader, &turns, first_id, &mut episodes, &mut finished)?;
                 replies.extend(replied);
             }
-            let additions = admit_replies(tokenizer, agent, replies, &mut episodes, &mut finished)?;
-            session.append(&additions);
+            let appended = admit_replies(tokenizer, agent, replies, &mut episodes, &mut finished)?;
+            let shown: Vec<&[ProcessedImage]> = appended.images.iter().map(Vec::as_slice).collect();
+            session
+                .append_with_images(&appended.tokens, &shown)
+                .map_err(|e| LmError::Unsupported(format!("multi-turn episodes: {e}")))?;
             session.end(&finished);
             live.retain(|e| !finished.contains(e));
         }
@@ -182,16 +224,40 @@ pub fn play<B: ReinBackend>(
     Ok(episodes)
 }
 
+/// The session every episode's turns are decoded in, each prefilled from its opening (its
+/// images read once, for a vision-language model), one sequence per episode.
+fn start_session<'m, B: ReinBackend>(
+    model: &'m CausalLm<B>,
+    tokenizer: &LmTokenizer,
+    episodes: &[Episode],
+    config: &GenerationConfig,
+    device: &B::Device,
+) -> Result<Session<'m, B>, LmError> {
+    let prompts: Vec<Vec<u32>> = episodes.iter().map(|e| e.transcript.tokens().to_vec()).collect();
+    let images: Vec<&[ProcessedImage]> = episodes.iter().map(|e| e.transcript.images()).collect();
+    let per_episode = GenerationConfig { n: 1, ..config.clone() };
+    let pad = tokenizer.pad_id().unwrap_or(0);
+    let seeds: Vec<u64> = (0..prompts.len()).map(|p| prompt_seed(config.seed, p)).collect();
+    let prefill = Prefill::new(model, &prompts, &seeds, &per_episode, pad, usize::MAX, device);
+    let unusable = |e: String| LmError::Unsupported(format!("multi-turn episodes: {e}"));
+    let prefill = match PromptImages::of_prompts(model.vision.as_ref(), &prompts, &images, device).map_err(unusable)? {
+        Some(images) => prefill.with_images(images).map_err(unusable)?,
+        None => prefill,
+    };
+    Ok(prefill.into_session())
+}
+
 /// The environment's replies to the model's turns `turns`: rewards, state keys and components
 /// recorded on each episode; an episode the environment ends joins `finished`, the others'
 /// messages are returned for their next turn.
 fn env_replies(
     env: &mut dyn TextEnv,
+    reader: Option<&PromptImageReader>,
     turns: &[Turn],
     first_id: u64,
     episodes: &mut [Episode],
     finished: &mut Vec<usize>,
-) -> Result<Vec<(usize, Vec<ChatMessage>)>, LmError> {
+) -> Result<Vec<(usize, Reply)>, LmError> {
     let mut replies = Vec::new();
     if turns.is_empty() {
         return Ok(replies);
@@ -209,62 +275,68 @@ fn env_replies(
         for (name, value) in reply.components {
             *episode.env_components.entry(name).or_default() += value;
         }
-        refuse_images(
-            env.name(),
-            &format!("its reply to episode {}", turn.id),
-            reply.images.len(),
-        )?;
-        match reply.done {
-            true => finished.push(e),
-            false => replies.push((e, reply.messages.into_iter().map(ChatMessage::from).collect())),
+        if reply.done {
+            finished.push(e);
+            continue;
         }
+        let texts: Vec<&str> = reply.messages.iter().map(|m| m.content.as_str()).collect();
+        let images = show(reader, &texts, &reply.images)
+            .map_err(|e| unshowable(env.name(), &format!("its reply to episode {}", turn.id), e))?;
+        let messages = reply.messages.into_iter().map(ChatMessage::from).collect();
+        replies.push((e, Reply { messages, images }));
     }
     Ok(replies)
 }
 
-/// Refuses `count` images from the text environment `env` (in `what`): an episode is a
-/// conversation of text, so the model could not see them.
-fn refuse_images(env: &str, what: &str, count: usize) -> Result<(), LmError> {
-    match count {
-        0 => Ok(()),
-        _ => Err(LmError::Unsupported(format!(
-            "text environment `{env}` returned {count} image(s) in {what}, but multi-turn episodes are \
-             conversations of text: the model would not see them"
-        ))),
-    }
+/// The error for images the text environment `env` gave in `what` that cannot be shown.
+fn unshowable(env: &str, what: &str, error: String) -> LmError {
+    LmError::Unsupported(format!("text environment `{env}`: {what} cannot be shown: {error}"))
 }
 
-/// Appends the tools' and environment's messages to their episodes' transcripts; returns the
-/// tokens each episode's next turn starts from. An episode out of turns or tokens joins
-/// `finished`, truncated.
+/// What the replies add to the episodes that go on: per episode the tokens its next turn starts
+/// from, and the images they show.
+struct Appended {
+    tokens: Vec<(usize, Vec<u32>)>,
+    images: Vec<Vec<ProcessedImage>>,
+}
+
+/// Appends the tools' and environment's messages to their episodes' transcripts; returns what
+/// the episodes' caches must take in. An episode out of turns or tokens joins `finished`,
+/// truncated.
 fn admit_replies(
     tokenizer: &LmTokenizer,
     agent: &Agent,
-    replies: Vec<(usize, Vec<ChatMessage>)>,
+    replies: Vec<(usize, Reply)>,
     episodes: &mut [Episode],
     finished: &mut Vec<usize>,
-) -> Result<Vec<(usize, Vec<u32>)>, LmError> {
-    let mut additions = Vec::with_capacity(replies.len());
-    for (e, messages) in replies {
+) -> Result<Appended, LmError> {
+    let mut appended = Appended {
+        tokens: Vec::with_capacity(replies.len()),
+        images: Vec::with_capacity(replies.len()),
+    };
+    for (e, Reply { messages, images }) in replies {
         let episode = &mut episodes[e];
         if episode.turns >= agent.max_turns {
             episode.truncated = true;
             finished.push(e);
             continue;
         }
-        let added = episode.transcript.push_env_messages(tokenizer, messages)?.to_vec();
+        let added = (episode.transcript)
+            .push_env_messages_with_images(tokenizer, messages, images.clone())?
+            .to_vec();
         if episode.used() >= agent.max_tokens {
             episode.truncated = true;
             finished.push(e);
             continue;
         }
-        additions.push((e, added));
+        appended.tokens.push((e, added));
+        appended.images.push(images);
     }
-    Ok(additions)
+    Ok(appended)
 }
 
 /// Opens every episode: from the environment's openings when there is one, else from the
-/// prompt (after the system prompt) with every tool offered.
+/// prompt (after the system prompt, its images shown) with every tool offered.
 fn open(
     tokenizer: &LmTokenizer,
     agent: &mut Agent,
@@ -273,7 +345,8 @@ fn open(
     ids: &[u64],
 ) -> Result<Vec<Episode>, LmError> {
     let all_tools: Vec<String> = agent.tools.iter().map(|t| t.spec().name.clone()).collect();
-    let opened: Vec<(Vec<ChatMessage>, Vec<String>)> = match agent.env.as_deref_mut() {
+    let reader = agent.images.as_ref();
+    let opened: Vec<(Vec<ChatMessage>, Vec<String>, Vec<ProcessedImage>)> = match agent.env.as_deref_mut() {
         Some(env) => {
             let starts: Vec<EpisodeStart> = (0..prompts.len() * n)
                 .map(|e| {
@@ -291,25 +364,29 @@ fn open(
             let from_env = env.reset(&starts)?;
             (from_env.into_iter().zip(&starts))
                 .map(|(o, start)| {
-                    refuse_images(
-                        env.name(),
-                        &format!("the opening of episode {}", start.id),
-                        o.images.len(),
-                    )?;
-                    Ok((o.messages.into_iter().map(ChatMessage::from).collect(), o.tools))
+                    let texts: Vec<&str> = o.messages.iter().map(|m| m.content.as_str()).collect();
+                    let images = show(reader, &texts, &o.images)
+                        .map_err(|e| unshowable(env.name(), &format!("the opening of episode {}", start.id), e))?;
+                    let messages = o.messages.into_iter().map(ChatMessage::from).collect();
+                    Ok((messages, o.tools, images))
                 })
                 .collect::<Result<_, LmError>>()?
         }
         None => (0..prompts.len() * n)
             .map(|e| {
-                let messages = opening_messages(&prompts[e / n].text, agent.system_prompt.as_deref());
-                (messages, all_tools.clone())
+                let prompt = prompts[e / n];
+                let text = match prompt.images.len() {
+                    0 => prompt.text.clone(),
+                    count => with_markers(&prompt.text, count).map_err(LmError::Unsupported)?,
+                };
+                let messages = opening_messages(&text, agent.system_prompt.as_deref());
+                Ok((messages, all_tools.clone(), prompt.images.to_vec()))
             })
-            .collect(),
+            .collect::<Result<_, LmError>>()?,
     };
     opened
         .into_iter()
-        .map(|(messages, offered)| {
+        .map(|(messages, offered, images)| {
             if let Some(unknown) = offered.iter().find(|name| !all_tools.contains(name)) {
                 return Err(LmError::Unsupported(format!(
                     "the text environment offers the tool `{unknown}`, which is not among the recipe's [[tool]]s ({})",
@@ -317,8 +394,12 @@ fn open(
                 )));
             }
             let schemas = agent.schemas(Some(&offered));
+            let transcript = match &agent.images {
+                Some(reader) => Transcript::open_with_images(tokenizer, messages, schemas, &reader.processor, images)?,
+                None => Transcript::open(tokenizer, messages, schemas)?,
+            };
             Ok(Episode {
-                transcript: Transcript::open(tokenizer, messages, schemas)?,
+                transcript,
                 turns: 0,
                 tool_calls: 0,
                 tool_errors: BTreeMap::new(),
@@ -344,10 +425,12 @@ impl Episode {
     fn call_tools(
         &mut self,
         tools: &mut [Box<dyn Tool>],
+        reader: Option<&PromptImageReader>,
         calls: Vec<Result<crate::rollout::tool_calls::ToolCall, ToolError>>,
-    ) -> Vec<ChatMessage> {
+    ) -> Reply {
         let offered: Vec<&str> = self.offered.iter().map(String::as_str).collect();
-        calls
+        let mut images = Vec::new();
+        let messages = calls
             .into_iter()
             .map(|call| {
                 self.tool_calls += 1;
@@ -359,17 +442,21 @@ impl Episode {
                         None => Err(unknown_tool(&call.name, &offered)),
                     }
                 });
-                let result = result.and_then(|output| match output.images.len() {
-                    0 => Ok(output.text),
-                    count => Err(ToolError::new(
-                        ToolErrorKind::Host,
-                        format!(
-                            "the tool's output holds {count} image(s), which this conversation of text cannot show"
-                        ),
-                    )),
+                let result = result.and_then(|output| {
+                    let cannot = |e: String| {
+                        ToolError::new(ToolErrorKind::Host, format!("the tool's output cannot be shown: {e}"))
+                    };
+                    let text = match (output.images.len(), reader) {
+                        (0, _) | (_, None) => output.text,
+                        (count, Some(_)) => with_markers(&output.text, count).map_err(cannot)?,
+                    };
+                    Ok((show(reader, &[&text], &output.images).map_err(cannot)?, text))
                 });
                 let content = match result {
-                    Ok(output) => output,
+                    Ok((shown, text)) => {
+                        images.extend(shown);
+                        text
+                    }
                     Err(error) => {
                         *self.tool_errors.entry(error.kind.as_str()).or_default() += 1;
                         format!("error: {}", error.message)
@@ -380,7 +467,8 @@ impl Episode {
                     content,
                 }
             })
-            .collect()
+            .collect();
+        Reply { messages, images }
     }
 }
 
@@ -460,7 +548,8 @@ mod tests {
             <tool_call>{name: add}</tool_call>
             <tool_call>{"name": "add", "arguments": {"draw": true}}</tool_call>
             <tool_call>{"name": "add""#;
-        let messages = episode.call_tools(&mut tools, parse_tool_calls(turn));
+        let Reply { messages, images } = episode.call_tools(&mut tools, None, parse_tool_calls(turn));
+        assert!(images.is_empty());
         let contents: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
         assert!(messages.iter().all(|m| m.role == "tool"));
         assert_eq!(contents[0], "3");
@@ -474,12 +563,88 @@ mod tests {
         // A text model cannot be shown a tool's images.
         assert_eq!(
             contents[4],
-            "error: the tool's output holds 1 image(s), which this conversation of text cannot show"
+            "error: the tool's output cannot be shown: 1 image(s), but the model reads no images"
         );
         assert!(contents[5].contains("not closed"), "{}", contents[5]);
         assert_eq!(episode.tool_calls, 6);
         let expected: BTreeMap<&str, usize> =
             [("host", 1), ("malformed", 2), ("timeout", 1), ("unknown_tool", 1)].into();
         assert_eq!(episode.tool_errors, expected);
+    }
+
+    /// Returns what its arguments say: `{"text": …, "images": [file names]}`.
+    struct Camera(ToolSpec);
+
+    impl Tool for Camera {
+        fn spec(&self) -> &ToolSpec {
+            &self.0
+        }
+
+        fn call(&mut self, arguments: &str) -> Result<ToolOutput, ToolError> {
+            let args: serde_json::Value = serde_json::from_str(arguments).unwrap();
+            let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/vlm/images");
+            let images = (args["images"].as_array().unwrap().iter())
+                .map(|name| match name.as_str().unwrap() {
+                    "broken.png" => rein_core::Image::new(b"\x89PNG\r\n\x1a\nbroken".to_vec()).unwrap(),
+                    name => rein_core::Image::new(std::fs::read(fixtures.join(name)).unwrap()).unwrap(),
+                })
+                .collect();
+            Ok(ToolOutput {
+                text: args["text"].as_str().unwrap().into(),
+                images,
+            })
+        }
+    }
+
+    /// A vision-language model is shown a tool's images: all before its text when it marks
+    /// none, where it marks them otherwise. An image that cannot be decoded or is over the
+    /// limits, markers that do not match the images, or Qwen2-VL's image token written as text
+    /// are error messages for the model, counted, and show nothing.
+    #[test]
+    fn a_tools_images_are_shown_to_a_vision_language_model_or_refused_to_it() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/vlm/qwen2_vl_model");
+        let model: CausalLm<burn::backend::Flex> = rein_model::lm::load(&dir, &Default::default()).unwrap();
+        let mut reader = PromptImageReader::load(&dir, model.vision.as_ref().unwrap()).unwrap();
+        reader.limits.max_pixels = 1_000;
+        let spec = ToolSpec {
+            name: "camera".into(),
+            description: "shows".into(),
+            parameters: "{}".into(),
+        };
+        let mut tools: Vec<Box<dyn Tool>> = vec![Box::new(Camera(spec))];
+        let mut episode = playing(&["camera"]);
+        let call = |text: &str, images: &[&str]| {
+            let arguments = json!({"text": text, "images": images});
+            format!(r#"<tool_call>{{"name": "camera", "arguments": {arguments}}}</tool_call>"#)
+        };
+        let turn = [
+            call("a crop", &["grey.png"]),
+            call("left <image> right <image>", &["grey.png", "small_rgba.png"]),
+            call("one <image>", &["grey.png", "grey.png"]),
+            call("no image <image>", &[]),
+            call("text <|image_pad|>", &[]),
+            call("bad", &["broken.png"]),
+            call("large", &["wide.png", "tall.png"]),
+        ]
+        .concat();
+        let Reply { messages, images } = episode.call_tools(&mut tools, Some(&reader), parse_tool_calls(&turn));
+        let contents: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(contents[0], "<image>a crop");
+        assert_eq!(contents[1], "left <image> right <image>");
+        assert_eq!(images.len(), 3, "the shown images, in order");
+        let refused = [
+            "1 `<image>` markers for 2 images",
+            "1 `<image>` markers for 0 image(s)",
+            "holds `<|image_pad|>`, which only an image's place may",
+            "image 0 (image/png)",
+            "image 1 (image/png): the image is 31x50 pixels, over the limit of 1000 pixels",
+        ];
+        for (content, reason) in contents[2..].iter().zip(refused) {
+            assert!(
+                content.starts_with("error: the tool's output cannot be shown: ") && content.contains(reason),
+                "{content}"
+            );
+        }
+        assert_eq!(episode.tool_errors, [("host", 5)].into());
     }
 }

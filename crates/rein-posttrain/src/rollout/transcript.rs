@@ -10,8 +10,15 @@
 //! conversation before it. Templates that rewrite earlier turns (Qwen3's drops earlier
 //! `<think>` blocks) break this; [`check_template_extends_prefixes`] finds out at start-up, and
 //! [`Transcript::push_env_messages`] refuses an episode whose rendering drifted.
+//!
+//! A vision-language model's transcript ([`Transcript::open_with_images`]) also holds the images
+//! its messages show: each message is rendered as content parts (an image part per `<image>`
+//! marker, as its chat template reads images), and each image's place in the rendered text is
+//! expanded to the image's tokens by the model's image processor before it is tokenised. The
+//! model's own turns are text: an `<image>` it writes stays text.
 
 use rein_model::lm::{ChatMessage, LmTokenizer, LoadError};
+use rein_model::vision::{ImageProcessor, ProcessedImage};
 
 /// Why a transcript cannot be extended.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +46,10 @@ pub enum TranscriptError {
     /// Tokenising or decoding failed.
     #[error(transparent)]
     Tokenizer(#[from] LoadError),
+    /// Messages' images the transcript cannot show: the model reads no images, or the
+    /// messages' image markers do not match their images.
+    #[error("{0}")]
+    Images(String),
 }
 
 /// One episode's tokens, which of them the model sampled, and the conversation as text.
@@ -58,17 +69,42 @@ pub struct Transcript {
     /// environment's messages.
     pending: Option<String>,
     eos_token: Option<String>,
+    /// A vision-language model's: the images shown so far, in order, and the processor that
+    /// expands their places in the text.
+    vision: Option<ShownImages>,
 }
 
+/// The images a vision-language model's transcript has shown.
+#[derive(Debug, Clone)]
+struct ShownImages {
+    processor: ImageProcessor,
+    images: Vec<ProcessedImage>,
+}
+
+/// `messages` rendered by the chat template, as content parts when `parts` (a vision-language
+/// model's template; the model's turns one text part each).
 fn render(
     tokenizer: &LmTokenizer,
     messages: &[ChatMessage],
     tools: &[serde_json::Value],
     generation_prompt: bool,
+    parts: bool,
 ) -> Result<String, TranscriptError> {
-    tokenizer
-        .apply_chat_template_with_tools(messages, tools, generation_prompt)?
-        .ok_or(TranscriptError::NoTemplate)
+    let rendered = match parts {
+        false => tokenizer.apply_chat_template_with_tools(messages, tools, generation_prompt)?,
+        true => {
+            let messages: Vec<serde_json::Value> = (messages.iter())
+                .map(|m| match m.role.as_str() {
+                    "assistant" => serde_json::json!({
+                        "role": "assistant", "content": [{"type": "text", "text": m.content}],
+                    }),
+                    role => crate::message_parts(role, &m.content),
+                })
+                .collect();
+            tokenizer.apply_chat_template_to_json(&messages, tools, generation_prompt)?
+        }
+    };
+    rendered.ok_or(TranscriptError::NoTemplate)
 }
 
 /// The error for a rendering `after` that does not start with `before`: 40 characters of each
@@ -98,22 +134,77 @@ impl Transcript {
         messages: Vec<ChatMessage>,
         tools: Vec<serde_json::Value>,
     ) -> Result<Self, TranscriptError> {
-        let rendered = render(tokenizer, &messages, &tools, true)?;
-        let tokens = tokenizer.encode(&rendered)?;
+        Self::opening(tokenizer, messages, tools, None, Vec::new())
+    }
+
+    /// [`Transcript::open`] for a vision-language model whose image processor is `processor`,
+    /// the messages showing `images` (one per `<image>` marker of their text, in order); an
+    /// error when the markers and the images disagree.
+    pub fn open_with_images(
+        tokenizer: &LmTokenizer,
+        messages: Vec<ChatMessage>,
+        tools: Vec<serde_json::Value>,
+        processor: &ImageProcessor,
+        images: Vec<ProcessedImage>,
+    ) -> Result<Self, TranscriptError> {
+        Self::opening(tokenizer, messages, tools, Some(processor), images)
+    }
+
+    fn opening(
+        tokenizer: &LmTokenizer,
+        messages: Vec<ChatMessage>,
+        tools: Vec<serde_json::Value>,
+        processor: Option<&ImageProcessor>,
+        images: Vec<ProcessedImage>,
+    ) -> Result<Self, TranscriptError> {
+        let rendered = render(tokenizer, &messages, &tools, true, processor.is_some())?;
         let eos_token = (tokenizer.eos_ids().first())
             .map(|&id| tokenizer.decode(&[id], false))
             .transpose()?;
-        Ok(Self {
-            sampled: vec![false; tokens.len()],
-            log_probs: vec![0.0; tokens.len()],
-            prompt_len: tokens.len(),
-            tokens,
+        let mut transcript = Self {
+            tokens: Vec::new(),
+            sampled: Vec::new(),
+            log_probs: Vec::new(),
+            prompt_len: 0,
             messages,
             tools,
-            rendered,
+            rendered: rendered.clone(),
             pending: None,
             eos_token,
-        })
+            vision: processor.map(|processor| ShownImages {
+                processor: processor.clone(),
+                images: Vec::new(),
+            }),
+        };
+        transcript.tokens = transcript.encode_shown(tokenizer, &rendered, images)?;
+        transcript.prompt_len = transcript.tokens.len();
+        transcript.sampled = vec![false; transcript.prompt_len];
+        transcript.log_probs = vec![0.0; transcript.prompt_len];
+        Ok(transcript)
+    }
+
+    /// The ids of `text`, which shows `images` (a vision-language model's transcript: each
+    /// image's place expanded to its tokens; the images join those shown); an error when the
+    /// transcript cannot show them.
+    fn encode_shown(
+        &mut self,
+        tokenizer: &LmTokenizer,
+        text: &str,
+        images: Vec<ProcessedImage>,
+    ) -> Result<Vec<u32>, TranscriptError> {
+        let Some(vision) = &mut self.vision else {
+            return match images.len() {
+                0 => Ok(tokenizer.encode(text)?),
+                count => Err(TranscriptError::Images(format!(
+                    "{count} image(s) for a model that reads no images"
+                ))),
+            };
+        };
+        let expanded = (vision.processor)
+            .expand_prompt(text, &images)
+            .map_err(TranscriptError::Images)?;
+        vision.images.extend(images);
+        Ok(tokenizer.encode(&expanded)?)
     }
 
     /// Appends a turn the model sampled: its ids exactly, with their log-probabilities. Returns
@@ -153,20 +244,35 @@ impl Transcript {
         tokenizer: &LmTokenizer,
         messages: Vec<ChatMessage>,
     ) -> Result<&[u32], TranscriptError> {
-        let raw = self.pending.take().unwrap_or_default();
+        self.push_env_messages_with_images(tokenizer, messages, Vec::new())
+    }
+
+    /// [`Transcript::push_env_messages`] where the messages show `images` (one per `<image>`
+    /// marker of their text, in order; a vision-language model's transcript only); an error,
+    /// before anything is appended, when they cannot be shown.
+    pub fn push_env_messages_with_images(
+        &mut self,
+        tokenizer: &LmTokenizer,
+        messages: Vec<ChatMessage>,
+        images: Vec<ProcessedImage>,
+    ) -> Result<&[u32], TranscriptError> {
+        let raw = self.pending.clone().unwrap_or_default();
         let prefix = format!("{}{raw}", self.rendered);
         let assistant = ChatMessage {
             role: "assistant".into(),
             content: self.content(&raw),
         };
         let turn = self.messages.len() + 1;
-        self.messages.push(assistant);
-        self.messages.extend(messages);
-        let full = render(tokenizer, &self.messages, &self.tools, true)?;
+        let mut conversation = self.messages.clone();
+        conversation.push(assistant);
+        conversation.extend(messages);
+        let full = render(tokenizer, &conversation, &self.tools, true, self.vision.is_some())?;
         let Some(added) = full.strip_prefix(prefix.as_str()) else {
             return Err(drift(turn, "assistant", &prefix, &full));
         };
-        let ids = tokenizer.encode(added)?;
+        let ids = self.encode_shown(tokenizer, added, images)?;
+        self.pending = None;
+        self.messages = conversation;
         let start = self.tokens.len();
         self.sampled.extend(std::iter::repeat_n(false, ids.len()));
         self.log_probs.extend(std::iter::repeat_n(0.0, ids.len()));
@@ -188,6 +294,11 @@ impl Transcript {
     /// The sampling-time log-probability of each token (0 where not sampled).
     pub fn log_probs(&self) -> &[f32] {
         &self.log_probs
+    }
+
+    /// The images the transcript shows, in order (a vision-language model's; empty otherwise).
+    pub fn images(&self) -> &[ProcessedImage] {
+        self.vision.as_ref().map_or(&[], |v| &v.images)
     }
 
     /// Tokens of the opening prompt.
@@ -212,8 +323,9 @@ impl Transcript {
 
 /// Checks at start-up that `tokenizer`'s chat template renders every turn of a sample agent
 /// conversation (system, user, an assistant turn with a `<think>` block and a tool call, a
-/// tool result, a final assistant turn) as an extension of the conversation before it.
-pub fn check_template_extends_prefixes(tokenizer: &LmTokenizer) -> Result<(), TranscriptError> {
+/// tool result, a final assistant turn) as an extension of the conversation before it; as
+/// content parts for a vision-language model (`parts`).
+pub fn check_template_extends_prefixes(tokenizer: &LmTokenizer, parts: bool) -> Result<(), TranscriptError> {
     let message = |role: &str, content: &str| ChatMessage {
         role: role.into(),
         content: content.into(),
@@ -230,8 +342,8 @@ pub fn check_template_extends_prefixes(tokenizer: &LmTokenizer) -> Result<(), Tr
     ];
     for k in 1..conversation.len() {
         let next_is_model = conversation[k].role == "assistant";
-        let before = render(tokenizer, &conversation[..k], &[], next_is_model)?;
-        let after = render(tokenizer, &conversation[..=k], &[], false)?;
+        let before = render(tokenizer, &conversation[..k], &[], next_is_model, parts)?;
+        let after = render(tokenizer, &conversation[..=k], &[], false, parts)?;
         if !after.starts_with(&before) {
             return Err(drift(k + 1, &conversation[k].role, &before, &after));
         }
@@ -265,7 +377,7 @@ mod tests {
 
     #[test]
     fn chatml_extends_every_prefix() {
-        check_template_extends_prefixes(&chatml()).unwrap();
+        check_template_extends_prefixes(&chatml(), false).unwrap();
     }
 
     #[test]
@@ -281,7 +393,7 @@ mod tests {
         let config = serde_json::json!({"chat_template": template, "eos_token": "<|im_end|>"});
         std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
         let tokenizer = LmTokenizer::load(&dir, &[]).unwrap();
-        let error = check_template_extends_prefixes(&tokenizer).unwrap_err();
+        let error = check_template_extends_prefixes(&tokenizer, false).unwrap_err();
         let text = error.to_string();
         assert!(
             matches!(error, TranscriptError::TemplateDrift { message: 4, .. }),

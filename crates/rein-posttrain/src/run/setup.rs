@@ -90,7 +90,7 @@ pub(crate) fn setup<B: ReinBackend>(
         _ => (train, Default::default()),
     };
     let runtime = PluginRuntime::default();
-    let agent = agent(loaded, &runtime, plugin_dir, &tokenizer)?;
+    let agent = agent(loaded, &runtime, plugin_dir, &tokenizer, images.as_ref())?;
     let tools = agent.as_ref().map(|a| a.schemas(None)).unwrap_or_default();
     let mut train = prepare_split("data.train", &train, (&tokenizer, data, &tools), images.as_ref())?;
     let (pairs, test_pairs, labelled) = match preference {
@@ -109,7 +109,7 @@ pub(crate) fn setup<B: ReinBackend>(
         None => (Vec::new(), Vec::new(), Vec::new()),
     };
     let mut test = prepare_split("data.test", &test, (&tokenizer, data, &tools), images.as_ref())?;
-    images_fit(loaded, plan, agent.is_some(), train.iter().chain(&test))?;
+    images_fit(loaded, plan, train.iter().chain(&test))?;
     if let Some(max) = recipe.eval.max_examples {
         test.truncate(max);
     }
@@ -252,12 +252,11 @@ fn other_models_share_the_tokenizer(
 }
 
 /// Refuses, when some of `prompts` have images, what would read them without their images:
-/// multi-turn episodes, inference servers, and a teacher, implicit PRM or value model of their
-/// own (which read the prompt's tokens only). An error names the key.
+/// inference servers, and a teacher, implicit PRM or value model of their own (which read the
+/// prompt's tokens only). An error names the key.
 fn images_fit<'p>(
     loaded: &LoadedRecipe,
     plan: Plan<'_>,
-    agent: bool,
     mut prompts: impl Iterator<Item = &'p crate::Prompt>,
 ) -> Result<(), LmError> {
     if !prompts.any(|p| !p.images.is_empty()) {
@@ -266,13 +265,10 @@ fn images_fit<'p>(
     let recipe = &loaded.recipe;
     let refuse = |key: &str, what: &str| {
         let message = format!(
-            "{what} cannot read the prompts' images: vision-language models train on single-turn prompts sampled in process, with the policy as the only model"
+            "{what} cannot read the prompts' images: vision-language models train on prompts sampled in process, with the policy as the only model"
         );
         Err(invalid(loaded, key, message))
     };
-    if agent {
-        return refuse("tool", "multi-turn episodes (tools or a text environment)");
-    }
     if recipe.sampler.backend != rein_core::SamplerBackend::Native {
         return refuse("sampler.backend", "an inference server");
     }
@@ -298,6 +294,7 @@ fn agent(
     runtime: &PluginRuntime,
     plugin_dir: &Path,
     tokenizer: &LmTokenizer,
+    images: Option<&PromptImageReader>,
 ) -> Result<Option<Agent>, LmError> {
     let recipe = &loaded.recipe;
     if recipe.tool.is_empty() && recipe.agent.is_none() {
@@ -331,13 +328,14 @@ fn agent(
         }
         None => None,
     };
-    crate::rollout::transcript::check_template_extends_prefixes(tokenizer)?;
+    crate::rollout::transcript::check_template_extends_prefixes(tokenizer, images.is_some())?;
     Ok(Some(Agent {
         tools,
         env,
         max_turns: section.max_turns,
         max_tokens: section.max_tokens,
         system_prompt: recipe.data.as_ref().and_then(|d| d.system_prompt.clone()),
+        images: images.cloned(),
     }))
 }
 
