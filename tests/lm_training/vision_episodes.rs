@@ -194,3 +194,66 @@ fn a_text_model_is_refused_an_environment_that_shows_images() {
         "{error}"
     );
 }
+
+/// An SFT row whose target is a conversation (a tool call, its result, the answer) and whose
+/// prompt has an image becomes the transcript an episode would: the opening shows the image,
+/// the model's turns are trained on and the tool's result is not, and the trainer reads the
+/// image where the opening shows it.
+#[test]
+fn a_conversational_target_under_an_image_is_the_transcript_its_episode_would_be() {
+    let dir = root().join("tests/fixtures/vlm/qwen2_vl_model");
+    let device = Default::default();
+    let model: CausalLm<B> = load(&dir, &device).unwrap();
+    let tokenizer = LmTokenizer::load(&dir, &[]).unwrap();
+    let reader = PromptImageReader::load(&dir, model.vision.as_ref().unwrap()).unwrap();
+    let trace = serde_json::json!([
+        {"role": "assistant", "content": "<tool_call>{\"name\": \"zoom\"}</tool_call>"},
+        {"role": "tool", "content": "two squares"},
+        {"role": "assistant", "content": "<answer>2</answer>"},
+    ]);
+    let example = rein_posttrain::Example {
+        prompt: "How many?".into(),
+        answer: Some("2".into()),
+        completion: Some(trace.to_string()),
+        metadata: String::new(),
+        images: vec![rein_posttrain::ImageSource::Path(
+            root().join("tests/fixtures/vlm/images/wide.png"),
+        )],
+    };
+    let data: rein_recipe::DataSection = serde_json::from_value(serde_json::json!({})).unwrap();
+    let prompt =
+        rein_posttrain::prepare(std::slice::from_ref(&example), &tokenizer, &data, &[], Some(&reader)).unwrap();
+    let prompt = &prompt[0];
+    assert_eq!(prompt.images.len(), 1);
+    assert_eq!(prompt.image_files.len(), 1);
+    let trained = prompt.target_trained.as_ref().unwrap();
+    assert!(
+        trained.contains(&true) && trained.contains(&false),
+        "the tool's result is masked"
+    );
+    let image_token = model.vision.as_ref().unwrap().image_token_id();
+    let features = model
+        .vision
+        .as_ref()
+        .unwrap()
+        .image_features(prompt.images.iter(), &device);
+    let image_tokens = prompt.tokens.iter().filter(|&&t| t == image_token).count();
+    assert_eq!(image_tokens, features.dims()[0], "the opening shows the image");
+
+    let target = prompt.target.as_ref().unwrap();
+    let mut batch = TokenBatch::new(&[(&prompt.tokens, target)], 0);
+    batch.keep_in_loss(0, trained);
+    batch.images = vec![prompt.images.clone()];
+    let (log_probs, _) = completion_log_probs(&model, &batch, 1.0, false, &device);
+    let log_probs: Vec<f32> = log_probs.into_data().to_vec().unwrap();
+    assert!(log_probs.iter().all(|lp| lp.is_finite() && *lp <= 0.0));
+
+    // Without an image reader the row is refused, naming it.
+    let error = rein_posttrain::prepare(&[example], &tokenizer, &data, &[], None).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("row 1: the row has images, but the model reads no images"),
+        "{error}"
+    );
+}

@@ -8,7 +8,9 @@ use crate::data::prompt_images::{PromptImageFiles, PromptImageReader, PromptPixe
 use crate::{DataError, Example, LmError};
 
 use crate::rollout::transcript::Transcript;
+use rein_core::Image;
 use rein_model::lm::{ChatMessage, LmTokenizer};
+use rein_model::vision::{ImageProcessor, ProcessedImage};
 
 use rein_recipe::DataSection;
 
@@ -89,17 +91,34 @@ pub fn prepare(
         let opening = opening_messages(&e.prompt, data.system_prompt.as_deref());
         let trace = e.completion.as_deref().and_then(trace).filter(|_| templated);
         if let Some(messages) = trace {
-            if !e.images.is_empty() {
-                let reason = "a conversational target with images: multi-turn rows read no images".into();
-                return Err(row_error(i, reason).into());
-            }
-            prompts.push(transcript_prompt(
-                e,
-                opening,
-                messages,
-                (tokenizer, tools),
-                &data.fields.source,
-            )?);
+            let shown = match (e.images.is_empty(), images) {
+                (false, None) => {
+                    let reason = "the row has images, but the model reads no images".into();
+                    return Err(row_error(i, reason).into());
+                }
+                (_, None) => None,
+                (_, Some(reader)) => {
+                    let (pixels, files) = reader.read_with_files(&e.images).map_err(|r| row_error(i, r))?;
+                    Some(RowImages {
+                        processor: &reader.processor,
+                        pixels,
+                        files,
+                    })
+                }
+            };
+            let opening = match &shown {
+                Some(RowImages { pixels, .. }) if !pixels.is_empty() => {
+                    let marked = with_markers(&e.prompt, pixels.len()).map_err(|r| row_error(i, r))?;
+                    opening_messages(&marked, data.system_prompt.as_deref())
+                }
+                _ => opening,
+            };
+            let prompt = transcript_prompt(e, opening, messages, (tokenizer, tools), shown, &data.fields.source)
+                .map_err(|error| match error {
+                    LmError::Transcript(error) => row_error(i, error.to_string()).into(),
+                    error => error,
+                })?;
+            prompts.push(prompt);
             continue;
         }
         let (text, pixels, files) = match (e.images.is_empty(), images) {
@@ -163,17 +182,37 @@ pub fn prepare(
     Ok(prompts)
 }
 
+/// A row's images read for a vision-language model whose processor is `processor`.
+struct RowImages<'a> {
+    processor: &'a ImageProcessor,
+    pixels: Vec<ProcessedImage>,
+    files: Vec<Image>,
+}
+
 /// The prompt of `e`, whose target is the conversation `messages` after `opening`: the
 /// transcript a multi-turn episode offering `tools` would produce, the model's turns trained on.
+/// A vision-language model's (`shown`) renders it as its episodes do, the opening showing the
+/// row's images.
 fn transcript_prompt(
     e: &Example,
     opening: Vec<ChatMessage>,
     messages: Vec<ChatMessage>,
     (tokenizer, tools): (&LmTokenizer, &[serde_json::Value]),
+    shown: Option<RowImages<'_>>,
     source_column: &str,
 ) -> Result<Prompt, LmError> {
     let eos = tokenizer.eos_ids().first().copied();
-    let mut transcript = Transcript::open(tokenizer, opening, tools.to_vec())?;
+    let (mut transcript, files) = match shown {
+        Some(RowImages {
+            processor,
+            pixels,
+            files,
+        }) => (
+            Transcript::open_with_images(tokenizer, opening, tools.to_vec(), processor, pixels)?,
+            files,
+        ),
+        None => (Transcript::open(tokenizer, opening, tools.to_vec())?, Vec::new()),
+    };
     for message in messages {
         match message.role.as_str() {
             "assistant" => {
@@ -195,8 +234,8 @@ fn transcript_prompt(
         target_trained: Some(transcript.sampled()[at..].to_vec()),
         metadata: e.metadata.clone(),
         source: source_of(&e.metadata, source_column),
-        images: PromptPixels::default(),
-        image_files: PromptImageFiles::default(),
+        images: transcript.images().into(),
+        image_files: files.into(),
     })
 }
 
