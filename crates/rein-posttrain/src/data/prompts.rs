@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::data::prompt_images::{PromptImageFiles, PromptImageReader, PromptPixels, chat_message, with_markers};
 use crate::{DataError, Example, LmError};
 
-use crate::rollout::transcript::Transcript;
+use crate::rollout::transcript::{Transcript, TranscriptError};
 use rein_core::Image;
 use rein_model::lm::{ChatMessage, LmTokenizer};
 use rein_model::vision::{ImageProcessor, ProcessedImage};
@@ -91,30 +91,9 @@ pub fn prepare(
         let opening = opening_messages(&e.prompt, data.system_prompt.as_deref());
         let trace = e.completion.as_deref().and_then(trace).filter(|_| templated);
         if let Some(messages) = trace {
-            let shown = match (e.images.is_empty(), images) {
-                (false, None) => {
-                    let reason = "the row has images, but the model reads no images".into();
-                    return Err(row_error(i, reason).into());
-                }
-                (_, None) => None,
-                (_, Some(reader)) => {
-                    let (pixels, files) = reader.read_with_files(&e.images).map_err(|r| row_error(i, r))?;
-                    Some(RowImages {
-                        processor: &reader.processor,
-                        pixels,
-                        files,
-                    })
-                }
-            };
-            let opening = match &shown {
-                Some(RowImages { pixels, .. }) if !pixels.is_empty() => {
-                    let marked = with_markers(&e.prompt, pixels.len()).map_err(|r| row_error(i, r))?;
-                    opening_messages(&marked, data.system_prompt.as_deref())
-                }
-                _ => opening,
-            };
-            let prompt = transcript_prompt(e, opening, messages, (tokenizer, tools), shown, &data.fields.source)
-                .map_err(|error| match error {
+            let shown = row_images(e, images).map_err(|reason| row_error(i, reason))?;
+            let prompt =
+                transcript_prompt(e, messages, (tokenizer, tools, data), shown).map_err(|error| match error {
                     LmError::Transcript(error) => row_error(i, error.to_string()).into(),
                     error => error,
                 })?;
@@ -189,19 +168,39 @@ struct RowImages<'a> {
     files: Vec<Image>,
 }
 
-/// The prompt of `e`, whose target is the conversation `messages` after `opening`: the
-/// transcript a multi-turn episode offering `tools` would produce, the model's turns trained on.
-/// A vision-language model's (`shown`) renders it as its episodes do, the opening showing the
-/// row's images.
+/// The images of row `e` read for a vision-language model's reader `images` (`None` for a
+/// text model, whose rows must have none); an error says which image and why.
+fn row_images<'r>(e: &Example, images: Option<&'r PromptImageReader>) -> Result<Option<RowImages<'r>>, String> {
+    match images {
+        None if !e.images.is_empty() => Err("the row has images, but the model reads no images".into()),
+        None => Ok(None),
+        Some(reader) => {
+            let (pixels, files) = reader.read_with_files(&e.images)?;
+            Ok(Some(RowImages {
+                processor: &reader.processor,
+                pixels,
+                files,
+            }))
+        }
+    }
+}
+
+/// The prompt of `e`, whose target is the conversation `messages` after its opening (the
+/// data's system prompt and the row's prompt): the transcript a multi-turn episode offering
+/// `tools` would produce, the model's turns trained on. A vision-language model's (`shown`)
+/// renders it as its episodes do, the opening showing the row's images.
 fn transcript_prompt(
     e: &Example,
-    opening: Vec<ChatMessage>,
     messages: Vec<ChatMessage>,
-    (tokenizer, tools): (&LmTokenizer, &[serde_json::Value]),
+    (tokenizer, tools, data): (&LmTokenizer, &[serde_json::Value], &DataSection),
     shown: Option<RowImages<'_>>,
-    source_column: &str,
 ) -> Result<Prompt, LmError> {
     let eos = tokenizer.eos_ids().first().copied();
+    let prompt = match shown.as_ref().map_or(0, |s| s.pixels.len()) {
+        0 => e.prompt.clone(),
+        count => with_markers(&e.prompt, count).map_err(TranscriptError::Images)?,
+    };
+    let opening = opening_messages(&prompt, data.system_prompt.as_deref());
     let (mut transcript, files) = match shown {
         Some(RowImages {
             processor,
@@ -233,7 +232,7 @@ fn transcript_prompt(
         target: Some(transcript.tokens()[at..].to_vec()),
         target_trained: Some(transcript.sampled()[at..].to_vec()),
         metadata: e.metadata.clone(),
-        source: source_of(&e.metadata, source_column),
+        source: source_of(&e.metadata, &data.fields.source),
         images: transcript.images().into(),
         image_files: files.into(),
     })
