@@ -125,6 +125,7 @@ fn grpo_split_across_devices_equals_one_device() {
         dropout: 0.0,
         targets: vec!["all-linear".into()],
         rslora: false,
+        vision: false,
     };
     for (aggregation, lora) in [
         (Aggregation::TokenMean, None),

@@ -76,6 +76,7 @@ fn spec(targets: &[&str], rank: usize) -> LoraSpec {
         dropout: 0.0,
         targets: targets.iter().map(|t| t.to_string()).collect(),
         rslora: false,
+        vision: false,
     }
 }
 

@@ -133,6 +133,7 @@ pub fn run(plugin_dir: &Path) -> anyhow::Result<Report> {
         dropout: 0.0,
         targets: vec!["all-linear".into()],
         rslora: false,
+        vision: false,
     };
     let quantised = load::<CpuAutodiff>(&checkpoint, &device)?;
     anyhow::ensure!(

@@ -17,7 +17,8 @@
 //! grids and expanded prompts for the same images ([`qwen2_vl_processor`]); by `gen_qwen2_vl.py`
 //! (transformers 5.25): a tiny random Qwen2-VL with transformers' multimodal positions, image
 //! features, logits and greedy continuations ([`qwen2_vl`]). Images shown in the middle of a
-//! conversation read as the whole transcript does ([`images_mid_conversation`]).
+//! conversation read as the whole transcript does ([`images_mid_conversation`]). By
+//! `gen_vision_lora.py` (PEFT 0.21.2): LoRA adapters on the vision encoders ([`vision_lora`]).
 
 #[path = "../common/logits.rs"]
 mod logits;
@@ -31,6 +32,7 @@ mod qwen2_vl;
 mod qwen2_vl_processor;
 mod transformers;
 mod vision;
+mod vision_lora;
 
 use std::path::{Path, PathBuf};
 

@@ -267,6 +267,65 @@ fn a_lora_run_on_a_qwen2_vl_trains_the_decoders_adapters_only() {
     );
 }
 
+/// `[lora] vision = true`: the vision blocks' adapters train beside the decoder's (their `B`
+/// factors leave zero), the run's adapter names them as PEFT does, and the merged model's vision
+/// blocks carry them while the patch embedding and the merger stay as they were.
+#[test]
+fn a_lora_run_with_vision_adapters_trains_the_vision_blocks_adapters_too() {
+    let dir = common::scratch("lm-qwen2-vl-vision-lora");
+    write_rows(&dir, "wide.png");
+    let start = vlm().join("qwen2_vl_model");
+    let overrides = [
+        "lora.rank=2",
+        "lora.alpha=4.0",
+        "lora.targets=[\"q_proj\"]",
+        "lora.vision=true",
+    ];
+    let RunOutcome::Lm(outcome) = rein_train::run(&recipe(&dir, &start, &overrides), &plugin_dir(), true).unwrap()
+    else {
+        panic!("a language-model outcome")
+    };
+    let run = outcome.run_dir.unwrap();
+    let bytes = std::fs::read(run.join("adapter/adapter_model.safetensors")).unwrap();
+    let adapter = SafeTensors::deserialize(&bytes).unwrap();
+    let trained = |name: &str| {
+        let view = adapter.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        view.data()
+            .chunks_exact(4)
+            .any(|b| f32::from_le_bytes(b.try_into().unwrap()) != 0.0)
+    };
+    for module in ["attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"] {
+        let name = format!("base_model.model.model.visual.blocks.1.{module}.lora_B.weight");
+        assert!(trained(&name), "{name} did not train");
+    }
+    assert!(trained(
+        "base_model.model.model.language_model.layers.0.self_attn.q_proj.lora_B.weight"
+    ));
+    for unchanged in ["visual.patch_embed.", "visual.merger.", "model.embed_tokens."] {
+        assert_eq!(
+            tensors(&run.join("final"), unchanged),
+            tensors(&start, unchanged),
+            "{unchanged}"
+        );
+    }
+    assert_ne!(
+        tensors(&run.join("final"), "visual.blocks."),
+        tensors(&start, "visual.blocks.")
+    );
+}
+
+/// `lora.vision` on a model without a vision encoder is refused naming the key.
+#[test]
+fn vision_adapters_on_a_text_model_are_refused_naming_the_key() {
+    let runs = common::scratch("lm-text-vision-lora");
+    let loaded = crate::tiny_default(&runs, &["lora.vision=true"]);
+    let error = rein_train::run(&loaded, &plugin_dir(), true).err().unwrap().to_string();
+    assert!(
+        error.contains("lora.vision") && error.contains("no vision encoder"),
+        "{error}"
+    );
+}
+
 /// An image that is not there stops the run before training, naming the key, the row and the
 /// file (a text-only policy on image rows: `grpo::image_rows_are_read_and_a_recipe_for_a_text_only_policy_refuses_them`).
 #[test]

@@ -314,6 +314,9 @@ pub struct LoraSection {
     pub targets: Vec<String>,
     /// Scale by `α/√r` (rsLoRA) instead of `α/r`.
     pub rslora: bool,
+    /// A vision-language model's vision encoder gets adapters too, on every linear layer of
+    /// its blocks (its base weights frozen with the rest).
+    pub vision: bool,
 }
 
 impl Default for LoraSection {
@@ -326,6 +329,7 @@ impl Default for LoraSection {
             dropout: 0.0,
             targets: vec!["all-linear".into()],
             rslora: false,
+            vision: false,
         }
     }
 }

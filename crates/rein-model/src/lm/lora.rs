@@ -50,6 +50,9 @@ pub struct LoraSpec {
     pub targets: Vec<String>,
     /// Scale by `α/√r` (rsLoRA) instead of `α/r`.
     pub rslora: bool,
+    /// A vision-language model's vision encoder gets adapters too, on every linear layer of its
+    /// blocks ([`crate::vision::BlockLora`]).
+    pub vision: bool,
 }
 
 impl LoraSpec {
@@ -82,7 +85,7 @@ impl LoraSpec {
         if !(0.0..1.0).contains(&self.dropout) {
             return Err(("dropout", format!("must be in [0, 1), not {}", self.dropout)));
         }
-        if self.targets.is_empty() {
+        if self.targets.is_empty() && !self.vision {
             return Err(("targets", "name at least one module".into()));
         }
         for target in &self.targets {

@@ -398,6 +398,9 @@ impl<B: ReinBackend> CausalLm<B> {
         if let Some(lora) = &self.lora {
             lora.set_dropout_key(key);
         }
+        if let Some(vision) = &self.vision {
+            vision.set_dropout_key(key);
+        }
     }
 
     /// The architecture.
@@ -408,7 +411,9 @@ impl<B: ReinBackend> CausalLm<B> {
     /// This model with fresh LoRA adapters on the layers `spec` targets ([`Lora::new`]: the
     /// outputs are unchanged) and every base weight frozen: only the adapters get gradients,
     /// so only they get optimiser state. Replaces any adapters it had. The adapters' `A`
-    /// factors are drawn from `rng`, layer by layer.
+    /// factors are drawn from `rng`, layer by layer; with `spec.vision`, a vision-language
+    /// model's encoder blocks get adapters too ([`ImageSide::with_lora`]), drawn after the
+    /// decoder's.
     pub fn with_lora(self, spec: &LoraSpec, rng: &mut SeededRng, device: &B::Device) -> Self {
         let mut model = self.no_grad();
         let layers = model
@@ -440,6 +445,9 @@ impl<B: ReinBackend> CausalLm<B> {
             })
             .collect();
         model.lora = Some(LoraAdapters::new(layers, spec.clone()));
+        if spec.vision {
+            model.vision = model.vision.map(|vision| vision.with_lora(spec, rng, device));
+        }
         model
     }
 
@@ -447,6 +455,7 @@ impl<B: ReinBackend> CausalLm<B> {
     /// the same function as one plain checkpoint. Without adapters, the model itself.
     pub fn merged(&self) -> Self {
         let mut model = self.clone();
+        model.vision = model.vision.map(ImageSide::merged);
         let Some(lora) = model.lora.take() else {
             return model;
         };

@@ -11,6 +11,11 @@
 //!   its `target_modules` is a regular expression over the decoder's paths, so PEFT adapts the
 //!   decoder's modules and not the vision tower's of the same names; rein reads either form.
 //!
+//! A vision encoder's adapters (`[lora] vision = true`) are named by the vision tower's paths
+//! (`model.vision_model.encoder.layers.{i}.self_attn.q_proj`, `model.visual.blocks.{i}.attn.qkv`)
+//! and added to the regular expression; an adapter whose targets select vision modules (PEFT's
+//! module names select the vision tower's modules of those names too) loads onto the encoder.
+//!
 //! Variants rein does not implement (DoRA, biases, per-layer ranks, `fan_in_fan_out`, extra
 //! trained modules) are refused with an error naming the field.
 
@@ -20,10 +25,11 @@ use burn::tensor::{Tensor, TensorData};
 use serde_json::{Value, json};
 
 use super::LoadError;
-use super::lora::LoraSpec;
+use super::lora::{LINEAR_MODULES, LoraSpec};
 use super::model::CausalLm;
 use super::model_dir::{Weights, read_json};
 use crate::backend::ReinBackend;
+use crate::vision::ImageSide;
 
 /// The adapter's settings.
 pub const CONFIG_FILE: &str = "adapter_config.json";
@@ -42,12 +48,9 @@ fn module_path(decoder: &str, layer: usize, path: &str) -> String {
     format!("{decoder}.layers.{layer}.{path}")
 }
 
-/// PEFT's name for factor `A` or `B` of the adapter on the module at `path` of decoder layer `layer`.
-fn tensor_name(decoder: &str, layer: usize, path: &str, factor: char) -> String {
-    format!(
-        "base_model.model.{}.lora_{factor}.weight",
-        module_path(decoder, layer, path)
-    )
+/// PEFT's name for factor `A` or `B` of the adapter on the module at the transformers path `module`.
+fn factor_name(module: &str, factor: char) -> String {
+    format!("base_model.model.{module}.lora_{factor}.weight")
 }
 
 /// PEFT's `target_modules`: names (or `all-linear`), or a regular expression.
@@ -91,12 +94,17 @@ pub fn save_adapter<B: ReinBackend>(model: &CausalLm<B>, dir: &Path, base_model:
         let values = t.into_data().convert::<f32>().to_vec::<f32>().unwrap_or_default();
         tensors.insert(name, (dims, values));
     };
-    for (i, layer) in lora.layers.iter().enumerate() {
-        for (module, adapter) in layer.adapters() {
-            if let Some(adapter) = adapter {
-                put(tensor_name(decoder, i, &module, 'A'), adapter.a.val().transpose());
-                put(tensor_name(decoder, i, &module, 'B'), adapter.b.val().transpose());
-            }
+    let decoder_adapters = (lora.layers.iter().enumerate()).flat_map(|(i, layer)| {
+        layer
+            .adapters()
+            .into_iter()
+            .map(move |(m, a)| (module_path(decoder, i, &m), a))
+    });
+    let vision_adapters = model.vision.iter().flat_map(|v| v.adapters());
+    for (module, adapter) in decoder_adapters.chain(vision_adapters) {
+        if let Some(adapter) = adapter {
+            put(factor_name(&module, 'A'), adapter.a.val().transpose());
+            put(factor_name(&module, 'B'), adapter.b.val().transpose());
         }
     }
     let weights = dir.join(WEIGHTS_FILE);
@@ -104,13 +112,19 @@ pub fn save_adapter<B: ReinBackend>(model: &CausalLm<B>, dir: &Path, base_model:
     let spec = lora.spec();
     // A vision-language model's vision tower may have modules of the same names: the targets
     // are the decoder's paths.
-    let targets = match model.vision.is_some() {
-        false => json!(spec.target_modules()),
-        true => json!(format!(
-            r"{}\.layers\.\d+\.(self_attn|mlp)(\.experts\.\d+)?\.({})",
-            regex::escape(decoder),
-            spec.target_modules().join("|")
-        )),
+    let targets = match &model.vision {
+        None => json!(spec.target_modules()),
+        Some(vision) => {
+            let mut pattern = format!(
+                r"{}\.layers\.\d+\.(self_attn|mlp)(\.experts\.\d+)?\.({})",
+                regex::escape(decoder),
+                spec.target_modules().join("|")
+            );
+            if let Some(adapted) = vision_pattern(vision) {
+                pattern = format!("{pattern}|{adapted}");
+            }
+            json!(pattern)
+        }
     };
     let config = json!({
         "peft_type": "LORA",
@@ -136,6 +150,23 @@ pub fn save_adapter<B: ReinBackend>(model: &CausalLm<B>, dir: &Path, base_model:
     let path = dir.join(CONFIG_FILE);
     let text = serde_json::to_string_pretty(&config).map_err(|e| adapter_error(&path, e.to_string()))?;
     std::fs::write(&path, text + "\n").map_err(|e| adapter_error(&path, e.to_string()))
+}
+
+/// A regular expression over the transformers paths of the vision encoder's adapted modules
+/// (`model\.visual\.blocks\.\d+\.(attn\.qkv|…)`); `None` when it has no adapters.
+fn vision_pattern<B: ReinBackend>(vision: &ImageSide<B>) -> Option<String> {
+    let blocks = vision.block_path();
+    let mut modules: Vec<String> = (vision.adapters().into_iter())
+        .filter(|(_, adapter)| adapter.is_some())
+        .filter_map(|(path, _)| {
+            let within = path.strip_prefix(blocks)?.strip_prefix('.')?;
+            let (_, module) = within.split_once('.')?;
+            Some(regex::escape(module))
+        })
+        .collect();
+    modules.sort();
+    modules.dedup();
+    (!modules.is_empty()).then(|| format!(r"{}\.\d+\.({})", regex::escape(blocks), modules.join("|")))
 }
 
 /// The spec an `adapter_config.json` describes for `model`, and its `target_modules` as written
@@ -204,12 +235,25 @@ fn read_spec<B: ReinBackend>(path: &Path, model: &CausalLm<B>) -> Result<(LoraSp
     };
     modules.sort();
     modules.dedup();
+    // A vision encoder whose modules the targets select gets adapters too (PEFT's module names
+    // select the vision tower's modules of those names as well); names only the vision
+    // encoder has (`qkv`, `fc1`) are not the decoder's.
+    let vision_paths: Vec<String> = (model.vision.iter())
+        .flat_map(|v| v.adaptable_linears().into_iter().flatten().map(|(path, _)| path))
+        .collect();
+    let vision = vision_paths.iter().any(|path| targets.selects(path));
+    modules.retain(|m| {
+        let vision_only =
+            !LINEAR_MODULES.contains(&m.as_str()) && vision_paths.iter().any(|p| p.ends_with(&format!(".{m}")));
+        !vision_only
+    });
     let spec = LoraSpec {
         rank: rank as usize,
         alpha: alpha as f32,
         dropout: config["lora_dropout"].as_f64().unwrap_or(0.0),
         targets: modules,
         rslora: config["use_rslora"].as_bool().unwrap_or(false),
+        vision,
     };
     spec.validate().map_err(|(name, reason)| field(name, reason))?;
     Ok((spec, targets))
@@ -236,35 +280,35 @@ pub fn load_adapter<B: ReinBackend>(
     let Some(lora) = model.lora.as_mut() else {
         return Err(adapter_error(dir, "no adapters were made"));
     };
-    for (i, layer) in lora.layers.iter_mut().enumerate() {
-        for (module, slot) in layer.adapters_mut() {
-            let module = module.as_str();
-            if !targets.selects(&module_path(decoder, i, module)) {
-                *slot = None;
-            }
-            let Some(fresh) = slot.as_ref() else { continue };
-            let [input, rank] = fresh.a.dims();
-            let output = fresh.b.dims()[1];
-            let factor = |factor: char, shape: [usize; 2]| -> Result<Tensor<B, 2>, LoadError> {
-                let name = tensor_name(decoder, i, module, factor);
-                match weights.shape(&name) {
-                    Some(found) if found != shape => Err(adapter_error(
-                        &path,
-                        format!("tensor `{name}` has shape {found:?}, but r = {rank} and the layer imply {shape:?}"),
-                    )),
-                    _ => {
-                        let values = weights.get(&name, &shape)?;
-                        Ok(Tensor::<B, 2>::from_data(TensorData::new(values, shape), device).transpose())
-                    }
-                }
-            };
-            let (a, b) = (factor('A', [rank, input])?, factor('B', [output, rank])?);
-            used.extend([
-                tensor_name(decoder, i, module, 'A'),
-                tensor_name(decoder, i, module, 'B'),
-            ]);
-            *slot = Some(fresh.with_factors(a, b));
+    let mut slots: Vec<(String, &mut Option<super::lora::Lora<B>>)> = (lora.layers.iter_mut().enumerate())
+        .flat_map(|(i, layer)| {
+            (layer.adapters_mut().into_iter()).map(move |(module, slot)| (module_path(decoder, i, &module), slot))
+        })
+        .collect();
+    slots.extend(model.vision.iter_mut().flat_map(|v| v.adapters_mut()));
+    for (module, slot) in slots {
+        if !targets.selects(&module) {
+            *slot = None;
         }
+        let Some(fresh) = slot.as_ref() else { continue };
+        let [input, rank] = fresh.a.dims();
+        let output = fresh.b.dims()[1];
+        let factor = |factor: char, shape: [usize; 2]| -> Result<Tensor<B, 2>, LoadError> {
+            let name = factor_name(&module, factor);
+            match weights.shape(&name) {
+                Some(found) if found != shape => Err(adapter_error(
+                    &path,
+                    format!("tensor `{name}` has shape {found:?}, but r = {rank} and the layer imply {shape:?}"),
+                )),
+                _ => {
+                    let values = weights.get(&name, &shape)?;
+                    Ok(Tensor::<B, 2>::from_data(TensorData::new(values, shape), device).transpose())
+                }
+            }
+        };
+        let (a, b) = (factor('A', [rank, input])?, factor('B', [output, rank])?);
+        used.extend([factor_name(&module, 'A'), factor_name(&module, 'B')]);
+        *slot = Some(fresh.with_factors(a, b));
     }
     let unused: Vec<&str> = weights.names().into_iter().filter(|n| !used.contains(*n)).collect();
     if !unused.is_empty() {

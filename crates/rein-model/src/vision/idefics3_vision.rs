@@ -11,6 +11,7 @@ use rein_gguf::LmConfig;
 use serde_json::Value;
 
 use super::siglip::{VisionConfig, VisionEncoder};
+use super::vision_lora::BlockLora;
 use crate::backend::{ReinBackend, affine};
 
 /// Idefics3's image side: pixel values to features in the decoder's embedding space. A
@@ -21,6 +22,8 @@ pub struct Idefics3Vision<B: ReinBackend> {
     pub encoder: VisionEncoder<B>,
     /// The connector's projection, `[hidden_vision · scale², hidden_text]`.
     pub connector: Linear<B>,
+    /// LoRA adapters on the encoder's layers (`vision_lora.rs`), one per layer; empty without.
+    pub lora: Vec<BlockLora<B>>,
     #[module(skip)]
     image_token_id: u32,
     #[module(skip)]
@@ -59,6 +62,7 @@ impl<B: ReinBackend> Idefics3Vision<B> {
         Self {
             encoder,
             connector,
+            lora: Vec::new(),
             image_token_id,
             scale_factor,
             config_json,
@@ -131,7 +135,7 @@ impl<B: ReinBackend> Idefics3Vision<B> {
     /// # Shapes
     /// - `pixel_values`: `[tiles, 3, side, side]` → `[tiles · image_seq_len, hidden_text]`
     pub fn image_features(&self, pixel_values: Tensor<B, 4>) -> Tensor<B, 2> {
-        let patches = self.encoder.forward(pixel_values);
+        let patches = self.encoder.forward_adapted(pixel_values, &self.lora);
         let shuffled = pixel_shuffle(patches, self.scale_factor);
         let [tiles, seq, width] = shuffled.dims();
         affine(

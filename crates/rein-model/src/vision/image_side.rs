@@ -5,13 +5,18 @@
 //! its image side.
 
 use burn::module::Module;
+use burn::nn::Linear;
 use burn::tensor::Tensor;
+use rein_core::SeededRng;
 
 use super::idefics3_vision::Idefics3Vision;
 use super::multimodal_positions::MultimodalPositions;
 use super::processed_image::{ProcessedImage, idefics3_images, qwen2_vl_images};
 use super::qwen2_vl_side::Qwen2VlSide;
+use super::siglip::LAYER_LINEARS;
+use super::vision_lora::{BlockLora, merge_block, set_dropout_key};
 use crate::backend::ReinBackend;
+use crate::lm::lora::{Lora, LoraSpec};
 
 /// A vision-language model's image side.
 #[derive(Module, Debug)]
@@ -75,5 +80,107 @@ impl<B: ReinBackend> ImageSide<B> {
             Self::Idefics3(_) => None,
             Self::Qwen2Vl(v) => Some(v.mrope_section()),
         }
+    }
+
+    /// Where transformers keeps the vision encoder's blocks (`model.vision_model.encoder.layers`,
+    /// `model.visual.blocks`): the path PEFT names their adapters by.
+    pub fn block_path(&self) -> &'static str {
+        match self {
+            Self::Idefics3(_) => "model.vision_model.encoder.layers",
+            Self::Qwen2Vl(_) => "model.visual.blocks",
+        }
+    }
+
+    /// The linear layers LoRA can adapt (`vision_lora.rs`), block by block: each one's
+    /// transformers path (`model.vision_model.encoder.layers.0.self_attn.q_proj`,
+    /// `model.visual.blocks.0.attn.qkv`) and `[in, out]`.
+    pub fn adaptable_linears(&self) -> Vec<Vec<(String, [usize; 2])>> {
+        let block = |prefix: String, linears: Vec<(&str, &Linear<B>)>| -> Vec<(String, [usize; 2])> {
+            (linears.into_iter())
+                .map(|(path, linear)| (format!("{prefix}.{path}"), linear.weight.dims()))
+                .collect()
+        };
+        match self {
+            Self::Idefics3(v) => (v.encoder.layers.iter().enumerate())
+                .map(|(i, layer)| {
+                    let linears = LAYER_LINEARS.into_iter().zip(layer.linears()).collect();
+                    block(format!("{}.{i}", self.block_path()), linears)
+                })
+                .collect(),
+            Self::Qwen2Vl(v) => (v.visual.blocks.iter().enumerate())
+                .map(|(i, b)| block(format!("{}.{i}", self.block_path()), b.linears()))
+                .collect(),
+        }
+    }
+
+    /// This side with fresh LoRA adapters on every linear layer of its encoder's blocks
+    /// ([`BlockLora::fresh`]: the features are unchanged), replacing any it had; the `A` factors
+    /// drawn from `rng`.
+    pub fn with_lora(mut self, spec: &LoraSpec, rng: &mut SeededRng, device: &B::Device) -> Self {
+        let shapes: Vec<Vec<[usize; 2]>> = (self.adaptable_linears().into_iter())
+            .map(|block| block.into_iter().map(|(_, shape)| shape).collect())
+            .collect();
+        *self.lora_mut() = BlockLora::fresh(&shapes, spec, rng, device);
+        self
+    }
+
+    fn lora(&self) -> &[BlockLora<B>] {
+        match self {
+            Self::Idefics3(v) => &v.lora,
+            Self::Qwen2Vl(v) => &v.lora,
+        }
+    }
+
+    fn lora_mut(&mut self) -> &mut Vec<BlockLora<B>> {
+        match self {
+            Self::Idefics3(v) => &mut v.lora,
+            Self::Qwen2Vl(v) => &mut v.lora,
+        }
+    }
+
+    /// Its adapters' slots with their layers' transformers paths, block by block (empty
+    /// without adapters).
+    pub fn adapters(&self) -> Vec<(String, &Option<Lora<B>>)> {
+        (self.adaptable_linears().into_iter().flatten().map(|(path, _)| path))
+            .zip(self.lora().iter().flat_map(|b| b.adapters.iter()))
+            .collect()
+    }
+
+    /// [`ImageSide::adapters`], to replace.
+    pub fn adapters_mut(&mut self) -> Vec<(String, &mut Option<Lora<B>>)> {
+        let paths: Vec<String> = self
+            .adaptable_linears()
+            .into_iter()
+            .flatten()
+            .map(|(path, _)| path)
+            .collect();
+        paths
+            .into_iter()
+            .zip(self.lora_mut().iter_mut().flat_map(|b| b.adapters.iter_mut()))
+            .collect()
+    }
+
+    /// This side with its adapters merged into the encoder's weights (`W + (α/r)·A·B`) and
+    /// removed: the same features, from plain weights.
+    pub fn merged(mut self) -> Self {
+        let lora = std::mem::take(self.lora_mut());
+        match &mut self {
+            Self::Idefics3(v) => {
+                for (layer, adapters) in v.encoder.layers.iter_mut().zip(&lora) {
+                    merge_block(layer.linears_mut().into(), adapters);
+                }
+            }
+            Self::Qwen2Vl(v) => {
+                for (block, adapters) in v.visual.blocks.iter_mut().zip(&lora) {
+                    merge_block(block.linears_mut(), adapters);
+                }
+            }
+        }
+        self
+    }
+
+    /// Starts a training step's dropout masks of its adapters.
+    pub(crate) fn set_dropout_key(&self, key: u64) {
+        set_dropout_key(self.lora(), key);
     }
 }

@@ -11,6 +11,7 @@
 //!   [`Qwen2VlSide`] (Qwen2-VL's and Qwen2.5-VL's [`Qwen2VlVision`]: 2-D RoPE, window attention,
 //!   the patch merger; its decoder at [`multimodal_positions`]); loaded and saved by
 //!   [`crate::lm::load`] and [`crate::lm::save`] in each family's layout.
+//! - [`BlockLora`]: LoRA adapters on the vision encoder's blocks.
 //! - [`with_image_features`]: image features in place of a prompt's image tokens;
 //!   [`crate::lm::CausalLm::prefill_with_images`]: a prompt's forward pass at its positions.
 
@@ -30,6 +31,7 @@ mod qwen2_vl_side;
 mod qwen2_vl_vision;
 mod resample;
 mod siglip;
+mod vision_lora;
 mod vlm_checkpoint;
 mod with_images;
 
@@ -53,4 +55,5 @@ pub use qwen2_vl_vision::{
 };
 pub use resample::{Filter, Pixels};
 pub use siglip::{VisionActivation, VisionConfig, VisionEncoder, VisionLayer};
+pub use vision_lora::BlockLora;
 pub use with_images::Prefill;

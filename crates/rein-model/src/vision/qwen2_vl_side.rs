@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::multimodal_positions::{MultimodalPositions, multimodal_positions};
 use super::qwen2_vl_processor::Qwen2VlImage;
 use super::qwen2_vl_vision::Qwen2VlVision;
+use super::vision_lora::BlockLora;
 use crate::backend::ReinBackend;
 
 /// Qwen2-VL's image side: the vision tower and what the decoder needs to read its features —
@@ -18,6 +19,9 @@ use crate::backend::ReinBackend;
 pub struct Qwen2VlSide<B: ReinBackend> {
     /// The vision transformer and patch merger.
     pub visual: Qwen2VlVision<B>,
+    /// LoRA adapters on the transformer's blocks (`vision_lora.rs`), one per block; empty
+    /// without.
+    pub lora: Vec<BlockLora<B>>,
     #[module(skip)]
     image_token_id: u32,
     #[module(skip)]
@@ -34,6 +38,7 @@ impl<B: ReinBackend> Qwen2VlSide<B> {
     pub fn new(visual: Qwen2VlVision<B>, image_token_id: u32, mrope_section: [usize; 3], config_json: Value) -> Self {
         Self {
             visual,
+            lora: Vec::new(),
             image_token_id,
             mrope_section,
             config_json,
@@ -60,7 +65,7 @@ impl<B: ReinBackend> Qwen2VlSide<B> {
         let count = values.len() / width;
         let patches = Tensor::from_data(TensorData::new(values, [count, width]), device);
         let grids: Vec<_> = images.iter().map(|image| image.grid).collect();
-        self.visual.forward(patches, &grids)
+        self.visual.forward_adapted(patches, &grids, &self.lora)
     }
 
     /// The multimodal positions of `tokens` holding `images` (an error when they disagree).

@@ -27,6 +27,7 @@ use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
 use rein_gguf::GateActivation;
 use serde_json::Value;
 
+use super::vision_lora::{BlockLora, block_linear};
 use crate::backend::{ReinBackend, affine};
 use crate::lm::{RmsNorm, Rope, base_frequencies};
 
@@ -300,6 +301,34 @@ pub struct Qwen2VlVisionBlock<B: ReinBackend> {
     pub mlp: VisionMlp<B>,
 }
 
+impl<B: ReinBackend> Qwen2VlVisionBlock<B> {
+    /// Its linear layers with their transformers paths within the block: `attn.qkv`,
+    /// `attn.proj`, then the MLP's (`mlp.fc1`, `mlp.fc2`; Qwen2.5-VL's `mlp.gate_proj`,
+    /// `mlp.up_proj`, `mlp.down_proj`).
+    pub fn linears(&self) -> Vec<(&'static str, &Linear<B>)> {
+        let mut linears = vec![("attn.qkv", &self.qkv), ("attn.proj", &self.proj)];
+        match &self.mlp {
+            VisionMlp::TwoLayer(mlp) => linears.extend([("mlp.fc1", &mlp.fc1), ("mlp.fc2", &mlp.fc2)]),
+            VisionMlp::Gated(mlp) => linears.extend([
+                ("mlp.gate_proj", &mlp.gate_proj),
+                ("mlp.up_proj", &mlp.up_proj),
+                ("mlp.down_proj", &mlp.down_proj),
+            ]),
+        }
+        linears
+    }
+
+    /// Its linear layers, in [`Qwen2VlVisionBlock::linears`] order.
+    pub fn linears_mut(&mut self) -> Vec<&mut Linear<B>> {
+        let mut linears = vec![&mut self.qkv, &mut self.proj];
+        match &mut self.mlp {
+            VisionMlp::TwoLayer(mlp) => linears.extend([&mut mlp.fc1, &mut mlp.fc2]),
+            VisionMlp::Gated(mlp) => linears.extend([&mut mlp.gate_proj, &mut mlp.up_proj, &mut mlp.down_proj]),
+        }
+        linears
+    }
+}
+
 /// The patch merger.
 #[derive(Module, Debug)]
 pub struct PatchMerger<B: ReinBackend> {
@@ -360,6 +389,17 @@ impl<B: ReinBackend> Qwen2VlVision<B> {
     /// # Shapes
     /// - `patches`: `[patches, channels · frames · patch²]` → `[patches / merge², hidden]`
     pub fn forward(&self, patches: Tensor<B, 2>, grids: &[(usize, usize, usize)]) -> Tensor<B, 2> {
+        self.forward_adapted(patches, grids, &[])
+    }
+
+    /// [`Qwen2VlVision::forward`] with `lora[i]`'s adapters on block `i`'s linear layers (none
+    /// past the end of `lora`).
+    pub fn forward_adapted(
+        &self,
+        patches: Tensor<B, 2>,
+        grids: &[(usize, usize, usize)],
+        lora: &[BlockLora<B>],
+    ) -> Tensor<B, 2> {
         let [count, _] = patches.dims();
         let m = self.config.spatial_merge_size;
         assert_eq!(
@@ -398,7 +438,7 @@ impl<B: ReinBackend> Qwen2VlVision<B> {
                 Some((w, (_, lengths))) if !w.full_blocks.contains(&i) => lengths,
                 _ => &frames,
             };
-            x = self.block(block, x, &rope, segments);
+            x = self.block(block, lora.get(i), x, &rope, segments);
         }
         let e = self.config.embed_dim;
         let merged = self.merger.ln_q.forward(x).reshape([count / (m * m), e * m * m]);
@@ -446,30 +486,35 @@ impl<B: ReinBackend> Qwen2VlVision<B> {
         })
     }
 
+    /// One block; its linear layers read `lora`'s adapters in [`Qwen2VlVisionBlock::linears`]
+    /// order.
     fn block(
         &self,
         block: &Qwen2VlVisionBlock<B>,
+        lora: Option<&BlockLora<B>>,
         x: Tensor<B, 2>,
         rope: &Rope<B>,
         segments: &[usize],
     ) -> Tensor<B, 2> {
-        let attended = self.attention(block, block.norm1.forward(x.clone()), rope, segments);
-        let x = x + linear(&block.proj, attended);
+        let attended = self.attention(block, lora, block.norm1.forward(x.clone()), rope, segments);
+        let x = x + block_linear(&block.proj, lora, 1, attended);
         let h = block.norm2.forward(x.clone());
         let h = match &block.mlp {
             VisionMlp::TwoLayer(mlp) => {
-                let h = linear(&mlp.fc1, h);
+                let h = block_linear(&mlp.fc1, lora, 2, h);
                 let h = match self.config.activation {
                     Qwen2VlActivation::Gelu => gelu(h),
                     _ => quick_gelu(h),
                 };
-                linear(&mlp.fc2, h)
+                block_linear(&mlp.fc2, lora, 3, h)
             }
             VisionMlp::Gated(mlp) => {
-                let gate = linear(&mlp.gate_proj, h.clone()).into_primitive().tensor();
-                let up = linear(&mlp.up_proj, h).into_primitive().tensor();
+                let gate = block_linear(&mlp.gate_proj, lora, 2, h.clone())
+                    .into_primitive()
+                    .tensor();
+                let up = block_linear(&mlp.up_proj, lora, 3, h).into_primitive().tensor();
                 let hidden = Tensor::from_primitive(TensorPrimitive::Float(B::glu(gate, up, GateActivation::Silu)));
-                linear(&mlp.down_proj, hidden)
+                block_linear(&mlp.down_proj, lora, 4, hidden)
             }
         };
         x + h
@@ -481,6 +526,7 @@ impl<B: ReinBackend> Qwen2VlVision<B> {
     fn attention(
         &self,
         block: &Qwen2VlVisionBlock<B>,
+        lora: Option<&BlockLora<B>>,
         h: Tensor<B, 2>,
         rope: &Rope<B>,
         segments: &[usize],
@@ -488,7 +534,7 @@ impl<B: ReinBackend> Qwen2VlVision<B> {
         let [count, e] = h.dims();
         let (heads, head_dim) = (self.config.num_heads, self.config.head_dim());
         let scale = (head_dim as f64).powf(-0.5);
-        let qkv = linear(&block.qkv, h);
+        let qkv = block_linear(&block.qkv, lora, 0, h);
         // `[1, heads, patches, head_dim]`, each patch at its own row of the tables.
         let positions = Tensor::<B, 1, Int>::arange(0..count as i64, &qkv.device()).unsqueeze::<2>();
         let part = |i: usize| {

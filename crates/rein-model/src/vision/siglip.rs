@@ -15,6 +15,7 @@ use rein_core::SeededRng;
 use rein_gguf::GateActivation;
 use serde_json::Value;
 
+use super::vision_lora::{BlockLora, block_linear};
 use crate::backend::{ReinBackend, affine};
 
 /// A vision config's sizes (`vision_config` of `config.json`).
@@ -127,6 +128,17 @@ impl VisionConfig {
     }
 }
 
+/// An encoder layer's linear layers, by their transformers paths within the layer, in the
+/// order [`VisionLayer::linears`] gives them.
+pub const LAYER_LINEARS: [&str; 6] = [
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.out_proj",
+    "mlp.fc1",
+    "mlp.fc2",
+];
+
 /// One encoder layer.
 #[derive(Module, Debug)]
 pub struct VisionLayer<B: ReinBackend> {
@@ -146,6 +158,32 @@ pub struct VisionLayer<B: ReinBackend> {
     pub fc1: Linear<B>,
     /// The MLP's second layer.
     pub fc2: Linear<B>,
+}
+
+impl<B: ReinBackend> VisionLayer<B> {
+    /// Its linear layers, in [`LAYER_LINEARS`] order.
+    pub fn linears(&self) -> [&Linear<B>; 6] {
+        [
+            &self.q_proj,
+            &self.k_proj,
+            &self.v_proj,
+            &self.out_proj,
+            &self.fc1,
+            &self.fc2,
+        ]
+    }
+
+    /// Its linear layers, in [`LAYER_LINEARS`] order.
+    pub fn linears_mut(&mut self) -> [&mut Linear<B>; 6] {
+        [
+            &mut self.q_proj,
+            &mut self.k_proj,
+            &mut self.v_proj,
+            &mut self.out_proj,
+            &mut self.fc1,
+            &mut self.fc2,
+        ]
+    }
 }
 
 /// The vision transformer.
@@ -232,6 +270,12 @@ impl<B: ReinBackend> VisionEncoder<B> {
     /// - `pixel_values`: `[tiles, 3, side, side]` with `side` a multiple of the patch size →
     ///   `[tiles, (side / patch)², hidden]`
     pub fn forward(&self, pixel_values: Tensor<B, 4>) -> Tensor<B, 3> {
+        self.forward_adapted(pixel_values, &[])
+    }
+
+    /// [`VisionEncoder::forward`] with `lora[i]`'s adapters on layer `i`'s linear layers (none
+    /// past the end of `lora`).
+    pub fn forward_adapted(&self, pixel_values: Tensor<B, 4>, lora: &[BlockLora<B>]) -> Tensor<B, 3> {
         let [tiles, _, side, _] = pixel_values.dims();
         let per_side = side / self.config.patch_size;
         let d = self.config.hidden_size;
@@ -241,8 +285,8 @@ impl<B: ReinBackend> VisionEncoder<B> {
         let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [count]), &x.device());
         let positions = self.position_embedding.val().select(0, ids);
         let mut x = x.reshape([tiles, count, d]) + positions.unsqueeze::<3>();
-        for layer in &self.layers {
-            x = self.layer(layer, x);
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = self.layer(layer, lora.get(i), x);
         }
         self.post_layernorm.forward(x)
     }
@@ -259,13 +303,13 @@ impl<B: ReinBackend> VisionEncoder<B> {
             .reshape([tiles * n * n, c * p * p])
     }
 
-    fn layer(&self, layer: &VisionLayer<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    fn layer(&self, layer: &VisionLayer<B>, lora: Option<&BlockLora<B>>, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [tiles, seq, d] = x.dims();
         let h = layer.layer_norm1.forward(x.clone()).reshape([tiles * seq, d]);
-        let attended = self.attention(layer, h, tiles, seq);
-        let x = x + linear(&layer.out_proj, attended).reshape([tiles, seq, d]);
+        let attended = self.attention(layer, lora, h, tiles, seq);
+        let x = x + block_linear(&layer.out_proj, lora, 3, attended).reshape([tiles, seq, d]);
         let h = layer.layer_norm2.forward(x.clone()).reshape([tiles * seq, d]);
-        let h = linear(&layer.fc1, h);
+        let h = block_linear(&layer.fc1, lora, 4, h);
         let h = match self.config.activation {
             VisionActivation::GeluTanh => {
                 let ones = Tensor::ones_like(&h);
@@ -277,16 +321,23 @@ impl<B: ReinBackend> VisionEncoder<B> {
             }
             VisionActivation::Gelu => burn::tensor::activation::gelu(h),
         };
-        x + linear(&layer.fc2, h).reshape([tiles, seq, d])
+        x + block_linear(&layer.fc2, lora, 5, h).reshape([tiles, seq, d])
     }
 
     /// Multi-head attention of every patch of a tile over all of that tile's patches:
     /// `[tiles · seq, hidden]` (normed) → `[tiles · seq, hidden]` before the output projection.
-    fn attention(&self, layer: &VisionLayer<B>, h: Tensor<B, 2>, tiles: usize, seq: usize) -> Tensor<B, 2> {
+    fn attention(
+        &self,
+        layer: &VisionLayer<B>,
+        lora: Option<&BlockLora<B>>,
+        h: Tensor<B, 2>,
+        tiles: usize,
+        seq: usize,
+    ) -> Tensor<B, 2> {
         let heads = self.config.num_attention_heads;
         let head_dim = self.config.hidden_size / heads;
         let scale = (head_dim as f64).powf(-0.5);
-        let [q, k, v] = [&layer.q_proj, &layer.k_proj, &layer.v_proj].map(|proj| linear(proj, h.clone()));
+        let [q, k, v] = [0, 1, 2].map(|slot| block_linear(layer.linears()[slot], lora, slot, h.clone()));
         let mut rows = Vec::with_capacity(tiles);
         for t in 0..tiles {
             let tile = |m: &Tensor<B, 2>| m.clone().narrow(0, t * seq, seq);

@@ -67,10 +67,7 @@ pub(crate) fn setup<B: ReinBackend>(
     // Weights trained from scratch, then LoRA adapters, from the run's own generator.
     let mut init_rng = SeededRng::new(recipe.seed);
     let (model, tokenizer, images) = model_and_tokenizer::<B>(loaded, model_dir, &mut init_rng, device)?;
-    let model = match &lora {
-        Some(spec) => model.with_lora(spec, &mut init_rng, device),
-        None => model,
-    };
+    let model = with_lora(loaded, model, lora.as_ref(), &mut init_rng, device)?;
     sampler_precision_fits(loaded, &model)?;
     other_models_share_the_tokenizer(loaded, plan, &tokenizer)?;
 
@@ -339,6 +336,26 @@ fn agent(
     }))
 }
 
+/// `model` with the adapters `lora` asks for (none without), drawn from `rng`; an error names
+/// `lora.vision` when it asks for the vision encoder's and the model has none.
+fn with_lora<B: ReinBackend>(
+    loaded: &LoadedRecipe,
+    model: CausalLm<B>,
+    lora: Option<&LoraSpec>,
+    rng: &mut SeededRng,
+    device: &B::Device,
+) -> Result<CausalLm<B>, LmError> {
+    match lora {
+        Some(spec) if spec.vision && model.vision.is_none() => Err(invalid(
+            loaded,
+            "lora.vision",
+            "the model has no vision encoder to adapt",
+        )),
+        Some(spec) => Ok(model.with_lora(spec, rng, device)),
+        None => Ok(model),
+    }
+}
+
 /// The recipe's `[lora]` section as the model takes it, checked.
 pub(crate) fn lora_spec(loaded: &LoadedRecipe) -> Result<Option<LoraSpec>, LmError> {
     let Some(section) = &loaded.recipe.lora else {
@@ -350,6 +367,7 @@ pub(crate) fn lora_spec(loaded: &LoadedRecipe) -> Result<Option<LoraSpec>, LmErr
         dropout: section.dropout,
         targets: section.targets.clone(),
         rslora: section.rslora,
+        vision: section.vision,
     };
     spec.validate()
         .map_err(|(field, message)| invalid(loaded, &format!("lora.{field}"), message))?;
