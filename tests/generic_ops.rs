@@ -43,6 +43,8 @@ fn prompts(vocab: u32) -> Vec<Vec<u32>> {
 }
 
 fn observe(checkpoint: &str) -> Observed {
+    // One graph at a time in the process (rein_model::one_graph: tracel-ai/burn#5573).
+    let _graph = rein_model::one_graph();
     let device = Default::default();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures/lm")

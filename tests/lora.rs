@@ -185,6 +185,8 @@ fn rein_writes_adapters_as_peft_does() {
 /// no optimiser state, and stay bit for bit what they were.
 #[test]
 fn training_moves_only_the_adapters() {
+    // One graph at a time in the process (rein_model::one_graph: tracel-ai/burn#5573).
+    let _graph = rein_model::one_graph();
     let device = Default::default();
     B::seed(&device, 3);
     let model = base().with_lora(&spec(&["q_proj", "down_proj"], 2), &mut SeededRng::new(2), &device);

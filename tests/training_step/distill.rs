@@ -18,6 +18,7 @@ struct Distill {
 /// the student's gradients, tensor by tensor.
 #[test]
 fn full_reverse_kl_matches_trl_distillation() {
+    let _graph = rein_model::one_graph();
     let fixtures = fixtures();
     let step: Distill = read_json(&fixtures.join("trl_distill.json"));
     let device = Default::default();

@@ -23,6 +23,7 @@ struct Step {
 
 #[test]
 fn one_grpo_step_matches_pytorch() {
+    let _graph = rein_model::one_graph();
     let fixtures = fixtures();
     let step: Step = read_json(&fixtures.join("torch_grpo_step.json"));
     let device = Default::default();
@@ -133,6 +134,7 @@ fn a_grpo_step_of_the_newer_families_matches_pytorch() {
 }
 
 fn family_step(name: &str, lora: bool) {
+    let _graph = rein_model::one_graph();
     let fixtures = fixtures().join("lm");
     let tag = if lora { format!("{name}-lora") } else { name.to_string() };
     let step: FamilyStep = read_json(&fixtures.join(format!("{tag}.step.json")));

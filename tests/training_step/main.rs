@@ -17,6 +17,11 @@
 //! One module per family: [`grpo`], [`distill`], [`preferences`], [`process_reward`], [`ppo`],
 //! [`vision`];
 //! this file holds what they share (fixtures, token batches, gradient comparisons).
+//!
+//! Every test that builds and differentiates a graph holds [`rein_model::one_graph`] while it
+//! does: burn-autodiff 0.21's `backward()` on one thread can free another thread's steps
+//! (tracel-ai/burn#5573), and these tests run in parallel. Without it a gradient came back wrong
+//! about once in twenty runs of this binary with eight test threads.
 
 mod distill;
 mod grpo;

@@ -64,6 +64,7 @@ fn assert_close(what: &str, ours: &[f32], theirs: &[f64], tolerance: f64) {
 /// tiny Qwen2's decoder with a one-score head) within 1e-5 of transformers'.
 #[test]
 fn ppo_advantages_and_losses_match_trl() {
+    let _graph = rein_model::one_graph();
     let fixtures = fixtures();
     let f: PpoFixture = read_json(&fixtures.join("trl_ppo.json"));
     let width = f.width;

@@ -32,6 +32,7 @@ struct DpoOptimizer {
 /// `sigmoid`, clipping and one AdamW step against PyTorch's, parameter by parameter.
 #[test]
 fn dpo_losses_match_trl() {
+    let _graph = rein_model::one_graph();
     let fixtures = fixtures();
     let fixture: DpoFixture = read_json(&fixtures.join("trl_dpo.json"));
     let device = Default::default();
@@ -145,6 +146,7 @@ struct KtoFixture {
 /// gradient tensor within 1e-6 of the gradient's norm.
 #[test]
 fn kto_losses_match_trl() {
+    let _graph = rein_model::one_graph();
     let fixtures = fixtures();
     let fixture: KtoFixture = read_json(&fixtures.join("trl_kto.json"));
     let device = Default::default();
@@ -234,6 +236,7 @@ struct RewardFixture {
 /// gradient's norm.
 #[test]
 fn the_reward_model_loss_matches_trl() {
+    let _graph = rein_model::one_graph();
     let fixtures = fixtures();
     let fixture: RewardFixture = read_json(&fixtures.join("trl_reward.json"));
     let device = Default::default();

@@ -96,6 +96,7 @@ fn stepwise_rows_tokenize_as_trl_does() {
 /// included) within 1e-6 of the gradient's norm.
 #[test]
 fn the_process_reward_model_loss_matches_trl() {
+    let _graph = rein_model::one_graph();
     let fixtures = fixtures();
     let fixture: PrmFixture = read_json(&fixtures.join("trl_prm.json"));
     let device = Default::default();

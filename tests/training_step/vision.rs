@@ -201,6 +201,7 @@ fn gradients_dir(what: &str) -> std::path::PathBuf {
 
 #[test]
 fn one_vision_language_grpo_step_matches_pytorch_with_the_encoder_trained_and_frozen() {
+    let _graph = rein_model::one_graph();
     let step: Step = read_json(&vlm().join("idefics3_step.json"));
     let dir = vlm().join("idefics3");
     let model = load::<B>(&dir, &Default::default()).unwrap();
@@ -222,6 +223,7 @@ fn one_vision_language_grpo_step_matches_pytorch_with_the_encoder_trained_and_fr
 
 #[test]
 fn one_qwen2_vl_and_qwen2_5_vl_grpo_step_matches_pytorch_with_the_encoder_trained_and_frozen() {
+    let _graph = rein_model::one_graph();
     for family in ["qwen2_vl", "qwen2_5_vl"] {
         let step: Step = read_json(&vlm().join(format!("{family}_step.json")));
         let dir = vlm().join(format!("{family}_model"));
