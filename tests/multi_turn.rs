@@ -133,6 +133,40 @@ fn one_turn_of_a_session_is_generation() {
     }
 }
 
+/// Sequences that share a prompt start from one prefill of it ([`Prefill::of_streams`], what
+/// multi-turn episodes do for a group's alike openings): each samples, turn after turn, exactly
+/// what it samples when its prompt is prefilled for it alone — tokens and log-probabilities, bit
+/// for bit — over two turns with an append between them.
+#[test]
+fn sequences_sharing_a_prompts_prefill_sample_what_they_would_alone() {
+    let model = tiny_model(6);
+    let prompts = [vec![1, 2, 3, 4], vec![5], vec![7, 8, 9]];
+    let rows = [0, 0, 1, 0, 2, 2, 1, 0];
+    let config = GenerationConfig {
+        max_new_tokens: 6,
+        temperature: 1.0,
+        stop_token_ids: vec![3],
+        seed: 5,
+        ..GenerationConfig::default()
+    };
+    let device = Default::default();
+    let streams: Vec<(usize, u64, usize)> = (rows.iter().enumerate())
+        .map(|(s, &p)| (p, rein_sampler::prompt_seed(config.seed, s), 0))
+        .collect();
+    let all: Vec<usize> = (0..rows.len()).collect();
+    let two_turns = |mut session: Session<'_, B>| {
+        let first = session.turn(&all, AfterTurn::Keep, &mut |_, _| false);
+        let added: Vec<(usize, Vec<u32>)> = all.iter().map(|&s| (s, vec![10 + s as u32; s % 3 + 1])).collect();
+        session.append(&added);
+        [first, session.turn(&all, AfterTurn::Keep, &mut |_, _| false)]
+    };
+    let shared =
+        two_turns(Prefill::of_streams(&model, &prompts, &streams, &config, 0, usize::MAX, &device).into_session());
+    let each: Vec<Vec<u32>> = rows.iter().map(|&p| prompts[p].clone()).collect();
+    let alone = two_turns(Session::start(&model, &each, &config, 0, &device));
+    assert_eq!(shared, alone);
+}
+
 /// Generation decoded a few steps at a time ([`Decoding`], what `rein serve` runs to share
 /// itself between requests) draws exactly what one call draws: tokens, log-probabilities, top
 /// alternatives and finish reasons, bit for bit, for slices of 1, 2 and 5 steps, with a stop

@@ -1,8 +1,8 @@
 //! Conversations decoded turn by turn, each keeping its key/value cache between turns.
 //!
-//! A [`Session`] prefills a batch of prompts once (left-padded; each prompt's `n` samples copy
-//! its cache rows; in one pass, or a chunk of positions at a time through [`Prefill`]), then
-//! alternates:
+//! A [`Session`] prefills a batch of prompts once (left-padded; each prompt's `n` samples — or
+//! whichever sequences start from it, [`Prefill::of_streams`] — copy its cache rows; in one
+//! pass, or a chunk of positions at a time through [`Prefill`]), then alternates:
 //! - [`Session::turn`]: every live sequence asked for samples tokens until a stop token, the
 //!   caller's stop check or the turn's token limit. All of them decode together, one token per
 //!   step; a sequence whose turn has ended is fed a masked padding slot until the others end

@@ -224,8 +224,10 @@ pub fn play<B: ReinBackend>(
     Ok(episodes)
 }
 
-/// The session every episode's turns are decoded in, each prefilled from its opening (its
-/// images read once, for a vision-language model), one sequence per episode.
+/// The session every episode's turns are decoded in, one sequence per episode drawing from
+/// the stream of prompt `e` of `config.seed`. Each distinct opening (its tokens and images) is
+/// prefilled once — a group's episodes usually open alike — its images read once, for a
+/// vision-language model; the episodes that share it start from copies of its cache rows.
 fn start_session<'m, B: ReinBackend>(
     model: &'m CausalLm<B>,
     tokenizer: &LmTokenizer,
@@ -233,12 +235,21 @@ fn start_session<'m, B: ReinBackend>(
     config: &GenerationConfig,
     device: &B::Device,
 ) -> Result<Session<'m, B>, LmError> {
-    let prompts: Vec<Vec<u32>> = episodes.iter().map(|e| e.transcript.tokens().to_vec()).collect();
-    let images: Vec<&[ProcessedImage]> = episodes.iter().map(|e| e.transcript.images()).collect();
-    let per_episode = GenerationConfig { n: 1, ..config.clone() };
+    let mut openings: Vec<&Transcript> = Vec::new();
+    let mut streams = Vec::with_capacity(episodes.len());
+    for (e, episode) in episodes.iter().enumerate() {
+        let t = &episode.transcript;
+        let same = |o: &&Transcript| o.tokens() == t.tokens() && o.images() == t.images();
+        let row = openings.iter().position(same).unwrap_or_else(|| {
+            openings.push(t);
+            openings.len() - 1
+        });
+        streams.push((row, prompt_seed(config.seed, e), 0));
+    }
+    let prompts: Vec<Vec<u32>> = openings.iter().map(|t| t.tokens().to_vec()).collect();
+    let images: Vec<&[ProcessedImage]> = openings.iter().map(|t| t.images()).collect();
     let pad = tokenizer.pad_id().unwrap_or(0);
-    let seeds: Vec<u64> = (0..prompts.len()).map(|p| prompt_seed(config.seed, p)).collect();
-    let prefill = Prefill::new(model, &prompts, &seeds, &per_episode, pad, usize::MAX, device);
+    let prefill = Prefill::of_streams(model, &prompts, &streams, config, pad, usize::MAX, device);
     let unusable = |e: String| LmError::Unsupported(format!("multi-turn episodes: {e}"));
     let prefill = match PromptImages::of_prompts(model.vision.as_ref(), &prompts, &images, device).map_err(unusable)? {
         Some(images) => prefill.with_images(images).map_err(unusable)?,

@@ -36,6 +36,8 @@ pub struct Prefill<'m, B: ReinBackend> {
     logits: Vec<f32>,
     /// Per prompt, a mixture of experts' routing of its tokens fed so far.
     routes: Vec<Vec<Vec<u32>>>,
+    /// Per sequence, the prompt (row of the feed) it starts from.
+    rows: Vec<usize>,
     /// The prompts' image features and, per cell of the feed, the feature it reads.
     images: Option<(Tensor<B, 2>, Vec<Option<usize>>)>,
     /// Multimodal positions: one rotary row per cell of the feed (whose positions then number
@@ -114,6 +116,28 @@ impl<'m, B: ReinBackend> Prefill<'m, B> {
     ) -> Self {
         assert_eq!(seeds.len(), prompts.len(), "one seed per prompt");
         let n = config.n.max(1);
+        let streams: Vec<(usize, u64, usize)> = (0..prompts.len() * n).map(|i| (i / n, seeds[i / n], i % n)).collect();
+        Self::of_streams(model, prompts, &streams, config, pad_id, chunk, device)
+    }
+
+    /// The session whose sequence `s` starts from prompt `streams[s].0` (each prompt prefilled
+    /// once, however many sequences start from it) and draws sample `streams[s].2` of the prompt
+    /// seed `streams[s].1`: [`Prefill::new`] is the streams `(p, seeds[p], j)` for `j < n`.
+    /// `config.n` is not read. Sequences that share a prompt start from copies of its cache rows,
+    /// the same values as prefilling it for each (tests/multi_turn.rs).
+    pub fn of_streams(
+        model: &'m CausalLm<B>,
+        prompts: &[Vec<u32>],
+        streams: &[(usize, u64, usize)],
+        config: &GenerationConfig,
+        pad_id: u32,
+        chunk: usize,
+        device: &B::Device,
+    ) -> Self {
+        assert!(
+            streams.iter().all(|&(p, _, _)| p < prompts.len()),
+            "streams of other prompts"
+        );
         let width = prompts.iter().map(Vec::len).max().unwrap_or(0).max(1);
         let session = Session {
             model,
@@ -122,13 +146,13 @@ impl<'m, B: ReinBackend> Prefill<'m, B> {
             config: config.clone(),
             pad_id,
             vocab: model.config().vocab_size,
-            sequences: (0..prompts.len() * n)
-                .map(|i| Sequence {
+            sequences: (streams.iter())
+                .map(|&(p, seed, sample)| Sequence {
                     shard: None,
-                    position: prompts[i / n].len() as i64,
+                    position: prompts[p].len() as i64,
                     logits: Vec::new(),
                     pending: None,
-                    rng: sample_rng(seeds[i / n], i % n),
+                    rng: sample_rng(seed, sample),
                     routes: Vec::new(),
                 })
                 .collect(),
@@ -154,6 +178,7 @@ impl<'m, B: ReinBackend> Prefill<'m, B> {
             chunk: chunk.max(1),
             logits: Vec::new(),
             routes: vec![Vec::new(); p],
+            rows: streams.iter().map(|&(p, _, _)| p).collect(),
             images: None,
             cell_rope: None,
         }
@@ -208,9 +233,8 @@ impl<'m, B: ReinBackend> Prefill<'m, B> {
         let config = self.session.model.config();
         self.cell_rope = Some(Rope::multimodal(config, &cells, section, &self.session.device));
         self.feed.positions = (0..cells.len() as i64).collect();
-        let n = self.session.config.n.max(1);
-        for (i, sequence) in self.session.sequences.iter_mut().enumerate() {
-            sequence.position = positions[i / n].next;
+        for (sequence, &row) in self.session.sequences.iter_mut().zip(&self.rows) {
+            sequence.position = positions[row].next;
         }
         Ok(())
     }
@@ -258,25 +282,24 @@ impl<'m, B: ReinBackend> Prefill<'m, B> {
         end == self.feed.width
     }
 
-    /// The prefilled session: each prompt's `n` sequences with its cache rows, logits and
-    /// routing, in shards of contiguous rows. Feeds what [`Prefill::advance`] has not yet.
+    /// The prefilled session: each sequence with a copy of its prompt's cache rows, logits and
+    /// routing, in shards of contiguous sequences. Feeds what [`Prefill::advance`] has not yet.
     pub fn into_session(mut self) -> Session<'m, B> {
         while !self.advance() {}
         let mut session = self.session;
-        let Some(mut cache) = self.cache else {
+        let rows = self.rows.len();
+        let (Some(mut cache), true) = (self.cache, rows > 0) else {
             return session;
         };
-        let (p, n, vocab) = (self.routes.len(), session.config.n.max(1), session.vocab);
-        if n > 1 {
-            cache.retain(&(0..p * n).map(|i| i / n).collect::<Vec<_>>());
+        if !self.rows.iter().copied().eq(0..self.routes.len()) {
+            cache.retain(&self.rows);
         }
-        for (i, sequence) in session.sequences.iter_mut().enumerate() {
-            let row = i / n;
+        let vocab = session.vocab;
+        for (sequence, &row) in session.sequences.iter_mut().zip(&self.rows) {
             sequence.logits = self.logits[row * vocab..(row + 1) * vocab].to_vec();
             sequence.routes = self.routes[row].clone();
         }
-        // Shards of contiguous rows.
-        let rows = p * n;
+        // Shards of contiguous sequences.
         let count = B::decode_shards(rows).clamp(1, rows);
         let size = rows.div_ceil(count);
         let starts: Vec<usize> = (0..rows).step_by(size).collect();
