@@ -114,7 +114,7 @@ impl<B: ReinBackend> ImageSide<B> {
     }
 
     /// This side with fresh LoRA adapters on every linear layer of its encoder's blocks
-    /// ([`BlockLora::fresh`]: the features are unchanged), replacing any it had; the `A` factors
+    /// ([`Lora::new`]'s: the features are unchanged), replacing any it had; the `A` factors
     /// drawn from `rng`.
     pub fn with_lora(mut self, spec: &LoraSpec, rng: &mut SeededRng, device: &B::Device) -> Self {
         let shapes: Vec<Vec<[usize; 2]>> = (self.adaptable_linears().into_iter())

@@ -161,7 +161,7 @@ pub struct VisionLayer<B: ReinBackend> {
 }
 
 impl<B: ReinBackend> VisionLayer<B> {
-    /// Its linear layers, in [`LAYER_LINEARS`] order.
+    /// Its linear layers: `self_attn.{q,k,v,out}_proj`, `mlp.fc1`, `mlp.fc2`.
     pub fn linears(&self) -> [&Linear<B>; 6] {
         [
             &self.q_proj,
@@ -173,7 +173,7 @@ impl<B: ReinBackend> VisionLayer<B> {
         ]
     }
 
-    /// Its linear layers, in [`LAYER_LINEARS`] order.
+    /// Its linear layers: `self_attn.{q,k,v,out}_proj`, `mlp.fc1`, `mlp.fc2`.
     pub fn linears_mut(&mut self) -> [&mut Linear<B>; 6] {
         [
             &mut self.q_proj,
