@@ -230,6 +230,8 @@ impl<B: ReinAutodiffBackend> Sac<B> {
     /// If `noise` has fewer draws than the update takes.
     pub fn update(&mut self, batch: &Transitions<B>, noise: SacNoise, step: u64) -> SacLosses {
         let s = self.settings.clone();
+        // One autodiff graph at a time in the process, as every trainer's step.
+        let _graph = rein_model::one_graph();
         let (loss, l1, l2, qf1_values) = self.critic_loss(batch, noise.next);
         let grads = GradientsParams::from_grads(loss.backward(), &self.critics);
         self.critics = self.critic_optim.step(s.q_lr, self.critics.clone(), grads);

@@ -225,6 +225,8 @@ impl<B: ReinAutodiffBackend> Td3<B> {
     /// The update of CleanRL's global step `step` on `batch`, the target smoothed by `noise`.
     pub fn update(&mut self, batch: &Transitions<B>, noise: Vec<f32>, step: u64) -> Td3Losses {
         let s = self.settings.clone();
+        // One autodiff graph at a time in the process, as every trainer's step.
+        let _graph = rein_model::one_graph();
         let (loss, l1, l2, qf1_values) = self.critic_loss(batch, noise);
         let grads = GradientsParams::from_grads(loss.backward(), &self.critics);
         self.critics = self.critic_optim.step(s.learning_rate, self.critics.clone(), grads);
