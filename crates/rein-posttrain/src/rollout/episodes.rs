@@ -205,9 +205,16 @@ pub fn play<B: ReinBackend>(
                 replies.extend(replied);
             }
             let appended = admit_replies(tokenizer, agent, replies, &mut episodes, &mut finished)?;
-            let shown: Vec<&[ProcessedImage]> = appended.images.iter().map(Vec::as_slice).collect();
+            // Each addition's images: the last its transcript took in.
+            let shown: Vec<&[ProcessedImage]> = (appended.iter())
+                .map(|&(e, _, count)| {
+                    let images = episodes[e].transcript.images();
+                    &images[images.len() - count..]
+                })
+                .collect();
+            let additions: Vec<(usize, Vec<u32>)> = appended.into_iter().map(|(e, tokens, _)| (e, tokens)).collect();
             session
-                .append_with_images(&appended.tokens, &shown)
+                .append_with_images(&additions, &shown)
                 .map_err(|e| LmError::Unsupported(format!("multi-turn episodes: {e}")))?;
             session.end(&finished);
             live.retain(|e| !finished.contains(e));
@@ -304,27 +311,17 @@ fn unshowable(env: &str, what: &str, error: String) -> LmError {
     LmError::Unsupported(format!("text environment `{env}`: {what} cannot be shown: {error}"))
 }
 
-/// What the replies add to the episodes that go on: per episode the tokens its next turn starts
-/// from, and the images they show.
-struct Appended {
-    tokens: Vec<(usize, Vec<u32>)>,
-    images: Vec<Vec<ProcessedImage>>,
-}
-
-/// Appends the tools' and environment's messages to their episodes' transcripts; returns what
-/// the episodes' caches must take in. An episode out of turns or tokens joins `finished`,
-/// truncated.
+/// Appends the tools' and environment's messages to their episodes' transcripts; returns, per
+/// episode that goes on, the tokens its next turn starts from and how many images they show
+/// (the last of its transcript's). An episode out of turns or tokens joins `finished`, truncated.
 fn admit_replies(
     tokenizer: &LmTokenizer,
     agent: &Agent,
     replies: Vec<(usize, Reply)>,
     episodes: &mut [Episode],
     finished: &mut Vec<usize>,
-) -> Result<Appended, LmError> {
-    let mut appended = Appended {
-        tokens: Vec::with_capacity(replies.len()),
-        images: Vec::with_capacity(replies.len()),
-    };
+) -> Result<Vec<(usize, Vec<u32>, usize)>, LmError> {
+    let mut appended = Vec::with_capacity(replies.len());
     for (e, Reply { messages, images }) in replies {
         let episode = &mut episodes[e];
         if episode.turns >= agent.max_turns {
@@ -332,16 +329,16 @@ fn admit_replies(
             finished.push(e);
             continue;
         }
+        let shown = images.len();
         let added = (episode.transcript)
-            .push_env_messages_with_images(tokenizer, messages, images.clone())?
+            .push_env_messages_with_images(tokenizer, messages, images)?
             .to_vec();
         if episode.used() >= agent.max_tokens {
             episode.truncated = true;
             finished.push(e);
             continue;
         }
-        appended.tokens.push((e, added));
-        appended.images.push(images);
+        appended.push((e, added, shown));
     }
     Ok(appended)
 }
