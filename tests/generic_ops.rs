@@ -70,7 +70,7 @@ fn observe(checkpoint: &str) -> Observed {
             rope: &rope,
             positions: positions.clone(),
             padding: None,
-            sequence_lengths: None,
+            sequences: None,
             fused,
             routing: None,
         };

@@ -87,7 +87,7 @@ fn logits_through(model: &CausalLm<B>, ids: &[u32], fused: Option<&FusedProjecti
         rope: &rope,
         positions: Tensor::<B, 1, Int>::arange(0..seq as i64, &dev).unsqueeze::<2>(),
         padding: None,
-        sequence_lengths: None,
+        sequences: None,
         fused,
         routing: None,
     };

@@ -18,7 +18,7 @@ pub fn logits<B: ReinBackend>(model: &CausalLm<B>, tokens: Tensor<B, 2, Int>, fu
         rope: &rope,
         positions,
         padding: None,
-        sequence_lengths: None,
+        sequences: None,
         fused: fused.then_some(&projections),
         routing: None,
     };

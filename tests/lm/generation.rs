@@ -24,13 +24,13 @@ proptest! {
         let rope = m.rope(total, &dev);
         let mut cache = KvCache::new(m.config(), batch, total, &dev);
         let positions = |start: usize, n: usize| Tensor::<B, 1, Int>::arange(start as i64..(start + n) as i64, &dev).unsqueeze::<2>().expand([batch, n]);
-        let ctx = Context { rope: &rope, positions: positions(0, len), padding: None, sequence_lengths: None, fused: None, routing: None };
+        let ctx = Context { rope: &rope, positions: positions(0, len), padding: None, sequences: None, fused: None, routing: None };
         let mut cached = m.forward(Tensor::from_data(TensorData::new(prefix.clone(), [batch, len]), &dev), &ctx, Some(&mut cache));
         let mut all = prefix.clone();
         let mut width = len;
         for &t in &extra {
             let next: Vec<i64> = vec![i64::from(t); batch];
-            let ctx = Context { rope: &rope, positions: positions(width, 1), padding: None, sequence_lengths: None, fused: None, routing: None };
+            let ctx = Context { rope: &rope, positions: positions(width, 1), padding: None, sequences: None, fused: None, routing: None };
             cached = m.forward(Tensor::from_data(TensorData::new(next, [batch, 1]), &dev), &ctx, Some(&mut cache));
             let mut grown = Vec::with_capacity(batch * (width + 1));
             for b in 0..batch {
@@ -102,7 +102,7 @@ fn a_window_layers_cache_stays_within_two_windows() {
             rope: &rope,
             positions: positions(start, n),
             padding: None,
-            sequence_lengths: None,
+            sequences: None,
             fused: None,
             routing: None,
         };

@@ -52,7 +52,7 @@ fn a_router_that_yields_nan_is_named() {
         rope: &rope,
         positions,
         padding: None,
-        sequence_lengths: None,
+        sequences: None,
         fused: None,
         routing: Some(&routing),
     };

@@ -78,7 +78,7 @@ fn left_padded_logits_match_transformers_on_real_tokens() {
             positions: int_tensor(&positions, [batch, seq]),
             fused: None,
             routing: None,
-            sequence_lengths: None,
+            sequences: None,
             padding: Some(
                 Tensor::<B, 2, Int>::from_data(
                     TensorData::new(padding.iter().map(|&p| i64::from(p)).collect::<Vec<_>>(), [batch, seq]),
@@ -161,7 +161,7 @@ fn moe_routing_and_its_loss_match_transformers() {
             rope: &rope,
             positions,
             padding: None,
-            sequence_lengths: None,
+            sequences: None,
             fused: None,
             routing: Some(routing),
         };

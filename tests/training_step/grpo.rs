@@ -294,7 +294,7 @@ fn packed_log_probs_equal_the_padded_batch() {
         rope: &rope,
         positions: Tensor::from_data(TensorData::new(batch.positions.clone(), [rows, width]), &device),
         padding: Some(Tensor::<B, 2, Int>::from_data(TensorData::new(padding, [rows, width]), &device).bool()),
-        sequence_lengths: None,
+        sequences: None,
         fused: None,
         routing: None,
     };

@@ -285,7 +285,7 @@ fn logits<B: ReinBackend>(model: &CausalLm<B>, tokens: Tensor<B, 2, Int>, fused:
         rope: &rope,
         positions,
         padding: None,
-        sequence_lengths: None,
+        sequences: None,
         fused: fused.then_some(&projections),
         routing: None,
     };

@@ -74,7 +74,7 @@ fn cached_forward<B: ReinBackend>(fixtures: &Path, device: &B::Device, report: &
             rope: &rope,
             positions: Tensor::<B, 2, Int>::from_data(TensorData::new(positions, [batch, seq]), device),
             padding: None,
-            sequence_lengths: None,
+            sequences: None,
             fused: None,
             routing: None,
         };

@@ -37,7 +37,7 @@ pub mod vision;
 
 pub use actor_critic::{ActionHead, ActorCritic, ActorCriticConfig};
 pub use backend::{
-    AttentionKernels, CudaMatmul, GluKernels, HeadKernels, LinearKernels, LoraKernels, NormKernels,
+    AttentionKernels, CudaMatmul, GluKernels, HeadKernels, LinearKernels, LoraKernels, NormKernels, PackedSequences,
     ReinAutodiffBackend, ReinBackend, RopeKernels, Scoring, TanhKernels, affine, cuda_matmul, generic_ops, held_in,
     set_cuda_matmul, use_generic_ops,
 };

@@ -575,7 +575,7 @@ fn forward_feed<B: ReinBackend>(
         rope,
         positions: Tensor::from_data(TensorData::new(feed.positions.clone(), [rows, feed.width]), device),
         padding,
-        sequence_lengths: None,
+        sequences: None,
         fused: Some(fused),
         routing: routing.as_ref(),
     };

@@ -41,7 +41,7 @@ mod tanh;
 #[cfg(test)]
 mod testing;
 
-pub use attention::{AttentionKernels, Scoring};
+pub use attention::{AttentionKernels, PackedSequences, Scoring};
 pub use glu::GluKernels;
 pub use head::{HeadKernels, Logits};
 pub use linear::{LinearKernels, affine, held_in};

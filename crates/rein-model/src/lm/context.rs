@@ -6,7 +6,7 @@ use burn::tensor::{Bool, Int, Tensor};
 use super::fused::FusedProjections;
 use super::moe::Routing;
 use super::rope::Rope;
-use crate::backend::ReinBackend;
+use crate::backend::{PackedSequences, ReinBackend};
 
 /// What one forward pass uses besides its tokens.
 pub struct Context<'a, B: ReinBackend> {
@@ -16,11 +16,12 @@ pub struct Context<'a, B: ReinBackend> {
     pub positions: Tensor<B, 2, Int>,
     /// `true` where a token is padding, `[batch, seq]`; `None` when there is none.
     pub padding: Option<Tensor<B, 2, Bool>>,
-    /// The lengths of the sequences when the batch is one row of sequences concatenated end to end
-    /// (`[1, Σ lengths]` tokens, no padding, each attending to its own tokens only: see
-    /// [`AttentionKernels::varlen_causal_attention`](crate::AttentionKernels::varlen_causal_attention)); `None` for a batch of one sequence per row.
-    /// Training only: a cache holds one sequence per row.
-    pub sequence_lengths: Option<&'a [usize]>,
+    /// The sequences when the batch is one row of sequences concatenated end to end (no
+    /// padding, each attending to its own tokens and those of the prefix it continues: see
+    /// [`AttentionKernels::varlen_causal_attention`](crate::AttentionKernels::varlen_causal_attention));
+    /// `None` for a batch of one sequence per row. Training only: a cache holds one sequence
+    /// per row.
+    pub sequences: Option<&'a PackedSequences>,
     /// The model's projections concatenated (for inference; same results, fewer matrix
     /// products), or `None` to use its own weights (always, when training).
     pub fused: Option<&'a FusedProjections<B>>,
@@ -38,7 +39,7 @@ impl<'a, B: ReinBackend> Context<'a, B> {
             rope,
             positions: Tensor::<B, 1, Int>::arange(start as i64..(start + len) as i64, device).unsqueeze::<2>(),
             padding: None,
-            sequence_lengths: None,
+            sequences: None,
             fused: None,
             routing: None,
         }

@@ -193,8 +193,8 @@ impl<B: ReinBackend> Attention<B> {
                 B::cached_attention(raw(q), raw(k), raw(v), offset - first, padding, scoring)
             }
             // Training and scoring: whole sequences, with gradients on autodiff backends.
-            None => match ctx.sequence_lengths {
-                Some(lengths) => B::varlen_causal_attention(raw(q), raw(k), raw(v), lengths, scoring),
+            None => match ctx.sequences {
+                Some(sequences) => B::varlen_causal_attention(raw(q), raw(k), raw(v), sequences, scoring),
                 None => B::causal_attention(raw(q), raw(k), raw(v), key_padding.map(Tensor::into_primitive), scoring),
             },
         };
@@ -600,7 +600,7 @@ impl<B: ReinBackend> CausalLm<B> {
             rope: &rope,
             positions,
             padding,
-            sequence_lengths: None,
+            sequences: None,
             fused: None,
             routing: None,
         };

@@ -10,7 +10,9 @@ use rein_kernels::team;
 
 use super::super::flex::*;
 use super::super::tanh_f32;
-use super::{Scoring, sequence_spans};
+use std::ops::Range;
+
+use super::{PackedSequences, Scoring};
 
 /// [`AttentionKernels::cached_attention`] of the sequences `spans` (a padded batch, or sequences packed
 /// end to end): `[batch, seq, heads, dim]`, like `q`'s `[batch, heads, seq, dim]`.
@@ -21,7 +23,7 @@ pub(super) fn attention(
     padding: Option<&[u8]>,
     offset: usize,
     scoring: Scoring,
-    spans: &[Span],
+    spans: &[Span<'_>],
 ) -> FlexTensor {
     let [batch, heads, seq, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
     let (q, k, v) = (readable(q), readable(k), readable(v));
@@ -32,7 +34,9 @@ pub(super) fn attention(
 }
 
 /// [`AttentionKernels::causal_attention_backward`] of the sequences `spans` (a padded batch, or
-/// sequences concatenated end to end), as tensors shaped like `q`, `k` and `v`.
+/// sequences packed end to end), as tensors shaped like `q`, `k` and `v`. `trees` groups the
+/// spans whose keys are shared (a prefix and the segments continuing it): one task each, as
+/// their key and value gradients add up in the same rows.
 pub(super) fn attention_backward(
     q: FlexTensor,
     k: FlexTensor,
@@ -40,7 +44,8 @@ pub(super) fn attention_backward(
     padding: Option<&[u8]>,
     scoring: Scoring,
     grad: FlexTensor,
-    spans: &[Span],
+    spans: &[Span<'_>],
+    trees: &[Range<usize>],
 ) -> (FlexTensor, FlexTensor, FlexTensor) {
     let [batch, heads, seq, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
     let kv_heads = dims(&k)[1];
@@ -54,14 +59,21 @@ pub(super) fn attention_backward(
         vec![0.0f32; batch * seq * kv_heads * dim],
         vec![0.0f32; batch * seq * kv_heads * dim],
     );
-    let lengths = || spans.iter().map(|s| s.len);
-    let d_q_blocks = split_into(&mut d_q, lengths().map(|n| n * heads * dim));
-    let d_k_blocks = split_into(&mut d_k, lengths().map(|n| n * kv_heads * dim));
-    let d_v_blocks = split_into(&mut d_v, lengths().map(|n| n * kv_heads * dim));
-    let blocks = spans.iter().zip(d_q_blocks).zip(d_k_blocks).zip(d_v_blocks);
-    let work = lengths().map(|n| n * n).sum::<usize>() * heads * dim;
-    for_each_sequence(blocks, work, |(((span, d_q), d_k), d_v)| {
-        attend.sequence(*span, d_q, d_k, d_v)
+    let rows = || {
+        trees
+            .iter()
+            .map(|tree| spans[tree.clone()].iter().map(|s| s.len).sum::<usize>())
+    };
+    let d_q_blocks = split_into(&mut d_q, rows().map(|n| n * heads * dim));
+    let d_k_blocks = split_into(&mut d_k, rows().map(|n| n * kv_heads * dim));
+    let d_v_blocks = split_into(&mut d_v, rows().map(|n| n * kv_heads * dim));
+    let blocks = trees.iter().zip(d_q_blocks).zip(d_k_blocks).zip(d_v_blocks);
+    let work = spans.iter().map(|s| s.len * s.keys()).sum::<usize>() * heads * dim;
+    for_each_sequence(blocks, work, |(((tree, d_q), d_k), d_v)| {
+        let base = spans[tree.start].start;
+        for span in &spans[tree.clone()] {
+            attend.sequence(*span, base, d_q, d_k, d_v);
+        }
     });
     // Written as `[batch, seq, heads, dim]`, the layout of the projections the inputs are
     // transposed views of: their gradients then reach those projections without a copy.
@@ -85,26 +97,65 @@ pub(super) fn split_into(mut buffer: &mut [f32], sizes: impl Iterator<Item = usi
 }
 
 /// One sequence of an attention batch: its tokens are rows `start..start + len` of batch entry
-/// `b` (a padded batch has one sequence per entry, from 0; concatenated sequences share entry 0).
+/// `b` (a padded batch has one sequence per entry, from 0; concatenated sequences share entry 0),
+/// after the tokens of the rows `prefix` (a shared prefix stored once, in packed training
+/// rows; empty otherwise).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Span {
+pub(super) struct Span<'a> {
     pub(super) b: usize,
     pub(super) start: usize,
     pub(super) len: usize,
+    pub(super) prefix: &'a [usize],
 }
 
-impl Span {
-    /// The sequences of a `[batch, seq]` batch.
-    pub(super) fn padded(batch: usize, seq: usize) -> Vec<Span> {
-        (0..batch).map(|b| Span { b, start: 0, len: seq }).collect()
+impl<'a> Span<'a> {
+    /// The sequences of a `[batch, seq]` batch, and each as a tree of its own.
+    pub(super) fn padded(batch: usize, seq: usize) -> (Vec<Self>, Vec<Range<usize>>) {
+        let spans = (0..batch)
+            .map(|b| Span {
+                b,
+                start: 0,
+                len: seq,
+                prefix: &[],
+            })
+            .collect();
+        (spans, (0..batch).map(|b| b..b + 1).collect())
     }
 
-    /// Sequences of `lengths` tokens, end to end.
-    pub(super) fn concatenated(lengths: &[usize]) -> Vec<Span> {
-        sequence_spans(lengths)
-            .map(|(start, len)| Span { b: 0, start, len })
+    /// The segments of `sequences`, each after its ancestors' rows (`prefixes`, from
+    /// [`prefix_rows`]).
+    pub(super) fn packed(sequences: &PackedSequences, prefixes: &'a [Vec<usize>]) -> Vec<Self> {
+        (sequences.starts().into_iter().zip(sequences.lengths()).zip(prefixes))
+            .map(|((start, &len), prefix)| Span {
+                b: 0,
+                start,
+                len,
+                prefix,
+            })
             .collect()
     }
+
+    /// The keys its last token sees, its prefix's and its own (before any window).
+    pub(super) fn keys(&self) -> usize {
+        self.prefix.len() + self.len
+    }
+
+    /// The row of the key at position `j` of its sequence: the prefix's rows, then its own.
+    #[inline(always)]
+    fn key_row(&self, j: usize) -> usize {
+        match self.prefix.get(j) {
+            Some(&row) => row,
+            None => self.start + j - self.prefix.len(),
+        }
+    }
+}
+
+/// Each segment's [`PackedSequences::prefix_rows`].
+pub(super) fn prefix_rows(sequences: &PackedSequences) -> Vec<Vec<usize>> {
+    let starts = sequences.starts();
+    (0..sequences.lengths().len())
+        .map(|i| sequences.prefix_rows(i, &starts))
+        .collect()
 }
 
 /// `f` on each sequence's item, on all threads when the sequences' `work` (multiply-adds) is
@@ -160,42 +211,42 @@ impl<'a> Attend<'a> {
 
     /// The attention of every sequence of `spans` into `out`, `[seq, heads, dim]` blocks one
     /// after the other, on all threads when there is enough work.
-    pub(super) fn all(&self, spans: &[Span], out: &mut [f32]) {
+    pub(super) fn all(&self, spans: &[Span<'_>], out: &mut [f32]) {
         let block = |span: &Span| span.len * self.heads * self.dim;
         let blocks = spans.iter().zip(split_into(out, spans.iter().map(block)));
-        let work = spans.iter().map(|s| block(s) * (self.offset + s.len)).sum();
+        let work = spans.iter().map(|s| block(s) * (self.offset + s.keys())).sum();
         for_each_sequence(blocks, work, |(span, out)| self.sequence(*span, out));
     }
 
     /// Attention of the sequence `span` into its `[seq, heads, dim]` output block `out`.
-    pub(super) fn sequence(&self, span: Span, out: &mut [f32]) {
-        with_avx2!(fn run(attend: &Attend<'_>, span: Span, out: &mut [f32]) => attend_sequence);
+    pub(super) fn sequence(&self, span: Span<'_>, out: &mut [f32]) {
+        with_avx2!(fn run(attend: &Attend<'_>, span: Span<'_>, out: &mut [f32]) => attend_sequence);
         run(self, span, out);
     }
 }
 
 #[inline(always)]
-pub(super) fn attend_sequence(a: &Attend<'_>, span: Span, out: &mut [f32]) {
+pub(super) fn attend_sequence(a: &Attend<'_>, span: Span<'_>, out: &mut [f32]) {
     let (dim, heads) = (a.dim, a.heads);
-    let Span { b, start, len } = span;
-    let filled = a.offset + len;
+    let (b, shared) = (span.b, a.offset + span.prefix.len());
+    let filled = shared + span.len;
     let group = heads / a.kv_heads;
     let mut weights = vec![0.0f32; filled];
     let padding = a.padding.map(|p| &p[b * filled..(b + 1) * filled]);
     for h in 0..heads {
         let kv = h / group;
-        for t in 0..len {
+        for t in 0..span.len {
             // Position `at` sees keys `first..=at` (all from 0 without a window): itself, and no
             // padding but itself.
-            let at = a.offset + t;
+            let at = shared + t;
             let first = a.scoring.first_key(at);
             let weights = &mut weights[..=at - first];
             let (key, value) = (
-                |j| a.k.row(b, kv, start + first + j),
-                |j| a.v.row(b, kv, start + first + j),
+                |j| a.k.row(b, kv, span.key_row(first + j)),
+                |j| a.v.row(b, kv, span.key_row(first + j)),
             );
             let padding = padding.map(|p| &p[first..]);
-            attention_weights(a.q.row(b, h, start + t), key, padding, a.scoring, weights);
+            attention_weights(a.q.row(b, h, span.start + t), key, padding, a.scoring, weights);
             let out = &mut out[(t * heads + h) * dim..][..dim];
             match dim {
                 64 => weighted_sum::<64>(weights, value, out),
@@ -258,11 +309,13 @@ pub(super) struct AttendBackward<'a> {
 }
 
 impl AttendBackward<'_> {
-    /// The gradients of the sequence `span`, each laid out as `[seq, heads, dim]` (the
-    /// projections' layout): `d_q` over the query heads, `d_k` and `d_v` over the key/value heads.
-    pub(super) fn sequence(&self, span: Span, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) {
-        with_avx2!(fn run(a: &AttendBackward<'_>, span: Span, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) => attention_backward_sequence);
-        run(self, span, d_q, d_k, d_v);
+    /// The gradients of the sequence `span` added into those of its rows, laid out as `[seq,
+    /// heads, dim]` (the projections' layout): `d_q` over the query heads, `d_k` and `d_v` over
+    /// the key/value heads (its prefix's rows get its share).
+    /// `d_q`, `d_k` and `d_v` hold the rows from `base` on.
+    pub(super) fn sequence(&self, span: Span<'_>, base: usize, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) {
+        with_avx2!(fn run(a: &AttendBackward<'_>, span: Span<'_>, base: usize, d_q: &mut [f32], d_k: &mut [f32], d_v: &mut [f32]) => attention_backward_sequence);
+        run(self, span, base, d_q, d_k, d_v);
     }
 }
 
@@ -273,29 +326,29 @@ impl AttendBackward<'_> {
 #[inline(always)]
 pub(super) fn attention_backward_sequence(
     backward: &AttendBackward<'_>,
-    span: Span,
+    span: Span<'_>,
+    base: usize,
     d_q: &mut [f32],
     d_k: &mut [f32],
     d_v: &mut [f32],
 ) {
     let (a, grad) = (&backward.inputs, &backward.grad);
     let (dim, heads, kv_heads) = (a.dim, a.heads, a.kv_heads);
-    let Span { b, start, len: seq } = span;
+    let (b, seq, shared) = (span.b, span.len, span.prefix.len());
     let group = heads / kv_heads;
     let scoring = a.scoring;
     let padding = a.padding.map(|p| &p[b * seq..(b + 1) * seq]);
-    let (mut weights, mut d_scores) = (vec![0.0f32; seq], vec![0.0f32; seq]);
+    let (mut weights, mut d_scores) = (vec![0.0f32; span.keys()], vec![0.0f32; span.keys()]);
     for h in 0..heads {
         let kv = h / group;
         for t in 0..seq {
-            let first = scoring.first_key(t);
-            let (key, value) = (
-                |j| a.k.row(b, kv, start + first + j),
-                |j| a.v.row(b, kv, start + first + j),
-            );
-            let (weights, d_scores) = (&mut weights[..=t - first], &mut d_scores[..=t - first]);
-            let query = a.q.row(b, h, start + t);
-            let d_out = grad.row(b, start + t, h);
+            let at = shared + t;
+            let first = scoring.first_key(at);
+            let row = |j| span.key_row(first + j);
+            let (key, value) = (|j| a.k.row(b, kv, row(j)), |j| a.v.row(b, kv, row(j)));
+            let (weights, d_scores) = (&mut weights[..=at - first], &mut d_scores[..=at - first]);
+            let query = a.q.row(b, h, span.start + t);
+            let d_out = grad.row(b, span.start + t, h);
             attention_weights(query, key, padding.map(|p| &p[first..]), scoring, weights);
             for (j, ds) in d_scores.iter_mut().enumerate() {
                 *ds = dot(d_out, value(j));
@@ -311,9 +364,9 @@ pub(super) fn attention_backward_sequence(
                     *ds *= 1.0 - capped * capped;
                 }
             }
-            let d_query = &mut d_q[(t * heads + h) * dim..][..dim];
+            let d_query = &mut d_q[((span.start + t - base) * heads + h) * dim..][..dim];
             for (j, (&ds, &p)) in d_scores.iter().zip(weights.iter()).enumerate() {
-                let at = ((first + j) * kv_heads + kv) * dim..((first + j) * kv_heads + kv + 1) * dim;
+                let at = ((row(j) - base) * kv_heads + kv) * dim..((row(j) - base) * kv_heads + kv + 1) * dim;
                 axpy(d_query, ds, key(j));
                 axpy(&mut d_k[at.clone()], ds, query);
                 axpy(&mut d_v[at], p, d_out);

@@ -8,6 +8,7 @@
 //! attention per block of packed sequences.
 
 mod flex;
+mod packed_sequences;
 #[cfg(test)]
 mod tests;
 
@@ -21,7 +22,9 @@ use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
 
-use self::flex::{Span, attention, attention_backward};
+pub use self::packed_sequences::PackedSequences;
+
+use self::flex::{Span, attention, attention_backward, prefix_rows};
 use super::flex::{dims, f32s};
 use super::{LinearKernels, ReinBackend, float, generic_ops, register_inputs};
 
@@ -130,27 +133,29 @@ pub trait AttentionKernels: LinearKernels {
         causal_attention_backward_ops::<Self>(q, k, v, padding, scoring, grad)
     }
 
-    /// Causal attention of sequences concatenated end to end along the token axis, without padding:
-    /// sequence `i` is the `lengths[i]` tokens after those of sequences `0..i`, and attends to
-    /// its own tokens only. What [`AttentionKernels::causal_attention`] computes for each sequence
-    /// alone, without the rows a padded batch spends on padding. Its autodiff version has its
-    /// own backward, [`AttentionKernels::varlen_causal_attention_backward`].
+    /// Causal attention of sequences concatenated end to end along the token axis, without padding
+    /// ([`PackedSequences`]): each segment attends to its ancestors' tokens and its own, at
+    /// positions after its ancestors'. What [`AttentionKernels::causal_attention`] computes for
+    /// each root-to-leaf sequence alone, without the rows a padded batch spends on padding, and
+    /// with a shared prefix computed once. Its autodiff version has its own backward,
+    /// [`AttentionKernels::varlen_causal_attention_backward`].
     ///
     /// # Shapes
     /// - `q`: `[1, heads, total, head_dim]`, `k`, `v`: `[1, kv_heads, total, head_dim]` with
-    ///   `total = Σ lengths` → `[1, total, heads, head_dim]`
+    ///   `total` the segments' tokens → `[1, total, heads, head_dim]`
     fn varlen_causal_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
-        lengths: &[usize],
+        sequences: &PackedSequences,
         scoring: Scoring,
     ) -> FloatTensor<Self> {
-        varlen_causal_attention_ops::<Self>(q, k, v, lengths, scoring)
+        varlen_causal_attention_ops::<Self>(q, k, v, sequences, scoring)
     }
 
     /// The gradients of [`AttentionKernels::varlen_causal_attention`] given the output's: each
-    /// sequence's as [`AttentionKernels::causal_attention_backward`] gives them.
+    /// sequence's as [`AttentionKernels::causal_attention_backward`] gives them, a shared
+    /// prefix's key and value gradients summed over the segments that continue it.
     ///
     /// # Shapes
     /// - as [`AttentionKernels::varlen_causal_attention`]'s inputs, `grad` like its output → like `q`, `k`, `v`
@@ -158,11 +163,11 @@ pub trait AttentionKernels: LinearKernels {
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
-        lengths: &[usize],
+        sequences: &PackedSequences,
         scoring: Scoring,
         grad: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        varlen_causal_attention_backward_ops::<Self>(q, k, v, lengths, scoring, grad)
+        varlen_causal_attention_backward_ops::<Self>(q, k, v, sequences, scoring, grad)
     }
 }
 
@@ -309,48 +314,46 @@ fn masked_attention_backward_ops<B: LinearKernels>(
     (raw(d_q), raw(fold(d_k)), raw(fold(d_v)))
 }
 
-/// Where each packed sequence starts, and its length.
-pub(super) fn sequence_spans(lengths: &[usize]) -> impl Iterator<Item = (usize, usize)> + '_ {
-    lengths.iter().scan(0, |start, &len| {
-        *start += len;
-        Some((*start - len, len))
-    })
-}
-
 /// The most tokens one block of packed attention in burn ops spans (see [`packed_blocks`]).
 const BLOCK_TOKENS: usize = 1024;
 
-/// Consecutive packed sequences grouped into blocks of at most `limit` tokens (a longer
-/// sequence is a block of its own): `(first token, the block's lengths)`. One masked
-/// attention per block instead of one per sequence: on a GPU each burn op is a kernel launch,
-/// and per sequence a GRPO step's attention was most of its launches; a block's masked scores
-/// (`heads × limit²`) stay small.
-fn packed_blocks(lengths: &[usize], limit: usize) -> Vec<(usize, &[usize])> {
+/// Consecutive trees of packed segments (a sequence, or a prefix and the segments continuing
+/// it) grouped into blocks of at most `limit` tokens (a larger tree is a block of its own):
+/// `(first token, the block's segments)`. One masked attention per block instead of one per
+/// sequence: on a GPU each burn op is a kernel launch, and per sequence a GRPO step's
+/// attention was most of its launches; a block's masked scores (`heads × limit²`) stay small.
+fn packed_blocks(sequences: &PackedSequences, limit: usize) -> Vec<(usize, PackedSequences)> {
+    let lengths = sequences.lengths();
     let mut blocks = Vec::new();
     let (mut first, mut start, mut tokens) = (0, 0, 0);
-    for (i, &len) in lengths.iter().enumerate() {
-        if i > first && tokens + len > limit {
-            blocks.push((start, &lengths[first..i]));
-            (first, start, tokens) = (i, start + tokens, 0);
+    for tree in sequences.trees() {
+        let len: usize = lengths[tree.clone()].iter().sum();
+        if tree.start > first && tokens + len > limit {
+            blocks.push((start, sequences.slice(first..tree.start)));
+            (first, start, tokens) = (tree.start, start + tokens, 0);
         }
         tokens += len;
     }
     if first < lengths.len() {
-        blocks.push((start, &lengths[first..]));
+        blocks.push((start, sequences.slice(first..lengths.len())));
     }
     blocks
 }
 
-/// `true` where a query of a block of packed sequences may not attend: future keys, keys before
-/// its window, and the other sequences' keys. → `[1, 1, total, total]`
+/// `true` where a query of a block of packed segments may not attend: future keys, keys before
+/// its window, and keys of segments other than its own and its ancestors. → `[1, 1, total, total]`
 fn packed_mask<B: burn::tensor::backend::Backend>(
-    lengths: &[usize],
+    block: &PackedSequences,
     window: Option<usize>,
     device: &B::Device,
 ) -> Tensor<B, 4, Bool> {
-    let total: usize = lengths.iter().sum();
-    let ids: Vec<i64> = (0..lengths.len() as i64)
-        .zip(lengths)
+    let total = block.total();
+    if block.shares_prefixes() {
+        let mask = tree_mask(block, window);
+        return Tensor::from_data(burn::tensor::TensorData::new(mask, [1, 1, total, total]), device);
+    }
+    let ids: Vec<i64> = (0..block.lengths().len() as i64)
+        .zip(block.lengths())
         .flat_map(|(id, &len)| std::iter::repeat_n(id, len))
         .collect();
     let ids = Tensor::<B, 1, Int>::from_data(burn::tensor::TensorData::new(ids, [total]), device);
@@ -359,33 +362,62 @@ fn packed_mask<B: burn::tensor::backend::Backend>(
     mask.bool_or(other).reshape([1, 1, total, total])
 }
 
+/// [`packed_mask`] of segments that continue others, built here: `[total × total]`, row-major.
+fn tree_mask(block: &PackedSequences, window: Option<usize>) -> Vec<bool> {
+    let (lengths, parents) = (block.lengths(), block.parents());
+    let segments = lengths.len();
+    // `sees[i × segments + s]`: segment `i` attends to segment `s` (itself or an ancestor).
+    let mut sees = vec![false; segments * segments];
+    for i in 0..segments {
+        let mut at = Some(i);
+        while let Some(s) = at {
+            sees[i * segments + s] = true;
+            at = parents[s];
+        }
+    }
+    let segment: Vec<usize> = (0..segments).flat_map(|s| std::iter::repeat_n(s, lengths[s])).collect();
+    let positions = block.positions();
+    let total = positions.len();
+    let mut mask = vec![true; total * total];
+    for query in 0..total {
+        for key in 0..total {
+            let (at, pos) = (positions[query], positions[key]);
+            let visible = sees[segment[query] * segments + segment[key]]
+                && pos <= at
+                && window.is_none_or(|window| at - pos < window);
+            mask[query * total + key] = !visible;
+        }
+    }
+    mask
+}
+
 /// [`AttentionKernels::varlen_causal_attention`] in burn ops: one masked attention per block of
-/// sequences ([`packed_blocks`]).
+/// segments ([`packed_blocks`]).
 pub(super) fn varlen_causal_attention_ops<B: LinearKernels>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
     v: FloatTensor<B>,
-    lengths: &[usize],
+    sequences: &PackedSequences,
     scoring: Scoring,
 ) -> FloatTensor<B> {
-    blocked_attention_ops::<B>(q, k, v, lengths, scoring, BLOCK_TOKENS)
+    blocked_attention_ops::<B>(q, k, v, sequences, scoring, BLOCK_TOKENS)
 }
 
 fn blocked_attention_ops<B: LinearKernels>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
     v: FloatTensor<B>,
-    lengths: &[usize],
+    sequences: &PackedSequences,
     scoring: Scoring,
     limit: usize,
 ) -> FloatTensor<B> {
     let (q, k, v) = (float::<B, 4>(q), float::<B, 4>(k), float::<B, 4>(v));
-    let outputs = packed_blocks(lengths, limit)
+    let outputs = packed_blocks(sequences, limit)
         .into_iter()
         .map(|(start, block)| {
-            let len = block.iter().sum();
+            let len = block.total();
             let part = |t: &Tensor<B, 4>| t.clone().narrow(2, start, len);
-            let mask = packed_mask::<B>(block, scoring.window, &q.device());
+            let mask = packed_mask::<B>(&block, scoring.window, &q.device());
             float::<B, 4>(masked_attention_ops(part(&q), part(&k), part(&v), mask, scoring))
         })
         .collect();
@@ -398,18 +430,18 @@ pub(super) fn varlen_causal_attention_backward_ops<B: LinearKernels>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
     v: FloatTensor<B>,
-    lengths: &[usize],
+    sequences: &PackedSequences,
     scoring: Scoring,
     grad: FloatTensor<B>,
 ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
-    blocked_attention_backward_ops::<B>(q, k, v, lengths, scoring, grad, BLOCK_TOKENS)
+    blocked_attention_backward_ops::<B>(q, k, v, sequences, scoring, grad, BLOCK_TOKENS)
 }
 
 fn blocked_attention_backward_ops<B: LinearKernels>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
     v: FloatTensor<B>,
-    lengths: &[usize],
+    sequences: &PackedSequences,
     scoring: Scoring,
     grad: FloatTensor<B>,
     limit: usize,
@@ -421,10 +453,10 @@ fn blocked_attention_backward_ops<B: LinearKernels>(
         float::<B, 4>(grad),
     );
     let (mut d_q, mut d_k, mut d_v) = (Vec::new(), Vec::new(), Vec::new());
-    for (start, block) in packed_blocks(lengths, limit) {
-        let len = block.iter().sum();
+    for (start, block) in packed_blocks(sequences, limit) {
+        let len = block.total();
         let part = |t: &Tensor<B, 4>| t.clone().narrow(2, start, len);
-        let mask = packed_mask::<B>(block, scoring.window, &q.device());
+        let mask = packed_mask::<B>(&block, scoring.window, &q.device());
         let grad = grad.clone().narrow(1, start, len);
         let (q, k, v) = masked_attention_backward_ops(part(&q), part(&k), part(&v), mask, scoring, grad);
         d_q.push(float::<B, 4>(q));
@@ -506,34 +538,37 @@ impl AttentionKernels for Flex {
         let [batch, _, seq, _] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
         let padding = padding.map(|p| p.to_contiguous());
         let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * (offset + seq)]);
-        attention(q, k, v, padding, offset, scoring, &Span::padded(batch, seq))
+        attention(q, k, v, padding, offset, scoring, &Span::padded(batch, seq).0)
     }
 
     fn varlen_causal_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
-        lengths: &[usize],
+        sequences: &PackedSequences,
         scoring: Scoring,
     ) -> FloatTensor<Self> {
         if [&q, &k, &v].iter().any(|t| t.dtype() != DType::F32) || generic_ops() {
-            return varlen_causal_attention_ops::<Self>(q, k, v, lengths, scoring);
+            return varlen_causal_attention_ops::<Self>(q, k, v, sequences, scoring);
         }
-        attention(q, k, v, None, 0, scoring, &Span::concatenated(lengths))
+        let prefixes = prefix_rows(sequences);
+        attention(q, k, v, None, 0, scoring, &Span::packed(sequences, &prefixes))
     }
 
     fn varlen_causal_attention_backward(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
-        lengths: &[usize],
+        sequences: &PackedSequences,
         scoring: Scoring,
         grad: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
         if [&q, &k, &v, &grad].iter().any(|t| t.dtype() != DType::F32) || generic_ops() {
-            return varlen_causal_attention_backward_ops::<Self>(q, k, v, lengths, scoring, grad);
+            return varlen_causal_attention_backward_ops::<Self>(q, k, v, sequences, scoring, grad);
         }
-        attention_backward(q, k, v, None, scoring, grad, &Span::concatenated(lengths))
+        let prefixes = prefix_rows(sequences);
+        let spans = Span::packed(sequences, &prefixes);
+        attention_backward(q, k, v, None, scoring, grad, &spans, &sequences.trees())
     }
 
     fn causal_attention_backward(
@@ -550,7 +585,8 @@ impl AttentionKernels for Flex {
         let [batch, _, seq, _] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
         let padding = padding.map(|p| p.to_contiguous());
         let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * seq]);
-        attention_backward(q, k, v, padding, scoring, grad, &Span::padded(batch, seq))
+        let (spans, trees) = Span::padded(batch, seq);
+        attention_backward(q, k, v, padding, scoring, grad, &spans, &trees)
     }
 }
 
@@ -559,15 +595,15 @@ impl AttentionKernels for Flex {
 enum Sequences<B: ReinBackend> {
     /// One per batch entry, with its padding ([`AttentionKernels::causal_attention`]).
     Padded(Option<BoolTensor<B>>),
-    /// End to end in one entry, of these lengths ([`AttentionKernels::varlen_causal_attention`]).
-    Packed(Vec<usize>),
+    /// End to end in one entry ([`AttentionKernels::varlen_causal_attention`]).
+    Packed(PackedSequences),
 }
 
 impl<B: ReinBackend> Sequences<B> {
     fn attention(&self, q: FloatTensor<B>, k: FloatTensor<B>, v: FloatTensor<B>, scoring: Scoring) -> FloatTensor<B> {
         match self {
             Sequences::Padded(padding) => B::causal_attention(q, k, v, padding.clone(), scoring),
-            Sequences::Packed(lengths) => B::varlen_causal_attention(q, k, v, lengths, scoring),
+            Sequences::Packed(sequences) => B::varlen_causal_attention(q, k, v, sequences, scoring),
         }
     }
 
@@ -581,7 +617,7 @@ impl<B: ReinBackend> Sequences<B> {
     ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
         match self {
             Sequences::Padded(padding) => B::causal_attention_backward(q, k, v, padding, scoring, grad),
-            Sequences::Packed(lengths) => B::varlen_causal_attention_backward(q, k, v, &lengths, scoring, grad),
+            Sequences::Packed(sequences) => B::varlen_causal_attention_backward(q, k, v, &sequences, scoring, grad),
         }
     }
 }
@@ -642,10 +678,10 @@ impl<B: ReinBackend, C: CheckpointStrategy> AttentionKernels for Autodiff<B, C> 
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
-        lengths: &[usize],
+        sequences: &PackedSequences,
         scoring: Scoring,
     ) -> FloatTensor<Self> {
-        tracked_attention::<B, C>(q, k, v, Sequences::Packed(lengths.to_vec()), scoring)
+        tracked_attention::<B, C>(q, k, v, Sequences::Packed(sequences.clone()), scoring)
     }
 }
 

@@ -155,15 +155,16 @@ enum Packing {
     Wrapper,
     /// The same with blocks of at most 5 tokens: several blocks, longer sequences alone.
     SmallBlocks,
-    /// Each sequence's slice of the inputs through `causal_attention`, by hand.
+    /// Each sequence's rows (its prefix's, then its own) gathered from the inputs, through
+    /// `causal_attention`, by hand.
     Alone,
 }
 
-/// Packed attention's output and gradients `[y, ∂q, ∂k, ∂v]` for sequences of `lengths`
-/// concatenated end to end, and the gradients of [`varlen_causal_attention_backward_ops`] given the
-/// same output gradient.
+/// Packed attention's output and gradients `[y, ∂q, ∂k, ∂v]` for `sequences` concatenated end
+/// to end, and the gradients of [`varlen_causal_attention_backward_ops`] given the same output
+/// gradient.
 fn packed_attention(
-    lengths: &[usize],
+    sequences: &PackedSequences,
     heads: usize,
     kv_heads: usize,
     dim: usize,
@@ -172,7 +173,7 @@ fn packed_attention(
 ) -> [Vec<f32>; 7] {
     let _graph = crate::one_graph();
     let device = Default::default();
-    let total: usize = lengths.iter().sum();
+    let total = sequences.total();
     // Not burn's random tensors: its generator is global, and tests running alongside
     // would reseed it between the ways this compares.
     let random = |shape: [usize; 4], seed: u64| {
@@ -198,22 +199,28 @@ fn packed_attention(
     let (qt, vt) = (q.clone().swap_dims(1, 2), v.clone().swap_dims(1, 2));
     let y = match how {
         Packing::Kernel => {
-            A::varlen_causal_attention(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), lengths, scoring)
+            A::varlen_causal_attention(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), sequences, scoring)
         }
         Packing::Wrapper => {
-            varlen_causal_attention_ops::<A>(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), lengths, scoring)
+            varlen_causal_attention_ops::<A>(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), sequences, scoring)
         }
         Packing::SmallBlocks => {
-            blocked_attention_ops::<A>(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), lengths, scoring, 5)
+            blocked_attention_ops::<A>(raw(qt.clone()), raw(k.clone()), raw(vt.clone()), sequences, scoring, 5)
         }
         Packing::Alone => {
+            let starts = sequences.starts();
             let mut outputs = Vec::new();
-            let mut start = 0;
-            for &len in lengths {
-                let part = |t: &Tensor<A, 4>| raw(t.clone().narrow(2, start, len));
+            for (i, &len) in sequences.lengths().iter().enumerate() {
+                let rows: Vec<i64> = (sequences.prefix_rows(i, &starts).into_iter())
+                    .chain(starts[i]..starts[i] + len)
+                    .map(|row| row as i64)
+                    .collect();
+                let keys = rows.len();
+                let rows = Tensor::<A, 1, burn::tensor::Int>::from_data(TensorData::new(rows, [keys]), &device);
+                let part = |t: &Tensor<A, 4>| raw(t.clone().select(2, rows.clone()));
                 let y = A::causal_attention(part(&qt), part(&k), part(&vt), None, scoring);
-                outputs.push(Tensor::<A, 4>::from_primitive(TensorPrimitive::Float(y)));
-                start += len;
+                let y = Tensor::<A, 4>::from_primitive(TensorPrimitive::Float(y));
+                outputs.push(y.narrow(1, keys - len, len));
             }
             raw(Tensor::cat(outputs, 1))
         }
@@ -227,7 +234,7 @@ fn packed_attention(
             inner(qt),
             inner(k.clone()),
             inner(vt),
-            lengths,
+            sequences,
             scoring,
             inner(weights),
             5,
@@ -236,7 +243,7 @@ fn packed_attention(
             inner(qt),
             inner(k.clone()),
             inner(vt),
-            lengths,
+            sequences,
             scoring,
             inner(weights),
         ),
@@ -270,41 +277,100 @@ proptest::proptest! {
     ) {
         let (heads, dim) = (kv_heads * group, 2 * half_dim);
         let scoring = scoring(dim, window, softcap);
-        let run = |how| packed_attention(&lengths, heads, kv_heads, dim, scoring, how);
-        let (kernel, wrapper, alone) = (run(Packing::Kernel), run(Packing::Wrapper), run(Packing::Alone));
-        let blocks = run(Packing::SmallBlocks);
-        let names = ["values", "∂q", "∂k", "∂v", "backward ∂q", "backward ∂k", "backward ∂v"];
-        // The kernel against itself on slices: the same arithmetic. The burn-op paths (what CUDA
-        // runs) against the kernel: this file's kernel-versus-ops tolerance, as rounding differs
-        // where ∂S's rowsum cancels (a wrong mask is off by tenths, not by 1e-4).
-        // The `backward` entries are the burn-op backward in every variant.
-        for (i, what) in names.iter().enumerate() {
-            let kernel_tolerance = if i < 4 { 1e-6 } else { 1e-4 };
-            assert_close(what, &kernel[i], &alone[i], kernel_tolerance);
-            assert_close(what, &wrapper[i], &alone[i], 1e-4);
-            assert_close(what, &blocks[i], &alone[i], 1e-4);
-        }
-        // The backward alone, against the gradients autodiff found through the kernel.
-        for i in 0..3 {
-            assert_close(names[4 + i], &kernel[4 + i], &kernel[1 + i], 1e-4);
-        }
+        assert_packed_attention_equals_each_sequence_alone(&PackedSequences::new(lengths), heads, kv_heads, dim, scoring);
+    }
+
+    /// A segment continuing others (a prompt stored once for its completions, a branch of a
+    /// branch) attends as its whole sequence would alone, and its prefix's gradients are the
+    /// sum of what each sequence through it gives them.
+    #[test]
+    fn packed_trees_attend_as_each_sequence_alone(
+        segments in proptest::collection::vec((1usize..9, 0usize..4), 1..7),
+        kv_heads in 1usize..3,
+        group in 1usize..4,
+        half_dim in 1usize..9,
+        window in 0usize..6,
+        softcap in proptest::bool::ANY,
+    ) {
+        let (heads, dim) = (kv_heads * group, 2 * half_dim);
+        let scoring = scoring(dim, window, softcap);
+        assert_packed_attention_equals_each_sequence_alone(&random_tree(&segments), heads, kv_heads, dim, scoring);
+    }
+}
+
+/// Segments of the given lengths, each with a link choosing its parent: 0 none (a new tree),
+/// otherwise an earlier segment of the current tree.
+fn random_tree(segments: &[(usize, usize)]) -> PackedSequences {
+    let mut root = 0;
+    let parents = (segments.iter().enumerate())
+        .map(|(i, &(_, link))| match link {
+            0 => {
+                root = i;
+                None
+            }
+            _ if i == root => None,
+            _ => Some(root + link % (i - root)),
+        })
+        .collect();
+    let lengths = segments.iter().map(|&(len, _)| len).collect();
+    PackedSequences::tree(lengths, parents).expect("a valid tree")
+}
+
+fn assert_packed_attention_equals_each_sequence_alone(
+    sequences: &PackedSequences,
+    heads: usize,
+    kv_heads: usize,
+    dim: usize,
+    scoring: Scoring,
+) {
+    let run = |how| packed_attention(sequences, heads, kv_heads, dim, scoring, how);
+    let (kernel, wrapper, alone) = (run(Packing::Kernel), run(Packing::Wrapper), run(Packing::Alone));
+    let blocks = run(Packing::SmallBlocks);
+    let names = ["values", "∂q", "∂k", "∂v", "backward ∂q", "backward ∂k", "backward ∂v"];
+    // The kernel against itself on slices: the same arithmetic. The burn-op paths (what CUDA
+    // runs) against the kernel: this file's kernel-versus-ops tolerance, as rounding differs
+    // where ∂S's rowsum cancels (a wrong mask is off by tenths, not by 1e-4).
+    // The `backward` entries are the burn-op backward in every variant.
+    for (i, what) in names.iter().enumerate() {
+        let kernel_tolerance = if i < 4 { 1e-6 } else { 1e-4 };
+        assert_close(what, &kernel[i], &alone[i], kernel_tolerance);
+        assert_close(what, &wrapper[i], &alone[i], 1e-4);
+        assert_close(what, &blocks[i], &alone[i], 1e-4);
+    }
+    // The backward alone, against the gradients autodiff found through the kernel.
+    for i in 0..3 {
+        assert_close(names[4 + i], &kernel[4 + i], &kernel[1 + i], 1e-4);
     }
 }
 
 #[test]
 fn packed_blocks_group_consecutive_sequences_up_to_the_limit() {
-    let blocks = packed_blocks(&[3, 2, 7, 1, 1, 4], 5);
+    let lengths = |blocks: Vec<(usize, PackedSequences)>| -> Vec<(usize, Vec<usize>)> {
+        (blocks.into_iter())
+            .map(|(start, block)| (start, block.lengths().to_vec()))
+            .collect()
+    };
+    let blocks = packed_blocks(&PackedSequences::new(vec![3, 2, 7, 1, 1, 4]), 5);
     // 3 + 2 fit; 7 is over the limit alone; 1 + 1 fit and 4 would not.
-    let expected: Vec<(usize, &[usize])> = vec![(0, &[3, 2]), (5, &[7]), (12, &[1, 1]), (14, &[4])];
-    assert_eq!(blocks, expected);
-    assert_eq!(packed_blocks(&[2, 2], 1024), vec![(0, &[2usize, 2][..])]);
-    assert!(packed_blocks(&[], 8).is_empty());
+    let expected = vec![(0, vec![3, 2]), (5, vec![7]), (12, vec![1, 1]), (14, vec![4])];
+    assert_eq!(lengths(blocks), expected);
+    assert_eq!(
+        lengths(packed_blocks(&PackedSequences::new(vec![2, 2]), 1024)),
+        [(0, vec![2, 2])]
+    );
+    assert!(packed_blocks(&PackedSequences::new(vec![]), 8).is_empty());
+    // A tree stays whole: a prefix of 3 and its two continuations are one block, over the limit.
+    let tree = PackedSequences::tree(vec![1, 3, 2, 2, 1], vec![None, None, Some(1), Some(1), None]).unwrap();
+    assert_eq!(
+        lengths(packed_blocks(&tree, 5)),
+        [(0, vec![1]), (1, vec![3, 2, 2]), (8, vec![1])]
+    );
 }
 
 #[test]
 fn a_packed_mask_keeps_each_query_to_its_own_sequence_and_past() {
     for window in [None, Some(2)] {
-        let mask: Vec<bool> = packed_mask::<Flex>(&[2, 4], window, &Default::default())
+        let mask: Vec<bool> = packed_mask::<Flex>(&PackedSequences::new(vec![2, 4]), window, &Default::default())
             .into_data()
             .to_vec()
             .unwrap();
