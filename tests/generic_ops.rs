@@ -2,7 +2,8 @@
 //! (CUDA), every kernel of `rein_model::ReinBackend` is its default: burn's generic ops. No GPU is
 //! available here, so Flex is switched to those defaults (`use_generic_ops`) and a generation
 //! and a GRPO step's gradients are compared with the fused CPU kernels' on the same model:
-//! logits within 1e-4, greedy tokens exact, gradients within 1e-4.
+//! logits within 1e-4, greedy tokens exact, gradients within 1e-4; and the step's gradients with
+//! each group's prompt packed once equal those with every row packed alone, within 1e-6.
 //!
 //! One test in its own binary: the switch is process-wide.
 
@@ -32,8 +33,9 @@ struct Observed {
     /// Greedy continuations of 40 prompts (enough rows for the decoder to split the batch
     /// across threads).
     greedy: Vec<Vec<u32>>,
-    /// The GRPO loss's gradient for every parameter, by path.
-    gradients: Tensors,
+    /// The GRPO loss's gradient for every parameter, by path: with each group's prompt packed
+    /// once, and with every row packed alone.
+    gradients: [Tensors; 2],
 }
 
 fn prompts(vocab: u32) -> Vec<Vec<u32>> {
@@ -91,11 +93,26 @@ fn observe(checkpoint: &str) -> Observed {
         .map(|g| g.tokens)
         .collect();
 
-    // A GRPO step's loss (KL and entropy terms included) on six of those prompts with
-    // completions of different lengths.
-    let pairs: Vec<(&[u32], &[u32])> = (0..6).map(|i| (prompts[i].as_slice(), &prompts[20 + i][..])).collect();
-    let batch = TokenBatch::new(&pairs, 0);
-    let (log_prob, entropy) = completion_log_probs(&model, &batch, 0.8, true, &device);
+    // A GRPO step's loss (KL and entropy terms included) on three of those prompts, each with
+    // two completions of different lengths.
+    let pairs: Vec<(&[u32], &[u32])> = (0..6)
+        .map(|i| (prompts[i / 2].as_slice(), &prompts[20 + i][..]))
+        .collect();
+    let mut batch = TokenBatch::new(&pairs, 0);
+    let gradients = [true, false].map(|share_prompts| {
+        batch.share_prompts = share_prompts;
+        grpo_gradients(&model, &batch)
+    });
+    Observed {
+        logits,
+        greedy,
+        gradients,
+    }
+}
+
+fn grpo_gradients(model: &rein_model::lm::CausalLm<B>, batch: &TokenBatch) -> Tensors {
+    let device = Default::default();
+    let (log_prob, entropy) = completion_log_probs(model, batch, 0.8, true, &device);
     let shifted = |by: f32| log_prob.clone().detach().add_scalar(by);
     let advantages = Tensor::<B, 2>::from_data(
         TensorData::new(vec![1.0f32, -0.5, 0.3, -1.2, 0.8, -0.4], [6, 1]),
@@ -124,12 +141,7 @@ fn observe(checkpoint: &str) -> Observed {
         entropy,
         &config,
     );
-    let grads = out.loss.backward();
-    Observed {
-        logits,
-        greedy,
-        gradients: gradients::<B, _>(&model, &grads),
-    }
+    gradients::<B, _>(model, &out.loss.backward())
 }
 
 fn assert_close(what: &str, generic: &[f32], fused: &[f32]) {
@@ -157,10 +169,21 @@ fn the_generic_ops_path_computes_what_the_fused_kernels_compute() {
             "{checkpoint}: the switch took effect (burn's matmul adds in another order than rein's)"
         );
         assert_eq!(generic.greedy, fused.greedy, "{checkpoint}: greedy tokens");
-        assert_eq!(generic.gradients.len(), fused.gradients.len());
-        for ((name, (_, g)), (_, (_, f))) in generic.gradients.iter().zip(&fused.gradients) {
+        let [shared, alone] = &generic.gradients;
+        assert_eq!(shared.len(), fused.gradients[0].len());
+        for ((name, (_, g)), (_, (_, f))) in shared.iter().zip(&fused.gradients[0]) {
             assert!(f.iter().any(|&x| x != 0.0), "{checkpoint}: {name} has a gradient");
             assert_close(&format!("{checkpoint}: ∂loss/∂{name}"), g, f);
+        }
+        // Shared prompts in the burn-op blocks (a tree's mask) as the rows one by one.
+        for ((name, (_, s)), (_, (_, a))) in shared.iter().zip(alone) {
+            let norm = a.iter().map(|x| x * x).sum::<f32>().sqrt().max(1.0);
+            for (i, (s, a)) in s.iter().zip(a).enumerate() {
+                assert!(
+                    (s - a).abs() <= 1e-6 * norm,
+                    "{checkpoint}: ∂loss/∂{name}[{i}]: {s} with shared prompts vs {a} one by one"
+                );
+            }
         }
     }
 }

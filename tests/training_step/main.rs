@@ -12,10 +12,11 @@
 //! against PyTorch's (`lm/gen_family_steps.py`), fully and with LoRA adapters (on every expert
 //! of the MoE). The vision-language models (Idefics3, Qwen2-VL, Qwen2.5-VL) take the same step
 //! against PyTorch's (`vlm/gen_idefics3_step.py`, `vlm/gen_qwen2_vl_step.py`), their vision
-//! encoders trained and frozen.
+//! encoders trained and frozen. A step whose groups share their prompts, each prompt packed once,
+//! gives the loss and gradients of the rows packed one by one ([`shared_prompts`]).
 //!
 //! One module per family: [`grpo`], [`distill`], [`preferences`], [`process_reward`], [`ppo`],
-//! [`vision`];
+//! [`vision`], [`shared_prompts`];
 //! this file holds what they share (fixtures, token batches, gradient comparisons).
 //!
 //! Every test that builds and differentiates a graph holds [`rein_model::one_graph`] while it
@@ -28,6 +29,7 @@ mod grpo;
 mod ppo;
 mod preferences;
 mod process_reward;
+mod shared_prompts;
 mod vision;
 
 use std::path::Path;

@@ -6,9 +6,9 @@
 //! Positions count from each row's first real token, so padding changes nothing.
 
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
-use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, Context, Rope, Routing, UNROUTED};
 use rein_model::vision::{image_slots, with_image_features};
+use rein_model::{PackedSequences, ReinBackend};
 
 use crate::PromptPixels;
 
@@ -42,6 +42,11 @@ pub struct TokenBatch {
     /// those a multi-turn episode's tools and environment added (their features take the image
     /// tokens' places there); empty for a text row, or no entries at all.
     pub images: Vec<PromptPixels>,
+    /// Compute a prompt that several rows share once ([`ConcatenatedRows`]): a GRPO group's
+    /// completions then attend to one copy of it. Rows that show images, and every row of a
+    /// mixture of experts (its load-balancing loss counts each row's prompt tokens), are packed
+    /// one by one.
+    pub share_prompts: bool,
     /// `[rows, C]`, true on completion tokens a tool or an environment added to a multi-turn
     /// episode ([`TokenBatch::keep_in_loss`]): not the model's, so their image tokens read
     /// images as the prompt's do (the model's own image tokens are text).
@@ -72,6 +77,7 @@ impl TokenBatch {
             routes: Vec::new(),
             replay_routes: false,
             images: Vec::new(),
+            share_prompts: true,
             added: vec![false; rows * c],
         };
         for (prompt, completion) in pairs {
@@ -152,8 +158,31 @@ impl TokenBatch {
                 true => Vec::new(),
                 false => rows.iter().map(|&r| self.images[r].clone()).collect(),
             },
+            share_prompts: self.share_prompts,
             added: select_rows(&self.added, rows, c),
         }
+    }
+
+    /// The rows grouped by their prompts, in the order each prompt first appears: rows with the
+    /// same non-empty prompt and a non-empty completion together, every other row alone.
+    fn rows_by_prompt(&self) -> Vec<Vec<usize>> {
+        let (p, width) = (self.prompt_width, self.prompt_width + self.completion_width);
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut by_prompt: std::collections::HashMap<&[i64], usize> = std::collections::HashMap::new();
+        for row in 0..self.rows {
+            let cells = row * width..row * width + p;
+            let real = cells.start + self.padding[cells.clone()].iter().take_while(|&&pad| pad).count();
+            let shareable = real < cells.end && !self.padding[cells.end];
+            let group = match shareable {
+                true => *by_prompt.entry(&self.tokens[real..cells.end]).or_insert(groups.len()),
+                false => groups.len(),
+            };
+            match groups.get_mut(group) {
+                Some(rows) => rows.push(row),
+                None => groups.push(vec![row]),
+            }
+        }
+        groups
     }
 
     /// Per-row values of varying length laid out `[rows, C]` (padded with 0).
@@ -163,6 +192,20 @@ impl TokenBatch {
             flat.extend((0..self.completion_width).map(|j| row.get(j).copied().unwrap_or(0.0)));
         }
         flat
+    }
+}
+
+/// Packed segments' lengths and parents, as [`ConcatenatedRows`] lays them out.
+#[derive(Debug, Default)]
+struct Segments {
+    lengths: Vec<usize>,
+    parents: Vec<Option<usize>>,
+}
+
+impl Segments {
+    fn push(&mut self, len: usize, parent: Option<usize>) {
+        self.lengths.push(len);
+        self.parents.push(parent);
     }
 }
 
@@ -179,13 +222,18 @@ pub fn select_rows<T: Copy>(values: &[T], rows: &[usize], width: usize) -> Vec<T
 /// the packed index of the hidden state that predicts it. A padded batch spends its rows on the
 /// padding too: GRPO's completions, right-padded to the longest, are a quarter padding when they
 /// stop at end-of-sequence (SmolLM2 on the benchmark's arithmetic, 46.5 of 64 tokens).
+///
+/// Rows whose prompts are the same tokens share one copy of it ([`TokenBatch::share_prompts`]):
+/// the prompt is a segment of its own, each completion a segment continuing it
+/// ([`PackedSequences`]), and a completion's first token is predicted by the prompt's last.
 #[derive(Debug, Clone, PartialEq)]
 struct ConcatenatedRows {
     tokens: Vec<i64>,
     positions: Vec<i64>,
-    /// Each sequence's token count: a row's (an empty prompt's padding slot is a sequence of
-    /// its own, followed by the rest of its row); rows with none are left out.
-    lengths: Vec<usize>,
+    /// The packed sequences: a row's tokens (an empty prompt's padding slot is a sequence of
+    /// its own, followed by the rest of its row; rows with none are left out), or a shared
+    /// prompt and the completions continuing it.
+    sequences: PackedSequences,
     /// Packed index of the hidden state predicting each completion token, in `[rows, C]` order.
     predictors: Vec<i64>,
     /// Where each of those goes in `[rows, C]`.
@@ -196,63 +244,117 @@ struct ConcatenatedRows {
     /// The image tokens that read images in the rows whole (a row's last token, which is not
     /// packed, may be one): how many features the rows' images must give.
     image_tokens: usize,
-    /// Per batch row: its packed tokens, and whether the first is an empty prompt's padding slot.
+    /// Per batch row: its packed tokens, and whether the first is an empty prompt's padding
+    /// slot (rows packed one by one only: their routing and multimodal positions are read
+    /// row by row).
     rows: Vec<(usize, bool)>,
 }
 
 impl ConcatenatedRows {
-    /// The rows of `batch` packed; `image_token` counts [`Self::image_tokens`] (a
-    /// vision-language model's).
-    fn new(batch: &TokenBatch, image_token: Option<u32>) -> Self {
-        let (p, c) = (batch.prompt_width, batch.completion_width);
-        let width = p + c;
+    /// The rows of `batch` packed, for a dense model when `dense` ([`TokenBatch::share_prompts`]);
+    /// `image_token` counts [`Self::image_tokens`] (a vision-language model's).
+    fn new(batch: &TokenBatch, image_token: Option<u32>, dense: bool) -> Self {
         let mut packed = ConcatenatedRows {
             tokens: Vec::new(),
             positions: Vec::new(),
-            lengths: Vec::new(),
+            sequences: PackedSequences::default(),
             predictors: Vec::new(),
             slots: Vec::new(),
             reads_images: Vec::new(),
             image_tokens: 0,
             rows: Vec::new(),
         };
-        for row in 0..batch.rows {
-            let padding = &batch.padding[row * width..(row + 1) * width];
-            let completion = padding[p..].iter().take_while(|&&pad| !pad).count();
-            // The first real token; an empty prompt keeps the padding slot before its
-            // completion, which predicts the completion's first token, as a sequence of its own
-            // (in the padded batch it attends to itself only, and nothing attends to it).
-            let real = padding.iter().position(|&pad| !pad).unwrap_or(width);
-            let first = real.min(p - 1);
-            let end = p + completion - 1;
-            let start = packed.tokens.len();
-            let reads = batch.reads_images(row);
-            for col in first..end {
-                packed.tokens.push(batch.tokens[row * width + col]);
-                packed.positions.push(batch.positions[row * width + col]);
-                packed.reads_images.push(reads(col));
+        let mut segments = Segments::default();
+        let images = batch.images.iter().any(|i| !i.is_empty());
+        match batch.share_prompts && dense && !images {
+            true => {
+                for rows in batch.rows_by_prompt() {
+                    match rows.len() {
+                        1 => packed.push_row(batch, rows[0], image_token, &mut segments),
+                        _ => packed.push_shared_prompt(batch, &rows, &mut segments),
+                    }
+                }
             }
-            if let Some(token) = batch.images.get(row).filter(|i| !i.is_empty()).and(image_token) {
-                let cells = (real..p + completion).filter(|&col| reads(col));
-                packed.image_tokens += cells
-                    .filter(|&col| batch.tokens[row * width + col] == i64::from(token))
-                    .count();
+            false => (0..batch.rows).for_each(|row| packed.push_row(batch, row, image_token, &mut segments)),
+        }
+        packed.sequences =
+            PackedSequences::tree(segments.lengths, segments.parents).expect("packed rows form valid trees");
+        packed
+    }
+
+    /// Packs `row` as a sequence of its own: its tokens up to its last completion token.
+    fn push_row(&mut self, batch: &TokenBatch, row: usize, image_token: Option<u32>, segments: &mut Segments) {
+        let (p, c) = (batch.prompt_width, batch.completion_width);
+        let width = p + c;
+        let padding = &batch.padding[row * width..(row + 1) * width];
+        let completion = padding[p..].iter().take_while(|&&pad| !pad).count();
+        // The first real token; an empty prompt keeps the padding slot before its
+        // completion, which predicts the completion's first token, as a sequence of its own
+        // (in the padded batch it attends to itself only, and nothing attends to it).
+        let real = padding.iter().position(|&pad| !pad).unwrap_or(width);
+        let first = real.min(p - 1);
+        let end = p + completion - 1;
+        let start = self.tokens.len();
+        let reads = batch.reads_images(row);
+        for col in first..end {
+            self.tokens.push(batch.tokens[row * width + col]);
+            self.positions.push(batch.positions[row * width + col]);
+            self.reads_images.push(reads(col));
+        }
+        if let Some(token) = batch.images.get(row).filter(|i| !i.is_empty()).and(image_token) {
+            let cells = (real..p + completion).filter(|&col| reads(col));
+            self.image_tokens += cells
+                .filter(|&col| batch.tokens[row * width + col] == i64::from(token))
+                .count();
+        }
+        if first < real && end > first {
+            segments.push(1, None);
+        }
+        if end > real {
+            segments.push(end - real.max(first), None);
+        }
+        self.rows.push((end.saturating_sub(first), first < real && end > first));
+        for j in 0..completion {
+            self.predictors.push((start + p + j - 1 - first) as i64);
+            self.slots.push((row * c + j) as i64);
+        }
+    }
+
+    /// Packs `rows`, whose prompts are the same (non-empty) tokens and whose completions are
+    /// not empty, as one copy of the prompt and each completion continuing it: the prompt's
+    /// last token predicts every completion's first.
+    fn push_shared_prompt(&mut self, batch: &TokenBatch, rows: &[usize], segments: &mut Segments) {
+        let (p, c) = (batch.prompt_width, batch.completion_width);
+        let width = p + c;
+        let real = (batch.padding[rows[0] * width..rows[0] * width + p].iter())
+            .take_while(|&&pad| pad)
+            .count();
+        let prompt = segments.lengths.len();
+        segments.push(p - real, None);
+        for col in real..p {
+            self.tokens.push(batch.tokens[rows[0] * width + col]);
+            self.positions.push(batch.positions[rows[0] * width + col]);
+            self.reads_images.push(false);
+        }
+        let last_prompt_token = self.tokens.len() - 1;
+        for &row in rows {
+            let padding = &batch.padding[row * width + p..(row + 1) * width];
+            let completion = padding.iter().take_while(|&&pad| !pad).count();
+            let start = self.tokens.len();
+            for col in p..p + completion - 1 {
+                self.tokens.push(batch.tokens[row * width + col]);
+                self.positions.push(batch.positions[row * width + col]);
+                self.reads_images.push(false);
             }
-            if first < real && end > first {
-                packed.lengths.push(1);
+            if completion > 1 {
+                segments.push(completion - 1, Some(prompt));
             }
-            if end > real {
-                packed.lengths.push(end - real.max(first));
-            }
-            packed
-                .rows
-                .push((end.saturating_sub(first), first < real && end > first));
             for j in 0..completion {
-                packed.predictors.push((start + p + j - 1 - first) as i64);
-                packed.slots.push((row * c + j) as i64);
+                let predictor = if j == 0 { last_prompt_token } else { start + j - 1 };
+                self.predictors.push(predictor as i64);
+                self.slots.push((row * c + j) as i64);
             }
         }
-        packed
     }
 
     /// `embeddings` of these tokens with the features of the batch's images (every row's, in
@@ -386,7 +488,8 @@ fn completion_hidden<B: ReinBackend>(
     batch: &TokenBatch,
     device: &B::Device,
 ) -> Option<(Tensor<B, 2>, ConcatenatedRows, Option<Routing<B>>)> {
-    let packed = ConcatenatedRows::new(batch, model.vision.as_ref().map(|v| v.image_token_id()));
+    let image_token = model.vision.as_ref().map(|v| v.image_token_id());
+    let packed = ConcatenatedRows::new(batch, image_token, model.config().moe().is_none());
     if packed.predictors.is_empty() {
         return None;
     }
@@ -408,7 +511,7 @@ fn completion_hidden<B: ReinBackend>(
         rope: &rope,
         positions: Tensor::from_data(TensorData::new(positions, [1, total]), device),
         padding: None,
-        sequence_lengths: Some(&packed.lengths),
+        sequences: Some(&packed.sequences),
         fused: None,
         routing: routing.as_ref(),
     };
@@ -641,19 +744,47 @@ mod tests {
     fn packing_drops_padding_and_last_tokens_and_finds_each_predictor() {
         // Rows: [5 6 7 | 8 _], [_ _ 9 | 10 11], and an empty prompt [_ _ _ | 12 _].
         let batch = TokenBatch::new(&[(&[5, 6, 7], &[8]), (&[9], &[10, 11]), (&[], &[12])], 0);
-        let packed = ConcatenatedRows::new(&batch, None);
+        let packed = ConcatenatedRows::new(&batch, None, true);
         // Row 0 keeps 5 6 7 (8 predicts nothing); row 1 keeps 9 10; row 2 keeps the padding
         // slot before its completion, which predicts 12, alone.
         assert_eq!(packed.tokens, vec![5, 6, 7, 9, 10, 0]);
         assert_eq!(packed.positions, vec![0, 1, 2, 0, 1, 0]);
-        assert_eq!(packed.lengths, vec![3, 2, 1]);
+        assert_eq!(packed.sequences, PackedSequences::new(vec![3, 2, 1]));
         assert_eq!(packed.predictors, vec![2, 3, 4, 5]);
         assert_eq!(packed.slots, vec![0, 2, 3, 4]);
         // An empty prompt before two completion tokens: the slot, then the first token alone.
         let batch = TokenBatch::new(&[(&[5], &[8]), (&[], &[12, 13, 14])], 0);
-        let packed = ConcatenatedRows::new(&batch, None);
+        let packed = ConcatenatedRows::new(&batch, None, true);
         assert_eq!(packed.tokens, vec![5, 0, 12, 13]);
-        assert_eq!(packed.lengths, vec![1, 1, 2]);
+        assert_eq!(packed.sequences, PackedSequences::new(vec![1, 1, 2]));
         assert_eq!(packed.predictors, vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn rows_with_one_prompt_share_one_copy_of_it() {
+        // Rows: [5 6 7 | 8 9 _], [5 6 7 | 10 _ _], [_ _ 9 | 11 12 _], [5 6 7 | 13 14 15].
+        let prompt: &[u32] = &[5, 6, 7];
+        let pairs: [(&[u32], &[u32]); 4] = [
+            (prompt, &[8, 9]),
+            (prompt, &[10]),
+            (&[9], &[11, 12]),
+            (prompt, &[13, 14, 15]),
+        ];
+        let mut batch = TokenBatch::new(&pairs, 0);
+        let packed = ConcatenatedRows::new(&batch, None, true);
+        // The prompt once, then what each completion adds before its last token (8; none;
+        // 13 14), then row 2 alone.
+        assert_eq!(packed.tokens, vec![5, 6, 7, 8, 13, 14, 9, 11]);
+        assert_eq!(packed.positions, vec![0, 1, 2, 3, 3, 4, 0, 1]);
+        let tree = PackedSequences::tree(vec![3, 1, 2, 2], vec![None, Some(0), Some(0), None]).unwrap();
+        assert_eq!(packed.sequences, tree);
+        // The prompt's last token (2) predicts each completion's first.
+        assert_eq!(packed.predictors, vec![2, 3, 2, 2, 4, 5, 6, 7]);
+        assert_eq!(packed.slots, vec![0, 1, 3, 9, 10, 11, 6, 7]);
+        assert_eq!(packed.targets(&batch), vec![8, 9, 10, 13, 14, 15, 11, 12]);
+        // Unshared, each row is packed alone.
+        batch.share_prompts = false;
+        let alone = ConcatenatedRows::new(&batch, None, true);
+        assert_eq!(alone.sequences, PackedSequences::new(vec![4, 3, 2, 5]));
     }
 }
