@@ -1,15 +1,17 @@
-//! A GRPO step whose groups share their prompts: packed with each prompt once and every
-//! completion continuing it ([`TokenBatch::share_prompts`]), the loss and every gradient equal
-//! those of the rows packed one by one (each a copy of its prompt), for the families whose
-//! attention differs (grouped queries, sliding windows, soft-capping, Qwen3's norms).
+//! A GRPO step whose groups share their prompts (and two completions their first tokens):
+//! packed as a prefix tree, each prompt and shared run once and every completion continuing it
+//! ([`TokenBatch::share_prompts`]), the loss and every gradient equal those of the rows packed
+//! one by one (each a copy of its prompt), for the families whose attention differs (grouped
+//! queries, sliding windows, soft-capping, Qwen3's norms).
 
 use super::*;
 
 #[path = "../common/gradients.rs"]
 mod gradients;
 
-/// Two groups (a 7-token prompt with four completions, one of them a single token; a 3-token
-/// prompt with two), a lone prompt and an empty one.
+/// Two groups (a 7-token prompt with five completions, one of them a single token and one
+/// branching from another after 3 tokens, as a tree rollout's do; a 3-token prompt with two), a
+/// lone prompt and an empty one.
 fn grouped_pairs(vocab: u32) -> Vec<(Vec<u32>, Vec<u32>)> {
     let tokens =
         |seed: u32, len: u32| -> Vec<u32> { (0..len).map(|j| 3 + (seed * 37 + j * 11) % (vocab - 3)).collect() };
@@ -21,7 +23,8 @@ fn grouped_pairs(vocab: u32) -> Vec<(Vec<u32>, Vec<u32>)> {
         (a.clone(), tokens(13, 3)),
         (tokens(3, 4), tokens(14, 3)),
         (b, tokens(15, 4)),
-        (a, tokens(16, 6)),
+        (a.clone(), tokens(16, 6)),
+        (a, [tokens(10, 3), tokens(18, 4)].concat()),
         (Vec::new(), tokens(17, 2)),
     ]
 }

@@ -24,11 +24,13 @@ mod error;
 mod eval;
 pub mod offline;
 pub mod online;
+mod packed_rows;
 mod preference_batch;
 pub mod rewards;
 pub mod rollout;
 mod run;
 mod seeds;
+mod token_trie;
 
 pub use batch::{
     CompletionLogits, CompletionOutputs, TokenBatch, completion_log_probs, completion_logits, completion_outputs,
