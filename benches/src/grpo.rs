@@ -37,32 +37,32 @@ use crate::qwen2_3m::{qwen2_3m, qwen2_3m_from};
 use crate::report::{Report, Row, median, peak_rss_mib};
 
 /// One benchmark case: a model, its prompts and settings, and the same for the TRL peer.
-struct Case {
+pub(crate) struct Case {
     /// What the rows are called (`GRPO step, …`).
-    name: String,
-    tokenizer: LmTokenizer,
-    prompts: Vec<Prompt>,
+    pub(crate) name: String,
+    pub(crate) tokenizer: LmTokenizer,
+    pub(crate) prompts: Vec<Prompt>,
     /// Where the peer reads the checkpoint (Hugging Face format) and `prompts.jsonl`.
-    checkpoint: PathBuf,
+    pub(crate) checkpoint: PathBuf,
     /// Where the case's prompts and metrics go.
-    work_dir: PathBuf,
+    pub(crate) work_dir: PathBuf,
     /// Timed steps, after [`WARMUP`] untimed ones.
-    steps: usize,
-    completions: usize,
-    max_new_tokens: usize,
-    lr: f64,
-    lora: Option<LoraSpec>,
+    pub(crate) steps: usize,
+    pub(crate) completions: usize,
+    pub(crate) max_new_tokens: usize,
+    pub(crate) lr: f64,
+    pub(crate) lora: Option<LoraSpec>,
     /// On-policy distillation toward this teacher (Hugging Face format, the full reverse KL as
     /// the only signal) instead of GRPO on the `math-answer` reward; TRL's peer is then its
     /// `DistillationTrainer`.
-    teacher: Option<PathBuf>,
+    pub(crate) teacher: Option<PathBuf>,
 }
 
 /// Untimed steps before the timed ones, on both sides.
 pub(crate) const WARMUP: usize = 1;
 
 /// What one side measured.
-struct Measured {
+pub(crate) struct Measured {
     seconds_per_step: f64,
     peak_rss_mib: Option<f64>,
     mean_completion_tokens: Option<f64>,
@@ -240,7 +240,7 @@ pub(crate) fn arithmetic_prompts(tokenizer: &LmTokenizer, system: Option<&str>) 
 
 /// Runs rein's GRPO on `case` from `model` (adapters attached when the case has LoRA) and
 /// returns its figures, the time of each phase, and the outcome.
-fn measure(
+pub(crate) fn measure(
     case: &Case,
     model: CausalLm<CpuAutodiff>,
     plugin_dir: &Path,
@@ -364,8 +364,12 @@ pub(crate) fn column(records: &[serde_json::Value], key: &str) -> Vec<f64> {
     records.iter().filter_map(|r| r[key].as_f64()).collect()
 }
 
+/// What TRL measured on a case, with gradient checkpointing or without: its label and figures,
+/// or why it could not run.
+pub(crate) type TrlRun = (bool, Result<(String, Measured), String>);
+
 /// What TRL measured on a case, without gradient checkpointing and with it (its default).
-type TrlRuns = [(bool, Result<(String, Measured), String>); 2];
+type TrlRuns = [TrlRun; 2];
 
 /// Runs the TRL peer on `case` without gradient checkpointing and then with it.
 fn trl_runs(case: &Case) -> TrlRuns {
@@ -373,7 +377,7 @@ fn trl_runs(case: &Case) -> TrlRuns {
 }
 
 /// Pushes rein's step time and peak memory on `case`, each against each TRL run.
-fn compare(case: &Case, rein: &Measured, trl_runs: &TrlRuns, report: &mut Report) {
+pub(crate) fn compare(case: &Case, rein: &Measured, trl_runs: &[TrlRun], report: &mut Report) {
     for (checkpointing, run) in trl_runs {
         let checkpointing = *checkpointing;
         let setting = match checkpointing {
@@ -416,7 +420,7 @@ fn compare(case: &Case, rein: &Measured, trl_runs: &TrlRuns, report: &mut Report
 /// TRL's `GRPOTrainer` (with PEFT when the case has LoRA; its `DistillationTrainer` when the
 /// case has a teacher) on the case's checkpoint and prompts (benches/peers/trl_grpo.py,
 /// trl_distill.py): its label and figures, or why it could not run.
-fn trl_peer(case: &Case, checkpointing: bool) -> Result<(String, Measured), String> {
+pub(crate) fn trl_peer(case: &Case, checkpointing: bool) -> Result<(String, Measured), String> {
     let (script, trainer) = match case.teacher {
         Some(_) => ("trl_distill.py", "DistillationTrainer"),
         None => ("trl_grpo.py", "GRPOTrainer"),

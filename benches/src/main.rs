@@ -23,6 +23,7 @@ mod report;
 mod rewards;
 mod serve;
 mod sft;
+mod shared_prefix;
 mod step_rewards;
 
 /// `rein-bench SUITE [PLUGIN_DIR] [--threads N] [--allow-missing-peers]`.
@@ -62,6 +63,13 @@ fn main() -> anyhow::Result<()> {
         "grpo" => {
             let mut report = grpo::run(&plugin_dir)?;
             step_rewards::run(&plugin_dir, &mut report)?;
+            shared_prefix::run(&plugin_dir, &mut report)?;
+            report
+        }
+        // The shared-prefix case of `grpo` alone.
+        "grpo-shared-prefix" => {
+            let mut report = report::Report::default();
+            shared_prefix::run(&plugin_dir, &mut report)?;
             report
         }
         "curriculum" => curriculum::run(&plugin_dir)?,
@@ -76,7 +84,7 @@ fn main() -> anyhow::Result<()> {
         }
         other => {
             anyhow::bail!(
-                "unknown benchmark suite `{other}` (available: plugins, ppo, sac, td3, generate, grpo, curriculum, sft, agent, serve, rewards, preferences)"
+                "unknown benchmark suite `{other}` (available: plugins, ppo, sac, td3, generate, grpo, grpo-shared-prefix, curriculum, sft, agent, serve, rewards, preferences)"
             )
         }
     };

@@ -7,8 +7,9 @@ use crate::workspace::{cargo, cargo_run, model_dir, plugin_dir, root, run, targe
 
 #[derive(Args)]
 pub(crate) struct Bench {
-    /// Which benchmark: `plugins`, `ppo`, `sac`, `td3`, `generate`, `grpo`, `curriculum`, `sft`, `agent`,
-    /// `serve`, `rewards` or `preferences`.
+    /// Which benchmark: `plugins`, `ppo`, `sac`, `td3`, `generate`, `grpo` (`grpo-shared-prefix`:
+    /// its long shared prompt case alone), `curriculum`, `sft`, `agent`, `serve`, `rewards` or
+    /// `preferences`.
     suite: String,
     /// Threads for rein and for every peer alike.
     #[arg(long, default_value_t = 2)]
