@@ -10,7 +10,7 @@
 use rein_core::StdScaling;
 
 /// ε in the denominators, as TRL uses.
-const EPS: f64 = 1e-4;
+pub(crate) const EPS: f64 = 1e-4;
 
 fn mean(xs: &[f32]) -> f64 {
     xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len().max(1) as f64

@@ -80,6 +80,7 @@ mod squashed_rows;
 mod step_labels;
 mod td3;
 mod token_advantages;
+mod tree_advantages;
 
 pub use aggregation::{Counted, aggregate, share_weight};
 pub use bradley_terry::bradley_terry_loss;
@@ -120,3 +121,4 @@ pub use squashed_rows::{squashed_gaussian_row, squashed_gaussian_row_backward};
 pub use step_labels::{step_label_accuracy, step_label_loss};
 pub use td3::{clipped_double_q_target, deterministic_actor_loss, smoothed_target_actions};
 pub use token_advantages::{TokenAdvantages, masked_whiten, token_gae, token_rewards};
+pub use tree_advantages::{Branch, tree_step_advantages};
