@@ -164,6 +164,7 @@ fn grpo_split_across_devices_equals_one_device() {
                 signals: &[],
                 steps: None,
                 implicit_prm: None,
+                tree: None,
             };
             run.trace(&qwen2)
         };

@@ -74,6 +74,7 @@ fn run_model(
         signals: &[],
         steps: None,
         implicit_prm: None,
+        tree: None,
     }
     .trace(dir)
 }
@@ -406,6 +407,7 @@ fn a_certainty_signal_alone_moves_the_policy() {
             signals,
             steps: None,
             implicit_prm: None,
+            tree: None,
         }
         .trace(&qwen2)
     };
@@ -774,6 +776,7 @@ fn constant_outcome(
         signals: &[],
         steps,
         implicit_prm,
+        tree: None,
     }
     .trace(&qwen2)
 }
@@ -853,5 +856,55 @@ fn the_implicit_prm_moves_the_policy_only_through_its_token_rewards() {
     assert_ne!(
         returns.after, outcome.after,
         "the outcome replaces the last token's reward"
+    );
+}
+
+/// A tree rollout's leaves: 2 trunks and one branch point with 2 branches, the completion's
+/// index in its group (trunks first) deciding its reward: 0, 1, 0, 1.
+fn tree_trace(step_weight: f32) -> Trace {
+    let qwen2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm/qwen2-gqa");
+    let tree = rein_recipe::TreeRollout {
+        trunks: 2,
+        branch_points: 1,
+        branches: 2,
+        rounds: 1,
+        rule: rein_recipe::BranchRule::Entropy,
+        interval: 4,
+        step_weight,
+    };
+    Run {
+        grpo: grpo(1),
+        sampler: sampler(6),
+        prompts: &PROMPTS,
+        reward: alternating,
+        agent: None,
+        curriculum: None,
+        devices: 1,
+        lora: None,
+        signals: &[],
+        steps: None,
+        implicit_prm: None,
+        tree: Some(tree),
+    }
+    .trace(&qwen2)
+}
+
+#[test]
+fn a_trees_step_advantage_reaches_the_loss_and_its_branches_sample_fewer_tokens() {
+    let (with_steps, leaves_only) = (tree_trace(1.0), tree_trace(0.0));
+    // The same tree (same seeds) with and without the branch point's step credit: the two
+    // branches did differently, so the credit changes the update.
+    assert!(with_steps.moved() && leaves_only.moved());
+    assert_ne!(with_steps.after, leaves_only.after, "rollout.step_weight was ignored");
+    assert_eq!(with_steps.value(1, "rollout/fallback_branch_points"), 0.0);
+    // The branches share their parent's tokens before the branch point: the step sampled fewer
+    // tokens than its 4 leaves hold.
+    let (sampled, mean_length) = (
+        with_steps.value(1, "train/sampled_tokens"),
+        with_steps.value(1, "train/completion_length"),
+    );
+    assert!(
+        sampled < 2.0 * 4.0 * mean_length,
+        "{sampled} sampled for leaves of mean length {mean_length}"
     );
 }

@@ -99,6 +99,8 @@ pub struct Run<'a> {
     pub steps: Option<fn(&str) -> Vec<StepScore>>,
     /// PRIME's implicit PRM, started from the model, learning beside it.
     pub implicit_prm: Option<ImplicitPrmSection>,
+    /// Grow each group as a tree ([rollout] kind = "tree").
+    pub tree: Option<rein_recipe::TreeRollout>,
 }
 
 impl Run<'_> {
@@ -143,7 +145,10 @@ impl Run<'_> {
             signals: self.signals,
             accuracy_reward: 0,
             curriculum: self.curriculum,
-            rollout: self.grpo.rollout(),
+            rollout: rein_recipe::Rollout {
+                tree: self.tree,
+                ..self.grpo.rollout()
+            },
             sampler: &self.sampler,
             optimizer: &optimizer,
             seed: 7,

@@ -158,6 +158,7 @@ impl GrpoSection {
             correction_level: self.correction_level,
             tis_cap: self.tis_cap,
             icepop_bounds: self.icepop_bounds,
+            tree: None,
         }
     }
 }
@@ -223,9 +224,12 @@ pub struct GrpoRecipe<'a> {
 }
 
 impl GrpoRecipe<'_> {
-    /// Its rollouts ([`GrpoSection::rollout`]).
+    /// Its rollouts ([`GrpoSection::rollout`]), as a tree when `[rollout]` asks for one.
     pub fn rollout(&self) -> Rollout {
-        self.grpo.rollout()
+        Rollout {
+            tree: self.recipe.rollout.as_ref().and_then(|r| r.tree()),
+            ..self.grpo.rollout()
+        }
     }
 
     /// Rewards, group sizes, coefficients, multi-turn settings, and where completions come from.
@@ -323,6 +327,9 @@ impl GrpoRecipe<'_> {
         self.process()?;
         crate::implicit_prm::check(r.implicit_prm.as_ref(), grpo.advantage)?;
         self.rollout().check(r)?;
+        if let Some(rollout) = &r.rollout {
+            rollout.check(r, grpo.advantage)?;
+        }
         self.curriculum()?;
         self.gigpo()
     }
@@ -591,4 +598,5 @@ pub(crate) const READS: &[(&str, Keys)] = &[
     ("teacher", Keys::All),
     ("implicit_prm", Keys::All),
     ("curriculum", Keys::All),
+    ("rollout", Keys::All),
 ];

@@ -34,6 +34,7 @@ mod rollout;
 mod sampler;
 mod schema;
 mod sft;
+mod tree_rollout;
 mod uses;
 
 use std::path::{Path, PathBuf};
@@ -62,6 +63,7 @@ pub use schema::{
     TeacherKl, TeacherSection, TrainSection,
 };
 pub use sft::{MAX_BATCH_SIZE, SftRecipe};
+pub use tree_rollout::{BranchRule, RolloutKind, RolloutSection, TreeRollout};
 
 use compose::Composed;
 use schema::LM_PPO_TAG;

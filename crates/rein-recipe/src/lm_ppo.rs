@@ -121,6 +121,7 @@ impl LmPpoSection {
             correction_level: self.correction_level,
             tis_cap: self.tis_cap,
             icepop_bounds: self.icepop_bounds,
+            tree: None,
         }
     }
 }

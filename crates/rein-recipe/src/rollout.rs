@@ -27,6 +27,8 @@ pub struct Rollout {
     pub tis_cap: f32,
     /// IcePop's `[low, high]`.
     pub icepop_bounds: [f32; 2],
+    /// Sample each group as a tree (`[rollout] kind = "tree"`), not as independent completions.
+    pub tree: Option<crate::TreeRollout>,
 }
 
 /// The defaults of the online algorithms' rollout keys, the same for each: 100 steps of 8
@@ -43,6 +45,7 @@ impl Default for Rollout {
             correction_level: rein_core::RatioLevel::Token,
             tis_cap: 2.0,
             icepop_bounds: [0.5, 2.0],
+            tree: None,
         }
     }
 }

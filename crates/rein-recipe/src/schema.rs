@@ -78,6 +78,9 @@ pub struct Recipe {
     /// Which prompts GRPO batches draw: difficulty pools.
     #[serde(default)]
     pub curriculum: Option<crate::CurriculumSection>,
+    /// How GRPO samples each group: its completions on their own, or as a tree.
+    #[serde(default)]
+    pub rollout: Option<crate::RolloutSection>,
 }
 
 /// A plugin with its config and sandbox limits (a tool, a text environment).

@@ -4,7 +4,7 @@
 use toml::Table;
 
 use crate::keys::Keys;
-use crate::{Algorithm, CurriculumKind};
+use crate::{Algorithm, CurriculumKind, RolloutKind, RolloutSection};
 
 /// Top-level keys every algorithm reads.
 const ALWAYS: &[&str] = &["name", "seed", "device", "algorithm"];
@@ -86,35 +86,48 @@ pub(crate) fn first_unused(table: &Table, algorithm: &Algorithm) -> Option<(Stri
                 ),
             ));
         }
-        if let Some((table, kind)) = inner.and_then(|t| curriculum(section, t))
-            && let Some(key) = table.keys().find(|key| !kind.keys().contains(&key.as_str()))
+        if let Some((table, (kind, keys))) = inner.and_then(|t| kinded(section, t))
+            && let Some(key) = table.keys().find(|key| !keys.contains(&key.as_str()))
         {
+            let reads = match keys.len() {
+                1 => "only `kind`".to_string(),
+                _ => keys[1..].join(", "),
+            };
             return Some((
                 format!("{section}.{key}"),
-                format!(
-                    "not a key of kind = \"{}\"; it reads {}",
-                    kind.name(),
-                    kind.keys()[1..].join(", ")
-                ),
+                format!("not a key of kind = \"{kind}\"; it reads {reads}"),
             ));
         }
     }
     None
 }
 
-/// `[curriculum]`'s table and the kind it names: each kind reads its own keys.
-fn curriculum<'t>(section: &str, table: &'t Table) -> Option<(&'t Table, CurriculumKind)> {
-    (section == "curriculum").then(|| (table, CurriculumKind::of(table)))
+/// A section whose `kind` decides its keys (`[curriculum]`, `[rollout]`): its table, the
+/// kind it names and the keys that kind reads (`kind` first).
+fn kinded<'t>(section: &str, table: &'t Table) -> Option<(&'t Table, (&'static str, &'static [&'static str]))> {
+    match section {
+        "curriculum" => {
+            let kind = CurriculumKind::of(table);
+            Some((table, (kind.name(), kind.keys())))
+        }
+        "rollout" => {
+            let kind = RolloutSection::kind_of(table);
+            let name = match kind {
+                RolloutKind::Groups => "groups",
+                RolloutKind::Tree => "tree",
+            };
+            Some((table, (name, RolloutSection::keys(kind))))
+        }
+        _ => None,
+    }
 }
 
 /// Removes from `table` every key `algorithm` does not read.
 pub(crate) fn keep_used(table: &mut Table, algorithm: &Algorithm) {
     table.retain(|section, value| {
         if let Some(inner) = value.as_table_mut() {
-            let kind = curriculum(section, inner).map(|(_, kind)| kind);
-            inner.retain(|key, _| {
-                reads(algorithm, section, Some(key)) && kind.is_none_or(|kind| kind.keys().contains(&key))
-            });
+            let keys = kinded(section, inner).map(|(_, (_, keys))| keys);
+            inner.retain(|key, _| reads(algorithm, section, Some(key)) && keys.is_none_or(|keys| keys.contains(&key)));
         }
         reads(algorithm, section, None)
     });

@@ -11,9 +11,10 @@ use rein_core::{
 use rein_model::ReinAutodiffBackend;
 use rein_model::lm::Routing;
 use rein_optim::{
-    Correction, EntropyCoefficient, GigpoConfig, PolicyLossConfig, PolicyObjective, add_teacher_advantages, aggregate,
-    best_of_group, clip_grad_norm, decoupled_normalized, difficulty_weight, full_reverse_kl, group_normalized,
-    kl_estimate_scalar, lag_correction, pass_at_k, policy_loss, reinforce_pp, reweight_by_difficulty, rloo,
+    Branch, Correction, EntropyCoefficient, GigpoConfig, PolicyLossConfig, PolicyObjective, add_teacher_advantages,
+    aggregate, best_of_group, clip_grad_norm, decoupled_normalized, difficulty_weight, full_reverse_kl,
+    group_normalized, kl_estimate_scalar, lag_correction, pass_at_k, policy_loss, reinforce_pp, reweight_by_difficulty,
+    rloo, tree_step_advantages,
 };
 use rein_recipe::{GrpoSection, SamplerSection, TeacherKl};
 use serde_json::json;
@@ -400,7 +401,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
                 .collect()
         };
         let mut step_scores = None;
-        let advantages = match grpo.advantage {
+        let mut advantages = match grpo.advantage {
             AdvantageKind::Group if grpo.multi_objective_aggregation == MultiObjectiveAggregation::NormalizeThenSum => {
                 let (columns, weights) = self.reward_columns(batch);
                 per_sequence(decoupled_normalized(&columns, &weights, g))
@@ -457,6 +458,17 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
                 advantages
             }
         };
+        if let Some(tree) = self.ctx.rollout.tree {
+            add_tree_steps(
+                &mut advantages,
+                flat,
+                rewards,
+                g,
+                grpo.std_scaling,
+                tree.step_weight,
+                width,
+            );
+        }
         (advantages, step_scores)
     }
 
@@ -733,4 +745,25 @@ fn policy_loss_config(grpo: &GrpoSection, sampler: &SamplerSection) -> PolicyLos
 /// token-mean [`aggregate`], as the logged entropy and the teacher KL are reduced.
 pub(super) fn token_mean<B: burn::tensor::backend::Backend>(values: Tensor<B, 2>, mask: Tensor<B, 2>) -> Tensor<B, 1> {
     aggregate(values, mask, Aggregation::TokenMean, 0)
+}
+
+/// A tree rollout's step credit ([`tree_step_advantages`]) added, `weight` times, to each
+/// token's advantage (`[rows, width]`; groups of `g` leaves, each leaf's branch recorded).
+fn add_tree_steps(
+    advantages: &mut [f32],
+    flat: &[(&Rollout, f64)],
+    rewards: &[f32],
+    g: usize,
+    scaling: StdScaling,
+    weight: f32,
+    width: usize,
+) {
+    let branches: Vec<Option<Branch>> = flat.iter().map(|(r, _)| r.branch).collect();
+    let lengths: Vec<usize> = flat.iter().map(|(r, _)| r.tokens.len().min(width)).collect();
+    let steps = tree_step_advantages(rewards, g, &branches, &lengths, scaling);
+    for (row, steps) in advantages.chunks_mut(width).zip(steps) {
+        for (a, s) in row.iter_mut().zip(steps) {
+            *a += weight * s;
+        }
+    }
 }

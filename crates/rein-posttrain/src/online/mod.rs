@@ -37,6 +37,7 @@ use crate::rewards::WeightedReward;
 use crate::rewards::signal::SignalReward;
 use crate::rollout::episodes::Agent;
 use crate::rollout::source::RolloutSource;
+use crate::rollout::tree::{TreeJob, line_ends};
 use rein_run::checkpoint::{Checkpoint, learner_sections, module_sections};
 use rein_run::driver::{Record, Snapshot, Step, Trainer};
 use rein_run::watchdog::Phases;
@@ -250,6 +251,8 @@ struct Stage<'a, B: ReinAutodiffBackend> {
     device: B::Device,
     /// The devices each policy update splits the batch's rows across; the first is `device`.
     devices: Vec<B::Device>,
+    /// How each group is grown when the rollouts are trees (`[rollout] kind = "tree"`).
+    tree: Option<TreeJob>,
 }
 
 impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
@@ -303,6 +306,10 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
                     .map_err(|error| LmError::generator(0, error))?,
             ),
         };
+        let tree = ctx.rollout.tree.map(|rollout| TreeJob {
+            rollout,
+            line_ends: std::sync::Arc::new(line_ends(ctx.tokenizer)),
+        });
         let stage = Stage {
             source,
             submitted: 0,
@@ -327,6 +334,7 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
             },
             device: device.clone(),
             devices: vec![device.clone()],
+            tree,
         };
         Ok(Self { stage, update })
     }
@@ -508,6 +516,12 @@ impl<B: ReinAutodiffBackend> Trainer for OnlineTrainer<'_, B> {
             json!(sampled.degenerate as f64 / sampled.groups.max(1) as f64),
         );
         record.insert("train/resampled_groups".into(), json!(sampled.resampled));
+        if stage.tree.is_some() {
+            record.insert(
+                "rollout/fallback_branch_points".into(),
+                json!(sampled.fallback_branch_points),
+            );
+        }
         if let (Some(c), Some(pools)) = (stage.ctx.curriculum, &stage.state.pools) {
             for (pool, size) in ["easy", "normal", "hard"].into_iter().zip(pools.sizes(c)) {
                 record.insert(format!("train/curriculum/{pool}_prompts"), json!(size));
@@ -522,6 +536,7 @@ impl<B: ReinAutodiffBackend> Trainer for OnlineTrainer<'_, B> {
             }
         }
         record.insert("train/reward_failures".into(), json!(sampled.failures));
+        record.insert("train/sampled_tokens".into(), json!(sampled.tokens));
         record.insert(
             "train/tokens_per_s".into(),
             json!(sampled.tokens as f64 / seconds.max(1e-9)),

@@ -123,6 +123,7 @@ mod tests {
             certainty: Vec::new(),
             char_ends: Default::default(),
             images: Default::default(),
+            branch: None,
         };
         Scored {
             prompt: 0,

@@ -51,6 +51,9 @@ pub(super) struct Rollout {
     /// The images its tokens show, for a vision-language model (the opening's, then those the
     /// tools and the environment added); empty otherwise.
     pub(super) images: crate::PromptPixels,
+    /// In a tree rollout, the completion of its group it branched from (`None`: a trunk, or a
+    /// group sampled on its own).
+    pub(super) branch: Option<rein_optim::Branch>,
 }
 
 /// One sampled, scored group.
@@ -119,6 +122,8 @@ pub(super) struct Sampled {
     pub(super) judges: std::collections::BTreeMap<String, rein_core::JudgeUsage>,
     /// Multi-turn episodes' figures.
     pub(super) episodes: Option<EpisodeStats>,
+    /// Tree rollouts: branch points the rule could not find, taken elsewhere.
+    pub(super) fallback_branch_points: usize,
 }
 
 impl<B: ReinAutodiffBackend> Stage<'_, B> {
@@ -142,7 +147,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
             }
             let (picked, rollouts) = match self.ctx.agent.is_some() {
                 true => self.play_episodes(step, round, want, &mut out.episodes, phases)?,
-                false => self.take_completions(step, round, want, phases)?,
+                false => self.take_completions(step, round, want, &mut out.fallback_branch_points, phases)?,
             };
             out.tokens += rollouts.iter().map(Rollout::sampled).sum::<usize>();
             let scores = self.score(step, &picked, &rollouts, &mut out.failures, phases)?;
@@ -245,6 +250,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         step: usize,
         round: usize,
         want: usize,
+        fallback_branch_points: &mut usize,
         phases: &Phases,
     ) -> Result<(Vec<usize>, Vec<Rollout>), LmError> {
         let (rollout, sampler, prompts) = (self.ctx.rollout, self.ctx.sampler, self.ctx.prompts);
@@ -264,6 +270,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
                 images: picked.iter().map(|&i| prompts[i].images.clone()).collect(),
                 config: self.generation_config(ahead, round),
                 stops: sampler.stop.clone(),
+                tree: self.tree.clone(),
             };
             self.source().submit(job);
             self.in_flight.push_back(picked);
@@ -280,8 +287,11 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         let produced = self.source().take().map_err(|error| LmError::generator(step, error))?;
         debug_assert_eq!(produced.step, step, "completions come back in step order");
         let picked = self.in_flight.pop_front().unwrap_or_default();
+        *fallback_branch_points += produced.fallback_branch_points;
+        let mut branches = produced.branches.into_iter();
         let rollouts = (produced.generations.into_iter())
             .map(|x| Rollout {
+                branch: branches.next().flatten(),
                 opening: prompts[picked[x.prompt]].tokens.clone(),
                 text: completion_text(self.ctx.tokenizer, &x.tokens, &sampler.stop),
                 truncated: x.finish == FinishReason::Length,
@@ -420,11 +430,12 @@ impl Rollout {
             .collect()
     }
 
-    /// Tokens the model sampled (not those a tool or the environment added).
+    /// Tokens the model sampled (not those a tool or the environment added, nor a tree
+    /// branch's copy of its parent's).
     fn sampled(&self) -> usize {
         match &self.trained {
             Some(trained) => trained.iter().filter(|&&t| t).count(),
-            None => self.tokens.len(),
+            None => self.tokens.len() - self.branch.map_or(0, |b| b.at),
         }
     }
 }
@@ -449,6 +460,7 @@ impl From<Episode> for Rollout {
             certainty: Vec::new(),
             char_ends: Default::default(),
             images: transcript.images().into(),
+            branch: None,
         }
     }
 }

@@ -22,6 +22,8 @@ use rein_model::vision::ProcessedImage;
 use rein_sampler::{Generation, GenerationConfig, Generator, GeneratorError};
 
 use crate::PromptPixels;
+use crate::rollout::tree::{self, Grown, TreeJob};
+use rein_optim::Branch;
 
 /// One step's generation work.
 pub struct Job {
@@ -35,13 +37,23 @@ pub struct Job {
     pub config: GenerationConfig,
     /// Stop strings.
     pub stops: Vec<String>,
+    /// Grow each prompt's group as a tree ([`crate::rollout::tree`]), not `config.n` completions
+    /// on their own.
+    pub tree: Option<TreeJob>,
 }
 
 impl Job {
     /// Runs the job on `generator`, with the prompts' images when they have any.
-    fn generate<B: ReinBackend>(&self, generator: &mut dyn Generator<B>) -> Result<Vec<Generation>, GeneratorError> {
+    fn generate<B: ReinBackend>(&self, generator: &mut dyn Generator<B>) -> Result<Grown, GeneratorError> {
         let images: Vec<&[ProcessedImage]> = self.images.iter().map(|i| &i[..]).collect();
-        generator.generate_with_images(&self.prompts, &images, &self.config, &self.stops)
+        match &self.tree {
+            Some(tree) => tree::grow(generator, &self.prompts, &images, &self.config, &self.stops, tree),
+            None => Ok(Grown {
+                generations: generator.generate_with_images(&self.prompts, &images, &self.config, &self.stops)?,
+                branches: Vec::new(),
+                fallback_branch_points: 0,
+            }),
+        }
     }
 }
 
@@ -51,6 +63,11 @@ pub struct Produced {
     pub step: usize,
     /// `config.n` per prompt, in order.
     pub generations: Vec<Generation>,
+    /// Per generation of a tree rollout, the leaf of its group it branched from; empty for
+    /// groups sampled on their own.
+    pub branches: Vec<Option<Branch>>,
+    /// A tree rollout's branch points its rule could not find, taken elsewhere.
+    pub fallback_branch_points: usize,
     /// The version of the policy that sampled them.
     pub version: u64,
 }
@@ -179,10 +196,12 @@ where
         match &mut self.mode {
             Mode::Inline { generator, jobs } => {
                 let job = jobs.pop_front().ok_or(GeneratorError::NoPolicy)?;
-                let generations = job.generate(generator.as_mut())?;
+                let grown = job.generate(generator.as_mut())?;
                 Ok(Produced {
                     step: job.step,
-                    generations,
+                    generations: grown.generations,
+                    branches: grown.branches,
+                    fallback_branch_points: grown.fallback_branch_points,
                     version: generator.version(),
                 })
             }
@@ -231,10 +250,12 @@ fn produce<B: ReinBackend>(
                 generator.update(policy.as_ref().ok_or(GeneratorError::NoPolicy)?, version)?;
                 synced = Some(version);
             }
-            let generations = job.generate(generator.as_mut())?;
+            let grown = job.generate(generator.as_mut())?;
             Ok(Produced {
                 step: job.step,
-                generations,
+                generations: grown.generations,
+                branches: grown.branches,
+                fallback_branch_points: grown.fallback_branch_points,
                 version,
             })
         })();
@@ -313,6 +334,7 @@ mod tests {
             images: Vec::new(),
             config: GenerationConfig::default(),
             stops: Vec::new(),
+            tree: None,
         }
     }
 

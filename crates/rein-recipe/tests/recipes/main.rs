@@ -15,6 +15,7 @@ mod classic_control;
 mod composition;
 mod language_models;
 mod rewards;
+mod tree_rollouts;
 
 use std::path::{Path, PathBuf};
 

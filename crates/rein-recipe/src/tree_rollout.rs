@@ -1,0 +1,214 @@
+//! `[rollout]`: how a GRPO group's completions are sampled — each on its own (`kind =
+//! "groups"`, the default), or as a tree (`kind = "tree"`: TreeRL's EPTree, Tree-GRPO).
+//!
+//! A tree starts with `trunks` whole completions of the prompt. Each of `rounds` rounds then
+//! picks `branch_points` tokens among the tree's leaves by `rule` and samples `branches` new
+//! continuations from each, every branch sharing the tokens before its branch point. The group
+//! is the tree's leaves: `trunks + rounds × branch_points × branches` of them, which must be
+//! `sampler.n`. Each token's advantage adds to its leaf's (GRPO's) `step_weight` times the step
+//! advantage of the branch points above it (`rein_optim::tree_step_advantages`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Broken, broken};
+use crate::schema::Recipe;
+
+/// `[rollout]`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RolloutSection {
+    /// `groups` or `tree`.
+    pub kind: RolloutKind,
+    /// Tree: whole completions sampled first.
+    pub trunks: usize,
+    /// Tree: tokens branched from in each round.
+    pub branch_points: usize,
+    /// Tree: continuations sampled from each branch point.
+    pub branches: usize,
+    /// Tree: rounds of branching.
+    pub rounds: usize,
+    /// Tree: how branch points are chosen.
+    pub rule: BranchRule,
+    /// Tree, `rule = "interval"`: branch points every this many tokens.
+    pub interval: usize,
+    /// Tree: the weight of the branch points' step advantage beside the leaf's.
+    pub step_weight: f32,
+}
+
+impl Default for RolloutSection {
+    /// Two trunks, one round of three branch points with two branches each: 8 leaves.
+    fn default() -> Self {
+        Self {
+            kind: RolloutKind::Groups,
+            trunks: 2,
+            branch_points: 3,
+            branches: 2,
+            rounds: 1,
+            rule: BranchRule::Entropy,
+            interval: 16,
+            step_weight: 1.0,
+        }
+    }
+}
+
+/// How a group's completions are sampled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RolloutKind {
+    /// `sampler.n` completions of each prompt, each on its own.
+    #[default]
+    Groups,
+    /// A tree of completions branching from each other.
+    Tree,
+}
+
+/// Which tokens a tree branches from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BranchRule {
+    /// The tokens the policy was least sure of: the highest entropy of its next-token
+    /// distribution (TreeRL's EPTree, ARPO's entropy-triggered branching).
+    Entropy,
+    /// Every `interval` tokens.
+    Interval,
+    /// The first token of each line (after a token that ends one): reasoning steps.
+    Lines,
+}
+
+/// A tree rollout's settings ([`RolloutSection`]'s, for `kind = "tree"`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TreeRollout {
+    /// Whole completions sampled first.
+    pub trunks: usize,
+    /// Tokens branched from in each round.
+    pub branch_points: usize,
+    /// Continuations sampled from each branch point.
+    pub branches: usize,
+    /// Rounds of branching.
+    pub rounds: usize,
+    /// How branch points are chosen.
+    pub rule: BranchRule,
+    /// `rule = "interval"`: branch points every this many tokens.
+    pub interval: usize,
+    /// The weight of the branch points' step advantage beside the leaf's.
+    pub step_weight: f32,
+}
+
+impl TreeRollout {
+    /// The leaves of one tree: the group's size.
+    pub fn leaves(&self) -> usize {
+        self.trunks + self.rounds * self.branch_points * self.branches
+    }
+}
+
+impl RolloutSection {
+    /// The keys of `[rollout]` a kind reads (`kind` included).
+    pub(crate) fn keys(kind: RolloutKind) -> &'static [&'static str] {
+        match kind {
+            RolloutKind::Groups => &["kind"],
+            RolloutKind::Tree => &[
+                "kind",
+                "trunks",
+                "branch_points",
+                "branches",
+                "rounds",
+                "rule",
+                "interval",
+                "step_weight",
+            ],
+        }
+    }
+
+    /// The kind a `[rollout]` table names (`groups` when it names none or an unknown one:
+    /// deserializing reports that).
+    pub(crate) fn kind_of(table: &toml::Table) -> RolloutKind {
+        match table.get("kind").and_then(|k| k.as_str()) {
+            Some("tree") => RolloutKind::Tree,
+            _ => RolloutKind::Groups,
+        }
+    }
+
+    /// The tree rollout it asks for, if any.
+    pub fn tree(&self) -> Option<TreeRollout> {
+        (self.kind == RolloutKind::Tree).then_some(TreeRollout {
+            trunks: self.trunks,
+            branch_points: self.branch_points,
+            branches: self.branches,
+            rounds: self.rounds,
+            rule: self.rule,
+            interval: self.interval,
+            step_weight: self.step_weight,
+        })
+    }
+
+    /// A tree's sizes against `recipe`'s group size, and what a tree cannot be combined with.
+    pub(crate) fn check(&self, r: &Recipe, advantage: crate::AdvantageKind) -> Result<(), Broken> {
+        let Some(tree) = self.tree() else {
+            return Ok(());
+        };
+        for (key, value) in [
+            ("rollout.trunks", tree.trunks),
+            ("rollout.branch_points", tree.branch_points),
+            ("rollout.branches", tree.branches),
+            ("rollout.rounds", tree.rounds),
+            ("rollout.interval", tree.interval),
+        ] {
+            if value == 0 {
+                return Err(broken(key, "must be at least 1"));
+            }
+        }
+        if r.sampler.n != tree.leaves() {
+            return Err(broken(
+                "sampler.n",
+                format!(
+                    "a tree of {} trunks and {} rounds of {} branch points × {} branches has {} leaves, \
+                     the group's completions: set sampler.n = {} (it is {})",
+                    tree.trunks,
+                    tree.rounds,
+                    tree.branch_points,
+                    tree.branches,
+                    tree.leaves(),
+                    tree.leaves(),
+                    r.sampler.n
+                ),
+            ));
+        }
+        if tree.rule == BranchRule::Interval && tree.interval >= r.sampler.max_new_tokens {
+            return Err(broken(
+                "rollout.interval",
+                format!(
+                    "branch points every {} tokens: no completion of at most sampler.max_new_tokens = {} \
+                     tokens has one",
+                    tree.interval, r.sampler.max_new_tokens
+                ),
+            ));
+        }
+        if !(tree.step_weight.is_finite() && tree.step_weight >= 0.0) {
+            return Err(broken(
+                "rollout.step_weight",
+                format!("must be finite and ≥ 0, got {}", tree.step_weight),
+            ));
+        }
+        if tree.rule == BranchRule::Entropy && r.sampler.backend == rein_core::SamplerBackend::Http {
+            return Err(broken(
+                "rollout.rule",
+                "\"entropy\" reads the native sampler's next-token entropies, which servers do not report: \
+                 use rule = \"interval\" or \"lines\" with backend = \"http\"",
+            ));
+        }
+        if r.agent.is_some() {
+            return Err(broken(
+                "rollout.kind",
+                "trees branch single-turn completions; multi-turn episodes ([agent]) are sampled as groups",
+            ));
+        }
+        if matches!(advantage, crate::AdvantageKind::Process | crate::AdvantageKind::Gigpo) {
+            return Err(broken(
+                "algorithm.advantage",
+                "the process and GiGPO advantages credit steps their own way: a tree's step advantage \
+                 joins the group, rloo, reinforce_pp, grpo_passk and pass_at_k advantages",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,72 @@
+//! `[rollout]`: a tree rollout's keys, its group size, and what it refuses.
+
+use super::*;
+
+#[test]
+fn a_tree_rollout_reads_its_keys_and_its_leaves_are_the_group() {
+    let dir = recipes(&[("grpo.toml", GRPO)]);
+    // The defaults: 2 trunks, 1 round of 3 branch points × 2 branches = 8 leaves, sampler.n's default.
+    let loaded = load(&dir, "grpo.toml", &["rollout.kind=\"tree\""]).unwrap();
+    let tree = loaded.plan().unwrap().rollout().unwrap().tree.unwrap();
+    assert_eq!(
+        (tree.trunks, tree.branch_points, tree.branches, tree.rounds),
+        (2, 3, 2, 1)
+    );
+    assert_eq!((tree.leaves(), tree.rule), (8, rein_recipe::BranchRule::Entropy));
+    assert!(loaded.to_toml().contains("branch_points = 3"));
+    // Groups (the default kind) read no tree keys, and show none.
+    let groups = load(&dir, "grpo.toml", &[]).unwrap();
+    assert!(groups.plan().unwrap().rollout().unwrap().tree.is_none());
+    assert!(!groups.to_toml().contains("branch_points"));
+    let tree = |extra: &[&'static str]| [&["rollout.kind=\"tree\""][..], extra].concat();
+    for (set, key, says) in [
+        (
+            vec!["rollout.trunks=3"],
+            "rollout.trunks",
+            "not a key of kind = \"groups\"",
+        ),
+        (tree(&["rollout.branches=3"]), "sampler.n", "has 11 leaves"),
+        (
+            tree(&["rollout.branch_points=0"]),
+            "rollout.branch_points",
+            "at least 1",
+        ),
+        (
+            tree(&["rollout.rule=\"interval\"", "rollout.interval=64"]),
+            "rollout.interval",
+            "no completion",
+        ),
+        (tree(&["rollout.step_weight=-1"]), "rollout.step_weight", "≥ 0"),
+        (
+            tree(&["algorithm.advantage=\"process\""]),
+            "algorithm.advantage",
+            "credit steps their own way",
+        ),
+        (
+            tree(&["sampler.backend=\"http\"", "sampler.urls=[\"http://localhost:1\"]"]),
+            "rollout.rule",
+            "servers do not report",
+        ),
+    ] {
+        assert_refused(&dir, "grpo.toml", &set, key, says);
+    }
+    // Servers sample trees by the interval or line rules.
+    let http = tree(&[
+        "rollout.rule=\"lines\"",
+        "sampler.backend=\"http\"",
+        "sampler.urls=[\"http://localhost:1\"]",
+    ]);
+    assert!(load(&dir, "grpo.toml", &http).is_ok());
+}
+
+#[test]
+fn only_grpo_reads_the_rollout_section() {
+    let dir = recipes(&[("dpo.toml", DPO)]);
+    assert_refused(
+        &dir,
+        "dpo.toml",
+        &["rollout.kind=\"tree\""],
+        "rollout.kind",
+        "DPO does not use [rollout]",
+    );
+}
