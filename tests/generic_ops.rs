@@ -9,6 +9,8 @@
 
 #[path = "common/gradients.rs"]
 mod gradients;
+#[path = "common/gradients_equal.rs"]
+mod gradients_equal;
 
 use std::path::Path;
 
@@ -23,6 +25,7 @@ use rein_posttrain::{TokenBatch, completion_log_probs};
 use rein_sampler::{GenerationConfig, generate};
 
 use gradients::gradients;
+use gradients_equal::assert_gradients_equal;
 
 type B = Autodiff<Flex>;
 
@@ -176,14 +179,7 @@ fn the_generic_ops_path_computes_what_the_fused_kernels_compute() {
             assert_close(&format!("{checkpoint}: ∂loss/∂{name}"), g, f);
         }
         // Shared prompts in the burn-op blocks (a tree's mask) as the rows one by one.
-        for ((name, (_, s)), (_, (_, a))) in shared.iter().zip(alone) {
-            let norm = a.iter().map(|x| x * x).sum::<f32>().sqrt().max(1.0);
-            for (i, (s, a)) in s.iter().zip(a).enumerate() {
-                assert!(
-                    (s - a).abs() <= 1e-6 * norm,
-                    "{checkpoint}: ∂loss/∂{name}[{i}]: {s} with shared prompts vs {a} one by one"
-                );
-            }
-        }
+        let what = format!("{checkpoint}: shared prompts against one by one");
+        assert_gradients_equal(&what, shared, alone, 1e-6);
     }
 }

@@ -863,7 +863,8 @@ fn the_implicit_prm_moves_the_policy_only_through_its_token_rewards() {
 /// index in its group (trunks first) deciding its reward: 0, 1, 0, 1.
 fn tree_trace(step_weight: f32) -> Trace {
     let qwen2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm/qwen2-gqa");
-    let tree = rein_recipe::TreeRollout {
+    let tree = rein_recipe::RolloutSection {
+        kind: rein_recipe::RolloutKind::Tree,
         trunks: 2,
         branch_points: 1,
         branches: 2,

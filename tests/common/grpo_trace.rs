@@ -100,7 +100,7 @@ pub struct Run<'a> {
     /// PRIME's implicit PRM, started from the model, learning beside it.
     pub implicit_prm: Option<ImplicitPrmSection>,
     /// Grow each group as a tree ([rollout] kind = "tree").
-    pub tree: Option<rein_recipe::TreeRollout>,
+    pub tree: Option<rein_recipe::RolloutSection>,
 }
 
 impl Run<'_> {

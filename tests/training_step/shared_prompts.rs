@@ -8,6 +8,10 @@ use super::*;
 
 #[path = "../common/gradients.rs"]
 mod gradients;
+#[path = "../common/gradients_equal.rs"]
+mod gradients_equal;
+
+use gradients_equal::assert_gradients_equal;
 
 /// Two groups (a 7-token prompt with five completions, one of them a single token and one
 /// branching from another after 3 tokens, as a tree rollout's do; a 3-token prompt with two), a
@@ -70,16 +74,12 @@ fn a_grpo_step_with_shared_prompts_equals_the_rows_packed_one_by_one() {
             (shared_loss - alone_loss).abs() <= 1e-6 * alone_loss.abs().max(1.0),
             "{checkpoint}: loss {shared_loss} shared vs {alone_loss} alone"
         );
-        assert_eq!(shared.len(), alone.len());
-        for ((name, (_, s)), (_, (_, a))) in shared.iter().zip(&alone) {
-            let norm = a.iter().map(|x| x * x).sum::<f32>().sqrt();
-            assert!(norm > 0.0, "{checkpoint}: {name} has a gradient");
-            for (i, (s, a)) in s.iter().zip(a).enumerate() {
-                assert!(
-                    (s - a).abs() <= 1e-6 * norm.max(1.0),
-                    "{checkpoint}: ∂loss/∂{name}[{i}] {s} shared vs {a} alone (norm {norm})"
-                );
-            }
+        for (name, (_, gradient)) in &alone {
+            assert!(
+                gradient.iter().any(|&g| g != 0.0),
+                "{checkpoint}: {name} has a gradient"
+            );
         }
+        assert_gradients_equal(checkpoint, &shared, &alone, 1e-6);
     }
 }

@@ -63,7 +63,7 @@ pub use schema::{
     TeacherKl, TeacherSection, TrainSection,
 };
 pub use sft::{MAX_BATCH_SIZE, SftRecipe};
-pub use tree_rollout::{BranchRule, RolloutKind, RolloutSection, TreeRollout};
+pub use tree_rollout::{BranchRule, RolloutKind, RolloutSection};
 
 use compose::Composed;
 use schema::LM_PPO_TAG;

@@ -28,7 +28,7 @@ pub struct Rollout {
     /// IcePop's `[low, high]`.
     pub icepop_bounds: [f32; 2],
     /// Sample each group as a tree (`[rollout] kind = "tree"`), not as independent completions.
-    pub tree: Option<crate::TreeRollout>,
+    pub tree: Option<crate::RolloutSection>,
 }
 
 /// The defaults of the online algorithms' rollout keys, the same for each: 100 steps of 8

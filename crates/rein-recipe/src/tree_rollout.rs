@@ -75,33 +75,12 @@ pub enum BranchRule {
     Lines,
 }
 
-/// A tree rollout's settings ([`RolloutSection`]'s, for `kind = "tree"`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TreeRollout {
-    /// Whole completions sampled first.
-    pub trunks: usize,
-    /// Tokens branched from in each round.
-    pub branch_points: usize,
-    /// Continuations sampled from each branch point.
-    pub branches: usize,
-    /// Rounds of branching.
-    pub rounds: usize,
-    /// How branch points are chosen.
-    pub rule: BranchRule,
-    /// `rule = "interval"`: branch points every this many tokens.
-    pub interval: usize,
-    /// The weight of the branch points' step advantage beside the leaf's.
-    pub step_weight: f32,
-}
-
-impl TreeRollout {
+impl RolloutSection {
     /// The leaves of one tree: the group's size.
     pub fn leaves(&self) -> usize {
         self.trunks + self.rounds * self.branch_points * self.branches
     }
-}
 
-impl RolloutSection {
     /// The keys of `[rollout]` a kind reads (`kind` included).
     pub(crate) fn keys(kind: RolloutKind) -> &'static [&'static str] {
         match kind {
@@ -128,17 +107,9 @@ impl RolloutSection {
         }
     }
 
-    /// The tree rollout it asks for, if any.
-    pub fn tree(&self) -> Option<TreeRollout> {
-        (self.kind == RolloutKind::Tree).then_some(TreeRollout {
-            trunks: self.trunks,
-            branch_points: self.branch_points,
-            branches: self.branches,
-            rounds: self.rounds,
-            rule: self.rule,
-            interval: self.interval,
-            step_weight: self.step_weight,
-        })
+    /// Itself when it asks for a tree (`kind = "tree"`).
+    pub fn tree(&self) -> Option<RolloutSection> {
+        (self.kind == RolloutKind::Tree).then_some(*self)
     }
 
     /// A tree's sizes against `recipe`'s group size, and what a tree cannot be combined with.

@@ -15,14 +15,14 @@ use rein_model::ReinBackend;
 use rein_model::lm::LmTokenizer;
 use rein_model::vision::ProcessedImage;
 use rein_optim::Branch;
-use rein_recipe::{BranchRule, TreeRollout};
+use rein_recipe::{BranchRule, RolloutSection};
 use rein_sampler::{FinishReason, Generation, GenerationConfig, Generator, GeneratorError};
 
 /// What a job grows its groups as trees with.
 #[derive(Debug, Clone)]
 pub struct TreeJob {
     /// The tree's settings.
-    pub rollout: TreeRollout,
+    pub rollout: RolloutSection,
     /// Per token id, whether its text ends a line (`rule = "lines"` branches after those).
     pub line_ends: Arc<Vec<bool>>,
 }
@@ -51,7 +51,7 @@ struct Leaf {
     branch: Option<Branch>,
 }
 
-/// Grows a tree of [`TreeRollout::leaves`] completions for each of `prompts` on `generator`.
+/// Grows a tree of [`RolloutSection::leaves`] completions for each of `prompts` on `generator`.
 pub fn grow<B: ReinBackend>(
     generator: &mut dyn Generator<B>,
     prompts: &[Vec<u32>],
@@ -164,7 +164,7 @@ fn joined(parent: &Generation, at: usize, branch: Generation, max_new_tokens: us
 /// finds fewer than `branch_points`, the rest are the remaining candidates of highest entropy
 /// (or spread, without entropies), counted as the second value; a tree with no candidate at all
 /// branches from the prompt (`at = 0`).
-fn choose(leaves: &[Leaf], spec: &TreeRollout, line_ends: &[bool]) -> (Vec<(usize, usize)>, usize) {
+fn choose(leaves: &[Leaf], spec: &RolloutSection, line_ends: &[bool]) -> (Vec<(usize, usize)>, usize) {
     let taken: Vec<(usize, usize)> = (leaves.iter())
         .filter_map(|l| l.branch.map(|b| (b.parent, b.at)))
         .collect();
@@ -304,7 +304,8 @@ mod tests {
 
     fn grown(rule: BranchRule, branch_points: usize, interval: usize) -> Grown {
         let tree = TreeJob {
-            rollout: TreeRollout {
+            rollout: RolloutSection {
+                kind: rein_recipe::RolloutKind::Tree,
                 trunks: 2,
                 branch_points,
                 branches: 2,
