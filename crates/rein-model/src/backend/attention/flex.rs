@@ -10,8 +10,6 @@ use rein_kernels::team;
 
 use super::super::flex::*;
 use super::super::tanh_f32;
-use std::ops::Range;
-
 use super::{PackedSequences, Scoring};
 
 /// [`AttentionKernels::cached_attention`] of the sequences `spans` (a padded batch, or sequences packed
@@ -33,10 +31,10 @@ pub(super) fn attention(
     tensor(out, &[batch, seq, heads, dim])
 }
 
-/// [`AttentionKernels::causal_attention_backward`] of the sequences `spans` (a padded batch, or
-/// sequences packed end to end), as tensors shaped like `q`, `k` and `v`. `trees` groups the
-/// spans whose keys are shared (a prefix and the segments continuing it): one task each, as
-/// their key and value gradients add up in the same rows.
+/// [`AttentionKernels::causal_attention_backward`] of the sequences of `trees` (a padded batch,
+/// or sequences packed end to end), as tensors shaped like `q`, `k` and `v`. A tree is the
+/// spans whose keys are shared — a prefix and the segments continuing it, or a sequence alone —
+/// and one task, as its spans' key and value gradients add up in the same rows.
 pub(super) fn attention_backward(
     q: FlexTensor,
     k: FlexTensor,
@@ -44,8 +42,7 @@ pub(super) fn attention_backward(
     padding: Option<&[u8]>,
     scoring: Scoring,
     grad: FlexTensor,
-    spans: &[Span<'_>],
-    trees: &[Range<usize>],
+    trees: &[&[Span<'_>]],
 ) -> (FlexTensor, FlexTensor, FlexTensor) {
     let [batch, heads, seq, dim] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
     let kv_heads = dims(&k)[1];
@@ -59,19 +56,16 @@ pub(super) fn attention_backward(
         vec![0.0f32; batch * seq * kv_heads * dim],
         vec![0.0f32; batch * seq * kv_heads * dim],
     );
-    let rows = || {
-        trees
-            .iter()
-            .map(|tree| spans[tree.clone()].iter().map(|s| s.len).sum::<usize>())
-    };
+    let rows = || trees.iter().map(|tree| tree.iter().map(|s| s.len).sum::<usize>());
     let d_q_blocks = split_into(&mut d_q, rows().map(|n| n * heads * dim));
     let d_k_blocks = split_into(&mut d_k, rows().map(|n| n * kv_heads * dim));
     let d_v_blocks = split_into(&mut d_v, rows().map(|n| n * kv_heads * dim));
     let blocks = trees.iter().zip(d_q_blocks).zip(d_k_blocks).zip(d_v_blocks);
-    let work = spans.iter().map(|s| s.len * s.keys()).sum::<usize>() * heads * dim;
+    let spans = || trees.iter().flat_map(|tree| tree.iter());
+    let work = spans().map(|s| s.len * s.keys()).sum::<usize>() * heads * dim;
     for_each_sequence(blocks, work, |(((tree, d_q), d_k), d_v)| {
-        let base = spans[tree.start].start;
-        for span in &spans[tree.clone()] {
+        let base = tree.first().map_or(0, |span| span.start);
+        for span in tree.iter() {
             attend.sequence(*span, base, d_q, d_k, d_v);
         }
     });
@@ -109,17 +103,16 @@ pub(super) struct Span<'a> {
 }
 
 impl<'a> Span<'a> {
-    /// The sequences of a `[batch, seq]` batch, and each as a tree of its own.
-    pub(super) fn padded(batch: usize, seq: usize) -> (Vec<Self>, Vec<Range<usize>>) {
-        let spans = (0..batch)
+    /// The sequences of a `[batch, seq]` batch.
+    pub(super) fn padded(batch: usize, seq: usize) -> Vec<Self> {
+        (0..batch)
             .map(|b| Span {
                 b,
                 start: 0,
                 len: seq,
                 prefix: &[],
             })
-            .collect();
-        (spans, (0..batch).map(|b| b..b + 1).collect())
+            .collect()
     }
 
     /// The segments of `sequences`, each after its ancestors' rows (`prefixes`, from

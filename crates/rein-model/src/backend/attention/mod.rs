@@ -538,7 +538,7 @@ impl AttentionKernels for Flex {
         let [batch, _, seq, _] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
         let padding = padding.map(|p| p.to_contiguous());
         let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * (offset + seq)]);
-        attention(q, k, v, padding, offset, scoring, &Span::padded(batch, seq).0)
+        attention(q, k, v, padding, offset, scoring, &Span::padded(batch, seq))
     }
 
     fn varlen_causal_attention(
@@ -568,7 +568,8 @@ impl AttentionKernels for Flex {
         }
         let prefixes = prefix_rows(sequences);
         let spans = Span::packed(sequences, &prefixes);
-        attention_backward(q, k, v, None, scoring, grad, &spans, &sequences.trees())
+        let trees: Vec<&[Span]> = sequences.trees().into_iter().map(|tree| &spans[tree]).collect();
+        attention_backward(q, k, v, None, scoring, grad, &trees)
     }
 
     fn causal_attention_backward(
@@ -585,8 +586,9 @@ impl AttentionKernels for Flex {
         let [batch, _, seq, _] = <[usize; 4]>::try_from(dims(&q)).expect("4-D queries");
         let padding = padding.map(|p| p.to_contiguous());
         let padding = padding.as_ref().map(|p| &p.storage::<u8>()[..batch * seq]);
-        let (spans, trees) = Span::padded(batch, seq);
-        attention_backward(q, k, v, padding, scoring, grad, &spans, &trees)
+        let spans = Span::padded(batch, seq);
+        let trees: Vec<&[Span]> = spans.chunks(1).collect();
+        attention_backward(q, k, v, padding, scoring, grad, &trees)
     }
 }
 
