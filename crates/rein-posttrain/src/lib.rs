@@ -30,11 +30,10 @@ pub mod rewards;
 pub mod rollout;
 mod run;
 mod seeds;
+mod token_batch;
 mod token_trie;
 
-pub use batch::{
-    CompletionLogits, CompletionOutputs, TokenBatch, completion_log_probs, completion_logits, completion_outputs,
-};
+pub use batch::{CompletionLogits, CompletionOutputs, completion_log_probs, completion_logits, completion_outputs};
 pub use data::images::{ImageSource, row_images};
 pub use data::labelled::{LabelledCompletion, LabelledExample, prepare_labelled, read_labelled, unpair};
 pub use data::preferences::{
@@ -72,3 +71,4 @@ pub use rewards::{
 };
 pub use run::setup::evaluate_recipe;
 pub use run::{DpoOutcome, KtoOutcome, LmOutcome, ProcessRewardModelOutcome, RewardModelOutcome, run_lm};
+pub use token_batch::TokenBatch;

@@ -6,7 +6,7 @@ use rein_model::lm::{CausalLm, Routing, UNROUTED};
 use rein_model::vision::{image_slots, with_image_features};
 use rein_model::{PackedSequences, ReinBackend};
 
-use crate::TokenBatch;
+use crate::token_batch::TokenBatch;
 use crate::token_trie::{Segments, TokenTrie};
 
 /// A [`TokenBatch`]'s rows concatenated end to end without their padding, for one forward pass

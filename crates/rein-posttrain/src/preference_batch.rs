@@ -10,8 +10,9 @@ use rein_model::{ReinAutodiffBackend, ReinBackend};
 use rein_optim::{DpoConfig, DpoLoss, dpo_loss};
 use serde_json::json;
 
-use crate::batch::{TokenBatch, completion_log_probs, floats, mean};
+use crate::batch::{completion_log_probs, floats, mean};
 use crate::data::preferences::PreferencePair;
+use crate::token_batch::TokenBatch;
 use rein_run::driver::Record;
 
 /// The log-probabilities of each completion of a batch of pairs, summed over its tokens.

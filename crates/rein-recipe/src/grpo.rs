@@ -327,11 +327,81 @@ impl GrpoRecipe<'_> {
         self.process()?;
         crate::implicit_prm::check(r.implicit_prm.as_ref(), grpo.advantage)?;
         self.rollout().check(r)?;
-        if let Some(rollout) = &r.rollout {
-            rollout.check(r, grpo.advantage)?;
-        }
+        self.tree_rollout()?;
         self.curriculum()?;
         self.gigpo()
+    }
+
+    /// A tree rollout's sizes against the group's, and what a tree cannot be combined with.
+    fn tree_rollout(&self) -> Result<(), Broken> {
+        let (r, advantage) = (self.recipe, self.grpo.advantage);
+        let Some(tree) = r.rollout.as_ref().and_then(|rollout| rollout.tree()) else {
+            return Ok(());
+        };
+        for (key, value) in [
+            ("rollout.trunks", tree.trunks),
+            ("rollout.branch_points", tree.branch_points),
+            ("rollout.branches", tree.branches),
+            ("rollout.rounds", tree.rounds),
+            ("rollout.interval", tree.interval),
+        ] {
+            if value == 0 {
+                return Err(broken(key, "must be at least 1"));
+            }
+        }
+        if r.sampler.n != tree.leaves() {
+            return Err(broken(
+                "sampler.n",
+                format!(
+                    "a tree of {} trunks and {} rounds of {} branch points × {} branches has {} leaves, \
+                     the group's completions: set sampler.n = {} (it is {})",
+                    tree.trunks,
+                    tree.rounds,
+                    tree.branch_points,
+                    tree.branches,
+                    tree.leaves(),
+                    tree.leaves(),
+                    r.sampler.n
+                ),
+            ));
+        }
+        if tree.rule == crate::BranchRule::Interval && tree.interval >= r.sampler.max_new_tokens {
+            return Err(broken(
+                "rollout.interval",
+                format!(
+                    "branch points every {} tokens: no completion of at most sampler.max_new_tokens = {} \
+                     tokens has one",
+                    tree.interval, r.sampler.max_new_tokens
+                ),
+            ));
+        }
+        if !(tree.step_weight.is_finite() && tree.step_weight >= 0.0) {
+            return Err(broken(
+                "rollout.step_weight",
+                format!("must be finite and ≥ 0, got {}", tree.step_weight),
+            ));
+        }
+        if tree.rule == crate::BranchRule::Entropy && r.sampler.backend == rein_core::SamplerBackend::Http {
+            return Err(broken(
+                "rollout.rule",
+                "\"entropy\" reads the native sampler's next-token entropies, which servers do not report: \
+                 use rule = \"interval\" or \"lines\" with backend = \"http\"",
+            ));
+        }
+        if r.agent.is_some() {
+            return Err(broken(
+                "rollout.kind",
+                "trees branch single-turn completions; multi-turn episodes ([agent]) are sampled as groups",
+            ));
+        }
+        if matches!(advantage, AdvantageKind::Process | AdvantageKind::Gigpo) {
+            return Err(broken(
+                "algorithm.advantage",
+                "the process and GiGPO advantages credit steps their own way: a tree's step advantage \
+                 joins the group, rloo, reinforce_pp, grpo_passk and pass_at_k advantages",
+            ));
+        }
+        Ok(())
     }
 
     /// A UCB curriculum over a generated task draws among its digit lengths: at least two, and

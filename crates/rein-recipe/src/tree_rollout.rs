@@ -10,9 +10,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Broken, broken};
-use crate::schema::Recipe;
-
 /// `[rollout]`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -110,76 +107,5 @@ impl RolloutSection {
     /// Itself when it asks for a tree (`kind = "tree"`).
     pub fn tree(&self) -> Option<RolloutSection> {
         (self.kind == RolloutKind::Tree).then_some(*self)
-    }
-
-    /// A tree's sizes against `recipe`'s group size, and what a tree cannot be combined with.
-    pub(crate) fn check(&self, r: &Recipe, advantage: crate::AdvantageKind) -> Result<(), Broken> {
-        let Some(tree) = self.tree() else {
-            return Ok(());
-        };
-        for (key, value) in [
-            ("rollout.trunks", tree.trunks),
-            ("rollout.branch_points", tree.branch_points),
-            ("rollout.branches", tree.branches),
-            ("rollout.rounds", tree.rounds),
-            ("rollout.interval", tree.interval),
-        ] {
-            if value == 0 {
-                return Err(broken(key, "must be at least 1"));
-            }
-        }
-        if r.sampler.n != tree.leaves() {
-            return Err(broken(
-                "sampler.n",
-                format!(
-                    "a tree of {} trunks and {} rounds of {} branch points × {} branches has {} leaves, \
-                     the group's completions: set sampler.n = {} (it is {})",
-                    tree.trunks,
-                    tree.rounds,
-                    tree.branch_points,
-                    tree.branches,
-                    tree.leaves(),
-                    tree.leaves(),
-                    r.sampler.n
-                ),
-            ));
-        }
-        if tree.rule == BranchRule::Interval && tree.interval >= r.sampler.max_new_tokens {
-            return Err(broken(
-                "rollout.interval",
-                format!(
-                    "branch points every {} tokens: no completion of at most sampler.max_new_tokens = {} \
-                     tokens has one",
-                    tree.interval, r.sampler.max_new_tokens
-                ),
-            ));
-        }
-        if !(tree.step_weight.is_finite() && tree.step_weight >= 0.0) {
-            return Err(broken(
-                "rollout.step_weight",
-                format!("must be finite and ≥ 0, got {}", tree.step_weight),
-            ));
-        }
-        if tree.rule == BranchRule::Entropy && r.sampler.backend == rein_core::SamplerBackend::Http {
-            return Err(broken(
-                "rollout.rule",
-                "\"entropy\" reads the native sampler's next-token entropies, which servers do not report: \
-                 use rule = \"interval\" or \"lines\" with backend = \"http\"",
-            ));
-        }
-        if r.agent.is_some() {
-            return Err(broken(
-                "rollout.kind",
-                "trees branch single-turn completions; multi-turn episodes ([agent]) are sampled as groups",
-            ));
-        }
-        if matches!(advantage, crate::AdvantageKind::Process | crate::AdvantageKind::Gigpo) {
-            return Err(broken(
-                "algorithm.advantage",
-                "the process and GiGPO advantages credit steps their own way: a tree's step advantage \
-                 joins the group, rloo, reinforce_pp, grpo_passk and pass_at_k advantages",
-            ));
-        }
-        Ok(())
     }
 }

@@ -25,10 +25,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::LmError;
-use crate::batch::{TokenBatch, floats, mean};
+use crate::batch::{floats, mean};
 use crate::data::labelled::LabelledCompletion;
 use crate::preference_batch::sequence_log_probs;
 use crate::seeds::{DROPOUT_SALT, generation_seed};
+use crate::token_batch::TokenBatch;
 use rein_run::checkpoint::{Checkpoint, learner_sections};
 use rein_run::driver::{Record, Snapshot, Step, Trainer};
 use rein_run::watchdog::Phases;

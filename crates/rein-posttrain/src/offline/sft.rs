@@ -21,9 +21,10 @@ use serde_json::json;
 
 use crate::LmError;
 use crate::Prompt;
-use crate::batch::{TokenBatch, completion_log_probs};
+use crate::batch::completion_log_probs;
 use crate::data_parallel;
 use crate::seeds::{DROPOUT_SALT, generation_seed};
+use crate::token_batch::TokenBatch;
 use rein_run::checkpoint::{Checkpoint, learner_sections};
 use rein_run::driver::{Snapshot, Step, Trainer};
 use rein_run::watchdog::Phases;

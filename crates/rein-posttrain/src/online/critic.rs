@@ -12,8 +12,9 @@ use rein_model::lm::{CausalLm, SequenceClassifier, load};
 use rein_recipe::{LmPpoSection, LoadedRecipe};
 
 use crate::LmError;
-use crate::batch::{CompletionOutputs, TokenBatch, completion_outputs, completion_values};
+use crate::batch::{CompletionOutputs, completion_outputs, completion_values};
 use crate::run::recipe_keys::{invalid, model_path};
+use crate::token_batch::TokenBatch;
 
 /// The standard deviation of a fresh value head's weights (transformers' `initializer_range`).
 const HEAD_INIT_STD: f64 = 0.02;

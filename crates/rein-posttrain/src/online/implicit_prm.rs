@@ -30,8 +30,9 @@ use serde_json::json;
 use super::adamw;
 use super::critic::Trainable;
 use crate::LmError;
-use crate::batch::{TokenBatch, completion_log_probs};
+use crate::batch::completion_log_probs;
 use crate::offline::clipped_step;
+use crate::token_batch::TokenBatch;
 
 /// The implicit PRM, its reference and its optimiser (see the module docs).
 pub struct ImplicitPrm<B: ReinAutodiffBackend> {

@@ -23,10 +23,11 @@ use super::curriculum::{completions_correct, group_accuracy};
 use super::sample::{Rollout, Scored};
 use super::{Stage, mean};
 use crate::LmError;
-use crate::batch::{TokenBatch, completion_log_probs, completion_logits, completion_outputs};
+use crate::batch::{completion_log_probs, completion_logits, completion_outputs};
 use crate::online::process_credit::{self, Completion, ProcessCredit};
 use crate::online::turn_advantages::{EpisodeTurns, token_advantages};
 use crate::seeds::{DROPOUT_SALT, generation_seed};
+use crate::token_batch::TokenBatch;
 use rein_run::driver::Record;
 use rein_run::watchdog::Phases;
 

@@ -28,9 +28,10 @@ use serde_json::json;
 use super::sample::{Rollout, Scored};
 use super::{Stage, adamw, lr_schedule, mean};
 use crate::LmError;
-use crate::batch::{TokenBatch, completion_log_probs, select_rows};
+use crate::batch::completion_log_probs;
 use crate::online::critic::Critic;
 use crate::seeds::{DROPOUT_SALT, generation_seed};
+use crate::token_batch::{TokenBatch, select_rows};
 use rein_run::driver::Record;
 use rein_run::watchdog::Phases;
 

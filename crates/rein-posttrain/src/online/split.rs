@@ -24,8 +24,9 @@ use rein_optim::{Counted, policy_loss, share_weight};
 use super::Stage;
 use super::learn::{LossInputs, UpdateLoss, UpdateStats, token_mean};
 use crate::LmError;
-use crate::batch::{TokenBatch, completion_log_probs};
+use crate::batch::completion_log_probs;
 use crate::data_parallel;
+use crate::token_batch::TokenBatch;
 use rein_run::driver::Record;
 use rein_run::watchdog::Phases;
 
