@@ -75,8 +75,9 @@ fn logit_scale(temperature: f32) -> f32 {
 
 /// Per-token log-probabilities of the completion tokens under `softmax(logits / temperature)`,
 /// and optionally the entropy of that distribution at each completion position. The model
-/// runs over the rows concatenated end to end ([`ConcatenatedRows`]): the same values as over the padded
-/// batch, without computing the padding.
+/// runs over the rows concatenated end to end, without their padding and with what rows share
+/// (a group's prompt, a tree's trunk) once: the same values as over the padded batch, each row
+/// with its own copy of its prompt.
 ///
 /// # Shapes
 /// → `[rows, C]` each (0 at padding positions)

@@ -40,10 +40,11 @@ pub struct TokenBatch {
     /// those a multi-turn episode's tools and environment added (their features take the image
     /// tokens' places there); empty for a text row, or no entries at all.
     pub images: Vec<PromptPixels>,
-    /// Compute a prompt that several rows share once ([`ConcatenatedRows`]): a GRPO group's
-    /// completions then attend to one copy of it. Rows that show images, and every row of a
-    /// mixture of experts (its load-balancing loss counts each row's prompt tokens), are packed
-    /// one by one.
+    /// Compute what several rows share once: rows with the same prompt are packed as a prefix
+    /// tree (see [`crate::completion_log_probs`]), the prompt and every run of completion tokens
+    /// they begin with once, each row attending to its own copy. Rows that show images, and
+    /// every row of a mixture of experts (its load-balancing loss counts each row's prompt
+    /// tokens), are packed one by one.
     pub share_prompts: bool,
     /// `[rows, C]`, true on completion tokens a tool or an environment added to a multi-turn
     /// episode ([`TokenBatch::keep_in_loss`]): not the model's, so their image tokens read

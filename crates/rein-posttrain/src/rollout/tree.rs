@@ -41,7 +41,8 @@ pub struct Grown {
     /// Per generation, the leaf of its group it branched from (`None`: a trunk); empty for
     /// groups sampled on their own.
     pub branches: Vec<Option<Branch>>,
-    /// Branch points the rule could not find and that were taken elsewhere (see [`choose`]).
+    /// Branch points the rule could not find and that were taken elsewhere: the remaining
+    /// tokens of highest entropy.
     pub fallback_branch_points: usize,
 }
 
