@@ -11,6 +11,8 @@
 mod gradients;
 #[path = "common/gradients_equal.rs"]
 mod gradients_equal;
+#[path = "common/grpo_loss.rs"]
+mod grpo_loss;
 
 use std::path::Path;
 
@@ -20,12 +22,13 @@ use burn::tensor::{Int, Tensor, TensorData};
 use rein_core::{Aggregation, KlEstimator, RatioLevel};
 use rein_model::lm::{Context, load};
 use rein_model::safetensors_file::Tensors;
-use rein_optim::{PolicyLossConfig, PolicyObjective, policy_loss};
-use rein_posttrain::{TokenBatch, completion_log_probs};
+use rein_optim::{PolicyLossConfig, PolicyObjective};
+use rein_posttrain::TokenBatch;
 use rein_sampler::{GenerationConfig, generate};
 
 use gradients::gradients;
 use gradients_equal::assert_gradients_equal;
+use grpo_loss::grpo_loss;
 
 type B = Autodiff<Flex>;
 
@@ -114,13 +117,6 @@ fn observe(checkpoint: &str) -> Observed {
 }
 
 fn grpo_gradients(model: &rein_model::lm::CausalLm<B>, batch: &TokenBatch) -> Tensors {
-    let device = Default::default();
-    let (log_prob, entropy) = completion_log_probs(model, batch, 0.8, true, &device);
-    let shifted = |by: f32| log_prob.clone().detach().add_scalar(by);
-    let advantages = Tensor::<B, 2>::from_data(
-        TensorData::new(vec![1.0f32, -0.5, 0.3, -1.2, 0.8, -0.4], [6, 1]),
-        &device,
-    );
     let config = PolicyLossConfig {
         level: RatioLevel::Token,
         objective: PolicyObjective::Clip,
@@ -135,16 +131,8 @@ fn grpo_gradients(model: &rein_model::lm::CausalLm<B>, batch: &TokenBatch) -> Te
         entropy_coef: 0.01,
         top_entropy_quantile: 1.0,
     };
-    let out = policy_loss(
-        log_prob.clone(),
-        shifted(0.05),
-        advantages,
-        batch.mask::<B>(&device),
-        Some(shifted(-0.1)),
-        entropy,
-        &config,
-    );
-    gradients::<B, _>(model, &out.loss.backward())
+    let loss = grpo_loss(model, batch, &[1.0, -0.5, 0.3, -1.2, 0.8, -0.4], &config);
+    gradients::<B, _>(model, &loss.backward())
 }
 
 fn assert_close(what: &str, generic: &[f32], fused: &[f32]) {

@@ -10,8 +10,11 @@ use super::*;
 mod gradients;
 #[path = "../common/gradients_equal.rs"]
 mod gradients_equal;
+#[path = "../common/grpo_loss.rs"]
+mod grpo_loss;
 
 use gradients_equal::assert_gradients_equal;
+use grpo_loss::grpo_loss;
 
 /// Two groups (a 7-token prompt with five completions, one of them a single token and one
 /// branching from another after 3 tokens, as a tree rollout's do; a 3-token prompt with two), a
@@ -42,27 +45,18 @@ fn loss_and_gradients(checkpoint: &str, share_prompts: bool) -> (f64, rein_model
     let pairs: Vec<(&[u32], &[u32])> = pairs.iter().map(|(p, c)| (p.as_slice(), c.as_slice())).collect();
     let mut batch = TokenBatch::new(&pairs, 0);
     batch.share_prompts = share_prompts;
-    let (log_prob, entropy) = completion_log_probs(&model, &batch, 0.8, true, &device);
-    let shifted = |by: f32| log_prob.clone().detach().add_scalar(by);
     let advantages: Vec<f32> = (0..batch.rows).map(|i| (i as f32 * 0.7).sin()).collect();
-    let advantages = Tensor::<B, 2>::from_data(TensorData::new(advantages, [batch.rows, 1]), &device);
     let config = PolicyLossConfig {
         kl_coef: 0.1,
         kl_estimator: KlEstimator::K3,
         entropy_coef: 0.01,
         ..token_level_loss(0.2, batch.completion_width)
     };
-    let out = policy_loss(
-        log_prob.clone(),
-        shifted(0.05),
-        advantages,
-        batch.mask::<B>(&device),
-        Some(shifted(-0.1)),
-        entropy,
-        &config,
-    );
-    let loss = f64::from(out.loss.clone().into_scalar());
-    (loss, gradients::gradients::<B, _>(&model, &out.loss.backward()))
+    let loss = grpo_loss(&model, &batch, &advantages, &config);
+    (
+        f64::from(loss.clone().into_scalar()),
+        gradients::gradients::<B, _>(&model, &loss.backward()),
+    )
 }
 
 #[test]
