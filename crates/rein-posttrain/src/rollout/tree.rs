@@ -304,13 +304,17 @@ mod tests {
     }
 
     fn grown(rule: BranchRule, branch_points: usize, interval: usize) -> Grown {
+        grown_in(rule, branch_points, interval, 2, 1)
+    }
+
+    fn grown_in(rule: BranchRule, branch_points: usize, interval: usize, trunks: usize, rounds: usize) -> Grown {
         let tree = TreeJob {
             rollout: RolloutSection {
                 kind: rein_recipe::RolloutKind::Tree,
-                trunks: 2,
+                trunks,
                 branch_points,
                 branches: 2,
-                rounds: 1,
+                rounds,
                 rule,
                 interval,
                 step_weight: 1.0,
@@ -399,5 +403,19 @@ mod tests {
         let cut = &grown.generations[6];
         assert_eq!((cut.tokens.len(), cut.finish), (6, FinishReason::Length));
         assert_branches_share_their_prefix(&trees);
+    }
+
+    #[test]
+    fn a_second_round_branches_from_the_first_rounds_leaves_too() {
+        // One trunk; round 1 branches twice from its token 4; round 2 from the first candidate
+        // of the multiples of 4 left: a branch's own token 4 (the trunk's is taken).
+        let grown = grown_in(BranchRule::Interval, 1, 4, 1, 2);
+        let trees = trees(&grown);
+        let branches: Vec<Option<Branch>> = trees[0].iter().map(|(b, _)| *b).collect();
+        let at = |parent, at| Some(Branch { parent, at });
+        assert_eq!(branches, [None, at(0, 4), at(0, 4), at(1, 4), at(1, 4)]);
+        assert_branches_share_their_prefix(&trees);
+        // Each round samples from its own seed: round 2's branches are not round 1's again.
+        assert_ne!(trees[0][3].1, trees[0][1].1);
     }
 }
