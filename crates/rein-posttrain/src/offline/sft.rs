@@ -195,9 +195,15 @@ impl<B: ReinAutodiffBackend> Trainer for Sft<'_, B> {
     }
 }
 
-/// The rows of `pairs` as a batch, each row's loss mask narrowed to `trained` where given.
+/// The rows of `pairs` as a batch, each row's loss mask narrowed to `trained` where given, each
+/// row packed with its own copy of its prompt.
 fn sft_batch(pairs: &[(&[u32], &[u32])], trained: &[Option<&[bool]>], pad_id: u32) -> TokenBatch {
     let mut batch = TokenBatch::new(pairs, pad_id);
+    // Rows one by one: an SFT batch repeats a prompt only when its data repeats a row, and a
+    // repeated row computed once saves next to nothing but rounds its gradient differently (it
+    // is summed where the copies' were not), which an SFT run from scratch can amplify into
+    // another model (the main job's seed 1 from step 16 on).
+    batch.share_prompts = false;
     for (row, trained) in trained.iter().enumerate() {
         if let Some(trained) = trained {
             batch.keep_in_loss(row, trained);
