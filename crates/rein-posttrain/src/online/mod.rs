@@ -37,7 +37,7 @@ use crate::rewards::WeightedReward;
 use crate::rewards::signal::SignalReward;
 use crate::rollout::episodes::Agent;
 use crate::rollout::source::RolloutSource;
-use crate::rollout::tree::{TreeJob, line_ends};
+use crate::rollout::tree::TreeJob;
 use rein_run::checkpoint::{Checkpoint, learner_sections, module_sections};
 use rein_run::driver::{Record, Snapshot, Step, Trainer};
 use rein_run::watchdog::Phases;
@@ -306,10 +306,7 @@ impl<'a, B: ReinAutodiffBackend> OnlineTrainer<'a, B> {
                     .map_err(|error| LmError::generator(0, error))?,
             ),
         };
-        let tree = ctx.rollout.tree.map(|rollout| TreeJob {
-            rollout,
-            line_ends: std::sync::Arc::new(line_ends(ctx.tokenizer)),
-        });
+        let tree = ctx.rollout.tree.map(|rollout| TreeJob::new(rollout, ctx.tokenizer));
         let stage = Stage {
             source,
             submitted: 0,

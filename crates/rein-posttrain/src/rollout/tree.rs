@@ -23,15 +23,26 @@ use rein_sampler::{FinishReason, Generation, GenerationConfig, Generator, Genera
 pub struct TreeJob {
     /// The tree's settings.
     pub rollout: RolloutSection,
-    /// Per token id, whether its text ends a line (`rule = "lines"` branches after those).
+    /// `rule = "lines"`: per token id, whether its text ends a line (the rule branches after
+    /// those); empty for the other rules.
     pub line_ends: Arc<Vec<bool>>,
 }
 
-/// Per token id of `tokenizer`, whether its text ends a line (holds a line break).
-pub fn line_ends(tokenizer: &LmTokenizer) -> Vec<bool> {
-    (0..tokenizer.vocab_size() as u32)
-        .map(|id| tokenizer.decode(&[id], false).is_ok_and(|text| text.contains('\n')))
-        .collect()
+impl TreeJob {
+    /// The job for `rollout`'s trees; `rule = "lines"` decodes `tokenizer`'s vocabulary once
+    /// for the tokens that end a line.
+    pub fn new(rollout: RolloutSection, tokenizer: &LmTokenizer) -> Self {
+        let line_ends = match rollout.rule {
+            BranchRule::Lines => (0..tokenizer.vocab_size() as u32)
+                .map(|id| tokenizer.decode(&[id], false).is_ok_and(|text| text.contains('\n')))
+                .collect(),
+            BranchRule::Entropy | BranchRule::Interval => Vec::new(),
+        };
+        Self {
+            rollout,
+            line_ends: Arc::new(line_ends),
+        }
+    }
 }
 
 /// A job's groups: `leaves` per prompt, in prompt order, and where each leaf branched from.
@@ -90,10 +101,11 @@ pub fn grow<B: ReinBackend>(
         let fork_prompts: Vec<Vec<u32>> = (forks.iter())
             .map(|&(p, parent, at)| [&prompts[p][..], &trees[p][parent].generation.tokens[..at]].concat())
             .collect();
-        let fork_images: Vec<&[ProcessedImage]> = forks
-            .iter()
-            .map(|&(p, ..)| images.get(p).copied().unwrap_or(&[]))
-            .collect();
+        // A prompt's images are its branches' too (none given, none passed).
+        let fork_images: Vec<&[ProcessedImage]> = match images.is_empty() {
+            true => Vec::new(),
+            false => forks.iter().map(|&(p, ..)| images[p]).collect(),
+        };
         let shortest_prefix = forks.iter().map(|&(.., at)| at).min().unwrap_or(0);
         let branch_config = GenerationConfig {
             n: spec.branches,
@@ -102,7 +114,6 @@ pub fn grow<B: ReinBackend>(
             seed: config.seed ^ ((round as u64 + 1).wrapping_mul(0xD6E8_FEB8_6659_FD93)),
             ..trunk_config.clone()
         };
-        let fork_images = if images.is_empty() { Vec::new() } else { fork_images };
         let branches = generator.generate_with_images(&fork_prompts, &fork_images, &branch_config, stops)?;
         for branch in branches {
             let (p, parent, at) = forks[branch.prompt];
@@ -136,21 +147,21 @@ pub fn grow<B: ReinBackend>(
 fn joined(parent: &Generation, at: usize, branch: Generation, max_new_tokens: usize) -> Generation {
     let keep = branch.tokens.len().min(max_new_tokens - at);
     let cut = keep < branch.tokens.len();
-    let join = |a: &[f32], b: &[f32]| [&a[..at], &b[..keep]].concat();
-    let both = |a: bool, b: bool| a && b;
+    // Per-token values the sampler records only when asked (top log-probabilities,
+    // certainty): joined when both sides have them.
+    fn asked<T: Clone>(parent: &[T], at: usize, branch: &[T], keep: usize) -> Vec<T> {
+        match parent.is_empty() || branch.is_empty() {
+            true => Vec::new(),
+            false => [&parent[..at], &branch[..keep]].concat(),
+        }
+    }
     Generation {
         prompt: branch.prompt,
         sample: branch.sample,
         tokens: [&parent.tokens[..at], &branch.tokens[..keep]].concat(),
-        logprobs: join(&parent.logprobs, &branch.logprobs),
-        top_logprobs: match both(!parent.top_logprobs.is_empty(), !branch.top_logprobs.is_empty()) {
-            true => [&parent.top_logprobs[..at], &branch.top_logprobs[..keep]].concat(),
-            false => Vec::new(),
-        },
-        certainty: match both(!parent.certainty.is_empty(), !branch.certainty.is_empty()) {
-            true => [&parent.certainty[..at], &branch.certainty[..keep]].concat(),
-            false => Vec::new(),
-        },
+        logprobs: [&parent.logprobs[..at], &branch.logprobs[..keep]].concat(),
+        top_logprobs: asked(&parent.top_logprobs, at, &branch.top_logprobs, keep),
+        certainty: asked(&parent.certainty, at, &branch.certainty, keep),
         finish: if cut { FinishReason::Length } else { branch.finish },
         // The branch's routing covers the parent's tokens as its prompt: not one record.
         routes: None,
