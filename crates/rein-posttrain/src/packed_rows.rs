@@ -80,12 +80,10 @@ impl ConcatenatedRows {
     fn push_row(&mut self, batch: &TokenBatch, row: usize, image_token: Option<u32>, segments: &mut Segments) {
         let (p, c) = (batch.prompt_width, batch.completion_width);
         let width = p + c;
-        let padding = &batch.padding[row * width..(row + 1) * width];
-        let completion = padding[p..].iter().take_while(|&&pad| !pad).count();
         // The first real token; an empty prompt keeps the padding slot before its
         // completion, which predicts the completion's first token, as a sequence of its own
         // (in the padded batch it attends to itself only, and nothing attends to it).
-        let real = padding.iter().position(|&pad| !pad).unwrap_or(width);
+        let (real, completion) = batch.extent(row);
         let first = real.min(p - 1);
         let end = p + completion - 1;
         let start = self.tokens.len();
@@ -120,9 +118,7 @@ impl ConcatenatedRows {
     fn push_group(&mut self, batch: &TokenBatch, rows: &[usize], segments: &mut Segments) {
         let (p, c) = (batch.prompt_width, batch.completion_width);
         let width = p + c;
-        let real = (batch.padding[rows[0] * width..rows[0] * width + p].iter())
-            .take_while(|&&pad| pad)
-            .count();
+        let (real, _) = batch.extent(rows[0]);
         let prompt = segments.push(p - real, None);
         for col in real..p {
             self.tokens.push(batch.tokens[rows[0] * width + col]);
@@ -133,14 +129,13 @@ impl ConcatenatedRows {
         let mut trie = TokenTrie::default();
         let paths: Vec<Vec<usize>> = (rows.iter())
             .map(|&row| {
-                let completion = (batch.padding[row * width + p..(row + 1) * width].iter())
-                    .take_while(|&&pad| !pad)
-                    .count();
+                let (_, completion) = batch.extent(row);
                 trie.insert(&batch.tokens[row * width + p..row * width + p + completion - 1])
             })
             .collect();
-        let mut packed_at = vec![0; paths.iter().flatten().max().map_or(0, |&n| n + 1)];
-        for node in trie.pack(prompt, segments) {
+        let order = trie.pack(prompt, segments);
+        let mut packed_at = vec![0; order.len()];
+        for node in order {
             let (token, depth) = trie.token(node);
             packed_at[node] = self.tokens.len();
             self.tokens.push(token);
@@ -212,9 +207,8 @@ impl ConcatenatedRows {
         let (p, width) = (batch.prompt_width, batch.prompt_width + batch.completion_width);
         let mut cells = Vec::with_capacity(self.tokens.len());
         for (row, &(count, padded_slot)) in self.rows.iter().enumerate() {
-            let padding = &batch.padding[row * width..(row + 1) * width];
-            let real = padding.iter().position(|&pad| !pad).unwrap_or(width).min(p);
-            let end = p + padding[p..].iter().take_while(|&&pad| !pad).count();
+            let (real, completion) = batch.extent(row);
+            let end = p + completion;
             let positions = match batch.images.get(row).filter(|i| !i.is_empty()) {
                 None => Vec::new(),
                 Some(images) => {

@@ -162,6 +162,15 @@ impl TokenBatch {
         }
     }
 
+    /// Where row `row`'s prompt starts (the width of its left padding: `P` for an empty prompt),
+    /// and how many completion tokens it has.
+    pub(crate) fn extent(&self, row: usize) -> (usize, usize) {
+        let (p, width) = (self.prompt_width, self.prompt_width + self.completion_width);
+        let padding = &self.padding[row * width..(row + 1) * width];
+        let start = padding[..p].iter().take_while(|&&pad| pad).count();
+        (start, padding[p..].iter().take_while(|&&pad| !pad).count())
+    }
+
     /// The rows grouped by their prompts, in the order each prompt first appears: rows with the
     /// same non-empty prompt and a non-empty completion together, every other row alone.
     pub(crate) fn rows_by_prompt(&self) -> Vec<Vec<usize>> {
@@ -169,11 +178,11 @@ impl TokenBatch {
         let mut groups: Vec<Vec<usize>> = Vec::new();
         let mut by_prompt: std::collections::HashMap<&[i64], usize> = std::collections::HashMap::new();
         for row in 0..self.rows {
-            let cells = row * width..row * width + p;
-            let real = cells.start + self.padding[cells.clone()].iter().take_while(|&&pad| pad).count();
-            let shareable = real < cells.end && !self.padding[cells.end];
-            let group = match shareable {
-                true => *by_prompt.entry(&self.tokens[real..cells.end]).or_insert(groups.len()),
+            let (start, completion) = self.extent(row);
+            let group = match start < p && completion > 0 {
+                true => *by_prompt
+                    .entry(&self.tokens[row * width + start..row * width + p])
+                    .or_insert(groups.len()),
                 false => groups.len(),
             };
             match groups.get_mut(group) {
