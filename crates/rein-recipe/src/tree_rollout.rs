@@ -59,6 +59,42 @@ pub enum RolloutKind {
     Tree,
 }
 
+impl RolloutKind {
+    /// The keys of `[rollout]` this kind reads (`kind` included).
+    pub(crate) fn keys(self) -> &'static [&'static str] {
+        match self {
+            Self::Groups => &["kind"],
+            Self::Tree => &[
+                "kind",
+                "trunks",
+                "branch_points",
+                "branches",
+                "rounds",
+                "rule",
+                "interval",
+                "step_weight",
+            ],
+        }
+    }
+
+    /// As a recipe writes it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Groups => "groups",
+            Self::Tree => "tree",
+        }
+    }
+
+    /// The kind a `[rollout]` table names (`groups` when it names none or an unknown one:
+    /// deserializing reports that).
+    pub(crate) fn of(table: &toml::Table) -> Self {
+        match table.get("kind").and_then(|k| k.as_str()) {
+            Some("tree") => Self::Tree,
+            _ => Self::Groups,
+        }
+    }
+}
+
 /// Which tokens a tree branches from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -76,32 +112,6 @@ impl RolloutSection {
     /// The leaves of one tree: the group's size.
     pub fn leaves(&self) -> usize {
         self.trunks + self.rounds * self.branch_points * self.branches
-    }
-
-    /// The keys of `[rollout]` a kind reads (`kind` included).
-    pub(crate) fn keys(kind: RolloutKind) -> &'static [&'static str] {
-        match kind {
-            RolloutKind::Groups => &["kind"],
-            RolloutKind::Tree => &[
-                "kind",
-                "trunks",
-                "branch_points",
-                "branches",
-                "rounds",
-                "rule",
-                "interval",
-                "step_weight",
-            ],
-        }
-    }
-
-    /// The kind a `[rollout]` table names (`groups` when it names none or an unknown one:
-    /// deserializing reports that).
-    pub(crate) fn kind_of(table: &toml::Table) -> RolloutKind {
-        match table.get("kind").and_then(|k| k.as_str()) {
-            Some("tree") => RolloutKind::Tree,
-            _ => RolloutKind::Groups,
-        }
     }
 
     /// Itself when it asks for a tree (`kind = "tree"`).

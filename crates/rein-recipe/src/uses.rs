@@ -4,7 +4,7 @@
 use toml::Table;
 
 use crate::keys::Keys;
-use crate::{Algorithm, CurriculumKind, RolloutKind, RolloutSection};
+use crate::{Algorithm, CurriculumKind, RolloutKind};
 
 /// Top-level keys every algorithm reads.
 const ALWAYS: &[&str] = &["name", "seed", "device", "algorithm"];
@@ -86,7 +86,8 @@ pub(crate) fn first_unused(table: &Table, algorithm: &Algorithm) -> Option<(Stri
                 ),
             ));
         }
-        if let Some((table, (kind, keys))) = inner.and_then(|t| kinded(section, t))
+        if let Some(table) = inner
+            && let Some((kind, keys)) = kinded(section, table)
             && let Some(key) = table.keys().find(|key| !keys.contains(&key.as_str()))
         {
             let reads = match keys.len() {
@@ -102,21 +103,17 @@ pub(crate) fn first_unused(table: &Table, algorithm: &Algorithm) -> Option<(Stri
     None
 }
 
-/// A section whose `kind` decides its keys (`[curriculum]`, `[rollout]`): its table, the
-/// kind it names and the keys that kind reads (`kind` first).
-fn kinded<'t>(section: &str, table: &'t Table) -> Option<(&'t Table, (&'static str, &'static [&'static str]))> {
+/// A section whose `kind` decides its keys (`[curriculum]`, `[rollout]`): the kind `table`
+/// names and the keys that kind reads (`kind` first).
+fn kinded(section: &str, table: &Table) -> Option<(&'static str, &'static [&'static str])> {
     match section {
         "curriculum" => {
             let kind = CurriculumKind::of(table);
-            Some((table, (kind.name(), kind.keys())))
+            Some((kind.name(), kind.keys()))
         }
         "rollout" => {
-            let kind = RolloutSection::kind_of(table);
-            let name = match kind {
-                RolloutKind::Groups => "groups",
-                RolloutKind::Tree => "tree",
-            };
-            Some((table, (name, RolloutSection::keys(kind))))
+            let kind = RolloutKind::of(table);
+            Some((kind.name(), kind.keys()))
         }
         _ => None,
     }
@@ -126,7 +123,7 @@ fn kinded<'t>(section: &str, table: &'t Table) -> Option<(&'t Table, (&'static s
 pub(crate) fn keep_used(table: &mut Table, algorithm: &Algorithm) {
     table.retain(|section, value| {
         if let Some(inner) = value.as_table_mut() {
-            let keys = kinded(section, inner).map(|(_, (_, keys))| keys);
+            let keys = kinded(section, inner).map(|(_, keys)| keys);
             inner.retain(|key, _| reads(algorithm, section, Some(key)) && keys.is_none_or(|keys| keys.contains(&key)));
         }
         reads(algorithm, section, None)
