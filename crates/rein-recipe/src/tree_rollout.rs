@@ -109,9 +109,14 @@ pub enum BranchRule {
 }
 
 impl RolloutSection {
-    /// The leaves of one tree: the group's size.
+    /// The leaves of one tree: the group's size (`usize::MAX` past it, for sizes a recipe
+    /// could set that no group has).
     pub fn leaves(&self) -> usize {
-        self.trunks + self.rounds * self.branch_points * self.branches
+        let branched = self
+            .rounds
+            .saturating_mul(self.branch_points)
+            .saturating_mul(self.branches);
+        self.trunks.saturating_add(branched)
     }
 
     /// Itself when it asks for a tree (`kind = "tree"`).

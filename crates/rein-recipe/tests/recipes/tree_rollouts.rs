@@ -26,6 +26,12 @@ fn a_tree_rollout_reads_its_keys_and_its_leaves_are_the_group() {
             "not a key of kind = \"groups\"",
         ),
         (tree(&["rollout.branches=3"]), "sampler.n", "has 11 leaves"),
+        // Sizes whose product overflows are refused as a group of that size would be.
+        (
+            tree(&["rollout.rounds=9223372036854775807", "rollout.branches=4"]),
+            "sampler.n",
+            "set sampler.n",
+        ),
         (
             tree(&["rollout.branch_points=0"]),
             "rollout.branch_points",
