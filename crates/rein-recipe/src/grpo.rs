@@ -388,11 +388,29 @@ impl GrpoRecipe<'_> {
                  use rule = \"interval\" or \"lines\" with backend = \"http\"",
             ));
         }
-        if r.agent.is_some() {
-            return Err(broken(
-                "rollout.kind",
-                "trees branch single-turn completions; multi-turn episodes ([agent]) are sampled as groups",
-            ));
+        match (&r.agent, tree.rule) {
+            (None, crate::BranchRule::ToolCalls) => {
+                return Err(broken(
+                    "rollout.rule",
+                    "\"tool_calls\" branches multi-turn episodes after a tool's reply, and this recipe has no \
+                     [agent]: use \"entropy\", \"interval\" or \"lines\"",
+                ));
+            }
+            (Some(_), rule) if rule != crate::BranchRule::ToolCalls => {
+                return Err(broken(
+                    "rollout.rule",
+                    "multi-turn episodes ([agent]) branch after a tool's reply: use rule = \"tool_calls\"",
+                ));
+            }
+            (Some(agent), _) if agent.env.is_some() => {
+                return Err(broken(
+                    "agent.env",
+                    "a text environment's state cannot be copied into a branch: trees of episodes branch \
+                     after tool calls, with tools only ([[tool]]); sample an environment's episodes as \
+                     groups",
+                ));
+            }
+            _ => {}
         }
         if matches!(advantage, AdvantageKind::Process | AdvantageKind::Gigpo) {
             return Err(broken(

@@ -1,5 +1,6 @@
 //! `[rollout]`: how a GRPO group's completions are sampled — each on its own (`kind =
-//! "groups"`, the default), or as a tree (`kind = "tree"`: TreeRL's EPTree, Tree-GRPO).
+//! "groups"`, the default), or as a tree (`kind = "tree"`: TreeRL's EPTree, Tree-GRPO; for
+//! multi-turn episodes, ARPO's branching after tool calls).
 //!
 //! A tree starts with `trunks` whole completions of the prompt. Each of `rounds` rounds then
 //! picks `branch_points` tokens among the tree's leaves by `rule` and samples `branches` new
@@ -106,6 +107,11 @@ pub enum BranchRule {
     Interval,
     /// The first token of each line (after a token that ends one): reasoning steps.
     Lines,
+    /// Multi-turn episodes: the model's first token after a tool's reply, by entropy (ARPO's
+    /// branching after tool calls). A branch starts from a copy of the episode with the tool's
+    /// reply in it: the tool is called once for all the branches.
+    #[serde(rename = "tool_calls")]
+    ToolCalls,
 }
 
 impl RolloutSection {

@@ -66,6 +66,36 @@ fn a_tree_rollout_reads_its_keys_and_its_leaves_are_the_group() {
 }
 
 #[test]
+fn trees_of_episodes_branch_after_tool_calls_with_tools_only() {
+    let dir = recipes(&[("grpo.toml", GRPO)]);
+    let tree = |extra: &[&'static str]| [&["rollout.kind=\"tree\""][..], extra].concat();
+    let agent =
+        |extra: &[&'static str]| tree(&[&["agent.max_turns=3", "tool=[{plugin=\"calculator\"}]"][..], extra].concat());
+    let loaded = load(&dir, "grpo.toml", &agent(&["rollout.rule=\"tool_calls\""])).unwrap();
+    let tree_rule = loaded.plan().unwrap().rollout().unwrap().tree.unwrap().rule;
+    assert_eq!(tree_rule, rein_recipe::BranchRule::ToolCalls);
+    for (set, key, says) in [
+        // Episodes branch after tool calls, not at tokens.
+        (agent(&[]), "rollout.rule", "use rule = \"tool_calls\""),
+        (
+            agent(&["rollout.rule=\"lines\""]),
+            "rollout.rule",
+            "use rule = \"tool_calls\"",
+        ),
+        // Single-turn completions call no tools.
+        (tree(&["rollout.rule=\"tool_calls\""]), "rollout.rule", "no [agent]"),
+        // A text environment's state cannot be copied into a branch.
+        (
+            agent(&["rollout.rule=\"tool_calls\"", "agent.env={plugin=\"guess-number\"}"]),
+            "agent.env",
+            "cannot be copied into a branch",
+        ),
+    ] {
+        assert_refused(&dir, "grpo.toml", &set, key, says);
+    }
+}
+
+#[test]
 fn only_grpo_reads_the_rollout_section() {
     let dir = recipes(&[("dpo.toml", DPO)]);
     assert_refused(
