@@ -87,3 +87,149 @@ fn a_multi_turn_recipe_refuses_a_template_that_rewrites_earlier_turns() {
         "refused before training"
     );
 }
+
+/// A tool that keeps every call's arguments before passing it on: what a tree of episodes
+/// asked the tool.
+struct Counted {
+    tool: Box<dyn rein_core::Tool>,
+    calls: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl rein_core::Tool for Counted {
+    fn spec(&self) -> &rein_core::ToolSpec {
+        self.tool.spec()
+    }
+
+    fn call(&mut self, arguments: &str) -> Result<rein_core::ToolOutput, rein_core::ToolError> {
+        self.calls.lock().unwrap().push(arguments.to_string());
+        self.tool.call(arguments)
+    }
+}
+
+/// Trees of multi-turn episodes (ARPO) branch after tool calls. The tiny model is taught by SFT
+/// on traces that all call the calculator, and a tree-rollout GRPO step runs with the sandboxed
+/// plugin. Then trees grown from the SFT model show: every branch goes on from a copy of its
+/// parent's transcript up to a fork right after a tool's reply, and the tool answered each call
+/// once (a branch's copy of its parent's reply is not asked again): its calls are exactly the
+/// well-formed calls in the leaves' own turns, fewer than the leaves' episodes hold in all.
+#[test]
+fn a_tree_of_episodes_branches_after_tool_calls_and_asks_the_tool_once_per_call() {
+    let runs = common::scratch("lm-agent-tree");
+    let overrides: Vec<String> = [
+        "data.task.train=400",
+        "data.task.test=4",
+        "data.task.tool_share=1.0",
+        "sft.steps=120",
+        "sft.batch_size=8",
+        "algorithm.steps=1",
+        "algorithm.prompts_per_step=2",
+        "sampler.n=6",
+        "rollout.kind=\"tree\"",
+        "rollout.rule=\"tool_calls\"",
+        "rollout.trunks=2",
+        "rollout.branch_points=2",
+        "rollout.branches=2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("train.runs_dir={:?}", runs.display().to_string())])
+    .collect();
+    let recipe = LoadedRecipe::load(&root().join("recipes/grpo-calculator.toml"), &overrides).unwrap();
+    let RunOutcome::Lm(outcome) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    let dir = outcome.run_dir.unwrap();
+    let grpo = stage_records(&runs, "grpo");
+    assert!(grpo[0]["rollout/fallback_branch_points"].is_number(), "{:?}", grpo[0]);
+
+    let sft = dir.join("sft");
+    let model: rein_model::lm::CausalLm<burn::backend::Flex> = rein_model::lm::load(&sft, &Default::default()).unwrap();
+    let tokenizer = rein_model::lm::LmTokenizer::load(&sft, &[]).unwrap();
+    let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let calculator = Counted {
+        tool: Box::new(common::load("calculator").tool("{}").unwrap()),
+        calls: calls.clone(),
+    };
+    let mut agent = rein_posttrain::rollout::episodes::Agent {
+        tools: vec![Box::new(calculator)],
+        env: None,
+        max_turns: 3,
+        max_tokens: 200,
+        system_prompt: None,
+        images: None,
+    };
+    let prompts: Vec<rein_posttrain::Prompt> = ["What is 123 * 456?", "What is 907 * 318?", "What is 555 * 702?"]
+        .iter()
+        .map(|text| rein_posttrain::Prompt {
+            text: text.to_string(),
+            tokens: Vec::new(),
+            answer: None,
+            target: None,
+            target_trained: None,
+            metadata: "{}".into(),
+            source: String::new(),
+            images: std::sync::Arc::new([]),
+            image_files: std::sync::Arc::new([]),
+        })
+        .collect();
+    let chosen: Vec<&rein_posttrain::Prompt> = prompts.iter().collect();
+    let config = rein_sampler::GenerationConfig {
+        max_new_tokens: 96,
+        temperature: 1.0,
+        n: 6,
+        stop_token_ids: tokenizer.eos_ids().to_vec(),
+        seed: 5,
+        ..Default::default()
+    };
+    let spec = recipe.plan().unwrap().rollout().unwrap().tree.unwrap();
+    let grown = rein_posttrain::rollout::episode_tree::grow_episodes(
+        &model,
+        &tokenizer,
+        &mut agent,
+        &chosen,
+        &config,
+        0,
+        &Default::default(),
+        &spec,
+    )
+    .unwrap();
+    assert_eq!(grown.episodes.len(), 3 * 6);
+    let own_calls: Vec<String> = (grown.episodes.iter().enumerate())
+        .flat_map(|(e, episode)| {
+            let t = &episode.transcript;
+            let at = grown.branches[e].map_or(0, |b| b.at);
+            if let Some(branch) = grown.branches[e] {
+                let parent = &grown.episodes[e / 6 * 6 + branch.parent].transcript;
+                let shared = t.prompt_len() + at;
+                assert_eq!(t.tokens()[..shared], parent.tokens()[..shared], "episode {e}");
+            }
+            let own = tokenizer.decode(&t.tokens()[t.prompt_len() + at..], false).unwrap();
+            rein_posttrain::rollout::tool_calls::parse_tool_calls(&own)
+                .into_iter()
+                .filter_map(|call| call.ok().filter(|c| c.name == "calculator"))
+                .map(|c| c.arguments)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let forked = grown.branches.iter().flatten().filter(|b| b.at > 0).count();
+    assert!(
+        forked >= 4,
+        "branches from forks: {forked}; {}",
+        grown.fallback_branch_points
+    );
+    let asked = calls.lock().unwrap().clone();
+    assert!(asked.len() >= 3, "the SFT model calls the calculator: {asked:?}");
+    let (mut asked_sorted, mut own_sorted) = (asked.clone(), own_calls.clone());
+    asked_sorted.sort();
+    own_sorted.sort();
+    assert_eq!(
+        asked_sorted, own_sorted,
+        "the tool answered exactly the leaves' own calls"
+    );
+    let held: usize = grown.episodes.iter().map(|e| e.tool_calls).sum();
+    assert!(
+        asked.len() < held,
+        "{} calls asked, {held} in the leaves' episodes",
+        asked.len()
+    );
+}

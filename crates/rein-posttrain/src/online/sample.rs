@@ -16,6 +16,7 @@ use crate::LmError;
 use crate::rewards::signal::add_signal_rewards;
 use crate::rewards::steps::token_char_ends;
 use crate::rewards::{GroupReward, score_groups};
+use crate::rollout::episode_tree::grow_episodes;
 use crate::rollout::episodes::{Episode, TurnRecord, play};
 use crate::rollout::source::Job;
 use crate::seeds::generation_seed;
@@ -146,7 +147,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
                 break;
             }
             let (picked, rollouts) = match self.ctx.agent.is_some() {
-                true => self.play_episodes(step, round, want, &mut out.episodes, phases)?,
+                true => self.play_episodes(step, round, want, &mut out, phases)?,
                 false => self.take_completions(step, round, want, &mut out.fallback_branch_points, phases)?,
             };
             out.tokens += rollouts.iter().map(Rollout::sampled).sum::<usize>();
@@ -211,13 +212,14 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         }
     }
 
-    /// Multi-turn: `want` new prompts' episodes, played in process by the current policy.
+    /// Multi-turn: `want` new prompts' episodes, played in process by the current policy; a
+    /// tree rollout's grown by branching after tool calls.
     fn play_episodes(
         &mut self,
         step: usize,
         round: usize,
         want: usize,
-        stats: &mut Option<EpisodeStats>,
+        out: &mut Sampled,
         phases: &Phases,
     ) -> Result<(Vec<usize>, Vec<Rollout>), LmError> {
         let (prompts, tokenizer, g) = (self.ctx.prompts, self.ctx.tokenizer, self.ctx.sampler.n);
@@ -228,14 +230,36 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
         let policy = self.model.valid();
         let config = self.generation_config(step, round);
         let agent = (self.ctx.agent.as_deref_mut()).expect("multi-turn GRPO has an agent");
-        let episodes = play(&policy, tokenizer, agent, &chosen, &config, first_id, &self.device)?;
+        let (episodes, branches) = match &self.tree {
+            Some(tree) => {
+                let device = &self.device;
+                let grown = grow_episodes(
+                    &policy,
+                    tokenizer,
+                    agent,
+                    &chosen,
+                    &config,
+                    first_id,
+                    device,
+                    &tree.rollout,
+                )?;
+                out.fallback_branch_points += grown.fallback_branch_points;
+                (grown.episodes, grown.branches)
+            }
+            None => {
+                let episodes = play(&policy, tokenizer, agent, &chosen, &config, first_id, &self.device)?;
+                let branches = vec![None; episodes.len()];
+                (episodes, branches)
+            }
+        };
         self.state.episodes += episodes.len() as u64;
-        let stats = stats.get_or_insert_with(EpisodeStats::default);
+        let stats = out.episodes.get_or_insert_with(EpisodeStats::default);
         episodes.iter().for_each(|e| stats.add(e));
         let version = self.state.version;
-        let rollouts = (episodes.into_iter())
-            .map(|e| Rollout {
+        let rollouts = (episodes.into_iter().zip(branches))
+            .map(|(e, branch)| Rollout {
                 version,
+                branch,
                 ..Rollout::from(e)
             })
             .collect();
@@ -433,9 +457,10 @@ impl Rollout {
     /// Tokens the model sampled (not those a tool or the environment added, nor a tree
     /// branch's copy of its parent's).
     fn sampled(&self) -> usize {
+        let own = self.branch.map_or(0, |b| b.at);
         match &self.trained {
-            Some(trained) => trained.iter().filter(|&&t| t).count(),
-            None => self.tokens.len() - self.branch.map_or(0, |b| b.at),
+            Some(trained) => trained[own..].iter().filter(|&&t| t).count(),
+            None => self.tokens.len() - own,
         }
     }
 }

@@ -28,7 +28,9 @@ use rein_core::{EpisodeStart, Image, TextEnv, Tool, ToolError, ToolErrorKind, Tu
 use rein_model::ReinBackend;
 use rein_model::lm::{CausalLm, ChatMessage, LmTokenizer};
 use rein_model::vision::ProcessedImage;
-use rein_sampler::{AfterTurn, FinishReason, GenerationConfig, Prefill, PromptImages, Session, prompt_seed};
+use rein_sampler::{
+    AfterTurn, FinishReason, GenerationConfig, Prefill, PromptImages, Session, TurnOutput, prompt_seed,
+};
 use serde_json::json;
 
 use crate::LmError;
@@ -149,10 +151,41 @@ pub fn play<B: ReinBackend>(
     device: &B::Device,
 ) -> Result<Vec<Episode>, LmError> {
     let n = config.n.max(1);
-    let count = prompts.len() * n;
-    let ids: Vec<u64> = (0..count as u64).map(|i| first_id + i).collect();
+    let ids: Vec<u64> = (0..(prompts.len() * n) as u64).map(|i| first_id + i).collect();
     let mut episodes = open(tokenizer, agent, prompts, n, &ids)?;
-    let mut session = start_session(model, tokenizer, &episodes, config, device)?;
+    run(model, tokenizer, agent, &mut episodes, config, first_id, device, None)?;
+    Ok(episodes)
+}
+
+/// A point an episode may branch from (ARPO): right after a tool's reply, before the model's
+/// next turn.
+#[derive(Debug, Clone)]
+pub struct Fork {
+    /// The episode as it stood then: a branch goes on from a copy of it, the tool's reply
+    /// already in its transcript.
+    pub episode: Episode,
+    /// The entropy of the model's first token after the reply, once sampled (with
+    /// `config.certainty`): how unsure the reply left it.
+    pub entropy: Option<f32>,
+}
+
+/// Plays opened `episodes` (episode `e` numbered `first_id + e` for the environment) to their
+/// end, each from where its transcript stands: a fresh opening, or a [`Fork`]'s copy. With
+/// `forks`, each episode's forks are recorded in its entry, in order.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run<B: ReinBackend>(
+    model: &CausalLm<B>,
+    tokenizer: &LmTokenizer,
+    agent: &mut Agent,
+    episodes: &mut [Episode],
+    config: &GenerationConfig,
+    first_id: u64,
+    device: &B::Device,
+    mut forks: Option<&mut [Vec<Fork>]>,
+) -> Result<(), LmError> {
+    let count = episodes.len();
+    let ids: Vec<u64> = (0..count as u64).map(|i| first_id + i).collect();
+    let mut session = start_session(model, tokenizer, episodes, config, device)?;
     let mut live: Vec<usize> = (0..count).collect();
     let close = [CLOSE.to_string()];
     let mut closes_call = stop_check(tokenizer, &close);
@@ -163,20 +196,15 @@ pub fn play<B: ReinBackend>(
                 .collect();
             let mut stop = |seq: usize, tokens: &[u32]| tokens.len() >= remaining[seq] || closes_call(seq, tokens);
             let outputs = session.turn(&live, AfterTurn::Keep, &mut stop);
+            if let Some(forks) = forks.as_deref_mut() {
+                note_entropies(forks, &live, &outputs);
+            }
             let mut replies: Vec<(usize, Reply)> = Vec::new();
             let mut to_env: Vec<(usize, String)> = Vec::new();
             let mut finished: Vec<usize> = Vec::new();
             for (&e, out) in live.iter().zip(outputs) {
                 let episode = &mut episodes[e];
-                episode.turns += 1;
-                let content = episode
-                    .transcript
-                    .push_model_turn(tokenizer, &out.tokens, &out.logprobs)?;
-                episode.turn_log.push(TurnRecord {
-                    end: episode.transcript.tokens().len(),
-                    reward: 0.0,
-                    state_after: None,
-                });
+                let content = episode.push_turn(tokenizer, &out)?;
                 if episode.used() >= agent.max_tokens {
                     episode.truncated = true;
                     finished.push(e);
@@ -196,15 +224,24 @@ pub fn play<B: ReinBackend>(
                     finished.push(e);
                 }
             }
+            let from_tools: Vec<usize> = replies.iter().map(|&(e, _)| e).collect();
             if let Some(env) = agent.env.as_deref_mut() {
                 let turns: Vec<Turn> = (to_env.into_iter())
                     .map(|(e, content)| Turn { id: ids[e], content })
                     .collect();
                 let reader = agent.images.as_ref();
-                let replied = env_replies(env, reader, &turns, first_id, &mut episodes, &mut finished)?;
+                let replied = env_replies(env, reader, &turns, first_id, episodes, &mut finished)?;
                 replies.extend(replied);
             }
-            let appended = admit_replies(tokenizer, agent, replies, &mut episodes, &mut finished)?;
+            let appended = admit_replies(tokenizer, agent, replies, episodes, &mut finished)?;
+            if let Some(forks) = forks.as_deref_mut() {
+                for &(e, ..) in appended.iter().filter(|(e, ..)| from_tools.contains(e)) {
+                    forks[e].push(Fork {
+                        episode: episodes[e].clone(),
+                        entropy: None,
+                    });
+                }
+            }
             // Each addition's images: the last its transcript took in.
             let shown: Vec<&[ProcessedImage]> = (appended.iter())
                 .map(|&(e, _, count)| {
@@ -225,10 +262,22 @@ pub fn play<B: ReinBackend>(
         env.close(&ids);
     }
     result?;
-    for e in &mut episodes {
+    for e in episodes {
         e.text = tokenizer.decode(&e.transcript.tokens()[e.transcript.prompt_len()..], true)?;
     }
-    Ok(episodes)
+    Ok(())
+}
+
+/// Each episode's fork awaiting the model's next turn (its last, until its entropy is known)
+/// takes the entropy of that turn's first token.
+fn note_entropies(forks: &mut [Vec<Fork>], live: &[usize], outputs: &[TurnOutput]) {
+    for (&e, out) in live.iter().zip(outputs) {
+        if let (Some(fork), Some(first)) = (forks[e].last_mut(), out.certainty.first())
+            && fork.entropy.is_none()
+        {
+            fork.entropy = Some(first.entropy);
+        }
+    }
 }
 
 /// The session every episode's turns are decoded in, one sequence per episode drawing from
@@ -345,7 +394,7 @@ fn admit_replies(
 
 /// Opens every episode: from the environment's openings when there is one, else from the
 /// prompt (after the system prompt, its images shown) with every tool offered.
-fn open(
+pub(crate) fn open(
     tokenizer: &LmTokenizer,
     agent: &mut Agent,
     prompts: &[&Prompt],
@@ -406,26 +455,43 @@ fn open(
                 Some(reader) => Transcript::open_with_images(tokenizer, messages, schemas, &reader.processor, images)?,
                 None => Transcript::open(tokenizer, messages, schemas)?,
             };
-            Ok(Episode {
-                transcript,
-                turns: 0,
-                tool_calls: 0,
-                tool_errors: BTreeMap::new(),
-                truncated: false,
-                env_reward: None,
-                env_components: BTreeMap::new(),
-                text: String::new(),
-                turn_log: Vec::new(),
-                offered,
-            })
+            Ok(Episode::opened(transcript, offered))
         })
         .collect()
 }
 
 impl Episode {
+    /// An episode that has only its opening, offered the tools `offered`.
+    pub(crate) fn opened(transcript: Transcript, offered: Vec<String>) -> Self {
+        Self {
+            transcript,
+            turns: 0,
+            tool_calls: 0,
+            tool_errors: BTreeMap::new(),
+            truncated: false,
+            env_reward: None,
+            env_components: BTreeMap::new(),
+            text: String::new(),
+            turn_log: Vec::new(),
+            offered,
+        }
+    }
+
     /// Tokens after the opening.
-    fn used(&self) -> usize {
+    pub fn used(&self) -> usize {
         self.transcript.tokens().len() - self.transcript.prompt_len()
+    }
+
+    /// Takes in a model turn's tokens; returns its text.
+    fn push_turn(&mut self, tokenizer: &LmTokenizer, out: &TurnOutput) -> Result<String, LmError> {
+        self.turns += 1;
+        let content = self.transcript.push_model_turn(tokenizer, &out.tokens, &out.logprobs)?;
+        self.turn_log.push(TurnRecord {
+            end: self.transcript.tokens().len(),
+            reward: 0.0,
+            state_after: None,
+        });
+        Ok(content)
     }
 
     /// Answers each of a turn's calls: a `tool` message with the result, or with the error the
@@ -524,17 +590,10 @@ mod tests {
             role: "user".into(),
             content: "1+2?".into(),
         };
+        let transcript = Transcript::open(&tokenizer, vec![user], Vec::new()).unwrap();
         Episode {
-            transcript: Transcript::open(&tokenizer, vec![user], Vec::new()).unwrap(),
             turns: 1,
-            tool_calls: 0,
-            tool_errors: BTreeMap::new(),
-            truncated: false,
-            env_reward: None,
-            env_components: BTreeMap::new(),
-            text: String::new(),
-            turn_log: Vec::new(),
-            offered: offered.iter().map(|s| s.to_string()).collect(),
+            ..Episode::opened(transcript, offered.iter().map(|s| s.to_string()).collect())
         }
     }
 

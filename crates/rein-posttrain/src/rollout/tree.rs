@@ -1,7 +1,7 @@
-//! Tree rollouts (TreeRL's EPTree, Tree-GRPO; ARPO branches the same way at tool calls): a
-//! group grown as a tree. Each prompt's `trunks` whole completions come first; each round then
-//! picks `branch_points` tokens among the tree's leaves by the rule and samples `branches`
-//! continuations from each — a branch keeps its parent's tokens before the branch point and
+//! Tree rollouts (TreeRL's EPTree, Tree-GRPO): a group grown as a tree (multi-turn episodes
+//! branch after tool calls instead: [`crate::rollout::episode_tree`]). Each prompt's `trunks`
+//! whole completions come first; each round then picks `branch_points` tokens among the tree's
+//! leaves by the rule and samples `branches` continuations from each — a branch keeps its parent's tokens before the branch point and
 //! draws its own from there, the token at the point included. The leaves are the group.
 //!
 //! A branch is sampled as a continuation of the prompt and its parent's tokens before the point:
@@ -36,7 +36,7 @@ impl TreeJob {
             BranchRule::Lines => (0..tokenizer.vocab_size() as u32)
                 .map(|id| tokenizer.decode(&[id], false).is_ok_and(|text| text.contains('\n')))
                 .collect(),
-            BranchRule::Entropy | BranchRule::Interval => Vec::new(),
+            BranchRule::Entropy | BranchRule::Interval | BranchRule::ToolCalls => Vec::new(),
         };
         Self {
             rollout,
@@ -221,6 +221,8 @@ fn choose(leaves: &[Leaf], spec: &RolloutSection, line_ends: &[bool]) -> (Vec<(u
                 })
                 .collect(),
         ),
+        // Single-turn completions call no tools (the recipe pairs this rule with [agent]).
+        BranchRule::ToolCalls => Vec::new(),
     };
     let mut points: Vec<(usize, usize)> = ruled.into_iter().take(spec.branch_points).collect();
     let missing = spec.branch_points - points.len();
