@@ -3,31 +3,38 @@
 
 use super::*;
 
+/// The calculator recipe with `overrides`, run into `runs`.
+fn shrunk_calculator(runs: &Path, overrides: &[&str]) -> (LoadedRecipe, Box<rein_posttrain::LmOutcome>) {
+    let overrides: Vec<String> = (overrides.iter().map(|s| s.to_string()))
+        .chain([format!("train.runs_dir={:?}", runs.display().to_string())])
+        .collect();
+    let recipe = LoadedRecipe::load(&root().join("recipes/grpo-calculator.toml"), &overrides).unwrap();
+    let RunOutcome::Lm(outcome) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
+        panic!("a language-model outcome")
+    };
+    (recipe, outcome)
+}
+
 /// The calculator recipe, shrunk: SFT on conversational traces, multi-turn GRPO with the
 /// sandboxed calculator, greedy episodes in both evaluations; its metrics carry the episode
 /// figures and report.md their table.
 #[test]
 fn a_multi_turn_recipe_logs_episodes_and_reports_tool_use() {
     let runs = common::scratch("lm-agent");
-    let overrides: Vec<String> = [
-        "data.task.train=200",
-        "data.task.test=4",
-        "sft.steps=4",
-        "sft.batch_size=4",
-        "algorithm.steps=1",
-        "algorithm.prompts_per_step=2",
-        "sampler.n=2",
-        "sampler.max_new_tokens=8",
-        "agent.max_turns=2",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([format!("train.runs_dir={:?}", runs.display().to_string())])
-    .collect();
-    let recipe = LoadedRecipe::load(&root().join("recipes/grpo-calculator.toml"), &overrides).unwrap();
-    let RunOutcome::Lm(outcome) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
-        panic!("a language-model outcome")
-    };
+    let (_, outcome) = shrunk_calculator(
+        &runs,
+        &[
+            "data.task.train=200",
+            "data.task.test=4",
+            "sft.steps=4",
+            "sft.batch_size=4",
+            "algorithm.steps=1",
+            "algorithm.prompts_per_step=2",
+            "sampler.n=2",
+            "sampler.max_new_tokens=8",
+            "agent.max_turns=2",
+        ],
+    );
     for report in [outcome.before.unwrap(), outcome.after.unwrap()] {
         let episodes = report.episodes.expect("greedy episodes in the evaluation");
         assert!((1.0..=2.0).contains(&episodes.turns), "{episodes:?}");
@@ -115,29 +122,24 @@ impl rein_core::Tool for Counted {
 #[test]
 fn a_tree_of_episodes_branches_after_tool_calls_and_asks_the_tool_once_per_call() {
     let runs = common::scratch("lm-agent-tree");
-    let overrides: Vec<String> = [
-        "data.task.train=400",
-        "data.task.test=4",
-        "data.task.tool_share=1.0",
-        "sft.steps=120",
-        "sft.batch_size=8",
-        "algorithm.steps=1",
-        "algorithm.prompts_per_step=2",
-        "sampler.n=6",
-        "rollout.kind=\"tree\"",
-        "rollout.rule=\"tool_calls\"",
-        "rollout.trunks=2",
-        "rollout.branch_points=2",
-        "rollout.branches=2",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([format!("train.runs_dir={:?}", runs.display().to_string())])
-    .collect();
-    let recipe = LoadedRecipe::load(&root().join("recipes/grpo-calculator.toml"), &overrides).unwrap();
-    let RunOutcome::Lm(outcome) = rein_train::run(&recipe, &plugin_dir(), true).unwrap() else {
-        panic!("a language-model outcome")
-    };
+    let (recipe, outcome) = shrunk_calculator(
+        &runs,
+        &[
+            "data.task.train=400",
+            "data.task.test=4",
+            "data.task.tool_share=1.0",
+            "sft.steps=120",
+            "sft.batch_size=8",
+            "algorithm.steps=1",
+            "algorithm.prompts_per_step=2",
+            "sampler.n=6",
+            "rollout.kind=\"tree\"",
+            "rollout.rule=\"tool_calls\"",
+            "rollout.trunks=2",
+            "rollout.branch_points=2",
+            "rollout.branches=2",
+        ],
+    );
     let dir = outcome.run_dir.unwrap();
     let grpo = stage_records(&runs, "grpo");
     assert!(grpo[0]["rollout/fallback_branch_points"].is_number(), "{:?}", grpo[0]);
@@ -202,6 +204,14 @@ fn a_tree_of_episodes_branches_after_tool_calls_and_asks_the_tool_once_per_call(
                 let parent = &grown.episodes[e / 6 * 6 + branch.parent].transcript;
                 let shared = t.prompt_len() + at;
                 assert_eq!(t.tokens()[..shared], parent.tokens()[..shared], "episode {e}");
+                // A fork is right after a tool's reply, where the model's next turn begins.
+                let before = tokenizer.decode(&t.tokens()[..shared], false).unwrap();
+                let ends = if at > 0 {
+                    "</tool_response><|im_end|>\n<|im_start|>assistant\n"
+                } else {
+                    "<|im_start|>assistant\n"
+                };
+                assert!(before.ends_with(ends), "episode {e} branches after {before:?}");
             }
             let own = tokenizer.decode(&t.tokens()[t.prompt_len() + at..], false).unwrap();
             rein_posttrain::rollout::tool_calls::parse_tool_calls(&own)

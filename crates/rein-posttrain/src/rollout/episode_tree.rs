@@ -20,6 +20,7 @@ use rein_recipe::RolloutSection;
 use rein_sampler::GenerationConfig;
 
 use crate::rollout::episodes::{Agent, Episode, Fork, open, run};
+use crate::rollout::tree::round_seed;
 use crate::{LmError, Prompt};
 
 /// A job's groups of episodes: `leaves` per prompt, in prompt order, and where each leaf
@@ -107,7 +108,7 @@ pub fn grow_episodes<B: ReinBackend>(
             }
         }
         let round_config = GenerationConfig {
-            seed: config.seed ^ ((round as u64 + 1).wrapping_mul(0xD6E8_FEB8_6659_FD93)),
+            seed: round_seed(config.seed, round),
             ..config.clone()
         };
         let count = episodes.len() as u64;

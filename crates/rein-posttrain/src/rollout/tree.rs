@@ -111,7 +111,7 @@ pub fn grow<B: ReinBackend>(
             n: spec.branches,
             // Each branch is cut to the tokens its prefix leaves it.
             max_new_tokens: config.max_new_tokens - shortest_prefix,
-            seed: config.seed ^ ((round as u64 + 1).wrapping_mul(0xD6E8_FEB8_6659_FD93)),
+            seed: round_seed(config.seed, round),
             ..trunk_config.clone()
         };
         let branches = generator.generate_with_images(&fork_prompts, &fork_images, &branch_config, stops)?;
@@ -140,6 +140,12 @@ pub fn grow<B: ReinBackend>(
         }
     }
     Ok(grown)
+}
+
+/// The sampler's seed for the branches of round `round`: their own streams, apart from the
+/// trunks' and every other round's.
+pub(crate) fn round_seed(seed: u64, round: usize) -> u64 {
+    seed ^ ((round as u64 + 1).wrapping_mul(0xD6E8_FEB8_6659_FD93))
 }
 
 /// The leaf a branch makes: its parent's first `at` tokens and the branch's own, at most
