@@ -12,6 +12,8 @@
 //!
 //! Tokens in, tokens out: each episode is a [`Transcript`] of the ids the model sampled and the
 //! ids the template adds for the environment's messages, which the cache extends as they are.
+//! A tree rollout also records each episode's [`Fork`]s: a copy of it right after each tool's
+//! reply, which branches go on from ([`crate::rollout::episode_tree`]).
 //!
 //! A vision-language model is shown images: its prompts', a tool's result's (e.g. the crop a
 //! "zoom" tool made; its `<image>` markers, or all its images before its text) and the text
@@ -478,7 +480,7 @@ impl Episode {
     }
 
     /// Tokens after the opening.
-    pub fn used(&self) -> usize {
+    pub(crate) fn used(&self) -> usize {
         self.transcript.tokens().len() - self.transcript.prompt_len()
     }
 
