@@ -113,6 +113,21 @@ impl rein_core::Tool for Counted {
     }
 }
 
+/// A prompt of text alone, as the task writes it.
+fn text_prompt(text: &str) -> rein_posttrain::Prompt {
+    rein_posttrain::Prompt {
+        text: text.to_string(),
+        tokens: Vec::new(),
+        answer: None,
+        target: None,
+        target_trained: None,
+        metadata: "{}".into(),
+        source: String::new(),
+        images: std::sync::Arc::new([]),
+        image_files: std::sync::Arc::new([]),
+    }
+}
+
 /// Trees of multi-turn episodes (ARPO) branch after tool calls. The tiny model is taught by SFT
 /// on traces that all call the calculator, and a tree-rollout GRPO step runs with the sandboxed
 /// plugin. Then trees grown from the SFT model show: every branch goes on from a copy of its
@@ -160,20 +175,7 @@ fn a_tree_of_episodes_branches_after_tool_calls_and_asks_the_tool_once_per_call(
         system_prompt: None,
         images: None,
     };
-    let prompts: Vec<rein_posttrain::Prompt> = ["What is 123 * 456?", "What is 907 * 318?", "What is 555 * 702?"]
-        .iter()
-        .map(|text| rein_posttrain::Prompt {
-            text: text.to_string(),
-            tokens: Vec::new(),
-            answer: None,
-            target: None,
-            target_trained: None,
-            metadata: "{}".into(),
-            source: String::new(),
-            images: std::sync::Arc::new([]),
-            image_files: std::sync::Arc::new([]),
-        })
-        .collect();
+    let prompts = ["What is 123 * 456?", "What is 907 * 318?", "What is 555 * 702?"].map(text_prompt);
     let chosen: Vec<&rein_posttrain::Prompt> = prompts.iter().collect();
     let config = rein_sampler::GenerationConfig {
         max_new_tokens: 96,

@@ -1,8 +1,9 @@
 //! Tree rollouts (TreeRL's EPTree, Tree-GRPO): a group grown as a tree (multi-turn episodes
 //! branch after tool calls instead: [`crate::rollout::episode_tree`]). Each prompt's `trunks`
 //! whole completions come first; each round then picks `branch_points` tokens among the tree's
-//! leaves by the rule and samples `branches` continuations from each — a branch keeps its parent's tokens before the branch point and
-//! draws its own from there, the token at the point included. The leaves are the group.
+//! leaves by the rule and samples `branches` continuations from each — a branch keeps its
+//! parent's tokens before the branch point and draws its own from there, the token at the point
+//! included. The leaves are the group.
 //!
 //! A branch is sampled as a continuation of the prompt and its parent's tokens before the point:
 //! its prefill recomputes them (once per branch point, shared by its branches; no cache is
