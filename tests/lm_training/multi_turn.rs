@@ -197,13 +197,13 @@ fn a_tree_of_episodes_branches_after_tool_calls_and_asks_the_tool_once_per_call(
         &spec,
     )
     .unwrap();
-    assert_eq!(grown.episodes.len(), 3 * 6);
-    let own_calls: Vec<String> = (grown.episodes.iter().enumerate())
+    assert_eq!(grown.leaves.len(), 3 * 6);
+    let own_calls: Vec<String> = (grown.leaves.iter().enumerate())
         .flat_map(|(e, episode)| {
             let t = &episode.transcript;
             let at = grown.branches[e].map_or(0, |b| b.at);
             if let Some(branch) = grown.branches[e] {
-                let parent = &grown.episodes[e / 6 * 6 + branch.parent].transcript;
+                let parent = &grown.leaves[e / 6 * 6 + branch.parent].transcript;
                 let shared = t.prompt_len() + at;
                 assert_eq!(t.tokens()[..shared], parent.tokens()[..shared], "episode {e}");
                 // A fork is right after a tool's reply, where the model's next turn begins.
@@ -238,7 +238,7 @@ fn a_tree_of_episodes_branches_after_tool_calls_and_asks_the_tool_once_per_call(
         asked_sorted, own_sorted,
         "the tool answered exactly the leaves' own calls"
     );
-    let held: usize = grown.episodes.iter().map(|e| e.tool_calls).sum();
+    let held: usize = grown.leaves.iter().map(|e| e.tool_calls).sum();
     assert!(
         asked.len() < held,
         "{} calls asked, {held} in the leaves' episodes",

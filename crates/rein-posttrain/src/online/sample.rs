@@ -244,7 +244,7 @@ impl<B: ReinAutodiffBackend> Stage<'_, B> {
                     &tree.rollout,
                 )?;
                 out.fallback_branch_points += grown.fallback_branch_points;
-                (grown.episodes, grown.branches)
+                (grown.leaves, grown.branches)
             }
             None => {
                 let episodes = play(&policy, tokenizer, agent, &chosen, &config, first_id, &self.device)?;

@@ -20,20 +20,8 @@ use rein_recipe::RolloutSection;
 use rein_sampler::GenerationConfig;
 
 use crate::rollout::episodes::{Agent, Episode, Fork, open, run};
-use crate::rollout::tree::round_seed;
+use crate::rollout::tree::{Grown, round_seed};
 use crate::{LmError, Prompt};
-
-/// A job's groups of episodes: `leaves` per prompt, in prompt order, and where each leaf
-/// branched from.
-pub struct GrownEpisodes {
-    /// The leaves, each group's in order.
-    pub episodes: Vec<Episode>,
-    /// Per episode, the leaf of its group it branched from (`None`: a trunk); `at` counts the
-    /// tokens after the opening that it shares with its parent.
-    pub branches: Vec<Option<Branch>>,
-    /// Branch points the tree had no fork for: new episodes from the opening.
-    pub fallback_branch_points: usize,
-}
 
 /// One leaf of a growing tree, and the forks of its own turns.
 struct Leaf {
@@ -54,7 +42,7 @@ pub fn grow_episodes<B: ReinBackend>(
     first_id: u64,
     device: &B::Device,
     spec: &RolloutSection,
-) -> Result<GrownEpisodes, LmError> {
+) -> Result<Grown<Episode>, LmError> {
     // The entropy of each turn's first token: the rule's signal.
     let config = GenerationConfig {
         certainty: true,
@@ -101,10 +89,8 @@ pub fn grow_episodes<B: ReinBackend>(
                         (opening, Branch { parent: 0, at: 0 })
                     }
                 };
-                for _ in 0..spec.branches {
-                    starts.push((p, branch));
-                    episodes.push(start.clone());
-                }
+                starts.extend(std::iter::repeat_n((p, branch), spec.branches));
+                episodes.extend(std::iter::repeat_n(start, spec.branches));
             }
         }
         let round_config = GenerationConfig {
@@ -122,13 +108,13 @@ pub fn grow_episodes<B: ReinBackend>(
             });
         }
     }
-    let mut grown = GrownEpisodes {
-        episodes: Vec::new(),
+    let mut grown = Grown {
+        leaves: Vec::new(),
         branches: Vec::new(),
         fallback_branch_points: fallback,
     };
     for leaf in trees.into_iter().flatten() {
-        grown.episodes.push(leaf.episode);
+        grown.leaves.push(leaf.episode);
         grown.branches.push(leaf.branch);
     }
     Ok(grown)

@@ -49,7 +49,7 @@ impl Job {
         match &self.tree {
             Some(tree) => tree::grow(generator, &self.prompts, &images, &self.config, &self.stops, tree),
             None => Ok(Grown {
-                generations: generator.generate_with_images(&self.prompts, &images, &self.config, &self.stops)?,
+                leaves: generator.generate_with_images(&self.prompts, &images, &self.config, &self.stops)?,
                 branches: Vec::new(),
                 fallback_branch_points: 0,
             }),
@@ -199,7 +199,7 @@ where
                 let grown = job.generate(generator.as_mut())?;
                 Ok(Produced {
                     step: job.step,
-                    generations: grown.generations,
+                    generations: grown.leaves,
                     branches: grown.branches,
                     fallback_branch_points: grown.fallback_branch_points,
                     version: generator.version(),
@@ -253,7 +253,7 @@ fn produce<B: ReinBackend>(
             let grown = job.generate(generator.as_mut())?;
             Ok(Produced {
                 step: job.step,
-                generations: grown.generations,
+                generations: grown.leaves,
                 branches: grown.branches,
                 fallback_branch_points: grown.fallback_branch_points,
                 version,

@@ -46,15 +46,18 @@ impl TreeJob {
     }
 }
 
-/// A job's groups: `leaves` per prompt, in prompt order, and where each leaf branched from.
-pub struct Grown {
+/// A job's groups: [`RolloutSection::leaves`] per prompt, in prompt order, and where each leaf
+/// branched from. Leaves are completions ([`Generation`]) or, grown by
+/// [`crate::rollout::episode_tree`], multi-turn episodes.
+pub struct Grown<L = Generation> {
     /// The leaves, each group's in order.
-    pub generations: Vec<Generation>,
-    /// Per generation, the leaf of its group it branched from (`None`: a trunk); empty for
-    /// groups sampled on their own.
+    pub leaves: Vec<L>,
+    /// Per leaf, the leaf of its group it branched from (`None`: a trunk), `at` counting the
+    /// completion's tokens (an episode's after its opening) it shares with it; empty for groups
+    /// sampled on their own.
     pub branches: Vec<Option<Branch>>,
     /// Branch points the rule could not find and that were taken elsewhere: the remaining
-    /// tokens of highest entropy.
+    /// tokens of highest entropy, or for episodes, new episodes from the opening.
     pub fallback_branch_points: usize,
 }
 
@@ -126,13 +129,13 @@ pub fn grow<B: ReinBackend>(
         }
     }
     let mut grown = Grown {
-        generations: Vec::new(),
+        leaves: Vec::new(),
         branches: Vec::new(),
         fallback_branch_points: fallback,
     };
     for (p, leaves) in trees.into_iter().enumerate() {
         for (sample, leaf) in leaves.into_iter().enumerate() {
-            grown.generations.push(Generation {
+            grown.leaves.push(Generation {
                 prompt: p,
                 sample,
                 ..leaf.generation
@@ -352,7 +355,7 @@ mod tests {
     /// Each prompt's leaves: `(branch, tokens)`.
     fn trees(grown: &Grown) -> Vec<Vec<(Option<Branch>, Vec<u32>)>> {
         let mut trees = vec![Vec::new(), Vec::new()];
-        for (g, &branch) in grown.generations.iter().zip(&grown.branches) {
+        for (g, &branch) in grown.leaves.iter().zip(&grown.branches) {
             assert_eq!(g.sample, trees[g.prompt].len(), "leaves in order");
             trees[g.prompt].push((branch, g.tokens.clone()));
         }
@@ -420,7 +423,7 @@ mod tests {
             .collect();
         assert_eq!(points, [(0, 3), (0, 3), (1, 3), (1, 3), (0, 5), (0, 5)]);
         assert_eq!(grown.fallback_branch_points, 2, "one per prompt");
-        let cut = &grown.generations[6];
+        let cut = &grown.leaves[6];
         assert_eq!((cut.tokens.len(), cut.finish), (6, FinishReason::Length));
         assert_branches_share_their_prefix(&trees);
     }
