@@ -2,23 +2,27 @@
 
 use super::*;
 
+/// `--set` overrides asking for a tree, then `extra`.
+fn tree(extra: &[&'static str]) -> Vec<&'static str> {
+    [&["rollout.kind=\"tree\""][..], extra].concat()
+}
+
 #[test]
 fn a_tree_rollout_reads_its_keys_and_its_leaves_are_the_group() {
     let dir = recipes(&[("grpo.toml", GRPO)]);
     // The defaults: 2 trunks, 1 round of 3 branch points × 2 branches = 8 leaves, sampler.n's default.
-    let loaded = load(&dir, "grpo.toml", &["rollout.kind=\"tree\""]).unwrap();
-    let tree = loaded.plan().unwrap().rollout().unwrap().tree.unwrap();
+    let loaded = load(&dir, "grpo.toml", &tree(&[])).unwrap();
+    let section = loaded.plan().unwrap().rollout().unwrap().tree.unwrap();
     assert_eq!(
-        (tree.trunks, tree.branch_points, tree.branches, tree.rounds),
+        (section.trunks, section.branch_points, section.branches, section.rounds),
         (2, 3, 2, 1)
     );
-    assert_eq!((tree.leaves(), tree.rule), (8, rein_recipe::BranchRule::Entropy));
+    assert_eq!((section.leaves(), section.rule), (8, rein_recipe::BranchRule::Entropy));
     assert!(loaded.to_toml().contains("branch_points = 3"));
     // Groups (the default kind) read no tree keys, and show none.
     let groups = load(&dir, "grpo.toml", &[]).unwrap();
     assert!(groups.plan().unwrap().rollout().unwrap().tree.is_none());
     assert!(!groups.to_toml().contains("branch_points"));
-    let tree = |extra: &[&'static str]| [&["rollout.kind=\"tree\""][..], extra].concat();
     for (set, key, says) in [
         (
             vec!["rollout.trunks=3"],
@@ -68,7 +72,6 @@ fn a_tree_rollout_reads_its_keys_and_its_leaves_are_the_group() {
 #[test]
 fn trees_of_episodes_branch_after_tool_calls_with_tools_only() {
     let dir = recipes(&[("grpo.toml", GRPO)]);
-    let tree = |extra: &[&'static str]| [&["rollout.kind=\"tree\""][..], extra].concat();
     let agent =
         |extra: &[&'static str]| tree(&[&["agent.max_turns=3", "tool=[{plugin=\"calculator\"}]"][..], extra].concat());
     let loaded = load(&dir, "grpo.toml", &agent(&["rollout.rule=\"tool_calls\""])).unwrap();
