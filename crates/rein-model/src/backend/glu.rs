@@ -31,9 +31,9 @@ use super::flex::{
 use super::{ReinBackend, float, generic_ops, register_inputs};
 
 /// `√(2/π)`, in GELU's tanh approximation.
-const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+pub(super) const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 /// The cubic term's coefficient in GELU's tanh approximation.
-const GELU_CUBIC: f32 = 0.044_715;
+pub(super) const GELU_CUBIC: f32 = 0.044_715;
 
 /// The gates of gated MLPs with their backward.
 pub trait GluKernels: burn::tensor::backend::Backend {
@@ -280,9 +280,6 @@ impl<B: ReinBackend, C: CheckpointStrategy> GluKernels for Autodiff<B, C> {
         }
     }
 }
-
-#[cfg(feature = "cuda")]
-impl GluKernels for burn::backend::Cuda {}
 
 #[cfg(test)]
 mod tests {

@@ -388,9 +388,6 @@ impl<B: ReinBackend, C: CheckpointStrategy> HeadKernels for Autodiff<B, C> {
     }
 }
 
-#[cfg(feature = "cuda")]
-impl HeadKernels for burn::backend::Cuda {}
-
 #[cfg(test)]
 mod tests {
     use burn::backend::Flex;

@@ -350,14 +350,6 @@ impl<B: ReinBackend, C: CheckpointStrategy> LinearKernels for Autodiff<B, C> {
     }
 }
 
-#[cfg(feature = "cuda")]
-impl LinearKernels for burn::backend::Cuda {
-    /// In full f32: burn-cuda's own product stages f32 inputs as TF32 on tensor cores.
-    fn matmul(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
-        super::cuda::matmul(a, b)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use burn::tensor::ops::FloatTensorOps;

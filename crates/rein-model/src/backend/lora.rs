@@ -266,9 +266,6 @@ impl<B: ReinBackend, C: CheckpointStrategy> LoraKernels for Autodiff<B, C> {
     }
 }
 
-#[cfg(feature = "cuda")]
-impl LoraKernels for burn::backend::Cuda {}
-
 #[cfg(test)]
 mod tests {
     use burn::backend::Flex;

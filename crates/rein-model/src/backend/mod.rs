@@ -3,7 +3,7 @@
 //!
 //! Each family of kernels is a trait in its own file, and [`ReinBackend`] is their union. A
 //! trait's default methods compose burn's own ops, so any backend qualifies with empty `impl`s
-//! (the CUDA one does). Beside each trait sit Flex's kernels, the autodiff version with the
+//! (the CubeCL ones do for the families `cube/` has no kernel for). Beside each trait sit Flex's kernels, the autodiff version with the
 //! family's own backward, and the tests against burn's ops:
 //!
 //! - `tanh.rs`: burn-flex computes `tanh` with libm's scalar `tanhf` and burn's autodiff
@@ -20,7 +20,8 @@
 //!   than burn-flex's matmul uses them, and products that read quantised weights in place.
 //! - `lora.rs`: a LoRA layer `x·W + b + (s·x·A)·B` as one op, its update accumulated into the
 //!   base product's output, forward and backward.
-//! - `cuda.rs` (CUDA only): matrix products in full f32, where burn-cuda's own use TF32.
+//! - `cube/` (CUDA and wgpu, through CubeCL): RMSNorm, RoPE and the gates as `#[cube]`
+//!   kernels, and matrix products in full f32, where burn-cuda's own use TF32.
 //! - `head.rs` (every backend): the chosen tokens' log-probabilities and the entropies from the
 //!   hidden states and the head, a few rows of logits at a time, recomputed in the backward
 //!   pass: never `[rows, vocab]` logits.
@@ -28,8 +29,8 @@
 //! These are what decoding a token and a training step spend their time on.
 
 mod attention;
-#[cfg(feature = "cuda")]
-mod cuda;
+#[cfg(feature = "cube")]
+mod cube;
 mod flex;
 mod glu;
 mod head;
@@ -84,9 +85,6 @@ pub trait ReinBackend:
 }
 
 impl<B: ReinBackend, C: CheckpointStrategy> ReinBackend for Autodiff<B, C> {}
-
-#[cfg(feature = "cuda")]
-impl ReinBackend for burn::backend::Cuda {}
 
 /// How CUDA multiplies f32 matrices ([`LinearKernels::matmul`], and so every product of a
 /// model). The CPU is unaffected.

@@ -196,9 +196,6 @@ impl<B: ReinBackend, C: CheckpointStrategy> NormKernels for Autodiff<B, C> {
     }
 }
 
-#[cfg(feature = "cuda")]
-impl NormKernels for burn::backend::Cuda {}
-
 #[cfg(test)]
 mod tests {
     use burn::tensor::{Distribution, Tensor, TensorPrimitive};

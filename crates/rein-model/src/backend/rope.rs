@@ -149,9 +149,6 @@ impl<B: ReinBackend, C: CheckpointStrategy> RopeKernels for Autodiff<B, C> {
     }
 }
 
-#[cfg(feature = "cuda")]
-impl RopeKernels for burn::backend::Cuda {}
-
 #[cfg(test)]
 mod tests {
     use burn::tensor::{Distribution, Int, Tensor, TensorData, TensorPrimitive};

@@ -99,9 +99,6 @@ impl<B: ReinBackend, C: CheckpointStrategy> TanhKernels for Autodiff<B, C> {
     }
 }
 
-#[cfg(feature = "cuda")]
-impl TanhKernels for burn::backend::Cuda {}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -686,6 +686,3 @@ impl<B: ReinBackend, C: CheckpointStrategy> AttentionKernels for Autodiff<B, C> 
         tracked_attention::<B, C>(q, k, v, Sequences::Packed(sequences.clone()), scoring)
     }
 }
-
-#[cfg(feature = "cuda")]
-impl AttentionKernels for burn::backend::Cuda {}

@@ -1,4 +1,4 @@
-//! CUDA's matrix products in full f32.
+//! Matrix products in full f32 on CubeCL backends.
 //!
 //! burn-cuda 0.21 multiplies through cubek-matmul's `Auto` strategy, which tries a tensor-core
 //! kernel first and stages f32 inputs as TF32 (a 10-bit mantissa): products land ~1e-3 off
@@ -9,23 +9,31 @@
 //! (bf16, f16) keep burn's own product, tensor cores and all.
 
 use burn::tensor::DType;
-use burn_cubecl::CubeRuntime;
+use burn::tensor::ops::FloatTensor;
 use burn_cubecl::kernel::matmul::init_matmul_output;
 use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::CudaMatmul;
+use crate::backend::{CudaMatmul, LinearKernels};
 use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
 use cubek::matmul::launch::Strategy;
 use cubek::std::InputBinding;
 
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LinearKernels for CubeBackend<R, F, I, BT> {
+    /// In full f32: burn's own product stages f32 inputs as TF32 on tensor cores.
+    fn matmul(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        matmul(a, b)
+    }
+}
+
 /// `a · b`, batched over the leading dimensions as burn's matmul is: in full f32 when both are
-/// f32, unless [`super::set_cuda_matmul`] chose TF32.
+/// f32, unless [`crate::backend::set_cuda_matmul`] chose TF32.
 ///
 /// # Panics
 /// If the kernel cannot be set up for these tensors, as burn's own matmul does.
-pub(super) fn matmul<R: CubeRuntime>(a: CubeTensor<R>, b: CubeTensor<R>) -> CubeTensor<R> {
+fn matmul<R: CubeRuntime>(a: CubeTensor<R>, b: CubeTensor<R>) -> CubeTensor<R> {
     let dtype = a.dtype;
-    if dtype != DType::F32 || b.dtype != DType::F32 || super::cuda_matmul() == CudaMatmul::Tf32 {
+    if dtype != DType::F32 || b.dtype != DType::F32 || crate::backend::cuda_matmul() == CudaMatmul::Tf32 {
         return burn_cubecl::kernel::matmul::matmul(a, b, None, Default::default(), dtype)
             .expect("burn's matmul launches for these tensors");
     }

@@ -1,0 +1,187 @@
+//! Every kernel of `cube/` against burn's own ops on burn-wgpu, values and gradients. Without a
+//! GPU, wgpu runs on Mesa's lavapipe (Vulkan on the CPU): this proves the kernels' logic, not
+//! their speed. Each test also checks, by [`fused_launches`], that the family's impl launched
+//! rein's kernel rather than falling back to burn's ops.
+
+use burn::backend::{Autodiff, Wgpu};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Int, Tensor, TensorData, TensorMetadata, TensorPrimitive};
+use rein_gguf::GateActivation;
+
+use super::fused_launches;
+use crate::backend::glu::{glu_backward_ops, glu_ops};
+use crate::backend::norm::{rms_norm_backward_ops, rms_norm_ops};
+use crate::backend::rope::rope_ops;
+use crate::backend::testing::{assert_close, rand_like};
+use crate::backend::{GluKernels, LinearKernels, NormKernels, RopeKernels};
+
+type W = Wgpu;
+type A = Autodiff<Wgpu>;
+
+fn tensor<B: burn::tensor::backend::Backend, const D: usize>(shape: [usize; D], seed: u64) -> Tensor<B, D> {
+    let mut draw = rand_like(seed);
+    let values: Vec<f32> = (0..shape.iter().product()).map(|_| draw()).collect();
+    Tensor::from_data(TensorData::new(values, shape), &Default::default())
+}
+
+fn raw<B: burn::tensor::backend::Backend, const D: usize>(x: &Tensor<B, D>) -> FloatTensor<B> {
+    x.clone().into_primitive().tensor()
+}
+
+fn values<B: burn::tensor::backend::Backend>(x: FloatTensor<B>) -> Vec<f32> {
+    let elements = x.shape().num_elements();
+    let x = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(B::float_reshape(x, [elements].into())));
+    x.into_data().to_vec::<f32>().unwrap()
+}
+
+/// Runs `kernel`, asserting it launched at least one of rein's kernels on this thread.
+fn fused<T>(what: &str, kernel: impl FnOnce() -> T) -> T {
+    let before = fused_launches();
+    let out = kernel();
+    assert!(
+        fused_launches() > before,
+        "{what}: no rein kernel launched (burn's ops instead?)"
+    );
+    out
+}
+
+#[test]
+fn rms_norm_and_its_backward_match_burns_ops() {
+    // Rows shorter and longer than a cube's units; more rows than one block of the `∂w` sum.
+    for (i, [rows, hidden]) in [[9, 40], [70, 600], [130, 256]].into_iter().enumerate() {
+        let seed = 10 * i as u64;
+        let (x, w, dy) = (
+            tensor::<W, 2>([rows, hidden], seed),
+            tensor::<W, 1>([hidden], seed + 1),
+            tensor::<W, 2>([rows, hidden], seed + 2),
+        );
+        let y = fused("rms_norm", || W::rms_norm(raw(&x), raw(&w), 1e-6));
+        assert_close(
+            "values",
+            &values::<W>(y),
+            &values::<W>(rms_norm_ops::<W>(raw(&x), raw(&w), 1e-6)),
+            1e-5,
+        );
+        let (d_x, d_w) = fused("rms_norm_backward", || {
+            W::rms_norm_backward(raw(&x), raw(&w), raw(&dy), 1e-6)
+        });
+        let (ops_x, ops_w) = rms_norm_backward_ops::<W>(raw(&x), raw(&w), raw(&dy), 1e-6);
+        assert_close("∂x", &values::<W>(d_x), &values::<W>(ops_x), 1e-5);
+        assert_close("∂w", &values::<W>(d_w), &values::<W>(ops_w), 1e-4);
+    }
+}
+
+#[test]
+fn rms_norm_gradients_through_autodiff_match_burns_autodiff_of_the_ops() {
+    let (x, w, weights) = (
+        tensor::<A, 2>([33, 72], 1).require_grad(),
+        tensor::<A, 1>([72], 2).require_grad(),
+        tensor::<A, 2>([33, 72], 3),
+    );
+    let run = |kernel: bool| {
+        let _graph = crate::one_graph();
+        let y = if kernel {
+            fused("rms_norm", || A::rms_norm(raw(&x), raw(&w), 1e-5))
+        } else {
+            rms_norm_ops::<A>(raw(&x), raw(&w), 1e-5)
+        };
+        let y = Tensor::<A, 2>::from_primitive(TensorPrimitive::Float(y));
+        let grads = (y * weights.clone()).sum().backward();
+        let grad = |t: &Tensor<A, 2>| t.grad(&grads).unwrap().into_data().to_vec::<f32>().unwrap();
+        [grad(&x), w.grad(&grads).unwrap().into_data().to_vec::<f32>().unwrap()]
+    };
+    let (kernel, ops) = (run(true), run(false));
+    assert_close("∂x", &kernel[0], &ops[0], 1e-5);
+    assert_close("∂w", &kernel[1], &ops[1], 1e-4);
+}
+
+#[test]
+fn glu_gates_and_their_backward_match_burns_ops_on_a_fused_product_halves() {
+    for activation in [GateActivation::Silu, GateActivation::GeluTanh] {
+        let (rows, width) = (37, 45);
+        // The gate and up halves of one `[rows, 2·width]` product: strided views, read in place.
+        let gate_up = tensor::<W, 2>([rows, 2 * width], 4).mul_scalar(3.0);
+        let (gate, up) = (gate_up.clone().narrow(1, 0, width), gate_up.narrow(1, width, width));
+        let dy = tensor::<W, 2>([rows, width], 5);
+        let y = fused("glu", || W::glu(raw(&gate), raw(&up), activation));
+        let ops = glu_ops::<W>(raw(&gate), raw(&up), activation);
+        assert_close(
+            &format!("{activation:?} values"),
+            &values::<W>(y),
+            &values::<W>(ops),
+            1e-5,
+        );
+        let (d_gate, d_up) = fused("glu_backward", || {
+            W::glu_backward(raw(&gate), raw(&up), raw(&dy), activation)
+        });
+        let (ops_gate, ops_up) = glu_backward_ops::<W>(raw(&gate), raw(&up), raw(&dy), activation);
+        assert_close(
+            &format!("{activation:?} ∂gate"),
+            &values::<W>(d_gate),
+            &values::<W>(ops_gate),
+            1e-5,
+        );
+        assert_close(
+            &format!("{activation:?} ∂up"),
+            &values::<W>(d_up),
+            &values::<W>(ops_up),
+            1e-5,
+        );
+    }
+}
+
+#[test]
+fn rope_and_its_gradient_match_burns_ops_on_a_transposed_view() {
+    let device = Default::default();
+    let (batch, seq, heads, dim, positions) = (2, 5, 3, 16, 11);
+    let x = tensor::<A, 4>([batch, seq, heads, dim], 6).require_grad();
+    let weights = tensor::<A, 4>([batch, heads, seq, dim], 7);
+    let half = dim / 2;
+    let table = |f: fn(f32) -> f32| {
+        let values: Vec<f32> = (0..positions)
+            .flat_map(|p| (0..dim).map(move |j| f(p as f32 * (0.3 + (j % half) as f32 * 0.7))))
+            .collect();
+        Tensor::<A, 2>::from_data(TensorData::new(values, [positions, dim]), &device)
+    };
+    let (cos, sin) = (table(f32::cos), table(f32::sin));
+    let at: Vec<i64> = (0..batch * seq).map(|i| (i * 3 % positions) as i64).collect();
+    let at = Tensor::<A, 2, Int>::from_data(TensorData::new(at, [batch, seq]), &device);
+    let run = |kernel: bool| {
+        let _graph = crate::one_graph();
+        // [batch, seq, heads, dim] viewed as [batch, heads, seq, dim], as the model passes it.
+        let view = x.clone().swap_dims(1, 2);
+        let (input, p) = (raw(&view), at.clone().into_primitive());
+        let y = if kernel {
+            fused("rope", || A::rope(input, p, raw(&cos), raw(&sin)))
+        } else {
+            rope_ops::<A>(input, p, raw(&cos), raw(&sin))
+        };
+        let y = Tensor::<A, 4>::from_primitive(TensorPrimitive::Float(y));
+        let grads = (y.clone() * weights.clone()).sum().backward();
+        let grad = x.grad(&grads).unwrap().into_data().to_vec::<f32>().unwrap();
+        (y.into_data().to_vec::<f32>().unwrap(), grad)
+    };
+    let ((y_kernel, g_kernel), (y_ops, g_ops)) = (run(true), run(false));
+    assert_close("values", &y_kernel, &y_ops, 1e-5);
+    assert_close("gradients", &g_kernel, &g_ops, 1e-5);
+}
+
+#[test]
+fn full_f32_products_match_a_sum_in_f64() {
+    let (m, k, n) = (19, 70, 23);
+    let (a, b) = (tensor::<W, 3>([2, m, k], 8), tensor::<W, 3>([2, k, n], 9));
+    let product = values::<W>(W::matmul(raw(&a), raw(&b)));
+    let (a, b) = (values::<W>(raw(&a)), values::<W>(raw(&b)));
+    let mut expected = Vec::with_capacity(product.len());
+    for batch in 0..2 {
+        for i in 0..m {
+            for j in 0..n {
+                let sum: f64 = (0..k)
+                    .map(|l| f64::from(a[(batch * m + i) * k + l]) * f64::from(b[(batch * k + l) * n + j]))
+                    .sum();
+                expected.push(sum as f32);
+            }
+        }
+    }
+    assert_close("a · b", &product, &expected, 1e-5);
+}
