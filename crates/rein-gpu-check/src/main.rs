@@ -30,6 +30,9 @@ enum DeviceArg {
     Cpu,
     /// The first CUDA device (burn-cuda); needs a build with `--features cuda`.
     Cuda,
+    /// burn-wgpu's default device (a GPU, or Mesa's lavapipe on the CPU): the CubeCL kernels
+    /// CUDA runs, compiled for Vulkan; needs a build with `--features wgpu`.
+    Wgpu,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -100,6 +103,7 @@ fn main() -> ExitCode {
     let report = match args.device {
         DeviceArg::Cpu => checks::<rein_model::Cpu>("cpu (Flex)", &args, &Default::default(), |_, _| {}),
         DeviceArg::Cuda => cuda(&args),
+        DeviceArg::Wgpu => wgpu(&args),
     };
     let Some(report) = report else {
         return ExitCode::from(2);
@@ -140,6 +144,17 @@ fn cuda(args: &Args) -> Option<Report> {
 #[cfg(not(feature = "cuda"))]
 fn cuda(_: &Args) -> Option<Report> {
     eprintln!("error: this rein-gpu-check was built without CUDA; build it with `--features cuda`");
+    None
+}
+
+#[cfg(feature = "wgpu")]
+fn wgpu(args: &Args) -> Option<Report> {
+    checks::<burn::backend::Wgpu>("wgpu (burn-wgpu)", args, &Default::default(), |_, _| {})
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn wgpu(_: &Args) -> Option<Report> {
+    eprintln!("error: this rein-gpu-check was built without wgpu; build it with `--features wgpu`");
     None
 }
 
