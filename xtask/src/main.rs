@@ -4,6 +4,7 @@
 
 mod bench;
 mod build_plugins;
+mod cube_kernels;
 mod gpu_bundle;
 mod guest;
 mod model;

@@ -1,8 +1,8 @@
 //! `cargo xtask test`: plugins (their native tests, and the `cases.jsonl` of each plugin through
 //! `rein plugin test`), the whole suite (after fetching the pretrained models its parity tests
 //! read, `cargo xtask model smollm2-135m` and `gemma3-270m`), the Python package's pytest suite
-//! against its wheel, and a check that freshly scaffolded plugins in Rust, Python and JavaScript
-//! build, pass their own tests and run in the host.
+//! against its wheel, a check that freshly scaffolded plugins in Rust, Python and JavaScript
+//! build, pass their own tests and run in the host, and rein's CubeCL kernels on burn-wgpu.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -80,6 +80,9 @@ impl Test {
             crate::wheel::check()?;
             phases.begin("scaffolded plugins");
             scaffold_check()?;
+            // A second build of rein-model and burn with burn-wgpu (a few minutes from cold).
+            phases.begin("rein's CubeCL kernels against burn's ops, on wgpu");
+            crate::cube_kernels::check()?;
         }
         phases.end();
         Ok(())
