@@ -8,6 +8,8 @@
 //!   halves of a fused gate-and-up product through their strides.
 //! - `rope.rs`: rotary embedding, reading `x` through its strides (its backward is itself,
 //!   rotated the other way).
+//! - `attention.rs`: attention over the key/value cache (decoding, prefill), one cube per query
+//!   row reading the cache in place.
 //! - `matmul.rs`: products in full f32, where burn's own stage f32 inputs as TF32.
 //!
 //! Every kernel reads and writes the tensors' own dtype (f32, f16, bf16) and computes in f32.
@@ -18,6 +20,7 @@
 //! The tests run every kernel on burn-wgpu against burn's ops (values and gradients): on a
 //! machine without a GPU, on Mesa's lavapipe (a Vulkan driver on the CPU).
 
+mod attention;
 mod glu;
 mod matmul;
 mod norm;
@@ -31,7 +34,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use cubecl::prelude::*;
 
-use super::{AttentionKernels, HeadKernels, LoraKernels, ReinBackend, TanhKernels};
+use super::{HeadKernels, LoraKernels, ReinBackend, TanhKernels};
 
 /// Units per cube of the kernels that reduce a row: a power of two, as [`cube_sum`] needs.
 const ROW_UNITS: u32 = 256;
@@ -39,7 +42,6 @@ const ROW_UNITS: u32 = 256;
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ReinBackend for CubeBackend<R, F, I, BT> {}
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> TanhKernels for CubeBackend<R, F, I, BT> {}
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LoraKernels for CubeBackend<R, F, I, BT> {}
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> AttentionKernels for CubeBackend<R, F, I, BT> {}
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> HeadKernels for CubeBackend<R, F, I, BT> {}
 
 #[cfg(test)]

@@ -5,15 +5,16 @@
 
 use burn::backend::{Autodiff, Wgpu};
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Int, Tensor, TensorData, TensorMetadata, TensorPrimitive};
+use burn::tensor::{Bool, Int, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 use rein_gguf::GateActivation;
 
 use super::fused_launches;
+use crate::backend::attention::cached_attention_ops;
 use crate::backend::glu::{glu_backward_ops, glu_ops};
 use crate::backend::norm::{rms_norm_backward_ops, rms_norm_ops};
 use crate::backend::rope::rope_ops;
 use crate::backend::testing::{assert_close, rand_like};
-use crate::backend::{GluKernels, LinearKernels, NormKernels, RopeKernels};
+use crate::backend::{AttentionKernels, GluKernels, LinearKernels, NormKernels, RopeKernels, Scoring};
 
 type W = Wgpu;
 type A = Autodiff<Wgpu>;
@@ -184,4 +185,43 @@ fn full_f32_products_match_a_sum_in_f64() {
         }
     }
     assert_close("a · b", &product, &expected, 1e-5);
+}
+
+#[test]
+fn attention_over_the_cache_matches_burns_ops() {
+    let device = Default::default();
+    let (batch, kv_heads, capacity) = (3, 2, 40);
+    // Decoding (one new token) and prefill (several) after `offset` cached ones; grouped query
+    // heads; padding, a window and a soft-cap; a head size above 128 (fewer units per cube).
+    let cases = [
+        (1, 9, 16, None, None, false),
+        (5, 0, 16, None, None, true),
+        (4, 20, 32, Some(7), Some(5.0), true),
+        (1, 33, 160, None, Some(2.0), true),
+    ];
+    for (case, (seq, offset, dim, window, softcap, padded)) in cases.into_iter().enumerate() {
+        let seed = 100 + 10 * case as u64;
+        let heads = 3 * kv_heads;
+        let q = tensor::<W, 4>([batch, heads, seq, dim], seed);
+        let (k, v) = (
+            tensor::<W, 4>([batch, kv_heads, capacity, dim], seed + 1),
+            tensor::<W, 4>([batch, kv_heads, capacity, dim], seed + 2),
+        );
+        let keys = offset + seq;
+        // Left padding: sequence b has its first b positions padded.
+        let padding = padded.then(|| {
+            let flags: Vec<bool> = (0..batch * keys).map(|at| at % keys < at / keys).collect();
+            Tensor::<W, 2, Bool>::from_data(TensorData::new(flags, [batch, keys]), &device).into_primitive()
+        });
+        let scoring = Scoring {
+            scale: 1.0 / (dim as f32).sqrt(),
+            window,
+            softcap,
+        };
+        let got = fused("cached_attention", || {
+            W::cached_attention(raw(&q), raw(&k), raw(&v), offset, padding.clone(), scoring)
+        });
+        let want = cached_attention_ops::<W>(raw(&q), raw(&k), raw(&v), offset, padding, scoring);
+        assert_close(&format!("case {case}"), &values::<W>(got), &values::<W>(want), 1e-5);
+    }
 }
