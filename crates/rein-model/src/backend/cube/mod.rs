@@ -10,6 +10,8 @@
 //!   rotated the other way).
 //! - `attention.rs`: attention over the key/value cache (decoding, prefill), one cube per query
 //!   row reading the cache in place.
+//! - `head.rs`: the chosen tokens' log-probabilities and the entropies from rows of logits,
+//!   and their backward, one cube per row.
 //! - `matmul.rs`: products in full f32, where burn's own stage f32 inputs as TF32.
 //!
 //! Every kernel reads and writes the tensors' own dtype (f32, f16, bf16) and computes in f32.
@@ -22,6 +24,7 @@
 
 mod attention;
 mod glu;
+mod head;
 mod matmul;
 mod norm;
 mod rope;
@@ -34,15 +37,14 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use cubecl::prelude::*;
 
-use super::{HeadKernels, LoraKernels, ReinBackend, TanhKernels};
+use super::{LoraKernels, ReinBackend, TanhKernels};
 
-/// Units per cube of the kernels that reduce a row: a power of two, as [`cube_sum`] needs.
+/// Units per cube of the kernels that reduce a row: a power of two, as [`cube_reduce`] needs.
 const ROW_UNITS: u32 = 256;
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ReinBackend for CubeBackend<R, F, I, BT> {}
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> TanhKernels for CubeBackend<R, F, I, BT> {}
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LoraKernels for CubeBackend<R, F, I, BT> {}
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> HeadKernels for CubeBackend<R, F, I, BT> {}
 
 #[cfg(test)]
 thread_local! {
@@ -68,19 +70,23 @@ fn empty_like<R: CubeRuntime>(like: &CubeTensor<R>, shape: Shape) -> CubeTensor<
     empty_device_contiguous_dtype(like.client.clone(), like.device.clone(), shape, like.dtype)
 }
 
-/// The sum of every unit's `value` in the cube, returned to every unit: a tree over shared
-/// memory, so its order is the same on every run. `shared` holds one `f32` per unit and
-/// `CUBE_DIM_X` is a power of two.
+/// The sum (or, with `max`, the maximum) of every unit's `value` in the cube, returned to every
+/// unit: a tree over shared memory, so its order is the same on every run. `shared` holds one
+/// `f32` per unit and `CUBE_DIM_X` is a power of two.
 #[cube]
-fn cube_sum(value: f32, shared: &mut SharedMemory<f32>) -> f32 {
+fn cube_reduce(value: f32, shared: &mut SharedMemory<f32>, #[comptime] max: bool) -> f32 {
     let unit = UNIT_POS_X as usize;
     shared[unit] = value;
     sync_cube();
     let mut stride = (CUBE_DIM_X / 2) as usize;
     while stride > 0 {
         if unit < stride {
-            let sum = shared[unit] + shared[unit + stride];
-            shared[unit] = sum;
+            let (a, b) = (shared[unit], shared[unit + stride]);
+            if comptime!(max) {
+                shared[unit] = select(b > a, b, a);
+            } else {
+                shared[unit] = a + b;
+            }
         }
         sync_cube();
         stride /= 2;

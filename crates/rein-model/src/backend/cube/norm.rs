@@ -11,7 +11,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use cubecl::calculate_cube_count_elemwise;
 use cubecl::prelude::*;
 
-use super::{ROW_UNITS, count_launch, cube_sum, empty_like};
+use super::{ROW_UNITS, count_launch, cube_reduce, empty_like};
 use crate::backend::NormKernels;
 
 /// Rows per block of the `∂w` kernel: each unit sums this many rows of its column.
@@ -57,7 +57,7 @@ fn rms_norm_kernel<F: Float>(
         squares += v * v;
         i += units;
     }
-    let inv_rms = 1.0f32 / f32::sqrt(cube_sum(squares, &mut shared) / f32::cast_from(hidden) + eps);
+    let inv_rms = 1.0f32 / f32::sqrt(cube_reduce(squares, &mut shared, false) / f32::cast_from(hidden) + eps);
     let mut i = unit;
     while i < hidden {
         out[base + i] = F::cast_from(f32::cast_from(weight[i]) * (f32::cast_from(x[base + i]) * inv_rms));
@@ -93,7 +93,7 @@ fn rms_norm_backward_x_kernel<F: Float>(
         squares += v * v;
         i += units;
     }
-    let r = 1.0f32 / f32::sqrt(cube_sum(squares, &mut shared) / f32::cast_from(hidden) + eps);
+    let r = 1.0f32 / f32::sqrt(cube_reduce(squares, &mut shared, false) / f32::cast_from(hidden) + eps);
     let mut gx = 0.0f32;
     let mut i = unit;
     while i < hidden {
@@ -101,7 +101,7 @@ fn rms_norm_backward_x_kernel<F: Float>(
         i += units;
     }
     // mean(g ⊙ x̂) = r Σ g x / hidden
-    let projection = r * cube_sum(gx, &mut shared) / f32::cast_from(hidden);
+    let projection = r * cube_reduce(gx, &mut shared, false) / f32::cast_from(hidden);
     let mut i = unit;
     while i < hidden {
         let g = f32::cast_from(grad[base + i]) * f32::cast_from(weight[i]);

@@ -11,10 +11,11 @@ use rein_gguf::GateActivation;
 use super::fused_launches;
 use crate::backend::attention::cached_attention_ops;
 use crate::backend::glu::{glu_backward_ops, glu_ops};
+use crate::backend::head::{log_prob_entropy_backward_ops, log_prob_entropy_ops};
 use crate::backend::norm::{rms_norm_backward_ops, rms_norm_ops};
 use crate::backend::rope::rope_ops;
 use crate::backend::testing::{assert_close, rand_like};
-use crate::backend::{AttentionKernels, GluKernels, LinearKernels, NormKernels, RopeKernels, Scoring};
+use crate::backend::{AttentionKernels, GluKernels, HeadKernels, LinearKernels, NormKernels, RopeKernels, Scoring};
 
 type W = Wgpu;
 type A = Autodiff<Wgpu>;
@@ -97,37 +98,30 @@ fn rms_norm_gradients_through_autodiff_match_burns_autodiff_of_the_ops() {
 }
 
 #[test]
-fn glu_gates_and_their_backward_match_burns_ops_on_a_fused_product_halves() {
-    for activation in [GateActivation::Silu, GateActivation::GeluTanh] {
-        let (rows, width) = (37, 45);
-        // The gate and up halves of one `[rows, 2·width]` product: strided views, read in place.
-        let gate_up = tensor::<W, 2>([rows, 2 * width], 4).mul_scalar(3.0);
-        let (gate, up) = (gate_up.clone().narrow(1, 0, width), gate_up.narrow(1, width, width));
-        let dy = tensor::<W, 2>([rows, width], 5);
-        let y = fused("glu", || W::glu(raw(&gate), raw(&up), activation));
-        let ops = glu_ops::<W>(raw(&gate), raw(&up), activation);
-        assert_close(
-            &format!("{activation:?} values"),
-            &values::<W>(y),
-            &values::<W>(ops),
-            1e-5,
-        );
-        let (d_gate, d_up) = fused("glu_backward", || {
-            W::glu_backward(raw(&gate), raw(&up), raw(&dy), activation)
-        });
-        let (ops_gate, ops_up) = glu_backward_ops::<W>(raw(&gate), raw(&up), raw(&dy), activation);
-        assert_close(
-            &format!("{activation:?} ∂gate"),
-            &values::<W>(d_gate),
-            &values::<W>(ops_gate),
-            1e-5,
-        );
-        assert_close(
-            &format!("{activation:?} ∂up"),
-            &values::<W>(d_up),
-            &values::<W>(ops_up),
-            1e-5,
-        );
+fn glu_gates_and_their_backward_match_burns_ops_on_strided_views() {
+    let (rows, width) = (37, 64);
+    // The gate and up halves of one `[rows, 2·width]` product (views where their offsets meet
+    // the device's alignment, as a model's widths do), and transposed views.
+    let gate_up = tensor::<W, 2>([rows, 2 * width], 4).mul_scalar(3.0);
+    let halves = (gate_up.clone().narrow(1, 0, width), gate_up.narrow(1, width, width));
+    let transposed = (
+        tensor::<W, 2>([width, rows], 5).mul_scalar(3.0).swap_dims(0, 1),
+        tensor::<W, 2>([width, rows], 6).swap_dims(0, 1),
+    );
+    let dy = tensor::<W, 2>([rows, width], 7);
+    for (layout, (gate, up)) in [("halves", halves), ("transposed", transposed)] {
+        for activation in [GateActivation::Silu, GateActivation::GeluTanh] {
+            let what = |part: &str| format!("{layout}, {activation:?}: {part}");
+            let y = fused("glu", || W::glu(raw(&gate), raw(&up), activation));
+            let ops = glu_ops::<W>(raw(&gate), raw(&up), activation);
+            assert_close(&what("values"), &values::<W>(y), &values::<W>(ops), 1e-5);
+            let (d_gate, d_up) = fused("glu_backward", || {
+                W::glu_backward(raw(&gate), raw(&up), raw(&dy), activation)
+            });
+            let (ops_gate, ops_up) = glu_backward_ops::<W>(raw(&gate), raw(&up), raw(&dy), activation);
+            assert_close(&what("∂gate"), &values::<W>(d_gate), &values::<W>(ops_gate), 1e-5);
+            assert_close(&what("∂up"), &values::<W>(d_up), &values::<W>(ops_up), 1e-5);
+        }
     }
 }
 
@@ -223,5 +217,38 @@ fn attention_over_the_cache_matches_burns_ops() {
         });
         let want = cached_attention_ops::<W>(raw(&q), raw(&k), raw(&v), offset, padding, scoring);
         assert_close(&format!("case {case}"), &values::<W>(got), &values::<W>(want), 1e-5);
+    }
+}
+
+#[test]
+fn log_probs_entropies_and_their_gradient_match_burns_ops() {
+    let device = Default::default();
+    // A vocabulary smaller and one larger than a cube's units; logits a transposed view and
+    // large enough that an unshifted exp would overflow.
+    for (case, (rows, vocab, scale)) in [(7, 50, 1.0f32), (19, 1000, 0.7)].into_iter().enumerate() {
+        let seed = 200 + 10 * case as u64;
+        let logits = tensor::<W, 2>([vocab, rows], seed).mul_scalar(40.0).swap_dims(0, 1);
+        let chosen: Vec<i64> = (0..rows).map(|r| ((r * 37) % vocab) as i64).collect();
+        let targets = Tensor::<W, 1, Int>::from_data(TensorData::new(chosen, [rows]), &device);
+        let grad = tensor::<W, 2>([rows, 2], seed + 1);
+        let t = || targets.clone().into_primitive();
+        let got = fused("log_prob_entropy", || W::log_prob_entropy(raw(&logits), t(), scale));
+        let want = log_prob_entropy_ops::<W>(raw(&logits), t(), scale);
+        assert_close(
+            &format!("case {case} [log p, H]"),
+            &values::<W>(got),
+            &values::<W>(want),
+            1e-5,
+        );
+        let got = fused("log_prob_entropy_backward", || {
+            W::log_prob_entropy_backward(raw(&logits), t(), scale, raw(&grad))
+        });
+        let want = log_prob_entropy_backward_ops::<W>(raw(&logits), t(), scale, raw(&grad));
+        assert_close(
+            &format!("case {case} ∂logits"),
+            &values::<W>(got),
+            &values::<W>(want),
+            1e-5,
+        );
     }
 }
