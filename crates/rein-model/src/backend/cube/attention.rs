@@ -1,7 +1,8 @@
 //! Attention over the key/value cache on CubeCL backends (decoding and prefill): one cube per
 //! query row, reading the cache in place (no gathers, no copy of its filled prefix, the query
 //! heads of a key/value head reading the same rows), the scores, their softmax and the weighted
-//! values in one launch. Whole-sequence attention (training) keeps burn's ops.
+//! values in one launch. Packed sequences (training) are `packed_attention.rs`'s; padded
+//! whole sequences keep burn's ops.
 //!
 //! Each of the cube's units takes every `units`-th key and keeps a running softmax over them
 //! (its maximum `m`, its sum `l = Σ exp(s − m)` and `Σ exp(s − m) v`, rescaled when `m` grows);
@@ -13,8 +14,9 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use cubecl::calculate_cube_count_elemwise;
 use cubecl::prelude::*;
 
+use super::packed_attention::{packed_attention, packed_attention_backward};
 use super::{count_launch, empty_like};
-use crate::backend::{AttentionKernels, Scoring};
+use crate::backend::{AttentionKernels, PackedSequences, Scoring};
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> AttentionKernels for CubeBackend<R, F, I, BT> {
     fn cached_attention(
@@ -58,6 +60,27 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> AttentionK
             dtypes,
         );
         out
+    }
+
+    fn varlen_causal_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        sequences: &PackedSequences,
+        scoring: Scoring,
+    ) -> FloatTensor<Self> {
+        packed_attention::<R, F, I, BT>(q, k, v, sequences, scoring)
+    }
+
+    fn varlen_causal_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        sequences: &PackedSequences,
+        scoring: Scoring,
+        grad: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        packed_attention_backward::<R, F, I, BT>(q, k, v, sequences, scoring, grad)
     }
 }
 

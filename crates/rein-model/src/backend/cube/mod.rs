@@ -10,6 +10,8 @@
 //!   rotated the other way).
 //! - `attention.rs`: attention over the key/value cache (decoding, prefill), one cube per query
 //!   row reading the cache in place.
+//! - `packed_attention.rs`: causal attention of packed sequences (training), one launch forward
+//!   and two backward, however many sequences.
 //! - `head.rs`: the chosen tokens' log-probabilities and the entropies from rows of logits,
 //!   and their backward, one cube per row.
 //! - `matmul.rs`: products in full f32, where burn's own stage f32 inputs as TF32.
@@ -27,6 +29,7 @@ mod glu;
 mod head;
 mod matmul;
 mod norm;
+mod packed_attention;
 mod rope;
 #[cfg(all(test, feature = "wgpu"))]
 mod tests;

@@ -9,13 +9,17 @@ use burn::tensor::{Bool, Int, Tensor, TensorData, TensorMetadata, TensorPrimitiv
 use rein_gguf::GateActivation;
 
 use super::fused_launches;
-use crate::backend::attention::cached_attention_ops;
+use crate::backend::attention::{
+    cached_attention_ops, varlen_causal_attention_backward_ops, varlen_causal_attention_ops,
+};
 use crate::backend::glu::{glu_backward_ops, glu_ops};
 use crate::backend::head::{log_prob_entropy_backward_ops, log_prob_entropy_ops};
 use crate::backend::norm::{rms_norm_backward_ops, rms_norm_ops};
 use crate::backend::rope::rope_ops;
 use crate::backend::testing::{assert_close, rand_like};
-use crate::backend::{AttentionKernels, GluKernels, HeadKernels, LinearKernels, NormKernels, RopeKernels, Scoring};
+use crate::backend::{
+    AttentionKernels, GluKernels, HeadKernels, LinearKernels, NormKernels, PackedSequences, RopeKernels, Scoring,
+};
 
 type W = Wgpu;
 type A = Autodiff<Wgpu>;
@@ -250,5 +254,67 @@ fn log_probs_entropies_and_their_gradient_match_burns_ops() {
             &values::<W>(want),
             1e-5,
         );
+    }
+}
+
+#[test]
+fn packed_attention_and_its_backward_match_burns_ops() {
+    // Whole sequences; a prompt shared by three completions, one continued twice more (a tree
+    // three levels deep) beside a sequence of its own; a window and a soft-cap; a head size
+    // above 64 (fewer units per cube).
+    let cases = [
+        (PackedSequences::new(vec![5, 1, 9]), 16, None, None),
+        (
+            PackedSequences::tree(
+                vec![6, 4, 3, 5, 2, 2, 7],
+                vec![None, Some(0), Some(0), Some(0), Some(3), Some(3), None],
+            )
+            .unwrap(),
+            16,
+            Some(4),
+            Some(3.0),
+        ),
+        (
+            PackedSequences::tree(vec![3, 5, 4], vec![None, Some(0), Some(1)]).unwrap(),
+            96,
+            None,
+            None,
+        ),
+    ];
+    for (case, (sequences, dim, window, softcap)) in cases.into_iter().enumerate() {
+        let seed = 300 + 10 * case as u64;
+        let (heads, kv_heads, total) = (6, 2, sequences.total());
+        let q = tensor::<W, 4>([1, heads, total, dim], seed);
+        let (k, v) = (
+            tensor::<W, 4>([1, kv_heads, total, dim], seed + 1),
+            tensor::<W, 4>([1, kv_heads, total, dim], seed + 2),
+        );
+        let grad = tensor::<W, 4>([1, total, heads, dim], seed + 3);
+        let scoring = Scoring {
+            scale: 1.0 / (dim as f32).sqrt(),
+            window,
+            softcap,
+        };
+        let got = fused("varlen_causal_attention", || {
+            W::varlen_causal_attention(raw(&q), raw(&k), raw(&v), &sequences, scoring)
+        });
+        let want = varlen_causal_attention_ops::<W>(raw(&q), raw(&k), raw(&v), &sequences, scoring);
+        assert_close(
+            &format!("case {case} values"),
+            &values::<W>(got),
+            &values::<W>(want),
+            1e-5,
+        );
+        let got = fused("varlen_causal_attention_backward", || {
+            W::varlen_causal_attention_backward(raw(&q), raw(&k), raw(&v), &sequences, scoring, raw(&grad))
+        });
+        let want =
+            varlen_causal_attention_backward_ops::<W>(raw(&q), raw(&k), raw(&v), &sequences, scoring, raw(&grad));
+        for (what, (a, b)) in ["∂q", "∂k", "∂v"]
+            .iter()
+            .zip([(got.0, want.0), (got.1, want.1), (got.2, want.2)])
+        {
+            assert_close(&format!("case {case} {what}"), &values::<W>(a), &values::<W>(b), 1e-4);
+        }
     }
 }
