@@ -20,8 +20,9 @@
 //!   than burn-flex's matmul uses them, and products that read quantised weights in place.
 //! - `lora.rs`: a LoRA layer `x·W + b + (s·x·A)·B` as one op, its update accumulated into the
 //!   base product's output, forward and backward.
-//! - `cube/` (CUDA and wgpu, through CubeCL): RMSNorm, RoPE and the gates as `#[cube]`
-//!   kernels, and matrix products in full f32, where burn-cuda's own use TF32.
+//! - `cube/` (CUDA and wgpu, through CubeCL): RMSNorm, RoPE, the gates, attention (over the
+//!   cache, and of packed sequences with its backward) and the head's log-probabilities as
+//!   `#[cube]` kernels, and matrix products in full f32, where burn-cuda's own use TF32.
 //! - `head.rs` (every backend): the chosen tokens' log-probabilities and the entropies from the
 //!   hidden states and the head, a few rows of logits at a time, recomputed in the backward
 //!   pass: never `[rows, vocab]` logits.
