@@ -15,6 +15,7 @@ use cubecl::calculate_cube_count_elemwise;
 use cubecl::prelude::*;
 
 use super::packed_attention::{packed_attention, packed_attention_backward};
+use super::softmax::{score, softmax_step, start_softmax, write_softmax};
 use super::{count_launch, empty_like};
 use crate::backend::{AttentionKernels, PackedSequences, Scoring};
 
@@ -123,16 +124,14 @@ fn cached_attention_kernel<F: Float, P: Numeric>(
 
     let q_row = b * q.stride(0) + h * q.stride(1) + i * q.stride(2);
     let mut query = Array::<f32>::new(dim);
-    let mut acc = Array::<f32>::new(dim);
     for d in 0..dim {
         query[d] = f32::cast_from(q[q_row + d * q.stride(3)]);
-        acc[d] = 0.0f32;
     }
+    let mut state = Array::<f32>::new(3usize);
+    let mut acc = Array::<f32>::new(dim);
+    start_softmax(&mut state, &mut acc, dim);
     let k_head = b * k.stride(0) + kv_head * k.stride(1);
     let v_head = b * v.stride(0) + kv_head * v.stride(1);
-    // The running maximum starts below any score.
-    let mut m = f32::new(-3.0e38);
-    let mut l = 0.0f32;
     let mut j = first + unit;
     while j <= at {
         let mut visible = true;
@@ -141,53 +140,10 @@ fn cached_attention_kernel<F: Float, P: Numeric>(
             visible = !padded || j == at;
         }
         if visible {
-            let k_row = k_head + j * k.stride(2);
-            let mut s = 0.0f32;
-            for d in 0..dim {
-                s += query[d] * f32::cast_from(k[k_row + d * k.stride(3)]);
-            }
-            s *= scale;
-            if softcap > 0.0f32 {
-                s = softcap * f32::tanh(s / softcap);
-            }
-            let grown = select(s > m, s, m);
-            let rescale = f32::exp(m - grown);
-            let weight = f32::exp(s - grown);
-            l = l * rescale + weight;
-            let v_row = v_head + j * v.stride(2);
-            for d in 0..dim {
-                acc[d] = acc[d] * rescale + weight * f32::cast_from(v[v_row + d * v.stride(3)]);
-            }
-            m = grown;
+            let (s, _) = score::<F>(&query, k, k_head + j * k.stride(2), scale, softcap, dim);
+            softmax_step::<F>(s, v, v_head + j * v.stride(2), &mut state, &mut acc, dim);
         }
         j += units;
     }
-
-    let mut maxima = SharedMemory::<f32>::new(units);
-    let mut sums = SharedMemory::<f32>::new(units);
-    let mut partials = SharedMemory::<f32>::new(comptime!(units * dim));
-    maxima[unit] = m;
-    sums[unit] = l;
-    for d in 0..dim {
-        partials[unit * dim + d] = acc[d];
-    }
-    sync_cube();
-    let mut top = f32::new(-3.0e38);
-    for u in 0..units {
-        top = select(maxima[u] > top, maxima[u], top);
-    }
-    let mut total = 0.0f32;
-    for u in 0..units {
-        total += sums[u] * f32::exp(maxima[u] - top);
-    }
-    let out_row = ((b * seq + i) * heads + h) * dim;
-    let mut d = unit;
-    while d < dim {
-        let mut sum = 0.0f32;
-        for u in 0..units {
-            sum += partials[u * dim + d] * f32::exp(maxima[u] - top);
-        }
-        out[out_row + d] = F::cast_from(sum / total);
-        d += units;
-    }
+    write_softmax::<F>(&state, &acc, out, ((b * seq + i) * heads + h) * dim, dim, units);
 }

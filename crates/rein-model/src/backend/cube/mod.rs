@@ -12,6 +12,8 @@
 //!   row reading the cache in place.
 //! - `packed_attention.rs`: causal attention of packed sequences (training), one launch forward
 //!   and two backward, however many sequences.
+//! - `softmax.rs`: what the attention kernels share (a score, a running softmax per unit and
+//!   their merge in unit order).
 //! - `head.rs`: the chosen tokens' log-probabilities and the entropies from rows of logits,
 //!   and their backward, one cube per row.
 //! - `matmul.rs`: products in full f32, where burn's own stage f32 inputs as TF32.
@@ -31,6 +33,7 @@ mod matmul;
 mod norm;
 mod packed_attention;
 mod rope;
+mod softmax;
 #[cfg(all(test, feature = "wgpu"))]
 mod tests;
 

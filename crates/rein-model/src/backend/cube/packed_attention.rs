@@ -21,6 +21,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use cubecl::calculate_cube_count_elemwise;
 use cubecl::prelude::*;
 
+use super::softmax::{merge_softmax, score, softmax_step, start_softmax, write_softmax};
 use super::{count_launch, empty_like};
 use crate::backend::{PackedSequences, Scoring};
 
@@ -64,30 +65,6 @@ fn layout(sequences: &PackedSequences) -> Vec<i32> {
     out
 }
 
-/// `s = q·k · scale`, soft-capped where `softcap > 0`; and the cap's slope `1 − (s/c)²` (1
-/// without one).
-#[cube]
-fn score<F: Float>(
-    query: &Array<f32>,
-    k: &Tensor<F>,
-    k_row: usize,
-    scale: f32,
-    softcap: f32,
-    #[comptime] dim: usize,
-) -> (f32, f32) {
-    let mut s = 0.0f32;
-    for d in 0..dim {
-        s += query[d] * f32::cast_from(k[k_row + d * k.stride(3)]);
-    }
-    s *= scale;
-    let mut slope = 1.0f32;
-    if softcap > 0.0f32 {
-        s = softcap * f32::tanh(s / softcap);
-        slope = 1.0f32 - (s / softcap) * (s / softcap);
-    }
-    (s, slope)
-}
-
 /// Whether the token at position `key_at` is inside the window of the one at `query_at`.
 #[cube]
 fn in_window(query_at: u32, key_at: u32, window: u32) -> bool {
@@ -107,7 +84,6 @@ const GRAD_Q: u32 = 2;
 /// - `STATS`: `state = [m, l, Σ exp(s − m) ∂P]` with `∂Pⱼ = ∂o · vⱼ`;
 /// - `GRAD_Q`: `acc += ∂Sⱼ kⱼ`, `∂Sⱼ = Pⱼ (∂Pⱼ − D)` through the cap, `Pⱼ = exp(sⱼ − lse)`.
 #[cube]
-#[allow(clippy::too_many_arguments)]
 fn visit_keys<F: Float, I: Numeric>(
     query: &Array<f32>,
     d_out: &Array<f32>,
@@ -150,22 +126,18 @@ fn visit_keys<F: Float, I: Numeric>(
                     for d in 0..dim {
                         acc[d] += d_s * f32::cast_from(k[k_row + d * k.stride(3)]);
                     }
+                } else if comptime!(mode == FORWARD) {
+                    softmax_step::<F>(s, v, v_row, state, acc, dim);
                 } else {
-                    let grown = select(s > state[0], s, state[0]);
-                    let rescale = f32::exp(state[0] - grown);
-                    let weight = f32::exp(s - grown);
-                    state[1] = state[1] * rescale + weight;
-                    if comptime!(mode == FORWARD) {
-                        for d in 0..dim {
-                            acc[d] = acc[d] * rescale + weight * f32::cast_from(v[v_row + d * v.stride(3)]);
-                        }
-                    } else {
-                        let mut d_p = 0.0f32;
-                        for d in 0..dim {
-                            d_p += d_out[d] * f32::cast_from(v[v_row + d * v.stride(3)]);
-                        }
-                        state[2] = state[2] * rescale + weight * d_p;
+                    // `Σ exp(s − m) ∂P` rescales with the maximum as `l` does.
+                    let mut d_p = 0.0f32;
+                    for d in 0..dim {
+                        d_p += d_out[d] * f32::cast_from(v[v_row + d * v.stride(3)]);
                     }
+                    let grown = select(s > state[0], s, state[0]);
+                    let (rescale, weight) = (f32::exp(state[0] - grown), f32::exp(s - grown));
+                    state[1] = state[1] * rescale + weight;
+                    state[2] = state[2] * rescale + weight * d_p;
                     state[0] = grown;
                 }
             }
@@ -177,28 +149,6 @@ fn visit_keys<F: Float, I: Numeric>(
             end = u32::cast_from(layout[parent]) as usize + u32::cast_from(layout[parent + 1]) as usize;
         }
     }
-}
-
-/// The units' running softmaxes merged, in unit order: `(the maximum, Σ l e^{m − max})`, and
-/// each unit's factor `e^{m − max}` left in `maxima`.
-#[cube]
-fn merge_softmax(maxima: &mut SharedMemory<f32>, sums: &SharedMemory<f32>, #[comptime] units: usize) -> (f32, f32) {
-    let mut top = f32::new(-3.0e38);
-    for w in 0..units {
-        top = select(maxima[w] > top, maxima[w], top);
-    }
-    let mut norm = 0.0f32;
-    for w in 0..units {
-        norm += sums[w] * f32::exp(maxima[w] - top);
-    }
-    sync_cube();
-    if UNIT_POS_X == 0 {
-        for w in 0..units {
-            maxima[w] = f32::exp(maxima[w] - top);
-        }
-    }
-    sync_cube();
-    (top, norm)
 }
 
 /// Loads row `(h, t)` of `x` (`[1, heads, total, dim]`, or with `token_major` the output's
@@ -241,43 +191,18 @@ fn packed_attention_kernel<F: Float, I: Numeric>(
     if row >= heads * total {
         terminate!();
     }
-    let unit = UNIT_POS_X as usize;
     let (h, t) = (row / total, row % total);
     let kv_head = h / (heads / k.shape(1));
     let mut query = Array::<f32>::new(dim);
     load_row::<F>(q, h, t, &mut query, dim, false);
-    let mut acc = Array::<f32>::new(dim);
-    for d in 0..dim {
-        acc[d] = 0.0f32;
-    }
     let mut state = Array::<f32>::new(3usize);
-    state[0] = f32::new(-3.0e38);
-    state[1] = 0.0f32;
-    state[2] = 0.0f32;
+    let mut acc = Array::<f32>::new(dim);
+    start_softmax(&mut state, &mut acc, dim);
     visit_keys::<F, I>(
         &query, &query, k, v, layout, t, kv_head, &mut state, &mut acc, 0.0f32, 0.0f32, scale, window, softcap, dim,
         units, FORWARD,
     );
-    let mut maxima = SharedMemory::<f32>::new(units);
-    let mut sums = SharedMemory::<f32>::new(units);
-    let mut partials = SharedMemory::<f32>::new(comptime!(units * dim));
-    maxima[unit] = state[0];
-    sums[unit] = state[1];
-    for d in 0..dim {
-        partials[unit * dim + d] = acc[d];
-    }
-    sync_cube();
-    let (_, norm) = merge_softmax(&mut maxima, &sums, units);
-    let out_row = (t * heads + h) * dim;
-    let mut d = unit;
-    while d < dim {
-        let mut sum = 0.0f32;
-        for w in 0..units {
-            sum += partials[w * dim + d] * maxima[w];
-        }
-        out[out_row + d] = F::cast_from(sum / norm);
-        d += units;
-    }
+    write_softmax::<F>(&state, &acc, out, (t * heads + h) * dim, dim, units);
 }
 
 /// Backward, per query row `r = head · total + t`: `stats[r] = [log Σ exp, D]` and
@@ -310,14 +235,9 @@ fn packed_attention_grad_q_kernel<F: Float, I: Numeric>(
     load_row::<F>(q, h, t, &mut query, dim, false);
     let mut d_out = Array::<f32>::new(dim);
     load_row::<F>(grad, h, t, &mut d_out, dim, true);
-    let mut acc = Array::<f32>::new(dim);
-    for d in 0..dim {
-        acc[d] = 0.0f32;
-    }
     let mut state = Array::<f32>::new(3usize);
-    state[0] = f32::new(-3.0e38);
-    state[1] = 0.0f32;
-    state[2] = 0.0f32;
+    let mut acc = Array::<f32>::new(dim);
+    start_softmax(&mut state, &mut acc, dim);
     visit_keys::<F, I>(
         &query, &d_out, k, v, layout, t, kv_head, &mut state, &mut acc, 0.0f32, 0.0f32, scale, window, softcap, dim,
         units, STATS,
@@ -358,6 +278,41 @@ fn packed_attention_grad_q_kernel<F: Float, I: Numeric>(
     if unit == 0 {
         stats[2 * row] = lse;
         stats[2 * row + 1] = big_d;
+    }
+}
+
+/// Adds query row `(h, t)`'s share to key `key`'s gradients: `∂v += P ∂o` and `∂k += ∂S q`
+/// (unscaled), `P = exp(s − lse)`, `∂S = P (∂o·v − D)` through the cap, with `[lse, D]` the
+/// row's `stats`.
+#[cube]
+fn key_grads_from<F: Float>(
+    q: &Tensor<F>,
+    grad: &Tensor<F>,
+    stats: &Tensor<f32>,
+    key: &Array<f32>,
+    value: &Array<f32>,
+    h: usize,
+    t: usize,
+    acc_k: &mut Array<f32>,
+    acc_v: &mut Array<f32>,
+    scale: f32,
+    softcap: f32,
+    #[comptime] dim: usize,
+) {
+    let q_row = h * q.stride(1) + t * q.stride(2);
+    let o_row = t * grad.stride(1) + h * grad.stride(2);
+    // q·k is symmetric: the key is the local row, the query the one read in place.
+    let (s, slope) = score::<F>(key, q, q_row, scale, softcap, dim);
+    let mut d_p = 0.0f32;
+    for d in 0..dim {
+        d_p += f32::cast_from(grad[o_row + d * grad.stride(3)]) * value[d];
+    }
+    let r = h * q.shape(2) + t;
+    let p = f32::exp(s - stats[2 * r]);
+    let d_s = p * (d_p - stats[2 * r + 1]) * slope;
+    for d in 0..dim {
+        acc_v[d] += p * f32::cast_from(grad[o_row + d * grad.stride(3)]);
+        acc_k[d] += d_s * f32::cast_from(q[q_row + d * q.stride(3)]);
     }
 }
 
@@ -422,27 +377,9 @@ fn packed_attention_grad_kv_kernel<F: Float, I: Numeric>(
                 if in_window(u32::cast_from(layout[total + t]), key_at, window) {
                     for j in 0..group {
                         let h = g * group + j;
-                        let q_row = h * q.stride(1) + t * q.stride(2);
-                        let o_row = t * grad.stride(1) + h * grad.stride(2);
-                        let mut s = 0.0f32;
-                        let mut d_p = 0.0f32;
-                        for d in 0..dim {
-                            s += f32::cast_from(q[q_row + d * q.stride(3)]) * key[d];
-                            d_p += f32::cast_from(grad[o_row + d * grad.stride(3)]) * value[d];
-                        }
-                        s *= scale;
-                        let mut slope = 1.0f32;
-                        if softcap > 0.0f32 {
-                            s = softcap * f32::tanh(s / softcap);
-                            slope = 1.0f32 - (s / softcap) * (s / softcap);
-                        }
-                        let r = h * total + t;
-                        let p = f32::exp(s - stats[2 * r]);
-                        let d_s = p * (d_p - stats[2 * r + 1]) * slope;
-                        for d in 0..dim {
-                            acc_v[d] += p * f32::cast_from(grad[o_row + d * grad.stride(3)]);
-                            acc_k[d] += d_s * f32::cast_from(q[q_row + d * q.stride(3)]);
-                        }
+                        key_grads_from::<F>(
+                            q, grad, stats, &key, &value, h, t, &mut acc_k, &mut acc_v, scale, softcap, dim,
+                        );
                     }
                 }
                 t += units;
