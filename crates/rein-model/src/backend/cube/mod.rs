@@ -2,7 +2,7 @@
 //! CubeCL compiles for the device at run time (NVRTC on CUDA, WGSL/SPIR-V on wgpu), one launch
 //! where burn's generic ops take several, each with its backward.
 //!
-//! - `norm.rs`: RMSNorm, one cube per row (two launches backward, `∂w` summed over rows in
+//! - `norm.rs`: RMSNorm, one cube per row (three launches backward, `∂w` summed over rows in
 //!   a fixed order).
 //! - `glu.rs`: the SwiGLU and GeGLU gates and their backward, element-wise, reading the
 //!   halves of a fused gate-and-up product through their strides.

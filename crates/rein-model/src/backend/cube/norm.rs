@@ -32,6 +32,21 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> NormKernel
     }
 }
 
+/// `1/sqrt(mean(x²) + ε)` of the `hidden` values of `x` from `base`, the cube's units each
+/// summing every `CUBE_DIM_X`-th square.
+#[cube]
+fn row_inv_rms<F: Float>(x: &Tensor<F>, base: usize, hidden: usize, eps: f32, shared: &mut SharedMemory<f32>) -> f32 {
+    let (unit, units) = (UNIT_POS_X as usize, CUBE_DIM_X as usize);
+    let mut squares = 0.0f32;
+    let mut i = unit;
+    while i < hidden {
+        let v = f32::cast_from(x[base + i]);
+        squares += v * v;
+        i += units;
+    }
+    1.0f32 / f32::sqrt(cube_reduce(squares, shared, false) / f32::cast_from(hidden) + eps)
+}
+
 /// `out = w ⊙ x / sqrt(mean(x²) + ε)` for the row of this cube.
 #[cube(launch)]
 fn rms_norm_kernel<F: Float>(
@@ -50,14 +65,7 @@ fn rms_norm_kernel<F: Float>(
     let (hidden, unit, units) = (hidden as usize, UNIT_POS_X as usize, CUBE_DIM_X as usize);
     let base = row * hidden;
     let mut shared = SharedMemory::<f32>::new(ROW_UNITS as usize);
-    let mut squares = 0.0f32;
-    let mut i = unit;
-    while i < hidden {
-        let v = f32::cast_from(x[base + i]);
-        squares += v * v;
-        i += units;
-    }
-    let inv_rms = 1.0f32 / f32::sqrt(cube_reduce(squares, &mut shared, false) / f32::cast_from(hidden) + eps);
+    let inv_rms = row_inv_rms::<F>(x, base, hidden, eps, &mut shared);
     let mut i = unit;
     while i < hidden {
         out[base + i] = F::cast_from(f32::cast_from(weight[i]) * (f32::cast_from(x[base + i]) * inv_rms));
@@ -86,14 +94,7 @@ fn rms_norm_backward_x_kernel<F: Float>(
     let (hidden, unit, units) = (hidden as usize, UNIT_POS_X as usize, CUBE_DIM_X as usize);
     let base = row * hidden;
     let mut shared = SharedMemory::<f32>::new(ROW_UNITS as usize);
-    let mut squares = 0.0f32;
-    let mut i = unit;
-    while i < hidden {
-        let v = f32::cast_from(x[base + i]);
-        squares += v * v;
-        i += units;
-    }
-    let r = 1.0f32 / f32::sqrt(cube_reduce(squares, &mut shared, false) / f32::cast_from(hidden) + eps);
+    let r = row_inv_rms::<F>(x, base, hidden, eps, &mut shared);
     let mut gx = 0.0f32;
     let mut i = unit;
     while i < hidden {
