@@ -154,20 +154,7 @@ mod tests {
     use burn::tensor::{Distribution, Int, Tensor, TensorData, TensorPrimitive};
 
     use super::*;
-    use crate::backend::testing::{A, assert_close, assert_tensors_close, random, raw};
-
-    /// RoPE tables with equal halves, as `lm::Rope` builds them: `[positions, dim]`.
-    fn tables(positions: usize, dim: usize) -> (Tensor<A, 2>, Tensor<A, 2>) {
-        let half = dim / 2;
-        let angle = |p: usize, i: usize| p as f32 * (0.3 + i as f32 * 0.7);
-        let table = |f: fn(f32) -> f32| {
-            let values: Vec<f32> = (0..positions)
-                .flat_map(|p| (0..dim).map(move |j| f(angle(p, j % half))))
-                .collect();
-            Tensor::<A, 2>::from_data(TensorData::new(values, [positions, dim]), &Default::default())
-        };
-        (table(f32::cos), table(f32::sin))
-    }
+    use crate::backend::testing::{A, assert_close, assert_tensors_close, random, raw, rope_tables};
 
     #[test]
     fn rope_backward_equals_burns_autodiff_of_the_ops() {
@@ -179,7 +166,7 @@ mod tests {
             let weights = Tensor::<A, 4>::random([batch, heads, seq, dim], Distribution::Normal(0.0, 1.0), &device);
             let positions: Vec<i64> = (0..batch * seq).map(|i| (i * 3 % 11) as i64).collect();
             let positions = Tensor::<A, 2, Int>::from_data(TensorData::new(positions, [batch, seq]), &device);
-            let (cos, sin) = tables(11, dim);
+            let (cos, sin) = rope_tables::<A>(11, dim);
             let raw = |t: Tensor<A, 2>| t.into_primitive().tensor();
             let run = |kernel: bool| {
                 let _graph = crate::one_graph();

@@ -19,6 +19,26 @@ pub(super) fn assert_close(what: &str, kernel: &[f32], ops: &[f32], tolerance: f
     }
 }
 
+/// RoPE tables with equal halves, as `lm::Rope` builds them: `[positions, dim]` cosines and
+/// sines.
+pub(super) fn rope_tables<B: burn::tensor::backend::Backend>(
+    positions: usize,
+    dim: usize,
+) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    let half = dim / 2;
+    let angle = |p: usize, i: usize| p as f32 * (0.3 + i as f32 * 0.7);
+    let table = |f: fn(f32) -> f32| {
+        let values: Vec<f32> = (0..positions)
+            .flat_map(|p| (0..dim).map(move |j| f(angle(p, j % half))))
+            .collect();
+        Tensor::<B, 2>::from_data(
+            burn::tensor::TensorData::new(values, [positions, dim]),
+            &Default::default(),
+        )
+    };
+    (table(f32::cos), table(f32::sin))
+}
+
 pub(super) fn random<const D: usize>(shape: [usize; D], seed: u64) -> Tensor<Flex, D> {
     let device = Default::default();
     Flex::seed(&device, seed);

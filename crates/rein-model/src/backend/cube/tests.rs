@@ -16,7 +16,7 @@ use crate::backend::glu::{glu_backward_ops, glu_ops};
 use crate::backend::head::{log_prob_entropy_backward_ops, log_prob_entropy_ops};
 use crate::backend::norm::{rms_norm_backward_ops, rms_norm_ops};
 use crate::backend::rope::rope_ops;
-use crate::backend::testing::{assert_close, rand_like};
+use crate::backend::testing::{assert_close, rand_like, rope_tables};
 use crate::backend::{
     AttentionKernels, GluKernels, HeadKernels, LinearKernels, NormKernels, PackedSequences, RopeKernels, Scoring,
 };
@@ -135,14 +135,7 @@ fn rope_and_its_gradient_match_burns_ops_on_a_transposed_view() {
     let (batch, seq, heads, dim, positions) = (2, 5, 3, 16, 11);
     let x = tensor::<A, 4>([batch, seq, heads, dim], 6).require_grad();
     let weights = tensor::<A, 4>([batch, heads, seq, dim], 7);
-    let half = dim / 2;
-    let table = |f: fn(f32) -> f32| {
-        let values: Vec<f32> = (0..positions)
-            .flat_map(|p| (0..dim).map(move |j| f(p as f32 * (0.3 + (j % half) as f32 * 0.7))))
-            .collect();
-        Tensor::<A, 2>::from_data(TensorData::new(values, [positions, dim]), &device)
-    };
-    let (cos, sin) = (table(f32::cos), table(f32::sin));
+    let (cos, sin) = rope_tables::<A>(positions, dim);
     let at: Vec<i64> = (0..batch * seq).map(|i| (i * 3 % positions) as i64).collect();
     let at = Tensor::<A, 2, Int>::from_data(TensorData::new(at, [batch, seq]), &device);
     let run = |kernel: bool| {
