@@ -36,6 +36,8 @@ pub mod safetensors_file;
 pub mod vision;
 
 pub use actor_critic::{ActionHead, ActorCritic, ActorCriticConfig};
+#[cfg(feature = "cuda")]
+pub use backend::cublas_library;
 pub use backend::{
     AttentionKernels, CudaMatmul, GluKernels, HeadKernels, LinearKernels, LoraKernels, NormKernels, PackedSequences,
     ReinAutodiffBackend, ReinBackend, RopeKernels, Scoring, TanhKernels, affine, cuda_matmul, generic_ops, held_in,

@@ -87,14 +87,18 @@ pub trait ReinBackend:
 
 impl<B: ReinBackend, C: CheckpointStrategy> ReinBackend for Autodiff<B, C> {}
 
-/// How CUDA multiplies f32 matrices ([`LinearKernels::matmul`], and so every product of a
+/// How CUDA multiplies matrices ([`LinearKernels::matmul`], and so every product of a
 /// model). The CPU is unaffected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CudaMatmul {
+    /// cuBLAS, opened at run time: f32 in full f32 (TF32 off, PyTorch's default), bf16 and f16
+    /// on tensor cores accumulating in f32. Where cuBLAS cannot be opened (said once on
+    /// stderr), or on another CubeCL runtime, [`CudaMatmul::FullF32`].
+    #[default]
+    Cublas,
     /// Full f32, one output tile per unit (cubek-matmul's `SimpleUnit`): PyTorch's default
     /// precision, the one rein's parity bounds hold for. (cubek's double-buffered `DoubleUnit`
-    /// measured half as fast on an H100.)
-    #[default]
+    /// measured half as fast on an H100.) Other dtypes take burn's own product.
     FullF32,
     /// burn-cuda's own product: tensor cores with f32 inputs staged as TF32 (10-bit mantissa),
     /// as PyTorch with `allow_tf32 = True`. Products ~1e-3 off (relative).
@@ -103,17 +107,25 @@ pub enum CudaMatmul {
 
 static CUDA_MATMUL: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
-/// Sets how CUDA multiplies f32 matrices, process-wide.
+/// Sets how CUDA multiplies matrices, process-wide.
 pub fn set_cuda_matmul(kind: CudaMatmul) {
     CUDA_MATMUL.store(kind as u8, Ordering::Relaxed);
 }
 
-/// How CUDA multiplies f32 matrices now ([`set_cuda_matmul`]).
+/// How CUDA multiplies matrices now ([`set_cuda_matmul`]).
 pub fn cuda_matmul() -> CudaMatmul {
     match CUDA_MATMUL.load(Ordering::Relaxed) {
-        1 => CudaMatmul::Tf32,
-        _ => CudaMatmul::FullF32,
+        1 => CudaMatmul::FullF32,
+        2 => CudaMatmul::Tf32,
+        _ => CudaMatmul::Cublas,
     }
+}
+
+/// cuBLAS's version, or why it cannot be opened (the library path, and what to install): what
+/// [`CudaMatmul::Cublas`] runs on.
+#[cfg(feature = "cuda")]
+pub fn cublas_library() -> Result<&'static str, &'static str> {
+    cube::cublas_library()
 }
 
 /// Set: every kernel of [`ReinBackend`] on Flex takes its default, burn's generic ops.

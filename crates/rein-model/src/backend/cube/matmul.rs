@@ -26,14 +26,24 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LinearKern
     }
 }
 
-/// `a · b`, batched over the leading dimensions as burn's matmul is: in full f32 when both are
-/// f32, unless [`crate::backend::set_cuda_matmul`] chose TF32.
+/// `a · b`, batched over the leading dimensions as burn's matmul is, as
+/// [`crate::backend::set_cuda_matmul`] chose: through cuBLAS on CUDA where it opens; else in
+/// full f32 when both are f32 (other dtypes: burn's product), or burn's TF32 product.
 ///
 /// # Panics
 /// If the kernel cannot be set up for these tensors, as burn's own matmul does.
 fn matmul<R: CubeRuntime>(a: CubeTensor<R>, b: CubeTensor<R>) -> CubeTensor<R> {
+    let choice = crate::backend::cuda_matmul();
+    #[cfg(feature = "cuda")]
+    let (a, b) = match choice {
+        CudaMatmul::Cublas => match super::cublas::matmul(a, b) {
+            Ok(out) => return out,
+            Err(operands) => operands,
+        },
+        _ => (a, b),
+    };
     let dtype = a.dtype;
-    if dtype != DType::F32 || b.dtype != DType::F32 || crate::backend::cuda_matmul() == CudaMatmul::Tf32 {
+    if dtype != DType::F32 || b.dtype != DType::F32 || choice == CudaMatmul::Tf32 {
         return burn_cubecl::kernel::matmul::matmul(a, b, None, Default::default(), dtype)
             .expect("burn's matmul launches for these tensors");
     }

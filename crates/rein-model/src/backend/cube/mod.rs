@@ -16,7 +16,8 @@
 //!   their merge in unit order).
 //! - `head.rs`: the chosen tokens' log-probabilities and the entropies from rows of logits,
 //!   and their backward, one cube per row.
-//! - `matmul.rs`: products in full f32, where burn's own stage f32 inputs as TF32.
+//! - `matmul.rs`: products in full f32, where burn's own stage f32 inputs as TF32; on CUDA
+//!   through cuBLAS (`cublas.rs`, laid out by `gemm_plan.rs`) where it can be opened.
 //!
 //! Every kernel reads and writes the tensors' own dtype (f32, f16, bf16) and computes in f32.
 //! The families without a kernel here keep their defaults, burn's generic ops. This module owns
@@ -27,6 +28,10 @@
 //! machine without a GPU, on Mesa's lavapipe (a Vulkan driver on the CPU).
 
 mod attention;
+#[cfg(feature = "cuda")]
+mod cublas;
+#[cfg(any(feature = "cuda", test))]
+mod gemm_plan;
 mod glu;
 mod head;
 mod matmul;
@@ -44,6 +49,8 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use cubecl::prelude::*;
 
 use super::{LoraKernels, ReinBackend, TanhKernels};
+#[cfg(feature = "cuda")]
+pub(super) use cublas::library as cublas_library;
 
 /// Units per cube of the kernels that reduce a row: a power of two, as [`cube_reduce`] needs.
 const ROW_UNITS: u32 = 256;
