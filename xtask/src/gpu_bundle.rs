@@ -174,8 +174,8 @@ const ALLOWED_LIBRARIES: &[&str] = &[
 ];
 
 /// What `cargo xtask gpu-bundle --check` checks of a bundle written to `dir`: every file `run.sh` reads is
-/// there, the binaries link nothing beyond the C runtime, and without a GPU `run.sh` says that
-/// nothing was checked and fails.
+/// there, the binaries link nothing beyond the C runtime, `rein-gpu-check --cublas` says what it
+/// finds, and without a GPU `run.sh` says that nothing was checked and fails.
 fn check(dir: &Path) -> anyhow::Result<()> {
     let mut expected: Vec<String> = [
         "run.sh",
@@ -203,6 +203,11 @@ fn check(dir: &Path) -> anyhow::Result<()> {
             .args(["-d", "-c"])
             .arg(dir.join(format!("{binary}.xz")))
             .stdout(file))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o755))?;
+        }
         let ldd = output(std::process::Command::new("ldd").arg(&out))?;
         for line in ldd.lines() {
             let library = line.split_whitespace().next().unwrap_or("");
@@ -213,6 +218,7 @@ fn check(dir: &Path) -> anyhow::Result<()> {
             );
         }
     }
+    cublas_refusal(&unpacked.join("rein-gpu-check"))?;
     let gpu = std::process::Command::new("nvidia-smi")
         .arg("-L")
         .output()
@@ -229,5 +235,31 @@ fn check(dir: &Path) -> anyhow::Result<()> {
             out.status.code()
         );
     }
+    Ok(())
+}
+
+/// `rein-gpu-check --cublas` (at `binary`) names cuBLAS's version where the library opens, and
+/// otherwise the library it looked for and what to do: the line `run.sh` prints.
+fn cublas_refusal(binary: &Path) -> anyhow::Result<()> {
+    let out = std::process::Command::new(binary)
+        .arg("--cublas")
+        .output()
+        .with_context(|| format!("running {} --cublas", binary.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let said = match out.status.code() {
+        Some(0) => stdout.starts_with("cuBLAS "),
+        Some(1) => ["libcublas.so", "LD_LIBRARY_PATH", "nvidia-cublas"]
+            .iter()
+            .all(|needed| stdout.contains(needed)),
+        _ => false,
+    };
+    anyhow::ensure!(
+        said,
+        "rein-gpu-check --cublas must print cuBLAS's version (exit 0), or the library it looked for and \
+         how to install it (exit 1); it exited {:?}:\n{stdout}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("rein-gpu-check --cublas: {}", stdout.trim());
     Ok(())
 }

@@ -43,8 +43,10 @@ enum SpeedRow {
     Step,
     /// The matmul ceilings (burn's and rein's products; bf16 and TF32 on CUDA).
     Matmul,
-    /// The GRPO step in mixed precision (bf16 products), and its phases: last, as the newest.
+    /// The GRPO step in mixed precision (bf16 products), and its phases.
     StepBf16,
+    /// Greedy generation with bf16 products at each `--batches` size.
+    GenerationBf16,
 }
 
 /// Parity and speed of rein on one device.
@@ -72,6 +74,9 @@ struct Args {
     /// Rows of the timed GRPO step.
     #[arg(long, default_value_t = 8)]
     step_rows: usize,
+    /// Completion tokens of each row of the GRPO step (default: `--new-tokens`).
+    #[arg(long)]
+    step_tokens: Option<usize>,
     /// Skip the parity rows (speed only).
     #[arg(long)]
     no_parity: bool,
@@ -93,10 +98,17 @@ struct Args {
     /// Where the rows go, rewritten after each one.
     #[arg(long, default_value = "results.json")]
     out: PathBuf,
+    /// Only say whether cuBLAS opens (its version, or why not and what to install) and exit:
+    /// status 0 if it opened, 1 if not. Needs no GPU.
+    #[arg(long)]
+    cublas: bool,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.cublas {
+        return cublas();
+    }
     if args.generic_ops {
         rein_model::use_generic_ops(true);
     }
@@ -116,28 +128,62 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--cublas`: one line, cuBLAS's version or why it does not open.
+#[cfg(feature = "cuda")]
+fn cublas() -> ExitCode {
+    match rein_model::cublas_library() {
+        Ok(version) => {
+            println!("cuBLAS {version}");
+            ExitCode::SUCCESS
+        }
+        Err(why) => {
+            println!("{why}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cublas() -> ExitCode {
+    eprintln!("error: this rein-gpu-check was built without CUDA; build it with `--features cuda`");
+    ExitCode::from(2)
+}
+
 #[cfg(feature = "cuda")]
 fn cuda(args: &Args) -> Option<Report> {
     use burn::backend::Cuda;
+    use rein_model::CudaMatmul;
+    type CudaBf16 = Cuda<burn::tensor::bf16>;
     let device = burn::backend::cuda::CudaDevice::default();
     checks::<Cuda>("cuda:0 (burn-cuda)", args, &device, |device, report| {
+        report.info(
+            "products: cuBLAS",
+            match rein_model::cublas_library() {
+                Ok(version) => format!("cuBLAS {version}: every product above, f32 without TF32"),
+                Err(why) => format!("not opened, products above on CubeCL's kernels: {why}"),
+            },
+        );
         if args.speed_model.is_none() || !args.speed_rows.contains(&SpeedRow::Matmul) {
             return;
         }
-        let mut bf16 = |n| {
-            parity::guarded::<Cuda<burn::tensor::bf16>>(report, device, "burn matmul bf16", Kind::Speed, |report| {
-                speed::matmul_rate::<Cuda<burn::tensor::bf16>>("bf16", n, device, report)
+        for n in [4096, 8192] {
+            parity::guarded::<CudaBf16>(report, device, "burn matmul bf16", Kind::Speed, |report| {
+                speed::matmul_rate::<CudaBf16>("bf16", n, device, report)
             });
-        };
-        bf16(4096);
-        bf16(8192);
-        // rein's products with TF32 chosen: their precision and rate.
-        rein_model::set_cuda_matmul(rein_model::CudaMatmul::Tf32);
-        probe::matmul_precision::<Cuda>(device, report);
-        parity::guarded::<Cuda>(report, device, "rein matmul f32", Kind::Speed, |report| {
-            speed::rein_matmul_rate::<Cuda>(4096, device, report)
-        });
-        rein_model::set_cuda_matmul(rein_model::CudaMatmul::default());
+            parity::guarded::<CudaBf16>(report, device, "rein matmul bf16", Kind::Speed, |report| {
+                speed::rein_matmul_rate::<CudaBf16>("bf16", n, device, report)
+            });
+        }
+        // rein's products on CubeCL's kernels: full f32 (where cuBLAS is missing) and TF32
+        // (their precision, too).
+        for choice in [CudaMatmul::FullF32, CudaMatmul::Tf32] {
+            rein_model::set_cuda_matmul(choice);
+            probe::matmul_precision::<Cuda>(device, report);
+            parity::guarded::<Cuda>(report, device, "rein matmul f32", Kind::Speed, |report| {
+                speed::rein_matmul_rate::<Cuda>("f32", 4096, device, report)
+            });
+        }
+        rein_model::set_cuda_matmul(CudaMatmul::default());
     })
 }
 
@@ -189,11 +235,17 @@ fn checks<B: ReinBackend>(
             batches: &args.batches,
             new_tokens: args.new_tokens,
             step_rows: args.step_rows,
+            step_tokens: args.step_tokens.unwrap_or(args.new_tokens),
         };
         let rows = &args.speed_rows;
         if rows.contains(&SpeedRow::Generation) {
             parity::guarded::<B>(&mut report, device, "generation speed", Kind::Speed, |report| {
-                speed::generation::<B>(&setup, device, report)
+                speed::generation::<B>(&setup, ModelDtype::F32, device, report)
+            });
+        }
+        if rows.contains(&SpeedRow::GenerationBf16) {
+            parity::guarded::<B>(&mut report, device, "generation speed bf16", Kind::Speed, |report| {
+                speed::generation::<B>(&setup, ModelDtype::Bf16, device, report)
             });
         }
         if rows.contains(&SpeedRow::Step) {
@@ -211,7 +263,7 @@ fn checks<B: ReinBackend>(
                 speed::matmul_rate::<B>("f32", n, device, report)
             });
             parity::guarded::<B>(&mut report, device, "rein matmul f32", Kind::Speed, |report| {
-                speed::rein_matmul_rate::<B>(n, device, report)
+                speed::rein_matmul_rate::<B>("f32", n, device, report)
             });
         }
         if rows.contains(&SpeedRow::StepBf16) {

@@ -29,8 +29,17 @@ pub struct SpeedSetup<'a> {
     pub batches: &'a [usize],
     /// Tokens generated per sequence (no stop token: every row generates all of them).
     pub new_tokens: usize,
-    /// Rows of the GRPO step (each a prompt and a `new_tokens` completion).
+    /// Rows of the GRPO step (each a prompt and a `step_tokens` completion).
     pub step_rows: usize,
+    /// Completion tokens of each row of the GRPO step.
+    pub step_tokens: usize,
+}
+
+fn dtype_name(dtype: ModelDtype) -> &'static str {
+    match dtype {
+        ModelDtype::F32 => "f32",
+        ModelDtype::Bf16 => "bf16",
+    }
 }
 
 fn sync<B: Backend>(device: &B::Device) -> Result<()> {
@@ -49,9 +58,17 @@ fn settle<B: Backend>(device: &B::Device, report: &mut Report, what: &str) {
     }
 }
 
-/// Generation tokens/s at each batch size, greedy, every sequence `new_tokens` long.
-pub fn generation<B: ReinBackend>(setup: &SpeedSetup<'_>, device: &B::Device, report: &mut Report) -> Result<()> {
-    let model = load::<B>(setup.model, device).with_context(|| format!("loading {}", setup.model.display()))?;
+/// Generation tokens/s at each batch size, greedy, every sequence `new_tokens` long, the
+/// products in `dtype` (the weights f32).
+pub fn generation<B: ReinBackend>(
+    setup: &SpeedSetup<'_>,
+    dtype: ModelDtype,
+    device: &B::Device,
+    report: &mut Report,
+) -> Result<()> {
+    let model = load::<B>(setup.model, device)
+        .with_context(|| format!("loading {}", setup.model.display()))?
+        .with_dtype(dtype);
     let prompts: Vec<Vec<u32>> = serde_json::from_str(
         &std::fs::read_to_string(setup.prompts).with_context(|| format!("reading {}", setup.prompts.display()))?,
     )
@@ -87,7 +104,7 @@ pub fn generation<B: ReinBackend>(setup: &SpeedSetup<'_>, device: &B::Device, re
         let seconds = start.elapsed().as_secs_f64();
         let tokens: usize = out.iter().map(|g| g.tokens.len()).sum();
         report.speed(
-            format!("rein generate f32, batch {batch}"),
+            format!("rein generate {}, batch {batch}", dtype_name(dtype)),
             tokens as f64 / seconds,
             "tok/s",
             format!("{tokens} tokens in {seconds:.2} s, greedy"),
@@ -113,7 +130,7 @@ pub fn grpo_step<B: ReinBackend>(
     let vocab = model.config().vocab_size as u32;
     let completions: Vec<Vec<u32>> = (0..setup.step_rows)
         .map(|r| {
-            (0..setup.new_tokens)
+            (0..setup.step_tokens)
                 .map(|j| ((r * 7919 + j * 104_729) as u32) % vocab)
                 .collect()
         })
@@ -169,7 +186,7 @@ pub fn grpo_step<B: ReinBackend>(
         },
         batch.rows,
         prompts[0].len(),
-        setup.new_tokens
+        setup.step_tokens
     );
     report.speed(
         title.clone(),
@@ -201,9 +218,10 @@ pub fn matmul_rate<B: Backend>(label: &str, n: usize, device: &B::Device, report
     product_rate::<B>(&format!("burn matmul {label}"), n, device, report, |a, b| a.matmul(b))
 }
 
-/// The `n × n` rate of rein's product ([`rein_model::LinearKernels::matmul`]: full f32 on CUDA).
-pub fn rein_matmul_rate<B: ReinBackend>(n: usize, device: &B::Device, report: &mut Report) -> Result<()> {
-    let label = format!("rein matmul f32 ({:?})", rein_model::cuda_matmul());
+/// The `n × n` rate of rein's product ([`rein_model::LinearKernels::matmul`], as
+/// [`rein_model::cuda_matmul`] chooses on CUDA), for backend `B` (its float type).
+pub fn rein_matmul_rate<B: ReinBackend>(label: &str, n: usize, device: &B::Device, report: &mut Report) -> Result<()> {
+    let label = format!("rein matmul {label} ({:?})", rein_model::cuda_matmul());
     product_rate::<B>(&label, n, device, report, |a, b| {
         Tensor::from_primitive(TensorPrimitive::Float(B::matmul(
             a.into_primitive().tensor(),

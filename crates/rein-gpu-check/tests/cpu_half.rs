@@ -56,17 +56,23 @@ fn without_cuda_compiled_in_the_cuda_device_is_refused_by_name() {
     if cfg!(feature = "cuda") {
         return;
     }
-    let run = Command::new(env!("CARGO_BIN_EXE_rein-gpu-check"))
-        .args(["--device", "cuda"])
-        .output()
-        .unwrap();
-    assert_eq!(run.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&run.stderr).contains("--features cuda"));
+    for args in [&["--device", "cuda"][..], &["--cublas"]] {
+        let run = Command::new(env!("CARGO_BIN_EXE_rein-gpu-check"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(run.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&run.stderr).contains("--features cuda"),
+            "{args:?}"
+        );
+    }
 }
 
 /// The speed rows run on the CPU too (their figures are not checked, only that each row chosen
-/// is there and no other): the GRPO step and its three phases, in f32 and in mixed precision,
-/// on a tiny checkpoint.
+/// is there and no other): generation with bf16 products, and the GRPO step and its three
+/// phases, in f32 and in mixed precision, with completions of their own length, on a tiny
+/// checkpoint.
 #[test]
 fn the_chosen_speed_rows_run_and_no_others() {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
@@ -80,8 +86,12 @@ fn the_chosen_speed_rows_run_and_no_others() {
             "cpu",
             "--no-parity",
             "--speed-rows",
-            "step,step-bf16",
+            "generation-bf16,step,step-bf16",
             "--step-rows",
+            "2",
+            "--step-tokens",
+            "5",
+            "--batches",
             "2",
         ])
         .args(["--new-tokens", "3", "--speed-model"])
@@ -101,13 +111,13 @@ fn the_chosen_speed_rows_run_and_no_others() {
         .filter(|r| r["kind"] == "speed")
         .map(|r| r["check"].as_str().unwrap())
         .collect();
-    let expected: Vec<String> = ["f32", "bf16 mixed"]
-        .iter()
-        .flat_map(|dtype| {
-            let step = format!("rein grpo step {dtype}, 2 rows × 4+3");
-            std::iter::once(step.clone())
-                .chain(["forward and loss", "backward", "clip and AdamW"].map(|phase| format!("{step}: {phase}")))
-        })
+    let steps = ["f32", "bf16 mixed"].iter().flat_map(|dtype| {
+        let step = format!("rein grpo step {dtype}, 2 rows × 4+5");
+        std::iter::once(step.clone())
+            .chain(["forward and loss", "backward", "clip and AdamW"].map(|phase| format!("{step}: {phase}")))
+    });
+    let expected: Vec<String> = std::iter::once("rein generate bf16, batch 2".to_string())
+        .chain(steps)
         .collect();
     assert_eq!(speed, expected, "{stdout}");
 }

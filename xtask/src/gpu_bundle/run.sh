@@ -25,8 +25,8 @@ for packed in rein-gpu-check.xz rein.xz; do
   chmod +x "${packed%.xz}"
 done
 
-# NVRTC and the CUDA headers the kernels are compiled against: a CUDA toolkit if there is one,
-# else the ones PyTorch's wheels bring (site-packages/nvidia/*/).
+# NVRTC and the CUDA headers the kernels are compiled against, and cuBLAS the products run on: a
+# CUDA toolkit if there is one, else the ones PyTorch's wheels bring (site-packages/nvidia/*/).
 site=$("$PYTHON" -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null || true)
 if [ -z "${CUDA_PATH:-}" ]; then
   for candidate in /usr/local/cuda /opt/cuda "$site"/nvidia/cu13 "$site"/nvidia/cuda_runtime; do
@@ -34,7 +34,9 @@ if [ -z "${CUDA_PATH:-}" ]; then
   done
 fi
 for lib in "${CUDA_PATH:-/usr/local/cuda}"/lib64 "${CUDA_PATH:-/usr/local/cuda}"/targets/x86_64-linux/lib "$site"/nvidia/*/lib; do
-  if ls "$lib"/libnvrtc.so* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+  if compgen -G "$lib/libnvrtc.so*" >/dev/null || compgen -G "$lib/libcublas.so*" >/dev/null; then
+    export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
 done
 
 echo "== device"
@@ -42,6 +44,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 nvidia-smi | grep -o 'CUDA Version: [0-9.]*' || true
 echo "CUDA_PATH=${CUDA_PATH:-(none)}"
 echo "NVRTC: $(for d in ${LD_LIBRARY_PATH//:/ }; do ls "$d"/libnvrtc.so.* 2>/dev/null; done | head -1)"
+echo "cuBLAS: $(./rein-gpu-check --cublas) ($(for d in ${LD_LIBRARY_PATH//:/ }; do ls "$d"/libcublas.so.* 2>/dev/null; done | head -1))"
 "$PYTHON" -c 'import torch, transformers; print("torch", torch.__version__, "CUDA", torch.version.cuda, "| transformers", transformers.__version__)'
 
 # The device memory a command used at its peak: nvidia-smi's reading every 100 ms while it runs
@@ -85,7 +88,28 @@ if [ -e speed-model/config.json ]; then
   tail -n 20 peers.log
 fi
 
-"$PYTHON" summary.py rein.json peers.json ppo.json results.json
+echo "== the large checkpoint (random Qwen2.5-0.5B-shaped Qwen2, seed 0): products decide"
+"$PYTHON" gpu_torch.py --create large-model --shape qwen2.5-0.5b --prompts large-prompts.json ||
+  echo "could not write the large checkpoint"
+if [ -e large-model/config.json ]; then
+  # bf16 products both sides: generation at batch 256, one GRPO step of 8 × (64 + 512) tokens.
+  sample_memory rein-large-memory.txt
+  timeout "${LARGE_TIMEOUT:-200}" ./rein-gpu-check --device cuda --no-parity --fixtures fixtures \
+    --speed-model large-model --prompts large-prompts.json --speed-rows generation-bf16,step-bf16 \
+    --batches 256 --new-tokens 128 --step-rows 8 --step-tokens 512 --out rein-large.json > rein-large.log 2>&1
+  # Exit status 1 is expected: without parity rows nothing is claimed to hold.
+  if [ $? -eq 124 ]; then echo "rein-gpu-check on the large checkpoint ran past ${LARGE_TIMEOUT:-200} s"; fi
+  stop_sampling
+  grep -E '^(speed|error)' rein-large.log
+  sample_memory peers-large-memory.txt
+  timeout "${PEER_TIMEOUT:-200}" "$PYTHON" gpu_torch.py --bench large-model --prompts large-prompts.json \
+    --batches 256 --new-tokens 128 --generate-dtypes bf16 --step-rows 8 --step-tokens 512 --step-dtypes bf16 \
+    --no-matmul --out peers-large.json > peers-large.log 2>&1 || echo "the large peers did not finish (peers-large.log)"
+  stop_sampling
+  tail -n 5 peers-large.log
+fi
+
+"$PYTHON" summary.py rein.json peers.json ppo.json results.json --large rein-large.json peers-large.json
 summary=$?
 
 # Kernel profiles, one rein-gpu-check per part so each log is that part's alone: cubecl's

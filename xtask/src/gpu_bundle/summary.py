@@ -1,5 +1,9 @@
-"""Merges the GPU check's rows (rein-gpu-check, the PyTorch peers, PPO on CartPole) into
-results.json and prints them as one table. Exit status 1 if a parity row failed or is missing."""
+"""Merges the GPU check's rows (rein-gpu-check, the PyTorch peers, PPO on CartPole, and both
+sides' speed rows on the large checkpoint) into results.json and prints them as one table.
+Exit status 1 if a parity row failed or is missing.
+
+    python3 summary.py REIN PEERS PPO OUT [--large REIN_LARGE PEERS_LARGE]
+"""
 
 import json
 import os
@@ -24,7 +28,23 @@ def peak_memory(path):
     return max(readings) - readings[0] if readings else None
 
 
-def main(rein_path, peers_path, ppo_path, out_path):
+def large_rows(rein_path, peers_path):
+    """Both sides' speed rows on the large checkpoint, named after it, and each side's peak memory."""
+    rows = []
+    for path in (rein_path, peers_path):
+        for row in (load(path) or {}).get("rows", []):
+            if row["kind"] == "speed":
+                rows.append(dict(row, check=f"qwen2.5-0.5b: {row['check']}", ok=row.get("ok", True), bound=None))
+    for side, path in (("rein-gpu-check", "rein-large-memory.txt"), ("PyTorch peers", "peers-large-memory.txt")):
+        peak = peak_memory(path)
+        if peak is not None:
+            rows.append({"check": f"qwen2.5-0.5b: peak device memory, {side}", "kind": "speed",
+                         "value": peak / 1024, "unit": "GiB", "bound": None, "ok": True,
+                         "detail": "nvidia-smi every 100 ms, above the reading at start (CUDA context included)"})
+    return rows
+
+
+def main(rein_path, peers_path, ppo_path, out_path, large=None):
     rein = load(rein_path)
     peers = load(peers_path)
     ppo = load(ppo_path)
@@ -48,11 +68,13 @@ def main(rein_path, peers_path, ppo_path, out_path):
             rows.append({"check": f"peak device memory, {side}", "kind": "speed", "value": peak / 1024,
                          "unit": "GiB", "bound": None, "ok": True,
                          "detail": "nvidia-smi every 100 ms, above the reading at start (CUDA context included)"})
+    if large:
+        rows.extend(large_rows(*large))
     versions = {"torch": (peers or {}).get("torch"), "cuda": (peers or {}).get("cuda")}
     with open(out_path, "w") as f:
         json.dump({"device": rein["device"] if rein else None, "versions": versions, "rows": rows}, f, indent=1)
 
-    print(f"\n{'':6} {'check':<48} {'value':>16} {'bound':>8}  detail")
+    print(f"\n{'':6} {'check':<60} {'value':>16} {'bound':>8}  detail")
     for row in rows:
         kind = row["kind"]
         status = {"parity": "ok" if row["ok"] else "FAIL", "speed": "speed" if row["ok"] else "error",
@@ -65,7 +87,7 @@ def main(rein_path, peers_path, ppo_path, out_path):
         else:
             shown = f"{value:.3f} {row['unit']}"
         bound = "" if row.get("bound") is None else f"{row['bound']:.0e}"
-        print(f"{status:<6} {row['check']:<48} {shown:>16} {bound:>8}  {row['detail']}")
+        print(f"{status:<6} {row['check']:<60} {shown:>16} {bound:>8}  {row['detail']}")
     parity = [r for r in rows if r["kind"] == "parity"]
     failed = [r for r in parity if not r["ok"]]
     print(f"{len(parity)} parity rows, {len(failed)} failed; written to {out_path}")
@@ -73,4 +95,6 @@ def main(rein_path, peers_path, ppo_path, out_path):
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:5]))
+    args = sys.argv[1:]
+    large = args[args.index("--large") + 1:args.index("--large") + 3] if "--large" in args else None
+    sys.exit(main(*args[:4], large=large))
