@@ -59,7 +59,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ReinBacken
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> TanhKernels for CubeBackend<R, F, I, BT> {}
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LoraKernels for CubeBackend<R, F, I, BT> {}
 
-#[cfg(test)]
+#[cfg(all(test, feature = "wgpu"))]
 thread_local! {
     /// How many of this module's kernels this thread has launched.
     static LAUNCHES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
@@ -67,14 +67,14 @@ thread_local! {
 
 /// How many of rein's CubeCL kernels the calling thread has launched: what the tests read to
 /// know that a family's impl took its kernel, not burn's ops.
-#[cfg(test)]
+#[cfg(all(test, feature = "wgpu"))]
 fn fused_launches() -> u64 {
     LAUNCHES.with(std::cell::Cell::get)
 }
 
 /// Counts a launch, in the tests ([`fused_launches`]).
 fn count_launch() {
-    #[cfg(test)]
+    #[cfg(all(test, feature = "wgpu"))]
     LAUNCHES.with(|n| n.set(n.get() + 1));
 }
 
