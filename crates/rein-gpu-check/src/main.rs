@@ -149,6 +149,10 @@ fn cublas() -> ExitCode {
     ExitCode::from(2)
 }
 
+/// The info row counting the products launched through cuBLAS by every row before it.
+#[cfg(feature = "cuda")]
+const CUBLAS_CALLS: &str = "products: cuBLAS calls";
+
 #[cfg(feature = "cuda")]
 fn cuda(args: &Args) -> Option<Report> {
     use burn::backend::Cuda;
@@ -156,6 +160,8 @@ fn cuda(args: &Args) -> Option<Report> {
     type CudaBf16 = Cuda<burn::tensor::bf16>;
     let device = burn::backend::cuda::CudaDevice::default();
     checks::<Cuda>("cuda:0 (burn-cuda)", args, &device, |device, report| {
+        // Launches CubeCL's profiler does not see (`profile.py` adds them).
+        report.info(CUBLAS_CALLS, rein_model::cublas_calls().to_string());
         report.info(
             "products: cuBLAS",
             match rein_model::cublas_library() {

@@ -35,6 +35,12 @@ pub struct SpeedSetup<'a> {
     pub step_tokens: usize,
 }
 
+/// The info row naming how many forward passes generation ran (warm-ups included): a launch
+/// profile's count divided by it is launches per generated token.
+pub const PASSES_RUN: &str = "forward passes run";
+/// The info row naming how many GRPO steps a step row ran (warm-up included).
+pub const STEPS_RUN: &str = "steps run";
+
 fn dtype_name(dtype: ModelDtype) -> &'static str {
     match dtype {
         ModelDtype::F32 => "f32",
@@ -78,6 +84,9 @@ pub fn generation<B: ReinBackend>(
         temperature: 0.0,
         ..GenerationConfig::default()
     };
+    // Forward passes over the batch, one per generated token (the first also reads the
+    // prompt): what a profile's launch count is divided by.
+    let mut passes = 4;
     // The first call compiles the kernels; it is not timed.
     let warm = Instant::now();
     generate(&model, &prompts[..1], &config(4), 0, &mut |_, _| false, device);
@@ -103,6 +112,7 @@ pub fn generation<B: ReinBackend>(
         settle::<B>(device, report, &format!("generation, batch {batch}"));
         let seconds = start.elapsed().as_secs_f64();
         let tokens: usize = out.iter().map(|g| g.tokens.len()).sum();
+        passes += 2 + setup.new_tokens;
         report.speed(
             format!("rein generate {}, batch {batch}", dtype_name(dtype)),
             tokens as f64 / seconds,
@@ -110,6 +120,10 @@ pub fn generation<B: ReinBackend>(
             format!("{tokens} tokens in {seconds:.2} s, greedy"),
         );
     }
+    report.info(
+        format!("generate {}: {PASSES_RUN}", dtype_name(dtype)),
+        passes.to_string(),
+    );
     Ok(())
 }
 
@@ -148,7 +162,8 @@ pub fn grpo_step<B: ReinBackend>(
     // whole step is timed separately, without them).
     let mut steps = Vec::new();
     let mut phases = [Vec::new(), Vec::new(), Vec::new()];
-    for round in 0..7 {
+    let rounds = 7;
+    for round in 0..rounds {
         let timed_phases = round >= 4;
         let start = Instant::now();
         let mut mark = Instant::now();
@@ -188,6 +203,7 @@ pub fn grpo_step<B: ReinBackend>(
         prompts[0].len(),
         setup.step_tokens
     );
+    report.info(format!("{title}: {STEPS_RUN}"), rounds.to_string());
     report.speed(
         title.clone(),
         median(&mut steps) * 1e3,

@@ -120,4 +120,22 @@ fn the_chosen_speed_rows_run_and_no_others() {
         .chain(steps)
         .collect();
     assert_eq!(speed, expected, "{stdout}");
+    // What a launch profile is divided by: 4 warm-up passes, then 2 + 3 at batch 2; 7 rounds
+    // of each step.
+    let counts: Vec<(&str, &str)> = results["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["check"].as_str().unwrap().ends_with(" run"))
+        .map(|r| (r["check"].as_str().unwrap(), r["detail"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            ("generate bf16: forward passes run", "9"),
+            ("rein grpo step f32, 2 rows × 4+5: steps run", "7"),
+            ("rein grpo step bf16 mixed, 2 rows × 4+5: steps run", "7"),
+        ],
+        "{stdout}"
+    );
 }

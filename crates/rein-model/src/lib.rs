@@ -36,13 +36,13 @@ pub mod safetensors_file;
 pub mod vision;
 
 pub use actor_critic::{ActionHead, ActorCritic, ActorCriticConfig};
-#[cfg(feature = "cuda")]
-pub use backend::cublas_library;
 pub use backend::{
     AttentionKernels, CudaMatmul, GluKernels, HeadKernels, LinearKernels, LoraKernels, NormKernels, PackedSequences,
     ReinAutodiffBackend, ReinBackend, RopeKernels, Scoring, TanhKernels, affine, cuda_matmul, generic_ops, held_in,
     set_cuda_matmul, use_generic_ops,
 };
+#[cfg(feature = "cuda")]
+pub use backend::{cublas_calls, cublas_library};
 pub use flat_mlp::{FlatMlp, Trace};
 pub use mlp::{Activation, Mlp, MlpConfig, MlpInit};
 pub use off_policy::{DeterministicActor, GaussianActor, OffPolicyConfig, QNetwork};

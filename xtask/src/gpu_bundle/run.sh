@@ -3,9 +3,9 @@
 # headers, and Python with PyTorch and transformers (no Rust, no network needed). Written by
 # `cargo xtask gpu-bundle`.
 #
-#   bash run.sh            # ≈ 3 minutes on an H100; prints one table, writes results.json
-#   bash run.sh --profile  # then counts and times every kernel launch of generation and of a
-#                          # GRPO step (cubecl's profiler), ≈ 1 minute more
+#   bash run.sh               # prints one table, writes results.json; then counts every kernel
+#                             # launch of generation and of a GRPO step (cubecl's profiler)
+#   bash run.sh --no-profile  # without the launch counts
 #
 # Exit status 0 only if every parity row holds; speed rows are figures, never gates.
 set -uo pipefail
@@ -113,8 +113,9 @@ fi
 summary=$?
 
 # Kernel profiles, one rein-gpu-check per part so each log is that part's alone: cubecl's
-# profiling logger (a `cubecl.toml` here) waits for and logs every launch.
-if [ "${1:-}" = "--profile" ] && [ -e speed-model/config.json ]; then
+# profiling logger (a `cubecl.toml` here) waits for and logs every launch. profile.py adds the
+# launches per generated token and per GRPO step, and µs per launch, to results.json.
+if [ "${1:-}" != "--no-profile" ] && [ -e speed-model/config.json ]; then
   for part in "generation --batches 1,64 --new-tokens 32" "step --step-rows 8 --new-tokens 128"; do
     name=${part%% *}
     printf '[profiling.logger]\nlevel = "basic"\nfile = "profile-%s.log"\nappend = false\n' "$name" > cubecl.toml
@@ -127,7 +128,7 @@ if [ "${1:-}" = "--profile" ] && [ -e speed-model/config.json ]; then
     rm -f cubecl.toml
     grep -E '^speed' "profile-$name.out"
     sleep 2  # cubecl's logger writes from a task of its own
-    "$PYTHON" profile.py "profile-$name.log" "$name"
+    "$PYTHON" profile.py "profile-$name.log" "$name" "profile-$name.json" results.json
   done
 fi
 if [ "$status" -ne 0 ] || [ "$summary" -ne 0 ]; then exit 1; fi

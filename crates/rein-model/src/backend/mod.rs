@@ -128,6 +128,13 @@ pub fn cublas_library() -> Result<&'static str, &'static str> {
     cube::cublas_library()
 }
 
+/// How many products this process has launched through cuBLAS (CubeCL's profiler sees only its
+/// own kernels).
+#[cfg(feature = "cuda")]
+pub fn cublas_calls() -> u64 {
+    cube::cublas_calls()
+}
+
 /// Set: every kernel of [`ReinBackend`] on Flex takes its default, burn's generic ops.
 static GENERIC_OPS: AtomicBool = AtomicBool::new(false);
 

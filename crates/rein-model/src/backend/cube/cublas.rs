@@ -18,6 +18,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use burn::tensor::DType;
 use burn_cubecl::CubeRuntime;
@@ -28,6 +29,15 @@ use cubecl_cuda::CudaRuntime;
 use cudarc::cublas::sys;
 
 use super::gemm_plan::{GemmPlan, NoPlan, plan};
+
+/// Products launched through cuBLAS in this process.
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// How many products this process has launched through cuBLAS: launches CubeCL's profiler does
+/// not see.
+pub fn calls() -> u64 {
+    CALLS.load(Ordering::Relaxed)
+}
 
 /// cuBLAS's version (`"12.8.4"`), or why it could not be opened; looked up once per process.
 pub fn library() -> Result<&'static str, &'static str> {
@@ -181,6 +191,7 @@ fn gemm(a: &CubeTensor<CudaRuntime>, b: &CubeTensor<CudaRuntime>, plan: &GemmPla
         };
         check(status, "cublasGemmStridedBatchedEx");
     });
+    CALLS.fetch_add(1, Ordering::Relaxed);
     Some(out)
 }
 

@@ -50,7 +50,7 @@ use cubecl::prelude::*;
 
 use super::{LoraKernels, ReinBackend, TanhKernels};
 #[cfg(feature = "cuda")]
-pub(super) use cublas::library as cublas_library;
+pub(super) use cublas::{calls as cublas_calls, library as cublas_library};
 
 /// Units per cube of the kernels that reduce a row: a power of two, as [`cube_reduce`] needs.
 const ROW_UNITS: u32 = 256;
