@@ -105,11 +105,7 @@ impl GpuBundle {
                 copy_tree(&plugin_dir().join(&wasm), &dir.join("plugins").join(&wasm))?;
             }
         }
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(dir.join("run.sh"), std::fs::Permissions::from_mode(0o755))?;
-        }
+        executable(&dir.join("run.sh"))?;
         let bytes = size(&dir)?;
         let mib = bytes as f64 / 1024.0 / 1024.0;
         if bytes > MAX_BYTES {
@@ -129,6 +125,19 @@ impl GpuBundle {
 
 fn write(path: &Path, text: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Makes `path` executable by everyone (a no-op off Unix).
+fn executable(path: &Path) -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+            .with_context(|| format!("making {} executable", path.display()))?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 /// Copies a file, or a folder with everything under it.
@@ -203,11 +212,7 @@ fn check(dir: &Path) -> anyhow::Result<()> {
             .args(["-d", "-c"])
             .arg(dir.join(format!("{binary}.xz")))
             .stdout(file))?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o755))?;
-        }
+        executable(&out)?;
         let ldd = output(std::process::Command::new("ldd").arg(&out))?;
         for line in ldd.lines() {
             let library = line.split_whitespace().next().unwrap_or("");

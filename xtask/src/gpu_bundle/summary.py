@@ -28,6 +28,18 @@ def peak_memory(path):
     return max(readings) - readings[0] if readings else None
 
 
+def memory_rows(prefix, sides):
+    """A row of peak device memory for each (side, sample file) that has readings."""
+    rows = []
+    for side, path in sides:
+        peak = peak_memory(path)
+        if peak is not None:
+            rows.append({"check": f"{prefix}peak device memory, {side}", "kind": "speed", "value": peak / 1024,
+                         "unit": "GiB", "bound": None, "ok": True,
+                         "detail": "nvidia-smi every 100 ms, above the reading at start (CUDA context included)"})
+    return rows
+
+
 def large_rows(rein_path, peers_path):
     """Both sides' speed rows on the large checkpoint, named after it, and each side's peak memory."""
     rows = []
@@ -35,13 +47,8 @@ def large_rows(rein_path, peers_path):
         for row in (load(path) or {}).get("rows", []):
             if row["kind"] == "speed":
                 rows.append(dict(row, check=f"qwen2.5-0.5b: {row['check']}", ok=row.get("ok", True), bound=None))
-    for side, path in (("rein-gpu-check", "rein-large-memory.txt"), ("PyTorch peers", "peers-large-memory.txt")):
-        peak = peak_memory(path)
-        if peak is not None:
-            rows.append({"check": f"qwen2.5-0.5b: peak device memory, {side}", "kind": "speed",
-                         "value": peak / 1024, "unit": "GiB", "bound": None, "ok": True,
-                         "detail": "nvidia-smi every 100 ms, above the reading at start (CUDA context included)"})
-    return rows
+    return rows + memory_rows("qwen2.5-0.5b: ", (("rein-gpu-check", "rein-large-memory.txt"),
+                                                ("PyTorch peers", "peers-large-memory.txt")))
 
 
 def main(rein_path, peers_path, ppo_path, out_path, large=None):
@@ -62,12 +69,8 @@ def main(rein_path, peers_path, ppo_path, out_path, large=None):
                      "ok": ppo["status"] == 0 and reached is not None, "detail": detail})
     for row in (peers or {}).get("rows", []):
         rows.append(dict(row, ok=True, bound=None))
-    for side, path in (("rein-gpu-check (every row)", "rein-memory.txt"), ("PyTorch peers (every row)", "peers-memory.txt")):
-        peak = peak_memory(path)
-        if peak is not None:
-            rows.append({"check": f"peak device memory, {side}", "kind": "speed", "value": peak / 1024,
-                         "unit": "GiB", "bound": None, "ok": True,
-                         "detail": "nvidia-smi every 100 ms, above the reading at start (CUDA context included)"})
+    rows.extend(memory_rows("", (("rein-gpu-check (every row)", "rein-memory.txt"),
+                                 ("PyTorch peers (every row)", "peers-memory.txt"))))
     if large:
         rows.extend(large_rows(*large))
     versions = {"torch": (peers or {}).get("torch"), "cuda": (peers or {}).get("cuda")}
